@@ -1,0 +1,44 @@
+/** What every CLI command shares: where the journal is, output mode, and exit codes. */
+import { readFileSync } from 'node:fs';
+import { SqliteReader } from '../journal/sqlite/reader.ts';
+
+export const DEFAULT_JOURNAL = process.env.PDCTL_JOURNAL ?? './data/journal.db';
+
+/** Exit codes, documented in `pdctl --help`. */
+export const EXIT = {
+  ok: 0,
+  /** The command ran and found a problem (verify failed, a room not found). */
+  problem: 1,
+  /** Bad flags or arguments. */
+  usage: 2,
+  /** The journal could not be opened: missing, corrupt, or of another schema version. */
+  journal: 3,
+} as const;
+
+export const VERSION: string = (
+  JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
+    version: string;
+  }
+).version;
+
+export interface CommonOptions {
+  journal: string;
+  json?: boolean;
+}
+
+export function openReader(opts: CommonOptions): SqliteReader {
+  return new SqliteReader(opts.journal);
+}
+
+export function print(line: string): void {
+  process.stdout.write(`${line}\n`);
+}
+
+export function printJson(value: unknown): void {
+  process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+}
+
+/** Progress and notes go to stderr so that stdout stays clean for pipes and --json. */
+export function note(line: string): void {
+  process.stderr.write(`${line}\n`);
+}

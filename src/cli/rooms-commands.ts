@@ -1,0 +1,184 @@
+/** `pdctl rooms` and `pdctl room <id>`: what was in flight, and what happened to one room. */
+import type { Command } from 'commander';
+import { isRoomState, ROOM_STATES, type RoomState } from '../journal/states.ts';
+import type { RoomFilter } from '../journal/store.ts';
+import { type CommonOptions, EXIT, openReader, print, printJson } from './context.ts';
+import { describeEvent, roomOutcome } from './describe.ts';
+import { renderTable } from './table.ts';
+import { formatDuration, formatTs, parseTime, UsageError } from './time.ts';
+
+interface RoomsOptions extends CommonOptions {
+  state?: string;
+  engine?: string;
+  reason?: string;
+  since?: string;
+  until?: string;
+  inFlightAt?: string;
+  limit: string;
+  cursor?: string;
+}
+
+function parseStates(input: string): RoomState[] {
+  const states = input.split(',').map((s) => s.trim());
+  for (const s of states) {
+    if (!isRoomState(s))
+      throw new UsageError(`unknown state "${s}"; states are: ${ROOM_STATES.join(', ')}`);
+  }
+  return states as RoomState[];
+}
+
+function parseLimit(input: string): number {
+  const n = Number(input);
+  if (!Number.isInteger(n) || n < 1 || n > 10_000)
+    throw new UsageError(`--limit must be an integer from 1 to 10000, got "${input}"`);
+  return n;
+}
+
+export async function roomsCommand(opts: RoomsOptions): Promise<number> {
+  const now = Date.now();
+  const filter: RoomFilter = { limit: parseLimit(opts.limit) };
+  if (opts.state) filter.state = parseStates(opts.state);
+  if (opts.engine) filter.engine = opts.engine;
+  if (opts.reason) filter.reason = opts.reason;
+  if (opts.since) filter.since = parseTime(opts.since, now);
+  if (opts.until) filter.until = parseTime(opts.until, now);
+  if (opts.inFlightAt) filter.inFlightAt = parseTime(opts.inFlightAt, now);
+  if (opts.cursor) filter.cursor = opts.cursor;
+  const reader = openReader(opts);
+  try {
+    const page = await reader.rooms(filter);
+    if (opts.json) {
+      printJson(page);
+      return EXIT.ok;
+    }
+    if (page.rooms.length === 0) {
+      print('no rooms match');
+      return EXIT.ok;
+    }
+    const at = filter.inFlightAt;
+    print(
+      renderTable(page.rooms, [
+        { header: 'ROOM', value: (r) => r.room },
+        { header: at !== undefined ? 'STATE NOW' : 'STATE', value: (r) => r.state },
+        { header: 'PAIR', value: (r) => `${r.prefillEngine}→${r.decodeEngine}` },
+        { header: 'CREATED', value: (r) => formatTs(r.createdAt) },
+        {
+          header: at !== undefined ? 'AGE AT T' : 'LIFETIME',
+          value: (r) => formatDuration((at ?? r.terminalAt ?? now) - r.createdAt),
+          align: 'right',
+        },
+        { header: 'OUTCOME', value: (r) => roomOutcome(r) },
+      ]),
+    );
+    if (page.nextCursor) print(`\nmore rooms: add --cursor ${page.nextCursor}`);
+    return EXIT.ok;
+  } finally {
+    reader.close();
+  }
+}
+
+export async function roomCommand(id: string, opts: CommonOptions): Promise<number> {
+  const reader = openReader(opts);
+  try {
+    const t = await reader.timeline(id);
+    if (opts.json) {
+      printJson(t);
+      return t.room ? EXIT.ok : EXIT.problem;
+    }
+    if (!t.room && t.events.length === 0) {
+      print(`no room ${id} in ${opts.journal} (pruned, or never created)`);
+      return EXIT.problem;
+    }
+    const r = t.room;
+    if (r) {
+      const end = r.terminalAt ?? Date.now();
+      print(`room ${r.room}: ${r.state}${roomOutcome(r) ? ` (${roomOutcome(r)})` : ''}`);
+      print(`  pair      ${r.prefillEngine} → ${r.decodeEngine}`);
+      print(`  created   ${formatTs(r.createdAt)}`);
+      print(
+        `  ${r.terminalAt ? 'ended    ' : 'running  '} ${r.terminalAt ? formatTs(r.terminalAt) : `for ${formatDuration(end - r.createdAt)}, deadline of ${r.state} at ${formatTs(r.deadlineAt)}`}`,
+      );
+      print(`  lifetime  ${formatDuration(end - r.createdAt)}`);
+      if (r.migratedFrom) print(`  migrated from ${r.migratedFrom}`);
+      if (r.abortRequestedAt !== null)
+        print(`  abort requested at ${formatTs(r.abortRequestedAt)} (${r.abortReason})`);
+      print(`  released  ${r.releasedBy.length ? r.releasedBy.join(', ') : 'by no engine yet'}`);
+    } else {
+      print(`room ${id}: only rejected events (the room itself was never created)`);
+    }
+    const t0 = t.events[0]?.ts ?? 0;
+    print('\ntimeline');
+    print(
+      renderTable(t.events, [
+        { header: 'SEQ', value: (e) => e.seq, align: 'right' },
+        { header: 'TIME', value: (e) => formatTs(e.ts) },
+        { header: '+T', value: (e) => formatDuration(e.ts - t0), align: 'right' },
+        { header: 'EVENT', value: (e) => e.type },
+        { header: 'ENGINE', value: (e) => e.engine },
+        { header: 'DETAIL', value: (e) => describeEvent(e) },
+      ]),
+    );
+    if (t.spans.length) {
+      print('\ntime in each state');
+      print(
+        renderTable(t.spans, [
+          { header: 'STATE', value: (s) => s.state },
+          { header: 'ENTERED', value: (s) => formatTs(s.from) },
+          {
+            header: 'TIME',
+            value: (s) =>
+              s.ms === null
+                ? r?.terminalAt
+                  ? 'final'
+                  : `${formatDuration(Date.now() - s.from)} so far`
+                : formatDuration(s.ms),
+            align: 'right',
+          },
+        ]),
+      );
+    }
+    return EXIT.ok;
+  } finally {
+    reader.close();
+  }
+}
+
+export function registerRoomCommands(
+  program: Command,
+  journalOption: (c: Command) => Command,
+): void {
+  journalOption(
+    program
+      .command('rooms')
+      .description('list rooms, newest first: what was in flight, what failed and why')
+      .option('--state <states>', `comma-separated states (${ROOM_STATES.join(', ')})`)
+      .option('--engine <id>', 'rooms whose prefill or decode engine is <id>')
+      .option(
+        '--reason <reason>',
+        'abort or failure reason, e.g. deadline_exceeded, client_disconnect',
+      )
+      .option('--since <time>', 'rooms alive at or after this time')
+      .option('--until <time>', 'rooms created at or before this time')
+      .option('--in-flight-at <time>', 'rooms created by T and not yet terminal at T')
+      .option('--limit <n>', 'most rooms to list (1-10000)', '50')
+      .option('--cursor <cursor>', 'the next page, as printed after a full page')
+      .addHelpText(
+        'after',
+        '\nTimes: ISO-8601 (2026-11-30T03:12:00Z), an age (10m, 2h, 7d), a UTC clock time (03:12), or unix ms.\n' +
+          'Example: pdctl rooms --in-flight-at 03:12 --state transferring',
+      ),
+  ).action(async (opts: RoomsOptions) => {
+    process.exitCode = await roomsCommand(opts);
+  });
+
+  journalOption(
+    program
+      .command('room')
+      .argument('<id>', 'room id, as in the X-Pdctl-Room header or `pdctl rooms`')
+      .description("one room's timeline: every event, and the time it spent in each state"),
+  ).action(async (id: string, opts: CommonOptions) => {
+    if (!/^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$/.test(id))
+      throw new UsageError(`"${id}" is not a room id`);
+    process.exitCode = await roomCommand(id, opts);
+  });
+}

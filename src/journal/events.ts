@@ -1,0 +1,237 @@
+/**
+ * Every journal event type of DESIGN.md §3, its data schema, and the one validator used at the
+ * boundary (appends from the API, the bus and the CLI all pass through `validateEvent`).
+ */
+import { type Static, type TObject, Type } from '@sinclair/typebox';
+import { TypeCompiler } from '@sinclair/typebox/compiler';
+import { JournalError } from './errors.ts';
+import { uuidv7 } from './ids.ts';
+import { LIVE_STATES, ROOM_STATES } from './states.ts';
+
+const ID_PATTERN = '^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$';
+const idRe = new RegExp(ID_PATTERN);
+const Id = Type.String({ pattern: ID_PATTERN });
+const Text = Type.String({ minLength: 1, maxLength: 500 });
+const Count = Type.Integer({ minimum: 0 });
+const strict = { additionalProperties: false } as const;
+const open = { additionalProperties: true } as const;
+
+const Deadlines = Type.Partial(
+  Type.Object(
+    Object.fromEntries(LIVE_STATES.map((s) => [s, Type.Integer({ minimum: 1 })])) as Record<
+      (typeof LIVE_STATES)[number],
+      ReturnType<typeof Type.Integer>
+    >,
+    strict,
+  ),
+);
+
+export const EVENT_SCHEMAS = {
+  'room.created': Type.Object(
+    {
+      prefillEngine: Id,
+      decodeEngine: Id,
+      promptTokens: Type.Optional(Count),
+      maxTokens: Type.Optional(Count),
+      model: Type.Optional(Text),
+      deadlinesMs: Type.Optional(Deadlines),
+      migratedFrom: Type.Optional(Id),
+    },
+    strict,
+  ),
+  'room.bootstrap_started': Type.Object({}, strict),
+  'room.bootstrapped': Type.Object(
+    {
+      pages: Type.Array(Count, { maxItems: 1 << 20 }),
+      epoch: Type.Optional(Count),
+    },
+    strict,
+  ),
+  'room.prefill_started': Type.Object({}, strict),
+  'room.transfer_posted': Type.Object(
+    { pairs: Type.Optional(Count), bytes: Type.Optional(Count) },
+    strict,
+  ),
+  'room.transfer_completed': Type.Object(
+    {
+      bytes: Count,
+      checksum: Type.String({ pattern: '^[0-9a-f]{1,64}$' }),
+      micros: Count,
+    },
+    strict,
+  ),
+  'room.decode_started': Type.Object({}, strict),
+  'room.completed': Type.Object({ tokens: Count, finishReason: Text }, strict),
+  'room.aborted': Type.Object({ reason: Text, source: Text }, strict),
+  'room.failed': Type.Object(
+    {
+      reason: Text,
+      stage: Type.Union(ROOM_STATES.map((s) => Type.Literal(s))),
+      detectedBy: Text,
+    },
+    strict,
+  ),
+  'room.migrated': Type.Object({ toRoom: Id }, strict),
+  'room.abort_requested': Type.Object({ reason: Text }, strict),
+  'room.released': Type.Object({ pages: Type.Optional(Count) }, strict),
+  'room.event_rejected': Type.Object(
+    {
+      eventType: Text,
+      reason: Text,
+      state: Type.Union([Text, Type.Null()]),
+      data: Type.Unknown(),
+    },
+    strict,
+  ),
+  'engine.registered': Type.Object(
+    {
+      role: Type.Union([Type.Literal('prefill'), Type.Literal('decode')]),
+      incarnation: Text,
+    },
+    open,
+  ),
+  'engine.lost': Type.Object({ reason: Text }, open),
+  'engine.stalled': Type.Object({ reason: Text }, open),
+  'engine.recovered': Type.Object({ reason: Text }, open),
+  'engine.restarted': Type.Object({ reason: Text }, open),
+  'recovery.action': Type.Object({ action: Text, reason: Text, outcome: Text }, open),
+  'journal.opened': Type.Object(
+    { schemaVersion: Count, durability: Text, pid: Count, version: Text },
+    open,
+  ),
+  'journal.pruned': Type.Object({ cutoffTs: Count, rooms: Count, events: Count }, open),
+  'drill.started': Type.Object({ scenario: Text }, open),
+  'drill.finished': Type.Object({ scenario: Text, passed: Type.Boolean() }, open),
+} satisfies Record<string, TObject>;
+
+export type EventType = keyof typeof EVENT_SCHEMAS;
+export type EventData<T extends EventType> = Static<(typeof EVENT_SCHEMAS)[T]>;
+export const EVENT_TYPES = Object.keys(EVENT_SCHEMAS) as EventType[];
+
+export type RoomEventType = Extract<EventType, `room.${string}`>;
+
+/** Event types whose envelope must name a room, and which the reducer folds. */
+export function isRoomEventType(type: string): type is RoomEventType {
+  return type.startsWith('room.');
+}
+
+/** What a caller hands to `append`. `ts` defaults to now; `eventId` to a random UUID. */
+export type EventInput = {
+  [T in EventType]: {
+    type: T;
+    room?: string | null;
+    engine?: string | null;
+    source: string;
+    eventId?: string;
+    ts?: number;
+    data: EventData<T>;
+  };
+}[EventType];
+
+/** An event as committed to the journal. */
+export interface JournalEvent {
+  seq: number;
+  ts: number;
+  type: EventType;
+  room: string | null;
+  engine: string | null;
+  source: string;
+  eventId: string;
+  data: Record<string, unknown>;
+}
+
+/** A validated event waiting for its sequence number. */
+export type PendingEvent = Omit<JournalEvent, 'seq'>;
+
+type Checker = {
+  Check(v: unknown): boolean;
+  Errors(v: unknown): { First(): { path: string; message: string } | undefined };
+};
+const checkers = Object.fromEntries(
+  Object.entries(EVENT_SCHEMAS).map(([type, schema]) => [
+    type,
+    TypeCompiler.Compile(schema as TObject),
+  ]),
+) as unknown as Record<EventType, Checker>;
+
+/** Types a caller may not append: they are written by the journal itself. */
+const INTERNAL_TYPES = new Set<string>(['room.event_rejected', 'journal.pruned']);
+
+/** Event types that must name the engine that produced them. */
+const NEEDS_ENGINE = new Set<string>([
+  'room.released',
+  'engine.registered',
+  'engine.lost',
+  'engine.stalled',
+  'engine.recovered',
+  'engine.restarted',
+]);
+
+function invalid(message: string): JournalError {
+  return new JournalError('JOURNAL_INVALID_EVENT', message);
+}
+
+/**
+ * Validates an event at the boundary and fills `ts` and `eventId`. Throws a `JournalError` with
+ * code `JOURNAL_INVALID_EVENT` whose message names the field that is wrong.
+ */
+export function validateEvent(input: unknown, options: { internal?: boolean } = {}): PendingEvent {
+  if (typeof input !== 'object' || input === null) throw invalid('event must be an object');
+  const ev = input as Record<string, unknown>;
+  const type = ev.type;
+  if (typeof type !== 'string' || !Object.hasOwn(checkers, type)) {
+    throw invalid(
+      `unknown event type ${JSON.stringify(type)}; known types: ${EVENT_TYPES.join(', ')}`,
+    );
+  }
+  if (INTERNAL_TYPES.has(type) && !options.internal) {
+    throw invalid(`${type} is written by the journal itself and cannot be appended`);
+  }
+  const room = ev.room ?? null;
+  if (isRoomEventType(type)) {
+    if (typeof room !== 'string' || !idRe.test(room)) {
+      throw invalid(
+        `${type}: room must be an id matching ${ID_PATTERN}, got ${JSON.stringify(room)}`,
+      );
+    }
+  } else if (room !== null && (typeof room !== 'string' || !idRe.test(room))) {
+    throw invalid(`${type}: room must be null or an id matching ${ID_PATTERN}`);
+  }
+  const engine = ev.engine ?? null;
+  if (engine !== null && (typeof engine !== 'string' || !idRe.test(engine))) {
+    throw invalid(
+      `${type}: engine must be an id matching ${ID_PATTERN}, got ${JSON.stringify(engine)}`,
+    );
+  }
+  if (engine === null && NEEDS_ENGINE.has(type)) throw invalid(`${type}: engine is required`);
+  const source = ev.source;
+  if (typeof source !== 'string' || source.length === 0 || source.length > 200) {
+    throw invalid(`${type}: source must be a non-empty string of at most 200 characters`);
+  }
+  let eventId = ev.eventId;
+  if (eventId === undefined || eventId === null) eventId = uuidv7();
+  else if (typeof eventId !== 'string' || eventId.length === 0 || eventId.length > 200) {
+    throw invalid(`${type}: eventId must be a non-empty string of at most 200 characters`);
+  }
+  let ts = ev.ts;
+  if (ts === undefined || ts === null) ts = Date.now();
+  else if (typeof ts !== 'number' || !Number.isSafeInteger(ts) || ts < 0) {
+    throw invalid(`${type}: ts must be unix milliseconds (a non-negative integer)`);
+  }
+  const data = ev.data ?? {};
+  const checker = checkers[type as EventType];
+  if (!checker.Check(data)) {
+    const first = checker.Errors(data).First();
+    const where = first?.path ? `data${first.path.replaceAll('/', '.')}` : 'data';
+    throw invalid(`${type}: ${where} ${first?.message ?? 'is invalid'}`);
+  }
+  return {
+    ts: ts as number,
+    type: type as EventType,
+    room: room as string | null,
+    engine: engine as string | null,
+    source,
+    eventId: eventId as string,
+    data: data as Record<string, unknown>,
+  };
+}

@@ -1,0 +1,216 @@
+/**
+ * The synchronous heart of the writer: applies a batch of validated events in one
+ * `BEGIN IMMEDIATE` transaction — reduce, insert, project — and commits. Runs on the writer
+ * thread (writer-thread.ts); nothing here is awaited, and nothing leaves before COMMIT.
+ */
+import type Database from 'better-sqlite3';
+import type { PendingEvent } from '../events.ts';
+import { type Room, reduce } from '../reducer.ts';
+import { ROOM_COLUMNS, type RoomRow, roomToParams, rowToRoom } from './rows.ts';
+
+/**
+ * Outcome per event, compact for the trip back to the main thread:
+ * [0, seq, state] applied · [1, seq, reason, state, detail] rejected · [2, seq, originalRejected] duplicate
+ */
+export type Outcome =
+  | [0, number, string | null]
+  | [1, number, string, string | null, string]
+  | [2, number, boolean];
+
+export interface PruneOutcome {
+  rooms: number;
+  events: number;
+  batches: number;
+}
+
+/** A room as the writer holds it: the projection and its row id (null until inserted). */
+interface Held {
+  room: Room;
+  id: number | null;
+}
+
+/** Bounded map of recently touched rooms, so most appends need no read of `rooms`. */
+class RoomCache {
+  private readonly map = new Map<string, Held>();
+  constructor(private readonly capacity: number) {}
+  get(room: string): Held | undefined {
+    return this.map.get(room);
+  }
+  set(held: Held): void {
+    this.map.delete(held.room.room);
+    this.map.set(held.room.room, held);
+    if (this.map.size > this.capacity) {
+      const oldest = this.map.keys().next().value;
+      if (oldest !== undefined) this.map.delete(oldest);
+    }
+  }
+  delete(room: string): void {
+    this.map.delete(room);
+  }
+}
+
+export class BatchWriter {
+  private readonly cache: RoomCache;
+  private readonly insertEvent: Database.Statement;
+  private readonly findEvent: Database.Statement;
+  private readonly loadRoom: Database.Statement;
+  private readonly insertRoom: Database.Statement;
+  private readonly updateRoom: Database.Statement;
+  private readonly upsertCursor: Database.Statement;
+  private readonly applyTx: (batch: PendingEvent[]) => Outcome[];
+
+  constructor(
+    private readonly db: Database.Database,
+    options: { roomCacheSize?: number } = {},
+  ) {
+    this.cache = new RoomCache(options.roomCacheSize ?? 50_000);
+    this.insertEvent = db.prepare(
+      `INSERT INTO events (ts, type, room, engine, source, event_id, data)
+       VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (event_id) DO NOTHING`,
+    );
+    this.findEvent = db.prepare('SELECT seq, type FROM events WHERE event_id = ?').raw();
+    this.loadRoom = db.prepare('SELECT * FROM rooms WHERE room = ?');
+    this.insertRoom = db.prepare(
+      `INSERT INTO rooms (${ROOM_COLUMNS.join(', ')}) VALUES (${ROOM_COLUMNS.map(() => '?').join(', ')})`,
+    );
+    // Every column but the key, in ROOM_COLUMNS order, then the row id.
+    this.updateRoom = db.prepare(
+      `UPDATE rooms SET ${ROOM_COLUMNS.slice(1)
+        .map((c) => `${c} = ?`)
+        .join(', ')} WHERE id = ?`,
+    );
+    this.upsertCursor = db.prepare(
+      `INSERT INTO consumers (name, seq, updated_at) VALUES (?, ?, ?)
+       ON CONFLICT (name) DO UPDATE SET seq = excluded.seq, updated_at = excluded.updated_at`,
+    );
+    const tx = db.transaction((batch: PendingEvent[]) => this.applyInTx(batch));
+    this.applyTx = (batch) => tx.immediate(batch);
+  }
+
+  /**
+   * Appends a batch atomically. The room cache is updated only after COMMIT, so a failed
+   * transaction leaves it exactly as the database is.
+   */
+  append(batch: PendingEvent[]): Outcome[] {
+    this.overlay = new Map();
+    try {
+      const outcomes = this.applyTx(batch);
+      for (const held of this.overlay.values()) this.cache.set(held);
+      return outcomes;
+    } finally {
+      this.overlay = new Map();
+    }
+  }
+
+  /** Rooms changed by the batch being applied; merged into the cache only after COMMIT. */
+  private overlay = new Map<string, Held>();
+
+  private current(room: string): Held | null {
+    const held = this.overlay.get(room) ?? this.cache.get(room);
+    if (held) return held;
+    const row = this.loadRoom.get(room) as (RoomRow & { id: number }) | undefined;
+    return row ? { room: rowToRoom(row), id: row.id } : null;
+  }
+
+  private insert(
+    ev: PendingEvent,
+    type: string,
+    data: unknown,
+  ): { seq: number; duplicate: false } | { seq: number; duplicate: true; rejected: boolean } {
+    const info = this.insertEvent.run(
+      ev.ts,
+      type,
+      ev.room,
+      ev.engine,
+      ev.source,
+      ev.eventId,
+      JSON.stringify(data),
+    );
+    if (info.changes === 1) return { seq: Number(info.lastInsertRowid), duplicate: false };
+    const [seq, storedType] = this.findEvent.get(ev.eventId) as [number, string];
+    return { seq, duplicate: true, rejected: storedType === 'room.event_rejected' };
+  }
+
+  private applyInTx(batch: PendingEvent[]): Outcome[] {
+    const outcomes: Outcome[] = new Array(batch.length);
+    for (let i = 0; i < batch.length; i++) {
+      const ev = batch[i] as PendingEvent;
+      if (ev.room === null || !ev.type.startsWith('room.')) {
+        const r = this.insert(ev, ev.type, ev.data);
+        outcomes[i] = r.duplicate ? [2, r.seq, r.rejected] : [0, r.seq, null];
+        continue;
+      }
+      const before = this.current(ev.room);
+      const result = reduce(before?.room ?? null, { ...ev, seq: 0 });
+      if (result.ok) {
+        const r = this.insert(ev, ev.type, ev.data);
+        if (r.duplicate) {
+          outcomes[i] = [2, r.seq, r.rejected];
+        } else {
+          result.room.lastSeq = r.seq; // the reducer returned a fresh object; seq is known only now
+          this.overlay.set(ev.room, { room: result.room, id: before?.id ?? null });
+          outcomes[i] = [0, r.seq, result.room.state];
+        }
+        continue;
+      }
+      const record = rejectionData(ev, result.reason, result.state);
+      const r = this.insert(ev, 'room.event_rejected', record);
+      outcomes[i] = r.duplicate
+        ? [2, r.seq, r.rejected]
+        : [1, r.seq, result.reason, result.state, result.detail];
+    }
+    for (const held of this.overlay.values()) {
+      const params = roomToParams(held.room);
+      if (held.id === null) {
+        held.id = Number(this.insertRoom.run(params).lastInsertRowid);
+      } else {
+        this.updateRoom.run(params.slice(1), held.id);
+      }
+    }
+    return outcomes;
+  }
+
+  setCursor(name: string, seq: number, ts: number): void {
+    this.upsertCursor.run(name, seq, ts);
+  }
+
+  /**
+   * Deletes whole terminal rooms that ended before `cutoffTs`, `chunkRooms` at a time, each chunk
+   * in its own short transaction so that live appends are never blocked for long.
+   */
+  prune(cutoffTs: number, chunkRooms: number): PruneOutcome {
+    const pick = this.db.prepare(
+      `SELECT room FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?
+       ORDER BY terminal_at LIMIT ?`,
+    );
+    const delEvents = this.db.prepare('DELETE FROM events WHERE room = ?');
+    const delRoom = this.db.prepare('DELETE FROM rooms WHERE room = ? AND terminal_at IS NOT NULL');
+    const chunk = this.db.transaction((rooms: string[]) => {
+      let events = 0;
+      for (const room of rooms) {
+        events += delEvents.run(room).changes;
+        delRoom.run(room);
+        this.cache.delete(room);
+      }
+      return events;
+    });
+    const total: PruneOutcome = { rooms: 0, events: 0, batches: 0 };
+    for (;;) {
+      const rooms = pick.pluck().all(cutoffTs, chunkRooms) as string[];
+      if (rooms.length === 0) break;
+      total.events += chunk.immediate(rooms);
+      total.rooms += rooms.length;
+      total.batches += 1;
+    }
+    return total;
+  }
+}
+
+/** The data of the `room.event_rejected` record written in place of an event that does not fit. */
+export function rejectionData(
+  ev: Pick<PendingEvent, 'type' | 'data'>,
+  reason: string,
+  state: string | null,
+): { eventType: string; reason: string; state: string | null; data: unknown } {
+  return { eventType: ev.type, reason, state, data: ev.data };
+}

@@ -1,0 +1,500 @@
+/**
+ * The SQLite journal store: group commit on the main thread, commits on a writer thread, reads on
+ * a read-only connection. Appends that arrive in one event-loop turn share one transaction; while
+ * a transaction is committing, new appends gather into the next one.
+ */
+import { Worker } from 'node:worker_threads';
+import type { Logger } from '../../log.ts';
+import { silentLogger } from '../../log.ts';
+import { JournalError } from '../errors.ts';
+import { type EventInput, type JournalEvent, type PendingEvent, validateEvent } from '../events.ts';
+import type { RejectReason } from '../reducer.ts';
+import { type RoomState, resolveDeadlines } from '../states.ts';
+import type {
+  AppendResult,
+  EventListener,
+  JournalHealth,
+  JournalStore,
+  PruneResult,
+  Subscription,
+} from '../store.ts';
+import { SubscriptionHub } from '../subscriptions.ts';
+import { type Outcome, rejectionData } from './batch-writer.ts';
+import type { Durability } from './open.ts';
+import { SqliteReader } from './reader.ts';
+import type { WriterInit, WriterReply, WriterRequest } from './writer-protocol.ts';
+
+export interface SqliteJournalOptions {
+  path: string;
+  /** Default `process`; see README "Durability". */
+  durability?: Durability;
+  /** Create the file when missing. Default true. */
+  create?: boolean;
+  /** Most events in one transaction. Default 4096. */
+  maxBatch?: number;
+  /** Rooms kept in the writer's memory. Default 50 000. */
+  roomCacheSize?: number;
+  /** Append `journal.opened` with this source once open. Default: none. */
+  announce?: { source: string; version: string };
+  logger?: Logger;
+}
+
+interface Waiting {
+  ev: PendingEvent;
+  resolve: (r: AppendResult) => void;
+  reject: (e: unknown) => void;
+}
+
+type Handler = (reply: Extract<WriterReply, { id: number }>) => void;
+
+const RESTART_BACKOFF_MS = [50, 200, 1000, 5000];
+
+function workerFor(init: WriterInit): Worker {
+  const here = import.meta.url;
+  if (here.endsWith('.ts')) {
+    // Running from source (tests, tsx): load the TypeScript entry through tsx's loader.
+    const entry = new URL('./writer-thread.ts', here).href;
+    const code = `import('tsx/esm/api').then((m) => { m.register(); return import(${JSON.stringify(entry)}); });`;
+    return new Worker(code, { eval: true, workerData: init });
+  }
+  return new Worker(new URL('./writer-thread.js', here), { workerData: init });
+}
+
+export class SqliteJournal extends SqliteReader implements JournalStore {
+  private worker: Worker | null = null;
+  private readonly init: WriterInit;
+  private readonly maxBatch: number;
+  private readonly log: Logger;
+  private readonly hub: SubscriptionHub;
+  private queue: Waiting[] = [];
+  private inFlight: Waiting[] | null = null;
+  private flushScheduled = false;
+  private nextId = 1;
+  private readonly handlers = new Map<number, Handler>();
+  private state: JournalHealth['state'] = 'starting';
+  private writable = true;
+  private lastError: string | null = null;
+  private committedSeq = 0;
+  private commits = 0;
+  private lastBatchSize = 0;
+  private restarts = 0;
+  private drained: Promise<void> | null = null;
+  private readonly idleWaiters: Array<() => void> = [];
+
+  private constructor(options: SqliteJournalOptions, worker: Worker, headSeq: number) {
+    super(options.path);
+    this.init = {
+      path: options.path,
+      durability: options.durability ?? 'process',
+      roomCacheSize: options.roomCacheSize ?? 50_000,
+      create: false,
+    };
+    this.maxBatch = options.maxBatch ?? 4096;
+    this.log = options.logger ?? silentLogger;
+    this.committedSeq = headSeq;
+    this.hub = new SubscriptionHub(
+      (afterSeq, limit) => this.readFromSync(afterSeq, limit),
+      (err, ev) =>
+        this.log.error({ err, seq: ev.seq }, 'journal subscriber threw; it keeps receiving events'),
+    );
+    this.attach(worker);
+    this.state = 'ready';
+  }
+
+  /** Opens (creating and migrating as needed) and starts the writer thread. */
+  static async open(options: SqliteJournalOptions): Promise<SqliteJournal> {
+    const init: WriterInit = {
+      path: options.path,
+      durability: options.durability ?? 'process',
+      roomCacheSize: options.roomCacheSize ?? 50_000,
+      create: options.create ?? true,
+    };
+    const { worker, headSeq } = await SqliteJournal.startWorker(init);
+    let journal: SqliteJournal;
+    try {
+      journal = new SqliteJournal(options, worker, headSeq);
+    } catch (err) {
+      await worker.terminate();
+      throw err;
+    }
+    if (options.announce) {
+      await journal.appendInternal({
+        type: 'journal.opened',
+        source: options.announce.source,
+        data: {
+          schemaVersion: journal.schemaVersionSync(),
+          durability: init.durability,
+          pid: process.pid,
+          version: options.announce.version,
+        },
+      });
+    }
+    return journal;
+  }
+
+  private static startWorker(init: WriterInit): Promise<{ worker: Worker; headSeq: number }> {
+    return new Promise((resolve, reject) => {
+      const worker = workerFor(init);
+      const onMessage = (msg: WriterReply) => {
+        if ('op' in msg && msg.op === 'ready') {
+          cleanup();
+          resolve({ worker, headSeq: msg.headSeq });
+        } else if ('op' in msg && msg.op === 'open_failed') {
+          cleanup();
+          reject(JournalError.from(msg.error));
+        }
+      };
+      const onError = (err: Error) => {
+        cleanup();
+        reject(
+          new JournalError(
+            'JOURNAL_WRITE_FAILED',
+            `journal writer failed to start: ${err.message}`,
+            { cause: err },
+          ),
+        );
+      };
+      const onExit = (code: number) => {
+        cleanup();
+        reject(
+          new JournalError(
+            'JOURNAL_WRITE_FAILED',
+            `journal writer exited during start (code ${code})`,
+          ),
+        );
+      };
+      const cleanup = () => {
+        worker.off('message', onMessage);
+        worker.off('error', onError);
+        worker.off('exit', onExit);
+      };
+      worker.on('message', onMessage);
+      worker.on('error', onError);
+      worker.on('exit', onExit);
+    });
+  }
+
+  private schemaVersionSync(): number {
+    return this.db.prepare('SELECT max(version) FROM schema_migrations').pluck().get() as number;
+  }
+
+  private attach(worker: Worker): void {
+    this.worker = worker;
+    worker.on('message', (msg: WriterReply) => {
+      if (!('id' in msg)) return;
+      const handler = this.handlers.get(msg.id);
+      this.handlers.delete(msg.id);
+      handler?.(msg);
+    });
+    worker.on('error', (err) => this.log.error({ err }, 'journal writer thread threw'));
+    worker.on('exit', (code) => this.onWorkerExit(worker, code));
+  }
+
+  /**
+   * The writer thread is supervised: if it ever exits unasked, what it was committing is failed
+   * (its outcome is unknown; a retry with the same eventId is safe) and a new thread is started.
+   */
+  private onWorkerExit(worker: Worker, code: number): void {
+    if (this.worker !== worker) return;
+    this.worker = null;
+    const lost = [...this.handlers.values()];
+    this.handlers.clear();
+    const error = {
+      code: 'JOURNAL_WRITE_FAILED',
+      message: `journal writer thread exited (code ${code}); the outcome of the request is unknown, retry it with the same eventId`,
+    };
+    for (const h of lost) h({ id: 0, ok: false, error });
+    if (this.state === 'closed' || this.state === 'draining') return;
+    this.state = 'starting';
+    this.writable = false;
+    this.lastError = error.message;
+    const delay = RESTART_BACKOFF_MS[
+      Math.min(this.restarts, RESTART_BACKOFF_MS.length - 1)
+    ] as number;
+    this.restarts++;
+    this.log.error(
+      { code, restartInMs: delay, restarts: this.restarts },
+      'journal writer thread exited; restarting it',
+    );
+    setTimeout(() => {
+      SqliteJournal.startWorker(this.init).then(
+        ({ worker: next, headSeq }) => {
+          if (this.state === 'closed') {
+            void next.terminate();
+            return;
+          }
+          this.committedSeq = Math.max(this.committedSeq, headSeq);
+          this.attach(next);
+          this.state = 'ready';
+          this.log.info({ restarts: this.restarts }, 'journal writer thread restarted');
+          this.scheduleFlush();
+        },
+        (err) => {
+          this.log.error({ err }, 'journal writer thread failed to restart');
+          this.onWorkerExit(worker, -1);
+        },
+      );
+    }, delay).unref();
+    // Keep `this.worker === worker` false but let onWorkerExit retry with the same identity.
+    this.worker = null;
+  }
+
+  private request(req: WriterRequest): Promise<Extract<WriterReply, { id: number; ok: true }>> {
+    return new Promise((resolve, reject) => {
+      const worker = this.worker;
+      if (!worker) {
+        reject(
+          new JournalError(
+            'JOURNAL_WRITE_FAILED',
+            'journal writer thread is restarting; retry shortly',
+          ),
+        );
+        return;
+      }
+      this.handlers.set(req.id, (reply) => {
+        if (reply.ok) resolve(reply);
+        else reject(JournalError.from(reply.error));
+      });
+      worker.postMessage(req);
+    });
+  }
+
+  append(input: EventInput): Promise<AppendResult> {
+    return this.enqueue(input, false);
+  }
+
+  private appendInternal(input: Record<string, unknown>): Promise<AppendResult> {
+    return this.enqueue(input, true);
+  }
+
+  private enqueue(input: unknown, internal: boolean): Promise<AppendResult> {
+    if (this.state === 'closed' || this.state === 'draining') {
+      return Promise.reject(
+        new JournalError('JOURNAL_CLOSED', `journal ${this.path} is ${this.state}`),
+      );
+    }
+    let ev: PendingEvent;
+    try {
+      ev = validateEvent(input, { internal });
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    if (ev.type === 'room.created') {
+      // Stored data is self-contained: replay never depends on this build's default deadlines.
+      const d = ev.data as { deadlinesMs?: Parameters<typeof resolveDeadlines>[0] };
+      ev.data = { ...ev.data, deadlinesMs: resolveDeadlines(d.deadlinesMs) };
+    }
+    return new Promise((resolve, reject) => {
+      this.queue.push({ ev, resolve, reject });
+      this.scheduleFlush();
+    });
+  }
+
+  private scheduleFlush(): void {
+    if (this.flushScheduled || this.inFlight) return;
+    this.flushScheduled = true;
+    setImmediate(() => {
+      this.flushScheduled = false;
+      this.flush();
+    });
+  }
+
+  private flush(): void {
+    if (this.inFlight || this.queue.length === 0) {
+      this.notifyIdle();
+      return;
+    }
+    if (!this.worker) return; // restarting: the new thread flushes when it is up
+    const batch =
+      this.queue.length <= this.maxBatch ? this.queue : this.queue.slice(0, this.maxBatch);
+    this.queue = this.queue.length <= this.maxBatch ? [] : this.queue.slice(this.maxBatch);
+    this.inFlight = batch;
+    const id = this.nextId++;
+    this.request({ id, op: 'append', events: batch.map((w) => w.ev) }).then(
+      (reply) => this.settle(batch, reply.outcomes ?? []),
+      (err) => this.fail(batch, err),
+    );
+  }
+
+  private settle(batch: Waiting[], outcomes: Outcome[]): void {
+    this.inFlight = null;
+    this.writable = true;
+    this.lastError = null;
+    this.restarts = 0;
+    this.commits++;
+    this.lastBatchSize = batch.length;
+    const publish = this.hub.size > 0 ? ([] as JournalEvent[]) : null;
+    for (let i = 0; i < batch.length; i++) {
+      const { ev, resolve } = batch[i] as Waiting;
+      const o = outcomes[i] as Outcome;
+      if (o[0] === 0) {
+        resolve({
+          status: 'applied',
+          seq: o[1],
+          eventId: ev.eventId,
+          state: o[2] as RoomState | null,
+        });
+        publish?.push({ ...ev, seq: o[1] });
+      } else if (o[0] === 1) {
+        resolve({
+          status: 'rejected',
+          seq: o[1],
+          eventId: ev.eventId,
+          reason: o[2] as RejectReason,
+          state: o[3] as RoomState | null,
+          detail: o[4],
+        });
+        publish?.push({
+          ...ev,
+          seq: o[1],
+          type: 'room.event_rejected',
+          data: rejectionData(ev, o[2], o[3]),
+        });
+      } else {
+        resolve({
+          status: 'duplicate',
+          seq: o[1],
+          eventId: ev.eventId,
+          original: o[2] ? 'rejected' : 'applied',
+        });
+      }
+      if (o[0] !== 2 && o[1] > this.committedSeq) this.committedSeq = o[1];
+    }
+    if (publish && publish.length > 0) this.hub.publish(publish);
+    this.flush();
+  }
+
+  private fail(batch: Waiting[], err: unknown): void {
+    this.inFlight = null;
+    this.writable = false;
+    this.lastError = (err as Error).message;
+    this.log.error(
+      { err, events: batch.length },
+      'journal commit failed; its appends are rejected',
+    );
+    for (const w of batch) w.reject(err);
+    if (this.worker) this.flush();
+  }
+
+  private notifyIdle(): void {
+    if (this.inFlight || this.queue.length > 0) return;
+    for (const w of this.idleWaiters.splice(0)) w();
+  }
+
+  subscribe(afterSeq: number, listener: EventListener): Subscription {
+    if (!Number.isSafeInteger(afterSeq) || afterSeq < 0) {
+      throw new JournalError(
+        'JOURNAL_BAD_QUERY',
+        `afterSeq must be a non-negative integer, got ${afterSeq}`,
+      );
+    }
+    return this.hub.subscribe(afterSeq, listener);
+  }
+
+  getCursor(name: string): Promise<number | null> {
+    return this.read(
+      () =>
+        (this.db.prepare('SELECT seq FROM consumers WHERE name = ?').pluck().get(name) as
+          | number
+          | undefined) ?? null,
+    );
+  }
+
+  async setCursor(name: string, seq: number): Promise<void> {
+    if (typeof name !== 'string' || name.length === 0 || name.length > 200) {
+      throw new JournalError(
+        'JOURNAL_BAD_QUERY',
+        'cursor name must be a non-empty string of at most 200 characters',
+      );
+    }
+    if (!Number.isSafeInteger(seq) || seq < 0) {
+      throw new JournalError(
+        'JOURNAL_BAD_QUERY',
+        `cursor seq must be a non-negative integer, got ${seq}`,
+      );
+    }
+    await this.request({ id: this.nextId++, op: 'cursor', name, seq, ts: Date.now() });
+  }
+
+  async prune(opts: { cutoffTs: number; chunkRooms?: number }): Promise<PruneResult> {
+    const chunkRooms = opts.chunkRooms ?? 500;
+    if (!Number.isSafeInteger(opts.cutoffTs) || opts.cutoffTs < 0) {
+      throw new JournalError('JOURNAL_BAD_QUERY', 'prune cut-off must be unix milliseconds');
+    }
+    if (!Number.isInteger(chunkRooms) || chunkRooms < 1 || chunkRooms > 100_000) {
+      throw new JournalError('JOURNAL_BAD_QUERY', 'chunkRooms must be an integer from 1 to 100000');
+    }
+    const reply = await this.request({
+      id: this.nextId++,
+      op: 'prune',
+      cutoffTs: opts.cutoffTs,
+      chunkRooms,
+    });
+    const p = reply.prune ?? { rooms: 0, events: 0, batches: 0 };
+    if (p.rooms > 0) {
+      await this.appendInternal({
+        type: 'journal.pruned',
+        source: 'retention',
+        data: { cutoffTs: opts.cutoffTs, rooms: p.rooms, events: p.events },
+      });
+    }
+    return { cutoffTs: opts.cutoffTs, ...p };
+  }
+
+  health(): JournalHealth {
+    return {
+      state: this.state,
+      writable: this.writable,
+      lastError: this.lastError,
+      pending: this.queue.length + (this.inFlight?.length ?? 0),
+      committedSeq: this.committedSeq,
+      commits: this.commits,
+      lastBatchSize: this.lastBatchSize,
+    };
+  }
+
+  /** Finishes every append already accepted, then closes. New appends are refused meanwhile. */
+  drain(): Promise<void> {
+    if (this.drained) return this.drained;
+    this.state = 'draining';
+    this.drained = (async () => {
+      if (this.inFlight || this.queue.length > 0) {
+        await new Promise<void>((resolve) => {
+          this.idleWaiters.push(resolve);
+          this.scheduleFlush();
+        });
+      }
+      const worker = this.worker;
+      if (worker) {
+        const exited = new Promise((r) => worker.once('exit', r));
+        await this.request({ id: this.nextId++, op: 'close' }).catch(() => undefined);
+        this.worker = null;
+        await Promise.race([exited, new Promise((r) => setTimeout(r, 1000).unref())]);
+        await worker.terminate();
+      }
+      this.finish();
+    })();
+    return this.drained;
+  }
+
+  /** Stops at once: queued appends are rejected, the writer thread is terminated. */
+  override close(): void {
+    if (this.state === 'closed') return;
+    this.state = 'closed';
+    const err = new JournalError('JOURNAL_CLOSED', `journal ${this.path} was closed`);
+    for (const w of this.queue.splice(0)) w.reject(err);
+    const worker = this.worker;
+    this.worker = null;
+    if (worker) void worker.terminate();
+    for (const h of this.handlers.values()) h({ id: 0, ok: false, error: err.toJSON() });
+    this.handlers.clear();
+    this.finish();
+  }
+
+  private finish(): void {
+    this.state = 'closed';
+    this.hub.closeAll();
+    super.close();
+    for (const w of this.idleWaiters.splice(0)) w();
+  }
+}

@@ -1,0 +1,131 @@
+/** Mapping between the `rooms` / `events` tables and their TypeScript shapes. */
+import type { EventType, JournalEvent } from '../events.ts';
+import type { Room } from '../reducer.ts';
+import type { RoomState, StateDeadlinesMs } from '../states.ts';
+
+/** Column order of `rooms`, shared by the upsert and by `roomToParams`. */
+export const ROOM_COLUMNS = [
+  'room',
+  'state',
+  'prefill_engine',
+  'decode_engine',
+  'created_at',
+  'updated_at',
+  'state_since',
+  'deadline_at',
+  'terminal_at',
+  'reason',
+  'failed_stage',
+  'detected_by',
+  'abort_source',
+  'abort_requested_at',
+  'abort_reason',
+  'migrated_from',
+  'migrated_to',
+  'prompt_tokens',
+  'max_tokens',
+  'kv_pages',
+  'transfer_bytes',
+  'transfer_micros',
+  'checksum',
+  'tokens',
+  'finish_reason',
+  'released_by',
+  'deadlines_ms',
+  'last_seq',
+  'event_count',
+] as const;
+
+export type RoomRow = Record<(typeof ROOM_COLUMNS)[number], string | number | null>;
+
+export function roomToParams(r: Room): Array<string | number | null> {
+  return [
+    r.room,
+    r.state,
+    r.prefillEngine,
+    r.decodeEngine,
+    r.createdAt,
+    r.updatedAt,
+    r.stateSince,
+    r.deadlineAt,
+    r.terminalAt,
+    r.reason,
+    r.failedStage,
+    r.detectedBy,
+    r.abortSource,
+    r.abortRequestedAt,
+    r.abortReason,
+    r.migratedFrom,
+    r.migratedTo,
+    r.promptTokens,
+    r.maxTokens,
+    r.kvPages,
+    r.transferBytes,
+    r.transferMicros,
+    r.checksum,
+    r.tokens,
+    r.finishReason,
+    JSON.stringify(r.releasedBy),
+    JSON.stringify(r.deadlinesMs),
+    r.lastSeq,
+    r.eventCount,
+  ];
+}
+
+export function rowToRoom(row: RoomRow): Room {
+  return {
+    room: row.room as string,
+    state: row.state as RoomState,
+    prefillEngine: row.prefill_engine as string,
+    decodeEngine: row.decode_engine as string,
+    createdAt: row.created_at as number,
+    updatedAt: row.updated_at as number,
+    stateSince: row.state_since as number,
+    deadlineAt: row.deadline_at as number | null,
+    terminalAt: row.terminal_at as number | null,
+    reason: row.reason as string | null,
+    failedStage: row.failed_stage as string | null,
+    detectedBy: row.detected_by as string | null,
+    abortSource: row.abort_source as string | null,
+    abortRequestedAt: row.abort_requested_at as number | null,
+    abortReason: row.abort_reason as string | null,
+    migratedFrom: row.migrated_from as string | null,
+    migratedTo: row.migrated_to as string | null,
+    promptTokens: row.prompt_tokens as number | null,
+    maxTokens: row.max_tokens as number | null,
+    kvPages: row.kv_pages as number | null,
+    transferBytes: row.transfer_bytes as number | null,
+    transferMicros: row.transfer_micros as number | null,
+    checksum: row.checksum as string | null,
+    tokens: row.tokens as number | null,
+    finishReason: row.finish_reason as string | null,
+    releasedBy: JSON.parse(row.released_by as string) as string[],
+    deadlinesMs: JSON.parse(row.deadlines_ms as string) as StateDeadlinesMs,
+    lastSeq: row.last_seq as number,
+    eventCount: row.event_count as number,
+  };
+}
+
+export interface EventRow {
+  seq: number;
+  ts: number;
+  type: string;
+  room: string | null;
+  engine: string | null;
+  source: string;
+  event_id: string;
+  data: string;
+}
+
+export function rowToEvent(row: EventRow): JournalEvent {
+  return {
+    seq: row.seq,
+    ts: row.ts,
+    type: row.type as EventType,
+    room: row.room,
+    engine: row.engine,
+    source: row.source,
+    eventId: row.event_id,
+    data: JSON.parse(row.data) as Record<string, unknown>,
+  };
+}

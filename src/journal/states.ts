@@ -1,0 +1,66 @@
+/**
+ * The room state machine of DESIGN.md §3: states, the order in which they are entered, and the
+ * default deadline of every non-terminal state. Pure data; imported by everything, imports nothing.
+ */
+
+export const ROOM_STATES = [
+  'created',
+  'bootstrapping',
+  'waiting_for_input',
+  'prefilling',
+  'transferring',
+  'transferred',
+  'decoding',
+  'completed',
+  'aborted',
+  'failed',
+  'migrated',
+] as const;
+
+export type RoomState = (typeof ROOM_STATES)[number];
+
+export const TERMINAL_STATES = ['completed', 'aborted', 'failed', 'migrated'] as const;
+export type TerminalState = (typeof TERMINAL_STATES)[number];
+export type LiveState = Exclude<RoomState, TerminalState>;
+
+export const LIVE_STATES: readonly LiveState[] = [
+  'created',
+  'bootstrapping',
+  'waiting_for_input',
+  'prefilling',
+  'transferring',
+  'transferred',
+  'decoding',
+];
+
+const terminal = new Set<string>(TERMINAL_STATES);
+
+export function isTerminal(state: RoomState): state is TerminalState {
+  return terminal.has(state);
+}
+
+export function isRoomState(value: string): value is RoomState {
+  return (ROOM_STATES as readonly string[]).includes(value);
+}
+
+/** Deadline per non-terminal state, in milliseconds from entering it. */
+export type StateDeadlinesMs = Record<LiveState, number>;
+
+/**
+ * Defaults, chosen for a small-to-mid model on one node. A room that stays longer in a state is
+ * failed by the watchdog with `reason: 'deadline_exceeded'` and `stage` = that state.
+ * `waiting_for_input` covers the prefill queue, so it is the longest before decoding.
+ */
+export const DEFAULT_STATE_DEADLINES_MS: Readonly<StateDeadlinesMs> = Object.freeze({
+  created: 2_000,
+  bootstrapping: 5_000,
+  waiting_for_input: 30_000,
+  prefilling: 60_000,
+  transferring: 10_000,
+  transferred: 5_000,
+  decoding: 600_000,
+});
+
+export function resolveDeadlines(partial: Partial<StateDeadlinesMs> | undefined): StateDeadlinesMs {
+  return { ...DEFAULT_STATE_DEADLINES_MS, ...(partial ?? {}) };
+}

@@ -1,0 +1,173 @@
+/**
+ * The journal as its callers see it (DESIGN.md §4, §11). Everything outside `src/journal/` talks
+ * to this interface, never to SQLite, so that another backend (PostgreSQL) can stand behind it.
+ */
+import type { EventInput, EventType, JournalEvent } from './events.ts';
+import type { RejectReason, Room } from './reducer.ts';
+import type { RoomState } from './states.ts';
+
+/** What `append` resolves to once its transaction has committed. */
+export type AppendResult =
+  | { status: 'applied'; seq: number; eventId: string; state: RoomState | null }
+  | {
+      status: 'rejected';
+      /** The seq of the `room.event_rejected` record. */
+      seq: number;
+      eventId: string;
+      reason: RejectReason;
+      state: RoomState | null;
+      detail: string;
+    }
+  | {
+      /** The event_id was committed before; nothing new was written. */
+      status: 'duplicate';
+      seq: number;
+      eventId: string;
+      original: 'applied' | 'rejected';
+    };
+
+export interface RoomFilter {
+  state?: RoomState | RoomState[];
+  /** Either engine of the pair. */
+  engine?: string;
+  reason?: string;
+  /** Rooms alive at some point in [since, until] (unix ms). */
+  since?: number;
+  until?: number;
+  /** Rooms created at or before T and not terminal at T (unix ms). */
+  inFlightAt?: number;
+  /** At most this many rooms (default 100, max 10 000). */
+  limit?: number;
+  /** Opaque cursor from the previous page. */
+  cursor?: string;
+}
+
+export interface RoomPage {
+  rooms: Room[];
+  nextCursor: string | null;
+}
+
+export interface StateSpan {
+  state: RoomState;
+  from: number;
+  to: number | null;
+  ms: number | null;
+}
+
+export interface Timeline {
+  room: Room | null;
+  events: JournalEvent[];
+  /** Time spent in each state, in order; the current state has `to: null`. */
+  spans: StateSpan[];
+}
+
+export interface TailFilter {
+  /** Only events with seq greater than this. */
+  afterSeq?: number;
+  type?: EventType | EventType[];
+  room?: string;
+  engine?: string;
+  /** Only events at or after this time (unix ms). */
+  since?: number;
+  limit?: number;
+  /** The newest `limit` events (default) or the oldest after `afterSeq`. */
+  order?: 'newest' | 'oldest';
+}
+
+export interface MinuteCount {
+  /** Start of the minute (unix ms). */
+  minute: number;
+  /** State entered, or `failed`/`aborted` split by reason. */
+  state: RoomState;
+  reason: string | null;
+  count: number;
+}
+
+export interface JournalStats {
+  path: string;
+  schemaVersion: number;
+  events: number;
+  firstSeq: number | null;
+  lastSeq: number | null;
+  firstTs: number | null;
+  lastTs: number | null;
+  rooms: number;
+  byState: Partial<Record<RoomState, number>>;
+  failuresByReason: Record<string, number>;
+  abortsByReason: Record<string, number>;
+  rejectedEvents: number;
+  eventsByType: Record<string, number>;
+  consumers: Array<{ name: string; seq: number; updatedAt: number }>;
+  fileBytes: number;
+}
+
+export interface VerifyReport {
+  ok: boolean;
+  integrity: string;
+  events: number;
+  rooms: number;
+  /** Rooms whose projection row differs from the fold, with the differing fields. */
+  mismatches: Array<{ room: string; field: string; projection: unknown; fold: unknown }>;
+  /** Rooms in the fold but not in `rooms`, or the reverse. */
+  missing: string[];
+  extra: string[];
+  /** Applied events that do not fold (should be impossible). */
+  inconsistent: Array<{ seq: number; reason: string }>;
+  problems: string[];
+  micros: number;
+}
+
+export interface PruneResult {
+  cutoffTs: number;
+  rooms: number;
+  events: number;
+  batches: number;
+}
+
+export interface JournalHealth {
+  state: 'starting' | 'ready' | 'draining' | 'closed' | 'failed';
+  /** False after a failed commit, until one succeeds again. */
+  writable: boolean;
+  lastError: string | null;
+  pending: number;
+  committedSeq: number;
+  /** Transactions committed by this process, and events in the last one (group-commit size). */
+  commits: number;
+  lastBatchSize: number;
+}
+
+export interface Subscription {
+  close(): void;
+}
+
+export type EventListener = (event: JournalEvent) => void;
+
+/** Reads shared by the CLI and the HTTP API. */
+export interface JournalReader {
+  readFrom(afterSeq: number, limit: number): Promise<JournalEvent[]>;
+  headSeq(): Promise<number>;
+  timeline(room: string): Promise<Timeline>;
+  rooms(filter: RoomFilter): Promise<RoomPage>;
+  perMinute(window: { since: number; until: number }): Promise<MinuteCount[]>;
+  tail(filter: TailFilter): Promise<JournalEvent[]>;
+  stats(): Promise<JournalStats>;
+  verify(): Promise<VerifyReport>;
+  close(): void;
+}
+
+export interface JournalStore extends JournalReader {
+  /** Validates, appends and commits one event; resolves after COMMIT. */
+  append(event: EventInput): Promise<AppendResult>;
+  /**
+   * Delivers every committed event with seq > afterSeq, in seq order, first from the journal
+   * (catch-up) and then live, with no gap and no duplicate.
+   */
+  subscribe(afterSeq: number, listener: EventListener): Subscription;
+  getCursor(name: string): Promise<number | null>;
+  setCursor(name: string, seq: number): Promise<void>;
+  /** Deletes whole terminal rooms whose terminal time is before `cutoffTs`, in chunks. */
+  prune(opts: { cutoffTs: number; chunkRooms?: number }): Promise<PruneResult>;
+  health(): JournalHealth;
+  /** Waits for every pending append, then closes. Idempotent. */
+  drain(): Promise<void>;
+}

@@ -1,0 +1,379 @@
+/**
+ * A realistic synthetic journal: rooms arriving over a time span on a few engine pairs, most
+ * completing, some aborted by clients or failed at every stage with the reasons real PD stacks
+ * see, a few migrated, and the late events that real races produce. Deterministic for a seed.
+ * Events stream out in time order; they are appended through the real append path.
+ */
+import type { EventInput } from './events.ts';
+import { newRoomId } from './ids.ts';
+import { LIVE_STATES, type LiveState } from './states.ts';
+
+export interface SynthOptions {
+  rooms: number;
+  seed: number;
+  /** Time span the rooms arrive over (ms). */
+  spanMs: number;
+  /** Arrivals end here (unix ms); events later than this are not written, so rooms are in flight. */
+  endTs: number;
+  prefill: string[];
+  decode: string[];
+}
+
+/** mulberry32: small, fast, good enough for synthetic data. */
+function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** A min-heap of pending events by time, so interleaved room lifecycles come out in ts order. */
+class Heap {
+  private readonly items: EventInput[] = [];
+  get size(): number {
+    return this.items.length;
+  }
+  push(ev: EventInput): void {
+    const a = this.items;
+    a.push(ev);
+    let i = a.length - 1;
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if ((a[p]?.ts as number) <= (ev.ts as number)) break;
+      a[i] = a[p] as EventInput;
+      i = p;
+    }
+    a[i] = ev;
+  }
+  peekTs(): number {
+    return (this.items[0]?.ts as number) ?? Number.POSITIVE_INFINITY;
+  }
+  pop(): EventInput | undefined {
+    const a = this.items;
+    const top = a[0];
+    const last = a.pop();
+    if (a.length > 0 && last) {
+      let i = 0;
+      for (;;) {
+        const l = 2 * i + 1;
+        const r = l + 1;
+        let m = i;
+        if (
+          l < a.length &&
+          (a[l]?.ts as number) < (m === i ? (last.ts as number) : (a[m]?.ts as number))
+        )
+          m = l;
+        if (
+          r < a.length &&
+          (a[r]?.ts as number) < (m === i ? (last.ts as number) : (a[m]?.ts as number))
+        )
+          m = r;
+        if (m === i) break;
+        a[i] = a[m] as EventInput;
+        i = m;
+      }
+      a[i] = last;
+    }
+    return top;
+  }
+}
+
+const FAILURES: Record<LiveState, Array<[reason: string, detectedBy: string]>> = {
+  created: [['no_engine_pair', 'control_plane']],
+  bootstrapping: [
+    ['kv_pool_exhausted', 'decode_engine'],
+    ['deadline_exceeded', 'watchdog'],
+  ],
+  waiting_for_input: [
+    ['deadline_exceeded', 'watchdog'],
+    ['prefill_engine_lost', 'watchdog'],
+  ],
+  prefilling: [
+    ['prefill_engine_lost', 'watchdog'],
+    ['prefill_error', 'prefill_engine'],
+  ],
+  transferring: [
+    ['transfer_stalled', 'transfer_core'],
+    ['kv_checksum_mismatch', 'decode_engine'],
+    ['epoch_mismatch', 'transfer_core'],
+  ],
+  transferred: [['decode_engine_lost', 'watchdog']],
+  decoding: [
+    ['decode_engine_lost', 'watchdog'],
+    ['deadline_exceeded', 'watchdog'],
+  ],
+};
+
+/** Yields events in time order. `stats` is filled in as it goes. */
+export function* synthEvents(
+  opts: SynthOptions,
+  stats: { roomsStarted: number } = { roomsStarted: 0 },
+): Generator<EventInput> {
+  const rand = rng(opts.seed);
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)] as T;
+  const logn = (median: number, spread = 0.6) =>
+    median *
+    Math.exp(spread * Math.sqrt(-2 * Math.log(rand() || 1e-9)) * Math.cos(2 * Math.PI * rand()));
+  const heap = new Heap();
+  const startTs = opts.endTs - opts.spanMs;
+  const gap = opts.spanMs / Math.max(1, opts.rooms);
+  const src = 'synth';
+
+  for (const [i, engine] of [...opts.prefill, ...opts.decode].entries()) {
+    heap.push({
+      type: 'engine.registered',
+      engine,
+      source: src,
+      ts: startTs - 1000 + i,
+      data: { role: i < opts.prefill.length ? 'prefill' : 'decode', incarnation: '1' },
+    });
+  }
+
+  const lifecycle = (room: string, t0: number, p: string, d: string, migratedFrom?: string) => {
+    const out: EventInput[] = [];
+    let t = t0;
+    const at = (dt: number) => {
+      t += Math.max(1, Math.round(dt));
+      return t;
+    };
+    const promptTokens = Math.round(logn(600, 0.8));
+    const maxTokens = pick([64, 128, 256, 512]);
+    out.push({
+      type: 'room.created',
+      room,
+      source: 'api',
+      ts: t,
+      data: {
+        prefillEngine: p,
+        decodeEngine: d,
+        promptTokens,
+        maxTokens,
+        model: 'pdctl-tiny',
+        ...(migratedFrom ? { migratedFrom } : {}),
+      },
+    });
+    const roll = rand();
+    const outcome = migratedFrom
+      ? 'complete'
+      : roll < 0.86
+        ? 'complete'
+        : roll < 0.91
+          ? 'abort'
+          : roll < 0.98
+            ? 'fail'
+            : 'migrate';
+    const stop: LiveState | null =
+      outcome === 'complete' ? null : outcome === 'migrate' ? 'decoding' : pick(LIVE_STATES);
+    const pages = Math.max(1, Math.ceil(promptTokens / 16));
+    const kvBytes = pages * 65536;
+    const steps: Array<[LiveState, () => EventInput]> = [
+      [
+        'bootstrapping',
+        () => ({
+          type: 'room.bootstrap_started',
+          room,
+          engine: d,
+          source: d,
+          ts: at(logn(0.6)),
+          data: {},
+        }),
+      ],
+      [
+        'waiting_for_input',
+        () => ({
+          type: 'room.bootstrapped',
+          room,
+          engine: d,
+          source: d,
+          ts: at(logn(2)),
+          data: { pages: Array.from({ length: pages }, (_, k) => k), epoch: 1 },
+        }),
+      ],
+      [
+        'prefilling',
+        () => ({
+          type: 'room.prefill_started',
+          room,
+          engine: p,
+          source: p,
+          ts: at(logn(15, 1)),
+          data: {},
+        }),
+      ],
+      [
+        'transferring',
+        () => ({
+          type: 'room.transfer_posted',
+          room,
+          engine: p,
+          source: p,
+          ts: at(promptTokens * 0.04),
+          data: { pairs: pages, bytes: kvBytes },
+        }),
+      ],
+      [
+        'transferred',
+        () => {
+          const micros = Math.round(kvBytes / 12_000 + logn(40));
+          return {
+            type: 'room.transfer_completed',
+            room,
+            engine: p,
+            source: p,
+            ts: at(micros / 1000),
+            data: {
+              bytes: kvBytes,
+              checksum: Math.floor(rand() * 0xffffffff).toString(16),
+              micros,
+            },
+          };
+        },
+      ],
+      [
+        'decoding',
+        () => ({
+          type: 'room.decode_started',
+          room,
+          engine: d,
+          source: d,
+          ts: at(logn(0.5)),
+          data: {},
+        }),
+      ],
+    ];
+    let state: LiveState = 'created';
+    for (const [next, make] of steps) {
+      if (stop === state) break;
+      out.push(make());
+      state = next;
+      if (state === 'transferred')
+        out.push({
+          type: 'room.released',
+          room,
+          engine: p,
+          source: p,
+          ts: at(0.2),
+          data: { pages },
+        });
+    }
+    const prefillReleased = state === 'transferred' || state === 'decoding';
+    const release = () => {
+      if (!prefillReleased)
+        out.push({
+          type: 'room.released',
+          room,
+          engine: p,
+          source: p,
+          ts: at(logn(1)),
+          data: { pages },
+        });
+      if (state !== 'created')
+        out.push({
+          type: 'room.released',
+          room,
+          engine: d,
+          source: d,
+          ts: at(logn(1)),
+          data: { pages },
+        });
+    };
+    if (outcome === 'complete') {
+      const tokens = rand() < 0.7 ? Math.round(maxTokens * (0.2 + 0.8 * rand())) : maxTokens;
+      out.push({
+        type: 'room.completed',
+        room,
+        engine: d,
+        source: d,
+        ts: at(tokens * logn(12, 0.3)),
+        data: { tokens, finishReason: tokens === maxTokens ? 'length' : 'stop' },
+      });
+      release();
+      if (rand() < 0.01) {
+        // The client hung up just as the last token arrived: the AbortReq comes in late.
+        out.push({
+          type: 'room.abort_requested',
+          room,
+          source: 'api',
+          ts: at(logn(3)),
+          data: { reason: 'client_disconnect' },
+        });
+      }
+    } else if (outcome === 'abort') {
+      out.push({
+        type: 'room.abort_requested',
+        room,
+        source: 'api',
+        ts: at(logn(200, 1.2)),
+        data: { reason: 'client_disconnect' },
+      });
+      out.push({
+        type: 'room.aborted',
+        room,
+        source: 'control_plane',
+        ts: at(logn(4)),
+        data: { reason: 'client_disconnect', source: 'client' },
+      });
+      release();
+    } else if (outcome === 'fail') {
+      const [reason, detectedBy] = pick(FAILURES[state]);
+      const wait = reason === 'deadline_exceeded' ? 30_000 : logn(300, 1);
+      out.push({
+        type: 'room.failed',
+        room,
+        source: detectedBy,
+        ts: at(wait),
+        data: { reason, stage: state, detectedBy },
+      });
+      release();
+    } else {
+      const to = newRoomId(t);
+      const ti = at(logn(1500, 0.5));
+      out.push({ type: 'room.migrated', room, source: 'recovery', ts: ti, data: { toRoom: to } });
+      out.push({
+        type: 'recovery.action',
+        room,
+        engine: d,
+        source: 'recovery',
+        ts: at(0.1),
+        data: { action: 'migrate_room', reason: 'decode_engine_lost', outcome: 'ok', toRoom: to },
+      } as EventInput);
+      release();
+      const others = opts.decode.filter((x) => x !== d);
+      return {
+        out,
+        follow: { room: to, from: room, t0: ti + 1, p, d: others.length ? pick(others) : d },
+      };
+    }
+    return { out, follow: null };
+  };
+
+  for (let i = 0; i < opts.rooms; i++) {
+    const t0 = Math.round(startTs + i * gap + rand() * gap);
+    while (heap.peekTs() <= t0) {
+      const ev = heap.pop() as EventInput;
+      if ((ev.ts as number) <= opts.endTs) yield ev;
+    }
+    stats.roomsStarted++;
+    const k = Math.floor(rand() * Math.min(opts.prefill.length, opts.decode.length));
+    let job: ReturnType<typeof lifecycle> | null = lifecycle(
+      newRoomId(t0),
+      t0,
+      opts.prefill[k] as string,
+      opts.decode[k] as string,
+    );
+    while (job) {
+      for (const ev of job.out) heap.push(ev);
+      job = job.follow
+        ? lifecycle(job.follow.room, job.follow.t0, job.follow.p, job.follow.d, job.follow.from)
+        : null;
+    }
+  }
+  while (heap.size > 0) {
+    const ev = heap.pop() as EventInput;
+    if ((ev.ts as number) <= opts.endTs) yield ev;
+  }
+}

@@ -1,0 +1,11 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    include: ['src/**/*.test.ts', 'test/**/*.test.ts'],
+    // Crash tests spawn processes and SIGKILL them: give them room on a 2-core CI machine.
+    testTimeout: 60_000,
+    hookTimeout: 30_000,
+    pool: 'forks',
+  },
+});
