@@ -464,6 +464,10 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
           this.scheduleFlush();
         });
       }
+      // The reader goes first, so the writer's connection is the last one: SQLite then
+      // checkpoints the WAL into the main file and removes it, and journal.db alone is whole.
+      this.hub.closeAll();
+      super.close();
       const worker = this.worker;
       if (worker) {
         const exited = new Promise((r) => worker.once('exit', r));

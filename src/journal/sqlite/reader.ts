@@ -331,10 +331,10 @@ export class SqliteReader implements JournalReader {
       .prepare(
         `SELECT count(*) AS rooms,
                 (SELECT count(*) FROM events WHERE room IN
-                   (SELECT room FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?1)) AS events
-         FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?1`,
+                   (SELECT room FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?)) AS events
+         FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?`,
       )
-      .get(cutoffTs) as { rooms: number; events: number };
+      .get(cutoffTs, cutoffTs) as { rooms: number; events: number };
   }
 
   verify(): Promise<VerifyReport> {

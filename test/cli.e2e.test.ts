@@ -1,0 +1,243 @@
+/** The pdctl CLI as an on-call engineer runs it: real processes against real journal files. */
+import { createHash } from 'node:crypto';
+import { copyFileSync, readFileSync, writeFileSync } from 'node:fs';
+import Database from 'better-sqlite3';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { SqliteJournal } from '../src/journal/sqlite/journal.ts';
+import { lifecycle } from './helpers/events.ts';
+import { pdctl, spawnTs } from './helpers/spawn.ts';
+import { tempDir } from './helpers/tmp.ts';
+
+const dir = tempDir('pdctl-cli-');
+const journal = `${dir}/journal.db`;
+const J = ['--journal', journal];
+const json = <T>(s: string): T => JSON.parse(s) as T;
+
+beforeAll(async () => {
+  const r = await pdctl([
+    'journal',
+    'synth',
+    '--rooms',
+    '400',
+    '--seed',
+    '3',
+    '--span',
+    '10m',
+    '--end',
+    '2026-11-30T03:20:00Z',
+    ...J,
+    '--json',
+  ]);
+  expect(r.code, r.stderr).toBe(0);
+  expect(json<{ rooms: number; events: number }>(r.stdout)).toMatchObject({ rooms: 400 });
+}, 60_000);
+
+describe('pdctl on a synthetic journal', () => {
+  it('verifies it', async () => {
+    const r = await pdctl(['journal', 'verify', ...J]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/rooms projection equals the fold of events/);
+    expect(r.stdout).toMatch(/journal is consistent/);
+  });
+
+  it('lists rooms in flight at a time, and their states agree with each room timeline', async () => {
+    const r = await pdctl([
+      'rooms',
+      '--in-flight-at',
+      '2026-11-30T03:15:00Z',
+      '--limit',
+      '200',
+      ...J,
+      '--json',
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    const page = json<{
+      rooms: Array<{ room: string; createdAt: number; terminalAt: number | null }>;
+    }>(r.stdout);
+    expect(page.rooms.length).toBeGreaterThan(0);
+    const t = Date.parse('2026-11-30T03:15:00Z');
+    for (const room of page.rooms) {
+      expect(room.createdAt).toBeLessThanOrEqual(t);
+      expect(room.terminalAt === null || room.terminalAt > t).toBe(true);
+    }
+    const one = await pdctl(['room', page.rooms[0]?.room as string, ...J]);
+    expect(one.code).toBe(0);
+    expect(one.stdout).toMatch(/timeline/);
+    expect(one.stdout).toMatch(/time in each state/);
+    expect(one.stdout).toMatch(/room\.created/);
+  });
+
+  it('filters failed rooms by reason, and stats count the same rooms', async () => {
+    const stats = json<{ failuresByReason: Record<string, number>; rooms: number }>(
+      (await pdctl(['journal', 'stats', ...J, '--json'])).stdout,
+    );
+    const [reason, count] = Object.entries(stats.failuresByReason)[0] as [string, number];
+    const r = await pdctl([
+      'rooms',
+      '--state',
+      'failed',
+      '--reason',
+      reason,
+      '--limit',
+      '1000',
+      ...J,
+      '--json',
+    ]);
+    expect(json<{ rooms: unknown[] }>(r.stdout).rooms).toHaveLength(count);
+    const human = await pdctl(['journal', 'stats', '--per-minute', ...J]);
+    expect(human.stdout).toMatch(/rooms by state/);
+    expect(human.stdout).toMatch(/per minute/);
+  });
+
+  it('tails events with filters', async () => {
+    const r = await pdctl(['journal', 'tail', '--type', 'room.failed', '-n', '5', ...J, '--json']);
+    const lines = r.stdout
+      .trim()
+      .split('\n')
+      .map((l) => json<{ type: string; seq: number }>(l));
+    expect(lines).toHaveLength(5);
+    expect(new Set(lines.map((l) => l.type))).toEqual(new Set(['room.failed']));
+    expect(lines.map((l) => l.seq)).toEqual([...lines.map((l) => l.seq)].sort((a, b) => a - b));
+  });
+
+  it('follows the journal live while another process appends', async () => {
+    const path = `${dir}/follow.db`;
+    const j = await SqliteJournal.open({ path });
+    await j.append(lifecycle('before')[0] as never);
+    const child = spawnTs('src/cli/bin.ts', [
+      'journal',
+      'tail',
+      '-f',
+      '--interval-ms',
+      '50',
+      '--journal',
+      path,
+    ]);
+    let out = '';
+    child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
+    await new Promise((r) => setTimeout(r, 1500));
+    for (const ev of lifecycle('followed')) await j.append(ev);
+    const deadline = Date.now() + 10_000;
+    while (!out.includes('room.completed') && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 50));
+    child.kill('SIGTERM');
+    await j.drain();
+    expect(out).toMatch(/before/);
+    expect(out).toMatch(/followed.*\n(.*\n)*.*room\.completed/);
+  });
+});
+
+describe('pdctl refuses bad input with a clear message and the right exit code', () => {
+  it.each([
+    [['rooms', '--state', 'stuck'], /unknown state "stuck"; states are: created/],
+    [['rooms', '--since', 'yesterday'], /invalid time "yesterday"/],
+    [['rooms', '--limit', '0'], /--limit must be an integer/],
+    [['journal', 'prune', '--older-than', 'a week'], /invalid --older-than/],
+    [['journal', 'tail', '--type', 'room.nope'], /unknown event type "room.nope"/],
+    [['journal', 'synth', '--rooms', 'many'], /--rooms must be an integer/],
+    [['room', 'not a room id'], /is not a room id/],
+    [['journal', 'bogus'], /unknown command/],
+  ])('%j', async (args, message) => {
+    const r = await pdctl([...args, ...J]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(message);
+  });
+
+  it('a missing journal: exit 3, says where it looked, creates nothing', async () => {
+    const r = await pdctl(['rooms', '--journal', `${dir}/nope/journal.db`]);
+    expect(r.code).toBe(3);
+    expect(r.stderr).toMatch(/no journal at .*nope\/journal\.db/);
+  });
+
+  it('a corrupt or newer journal: exit 3 and the file is unchanged', async () => {
+    const corrupt = `${dir}/corrupt.db`;
+    writeFileSync(corrupt, Buffer.alloc(8192, 7));
+    const newer = `${dir}/newer.db`;
+    copyFileSync(new URL('./fixtures/journal-schema-0001.db', import.meta.url).pathname, newer);
+    const db = new Database(newer);
+    db.prepare('INSERT INTO schema_migrations VALUES (2000, ?, 0)').run('future');
+    db.close();
+    for (const [path, message] of [
+      [corrupt, /damaged/],
+      [newer, /schema version 2000/],
+    ] as const) {
+      const before = createHash('sha256').update(readFileSync(path)).digest('hex');
+      for (const args of [
+        ['journal', 'verify'],
+        ['journal', 'synth', '--rooms', '5'],
+        ['journal', 'prune', '--older-than', '1d'],
+      ]) {
+        const r = await pdctl([...args, '--journal', path]);
+        expect(r.code, `${args.join(' ')} on ${path}`).toBe(3);
+        expect(r.stderr).toMatch(message);
+      }
+      expect(createHash('sha256').update(readFileSync(path)).digest('hex')).toBe(before);
+    }
+  });
+
+  it('verify exits 1 and names the field when the projection was tampered with', async () => {
+    const path = `${dir}/tampered.db`;
+    copyFileSync(journal, path);
+    const db = new Database(path);
+    const room = db
+      .prepare("SELECT room FROM rooms WHERE state = 'completed' LIMIT 1")
+      .pluck()
+      .get() as string;
+    db.prepare("UPDATE rooms SET state = 'decoding' WHERE room = ?").run(room);
+    db.close();
+    const r = await pdctl(['journal', 'verify', '--journal', path]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toContain(
+      `room ${room}: state is "decoding" in rooms, "completed" by the fold`,
+    );
+    expect(r.stdout).toMatch(/journal is NOT consistent/);
+  });
+});
+
+describe('pdctl journal prune', () => {
+  it('dry-run counts, then prune deletes only old terminal rooms and verify still passes', async () => {
+    const path = `${dir}/prune.db`;
+    copyFileSync(journal, path);
+    const before = json<{ rooms: number; byState: Record<string, number> }>(
+      (await pdctl(['journal', 'stats', '--journal', path, '--json'])).stdout,
+    );
+    const dry = json<{ rooms: number }>(
+      (
+        await pdctl([
+          'journal',
+          'prune',
+          '--older-than',
+          '1h',
+          '--dry-run',
+          '--journal',
+          path,
+          '--json',
+        ])
+      ).stdout,
+    );
+    const live =
+      before.rooms -
+      ['completed', 'aborted', 'failed', 'migrated'].reduce(
+        (n, s) => n + (before.byState[s] ?? 0),
+        0,
+      );
+    expect(dry.rooms).toBe(before.rooms - live);
+    const r = await pdctl([
+      'journal',
+      'prune',
+      '--older-than',
+      '1h',
+      '--chunk',
+      '100',
+      '--journal',
+      path,
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(new RegExp(`deleted ${dry.rooms} terminal rooms`));
+    const after = json<{ rooms: number }>(
+      (await pdctl(['journal', 'stats', '--journal', path, '--json'])).stdout,
+    );
+    expect(after.rooms).toBe(live);
+    expect((await pdctl(['journal', 'verify', '--journal', path])).code).toBe(0);
+  });
+});

@@ -1,0 +1,110 @@
+/**
+ * Every shipped schema has a frozen fixture journal (test/fixtures/journal-schema-NNNN.db, made by
+ * make-fixture.ts and never edited). Each must open, migrate to head, verify, and keep its data.
+ * Files that are not journals we can use must be refused with a clear error and left untouched.
+ */
+import { createHash } from 'node:crypto';
+import { copyFileSync, existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import Database from 'better-sqlite3';
+import { describe, expect, it } from 'vitest';
+import { JournalError } from '../src/journal/errors.ts';
+import { SqliteJournal } from '../src/journal/sqlite/journal.ts';
+import { headVersion, loadMigrations } from '../src/journal/sqlite/migrate.ts';
+import { SqliteReader } from '../src/journal/sqlite/reader.ts';
+import { lifecycle } from './helpers/events.ts';
+import { tempDir } from './helpers/tmp.ts';
+
+const FIXTURES = new URL('./fixtures/', import.meta.url).pathname;
+const dir = tempDir('pdctl-migrate-');
+const sha = (path: string) => createHash('sha256').update(readFileSync(path)).digest('hex');
+
+describe('migrations', () => {
+  it('has a frozen fixture for every shipped schema version', () => {
+    const fixtures = readdirSync(FIXTURES).filter((f) => /^journal-schema-\d{4}\.db$/.test(f));
+    const expected = loadMigrations().map(
+      (m) => `journal-schema-${String(m.version).padStart(4, '0')}.db`,
+    );
+    expect(fixtures.sort()).toEqual(expected);
+  });
+
+  for (const m of loadMigrations()) {
+    const name = `journal-schema-${String(m.version).padStart(4, '0')}`;
+    it(`opens the schema ${m.version} fixture, migrates it to head (${headVersion()}) and keeps every event`, async () => {
+      const path = `${dir}/${name}.db`;
+      copyFileSync(`${FIXTURES}${name}.db`, path);
+      const expected = JSON.parse(readFileSync(`${FIXTURES}${name}.json`, 'utf8'));
+      const journal = await SqliteJournal.open({ path, create: false });
+      try {
+        const stats = await journal.stats();
+        expect(stats.schemaVersion).toBe(headVersion());
+        expect({
+          events: stats.events,
+          rooms: stats.rooms,
+          byState: stats.byState,
+          rejectedEvents: stats.rejectedEvents,
+        }).toEqual(expected);
+        expect((await journal.verify()).ok).toBe(true);
+        for (const ev of lifecycle('after-migration'))
+          expect((await journal.append(ev)).status).toBe('applied');
+        expect((await journal.verify()).ok).toBe(true);
+      } finally {
+        await journal.drain();
+      }
+    });
+  }
+});
+
+describe('journals that cannot be used are refused and never modified', () => {
+  const expectRefused = async (path: string, code: JournalError['code'], message: RegExp) => {
+    const before = existsSync(path) ? sha(path) : null;
+    for (const open of [() => SqliteJournal.open({ path }), async () => new SqliteReader(path)]) {
+      const err = await open().then(
+        (j) => {
+          j.close();
+          return null;
+        },
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(JournalError);
+      expect((err as JournalError).code).toBe(code);
+      expect((err as JournalError).message).toMatch(message);
+      expect(existsSync(path) ? sha(path) : null).toBe(before);
+    }
+  };
+
+  it('refuses a journal written by a newer schema', async () => {
+    const path = `${dir}/newer.db`;
+    copyFileSync(`${FIXTURES}journal-schema-0001.db`, path);
+    const db = new Database(path);
+    db.prepare('INSERT INTO schema_migrations VALUES (?, ?, ?)').run(
+      99,
+      'from_the_future',
+      Date.now(),
+    );
+    db.close();
+    await expectRefused(path, 'JOURNAL_VERSION_CONFLICT', /schema version 99.*upgrade pdctl/);
+  });
+
+  it('refuses a corrupt file', async () => {
+    const path = `${dir}/corrupt.db`;
+    writeFileSync(path, Buffer.from('this is not a database at all, just some bytes'.repeat(200)));
+    await expectRefused(path, 'JOURNAL_CORRUPT', /damaged or is not a SQLite database/);
+  });
+
+  it('refuses a SQLite database that is not a pdctl journal', async () => {
+    const path = `${dir}/other.db`;
+    const db = new Database(path);
+    db.exec('CREATE TABLE customers (id INTEGER PRIMARY KEY)');
+    db.close();
+    await expectRefused(path, 'JOURNAL_CORRUPT', /not a pdctl journal/);
+  });
+
+  it('refuses a missing file unless asked to create it', async () => {
+    const path = `${dir}/missing.db`;
+    await expect(SqliteJournal.open({ path, create: false })).rejects.toMatchObject({
+      code: 'JOURNAL_NOT_FOUND',
+    });
+    expect(() => new SqliteReader(path)).toThrow(/no journal at/);
+    expect(existsSync(path)).toBe(false);
+  });
+});
