@@ -72,6 +72,32 @@ describe('SqliteJournal append', () => {
     }
   });
 
+  it.each(['process', 'power'] as const)(
+    'keeps the event loop turning while %s-durability appends run flat out',
+    async (durability) => {
+      const j = await fresh({ durability });
+      try {
+        let ticksDuringLoad = 0;
+        let loading = true;
+        const timer = setInterval(() => {
+          if (loading) ticksDuringLoad++;
+        }, 1);
+        let next = 0;
+        await Promise.all(
+          Array.from({ length: 256 }, async () => {
+            while (next < 20_000) await j.append(created(`busy-${next++}`));
+          }),
+        );
+        loading = false;
+        clearInterval(timer);
+        // A writer that chained commits in microtasks would starve timers completely.
+        expect(ticksDuringLoad).toBeGreaterThan(0);
+      } finally {
+        await j.drain();
+      }
+    },
+  );
+
   it('records an event that does not fit as room.event_rejected and never applies it', async () => {
     const j = await fresh();
     try {

@@ -1,9 +1,8 @@
 /**
- * The SQLite journal store: group commit on the main thread, commits on a writer thread, reads on
- * a read-only connection. Appends that arrive in one event-loop turn share one transaction; while
- * a transaction is committing, new appends gather into the next one.
+ * The SQLite journal store: group commit on the main thread, commits by a writer (writers.ts),
+ * reads on a read-only connection. Appends that arrive in one event-loop turn share one
+ * transaction; while a transaction is committing, new appends gather into the next one.
  */
-import { Worker } from 'node:worker_threads';
 import type { Logger } from '../../log.ts';
 import { silentLogger } from '../../log.ts';
 import { JournalError } from '../errors.ts';
@@ -22,7 +21,8 @@ import { SubscriptionHub } from '../subscriptions.ts';
 import { type Outcome, rejectionData } from './batch-writer.ts';
 import type { Durability } from './open.ts';
 import { SqliteReader } from './reader.ts';
-import type { WriterInit, WriterReply, WriterRequest } from './writer-protocol.ts';
+import type { WriterInit } from './writer-protocol.ts';
+import { startWriter, type Writer } from './writers.ts';
 
 export interface SqliteJournalOptions {
   path: string;
@@ -45,76 +45,57 @@ interface Waiting {
   reject: (e: unknown) => void;
 }
 
-type Handler = (reply: Extract<WriterReply, { id: number }>) => void;
-
-const RESTART_BACKOFF_MS = [50, 200, 1000, 5000];
-
-function workerFor(init: WriterInit): Worker {
-  const here = import.meta.url;
-  if (here.endsWith('.ts')) {
-    // Running from source (tests, tsx): load the TypeScript entry through tsx's loader.
-    const entry = new URL('./writer-thread.ts', here).href;
-    const code = `import('tsx/esm/api').then((m) => { m.register(); return import(${JSON.stringify(entry)}); });`;
-    return new Worker(code, { eval: true, workerData: init });
-  }
-  return new Worker(new URL('./writer-thread.js', here), { workerData: init });
-}
-
 export class SqliteJournal extends SqliteReader implements JournalStore {
-  private worker: Worker | null = null;
-  private readonly init: WriterInit;
+  private readonly writer: Writer;
   private readonly maxBatch: number;
   private readonly log: Logger;
   private readonly hub: SubscriptionHub;
   private queue: Waiting[] = [];
   private inFlight: Waiting[] | null = null;
   private flushScheduled = false;
-  private nextId = 1;
-  private readonly handlers = new Map<number, Handler>();
   private state: JournalHealth['state'] = 'starting';
   private writable = true;
   private lastError: string | null = null;
   private committedSeq = 0;
   private commits = 0;
   private lastBatchSize = 0;
-  private restarts = 0;
   private drained: Promise<void> | null = null;
   private readonly idleWaiters: Array<() => void> = [];
 
-  private constructor(options: SqliteJournalOptions, worker: Worker, headSeq: number) {
+  private constructor(options: SqliteJournalOptions, writer: Writer, headSeq: number, log: Logger) {
     super(options.path);
-    this.init = {
-      path: options.path,
-      durability: options.durability ?? 'process',
-      roomCacheSize: options.roomCacheSize ?? 50_000,
-      create: false,
-    };
-    this.maxBatch = options.maxBatch ?? 4096;
-    this.log = options.logger ?? silentLogger;
+    this.writer = writer;
+    // An inline writer blocks the event loop for the length of a batch: keep batches short there.
+    this.maxBatch = options.maxBatch ?? (writer.kind === 'inline' ? 128 : 4096);
+    this.log = log;
     this.committedSeq = headSeq;
     this.hub = new SubscriptionHub(
       (afterSeq, limit) => this.readFromSync(afterSeq, limit),
       (err, ev) =>
         this.log.error({ err, seq: ev.seq }, 'journal subscriber threw; it keeps receiving events'),
     );
-    this.attach(worker);
     this.state = 'ready';
   }
 
-  /** Opens (creating and migrating as needed) and starts the writer thread. */
+  /** Opens (creating and migrating as needed) and starts the writer. */
   static async open(options: SqliteJournalOptions): Promise<SqliteJournal> {
     const init: WriterInit = {
       path: options.path,
       durability: options.durability ?? 'process',
       roomCacheSize: options.roomCacheSize ?? 50_000,
       create: options.create ?? true,
+      role: 'writer',
     };
-    const { worker, headSeq } = await SqliteJournal.startWorker(init);
-    let journal: SqliteJournal;
+    const log = options.logger ?? silentLogger;
+    let journal: SqliteJournal | null = null;
+    const { writer, headSeq } = await startWriter(init, {
+      log,
+      onRestarted: () => journal?.onWriterRestarted(),
+    });
     try {
-      journal = new SqliteJournal(options, worker, headSeq);
+      journal = new SqliteJournal(options, writer, headSeq, log);
     } catch (err) {
-      await worker.terminate();
+      writer.terminate();
       throw err;
     }
     if (options.announce) {
@@ -132,131 +113,13 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
     return journal;
   }
 
-  private static startWorker(init: WriterInit): Promise<{ worker: Worker; headSeq: number }> {
-    return new Promise((resolve, reject) => {
-      const worker = workerFor(init);
-      const onMessage = (msg: WriterReply) => {
-        if ('op' in msg && msg.op === 'ready') {
-          cleanup();
-          resolve({ worker, headSeq: msg.headSeq });
-        } else if ('op' in msg && msg.op === 'open_failed') {
-          cleanup();
-          reject(JournalError.from(msg.error));
-        }
-      };
-      const onError = (err: Error) => {
-        cleanup();
-        reject(
-          new JournalError(
-            'JOURNAL_WRITE_FAILED',
-            `journal writer failed to start: ${err.message}`,
-            { cause: err },
-          ),
-        );
-      };
-      const onExit = (code: number) => {
-        cleanup();
-        reject(
-          new JournalError(
-            'JOURNAL_WRITE_FAILED',
-            `journal writer exited during start (code ${code})`,
-          ),
-        );
-      };
-      const cleanup = () => {
-        worker.off('message', onMessage);
-        worker.off('error', onError);
-        worker.off('exit', onExit);
-      };
-      worker.on('message', onMessage);
-      worker.on('error', onError);
-      worker.on('exit', onExit);
-    });
+  private onWriterRestarted(): void {
+    if (this.state === 'starting') this.state = 'ready';
+    this.scheduleFlush();
   }
 
   private schemaVersionSync(): number {
     return this.db.prepare('SELECT max(version) FROM schema_migrations').pluck().get() as number;
-  }
-
-  private attach(worker: Worker): void {
-    this.worker = worker;
-    worker.on('message', (msg: WriterReply) => {
-      if (!('id' in msg)) return;
-      const handler = this.handlers.get(msg.id);
-      this.handlers.delete(msg.id);
-      handler?.(msg);
-    });
-    worker.on('error', (err) => this.log.error({ err }, 'journal writer thread threw'));
-    worker.on('exit', (code) => this.onWorkerExit(worker, code));
-  }
-
-  /**
-   * The writer thread is supervised: if it ever exits unasked, what it was committing is failed
-   * (its outcome is unknown; a retry with the same eventId is safe) and a new thread is started.
-   */
-  private onWorkerExit(worker: Worker, code: number): void {
-    if (this.worker !== worker) return;
-    this.worker = null;
-    const lost = [...this.handlers.values()];
-    this.handlers.clear();
-    const error = {
-      code: 'JOURNAL_WRITE_FAILED',
-      message: `journal writer thread exited (code ${code}); the outcome of the request is unknown, retry it with the same eventId`,
-    };
-    for (const h of lost) h({ id: 0, ok: false, error });
-    if (this.state === 'closed' || this.state === 'draining') return;
-    this.state = 'starting';
-    this.writable = false;
-    this.lastError = error.message;
-    const delay = RESTART_BACKOFF_MS[
-      Math.min(this.restarts, RESTART_BACKOFF_MS.length - 1)
-    ] as number;
-    this.restarts++;
-    this.log.error(
-      { code, restartInMs: delay, restarts: this.restarts },
-      'journal writer thread exited; restarting it',
-    );
-    setTimeout(() => {
-      SqliteJournal.startWorker(this.init).then(
-        ({ worker: next, headSeq }) => {
-          if (this.state === 'closed') {
-            void next.terminate();
-            return;
-          }
-          this.committedSeq = Math.max(this.committedSeq, headSeq);
-          this.attach(next);
-          this.state = 'ready';
-          this.log.info({ restarts: this.restarts }, 'journal writer thread restarted');
-          this.scheduleFlush();
-        },
-        (err) => {
-          this.log.error({ err }, 'journal writer thread failed to restart');
-          this.onWorkerExit(worker, -1);
-        },
-      );
-    }, delay).unref();
-    // Keep `this.worker === worker` false but let onWorkerExit retry with the same identity.
-    this.worker = null;
-  }
-
-  private request(req: WriterRequest): Promise<Extract<WriterReply, { id: number; ok: true }>> {
-    return new Promise((resolve, reject) => {
-      const worker = this.worker;
-      if (!worker) {
-        reject(
-          new JournalError(
-            'JOURNAL_WRITE_FAILED',
-            'journal writer thread is restarting; retry shortly',
-          ),
-        );
-        return;
-      }
-      this.handlers.set(req.id, (reply) => {
-        if (reply.ok) resolve(reply);
-        else reject(JournalError.from(reply.error));
-      });
-      worker.postMessage(req);
-    });
   }
 
   append(input: EventInput): Promise<AppendResult> {
@@ -304,13 +167,12 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
       this.notifyIdle();
       return;
     }
-    if (!this.worker) return; // restarting: the new thread flushes when it is up
+    if (!this.writer.ready) return; // restarting: onWriterRestarted flushes when it is up
     const batch =
       this.queue.length <= this.maxBatch ? this.queue : this.queue.slice(0, this.maxBatch);
     this.queue = this.queue.length <= this.maxBatch ? [] : this.queue.slice(this.maxBatch);
     this.inFlight = batch;
-    const id = this.nextId++;
-    this.request({ id, op: 'append', events: batch.map((w) => w.ev) }).then(
+    this.writer.run({ op: 'append', events: batch.map((w) => w.ev) }).then(
       (reply) => this.settle(batch, reply.outcomes ?? []),
       (err) => this.fail(batch, err),
     );
@@ -320,7 +182,6 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
     this.inFlight = null;
     this.writable = true;
     this.lastError = null;
-    this.restarts = 0;
     this.commits++;
     this.lastBatchSize = batch.length;
     const publish = this.hub.size > 0 ? ([] as JournalEvent[]) : null;
@@ -361,7 +222,9 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
       if (o[0] !== 2 && o[1] > this.committedSeq) this.committedSeq = o[1];
     }
     if (publish && publish.length > 0) this.hub.publish(publish);
-    this.flush();
+    // Never flush straight from here: an inline writer settles in a microtask, and a direct
+    // flush would chain commits without ever returning to the event loop.
+    this.scheduleFlush();
   }
 
   private fail(batch: Waiting[], err: unknown): void {
@@ -373,7 +236,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
       'journal commit failed; its appends are rejected',
     );
     for (const w of batch) w.reject(err);
-    if (this.worker) this.flush();
+    this.scheduleFlush();
   }
 
   private notifyIdle(): void {
@@ -413,7 +276,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
         `cursor seq must be a non-negative integer, got ${seq}`,
       );
     }
-    await this.request({ id: this.nextId++, op: 'cursor', name, seq, ts: Date.now() });
+    await this.writer.run({ op: 'cursor', name, seq, ts: Date.now() });
   }
 
   async prune(opts: { cutoffTs: number; chunkRooms?: number }): Promise<PruneResult> {
@@ -424,12 +287,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
     if (!Number.isInteger(chunkRooms) || chunkRooms < 1 || chunkRooms > 100_000) {
       throw new JournalError('JOURNAL_BAD_QUERY', 'chunkRooms must be an integer from 1 to 100000');
     }
-    const reply = await this.request({
-      id: this.nextId++,
-      op: 'prune',
-      cutoffTs: opts.cutoffTs,
-      chunkRooms,
-    });
+    const reply = await this.writer.run({ op: 'prune', cutoffTs: opts.cutoffTs, chunkRooms });
     const p = reply.prune ?? { rooms: 0, events: 0, batches: 0 };
     if (p.rooms > 0) {
       await this.appendInternal({
@@ -468,14 +326,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
       // checkpoints the WAL into the main file and removes it, and journal.db alone is whole.
       this.hub.closeAll();
       super.close();
-      const worker = this.worker;
-      if (worker) {
-        const exited = new Promise((r) => worker.once('exit', r));
-        await this.request({ id: this.nextId++, op: 'close' }).catch(() => undefined);
-        this.worker = null;
-        await Promise.race([exited, new Promise((r) => setTimeout(r, 1000).unref())]);
-        await worker.terminate();
-      }
+      await this.writer.close();
       this.finish();
     })();
     return this.drained;
@@ -487,11 +338,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
     this.state = 'closed';
     const err = new JournalError('JOURNAL_CLOSED', `journal ${this.path} was closed`);
     for (const w of this.queue.splice(0)) w.reject(err);
-    const worker = this.worker;
-    this.worker = null;
-    if (worker) void worker.terminate();
-    for (const h of this.handlers.values()) h({ id: 0, ok: false, error: err.toJSON() });
-    this.handlers.clear();
+    this.writer.terminate();
     this.finish();
   }
 

@@ -1,4 +1,4 @@
-/** Messages between the journal's main-thread face (journal.ts) and its writer thread. */
+/** Messages between the journal's main-thread face and its threads (writer or checkpointer). */
 import type { PendingEvent } from '../events.ts';
 import type { Outcome, PruneOutcome } from './batch-writer.ts';
 import type { Durability } from './open.ts';
@@ -8,16 +8,27 @@ export interface WriterInit {
   durability: Durability;
   roomCacheSize: number;
   create: boolean;
+  /** `writer` owns the writing connection; `checkpointer` only copies the WAL into the database. */
+  role: 'writer' | 'checkpointer';
 }
 
-export type WriterRequest =
-  | { id: number; op: 'append'; events: PendingEvent[] }
-  | { id: number; op: 'cursor'; name: string; seq: number; ts: number }
-  | { id: number; op: 'prune'; cutoffTs: number; chunkRooms: number }
-  | { id: number; op: 'close' };
+/** One unit of work for the writer, wherever it runs. */
+export type WriterOp =
+  | { op: 'append'; events: PendingEvent[] }
+  | { op: 'cursor'; name: string; seq: number; ts: number }
+  | { op: 'prune'; cutoffTs: number; chunkRooms: number }
+  | { op: 'checkpoint' }
+  | { op: 'close' };
+
+export interface WriterResult {
+  outcomes?: Outcome[];
+  prune?: PruneOutcome;
+}
+
+export type WriterRequest = WriterOp & { id: number };
 
 export type WriterReply =
-  | { op: 'ready'; headSeq: number; schemaVersion: number }
+  | { op: 'ready'; headSeq: number }
   | { op: 'open_failed'; error: { code: string; message: string } }
-  | { id: number; ok: true; outcomes?: Outcome[]; prune?: PruneOutcome }
+  | ({ id: number; ok: true } & WriterResult)
   | { id: number; ok: false; error: { code: string; message: string } };

@@ -1,0 +1,279 @@
+/**
+ * Journal benchmark: append throughput and latency through the real append path at both
+ * durability levels, against a bare better-sqlite3 insert loop measured in the same run; event-loop
+ * delay while appending; replay and verify speed against a bare iterate-and-fold.
+ *
+ *   npm run bench:journal                 # full run (builds a 1,000,000-event journal)
+ *   npm run bench:journal -- --quick      # smaller figures, for a first look
+ *   npm run bench:journal -- --json       # one JSON object with stable keys
+ */
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import Database from 'better-sqlite3';
+import type { EventInput } from '../src/journal/events.ts';
+import { uuidv7 } from '../src/journal/ids.ts';
+import { SqliteJournal } from '../src/journal/sqlite/journal.ts';
+import { MIGRATIONS_DIR } from '../src/journal/sqlite/migrate.ts';
+import { foldJournal, verifyJournal } from '../src/journal/sqlite/verify.ts';
+import { synthEvents } from '../src/journal/synth.ts';
+
+const args = process.argv.slice(2);
+const asJson = args.includes('--json');
+const quick = args.includes('--quick');
+const secondsPerRun = quick ? 1.5 : 4;
+const replayEvents =
+  Number(args[args.indexOf('--events') + 1] || 0) || (quick ? 100_000 : 1_000_000);
+const dir = mkdtempSync(join(tmpdir(), 'pdctl-bench-'));
+process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+const log = (s: string) => {
+  if (!asJson) process.stderr.write(`${s}\n`);
+};
+
+const STEPS: Array<Omit<EventInput, 'room'>> = [
+  { type: 'room.bootstrap_started', engine: 'd0', source: 'd0', data: {} },
+  { type: 'room.bootstrapped', engine: 'd0', source: 'd0', data: { pages: [0, 1, 2, 3] } },
+  { type: 'room.prefill_started', engine: 'p0', source: 'p0', data: {} },
+  { type: 'room.transfer_posted', engine: 'p0', source: 'p0', data: { pairs: 4 } },
+  {
+    type: 'room.transfer_completed',
+    engine: 'p0',
+    source: 'p0',
+    data: { bytes: 262144, checksum: '9f3a77c1', micros: 85 },
+  },
+  { type: 'room.released', engine: 'p0', source: 'p0', data: {} },
+  { type: 'room.decode_started', engine: 'd0', source: 'd0', data: {} },
+  {
+    type: 'room.completed',
+    engine: 'd0',
+    source: 'd0',
+    data: { tokens: 128, finishReason: 'stop' },
+  },
+  { type: 'room.released', engine: 'd0', source: 'd0', data: {} },
+] as EventInput[];
+
+function percentile(sorted: Float64Array, p: number): number {
+  return sorted.length
+    ? (sorted[Math.min(sorted.length - 1, Math.floor((sorted.length * p) / 100))] as number)
+    : 0;
+}
+
+interface AppendRun {
+  durability: 'process' | 'power';
+  appenders: number;
+  events: number;
+  appendsPerSec: number;
+  p50Ms: number;
+  p99Ms: number;
+  loopDelayP99Ms: number;
+  avgBatch: number;
+}
+
+async function appendRun(durability: 'process' | 'power', appenders: number): Promise<AppendRun> {
+  const journal = await SqliteJournal.open({
+    path: join(dir, `append-${durability}-${appenders}.db`),
+    durability,
+  });
+  const latencies = new Float64Array(5_000_000);
+  let n = 0;
+  let roomSeq = 0;
+  const loop = monitorEventLoopDelay({ resolution: 1 });
+  const started = performance.now();
+  const deadline = started + secondsPerRun * 1000;
+  loop.enable();
+  const appender = async () => {
+    while (performance.now() < deadline) {
+      const room = `r-${(roomSeq++).toString(36)}`;
+      const events = [
+        {
+          type: 'room.created',
+          room,
+          source: 'api',
+          data: { prefillEngine: 'p0', decodeEngine: 'd0', promptTokens: 512 },
+        } as EventInput,
+        ...STEPS.map((s) => ({ ...s, room }) as EventInput),
+      ];
+      for (const ev of events) {
+        const t = performance.now();
+        await journal.append(ev);
+        latencies[n++] = performance.now() - t;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: appenders }, appender));
+  const elapsed = (performance.now() - started) / 1000;
+  loop.disable();
+  const commits = journal.health().commits;
+  await journal.drain();
+  const sorted = latencies.subarray(0, n).sort();
+  return {
+    durability,
+    appenders,
+    events: n,
+    appendsPerSec: Math.round(n / elapsed),
+    p50Ms: Number(percentile(sorted, 50).toFixed(3)),
+    p99Ms: Number(percentile(sorted, 99).toFixed(3)),
+    loopDelayP99Ms: Number((loop.percentile(99) / 1e6).toFixed(2)),
+    avgBatch: Number((n / commits).toFixed(1)),
+  };
+}
+
+/** The machine's limit for the same rows: the events table of migration 0001, one transaction. */
+function bareInsert(
+  durability: 'process' | 'power',
+  rows: number,
+  ids: 'uuidv7' | 'random',
+): number {
+  const path = join(dir, `bare-${durability}-${ids}.db`);
+  const db = new Database(path);
+  db.pragma('journal_mode = WAL');
+  db.pragma(`synchronous = ${durability === 'power' ? 'FULL' : 'NORMAL'}`);
+  db.pragma('cache_size = -65536');
+  db.exec(readFileSync(join(MIGRATIONS_DIR, '0001_initial.sql'), 'utf8'));
+  const insert = db.prepare(
+    'INSERT INTO events (ts, type, room, engine, source, event_id, data) VALUES (?, ?, ?, ?, ?, ?, ?)',
+  );
+  const data = JSON.stringify(STEPS[4]?.data);
+  const eventIds = Array.from({ length: rows }, () =>
+    ids === 'uuidv7' ? uuidv7() : crypto.randomUUID(),
+  );
+  const t = performance.now();
+  db.transaction(() => {
+    for (let i = 0; i < rows; i++)
+      insert.run(
+        Date.now(),
+        'room.transfer_completed',
+        `r-${(i >> 3).toString(36)}`,
+        'p0',
+        'p0',
+        eventIds[i],
+        data,
+      );
+  }).immediate();
+  const perSec = Math.round(rows / ((performance.now() - t) / 1000));
+  db.close();
+  rmSync(path, { force: true });
+  return perSec;
+}
+
+async function replayRun() {
+  const path = join(dir, 'replay.db');
+  const journal = await SqliteJournal.open({ path });
+  const endTs = Date.now();
+  const rooms = Math.ceil(replayEvents / 9.9);
+  let written = 0;
+  const window = new Set<Promise<unknown>>();
+  const t0 = performance.now();
+  let lastNote = t0;
+  for (const ev of synthEvents({
+    rooms,
+    seed: 11,
+    spanMs: 3_600_000,
+    endTs,
+    prefill: ['p0', 'p1'],
+    decode: ['d0', 'd1'],
+  })) {
+    if (written >= replayEvents) break;
+    const p = journal.append(ev).finally(() => window.delete(p));
+    window.add(p);
+    written++;
+    if (window.size >= 4096) await Promise.race(window);
+    if (performance.now() - lastNote > 2000) {
+      lastNote = performance.now();
+      log(`  writing the replay journal: ${written}/${replayEvents} events`);
+    }
+  }
+  await Promise.all(window);
+  await journal.drain();
+  const db = new Database(path, { readonly: true });
+  const total = db.prepare('SELECT count(*) FROM events').pluck().get() as number;
+  // Baseline: every row read and its data parsed, folded into the simplest state map.
+  let t = performance.now();
+  const bare = new Map<string, string>();
+  for (const row of db
+    .prepare('SELECT seq, ts, type, room, engine, data FROM events ORDER BY seq')
+    .raw()
+    .iterate() as IterableIterator<unknown[]>) {
+    JSON.parse(row[5] as string);
+    if (row[3] !== null) bare.set(row[3] as string, row[2] as string);
+  }
+  const bareSec = (performance.now() - t) / 1000;
+  t = performance.now();
+  const fold = foldJournal(db);
+  const foldSec = (performance.now() - t) / 1000;
+  t = performance.now();
+  const report = verifyJournal(db);
+  const verifySec = (performance.now() - t) / 1000;
+  db.close();
+  if (!report.ok || fold.inconsistent.length) throw new Error('replay journal failed verification');
+  return {
+    events: total,
+    rooms: fold.rooms.size,
+    bareFoldEventsPerSec: Math.round(total / bareSec),
+    replayEventsPerSec: Math.round(total / foldSec),
+    replayRatio: Number((bareSec / foldSec).toFixed(3)),
+    verifyEventsPerSec: Math.round(total / verifySec),
+    verifyRatio: Number((bareSec / verifySec).toFixed(3)),
+    verifySeconds: Number(verifySec.toFixed(2)),
+  };
+}
+
+const runs: AppendRun[] = [];
+for (const durability of ['process', 'power'] as const) {
+  for (const appenders of [1, 16, 256]) {
+    log(`append: durability=${durability} appenders=${appenders} (${secondsPerRun}s)`);
+    runs.push(await appendRun(durability, appenders));
+  }
+}
+const bare: Record<string, number> = {};
+for (const durability of ['process', 'power'] as const) {
+  const rows =
+    runs.find((r) => r.durability === durability && r.appenders === 256)?.events ?? 100_000;
+  log(`bare insert loop: durability=${durability}, ${rows} rows`);
+  bare[durability] = bareInsert(durability, rows, 'uuidv7');
+  bare[`${durability}RandomIds`] = bareInsert(durability, rows, 'random');
+}
+log(`replay: building a ${replayEvents}-event journal through the append path`);
+const replay = await replayRun();
+
+const result = {
+  machine: {
+    cpus: (await import('node:os')).cpus().length,
+    node: process.version,
+    sqlite: new Database(':memory:').prepare('SELECT sqlite_version()').pluck().get() as string,
+  },
+  secondsPerRun,
+  append: runs.map((r) => ({
+    ...r,
+    bareRowsPerSec: bare[r.durability] as number,
+    ratioToBare: Number((r.appendsPerSec / (bare[r.durability] as number)).toFixed(3)),
+  })),
+  bareInsert: bare,
+  replay,
+};
+
+if (asJson) {
+  process.stdout.write(`${JSON.stringify(result)}\n`);
+} else {
+  const pad = (s: string | number, n: number) => String(s).padStart(n);
+  const lines = [
+    `pdctl journal benchmark — ${result.machine.cpus} cores, node ${result.machine.node}, SQLite ${result.machine.sqlite}, ${secondsPerRun}s per append run`,
+    '',
+    '| durability | appenders | appends/s | bare loop rows/s | ratio | p50 ms | p99 ms | avg batch | loop delay p99 ms |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+    ...result.append.map(
+      (r) =>
+        `| ${r.durability} | ${pad(r.appenders, 3)} | ${pad(r.appendsPerSec, 7)} | ${pad(r.bareRowsPerSec, 7)} | ${r.ratioToBare.toFixed(2)} | ${r.p50Ms.toFixed(3)} | ${r.p99Ms.toFixed(3)} | ${r.avgBatch} | ${r.loopDelayP99Ms.toFixed(2)} |`,
+    ),
+    '',
+    `bare loop with random UUID event ids instead of time-ordered ones: process ${bare.processRandomIds} rows/s (${((bare.processRandomIds as number) / (bare.process as number)).toFixed(2)}×), power ${bare.powerRandomIds} rows/s (${((bare.powerRandomIds as number) / (bare.power as number)).toFixed(2)}×)`,
+    '',
+    `| replay over ${replay.events} events, ${replay.rooms} rooms | events/s | ratio to bare |`,
+    '|---|---:|---:|',
+    `| bare iterate + JSON.parse + map fold (baseline) | ${replay.bareFoldEventsPerSec} | 1.00 |`,
+    `| replay: full reducer fold | ${replay.replayEventsPerSec} | ${replay.replayRatio.toFixed(2)} |`,
+    `| verify: integrity_check + fold + compare projection | ${replay.verifyEventsPerSec} | ${replay.verifyRatio.toFixed(2)} |`,
+  ];
+  process.stdout.write(`${lines.join('\n')}\n`);
+}

@@ -1,0 +1,52 @@
+/** Opening the writing connection and executing writer ops: shared by the inline and thread writers. */
+import type Database from 'better-sqlite3';
+import { JournalError } from '../errors.ts';
+import { BatchWriter } from './batch-writer.ts';
+import { classifySqliteError, openDatabase } from './open.ts';
+import type { WriterInit, WriterOp, WriterResult } from './writer-protocol.ts';
+
+export interface OpenedWriter {
+  db: Database.Database;
+  writer: BatchWriter | null;
+  headSeq: number;
+}
+
+export function openWriter(init: WriterInit): OpenedWriter {
+  const db = openDatabase({ path: init.path, durability: init.durability, create: init.create });
+  if (init.role === 'checkpointer') return { db, writer: null, headSeq: 0 };
+  if (init.durability === 'process') {
+    // Checkpoints (which fsync) are run by the checkpointer thread, not inside a commit here.
+    db.pragma('wal_autocheckpoint = 0');
+  }
+  const headSeq = db.prepare('SELECT coalesce(max(seq), 0) FROM events').pluck().get() as number;
+  return { db, writer: new BatchWriter(db, { roomCacheSize: init.roomCacheSize }), headSeq };
+}
+
+export function executeOp(w: OpenedWriter, req: WriterOp): WriterResult {
+  switch (req.op) {
+    case 'append':
+      return { outcomes: (w.writer as BatchWriter).append(req.events) };
+    case 'cursor':
+      (w.writer as BatchWriter).setCursor(req.name, req.seq, req.ts);
+      return {};
+    case 'prune':
+      return { prune: (w.writer as BatchWriter).prune(req.cutoffTs, req.chunkRooms) };
+    case 'checkpoint':
+      w.db.pragma('wal_checkpoint(PASSIVE)');
+      return {};
+    case 'close':
+      w.db.close();
+      return {};
+  }
+}
+
+/** `{ code, message }` for crossing a thread; SQLite's corruption codes become JOURNAL_CORRUPT. */
+export function toPlainError(err: unknown, path: string): { code: string; message: string } {
+  const e = classifySqliteError(err, path);
+  if (e instanceof JournalError) return e.toJSON();
+  const code = (e as { code?: unknown })?.code;
+  return {
+    code: 'JOURNAL_WRITE_FAILED',
+    message: `${typeof code === 'string' ? `${code}: ` : ''}${(e as Error)?.message ?? String(e)}`,
+  };
+}
