@@ -459,7 +459,7 @@ export function registerJournalCommands(
       .option('--end <time>', 'when the span ends; rooms still running then stay in flight', 'now')
       .option('--prefill <ids>', 'prefill engine ids', 'p0,p1')
       .option('--decode <ids>', 'decode engine ids', 'd0,d1')
-      .option('--durability <level>', 'process or power', 'process'),
+      .option('--durability <level>', 'process or power (see README: Durability)', 'power'),
   ).action(async (opts: SynthOptions) => {
     process.exitCode = await synthCommand(opts);
   });

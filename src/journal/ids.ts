@@ -1,7 +1,8 @@
 /**
  * Time-ordered identifiers. Event ids and room ids are keys of B-tree indexes that every append
  * writes; ids that grow with time land on the right edge of the tree, while random UUIDs touch a
- * random page per insert and cut append throughput about fourfold (bench/journal.ts measures it).
+ * random page per insert, which costs more as the index outgrows the cache (bench/journal.ts
+ * prints the bare-loop figure for both).
  */
 import { randomFillSync } from 'node:crypto';
 

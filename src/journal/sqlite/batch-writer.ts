@@ -6,7 +6,13 @@
 import type Database from 'better-sqlite3';
 import type { PendingEvent } from '../events.ts';
 import { type Room, reduce } from '../reducer.ts';
-import { ROOM_COLUMNS, type RoomRow, roomToParams, rowToRoom } from './rows.ts';
+import {
+  MUTABLE_ROOM_FIELDS,
+  ROOM_COLUMNS,
+  type RoomRow,
+  roomToParams,
+  rowToRoom,
+} from './rows.ts';
 
 /**
  * Outcome per event, compact for the trip back to the main thread:
@@ -23,10 +29,14 @@ export interface PruneOutcome {
   batches: number;
 }
 
-/** A room as the writer holds it: the projection and its row id (null until inserted). */
+/**
+ * A room as the writer holds it: the projection, its row id (null until inserted), and the
+ * version its row holds, so an update writes only the columns that changed.
+ */
 interface Held {
   room: Room;
   id: number | null;
+  stored: Room | null;
 }
 
 /** Bounded map of recently touched rooms, so most appends need no read of `rooms`. */
@@ -55,7 +65,8 @@ export class BatchWriter {
   private readonly findEvent: Database.Statement;
   private readonly loadRoom: Database.Statement;
   private readonly insertRoom: Database.Statement;
-  private readonly updateRoom: Database.Statement;
+  /** UPDATE statements by the set of columns they change (a bit per MUTABLE_ROOM_FIELDS entry). */
+  private readonly updates = new Map<number, Database.Statement>();
   private readonly upsertCursor: Database.Statement;
   private readonly applyTx: (batch: PendingEvent[]) => Outcome[];
 
@@ -73,12 +84,6 @@ export class BatchWriter {
     this.insertRoom = db.prepare(
       `INSERT INTO rooms (${ROOM_COLUMNS.join(', ')}) VALUES (${ROOM_COLUMNS.map(() => '?').join(', ')})`,
     );
-    // Every column but the key, in ROOM_COLUMNS order, then the row id.
-    this.updateRoom = db.prepare(
-      `UPDATE rooms SET ${ROOM_COLUMNS.slice(1)
-        .map((c) => `${c} = ?`)
-        .join(', ')} WHERE id = ?`,
-    );
     this.upsertCursor = db.prepare(
       `INSERT INTO consumers (name, seq, updated_at) VALUES (?, ?, ?)
        ON CONFLICT (name) DO UPDATE SET seq = excluded.seq, updated_at = excluded.updated_at`,
@@ -95,7 +100,10 @@ export class BatchWriter {
     this.overlay = new Map();
     try {
       const outcomes = this.applyTx(batch);
-      for (const held of this.overlay.values()) this.cache.set(held);
+      for (const held of this.overlay.values()) {
+        held.stored = held.room;
+        this.cache.set(held);
+      }
       return outcomes;
     } finally {
       this.overlay = new Map();
@@ -109,7 +117,9 @@ export class BatchWriter {
     const held = this.overlay.get(room) ?? this.cache.get(room);
     if (held) return held;
     const row = this.loadRoom.get(room) as (RoomRow & { id: number }) | undefined;
-    return row ? { room: rowToRoom(row), id: row.id } : null;
+    if (!row) return null;
+    const loaded = rowToRoom(row);
+    return { room: loaded, id: row.id, stored: loaded };
   }
 
   private insert(
@@ -148,7 +158,11 @@ export class BatchWriter {
           outcomes[i] = [2, r.seq, r.rejected];
         } else {
           result.room.lastSeq = r.seq; // the reducer returned a fresh object; seq is known only now
-          this.overlay.set(ev.room, { room: result.room, id: before?.id ?? null });
+          this.overlay.set(ev.room, {
+            room: result.room,
+            id: before?.id ?? null,
+            stored: before?.stored ?? null,
+          });
           outcomes[i] = [0, r.seq, result.room.state];
         }
         continue;
@@ -160,14 +174,35 @@ export class BatchWriter {
         : [1, r.seq, result.reason, result.state, result.detail];
     }
     for (const held of this.overlay.values()) {
-      const params = roomToParams(held.room);
-      if (held.id === null) {
-        held.id = Number(this.insertRoom.run(params).lastInsertRowid);
+      if (held.id === null || held.stored === null) {
+        held.id = Number(this.insertRoom.run(roomToParams(held.room)).lastInsertRowid);
       } else {
-        this.updateRoom.run(params.slice(1), held.id);
+        this.writeChanges(held.id, held.stored, held.room);
       }
     }
     return outcomes;
+  }
+
+  /** Writes only the columns that differ between the stored row and the new projection. */
+  private writeChanges(id: number, stored: Room, room: Room): void {
+    let mask = 0;
+    const params: unknown[] = [];
+    for (let i = 0; i < MUTABLE_ROOM_FIELDS.length; i++) {
+      const [, get, json] = MUTABLE_ROOM_FIELDS[i] as (typeof MUTABLE_ROOM_FIELDS)[number];
+      const value = get(room);
+      if (value === get(stored)) continue;
+      mask |= 1 << i;
+      params.push(json ? JSON.stringify(value) : value);
+    }
+    if (mask === 0) return;
+    let stmt = this.updates.get(mask);
+    if (!stmt) {
+      const sets = MUTABLE_ROOM_FIELDS.filter((_, i) => mask & (1 << i)).map(([c]) => `${c} = ?`);
+      stmt = this.db.prepare(`UPDATE rooms SET ${sets.join(', ')} WHERE id = ?`);
+      this.updates.set(mask, stmt);
+    }
+    params.push(id);
+    stmt.run(params);
   }
 
   setCursor(name: string, seq: number, ts: number): void {

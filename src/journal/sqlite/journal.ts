@@ -19,14 +19,14 @@ import type {
 } from '../store.ts';
 import { SubscriptionHub } from '../subscriptions.ts';
 import { type Outcome, rejectionData } from './batch-writer.ts';
-import type { Durability } from './open.ts';
+import { DEFAULT_DURABILITY, type Durability } from './open.ts';
 import { SqliteReader } from './reader.ts';
 import type { WriterInit } from './writer-protocol.ts';
 import { startWriter, type Writer } from './writers.ts';
 
 export interface SqliteJournalOptions {
   path: string;
-  /** Default `process`; see README "Durability". */
+  /** Default `power`; see README "Durability". */
   durability?: Durability;
   /** Create the file when missing. Default true. */
   create?: boolean;
@@ -51,7 +51,11 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
   private readonly log: Logger;
   private readonly hub: SubscriptionHub;
   private queue: Waiting[] = [];
-  private inFlight: Waiting[] | null = null;
+  /** Batches handed to the writer and not yet settled, and the events in them. */
+  private inFlight = 0;
+  private inFlightEvents = 0;
+  /** 2 for a writer thread: one batch commits while the next is prepared (pipelining). */
+  private readonly maxInFlight: number;
   private flushScheduled = false;
   private state: JournalHealth['state'] = 'starting';
   private writable = true;
@@ -65,8 +69,9 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
   private constructor(options: SqliteJournalOptions, writer: Writer, headSeq: number, log: Logger) {
     super(options.path);
     this.writer = writer;
-    // An inline writer blocks the event loop for the length of a batch: keep batches short there.
-    this.maxBatch = options.maxBatch ?? (writer.kind === 'inline' ? 128 : 4096);
+    // An inline writer blocks the event loop for the length of a batch: keep batches shorter there.
+    this.maxBatch = options.maxBatch ?? (writer.kind === 'inline' ? 256 : 4096);
+    this.maxInFlight = writer.kind === 'inline' ? 1 : 2;
     this.log = log;
     this.committedSeq = headSeq;
     this.hub = new SubscriptionHub(
@@ -81,7 +86,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
   static async open(options: SqliteJournalOptions): Promise<SqliteJournal> {
     const init: WriterInit = {
       path: options.path,
-      durability: options.durability ?? 'process',
+      durability: options.durability ?? DEFAULT_DURABILITY,
       roomCacheSize: options.roomCacheSize ?? 50_000,
       create: options.create ?? true,
       role: 'writer',
@@ -154,7 +159,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
   }
 
   private scheduleFlush(): void {
-    if (this.flushScheduled || this.inFlight) return;
+    if (this.flushScheduled || this.inFlight >= this.maxInFlight) return;
     this.flushScheduled = true;
     setImmediate(() => {
       this.flushScheduled = false;
@@ -163,48 +168,51 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
   }
 
   private flush(): void {
-    if (this.inFlight || this.queue.length === 0) {
-      this.notifyIdle();
-      return;
+    // The whole queue is one transaction (up to maxBatch): appends of one turn commit together.
+    // While the writer is restarting, onWriterRestarted flushes once it is up again.
+    while (this.queue.length > 0 && this.inFlight < this.maxInFlight && this.writer.ready) {
+      const size = Math.min(this.maxBatch, this.queue.length);
+      const batch = size === this.queue.length ? this.queue : this.queue.slice(0, size);
+      this.queue = size === this.queue.length ? [] : this.queue.slice(size);
+      this.inFlight++;
+      this.inFlightEvents += batch.length;
+      this.writer.run({ op: 'append', events: batch.map((w) => w.ev) }).then(
+        (reply) => this.settle(batch, reply.outcomes ?? []),
+        (err) => this.fail(batch, err),
+      );
     }
-    if (!this.writer.ready) return; // restarting: onWriterRestarted flushes when it is up
-    const batch =
-      this.queue.length <= this.maxBatch ? this.queue : this.queue.slice(0, this.maxBatch);
-    this.queue = this.queue.length <= this.maxBatch ? [] : this.queue.slice(this.maxBatch);
-    this.inFlight = batch;
-    this.writer.run({ op: 'append', events: batch.map((w) => w.ev) }).then(
-      (reply) => this.settle(batch, reply.outcomes ?? []),
-      (err) => this.fail(batch, err),
-    );
+    this.notifyIdle();
   }
 
   private settle(batch: Waiting[], outcomes: Outcome[]): void {
-    this.inFlight = null;
+    this.inFlight--;
+    this.inFlightEvents -= batch.length;
     this.writable = true;
     this.lastError = null;
     this.commits++;
     this.lastBatchSize = batch.length;
+    const results: AppendResult[] = new Array(batch.length);
     const publish = this.hub.size > 0 ? ([] as JournalEvent[]) : null;
     for (let i = 0; i < batch.length; i++) {
-      const { ev, resolve } = batch[i] as Waiting;
+      const { ev } = batch[i] as Waiting;
       const o = outcomes[i] as Outcome;
       if (o[0] === 0) {
-        resolve({
+        results[i] = {
           status: 'applied',
           seq: o[1],
           eventId: ev.eventId,
           state: o[2] as RoomState | null,
-        });
+        };
         publish?.push({ ...ev, seq: o[1] });
       } else if (o[0] === 1) {
-        resolve({
+        results[i] = {
           status: 'rejected',
           seq: o[1],
           eventId: ev.eventId,
           reason: o[2] as RejectReason,
           state: o[3] as RoomState | null,
           detail: o[4],
-        });
+        };
         publish?.push({
           ...ev,
           seq: o[1],
@@ -212,23 +220,37 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
           data: rejectionData(ev, o[2], o[3]),
         });
       } else {
-        resolve({
+        results[i] = {
           status: 'duplicate',
           seq: o[1],
           eventId: ev.eventId,
           original: o[2] ? 'rejected' : 'applied',
-        });
+        };
       }
       if (o[0] !== 2 && o[1] > this.committedSeq) this.committedSeq = o[1];
     }
     if (publish && publish.length > 0) this.hub.publish(publish);
+    const resolve = (from: number, to: number) => {
+      for (let i = from; i < to; i++) (batch[i] as Waiting).resolve(results[i] as AppendResult);
+    };
     // Never flush straight from here: an inline writer settles in a microtask, and a direct
     // flush would chain commits without ever returning to the event loop.
     this.scheduleFlush();
+    if (this.maxInFlight > 1 && batch.length >= 64) {
+      // Acknowledge in two turns, the second after the next flush. Callers that append again
+      // once acknowledged (engines do) then fill two transactions, and the writer thread
+      // commits one while this thread prepares the other, instead of the two taking turns.
+      const half = batch.length >> 1;
+      resolve(0, half);
+      setImmediate(() => resolve(half, batch.length));
+    } else {
+      resolve(0, batch.length);
+    }
   }
 
   private fail(batch: Waiting[], err: unknown): void {
-    this.inFlight = null;
+    this.inFlight--;
+    this.inFlightEvents -= batch.length;
     this.writable = false;
     this.lastError = (err as Error).message;
     this.log.error(
@@ -240,7 +262,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
   }
 
   private notifyIdle(): void {
-    if (this.inFlight || this.queue.length > 0) return;
+    if (this.inFlight > 0 || this.queue.length > 0) return;
     for (const w of this.idleWaiters.splice(0)) w();
   }
 
@@ -304,7 +326,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
       state: this.state,
       writable: this.writable,
       lastError: this.lastError,
-      pending: this.queue.length + (this.inFlight?.length ?? 0),
+      pending: this.queue.length + this.inFlightEvents,
       committedSeq: this.committedSeq,
       commits: this.commits,
       lastBatchSize: this.lastBatchSize,
@@ -316,7 +338,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
     if (this.drained) return this.drained;
     this.state = 'draining';
     this.drained = (async () => {
-      if (this.inFlight || this.queue.length > 0) {
+      if (this.inFlight > 0 || this.queue.length > 0) {
         await new Promise<void>((resolve) => {
           this.idleWaiters.push(resolve);
           this.scheduleFlush();

@@ -7,7 +7,7 @@ import type Database from 'better-sqlite3';
 import { JournalError } from '../errors.ts';
 import type { JournalEvent } from '../events.ts';
 import { type Room, reduce } from '../reducer.ts';
-import type { RoomState } from '../states.ts';
+import { ROOM_STATES, type RoomState } from '../states.ts';
 import type {
   JournalReader,
   JournalStats,
@@ -198,12 +198,20 @@ export class SqliteReader implements JournalReader {
         reason: string | null;
         count: number;
       }>;
-      return rows.map((r) => ({
-        minute: r.minute,
-        state: ENTERS[r.type] as RoomState,
-        reason: r.reason,
-        count: r.count,
-      }));
+      const order = (state: RoomState) => ROOM_STATES.indexOf(state);
+      return rows
+        .map((r) => ({
+          minute: r.minute,
+          state: ENTERS[r.type] as RoomState,
+          reason: r.reason,
+          count: r.count,
+        }))
+        .sort(
+          (a, b) =>
+            a.minute - b.minute ||
+            order(a.state) - order(b.state) ||
+            (a.reason ?? '').localeCompare(b.reason ?? ''),
+        );
     });
   }
 
@@ -248,14 +256,9 @@ export class SqliteReader implements JournalReader {
       const ev = db
         .prepare('SELECT count(*) AS n, min(seq) AS a, max(seq) AS b FROM events')
         .get() as { n: number; a: number | null; b: number | null };
-      const first =
-        ev.a === null
-          ? null
-          : (db.prepare('SELECT ts FROM events WHERE seq = ?').pluck().get(ev.a) as number);
-      const last =
-        ev.b === null
-          ? null
-          : (db.prepare('SELECT ts FROM events WHERE seq = ?').pluck().get(ev.b) as number);
+      // Separate statements so that each min/max is one probe of the ts index.
+      const first = db.prepare('SELECT min(ts) FROM events').pluck().get() as number | null;
+      const last = db.prepare('SELECT max(ts) FROM events').pluck().get() as number | null;
       const byState: Partial<Record<RoomState, number>> = {};
       let rooms = 0;
       for (const r of db

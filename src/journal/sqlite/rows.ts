@@ -36,6 +36,37 @@ export const ROOM_COLUMNS = [
   'event_count',
 ] as const;
 
+/**
+ * The columns a room's update may change, with how to read each from a `Room`. Arrays and
+ * objects are compared by reference (the reducer replaces them when they change) and stored as
+ * JSON.
+ */
+export const MUTABLE_ROOM_FIELDS: ReadonlyArray<
+  readonly [column: string, get: (r: Room) => unknown, json: boolean]
+> = [
+  ['state', (r) => r.state, false],
+  ['updated_at', (r) => r.updatedAt, false],
+  ['state_since', (r) => r.stateSince, false],
+  ['deadline_at', (r) => r.deadlineAt, false],
+  ['terminal_at', (r) => r.terminalAt, false],
+  ['reason', (r) => r.reason, false],
+  ['failed_stage', (r) => r.failedStage, false],
+  ['detected_by', (r) => r.detectedBy, false],
+  ['abort_source', (r) => r.abortSource, false],
+  ['abort_requested_at', (r) => r.abortRequestedAt, false],
+  ['abort_reason', (r) => r.abortReason, false],
+  ['migrated_to', (r) => r.migratedTo, false],
+  ['kv_pages', (r) => r.kvPages, false],
+  ['transfer_bytes', (r) => r.transferBytes, false],
+  ['transfer_micros', (r) => r.transferMicros, false],
+  ['checksum', (r) => r.checksum, false],
+  ['tokens', (r) => r.tokens, false],
+  ['finish_reason', (r) => r.finishReason, false],
+  ['released_by', (r) => r.releasedBy, true],
+  ['last_seq', (r) => r.lastSeq, false],
+  ['event_count', (r) => r.eventCount, false],
+];
+
 export type RoomRow = Record<(typeof ROOM_COLUMNS)[number], string | number | null>;
 
 export function roomToParams(r: Room): Array<string | number | null> {
