@@ -7,5 +7,9 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 30_000,
     pool: 'forks',
+    // In CI, also write a machine-readable summary that .ci/run turns into its closing line.
+    reporters: process.env.CI
+      ? ['default', ['json', { outputFile: '.ci/results.json' }]]
+      : ['default'],
   },
 });

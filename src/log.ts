@@ -1,4 +1,4 @@
-/** The slice of a pino logger the journal uses, so tests and tools can pass their own. */
+/** The logger interface pdctl code takes: the (obj, msg) shape of pino, so any pino logger fits. */
 export interface Logger {
   info(obj: object, msg: string): void;
   warn(obj: object, msg: string): void;

@@ -194,6 +194,22 @@ describe('pdctl refuses bad input with a clear message and the right exit code',
   });
 });
 
+describe('pdctl journal migrate', () => {
+  it('upgrades an older journal in place, after readers asked for it', async () => {
+    const path = `${dir}/old.db`;
+    new Database(path).close(); // an empty SQLite file: schema 0
+    const refused = await pdctl(['rooms', '--journal', path]);
+    expect(refused.code).toBe(3);
+    expect(refused.stderr).toContain(`pdctl journal migrate --journal ${path}`);
+    const r = await pdctl(['journal', 'migrate', '--journal', path]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/schema 0 → 1/);
+    expect((await pdctl(['journal', 'verify', '--journal', path])).code).toBe(0);
+    const again = await pdctl(['journal', 'migrate', '--journal', path]);
+    expect(again.stdout).toMatch(/nothing to do/);
+  });
+});
+
 describe('pdctl journal prune', () => {
   it('dry-run counts, then prune deletes only old terminal rooms and verify still passes', async () => {
     const path = `${dir}/prune.db`;

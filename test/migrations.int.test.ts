@@ -4,12 +4,24 @@
  * Files that are not journals we can use must be refused with a clear error and left untouched.
  */
 import { createHash } from 'node:crypto';
-import { copyFileSync, existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  writeFileSync,
+} from 'node:fs';
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { JournalError } from '../src/journal/errors.ts';
 import { SqliteJournal } from '../src/journal/sqlite/journal.ts';
-import { headVersion, loadMigrations } from '../src/journal/sqlite/migrate.ts';
+import {
+  headVersion,
+  loadMigrations,
+  migrate,
+  schemaVersion,
+} from '../src/journal/sqlite/migrate.ts';
 import { SqliteReader } from '../src/journal/sqlite/reader.ts';
 import { lifecycle } from './helpers/events.ts';
 import { tempDir } from './helpers/tmp.ts';
@@ -52,6 +64,58 @@ describe('migrations', () => {
       }
     });
   }
+});
+
+describe('the migration runner', () => {
+  const withExtra = (name: string, sql: string) => {
+    const migrationsDir = `${dir}/migrations-${name}`;
+    mkdirSync(migrationsDir);
+    for (const m of loadMigrations()) {
+      writeFileSync(`${migrationsDir}/${String(m.version).padStart(4, '0')}_${m.name}.sql`, m.sql);
+    }
+    writeFileSync(
+      `${migrationsDir}/${String(headVersion() + 1).padStart(4, '0')}_${name}.sql`,
+      sql,
+    );
+    return loadMigrations(migrationsDir);
+  };
+
+  it('applies a new migration to a journal of the previous schema, and records it', () => {
+    const path = `${dir}/next.db`;
+    copyFileSync(`${FIXTURES}journal-schema-0001.db`, path);
+    const db = new Database(path);
+    migrate(db);
+    expect(migrate(db, withExtra('add_notes', 'ALTER TABLE rooms ADD COLUMN notes TEXT;'))).toEqual(
+      [headVersion() + 1],
+    );
+    expect(schemaVersion(db)).toBe(headVersion() + 1);
+    expect(db.prepare('SELECT count(*) FROM events').pluck().get()).toBeGreaterThan(0);
+    db.close();
+  });
+
+  it('rolls a failing migration back whole and names it', () => {
+    const path = `${dir}/broken.db`;
+    copyFileSync(`${FIXTURES}journal-schema-0001.db`, path);
+    const db = new Database(path);
+    const broken = withExtra(
+      'broken',
+      'CREATE TABLE half_done (x INTEGER); SELECT * FROM no_such_table;',
+    );
+    expect(() => migrate(db, broken)).toThrow(/migration 0002_broken failed and was rolled back/);
+    expect(schemaVersion(db)).toBe(headVersion());
+    expect(
+      db.prepare("SELECT count(*) FROM sqlite_master WHERE name = 'half_done'").pluck().get(),
+    ).toBe(0);
+    db.close();
+  });
+
+  it('refuses a migrations folder with a gap in its numbering', () => {
+    const gap = `${dir}/migrations-gap`;
+    mkdirSync(gap);
+    writeFileSync(`${gap}/0001_a.sql`, 'SELECT 1;');
+    writeFileSync(`${gap}/0003_c.sql`, 'SELECT 1;');
+    expect(() => loadMigrations(gap)).toThrow(/without gaps/);
+  });
 });
 
 describe('journals that cannot be used are refused and never modified', () => {

@@ -2,7 +2,7 @@
 import type { Command } from 'commander';
 import { EVENT_TYPES, type EventType, type JournalEvent } from '../journal/events.ts';
 import { SqliteJournal } from '../journal/sqlite/journal.ts';
-import { headVersion, migrate, schemaVersion } from '../journal/sqlite/migrate.ts';
+import { headVersion, schemaVersion } from '../journal/sqlite/migrate.ts';
 import { DURABILITIES, type Durability, openDatabase } from '../journal/sqlite/open.ts';
 import type { TailFilter } from '../journal/store.ts';
 import { synthEvents } from '../journal/synth.ts';
@@ -365,7 +365,7 @@ async function synthCommand(opts: SynthOptions): Promise<number> {
 }
 
 async function migrateCommand(opts: CommonOptions): Promise<number> {
-  const db = openDatabase({ path: opts.journal, readonly: true });
+  const db = openDatabase({ path: opts.journal, readonly: true, allowOlder: true });
   const before = schemaVersion(db) ?? 0;
   db.close();
   const head = headVersion();
@@ -373,10 +373,9 @@ async function migrateCommand(opts: CommonOptions): Promise<number> {
     print(`${opts.journal} is at schema ${head}, the newest this pdctl knows; nothing to do`);
     return EXIT.ok;
   }
-  const w = openDatabase({ path: opts.journal, durability: 'power' });
-  const applied = migrate(w);
-  w.close();
-  print(`${opts.journal}: schema ${before} → ${head} (applied ${applied.join(', ') || 'none'})`);
+  // A writing open applies every pending migration, each in its own transaction.
+  openDatabase({ path: opts.journal, durability: 'power' }).close();
+  print(`${opts.journal}: schema ${before} → ${head}`);
   return EXIT.ok;
 }
 

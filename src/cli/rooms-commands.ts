@@ -1,5 +1,6 @@
 /** `pdctl rooms` and `pdctl room <id>`: what was in flight, and what happened to one room. */
 import type { Command } from 'commander';
+import { isValidId } from '../journal/events.ts';
 import { isRoomState, ROOM_STATES, type RoomState } from '../journal/states.ts';
 import type { RoomFilter } from '../journal/store.ts';
 import { type CommonOptions, EXIT, openReader, print, printJson } from './context.ts';
@@ -174,11 +175,10 @@ export function registerRoomCommands(
   journalOption(
     program
       .command('room')
-      .argument('<id>', 'room id, as in the X-Pdctl-Room header or `pdctl rooms`')
+      .argument('<id>', 'room id, as printed by `pdctl rooms`')
       .description("one room's timeline: every event, and the time it spent in each state"),
   ).action(async (id: string, opts: CommonOptions) => {
-    if (!/^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$/.test(id))
-      throw new UsageError(`"${id}" is not a room id`);
+    if (!isValidId(id)) throw new UsageError(`"${id}" is not a room id`);
     process.exitCode = await roomCommand(id, opts);
   });
 }

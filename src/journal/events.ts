@@ -10,6 +10,11 @@ import { LIVE_STATES, ROOM_STATES } from './states.ts';
 
 const ID_PATTERN = '^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$';
 const idRe = new RegExp(ID_PATTERN);
+
+/** Whether a string can be a room or engine id: what the CLI and the API accept. */
+export function isValidId(value: string): boolean {
+  return idRe.test(value);
+}
 const Id = Type.String({ pattern: ID_PATTERN });
 const Text = Type.String({ minLength: 1, maxLength: 500 });
 const Count = Type.Integer({ minimum: 0 });

@@ -29,6 +29,8 @@ export interface OpenDatabaseOptions {
   /** Create the file (and its directory) when it does not exist. Default false. */
   create?: boolean;
   durability?: Durability;
+  /** Read-only opens refuse an older schema (queries expect head) unless this is set. */
+  allowOlder?: boolean;
   /** How long a statement waits for another writer's lock, in ms. Default 5000. */
   busyTimeoutMs?: number;
 }
@@ -91,7 +93,7 @@ export function openDatabase(opts: OpenDatabaseOptions): Database.Database {
       );
     }
     if (readonly) {
-      if (version < head) {
+      if (version < head && !opts.allowOlder) {
         throw new JournalError(
           'JOURNAL_VERSION_CONFLICT',
           `${path} has journal schema version ${version}, older than this pdctl's ${head}; ` +
