@@ -23,17 +23,12 @@ export const TERMINAL_STATES = ['completed', 'aborted', 'failed', 'migrated'] as
 export type TerminalState = (typeof TERMINAL_STATES)[number];
 export type LiveState = Exclude<RoomState, TerminalState>;
 
-export const LIVE_STATES: readonly LiveState[] = [
-  'created',
-  'bootstrapping',
-  'waiting_for_input',
-  'prefilling',
-  'transferring',
-  'transferred',
-  'decoding',
-];
-
 const terminal = new Set<string>(TERMINAL_STATES);
+
+/** The non-terminal states, in the order a room passes through them. */
+export const LIVE_STATES: readonly LiveState[] = ROOM_STATES.filter(
+  (s): s is LiveState => !terminal.has(s),
+);
 
 export function isTerminal(state: RoomState): state is TerminalState {
   return terminal.has(state);
