@@ -45,7 +45,7 @@ CREATE TABLE rooms (
   tokens            INTEGER,
   finish_reason     TEXT,
   released_by       TEXT    NOT NULL DEFAULT '[]',  -- JSON array of engine ids
-  deadlines_ms      TEXT    NOT NULL,               -- JSON: deadline per live state
+  deadlines_ms      TEXT    NOT NULL,               -- JSON array: deadline per live state, in state order
   last_seq          INTEGER NOT NULL,
   event_count       INTEGER NOT NULL
 );

@@ -1,7 +1,7 @@
 /** Mapping between the `rooms` / `events` tables and their TypeScript shapes. */
 import type { EventType, JournalEvent } from '../events.ts';
 import type { Room } from '../reducer.ts';
-import type { RoomState, StateDeadlinesMs } from '../states.ts';
+import { LIVE_STATES, type RoomState, type StateDeadlinesMs } from '../states.ts';
 
 /** Column order of `rooms`, shared by the upsert and by `roomToParams`. */
 export const ROOM_COLUMNS = [
@@ -97,10 +97,16 @@ export function roomToParams(r: Room): Array<string | number | null> {
     r.tokens,
     r.finishReason,
     JSON.stringify(r.releasedBy),
-    JSON.stringify(r.deadlinesMs),
+    JSON.stringify(LIVE_STATES.map((s) => r.deadlinesMs[s])),
     r.lastSeq,
     r.eventCount,
   ];
+}
+
+/** `deadlines_ms` holds one number per live state, in state order: compact, since every update rewrites the row. */
+function deadlinesFromJson(json: string): StateDeadlinesMs {
+  const values = JSON.parse(json) as number[];
+  return Object.fromEntries(LIVE_STATES.map((s, i) => [s, values[i]])) as StateDeadlinesMs;
 }
 
 export function rowToRoom(row: RoomRow): Room {
@@ -131,7 +137,7 @@ export function rowToRoom(row: RoomRow): Room {
     tokens: row.tokens as number | null,
     finishReason: row.finish_reason as string | null,
     releasedBy: JSON.parse(row.released_by as string) as string[],
-    deadlinesMs: JSON.parse(row.deadlines_ms as string) as StateDeadlinesMs,
+    deadlinesMs: deadlinesFromJson(row.deadlines_ms as string),
     lastSeq: row.last_seq as number,
     eventCount: row.event_count as number,
   };
