@@ -134,6 +134,8 @@ export interface JournalHealth {
   /** Transactions committed by this process, and events in the last one (group-commit size). */
   commits: number;
   lastBatchSize: number;
+  /** Times the writer thread died and was restarted. */
+  writerRestarts: number;
 }
 
 export interface Subscription {

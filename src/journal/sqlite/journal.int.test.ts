@@ -225,6 +225,39 @@ describe('SqliteJournal append', () => {
   });
 });
 
+describe('SqliteJournal writer supervision', () => {
+  it('restarts a crashed writer thread; appends queued meanwhile commit, in-flight ones fail retryably', async () => {
+    const j = await fresh({ durability: 'power' });
+    try {
+      await j.append(created('before-crash'));
+      j.crashWriterForDrill();
+      const outcomes = await Promise.allSettled(
+        Array.from({ length: 50 }, (_, i) => j.append(created(`during-${i}`))),
+      );
+      for (const o of outcomes) {
+        if (o.status === 'rejected')
+          expect(o.reason).toMatchObject({ code: 'JOURNAL_WRITE_FAILED' });
+      }
+      // Whatever failed is retried with the same event id, as an engine would after a reconnect.
+      const retry = () =>
+        j.append({ ...created('after-crash'), eventId: 'after-crash-1' }).catch((e: unknown) => e);
+      const deadline = Date.now() + 10_000;
+      let after = await retry();
+      while (!(after as { status?: string }).status && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 50));
+        after = await retry();
+      }
+      expect(['applied', 'duplicate']).toContain((after as { status: string }).status);
+      expect(j.health()).toMatchObject({ state: 'ready', writable: true, writerRestarts: 1 });
+      expect((await j.verify()).ok).toBe(true);
+      const committed = outcomes.filter((o) => o.status === 'fulfilled').length;
+      expect((await j.stats()).rooms).toBe(2 + committed);
+    } finally {
+      await j.drain();
+    }
+  });
+});
+
 describe('SqliteJournal subscriptions and cursors', () => {
   it('delivers catch-up then live events in seq order with no gap and no duplicate', async () => {
     const j = await fresh();

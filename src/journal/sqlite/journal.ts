@@ -119,8 +119,16 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
   }
 
   private onWriterRestarted(): void {
-    if (this.state === 'starting') this.state = 'ready';
     this.scheduleFlush();
+  }
+
+  /**
+   * Fault injection for drills and tests: kills the writer thread the way a crash would (at
+   * `power` durability; an inline writer has no thread and this does nothing). The supervisor
+   * restarts it; appends queued meanwhile are committed once it is back.
+   */
+  crashWriterForDrill(): void {
+    this.writer.crash();
   }
 
   private schemaVersionSync(): number {
@@ -323,13 +331,14 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
 
   health(): JournalHealth {
     return {
-      state: this.state,
+      state: this.state === 'ready' && !this.writer.ready ? 'starting' : this.state,
       writable: this.writable,
       lastError: this.lastError,
       pending: this.queue.length + this.inFlightEvents,
       committedSeq: this.committedSeq,
       commits: this.commits,
       lastBatchSize: this.lastBatchSize,
+      writerRestarts: this.writer.restarts,
     };
   }
 

@@ -37,6 +37,9 @@ export function executeOp(w: OpenedWriter, req: WriterOp): WriterResult {
     case 'close':
       w.db.close();
       return {};
+    case 'crash':
+      // Only the writer thread acts on this (writer-thread.ts); never on the main thread.
+      throw new JournalError('JOURNAL_WRITE_FAILED', 'crash is a drill for the writer thread only');
   }
 }
 

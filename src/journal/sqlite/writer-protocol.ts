@@ -18,7 +18,9 @@ export type WriterOp =
   | { op: 'cursor'; name: string; seq: number; ts: number }
   | { op: 'prune'; cutoffTs: number; chunkRooms: number }
   | { op: 'checkpoint' }
-  | { op: 'close' };
+  | { op: 'close' }
+  /** Drills only: the thread exits at once, as a crash would. */
+  | { op: 'crash' };
 
 export interface WriterResult {
   outcomes?: Outcome[];

@@ -23,6 +23,7 @@ try {
 }
 
 port.on('message', (req: WriterRequest) => {
+  if (req.op === 'crash') process.exit(70); // a drill: in a worker this ends the thread only
   try {
     const result = executeOp(opened, req);
     reply({ id: req.id, ok: true, ...result });

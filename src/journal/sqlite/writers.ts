@@ -14,11 +14,15 @@ export interface Writer {
   readonly kind: 'inline' | 'thread';
   /** False while a crashed writer thread is being restarted. */
   readonly ready: boolean;
+  /** Times the writer thread was restarted after it died (0 for an inline writer). */
+  readonly restarts: number;
   run(op: WriterOp): Promise<WriterResult>;
   /** Closes the writing connection after the work already handed over. */
   close(): Promise<void>;
   /** Stops at once; work in flight fails with JOURNAL_CLOSED. */
   terminate(): void;
+  /** Drills only: the writer thread dies as if it had crashed (inline writers have none). */
+  crash(): void;
 }
 
 export interface WriterHooks {
@@ -125,7 +129,9 @@ const RESTART_BACKOFF_MS = [50, 200, 1000, 5000];
 class ThreadWriter implements Writer {
   readonly kind = 'thread';
   private channel: ThreadChannel | null;
-  private restarts = 0;
+  /** Consecutive failed starts, for the back-off; reset once a thread is up. */
+  private attempts = 0;
+  restarts = 0;
   private stopping = false;
 
   constructor(
@@ -164,11 +170,11 @@ class ThreadWriter implements Writer {
 
   private scheduleRestart(code: number): void {
     const delay = RESTART_BACKOFF_MS[
-      Math.min(this.restarts, RESTART_BACKOFF_MS.length - 1)
+      Math.min(this.attempts, RESTART_BACKOFF_MS.length - 1)
     ] as number;
-    this.restarts++;
+    this.attempts++;
     this.hooks.log.error(
-      { code, restartInMs: delay, restarts: this.restarts },
+      { code, restartInMs: delay, attempt: this.attempts },
       'journal writer thread exited; restarting it',
     );
     setTimeout(() => {
@@ -180,7 +186,8 @@ class ThreadWriter implements Writer {
             return;
           }
           this.channel = this.attach(worker);
-          this.restarts = 0;
+          this.attempts = 0;
+          this.restarts++;
           this.hooks.log.info({}, 'journal writer thread restarted');
           this.hooks.onRestarted();
         },
@@ -223,6 +230,10 @@ class ThreadWriter implements Writer {
     channel.failAll(new JournalError('JOURNAL_CLOSED', 'journal was closed'));
     void channel.worker.terminate();
   }
+
+  crash(): void {
+    this.channel?.worker.postMessage({ id: 0, op: 'crash' });
+  }
 }
 
 const CHECKPOINT_EVERY_MS = 500;
@@ -231,6 +242,7 @@ const CHECKPOINT_EVERY_MS = 500;
 class InlineWriter implements Writer {
   readonly kind = 'inline';
   readonly ready = true;
+  readonly restarts = 0;
   private checkpointer: ThreadChannel | null = null;
   private dirty = false;
   private checkpointing = false;
@@ -301,6 +313,8 @@ class InlineWriter implements Writer {
     this.opened.db.pragma('wal_autocheckpoint = 1000');
     this.opened.db.close();
   }
+
+  crash(): void {}
 
   terminate(): void {
     if (this.closed) return;
