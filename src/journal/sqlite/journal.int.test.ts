@@ -258,6 +258,73 @@ describe('SqliteJournal writer supervision', () => {
   });
 });
 
+describe('SqliteJournal when the disk is full', () => {
+  it.each(['process', 'power'] as const)(
+    '%s: failed commits are refused whole, nothing half-applied, and appends resume when space returns',
+    async (durability) => {
+      const j = await fresh({ durability });
+      try {
+        const rooms = Array.from({ length: 20 }, (_, i) => `full-${i}`);
+        await Promise.all(rooms.map((r) => j.append(created(r))));
+        const pages = (j as unknown as { db: Database.Database }).db.pragma('page_count', {
+          simple: true,
+        }) as number;
+        await j.limitPagesForDrill(pages);
+        let failure: unknown = null;
+        let round = 0;
+        // Big payloads until a commit needs a page it cannot have.
+        while (!failure && round < 200) {
+          failure = await Promise.all(
+            rooms.map((r) =>
+              j.append({
+                type: 'room.abort_requested',
+                room: r,
+                source: 'test',
+                data: { reason: `x${round}`.padEnd(400, 'x') },
+              }),
+            ),
+          ).then(
+            () => null,
+            (e: unknown) => e,
+          );
+          round++;
+        }
+        expect(failure).toMatchObject({ code: 'JOURNAL_WRITE_FAILED' });
+        expect((failure as Error).message).toMatch(/full/i);
+        expect(j.health()).toMatchObject({ writable: false });
+        await j.limitPagesForDrill(null);
+        // The writer's room cache must match the database: the failed batch changed nothing. An
+        // abort request now must keep the first committed one's reason, as the fold does.
+        await Promise.all(
+          rooms.map((r) =>
+            j.append({
+              type: 'room.abort_requested',
+              room: r,
+              source: 'test',
+              data: { reason: 'after' },
+            }),
+          ),
+        );
+        for (const r of rooms) {
+          expect(
+            await j.append({
+              type: 'room.bootstrap_started',
+              room: r,
+              engine: 'd0',
+              source: 'd0',
+              data: {},
+            }),
+          ).toMatchObject({ status: 'applied', state: 'bootstrapping' });
+        }
+        expect(j.health()).toMatchObject({ writable: true, lastError: null });
+        expect((await j.verify()).ok).toBe(true);
+      } finally {
+        await j.drain();
+      }
+    },
+  );
+});
+
 describe('SqliteJournal subscriptions and cursors', () => {
   it('delivers catch-up then live events in seq order with no gap and no duplicate', async () => {
     const j = await fresh();

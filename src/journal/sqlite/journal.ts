@@ -131,6 +131,14 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
     this.writer.crash();
   }
 
+  /**
+   * Fault injection for drills and tests: the database may grow to at most `pages` pages, so
+   * commits that need more fail as on a full disk (SQLITE_FULL); null lifts the cap.
+   */
+  async limitPagesForDrill(pages: number | null): Promise<void> {
+    await this.writer.run({ op: 'limit_pages', pages });
+  }
+
   private schemaVersionSync(): number {
     return this.db.prepare('SELECT max(version) FROM schema_migrations').pluck().get() as number;
   }

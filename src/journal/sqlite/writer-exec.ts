@@ -9,17 +9,25 @@ export interface OpenedWriter {
   db: Database.Database;
   writer: BatchWriter | null;
   headSeq: number;
+  /** SQLite's page cap when opened, restored after a `limit_pages` drill. */
+  maxPageCount: number;
 }
 
 export function openWriter(init: WriterInit): OpenedWriter {
   const db = openDatabase({ path: init.path, durability: init.durability, create: init.create });
-  if (init.role === 'checkpointer') return { db, writer: null, headSeq: 0 };
+  const maxPageCount = db.pragma('max_page_count', { simple: true }) as number;
+  if (init.role === 'checkpointer') return { db, writer: null, headSeq: 0, maxPageCount };
   if (init.durability === 'process') {
     // Checkpoints (which fsync) are run by the checkpointer thread, not inside a commit here.
     db.pragma('wal_autocheckpoint = 0');
   }
   const headSeq = db.prepare('SELECT coalesce(max(seq), 0) FROM events').pluck().get() as number;
-  return { db, writer: new BatchWriter(db, { roomCacheSize: init.roomCacheSize }), headSeq };
+  return {
+    db,
+    writer: new BatchWriter(db, { roomCacheSize: init.roomCacheSize }),
+    headSeq,
+    maxPageCount,
+  };
 }
 
 export function executeOp(w: OpenedWriter, req: WriterOp): WriterResult {
@@ -36,6 +44,9 @@ export function executeOp(w: OpenedWriter, req: WriterOp): WriterResult {
       return {};
     case 'close':
       w.db.close();
+      return {};
+    case 'limit_pages':
+      w.db.pragma(`max_page_count = ${req.pages ?? w.maxPageCount}`);
       return {};
     case 'crash':
       // Only the writer thread acts on this (writer-thread.ts); never on the main thread.

@@ -19,6 +19,8 @@ export type WriterOp =
   | { op: 'prune'; cutoffTs: number; chunkRooms: number }
   | { op: 'checkpoint' }
   | { op: 'close' }
+  /** Drills only: cap the database at `pages` pages (null: lift the cap), as a full disk would. */
+  | { op: 'limit_pages'; pages: number | null }
   /** Drills only: the thread exits at once, as a crash would. */
   | { op: 'crash' };
 
