@@ -194,6 +194,54 @@ describe('pdctl refuses bad input with a clear message and the right exit code',
   });
 });
 
+describe('pdctl journal backup and an interrupted synth', () => {
+  it('copies a journal consistently while another process appends to it', async () => {
+    const path = `${dir}/live.db`;
+    const copy = `${dir}/live-copy.db`;
+    const j = await SqliteJournal.open({ path });
+    let writing = true;
+    let n = 0;
+    const writer = (async () => {
+      while (writing) await Promise.all(lifecycle(`live-${n++}`).map((ev) => j.append(ev)));
+    })();
+    await new Promise((r) => setTimeout(r, 300));
+    const r = await pdctl(['journal', 'backup', '--journal', path, '--to', copy]);
+    writing = false;
+    await writer;
+    await j.drain();
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/copied .* to .*live-copy\.db/);
+    const v = await pdctl(['journal', 'verify', '--journal', copy, '--json']);
+    expect(v.code).toBe(0);
+    expect(json<{ ok: boolean; events: number }>(v.stdout).events).toBeGreaterThan(0);
+    const again = await pdctl(['journal', 'backup', '--journal', path, '--to', copy]);
+    expect(again.code).toBe(2);
+    expect(again.stderr).toMatch(/already exists; .* --force/);
+  });
+
+  it('stops a long synth on SIGINT with every appended event committed', async () => {
+    const path = `${dir}/interrupted.db`;
+    const child = spawnTs('src/cli/bin.ts', [
+      'journal',
+      'synth',
+      '--rooms',
+      '5000000',
+      '--journal',
+      path,
+    ]);
+    let stderr = '';
+    child.stderr?.on('data', (d: Buffer) => (stderr += d.toString()));
+    const deadline = Date.now() + 20_000;
+    while (!stderr.includes('events/s') && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 50));
+    child.kill('SIGINT');
+    const code = await new Promise((r) => child.once('exit', r));
+    expect(code).toBe(130);
+    expect(stderr).toMatch(/interrupted after \d+ events; every one of them is committed/);
+    expect((await pdctl(['journal', 'verify', '--journal', path])).code).toBe(0);
+  });
+});
+
 describe('pdctl journal migrate', () => {
   it('upgrades an older journal in place, after readers asked for it', async () => {
     const path = `${dir}/old.db`;

@@ -1,3 +1,4 @@
+import { existsSync, statSync } from 'node:fs';
 /** `pdctl journal …`: verify, tail, stats, prune, synth, migrate. */
 import type { Command } from 'commander';
 import { EVENT_TYPES, type EventType, type JournalEvent } from '../journal/events.ts';
@@ -326,8 +327,16 @@ async function synthCommand(opts: SynthOptions): Promise<number> {
   let appended = 0;
   let lastNote = started;
   const window = new Set<Promise<void>>();
+  // Ctrl-C stops generating; what was appended is committed before exit, so the journal is whole.
+  let interrupted = false;
+  const stop = () => {
+    interrupted = true;
+  };
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
   try {
     for (const ev of synthEvents(options, progress)) {
+      if (interrupted) break;
       const p = journal.append(ev).then((r) => {
         counts[r.status]++;
         window.delete(p);
@@ -345,7 +354,15 @@ async function synthCommand(opts: SynthOptions): Promise<number> {
     }
     await Promise.all(window);
   } finally {
+    process.off('SIGINT', stop);
+    process.off('SIGTERM', stop);
     await journal.drain();
+  }
+  if (interrupted) {
+    note(
+      `synth: interrupted after ${appended} events; every one of them is committed and the journal is consistent`,
+    );
+    return EXIT.interrupted;
   }
   const secs = (performance.now() - started) / 1000;
   const summary = {
@@ -360,6 +377,50 @@ async function synthCommand(opts: SynthOptions): Promise<number> {
   else
     print(
       `wrote ${appended} events for ${rooms} rooms to ${opts.journal} in ${secs.toFixed(1)}s (${summary.eventsPerSecond} events/s; ${counts.rejected} rejected as late, as real races produce)`,
+    );
+  return EXIT.ok;
+}
+
+interface BackupOptions extends CommonOptions {
+  to: string;
+  force?: boolean;
+}
+
+/** A consistent copy of a journal, safe while pdctl is writing it (SQLite's online backup). */
+async function backupCommand(opts: BackupOptions): Promise<number> {
+  if (existsSync(opts.to) && !opts.force) {
+    throw new UsageError(
+      `${opts.to} already exists; pick another name or pass --force to overwrite it`,
+    );
+  }
+  const db = openDatabase({ path: opts.journal, readonly: true, allowOlder: true });
+  const started = performance.now();
+  let lastNote = started;
+  try {
+    await db.backup(opts.to, {
+      progress: ({ totalPages, remainingPages }) => {
+        const t = performance.now();
+        if (t - lastNote > 1000) {
+          lastNote = t;
+          note(`backup: ${totalPages - remainingPages}/${totalPages} pages`);
+        }
+        return 1000;
+      },
+    });
+  } finally {
+    db.close();
+  }
+  const bytes = statSync(opts.to).size;
+  const result = {
+    from: opts.journal,
+    to: opts.to,
+    bytes,
+    seconds: Number(((performance.now() - started) / 1000).toFixed(2)),
+  };
+  if (opts.json) printJson(result);
+  else
+    print(
+      `copied ${opts.journal} to ${opts.to} (${(bytes / 1048576).toFixed(1)} MiB) in ${result.seconds}s; check it with pdctl journal verify --journal ${opts.to}`,
     );
   return EXIT.ok;
 }
@@ -461,6 +522,18 @@ export function registerJournalCommands(
       .option('--durability <level>', 'process or power (see README: Durability)', 'power'),
   ).action(async (opts: SynthOptions) => {
     process.exitCode = await synthCommand(opts);
+  });
+
+  journalOption(
+    journal
+      .command('backup')
+      .description(
+        'copy the journal consistently, even while pdctl is writing it (plain cp of a live WAL database is not safe)',
+      )
+      .requiredOption('--to <file>', 'where to write the copy')
+      .option('--force', 'overwrite --to if it exists'),
+  ).action(async (opts: BackupOptions) => {
+    process.exitCode = await backupCommand(opts);
   });
 
   journalOption(

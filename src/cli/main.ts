@@ -25,7 +25,7 @@ export function buildProgram(): Command {
     .showHelpAfterError('(run with --help for usage)')
     .addHelpText(
       'after',
-      '\nExit codes: 0 ok · 1 the command found a problem (verify failed, no such room) · 2 bad usage · 3 the journal could not be opened\n' +
+      '\nExit codes: 0 ok · 1 the command found a problem (verify failed, no such room) · 2 bad usage · 3 the journal could not be opened · 130 interrupted\n' +
         'Times are UTC. Examples:\n' +
         '  pdctl journal synth --rooms 10000        # try the queries on a realistic journal\n' +
         '  pdctl rooms --in-flight-at 03:12         # what was in flight at 03:12 UTC\n' +
