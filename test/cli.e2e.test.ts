@@ -242,6 +242,28 @@ describe('pdctl journal backup and an interrupted synth', () => {
   });
 });
 
+describe('one writer per journal', () => {
+  it('refuses a second writer while one runs, serves readers, and takes over from a writer that died', async () => {
+    const path = `${dir}/locked.db`;
+    const child = spawnTs('test/helpers/crash-child.ts', [path, 'power', '8']);
+    let out = '';
+    child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
+    const deadline = Date.now() + 20_000;
+    while (!out.includes('ack ') && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 50));
+    const busy = await pdctl(['journal', 'prune', '--older-than', '1d', '--journal', path]);
+    expect(busy.code).toBe(3);
+    expect(busy.stderr).toMatch(
+      new RegExp(`being written by pid ${child.pid} .*one writer at a time`),
+    );
+    expect((await pdctl(['journal', 'verify', '--journal', path])).code).toBe(0);
+    child.kill('SIGKILL');
+    await new Promise((r) => child.once('exit', r));
+    const after = await pdctl(['journal', 'prune', '--older-than', '1d', '--journal', path]);
+    expect(after.code, after.stderr).toBe(0);
+  });
+});
+
 describe('pdctl journal migrate', () => {
   it('upgrades an older journal in place, after readers asked for it', async () => {
     const path = `${dir}/old.db`;

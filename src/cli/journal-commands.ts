@@ -5,6 +5,7 @@ import { EVENT_TYPES, type EventType, type JournalEvent } from '../journal/event
 import { SqliteJournal } from '../journal/sqlite/journal.ts';
 import { headVersion, schemaVersion } from '../journal/sqlite/migrate.ts';
 import { DURABILITIES, type Durability, openDatabase } from '../journal/sqlite/open.ts';
+import { acquireWriterLock } from '../journal/sqlite/writer-lock.ts';
 import type { TailFilter } from '../journal/store.ts';
 import { synthEvents } from '../journal/synth.ts';
 import {
@@ -435,7 +436,12 @@ async function migrateCommand(opts: CommonOptions): Promise<number> {
     return EXIT.ok;
   }
   // A writing open applies every pending migration, each in its own transaction.
-  openDatabase({ path: opts.journal, durability: 'power' }).close();
+  const lock = acquireWriterLock(opts.journal);
+  try {
+    openDatabase({ path: opts.journal, durability: 'power' }).close();
+  } finally {
+    lock.release();
+  }
   print(`${opts.journal}: schema ${before} → ${head}`);
   return EXIT.ok;
 }
@@ -494,12 +500,12 @@ export function registerJournalCommands(
     journal
       .command('prune')
       .description(
-        'delete whole terminal rooms that ended longer ago than --older-than; never a live room',
+        'delete whole terminal rooms that ended longer ago than --older-than; never a live room (a writer: not while pdctl serve runs)',
       )
       .requiredOption('--older-than <age>', 'e.g. 7d, 12h')
       .option(
         '--chunk <rooms>',
-        'rooms per transaction, so a running control plane is never blocked long',
+        'rooms per transaction, so readers of the journal are never blocked long',
         '500',
       )
       .option('--dry-run', 'count what would be deleted, change nothing'),

@@ -491,6 +491,15 @@ describe('SqliteJournal queries', () => {
     }
   });
 
+  it('allows one writer per journal file', async () => {
+    const path = `${dir}/one-writer.db`;
+    const j = await SqliteJournal.open({ path });
+    await expect(SqliteJournal.open({ path })).rejects.toMatchObject({ code: 'JOURNAL_BUSY' });
+    await j.drain();
+    const again = await SqliteJournal.open({ path });
+    await again.drain();
+  });
+
   it('refuses appends after drain with JOURNAL_CLOSED', async () => {
     const j = await fresh();
     await j.drain();

@@ -3,6 +3,8 @@
  * reads on a read-only connection. Appends that arrive in one event-loop turn share one
  * transaction; while a transaction is committing, new appends gather into the next one.
  */
+import { existsSync, mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
 import type { Logger } from '../../log.ts';
 import { silentLogger } from '../../log.ts';
 import { JournalError } from '../errors.ts';
@@ -21,6 +23,7 @@ import { SubscriptionHub } from '../subscriptions.ts';
 import { type Outcome, rejectionData } from './batch-writer.ts';
 import { DEFAULT_DURABILITY, type Durability } from './open.ts';
 import { SqliteReader } from './reader.ts';
+import { acquireWriterLock, type WriterLock } from './writer-lock.ts';
 import type { WriterInit } from './writer-protocol.ts';
 import { startWriter, type Writer } from './writers.ts';
 
@@ -66,7 +69,13 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
   private drained: Promise<void> | null = null;
   private readonly idleWaiters: Array<() => void> = [];
 
-  private constructor(options: SqliteJournalOptions, writer: Writer, headSeq: number, log: Logger) {
+  private constructor(
+    options: SqliteJournalOptions,
+    writer: Writer,
+    headSeq: number,
+    log: Logger,
+    private readonly lock: WriterLock,
+  ) {
     super(options.path);
     this.writer = writer;
     // An inline writer blocks the event loop for the length of a batch: keep batches shorter there.
@@ -92,15 +101,29 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
       role: 'writer',
     };
     const log = options.logger ?? silentLogger;
+    if (!existsSync(options.path)) {
+      if (!init.create) {
+        throw new JournalError(
+          'JOURNAL_NOT_FOUND',
+          `no journal at ${options.path}; pass --journal PATH to name one`,
+        );
+      }
+      mkdirSync(dirname(options.path), { recursive: true });
+    }
+    const lock = acquireWriterLock(options.path);
     let journal: SqliteJournal | null = null;
-    const { writer, headSeq } = await startWriter(init, {
-      log,
-      onRestarted: () => journal?.onWriterRestarted(),
-    });
+    let started: Awaited<ReturnType<typeof startWriter>>;
     try {
-      journal = new SqliteJournal(options, writer, headSeq, log);
+      started = await startWriter(init, { log, onRestarted: () => journal?.onWriterRestarted() });
     } catch (err) {
-      writer.terminate();
+      lock.release();
+      throw err;
+    }
+    try {
+      journal = new SqliteJournal(options, started.writer, started.headSeq, log, lock);
+    } catch (err) {
+      started.writer.terminate();
+      lock.release();
       throw err;
     }
     if (options.announce) {
@@ -383,6 +406,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
 
   private finish(): void {
     this.state = 'closed';
+    this.lock.release();
     this.hub.closeAll();
     super.close();
     for (const w of this.idleWaiters.splice(0)) w();

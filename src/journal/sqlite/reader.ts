@@ -97,9 +97,14 @@ export class SqliteReader implements JournalReader {
   }
 
   /** Runs a read, mapping SQLite's corruption errors to JOURNAL_CORRUPT. */
+  /**
+   * Runs a read in one read transaction, so that every query in it sees the same snapshot even
+   * while a writer commits (verify reads events and rooms separately and must not see them at
+   * different moments). SQLite's corruption errors become JOURNAL_CORRUPT.
+   */
   protected read<T>(fn: () => T): Promise<T> {
     try {
-      return Promise.resolve(fn());
+      return Promise.resolve(this.db.inTransaction ? fn() : this.db.transaction(fn).deferred());
     } catch (err) {
       return Promise.reject(classifySqliteError(err, this.path));
     }

@@ -1,0 +1,101 @@
+/**
+ * One writer per journal. The writer keeps rooms in memory, so a second writer on the same file
+ * (a `pdctl journal prune` beside a running control plane, say) would fold events against stale
+ * state. The lock is a file beside the journal naming its holder; a holder that died (kill -9)
+ * leaves it behind, and the next writer takes it over once that process is gone.
+ */
+import { closeSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
+import { hostname } from 'node:os';
+import { resolve } from 'node:path';
+import { JournalError } from '../errors.ts';
+
+interface Holder {
+  pid: number;
+  host: string;
+  since: number;
+  command: string;
+}
+
+/** Journals this process writes: a second writer in the same process is refused too. */
+const heldHere = new Set<string>();
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+function readHolder(lockPath: string): Holder | null {
+  try {
+    return JSON.parse(readFileSync(lockPath, 'utf8')) as Holder;
+  } catch {
+    return null; // unreadable or half-written: treated as stale
+  }
+}
+
+export interface WriterLock {
+  release(): void;
+}
+
+export function acquireWriterLock(journalPath: string): WriterLock {
+  const key = resolve(journalPath);
+  const lockPath = `${key}.writer.lock`;
+  if (heldHere.has(key)) {
+    throw new JournalError(
+      'JOURNAL_BUSY',
+      `journal ${journalPath} is already open for writing in this process`,
+    );
+  }
+  const me: Holder = {
+    pid: process.pid,
+    host: hostname(),
+    since: Date.now(),
+    command: process.argv.slice(1).join(' '),
+  };
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      const fd = openSync(lockPath, 'wx');
+      writeSync(fd, JSON.stringify(me));
+      closeSync(fd);
+      heldHere.add(key);
+      let released = false;
+      return {
+        release() {
+          if (released) return;
+          released = true;
+          heldHere.delete(key);
+          if (readHolder(lockPath)?.pid === process.pid) unlinkSync(lockPath);
+        },
+      };
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+    const holder = readHolder(lockPath);
+    if (holder && holder.host === me.host && holder.pid !== process.pid && alive(holder.pid)) {
+      throw new JournalError(
+        'JOURNAL_BUSY',
+        `journal ${journalPath} is being written by pid ${holder.pid} since ${new Date(holder.since).toISOString()} ` +
+          `(${holder.command}); one writer at a time — stop it first, or use the read-only commands (rooms, room, journal tail/stats/verify/backup)`,
+      );
+    }
+    if (holder && holder.host !== me.host) {
+      throw new JournalError(
+        'JOURNAL_BUSY',
+        `journal ${journalPath} is locked by pid ${holder.pid} on host ${holder.host}; if that writer is gone, remove ${lockPath}`,
+      );
+    }
+    // The holder died without releasing (kill -9, power loss): take the lock over.
+    try {
+      unlinkSync(lockPath);
+    } catch {
+      // another writer removed it first; the next attempt finds out who won
+    }
+  }
+  throw new JournalError(
+    'JOURNAL_BUSY',
+    `journal ${journalPath}: another writer took the lock at the same moment`,
+  );
+}
