@@ -100,6 +100,17 @@ describe('pdctl on a synthetic journal', () => {
     expect(lines.map((l) => l.seq)).toEqual([...lines.map((l) => l.seq)].sort((a, b) => a - b));
   });
 
+  it('exits quietly when its reader closes the pipe early (| head)', async () => {
+    const child = spawnTs('src/cli/bin.ts', ['journal', 'tail', '-n', '10000', ...J]);
+    let stderr = '';
+    child.stderr?.on('data', (d: Buffer) => (stderr += d.toString()));
+    await new Promise((r) => child.stdout?.once('data', r));
+    child.stdout?.destroy();
+    const code = await new Promise((r) => child.once('exit', r));
+    expect(code).toBe(0);
+    expect(stderr).not.toMatch(/EPIPE|Unhandled/);
+  });
+
   it('follows the journal live while another process appends', async () => {
     const path = `${dir}/follow.db`;
     const j = await SqliteJournal.open({ path });

@@ -18,8 +18,8 @@ export function buildProgram(): Command {
   const program = new Command('pdctl')
     .version(VERSION)
     .description(
-      'pdctl — control plane for prefill/decode disaggregated LLM serving, with a durable room journal.\n' +
-        'Every room transition, abort and KV transfer is committed to a SQLite journal before anyone acts on it;\n' +
+      'pdctl — control plane for prefill/decode disaggregated LLM serving, with a durable room journal. ' +
+        'Every room transition, abort and KV transfer is committed to a SQLite journal before anyone acts on it; ' +
         'these commands answer "what happened to room X" and "what was in flight at 03:12" after an incident.',
     )
     .showHelpAfterError('(run with --help for usage)')
