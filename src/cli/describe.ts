@@ -38,6 +38,18 @@ export function describeEvent(ev: JournalEvent): string {
       return `${d.rooms} rooms, ${d.events} events ended before ${new Date(d.cutoffTs as number).toISOString()}`;
     case 'recovery.action':
       return `${d.action}: ${d.reason} → ${d.outcome}`;
+    case 'engine.registered':
+      return `${d.role}, incarnation ${d.incarnation}`;
+    case 'engine.stalled':
+    case 'engine.lost':
+    case 'engine.recovered':
+    case 'engine.restarted': {
+      const { reason, ...rest } = d;
+      const extra = Object.entries(rest).map(
+        ([k, v]) => `${k} ${typeof v === 'string' ? v : JSON.stringify(v)}`,
+      );
+      return [String(reason), ...extra].join(', ');
+    }
     default: {
       const s = JSON.stringify(d);
       return s === '{}' ? '' : s.length > 100 ? `${s.slice(0, 97)}...` : s;

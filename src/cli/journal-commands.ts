@@ -116,7 +116,11 @@ async function tailCommand(opts: TailOptions): Promise<number> {
   const emit = (e: JournalEvent) =>
     opts.json ? process.stdout.write(`${JSON.stringify(e)}\n`) : print(eventRow(e));
   try {
-    const first = reader.tailSync(filter);
+    // With --since the question is "what happened from then on": the first events after it.
+    const first = reader.tailSync({
+      ...filter,
+      order: filter.since !== undefined ? 'oldest' : 'newest',
+    });
     first.forEach(emit);
     if (!opts.follow) return EXIT.ok;
     let last = first[first.length - 1]?.seq ?? (await reader.headSeq());
@@ -285,6 +289,7 @@ interface SynthOptions extends CommonOptions {
   durability: string;
   prefill: string;
   decode: string;
+  incidents: string;
 }
 
 function parseDurability(input: string): Durability {
@@ -316,7 +321,11 @@ async function synthCommand(opts: SynthOptions): Promise<number> {
     endTs: parseTime(opts.end),
     prefill: engines(opts.prefill, '--prefill'),
     decode: engines(opts.decode, '--decode'),
+    incidents: Number(opts.incidents),
   };
+  if (!Number.isInteger(options.incidents) || options.incidents < 0 || options.incidents > 1000) {
+    throw new UsageError(`--incidents must be an integer from 0 to 1000, got "${opts.incidents}"`);
+  }
   const journal = await SqliteJournal.open({
     path: opts.journal,
     durability,
@@ -465,7 +474,9 @@ export function registerJournalCommands(
   journalOption(
     journal
       .command('tail')
-      .description('print the newest events, oldest first; --follow keeps printing new ones')
+      .description(
+        'print the newest events (or the first ones from --since on), oldest first; --follow keeps printing new ones',
+      )
       .option('-f, --follow', 'keep printing events as they are committed')
       .option(
         '--type <types>',
@@ -473,7 +484,10 @@ export function registerJournalCommands(
       )
       .option('--room <id>', 'only this room')
       .option('--engine <id>', 'only events from this engine')
-      .option('--since <time>', 'only events at or after this time (ISO-8601, 10m, 03:12, unix ms)')
+      .option(
+        '--since <time>',
+        'start at this time and print the first events from then on (ISO-8601, 10m, 03:12, unix ms)',
+      )
       .option('-n, --limit <n>', 'events to print first (1-10000)', '50')
       .option('--interval-ms <ms>', 'poll interval with --follow', '250'),
   ).action(async (opts: TailOptions) => {
@@ -525,6 +539,7 @@ export function registerJournalCommands(
       .option('--end <time>', 'when the span ends; rooms still running then stay in flight', 'now')
       .option('--prefill <ids>', 'prefill engine ids', 'p0,p1')
       .option('--decode <ids>', 'decode engine ids', 'd0,d1')
+      .option('--incidents <n>', 'engine stalls of 15-30 s, with the rooms they fail', '1')
       .option('--durability <level>', 'process or power (see README: Durability)', 'power'),
   ).action(async (opts: SynthOptions) => {
     process.exitCode = await synthCommand(opts);

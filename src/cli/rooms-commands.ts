@@ -103,7 +103,7 @@ export async function roomCommand(id: string, opts: CommonOptions): Promise<numb
       if (r.migratedFrom) print(`  migrated from ${r.migratedFrom}`);
       if (r.abortRequestedAt !== null)
         print(`  abort requested at ${formatTs(r.abortRequestedAt)} (${r.abortReason})`);
-      print(`  released  ${r.releasedBy.length ? r.releasedBy.join(', ') : 'by no engine yet'}`);
+      print(`  released  ${r.releasedBy.length ? r.releasedBy.join(', ') : 'none'}`);
     } else {
       print(`room ${id}: only rejected events (the room itself was never created)`);
     }

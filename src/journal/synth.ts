@@ -6,7 +6,7 @@
  */
 import type { EventInput } from './events.ts';
 import { newRoomId } from './ids.ts';
-import { LIVE_STATES, type LiveState } from './states.ts';
+import { DEFAULT_STATE_DEADLINES_MS, LIVE_STATES, type LiveState } from './states.ts';
 
 export interface SynthOptions {
   rooms: number;
@@ -17,6 +17,18 @@ export interface SynthOptions {
   endTs: number;
   prefill: string[];
   decode: string[];
+  /**
+   * Engine stalls to stage (default 0): for 15–30 s one engine stops serving; the rooms sent to it
+   * meanwhile fail when the watchdog steps in, with the engine and recovery events around them.
+   */
+  incidents?: number;
+}
+
+interface Incident {
+  engine: string;
+  role: 'prefill' | 'decode';
+  from: number;
+  until: number;
 }
 
 /** mulberry32: small, fast, good enough for synthetic data. */
@@ -133,6 +145,35 @@ export function* synthEvents(
     });
   }
 
+  const incidents: Incident[] = [];
+  for (let n = 0; n < (opts.incidents ?? 0); n++) {
+    const role = rand() < 0.5 ? 'prefill' : 'decode';
+    const engine = pick(role === 'prefill' ? opts.prefill : opts.decode);
+    const from = Math.round(startTs + opts.spanMs * (0.1 + 0.75 * rand()));
+    const until = from + Math.round(15_000 + 15_000 * rand());
+    incidents.push({ engine, role, from, until });
+    const sys = (type: EventInput['type'], ts: number, data: Record<string, unknown>) =>
+      heap.push({ type, engine, source: 'watchdog', ts, data } as EventInput);
+    sys('engine.stalled', from + 3000, { reason: 'loop_ticks_stopped', loop: 'bus' });
+    sys('recovery.action', until, {
+      action: 'fail_overdue_rooms',
+      reason: 'engine_stalled',
+      outcome: 'ok',
+    });
+    sys('recovery.action', until + 20, {
+      action: 'restart_engine',
+      reason: 'engine_stalled',
+      outcome: 'ok',
+    });
+    sys('engine.restarted', until + 40, { reason: 'stalled', incarnation: '2' });
+    sys('engine.recovered', until + 2500, { reason: 'heartbeats_fresh' });
+  }
+  // Rooms are sent to the stalled engine until the watchdog declares it stalled (3 s in); after
+  // that the control plane routes around it.
+  const stalledAt = (t: number, p: string, d: string) =>
+    incidents.find((x) => t >= x.from && t < x.from + 3000 && (x.engine === p || x.engine === d)) ??
+    null;
+
   const lifecycle = (room: string, t0: number, p: string, d: string, migratedFrom?: string) => {
     const out: EventInput[] = [];
     let t = t0;
@@ -157,17 +198,29 @@ export function* synthEvents(
       },
     });
     const roll = rand();
-    const outcome = migratedFrom
-      ? 'complete'
-      : roll < 0.86
+    const stall = stalledAt(t0, p, d);
+    const outcome = stall
+      ? 'fail'
+      : migratedFrom
         ? 'complete'
-        : roll < 0.91
-          ? 'abort'
-          : roll < 0.98
-            ? 'fail'
-            : 'migrate';
-    const stop: LiveState | null =
-      outcome === 'complete' ? null : outcome === 'migrate' ? 'decoding' : pick(LIVE_STATES);
+        : roll < 0.86
+          ? 'complete'
+          : roll < 0.91
+            ? 'abort'
+            : roll < 0.98
+              ? 'fail'
+              : 'migrate';
+    // A room sent to a stalled engine waits for it: a stalled decode engine never bootstraps it,
+    // a stalled prefill engine never picks it up.
+    const stop: LiveState | null = stall
+      ? stall.role === 'decode'
+        ? 'created'
+        : 'waiting_for_input'
+      : outcome === 'complete'
+        ? null
+        : outcome === 'migrate'
+          ? 'decoding'
+          : pick(LIVE_STATES);
     const pages = Math.max(1, Math.ceil(promptTokens / 16));
     const kvBytes = pages * 65536;
     const steps: Array<[LiveState, () => EventInput]> = [
@@ -260,9 +313,11 @@ export function* synthEvents(
           data: { pages },
         });
     }
-    const prefillReleased = state === 'transferred' || state === 'decoding';
+    // Who holds pages: decode from bootstrapping on, prefill from prefilling until it released
+    // them after the transfer.
+    const reached = (x: LiveState) => LIVE_STATES.indexOf(state) >= LIVE_STATES.indexOf(x);
     const release = () => {
-      if (!prefillReleased)
+      if (reached('prefilling') && !reached('transferred'))
         out.push({
           type: 'room.released',
           room,
@@ -271,7 +326,7 @@ export function* synthEvents(
           ts: at(logn(1)),
           data: { pages },
         });
-      if (state !== 'created')
+      if (reached('bootstrapping'))
         out.push({
           type: 'room.released',
           room,
@@ -319,8 +374,16 @@ export function* synthEvents(
       });
       release();
     } else if (outcome === 'fail') {
-      const [reason, detectedBy] = pick(FAILURES[state]);
-      const wait = reason === 'deadline_exceeded' ? 30_000 : logn(300, 1);
+      const [reason, detectedBy] = stall
+        ? [`${stall.role}_engine_stalled`, 'watchdog']
+        : pick(FAILURES[state]);
+      // The watchdog fails the room at its state's deadline, or when recovery ends the stall.
+      const wait = stall
+        ? Math.max(1, Math.min(stall.until - t, DEFAULT_STATE_DEADLINES_MS[state as LiveState])) +
+          logn(5)
+        : reason === 'deadline_exceeded'
+          ? 30_000
+          : logn(300, 1);
       out.push({
         type: 'room.failed',
         room,
