@@ -1,6 +1,6 @@
 /** The pdctl CLI as an on-call engineer runs it: real processes against real journal files. */
 import { createHash } from 'node:crypto';
-import { copyFileSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import Database from 'better-sqlite3';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { SqliteJournal } from '../src/journal/sqlite/journal.ts';
@@ -222,6 +222,7 @@ describe('pdctl journal backup and an interrupted synth', () => {
     await j.drain();
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toMatch(/copied .* to .*live-copy\.db/);
+    expect(existsSync(`${copy}.partial`)).toBe(false);
     const v = await pdctl(['journal', 'verify', '--journal', copy, '--json']);
     expect(v.code).toBe(0);
     expect(json<{ ok: boolean; events: number }>(v.stdout).events).toBeGreaterThan(0);

@@ -1,4 +1,4 @@
-import { existsSync, statSync } from 'node:fs';
+import { existsSync, renameSync, rmSync, statSync } from 'node:fs';
 /** `pdctl journal …`: verify, tail, stats, prune, synth, migrate. */
 import type { Command } from 'commander';
 import { EVENT_TYPES, type EventType, type JournalEvent } from '../journal/events.ts';
@@ -406,8 +406,11 @@ async function backupCommand(opts: BackupOptions): Promise<number> {
   const db = openDatabase({ path: opts.journal, readonly: true, allowOlder: true });
   const started = performance.now();
   let lastNote = started;
+  // Written under another name and renamed when whole: an interrupted backup never leaves a
+  // file that looks like a usable journal.
+  const partial = `${opts.to}.partial`;
   try {
-    await db.backup(opts.to, {
+    await db.backup(partial, {
       progress: ({ totalPages, remainingPages }) => {
         const t = performance.now();
         if (t - lastNote > 1000) {
@@ -417,6 +420,10 @@ async function backupCommand(opts: BackupOptions): Promise<number> {
         return 1000;
       },
     });
+    renameSync(partial, opts.to);
+  } catch (err) {
+    rmSync(partial, { force: true });
+    throw err;
   } finally {
     db.close();
   }
