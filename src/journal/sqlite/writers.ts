@@ -264,6 +264,10 @@ class InlineWriter implements Writer {
     const run = async () => {
       if (!this.checkpointer) {
         const { worker } = await startThread({ ...this.init, role: 'checkpointer', create: false });
+        if (this.closed) {
+          await worker.terminate(); // the journal closed while the thread was starting
+          return;
+        }
         const channel: ThreadChannel = new ThreadChannel(
           worker,
           () => {
