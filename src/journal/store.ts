@@ -170,6 +170,6 @@ export interface JournalStore extends JournalReader {
   /** Deletes whole terminal rooms whose terminal time is before `cutoffTs`, in chunks. */
   prune(opts: { cutoffTs: number; chunkRooms?: number }): Promise<PruneResult>;
   health(): JournalHealth;
-  /** Waits for every pending append, then closes. Idempotent. */
-  drain(): Promise<void>;
+  /** Waits for every pending append (at most `timeoutMs`), then closes. Idempotent. */
+  drain(options?: { timeoutMs?: number }): Promise<void>;
 }

@@ -258,6 +258,27 @@ describe('SqliteJournal writer supervision', () => {
   });
 });
 
+describe('SqliteJournal drain', () => {
+  it('never hangs: appends the writer cannot finish in time are rejected and the journal closes', async () => {
+    const j = await fresh({ durability: 'power' });
+    await j.append(created('drain-before'));
+    j.crashWriterForDrill();
+    // Wait until the thread is gone; its restart waits out a 50 ms back-off first.
+    for (let i = 0; i < 500 && j.health().state !== 'starting'; i++)
+      await new Promise((r) => setTimeout(r, 2));
+    expect(j.health().state).toBe('starting');
+    const stuck = j.append(created('drain-stuck'));
+    await j.drain({ timeoutMs: 1 });
+    await expect(stuck).rejects.toMatchObject({ code: 'JOURNAL_CLOSED' });
+    expect(j.health().state).toBe('closed');
+    // The lock was released: the journal opens again, and holds what was committed.
+    const again = await SqliteJournal.open({ path: j.path });
+    expect((await again.timeline('drain-before')).room?.state).toBe('created');
+    expect((await again.verify()).ok).toBe(true);
+    await again.drain();
+  });
+});
+
 describe('SqliteJournal when the disk is full', () => {
   it.each(['process', 'power'] as const)(
     '%s: failed commits are refused whole, nothing half-applied, and appends resume when space returns',

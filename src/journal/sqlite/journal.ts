@@ -373,16 +373,37 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
     };
   }
 
-  /** Finishes every append already accepted, then closes. New appends are refused meanwhile. */
-  drain(): Promise<void> {
+  /**
+   * Finishes every append already accepted, then closes. New appends are refused meanwhile. If
+   * the writer cannot finish within `timeoutMs` (default 10 s: a writer thread that keeps failing
+   * to restart, say), what is left is rejected with JOURNAL_CLOSED and the journal closes anyway,
+   * so a SIGTERM never hangs on it.
+   */
+  drain(options: { timeoutMs?: number } = {}): Promise<void> {
     if (this.drained) return this.drained;
     this.state = 'draining';
+    const timeoutMs = options.timeoutMs ?? 10_000;
     this.drained = (async () => {
       if (this.inFlight > 0 || this.queue.length > 0) {
-        await new Promise<void>((resolve) => {
-          this.idleWaiters.push(resolve);
-          this.scheduleFlush();
-        });
+        let timer: NodeJS.Timeout | undefined;
+        const idle = await Promise.race([
+          new Promise<true>((resolve) => {
+            this.idleWaiters.push(() => resolve(true));
+            this.scheduleFlush();
+          }),
+          new Promise<false>((resolve) => {
+            timer = setTimeout(() => resolve(false), timeoutMs);
+          }),
+        ]);
+        clearTimeout(timer);
+        if (!idle) {
+          this.log.error(
+            { pending: this.queue.length + this.inFlightEvents, timeoutMs },
+            'journal drain timed out; closing with appends uncommitted',
+          );
+          this.close();
+          return;
+        }
       }
       // The reader goes first, so the writer's connection is the last one: SQLite then
       // checkpoints the WAL into the main file and removes it, and journal.db alone is whole.
