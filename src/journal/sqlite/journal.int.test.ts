@@ -4,6 +4,7 @@ import { created, lifecycle } from '../../../test/helpers/events.ts';
 import { tempDir } from '../../../test/helpers/tmp.ts';
 import { JournalError } from '../errors.ts';
 import type { JournalEvent } from '../events.ts';
+import { LIVE_STATES } from '../states.ts';
 import { SqliteJournal } from './journal.ts';
 
 const dir = tempDir('pdctl-journal-');
@@ -27,16 +28,8 @@ describe('SqliteJournal append', () => {
         lastSeq: 10,
         eventCount: 10,
       });
-      expect(t.spans.map((s) => s.state)).toEqual([
-        'created',
-        'bootstrapping',
-        'waiting_for_input',
-        'prefilling',
-        'transferring',
-        'transferred',
-        'decoding',
-        'completed',
-      ]);
+      // Through every live state in order, then completed.
+      expect(t.spans.map((s) => s.state)).toEqual([...LIVE_STATES, 'completed']);
       const v = await j.verify();
       expect(v).toMatchObject({
         ok: true,
