@@ -1,0 +1,148 @@
+/**
+ * KV page pools: named shared-memory regions of `pages` pages of `pageBytes` bytes, one per engine,
+ * that every process on the host can open by name (DESIGN.md §6). Pages are handed out as
+ * Uint8Array views over the shared memory itself: the model writes KV into them and reads from
+ * them without a copy. Arguments are checked here, with coded errors, before the addon sees them.
+ */
+import { TransferError } from './errors.ts';
+import { native, type PoolHandle } from './native.ts';
+
+/** POSIX shared-memory names: one leading slash, then at most 200 of these characters. */
+const NAME_RE = /^\/[A-Za-z0-9._-]{1,200}$/;
+/** Most bytes one pool may map: 64 GiB. */
+export const MAX_POOL_BYTES = 64 * 2 ** 30;
+
+export interface PoolOptions {
+  /** Shared-memory name, e.g. `/pdctl-d0`. */
+  name: string;
+  pages: number;
+  /** Bytes per page; a multiple of 64 so pages stay cache-line aligned. */
+  pageBytes: number;
+  /** Re-create the pool when the name exists (a new epoch). Default false: that is an error. */
+  replace?: boolean;
+}
+
+function bad(message: string): TransferError {
+  return new TransferError('TRANSFER_BAD_ARGUMENT', message);
+}
+
+function checkName(name: unknown): asserts name is string {
+  if (typeof name !== 'string' || !NAME_RE.test(name)) {
+    throw bad(
+      `pool name must be "/" and 1-200 letters, digits, ".", "_" or "-", got ${JSON.stringify(name)}`,
+    );
+  }
+}
+
+function call<T>(fn: () => T): T {
+  try {
+    return fn();
+  } catch (err) {
+    throw TransferError.from(err);
+  }
+}
+
+export class KvPool {
+  readonly name: string;
+  readonly pages: number;
+  readonly pageBytes: number;
+  /** Changes whenever the pool is re-created; transfers name the epoch they were prepared for. */
+  readonly epoch: number;
+  private handle: PoolHandle | null;
+
+  private constructor(handle: PoolHandle) {
+    const info = call(() => native().poolInfo(handle));
+    this.handle = handle;
+    this.name = info.name;
+    this.pages = info.pages;
+    this.pageBytes = info.pageBytes;
+    this.epoch = info.epoch;
+  }
+
+  /** Creates a pool; fails with TRANSFER_POOL_EXISTS if the name is taken, unless `replace`. */
+  static create(options: PoolOptions): KvPool {
+    const { name, pages, pageBytes } = options;
+    checkName(name);
+    if (!Number.isInteger(pages) || pages < 1 || pages > 0xffffffff) {
+      throw bad(`pages must be an integer from 1 to 4294967295, got ${pages}`);
+    }
+    if (!Number.isInteger(pageBytes) || pageBytes < 64 || pageBytes % 64 !== 0) {
+      throw bad(`pageBytes must be a positive multiple of 64, got ${pageBytes}`);
+    }
+    if (pages * pageBytes > MAX_POOL_BYTES) {
+      throw bad(`a pool of ${pages} pages of ${pageBytes} B exceeds ${MAX_POOL_BYTES} B`);
+    }
+    return new KvPool(
+      call(() => native().poolCreate(name, pages, pageBytes, options.replace === true)),
+    );
+  }
+
+  /** Opens a pool another process created; TRANSFER_POOL_NOT_FOUND if there is none. */
+  static open(name: string): KvPool {
+    checkName(name);
+    return new KvPool(call(() => native().poolOpen(name)));
+  }
+
+  /** Removes the name, so that it can be created anew; open mappings stay valid. */
+  static unlink(name: string): boolean {
+    checkName(name);
+    return call(() => native().poolUnlink(name));
+  }
+
+  get closed(): boolean {
+    return this.handle === null;
+  }
+
+  private live(): PoolHandle {
+    if (!this.handle)
+      throw new TransferError('TRANSFER_POOL_CLOSED', `pool ${this.name} is closed`);
+    return this.handle;
+  }
+
+  private checkRange(first: number, count: number): void {
+    if (!Number.isInteger(first) || first < 0 || first >= this.pages) {
+      throw bad(`page ${first} is out of range: pool ${this.name} has pages 0..${this.pages - 1}`);
+    }
+    if (!Number.isInteger(count) || count < 1 || first + count > this.pages) {
+      throw bad(
+        `pages ${first}..${first + count - 1} are out of range: pool ${this.name} has ${this.pages}`,
+      );
+    }
+  }
+
+  /** A view of one page over the shared memory itself (no copy). It stays valid after close(). */
+  page(index: number): Uint8Array {
+    const handle = this.live();
+    this.checkRange(index, 1);
+    return new Uint8Array(call(() => native().poolPage(handle, index)));
+  }
+
+  /** CRC32C of `count` pages from `first`, as 8 hex digits. */
+  checksum(first: number, count = 1): string {
+    const handle = this.live();
+    this.checkRange(first, count);
+    return (call(() => native().poolChecksum(handle, first, count)) >>> 0)
+      .toString(16)
+      .padStart(8, '0');
+  }
+
+  /** Unmaps once no page view is left; idempotent. Does not remove the name (see unlink). */
+  close(): void {
+    if (!this.handle) return;
+    native().poolClose(this.handle);
+    this.handle = null;
+  }
+}
+
+/** CRC32C of bytes, as 8 hex digits; `software` forces the table path (for tests). */
+export function crc32c(data: Uint8Array, options: { software?: boolean } = {}): string {
+  if (!(data instanceof Uint8Array)) throw bad('crc32c needs a Uint8Array');
+  return (call(() => native().crc32c(data, options.software === true)) >>> 0)
+    .toString(16)
+    .padStart(8, '0');
+}
+
+/** What the transfer core can use on this machine. */
+export function backends(): ReturnType<ReturnType<typeof native>['backends']> {
+  return native().backends();
+}

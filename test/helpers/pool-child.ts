@@ -1,0 +1,23 @@
+/**
+ * The other process of the pool test: creates a pool, fills every page with a known pattern,
+ * prints `{ epoch, checksums }` as one JSON line, then waits to be told to exit (so that the pool
+ * outlives nothing but this process's mapping).
+ */
+import { KvPool } from '../../src/transfer/pool.ts';
+
+const [name, pages, pageBytes] = process.argv.slice(2);
+const pool = KvPool.create({
+  name: name as string,
+  pages: Number(pages),
+  pageBytes: Number(pageBytes),
+});
+const checksums: string[] = [];
+for (let i = 0; i < pool.pages; i++) {
+  const page = pool.page(i);
+  for (let j = 0; j < page.length; j++) page[j] = (i * 31 + j * 7) & 0xff;
+  checksums.push(pool.checksum(i));
+}
+process.stdout.write(
+  `${JSON.stringify({ epoch: pool.epoch, checksums, all: pool.checksum(0, pool.pages) })}\n`,
+);
+process.stdin.once('data', () => process.exit(0));
