@@ -2,13 +2,13 @@
   "targets": [
     {
       "target_name": "pdctl_native",
-      "sources": ["src/addon.cc", "src/pool.cc", "src/crc32c.cc"],
+      "sources": ["src/addon.cc", "src/pool.cc", "src/crc32c.cc", "src/transfer.cc"],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=8", "NODE_ADDON_API_DISABLE_DEPRECATED"],
       "cflags!": ["-fno-exceptions"],
       "cflags_cc!": ["-fno-exceptions"],
       "cflags_cc": ["-std=c++17", "-Wall", "-Wextra", "-O2"],
-      "libraries": ["-lrt", "-ldl"]
+      "libraries": ["-lrt", "-ldl", "-pthread"]
     }
   ]
 }

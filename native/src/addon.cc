@@ -1,5 +1,5 @@
 // The addon's JavaScript surface. Arguments are validated in TypeScript first
-// (src/transfer/pool.ts); the checks here only keep a wrong call from crashing the process.
+// (src/transfer/pool.ts, src/transfer/core.ts); the checks here only keep a wrong call from crashing the process.
 // Everything runs on the JS thread; the pool mappings are shared with page views (see pool.h).
 #include <dlfcn.h>
 #include <napi.h>
@@ -9,6 +9,7 @@
 
 #include "crc32c.h"
 #include "pool.h"
+#include "transfer.h"
 
 namespace {
 
@@ -108,6 +109,22 @@ Napi::Value PoolChecksum(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), crc);
 }
 
+// CRC32C over a list of pages in order: what the destination checks a transfer against.
+Napi::Value PoolChecksumPages(const Napi::CallbackInfo& info) {
+  need(info, 2);
+  const Holder& m = held(info, 0);
+  if (!info[1].IsTypedArray() || info[1].As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array) {
+    throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "pages must be a Uint32Array");
+  }
+  auto pages = info[1].As<Napi::Uint32Array>();
+  uint32_t crc = 0;
+  for (size_t i = 0; i < pages.ElementLength(); i++) {
+    if (pages[i] >= m->header().pages) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "page index out of range");
+    crc = pdctl::crc32c(crc, m->page(pages[i]), m->header().pageBytes);
+  }
+  return Napi::Number::New(info.Env(), crc);
+}
+
 Napi::Value PoolClose(const Napi::CallbackInfo& info) {
   need(info, 1);
   if (!info[0].IsExternal()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "not a pool handle");
@@ -160,16 +177,183 @@ Napi::Value Backends(const Napi::CallbackInfo& info) {
   return o;
 }
 
+
+// ---- transfers ----------------------------------------------------------------------------
+
+struct EngineHolder {
+  std::unique_ptr<pdctl::TransferEngine> engine;
+  Napi::ThreadSafeFunction tsfn;
+  int inFlight = 0;      // JS thread only: the tsfn keeps the event loop alive while > 0
+  bool closed = false;   // JS thread only
+};
+
+Napi::Object resultObject(Napi::Env env, const pdctl::TransferResult& r) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("id", Napi::Number::New(env, static_cast<double>(r.id)));
+  o.Set("room", r.room);
+  o.Set("status", r.status);
+  o.Set("bytes", Napi::Number::New(env, static_cast<double>(r.bytes)));
+  o.Set("micros", Napi::Number::New(env, static_cast<double>(r.micros)));
+  o.Set("checksum", Napi::Number::New(env, r.checksum));
+  o.Set("error", r.error.empty() ? env.Null() : Napi::String::New(env, r.error));
+  return o;
+}
+
+// Shared by the JS handle and the thread-safe function: whichever goes last frees the holder.
+using EngineRef = std::shared_ptr<EngineHolder>;
+
+// Runs on the JS thread for every completion.
+void settled(EngineHolder* h, Napi::Env env) {
+  if (--h->inFlight == 0 && !h->closed) h->tsfn.Unref(env);
+}
+
+EngineHolder* engineArg(const Napi::CallbackInfo& info, size_t i) {
+  if (!info[i].IsExternal()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "not a transfer engine handle");
+  EngineHolder* h = info[i].As<Napi::External<EngineRef>>().Data()->get();
+  if (h->closed) throwCoded(info.Env(), "TRANSFER_ENGINE_CLOSED", "the transfer engine is closed");
+  return h;
+}
+
+Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
+  need(info, 2);
+  auto threads = static_cast<unsigned>(uintArg(info, 0, 64, "threads"));
+  if (threads == 0) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "threads must be at least 1");
+  if (!info[1].IsFunction()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "onComplete must be a function");
+  auto shared = std::make_shared<EngineHolder>();
+  EngineHolder* h = shared.get();
+  h->tsfn = Napi::ThreadSafeFunction::New(info.Env(), info[1].As<Napi::Function>(), "pdctl-transfer", 0, 1,
+                                          [](Napi::Env, EngineRef* ref) { delete ref; }, new EngineRef(shared));
+  h->tsfn.Unref(info.Env());
+  h->engine = std::make_unique<pdctl::TransferEngine>(threads, [h](pdctl::TransferResult r) {
+    // Worker thread: hand the result to the JS thread. The queue is unbounded, so this never blocks.
+    h->tsfn.NonBlockingCall(new pdctl::TransferResult(std::move(r)),
+                            [h](Napi::Env env, Napi::Function cb, pdctl::TransferResult* data) {
+                              std::unique_ptr<pdctl::TransferResult> owned(data);
+                              settled(h, env);
+                              cb.Call({resultObject(env, *owned)});
+                            });
+  });
+  return Napi::External<EngineRef>::New(info.Env(), new EngineRef(shared), [](Napi::Env, EngineRef* ref) {
+    // Collected without close(): stop the workers and let the thread-safe function go.
+    EngineHolder* holder = ref->get();
+    if (!holder->closed) {
+      holder->engine->shutdown();
+      holder->closed = true;
+      holder->tsfn.Release();
+    }
+    delete ref;
+  });
+}
+
+Napi::Value EnginePost(const Napi::CallbackInfo& info) {
+  need(info, 8);
+  EngineHolder* h = engineArg(info, 0);
+  uint64_t id = uintArg(info, 1, uint64_t{1} << 53, "id");
+  if (!info[2].IsString()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "room must be a string");
+  std::string room = info[2].As<Napi::String>().Utf8Value();
+  const Holder& src = held(info, 3);
+  const Holder& dst = held(info, 4);
+  if (!info[5].IsTypedArray() || info[5].As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array) {
+    throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "pairs must be a Uint32Array of [src, dst, src, dst, ...]");
+  }
+  auto flat = info[5].As<Napi::Uint32Array>();
+  if (flat.ElementLength() % 2 != 0) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "pairs must have an even length");
+  std::vector<std::pair<uint32_t, uint32_t>> pairs;
+  pairs.reserve(flat.ElementLength() / 2);
+  for (size_t i = 0; i < flat.ElementLength(); i += 2) {
+    uint32_t s = flat[i], d = flat[i + 1];
+    if (s >= src->header().pages || d >= dst->header().pages) {
+      throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "a page pair is out of range");
+    }
+    pairs.emplace_back(s, d);
+  }
+  uint64_t epoch = uintArg(info, 6, uint64_t{1} << 53, "epoch");
+  auto deadlineMs = static_cast<uint32_t>(uintArg(info, 7, 24u * 3600u * 1000u, "deadlineMs"));
+  pdctl::TransferResult immediate;
+  if (!h->engine->post(id, std::move(room), src, dst, std::move(pairs), epoch, deadlineMs, &immediate)) {
+    return resultObject(info.Env(), immediate);
+  }
+  if (h->inFlight++ == 0) h->tsfn.Ref(info.Env());
+  return info.Env().Null();
+}
+
+Napi::Value EngineCancel(const Napi::CallbackInfo& info) {
+  need(info, 2);
+  EngineHolder* h = engineArg(info, 0);
+  if (!info[1].IsString()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "room must be a string");
+  return Napi::Number::New(info.Env(), h->engine->cancel(info[1].As<Napi::String>().Utf8Value()));
+}
+
+Napi::Value EngineInject(const Napi::CallbackInfo& info) {
+  need(info, 4);
+  EngineHolder* h = engineArg(info, 0);
+  if (!info[1].IsString() || !info[2].IsString()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "room and kind must be strings");
+  std::string kind = info[2].As<Napi::String>().Utf8Value();
+  pdctl::Fault f;
+  if (kind == "stall") f.kind = pdctl::FaultKind::Stall;
+  else if (kind == "delay") f.kind = pdctl::FaultKind::Delay;
+  else if (kind == "corrupt") f.kind = pdctl::FaultKind::Corrupt;
+  else if (kind == "fail") f.kind = pdctl::FaultKind::Fail;
+  else if (kind == "none") f.kind = pdctl::FaultKind::None;
+  else throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "unknown fault kind " + kind);
+  f.ms = static_cast<uint32_t>(uintArg(info, 3, 3600u * 1000u, "ms"));
+  h->engine->inject(info[1].As<Napi::String>().Utf8Value(), f);
+  return info.Env().Undefined();
+}
+
+Napi::Value EngineClearFaults(const Napi::CallbackInfo& info) {
+  need(info, 1);
+  engineArg(info, 0)->engine->clearFaults();
+  return info.Env().Undefined();
+}
+
+Napi::Value EngineStats(const Napi::CallbackInfo& info) {
+  need(info, 1);
+  pdctl::TransferStats s = engineArg(info, 0)->engine->stats();
+  Napi::Env env = info.Env();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("bytes", Napi::Number::New(env, static_cast<double>(s.bytes)));
+  o.Set("queued", Napi::Number::New(env, static_cast<double>(s.queued)));
+  o.Set("running", Napi::Number::New(env, static_cast<double>(s.running)));
+  o.Set("ok", Napi::Number::New(env, static_cast<double>(s.ok)));
+  o.Set("cancelled", Napi::Number::New(env, static_cast<double>(s.cancelled)));
+  o.Set("stalled", Napi::Number::New(env, static_cast<double>(s.stalled)));
+  o.Set("epochMismatch", Napi::Number::New(env, static_cast<double>(s.epochMismatch)));
+  o.Set("failed", Napi::Number::New(env, static_cast<double>(s.failed)));
+  return o;
+}
+
+// Cancels what is queued or running and joins the workers; their completions still arrive
+// (as `cancelled`) before the thread-safe function is released.
+Napi::Value EngineClose(const Napi::CallbackInfo& info) {
+  need(info, 1);
+  if (!info[0].IsExternal()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "not a transfer engine handle");
+  EngineHolder* h = info[0].As<Napi::External<EngineRef>>().Data()->get();
+  if (h->closed) return info.Env().Undefined();
+  h->engine->shutdown();
+  h->closed = true;
+  h->tsfn.Release();
+  return info.Env().Undefined();
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("poolCreate", Napi::Function::New(env, PoolCreate));
   exports.Set("poolOpen", Napi::Function::New(env, PoolOpen));
   exports.Set("poolInfo", Napi::Function::New(env, PoolInfo));
   exports.Set("poolPage", Napi::Function::New(env, PoolPage));
   exports.Set("poolChecksum", Napi::Function::New(env, PoolChecksum));
+  exports.Set("poolChecksumPages", Napi::Function::New(env, PoolChecksumPages));
   exports.Set("poolClose", Napi::Function::New(env, PoolClose));
   exports.Set("poolUnlink", Napi::Function::New(env, PoolUnlink));
   exports.Set("crc32c", Napi::Function::New(env, Crc32c));
   exports.Set("backends", Napi::Function::New(env, Backends));
+  exports.Set("engineCreate", Napi::Function::New(env, EngineCreate));
+  exports.Set("enginePost", Napi::Function::New(env, EnginePost));
+  exports.Set("engineCancel", Napi::Function::New(env, EngineCancel));
+  exports.Set("engineInject", Napi::Function::New(env, EngineInject));
+  exports.Set("engineClearFaults", Napi::Function::New(env, EngineClearFaults));
+  exports.Set("engineStats", Napi::Function::New(env, EngineStats));
+  exports.Set("engineClose", Napi::Function::New(env, EngineClose));
   return exports;
 }
 

@@ -39,7 +39,14 @@ Mapping::~Mapping() { munmap(base_, size_); }
 
 std::shared_ptr<Mapping> createPool(const std::string& name, uint32_t pages, uint64_t pageBytes, bool replace,
                                     PoolError* err) {
-  if (replace) shm_unlink(name.c_str());
+  if (replace) {
+    // Retire the old region first, so transfers still aimed at it fail their epoch check.
+    PoolError ignored;
+    if (auto old = openPool(name, &ignored)) {
+      __atomic_store_n(&reinterpret_cast<PoolHeader*>(old->base())->retired, 1u, __ATOMIC_RELEASE);
+    }
+    shm_unlink(name.c_str());
+  }
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) {
     *err = {errno == EEXIST ? "TRANSFER_POOL_EXISTS" : "TRANSFER_SYSTEM", sys("shm_open", name)};
@@ -63,6 +70,7 @@ std::shared_ptr<Mapping> createPool(const std::string& name, uint32_t pages, uin
   h->pages = pages;
   h->pageBytes = pageBytes;
   h->epoch = newEpoch();
+  h->retired = 0;
   h->createdMs = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
           .count());

@@ -24,6 +24,9 @@ struct PoolHeader {
   uint64_t pageBytes;
   uint64_t epoch;  // < 2^53, so JavaScript numbers hold it exactly
   uint64_t createdMs;
+  // Set (never cleared) when the pool is re-created under its name: mappings of the old region
+  // then know it is no longer the pool the name stands for.
+  uint32_t retired;
 };
 
 class Mapping {
@@ -35,6 +38,7 @@ class Mapping {
 
   const std::string& name() const { return name_; }
   const PoolHeader& header() const { return *reinterpret_cast<const PoolHeader*>(base_); }
+  bool retired() const { return __atomic_load_n(&reinterpret_cast<const PoolHeader*>(base_)->retired, __ATOMIC_ACQUIRE) != 0; }
   uint8_t* base() const { return base_; }
   uint8_t* page(uint32_t index) const { return base_ + kHeaderBytes + static_cast<size_t>(index) * header().pageBytes; }
 

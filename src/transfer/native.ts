@@ -31,11 +31,58 @@ export interface NativeAddon {
   poolPage(handle: PoolHandle, index: number): ArrayBuffer;
   /** CRC32C of `count` pages from `first`, as an unsigned 32-bit number. */
   poolChecksum(handle: PoolHandle, first: number, count: number): number;
+  /** CRC32C over the listed pages, in order. */
+  poolChecksumPages(handle: PoolHandle, pages: Uint32Array): number;
   poolClose(handle: PoolHandle): void;
   /** Removes the name; mappings already open stay valid. True if it existed. */
   poolUnlink(name: string): boolean;
   crc32c(data: Uint8Array, software: boolean): number;
   backends(): NativeBackends;
+  /** `onComplete` is called on the JS thread for every transfer that was queued. */
+  engineCreate(threads: number, onComplete: (result: NativeTransferResult) => void): EngineHandle;
+  /** Null when queued; a result when the transfer could not start (epoch mismatch, closed). */
+  enginePost(
+    engine: EngineHandle,
+    id: number,
+    room: string,
+    src: PoolHandle,
+    dst: PoolHandle,
+    pairs: Uint32Array,
+    epoch: number,
+    deadlineMs: number,
+  ): NativeTransferResult | null;
+  engineCancel(engine: EngineHandle, room: string): number;
+  engineInject(engine: EngineHandle, room: string, kind: NativeFaultKind, ms: number): void;
+  engineClearFaults(engine: EngineHandle): void;
+  engineStats(engine: EngineHandle): NativeTransferStats;
+  engineClose(engine: EngineHandle): void;
+}
+
+/** A transfer engine (worker threads), as the addon knows it. */
+export type EngineHandle = { readonly __brand: 'EngineHandle' };
+
+export type NativeFaultKind = 'none' | 'stall' | 'delay' | 'corrupt' | 'fail';
+
+export interface NativeTransferResult {
+  id: number;
+  room: string;
+  status: 'ok' | 'cancelled' | 'stalled' | 'epoch_mismatch' | 'failed';
+  bytes: number;
+  micros: number;
+  /** CRC32C of the source bytes in pair order (unsigned 32-bit). */
+  checksum: number;
+  error: string | null;
+}
+
+export interface NativeTransferStats {
+  bytes: number;
+  queued: number;
+  running: number;
+  ok: number;
+  cancelled: number;
+  stalled: number;
+  epochMismatch: number;
+  failed: number;
 }
 
 /** `native/build/Release/pdctl_native.node`, the same from `src/transfer` and `dist/transfer`. */

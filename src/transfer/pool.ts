@@ -126,6 +126,20 @@ export class KvPool {
       .padStart(8, '0');
   }
 
+  /** CRC32C over the listed pages in order, as 8 hex digits: how a destination checks a transfer. */
+  checksumPages(pages: readonly number[]): string {
+    const handle = this.live();
+    for (const p of pages) this.checkRange(p, 1);
+    return (call(() => native().poolChecksumPages(handle, Uint32Array.from(pages))) >>> 0)
+      .toString(16)
+      .padStart(8, '0');
+  }
+
+  /** The addon's handle, for the transfer core in this folder. */
+  handleForTransfer(): PoolHandle {
+    return this.live();
+  }
+
   /** Unmaps once no page view is left; idempotent. Does not remove the name (see unlink). */
   close(): void {
     if (!this.handle) return;

@@ -1,0 +1,201 @@
+#include "transfer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "crc32c.h"
+
+namespace pdctl {
+namespace {
+
+constexpr size_t kChunkBytes = 1 << 20;  // cancel and deadline are checked between chunks
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+TransferEngine::TransferEngine(unsigned threads, Complete complete) : complete_(std::move(complete)) {
+  for (unsigned i = 0; i < threads; i++) workers_.emplace_back([this] { work(); });
+}
+
+TransferEngine::~TransferEngine() { shutdown(); }
+
+void TransferEngine::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    for (auto& [room, flags] : byRoom_) {
+      for (auto& f : flags) f->store(true);
+    }
+  }
+  cv_.notify_all();
+  for (auto& t : workers_) t.join();
+  workers_.clear();
+}
+
+bool TransferEngine::post(uint64_t id, std::string room, std::shared_ptr<Mapping> src, std::shared_ptr<Mapping> dst,
+                          std::vector<std::pair<uint32_t, uint32_t>> pairs, uint64_t epoch, uint32_t deadlineMs,
+                          TransferResult* immediate) {
+  if (dst->retired() || dst->header().epoch != epoch) {
+    *immediate = {id, room, "epoch_mismatch", 0, 0, 0, "the destination pool was re-created since the transfer was prepared"};
+    count(immediate->status);
+    return false;
+  }
+  auto flag = std::make_shared<std::atomic<bool>>(false);
+  auto now = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) {
+      *immediate = {id, room, "cancelled", 0, 0, 0, "the transfer engine is closed"};
+      count(immediate->status);
+      return false;
+    }
+    Fault fault;
+    if (auto it = faults_.find(room); it != faults_.end()) fault = it->second;
+    else if (auto all = faults_.find(""); all != faults_.end()) fault = all->second;
+    byRoom_[room].push_back(flag);
+    queue_.push_back(Job{id, std::move(room), std::move(src), std::move(dst), std::move(pairs), epoch, now,
+                         now + std::chrono::milliseconds(deadlineMs), flag, fault});
+  }
+  cv_.notify_one();
+  return true;
+}
+
+uint32_t TransferEngine::cancel(const std::string& room) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = byRoom_.find(room);
+  if (it == byRoom_.end()) return 0;
+  uint32_t n = 0;
+  for (auto& f : it->second) {
+    if (!f->exchange(true)) n++;
+  }
+  return n;
+}
+
+void TransferEngine::inject(const std::string& room, Fault fault) {
+  std::lock_guard<std::mutex> lock(mu_);
+  faults_[room] = fault;
+}
+
+void TransferEngine::clearFaults() {
+  std::lock_guard<std::mutex> lock(mu_);
+  faults_.clear();
+}
+
+TransferStats TransferEngine::stats() const {
+  TransferStats s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s.queued = queue_.size();
+  }
+  s.bytes = bytes_.load();
+  s.running = running_.load();
+  s.ok = ok_.load();
+  s.cancelled = cancelled_.load();
+  s.stalled = stalled_.load();
+  s.epochMismatch = epochMismatch_.load();
+  s.failed = failed_.load();
+  return s;
+}
+
+void TransferEngine::count(const std::string& status) {
+  if (status == "ok") ok_++;
+  else if (status == "cancelled") cancelled_++;
+  else if (status == "stalled") stalled_++;
+  else if (status == "epoch_mismatch") epochMismatch_++;
+  else failed_++;
+}
+
+void TransferEngine::forget(const Job& job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = byRoom_.find(job.room);
+  if (it == byRoom_.end()) return;
+  auto& flags = it->second;
+  flags.erase(std::remove(flags.begin(), flags.end(), job.cancelled), flags.end());
+  if (flags.empty()) byRoom_.erase(it);
+}
+
+void TransferEngine::work() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nothing left to finish as cancelled
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      running_++;
+    }
+    TransferResult r = run(job);
+    forget(job);
+    count(r.status);
+    running_--;
+    complete_(std::move(r));
+  }
+}
+
+TransferResult TransferEngine::run(Job& job) {
+  TransferResult r{job.id, job.room, "ok", 0, 0, 0, ""};
+  const uint64_t srcBytes = job.src->header().pageBytes;
+  const uint64_t dstBytes = job.dst->header().pageBytes;
+  auto finish = [&](const char* status, std::string error = "") {
+    r.status = status;
+    r.error = std::move(error);
+    r.micros = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - job.started).count());
+    return r;
+  };
+  // Between chunks: cancelled first (an explicit request), then a re-created destination, then
+  // the deadline.
+  auto interrupted = [&]() -> const char* {
+    if (job.cancelled->load()) return "cancelled";
+    if (job.dst->retired()) return "epoch_mismatch";
+    if (Clock::now() >= job.deadline) return "stalled";
+    return nullptr;
+  };
+  auto wait = [&](std::chrono::milliseconds total, bool untilInterrupted) -> const char* {
+    auto until = Clock::now() + total;
+    for (;;) {
+      if (const char* why = interrupted()) return why;
+      if (!untilInterrupted && Clock::now() >= until) return nullptr;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  if (srcBytes != dstBytes) return finish("failed", "source and destination pools have different page sizes");
+  if (job.fault.kind == FaultKind::Fail) return finish("failed", "injected failure");
+  if (job.fault.kind == FaultKind::Stall) return finish(wait(std::chrono::milliseconds(0), true));
+  if (job.fault.kind == FaultKind::Delay) {
+    if (const char* why = wait(std::chrono::milliseconds(job.fault.ms), false)) return finish(why);
+  }
+  uint32_t crc = 0;
+  size_t i = 0;
+  const size_t n = job.pairs.size();
+  while (i < n) {
+    // A run of pages contiguous on both sides is one range.
+    size_t j = i + 1;
+    while (j < n && job.pairs[j].first == job.pairs[j - 1].first + 1 && job.pairs[j].second == job.pairs[j - 1].second + 1) j++;
+    const uint8_t* from = job.src->page(job.pairs[i].first);
+    uint8_t* to = job.dst->page(job.pairs[i].second);
+    size_t left = (j - i) * srcBytes;
+    while (left > 0) {
+      if (const char* why = interrupted()) return finish(why);
+      size_t chunk = std::min(left, kChunkBytes);
+      std::memcpy(to, from, chunk);
+      crc = crc32c(crc, from, chunk);
+      from += chunk;
+      to += chunk;
+      left -= chunk;
+      r.bytes += chunk;
+      bytes_ += chunk;
+    }
+    i = j;
+  }
+  if (job.fault.kind == FaultKind::Corrupt && n > 0) job.dst->page(job.pairs[0].second)[0] ^= 0xFF;
+  r.checksum = crc;
+  // The destination may have been re-created while we copied: then nobody may read what we wrote.
+  if (job.dst->retired()) return finish("epoch_mismatch", "the destination pool was re-created during the transfer");
+  return finish("ok");
+}
+
+}  // namespace pdctl

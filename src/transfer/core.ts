@@ -1,0 +1,243 @@
+/**
+ * The transfer core as the engines see it (DESIGN.md §6): post a room's (source page,
+ * destination page) pairs, get one completion with the exact room tag, status, bytes, duration
+ * and checksum. The copies run on the addon's worker threads. Engines depend on `TransferCore`,
+ * so most of their tests can use a fake; `NativeTransferCore` is the real one.
+ */
+import { isValidId } from '../journal/events.ts';
+import { TransferError } from './errors.ts';
+import {
+  type EngineHandle,
+  type NativeTransferResult,
+  type NativeTransferStats,
+  native,
+} from './native.ts';
+import type { KvPool } from './pool.ts';
+
+export type TransferStatus = NativeTransferResult['status'];
+
+export interface TransferResult {
+  room: string;
+  status: TransferStatus;
+  bytes: number;
+  micros: number;
+  /** CRC32C of the source bytes in pair order, 8 hex digits; compare with dst.checksumPages(). */
+  checksum: string;
+  error: string | null;
+}
+
+export interface TransferRequest {
+  room: string;
+  src: KvPool;
+  dst: KvPool;
+  /** (source page, destination page); runs contiguous on both sides are copied as one range. */
+  pairs: ReadonlyArray<readonly [number, number]>;
+  /** Past this the transfer ends as `stalled`. */
+  deadlineMs: number;
+  /** The destination epoch the pages were reserved under; default: the pool's current one. */
+  epoch?: number;
+}
+
+export type FaultKind = 'stall' | 'delay' | 'corrupt' | 'fail';
+
+export interface Fault {
+  /** One room, or every transfer when absent. */
+  room?: string;
+  kind: FaultKind;
+  /** For `delay`: how long before copying starts. */
+  ms?: number;
+}
+
+export interface TransferStats extends NativeTransferStats {
+  /** Transfers posted and not yet completed, as this process sees them. */
+  inFlight: number;
+}
+
+export interface TransferCore {
+  post(request: TransferRequest): Promise<TransferResult>;
+  /** Cancels the room's queued and running transfers; they complete as `cancelled`. */
+  cancel(room: string): number;
+  /** Resolves once no transfer of the room is in flight: only then may its pages be reused. */
+  release(room: string): Promise<void>;
+  inject(fault: Fault): void;
+  clearFaults(): void;
+  stats(): TransferStats;
+  /** Cancels what is in flight, waits for those completions, and stops the worker threads. */
+  close(): Promise<void>;
+}
+
+const MAX_DEADLINE_MS = 24 * 3600 * 1000;
+const FAULT_KINDS: readonly FaultKind[] = ['stall', 'delay', 'corrupt', 'fail'];
+
+function bad(message: string): TransferError {
+  return new TransferError('TRANSFER_BAD_ARGUMENT', message);
+}
+
+/** `PDCTL_TRANSFER_FAULT=kind[:ms]` injects a fault into every transfer, for drills. */
+export function faultFromEnv(value: string | undefined): Fault | null {
+  if (!value) return null;
+  const [kind, ms] = value.split(':');
+  if (!FAULT_KINDS.includes(kind as FaultKind) || (ms !== undefined && !/^\d+$/.test(ms))) {
+    throw bad(
+      `PDCTL_TRANSFER_FAULT must be one of ${FAULT_KINDS.join(', ')}, optionally :ms, got "${value}"`,
+    );
+  }
+  return { kind: kind as FaultKind, ms: ms === undefined ? 0 : Number(ms) };
+}
+
+export class NativeTransferCore implements TransferCore {
+  private readonly engine: EngineHandle;
+  private nextId = 1;
+  private readonly pending = new Map<number, (r: NativeTransferResult) => void>();
+  private readonly byRoom = new Map<string, Set<number>>();
+  private readonly releaseWaiters = new Map<string, Array<() => void>>();
+  private closing: Promise<void> | null = null;
+
+  /** `threads`: copy workers (default 2). */
+  constructor(options: { threads?: number } = {}) {
+    const threads = options.threads ?? 2;
+    if (!Number.isInteger(threads) || threads < 1 || threads > 64) {
+      throw bad(`threads must be an integer from 1 to 64, got ${threads}`);
+    }
+    this.engine = native().engineCreate(threads, (r) => this.completed(r));
+    const fault = faultFromEnv(process.env.PDCTL_TRANSFER_FAULT);
+    if (fault) this.inject(fault);
+  }
+
+  private completed(r: NativeTransferResult): void {
+    const resolve = this.pending.get(r.id);
+    this.pending.delete(r.id);
+    // The transfer's own promise first; release() of its room after it.
+    resolve?.(r);
+    const ids = this.byRoom.get(r.room);
+    ids?.delete(r.id);
+    if (ids && ids.size === 0) {
+      this.byRoom.delete(r.room);
+      for (const w of this.releaseWaiters.get(r.room) ?? []) w();
+      this.releaseWaiters.delete(r.room);
+    }
+  }
+
+  private live(): EngineHandle {
+    if (this.closing)
+      throw new TransferError('TRANSFER_ENGINE_CLOSED', 'the transfer core is closed');
+    return this.engine;
+  }
+
+  post(request: TransferRequest): Promise<TransferResult> {
+    let id: number;
+    let immediate: NativeTransferResult | null;
+    try {
+      const engine = this.live();
+      const { room, src, dst, pairs, deadlineMs } = request;
+      if (typeof room !== 'string' || !isValidId(room))
+        throw bad(`room must be a room id, got ${JSON.stringify(room)}`);
+      if (src.closed || dst.closed)
+        throw new TransferError(
+          'TRANSFER_POOL_CLOSED',
+          `pool ${src.closed ? src.name : dst.name} is closed`,
+        );
+      if (src.pageBytes !== dst.pageBytes) {
+        throw bad(
+          `page sizes differ: ${src.name} has ${src.pageBytes} B pages, ${dst.name} ${dst.pageBytes} B`,
+        );
+      }
+      if (!Array.isArray(pairs) || pairs.length === 0)
+        throw bad('pairs must be a non-empty array of [srcPage, dstPage]');
+      if (!Number.isInteger(deadlineMs) || deadlineMs < 1 || deadlineMs > MAX_DEADLINE_MS) {
+        throw bad(`deadlineMs must be an integer from 1 to ${MAX_DEADLINE_MS}, got ${deadlineMs}`);
+      }
+      const flat = new Uint32Array(pairs.length * 2);
+      const seen = new Set<number>();
+      pairs.forEach((pair, i) => {
+        const [s, d] = Array.isArray(pair) ? pair : [Number.NaN, Number.NaN];
+        if (!Number.isInteger(s) || s < 0 || s >= src.pages)
+          throw bad(`pair ${i}: source page ${s} is out of range 0..${src.pages - 1}`);
+        if (!Number.isInteger(d) || d < 0 || d >= dst.pages)
+          throw bad(`pair ${i}: destination page ${d} is out of range 0..${dst.pages - 1}`);
+        if (seen.has(d)) throw bad(`pair ${i}: destination page ${d} is written twice`);
+        seen.add(d);
+        flat[2 * i] = s;
+        flat[2 * i + 1] = d;
+      });
+      const epoch = request.epoch ?? dst.epoch;
+      if (!Number.isSafeInteger(epoch) || epoch < 0)
+        throw bad(`epoch must be a pool epoch, got ${epoch}`);
+      id = this.nextId++;
+      immediate = native().enginePost(
+        engine,
+        id,
+        room,
+        src.handleForTransfer(),
+        dst.handleForTransfer(),
+        flat,
+        epoch,
+        deadlineMs,
+      );
+    } catch (err) {
+      return Promise.reject(TransferError.from(err));
+    }
+    if (immediate) return Promise.resolve(toResult(immediate));
+    const room = request.room;
+    let ids = this.byRoom.get(room);
+    if (!ids) {
+      ids = new Set();
+      this.byRoom.set(room, ids);
+    }
+    ids.add(id);
+    return new Promise((resolve) => this.pending.set(id, (r) => resolve(toResult(r))));
+  }
+
+  cancel(room: string): number {
+    if (typeof room !== 'string') throw bad('room must be a string');
+    return native().engineCancel(this.live(), room);
+  }
+
+  release(room: string): Promise<void> {
+    if (!this.byRoom.has(room)) return Promise.resolve();
+    return new Promise((resolve) => {
+      const waiters = this.releaseWaiters.get(room) ?? [];
+      waiters.push(resolve);
+      this.releaseWaiters.set(room, waiters);
+    });
+  }
+
+  inject(fault: Fault): void {
+    if (!FAULT_KINDS.includes(fault.kind))
+      throw bad(`fault kind must be one of ${FAULT_KINDS.join(', ')}`);
+    const ms = fault.ms ?? 0;
+    if (!Number.isInteger(ms) || ms < 0 || ms > 3_600_000)
+      throw bad('fault ms must be an integer from 0 to 3600000');
+    if (fault.room !== undefined && !isValidId(fault.room))
+      throw bad(`fault room must be a room id`);
+    native().engineInject(this.live(), fault.room ?? '', fault.kind, ms);
+  }
+
+  clearFaults(): void {
+    native().engineClearFaults(this.live());
+  }
+
+  stats(): TransferStats {
+    return { ...native().engineStats(this.live()), inFlight: this.pending.size };
+  }
+
+  close(): Promise<void> {
+    if (this.closing) return this.closing;
+    const inFlight = [...this.byRoom.keys()].map((room) => this.release(room));
+    // Cancels everything and joins the workers; their completions still arrive, as `cancelled`.
+    native().engineClose(this.engine);
+    this.closing = Promise.all(inFlight).then(() => undefined);
+    return this.closing;
+  }
+}
+
+function toResult(r: NativeTransferResult): TransferResult {
+  return {
+    room: r.room,
+    status: r.status,
+    bytes: r.bytes,
+    micros: r.micros,
+    checksum: (r.checksum >>> 0).toString(16).padStart(8, '0'),
+    error: r.error,
+  };
+}
