@@ -8,7 +8,13 @@
       "cflags!": ["-fno-exceptions"],
       "cflags_cc!": ["-fno-exceptions"],
       "cflags_cc": ["-std=c++17", "-Wall", "-Wextra", "-O2"],
-      "libraries": ["-lrt", "-ldl", "-pthread"]
+      "libraries": ["-lrt", "-ldl", "-pthread"],
+      "conditions": [
+        ["'<!(node -p \"process.env.PDCTL_SANITIZE || 0\")'=='1'", {
+          "cflags_cc": ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined", "-O1", "-g"],
+          "ldflags": ["-fsanitize=address,undefined"]
+        }]
+      ]
     }
   ]
 }

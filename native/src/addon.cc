@@ -4,6 +4,9 @@
 #include <dlfcn.h>
 #include <napi.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -147,6 +150,22 @@ Napi::Value Crc32c(const Napi::CallbackInfo& info) {
   bool software = info[1].ToBoolean();
   uint32_t crc = software ? pdctl::crc32cSoftware(0, a.Data(), a.ByteLength()) : pdctl::crc32c(0, a.Data(), a.ByteLength());
   return Napi::Number::New(info.Env(), crc);
+}
+
+// The baseline of bench:transfer: a bare memcpy of the first `bytes` of one pool into another,
+// `rounds` times, on this thread. Returns nanoseconds.
+Napi::Value MemcpyNanos(const Napi::CallbackInfo& info) {
+  need(info, 4);
+  const Holder& src = held(info, 0);
+  const Holder& dst = held(info, 1);
+  uint64_t bytes = uintArg(info, 2, uint64_t{1} << 40, "bytes");
+  uint64_t rounds = uintArg(info, 3, 1u << 20, "rounds");
+  uint64_t limit = std::min(src->header().pages * src->header().pageBytes, dst->header().pages * dst->header().pageBytes);
+  if (bytes > limit) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "bytes exceed the pools");
+  auto t0 = std::chrono::steady_clock::now();
+  for (uint64_t r = 0; r < rounds; r++) std::memcpy(dst->page(0), src->page(0), bytes);
+  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  return Napi::Number::New(info.Env(), static_cast<double>(ns));
 }
 
 // What is available: shared memory always; CUDA only if libcudart loads and sees a device.
@@ -347,6 +366,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("poolUnlink", Napi::Function::New(env, PoolUnlink));
   exports.Set("crc32c", Napi::Function::New(env, Crc32c));
   exports.Set("backends", Napi::Function::New(env, Backends));
+  exports.Set("memcpyNanos", Napi::Function::New(env, MemcpyNanos));
   exports.Set("engineCreate", Napi::Function::New(env, EngineCreate));
   exports.Set("enginePost", Napi::Function::New(env, EnginePost));
   exports.Set("engineCancel", Napi::Function::New(env, EngineCancel));

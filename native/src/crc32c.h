@@ -11,5 +11,8 @@ namespace pdctl {
 uint32_t crc32c(uint32_t crc, const uint8_t* data, size_t len);
 uint32_t crc32cSoftware(uint32_t crc, const uint8_t* data, size_t len);
 bool crc32cHardware();
+// Copies n bytes from src to dst and returns the CRC32C of them continued from crc, in one pass
+// over the memory where the CPU has the crc32 instruction.
+uint32_t crc32cCopy(uint32_t crc, uint8_t* dst, const uint8_t* src, size_t n);
 
 }  // namespace pdctl

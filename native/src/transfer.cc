@@ -181,8 +181,7 @@ TransferResult TransferEngine::run(Job& job) {
     while (left > 0) {
       if (const char* why = interrupted()) return finish(why);
       size_t chunk = std::min(left, kChunkBytes);
-      std::memcpy(to, from, chunk);
-      crc = crc32c(crc, from, chunk);
+      crc = crc32cCopy(crc, to, from, chunk);
       from += chunk;
       to += chunk;
       left -= chunk;

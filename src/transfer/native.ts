@@ -38,6 +38,8 @@ export interface NativeAddon {
   poolUnlink(name: string): boolean;
   crc32c(data: Uint8Array, software: boolean): number;
   backends(): NativeBackends;
+  /** bench:transfer's baseline: bare memcpy of `bytes` from src's first page into dst's, `rounds` times. */
+  memcpyNanos(src: PoolHandle, dst: PoolHandle, bytes: number, rounds: number): number;
   /** `onComplete` is called on the JS thread for every transfer that was queued. */
   engineCreate(threads: number, onComplete: (result: NativeTransferResult) => void): EngineHandle;
   /** Null when queued; a result when the transfer could not start (epoch mismatch, closed). */
