@@ -1,5 +1,6 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { spawnTs } from '../../test/helpers/spawn.ts';
+import { firstWrongByte } from '../../test/helpers/page-pattern.ts';
+import { startPoolChild } from '../../test/helpers/pool-child-driver.ts';
 import { NativeTransferCore, type TransferCore } from './core.ts';
 import { TransferError } from './errors.ts';
 import { KvPool } from './pool.ts';
@@ -205,15 +206,8 @@ describe('a transfer between two processes', () => {
   it('receives every byte another process wrote, and the checksum matches at both ends', async () => {
     const srcName = `/pdctl-xfer-src-${process.pid}`;
     names.push(srcName);
-    const child = spawnTs('test/helpers/pool-child.ts', [srcName, '32', '65536'], {
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
-    let out = '';
-    child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
-    const deadline = Date.now() + 20_000;
-    while (!out.includes('\n') && Date.now() < deadline)
-      await new Promise((r) => setTimeout(r, 20));
-    const written = JSON.parse(out) as { checksums: string[]; all: string };
+    const child = await startPoolChild(srcName, 32, 65536);
+    const { written } = child;
     const src = KvPool.open(srcName);
     const dst = pool(64, 65536);
     try {
@@ -229,18 +223,13 @@ describe('a transfer between two processes', () => {
       expect(r).toMatchObject({ status: 'ok', bytes: 32 * 65536 });
       expect(r.checksum).toBe(written.all);
       for (let i = 0; i < 32; i++) {
-        const page = dst.page(32 + i);
-        let wrong = -1;
-        for (let j = 0; j < page.length && wrong < 0; j++)
-          if (page[j] !== ((i * 31 + j * 7) & 0xff)) wrong = j;
-        expect(wrong, `page ${i} byte ${wrong}`).toBe(-1);
+        expect(firstWrongByte(dst.page(32 + i), i), `page ${i}`).toBe(-1);
       }
       expect(dst.checksumPages(pairs.map(([, d]) => d))).toBe(r.checksum);
     } finally {
       src.close();
       dst.close();
-      child.stdin?.write('done\n');
     }
-    expect(await new Promise((r) => child.once('exit', r))).toBe(0);
+    expect(await child.finish()).toBe(0);
   });
 });

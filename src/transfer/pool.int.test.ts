@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, describe, expect, it } from 'vitest';
-import { spawnTs } from '../../test/helpers/spawn.ts';
+import { firstWrongByte } from '../../test/helpers/page-pattern.ts';
+import { startPoolChild } from '../../test/helpers/pool-child-driver.ts';
 import { TransferError } from './errors.ts';
 import { native } from './native.ts';
 import { backends, crc32c, KvPool } from './pool.ts';
@@ -123,32 +124,21 @@ describe('KvPool', () => {
 describe('KvPool across processes', () => {
   it('sees every byte another process wrote, and the same checksums', async () => {
     const name = uniqueName();
-    const child = spawnTs('test/helpers/pool-child.ts', [name, '16', '65536'], {
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
-    let out = '';
-    child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
-    const deadline = Date.now() + 20_000;
-    while (!out.includes('\n') && Date.now() < deadline)
-      await new Promise((r) => setTimeout(r, 20));
-    const written = JSON.parse(out) as { epoch: number; checksums: string[]; all: string };
+    const child = await startPoolChild(name, 16, 65536);
+    const { written } = child;
     const pool = KvPool.open(name);
     try {
       expect(pool.epoch).toBe(written.epoch);
       for (let i = 0; i < pool.pages; i++) {
         const page = pool.page(i);
-        let wrong = -1;
-        for (let j = 0; j < page.length && wrong < 0; j++)
-          if (page[j] !== ((i * 31 + j * 7) & 0xff)) wrong = j;
-        expect(wrong, `page ${i} byte ${wrong}`).toBe(-1);
+        expect(firstWrongByte(page, i), `page ${i}`).toBe(-1);
         expect(pool.checksum(i)).toBe(written.checksums[i]);
         expect(crc32c(page)).toBe(written.checksums[i]);
       }
       expect(pool.checksum(0, pool.pages)).toBe(written.all);
     } finally {
       pool.close();
-      child.stdin?.write('done\n');
     }
-    expect(await new Promise((r) => child.once('exit', r))).toBe(0);
+    expect(await child.finish()).toBe(0);
   });
 });

@@ -4,6 +4,7 @@
  * outlives nothing but this process's mapping).
  */
 import { KvPool } from '../../src/transfer/pool.ts';
+import { patternByte } from './page-pattern.ts';
 
 const [name, pages, pageBytes] = process.argv.slice(2);
 const pool = KvPool.create({
@@ -14,7 +15,7 @@ const pool = KvPool.create({
 const checksums: string[] = [];
 for (let i = 0; i < pool.pages; i++) {
   const page = pool.page(i);
-  for (let j = 0; j < page.length; j++) page[j] = (i * 31 + j * 7) & 0xff;
+  for (let j = 0; j < page.length; j++) page[j] = patternByte(i, j);
   checksums.push(pool.checksum(i));
 }
 process.stdout.write(
