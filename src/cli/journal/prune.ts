@@ -1,0 +1,44 @@
+/** `pdctl journal prune`: delete whole terminal rooms older than a cut-off. */
+import { SqliteJournal } from '../../journal/sqlite/journal.ts';
+import { type CommonOptions, EXIT, openReader, print, printJson } from '../context.ts';
+import { formatTs, parseDuration, UsageError } from '../time.ts';
+
+export interface PruneOptions extends CommonOptions {
+  olderThan: string;
+  chunk: string;
+  dryRun?: boolean;
+}
+
+export async function pruneCommand(opts: PruneOptions): Promise<number> {
+  const age = parseDuration(opts.olderThan, '--older-than');
+  const chunk = Number(opts.chunk);
+  if (!Number.isInteger(chunk) || chunk < 1 || chunk > 100_000)
+    throw new UsageError('--chunk must be an integer from 1 to 100000');
+  const cutoffTs = Date.now() - age;
+  if (opts.dryRun) {
+    const reader = openReader(opts);
+    try {
+      const n = reader.countPrunable(cutoffTs);
+      if (opts.json) printJson({ cutoffTs, rooms: n.rooms, events: n.events, dryRun: true });
+      else
+        print(
+          `would delete ${n.rooms} terminal rooms (${n.events} events) that ended before ${formatTs(cutoffTs)}`,
+        );
+      return EXIT.ok;
+    } finally {
+      reader.close();
+    }
+  }
+  const journal = await SqliteJournal.open({ path: opts.journal, create: false });
+  try {
+    const r = await journal.prune({ cutoffTs, chunkRooms: chunk });
+    if (opts.json) printJson(r);
+    else
+      print(
+        `deleted ${r.rooms} terminal rooms (${r.events} events) that ended before ${formatTs(cutoffTs)}, in ${r.batches} chunks; live rooms are never pruned`,
+      );
+    return EXIT.ok;
+  } finally {
+    await journal.drain();
+  }
+}
