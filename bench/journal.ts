@@ -12,12 +12,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import Database from 'better-sqlite3';
-import type { EventInput } from '../src/journal/events.ts';
 import { uuidv7 } from '../src/journal/ids.ts';
 import { SqliteJournal } from '../src/journal/sqlite/journal.ts';
 import { MIGRATIONS_DIR } from '../src/journal/sqlite/migrate.ts';
 import { foldJournal, verifyJournal } from '../src/journal/sqlite/verify.ts';
-import { synthEvents } from '../src/journal/synth.ts';
+import { completedRoomEvents, synthEvents } from '../src/journal/synth.ts';
 
 const args = process.argv.slice(2);
 const asJson = args.includes('--json');
@@ -30,28 +29,6 @@ process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
 const log = (s: string) => {
   if (!asJson) process.stderr.write(`${s}\n`);
 };
-
-const STEPS: Array<Omit<EventInput, 'room'>> = [
-  { type: 'room.bootstrap_started', engine: 'd0', source: 'd0', data: {} },
-  { type: 'room.bootstrapped', engine: 'd0', source: 'd0', data: { pages: [0, 1, 2, 3] } },
-  { type: 'room.prefill_started', engine: 'p0', source: 'p0', data: {} },
-  { type: 'room.transfer_posted', engine: 'p0', source: 'p0', data: { pairs: 4 } },
-  {
-    type: 'room.transfer_completed',
-    engine: 'p0',
-    source: 'p0',
-    data: { bytes: 262144, checksum: '9f3a77c1', micros: 85 },
-  },
-  { type: 'room.released', engine: 'p0', source: 'p0', data: {} },
-  { type: 'room.decode_started', engine: 'd0', source: 'd0', data: {} },
-  {
-    type: 'room.completed',
-    engine: 'd0',
-    source: 'd0',
-    data: { tokens: 128, finishReason: 'stop' },
-  },
-  { type: 'room.released', engine: 'd0', source: 'd0', data: {} },
-] as EventInput[];
 
 function percentile(sorted: Float64Array, p: number): number {
   return sorted.length
@@ -85,15 +62,7 @@ async function appendRun(durability: 'process' | 'power', appenders: number): Pr
   const appender = async () => {
     while (performance.now() < deadline) {
       const room = `r-${(roomSeq++).toString(36)}`;
-      const events = [
-        {
-          type: 'room.created',
-          room,
-          source: 'api',
-          data: { prefillEngine: 'p0', decodeEngine: 'd0', promptTokens: 512 },
-        } as EventInput,
-        ...STEPS.map((s) => ({ ...s, room }) as EventInput),
-      ];
+      const events = completedRoomEvents(room);
       for (const ev of events) {
         const t = performance.now();
         await journal.append(ev);
@@ -137,7 +106,7 @@ function bareInsert(
   const insert = db.prepare(
     'INSERT INTO events (ts, type, room, engine, source, event_id, data) VALUES (?, ?, ?, ?, ?, ?, ?)',
   );
-  const data = JSON.stringify(STEPS[4]?.data);
+  const data = JSON.stringify(completedRoomEvents('r')[5]?.data); // a transfer_completed row
   const eventIds = Array.from({ length: rows }, () =>
     ids === 'uuidv7' ? uuidv7() : crypto.randomUUID(),
   );

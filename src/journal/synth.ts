@@ -440,3 +440,46 @@ export function* synthEvents(
     if ((ev.ts as number) <= opts.endTs) yield ev;
   }
 }
+
+/**
+ * The ten events of one room that goes through every stage and completes, both engines releasing
+ * their pages: the fixed workload of the tests, the crash drill and the journal benchmark.
+ */
+export function completedRoomEvents(
+  room: string,
+  prefill = 'p0',
+  decode = 'd0',
+  source = 'api',
+): EventInput[] {
+  const p = prefill;
+  const d = decode;
+  return [
+    {
+      type: 'room.created',
+      room,
+      source,
+      data: { prefillEngine: p, decodeEngine: d, promptTokens: 512, maxTokens: 8 },
+    },
+    { type: 'room.bootstrap_started', room, engine: d, source: d, data: {} },
+    { type: 'room.bootstrapped', room, engine: d, source: d, data: { pages: [0, 1, 2, 3] } },
+    { type: 'room.prefill_started', room, engine: p, source: p, data: {} },
+    { type: 'room.transfer_posted', room, engine: p, source: p, data: { pairs: 4 } },
+    {
+      type: 'room.transfer_completed',
+      room,
+      engine: p,
+      source: p,
+      data: { bytes: 262144, checksum: '9f3a77c1', micros: 85 },
+    },
+    { type: 'room.released', room, engine: p, source: p, data: { pages: 4 } },
+    { type: 'room.decode_started', room, engine: d, source: d, data: {} },
+    {
+      type: 'room.completed',
+      room,
+      engine: d,
+      source: d,
+      data: { tokens: 8, finishReason: 'length' },
+    },
+    { type: 'room.released', room, engine: d, source: d, data: { pages: 4 } },
+  ];
+}
