@@ -32,7 +32,7 @@ interface Incident {
 }
 
 /** mulberry32: small, fast, good enough for synthetic data. */
-function rng(seed: number): () => number {
+export function rng(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;

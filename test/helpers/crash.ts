@@ -9,18 +9,9 @@ import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { SqliteJournal } from '../../src/journal/sqlite/journal.ts';
 import type { VerifyReport } from '../../src/journal/store.ts';
+import { rng } from '../../src/journal/synth.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = Math.imul(a ^ (a >>> 15), a | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Starts the child, kills it `delayMs` after it is ready, and returns the ids it acknowledged. */
 function runAndKill(
