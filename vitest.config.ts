@@ -7,9 +7,10 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 30_000,
     pool: 'forks',
-    // In CI, also write a machine-readable summary that .ci/run turns into its closing line.
-    reporters: process.env.CI
-      ? ['default', ['json', { outputFile: '.ci/results.json' }]]
-      : ['default'],
+    // Under .ci/run (or any CI), also write a summary that .ci/run turns into its closing line.
+    reporters:
+      process.env.CI || process.env.PDCTL_CI_REPORT
+        ? ['default', ['json', { outputFile: '.ci/results.json' }]]
+        : ['default'],
   },
 });
