@@ -2,8 +2,10 @@
 import { Command, CommanderError, Option } from 'commander';
 import { JournalError } from '../journal/errors.ts';
 import { DEFAULT_JOURNAL, EXIT, VERSION } from './context.ts';
+import { registerEngineCommand } from './engine-command.ts';
 import { registerJournalCommands } from './journal-commands.ts';
 import { registerRoomCommands } from './rooms-commands.ts';
+import { registerRunCommand } from './run-command.ts';
 import { UsageError } from './time.ts';
 
 function journalOption(c: Command): Command {
@@ -35,6 +37,8 @@ export function buildProgram(): Command {
     );
   registerJournalCommands(program, journalOption);
   registerRoomCommands(program, journalOption);
+  registerRunCommand(program);
+  registerEngineCommand(program);
   return program;
 }
 

@@ -48,13 +48,20 @@ export const EVENT_SCHEMAS = {
   'room.bootstrapped': Type.Object(
     {
       pages: Type.Array(Count, { maxItems: 1 << 20 }),
+      /** The decode engine's pool (shared-memory name) and the epoch the pages belong to. */
+      pool: Type.Optional(Type.String({ minLength: 1, maxLength: 255 })),
       epoch: Type.Optional(Count),
     },
     strict,
   ),
   'room.prefill_started': Type.Object({}, strict),
   'room.transfer_posted': Type.Object(
-    { pairs: Type.Optional(Count), bytes: Type.Optional(Count) },
+    {
+      pairs: Type.Optional(Count),
+      bytes: Type.Optional(Count),
+      /** Microseconds the model spent computing the KV. */
+      computeMicros: Type.Optional(Count),
+    },
     strict,
   ),
   'room.transfer_completed': Type.Object(
@@ -66,7 +73,15 @@ export const EVENT_SCHEMAS = {
     strict,
   ),
   'room.decode_started': Type.Object({}, strict),
-  'room.completed': Type.Object({ tokens: Count, finishReason: Text }, strict),
+  'room.completed': Type.Object(
+    {
+      tokens: Count,
+      finishReason: Text,
+      /** Microseconds the model spent in decode steps. */
+      computeMicros: Type.Optional(Count),
+    },
+    strict,
+  ),
   'room.aborted': Type.Object({ reason: Text, source: Text }, strict),
   'room.failed': Type.Object(
     {
@@ -92,6 +107,9 @@ export const EVENT_SCHEMAS = {
     {
       role: Type.Union([Type.Literal('prefill'), Type.Literal('decode')]),
       incarnation: Text,
+      pid: Type.Optional(Count),
+      pool: Type.Optional(Text),
+      pages: Type.Optional(Count),
     },
     open,
   ),

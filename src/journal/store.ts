@@ -144,9 +144,21 @@ export interface Subscription {
 
 export type EventListener = (event: JournalEvent) => void;
 
+export interface EngineBacklog {
+  /** Committed events of the engine's rooms, oldest first (rejection records left out). */
+  events: JournalEvent[];
+  /** The newest committed seq when they were read: anything later arrives live. */
+  headSeq: number;
+}
+
 /** Reads shared by the CLI and the HTTP API. */
 export interface JournalReader {
   readFrom(afterSeq: number, limit: number): Promise<JournalEvent[]>;
+  /**
+   * What an engine that says hello has missed. `afterSeq` 0 (a fresh engine): every event of its
+   * rooms that are not terminal. Otherwise: every event of its rooms after `afterSeq`.
+   */
+  engineBacklog(engine: string, afterSeq: number): Promise<EngineBacklog>;
   headSeq(): Promise<number>;
   timeline(room: string): Promise<Timeline>;
   rooms(filter: RoomFilter): Promise<RoomPage>;

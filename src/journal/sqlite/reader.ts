@@ -9,6 +9,7 @@ import type { JournalEvent } from '../events.ts';
 import { type Room, reduce } from '../reducer.ts';
 import { ROOM_STATES, type RoomState } from '../states.ts';
 import type {
+  EngineBacklog,
   JournalReader,
   JournalStats,
   MinuteCount,
@@ -96,7 +97,6 @@ export class SqliteReader implements JournalReader {
     this.db = db ?? openDatabase({ path, readonly: true });
   }
 
-  /** Runs a read, mapping SQLite's corruption errors to JOURNAL_CORRUPT. */
   /**
    * Runs a read in one read transaction, so that every query in it sees the same snapshot even
    * while a writer commits (verify reads events and rooms separately and must not see them at
@@ -119,6 +119,28 @@ export class SqliteReader implements JournalReader {
 
   readFrom(afterSeq: number, limit: number): Promise<JournalEvent[]> {
     return this.read(() => this.readFromSync(afterSeq, limit));
+  }
+
+  engineBacklog(engine: string, afterSeq: number): Promise<EngineBacklog> {
+    return this.read(() => {
+      const headSeq = this.db
+        .prepare('SELECT coalesce(max(seq), 0) FROM events')
+        .pluck()
+        .get() as number;
+      // Live rooms have a deadline (rooms_live_deadline); a fresh engine needs only theirs.
+      const sql =
+        afterSeq === 0
+          ? `SELECT e.* FROM events e WHERE e.room IN (SELECT room FROM rooms WHERE deadline_at IS NOT NULL
+               AND (prefill_engine = @engine OR decode_engine = @engine))
+             AND e.type <> 'room.event_rejected' AND e.seq <= @head ORDER BY e.seq`
+          : `SELECT e.* FROM events e JOIN rooms r ON r.room = e.room
+             WHERE e.seq > @after AND e.seq <= @head AND (r.prefill_engine = @engine OR r.decode_engine = @engine)
+             AND e.type <> 'room.event_rejected' ORDER BY e.seq`;
+      const rows = this.db
+        .prepare(sql)
+        .all({ engine, after: afterSeq, head: headSeq }) as EventRow[];
+      return { events: rows.map(rowToEvent), headSeq };
+    });
   }
 
   headSeq(): Promise<number> {

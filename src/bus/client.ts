@@ -1,0 +1,266 @@
+/**
+ * The engine's end of the bus: a DEALER connected to the control plane's ROUTER. It says hello on
+ * every (re)connection, resends appends that were never acknowledged once welcomed (the control
+ * plane stores a retried event once, by its event id), and hands committed events and commands to
+ * the engine. Like the server, its receive loop is supervised and never dies on a bad frame.
+ */
+import * as zmq from 'zeromq';
+import type { Logger } from '../log.ts';
+import { type CurveClientKeys, checkKey } from './curve.ts';
+import { DropCounters } from './drops.ts';
+import { BusError } from './errors.ts';
+import { SupervisedLoop } from './loop.ts';
+import { Outbox } from './outbox.ts';
+import {
+  type ControlKind,
+  type ControlMessage,
+  controlFrames,
+  type EngineKind,
+  type EngineMessage,
+  encodePayload,
+} from './protocol.ts';
+
+export interface BusClientOptions {
+  endpoint: string;
+  engine: string;
+  incarnation: string;
+  curve?: CurveClientKeys;
+  maxFrameBytes?: number;
+  /** Resend hello this often until welcomed (ms). Default 1000. */
+  helloRetryMs?: number;
+  log: Logger;
+}
+
+export interface BusClientHandlers {
+  /** The hello to send now (its lastSeq and rooms change over time). */
+  hello(): EngineMessage<'hello'>;
+  welcome(msg: ControlMessage<'welcome'>): void;
+  event(msg: ControlMessage<'event'>): void;
+  command(msg: ControlMessage<'command'>): void;
+}
+
+export type AppendAck = ControlMessage<'ack'>;
+type AppendEvent = EngineMessage<'append'>['event'];
+
+interface PendingAppend {
+  msg: EngineMessage<'append'>;
+  resolve(ack: AppendAck): void;
+  reject(err: BusError): void;
+  retryTimer: NodeJS.Timeout | null;
+}
+
+export class BusClient {
+  readonly drops: DropCounters;
+  readonly loop: SupervisedLoop;
+  private readonly socket: zmq.Dealer;
+  private readonly outbox: Outbox;
+  private readonly decoder;
+  private readonly pending = new Map<string, PendingAppend>();
+  private helloTimer: NodeJS.Timeout | null = null;
+  private closed = false;
+  /** True between a welcome and the next disconnect. */
+  welcomed = false;
+  connects = 0;
+  disconnects = 0;
+
+  constructor(
+    private readonly options: BusClientOptions,
+    private readonly handlers: BusClientHandlers,
+  ) {
+    this.decoder = controlFrames(options.maxFrameBytes);
+    this.drops = new DropCounters(options.log, `engine ${options.engine} bus`);
+    this.socket = new zmq.Dealer({
+      routingId: `${options.engine}/${options.incarnation}`.slice(0, 255),
+      heartbeatInterval: 1000,
+      heartbeatTimeout: 5000,
+      reconnectInterval: 100,
+      reconnectMaxInterval: 1000,
+      linger: 0,
+      maxMessageSize: 256 << 20,
+      sendHighWaterMark: 100_000,
+    });
+    if (options.curve) {
+      this.socket.curveServerKey = checkKey('control plane public key', options.curve.serverKey);
+      this.socket.curvePublicKey = checkKey('engine public key', options.curve.publicKey);
+      this.socket.curveSecretKey = checkKey('engine secret key', options.curve.secretKey);
+    }
+    this.outbox = new Outbox(this.socket, options.log, 'engine bus');
+    this.loop = new SupervisedLoop('bus.receive', (loop) => this.receive(loop), options.log);
+  }
+
+  /**
+   * Connection events, read with our own loop: zeromq.js's `events.on()` runs a loop of its own
+   * whose rejection on socket close is never caught, which would crash the process.
+   */
+  private async watch(): Promise<void> {
+    const events = this.socket.events;
+    while (!this.closed) {
+      let ev: Awaited<ReturnType<typeof events.receive>>;
+      try {
+        ev = await events.receive();
+      } catch {
+        return;
+      }
+      if (ev.type === 'handshake') this.onConnected();
+      else if (ev.type === 'disconnect') this.onDisconnected();
+    }
+  }
+
+  start(): void {
+    void this.watch();
+    this.socket.connect(this.options.endpoint);
+    this.loop.start();
+    this.sayHello();
+  }
+
+  private onConnected(): void {
+    this.connects++;
+    if (this.connects > 1) {
+      this.options.log.info(
+        { engine: this.options.engine },
+        'bus: reconnected; saying hello again',
+      );
+    }
+    this.sayHello();
+  }
+
+  private onDisconnected(): void {
+    this.disconnects++;
+    this.welcomed = false;
+    this.options.log.warn(
+      { endpoint: this.options.endpoint },
+      'bus: lost the control plane; reconnecting',
+    );
+  }
+
+  /** Sends hello now and again every helloRetryMs until a welcome arrives. */
+  sayHello(): void {
+    if (this.closed) return;
+    this.welcomed = false;
+    this.send('hello', this.handlers.hello());
+    if (this.helloTimer) clearTimeout(this.helloTimer);
+    this.helloTimer = setTimeout(() => {
+      this.helloTimer = null;
+      if (!this.welcomed) this.sayHello();
+    }, this.options.helloRetryMs ?? 1000);
+    this.helloTimer.unref();
+  }
+
+  private async receive(loop: SupervisedLoop): Promise<void> {
+    while (loop.shouldRun && !this.closed) {
+      let frames: Buffer[];
+      try {
+        frames = await this.socket.receive();
+      } catch (err) {
+        if (this.closed) return;
+        throw err;
+      }
+      loop.tick();
+      const d = this.decoder.decode(frames);
+      if (!d.ok) {
+        this.drops.record(d.reason, { kind: d.kind, detail: d.detail });
+        continue;
+      }
+      try {
+        this.dispatch(d.kind, d.payload);
+      } catch (err) {
+        this.options.log.error({ err, kind: d.kind }, 'engine bus: handler threw; message dropped');
+      }
+    }
+  }
+
+  private dispatch(kind: ControlKind, payload: Record<string, unknown>): void {
+    switch (kind) {
+      case 'welcome': {
+        this.welcomed = true;
+        if (this.helloTimer) clearTimeout(this.helloTimer);
+        this.helloTimer = null;
+        this.handlers.welcome(payload as ControlMessage<'welcome'>);
+        // Appends never acknowledged may have been lost with the old connection: send them again.
+        for (const p of this.pending.values()) this.send('append', p.msg);
+        return;
+      }
+      case 'ack': {
+        const ack = payload as AppendAck;
+        const p = this.pending.get(ack.eventId);
+        if (!p) {
+          this.drops.record('duplicate', { kind, eventId: ack.eventId });
+          return;
+        }
+        this.pending.delete(ack.eventId);
+        if (p.retryTimer) clearTimeout(p.retryTimer);
+        p.resolve(ack);
+        return;
+      }
+      case 'nack': {
+        const nack = payload as ControlMessage<'nack'>;
+        const p = nack.eventId === null ? undefined : this.pending.get(nack.eventId);
+        if (!p) {
+          this.options.log.warn({ code: nack.code, message: nack.message }, 'engine bus: nack');
+          return;
+        }
+        if (nack.retryable) {
+          if (nack.code === 'BUS_NOT_REGISTERED') this.sayHello();
+          if (!p.retryTimer) {
+            p.retryTimer = setTimeout(() => {
+              p.retryTimer = null;
+              if (this.pending.has(p.msg.eventId)) this.send('append', p.msg);
+            }, 250);
+          }
+          return;
+        }
+        this.pending.delete(p.msg.eventId);
+        p.reject(new BusError(nack.code, nack.message));
+        return;
+      }
+      case 'event':
+        this.handlers.event(payload as ControlMessage<'event'>);
+        return;
+      case 'command':
+        this.handlers.command(payload as ControlMessage<'command'>);
+        return;
+    }
+  }
+
+  /**
+   * Sends an event for the control plane to validate, journal and commit. Resolves with the ack
+   * (applied, rejected or duplicate) once committed; kept and resent across reconnects until then.
+   */
+  append(eventId: string, event: AppendEvent): Promise<AppendAck> {
+    if (this.closed) return Promise.reject(new BusError('BUS_CLOSED', 'the bus client is closed'));
+    const msg: EngineMessage<'append'> = { eventId, event };
+    return new Promise((resolve, reject) => {
+      this.pending.set(eventId, { msg, resolve, reject, retryTimer: null });
+      this.send('append', msg);
+    });
+  }
+
+  send<K extends EngineKind>(kind: K, payload: EngineMessage<K>): void {
+    if (this.closed) return;
+    this.outbox.push([kind, encodePayload(payload)]);
+  }
+
+  get unacked(): number {
+    return this.pending.size;
+  }
+
+  get outboxDepth(): number {
+    return this.outbox.depth;
+  }
+
+  close(): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    this.closed = true;
+    if (this.helloTimer) clearTimeout(this.helloTimer);
+    for (const p of this.pending.values()) {
+      if (p.retryTimer) clearTimeout(p.retryTimer);
+      p.reject(
+        new BusError('BUS_CLOSED', 'the bus client closed before the append was acknowledged'),
+      );
+    }
+    this.pending.clear();
+    const stopping = this.loop.stop();
+    this.socket.close();
+    return stopping;
+  }
+}

@@ -1,0 +1,47 @@
+/** The bus's catalogue of coded errors. They cross the wire as `{ code, message }` in `nack`. */
+
+export const BUS_ERROR_CODES = [
+  /** A frame that is not `[kind, payload]`, an unknown kind, or a payload that fails its schema. */
+  'BUS_MALFORMED_FRAME',
+  /** A frame above the configured size limit. */
+  'BUS_FRAME_TOO_LARGE',
+  /** A message other than `hello` from a connection that has not said hello. */
+  'BUS_NOT_REGISTERED',
+  /** `hello` with a protocol version this control plane does not speak. */
+  'BUS_PROTOCOL_MISMATCH',
+  /** An append whose event does not validate (bad type, data, or a room that is not the engine's). */
+  'BUS_INVALID_EVENT',
+  /** The journal refused the write (full disk, closed); the engine should retry later. */
+  'BUS_JOURNAL_UNAVAILABLE',
+  /** The socket or the process is closing. */
+  'BUS_CLOSED',
+  /** Anything else: the message keeps the original. */
+  'BUS_INTERNAL',
+] as const;
+
+export type BusErrorCode = (typeof BUS_ERROR_CODES)[number];
+
+export class BusError extends Error {
+  readonly code: BusErrorCode;
+
+  constructor(code: BusErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'BusError';
+    this.code = code;
+  }
+
+  toJSON(): { code: BusErrorCode; message: string } {
+    return { code: this.code, message: this.message };
+  }
+
+  /** Rebuilds a typed error from `{ code, message }`; an unknown code keeps the original as `cause`. */
+  static from(value: unknown): BusError {
+    if (value instanceof BusError) return value;
+    const v = value as { code?: unknown; message?: unknown } | null;
+    const message = typeof v?.message === 'string' ? v.message : String(value);
+    if (typeof v?.code === 'string' && (BUS_ERROR_CODES as readonly string[]).includes(v.code)) {
+      return new BusError(v.code as BusErrorCode, message);
+    }
+    return new BusError('BUS_INTERNAL', message, { cause: value });
+  }
+}

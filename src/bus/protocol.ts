@@ -1,0 +1,271 @@
+/**
+ * The wire protocol between the control plane and the engines (DESIGN.md §5, docs/protocol.md):
+ * every message kind, its payload schema, and the one decoder every receive loop uses. A frame
+ * is `[kind, payload]` (the ROUTER adds the peer's routing id in front); the kind is ASCII, the
+ * payload a msgpack map. Decoding never throws: a bad frame comes back as a reason to count.
+ */
+import { type Static, type TSchema, Type } from '@sinclair/typebox';
+import { TypeCompiler } from '@sinclair/typebox/compiler';
+import { Packr } from 'msgpackr';
+import { BUS_ERROR_CODES } from './errors.ts';
+
+/** Bumped on any change an engine of the previous version could not follow. */
+export const PROTOCOL_VERSION = 1;
+/** Default largest payload accepted, in bytes. */
+export const DEFAULT_MAX_FRAME_BYTES = 1 << 20;
+
+const Id = Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$' });
+const Seq = Type.Integer({ minimum: 0 });
+const Count = Type.Integer({ minimum: 0 });
+const Short = Type.String({ minLength: 1, maxLength: 200 });
+const Role = Type.Union([Type.Literal('prefill'), Type.Literal('decode')]);
+const strict = { additionalProperties: false } as const;
+
+/** Engine → control plane. */
+export const ENGINE_MESSAGES = {
+  hello: Type.Object(
+    {
+      protocol: Type.Integer({ minimum: 1 }),
+      engine: Id,
+      role: Role,
+      /** Unique per process start: a new one means the engine restarted and holds nothing. */
+      incarnation: Short,
+      pid: Count,
+      pages: Count,
+      pageBytes: Count,
+      /** The engine's KV pool (shared-memory name) and its epoch; prefill engines have one too. */
+      pool: Short,
+      epoch: Count,
+      /** Highest seq this incarnation has applied; 0 for a fresh start. */
+      lastSeq: Seq,
+      /** Rooms it still holds pages or work for. */
+      rooms: Type.Array(Id, { maxItems: 100_000 }),
+    },
+    strict,
+  ),
+  heartbeat: Type.Object(
+    {
+      /** Receive/work loop tick counters: a counter that stops moving is a frozen loop. */
+      ticks: Type.Record(Type.String({ maxLength: 64 }), Count),
+      queues: Type.Record(Type.String({ maxLength: 64 }), Count),
+      freePages: Count,
+      rooms: Count,
+      lastSeq: Seq,
+    },
+    strict,
+  ),
+  append: Type.Object(
+    {
+      /** Idempotency key: a retried append with the same id is stored once. */
+      eventId: Type.String({ minLength: 1, maxLength: 200 }),
+      /** `type`, `room`, `data` of the event; engine and source are set by the control plane. */
+      event: Type.Object(
+        { type: Short, room: Id, data: Type.Record(Type.String(), Type.Unknown()) },
+        strict,
+      ),
+    },
+    strict,
+  ),
+  tokens: Type.Object(
+    {
+      room: Id,
+      /** Chunk number within the room, from 0, without gaps. */
+      index: Count,
+      text: Type.String({ maxLength: 1 << 16 }),
+      tokens: Count,
+    },
+    strict,
+  ),
+} as const;
+
+const JournalEventWire = Type.Object(
+  {
+    seq: Seq,
+    ts: Count,
+    type: Short,
+    room: Type.Union([Id, Type.Null()]),
+    engine: Type.Union([Id, Type.Null()]),
+    source: Short,
+    eventId: Short,
+    data: Type.Record(Type.String(), Type.Unknown()),
+  },
+  strict,
+);
+
+export const COMMANDS = ['abort_room', 'free_room', 'reset_transfer', 'drain', 'shutdown'] as const;
+export type CommandName = (typeof COMMANDS)[number];
+
+/** Control plane → engine. */
+export const CONTROL_MESSAGES = {
+  welcome: Type.Object(
+    {
+      protocol: Type.Integer({ minimum: 1 }),
+      engine: Id,
+      incarnation: Short,
+      /** Events with seq above this, for the engine's rooms, follow as `event` before live ones. */
+      replayFrom: Seq,
+      replayEvents: Count,
+      heartbeatMs: Count,
+    },
+    strict,
+  ),
+  ack: Type.Object(
+    {
+      eventId: Short,
+      status: Type.Union([
+        Type.Literal('applied'),
+        Type.Literal('rejected'),
+        Type.Literal('duplicate'),
+      ]),
+      seq: Seq,
+      reason: Type.Union([Short, Type.Null()]),
+      detail: Type.Union([Type.String({ maxLength: 1000 }), Type.Null()]),
+    },
+    strict,
+  ),
+  nack: Type.Object(
+    {
+      eventId: Type.Union([Short, Type.Null()]),
+      code: Type.Union(BUS_ERROR_CODES.map((c) => Type.Literal(c))),
+      message: Type.String({ maxLength: 2000 }),
+      /** True when the same append may succeed later (journal unavailable). */
+      retryable: Type.Boolean(),
+    },
+    strict,
+  ),
+  event: Type.Object(
+    {
+      event: JournalEventWire,
+      /** On `room.created`: what the prefill engine needs to compute the KV. */
+      request: Type.Optional(
+        Type.Object(
+          {
+            prompt: Type.String({ maxLength: 1 << 20 }),
+            maxTokens: Count,
+            /** Tokens already streamed before a migration; decode continues after them. */
+            generated: Type.Optional(Type.String({ maxLength: 1 << 20 })),
+          },
+          strict,
+        ),
+      ),
+    },
+    strict,
+  ),
+  command: Type.Object(
+    {
+      command: Type.Union(COMMANDS.map((c) => Type.Literal(c))),
+      room: Type.Union([Id, Type.Null()]),
+      reason: Type.Union([Short, Type.Null()]),
+    },
+    strict,
+  ),
+} as const;
+
+export type EngineKind = keyof typeof ENGINE_MESSAGES;
+export type ControlKind = keyof typeof CONTROL_MESSAGES;
+export type EngineMessage<K extends EngineKind> = Static<(typeof ENGINE_MESSAGES)[K]>;
+export type ControlMessage<K extends ControlKind> = Static<(typeof CONTROL_MESSAGES)[K]>;
+export type RoomRequest = NonNullable<ControlMessage<'event'>['request']>;
+
+/** Why a frame was dropped or nacked; each is a counter in heartbeats, metrics and logs. */
+export type DropReason =
+  | 'bad_frame_count'
+  | 'unknown_kind'
+  | 'too_large'
+  | 'bad_msgpack'
+  | 'bad_payload'
+  | 'not_registered'
+  | 'unknown_room'
+  | 'duplicate'
+  | 'stale_incarnation';
+
+export type Decoded<K extends string> =
+  | { ok: true; kind: K; payload: Record<string, unknown> }
+  | { ok: false; reason: DropReason; kind: string | null; detail: string };
+
+type Checker = {
+  Check(v: unknown): boolean;
+  Errors(v: unknown): Iterable<{ path: string; message: string }>;
+};
+
+function compile(schemas: Record<string, TSchema>): Map<string, Checker> {
+  return new Map(
+    Object.entries(schemas).map(([k, s]) => [k, TypeCompiler.Compile(s) as unknown as Checker]),
+  );
+}
+
+const packr = new Packr({ useRecords: false, mapsAsObjects: true, moreTypes: false });
+
+export function encodePayload(payload: unknown): Buffer {
+  return packr.pack(payload);
+}
+
+/** One decoder per direction: it knows which kinds it accepts. */
+export class FrameDecoder<K extends string> {
+  private readonly checkers: Map<string, Checker>;
+
+  constructor(
+    schemas: Record<K, TSchema>,
+    readonly maxFrameBytes: number = DEFAULT_MAX_FRAME_BYTES,
+  ) {
+    this.checkers = compile(schemas);
+  }
+
+  /** `frames` without the routing id. Never throws. */
+  decode(frames: readonly Buffer[]): Decoded<K> {
+    if (frames.length !== 2) {
+      return {
+        ok: false,
+        reason: 'bad_frame_count',
+        kind: null,
+        detail: `${frames.length} frames, want 2`,
+      };
+    }
+    const [kindBuf, body] = frames as [Buffer, Buffer];
+    if (kindBuf.length > 32) {
+      return {
+        ok: false,
+        reason: 'unknown_kind',
+        kind: null,
+        detail: `kind frame of ${kindBuf.length} B`,
+      };
+    }
+    const kind = kindBuf.toString('latin1');
+    const checker = this.checkers.get(kind);
+    if (!checker)
+      return { ok: false, reason: 'unknown_kind', kind: printable(kind), detail: 'no such kind' };
+    if (body.length > this.maxFrameBytes) {
+      return {
+        ok: false,
+        reason: 'too_large',
+        kind,
+        detail: `${body.length} B payload, limit ${this.maxFrameBytes} B`,
+      };
+    }
+    let payload: unknown;
+    try {
+      payload = packr.unpack(body);
+    } catch (err) {
+      return { ok: false, reason: 'bad_msgpack', kind, detail: (err as Error).message };
+    }
+    if (!checker.Check(payload)) {
+      const first = [...checker.Errors(payload)][0];
+      return {
+        ok: false,
+        reason: 'bad_payload',
+        kind,
+        detail: first ? `${first.path || '/'} ${first.message}` : 'does not match its schema',
+      };
+    }
+    return { ok: true, kind: kind as K, payload: payload as Record<string, unknown> };
+  }
+}
+
+function printable(s: string): string {
+  return JSON.stringify(s.replace(/[^\x20-\x7e]/g, '?').slice(0, 32));
+}
+
+export const engineFrames = (maxFrameBytes?: number) =>
+  new FrameDecoder<EngineKind>(ENGINE_MESSAGES, maxFrameBytes);
+export const controlFrames = (maxFrameBytes?: number) =>
+  new FrameDecoder<ControlKind>(CONTROL_MESSAGES, maxFrameBytes);

@@ -1,0 +1,219 @@
+/**
+ * The control plane's end of the bus: one ROUTER that engines connect DEALERs to. This file owns
+ * the socket, the receive loop and frame validation; what a message means (appends, replay,
+ * routing of committed events) is the control plane's business (src/control/). Nothing a peer
+ * sends can stop the receive loop: bad frames are counted, logged at a rate limit, and dropped or
+ * nacked, and the loop runs under a supervisor.
+ */
+import * as zmq from 'zeromq';
+import type { Logger } from '../log.ts';
+import { type CurveServerKeys, checkKey, ZapHandler } from './curve.ts';
+import { DropCounters } from './drops.ts';
+import { SupervisedLoop } from './loop.ts';
+import { Outbox } from './outbox.ts';
+import {
+  type ControlKind,
+  type ControlMessage,
+  type EngineKind,
+  type EngineMessage,
+  encodePayload,
+  engineFrames,
+} from './protocol.ts';
+
+export interface BusServerOptions {
+  /** `tcp://127.0.0.1:0` picks a free port; `ipc:///path` for a Unix socket. */
+  endpoint: string;
+  /** Largest payload accepted (default 1 MiB); larger frames are counted as `too_large`. */
+  maxFrameBytes?: number;
+  curve?: CurveServerKeys;
+  log: Logger;
+}
+
+/** A connected peer, named by the routing id its DEALER chose. */
+export type PeerId = string;
+
+export interface BusServerHandlers {
+  hello(peer: PeerId, msg: EngineMessage<'hello'>): void;
+  /** Only from peers accepted with `register`. */
+  heartbeat(peer: PeerId, engine: string, msg: EngineMessage<'heartbeat'>): void;
+  append(peer: PeerId, engine: string, msg: EngineMessage<'append'>): void;
+  tokens(peer: PeerId, engine: string, msg: EngineMessage<'tokens'>): void;
+}
+
+export class BusServer {
+  readonly drops: DropCounters;
+  readonly loop: SupervisedLoop;
+  private readonly socket: zmq.Router;
+  private readonly outbox: Outbox;
+  private readonly decoder;
+  /** Peers that said hello and were accepted, and the engine each one is. */
+  private readonly registered = new Map<PeerId, string>();
+  private zap: ZapHandler | null = null;
+  private closed = false;
+  received = 0;
+  endpoint = '';
+
+  private constructor(
+    private readonly options: BusServerOptions,
+    private readonly handlers: BusServerHandlers,
+  ) {
+    const log = options.log;
+    this.decoder = engineFrames(options.maxFrameBytes);
+    this.drops = new DropCounters(log, 'bus');
+    // libzmq's own cap sits far above ours so that oversized frames reach us and are counted,
+    // while a multi-gigabyte frame still cannot exhaust memory.
+    this.socket = new zmq.Router({
+      mandatory: true,
+      handover: true,
+      maxMessageSize: Math.max(64 << 20, this.decoder.maxFrameBytes * 4),
+      heartbeatInterval: 1000,
+      heartbeatTimeout: 5000,
+      linger: 0,
+      sendHighWaterMark: 100_000,
+    });
+    if (options.curve) {
+      this.socket.curveServer = true;
+      this.socket.curveSecretKey = checkKey('curve secret key', options.curve.secretKey);
+      this.socket.curvePublicKey = checkKey('curve public key', options.curve.publicKey);
+      if (options.curve.allow) this.socket.zapDomain = 'pdctl';
+    }
+    this.outbox = new Outbox(this.socket, log, 'bus');
+    this.loop = new SupervisedLoop('bus.receive', (loop) => this.receive(loop), log);
+  }
+
+  static async bind(options: BusServerOptions, handlers: BusServerHandlers): Promise<BusServer> {
+    const server = new BusServer(options, handlers);
+    if (options.curve?.allow) {
+      for (const k of options.curve.allow) checkKey('allowed engine key', k);
+      server.zap = await ZapHandler.start(options.curve.allow, options.log);
+    }
+    try {
+      await server.socket.bind(options.endpoint);
+    } catch (err) {
+      server.socket.close();
+      server.zap?.close();
+      throw new Error(
+        `cannot bind the bus on ${options.endpoint}: ${(err as Error).message}; pass another --bus endpoint`,
+        { cause: err },
+      );
+    }
+    server.endpoint = server.socket.lastEndpoint ?? options.endpoint;
+    server.loop.start();
+    return server;
+  }
+
+  private async receive(loop: SupervisedLoop): Promise<void> {
+    while (loop.shouldRun && !this.closed) {
+      let frames: Buffer[];
+      try {
+        frames = await this.socket.receive();
+      } catch (err) {
+        if (this.closed) return;
+        throw err;
+      }
+      loop.tick();
+      this.received++;
+      this.dispatch(frames);
+    }
+  }
+
+  private dispatch(frames: Buffer[]): void {
+    const id = frames[0];
+    if (!id) return;
+    const peer = id.toString('latin1');
+    let d: ReturnType<typeof this.decoder.decode>;
+    try {
+      d = this.decoder.decode(frames.slice(1));
+    } catch (err) {
+      this.drops.record('bad_payload', { peer: printablePeer(peer), detail: String(err) });
+      return;
+    }
+    if (!d.ok) {
+      this.drops.record(d.reason, { peer: printablePeer(peer), kind: d.kind, detail: d.detail });
+      if (d.kind === 'append') this.nackMalformed(peer, d.detail);
+      return;
+    }
+    const engine = this.registered.get(peer);
+    try {
+      if (d.kind === 'hello') {
+        this.handlers.hello(peer, d.payload as EngineMessage<'hello'>);
+        return;
+      }
+      if (engine === undefined) {
+        this.drops.record('not_registered', { peer: printablePeer(peer), kind: d.kind });
+        if (d.kind === 'append') {
+          this.send(peer, 'nack', {
+            eventId: (d.payload as EngineMessage<'append'>).eventId,
+            code: 'BUS_NOT_REGISTERED',
+            message: 'say hello first',
+            retryable: true,
+          });
+        }
+        return;
+      }
+      if (d.kind === 'heartbeat') {
+        this.handlers.heartbeat(peer, engine, d.payload as EngineMessage<'heartbeat'>);
+      } else if (d.kind === 'append') {
+        this.handlers.append(peer, engine, d.payload as EngineMessage<'append'>);
+      } else {
+        this.handlers.tokens(peer, engine, d.payload as EngineMessage<'tokens'>);
+      }
+    } catch (err) {
+      // A handler bug must not stop the loop that every engine depends on (INCIDENT.md).
+      this.options.log.error({ err, kind: d.kind, engine }, 'bus: handler threw; message dropped');
+    }
+  }
+
+  private nackMalformed(peer: PeerId, detail: string): void {
+    this.send(peer, 'nack', {
+      eventId: null,
+      code: 'BUS_MALFORMED_FRAME',
+      message: `malformed append: ${detail}`.slice(0, 2000),
+      retryable: false,
+    });
+  }
+
+  /** Accepts a peer after its hello; a later peer for the same engine replaces it. */
+  register(peer: PeerId, engine: string): void {
+    for (const [p, e] of this.registered) if (e === engine && p !== peer) this.registered.delete(p);
+    this.registered.set(peer, engine);
+  }
+
+  unregister(peer: PeerId): void {
+    this.registered.delete(peer);
+  }
+
+  send<K extends ControlKind>(peer: PeerId, kind: K, payload: ControlMessage<K>): void {
+    if (this.closed) return;
+    this.outbox.push([Buffer.from(peer, 'latin1'), kind, encodePayload(payload)]);
+  }
+
+  /** Sends an already-encoded payload (one encoding shared by many peers). */
+  sendEncoded(peer: PeerId, kind: ControlKind, payload: Buffer): void {
+    if (this.closed) return;
+    this.outbox.push([Buffer.from(peer, 'latin1'), kind, payload]);
+  }
+
+  get outboxDepth(): number {
+    return this.outbox.depth;
+  }
+
+  get zapDenied(): number {
+    return this.zap?.denied ?? 0;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    const stopping = this.loop.stop();
+    this.socket.close();
+    this.zap?.close();
+    await stopping;
+  }
+}
+
+function printablePeer(peer: string): string {
+  return peer.replace(/[^\x20-\x7e]/g, '?').slice(0, 64);
+}
+
+export type { EngineKind };

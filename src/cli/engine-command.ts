@@ -1,0 +1,132 @@
+/** `pdctl engine`: one prefill or decode engine process (the engine's composition root is src/engine/main.ts). */
+import type { Command } from 'commander';
+import { Option } from 'commander';
+import { startEngine } from '../engine/main.ts';
+import { ENGINE_DEFAULTS, EngineOptionsError, resolveEngineOptions } from '../engine/options.ts';
+import { LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
+import { UsageError } from './time.ts';
+
+function intArg(name: string) {
+  return (v: string): number => {
+    if (!/^\d+$/.test(v))
+      throw new UsageError(`${name} must be a non-negative integer, got "${v}"`);
+    return Number(v);
+  };
+}
+
+export function registerEngineCommand(program: Command): void {
+  program
+    .command('engine')
+    .description(
+      'Run one prefill or decode engine that joins a control plane over the bus. `pdctl serve` and ' +
+        '`pdctl run` spawn these themselves; start one by hand to add an engine on another host.',
+    )
+    .addOption(
+      new Option('--role <role>', 'prefill or decode')
+        .choices(['prefill', 'decode'])
+        .makeOptionMandatory(),
+    )
+    .requiredOption('--id <id>', 'engine id, unique in the fleet (e.g. decode-3)')
+    .requiredOption('--control <endpoint>', 'control plane bus endpoint, e.g. tcp://10.0.0.5:5557')
+    .option('--pages <n>', 'KV pool pages', intArg('--pages'), ENGINE_DEFAULTS.pages)
+    .option(
+      '--page-bytes <n>',
+      'bytes per KV page (multiple of 64)',
+      intArg('--page-bytes'),
+      ENGINE_DEFAULTS.pageBytes,
+    )
+    .option(
+      '--kv-bytes-per-token <n>',
+      'model: KV bytes per token',
+      intArg('--kv-bytes-per-token'),
+      ENGINE_DEFAULTS.kvBytesPerToken,
+    )
+    .option(
+      '--prefill-us-per-token <n>',
+      'model: prefill compute per prompt token (µs)',
+      intArg('--prefill-us-per-token'),
+      0,
+    )
+    .option(
+      '--decode-us-per-token <n>',
+      'model: compute per decode step (µs)',
+      intArg('--decode-us-per-token'),
+      0,
+    )
+    .option(
+      '--transfer-threads <n>',
+      'transfer core copy threads (prefill)',
+      intArg('--transfer-threads'),
+      ENGINE_DEFAULTS.transferThreads,
+    )
+    .option(
+      '--prefill-concurrency <n>',
+      'rooms prefilled or transferring at once',
+      intArg('--prefill-concurrency'),
+      ENGINE_DEFAULTS.prefillConcurrency,
+    )
+    .option(
+      '--chunk-tokens <n>',
+      'tokens per streamed chunk (decode)',
+      intArg('--chunk-tokens'),
+      ENGINE_DEFAULTS.chunkTokens,
+    )
+    .option(
+      '--heartbeat-ms <n>',
+      'heartbeat interval',
+      intArg('--heartbeat-ms'),
+      ENGINE_DEFAULTS.heartbeatMs,
+    )
+    .option(
+      '--drain-timeout-ms <n>',
+      'how long SIGTERM waits for rooms in flight',
+      intArg('--drain-timeout-ms'),
+      ENGINE_DEFAULTS.drainTimeoutMs,
+    )
+    .addOption(
+      new Option('--log-level <level>', 'log level').choices([...LOG_LEVELS]).default('info'),
+    )
+    .addHelpText(
+      'after',
+      "\nCURVE (optional): set PDCTL_CURVE_SERVER_KEY (the control plane's public key), PDCTL_CURVE_PUBLIC_KEY and\n" +
+        "PDCTL_CURVE_SECRET_KEY (this engine's pair, from `pdctl keys`). SIGTERM drains: rooms in flight finish first.",
+    )
+    .action(async (o: Record<string, unknown>) => {
+      let opts: ReturnType<typeof resolveEngineOptions>;
+      try {
+        opts = resolveEngineOptions({
+          id: o.id,
+          role: o.role,
+          control: o.control,
+          pages: o.pages,
+          pageBytes: o.pageBytes,
+          kvBytesPerToken: o.kvBytesPerToken,
+          prefillUsPerToken: o.prefillUsPerToken,
+          decodeUsPerToken: o.decodeUsPerToken,
+          transferThreads: o.transferThreads,
+          prefillConcurrency: o.prefillConcurrency,
+          chunkTokens: o.chunkTokens,
+          heartbeatMs: o.heartbeatMs,
+          drainTimeoutMs: o.drainTimeoutMs,
+        });
+      } catch (err) {
+        if (err instanceof EngineOptionsError) throw new UsageError(err.message);
+        throw err;
+      }
+      const env = process.env;
+      const curve =
+        env.PDCTL_CURVE_SERVER_KEY || env.PDCTL_CURVE_PUBLIC_KEY || env.PDCTL_CURVE_SECRET_KEY
+          ? {
+              serverKey: env.PDCTL_CURVE_SERVER_KEY ?? '',
+              publicKey: env.PDCTL_CURVE_PUBLIC_KEY ?? '',
+              secretKey: env.PDCTL_CURVE_SECRET_KEY ?? '',
+            }
+          : undefined;
+      const log = processLogger('engine', o.logLevel as LogLevel, { engine: opts.id });
+      const engine = startEngine(opts, log, curve);
+      const onSignal = (sig: string) => void engine.stop(sig);
+      process.once('SIGTERM', onSignal);
+      process.once('SIGINT', onSignal);
+      await engine.stopped;
+    });
+}

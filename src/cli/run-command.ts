@@ -1,0 +1,83 @@
+/** `pdctl run "prompt"`: starts the whole stack, streams one completion, and exits — a smoke test. */
+import type { Command } from 'commander';
+import { Option } from 'commander';
+import { startStack } from '../control/stack.ts';
+import { RoomEndedError } from '../control/streams.ts';
+import { DURABILITIES, type Durability } from '../journal/sqlite/open.ts';
+import { LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
+import { DEFAULT_JOURNAL, EXIT, note, printJson, VERSION } from './context.ts';
+import { UsageError } from './time.ts';
+
+function positive(name: string) {
+  return (v: string): number => {
+    if (!/^\d+$/.test(v) || Number(v) < 1)
+      throw new UsageError(`${name} must be a positive integer, got "${v}"`);
+    return Number(v);
+  };
+}
+
+export function registerRunCommand(program: Command): void {
+  program
+    .command('run')
+    .description(
+      'Start the control plane with one prefill and one decode engine, stream one completion to the ' +
+        'terminal, and stop. Every step of the room is journaled: look at it afterwards with `pdctl room <id>`.',
+    )
+    .argument('<prompt>', 'the prompt')
+    .option('--max-tokens <n>', 'tokens to generate', positive('--max-tokens'), 32)
+    .addOption(
+      new Option('--journal <path>', 'journal file (env PDCTL_JOURNAL)').default(DEFAULT_JOURNAL),
+    )
+    .addOption(
+      new Option('--durability <mode>', 'process or power (see README)').choices([...DURABILITIES]),
+    )
+    .option('--json', 'print the result as JSON instead of streaming text')
+    .addOption(
+      new Option('--log-level <level>', 'log level of the control plane and engines')
+        .choices([...LOG_LEVELS])
+        .default('warn'),
+    )
+    .addHelpText('after', '\nExample:\n  pdctl run "the river carries the light" --max-tokens 16')
+    .action(async (prompt: string, o: Record<string, unknown>) => {
+      const log = processLogger('control', o.logLevel as LogLevel);
+      const started = Date.now();
+      const stack = await startStack({
+        journalPath: o.journal as string,
+        durability: o.durability as Durability | undefined,
+        log,
+        version: VERSION,
+        engineLogLevel: o.logLevel as string,
+        restartEngines: false,
+      });
+      const ac = new AbortController();
+      const onSignal = () => ac.abort();
+      process.once('SIGINT', onSignal);
+      process.once('SIGTERM', onSignal);
+      try {
+        const stream = stack.control.submit({
+          prompt,
+          maxTokens: o.maxTokens as number,
+          signal: ac.signal,
+        });
+        if (!o.json) note(`room ${stream.room} (stack up in ${Date.now() - started} ms)`);
+        for await (const chunk of stream) if (!o.json) process.stdout.write(chunk.text);
+        const result = await stream.result;
+        if (o.json) printJson(result);
+        else {
+          process.stdout.write('\n');
+          note(
+            `${result.tokens} tokens, ${result.finishReason}, ${result.ms} ms · pdctl room ${result.room} --journal ${o.journal as string}`,
+          );
+        }
+      } catch (err) {
+        if (err instanceof RoomEndedError) {
+          note(`pdctl: ${err.message}`);
+          process.exitCode = ac.signal.aborted ? EXIT.interrupted : EXIT.problem;
+        } else throw err;
+      } finally {
+        process.off('SIGINT', onSignal);
+        process.off('SIGTERM', onSignal);
+        await stack.stop();
+      }
+    });
+}

@@ -1,0 +1,565 @@
+/**
+ * The control-plane core: the journal, the bus, the engines, and the rooms between them. It
+ * creates rooms for requests, appends what engines send (after validating it), and delivers each
+ * committed event to the two engines of its room, in seq order, after replaying what an engine
+ * missed when it says hello. Token chunks flow from decode engines to the caller of `submit`.
+ * `ControlPlane.start` is what `pdctl serve` and `pdctl run` build on.
+ */
+
+import type { CurveServerKeys } from '../bus/curve.ts';
+import {
+  type EngineMessage,
+  encodePayload,
+  PROTOCOL_VERSION,
+  type RoomRequest,
+} from '../bus/protocol.ts';
+import type { BusServerHandlers, PeerId } from '../bus/server.ts';
+import { BusServer } from '../bus/server.ts';
+import { DeterministicModel, type ModelExecutor } from '../engine/model.ts';
+import { JournalError } from '../journal/errors.ts';
+import type { JournalEvent } from '../journal/events.ts';
+import { newRoomId } from '../journal/ids.ts';
+import { type Room, reduce } from '../journal/reducer.ts';
+import { SqliteJournal } from '../journal/sqlite/journal.ts';
+import type { Durability } from '../journal/sqlite/open.ts';
+import { isTerminal, LIVE_STATES, type StateDeadlinesMs } from '../journal/states.ts';
+import type { AppendResult, Subscription } from '../journal/store.ts';
+import type { Logger } from '../log.ts';
+import { ControlError } from './errors.ts';
+import { EngineRegistry, type EngineSession } from './registry.ts';
+import { RoomEndedError, RoomStream } from './streams.ts';
+
+export interface ControlPlaneOptions {
+  journalPath: string;
+  durability?: Durability;
+  /** Bus endpoint to bind. Default `tcp://127.0.0.1:0` (a free port). */
+  bus?: string;
+  curve?: CurveServerKeys;
+  maxFrameBytes?: number;
+  /** How long after `room.abort_requested` the room is marked aborted even without both releases. Default 2000. */
+  abortGraceMs?: number;
+  /** An engine whose last heartbeat is older than this gets no new rooms. Default 3000. */
+  engineFreshMs?: number;
+  /** Per-state deadlines for new rooms (defaults in src/journal/states.ts). */
+  deadlinesMs?: Partial<StateDeadlinesMs>;
+  /** Tokenizer for prompt sizes; must match the engines' model. Default: the built-in model. */
+  model?: ModelExecutor;
+  log: Logger;
+  version: string;
+}
+
+export interface SubmitRequest {
+  prompt: string;
+  maxTokens: number;
+  signal?: AbortSignal;
+}
+
+/** Most tokens one completion may ask for. */
+export const MAX_TOKENS_LIMIT = 100_000;
+
+export class ControlPlane {
+  readonly registry = new EngineRegistry();
+  /** Live rooms (and terminal ones until both engines released), folded from committed events. */
+  readonly rooms = new Map<string, Room>();
+  private readonly streams = new Map<string, RoomStream>();
+  private readonly requests = new Map<string, RoomRequest>();
+  private readonly abortTimers = new Map<string, NodeJS.Timeout>();
+  private subscription: Subscription | null = null;
+  private readonly model: ModelExecutor;
+  private closing: Promise<void> | null = null;
+  bus!: BusServer;
+  counters = { appends: 0, nacks: 0, tokens: 0, tokensDropped: 0, delivered: 0, hellos: 0 };
+
+  private constructor(
+    readonly journal: SqliteJournal,
+    private readonly options: ControlPlaneOptions,
+  ) {
+    this.model = options.model ?? new DeterministicModel();
+  }
+
+  static async start(options: ControlPlaneOptions): Promise<ControlPlane> {
+    const journal = await SqliteJournal.open({
+      path: options.journalPath,
+      durability: options.durability,
+      logger: options.log,
+      announce: { source: 'control', version: options.version },
+    });
+    const cp = new ControlPlane(journal, options);
+    try {
+      await cp.loadLiveRooms();
+      cp.subscription = journal.subscribe(await journal.headSeq(), (ev) => cp.onCommitted(ev));
+      cp.bus = await BusServer.bind(
+        {
+          endpoint: options.bus ?? 'tcp://127.0.0.1:0',
+          curve: options.curve,
+          maxFrameBytes: options.maxFrameBytes,
+          log: options.log,
+        },
+        cp.handlers(),
+      );
+    } catch (err) {
+      cp.subscription?.close();
+      await journal.drain();
+      throw err;
+    }
+    options.log.info({ bus: cp.bus.endpoint, journal: options.journalPath }, 'control plane ready');
+    return cp;
+  }
+
+  get endpoint(): string {
+    return this.bus.endpoint;
+  }
+
+  private async loadLiveRooms(): Promise<void> {
+    let cursor: string | undefined;
+    do {
+      const page = await this.journal.rooms({ state: [...LIVE_STATES], limit: 10_000, cursor });
+      for (const r of page.rooms) this.rooms.set(r.room, r);
+      cursor = page.nextCursor ?? undefined;
+    } while (cursor);
+  }
+
+  private handlers(): BusServerHandlers {
+    return {
+      hello: (peer, msg) => void this.onHello(peer, msg),
+      heartbeat: (_peer, engine, msg) => {
+        const s = this.registry.get(engine);
+        if (!s) return;
+        s.lastSeen = Date.now();
+        s.heartbeat = msg;
+      },
+      append: (peer, engine, msg) => this.onAppend(peer, engine, msg),
+      tokens: (_peer, engine, msg) => this.onTokens(engine, msg),
+    };
+  }
+
+  // ── engines ──────────────────────────────────────────────────────────────────────────────
+
+  private async onHello(peer: PeerId, msg: EngineMessage<'hello'>): Promise<void> {
+    this.counters.hellos++;
+    const log = this.options.log;
+    if (msg.protocol !== PROTOCOL_VERSION) {
+      this.bus.send(peer, 'nack', {
+        eventId: null,
+        code: 'BUS_PROTOCOL_MISMATCH',
+        message: `this control plane speaks protocol ${PROTOCOL_VERSION}, the engine ${msg.protocol}`,
+        retryable: false,
+      });
+      return;
+    }
+    const prev = this.registry.get(msg.engine);
+    if (prev && prev.role !== msg.role) {
+      log.error(
+        { engine: msg.engine, was: prev.role, now: msg.role },
+        'engine id reused with another role; refused',
+      );
+      this.bus.send(peer, 'nack', {
+        eventId: null,
+        code: 'BUS_INVALID_EVENT',
+        message: `engine ${msg.engine} is registered as ${prev.role}; pick another --id`,
+        retryable: false,
+      });
+      return;
+    }
+    const fresh = !prev || prev.incarnation !== msg.incarnation;
+    const now = Date.now();
+    const session: EngineSession = {
+      engine: msg.engine,
+      role: msg.role,
+      incarnation: msg.incarnation,
+      pid: msg.pid,
+      peer,
+      pool: msg.pool,
+      epoch: msg.epoch,
+      pages: msg.pages,
+      pageBytes: msg.pageBytes,
+      connectedAt: now,
+      lastSeen: now,
+      heartbeat: null,
+      liveRooms: prev?.liveRooms ?? 0,
+      live: false,
+      sentSeq: 0,
+      buffer: [],
+    };
+    this.registry.set(session);
+    this.bus.register(peer, msg.engine);
+    if (fresh) {
+      log.info(
+        { engine: msg.engine, role: msg.role, incarnation: msg.incarnation, pid: msg.pid },
+        'engine registered',
+      );
+      this.journal
+        .append({
+          type: 'engine.registered',
+          engine: msg.engine,
+          source: 'control',
+          data: {
+            role: msg.role,
+            incarnation: msg.incarnation,
+            pid: msg.pid,
+            pool: msg.pool,
+            pages: msg.pages,
+          },
+        })
+        .catch((err) =>
+          log.error({ err, engine: msg.engine }, 'could not journal engine.registered'),
+        );
+    } else {
+      log.info({ engine: msg.engine, lastSeq: msg.lastSeq }, 'engine reconnected');
+    }
+    let backlog: Awaited<ReturnType<SqliteJournal['engineBacklog']>>;
+    try {
+      backlog = await this.journal.engineBacklog(msg.engine, msg.lastSeq);
+    } catch (err) {
+      log.error(
+        { err, engine: msg.engine },
+        'cannot read the engine’s backlog; it will say hello again',
+      );
+      session.buffer = [];
+      return;
+    }
+    // A newer hello from the same engine took over while we read.
+    if (this.registry.get(msg.engine) !== session) return;
+    this.bus.send(peer, 'welcome', {
+      protocol: PROTOCOL_VERSION,
+      engine: msg.engine,
+      incarnation: msg.incarnation,
+      replayFrom: msg.lastSeq,
+      replayEvents: backlog.events.length,
+      heartbeatMs: 500,
+    });
+    for (const ev of backlog.events) this.bus.sendEncoded(peer, 'event', this.encodeEvent(ev));
+    session.sentSeq = backlog.headSeq;
+    for (const b of session.buffer) {
+      if (b.seq > session.sentSeq) {
+        this.bus.sendEncoded(peer, 'event', b.payload);
+        session.sentSeq = b.seq;
+      }
+    }
+    session.buffer = [];
+    session.live = true;
+    if (backlog.events.length > 0) {
+      log.info(
+        { engine: msg.engine, events: backlog.events.length, from: msg.lastSeq },
+        'replayed the engine’s rooms',
+      );
+    }
+  }
+
+  private onAppend(peer: PeerId, engine: string, msg: EngineMessage<'append'>): void {
+    const { type, room, data } = msg.event;
+    const refuse = (message: string) => {
+      this.counters.nacks++;
+      this.bus.send(peer, 'nack', {
+        eventId: msg.eventId,
+        code: 'BUS_INVALID_EVENT',
+        message,
+        retryable: false,
+      });
+    };
+    if (type === 'room.created' || !type.startsWith('room.')) {
+      refuse(`engines may not append ${type}`);
+      return;
+    }
+    const view = this.rooms.get(room);
+    if (view && view.prefillEngine !== engine && view.decodeEngine !== engine) {
+      refuse(
+        `room ${room} belongs to ${view.prefillEngine} and ${view.decodeEngine}, not ${engine}`,
+      );
+      return;
+    }
+    this.counters.appends++;
+    this.journal
+      .append({
+        type,
+        room,
+        engine,
+        source: `engine:${engine}`,
+        eventId: msg.eventId,
+        data,
+      } as Parameters<SqliteJournal['append']>[0])
+      .then(
+        (res) => {
+          const to = this.registry.get(engine)?.peer ?? peer;
+          this.bus.send(to, 'ack', {
+            eventId: msg.eventId,
+            status: res.status,
+            seq: res.seq,
+            reason: res.status === 'rejected' ? res.reason : null,
+            detail: res.status === 'rejected' ? res.detail.slice(0, 1000) : null,
+          });
+        },
+        (err) => {
+          const e = JournalError.from(err);
+          const retryable = e.code !== 'JOURNAL_INVALID_EVENT';
+          this.counters.nacks++;
+          this.bus.send(this.registry.get(engine)?.peer ?? peer, 'nack', {
+            eventId: msg.eventId,
+            code: retryable ? 'BUS_JOURNAL_UNAVAILABLE' : 'BUS_INVALID_EVENT',
+            message: e.message.slice(0, 2000),
+            retryable,
+          });
+        },
+      );
+  }
+
+  private onTokens(engine: string, msg: EngineMessage<'tokens'>): void {
+    const stream = this.streams.get(msg.room);
+    const view = this.rooms.get(msg.room);
+    if (!stream || (view && view.decodeEngine !== engine)) {
+      this.counters.tokensDropped++;
+      this.bus.drops.record('unknown_room', { engine, room: msg.room, kind: 'tokens' });
+      return;
+    }
+    if (stream.push(msg)) this.counters.tokens += msg.tokens;
+    else {
+      this.counters.tokensDropped++;
+      this.bus.drops.record('duplicate', {
+        engine,
+        room: msg.room,
+        kind: 'tokens',
+        index: msg.index,
+      });
+    }
+  }
+
+  private encodeEvent(ev: JournalEvent): Buffer {
+    const request = ev.type === 'room.created' && ev.room ? this.requests.get(ev.room) : undefined;
+    return encodePayload(request ? { event: ev, request } : { event: ev });
+  }
+
+  // ── committed events ─────────────────────────────────────────────────────────────────────
+
+  private onCommitted(ev: JournalEvent): void {
+    if (ev.room === null || ev.type === 'room.event_rejected') return;
+    const before = this.rooms.get(ev.room) ?? null;
+    const r = reduce(before, ev);
+    if (!r.ok) return;
+    const room = r.room;
+    this.rooms.set(ev.room, room);
+    this.deliver(room, ev);
+    if (ev.type === 'room.abort_requested' && room.abortRequestedAt === ev.ts)
+      this.scheduleAbort(room, ev);
+    if (ev.type === 'room.released') this.maybeFinishAbort(room);
+    if (isTerminal(room.state) && (!before || !isTerminal(before.state))) this.onTerminal(room);
+    if (isTerminal(room.state) && this.releasedByBoth(room)) this.rooms.delete(room.room);
+  }
+
+  private deliver(room: Room, ev: JournalEvent): void {
+    let payload: Buffer | null = null;
+    for (const engine of room.prefillEngine === room.decodeEngine
+      ? [room.prefillEngine]
+      : [room.prefillEngine, room.decodeEngine]) {
+      const s = this.registry.get(engine);
+      if (!s) continue;
+      payload ??= this.encodeEvent(ev);
+      if (!s.live) {
+        s.buffer.push({ seq: ev.seq, payload });
+      } else if (ev.seq > s.sentSeq) {
+        s.sentSeq = ev.seq;
+        this.bus.sendEncoded(s.peer, 'event', payload);
+        this.counters.delivered++;
+      }
+    }
+  }
+
+  private releasedByBoth(room: Room): boolean {
+    return (
+      room.releasedBy.includes(room.prefillEngine) && room.releasedBy.includes(room.decodeEngine)
+    );
+  }
+
+  private scheduleAbort(room: Room, ev: JournalEvent): void {
+    const source = ev.source;
+    const timer = setTimeout(() => {
+      this.abortTimers.delete(room.room);
+      const now = this.rooms.get(room.room);
+      if (now && !isTerminal(now.state)) this.appendAborted(now, source);
+    }, this.options.abortGraceMs ?? 2000);
+    timer.unref();
+    this.abortTimers.set(room.room, timer);
+    this.abortSources.set(room.room, source);
+  }
+
+  private readonly abortSources = new Map<string, string>();
+
+  private maybeFinishAbort(room: Room): void {
+    if (room.abortRequestedAt === null || isTerminal(room.state) || !this.releasedByBoth(room))
+      return;
+    this.appendAborted(room, this.abortSources.get(room.room) ?? 'control');
+  }
+
+  private appendAborted(room: Room, source: string): void {
+    this.journal
+      .append({
+        type: 'room.aborted',
+        room: room.room,
+        source: 'control',
+        // One id per room: the grace timer and the last release may both get here.
+        eventId: `${room.room}:aborted`,
+        data: { reason: room.abortReason ?? 'abort_requested', source },
+      })
+      .catch((err) =>
+        this.options.log.error({ err, room: room.room }, 'could not journal room.aborted'),
+      );
+  }
+
+  private onTerminal(room: Room): void {
+    const timer = this.abortTimers.get(room.room);
+    if (timer) clearTimeout(timer);
+    this.abortTimers.delete(room.room);
+    this.abortSources.delete(room.room);
+    this.requests.delete(room.room);
+    for (const engine of new Set([room.prefillEngine, room.decodeEngine])) {
+      const s = this.registry.get(engine);
+      if (s && s.liveRooms > 0) s.liveRooms--;
+    }
+    const stream = this.streams.get(room.room);
+    if (!stream) return;
+    this.streams.delete(room.room);
+    if (room.state === 'completed') stream.complete(room.finishReason ?? 'length');
+    else
+      stream.fail(
+        new RoomEndedError(
+          room.room,
+          room.state as 'aborted' | 'failed' | 'migrated',
+          room.reason ?? (room.state === 'migrated' ? `migrated to ${room.migratedTo}` : 'unknown'),
+          room.failedStage,
+        ),
+      );
+  }
+
+  // ── requests ─────────────────────────────────────────────────────────────────────────────
+
+  /**
+   * Creates a room for the request on the least-loaded engine pair and returns its token stream.
+   * Throws a ControlError (CONTROL_BAD_REQUEST, CONTROL_NO_ENGINES, CONTROL_CLOSED) when it
+   * cannot; a journal that refuses the write fails the stream with CONTROL_JOURNAL_UNAVAILABLE.
+   */
+  submit(request: SubmitRequest): RoomStream {
+    if (this.closing)
+      throw new ControlError('CONTROL_CLOSED', 'the control plane is shutting down');
+    const { prompt, maxTokens } = request;
+    if (typeof prompt !== 'string' || prompt.length === 0 || prompt.length > 1 << 20) {
+      throw new ControlError(
+        'CONTROL_BAD_REQUEST',
+        'prompt must be a non-empty string of at most 1 MiB',
+      );
+    }
+    if (!Number.isInteger(maxTokens) || maxTokens < 1 || maxTokens > MAX_TOKENS_LIMIT) {
+      throw new ControlError(
+        'CONTROL_BAD_REQUEST',
+        `max tokens must be an integer from 1 to ${MAX_TOKENS_LIMIT}, got ${maxTokens}`,
+      );
+    }
+    const promptTokens = this.model.tokenize(prompt).length;
+    if (promptTokens === 0) throw new ControlError('CONTROL_BAD_REQUEST', 'prompt has no tokens');
+    const freshMs = this.options.engineFreshMs ?? 3000;
+    const prefill = this.registry.pick('prefill', freshMs);
+    const decode = this.registry.pick('decode', freshMs);
+    if (!prefill || !decode) {
+      throw new ControlError(
+        'CONTROL_NO_ENGINES',
+        `no ${!prefill ? 'prefill' : 'decode'} engine is registered with a heartbeat in the last ${freshMs} ms`,
+      );
+    }
+    const room = newRoomId();
+    const stream = new RoomStream(room, promptTokens, Date.now());
+    this.streams.set(room, stream);
+    this.requests.set(room, { prompt, maxTokens });
+    prefill.liveRooms++;
+    decode.liveRooms++;
+    this.journal
+      .append({
+        type: 'room.created',
+        room,
+        source: 'control',
+        data: {
+          prefillEngine: prefill.engine,
+          decodeEngine: decode.engine,
+          promptTokens,
+          maxTokens,
+          model: this.model.name,
+          ...(this.options.deadlinesMs ? { deadlinesMs: this.options.deadlinesMs } : {}),
+        },
+      })
+      .then(
+        (res) => {
+          if (res.status !== 'applied')
+            this.abandon(
+              room,
+              prefill,
+              decode,
+              new ControlError('CONTROL_JOURNAL_UNAVAILABLE', `room.created was ${res.status}`),
+            );
+        },
+        (err) =>
+          this.abandon(
+            room,
+            prefill,
+            decode,
+            new ControlError(
+              'CONTROL_JOURNAL_UNAVAILABLE',
+              `the journal refused the room: ${(err as Error).message}`,
+              { cause: err },
+            ),
+          ),
+      );
+    const signal = request.signal;
+    if (signal) {
+      const onAbort = () => void this.abort(room, 'client_disconnect', 'client').catch(() => {});
+      if (signal.aborted) onAbort();
+      else signal.addEventListener('abort', onAbort, { once: true });
+      void stream.result
+        .finally(() => signal.removeEventListener('abort', onAbort))
+        .catch(() => {});
+    }
+    return stream;
+  }
+
+  private abandon(room: string, prefill: EngineSession, decode: EngineSession, err: Error): void {
+    prefill.liveRooms = Math.max(0, prefill.liveRooms - 1);
+    decode.liveRooms = Math.max(0, decode.liveRooms - 1);
+    this.requests.delete(room);
+    this.streams.get(room)?.fail(err);
+    this.streams.delete(room);
+  }
+
+  /** Appends the AbortReq; engines stop and release, then the room is marked aborted. */
+  abort(room: string, reason: string, source = 'api'): Promise<AppendResult> {
+    return this.journal.append({ type: 'room.abort_requested', room, source, data: { reason } });
+  }
+
+  /** Resolves once `prefill` and `decode` engines are registered and live. */
+  async waitForEngines(prefill: number, decode: number, timeoutMs: number): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const live = this.registry.all().filter((s) => s.live);
+      const p = live.filter((s) => s.role === 'prefill').length;
+      const d = live.filter((s) => s.role === 'decode').length;
+      if (p >= prefill && d >= decode) return;
+      if (Date.now() > deadline) {
+        throw new ControlError(
+          'CONTROL_ENGINES_TIMEOUT',
+          `only ${p}/${prefill} prefill and ${d}/${decode} decode engines registered within ${timeoutMs} ms; check the engines' logs above`,
+        );
+      }
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+
+  /** Fails every open stream, stops the bus and drains the journal. Idempotent. */
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      for (const t of this.abortTimers.values()) clearTimeout(t);
+      for (const s of this.streams.values()) {
+        s.fail(new RoomEndedError(s.room, 'unavailable', 'control plane shutting down'));
+      }
+      this.streams.clear();
+      this.subscription?.close();
+      await this.bus.close();
+      await this.journal.drain();
+    })();
+    return this.closing;
+  }
+}

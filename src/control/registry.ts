@@ -1,0 +1,55 @@
+/**
+ * The engines the control plane knows: who each is (role, incarnation, pool), which bus peer
+ * speaks for it, what its last heartbeat said, and how many live rooms it has. Picking a pair for
+ * a new room (least loaded, fresh heartbeat) happens here.
+ */
+import type { EngineMessage, PeerIdLike } from './types.ts';
+
+export interface EngineSession {
+  engine: string;
+  role: 'prefill' | 'decode';
+  incarnation: string;
+  pid: number;
+  peer: PeerIdLike;
+  pool: string;
+  epoch: number;
+  pages: number;
+  pageBytes: number;
+  connectedAt: number;
+  lastSeen: number;
+  heartbeat: EngineMessage<'heartbeat'> | null;
+  /** Live rooms assigned to this engine (kept by the control plane, not reported). */
+  liveRooms: number;
+  /** Events from the journal are sent only once replay for this hello is done. */
+  live: boolean;
+  /** Highest seq sent to this engine (replay or live); later publishes skip anything at or below. */
+  sentSeq: number;
+  /** Live events that arrived while the replay was being read, sent right after it. */
+  buffer: Array<{ seq: number; payload: Buffer }>;
+}
+
+export class EngineRegistry {
+  private readonly sessions = new Map<string, EngineSession>();
+
+  get(engine: string): EngineSession | undefined {
+    return this.sessions.get(engine);
+  }
+
+  set(session: EngineSession): void {
+    this.sessions.set(session.engine, session);
+  }
+
+  all(): EngineSession[] {
+    return [...this.sessions.values()];
+  }
+
+  /** Engines of the role that heartbeated within `freshMs`, least loaded first. */
+  pick(role: 'prefill' | 'decode', freshMs: number, now = Date.now()): EngineSession | null {
+    let best: EngineSession | null = null;
+    for (const s of this.sessions.values()) {
+      if (s.role !== role || !s.live || now - s.lastSeen > freshMs) continue;
+      if (!best || s.liveRooms < best.liveRooms) best = s;
+    }
+    return best;
+  }
+}

@@ -1,0 +1,166 @@
+/**
+ * The decode role: reserve pages for a new room (or fail it cleanly when the pool is full),
+ * verify the KV that arrived against the transfer's checksum, then decode step by step, streaming
+ * token chunks, and complete the room. Its pages are freed only when no transfer can still be
+ * writing into them: before the prefill posted one, after it completed, or once the prefill engine
+ * has released the room.
+ */
+import type { JournalEvent } from '../journal/events.ts';
+import type { Logger } from '../log.ts';
+import type { KvPool } from '../transfer/pool.ts';
+import { EngineCore, type EnginePorts, type EngineRoom } from './engine.ts';
+import { KvSpan, type ModelExecutor } from './model.ts';
+import type { EngineOptions } from './options.ts';
+
+interface Decoding {
+  room: EngineRoom;
+  kv: KvSpan;
+  position: number;
+  generated: number;
+  maxTokens: number;
+  chunk: string;
+  chunkTokens: number;
+  chunkIndex: number;
+  computeMicros: number;
+}
+
+export class DecodeEngine extends EngineCore {
+  private readonly running = new Map<string, Decoding>();
+  private scheduled = false;
+
+  constructor(
+    opts: Readonly<EngineOptions>,
+    ports: EnginePorts,
+    model: ModelExecutor,
+    log: Logger,
+    private readonly pool: KvPool,
+  ) {
+    super(opts, ports, model, log);
+  }
+
+  queueDepths(): Record<string, number> {
+    return { decoding: this.running.size };
+  }
+
+  protected react(room: EngineRoom, ev: JournalEvent): void {
+    if (room.view.decodeEngine !== this.id) return;
+    if (ev.type === 'room.created') this.bootstrap(room);
+    else if (ev.type === 'room.transfer_completed') this.startDecoding(room);
+  }
+
+  protected resume(room: EngineRoom): void {
+    // A restarted decode engine lost every page it had reserved: only a room that has not
+    // reached it yet can go on.
+    if (room.view.decodeEngine !== this.id) return;
+    if (room.view.state === 'created') this.bootstrap(room);
+    else this.fail(room, 'engine_restarted', room.view.state);
+  }
+
+  private bootstrap(room: EngineRoom): void {
+    const total = (room.view.promptTokens ?? 0) + (room.view.maxTokens ?? 0);
+    const pages = this.allocator.reserve(room.view.room, this.pagesFor(total));
+    if (!pages) {
+      this.fail(room, 'kv_pool_full', 'created');
+      return;
+    }
+    room.pages = pages;
+    void this.append(room, 'room.bootstrap_started', {});
+    void this.append(room, 'room.bootstrapped', {
+      pages,
+      pool: this.pool.name,
+      epoch: this.pool.epoch,
+    });
+  }
+
+  private startDecoding(room: EngineRoom): void {
+    const pages = room.pages;
+    const v = room.view;
+    if (!pages || room.stopped) return;
+    const promptTokens = v.promptTokens ?? 0;
+    const sent = pages.slice(0, this.pagesFor(promptTokens));
+    const checksum = this.pool.checksumPages(sent);
+    if (checksum !== v.checksum) {
+      this.log.warn(
+        { room: v.room, expected: v.checksum, got: checksum },
+        'KV checksum mismatch after transfer',
+      );
+      this.fail(room, 'kv_checksum_mismatch', 'transferred');
+      return;
+    }
+    void this.append(room, 'room.decode_started', {});
+    this.running.set(v.room, {
+      room,
+      kv: new KvSpan(
+        pages.map((p) => this.pool.page(p)),
+        this.opts.kvBytesPerToken,
+      ),
+      position: promptTokens,
+      generated: 0,
+      maxTokens: v.maxTokens ?? 0,
+      chunk: '',
+      chunkTokens: 0,
+      chunkIndex: 0,
+      computeMicros: 0,
+    });
+    this.schedule();
+  }
+
+  private schedule(): void {
+    if (this.scheduled || this.running.size === 0) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      this.pass();
+    });
+  }
+
+  /** One decode step for every running room (continuous batching), then back to the event loop. */
+  private pass(): void {
+    this.workTicks++;
+    for (const d of this.running.values()) {
+      if (d.room.stopped) {
+        this.running.delete(d.room.view.room);
+        continue;
+      }
+      if (d.generated < d.maxTokens) {
+        const step = this.model.decodeStep(d.kv, d.position);
+        d.position++;
+        d.generated++;
+        d.computeMicros += step.micros;
+        d.chunk += step.text;
+        d.chunkTokens++;
+      }
+      const finished = d.generated >= d.maxTokens;
+      if (d.chunkTokens >= this.opts.chunkTokens || (finished && d.chunkTokens > 0)) {
+        this.ports.tokens({
+          room: d.room.view.room,
+          index: d.chunkIndex++,
+          text: d.chunk,
+          tokens: d.chunkTokens,
+        });
+        d.chunk = '';
+        d.chunkTokens = 0;
+      }
+      if (finished) {
+        this.running.delete(d.room.view.room);
+        void this.append(d.room, 'room.completed', {
+          tokens: d.generated,
+          finishReason: 'length',
+          computeMicros: d.computeMicros,
+        });
+      }
+    }
+    this.schedule();
+  }
+
+  protected stop(room: EngineRoom): void {
+    room.stopped = true;
+    this.running.delete(room.view.room);
+    this.tryRelease(room);
+  }
+
+  /** A transfer may be writing into our pages between transfer_posted and the prefill's release. */
+  protected canFree(room: EngineRoom): boolean {
+    return !room.transferPosted || room.transferDone || room.peerReleased;
+  }
+}

@@ -1,0 +1,278 @@
+/**
+ * What both engine roles share: the engine's view of its rooms, rebuilt only from committed
+ * events (in seq order, each applied once), the page allocator, and the release rule: each engine
+ * appends exactly one `room.released` per room it was given, once it holds no pages or work for
+ * it. The roles (prefill.ts, decode.ts) say how to react to an event; this file says when.
+ */
+import type { AppendAck } from '../bus/client.ts';
+import type { ControlMessage, EngineMessage, RoomRequest } from '../bus/protocol.ts';
+import type { JournalEvent } from '../journal/events.ts';
+import { uuidv7 } from '../journal/ids.ts';
+import { type Room, reduce } from '../journal/reducer.ts';
+import { isTerminal, type RoomState } from '../journal/states.ts';
+import type { Logger } from '../log.ts';
+import { PageAllocator } from './allocator.ts';
+import type { ModelExecutor } from './model.ts';
+import type { EngineOptions } from './options.ts';
+
+/** How an engine reaches the control plane (the bus client, or a fake in unit tests). */
+export interface EnginePorts {
+  append(eventId: string, event: EngineMessage<'append'>['event']): Promise<AppendAck>;
+  tokens(msg: EngineMessage<'tokens'>): void;
+}
+
+export interface EngineRoom {
+  view: Room;
+  request: RoomRequest | null;
+  /** Abort requested, terminal, or given up by this engine: no new work starts. */
+  stopped: boolean;
+  released: boolean;
+  /** Pages in this engine's pool (a copy of what the allocator holds). */
+  pages: number[] | null;
+  /** Events since the room was given to this engine, for the role's bookkeeping. */
+  transferPosted: boolean;
+  transferDone: boolean;
+  peerReleased: boolean;
+  /** From the committed `room.bootstrapped`: where the KV goes. */
+  bootstrap: { pages: number[]; pool: string; epoch: number } | null;
+}
+
+export type EngineState = 'starting' | 'ready' | 'draining' | 'stopped';
+
+export abstract class EngineCore {
+  readonly rooms = new Map<string, EngineRoom>();
+  readonly allocator: PageAllocator;
+  lastSeq = 0;
+  state: EngineState = 'starting';
+  workTicks = 0;
+  duplicates = 0;
+  /** Events of the first replay still to arrive: applied without reacting (see onWelcome). */
+  private replayLeft = 0;
+  private welcomedOnce = false;
+  private idleWaiters: Array<() => void> = [];
+
+  constructor(
+    protected readonly opts: Readonly<EngineOptions>,
+    protected readonly ports: EnginePorts,
+    protected readonly model: ModelExecutor,
+    protected readonly log: Logger,
+  ) {
+    this.allocator = new PageAllocator(opts.pages);
+  }
+
+  get id(): string {
+    return this.opts.id;
+  }
+
+  /** Rooms this engine still holds pages or work for: what hello reports. */
+  heldRooms(): string[] {
+    return [...this.rooms.values()].filter((r) => !r.released).map((r) => r.view.room);
+  }
+
+  /**
+   * The first welcome of this process replays the history of the rooms the journal gives this
+   * engine. A fresh process holds nothing, so it applies that history silently and then decides,
+   * per room, whether it can carry on or must fail the room (`resume`). Later welcomes (a
+   * reconnect) replay only what was missed, and those events are handled like live ones.
+   */
+  onWelcome(w: ControlMessage<'welcome'>): void {
+    if (this.welcomedOnce) return;
+    this.welcomedOnce = true;
+    this.state = 'ready';
+    this.replayLeft = w.replayEvents;
+    if (this.replayLeft === 0) this.resumeAll();
+  }
+
+  onEvent(msg: ControlMessage<'event'>): void {
+    const ev = msg.event as JournalEvent;
+    if (ev.seq <= this.lastSeq) {
+      this.duplicates++;
+      return;
+    }
+    this.lastSeq = ev.seq;
+    const silent = this.replayLeft > 0;
+    if (silent) this.replayLeft--;
+    this.apply(ev, msg.request ?? null, silent);
+    if (silent && this.replayLeft === 0) this.resumeAll();
+  }
+
+  private apply(ev: JournalEvent, request: RoomRequest | null, silent: boolean): void {
+    if (ev.room === null || !ev.type.startsWith('room.')) return;
+    const r = this.rooms.get(ev.room);
+    const reduced = reduce(r?.view ?? null, ev);
+    if (!reduced.ok) {
+      // A room this engine has finished with and forgotten: nothing to do.
+      if (reduced.reason !== 'unknown_room') {
+        this.log.warn(
+          { room: ev.room, seq: ev.seq, reason: reduced.reason },
+          'committed event does not fold onto this engine’s view of the room; ignored',
+        );
+      }
+      return;
+    }
+    let room = r;
+    if (!room) {
+      const v = reduced.room;
+      if (v.prefillEngine !== this.id && v.decodeEngine !== this.id) return;
+      if (this.state === 'draining' && !silent) {
+        this.rooms.set(ev.room, this.newRoom(v, request));
+        this.fail(this.rooms.get(ev.room) as EngineRoom, 'engine_draining', v.state);
+        return;
+      }
+      room = this.newRoom(v, request);
+      this.rooms.set(ev.room, room);
+    } else {
+      room.view = reduced.room;
+      if (request && !room.request) room.request = request;
+    }
+    this.track(room, ev);
+    if (silent) return;
+    if (ev.type === 'room.abort_requested' || isTerminal(room.view.state)) this.stop(room);
+    else if (room.stopped) this.tryRelease(room);
+    else this.react(room, ev);
+    this.forgetIfDone(room);
+  }
+
+  private newRoom(view: Room, request: RoomRequest | null): EngineRoom {
+    return {
+      view,
+      request,
+      stopped: false,
+      released: false,
+      pages: null,
+      transferPosted: false,
+      transferDone: false,
+      peerReleased: false,
+      bootstrap: null,
+    };
+  }
+
+  private track(room: EngineRoom, ev: JournalEvent): void {
+    if (ev.type === 'room.transfer_posted') room.transferPosted = true;
+    else if (ev.type === 'room.transfer_completed') room.transferDone = true;
+    else if (ev.type === 'room.released' && ev.engine !== this.id) room.peerReleased = true;
+    else if (ev.type === 'room.bootstrapped') {
+      const d = ev.data as { pages: number[]; pool?: string; epoch?: number };
+      room.bootstrap = { pages: d.pages, pool: d.pool ?? '', epoch: d.epoch ?? 0 };
+    }
+  }
+
+  private resumeAll(): void {
+    for (const room of this.rooms.values()) {
+      if (isTerminal(room.view.state) || room.view.abortRequestedAt !== null) {
+        this.stop(room);
+      } else {
+        this.resume(room);
+      }
+      this.forgetIfDone(room);
+    }
+  }
+
+  private forgetIfDone(room: EngineRoom): void {
+    if (room.released && isTerminal(room.view.state)) this.rooms.delete(room.view.room);
+    if (this.state === 'draining') this.notifyIdle();
+  }
+
+  /** React to a committed event of a live room. */
+  protected abstract react(room: EngineRoom, ev: JournalEvent): void;
+  /** After a restart's replay: carry on with a live room, or fail it. */
+  protected abstract resume(room: EngineRoom): void;
+  /** Stop the room's work (abort or terminal); call `tryRelease` when nothing is left running. */
+  protected abstract stop(room: EngineRoom): void;
+  /** Whether the room's pages may be freed now. */
+  protected abstract canFree(room: EngineRoom): boolean;
+  abstract queueDepths(): Record<string, number>;
+
+  protected tryRelease(room: EngineRoom): void {
+    if (room.released || !this.canFree(room)) return;
+    room.released = true;
+    const pages = this.allocator.release(room.view.room);
+    room.pages = null;
+    void this.append(room, 'room.released', { pages });
+    this.forgetIfDone(room);
+  }
+
+  /** Frees the room now, whatever runs (the control plane knows the peer is gone). */
+  protected forceRelease(room: EngineRoom): void {
+    room.stopped = true;
+    room.transferDone = true;
+    room.peerReleased = true;
+    this.tryRelease(room);
+  }
+
+  protected fail(room: EngineRoom, reason: string, stage: RoomState): void {
+    this.log.warn({ room: room.view.room, reason, stage }, 'failing room');
+    void this.append(room, 'room.failed', { reason, stage, detectedBy: `engine:${this.id}` });
+    this.stop(room);
+    this.forgetIfDone(room);
+  }
+
+  /** Appends an event for the room; resolves with the ack, or null when the bus refused it. */
+  protected async append(
+    room: EngineRoom,
+    type: string,
+    data: Record<string, unknown>,
+  ): Promise<AppendAck | null> {
+    try {
+      return await this.ports.append(uuidv7(), { type, room: room.view.room, data });
+    } catch (err) {
+      this.log.error({ room: room.view.room, type, err }, 'append refused');
+      return null;
+    }
+  }
+
+  /** Pages for `tokens` positions of KV. */
+  protected pagesFor(tokens: number): number {
+    const perPage = Math.floor(this.opts.pageBytes / this.opts.kvBytesPerToken);
+    return Math.max(1, Math.ceil(tokens / perPage));
+  }
+
+  onCommand(cmd: ControlMessage<'command'>): void {
+    const room = cmd.room === null ? undefined : this.rooms.get(cmd.room);
+    this.log.info({ command: cmd.command, room: cmd.room, reason: cmd.reason }, 'command');
+    switch (cmd.command) {
+      case 'abort_room':
+        if (room) this.stop(room);
+        return;
+      case 'free_room':
+        if (room) this.forceRelease(room);
+        return;
+      case 'reset_transfer':
+        this.resetTransfer();
+        return;
+      case 'drain':
+        this.state = 'draining';
+        return;
+      case 'shutdown':
+        this.onShutdown?.();
+        return;
+    }
+  }
+
+  /** Set by the composition root: what a `shutdown` command does. */
+  onShutdown: (() => void) | null = null;
+
+  protected resetTransfer(): void {}
+
+  /** Stops taking rooms and resolves once every room is released (or after `timeoutMs`). */
+  drain(timeoutMs: number): Promise<boolean> {
+    this.state = 'draining';
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        resolve(true);
+      };
+      const timer = setTimeout(() => {
+        this.idleWaiters = this.idleWaiters.filter((w) => w !== done);
+        resolve(false);
+      }, timeoutMs);
+      this.idleWaiters.push(done);
+      this.notifyIdle();
+    });
+  }
+
+  private notifyIdle(): void {
+    if (this.heldRooms().length > 0) return;
+    for (const w of this.idleWaiters.splice(0)) w();
+  }
+}

@@ -1,0 +1,132 @@
+/**
+ * The engine process's composition root (`pdctl engine`): it creates the KV pool and the transfer
+ * core, connects the bus, wires the role, heartbeats, and on SIGTERM drains and exits. Nothing
+ * else in src/engine/ opens sockets or exits the process.
+ */
+import { BusClient } from '../bus/client.ts';
+import type { CurveClientKeys } from '../bus/curve.ts';
+import { PROTOCOL_VERSION } from '../bus/protocol.ts';
+import { uuidv7 } from '../journal/ids.ts';
+import type { Logger } from '../log.ts';
+import { NativeTransferCore, type TransferCore } from '../transfer/core.ts';
+import { KvPool } from '../transfer/pool.ts';
+import { DecodeEngine } from './decode.ts';
+import type { EngineCore } from './engine.ts';
+import { DeterministicModel } from './model.ts';
+import type { EngineOptions } from './options.ts';
+import { PrefillEngine } from './prefill.ts';
+
+export interface RunningEngine {
+  core: EngineCore;
+  bus: BusClient;
+  pool: KvPool;
+  incarnation: string;
+  /** Drains (at most drainTimeoutMs), then closes everything. Idempotent. */
+  stop(reason: string): Promise<void>;
+  stopped: Promise<void>;
+}
+
+export function startEngine(
+  opts: Readonly<EngineOptions>,
+  log: Logger,
+  curve?: CurveClientKeys,
+): RunningEngine {
+  const incarnation = uuidv7();
+  const pool = KvPool.create({
+    name: opts.poolName,
+    pages: opts.pages,
+    pageBytes: opts.pageBytes,
+    replace: true,
+  });
+  const model = new DeterministicModel(opts);
+  let transfer: TransferCore | null = null;
+  let core: EngineCore;
+  const bus: BusClient = new BusClient(
+    { endpoint: opts.control, engine: opts.id, incarnation, curve, log },
+    {
+      hello: () => ({
+        protocol: PROTOCOL_VERSION,
+        engine: opts.id,
+        role: opts.role,
+        incarnation,
+        pid: process.pid,
+        pages: opts.pages,
+        pageBytes: opts.pageBytes,
+        pool: pool.name,
+        epoch: pool.epoch,
+        lastSeq: core.lastSeq,
+        rooms: core.heldRooms(),
+      }),
+      welcome: (w) => {
+        log.info(
+          { replayFrom: w.replayFrom, replayEvents: w.replayEvents },
+          'welcomed by the control plane',
+        );
+        core.onWelcome(w);
+      },
+      event: (m) => core.onEvent(m),
+      command: (c) => core.onCommand(c),
+    },
+  );
+  const ports = {
+    append: bus.append.bind(bus),
+    tokens: (msg: Parameters<EngineCore['ports']['tokens']>[0]) => bus.send('tokens', msg),
+  };
+  if (opts.role === 'prefill') {
+    transfer = new NativeTransferCore({ threads: opts.transferThreads });
+    core = new PrefillEngine(opts, ports, model, log, pool, transfer);
+  } else {
+    core = new DecodeEngine(opts, ports, model, log, pool);
+  }
+
+  let beats = 0;
+  const heartbeat = setInterval(() => {
+    beats++;
+    bus.send('heartbeat', {
+      ticks: { bus: bus.loop.ticks, work: core.workTicks, heartbeat: beats },
+      queues: { ...core.queueDepths(), outbox: bus.outboxDepth, unacked: bus.unacked },
+      freePages: core.allocator.free,
+      rooms: core.rooms.size,
+      lastSeq: core.lastSeq,
+    });
+  }, opts.heartbeatMs);
+
+  let resolveStopped: () => void = () => {};
+  const stopped = new Promise<void>((r) => (resolveStopped = r));
+  let stopping: Promise<void> | null = null;
+  const stop = (reason: string): Promise<void> => {
+    if (stopping) return stopping;
+    stopping = (async () => {
+      log.info({ reason, rooms: core.heldRooms().length }, 'engine draining');
+      const drained = await core.drain(opts.drainTimeoutMs);
+      if (!drained)
+        log.warn({ rooms: core.heldRooms() }, 'drain timed out; exiting with rooms held');
+      // Let the last releases reach the control plane before the socket goes.
+      const deadline = Date.now() + 2000;
+      while (bus.unacked > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      clearInterval(heartbeat);
+      await bus.close();
+      await transfer?.close();
+      pool.close();
+      KvPool.unlink(pool.name);
+      log.info({}, 'engine stopped');
+      resolveStopped();
+    })();
+    return stopping;
+  };
+  core.onShutdown = () => void stop('shutdown command');
+  bus.start();
+  log.info(
+    {
+      engine: opts.id,
+      role: opts.role,
+      control: opts.control,
+      pool: pool.name,
+      pages: opts.pages,
+      pageBytes: opts.pageBytes,
+      incarnation,
+    },
+    'engine started',
+  );
+  return { core, bus, pool, incarnation, stop, stopped };
+}

@@ -1,0 +1,202 @@
+/**
+ * The model executor (DESIGN.md §7) and the built-in deterministic model.
+ *
+ * The built-in model is not a language model, but it behaves like one where pdctl can tell: prefill
+ * writes real KV bytes for every prompt token into the room's pages; every decode step reads the
+ * KV of the whole context (so its cost grows with context length, as attention's does) and picks
+ * the next word from what it read, so KV that was corrupted in transfer yields different text. Same
+ * prompt and settings give the same words, which is how tests and drills check a completion.
+ */
+
+/** KV storage for one room: positions laid out back to back across the room's pages. */
+export class KvSpan {
+  readonly capacityTokens: number;
+
+  constructor(
+    readonly pages: readonly Uint8Array[],
+    readonly kvBytesPerToken: number,
+  ) {
+    const pageBytes = pages[0]?.length ?? 0;
+    if (pages.some((p) => p.length !== pageBytes)) throw new Error('KV pages differ in size');
+    this.capacityTokens = Math.floor((pageBytes * pages.length) / kvBytesPerToken);
+  }
+
+  /** The KV bytes of one position, as a view (positions never straddle pages). */
+  at(position: number): Uint8Array {
+    const perPage = Math.floor((this.pages[0] as Uint8Array).length / this.kvBytesPerToken);
+    const page = this.pages[Math.floor(position / perPage)];
+    if (!page || position < 0 || position >= this.capacityTokens) {
+      throw new RangeError(`KV position ${position} is outside the room's ${this.capacityTokens}`);
+    }
+    const offset = (position % perPage) * this.kvBytesPerToken;
+    return page.subarray(offset, offset + this.kvBytesPerToken);
+  }
+}
+
+export interface ModelOptions {
+  /** KV bytes written per token; a multiple of 4 that divides the page size. Default 64. */
+  kvBytesPerToken: number;
+  /** Busy compute per prompt token in prefill, in microseconds. Default 0. */
+  prefillUsPerToken: number;
+  /** Busy compute per decode step, in microseconds (on top of reading the KV). Default 0. */
+  decodeUsPerToken: number;
+}
+
+export const DEFAULT_MODEL_OPTIONS: Readonly<ModelOptions> = Object.freeze({
+  kvBytesPerToken: 64,
+  prefillUsPerToken: 0,
+  decodeUsPerToken: 0,
+});
+
+/** What engines need from a model; a real one would wrap an inference runtime. */
+export interface ModelExecutor {
+  readonly name: string;
+  readonly kvBytesPerToken: number;
+  tokenize(prompt: string): number[];
+  /**
+   * Writes the KV of `tokens[from..to)` at those positions of `kv` (positions before `from` must
+   * already be written: callers prefill in slices to stay responsive). Returns compute microseconds.
+   */
+  prefill(tokens: readonly number[], kv: KvSpan, from?: number, to?: number): number;
+  /**
+   * Generates the token at `position` from the KV of positions 0..position-1, writes that
+   * token's KV at `position`, and returns the token, its text and compute microseconds.
+   */
+  decodeStep(kv: KvSpan, position: number): { token: number; text: string; micros: number };
+}
+
+const WORDS = (
+  'the of and to in is was for on that with as by at from it an be this are or have had not ' +
+  'which but were their all one there been has more when will would who so no if out up into ' +
+  'river stone light garden window morning quiet harbor lantern meadow winter summer orchard ' +
+  'silver copper paper thread signal engine bridge valley mountain forest ocean island market ' +
+  'letter story song voice dream night shadow cloud rain thunder spring autumn field road ' +
+  'village city tower castle ship sail anchor compass map journey path door key lamp candle ' +
+  'fire ember ash smoke wind storm calm tide shore wave sand shell pearl coral reef deep ' +
+  'bright dark slow swift gentle wild old young small great long short warm cold green blue ' +
+  'red golden white black open closed early late first last near far high low soft hard ' +
+  'walks carries finds keeps holds opens closes watches waits listens remembers builds writes ' +
+  'reads sings travels returns follows crosses climbs gathers'
+).split(' ');
+
+const FNV_OFFSET = 0x811c9dc5;
+const FNV_PRIME = 0x01000193;
+
+function hashString(s: string): number {
+  let h = FNV_OFFSET;
+  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), FNV_PRIME);
+  return h >>> 0;
+}
+
+/** xorshift32 step: the stream that fills a position's KV bytes. */
+function next32(x: number): number {
+  let s = x | 0 || 0x9e3779b9;
+  s ^= s << 13;
+  s ^= s >>> 17;
+  s ^= s << 5;
+  return s >>> 0;
+}
+
+function lastWord(bytes: Uint8Array): number {
+  return new DataView(bytes.buffer, bytes.byteOffset, bytes.length).getUint32(
+    bytes.length - 4,
+    true,
+  );
+}
+
+function spin(micros: number): void {
+  if (micros <= 0) return;
+  const end = process.hrtime.bigint() + BigInt(Math.round(micros * 1000));
+  while (process.hrtime.bigint() < end) {
+    // Busy work stands in for the model's compute.
+  }
+}
+
+function nowMicros(): number {
+  return Number(process.hrtime.bigint() / 1000n);
+}
+
+export class DeterministicModel implements ModelExecutor {
+  readonly name = 'pdctl-deterministic-1';
+  readonly kvBytesPerToken: number;
+  private readonly options: ModelOptions;
+
+  constructor(options: Partial<ModelOptions> = {}) {
+    this.options = { ...DEFAULT_MODEL_OPTIONS, ...options };
+    const k = this.options.kvBytesPerToken;
+    if (!Number.isInteger(k) || k < 4 || k % 4 !== 0 || k > 1 << 20) {
+      throw new Error(`kvBytesPerToken must be a multiple of 4 from 4 to 1048576, got ${k}`);
+    }
+    for (const key of ['prefillUsPerToken', 'decodeUsPerToken'] as const) {
+      const v = this.options[key];
+      if (!Number.isFinite(v) || v < 0 || v > 1_000_000) {
+        throw new Error(`${key} must be from 0 to 1000000 microseconds, got ${v}`);
+      }
+    }
+    this.kvBytesPerToken = k;
+  }
+
+  /** Words (and punctuation runs) of the prompt, each mapped to a token id. */
+  tokenize(prompt: string): number[] {
+    const parts = prompt.toLowerCase().match(/[\p{L}\p{N}']+|[^\s\p{L}\p{N}]/gu) ?? [];
+    return parts.map((w) => hashString(w) % 65_536);
+  }
+
+  /** The KV of one position: a function of the token and the KV before it (the context). */
+  private writeKv(kv: KvSpan, position: number, token: number, prev: number): number {
+    const bytes = kv.at(position);
+    const out = new DataView(bytes.buffer, bytes.byteOffset, bytes.length);
+    let s = Math.imul(prev ^ (token + 1), FNV_PRIME) ^ position;
+    for (let i = 0; i < this.kvBytesPerToken; i += 4) {
+      s = next32(s);
+      out.setUint32(i, s, true);
+    }
+    return s;
+  }
+
+  prefill(tokens: readonly number[], kv: KvSpan, from = 0, to = tokens.length): number {
+    const start = nowMicros();
+    let prev = from === 0 ? FNV_OFFSET : lastWord(kv.at(from - 1));
+    for (let p = from; p < to; p++) prev = this.writeKv(kv, p, tokens[p] as number, prev);
+    spin((to - from) * this.options.prefillUsPerToken);
+    return nowMicros() - start;
+  }
+
+  decodeStep(kv: KvSpan, position: number): { token: number; text: string; micros: number } {
+    const start = nowMicros();
+    // "Attention": one pass over every KV byte of the context.
+    let h = FNV_OFFSET;
+    for (let p = 0; p < position; p++) {
+      const bytes = kv.at(p);
+      const words = new Uint32Array(bytes.buffer, bytes.byteOffset, bytes.length >>> 2);
+      for (let i = 0; i < words.length; i++) h = Math.imul(h ^ (words[i] as number), FNV_PRIME);
+    }
+    const last = position === 0 ? FNV_OFFSET : lastWord(kv.at(position - 1));
+    h = (h ^ (h >>> 15)) >>> 0;
+    const token = h % WORDS.length;
+    this.writeKv(kv, position, token, last);
+    spin(this.options.decodeUsPerToken);
+    return { token, text: ` ${WORDS[token]}`, micros: nowMicros() - start };
+  }
+}
+
+/**
+ * The same model run in this process, start to finish, with its KV in plain memory: what a
+ * completion through the engines must equal.
+ */
+export function generateInProcess(
+  model: ModelExecutor,
+  prompt: string,
+  maxTokens: number,
+): { text: string; promptTokens: number; tokens: number } {
+  const tokens = model.tokenize(prompt);
+  const total = tokens.length + maxTokens;
+  const kv = new KvSpan(
+    [new Uint8Array(Math.max(1, total) * model.kvBytesPerToken)],
+    model.kvBytesPerToken,
+  );
+  model.prefill(tokens, kv);
+  let text = '';
+  for (let i = 0; i < maxTokens; i++) text += model.decodeStep(kv, tokens.length + i).text;
+  return { text, promptTokens: tokens.length, tokens: maxTokens };
+}

@@ -1,0 +1,146 @@
+/**
+ * The engine's one options object: defaults in one place, units in names, validated once at start
+ * and then frozen. CLI flags map onto it (src/cli/engine-command.ts).
+ */
+import { isValidId } from '../journal/events.ts';
+import { DEFAULT_MODEL_OPTIONS, type ModelOptions } from './model.ts';
+
+export type EngineRole = 'prefill' | 'decode';
+
+export interface EngineOptions extends ModelOptions {
+  id: string;
+  role: EngineRole;
+  /** The control plane's bus endpoint, e.g. `tcp://127.0.0.1:5557`. */
+  control: string;
+  /** KV pool size and page size (bytes, a multiple of 64 and of kvBytesPerToken). */
+  pages: number;
+  pageBytes: number;
+  /** Shared-memory name of this engine's pool; default `/pdctl-<id>-<pid>`. */
+  poolName: string;
+  /** Copy threads of the transfer core (prefill). */
+  transferThreads: number;
+  /** Rooms computing or transferring at once (prefill). */
+  prefillConcurrency: number;
+  /** Rooms waiting for prefill beyond which new ones fail with `prefill_queue_full`. */
+  maxQueue: number;
+  /** Tokens per streamed chunk (decode). */
+  chunkTokens: number;
+  heartbeatMs: number;
+  /** How long SIGTERM waits for rooms in flight before exiting anyway. */
+  drainTimeoutMs: number;
+}
+
+export const ENGINE_DEFAULTS = Object.freeze({
+  ...DEFAULT_MODEL_OPTIONS,
+  pages: 4096,
+  pageBytes: 4096,
+  transferThreads: 2,
+  prefillConcurrency: 8,
+  maxQueue: 10_000,
+  chunkTokens: 4,
+  heartbeatMs: 500,
+  drainTimeoutMs: 30_000,
+});
+
+export class EngineOptionsError extends Error {
+  override name = 'EngineOptionsError';
+}
+
+const KEYS = new Set<string>([
+  ...Object.keys(ENGINE_DEFAULTS),
+  'id',
+  'role',
+  'control',
+  'poolName',
+]);
+
+function closest(key: string): string {
+  let best = '';
+  let bestScore = Number.POSITIVE_INFINITY;
+  for (const k of KEYS) {
+    const d = distance(key.toLowerCase(), k.toLowerCase());
+    if (d < bestScore) {
+      bestScore = d;
+      best = k;
+    }
+  }
+  return best;
+}
+
+function distance(a: string, b: string): number {
+  const dp = Array.from({ length: b.length + 1 }, (_, i) => i);
+  for (let i = 1; i <= a.length; i++) {
+    let prev = dp[0] as number;
+    dp[0] = i;
+    for (let j = 1; j <= b.length; j++) {
+      const cur = dp[j] as number;
+      dp[j] = Math.min(cur + 1, (dp[j - 1] as number) + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1));
+      prev = cur;
+    }
+  }
+  return dp[b.length] as number;
+}
+
+function int(name: string, v: unknown, min: number, max: number): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
+    throw new EngineOptionsError(
+      `${name} must be an integer from ${min} to ${max}, got ${String(v)}`,
+    );
+  }
+  return v;
+}
+
+/** Fills defaults, checks every field, and freezes. Unknown keys name the closest valid one. */
+export function resolveEngineOptions(input: Record<string, unknown>): Readonly<EngineOptions> {
+  for (const key of Object.keys(input)) {
+    if (!KEYS.has(key)) {
+      throw new EngineOptionsError(
+        `unknown engine option "${key}"; did you mean "${closest(key)}"?`,
+      );
+    }
+  }
+  const o = { ...ENGINE_DEFAULTS, ...input } as Record<string, unknown>;
+  if (typeof o.id !== 'string' || !isValidId(o.id)) {
+    throw new EngineOptionsError(
+      `id must be letters, digits and . _ : @ / - (at most 128), got ${JSON.stringify(o.id)}`,
+    );
+  }
+  if (o.role !== 'prefill' && o.role !== 'decode') {
+    throw new EngineOptionsError(`role must be prefill or decode, got ${JSON.stringify(o.role)}`);
+  }
+  if (typeof o.control !== 'string' || !/^(tcp|ipc):\/\/.+/.test(o.control)) {
+    throw new EngineOptionsError(
+      `control must be a tcp:// or ipc:// endpoint, got ${JSON.stringify(o.control)}`,
+    );
+  }
+  const pageBytes = int('pageBytes', o.pageBytes, 64, 64 << 20);
+  if (pageBytes % 64 !== 0)
+    throw new EngineOptionsError(`pageBytes must be a multiple of 64, got ${pageBytes}`);
+  const kv = int('kvBytesPerToken', o.kvBytesPerToken, 4, pageBytes);
+  if (kv % 4 !== 0 || pageBytes % kv !== 0) {
+    throw new EngineOptionsError(
+      `kvBytesPerToken (${kv}) must be a multiple of 4 that divides pageBytes (${pageBytes})`,
+    );
+  }
+  const options: EngineOptions = {
+    id: o.id,
+    role: o.role,
+    control: o.control,
+    pages: int('pages', o.pages, 1, 1 << 24),
+    pageBytes,
+    poolName:
+      typeof o.poolName === 'string'
+        ? o.poolName
+        : `/pdctl-${o.id.replace(/[^A-Za-z0-9._-]/g, '_')}-${process.pid}`,
+    kvBytesPerToken: kv,
+    prefillUsPerToken: int('prefillUsPerToken', o.prefillUsPerToken, 0, 1_000_000),
+    decodeUsPerToken: int('decodeUsPerToken', o.decodeUsPerToken, 0, 1_000_000),
+    transferThreads: int('transferThreads', o.transferThreads, 1, 64),
+    prefillConcurrency: int('prefillConcurrency', o.prefillConcurrency, 1, 4096),
+    maxQueue: int('maxQueue', o.maxQueue, 1, 10_000_000),
+    chunkTokens: int('chunkTokens', o.chunkTokens, 1, 4096),
+    heartbeatMs: int('heartbeatMs', o.heartbeatMs, 50, 60_000),
+    drainTimeoutMs: int('drainTimeoutMs', o.drainTimeoutMs, 0, 3_600_000),
+  };
+  return Object.freeze(options);
+}

@@ -1,0 +1,197 @@
+/**
+ * The prefill role: once a room is bootstrapped (committed), compute its KV into pages of this
+ * engine's pool, post the transfer into the decode engine's pages, and report how it ended. The
+ * transfer is posted only after `room.transfer_posted` is committed, so an abort committed
+ * before it is always seen first (events reach an engine before the acks that follow them).
+ */
+import type { JournalEvent } from '../journal/events.ts';
+import type { Logger } from '../log.ts';
+import type { TransferCore } from '../transfer/core.ts';
+import { KvPool } from '../transfer/pool.ts';
+import { EngineCore, type EnginePorts, type EngineRoom } from './engine.ts';
+import { KvSpan, type ModelExecutor } from './model.ts';
+import type { EngineOptions } from './options.ts';
+
+/** Prompt tokens computed between two returns to the event loop. */
+const SLICE_TOKENS = 512;
+
+export class PrefillEngine extends EngineCore {
+  private readonly queue: EngineRoom[] = [];
+  private readonly active = new Set<string>();
+  private readonly transferring = new Set<string>();
+  /** Decode pools by shared-memory name, opened on first use and reopened on a new epoch. */
+  private readonly peers = new Map<string, KvPool>();
+
+  constructor(
+    opts: Readonly<EngineOptions>,
+    ports: EnginePorts,
+    model: ModelExecutor,
+    log: Logger,
+    private readonly pool: KvPool,
+    private readonly core: TransferCore,
+  ) {
+    super(opts, ports, model, log);
+  }
+
+  queueDepths(): Record<string, number> {
+    return {
+      waiting: this.queue.length,
+      active: this.active.size,
+      transferring: this.transferring.size,
+    };
+  }
+
+  protected react(room: EngineRoom, ev: JournalEvent): void {
+    if (room.view.prefillEngine !== this.id) return;
+    if (ev.type === 'room.bootstrapped') this.enqueue(room);
+  }
+
+  protected resume(room: EngineRoom): void {
+    if (room.view.prefillEngine !== this.id) return;
+    const s = room.view.state;
+    if (s === 'created' || s === 'bootstrapping') return;
+    if (s === 'waiting_for_input') this.enqueue(room);
+    else if (s === 'prefilling' || s === 'transferring') this.fail(room, 'engine_restarted', s);
+  }
+
+  private enqueue(room: EngineRoom): void {
+    if (this.queue.length >= this.opts.maxQueue) {
+      this.fail(room, 'prefill_queue_full', 'waiting_for_input');
+      return;
+    }
+    this.queue.push(room);
+    this.pump();
+  }
+
+  private pump(): void {
+    while (this.active.size < this.opts.prefillConcurrency && this.queue.length > 0) {
+      const room = this.queue.shift() as EngineRoom;
+      if (room.stopped) continue;
+      this.active.add(room.view.room);
+      this.run(room)
+        .catch((err) => {
+          this.log.error({ room: room.view.room, err }, 'prefill failed unexpectedly');
+          this.fail(room, 'prefill_error', room.view.state);
+        })
+        .finally(() => {
+          this.active.delete(room.view.room);
+          this.tryRelease(room);
+          this.pump();
+        });
+    }
+  }
+
+  private async run(room: EngineRoom): Promise<void> {
+    const v = room.view;
+    if (!room.request) {
+      this.fail(room, 'request_unavailable', 'waiting_for_input');
+      return;
+    }
+    const tokens = this.model.tokenize(room.request.prompt);
+    const bootstrapped = await this.destination(room);
+    if (!bootstrapped) return;
+    const { dst, dstPages, epoch } = bootstrapped;
+    const need = this.pagesFor(tokens.length);
+    if (need > dstPages.length) {
+      this.fail(room, 'kv_exceeds_reservation', 'waiting_for_input');
+      return;
+    }
+    const pages = this.allocator.reserve(v.room, need);
+    if (!pages) {
+      this.fail(room, 'kv_pool_full', 'waiting_for_input');
+      return;
+    }
+    room.pages = pages;
+    void this.append(room, 'room.prefill_started', {});
+    const kv = new KvSpan(
+      pages.map((p) => this.pool.page(p)),
+      this.opts.kvBytesPerToken,
+    );
+    let computeMicros = 0;
+    for (let from = 0; from < tokens.length; from += SLICE_TOKENS) {
+      if (room.stopped) return;
+      computeMicros += this.model.prefill(
+        tokens,
+        kv,
+        from,
+        Math.min(tokens.length, from + SLICE_TOKENS),
+      );
+      this.workTicks++;
+      await new Promise<void>((r) => setImmediate(r));
+    }
+    if (room.stopped) return;
+    const ack = await this.append(room, 'room.transfer_posted', {
+      pairs: need,
+      bytes: need * this.opts.pageBytes,
+      computeMicros,
+    });
+    if (ack?.status !== 'applied' || room.stopped) return;
+    this.transferring.add(v.room);
+    let result: Awaited<ReturnType<TransferCore['post']>>;
+    try {
+      result = await this.core.post({
+        room: v.room,
+        src: this.pool,
+        dst,
+        pairs: pages.map((p, i) => [p, dstPages[i] as number] as const),
+        deadlineMs: room.view.deadlinesMs.transferring,
+        epoch,
+      });
+    } finally {
+      this.transferring.delete(v.room);
+    }
+    if (result.status === 'ok') {
+      await this.append(room, 'room.transfer_completed', {
+        bytes: result.bytes,
+        checksum: result.checksum,
+        micros: result.micros,
+      });
+    } else if (!(result.status === 'cancelled' && room.stopped)) {
+      this.log.warn(
+        { room: v.room, status: result.status, error: result.error },
+        'transfer did not complete',
+      );
+      this.fail(room, `transfer_${result.status}`, 'transferring');
+    }
+    room.stopped = true;
+  }
+
+  /** The decode pool and pages from the room's committed `room.bootstrapped`. */
+  private async destination(
+    room: EngineRoom,
+  ): Promise<{ dst: KvPool; dstPages: number[]; epoch: number } | null> {
+    const b = room.bootstrap;
+    if (!b) {
+      this.fail(room, 'bootstrap_unknown', 'waiting_for_input');
+      return null;
+    }
+    let dst = this.peers.get(b.pool);
+    if (!dst || dst.epoch !== b.epoch) {
+      try {
+        dst?.close();
+        dst = KvPool.open(b.pool);
+        this.peers.set(b.pool, dst);
+      } catch (err) {
+        this.log.warn({ room: room.view.room, pool: b.pool, err }, 'cannot open the decode pool');
+        this.fail(room, 'decode_pool_unavailable', 'waiting_for_input');
+        return null;
+      }
+    }
+    return { dst, dstPages: b.pages, epoch: b.epoch };
+  }
+
+  protected stop(room: EngineRoom): void {
+    room.stopped = true;
+    if (this.transferring.has(room.view.room)) this.core.cancel(room.view.room);
+    this.tryRelease(room);
+  }
+
+  protected canFree(room: EngineRoom): boolean {
+    return !this.active.has(room.view.room);
+  }
+
+  protected override resetTransfer(): void {
+    for (const room of this.transferring) this.core.cancel(room);
+    this.core.clearFaults();
+  }
+}

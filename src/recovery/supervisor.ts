@@ -1,0 +1,124 @@
+/**
+ * Spawns engine processes as children of the control plane and keeps them running: an engine
+ * that exits unexpectedly is started again (with backoff), under the same id, so it reconnects
+ * and replays its rooms from the journal. SIGTERM on stop; SIGKILL for what does not exit.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import type { Logger } from '../log.ts';
+
+export interface EngineSpec {
+  id: string;
+  role: 'prefill' | 'decode';
+  /** Extra `pdctl engine` flags, e.g. ['--pages', '1024']. */
+  args: string[];
+}
+
+export interface SupervisorOptions {
+  control: string;
+  log: Logger;
+  /** Engines' log level (their logs go to this process's stderr). */
+  logLevel: string;
+  /** Restart an engine that exits on its own. Default true. */
+  restart?: boolean;
+  env?: NodeJS.ProcessEnv;
+}
+
+interface Child {
+  spec: EngineSpec;
+  process: ChildProcess;
+  restarts: number;
+  exited: Promise<void>;
+}
+
+/** The CLI entry that runs `pdctl engine`: this build's, from source under tsx or from dist/. */
+function cliEntry(): string {
+  const ext = import.meta.url.endsWith('.ts') ? 'ts' : 'js';
+  return fileURLToPath(new URL(`../cli/bin.${ext}`, import.meta.url));
+}
+
+export class EngineSupervisor {
+  private readonly children = new Map<string, Child>();
+  private stopping = false;
+
+  constructor(private readonly options: SupervisorOptions) {}
+
+  start(spec: EngineSpec, restarts = 0): ChildProcess {
+    const args = [
+      ...process.execArgv.filter((a) => !a.startsWith('--inspect')),
+      cliEntry(),
+      'engine',
+      '--role',
+      spec.role,
+      '--id',
+      spec.id,
+      '--control',
+      this.options.control,
+      '--log-level',
+      this.options.logLevel,
+      ...spec.args,
+    ];
+    const child = spawn(process.execPath, args, {
+      stdio: ['ignore', 'inherit', 'inherit'],
+      env: { ...process.env, ...this.options.env },
+    });
+    const exited = new Promise<void>((resolve) => {
+      child.once('exit', (code, signal) => {
+        resolve();
+        this.onExit(spec, child, code, signal);
+      });
+    });
+    this.children.set(spec.id, { spec, process: child, restarts, exited });
+    this.options.log.info(
+      { engine: spec.id, role: spec.role, pid: child.pid },
+      'engine process started',
+    );
+    return child;
+  }
+
+  private onExit(
+    spec: EngineSpec,
+    child: ChildProcess,
+    code: number | null,
+    signal: string | null,
+  ): void {
+    const entry = this.children.get(spec.id);
+    if (!entry || entry.process !== child) return;
+    if (this.stopping || this.options.restart === false) {
+      this.children.delete(spec.id);
+      return;
+    }
+    const delay = Math.min(5_000, 200 * 2 ** Math.min(entry.restarts, 5));
+    this.options.log.error(
+      { engine: spec.id, pid: child.pid, code, signal, restartInMs: delay },
+      'engine process exited; restarting it',
+    );
+    setTimeout(() => {
+      if (!this.stopping && this.children.get(spec.id)?.process === child)
+        this.start(spec, entry.restarts + 1);
+    }, delay).unref();
+  }
+
+  pid(id: string): number | undefined {
+    return this.children.get(id)?.process.pid;
+  }
+
+  /** Sends a signal to one engine (drills and tests: SIGKILL, SIGSTOP). */
+  signal(id: string, sig: NodeJS.Signals): boolean {
+    return this.children.get(id)?.process.kill(sig) ?? false;
+  }
+
+  /** SIGTERM to every engine (they drain), SIGKILL to those still running after `timeoutMs`. */
+  async stop(timeoutMs = 15_000): Promise<void> {
+    this.stopping = true;
+    const all = [...this.children.values()];
+    for (const c of all) c.process.kill('SIGTERM');
+    const timer = setTimeout(() => {
+      for (const c of all)
+        if (c.process.exitCode === null && c.process.signalCode === null) c.process.kill('SIGKILL');
+    }, timeoutMs);
+    await Promise.all(all.map((c) => c.exited));
+    clearTimeout(timer);
+    this.children.clear();
+  }
+}
