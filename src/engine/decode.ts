@@ -44,7 +44,7 @@ export class DecodeEngine extends EngineCore {
 
   protected react(room: EngineRoom, ev: JournalEvent): void {
     if (room.view.decodeEngine !== this.id) return;
-    if (ev.type === 'room.created') this.bootstrap(room);
+    if (ev.type === 'room.created') void this.bootstrap(room);
     else if (ev.type === 'room.transfer_completed') this.startDecoding(room);
   }
 
@@ -52,19 +52,21 @@ export class DecodeEngine extends EngineCore {
     // A restarted decode engine lost every page it had reserved: only a room that has not
     // reached it yet can go on.
     if (room.view.decodeEngine !== this.id) return;
-    if (room.view.state === 'created') this.bootstrap(room);
+    if (room.view.state === 'created') void this.bootstrap(room);
     else this.fail(room, 'engine_restarted', room.view.state);
   }
 
-  private bootstrap(room: EngineRoom): void {
+  /** `room.bootstrap_started` is committed before pages are reserved: the journal knows first. */
+  private async bootstrap(room: EngineRoom): Promise<void> {
+    const ack = await this.append(room, 'room.bootstrap_started', {});
+    if (ack?.status !== 'applied' || room.stopped) return;
     const total = (room.view.promptTokens ?? 0) + (room.view.maxTokens ?? 0);
     const pages = this.allocator.reserve(room.view.room, this.pagesFor(total));
     if (!pages) {
-      this.fail(room, 'kv_pool_full', 'created');
+      this.fail(room, 'kv_pool_full', 'bootstrapping');
       return;
     }
     room.pages = pages;
-    void this.append(room, 'room.bootstrap_started', {});
     void this.append(room, 'room.bootstrapped', {
       pages,
       pool: this.pool.name,

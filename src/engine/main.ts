@@ -115,6 +115,18 @@ export function startEngine(
     return stopping;
   };
   core.onShutdown = () => void stop('shutdown command');
+  // Tests and drills that spawn engines set this, so that no engine outlives a killed parent.
+  const parent = Number(process.env.PDCTL_EXIT_WITH_PARENT ?? 0);
+  if (parent > 0) {
+    setInterval(() => {
+      try {
+        process.kill(parent, 0);
+      } catch {
+        log.warn({ parent }, 'parent process is gone; exiting');
+        process.exit(1);
+      }
+    }, 1000).unref();
+  }
   bus.start();
   log.info(
     {

@@ -44,9 +44,14 @@ export class EngineSupervisor {
   constructor(private readonly options: SupervisorOptions) {}
 
   start(spec: EngineSpec, restarts = 0): ChildProcess {
+    const entry = cliEntry();
+    const loader = process.execArgv.filter((a) => !a.startsWith('--inspect'));
+    // From source the entry is TypeScript: make sure the child can load it.
+    if (entry.endsWith('.ts') && !loader.some((a) => a.includes('tsx')))
+      loader.push('--import', 'tsx');
     const args = [
-      ...process.execArgv.filter((a) => !a.startsWith('--inspect')),
-      cliEntry(),
+      ...loader,
+      entry,
       'engine',
       '--role',
       spec.role,

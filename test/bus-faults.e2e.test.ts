@@ -1,0 +1,150 @@
+/**
+ * No message can kill a loop (DESIGN.md §5, INCIDENT.md): garbage of every shape from a raw
+ * ZeroMQ socket while rooms flow, and protocol misuse from a registered peer. Nothing dies,
+ * counters rise, rooms keep completing, and duplicates are stored once.
+ */
+import { randomBytes } from 'node:crypto';
+import { encode } from 'msgpackr';
+import { describe, expect, it } from 'vitest';
+import * as zmq from 'zeromq';
+import { controlFrames, PROTOCOL_VERSION } from '../src/bus/protocol.ts';
+import { collect, poolsFull, prompt, startTestStack, waitFor } from './helpers/stack.ts';
+
+const sockets: zmq.Dealer[] = [];
+function rawPeer(endpoint: string, routingId?: string): zmq.Dealer {
+  const s = new zmq.Dealer({ linger: 0, ...(routingId ? { routingId } : {}) });
+  s.connect(endpoint);
+  sockets.push(s);
+  return s;
+}
+
+describe('malformed and hostile bus traffic', () => {
+  it('drops and counts garbage of every shape while 40 rooms complete', async () => {
+    const { control } = await startTestStack();
+    const bus = control.bus;
+    const ticksBefore = bus.loop.ticks;
+    const rooms = Array.from({ length: 40 }, (_, i) =>
+      collect(control.submit({ prompt: prompt(i, 30), maxTokens: 8 })),
+    );
+    const raw = rawPeer(control.endpoint);
+    const garbage: Array<Array<Buffer | string>> = [
+      ['ABORT'], // the frame of INCIDENT.md: a kind with no header and no payload
+      ['abort_room', encode({ room: 'x' })], // a command kind, from the wrong side
+      [
+        'append',
+        encode({ eventId: 'e1', event: { type: 'room.failed', room: 'r1', data: {} } }).subarray(
+          0,
+          9,
+        ),
+      ], // truncated msgpack
+      ['append', encode({ eventId: 42 })], // wrong shape
+      ['hello', encode({ protocol: 'one' })],
+      ['heartbeat', encode({ ticks: {}, queues: {}, freePages: 1, rooms: 0, lastSeq: 0 })], // never said hello
+      ['append', encode({ eventId: 'e2', event: { type: 'room.failed', room: 'r1', data: {} } })], // never said hello
+      ['append', randomBytes(10 * 1024 * 1024)], // 10 MB of garbage
+      ['tokens', encode({ room: 'r1' }), 'extra', 'frames'],
+      [Buffer.alloc(0), Buffer.alloc(0)],
+      [randomBytes(300), randomBytes(64)],
+    ];
+    for (const msg of garbage) await raw.send(msg);
+    for (let i = 0; i < 300; i++) {
+      const parts = 1 + (i % 4);
+      await raw.send(Array.from({ length: parts }, () => randomBytes(i % 97)));
+    }
+    const outs = await Promise.all(rooms);
+    for (const o of outs) expect(o.error).toBeNull();
+    await waitFor(
+      'every garbage frame counted',
+      () => bus.loop.ticks - ticksBefore >= 300 + garbage.length,
+    );
+    for (const reason of [
+      'bad_frame_count',
+      'unknown_kind',
+      'bad_msgpack',
+      'bad_payload',
+      'not_registered',
+      'too_large',
+    ] as const) {
+      expect(bus.drops.get(reason), reason).toBeGreaterThan(0);
+    }
+    expect(bus.loop.stats()).toMatchObject({ restarts: 0, running: true });
+    // The raw peer was told what was wrong with its appends.
+    const decoder = controlFrames();
+    const nack = decoder.decode(await raw.receive());
+    expect(nack).toMatchObject({ ok: true, kind: 'nack' });
+    // And the stack still serves.
+    const after = await collect(control.submit({ prompt: prompt(5, 12), maxTokens: 4 }));
+    expect(after.error).toBeNull();
+    const done = Date.now();
+    await waitFor('pools back to capacity', () => poolsFull(control, done));
+    for (const s of sockets.splice(0)) s.close();
+  });
+
+  it('nacks appends a peer may not make, and stores a retried append once', async () => {
+    const { control } = await startTestStack({ prefillEngines: 0, decodeEngines: 0 });
+    const decoder = controlFrames();
+    const created = await control.journal.append({
+      type: 'room.created',
+      room: 'r-fake-1',
+      source: 'test',
+      data: { prefillEngine: 'fake-p', decodeEngine: 'fake-d', promptTokens: 3, maxTokens: 2 },
+    });
+    const peer = rawPeer(control.endpoint, 'fake-d/1');
+    const recv = async () => decoder.decode(await peer.receive());
+    await peer.send([
+      'hello',
+      encode({
+        protocol: PROTOCOL_VERSION,
+        engine: 'fake-d',
+        role: 'decode',
+        incarnation: '1',
+        pid: 1,
+        pages: 8,
+        pageBytes: 4096,
+        pool: '/nope',
+        epoch: 1,
+        lastSeq: 0,
+        rooms: [],
+      }),
+    ]);
+    expect(await recv()).toMatchObject({ ok: true, kind: 'welcome', payload: { replayEvents: 1 } });
+    // Replay: the room it was given before it said hello.
+    expect(await recv()).toMatchObject({
+      ok: true,
+      kind: 'event',
+      payload: { event: { seq: created.seq, type: 'room.created' } },
+    });
+
+    const append = (eventId: string, type: string, room: string) =>
+      peer.send(['append', encode({ eventId, event: { type, room, data: {} } })]);
+    await append('dup-1', 'room.bootstrap_started', 'r-fake-1');
+    await append('dup-1', 'room.bootstrap_started', 'r-fake-1');
+    await append('no-1', 'room.created', 'r-fake-2');
+    await append('no-2', 'engine.lost', 'r-fake-1');
+    const got = new Map<string, Array<Record<string, unknown>>>();
+    await waitFor('five replies', async () => {
+      const d = await recv();
+      if (d.ok) got.set(d.kind, [...(got.get(d.kind) ?? []), d.payload]);
+      return (got.get('ack')?.length ?? 0) + (got.get('nack')?.length ?? 0) >= 4;
+    });
+    const acks = got.get('ack') ?? [];
+    expect(acks.map((a) => a.status)).toEqual(['applied', 'duplicate']);
+    expect(acks[0]?.seq).toBe(acks[1]?.seq);
+    expect((got.get('nack') ?? []).map((n) => n.code)).toEqual([
+      'BUS_INVALID_EVENT',
+      'BUS_INVALID_EVENT',
+    ]);
+    // The committed event reached the engine as an `event`, once.
+    expect(
+      (got.get('event') ?? []).filter(
+        (e) => (e.event as { type: string }).type === 'room.bootstrap_started',
+      ),
+    ).toHaveLength(1);
+    const timeline = await control.journal.timeline('r-fake-1');
+    expect(timeline.events.map((e) => e.type)).toEqual(['room.created', 'room.bootstrap_started']);
+    // Tokens for a room nobody streams are counted, not forwarded.
+    await peer.send(['tokens', encode({ room: 'r-fake-1', index: 0, text: ' x', tokens: 1 })]);
+    await waitFor('tokens counted', () => control.bus.drops.get('unknown_room') === 1);
+    for (const s of sockets.splice(0)) s.close();
+  });
+});

@@ -1,0 +1,83 @@
+/**
+ * Rooms end to end through real engine processes, the real bus and the real journal: completions
+ * equal the model run in-process, timelines follow the state table, pools return to capacity.
+ */
+import { describe, expect, it } from 'vitest';
+import { DeterministicModel, generateInProcess } from '../src/engine/model.ts';
+import { collect, poolsFull, prompt, startTestStack, waitFor } from './helpers/stack.ts';
+
+const HAPPY_PATH = [
+  'room.created',
+  'room.bootstrap_started',
+  'room.bootstrapped',
+  'room.prefill_started',
+  'room.transfer_posted',
+  'room.transfer_completed',
+  'room.decode_started',
+  'room.completed',
+];
+
+describe('engines end to end', () => {
+  it('completes 200 rooms across 2 prefill and 2 decode engines exactly as the model does in-process', async () => {
+    const stack = await startTestStack({
+      prefillEngines: 2,
+      decodeEngines: 2,
+      engineArgs: ['--pages', '2048'],
+    });
+    const { control } = stack;
+    const model = new DeterministicModel();
+    // Prompts from 1 to ~300 words: one page holds 64 tokens, so many rooms span several pages.
+    const requests = Array.from({ length: 200 }, (_, i) => ({
+      prompt: prompt(i, 1 + ((i * 37) % 300)),
+      maxTokens: 1 + ((i * 13) % 40),
+    }));
+    const streams = requests.map((r) => control.submit(r));
+    const outputs = await Promise.all(streams.map(collect));
+
+    for (const [i, out] of outputs.entries()) {
+      const r = requests[i] as (typeof requests)[number];
+      expect(out.error).toBeNull();
+      expect(out.text).toBe(generateInProcess(model, r.prompt, r.maxTokens).text);
+      const result = await (streams[i] as (typeof streams)[number]).result;
+      expect(result.tokens).toBe(r.maxTokens);
+      expect(result.text).toBe(out.text);
+    }
+
+    // Decode engines release a room once its completion is committed, just after the stream ends.
+    const done = Date.now();
+    await waitFor('every pool back to capacity', () => poolsFull(control, done));
+    const journal = control.journal;
+    const report = await journal.verify();
+    expect(report.ok, JSON.stringify(report.problems)).toBe(true);
+    const used = { prefill: new Set<string>(), decode: new Set<string>() };
+    for (const out of outputs) {
+      const t = await journal.timeline(out.room);
+      const types = t.events.map((e) => e.type);
+      expect(types.filter((x) => x !== 'room.released')).toEqual(HAPPY_PATH);
+      expect(t.room?.state).toBe('completed');
+      expect(new Set(t.room?.releasedBy)).toEqual(
+        new Set([t.room?.prefillEngine, t.room?.decodeEngine]),
+      );
+      used.prefill.add(t.room?.prefillEngine as string);
+      used.decode.add(t.room?.decodeEngine as string);
+    }
+    expect(used.prefill.size).toBe(2);
+    expect(used.decode.size).toBe(2);
+    expect((await journal.stats()).rejectedEvents).toBe(0);
+    expect(control.bus.drops.snapshot()).toEqual({});
+  });
+
+  it('fails a room cleanly when the decode pool cannot hold it, and keeps serving', async () => {
+    const stack = await startTestStack({ engineArgs: ['--pages', '4'] });
+    const big = collect(stack.control.submit({ prompt: prompt(1, 400), maxTokens: 10 }));
+    const out = await big;
+    expect(out.error?.message).toMatch(/failed: kv_pool_full \(in bootstrapping\)/);
+    const t = await stack.control.journal.timeline(out.room);
+    expect(t.room?.state).toBe('failed');
+    expect(t.room?.detectedBy).toBe('engine:decode-0');
+    const ok = await collect(stack.control.submit({ prompt: prompt(2, 20), maxTokens: 5 }));
+    expect(ok.error).toBeNull();
+    const done = Date.now();
+    await waitFor('every pool back to capacity', () => poolsFull(stack.control, done));
+  });
+});

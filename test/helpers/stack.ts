@@ -1,0 +1,93 @@
+/** A whole stack for end-to-end tests: real journal file, real bus, real engine processes. */
+import { join } from 'node:path';
+import { afterEach } from 'vitest';
+import type { ControlPlane } from '../../src/control/control-plane.ts';
+import { type Stack, type StackOptions, startStack } from '../../src/control/stack.ts';
+import type { RoomStream } from '../../src/control/streams.ts';
+import { silentLogger } from '../../src/log.ts';
+import { tempDir } from './tmp.ts';
+
+const running = new Set<Stack>();
+afterEach(async () => {
+  for (const s of running) await s.stop();
+  running.clear();
+});
+
+export async function startTestStack(options: Partial<StackOptions> = {}): Promise<Stack> {
+  const dir = tempDir('pdctl-stack-');
+  const stack = await startStack({
+    journalPath: join(dir, 'journal.db'),
+    durability: 'process',
+    log: silentLogger,
+    version: 'test',
+    engineLogLevel: process.env.PDCTL_TEST_ENGINE_LOG ?? 'error',
+    ...options,
+    engineEnv: { PDCTL_EXIT_WITH_PARENT: String(process.pid), ...options.engineEnv },
+  });
+  running.add(stack);
+  return stack;
+}
+
+/** Reads a stream to its end: the chunks' text, and the result (or the error it ended with). */
+export async function collect(
+  stream: RoomStream,
+): Promise<{ room: string; text: string; chunks: number; error: Error | null }> {
+  let text = '';
+  let chunks = 0;
+  try {
+    for await (const c of stream) {
+      text += c.text;
+      chunks++;
+    }
+    return { room: stream.room, text, chunks, error: null };
+  } catch (err) {
+    return { room: stream.room, text, chunks, error: err as Error };
+  }
+}
+
+export async function waitFor(
+  what: string,
+  check: () => boolean | Promise<boolean>,
+  timeoutMs = 10_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline)
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+/**
+ * True once every engine's latest heartbeat, sent after `since` (unix ms), reports all its pages
+ * free: an older heartbeat could predate the rooms.
+ */
+export function poolsFull(control: ControlPlane, since: number): boolean {
+  const s = control.registry.all();
+  return (
+    s.length > 0 &&
+    s.every((e) => e.heartbeat !== null && e.lastSeen > since && e.heartbeat.freePages === e.pages)
+  );
+}
+
+/** Readable prompts of `words` words, different for each `seed`. */
+export function prompt(seed: number, words: number): string {
+  const vocab = [
+    'amber',
+    'north',
+    'kettle',
+    'orbit',
+    'willow',
+    'granite',
+    'velvet',
+    'ferry',
+    'quartz',
+    'tundra',
+    'harp',
+    'lilac',
+  ];
+  const out: string[] = [];
+  for (let i = 0; i < words; i++)
+    out.push(vocab[(seed * 7 + i * 3 + ((seed * i) % 5)) % vocab.length] as string);
+  return out.join(' ');
+}
