@@ -136,6 +136,11 @@ export const CONTROL_MESSAGES = {
   event: Type.Object(
     {
       event: JournalEventWire,
+      /**
+       * Seq of the previous event sent to this engine (the hello's lastSeq before the first). An
+       * engine whose last applied seq differs has missed one: it says hello again to resync.
+       */
+      prevSeq: Seq,
       /** On `room.created`: what the prefill engine needs to compute the KV. */
       request: Type.Optional(
         Type.Object(

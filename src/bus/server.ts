@@ -188,12 +188,6 @@ export class BusServer {
     this.outbox.push([Buffer.from(peer, 'latin1'), kind, encodePayload(payload)]);
   }
 
-  /** Sends an already-encoded payload (one encoding shared by many peers). */
-  sendEncoded(peer: PeerId, kind: ControlKind, payload: Buffer): void {
-    if (this.closed) return;
-    this.outbox.push([Buffer.from(peer, 'latin1'), kind, payload]);
-  }
-
   get outboxDepth(): number {
     return this.outbox.depth;
   }

@@ -7,12 +7,7 @@
  */
 
 import type { CurveServerKeys } from '../bus/curve.ts';
-import {
-  type EngineMessage,
-  encodePayload,
-  PROTOCOL_VERSION,
-  type RoomRequest,
-} from '../bus/protocol.ts';
+import { type EngineMessage, PROTOCOL_VERSION, type RoomRequest } from '../bus/protocol.ts';
 import type { BusServerHandlers, PeerId } from '../bus/server.ts';
 import { BusServer } from '../bus/server.ts';
 import { DeterministicModel, type ModelExecutor } from '../engine/model.ts';
@@ -179,6 +174,7 @@ export class ControlPlane {
       liveRooms: prev?.liveRooms ?? 0,
       live: false,
       sentSeq: 0,
+      lastDelivered: msg.lastSeq,
       buffer: [],
     };
     this.registry.set(session);
@@ -228,12 +224,12 @@ export class ControlPlane {
       replayEvents: backlog.events.length,
       heartbeatMs: 500,
     });
-    for (const ev of backlog.events) this.bus.sendEncoded(peer, 'event', this.encodeEvent(ev));
+    for (const ev of backlog.events) this.sendEvent(session, ev);
     session.sentSeq = backlog.headSeq;
-    for (const b of session.buffer) {
-      if (b.seq > session.sentSeq) {
-        this.bus.sendEncoded(peer, 'event', b.payload);
-        session.sentSeq = b.seq;
+    for (const ev of session.buffer) {
+      if (ev.seq > session.sentSeq) {
+        this.sendEvent(session, ev);
+        session.sentSeq = ev.seq;
       }
     }
     session.buffer = [];
@@ -323,9 +319,12 @@ export class ControlPlane {
     }
   }
 
-  private encodeEvent(ev: JournalEvent): Buffer {
+  private sendEvent(session: EngineSession, ev: JournalEvent): void {
     const request = ev.type === 'room.created' && ev.room ? this.requests.get(ev.room) : undefined;
-    return encodePayload(request ? { event: ev, request } : { event: ev });
+    const payload = { event: ev, prevSeq: session.lastDelivered, ...(request ? { request } : {}) };
+    session.lastDelivered = ev.seq;
+    this.bus.send(session.peer, 'event', payload);
+    this.counters.delivered++;
   }
 
   // ── committed events ─────────────────────────────────────────────────────────────────────
@@ -346,19 +345,14 @@ export class ControlPlane {
   }
 
   private deliver(room: Room, ev: JournalEvent): void {
-    let payload: Buffer | null = null;
-    for (const engine of room.prefillEngine === room.decodeEngine
-      ? [room.prefillEngine]
-      : [room.prefillEngine, room.decodeEngine]) {
+    for (const engine of new Set([room.prefillEngine, room.decodeEngine])) {
       const s = this.registry.get(engine);
       if (!s) continue;
-      payload ??= this.encodeEvent(ev);
       if (!s.live) {
-        s.buffer.push({ seq: ev.seq, payload });
+        s.buffer.push(ev);
       } else if (ev.seq > s.sentSeq) {
         s.sentSeq = ev.seq;
-        this.bus.sendEncoded(s.peer, 'event', payload);
-        this.counters.delivered++;
+        this.sendEvent(s, ev);
       }
     }
   }

@@ -3,6 +3,7 @@
  * speaks for it, what its last heartbeat said, and how many live rooms it has. Picking a pair for
  * a new room (least loaded, fresh heartbeat) happens here.
  */
+import type { JournalEvent } from '../journal/events.ts';
 import type { EngineMessage, PeerIdLike } from './types.ts';
 
 export interface EngineSession {
@@ -22,10 +23,12 @@ export interface EngineSession {
   liveRooms: number;
   /** Events from the journal are sent only once replay for this hello is done. */
   live: boolean;
-  /** Highest seq sent to this engine (replay or live); later publishes skip anything at or below. */
+  /** Highest seq covered for this engine (replay or live); later publishes skip anything at or below. */
   sentSeq: number;
+  /** Seq of the last event actually sent to this engine: the next one's `prevSeq`. */
+  lastDelivered: number;
   /** Live events that arrived while the replay was being read, sent right after it. */
-  buffer: Array<{ seq: number; payload: Buffer }>;
+  buffer: JournalEvent[];
 }
 
 export class EngineRegistry {

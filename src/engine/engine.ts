@@ -19,6 +19,8 @@ import type { EngineOptions } from './options.ts';
 export interface EnginePorts {
   append(eventId: string, event: EngineMessage<'append'>['event']): Promise<AppendAck>;
   tokens(msg: EngineMessage<'tokens'>): void;
+  /** Say hello again (with our lastSeq): we missed an event and need the replay from there. */
+  resync(): void;
 }
 
 export interface EngineRoom {
@@ -46,6 +48,10 @@ export abstract class EngineCore {
   state: EngineState = 'starting';
   workTicks = 0;
   duplicates = 0;
+  /** Events that did not follow the last one applied (a lost message): each led to a resync. */
+  gaps = 0;
+  /** Between noticing a gap and the welcome that answers our hello: events are dropped. */
+  private resyncing = false;
   /** Events of the first replay still to arrive: applied without reacting (see onWelcome). */
   private replayLeft = 0;
   private welcomedOnce = false;
@@ -76,6 +82,7 @@ export abstract class EngineCore {
    * reconnect) replay only what was missed, and those events are handled like live ones.
    */
   onWelcome(w: ControlMessage<'welcome'>): void {
+    this.resyncing = false;
     if (this.welcomedOnce) return;
     this.welcomedOnce = true;
     this.state = 'ready';
@@ -87,6 +94,19 @@ export abstract class EngineCore {
     const ev = msg.event as JournalEvent;
     if (ev.seq <= this.lastSeq) {
       this.duplicates++;
+      return;
+    }
+    if (this.resyncing) return;
+    if (msg.prevSeq !== this.lastSeq) {
+      // Something between our last event and this one was lost (a connection that died with
+      // messages in it): ask for the replay from our last applied seq, and drop until it comes.
+      this.gaps++;
+      this.resyncing = true;
+      this.log.warn(
+        { lastSeq: this.lastSeq, prevSeq: msg.prevSeq, seq: ev.seq },
+        'missed events; resyncing',
+      );
+      this.ports.resync();
       return;
     }
     this.lastSeq = ev.seq;

@@ -5,7 +5,7 @@
  */
 import { BusClient } from '../bus/client.ts';
 import type { CurveClientKeys } from '../bus/curve.ts';
-import { PROTOCOL_VERSION } from '../bus/protocol.ts';
+import { type EngineMessage, PROTOCOL_VERSION } from '../bus/protocol.ts';
 import { uuidv7 } from '../journal/ids.ts';
 import type { Logger } from '../log.ts';
 import { NativeTransferCore, type TransferCore } from '../transfer/core.ts';
@@ -70,7 +70,8 @@ export function startEngine(
   );
   const ports = {
     append: bus.append.bind(bus),
-    tokens: (msg: Parameters<EngineCore['ports']['tokens']>[0]) => bus.send('tokens', msg),
+    tokens: (msg: EngineMessage<'tokens'>) => bus.send('tokens', msg),
+    resync: () => bus.sayHello(),
   };
   if (opts.role === 'prefill') {
     transfer = new NativeTransferCore({ threads: opts.transferThreads });

@@ -1,0 +1,141 @@
+/**
+ * Engines that die or lose the control plane: a SIGKILLed engine is restarted, replays its rooms
+ * from the journal, fails the ones it lost and serves new ones; an engine cut off for seconds
+ * reconnects, catches up, and nothing is applied or stored twice.
+ */
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { ControlPlane } from '../src/control/control-plane.ts';
+import { RoomEndedError } from '../src/control/streams.ts';
+import { DeterministicModel, generateInProcess } from '../src/engine/model.ts';
+import { silentLogger } from '../src/log.ts';
+import { EngineSupervisor } from '../src/recovery/supervisor.ts';
+import { collect, poolsFull, prompt, startTestStack, waitFor } from './helpers/stack.ts';
+import { TcpProxy } from './helpers/tcp-proxy.ts';
+import { tempDir } from './helpers/tmp.ts';
+
+const cleanups: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+describe('engine restarts and lost connections', () => {
+  for (const role of ['decode', 'prefill'] as const) {
+    it(`a SIGKILLed ${role} engine is restarted, fails the rooms it lost, and serves new ones`, async () => {
+      const { control, engines } = await startTestStack({
+        engineArgs: ['--decode-us-per-token', '3000', '--prefill-us-per-token', '1000'],
+      });
+      const id = `${role}-0`;
+      const streams = Array.from({ length: 20 }, (_, i) =>
+        control.submit({ prompt: prompt(i, 40), maxTokens: 30 }),
+      );
+      const outs = Promise.all(streams.map(collect));
+      await waitFor('rooms in decoding', () =>
+        [...control.rooms.values()].some((r) => r.state === 'decoding'),
+      );
+      const oldPid = engines.pid(id);
+      expect(engines.signal(id, 'SIGKILL')).toBe(true);
+      const results = await outs;
+      // Every room ended; the ones the dead engine held failed, naming who found out.
+      const failed = results.filter((o) => o.error);
+      expect(failed.length).toBeGreaterThan(0);
+      for (const o of failed) {
+        expect(o.error).toBeInstanceOf(RoomEndedError);
+        const t = await control.journal.timeline(o.room);
+        expect(t.room?.state).toBe('failed');
+        expect(t.room?.reason).toMatch(/engine_restarted|transfer_/);
+      }
+      await waitFor('restarted engine registered', () => {
+        const s = control.registry.get(id);
+        return s?.live === true && s.pid !== oldPid;
+      });
+      const registered = await control.journal.tail({
+        type: 'engine.registered',
+        engine: id,
+        limit: 10,
+      });
+      expect(registered).toHaveLength(2);
+      const model = new DeterministicModel();
+      const next = await collect(control.submit({ prompt: prompt(3, 20), maxTokens: 5 }));
+      expect(next.error).toBeNull();
+      expect(next.text).toBe(generateInProcess(model, prompt(3, 20), 5).text);
+      // Every room of the run ended and was released by both engines (the new incarnation
+      // releases what the old one held).
+      await waitFor('all rooms released', async () => {
+        for (const s of streams) {
+          const r = (await control.journal.timeline(s.room)).room;
+          if (!r || r.releasedBy.length < 2) return false;
+        }
+        return true;
+      });
+      const done = Date.now();
+      await waitFor('pools back to capacity', () => poolsFull(control, done));
+      expect((await control.journal.verify()).ok).toBe(true);
+    });
+  }
+
+  it('an engine cut off for 3 s reconnects, catches up, and nothing is stored or applied twice', async () => {
+    const dir = tempDir('pdctl-partition-');
+    const control = await ControlPlane.start({
+      journalPath: join(dir, 'journal.db'),
+      durability: 'process',
+      log: silentLogger,
+      version: 'test',
+    });
+    cleanups.push(() => control.close());
+    const proxy = await TcpProxy.start(control.endpoint);
+    cleanups.push(() => proxy.close());
+    const engines = new EngineSupervisor({
+      control: proxy.endpoint,
+      log: silentLogger,
+      logLevel: 'error',
+      env: { PDCTL_EXIT_WITH_PARENT: String(process.pid) },
+    });
+    cleanups.push(() => engines.stop());
+    engines.start({ id: 'prefill-0', role: 'prefill', args: [] });
+    engines.start({ id: 'decode-0', role: 'decode', args: ['--decode-us-per-token', '1500'] });
+    await control.waitForEngines(1, 1, 30_000);
+
+    const model = new DeterministicModel();
+    const requests = Array.from({ length: 30 }, (_, i) => ({
+      prompt: prompt(i, 25),
+      maxTokens: 60,
+    }));
+    const streams = requests.map((r) => control.submit(r));
+    const outs = Promise.all(streams.map(collect));
+    await waitFor('rooms decoding', () =>
+      [...control.rooms.values()].some((r) => r.state === 'decoding'),
+    );
+    const hellos = control.counters.hellos;
+    proxy.cut();
+    await new Promise((r) => setTimeout(r, 3000));
+    proxy.restore();
+    const results = await outs;
+    expect(control.counters.hellos).toBeGreaterThan(hellos);
+    for (const [i, o] of results.entries()) {
+      const r = requests[i] as (typeof requests)[number];
+      expect(o.error).toBeNull();
+      expect(o.text).toBe(generateInProcess(model, r.prompt, r.maxTokens).text);
+    }
+    const done = Date.now();
+    await waitFor('pools back to capacity', () => poolsFull(control, done));
+    // Same incarnations: a reconnect, not a restart.
+    expect(await control.journal.tail({ type: 'engine.registered', limit: 10 })).toHaveLength(2);
+    const stats = await control.journal.stats();
+    expect(stats.rejectedEvents).toBe(0);
+    for (const s of streams) {
+      const types = (await control.journal.timeline(s.room)).events.map((e) => e.type);
+      expect(types.filter((t) => t !== 'room.released')).toEqual([
+        'room.created',
+        'room.bootstrap_started',
+        'room.bootstrapped',
+        'room.prefill_started',
+        'room.transfer_posted',
+        'room.transfer_completed',
+        'room.decode_started',
+        'room.completed',
+      ]);
+    }
+    expect((await control.journal.verify()).ok).toBe(true);
+  });
+});
