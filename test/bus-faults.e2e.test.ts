@@ -45,6 +45,17 @@ describe('malformed and hostile bus traffic', () => {
       ['tokens', encode({ room: 'r1' }), 'extra', 'frames'],
       [Buffer.alloc(0), Buffer.alloc(0)],
       [randomBytes(300), randomBytes(64)],
+      ['batch', encode({ items: 'not a list' })],
+      [
+        'batch',
+        encode({
+          items: [
+            ['append', Buffer.from([0xc1])],
+            ['batch', Buffer.alloc(3)],
+            ['hello', encode({})],
+          ],
+        }),
+      ],
     ];
     for (const msg of garbage) await raw.send(msg);
     for (let i = 0; i < 300; i++) {
@@ -70,8 +81,8 @@ describe('malformed and hostile bus traffic', () => {
     expect(bus.loop.stats()).toMatchObject({ restarts: 0, running: true });
     // The raw peer was told what was wrong with its appends.
     const decoder = controlFrames();
-    const nack = decoder.decode(await raw.receive());
-    expect(nack).toMatchObject({ ok: true, kind: 'nack' });
+    const replies = decoder.decodeAll(await raw.receive());
+    expect(replies[0]).toMatchObject({ ok: true, kind: 'nack' });
     // And the stack still serves.
     const after = await collect(control.submit({ prompt: prompt(5, 12), maxTokens: 4 }));
     expect(after.error).toBeNull();
@@ -90,7 +101,12 @@ describe('malformed and hostile bus traffic', () => {
       data: { prefillEngine: 'fake-p', decodeEngine: 'fake-d', promptTokens: 3, maxTokens: 2 },
     });
     const peer = rawPeer(control.endpoint, 'fake-d/1');
-    const recv = async () => decoder.decode(await peer.receive());
+    // Replies may come one per frame or several in a batch: read them as one sequence.
+    const inbox: ReturnType<typeof decoder.decode>[] = [];
+    const recv = async () => {
+      if (inbox.length === 0) inbox.push(...decoder.decodeAll(await peer.receive()));
+      return inbox.shift() as ReturnType<typeof decoder.decode>;
+    };
     await peer.send([
       'hello',
       encode({

@@ -156,15 +156,19 @@ export class BusClient {
         throw err;
       }
       loop.tick();
-      const d = this.decoder.decode(frames);
-      if (!d.ok) {
-        this.drops.record(d.reason, { kind: d.kind, detail: d.detail });
-        continue;
-      }
-      try {
-        this.dispatch(d.kind, d.payload);
-      } catch (err) {
-        this.options.log.error({ err, kind: d.kind }, 'engine bus: handler threw; message dropped');
+      for (const d of this.decoder.decodeAll(frames)) {
+        if (!d.ok) {
+          this.drops.record(d.reason, { kind: d.kind, detail: d.detail });
+          continue;
+        }
+        try {
+          this.dispatch(d.kind, d.payload);
+        } catch (err) {
+          this.options.log.error(
+            { err, kind: d.kind },
+            'engine bus: handler threw; message dropped',
+          );
+        }
       }
     }
   }
@@ -237,7 +241,7 @@ export class BusClient {
 
   send<K extends EngineKind>(kind: K, payload: EngineMessage<K>): void {
     if (this.closed) return;
-    this.outbox.push([kind, encodePayload(payload)]);
+    this.outbox.push(null, kind, encodePayload(payload));
   }
 
   get unacked(): number {

@@ -166,6 +166,26 @@ export const CONTROL_MESSAGES = {
   ),
 } as const;
 
+/**
+ * Either side may pack several messages to the same peer into one `batch` frame: the items, in
+ * order, each a kind and its own msgpack payload (so each is validated on its own). A sender
+ * batches what it queued in one event-loop turn; a batch never holds a batch.
+ */
+export const BATCH_KIND = 'batch';
+const BatchSchema = Type.Object(
+  {
+    items: Type.Array(
+      Type.Tuple([Type.String({ minLength: 1, maxLength: 32 }), Type.Uint8Array()]),
+      {
+        minItems: 1,
+        maxItems: 65_536,
+      },
+    ),
+  },
+  strict,
+);
+const batchChecker = TypeCompiler.Compile(BatchSchema);
+
 export type EngineKind = keyof typeof ENGINE_MESSAGES;
 export type ControlKind = keyof typeof CONTROL_MESSAGES;
 export type EngineMessage<K extends EngineKind> = Static<(typeof ENGINE_MESSAGES)[K]>;
@@ -205,6 +225,11 @@ export function encodePayload(payload: unknown): Buffer {
   return packr.pack(payload);
 }
 
+/** The `batch` payload for messages already encoded one by one. */
+export function encodeBatch(items: ReadonlyArray<readonly [string, Buffer]>): Buffer {
+  return packr.pack({ items });
+}
+
 /** One decoder per direction: it knows which kinds it accepts. */
 export class FrameDecoder<K extends string> {
   private readonly checkers: Map<string, Checker>;
@@ -216,7 +241,54 @@ export class FrameDecoder<K extends string> {
     this.checkers = compile(schemas);
   }
 
-  /** `frames` without the routing id. Never throws. */
+  /**
+   * `frames` without the routing id: one message, or every item of a batch, in order. Never
+   * throws; each bad item comes back as its own reason.
+   */
+  decodeAll(frames: readonly Buffer[]): Decoded<K>[] {
+    if (frames.length !== 2 || frames[0]?.toString('latin1') !== BATCH_KIND)
+      return [this.decode(frames)];
+    const body = frames[1] as Buffer;
+    if (body.length > this.maxFrameBytes) {
+      return [
+        {
+          ok: false,
+          reason: 'too_large',
+          kind: BATCH_KIND,
+          detail: `${body.length} B batch, limit ${this.maxFrameBytes} B`,
+        },
+      ];
+    }
+    let batch: unknown;
+    try {
+      batch = packr.unpack(body);
+    } catch (err) {
+      return [
+        { ok: false, reason: 'bad_msgpack', kind: BATCH_KIND, detail: (err as Error).message },
+      ];
+    }
+    if (!batchChecker.Check(batch)) {
+      const first = [...batchChecker.Errors(batch)][0];
+      return [
+        {
+          ok: false,
+          reason: 'bad_payload',
+          kind: BATCH_KIND,
+          detail: first ? `${first.path || '/'} ${first.message}` : 'not a batch',
+        },
+      ];
+    }
+    return (batch as { items: Array<[string, Uint8Array]> }).items.map(([kind, payload]) =>
+      kind === BATCH_KIND
+        ? { ok: false, reason: 'bad_payload', kind, detail: 'a batch inside a batch' }
+        : this.decode([
+            Buffer.from(kind, 'latin1'),
+            Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength),
+          ]),
+    );
+  }
+
+  /** One `[kind, payload]` message, without the routing id. Never throws. */
   decode(frames: readonly Buffer[]): Decoded<K> {
     if (frames.length !== 2) {
       return {

@@ -121,13 +121,17 @@ export class BusServer {
     const id = frames[0];
     if (!id) return;
     const peer = id.toString('latin1');
-    let d: ReturnType<typeof this.decoder.decode>;
+    let all: ReturnType<typeof this.decoder.decodeAll>;
     try {
-      d = this.decoder.decode(frames.slice(1));
+      all = this.decoder.decodeAll(frames.slice(1));
     } catch (err) {
       this.drops.record('bad_payload', { peer: printablePeer(peer), detail: String(err) });
       return;
     }
+    for (const d of all) this.handle(peer, d);
+  }
+
+  private handle(peer: PeerId, d: ReturnType<typeof this.decoder.decode>): void {
     if (!d.ok) {
       this.drops.record(d.reason, { peer: printablePeer(peer), kind: d.kind, detail: d.detail });
       if (d.kind === 'append') this.nackMalformed(peer, d.detail);
@@ -185,7 +189,7 @@ export class BusServer {
 
   send<K extends ControlKind>(peer: PeerId, kind: K, payload: ControlMessage<K>): void {
     if (this.closed) return;
-    this.outbox.push([Buffer.from(peer, 'latin1'), kind, encodePayload(payload)]);
+    this.outbox.push(Buffer.from(peer, 'latin1'), kind, encodePayload(payload));
   }
 
   get outboxDepth(): number {

@@ -1,0 +1,56 @@
+import { describe, expect, it } from 'vitest';
+import { DeterministicModel, generateInProcess, KvSpan } from './model.ts';
+
+describe('the built-in deterministic model', () => {
+  const model = new DeterministicModel();
+
+  it('gives the same readable words for the same prompt, and different words for another', () => {
+    const a = generateInProcess(model, 'the quiet harbor at night', 12);
+    expect(generateInProcess(new DeterministicModel(), 'the quiet harbor at night', 12)).toEqual(a);
+    expect(a.text).toMatch(/^( [a-z]+){12}$/);
+    expect(a.promptTokens).toBe(5);
+    expect(generateInProcess(model, 'the quiet harbor at noon', 12).text).not.toBe(a.text);
+  });
+
+  it('reads the KV it was given: a corrupted byte anywhere in the context changes the next token', () => {
+    const tokens = model.tokenize('a lantern in the window of the old tower');
+    const fresh = () => new KvSpan([new Uint8Array(64 * 64)], 64);
+    const clean = fresh();
+    model.prefill(tokens, clean);
+    const expected = model.decodeStep(clean, tokens.length).token;
+    for (const position of [0, 4, tokens.length - 1]) {
+      const kv = fresh();
+      model.prefill(tokens, kv);
+      (kv.at(position)[17] as number) ^= 0x40;
+      expect(model.decodeStep(kv, tokens.length).token, `corrupt position ${position}`).not.toBe(
+        expected,
+      );
+    }
+  });
+
+  it('prefills in slices exactly as in one pass', () => {
+    const tokens = model.tokenize('one two three four five six seven eight nine ten');
+    const whole = new KvSpan([new Uint8Array(64 * 16)], 64);
+    const sliced = new KvSpan(
+      [new Uint8Array(64 * 4), new Uint8Array(64 * 4), new Uint8Array(64 * 4)],
+      64,
+    );
+    model.prefill(tokens, whole);
+    for (let from = 0; from < tokens.length; from += 3)
+      model.prefill(tokens, sliced, from, Math.min(tokens.length, from + 3));
+    for (let p = 0; p < tokens.length; p++) expect(sliced.at(p)).toEqual(whole.at(p));
+  });
+
+  it('keeps positions inside their page and refuses positions past the span', () => {
+    const kv = new KvSpan([new Uint8Array(128), new Uint8Array(128)], 64);
+    expect(kv.capacityTokens).toBe(4);
+    kv.at(2).fill(7);
+    expect(kv.pages[1]?.subarray(0, 64).every((b) => b === 7)).toBe(true);
+    expect(() => kv.at(4)).toThrow(RangeError);
+  });
+
+  it('rejects knobs it cannot honour', () => {
+    expect(() => new DeterministicModel({ kvBytesPerToken: 6 })).toThrow(/multiple of 4/);
+    expect(() => new DeterministicModel({ decodeUsPerToken: -1 })).toThrow(/decodeUsPerToken/);
+  });
+});
