@@ -39,7 +39,10 @@ describe('malformed and hostile bus traffic', () => {
       ], // truncated msgpack
       ['append', encode({ eventId: 42 })], // wrong shape
       ['hello', encode({ protocol: 'one' })],
-      ['heartbeat', encode({ ticks: {}, queues: {}, freePages: 1, rooms: 0, lastSeq: 0 })], // never said hello
+      [
+        'heartbeat',
+        encode({ ticks: {}, queues: {}, freePages: 1, rooms: 0, lastSeq: 0, state: 'ready' }),
+      ], // never said hello
       ['append', encode({ eventId: 'e2', event: { type: 'room.failed', room: 'r1', data: {} } })], // never said hello
       ['append', randomBytes(10 * 1024 * 1024)], // 10 MB of garbage
       ['tokens', encode({ room: 'r1' }), 'extra', 'frames'],

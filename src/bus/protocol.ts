@@ -51,6 +51,12 @@ export const ENGINE_MESSAGES = {
       freePages: Count,
       rooms: Count,
       lastSeq: Seq,
+      /** `draining`: finishing its rooms before exiting; it gets no new ones. */
+      state: Type.Union([
+        Type.Literal('starting'),
+        Type.Literal('ready'),
+        Type.Literal('draining'),
+      ]),
     },
     strict,
   ),

@@ -31,7 +31,14 @@ describe('frame decoder', () => {
   it('accepts a valid message of each kind and returns its payload', () => {
     const msgs = {
       hello,
-      heartbeat: { ticks: { bus: 1 }, queues: {}, freePages: 8, rooms: 0, lastSeq: 3 },
+      heartbeat: {
+        ticks: { bus: 1 },
+        queues: {},
+        freePages: 8,
+        rooms: 0,
+        lastSeq: 3,
+        state: 'ready',
+      },
       append: { eventId: 'e-1', event: { type: 'room.released', room: 'r-1', data: { pages: 2 } } },
       tokens: { room: 'r-1', index: 0, text: ' river', tokens: 1 },
     };

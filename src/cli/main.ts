@@ -4,6 +4,7 @@ import { JournalError } from '../journal/errors.ts';
 import { DEFAULT_JOURNAL, EXIT, VERSION } from './context.ts';
 import { registerEngineCommand } from './engine-command.ts';
 import { registerJournalCommands } from './journal-commands.ts';
+import { registerKeysCommand } from './keys-command.ts';
 import { registerRoomCommands } from './rooms-commands.ts';
 import { registerRunCommand } from './run-command.ts';
 import { UsageError } from './time.ts';
@@ -39,6 +40,7 @@ export function buildProgram(): Command {
   registerRoomCommands(program, journalOption);
   registerRunCommand(program);
   registerEngineCommand(program);
+  registerKeysCommand(program);
   return program;
 }
 

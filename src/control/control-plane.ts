@@ -7,7 +7,12 @@
  */
 
 import type { CurveServerKeys } from '../bus/curve.ts';
-import { type EngineMessage, PROTOCOL_VERSION, type RoomRequest } from '../bus/protocol.ts';
+import {
+  type CommandName,
+  type EngineMessage,
+  PROTOCOL_VERSION,
+  type RoomRequest,
+} from '../bus/protocol.ts';
 import type { BusServerHandlers, PeerId } from '../bus/server.ts';
 import { BusServer } from '../bus/server.ts';
 import { DeterministicModel, type ModelExecutor } from '../engine/model.ts';
@@ -522,6 +527,23 @@ export class ControlPlane {
   /** Appends the AbortReq; engines stop and release, then the room is marked aborted. */
   abort(room: string, reason: string, source = 'api'): Promise<AppendResult> {
     return this.journal.append({ type: 'room.abort_requested', room, source, data: { reason } });
+  }
+
+  /**
+   * Sends a command to an engine (abort or free a room, reset its transfer endpoint, drain,
+   * shut down). False when the engine is not connected.
+   */
+  command(
+    engine: string,
+    command: CommandName,
+    room: string | null = null,
+    reason: string | null = null,
+  ): boolean {
+    const s = this.registry.get(engine);
+    if (!s?.live) return false;
+    this.options.log.info({ engine, command, room, reason }, 'command sent');
+    this.bus.send(s.peer, 'command', { command, room, reason });
+    return true;
   }
 
   /** Resolves once `prefill` and `decode` engines are registered and live. */

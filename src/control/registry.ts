@@ -51,6 +51,7 @@ export class EngineRegistry {
     let best: EngineSession | null = null;
     for (const s of this.sessions.values()) {
       if (s.role !== role || !s.live || now - s.lastSeen > freshMs) continue;
+      if (s.heartbeat?.state === 'draining') continue;
       if (!best || s.liveRooms < best.liveRooms) best = s;
     }
     return best;

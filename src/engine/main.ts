@@ -89,6 +89,7 @@ export function startEngine(
       freePages: core.allocator.free,
       rooms: core.rooms.size,
       lastSeq: core.lastSeq,
+      state: core.state === 'stopped' ? 'draining' : core.state,
     });
   }, opts.heartbeatMs);
 

@@ -28,7 +28,12 @@ interface Child {
   spec: EngineSpec;
   process: ChildProcess;
   restarts: number;
-  exited: Promise<void>;
+  exited: Promise<ExitStatus>;
+}
+
+export interface ExitStatus {
+  code: number | null;
+  signal: NodeJS.Signals | null;
 }
 
 /** The CLI entry that runs `pdctl engine`: this build's, from source under tsx or from dist/. */
@@ -67,9 +72,9 @@ export class EngineSupervisor {
       stdio: ['ignore', 'inherit', 'inherit'],
       env: { ...process.env, ...this.options.env },
     });
-    const exited = new Promise<void>((resolve) => {
+    const exited = new Promise<ExitStatus>((resolve) => {
       child.once('exit', (code, signal) => {
-        resolve();
+        resolve({ code, signal });
         this.onExit(spec, child, code, signal);
       });
     });
@@ -102,6 +107,11 @@ export class EngineSupervisor {
       if (!this.stopping && this.children.get(spec.id)?.process === child)
         this.start(spec, entry.restarts + 1);
     }, delay).unref();
+  }
+
+  /** How the engine's current process ends (resolves when it exits). */
+  exited(id: string): Promise<ExitStatus> | undefined {
+    return this.children.get(id)?.exited;
   }
 
   pid(id: string): number | undefined {
