@@ -134,7 +134,7 @@ export class BusServer {
   private handle(peer: PeerId, d: ReturnType<typeof this.decoder.decode>): void {
     if (!d.ok) {
       this.drops.record(d.reason, { peer: printablePeer(peer), kind: d.kind, detail: d.detail });
-      if (d.kind === 'append') this.nackMalformed(peer, d.detail);
+      if (d.kind === 'append') this.nackMalformed(peer, d.reason === 'too_large', d.detail);
       return;
     }
     const engine = this.registered.get(peer);
@@ -168,10 +168,10 @@ export class BusServer {
     }
   }
 
-  private nackMalformed(peer: PeerId, detail: string): void {
+  private nackMalformed(peer: PeerId, tooLarge: boolean, detail: string): void {
     this.send(peer, 'nack', {
       eventId: null,
-      code: 'BUS_MALFORMED_FRAME',
+      code: tooLarge ? 'BUS_FRAME_TOO_LARGE' : 'BUS_MALFORMED_FRAME',
       message: `malformed append: ${detail}`.slice(0, 2000),
       retryable: false,
     });
