@@ -9,7 +9,7 @@ import {
   PROTOCOL_VERSION,
 } from './protocol.ts';
 
-const seed = Number(process.env.PDCTL_SEED ?? Date.now() % 1_000_000);
+const seed = Number(process.env.FC_SEED ?? Date.now() % 2 ** 31);
 
 const hello = {
   protocol: PROTOCOL_VERSION,

@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { PageAllocator } from './allocator.ts';
 
-const seed = Number(process.env.PDCTL_SEED ?? Date.now() % 1_000_000);
+const seed = Number(process.env.FC_SEED ?? Date.now() % 2 ** 31);
 
 describe('page allocator', () => {
   it('reserves whole or nothing, and frees a room once', () => {
