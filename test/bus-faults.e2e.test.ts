@@ -126,7 +126,9 @@ describe('malformed and hostile bus traffic', () => {
         rooms: [],
       }),
     ]);
-    expect(await recv()).toMatchObject({ ok: true, kind: 'welcome', payload: { replayEvents: 1 } });
+    const welcome = await recv();
+    expect(welcome).toMatchObject({ ok: true, kind: 'welcome', payload: { replayEvents: 1 } });
+    const session = (welcome as unknown as { payload: { session: number } }).payload.session;
     // Replay: the room it was given before it said hello.
     expect(await recv()).toMatchObject({
       ok: true,
@@ -134,8 +136,12 @@ describe('malformed and hostile bus traffic', () => {
       payload: { event: { seq: created.seq, type: 'room.created' } },
     });
 
-    const append = (eventId: string, type: string, room: string) =>
-      peer.send(['append', encode({ eventId, event: { type, room, data: {} } })]);
+    let n = 0;
+    const append = (eventId: string, type: string, room: string, s = session) =>
+      peer.send([
+        'append',
+        encode({ eventId, session: s, n: ++n, event: { type, room, data: {} } }),
+      ]);
     await append('dup-1', 'room.bootstrap_started', 'r-fake-1');
     await append('dup-1', 'room.bootstrap_started', 'r-fake-1');
     await append('no-1', 'room.created', 'r-fake-2');
@@ -148,6 +154,7 @@ describe('malformed and hostile bus traffic', () => {
     });
     const acks = got.get('ack') ?? [];
     expect(acks.map((a) => a.status)).toEqual(['applied', 'duplicate']);
+    expect(acks[1]?.original).toBe('applied');
     expect(acks[0]?.seq).toBe(acks[1]?.seq);
     expect((got.get('nack') ?? []).map((n) => n.code)).toEqual([
       'BUS_INVALID_EVENT',
@@ -161,6 +168,20 @@ describe('malformed and hostile bus traffic', () => {
     ).toHaveLength(1);
     const timeline = await control.journal.timeline('r-fake-1');
     expect(timeline.events.map((e) => e.type)).toEqual(['room.created', 'room.bootstrap_started']);
+    // An append under another session (one left in a dead connection) is dropped; a gap in the
+    // numbering ends the session.
+    await append('old-1', 'room.bootstrapped', 'r-fake-1', session + 1);
+    await waitFor('stale append counted', () => control.bus.drops.get('stale_session') === 1);
+    n++; // one number never arrives
+    await append('gap-1', 'room.bootstrapped', 'r-fake-1');
+    const gap = await recv();
+    expect(gap).toMatchObject({
+      ok: true,
+      kind: 'nack',
+      payload: { code: 'BUS_NOT_REGISTERED', retryable: true },
+    });
+    expect(control.bus.drops.get('out_of_order')).toBe(1);
+    expect((await control.journal.timeline('r-fake-1')).events).toHaveLength(2);
     // Tokens for a room nobody streams are counted, not forwarded.
     await peer.send(['tokens', encode({ room: 'r-fake-1', index: 0, text: ' x', tokens: 1 })]);
     await waitFor('tokens counted', () => control.bus.drops.get('unknown_room') === 1);

@@ -42,8 +42,14 @@ export interface BusClientHandlers {
 export type AppendAck = ControlMessage<'ack'>;
 type AppendEvent = EngineMessage<'append'>['event'];
 
+/** Whether the acked event is in the journal as applied (now, or by an earlier send of it). */
+export function wasApplied(ack: AppendAck | null): boolean {
+  return ack?.status === 'applied' || (ack?.status === 'duplicate' && ack.original === 'applied');
+}
+
 interface PendingAppend {
-  msg: EngineMessage<'append'>;
+  eventId: string;
+  event: AppendEvent;
   resolve(ack: AppendAck): void;
   reject(err: BusError): void;
   retryTimer: NodeJS.Timeout | null;
@@ -58,8 +64,11 @@ export class BusClient {
   private readonly pending = new Map<string, PendingAppend>();
   private helloTimer: NodeJS.Timeout | null = null;
   private closed = false;
-  /** True between a welcome and the next disconnect. */
+  /** True between a welcome and the next disconnect or hello. Appends are sent only then. */
   welcomed = false;
+  /** The welcome's session, and the number of the next append sent under it. */
+  private session = 0;
+  private nextN = 1;
   connects = 0;
   disconnects = 0;
 
@@ -176,12 +185,16 @@ export class BusClient {
   private dispatch(kind: ControlKind, payload: Record<string, unknown>): void {
     switch (kind) {
       case 'welcome': {
+        const w = payload as ControlMessage<'welcome'>;
         this.welcomed = true;
+        this.session = w.session;
+        this.nextN = 1;
         if (this.helloTimer) clearTimeout(this.helloTimer);
         this.helloTimer = null;
-        this.handlers.welcome(payload as ControlMessage<'welcome'>);
-        // Appends never acknowledged may have been lost with the old connection: send them again.
-        for (const p of this.pending.values()) this.send('append', p.msg);
+        this.handlers.welcome(w);
+        // Appends never acknowledged may have been lost with the old connection: send them all
+        // again, in their order, numbered in the new session.
+        for (const p of this.pending.values()) this.sendAppend(p);
         return;
       }
       case 'ack': {
@@ -201,19 +214,21 @@ export class BusClient {
         const p = nack.eventId === null ? undefined : this.pending.get(nack.eventId);
         if (!p) {
           this.options.log.warn({ code: nack.code, message: nack.message }, 'engine bus: nack');
+          if (nack.code === 'BUS_NOT_REGISTERED') this.sayHello();
           return;
         }
         if (nack.retryable) {
+          // Not registered (or a gap in our append stream): a new session resends everything.
           if (nack.code === 'BUS_NOT_REGISTERED') this.sayHello();
-          if (!p.retryTimer) {
+          else if (!p.retryTimer) {
             p.retryTimer = setTimeout(() => {
               p.retryTimer = null;
-              if (this.pending.has(p.msg.eventId)) this.send('append', p.msg);
+              if (this.pending.has(p.eventId) && this.welcomed) this.sendAppend(p);
             }, 250);
           }
           return;
         }
-        this.pending.delete(p.msg.eventId);
+        this.pending.delete(p.eventId);
         p.reject(new BusError(nack.code, nack.message));
         return;
       }
@@ -232,10 +247,20 @@ export class BusClient {
    */
   append(eventId: string, event: AppendEvent): Promise<AppendAck> {
     if (this.closed) return Promise.reject(new BusError('BUS_CLOSED', 'the bus client is closed'));
-    const msg: EngineMessage<'append'> = { eventId, event };
     return new Promise((resolve, reject) => {
-      this.pending.set(eventId, { msg, resolve, reject, retryTimer: null });
-      this.send('append', msg);
+      const p: PendingAppend = { eventId, event, resolve, reject, retryTimer: null };
+      this.pending.set(eventId, p);
+      // Before a welcome it waits: the welcome sends every pending append, in order.
+      if (this.welcomed) this.sendAppend(p);
+    });
+  }
+
+  private sendAppend(p: PendingAppend): void {
+    this.send('append', {
+      eventId: p.eventId,
+      session: this.session,
+      n: this.nextN++,
+      event: p.event,
     });
   }
 

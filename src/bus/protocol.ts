@@ -64,6 +64,10 @@ export const ENGINE_MESSAGES = {
     {
       /** Idempotency key: a retried append with the same id is stored once. */
       eventId: Type.String({ minLength: 1, maxLength: 200 }),
+      /** The `session` of the welcome this append is sent under. */
+      session: Type.Integer({ minimum: 1 }),
+      /** 1, 2, 3, … within the session, without gaps: how the control plane sees a lost append. */
+      n: Type.Integer({ minimum: 1 }),
       /** `type`, `room`, `data` of the event; engine and source are set by the control plane. */
       event: Type.Object(
         { type: Short, room: Id, data: Type.Record(Type.String(), Type.Unknown()) },
@@ -108,6 +112,8 @@ export const CONTROL_MESSAGES = {
       protocol: Type.Integer({ minimum: 1 }),
       engine: Id,
       incarnation: Short,
+      /** Names this connection's append stream; appends carry it with their number `n`. */
+      session: Type.Integer({ minimum: 1 }),
       /** Events with seq above this, for the engine's rooms, follow as `event` before live ones. */
       replayFrom: Seq,
       replayEvents: Count,
@@ -123,6 +129,8 @@ export const CONTROL_MESSAGES = {
         Type.Literal('rejected'),
         Type.Literal('duplicate'),
       ]),
+      /** For a duplicate: whether the original was applied or rejected; otherwise null. */
+      original: Type.Union([Type.Literal('applied'), Type.Literal('rejected'), Type.Null()]),
       seq: Seq,
       reason: Type.Union([Short, Type.Null()]),
       detail: Type.Union([Type.String({ maxLength: 1000 }), Type.Null()]),
@@ -208,7 +216,8 @@ export type DropReason =
   | 'not_registered'
   | 'unknown_room'
   | 'duplicate'
-  | 'stale_incarnation';
+  | 'stale_session'
+  | 'out_of_order';
 
 export type Decoded<K extends string> =
   | { ok: true; kind: K; payload: Record<string, unknown> }

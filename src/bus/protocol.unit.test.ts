@@ -39,7 +39,12 @@ describe('frame decoder', () => {
         lastSeq: 3,
         state: 'ready',
       },
-      append: { eventId: 'e-1', event: { type: 'room.released', room: 'r-1', data: { pages: 2 } } },
+      append: {
+        eventId: 'e-1',
+        session: 1,
+        n: 1,
+        event: { type: 'room.released', room: 'r-1', data: { pages: 2 } },
+      },
       tokens: { room: 'r-1', index: 0, text: ' river', tokens: 1 },
     };
     for (const [kind, payload] of Object.entries(msgs)) {

@@ -67,6 +67,8 @@ export class ControlPlane {
   private subscription: Subscription | null = null;
   private readonly model: ModelExecutor;
   private closing: Promise<void> | null = null;
+  /** Sessions handed out so far (one per accepted hello). */
+  private sessions = 0;
   bus!: BusServer;
   counters = { appends: 0, nacks: 0, tokens: 0, tokensDropped: 0, delivered: 0, hellos: 0 };
 
@@ -178,6 +180,9 @@ export class ControlPlane {
       heartbeat: null,
       liveRooms: prev?.liveRooms ?? 0,
       live: false,
+      session: ++this.sessions,
+      nextN: 1,
+      broken: false,
       sentSeq: 0,
       lastDelivered: msg.lastSeq,
       buffer: [],
@@ -225,6 +230,7 @@ export class ControlPlane {
       protocol: PROTOCOL_VERSION,
       engine: msg.engine,
       incarnation: msg.incarnation,
+      session: session.session,
       replayFrom: msg.lastSeq,
       replayEvents: backlog.events.length,
       heartbeatMs: 500,
@@ -247,7 +253,42 @@ export class ControlPlane {
     }
   }
 
+  /**
+   * Appends of one session must arrive as n = 1, 2, 3, … An append of an older session (it sat in
+   * a dead connection's queue) is dropped; a gap means one was lost, and taking the next would
+   * reorder the engine's events (transfer_posted before prefill_started): drop the rest and make
+   * the engine open a new session, which resends everything unacknowledged in order.
+   */
+  private inSequence(peer: PeerId, engine: string, msg: EngineMessage<'append'>): boolean {
+    const s = this.registry.get(engine);
+    if (!s || msg.session !== s.session) {
+      this.bus.drops.record('stale_session', {
+        engine,
+        session: msg.session,
+        eventId: msg.eventId,
+      });
+      return false;
+    }
+    if (msg.n < s.nextN) return true; // a resend within the session: the journal dedupes it
+    if (msg.n > s.nextN || s.broken) {
+      this.bus.drops.record('out_of_order', { engine, expected: s.nextN, got: msg.n });
+      if (!s.broken) {
+        s.broken = true;
+        this.bus.send(peer, 'nack', {
+          eventId: null,
+          code: 'BUS_NOT_REGISTERED',
+          message: `append ${s.nextN} of session ${s.session} never arrived; say hello again`,
+          retryable: true,
+        });
+      }
+      return false;
+    }
+    s.nextN++;
+    return true;
+  }
+
   private onAppend(peer: PeerId, engine: string, msg: EngineMessage<'append'>): void {
+    if (!this.inSequence(peer, engine, msg)) return;
     const { type, room, data } = msg.event;
     const refuse = (message: string) => {
       this.counters.nacks++;
@@ -285,6 +326,7 @@ export class ControlPlane {
           this.bus.send(to, 'ack', {
             eventId: msg.eventId,
             status: res.status,
+            original: res.status === 'duplicate' ? res.original : null,
             seq: res.seq,
             reason: res.status === 'rejected' ? res.reason : null,
             detail: res.status === 'rejected' ? res.detail.slice(0, 1000) : null,
@@ -416,7 +458,26 @@ export class ControlPlane {
     const stream = this.streams.get(room.room);
     if (!stream) return;
     this.streams.delete(room.room);
-    if (room.state === 'completed') stream.complete(room.finishReason ?? 'length');
+    if (room.state === 'completed' && stream.tokens !== room.tokens) {
+      // Cannot happen if engines follow the protocol (chunks precede the completion on one
+      // connection); if it does, the client must not get a silently shortened answer.
+      this.options.log.error(
+        {
+          room: room.room,
+          engine: room.decodeEngine,
+          streamed: stream.tokens,
+          completed: room.tokens,
+        },
+        'room completed with tokens missing from its stream',
+      );
+      stream.fail(
+        new RoomEndedError(
+          room.room,
+          'unavailable',
+          `stream is missing ${(room.tokens ?? 0) - stream.tokens} tokens`,
+        ),
+      );
+    } else if (room.state === 'completed') stream.complete(room.finishReason ?? 'length');
     else
       stream.fail(
         new RoomEndedError(

@@ -23,6 +23,10 @@ export interface EngineSession {
   liveRooms: number;
   /** Events from the journal are sent only once replay for this hello is done. */
   live: boolean;
+  /** This hello's append stream: its number, the next `n` expected, and whether a gap broke it. */
+  session: number;
+  nextN: number;
+  broken: boolean;
   /** Highest seq covered for this engine (replay or live); later publishes skip anything at or below. */
   sentSeq: number;
   /** Seq of the last event actually sent to this engine: the next one's `prevSeq`. */

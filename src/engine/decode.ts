@@ -5,6 +5,8 @@
  * writing into them: before the prefill posted one, after it completed, or once the prefill engine
  * has released the room.
  */
+import { wasApplied } from '../bus/client.ts';
+import type { EngineMessage } from '../bus/protocol.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import type { Logger } from '../log.ts';
 import type { KvPool } from '../transfer/pool.ts';
@@ -26,6 +28,12 @@ interface Decoding {
 
 export class DecodeEngine extends EngineCore {
   private readonly running = new Map<string, Decoding>();
+  /**
+   * Chunks sent for each room, kept until the room ends: a chunk can die
+   * with a connection, so after a reconnect they are sent again (the control plane keeps each
+   * index once), ahead of the resent `room.completed`.
+   */
+  private readonly sentChunks = new Map<string, EngineMessage<'tokens'>[]>();
   private scheduled = false;
 
   constructor(
@@ -59,7 +67,7 @@ export class DecodeEngine extends EngineCore {
   /** `room.bootstrap_started` is committed before pages are reserved: the journal knows first. */
   private async bootstrap(room: EngineRoom): Promise<void> {
     const ack = await this.append(room, 'room.bootstrap_started', {});
-    if (ack?.status !== 'applied' || room.stopped) return;
+    if (!wasApplied(ack) || room.stopped) return;
     const total = (room.view.promptTokens ?? 0) + (room.view.maxTokens ?? 0);
     const pages = this.allocator.reserve(room.view.room, this.pagesFor(total));
     if (!pages) {
@@ -134,12 +142,16 @@ export class DecodeEngine extends EngineCore {
       }
       const finished = d.generated >= d.maxTokens;
       if (d.chunkTokens >= this.opts.chunkTokens || (finished && d.chunkTokens > 0)) {
-        this.ports.tokens({
+        const chunk = {
           room: d.room.view.room,
           index: d.chunkIndex++,
           text: d.chunk,
           tokens: d.chunkTokens,
-        });
+        };
+        const kept = this.sentChunks.get(chunk.room);
+        if (kept) kept.push(chunk);
+        else this.sentChunks.set(chunk.room, [chunk]);
+        this.ports.tokens(chunk);
         d.chunk = '';
         d.chunkTokens = 0;
       }
@@ -155,9 +167,15 @@ export class DecodeEngine extends EngineCore {
     this.schedule();
   }
 
+  protected override onReconnected(): void {
+    for (const chunks of this.sentChunks.values()) for (const c of chunks) this.ports.tokens(c);
+  }
+
   protected stop(room: EngineRoom): void {
     room.stopped = true;
     this.running.delete(room.view.room);
+    // Ended (its completion was committed after every chunk) or abandoned: nothing to resend.
+    this.sentChunks.delete(room.view.room);
     this.tryRelease(room);
   }
 

@@ -83,7 +83,10 @@ export abstract class EngineCore {
    */
   onWelcome(w: ControlMessage<'welcome'>): void {
     this.resyncing = false;
-    if (this.welcomedOnce) return;
+    if (this.welcomedOnce) {
+      this.onReconnected();
+      return;
+    }
     this.welcomedOnce = true;
     this.state = 'ready';
     this.replayLeft = w.replayEvents;
@@ -192,6 +195,9 @@ export abstract class EngineCore {
     if (room.released && isTerminal(room.view.state)) this.rooms.delete(room.view.room);
     if (this.state === 'draining') this.notifyIdle();
   }
+
+  /** After a welcome that is not the first: resend what may have died with the connection. */
+  protected onReconnected(): void {}
 
   /** React to a committed event of a live room. */
   protected abstract react(room: EngineRoom, ev: JournalEvent): void;

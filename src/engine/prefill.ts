@@ -4,6 +4,7 @@
  * transfer is posted only after `room.transfer_posted` is committed, so an abort committed
  * before it is always seen first (events reach an engine before the acks that follow them).
  */
+import { wasApplied } from '../bus/client.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import type { Logger } from '../log.ts';
 import type { TransferCore } from '../transfer/core.ts';
@@ -125,7 +126,7 @@ export class PrefillEngine extends EngineCore {
       bytes: need * this.opts.pageBytes,
       computeMicros,
     });
-    if (ack?.status !== 'applied' || room.stopped) return;
+    if (!wasApplied(ack) || room.stopped) return;
     this.transferring.add(v.room);
     let result: Awaited<ReturnType<TransferCore['post']>>;
     try {
