@@ -64,6 +64,9 @@ export class BusClient {
   private readonly pending = new Map<string, PendingAppend>();
   private helloTimer: NodeJS.Timeout | null = null;
   private closed = false;
+  /** Set by the freeze drill: the receive loop stops reading, the process lives on. */
+  private frozen: Promise<void> | null = null;
+  private thaw: () => void = () => {};
   /** True between a welcome and the next disconnect or hello. Appends are sent only then. */
   welcomed = false;
   /** The welcome's session, and the number of the next append sent under it. */
@@ -157,6 +160,7 @@ export class BusClient {
 
   private async receive(loop: SupervisedLoop): Promise<void> {
     while (loop.shouldRun && !this.closed) {
+      if (this.frozen) await this.frozen;
       let frames: Buffer[];
       try {
         frames = await this.socket.receive();
@@ -277,9 +281,19 @@ export class BusClient {
     return this.outbox.depth;
   }
 
+  /**
+   * Drill hook: the receive loop stops consuming (as the transfer thread of INCIDENT.md did) while
+   * everything else — heartbeats included — goes on. Only `close` ends it.
+   */
+  freezeReceiveForDrill(): void {
+    this.options.log.warn({}, 'drill: bus receive loop frozen');
+    this.frozen ??= new Promise((r) => (this.thaw = r));
+  }
+
   close(): Promise<void> {
     if (this.closed) return Promise.resolve();
     this.closed = true;
+    this.thaw();
     if (this.helloTimer) clearTimeout(this.helloTimer);
     for (const p of this.pending.values()) {
       if (p.retryTimer) clearTimeout(p.retryTimer);

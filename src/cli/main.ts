@@ -7,6 +7,7 @@ import { registerJournalCommands } from './journal-commands.ts';
 import { registerKeysCommand } from './keys-command.ts';
 import { registerRoomCommands } from './rooms-commands.ts';
 import { registerRunCommand } from './run-command.ts';
+import { registerServeCommand } from './serve-command.ts';
 import { UsageError } from './time.ts';
 
 function journalOption(c: Command): Command {
@@ -38,6 +39,7 @@ export function buildProgram(): Command {
     );
   registerJournalCommands(program, journalOption);
   registerRoomCommands(program, journalOption);
+  registerServeCommand(program);
   registerRunCommand(program);
   registerEngineCommand(program);
   registerKeysCommand(program);

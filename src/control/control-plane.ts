@@ -52,6 +52,8 @@ export interface SubmitRequest {
   prompt: string;
   maxTokens: number;
   signal?: AbortSignal;
+  /** Who asks, journaled as the `source` of `room.created`. Default `api`. */
+  source?: string;
 }
 
 /** Most tokens one completion may ask for. */
@@ -70,6 +72,12 @@ export class ControlPlane {
   /** Sessions handed out so far (one per accepted hello). */
   private sessions = 0;
   bus!: BusServer;
+  private readonly roomListeners: Array<
+    (before: Room | null, after: Room, ev: JournalEvent) => void
+  > = [];
+  /** Append-to-commit latencies (ms) of the control plane's own and relayed appends, newest 1024. */
+  private readonly latencies = new Float64Array(1024);
+  private latencyCount = 0;
   counters = { appends: 0, nacks: 0, tokens: 0, tokensDropped: 0, delivered: 0, hellos: 0 };
 
   private constructor(
@@ -112,6 +120,11 @@ export class ControlPlane {
     return this.bus.endpoint;
   }
 
+  /** The model id clients ask for (`GET /v1/models`). */
+  get modelName(): string {
+    return this.model.name;
+  }
+
   private async loadLiveRooms(): Promise<void> {
     let cursor: string | undefined;
     do {
@@ -128,6 +141,7 @@ export class ControlPlane {
         const s = this.registry.get(engine);
         if (!s) return;
         s.lastSeen = Date.now();
+        if (msg.ticks.bus !== s.heartbeat?.ticks.bus) s.unconsumedSince = 0;
         s.heartbeat = msg;
       },
       append: (peer, engine, msg) => this.onAppend(peer, engine, msg),
@@ -180,6 +194,7 @@ export class ControlPlane {
       heartbeat: null,
       liveRooms: prev?.liveRooms ?? 0,
       live: false,
+      unconsumedSince: 0,
       session: ++this.sessions,
       nextN: 1,
       broken: false,
@@ -311,39 +326,39 @@ export class ControlPlane {
       return;
     }
     this.counters.appends++;
-    this.journal
-      .append({
+    this.timed(
+      this.journal.append({
         type,
         room,
         engine,
         source: `engine:${engine}`,
         eventId: msg.eventId,
         data,
-      } as Parameters<SqliteJournal['append']>[0])
-      .then(
-        (res) => {
-          const to = this.registry.get(engine)?.peer ?? peer;
-          this.bus.send(to, 'ack', {
-            eventId: msg.eventId,
-            status: res.status,
-            original: res.status === 'duplicate' ? res.original : null,
-            seq: res.seq,
-            reason: res.status === 'rejected' ? res.reason : null,
-            detail: res.status === 'rejected' ? res.detail.slice(0, 1000) : null,
-          });
-        },
-        (err) => {
-          const e = JournalError.from(err);
-          const retryable = e.code !== 'JOURNAL_INVALID_EVENT';
-          this.counters.nacks++;
-          this.bus.send(this.registry.get(engine)?.peer ?? peer, 'nack', {
-            eventId: msg.eventId,
-            code: retryable ? 'BUS_JOURNAL_UNAVAILABLE' : 'BUS_INVALID_EVENT',
-            message: e.message.slice(0, 2000),
-            retryable,
-          });
-        },
-      );
+      } as Parameters<SqliteJournal['append']>[0]),
+    ).then(
+      (res) => {
+        const to = this.registry.get(engine)?.peer ?? peer;
+        this.bus.send(to, 'ack', {
+          eventId: msg.eventId,
+          status: res.status,
+          original: res.status === 'duplicate' ? res.original : null,
+          seq: res.seq,
+          reason: res.status === 'rejected' ? res.reason : null,
+          detail: res.status === 'rejected' ? res.detail.slice(0, 1000) : null,
+        });
+      },
+      (err) => {
+        const e = JournalError.from(err);
+        const retryable = e.code !== 'JOURNAL_INVALID_EVENT';
+        this.counters.nacks++;
+        this.bus.send(this.registry.get(engine)?.peer ?? peer, 'nack', {
+          eventId: msg.eventId,
+          code: retryable ? 'BUS_JOURNAL_UNAVAILABLE' : 'BUS_INVALID_EVENT',
+          message: e.message.slice(0, 2000),
+          retryable,
+        });
+      },
+    );
   }
 
   private onTokens(engine: string, msg: EngineMessage<'tokens'>): void {
@@ -370,6 +385,7 @@ export class ControlPlane {
     const request = ev.type === 'room.created' && ev.room ? this.requests.get(ev.room) : undefined;
     const payload = { event: ev, prevSeq: session.lastDelivered, ...(request ? { request } : {}) };
     session.lastDelivered = ev.seq;
+    if (session.unconsumedSince === 0) session.unconsumedSince = Date.now();
     this.bus.send(session.peer, 'event', payload);
     this.counters.delivered++;
   }
@@ -384,11 +400,46 @@ export class ControlPlane {
     const room = r.room;
     this.rooms.set(ev.room, room);
     this.deliver(room, ev);
+    for (const l of this.roomListeners) {
+      try {
+        l(before, room, ev);
+      } catch (err) {
+        this.options.log.error({ err, room: room.room }, 'room listener threw');
+      }
+    }
     if (ev.type === 'room.abort_requested' && room.abortRequestedAt === ev.ts)
       this.scheduleAbort(room, ev);
     if (ev.type === 'room.released') this.maybeFinishAbort(room);
     if (isTerminal(room.state) && (!before || !isTerminal(before.state))) this.onTerminal(room);
     if (isTerminal(room.state) && this.releasedByBoth(room)) this.rooms.delete(room.room);
+  }
+
+  /** Called for every committed room event the control plane folds (metrics, canaries). */
+  onRoomEvent(listener: (before: Room | null, after: Room, ev: JournalEvent) => void): () => void {
+    this.roomListeners.push(listener);
+    return () => {
+      const i = this.roomListeners.indexOf(listener);
+      if (i >= 0) this.roomListeners.splice(i, 1);
+    };
+  }
+
+  private timed<T>(p: Promise<T>): Promise<T> {
+    const t0 = performance.now();
+    return p.then((v) => {
+      this.latencies[this.latencyCount++ % this.latencies.length] = performance.now() - t0;
+      return v;
+    });
+  }
+
+  /** p50 and p99 of recent append-to-commit latencies, in ms (0 before any append). */
+  appendLatency(): { p50: number; p99: number } {
+    const n = Math.min(this.latencyCount, this.latencies.length);
+    if (n === 0) return { p50: 0, p99: 0 };
+    const sorted = Array.from(this.latencies.subarray(0, n)).sort((a, b) => a - b);
+    return {
+      p50: sorted[Math.floor(n * 0.5)] as number,
+      p99: sorted[Math.min(n - 1, Math.floor(n * 0.99))] as number,
+    };
   }
 
   private deliver(room: Room, ev: JournalEvent): void {
@@ -529,11 +580,11 @@ export class ControlPlane {
     this.requests.set(room, { prompt, maxTokens });
     prefill.liveRooms++;
     decode.liveRooms++;
-    this.journal
-      .append({
+    this.timed(
+      this.journal.append({
         type: 'room.created',
         room,
-        source: 'control',
+        source: request.source ?? 'api',
         data: {
           prefillEngine: prefill.engine,
           decodeEngine: decode.engine,
@@ -542,29 +593,29 @@ export class ControlPlane {
           model: this.model.name,
           ...(this.options.deadlinesMs ? { deadlinesMs: this.options.deadlinesMs } : {}),
         },
-      })
-      .then(
-        (res) => {
-          if (res.status !== 'applied')
-            this.abandon(
-              room,
-              prefill,
-              decode,
-              new ControlError('CONTROL_JOURNAL_UNAVAILABLE', `room.created was ${res.status}`),
-            );
-        },
-        (err) =>
+      }),
+    ).then(
+      (res) => {
+        if (res.status !== 'applied')
           this.abandon(
             room,
             prefill,
             decode,
-            new ControlError(
-              'CONTROL_JOURNAL_UNAVAILABLE',
-              `the journal refused the room: ${(err as Error).message}`,
-              { cause: err },
-            ),
+            new ControlError('CONTROL_JOURNAL_UNAVAILABLE', `room.created was ${res.status}`),
+          );
+      },
+      (err) =>
+        this.abandon(
+          room,
+          prefill,
+          decode,
+          new ControlError(
+            'CONTROL_JOURNAL_UNAVAILABLE',
+            `the journal refused the room: ${(err as Error).message}`,
+            { cause: err },
           ),
-      );
+        ),
+    );
     const signal = request.signal;
     if (signal) {
       const onAbort = () => void this.abort(room, 'client_disconnect', 'client').catch(() => {});
@@ -605,6 +656,18 @@ export class ControlPlane {
     this.options.log.info({ engine, command, room, reason }, 'command sent');
     this.bus.send(s.peer, 'command', { command, room, reason });
     return true;
+  }
+
+  /**
+   * Engines whose bus receive loop looks frozen: an event was sent to them more than `afterMs`
+   * ago and their loop's tick counter has not moved since (the wedge of INCIDENT.md: the process
+   * and its heartbeat alive, nothing consumed).
+   */
+  frozenEngines(afterMs = 1500, now = Date.now()): string[] {
+    return this.registry
+      .all()
+      .filter((s) => s.live && s.unconsumedSince > 0 && now - s.unconsumedSince > afterMs)
+      .map((s) => s.engine);
   }
 
   /** Resolves once `prefill` and `decode` engines are registered and live. */

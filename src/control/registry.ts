@@ -27,6 +27,11 @@ export interface EngineSession {
   session: number;
   nextN: number;
   broken: boolean;
+  /**
+   * When the first event was sent to it after its bus loop's tick counter last moved (0: none
+   * since). Stays set while the engine consumes nothing: a frozen loop.
+   */
+  unconsumedSince: number;
   /** Highest seq covered for this engine (replay or live); later publishes skip anything at or below. */
   sentSeq: number;
   /** Seq of the last event actually sent to this engine: the next one's `prevSeq`. */

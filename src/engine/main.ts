@@ -117,6 +117,8 @@ export function startEngine(
     return stopping;
   };
   core.onShutdown = () => void stop('shutdown command');
+  // Drill hook (`pdctl drill`, tests): SIGUSR2 freezes the bus receive loop, heartbeats go on.
+  process.on('SIGUSR2', () => bus.freezeReceiveForDrill());
   // Tests and drills that spawn engines set this, so that no engine outlives a killed parent.
   const parent = Number(process.env.PDCTL_EXIT_WITH_PARENT ?? 0);
   if (parent > 0) {
@@ -132,7 +134,6 @@ export function startEngine(
   bus.start();
   log.info(
     {
-      engine: opts.id,
       role: opts.role,
       control: opts.control,
       pool: pool.name,

@@ -123,6 +123,16 @@ export const EVENT_SCHEMAS = {
     open,
   ),
   'journal.pruned': Type.Object({ cutoffTs: Count, rooms: Count, events: Count }, open),
+  /** The canary room's verdict changed (ok → failing or back); written only on change. */
+  'canary.changed': Type.Object(
+    {
+      ok: Type.Boolean(),
+      stage: Type.Union([Text, Type.Null()]),
+      reason: Type.Union([Text, Type.Null()]),
+      ms: Count,
+    },
+    open,
+  ),
   'drill.started': Type.Object({ scenario: Text }, open),
   'drill.finished': Type.Object({ scenario: Text, passed: Type.Boolean() }, open),
 } satisfies Record<string, TObject>;

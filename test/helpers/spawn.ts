@@ -1,25 +1,39 @@
 /** Child processes for tests: run TypeScript entry points through tsx, and never outlive the test. */
 import { type ChildProcess, type SpawnOptions, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { afterEach } from 'vitest';
+import { afterAll, afterEach } from 'vitest';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
 const live = new Set<ChildProcess>();
+const fileScoped = new Set<ChildProcess>();
 afterEach(() => {
   for (const child of live) child.kill('SIGKILL');
   live.clear();
 });
+afterAll(() => {
+  for (const child of fileScoped) child.kill('SIGKILL');
+  fileScoped.clear();
+});
 
-/** Spawns `node --import tsx <script> ...args` from the repository root. */
-export function spawnTs(script: string, args: string[], options: SpawnOptions = {}): ChildProcess {
+/**
+ * Spawns `node --import tsx <script> ...args` from the repository root. It is SIGKILLed when the
+ * test ends, or with `scope: 'file'` (a server shared by a file's tests) when the file ends.
+ */
+export function spawnTs(
+  script: string,
+  args: string[],
+  options: SpawnOptions = {},
+  scope: 'test' | 'file' = 'test',
+): ChildProcess {
   const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
     cwd: ROOT,
     stdio: ['ignore', 'pipe', 'pipe'],
     ...options,
   });
-  live.add(child);
-  child.once('exit', () => live.delete(child));
+  const set = scope === 'test' ? live : fileScoped;
+  set.add(child);
+  child.once('exit', () => set.delete(child));
   return child;
 }
 

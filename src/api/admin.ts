@@ -1,0 +1,145 @@
+/**
+ * Operator actions: abort a room, and the recovery commands that exist (abort or free a room on an
+ * engine, reset an engine's transfer endpoint, drain, shut down). Behind a bearer token when one is
+ * configured; without one, only clients on loopback may call them.
+ */
+import { timingSafeEqual } from 'node:crypto';
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { COMMANDS, type CommandName } from '../bus/protocol.ts';
+import type { ControlPlane } from '../control/control-plane.ts';
+import { isValidId } from '../journal/events.ts';
+import { ApiError } from './errors.ts';
+
+function authorize(req: FastifyRequest, token: string | null): void {
+  if (token === null) {
+    const ip = req.socket.remoteAddress ?? '';
+    if (ip === '127.0.0.1' || ip === '::1' || ip === '::ffff:127.0.0.1') return;
+    throw new ApiError(
+      403,
+      'admin routes answer only on loopback unless PDCTL_ADMIN_TOKEN is set',
+      'permission_error',
+      'forbidden',
+    );
+  }
+  const given = /^Bearer (.+)$/.exec(req.headers.authorization ?? '')?.[1] ?? '';
+  const a = Buffer.from(given);
+  const b = Buffer.from(token);
+  if (a.length !== b.length || !timingSafeEqual(a, b)) {
+    throw new ApiError(
+      401,
+      'missing or wrong bearer token (Authorization: Bearer $PDCTL_ADMIN_TOKEN)',
+      'authentication_error',
+      'unauthorized',
+    );
+  }
+}
+
+export function registerAdminRoutes(
+  app: FastifyInstance,
+  control: ControlPlane,
+  token: string | null,
+): void {
+  app.post<{ Params: { room: string }; Body: { reason?: string } | undefined }>(
+    '/v1/rooms/:room/abort',
+    {
+      schema: {
+        tags: ['operations'],
+        summary:
+          'Abort a room (appends room.abort_requested; the room ends aborted once both engines released)',
+        body: Type.Optional(
+          Type.Object(
+            { reason: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })) },
+            { additionalProperties: false },
+          ),
+        ),
+      },
+    },
+    async (req, reply) => {
+      authorize(req, token);
+      const room = req.params.room;
+      if (!isValidId(room))
+        throw new ApiError(
+          400,
+          `not a room id: "${room}"`,
+          'invalid_request_error',
+          'invalid_parameter',
+          'room',
+        );
+      const res = await control.abort(room, req.body?.reason ?? 'operator', 'api');
+      if (res.status === 'rejected') {
+        if (res.reason === 'unknown_room')
+          throw new ApiError(
+            404,
+            `no room ${room} in the journal`,
+            'invalid_request_error',
+            'room_not_found',
+            'room',
+          );
+        throw new ApiError(
+          409,
+          `room ${room} is already ${res.state}`,
+          'invalid_request_error',
+          'room_terminal',
+          'room',
+        );
+      }
+      return reply.code(202).send({ room, seq: res.seq, status: res.status });
+    },
+  );
+
+  app.post<{
+    Params: { engine: string };
+    Body: { command: CommandName; room?: string; reason?: string };
+  }>(
+    '/v1/admin/engines/:engine/commands',
+    {
+      schema: {
+        tags: ['operations'],
+        summary:
+          'Send a recovery command to an engine: abort_room, free_room, reset_transfer, drain, shutdown',
+        body: Type.Object(
+          {
+            command: Type.Union(COMMANDS.map((c) => Type.Literal(c))),
+            room: Type.Optional(Type.String({ maxLength: 128 })),
+            reason: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+          },
+          { additionalProperties: false },
+        ),
+      },
+    },
+    async (req, reply) => {
+      authorize(req, token);
+      const { command, room, reason } = req.body;
+      if (
+        (command === 'abort_room' || command === 'free_room') &&
+        (room === undefined || !isValidId(room))
+      ) {
+        throw new ApiError(
+          400,
+          `${command} needs a room id`,
+          'invalid_request_error',
+          'invalid_parameter',
+          'room',
+        );
+      }
+      const sent = control.command(req.params.engine, command, room ?? null, reason ?? 'operator');
+      if (!sent)
+        throw new ApiError(
+          404,
+          `engine ${req.params.engine} is not connected`,
+          'invalid_request_error',
+          'engine_not_found',
+          'engine',
+        );
+      await control.journal.append({
+        type: 'recovery.action',
+        engine: req.params.engine,
+        room: room ?? null,
+        source: 'api',
+        data: { action: command, reason: reason ?? 'operator', outcome: 'sent' },
+      });
+      return reply.code(202).send({ engine: req.params.engine, command, room: room ?? null });
+    },
+  );
+}

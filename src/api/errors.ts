@@ -1,0 +1,86 @@
+/**
+ * Errors in OpenAI's shape (`{ error: { message, type, param, code } }`), so that OpenAI clients
+ * surface them as they would OpenAI's own, and the mapping from pdctl's coded errors to them.
+ */
+import type { FastifyReply } from 'fastify';
+import { ControlError } from '../control/errors.ts';
+import { JournalError } from '../journal/errors.ts';
+
+export interface ApiErrorBody {
+  error: { message: string; type: string; param: string | null; code: string | null };
+}
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly type = status === 429
+      ? 'rate_limit_error'
+      : status >= 500
+        ? 'server_error'
+        : 'invalid_request_error',
+    readonly code: string | null = null,
+    readonly param: string | null = null,
+  ) {
+    super(message);
+    this.name = 'ApiError';
+  }
+
+  body(): ApiErrorBody {
+    return {
+      error: { message: this.message, type: this.type, param: this.param, code: this.code },
+    };
+  }
+}
+
+/** Any error thrown by a route, as the ApiError a client should see. */
+export function toApiError(err: unknown): ApiError {
+  if (err instanceof ApiError) return err;
+  if (err instanceof ControlError)
+    return new ApiError(err.status, err.message, undefined, err.code);
+  if (err instanceof JournalError)
+    return new ApiError(err.status, err.message, undefined, err.code);
+  const e = err as {
+    statusCode?: number;
+    code?: string;
+    message?: string;
+    validation?: unknown[];
+    validationContext?: string;
+  };
+  if (e?.validation) {
+    // The first schema error, as "max_tokens must be integer", naming the field.
+    const first = e.validation[0] as
+      | { instancePath?: string; message?: string; params?: { additionalProperty?: string } }
+      | undefined;
+    const path = (first?.instancePath ?? '').replace(/^\//, '').replaceAll('/', '.');
+    const extra = first?.params?.additionalProperty;
+    const what = extra
+      ? `unknown field "${extra}"${path ? ` in ${path}` : ''}`
+      : `${path || e.validationContext || 'body'} ${first?.message ?? 'is invalid'}`;
+    return new ApiError(
+      400,
+      what,
+      'invalid_request_error',
+      'invalid_request',
+      extra ?? (path || null),
+    );
+  }
+  if (typeof e?.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) {
+    const message =
+      e.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || e.code === 'FST_ERR_CTP_EMPTY_JSON_BODY'
+        ? `the body is not valid JSON: ${e.message}`
+        : (e.message ?? 'bad request');
+    return new ApiError(e.statusCode, message, 'invalid_request_error', e.code ?? null);
+  }
+  return new ApiError(
+    500,
+    'internal error; the control plane log has the details',
+    'server_error',
+    'internal',
+  );
+}
+
+export function sendError(reply: FastifyReply, err: ApiError): FastifyReply {
+  if (err.status === 429) reply.header('retry-after', '1');
+  return reply.code(err.status).send(err.body());
+}

@@ -1,0 +1,110 @@
+/**
+ * Health that tells the truth (DESIGN.md §8). `/health`: the process answers. `/health/ready`:
+ * engines of both roles registered with fresh heartbeats, their bus loops consuming what they are
+ * sent, the journal writable, and the last canary good. `/health/deep`: a canary room now, with a
+ * deadline; 503 names the stage it stopped in. The wedge of INCIDENT.md — a dead consumer behind
+ * a live process — turns the last two red within seconds while `/health` stays green.
+ */
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance } from 'fastify';
+import type { Canary } from '../control/canary.ts';
+import type { ControlPlane } from '../control/control-plane.ts';
+
+export interface HealthDeps {
+  control: ControlPlane;
+  canary: Canary;
+  /** A heartbeat older than this makes an engine stale. */
+  heartbeatStaleMs: number;
+  /** A background canary older than this does not count. */
+  canaryStaleMs: number;
+}
+
+export function readiness(
+  deps: HealthDeps,
+  now = Date.now(),
+): { ready: boolean; checks: Record<string, { ok: boolean; detail: string }> } {
+  const { control, canary } = deps;
+  const engines = control.registry.all();
+  const fresh = (role: string) =>
+    engines.filter((s) => s.role === role && s.live && now - s.lastSeen <= deps.heartbeatStaleMs);
+  const frozen = control.frozenEngines(1500, now);
+  const h = control.journal.health();
+  const last = canary.last;
+  const checks = {
+    prefill_engines: {
+      ok: fresh('prefill').length > 0,
+      detail: `${fresh('prefill').length} with a heartbeat in the last ${deps.heartbeatStaleMs} ms`,
+    },
+    decode_engines: {
+      ok: fresh('decode').length > 0,
+      detail: `${fresh('decode').length} with a heartbeat in the last ${deps.heartbeatStaleMs} ms`,
+    },
+    engine_loops: {
+      ok: frozen.length === 0,
+      detail:
+        frozen.length === 0
+          ? 'every engine consumes what it is sent'
+          : `bus loop not consuming: ${frozen.join(', ')}`,
+    },
+    control_loop: {
+      ok: control.bus.loop.stats().running,
+      detail: `bus receive loop ticks ${control.bus.loop.ticks}, restarts ${control.bus.loop.restarts}`,
+    },
+    journal: {
+      ok: h.writable && h.state === 'ready',
+      detail: h.writable ? `writable, ${h.commits} commits` : `not writable: ${h.lastError}`,
+    },
+    canary: {
+      ok: last?.ok === true && now - last.at <= deps.canaryStaleMs,
+      detail:
+        last === null
+          ? 'no canary has run yet'
+          : last.ok
+            ? `ok in ${last.ms} ms, ${Math.round((now - last.at) / 1000)} s ago`
+            : `failing in ${last.stage}: ${last.reason}`,
+    },
+  };
+  return { ready: Object.values(checks).every((c) => c.ok), checks };
+}
+
+export function registerHealthRoutes(app: FastifyInstance, deps: HealthDeps): void {
+  app.get(
+    '/health',
+    { schema: { tags: ['health'], summary: 'The process is alive' } },
+    async () => ({ status: 'ok' }),
+  );
+
+  app.get(
+    '/health/ready',
+    {
+      schema: {
+        tags: ['health'],
+        summary: 'Ready to serve: engines, loops, journal and canary all good',
+      },
+    },
+    async (_req, reply) => {
+      const r = readiness(deps);
+      return reply
+        .code(r.ready ? 200 : 503)
+        .send({ status: r.ready ? 'ready' : 'not_ready', checks: r.checks });
+    },
+  );
+
+  app.get<{ Querystring: { deadline_ms?: number } }>(
+    '/health/deep',
+    {
+      schema: {
+        tags: ['health'],
+        summary: 'Runs a canary room through bootstrap, prefill, transfer and decode now',
+        querystring: Type.Object(
+          { deadline_ms: Type.Optional(Type.Integer({ minimum: 10, maximum: 60_000 })) },
+          { additionalProperties: false },
+        ),
+      },
+    },
+    async (req, reply) => {
+      const r = await deps.canary.run(req.query.deadline_ms);
+      return reply.code(r.ok ? 200 : 503).send({ status: r.ok ? 'ok' : 'failing', ...r });
+    },
+  );
+}

@@ -1,0 +1,184 @@
+/**
+ * Prometheus metrics (prom-client), one registry per API instance. Room and stage figures come
+ * from committed journal events as the control plane folds them; gauges are read at scrape time.
+ */
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import client from 'prom-client';
+import type { ControlPlane } from '../control/control-plane.ts';
+import type { JournalEvent } from '../journal/events.ts';
+import type { Room } from '../journal/reducer.ts';
+import { LIVE_STATES } from '../journal/states.ts';
+
+const STAGE_BUCKETS = [
+  0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+];
+
+export class ApiMetrics {
+  readonly registry = new client.Registry();
+  private readonly loopDelay = monitorEventLoopDelay({ resolution: 10 });
+  private readonly ended: client.Counter<'state' | 'reason'>;
+  private readonly stage: client.Histogram<'stage'>;
+  private readonly ttft: client.Histogram;
+  private readonly request: client.Histogram<'kind'>;
+  private readonly transfers: client.Counter<'status'>;
+  private readonly transferBytes: client.Counter;
+  readonly canary: client.Counter<'outcome'>;
+
+  constructor(control: ControlPlane) {
+    const r = this.registry;
+    client.collectDefaultMetrics({ register: r, prefix: 'pdctl_process_' });
+    this.loopDelay.enable();
+    this.ended = new client.Counter({
+      name: 'pdctl_rooms_ended_total',
+      help: 'Rooms that reached a terminal state, by state and reason',
+      labelNames: ['state', 'reason'],
+      registers: [r],
+    });
+    this.stage = new client.Histogram({
+      name: 'pdctl_stage_seconds',
+      help: 'Time rooms spent in each stage (state), from the journal',
+      labelNames: ['stage'],
+      buckets: STAGE_BUCKETS,
+      registers: [r],
+    });
+    this.ttft = new client.Histogram({
+      name: 'pdctl_time_to_first_token_seconds',
+      help: 'Streaming requests: request received to first token sent',
+      buckets: STAGE_BUCKETS,
+      registers: [r],
+    });
+    this.request = new client.Histogram({
+      name: 'pdctl_request_seconds',
+      help: 'Completed requests, request received to last token',
+      labelNames: ['kind'],
+      buckets: STAGE_BUCKETS,
+      registers: [r],
+    });
+    this.transfers = new client.Counter({
+      name: 'pdctl_transfers_total',
+      help: 'KV transfers by outcome',
+      labelNames: ['status'],
+      registers: [r],
+    });
+    this.transferBytes = new client.Counter({
+      name: 'pdctl_transfer_bytes_total',
+      help: 'KV bytes transferred',
+      registers: [r],
+    });
+    this.canary = new client.Counter({
+      name: 'pdctl_canary_runs_total',
+      help: 'Canary rooms by outcome',
+      labelNames: ['outcome'],
+      registers: [r],
+    });
+    const live = new client.Gauge({
+      name: 'pdctl_rooms_live',
+      help: 'Rooms in each live state now',
+      labelNames: ['state'],
+      registers: [r],
+    });
+    const dropped = new client.Gauge({
+      name: 'pdctl_bus_dropped_frames',
+      help: 'Bus frames dropped or nacked since start, by reason',
+      labelNames: ['reason'],
+      registers: [r],
+    });
+    const hbAge = new client.Gauge({
+      name: 'pdctl_engine_heartbeat_age_seconds',
+      help: 'Seconds since each engine last heartbeated',
+      labelNames: ['engine', 'role'],
+      registers: [r],
+    });
+    const freePages = new client.Gauge({
+      name: 'pdctl_engine_free_pages',
+      help: 'Free KV pages per engine (last heartbeat)',
+      labelNames: ['engine'],
+      registers: [r],
+    });
+    const batch = new client.Gauge({
+      name: 'pdctl_journal_last_batch_events',
+      help: 'Events in the last group commit',
+      registers: [r],
+    });
+    const commits = new client.Gauge({
+      name: 'pdctl_journal_commits',
+      help: 'Transactions committed since start',
+      registers: [r],
+    });
+    const writable = new client.Gauge({
+      name: 'pdctl_journal_writable',
+      help: '1 when the last commit succeeded',
+      registers: [r],
+    });
+    const appendLatency = new client.Gauge({
+      name: 'pdctl_journal_append_seconds',
+      help: 'Append-to-commit latency of control-plane appends (p50, p99 over the last minute)',
+      labelNames: ['quantile'],
+      registers: [r],
+    });
+    const delay = new client.Gauge({
+      name: 'pdctl_event_loop_delay_seconds',
+      help: 'Event-loop delay of the control plane (p50, p99 since last scrape)',
+      labelNames: ['quantile'],
+      registers: [r],
+    });
+    const collect = () => {
+      const counts = new Map<string, number>(LIVE_STATES.map((s) => [s, 0]));
+      for (const room of control.rooms.values())
+        if (counts.has(room.state)) counts.set(room.state, (counts.get(room.state) ?? 0) + 1);
+      for (const [state, n] of counts) live.set({ state }, n);
+      for (const [reason, n] of Object.entries(control.bus.drops.snapshot()))
+        dropped.set({ reason }, n ?? 0);
+      const now = Date.now();
+      for (const s of control.registry.all()) {
+        hbAge.set({ engine: s.engine, role: s.role }, (now - s.lastSeen) / 1000);
+        if (s.heartbeat) freePages.set({ engine: s.engine }, s.heartbeat.freePages);
+      }
+      const h = control.journal.health();
+      batch.set(h.lastBatchSize);
+      commits.set(h.commits);
+      writable.set(h.writable ? 1 : 0);
+      const lat = control.appendLatency();
+      appendLatency.set({ quantile: '0.5' }, lat.p50 / 1000);
+      appendLatency.set({ quantile: '0.99' }, lat.p99 / 1000);
+      delay.set({ quantile: '0.5' }, this.loopDelay.percentile(50) / 1e9);
+      delay.set({ quantile: '0.99' }, this.loopDelay.percentile(99) / 1e9);
+      this.loopDelay.reset();
+    };
+    this.collect = collect;
+    control.onRoomEvent((before, after, ev) => this.onRoomEvent(before, after, ev));
+  }
+
+  private readonly collect: () => void;
+
+  private onRoomEvent(before: Room | null, after: Room, ev: JournalEvent): void {
+    if (before && before.state !== after.state)
+      this.stage.observe({ stage: before.state }, Math.max(0, ev.ts - before.stateSince) / 1000);
+    if (after.terminalAt !== null && (!before || before.terminalAt === null)) {
+      this.ended.inc({ state: after.state, reason: after.reason ?? after.finishReason ?? 'none' });
+      if (after.state === 'failed' && after.reason?.startsWith('transfer_'))
+        this.transfers.inc({ status: after.reason.slice(9) });
+    }
+    if (ev.type === 'room.transfer_completed') {
+      this.transfers.inc({ status: 'ok' });
+      this.transferBytes.inc((ev.data as { bytes: number }).bytes);
+    }
+  }
+
+  firstToken(ms: number): void {
+    this.ttft.observe(ms / 1000);
+  }
+
+  completed(kind: string, ms: number): void {
+    this.request.observe({ kind }, ms / 1000);
+  }
+
+  async text(): Promise<string> {
+    this.collect();
+    return this.registry.metrics();
+  }
+
+  close(): void {
+    this.loopDelay.disable();
+  }
+}

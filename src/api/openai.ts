@@ -1,0 +1,333 @@
+/**
+ * The OpenAI-compatible routes: `POST /v1/completions`, `POST /v1/chat/completions` (streaming
+ * or not) and `GET /v1/models`, close enough that the official `openai` client works unchanged.
+ * Every response names its room (`x-pdctl-room`, and `id` = `cmpl-<room>`), so a bad answer leads
+ * straight to its timeline. A client that goes away aborts its room at once.
+ */
+import { type Static, Type } from '@sinclair/typebox';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { ControlPlane } from '../control/control-plane.ts';
+import { MAX_TOKENS_LIMIT } from '../control/control-plane.ts';
+import { RoomEndedError, type RoomStream } from '../control/streams.ts';
+import type { CompletionResult } from '../control/types.ts';
+import { ApiError, toApiError } from './errors.ts';
+import type { ApiMetrics } from './metrics.ts';
+
+/** Sampling and similar parameters the deterministic model cannot honour: accepted, ignored. */
+const IGNORED = {
+  temperature: Type.Optional(Type.Number()),
+  top_p: Type.Optional(Type.Number()),
+  presence_penalty: Type.Optional(Type.Number()),
+  frequency_penalty: Type.Optional(Type.Number()),
+  seed: Type.Optional(Type.Integer()),
+  user: Type.Optional(Type.String()),
+  logit_bias: Type.Optional(Type.Record(Type.String(), Type.Number())),
+};
+
+const Stop = Type.Optional(
+  Type.Union([
+    Type.String({ minLength: 1, maxLength: 200 }),
+    Type.Array(Type.String({ minLength: 1, maxLength: 200 }), { maxItems: 4 }),
+    Type.Null(),
+  ]),
+);
+const Common = {
+  model: Type.String({ minLength: 1, maxLength: 200 }),
+  max_tokens: Type.Optional(
+    Type.Union([Type.Integer({ minimum: 1, maximum: MAX_TOKENS_LIMIT }), Type.Null()]),
+  ),
+  max_completion_tokens: Type.Optional(
+    Type.Union([Type.Integer({ minimum: 1, maximum: MAX_TOKENS_LIMIT }), Type.Null()]),
+  ),
+  n: Type.Optional(Type.Union([Type.Literal(1), Type.Null()])),
+  stream: Type.Optional(Type.Union([Type.Boolean(), Type.Null()])),
+  stream_options: Type.Optional(
+    Type.Union([Type.Object({ include_usage: Type.Optional(Type.Boolean()) }), Type.Null()]),
+  ),
+  stop: Stop,
+  ...IGNORED,
+};
+
+export const CompletionBody = Type.Object(
+  {
+    ...Common,
+    prompt: Type.Union([
+      Type.String({ minLength: 1 }),
+      Type.Array(Type.String({ minLength: 1 }), { minItems: 1, maxItems: 1 }),
+    ]),
+  },
+  { additionalProperties: false },
+);
+
+const Message = Type.Object(
+  {
+    role: Type.Union([
+      Type.Literal('system'),
+      Type.Literal('user'),
+      Type.Literal('assistant'),
+      Type.Literal('developer'),
+    ]),
+    content: Type.Union([
+      Type.String(),
+      Type.Array(
+        Type.Object(
+          { type: Type.Literal('text'), text: Type.String() },
+          { additionalProperties: false },
+        ),
+      ),
+    ]),
+    name: Type.Optional(Type.String()),
+  },
+  { additionalProperties: false },
+);
+export const ChatBody = Type.Object(
+  { ...Common, messages: Type.Array(Message, { minItems: 1, maxItems: 1000 }) },
+  { additionalProperties: false },
+);
+
+type CompletionRequest = Static<typeof CompletionBody>;
+type ChatRequest = Static<typeof ChatBody>;
+
+/** OpenAI's default when max_tokens is absent. */
+const DEFAULT_MAX_TOKENS = 16;
+
+/** The prompt the built-in model sees for a chat: one `role: text` line per message. */
+export function chatPrompt(messages: ChatRequest['messages']): string {
+  return messages
+    .map(
+      (m) =>
+        `${m.role}: ${typeof m.content === 'string' ? m.content : m.content.map((p) => p.text).join(' ')}`,
+    )
+    .join('\n');
+}
+
+/** Where the first stop sequence starts in `text`, or -1. */
+function stopAt(text: string, stops: string[]): number {
+  let at = -1;
+  for (const s of stops) {
+    const i = text.indexOf(s);
+    if (i >= 0 && (at < 0 || i < at)) at = i;
+  }
+  return at;
+}
+
+export interface OpenAiDeps {
+  control: ControlPlane;
+  metrics: ApiMetrics;
+  modelId: string;
+  /** Live rooms per decode engine beyond which requests get 429. */
+  maxRoomsPerEngine: number;
+}
+
+export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): void {
+  const created = Math.floor(Date.now() / 1000);
+  app.get(
+    '/v1/models',
+    { schema: { tags: ['serving'], summary: 'The model this stack serves' } },
+    async () => ({
+      object: 'list',
+      data: [{ id: deps.modelId, object: 'model', created, owned_by: 'pdctl' }],
+    }),
+  );
+
+  app.post<{ Body: CompletionRequest }>(
+    '/v1/completions',
+    {
+      schema: {
+        tags: ['serving'],
+        summary: 'Text completion (OpenAI-compatible)',
+        body: CompletionBody,
+      },
+    },
+    (req, reply) =>
+      serve(
+        req,
+        reply,
+        deps,
+        'text',
+        Array.isArray(req.body.prompt) ? (req.body.prompt[0] as string) : req.body.prompt,
+      ),
+  );
+  app.post<{ Body: ChatRequest }>(
+    '/v1/chat/completions',
+    {
+      schema: { tags: ['serving'], summary: 'Chat completion (OpenAI-compatible)', body: ChatBody },
+    },
+    (req, reply) => serve(req, reply, deps, 'chat', chatPrompt(req.body.messages)),
+  );
+}
+
+type Kind = 'text' | 'chat';
+
+/** A room that ended without completing: 409 when it was aborted, 503 when it failed. */
+function roomEnded(err: RoomEndedError): ApiError {
+  const message = `${err.message}; its timeline: GET /v1/rooms/${err.room}`;
+  return err.state === 'aborted'
+    ? new ApiError(409, message, 'invalid_request_error', 'room_aborted')
+    : new ApiError(503, message, 'server_error', `room_${err.state}`);
+}
+
+async function serve(
+  req: FastifyRequest<{ Body: CompletionRequest | ChatRequest }>,
+  reply: FastifyReply,
+  deps: OpenAiDeps,
+  kind: Kind,
+  prompt: string,
+): Promise<FastifyReply> {
+  const body = req.body;
+  if (body.model !== deps.modelId) {
+    throw new ApiError(
+      404,
+      `the model \`${body.model}\` does not exist; this stack serves \`${deps.modelId}\` (GET /v1/models)`,
+      'invalid_request_error',
+      'model_not_found',
+      'model',
+    );
+  }
+  const maxTokens = body.max_completion_tokens ?? body.max_tokens ?? DEFAULT_MAX_TOKENS;
+  const stops = body.stop == null ? [] : Array.isArray(body.stop) ? body.stop : [body.stop];
+  const engines = deps.control.registry.all().filter((s) => s.role === 'decode' && s.live);
+  if (engines.length > 0 && engines.every((s) => s.liveRooms >= deps.maxRoomsPerEngine)) {
+    throw new ApiError(
+      429,
+      `every decode engine has ${deps.maxRoomsPerEngine} rooms in flight; retry shortly`,
+      'rate_limit_error',
+      'overloaded',
+    );
+  }
+  const ac = new AbortController();
+  const started = performance.now();
+  const stream = deps.control.submit({ prompt, maxTokens, signal: ac.signal });
+  reply.header('x-pdctl-room', stream.room);
+  // The socket closing before we finished is the client going away: abort the room now.
+  let finished = false;
+  reply.raw.on('close', () => {
+    if (!finished) ac.abort();
+  });
+  const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${stream.room}`;
+  const createdAt = Math.floor(Date.now() / 1000);
+  const usage = (r: { tokens: number }) => ({
+    prompt_tokens: stream.promptTokens,
+    completion_tokens: r.tokens,
+    total_tokens: stream.promptTokens + r.tokens,
+  });
+  try {
+    if (!body.stream) {
+      const result = await stream.result;
+      finished = true;
+      deps.metrics.completed(kind, performance.now() - started);
+      const cut = stops.length > 0 ? stopAt(result.text, stops) : -1;
+      const text = cut >= 0 ? result.text.slice(0, cut) : result.text;
+      const finish = cut >= 0 ? 'stop' : result.finishReason;
+      const choice =
+        kind === 'chat'
+          ? {
+              index: 0,
+              message: { role: 'assistant', content: text, refusal: null },
+              logprobs: null,
+              finish_reason: finish,
+            }
+          : { index: 0, text, logprobs: null, finish_reason: finish };
+      return reply.send({
+        id,
+        object: kind === 'chat' ? 'chat.completion' : 'text_completion',
+        created: createdAt,
+        model: deps.modelId,
+        choices: [choice],
+        usage: usage(result),
+        pdctl_room: stream.room,
+      });
+    }
+    return await streamSse(reply, deps, kind, stream, {
+      id,
+      createdAt,
+      stops,
+      started,
+      includeUsage: body.stream_options?.include_usage === true,
+      usage,
+      onDone: () => (finished = true),
+    });
+  } catch (err) {
+    finished = true;
+    if (err instanceof RoomEndedError) throw roomEnded(err);
+    throw err;
+  }
+}
+
+async function streamSse(
+  reply: FastifyReply,
+  deps: OpenAiDeps,
+  kind: Kind,
+  stream: RoomStream,
+  o: {
+    id: string;
+    createdAt: number;
+    stops: string[];
+    started: number;
+    includeUsage: boolean;
+    usage: (r: { tokens: number }) => Record<string, number>;
+    onDone: () => void;
+  },
+): Promise<FastifyReply> {
+  reply.hijack();
+  const raw = reply.raw;
+  raw.writeHead(200, {
+    'content-type': 'text/event-stream; charset=utf-8',
+    'cache-control': 'no-cache',
+    connection: 'keep-alive',
+    'x-pdctl-room': stream.room,
+  });
+  const object = kind === 'chat' ? 'chat.completion.chunk' : 'text_completion';
+  const send = (choice: Record<string, unknown> | null, extra: Record<string, unknown> = {}) =>
+    raw.write(
+      `data: ${JSON.stringify({ id: o.id, object, created: o.createdAt, model: deps.modelId, choices: choice ? [choice] : [], ...extra })}\n\n`,
+    );
+  const piece = (text: string, finish: string | null) =>
+    kind === 'chat'
+      ? {
+          index: 0,
+          delta: finish === null ? { content: text } : {},
+          logprobs: null,
+          finish_reason: finish,
+        }
+      : { index: 0, text, logprobs: null, finish_reason: finish };
+  if (kind === 'chat')
+    send({
+      index: 0,
+      delta: { role: 'assistant', content: '' },
+      logprobs: null,
+      finish_reason: null,
+    });
+  let text = '';
+  let first = true;
+  let stopped = false;
+  try {
+    for await (const chunk of stream) {
+      if (first) {
+        deps.metrics.firstToken(performance.now() - o.started);
+        first = false;
+      }
+      if (stopped) continue;
+      const before = text.length;
+      text += chunk.text;
+      const cut = o.stops.length > 0 ? stopAt(text, o.stops) : -1;
+      if (cut >= 0) {
+        if (cut > before) send(piece(text.slice(before, cut), null));
+        stopped = true;
+        continue;
+      }
+      send(piece(chunk.text, null));
+    }
+    const result: CompletionResult = await stream.result;
+    o.onDone();
+    deps.metrics.completed(kind, performance.now() - o.started);
+    send(piece('', stopped ? 'stop' : result.finishReason));
+    if (o.includeUsage) send(null, { usage: o.usage(result) });
+  } catch (err) {
+    o.onDone();
+    const e = err instanceof RoomEndedError ? roomEnded(err) : toApiError(err);
+    if (!raw.destroyed) raw.write(`data: ${JSON.stringify(e.body())}\n\n`);
+  }
+  if (!raw.destroyed) raw.end('data: [DONE]\n\n');
+  return reply;
+}

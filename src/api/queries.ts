@@ -1,0 +1,251 @@
+/**
+ * Incident queries over HTTP, the same as the CLI's: rooms by filter, one room's timeline, the
+ * journal as NDJSON (optionally followed live), engines as the control plane sees them, stats.
+ */
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance } from 'fastify';
+import { parseTime, type UsageError } from '../cli/time.ts';
+import type { ControlPlane } from '../control/control-plane.ts';
+import { EVENT_TYPES, type EventType, isValidId, type JournalEvent } from '../journal/events.ts';
+import { isRoomState, ROOM_STATES, type RoomState } from '../journal/states.ts';
+import type { RoomFilter, TailFilter } from '../journal/store.ts';
+import { ApiError } from './errors.ts';
+
+const Str = Type.Optional(Type.String({ maxLength: 500 }));
+
+function time(name: string, v: string | undefined, now: number): number | undefined {
+  if (v === undefined) return undefined;
+  try {
+    return parseTime(v, now);
+  } catch (err) {
+    throw new ApiError(
+      400,
+      `${name}: ${(err as UsageError).message}`,
+      'invalid_request_error',
+      'invalid_time',
+      name,
+    );
+  }
+}
+
+function int(name: string, v: string | undefined, min: number, max: number): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (!/^\d+$/.test(v) || n < min || n > max) {
+    throw new ApiError(
+      400,
+      `${name} must be an integer from ${min} to ${max}, got "${v}"`,
+      'invalid_request_error',
+      'invalid_parameter',
+      name,
+    );
+  }
+  return n;
+}
+
+function id(name: string, v: string | undefined): string | undefined {
+  if (v !== undefined && !isValidId(v))
+    throw new ApiError(
+      400,
+      `${name} is not a valid id: "${v}"`,
+      'invalid_request_error',
+      'invalid_parameter',
+      name,
+    );
+  return v;
+}
+
+export function registerQueryRoutes(app: FastifyInstance, control: ControlPlane): void {
+  const journal = control.journal;
+
+  app.get<{ Querystring: Record<string, string | undefined> }>(
+    '/v1/rooms',
+    {
+      schema: {
+        tags: ['queries'],
+        summary: 'Rooms by state, engine, reason, time window or "in flight at T", newest first',
+        querystring: Type.Object(
+          {
+            state: Str,
+            engine: Str,
+            reason: Str,
+            since: Str,
+            until: Str,
+            in_flight_at: Str,
+            limit: Str,
+            cursor: Str,
+          },
+          { additionalProperties: false },
+        ),
+      },
+    },
+    async (req) => {
+      const q = req.query;
+      const now = Date.now();
+      const filter: RoomFilter = { limit: int('limit', q.limit, 1, 10_000) ?? 100 };
+      if (q.state !== undefined) {
+        const states = q.state.split(',');
+        const bad = states.find((s) => !isRoomState(s));
+        if (bad !== undefined)
+          throw new ApiError(
+            400,
+            `unknown state "${bad}"; states are: ${ROOM_STATES.join(', ')}`,
+            'invalid_request_error',
+            'invalid_parameter',
+            'state',
+          );
+        filter.state = states as RoomState[];
+      }
+      filter.engine = id('engine', q.engine);
+      if (q.reason !== undefined) filter.reason = q.reason;
+      filter.since = time('since', q.since, now);
+      filter.until = time('until', q.until, now);
+      filter.inFlightAt = time('in_flight_at', q.in_flight_at, now);
+      if (q.cursor !== undefined) filter.cursor = q.cursor;
+      const page = await journal.rooms(filter);
+      return { rooms: page.rooms, next_cursor: page.nextCursor };
+    },
+  );
+
+  app.get<{ Params: { room: string } }>(
+    '/v1/rooms/:room',
+    {
+      schema: {
+        tags: ['queries'],
+        summary: 'One room: its projection, every event, and the time spent in each state',
+      },
+    },
+    async (req) => {
+      const room = id('room', req.params.room) as string;
+      const t = await journal.timeline(room);
+      if (!t.room && t.events.length === 0)
+        throw new ApiError(
+          404,
+          `no room ${room} in the journal`,
+          'invalid_request_error',
+          'room_not_found',
+          'room',
+        );
+      return t;
+    },
+  );
+
+  app.get<{ Querystring: Record<string, string | undefined> }>(
+    '/v1/journal',
+    {
+      schema: {
+        tags: ['queries'],
+        summary:
+          'Journal events as NDJSON, oldest first; follow=1 keeps the response open and streams new ones',
+        querystring: Type.Object(
+          {
+            after_seq: Str,
+            type: Str,
+            room: Str,
+            engine: Str,
+            since: Str,
+            limit: Str,
+            follow: Str,
+          },
+          { additionalProperties: false },
+        ),
+      },
+    },
+    async (req, reply) => {
+      const q = req.query;
+      const types = q.type?.split(',');
+      const badType = types?.find((t) => !(EVENT_TYPES as string[]).includes(t));
+      if (badType !== undefined)
+        throw new ApiError(
+          400,
+          `unknown event type "${badType}"`,
+          'invalid_request_error',
+          'invalid_parameter',
+          'type',
+        );
+      const filter: TailFilter = {
+        afterSeq: int('after_seq', q.after_seq, 0, Number.MAX_SAFE_INTEGER),
+        type: types as EventType[] | undefined,
+        room: id('room', q.room),
+        engine: id('engine', q.engine),
+        since: time('since', q.since, Date.now()),
+        limit: int('limit', q.limit, 1, 10_000) ?? 1000,
+        order: q.after_seq !== undefined || q.since !== undefined ? 'oldest' : 'newest',
+      };
+      const follow = q.follow === '1' || q.follow === 'true';
+      const first = await journal.tail(filter);
+      reply.hijack();
+      const raw = reply.raw;
+      raw.writeHead(200, {
+        'content-type': 'application/x-ndjson; charset=utf-8',
+        'cache-control': 'no-cache',
+      });
+      for (const ev of first) raw.write(`${JSON.stringify(ev)}\n`);
+      if (!follow) {
+        raw.end();
+        return reply;
+      }
+      const matches = (ev: JournalEvent) =>
+        (!types || types.includes(ev.type)) &&
+        (filter.room === undefined || ev.room === filter.room) &&
+        (filter.engine === undefined || ev.engine === filter.engine) &&
+        (filter.since === undefined || ev.ts >= filter.since);
+      const from =
+        first.length > 0
+          ? (first[first.length - 1] as JournalEvent).seq
+          : Math.max(filter.afterSeq ?? 0, await journal.headSeq());
+      const sub = journal.subscribe(from, (ev) => {
+        if (matches(ev)) raw.write(`${JSON.stringify(ev)}\n`);
+      });
+      // A comment line every 15 s keeps proxies from closing an idle follow.
+      const keepAlive = setInterval(() => raw.write('\n'), 15_000);
+      raw.on('close', () => {
+        sub.close();
+        clearInterval(keepAlive);
+      });
+      return reply;
+    },
+  );
+
+  app.get(
+    '/v1/engines',
+    { schema: { tags: ['queries'], summary: 'Engines as the control plane sees them now' } },
+    async () => {
+      const now = Date.now();
+      return {
+        engines: control.registry.all().map((s) => ({
+          id: s.engine,
+          role: s.role,
+          state: !s.live ? 'connecting' : (s.heartbeat?.state ?? 'starting'),
+          pid: s.pid,
+          incarnation: s.incarnation,
+          connected_at: s.connectedAt,
+          heartbeat_age_ms: now - s.lastSeen,
+          loop_ticks: s.heartbeat?.ticks ?? {},
+          queues: s.heartbeat?.queues ?? {},
+          free_pages: s.heartbeat?.freePages ?? null,
+          total_pages: s.pages,
+          page_bytes: s.pageBytes,
+          rooms_held: s.heartbeat?.rooms ?? null,
+          live_rooms: s.liveRooms,
+          pool: s.pool,
+        })),
+      };
+    },
+  );
+
+  app.get(
+    '/v1/stats',
+    { schema: { tags: ['queries'], summary: 'Journal statistics and control-plane counters' } },
+    async () => ({
+      journal: await journal.stats(),
+      health: journal.health(),
+      control: control.counters,
+      bus: {
+        dropped: control.bus.drops.snapshot(),
+        loop: control.bus.loop.stats(),
+        outbox: control.bus.outboxDepth,
+      },
+    }),
+  );
+}

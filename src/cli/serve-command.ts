@@ -1,0 +1,206 @@
+/**
+ * `pdctl serve`: the whole stack on one machine — the control plane with its embedded SQLite
+ * journal, engine processes, the background canary and the HTTP API. The serving process's
+ * composition root: it wires, listens, and on SIGTERM drains and exits 0.
+ */
+import { join } from 'node:path';
+import type { Command } from 'commander';
+import { Option } from 'commander';
+import { buildApi } from '../api/app.ts';
+import { ApiMetrics } from '../api/metrics.ts';
+import { Canary } from '../control/canary.ts';
+import { startStack } from '../control/stack.ts';
+import { DURABILITIES, type Durability } from '../journal/sqlite/open.ts';
+import { LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
+import { note, VERSION } from './context.ts';
+import { UsageError } from './time.ts';
+
+function intArg(name: string, min = 0) {
+  return (v: string): number => {
+    if (!/^\d+$/.test(v) || Number(v) < min)
+      throw new UsageError(`${name} must be an integer ≥ ${min}, got "${v}"`);
+    return Number(v);
+  };
+}
+
+const env = process.env;
+
+export function registerServeCommand(program: Command): void {
+  program
+    .command('serve')
+    .description(
+      'Run the whole stack on this machine: the control plane (journal in --data-dir), prefill and decode ' +
+        'engine processes, and the HTTP API (OpenAI-compatible completions, room queries, health, metrics).',
+    )
+    .addOption(
+      new Option('--host <host>', 'HTTP address to listen on')
+        .env('PDCTL_HOST')
+        .default('127.0.0.1'),
+    )
+    .addOption(
+      new Option('--port <port>', 'HTTP port (0: any free port)')
+        .env('PDCTL_PORT')
+        .default(8080)
+        .argParser(intArg('--port')),
+    )
+    .addOption(
+      new Option('--data-dir <dir>', 'where the journal lives (journal.db)')
+        .env('PDCTL_DATA_DIR')
+        .default('./data'),
+    )
+    .addOption(
+      new Option(
+        '--bus <endpoint>',
+        'bus endpoint engines connect to; tcp://0.0.0.0:PORT to accept engines from other hosts',
+      )
+        .env('PDCTL_BUS')
+        .default('tcp://127.0.0.1:5557'),
+    )
+    .addOption(
+      new Option('--durability <mode>', 'process or power (see README "Durability")')
+        .choices([...DURABILITIES])
+        .default('power'),
+    )
+    .option('--prefill <n>', 'prefill engine processes to spawn', intArg('--prefill'), 1)
+    .option('--decode <n>', 'decode engine processes to spawn', intArg('--decode'), 1)
+    .option('--pages <n>', 'KV pool pages per engine', intArg('--pages', 1), 4096)
+    .option(
+      '--page-bytes <n>',
+      'bytes per KV page (multiple of 64)',
+      intArg('--page-bytes', 64),
+      4096,
+    )
+    .option(
+      '--kv-bytes-per-token <n>',
+      'model: KV bytes per token',
+      intArg('--kv-bytes-per-token', 4),
+      64,
+    )
+    .option(
+      '--prefill-us-per-token <n>',
+      'model: prefill compute per prompt token (µs)',
+      intArg('--prefill-us-per-token'),
+      0,
+    )
+    .option(
+      '--decode-us-per-token <n>',
+      'model: compute per decode step (µs)',
+      intArg('--decode-us-per-token'),
+      0,
+    )
+    .option(
+      '--max-rooms-per-engine <n>',
+      'rooms in flight per decode engine before 429',
+      intArg('--max-rooms-per-engine', 1),
+      512,
+    )
+    .option(
+      '--canary-interval-ms <n>',
+      'background canary period (0: off)',
+      intArg('--canary-interval-ms'),
+      5000,
+    )
+    .option(
+      '--canary-deadline-ms <n>',
+      'canary deadline, also the default of /health/deep',
+      intArg('--canary-deadline-ms', 10),
+      2000,
+    )
+    .option(
+      '--drain-timeout-ms <n>',
+      'on SIGTERM, how long in-flight requests may take to finish',
+      intArg('--drain-timeout-ms'),
+      15_000,
+    )
+    .addOption(
+      new Option('--log-level <level>', 'log level').choices([...LOG_LEVELS]).default('info'),
+    )
+    .addHelpText(
+      'after',
+      '\nAdmin routes (abort, recovery commands) need PDCTL_ADMIN_TOKEN as a bearer token when it is set, and answer\n' +
+        'only on loopback when it is not. Try it:\n' +
+        '  npx pdctl serve\n' +
+        '  curl -s localhost:8080/v1/completions -H "content-type: application/json" \\\n' +
+        '       -d \'{"model":"pdctl-deterministic-1","prompt":"the river","max_tokens":8}\'',
+    )
+    .action(async (o: Record<string, unknown>) => {
+      const log = processLogger('control', o.logLevel as LogLevel);
+      const journalPath = join(o.dataDir as string, 'journal.db');
+      const engineArgs = [
+        '--pages',
+        String(o.pages),
+        '--page-bytes',
+        String(o.pageBytes),
+        '--kv-bytes-per-token',
+        String(o.kvBytesPerToken),
+        '--prefill-us-per-token',
+        String(o.prefillUsPerToken),
+        '--decode-us-per-token',
+        String(o.decodeUsPerToken),
+      ];
+      const stack = await startStack({
+        journalPath,
+        durability: o.durability as Durability,
+        bus: o.bus as string,
+        log,
+        version: VERSION,
+        prefillEngines: o.prefill as number,
+        decodeEngines: o.decode as number,
+        engineArgs,
+        engineLogLevel: o.logLevel as string,
+      });
+      const { control } = stack;
+      const canary = new Canary(control, log, o.canaryDeadlineMs as number);
+      const metrics = new ApiMetrics(control);
+      const app = await buildApi({
+        control,
+        canary,
+        metrics,
+        log,
+        version: VERSION,
+        adminToken: env.PDCTL_ADMIN_TOKEN || null,
+        maxRoomsPerEngine: o.maxRoomsPerEngine as number,
+      });
+      let address: string;
+      try {
+        address = await app.listen({ host: o.host as string, port: o.port as number });
+      } catch (err) {
+        await stack.stop();
+        throw new UsageError(
+          `cannot listen on ${o.host}:${o.port}: ${(err as Error).message}; pass another --port`,
+        );
+      }
+      if ((o.canaryIntervalMs as number) > 0) canary.start(o.canaryIntervalMs as number);
+      log.info(
+        { http: address, bus: control.endpoint, journal: journalPath },
+        'pdctl serve listening',
+      );
+      note(
+        `pdctl serve: listening on ${address} · bus ${control.endpoint} · journal ${journalPath}`,
+      );
+      note(
+        `try:  curl -s ${address}/v1/completions -H 'content-type: application/json' -d '{"model":"${control.modelName}","prompt":"the river","max_tokens":8}'`,
+      );
+      note(
+        `then: npx pdctl rooms --journal ${journalPath}   ·   ${address}/health/ready   ·   ${address}/docs`,
+      );
+
+      await new Promise<void>((resolve) => {
+        const stop = (sig: string) => {
+          note(`pdctl serve: ${sig}: draining (at most ${o.drainTimeoutMs} ms)`);
+          resolve();
+        };
+        process.once('SIGTERM', () => stop('SIGTERM'));
+        process.once('SIGINT', () => stop('SIGINT'));
+      });
+      canary.stop();
+      // Stop taking requests; give the ones in flight until the drain timeout, then cut them.
+      const closing = app.close();
+      const timer = setTimeout(() => app.server.closeAllConnections(), o.drainTimeoutMs as number);
+      await closing;
+      clearTimeout(timer);
+      await stack.stop();
+      metrics.close();
+      note('pdctl serve: stopped');
+    });
+}

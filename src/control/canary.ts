@@ -1,0 +1,154 @@
+/**
+ * The canary: a one-token room through bootstrap, prefill, transfer and decode, with a deadline.
+ * It answers "would a request be served right now, and where does it stop if not" — what
+ * `/health/deep` returns, and what `/health/ready` requires of its last background run. Its verdict
+ * is journaled (`canary.changed`) only when it changes.
+ */
+import type { RoomState } from '../journal/states.ts';
+import type { Logger } from '../log.ts';
+import type { ControlPlane } from './control-plane.ts';
+import { RoomEndedError } from './streams.ts';
+
+/** The four stages a caller cares about, as spans of room states. */
+const STAGE_OF: Partial<Record<RoomState, 'bootstrap' | 'prefill' | 'transfer' | 'decode'>> = {
+  created: 'bootstrap',
+  bootstrapping: 'bootstrap',
+  waiting_for_input: 'prefill',
+  prefilling: 'prefill',
+  transferring: 'transfer',
+  transferred: 'decode',
+  decoding: 'decode',
+};
+
+export interface CanaryResult {
+  ok: boolean;
+  room: string | null;
+  ms: number;
+  /** Milliseconds per stage that finished. */
+  stages: Partial<Record<'bootstrap' | 'prefill' | 'transfer' | 'decode', number>>;
+  /** Where it stopped, and why, when not ok. */
+  stage: string | null;
+  reason: string | null;
+  at: number;
+}
+
+export class Canary {
+  last: CanaryResult | null = null;
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<CanaryResult> | null = null;
+
+  constructor(
+    private readonly control: ControlPlane,
+    private readonly log: Logger,
+    private readonly deadlineMs = 2000,
+  ) {}
+
+  /** Runs one canary now (joining one already running). */
+  run(deadlineMs = this.deadlineMs): Promise<CanaryResult> {
+    this.running ??= this.once(deadlineMs).finally(() => {
+      this.running = null;
+    });
+    return this.running;
+  }
+
+  private async once(deadlineMs: number): Promise<CanaryResult> {
+    const started = Date.now();
+    const result = (
+      ok: boolean,
+      room: string | null,
+      stages: CanaryResult['stages'],
+      stage: string | null,
+      reason: string | null,
+    ): CanaryResult => ({
+      ok,
+      room,
+      ms: Date.now() - started,
+      stages,
+      stage,
+      reason,
+      at: started,
+    });
+    let stream: ReturnType<ControlPlane['submit']>;
+    try {
+      stream = this.control.submit({ prompt: 'canary', maxTokens: 1, source: 'canary' });
+    } catch (err) {
+      return this.record(result(false, null, {}, 'admission', (err as Error).message));
+    }
+    const stages: CanaryResult['stages'] = {};
+    const entered = new Map<string, number>();
+    let state: RoomState = 'created';
+    entered.set('bootstrap', started);
+    const off = this.control.onRoomEvent((before, after) => {
+      if (after.room !== stream.room || before?.state === after.state) return;
+      const from = before ? STAGE_OF[before.state] : undefined;
+      const to = STAGE_OF[after.state];
+      state = after.state;
+      if (from && from !== to)
+        stages[from] = after.stateSince - (entered.get(from) ?? after.stateSince);
+      if (to && from !== to) entered.set(to, after.stateSince);
+    });
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<'deadline'>((r) => {
+      timer = setTimeout(() => r('deadline'), deadlineMs);
+    });
+    try {
+      const outcome = await Promise.race([stream.result, deadline]);
+      if (outcome === 'deadline') {
+        const stage = STAGE_OF[state] ?? state;
+        void this.control.abort(stream.room, 'canary_deadline', 'canary').catch(() => {});
+        return this.record(
+          result(
+            false,
+            stream.room,
+            stages,
+            stage,
+            `no progress past ${state} within ${deadlineMs} ms`,
+          ),
+        );
+      }
+      return this.record(result(true, stream.room, stages, null, null));
+    } catch (err) {
+      const e = err as RoomEndedError;
+      const stage =
+        e instanceof RoomEndedError
+          ? (STAGE_OF[(e.stage ?? state) as RoomState] ?? e.stage)
+          : STAGE_OF[state];
+      return this.record(result(false, stream.room, stages, stage ?? null, e.message));
+    } finally {
+      clearTimeout(timer);
+      off();
+    }
+  }
+
+  private record(r: CanaryResult): CanaryResult {
+    const prev = this.last;
+    this.last = r;
+    if (!prev || prev.ok !== r.ok) {
+      if (r.ok) this.log.info({ room: r.room, ms: r.ms }, 'canary ok');
+      else this.log.error({ room: r.room, stage: r.stage, reason: r.reason }, 'canary failing');
+      this.control.journal
+        .append({
+          type: 'canary.changed',
+          source: 'canary',
+          data: { ok: r.ok, stage: r.stage, reason: r.reason, ms: r.ms },
+        })
+        .catch((err) => this.log.error({ err }, 'could not journal canary.changed'));
+    }
+    return r;
+  }
+
+  /** Runs every `intervalMs` in the background until stopped. */
+  start(intervalMs: number): void {
+    const tick = () => {
+      void this.run().finally(() => {
+        if (this.timer) this.timer = setTimeout(tick, intervalMs);
+      });
+    };
+    this.timer = setTimeout(tick, 0);
+  }
+
+  stop(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+  }
+}

@@ -1,0 +1,51 @@
+/**
+ * The incident of INCIDENT.md, replayed: the prefill engine's bus loop stops consuming while the
+ * process and its heartbeats stay alive. /health must stay 200 (the process is alive) while
+ * /health/ready and /health/deep go 503 within 5 s, naming the stage.
+ */
+import { describe, expect, it } from 'vitest';
+import { serve } from './helpers/serve.ts';
+import { waitFor } from './helpers/stack.ts';
+
+describe('health that tells the truth', () => {
+  it('turns ready and deep red within 5 s of a frozen prefill bus loop, while /health stays green', async () => {
+    const s = await serve(['--canary-interval-ms', '500', '--canary-deadline-ms', '1000']);
+    const status = async (path: string) => (await fetch(`${s.url}${path}`)).status;
+    await waitFor('ready', async () => (await status('/health/ready')) === 200, 15_000);
+    const deepOk = (await (await fetch(`${s.url}/health/deep`)).json()) as {
+      ok: boolean;
+      stages: Record<string, number>;
+    };
+    expect(deepOk.ok).toBe(true);
+    expect(Object.keys(deepOk.stages).sort()).toEqual([
+      'bootstrap',
+      'decode',
+      'prefill',
+      'transfer',
+    ]);
+
+    const engines = (await (await fetch(`${s.url}/v1/engines`)).json()) as {
+      engines: Array<{ id: string; pid: number }>;
+    };
+    const prefill = engines.engines.find((e) => e.id === 'prefill-0');
+    process.kill(prefill?.pid as number, 'SIGUSR2');
+    const frozenAt = Date.now();
+
+    await waitFor('/health/ready 503', async () => (await status('/health/ready')) === 503, 5_000);
+    const deep = await fetch(`${s.url}/health/deep`);
+    expect(deep.status).toBe(503);
+    expect(Date.now() - frozenAt).toBeLessThan(5_000);
+    const body = (await deep.json()) as { ok: boolean; stage: string; reason: string };
+    expect(body.stage).toBe('prefill');
+    expect(await status('/health')).toBe(200);
+    const ready = (await (await fetch(`${s.url}/health/ready`)).json()) as {
+      checks: Record<string, { ok: boolean; detail: string }>;
+    };
+    expect(ready.checks.prefill_engines?.ok).toBe(true); // its heartbeat still says 200, as in the incident
+    expect(ready.checks.engine_loops).toEqual({
+      ok: false,
+      detail: 'bus loop not consuming: prefill-0',
+    });
+    expect(await s.stop()).toBe(0);
+  }, 60_000);
+});

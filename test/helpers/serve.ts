@@ -1,0 +1,62 @@
+/** A real `pdctl serve` subprocess on a free port, for tests that talk HTTP to it. */
+import type { ChildProcess } from 'node:child_process';
+import { spawnTs } from './spawn.ts';
+import { tempDir } from './tmp.ts';
+
+export interface Served {
+  url: string;
+  child: ChildProcess;
+  dataDir: string;
+  stderr: () => string;
+  /** SIGTERM, then the exit code. */
+  stop(): Promise<number | null>;
+}
+
+export async function serve(args: string[] = [], env: NodeJS.ProcessEnv = {}): Promise<Served> {
+  const dataDir = tempDir('pdctl-serve-');
+  const child = spawnTs(
+    'src/cli/bin.ts',
+    [
+      'serve',
+      '--port',
+      '0',
+      '--bus',
+      'tcp://127.0.0.1:0',
+      '--data-dir',
+      dataDir,
+      '--durability',
+      'process',
+      '--log-level',
+      'warn',
+      ...args,
+    ],
+    { env: { ...process.env, PDCTL_EXIT_WITH_PARENT: String(process.pid), ...env } },
+    'file',
+  );
+  let err = '';
+  child.stdout?.resume();
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`pdctl serve did not start:\n${err}`)), 30_000);
+    child.stderr?.on('data', (d: Buffer) => {
+      err += d.toString();
+      const m = /listening on (http:\/\/\S+)/.exec(err);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1] as string);
+      }
+    });
+    child.once('exit', (code) => reject(new Error(`pdctl serve exited ${code}:\n${err}`)));
+  });
+  return {
+    url,
+    child,
+    dataDir,
+    stderr: () => err,
+    stop: () =>
+      new Promise((resolve) => {
+        if (child.exitCode !== null || child.signalCode !== null) return resolve(child.exitCode);
+        child.once('exit', (code) => resolve(code));
+        child.kill('SIGTERM');
+      }),
+  };
+}

@@ -1,0 +1,184 @@
+/**
+ * `pdctl serve` as a user meets it: the official `openai` client against a real subprocess,
+ * streaming and not, a mid-stream cancel, bad requests that write nothing, the query routes, the
+ * metrics, and SIGTERM.
+ */
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { chatPrompt } from '../src/api/openai.ts';
+import { DeterministicModel, generateInProcess } from '../src/engine/model.ts';
+import { type Served, serve } from './helpers/serve.ts';
+import { waitFor } from './helpers/stack.ts';
+
+const MODEL = 'pdctl-deterministic-1';
+const model = new DeterministicModel();
+let s: Served;
+let client: OpenAI;
+
+beforeAll(async () => {
+  // Slow decode steps so that a stream can be cancelled mid-way; no background canary, so the
+  // journal changes only when a test asks.
+  s = await serve(['--decode-us-per-token', '2000', '--canary-interval-ms', '0']);
+  client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+}, 60_000);
+
+afterAll(async () => {
+  expect(await s.stop()).toBe(0);
+}, 30_000);
+
+const get = async (path: string) => {
+  const r = await fetch(`${s.url}${path}`);
+  return { status: r.status, body: (await r.json()) as Record<string, unknown> };
+};
+const roomsInJournal = async () =>
+  ((await get('/v1/stats')).body.journal as { rooms: number }).rooms;
+
+describe('the openai client against pdctl serve', () => {
+  it('lists the model and completes text, naming the room', async () => {
+    const models = await client.models.list();
+    expect(models.data.map((m) => m.id)).toEqual([MODEL]);
+    const { data, response } = await client.completions
+      .create({ model: MODEL, prompt: 'the quiet harbor', max_tokens: 8 })
+      .withResponse();
+    expect(data.choices[0]?.text).toBe(generateInProcess(model, 'the quiet harbor', 8).text);
+    expect(data.choices[0]?.finish_reason).toBe('length');
+    expect(data.usage).toEqual({ prompt_tokens: 3, completion_tokens: 8, total_tokens: 11 });
+    const room = response.headers.get('x-pdctl-room') as string;
+    expect(data.id).toBe(`cmpl-${room}`);
+    const t = await get(`/v1/rooms/${room}`);
+    expect(t.status).toBe(200);
+    expect((t.body.room as { state: string }).state).toBe('completed');
+    expect((t.body.events as unknown[]).length).toBeGreaterThanOrEqual(8);
+  });
+
+  it('completes a chat, streaming and not, and honours a stop sequence', async () => {
+    const messages = [
+      { role: 'system' as const, content: 'be brief' },
+      { role: 'user' as const, content: 'tell me about the river' },
+    ];
+    const expected = generateInProcess(model, chatPrompt(messages), 10).text;
+    const chat = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 10 });
+    expect(chat.choices[0]?.message.content).toBe(expected);
+    const stream = await client.chat.completions.create({
+      model: MODEL,
+      messages,
+      max_tokens: 10,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    let text = '';
+    let finish: string | null = null;
+    let usage: unknown = null;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.delta.content ?? '';
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+      usage = chunk.usage ?? usage;
+    }
+    expect(text).toBe(expected);
+    expect(finish).toBe('length');
+    expect(usage).toMatchObject({ completion_tokens: 10 });
+    const word = (expected.split(' ')[3] as string).trim();
+    const stopped = await client.completions.create({
+      model: MODEL,
+      prompt: chatPrompt(messages),
+      max_tokens: 10,
+      stop: ` ${word}`,
+    });
+    expect(stopped.choices[0]?.finish_reason).toBe('stop');
+    expect(stopped.choices[0]?.text).toBe(expected.slice(0, expected.indexOf(` ${word}`)));
+  });
+
+  it('aborts the room when the client cancels mid-stream', async () => {
+    const { data: stream, response } = await client.completions
+      .create({ model: MODEL, prompt: 'a long story', max_tokens: 2000, stream: true })
+      .withResponse();
+    const room = response.headers.get('x-pdctl-room') as string;
+    let chunks = 0;
+    for await (const _ of stream) {
+      if (++chunks === 2) stream.controller.abort();
+    }
+    await waitFor('the room aborted in the journal', async () => {
+      const t = await get(`/v1/rooms/${room}`);
+      return (t.body.room as { state: string }).state === 'aborted';
+    });
+    const t = await get(`/v1/rooms/${room}`);
+    expect(t.body.room).toMatchObject({
+      state: 'aborted',
+      reason: 'client_disconnect',
+      abortSource: 'client',
+    });
+  });
+
+  it('refuses bad requests in OpenAI’s error shape and journals nothing for them', async () => {
+    const before = await roomsInJournal();
+    const post = (body: string, type = 'application/json') =>
+      fetch(`${s.url}/v1/completions`, { method: 'POST', headers: { 'content-type': type }, body });
+    const cases: Array<[string, number, RegExp]> = [
+      [JSON.stringify({ prompt: 'x' }), 400, /must have required property 'model'/],
+      [
+        JSON.stringify({ model: MODEL, prompt: 'x', max_tokens: '8' }),
+        400,
+        /max_tokens must be integer/,
+      ],
+      [
+        JSON.stringify({ model: MODEL, prompt: 'x', max_tokens: 10_000_000 }),
+        400,
+        /max_tokens must be <= 100000/,
+      ],
+      [JSON.stringify({ model: MODEL, prompt: 'x', n: 3 }), 400, /n must be equal to constant/],
+      [JSON.stringify({ model: MODEL, prompt: 'x', best_of: 2 }), 400, /unknown field "best_of"/],
+      [JSON.stringify({ model: 'gpt-4', prompt: 'x' }), 404, /model `gpt-4` does not exist/],
+      ['{"model": "pdctl-deterministic-1", "prompt": ', 400, /not valid JSON/],
+      [
+        JSON.stringify({ model: MODEL, prompt: 'x'.repeat(2 << 20) }),
+        413,
+        /Request body is too large/,
+      ],
+    ];
+    for (const [body, status, message] of cases) {
+      const r = await post(body);
+      const json = (await r.json()) as { error: { message: string; type: string } };
+      expect(r.status, body.slice(0, 80)).toBe(status);
+      expect(json.error.message).toMatch(message);
+      expect(json.error.type).toBe('invalid_request_error');
+    }
+    // The openai client surfaces them as its own errors.
+    await expect(
+      client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 0 }),
+    ).rejects.toMatchObject({ status: 400 });
+    expect(await roomsInJournal()).toBe(before);
+  });
+
+  it('answers the query routes from the journal, and serves Prometheus metrics', async () => {
+    const rooms = await get('/v1/rooms?state=completed&limit=5');
+    expect(rooms.status).toBe(200);
+    expect((rooms.body.rooms as unknown[]).length).toBeGreaterThan(0);
+    expect((await get('/v1/rooms?state=stuck')).status).toBe(400);
+    expect((await get('/v1/rooms/r-nope')).status).toBe(404);
+    const nd = await (await fetch(`${s.url}/v1/journal?type=room.completed&limit=3`)).text();
+    const lines = nd
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { type: string });
+    expect(lines.length).toBeGreaterThan(0);
+    expect(lines.every((l) => l.type === 'room.completed')).toBe(true);
+    const engines = (await get('/v1/engines')).body.engines as Array<{
+      role: string;
+      total_pages: number;
+    }>;
+    expect(engines.map((e) => e.role).sort()).toEqual(['decode', 'prefill']);
+    const metrics = await (await fetch(`${s.url}/metrics`)).text();
+    for (const line of metrics.split('\n').filter((l) => l.length > 0)) {
+      expect(line).toMatch(
+        /^(# (HELP|TYPE) \w+ .+|[a-zA-Z_:][\w:]*(\{[^}]*\})? [-+]?([0-9.eE+-]+|NaN|Inf))$/,
+      );
+    }
+    expect(metrics).toMatch(/pdctl_rooms_ended_total\{state="completed",reason="length"\} \d+/);
+    expect(metrics).toMatch(/pdctl_stage_seconds_bucket\{le="[^"]+",stage="transferring"\} \d+/);
+    expect(metrics).toMatch(
+      /pdctl_engine_heartbeat_age_seconds\{engine="decode-0",role="decode"\}/,
+    );
+    const docs = await get('/docs');
+    expect(Object.keys(docs.body.paths as object)).toContain('/v1/chat/completions');
+  });
+});
