@@ -186,6 +186,16 @@ async function serve(
   }
   const maxTokens = body.max_completion_tokens ?? body.max_tokens ?? DEFAULT_MAX_TOKENS;
   const stops = body.stop == null ? [] : Array.isArray(body.stop) ? body.stop : [body.stop];
+  const health = deps.control.journal.health();
+  if (!health.writable || health.state !== 'ready') {
+    // Nothing is served that the journal cannot record.
+    throw new ApiError(
+      503,
+      `the journal cannot be written (${health.lastError ?? health.state}); not taking new requests`,
+      'server_error',
+      'journal_unavailable',
+    );
+  }
   const engines = deps.control.registry.all().filter((s) => s.role === 'decode' && s.live);
   if (engines.length > 0 && engines.every((s) => s.liveRooms >= deps.maxRoomsPerEngine)) {
     throw new ApiError(

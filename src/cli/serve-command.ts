@@ -152,6 +152,8 @@ export function registerServeCommand(program: Command): void {
       const { control } = stack;
       const canary = new Canary(control, log, o.canaryDeadlineMs as number);
       const metrics = new ApiMetrics(control);
+      canary.onResult = (r) =>
+        metrics.canary.inc({ outcome: r.ok ? 'ok' : `failing_${r.stage ?? 'unknown'}` });
       const app = await buildApi({
         control,
         canary,

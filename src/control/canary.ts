@@ -34,6 +34,8 @@ export interface CanaryResult {
 
 export class Canary {
   last: CanaryResult | null = null;
+  /** Called with every result (metrics count each run; the journal only changes). */
+  onResult: ((r: CanaryResult) => void) | null = null;
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<CanaryResult> | null = null;
 
@@ -123,6 +125,7 @@ export class Canary {
   private record(r: CanaryResult): CanaryResult {
     const prev = this.last;
     this.last = r;
+    this.onResult?.(r);
     if (!prev || prev.ok !== r.ok) {
       if (r.ok) this.log.info({ room: r.room, ms: r.ms }, 'canary ok');
       else this.log.error({ room: r.room, stage: r.stage, reason: r.reason }, 'canary failing');
