@@ -1,0 +1,186 @@
+/**
+ * HTTP serving benchmark: non-streaming completions of 16 tokens at 1, 16 and 64 concurrent
+ * connections through `pdctl serve`'s API, against the same load through `submit()` in-process
+ * (the baseline, measured in the same run), and time to first token for streaming requests. Model
+ * compute near zero, so the figures are the control plane's, the journal's and HTTP's.
+ *
+ *   npm run bench:serve                    # a table
+ *   npm run bench:serve -- --json          # one JSON object with stable keys
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { cpus, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { buildApi } from '../src/api/app.ts';
+import { ApiMetrics } from '../src/api/metrics.ts';
+import { Canary } from '../src/control/canary.ts';
+import { startStack } from '../src/control/stack.ts';
+import type { Durability } from '../src/journal/sqlite/open.ts';
+import { silentLogger } from '../src/log.ts';
+
+const argv = process.argv.slice(2);
+const asJson = argv.includes('--json');
+const flag = (name: string, dflt: string) => {
+  const i = argv.indexOf(name);
+  return i >= 0 && argv[i + 1] ? (argv[i + 1] as string) : dflt;
+};
+const SECONDS = Number(flag('--seconds', '3'));
+const DURABILITY = flag('--durability', 'power') as Durability;
+const CONNECTIONS = [1, 16, 64];
+const MAX_TOKENS = 16;
+const say = (s: string) => {
+  if (!asJson) process.stderr.write(`${s}\n`);
+};
+const pct = (xs: number[], p: number) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length === 0
+    ? Number.NaN
+    : (s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] as number);
+};
+const r2 = (x: number) => Number(x.toFixed(2));
+
+async function load(
+  connections: number,
+  one: (i: number) => Promise<number>,
+): Promise<{ rps: number; ms: number[]; errors: number }> {
+  const ms: number[] = [];
+  let errors = 0;
+  const end = performance.now() + SECONDS * 1000;
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: connections }, async (_, c) => {
+      for (let i = 0; performance.now() < end; i++) {
+        try {
+          ms.push(await one(c * 100_000 + i));
+        } catch {
+          errors++;
+        }
+      }
+    }),
+  );
+  return { rps: ms.length / ((performance.now() - t0) / 1000), ms, errors };
+}
+
+const dir = mkdtempSync(join(tmpdir(), 'pdctl-bench-serve-'));
+const stack = await startStack({
+  journalPath: join(dir, 'journal.db'),
+  durability: DURABILITY,
+  log: silentLogger,
+  version: 'bench',
+  engineLogLevel: 'error',
+  engineArgs: ['--pages', '16384', '--prefill-concurrency', '64'],
+});
+const { control } = stack;
+const metrics = new ApiMetrics(control);
+const app = await buildApi({
+  control,
+  canary: new Canary(control, silentLogger),
+  metrics,
+  log: silentLogger,
+  version: 'bench',
+  adminToken: null,
+});
+const base = await app.listen({ host: '127.0.0.1', port: 0 });
+const model = control.modelName;
+const prompt = (i: number) => `the harbor keeps ${i % 97} lanterns lit across the quiet water`;
+
+const viaHttp = async (i: number) => {
+  const t = performance.now();
+  const r = await fetch(`${base}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model, prompt: prompt(i), max_tokens: MAX_TOKENS }),
+  });
+  if (r.status !== 200) throw new Error(`HTTP ${r.status}`);
+  await r.json();
+  return performance.now() - t;
+};
+const viaSubmit = async (i: number) => {
+  const t = performance.now();
+  await control.submit({ prompt: prompt(i), maxTokens: MAX_TOKENS }).result;
+  return performance.now() - t;
+};
+const ttft = async (i: number) => {
+  const t = performance.now();
+  const r = await fetch(`${base}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model, prompt: prompt(i), max_tokens: MAX_TOKENS, stream: true }),
+  });
+  const reader = (r.body as ReadableStream<Uint8Array>).getReader();
+  let first = Number.NaN;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    if (Number.isNaN(first) && new TextDecoder().decode(value).includes('"text":" '))
+      first = performance.now() - t;
+  }
+  return first;
+};
+
+interface Row {
+  connections: number;
+  httpRps: number;
+  submitRps: number;
+  rpsRatio: number;
+  httpP50Ms: number;
+  httpP99Ms: number;
+  submitP50Ms: number;
+  submitP99Ms: number;
+  addedP50Ms: number;
+  ttftP50Ms: number;
+  ttftP99Ms: number;
+  errors: number;
+}
+const rows: Row[] = [];
+try {
+  await load(16, viaSubmit); // warm up
+  await load(16, viaHttp);
+  for (const c of CONNECTIONS) {
+    say(`${c} connections: submit() in-process, then HTTP, then streaming, ${SECONDS}s each …`);
+    const s = await load(c, viaSubmit);
+    const h = await load(c, viaHttp);
+    const f = await load(c, ttft);
+    rows.push({
+      connections: c,
+      httpRps: Math.round(h.rps),
+      submitRps: Math.round(s.rps),
+      rpsRatio: r2(h.rps / s.rps),
+      httpP50Ms: r2(pct(h.ms, 50)),
+      httpP99Ms: r2(pct(h.ms, 99)),
+      submitP50Ms: r2(pct(s.ms, 50)),
+      submitP99Ms: r2(pct(s.ms, 99)),
+      addedP50Ms: r2(pct(h.ms, 50) - pct(s.ms, 50)),
+      ttftP50Ms: r2(pct(f.ms, 50)),
+      ttftP99Ms: r2(pct(f.ms, 99)),
+      errors: h.errors + s.errors + f.errors,
+    });
+  }
+} finally {
+  await app.close();
+  metrics.close();
+  await stack.stop();
+  rmSync(dir, { recursive: true, force: true });
+}
+
+if (asJson) {
+  process.stdout.write(
+    `${JSON.stringify({ bench: 'serve', cores: cpus().length, node: process.version, durability: DURABILITY, seconds: SECONDS, maxTokens: MAX_TOKENS, rows }, null, 2)}\n`,
+  );
+} else {
+  process.stdout.write(
+    [
+      `pdctl serve benchmark — ${cpus().length} cores, node ${process.version}, durability ${DURABILITY}, ${SECONDS}s per cell, ${MAX_TOKENS} tokens per completion,`,
+      'near-zero model compute, 1 prefill + 1 decode engine; client, API and control plane in this process. Baseline: submit() in-process.',
+      '',
+      '| connections | HTTP req/s | submit() req/s | ratio | HTTP p50 ms | HTTP p99 ms | submit() p50 ms | submit() p99 ms | HTTP added p50 ms | TTFT p50 ms | TTFT p99 ms | errors |',
+      '|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+      ...rows.map(
+        (r) =>
+          `| ${r.connections} | ${r.httpRps} | ${r.submitRps} | ${r.rpsRatio} | ${r.httpP50Ms} | ${r.httpP99Ms} | ${r.submitP50Ms} | ${r.submitP99Ms} | ${r.addedP50Ms} | ${r.ttftP50Ms} | ${r.ttftP99Ms} | ${r.errors} |`,
+      ),
+      '',
+      'Target: HTTP + journal add under 2 ms p50 per request over in-process submit().',
+      '',
+    ].join('\n'),
+  );
+}
