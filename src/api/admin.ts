@@ -40,24 +40,30 @@ export function registerAdminRoutes(
   control: ControlPlane,
   token: string | null,
 ): void {
-  app.post<{ Params: { room: string }; Body: { reason?: string } | undefined }>(
+  app.post<{ Params: { room: string }; Body: unknown }>(
     '/v1/rooms/:room/abort',
     {
+      // Token first, then the body: an unauthenticated caller learns nothing about the input.
+      onRequest: async (req) => authorize(req, token),
       schema: {
         tags: ['operations'],
         summary:
-          'Abort a room (appends room.abort_requested; the room ends aborted once both engines released)',
-        body: Type.Optional(
-          Type.Object(
-            { reason: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })) },
-            { additionalProperties: false },
-          ),
-        ),
+          'Abort a room (appends room.abort_requested; the room ends aborted once both engines released). Optional body: {"reason": "..."}',
       },
     },
     async (req, reply) => {
-      authorize(req, token);
       const room = req.params.room;
+      const body = (req.body ?? {}) as { reason?: unknown };
+      const reason = body.reason ?? 'operator';
+      if (typeof reason !== 'string' || reason.length === 0 || reason.length > 200) {
+        throw new ApiError(
+          400,
+          'reason must be a string of 1 to 200 characters',
+          'invalid_request_error',
+          'invalid_parameter',
+          'reason',
+        );
+      }
       if (!isValidId(room))
         throw new ApiError(
           400,
@@ -66,7 +72,7 @@ export function registerAdminRoutes(
           'invalid_parameter',
           'room',
         );
-      const res = await control.abort(room, req.body?.reason ?? 'operator', 'api');
+      const res = await control.abort(room, reason, 'api');
       if (res.status === 'rejected') {
         if (res.reason === 'unknown_room')
           throw new ApiError(
@@ -94,6 +100,7 @@ export function registerAdminRoutes(
   }>(
     '/v1/admin/engines/:engine/commands',
     {
+      onRequest: async (req) => authorize(req, token),
       schema: {
         tags: ['operations'],
         summary:
@@ -109,7 +116,6 @@ export function registerAdminRoutes(
       },
     },
     async (req, reply) => {
-      authorize(req, token);
       const { command, room, reason } = req.body;
       if (
         (command === 'abort_room' || command === 'free_room') &&

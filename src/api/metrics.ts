@@ -4,6 +4,7 @@
  */
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import client from 'prom-client';
+import { STAGE_OF } from '../control/canary.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import type { Room } from '../journal/reducer.ts';
@@ -17,7 +18,10 @@ export class ApiMetrics {
   readonly registry = new client.Registry();
   private readonly loopDelay = monitorEventLoopDelay({ resolution: 10 });
   private readonly ended: client.Counter<'state' | 'reason'>;
+  private readonly state: client.Histogram<'state'>;
   private readonly stage: client.Histogram<'stage'>;
+  /** When each live room entered its current stage (see STAGE_OF). */
+  private readonly stageSince = new Map<string, number>();
   private readonly ttft: client.Histogram;
   private readonly request: client.Histogram<'kind'>;
   private readonly transfers: client.Counter<'status'>;
@@ -34,9 +38,16 @@ export class ApiMetrics {
       labelNames: ['state', 'reason'],
       registers: [r],
     });
+    this.state = new client.Histogram({
+      name: 'pdctl_state_seconds',
+      help: 'Time rooms spent in each live state, from the journal',
+      labelNames: ['state'],
+      buckets: STAGE_BUCKETS,
+      registers: [r],
+    });
     this.stage = new client.Histogram({
       name: 'pdctl_stage_seconds',
-      help: 'Time rooms spent in each stage (state), from the journal',
+      help: 'Time rooms spent in each stage (bootstrap, prefill, transfer, decode), from the journal',
       labelNames: ['stage'],
       buckets: STAGE_BUCKETS,
       registers: [r],
@@ -152,8 +163,18 @@ export class ApiMetrics {
   private readonly collect: () => void;
 
   private onRoomEvent(before: Room | null, after: Room, ev: JournalEvent): void {
-    if (before && before.state !== after.state)
-      this.stage.observe({ stage: before.state }, Math.max(0, ev.ts - before.stateSince) / 1000);
+    if (before && before.state !== after.state) {
+      this.state.observe({ state: before.state }, Math.max(0, ev.ts - before.stateSince) / 1000);
+      const from = STAGE_OF[before.state];
+      const since = this.stageSince.get(after.room);
+      if (from && from !== STAGE_OF[after.state] && since !== undefined) {
+        this.stage.observe({ stage: from }, Math.max(0, ev.ts - since) / 1000);
+      }
+    }
+    if (!before || STAGE_OF[before.state] !== STAGE_OF[after.state]) {
+      if (STAGE_OF[after.state]) this.stageSince.set(after.room, ev.ts);
+      else this.stageSince.delete(after.room);
+    }
     if (after.terminalAt !== null && (!before || before.terminalAt === null)) {
       this.ended.inc({ state: after.state, reason: after.reason ?? after.finishReason ?? 'none' });
       if (after.state === 'failed' && after.reason?.startsWith('transfer_'))

@@ -10,15 +10,16 @@ import type { ControlPlane } from './control-plane.ts';
 import { RoomEndedError } from './streams.ts';
 
 /** The four stages a caller cares about, as spans of room states. */
-const STAGE_OF: Partial<Record<RoomState, 'bootstrap' | 'prefill' | 'transfer' | 'decode'>> = {
-  created: 'bootstrap',
-  bootstrapping: 'bootstrap',
-  waiting_for_input: 'prefill',
-  prefilling: 'prefill',
-  transferring: 'transfer',
-  transferred: 'decode',
-  decoding: 'decode',
-};
+export const STAGE_OF: Partial<Record<RoomState, 'bootstrap' | 'prefill' | 'transfer' | 'decode'>> =
+  {
+    created: 'bootstrap',
+    bootstrapping: 'bootstrap',
+    waiting_for_input: 'prefill',
+    prefilling: 'prefill',
+    transferring: 'transfer',
+    transferred: 'decode',
+    decoding: 'decode',
+  };
 
 export interface CanaryResult {
   ok: boolean;

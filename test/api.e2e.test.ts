@@ -1,0 +1,175 @@
+/**
+ * The API's operator routes and admission control, on a real stack through fastify's inject():
+ * the bearer token, abort, engine commands, 429 when engines are full, 503 when the journal
+ * cannot be written, and the canary's verdict journaled only when it changes.
+ */
+import { describe, expect, it } from 'vitest';
+import { buildApi } from '../src/api/app.ts';
+import { ApiMetrics } from '../src/api/metrics.ts';
+import { Canary } from '../src/control/canary.ts';
+import type { Stack } from '../src/control/stack.ts';
+import { silentLogger } from '../src/log.ts';
+import { startTestStack, waitFor } from './helpers/stack.ts';
+
+async function api(
+  stack: Stack,
+  opts: { adminToken?: string | null; maxRoomsPerEngine?: number } = {},
+) {
+  const canary = new Canary(stack.control, silentLogger, 2000);
+  const metrics = new ApiMetrics(stack.control);
+  const app = await buildApi({
+    control: stack.control,
+    canary,
+    metrics,
+    log: silentLogger,
+    version: 'test',
+    adminToken: opts.adminToken ?? null,
+    maxRoomsPerEngine: opts.maxRoomsPerEngine,
+  });
+  return { app, canary, metrics };
+}
+
+const completion = (extra: Record<string, unknown> = {}) => ({
+  method: 'POST' as const,
+  url: '/v1/completions',
+  payload: {
+    model: 'pdctl-deterministic-1',
+    prompt: 'the harbor at night',
+    max_tokens: 8,
+    ...extra,
+  },
+});
+
+describe('operator routes and admission', () => {
+  it('guards abort and commands with the bearer token, and aborts a live room', async () => {
+    const stack = await startTestStack({ engineArgs: ['--decode-us-per-token', '5000'] });
+    const { app } = await api(stack, { adminToken: 's3cret' });
+    const pending = app.inject(completion({ max_tokens: 400 }));
+    await waitFor('a room decoding', () =>
+      [...stack.control.rooms.values()].some((r) => r.state === 'decoding'),
+    );
+    const room = [...stack.control.rooms.values()].find((r) => r.state === 'decoding')
+      ?.room as string;
+    expect((await app.inject({ method: 'POST', url: `/v1/rooms/${room}/abort` })).statusCode).toBe(
+      401,
+    );
+    const wrong = await app.inject({
+      method: 'POST',
+      url: `/v1/rooms/${room}/abort`,
+      headers: { authorization: 'Bearer nope' },
+    });
+    expect(wrong.json()).toMatchObject({ error: { type: 'authentication_error' } });
+    const auth = { authorization: 'Bearer s3cret' };
+    const ok = await app.inject({
+      method: 'POST',
+      url: `/v1/rooms/${room}/abort`,
+      headers: auth,
+      payload: { reason: 'operator_test' },
+    });
+    expect(ok.statusCode).toBe(202);
+    const res = await pending;
+    expect(res.statusCode).toBe(409);
+    expect(res.json()).toMatchObject({ error: { code: 'room_aborted' } });
+    await waitFor(
+      'aborted',
+      async () => (await stack.control.journal.timeline(room)).room?.state === 'aborted',
+    );
+    expect(
+      (await app.inject({ method: 'POST', url: `/v1/rooms/${room}/abort`, headers: auth }))
+        .statusCode,
+    ).toBe(409);
+    expect(
+      (await app.inject({ method: 'POST', url: '/v1/rooms/r-none/abort', headers: auth }))
+        .statusCode,
+    ).toBe(404);
+    const cmd = await app.inject({
+      method: 'POST',
+      url: '/v1/admin/engines/prefill-0/commands',
+      headers: auth,
+      payload: { command: 'reset_transfer', reason: 'test' },
+    });
+    expect(cmd.statusCode).toBe(202);
+    expect(
+      (await stack.control.journal.tail({ type: 'recovery.action', limit: 5 }))[0]?.data,
+    ).toMatchObject({ action: 'reset_transfer', outcome: 'sent' });
+    const noToken = await app.inject({
+      method: 'POST',
+      url: '/v1/admin/engines/prefill-0/commands',
+      payload: { command: 'drain' },
+    });
+    expect(noToken.statusCode).toBe(401);
+    const unknown = await app.inject({
+      method: 'POST',
+      url: '/v1/admin/engines/nobody/commands',
+      headers: auth,
+      payload: { command: 'drain' },
+    });
+    expect(unknown.statusCode).toBe(404);
+    await app.close();
+  });
+
+  it('answers 429 with Retry-After when every decode engine is full, and 503 when the journal cannot be written', async () => {
+    const stack = await startTestStack({ engineArgs: ['--decode-us-per-token', '5000'] });
+    const { app } = await api(stack, { maxRoomsPerEngine: 2 });
+    const first = [
+      app.inject(completion({ max_tokens: 100 })),
+      app.inject(completion({ max_tokens: 100 })),
+    ];
+    await waitFor(
+      'two rooms live',
+      () => (stack.control.registry.get('decode-0')?.liveRooms ?? 0) >= 2,
+    );
+    const full = await app.inject(completion());
+    expect(full.statusCode).toBe(429);
+    expect(full.headers['retry-after']).toBe('1');
+    expect(full.json()).toMatchObject({ error: { type: 'rate_limit_error', code: 'overloaded' } });
+    for (const r of await Promise.all(first)) expect(r.statusCode).toBe(200);
+
+    // A journal that cannot grow (a full disk) fails commits; the API then refuses new work.
+    const journal = stack.control.journal;
+    const pages = (
+      journal as unknown as { db: { pragma(q: string, o: object): number } }
+    ).db.pragma('page_count', { simple: true });
+    await journal.limitPagesForDrill(pages);
+    let refused = 0;
+    for (let i = 0; i < 500 && refused === 0; i++) {
+      const r = await app.inject(
+        completion({ prompt: `fill ${'the page '.repeat(200)} ${i}`, max_tokens: 1 }),
+      );
+      if (r.statusCode === 503) refused++;
+      else expect(r.statusCode).toBe(200);
+    }
+    expect(refused).toBe(1);
+    expect(journal.health().writable).toBe(false);
+    const rooms = (await journal.stats()).rooms;
+    const again = await app.inject(completion());
+    expect(again.statusCode).toBe(503);
+    expect(again.json()).toMatchObject({ error: { code: 'journal_unavailable' } });
+    expect((await journal.stats()).rooms).toBe(rooms);
+    await stack.control.journal.limitPagesForDrill(null);
+    await app.close();
+  });
+
+  it('journals the canary verdict only when it changes', async () => {
+    const stack = await startTestStack();
+    const { canary } = await api(stack);
+    for (let i = 0; i < 3; i++) expect((await canary.run()).ok).toBe(true);
+    stack.engines.signal('decode-0', 'SIGSTOP');
+    const stuck = await canary.run(300);
+    expect(stuck).toMatchObject({ ok: false, stage: 'bootstrap' });
+    stack.engines.signal('decode-0', 'SIGCONT');
+    await waitFor('canary ok again', async () => (await canary.run()).ok);
+    // The verdict is journaled after the run returns: wait for the third.
+    const verdicts = async () =>
+      (
+        await stack.control.journal.tail({
+          type: 'canary.changed',
+          limit: 10,
+          order: 'oldest',
+          afterSeq: 0,
+        })
+      ).map((e) => e.data.ok);
+    await waitFor('the recovery journaled', async () => (await verdicts()).length >= 3);
+    expect(await verdicts()).toEqual([true, false, true]);
+  });
+});
