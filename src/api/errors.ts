@@ -36,8 +36,15 @@ export class ApiError extends Error {
 /** Any error thrown by a route, as the ApiError a client should see. */
 export function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
-  if (err instanceof ControlError)
-    return new ApiError(err.status, err.message, undefined, err.code);
+  if (err instanceof ControlError) {
+    // OpenAI-style codes: CONTROL_JOURNAL_UNAVAILABLE → journal_unavailable.
+    return new ApiError(
+      err.status,
+      err.message,
+      undefined,
+      err.code.replace(/^CONTROL_/, '').toLowerCase(),
+    );
+  }
   if (err instanceof JournalError)
     return new ApiError(err.status, err.message, undefined, err.code);
   const e = err as {
