@@ -178,6 +178,21 @@ describe('the openai client against pdctl serve', () => {
       .map((l) => JSON.parse(l) as { type: string });
     expect(lines.length).toBeGreaterThan(0);
     expect(lines.every((l) => l.type === 'room.completed')).toBe(true);
+    // follow=1 keeps streaming: a completion made now shows up live.
+    const ac = new AbortController();
+    const follow = await fetch(`${s.url}/v1/journal?type=room.completed&follow=1&limit=1`, {
+      signal: ac.signal,
+    });
+    const reader = (follow.body as ReadableStream<Uint8Array>).getReader();
+    const made = await client.completions.create({
+      model: MODEL,
+      prompt: 'followed live',
+      max_tokens: 2,
+    });
+    const room = made.id.slice('cmpl-'.length);
+    let seen = '';
+    while (!seen.includes(room)) seen += new TextDecoder().decode((await reader.read()).value);
+    ac.abort();
     const engines = (await get('/v1/engines')).body.engines as Array<{
       role: string;
       total_pages: number;
