@@ -1,22 +1,16 @@
 /**
  * The control-plane core: the journal, the bus, the engines, and the rooms between them. It
- * creates rooms for requests, appends what engines send (after validating it), and delivers each
- * committed event to the two engines of its room, in seq order, after replaying what an engine
- * missed when it says hello. Token chunks flow from decode engines to the caller of `submit`.
+ * creates rooms for requests, folds every committed room event into its view, finishes aborts,
+ * and hands each committed event to the engine links (engine-link.ts: hellos, replay, appends,
+ * delivery). Token chunks flow from decode engines to the caller of `submit`.
  * `ControlPlane.start` is what `pdctl serve` and `pdctl run` build on.
  */
 
 import type { CurveServerKeys } from '../bus/curve.ts';
-import {
-  type CommandName,
-  type EngineMessage,
-  PROTOCOL_VERSION,
-  type RoomRequest,
-} from '../bus/protocol.ts';
-import type { BusServerHandlers, PeerId } from '../bus/server.ts';
+import type { CommandName, EngineMessage, RoomRequest } from '../bus/protocol.ts';
+import type { BusServerHandlers } from '../bus/server.ts';
 import { BusServer } from '../bus/server.ts';
 import { DeterministicModel, type ModelExecutor } from '../engine/model.ts';
-import { JournalError } from '../journal/errors.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import { newRoomId } from '../journal/ids.ts';
 import { type Room, reduce } from '../journal/reducer.ts';
@@ -25,6 +19,7 @@ import type { Durability } from '../journal/sqlite/open.ts';
 import { isTerminal, LIVE_STATES, type StateDeadlinesMs } from '../journal/states.ts';
 import type { AppendResult, Subscription } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
+import { type ControlCounters, EngineLink } from './engine-link.ts';
 import { ControlError } from './errors.ts';
 import { EngineRegistry, type EngineSession } from './registry.ts';
 import { RoomEndedError, RoomStream } from './streams.ts';
@@ -69,22 +64,37 @@ export class ControlPlane {
   private subscription: Subscription | null = null;
   private readonly model: ModelExecutor;
   private closing: Promise<void> | null = null;
-  /** Sessions handed out so far (one per accepted hello). */
-  private sessions = 0;
   bus!: BusServer;
+  private readonly link: EngineLink;
   private readonly roomListeners: Array<
     (before: Room | null, after: Room, ev: JournalEvent) => void
   > = [];
   /** Append-to-commit latencies (ms) of the control plane's own and relayed appends, newest 1024. */
   private readonly latencies = new Float64Array(1024);
   private latencyCount = 0;
-  counters = { appends: 0, nacks: 0, tokens: 0, tokensDropped: 0, delivered: 0, hellos: 0 };
+  readonly counters: ControlCounters = {
+    appends: 0,
+    nacks: 0,
+    tokens: 0,
+    tokensDropped: 0,
+    delivered: 0,
+    hellos: 0,
+  };
 
   private constructor(
     readonly journal: SqliteJournal,
     private readonly options: ControlPlaneOptions,
   ) {
     this.model = options.model ?? new DeterministicModel();
+    this.link = new EngineLink({
+      journal,
+      registry: this.registry,
+      counters: this.counters,
+      log: options.log,
+      roomView: (room) => this.rooms.get(room),
+      request: (room) => this.requests.get(room),
+      timed: (p) => this.timed(p),
+    });
   }
 
   static async start(options: ControlPlaneOptions): Promise<ControlPlane> {
@@ -107,6 +117,7 @@ export class ControlPlane {
         },
         cp.handlers(),
       );
+      cp.link.bus = cp.bus;
     } catch (err) {
       cp.subscription?.close();
       await journal.drain();
@@ -136,7 +147,7 @@ export class ControlPlane {
 
   private handlers(): BusServerHandlers {
     return {
-      hello: (peer, msg) => void this.onHello(peer, msg),
+      hello: (peer, msg) => void this.link.hello(peer, msg),
       heartbeat: (_peer, engine, msg) => {
         const s = this.registry.get(engine);
         if (!s) return;
@@ -144,221 +155,9 @@ export class ControlPlane {
         if (msg.ticks.bus !== s.heartbeat?.ticks.bus) s.unconsumedSince = 0;
         s.heartbeat = msg;
       },
-      append: (peer, engine, msg) => this.onAppend(peer, engine, msg),
+      append: (peer, engine, msg) => this.link.append(peer, engine, msg),
       tokens: (_peer, engine, msg) => this.onTokens(engine, msg),
     };
-  }
-
-  // ── engines ──────────────────────────────────────────────────────────────────────────────
-
-  private async onHello(peer: PeerId, msg: EngineMessage<'hello'>): Promise<void> {
-    this.counters.hellos++;
-    const log = this.options.log;
-    if (msg.protocol !== PROTOCOL_VERSION) {
-      this.bus.send(peer, 'nack', {
-        eventId: null,
-        code: 'BUS_PROTOCOL_MISMATCH',
-        message: `this control plane speaks protocol ${PROTOCOL_VERSION}, the engine ${msg.protocol}`,
-        retryable: false,
-      });
-      return;
-    }
-    const prev = this.registry.get(msg.engine);
-    if (prev && prev.role !== msg.role) {
-      log.error(
-        { engine: msg.engine, was: prev.role, now: msg.role },
-        'engine id reused with another role; refused',
-      );
-      this.bus.send(peer, 'nack', {
-        eventId: null,
-        code: 'BUS_INVALID_EVENT',
-        message: `engine ${msg.engine} is registered as ${prev.role}; pick another --id`,
-        retryable: false,
-      });
-      return;
-    }
-    const fresh = !prev || prev.incarnation !== msg.incarnation;
-    const now = Date.now();
-    const session: EngineSession = {
-      engine: msg.engine,
-      role: msg.role,
-      incarnation: msg.incarnation,
-      pid: msg.pid,
-      peer,
-      pool: msg.pool,
-      epoch: msg.epoch,
-      pages: msg.pages,
-      pageBytes: msg.pageBytes,
-      connectedAt: now,
-      lastSeen: now,
-      heartbeat: null,
-      liveRooms: prev?.liveRooms ?? 0,
-      live: false,
-      unconsumedSince: 0,
-      session: ++this.sessions,
-      nextN: 1,
-      broken: false,
-      sentSeq: 0,
-      lastDelivered: msg.lastSeq,
-      buffer: [],
-    };
-    this.registry.set(session);
-    this.bus.register(peer, msg.engine);
-    if (fresh) {
-      log.info(
-        { engine: msg.engine, role: msg.role, incarnation: msg.incarnation, pid: msg.pid },
-        'engine registered',
-      );
-      this.journal
-        .append({
-          type: 'engine.registered',
-          engine: msg.engine,
-          source: 'control',
-          data: {
-            role: msg.role,
-            incarnation: msg.incarnation,
-            pid: msg.pid,
-            pool: msg.pool,
-            pages: msg.pages,
-          },
-        })
-        .catch((err) =>
-          log.error({ err, engine: msg.engine }, 'could not journal engine.registered'),
-        );
-    } else {
-      log.info({ engine: msg.engine, lastSeq: msg.lastSeq }, 'engine reconnected');
-    }
-    let backlog: Awaited<ReturnType<SqliteJournal['engineBacklog']>>;
-    try {
-      backlog = await this.journal.engineBacklog(msg.engine, msg.lastSeq);
-    } catch (err) {
-      log.error(
-        { err, engine: msg.engine },
-        'cannot read the engine’s backlog; it will say hello again',
-      );
-      session.buffer = [];
-      return;
-    }
-    // A newer hello from the same engine took over while we read.
-    if (this.registry.get(msg.engine) !== session) return;
-    this.bus.send(peer, 'welcome', {
-      protocol: PROTOCOL_VERSION,
-      engine: msg.engine,
-      incarnation: msg.incarnation,
-      session: session.session,
-      replayFrom: msg.lastSeq,
-      replayEvents: backlog.events.length,
-      heartbeatMs: 500,
-    });
-    for (const ev of backlog.events) this.sendEvent(session, ev);
-    session.sentSeq = backlog.headSeq;
-    for (const ev of session.buffer) {
-      if (ev.seq > session.sentSeq) {
-        this.sendEvent(session, ev);
-        session.sentSeq = ev.seq;
-      }
-    }
-    session.buffer = [];
-    session.live = true;
-    if (backlog.events.length > 0) {
-      log.info(
-        { engine: msg.engine, events: backlog.events.length, from: msg.lastSeq },
-        'replayed the engine’s rooms',
-      );
-    }
-  }
-
-  /**
-   * Appends of one session must arrive as n = 1, 2, 3, … An append of an older session (it sat in
-   * a dead connection's queue) is dropped; a gap means one was lost, and taking the next would
-   * reorder the engine's events (transfer_posted before prefill_started): drop the rest and make
-   * the engine open a new session, which resends everything unacknowledged in order.
-   */
-  private inSequence(peer: PeerId, engine: string, msg: EngineMessage<'append'>): boolean {
-    const s = this.registry.get(engine);
-    if (!s || msg.session !== s.session) {
-      this.bus.drops.record('stale_session', {
-        engine,
-        session: msg.session,
-        eventId: msg.eventId,
-      });
-      return false;
-    }
-    if (msg.n < s.nextN) return true; // a resend within the session: the journal dedupes it
-    if (msg.n > s.nextN || s.broken) {
-      this.bus.drops.record('out_of_order', { engine, expected: s.nextN, got: msg.n });
-      if (!s.broken) {
-        s.broken = true;
-        this.bus.send(peer, 'nack', {
-          eventId: null,
-          code: 'BUS_NOT_REGISTERED',
-          message: `append ${s.nextN} of session ${s.session} never arrived; say hello again`,
-          retryable: true,
-        });
-      }
-      return false;
-    }
-    s.nextN++;
-    return true;
-  }
-
-  private onAppend(peer: PeerId, engine: string, msg: EngineMessage<'append'>): void {
-    if (!this.inSequence(peer, engine, msg)) return;
-    const { type, room, data } = msg.event;
-    const refuse = (message: string) => {
-      this.counters.nacks++;
-      this.bus.send(peer, 'nack', {
-        eventId: msg.eventId,
-        code: 'BUS_INVALID_EVENT',
-        message,
-        retryable: false,
-      });
-    };
-    if (type === 'room.created' || !type.startsWith('room.')) {
-      refuse(`engines may not append ${type}`);
-      return;
-    }
-    const view = this.rooms.get(room);
-    if (view && view.prefillEngine !== engine && view.decodeEngine !== engine) {
-      refuse(
-        `room ${room} belongs to ${view.prefillEngine} and ${view.decodeEngine}, not ${engine}`,
-      );
-      return;
-    }
-    this.counters.appends++;
-    this.timed(
-      this.journal.append({
-        type,
-        room,
-        engine,
-        source: `engine:${engine}`,
-        eventId: msg.eventId,
-        data,
-      } as Parameters<SqliteJournal['append']>[0]),
-    ).then(
-      (res) => {
-        const to = this.registry.get(engine)?.peer ?? peer;
-        this.bus.send(to, 'ack', {
-          eventId: msg.eventId,
-          status: res.status,
-          original: res.status === 'duplicate' ? res.original : null,
-          seq: res.seq,
-          reason: res.status === 'rejected' ? res.reason : null,
-          detail: res.status === 'rejected' ? res.detail.slice(0, 1000) : null,
-        });
-      },
-      (err) => {
-        const e = JournalError.from(err);
-        const retryable = e.code !== 'JOURNAL_INVALID_EVENT';
-        this.counters.nacks++;
-        this.bus.send(this.registry.get(engine)?.peer ?? peer, 'nack', {
-          eventId: msg.eventId,
-          code: retryable ? 'BUS_JOURNAL_UNAVAILABLE' : 'BUS_INVALID_EVENT',
-          message: e.message.slice(0, 2000),
-          retryable,
-        });
-      },
-    );
   }
 
   private onTokens(engine: string, msg: EngineMessage<'tokens'>): void {
@@ -381,15 +180,6 @@ export class ControlPlane {
     }
   }
 
-  private sendEvent(session: EngineSession, ev: JournalEvent): void {
-    const request = ev.type === 'room.created' && ev.room ? this.requests.get(ev.room) : undefined;
-    const payload = { event: ev, prevSeq: session.lastDelivered, ...(request ? { request } : {}) };
-    session.lastDelivered = ev.seq;
-    if (session.unconsumedSince === 0) session.unconsumedSince = Date.now();
-    this.bus.send(session.peer, 'event', payload);
-    this.counters.delivered++;
-  }
-
   // ── committed events ─────────────────────────────────────────────────────────────────────
 
   private onCommitted(ev: JournalEvent): void {
@@ -399,7 +189,7 @@ export class ControlPlane {
     if (!r.ok) return;
     const room = r.room;
     this.rooms.set(ev.room, room);
-    this.deliver(room, ev);
+    this.link.deliver(room, ev);
     for (const l of this.roomListeners) {
       try {
         l(before, room, ev);
@@ -440,19 +230,6 @@ export class ControlPlane {
       p50: sorted[Math.floor(n * 0.5)] as number,
       p99: sorted[Math.min(n - 1, Math.floor(n * 0.99))] as number,
     };
-  }
-
-  private deliver(room: Room, ev: JournalEvent): void {
-    for (const engine of new Set([room.prefillEngine, room.decodeEngine])) {
-      const s = this.registry.get(engine);
-      if (!s) continue;
-      if (!s.live) {
-        s.buffer.push(ev);
-      } else if (ev.seq > s.sentSeq) {
-        s.sentSeq = ev.seq;
-        this.sendEvent(s, ev);
-      }
-    }
   }
 
   private releasedByBoth(room: Room): boolean {

@@ -1,0 +1,280 @@
+/**
+ * The control plane's side of each engine's connection: accepting a hello and replaying what the
+ * engine missed, taking its appends in order and relaying them to the journal, and delivering
+ * committed events to it in seq order with their `prevSeq` (docs/protocol.md, "Ordering, replay
+ * and retries").
+ */
+
+import { type EngineMessage, PROTOCOL_VERSION, type RoomRequest } from '../bus/protocol.ts';
+import type { BusServer, PeerId } from '../bus/server.ts';
+import { JournalError } from '../journal/errors.ts';
+import type { JournalEvent } from '../journal/events.ts';
+import type { Room } from '../journal/reducer.ts';
+import type { SqliteJournal } from '../journal/sqlite/journal.ts';
+import type { Logger } from '../log.ts';
+import type { EngineRegistry, EngineSession } from './registry.ts';
+
+export interface ControlCounters {
+  appends: number;
+  nacks: number;
+  tokens: number;
+  tokensDropped: number;
+  delivered: number;
+  hellos: number;
+}
+
+export interface EngineLinkDeps {
+  journal: SqliteJournal;
+  registry: EngineRegistry;
+  counters: ControlCounters;
+  log: Logger;
+  /** The control plane's view of a room (to check an engine appends only for its own). */
+  roomView(room: string): Room | undefined;
+  /** The request behind a room, attached to its `room.created` for the prefill engine. */
+  request(room: string): RoomRequest | undefined;
+  /** Measures an append's latency. */
+  timed<T>(p: Promise<T>): Promise<T>;
+}
+
+export class EngineLink {
+  /** Set once the bus is bound. */
+  bus!: BusServer;
+  /** Sessions handed out so far (one per accepted hello). */
+  private sessions = 0;
+
+  constructor(private readonly deps: EngineLinkDeps) {}
+
+  async hello(peer: PeerId, msg: EngineMessage<'hello'>): Promise<void> {
+    this.deps.counters.hellos++;
+    const log = this.deps.log;
+    if (msg.protocol !== PROTOCOL_VERSION) {
+      this.bus.send(peer, 'nack', {
+        eventId: null,
+        code: 'BUS_PROTOCOL_MISMATCH',
+        message: `this control plane speaks protocol ${PROTOCOL_VERSION}, the engine ${msg.protocol}`,
+        retryable: false,
+      });
+      return;
+    }
+    const prev = this.deps.registry.get(msg.engine);
+    if (prev && prev.role !== msg.role) {
+      log.error(
+        { engine: msg.engine, was: prev.role, now: msg.role },
+        'engine id reused with another role; refused',
+      );
+      this.bus.send(peer, 'nack', {
+        eventId: null,
+        code: 'BUS_INVALID_EVENT',
+        message: `engine ${msg.engine} is registered as ${prev.role}; pick another --id`,
+        retryable: false,
+      });
+      return;
+    }
+    const fresh = !prev || prev.incarnation !== msg.incarnation;
+    const now = Date.now();
+    const session: EngineSession = {
+      engine: msg.engine,
+      role: msg.role,
+      incarnation: msg.incarnation,
+      pid: msg.pid,
+      peer,
+      pool: msg.pool,
+      epoch: msg.epoch,
+      pages: msg.pages,
+      pageBytes: msg.pageBytes,
+      connectedAt: now,
+      lastSeen: now,
+      heartbeat: null,
+      liveRooms: prev?.liveRooms ?? 0,
+      live: false,
+      unconsumedSince: 0,
+      session: ++this.sessions,
+      nextN: 1,
+      broken: false,
+      sentSeq: 0,
+      lastDelivered: msg.lastSeq,
+      buffer: [],
+    };
+    this.deps.registry.set(session);
+    this.bus.register(peer, msg.engine);
+    if (fresh) {
+      log.info(
+        { engine: msg.engine, role: msg.role, incarnation: msg.incarnation, pid: msg.pid },
+        'engine registered',
+      );
+      this.deps.journal
+        .append({
+          type: 'engine.registered',
+          engine: msg.engine,
+          source: 'control',
+          data: {
+            role: msg.role,
+            incarnation: msg.incarnation,
+            pid: msg.pid,
+            pool: msg.pool,
+            pages: msg.pages,
+          },
+        })
+        .catch((err) =>
+          log.error({ err, engine: msg.engine }, 'could not journal engine.registered'),
+        );
+    } else {
+      log.info({ engine: msg.engine, lastSeq: msg.lastSeq }, 'engine reconnected');
+    }
+    let backlog: Awaited<ReturnType<SqliteJournal['engineBacklog']>>;
+    try {
+      backlog = await this.deps.journal.engineBacklog(msg.engine, msg.lastSeq);
+    } catch (err) {
+      log.error(
+        { err, engine: msg.engine },
+        'cannot read the engine’s backlog; it will say hello again',
+      );
+      session.buffer = [];
+      return;
+    }
+    // A newer hello from the same engine took over while we read.
+    if (this.deps.registry.get(msg.engine) !== session) return;
+    this.bus.send(peer, 'welcome', {
+      protocol: PROTOCOL_VERSION,
+      engine: msg.engine,
+      incarnation: msg.incarnation,
+      session: session.session,
+      replayFrom: msg.lastSeq,
+      replayEvents: backlog.events.length,
+      heartbeatMs: 500,
+    });
+    for (const ev of backlog.events) this.sendEvent(session, ev);
+    session.sentSeq = backlog.headSeq;
+    for (const ev of session.buffer) {
+      if (ev.seq > session.sentSeq) {
+        this.sendEvent(session, ev);
+        session.sentSeq = ev.seq;
+      }
+    }
+    session.buffer = [];
+    session.live = true;
+    if (backlog.events.length > 0) {
+      log.info(
+        { engine: msg.engine, events: backlog.events.length, from: msg.lastSeq },
+        'replayed the engine’s rooms',
+      );
+    }
+  }
+
+  /**
+   * Appends of one session must arrive as n = 1, 2, 3, … An append of an older session (it sat in
+   * a dead connection's queue) is dropped; a gap means one was lost, and taking the next would
+   * reorder the engine's events (transfer_posted before prefill_started): drop the rest and make
+   * the engine open a new session, which resends everything unacknowledged in order.
+   */
+  private inSequence(peer: PeerId, engine: string, msg: EngineMessage<'append'>): boolean {
+    const s = this.deps.registry.get(engine);
+    if (!s || msg.session !== s.session) {
+      this.bus.drops.record('stale_session', {
+        engine,
+        session: msg.session,
+        eventId: msg.eventId,
+      });
+      return false;
+    }
+    if (msg.n < s.nextN) return true; // a resend within the session: the journal dedupes it
+    if (msg.n > s.nextN || s.broken) {
+      this.bus.drops.record('out_of_order', { engine, expected: s.nextN, got: msg.n });
+      if (!s.broken) {
+        s.broken = true;
+        this.bus.send(peer, 'nack', {
+          eventId: null,
+          code: 'BUS_NOT_REGISTERED',
+          message: `append ${s.nextN} of session ${s.session} never arrived; say hello again`,
+          retryable: true,
+        });
+      }
+      return false;
+    }
+    s.nextN++;
+    return true;
+  }
+
+  append(peer: PeerId, engine: string, msg: EngineMessage<'append'>): void {
+    if (!this.inSequence(peer, engine, msg)) return;
+    const { type, room, data } = msg.event;
+    const refuse = (message: string) => {
+      this.deps.counters.nacks++;
+      this.bus.send(peer, 'nack', {
+        eventId: msg.eventId,
+        code: 'BUS_INVALID_EVENT',
+        message,
+        retryable: false,
+      });
+    };
+    if (type === 'room.created' || !type.startsWith('room.')) {
+      refuse(`engines may not append ${type}`);
+      return;
+    }
+    const view = this.deps.roomView(room);
+    if (view && view.prefillEngine !== engine && view.decodeEngine !== engine) {
+      refuse(
+        `room ${room} belongs to ${view.prefillEngine} and ${view.decodeEngine}, not ${engine}`,
+      );
+      return;
+    }
+    this.deps.counters.appends++;
+    this.deps
+      .timed(
+        this.deps.journal.append({
+          type,
+          room,
+          engine,
+          source: `engine:${engine}`,
+          eventId: msg.eventId,
+          data,
+        } as Parameters<SqliteJournal['append']>[0]),
+      )
+      .then(
+        (res) => {
+          const to = this.deps.registry.get(engine)?.peer ?? peer;
+          this.bus.send(to, 'ack', {
+            eventId: msg.eventId,
+            status: res.status,
+            original: res.status === 'duplicate' ? res.original : null,
+            seq: res.seq,
+            reason: res.status === 'rejected' ? res.reason : null,
+            detail: res.status === 'rejected' ? res.detail.slice(0, 1000) : null,
+          });
+        },
+        (err) => {
+          const e = JournalError.from(err);
+          const retryable = e.code !== 'JOURNAL_INVALID_EVENT';
+          this.deps.counters.nacks++;
+          this.bus.send(this.deps.registry.get(engine)?.peer ?? peer, 'nack', {
+            eventId: msg.eventId,
+            code: retryable ? 'BUS_JOURNAL_UNAVAILABLE' : 'BUS_INVALID_EVENT',
+            message: e.message.slice(0, 2000),
+            retryable,
+          });
+        },
+      );
+  }
+
+  private sendEvent(session: EngineSession, ev: JournalEvent): void {
+    const request = ev.type === 'room.created' && ev.room ? this.deps.request(ev.room) : undefined;
+    const payload = { event: ev, prevSeq: session.lastDelivered, ...(request ? { request } : {}) };
+    session.lastDelivered = ev.seq;
+    if (session.unconsumedSince === 0) session.unconsumedSince = Date.now();
+    this.bus.send(session.peer, 'event', payload);
+    this.deps.counters.delivered++;
+  }
+
+  deliver(room: Room, ev: JournalEvent): void {
+    for (const engine of new Set([room.prefillEngine, room.decodeEngine])) {
+      const s = this.deps.registry.get(engine);
+      if (!s) continue;
+      if (!s.live) {
+        s.buffer.push(ev);
+      } else if (ev.seq > s.sentSeq) {
+        s.sentSeq = ev.seq;
+        this.sendEvent(s, ev);
+      }
+    }
+  }
+}
