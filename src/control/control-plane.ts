@@ -108,6 +108,7 @@ export class ControlPlane {
     try {
       await cp.loadLiveRooms();
       cp.subscription = journal.subscribe(await journal.headSeq(), (ev) => cp.onCommitted(ev));
+      await cp.failOrphans();
       cp.bus = await BusServer.bind(
         {
           endpoint: options.bus ?? 'tcp://127.0.0.1:0',
@@ -143,6 +144,46 @@ export class ControlPlane {
       for (const r of page.rooms) this.rooms.set(r.room, r);
       cursor = page.nextCursor ?? undefined;
     } while (cursor);
+  }
+
+  /**
+   * Startup replay: rooms the journal shows in flight belonged to a control plane that died with
+   * their clients' connections. They are failed (`orphaned_by_restart`, in the stage they were
+   * in); engines that survived free their pages when the failure reaches them.
+   */
+  private async failOrphans(): Promise<number> {
+    const orphans = [...this.rooms.values()];
+    await Promise.all(
+      orphans.map((r) =>
+        this.journal
+          .append({
+            type: 'room.failed',
+            room: r.room,
+            source: 'control',
+            eventId: `${r.room}:orphaned`,
+            data: { reason: 'orphaned_by_restart', stage: r.state, detectedBy: 'control' },
+          })
+          .catch((err) =>
+            this.options.log.error({ err, room: r.room }, 'could not fail an orphaned room'),
+          ),
+      ),
+    );
+    if (orphans.length > 0) {
+      this.options.log.warn(
+        { rooms: orphans.length },
+        'failed rooms left in flight by the previous control plane',
+      );
+      await this.journal.append({
+        type: 'recovery.action',
+        source: 'control',
+        data: {
+          action: 'fail_orphaned_rooms',
+          reason: 'control plane restarted',
+          outcome: `${orphans.length} rooms failed`,
+        },
+      });
+    }
+    return orphans.length;
   }
 
   private handlers(): BusServerHandlers {

@@ -4,6 +4,7 @@
  */
 import type { Logger } from '../log.ts';
 import { EngineSupervisor } from '../recovery/supervisor.ts';
+import { Watchdog } from '../recovery/watchdog.ts';
 import { ControlPlane, type ControlPlaneOptions } from './control-plane.ts';
 
 export interface StackOptions extends ControlPlaneOptions {
@@ -18,11 +19,14 @@ export interface StackOptions extends ControlPlaneOptions {
   /** Restart engines that exit on their own. Default true. */
   restartEngines?: boolean;
   engineEnv?: NodeJS.ProcessEnv;
+  /** Fail rooms that overstay their state's deadline. Default true. */
+  watchdog?: boolean;
 }
 
 export interface Stack {
   control: ControlPlane;
   engines: EngineSupervisor;
+  watchdog: Watchdog;
   engineIds: { prefill: string[]; decode: string[] };
   /** Stops the engines (they drain), then the control plane. Idempotent. */
   stop(): Promise<void>;
@@ -46,9 +50,12 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     engines.start({ id, role: 'prefill', args: options.engineArgs ?? [] });
   for (const id of ids.decode)
     engines.start({ id, role: 'decode', args: options.engineArgs ?? [] });
+  const watchdog = new Watchdog(control, log);
+  if (options.watchdog !== false) watchdog.start();
   let stopping: Promise<void> | null = null;
   const stop = () => {
     stopping ??= (async () => {
+      watchdog.stop();
       await engines.stop();
       await control.close();
     })();
@@ -64,5 +71,5 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     await stop();
     throw err;
   }
-  return { control, engines, engineIds: ids, stop };
+  return { control, engines, watchdog, engineIds: ids, stop };
 }

@@ -117,7 +117,18 @@ export const EVENT_SCHEMAS = {
   'engine.stalled': Type.Object({ reason: Text }, open),
   'engine.recovered': Type.Object({ reason: Text }, open),
   'engine.restarted': Type.Object({ reason: Text }, open),
-  'recovery.action': Type.Object({ action: Text, reason: Text, outcome: Text }, open),
+  'recovery.action': Type.Object(
+    {
+      action: Text,
+      reason: Text,
+      outcome: Text,
+      /** How long after the problem began it was detected, in ms. */
+      detectMs: Type.Optional(Count),
+      /** The room state involved, when the action is about one room. */
+      stage: Type.Optional(Text),
+    },
+    open,
+  ),
   'journal.opened': Type.Object(
     { schemaVersion: Count, durability: Text, pid: Count, version: Text },
     open,

@@ -1,0 +1,105 @@
+/**
+ * The watchdog's first rung (DESIGN.md §9): every live room has a deadline for the state it is in;
+ * a room that overstays is failed — `room.failed` with `reason: deadline_exceeded`, the `stage` it
+ * was stuck in and `detectedBy: watchdog` — and the action is journaled as `recovery.action` with
+ * how late it was noticed. Engines free the room's pages when the failure reaches them. So every
+ * room reaches a terminal state in bounded time, whatever else fails.
+ */
+import type { ControlPlane } from '../control/control-plane.ts';
+import type { Room } from '../journal/reducer.ts';
+import type { Logger } from '../log.ts';
+
+export interface WatchdogStats {
+  ticks: number;
+  /** Rooms failed for overstaying, since start. */
+  failed: number;
+  /** The last detection delay: deadline passed → noticed, in ms. */
+  lastDetectMs: number | null;
+}
+
+export class Watchdog {
+  private timer: NodeJS.Timeout | null = null;
+  /** Rooms whose failure was appended and not yet seen committed. */
+  private readonly failing = new Set<string>();
+  readonly stats: WatchdogStats = { ticks: 0, failed: 0, lastDetectMs: null };
+
+  constructor(
+    private readonly control: ControlPlane,
+    private readonly log: Logger,
+    /** How often rooms are checked. Default 100 ms: detection within a tick of the deadline. */
+    private readonly intervalMs = 100,
+  ) {}
+
+  start(): void {
+    if (this.timer) return;
+    this.timer = setInterval(() => this.tick(), this.intervalMs);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+  }
+
+  /** One pass over the live rooms; returns the rooms it failed. */
+  tick(now = Date.now()): string[] {
+    this.stats.ticks++;
+    const failed: string[] = [];
+    for (const room of this.control.rooms.values()) {
+      if (room.deadlineAt === null || room.deadlineAt > now || this.failing.has(room.room))
+        continue;
+      this.fail(room, now);
+      failed.push(room.room);
+    }
+    return failed;
+  }
+
+  private fail(room: Room, now: number): void {
+    const late = now - (room.deadlineAt as number);
+    const allowed = room.deadlinesMs[room.state as keyof Room['deadlinesMs']];
+    this.failing.add(room.room);
+    this.stats.failed++;
+    this.stats.lastDetectMs = late;
+    this.log.warn(
+      {
+        room: room.room,
+        stage: room.state,
+        overMs: late,
+        prefill: room.prefillEngine,
+        decode: room.decodeEngine,
+      },
+      'room overstayed its state; failing it',
+    );
+    const journal = this.control.journal;
+    // One id per room and state: a second tick before the first commit appends nothing new.
+    journal
+      .append({
+        type: 'room.failed',
+        room: room.room,
+        source: 'watchdog',
+        eventId: `${room.room}:deadline:${room.state}`,
+        data: { reason: 'deadline_exceeded', stage: room.state, detectedBy: 'watchdog' },
+      })
+      .then(() =>
+        journal.append({
+          type: 'recovery.action',
+          room: room.room,
+          source: 'watchdog',
+          data: {
+            action: 'fail_overdue_room',
+            reason: `${room.state} for longer than its ${allowed} ms deadline`,
+            outcome: 'room failed',
+            detectMs: late,
+            stage: room.state,
+          },
+        }),
+      )
+      .catch((err) =>
+        this.log.error(
+          { err, room: room.room },
+          'watchdog could not journal the failure; will retry',
+        ),
+      )
+      .finally(() => this.failing.delete(room.room));
+  }
+}
