@@ -287,6 +287,8 @@ async function streamSse(
     connection: 'keep-alive',
     'x-pdctl-room': stream.room,
   });
+  // Headers now, not with the first token: the client learns its room at once.
+  raw.flushHeaders();
   const object = kind === 'chat' ? 'chat.completion.chunk' : 'text_completion';
   const send = (choice: Record<string, unknown> | null, extra: Record<string, unknown> = {}) =>
     raw.write(

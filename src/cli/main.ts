@@ -2,6 +2,7 @@
 import { Command, CommanderError, Option } from 'commander';
 import { JournalError } from '../journal/errors.ts';
 import { DEFAULT_JOURNAL, EXIT, VERSION } from './context.ts';
+import { registerDrillCommand } from './drill-command.ts';
 import { registerEngineCommand } from './engine-command.ts';
 import { registerJournalCommands } from './journal-commands.ts';
 import { registerKeysCommand } from './keys-command.ts';
@@ -43,6 +44,7 @@ export function buildProgram(): Command {
   registerRunCommand(program);
   registerEngineCommand(program);
   registerKeysCommand(program);
+  registerDrillCommand(program);
   return program;
 }
 

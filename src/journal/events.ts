@@ -144,8 +144,15 @@ export const EVENT_SCHEMAS = {
     },
     open,
   ),
-  'drill.started': Type.Object({ scenario: Text }, open),
-  'drill.finished': Type.Object({ scenario: Text, passed: Type.Boolean() }, open),
+  'drill.started': Type.Object({ scenario: Text, clients: Type.Optional(Count) }, open),
+  'drill.finished': Type.Object(
+    {
+      scenario: Text,
+      passed: Type.Boolean(),
+      invariants: Type.Optional(Type.Array(Type.Unknown())),
+    },
+    open,
+  ),
 } satisfies Record<string, TObject>;
 
 export type EventType = keyof typeof EVENT_SCHEMAS;
