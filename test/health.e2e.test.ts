@@ -9,7 +9,14 @@ import { waitFor } from './helpers/stack.ts';
 
 describe('health that tells the truth', () => {
   it('turns ready and deep red within 5 s of a frozen prefill bus loop, while /health stays green', async () => {
-    const s = await serve(['--canary-interval-ms', '500', '--canary-deadline-ms', '1000']);
+    // Detection only: this test watches the wedge; recovery from it is tested on its own.
+    const s = await serve([
+      '--canary-interval-ms',
+      '500',
+      '--canary-deadline-ms',
+      '1000',
+      '--no-restart-stalled',
+    ]);
     const status = async (path: string) => (await fetch(`${s.url}${path}`)).status;
     await waitFor('ready', async () => (await status('/health/ready')) === 200, 15_000);
     const deepOk = (await (await fetch(`${s.url}/health/deep`)).json()) as {

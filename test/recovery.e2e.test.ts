@@ -116,4 +116,48 @@ describe('recovery', () => {
       await control.close();
     }
   });
+
+  it('a wedged prefill bus loop (INCIDENT.md) is detected and only that engine is restarted', async () => {
+    const { control, engines, stalls } = await startTestStack();
+    const ok = await collect(control.submit({ prompt: prompt(1, 10), maxTokens: 4 }));
+    expect(ok.error).toBeNull();
+    const prefillPid = engines.pid('prefill-0');
+    const decodePid = engines.pid('decode-0');
+    engines.signal('prefill-0', 'SIGUSR2');
+    const frozenAt = Date.now();
+    // Traffic keeps coming: the room sent to the wedged engine is what shows the wedge.
+    const during = collect(control.submit({ prompt: prompt(2, 10), maxTokens: 4 }));
+    await waitFor(
+      'engine.stalled journaled',
+      async () => (await control.journal.tail({ type: 'engine.stalled', limit: 1 })).length === 1,
+    );
+    const stalled = (await control.journal.tail({ type: 'engine.stalled', limit: 1 }))[0];
+    expect(stalled?.engine).toBe('prefill-0');
+    const detectMs = (stalled?.ts as number) - frozenAt;
+    await waitFor('prefill-0 back under a new pid', () => {
+      const s = control.registry.get('prefill-0');
+      return s?.live === true && s.pid !== prefillPid && engines.pid('prefill-0') === s.pid;
+    });
+    const next = await collect(control.submit({ prompt: prompt(3, 10), maxTokens: 4 }));
+    expect(next.error).toBeNull();
+    const recoverMs = Date.now() - frozenAt;
+    // The room caught in the wedge ended either way (resumed by the new process, or failed).
+    const caught = await during;
+    expect(['completed', 'failed']).toContain(
+      (await control.journal.timeline(caught.room)).room?.state,
+    );
+    expect(engines.pid('decode-0')).toBe(decodePid);
+    expect(stalls.restarts).toBe(1);
+    const action = (
+      await control.journal.tail({ type: 'recovery.action', engine: 'prefill-0', limit: 1 })
+    )[0];
+    expect(action?.data).toMatchObject({
+      action: 'restart_engine',
+      outcome: expect.stringMatching(/^restarted as pid \d+$/),
+    });
+    console.log(
+      `wedged prefill: detected in ${detectMs} ms, serving again ${recoverMs} ms after the wedge`,
+    );
+    expect(detectMs).toBeLessThan(5_000);
+  });
 });

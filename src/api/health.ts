@@ -27,7 +27,7 @@ export function readiness(
   const engines = control.registry.all();
   const fresh = (role: string) =>
     engines.filter((s) => s.role === role && s.live && now - s.lastSeen <= deps.heartbeatStaleMs);
-  const frozen = control.frozenEngines(1500, now);
+  const frozen = control.frozenEngines(1000, now);
   const h = control.journal.health();
   const last = canary.last;
   const checks = {

@@ -107,6 +107,10 @@ export function registerServeCommand(program: Command): void {
       2000,
     )
     .option(
+      '--no-restart-stalled',
+      'detect a stalled engine but do not restart it (to watch a wedge)',
+    )
+    .option(
       '--drain-timeout-ms <n>',
       'on SIGTERM, how long in-flight requests may take to finish',
       intArg('--drain-timeout-ms'),
@@ -148,6 +152,7 @@ export function registerServeCommand(program: Command): void {
         decodeEngines: o.decode as number,
         engineArgs,
         engineLogLevel: o.logLevel as string,
+        restartStalled: o.restartStalled !== false,
       });
       const { control } = stack;
       const canary = new Canary(control, log, o.canaryDeadlineMs as number);

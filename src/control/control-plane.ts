@@ -193,7 +193,9 @@ export class ControlPlane {
         const s = this.registry.get(engine);
         if (!s) return;
         s.lastSeen = Date.now();
-        if (msg.ticks.bus !== s.heartbeat?.ticks.bus) s.unconsumedSince = 0;
+        if (msg.lastSeq >= s.owedSeq) s.behindSince = 0;
+        else if (s.behindSince === 0) s.behindSince = s.lastSeen;
+        s.owedSeq = s.lastDelivered;
         s.heartbeat = msg;
       },
       append: (peer, engine, msg) => this.link.append(peer, engine, msg),
@@ -477,14 +479,14 @@ export class ControlPlane {
   }
 
   /**
-   * Engines whose bus receive loop looks frozen: an event was sent to them more than `afterMs`
-   * ago and their loop's tick counter has not moved since (the wedge of INCIDENT.md: the process
+   * Engines whose bus receive loop looks frozen: for more than `afterMs`, their heartbeats have
+   * shown them behind on events sent a heartbeat earlier (the wedge of INCIDENT.md: the process
    * and its heartbeat alive, nothing consumed).
    */
-  frozenEngines(afterMs = 1500, now = Date.now()): string[] {
+  frozenEngines(afterMs = 1000, now = Date.now()): string[] {
     return this.registry
       .all()
-      .filter((s) => s.live && s.unconsumedSince > 0 && now - s.unconsumedSince > afterMs)
+      .filter((s) => s.live && s.behindSince > 0 && now - s.behindSince > afterMs)
       .map((s) => s.engine);
   }
 

@@ -87,7 +87,8 @@ export class EngineLink {
       heartbeat: null,
       liveRooms: prev?.liveRooms ?? 0,
       live: false,
-      unconsumedSince: 0,
+      owedSeq: 0,
+      behindSince: 0,
       session: ++this.sessions,
       nextN: 1,
       broken: false,
@@ -260,7 +261,6 @@ export class EngineLink {
     const request = ev.type === 'room.created' && ev.room ? this.deps.request(ev.room) : undefined;
     const payload = { event: ev, prevSeq: session.lastDelivered, ...(request ? { request } : {}) };
     session.lastDelivered = ev.seq;
-    if (session.unconsumedSince === 0) session.unconsumedSince = Date.now();
     this.bus.send(session.peer, 'event', payload);
     this.deps.counters.delivered++;
   }

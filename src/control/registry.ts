@@ -28,10 +28,12 @@ export interface EngineSession {
   nextN: number;
   broken: boolean;
   /**
-   * When the first event was sent to it after its bus loop's tick counter last moved (0: none
-   * since). Stays set while the engine consumes nothing: a frozen loop.
+   * The last event sent to it before its previous heartbeat (`lastDelivered` then), and since when
+   * its heartbeats have shown it still not applied (0: it has). A healthy engine applies within a
+   * heartbeat; one whose bus loop stopped consuming stays behind.
    */
-  unconsumedSince: number;
+  owedSeq: number;
+  behindSince: number;
   /** Highest seq covered for this engine (replay or live); later publishes skip anything at or below. */
   sentSeq: number;
   /** Seq of the last event actually sent to this engine: the next one's `prevSeq`. */

@@ -3,6 +3,7 @@
  * serve`, the end-to-end tests and `bench:engines` all start it through here.
  */
 import type { Logger } from '../log.ts';
+import { StallRecovery } from '../recovery/stalls.ts';
 import { EngineSupervisor } from '../recovery/supervisor.ts';
 import { Watchdog } from '../recovery/watchdog.ts';
 import { ControlPlane, type ControlPlaneOptions } from './control-plane.ts';
@@ -19,14 +20,19 @@ export interface StackOptions extends ControlPlaneOptions {
   /** Restart engines that exit on their own. Default true. */
   restartEngines?: boolean;
   engineEnv?: NodeJS.ProcessEnv;
-  /** Fail rooms that overstay their state's deadline. Default true. */
+  /**
+   * Fail rooms that overstay their state's deadline. Default true.
+   */
   watchdog?: boolean;
+  /** Restart an engine process whose bus loop stopped consuming or whose heartbeats stopped. Default true. */
+  restartStalled?: boolean;
 }
 
 export interface Stack {
   control: ControlPlane;
   engines: EngineSupervisor;
   watchdog: Watchdog;
+  stalls: StallRecovery;
   engineIds: { prefill: string[]; decode: string[] };
   /** Stops the engines (they drain), then the control plane. Idempotent. */
   stop(): Promise<void>;
@@ -51,11 +57,16 @@ export async function startStack(options: StackOptions): Promise<Stack> {
   for (const id of ids.decode)
     engines.start({ id, role: 'decode', args: options.engineArgs ?? [] });
   const watchdog = new Watchdog(control, log);
+  const stalls = new StallRecovery(control, engines, log);
+  const stallTimer = setInterval(() => stalls.tick(), 250);
+  stallTimer.unref();
+  if (options.restartStalled === false) clearInterval(stallTimer);
   if (options.watchdog !== false) watchdog.start();
   let stopping: Promise<void> | null = null;
   const stop = () => {
     stopping ??= (async () => {
       watchdog.stop();
+      clearInterval(stallTimer);
       await engines.stop();
       await control.close();
     })();
@@ -71,5 +82,5 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     await stop();
     throw err;
   }
-  return { control, engines, watchdog, engineIds: ids, stop };
+  return { control, engines, watchdog, stalls, engineIds: ids, stop };
 }

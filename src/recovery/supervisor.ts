@@ -29,6 +29,8 @@ interface Child {
   process: ChildProcess;
   restarts: number;
   exited: Promise<ExitStatus>;
+  /** Being replaced by restartNow: its exit starts nothing by itself. */
+  replacing?: boolean;
 }
 
 export interface ExitStatus {
@@ -93,7 +95,7 @@ export class EngineSupervisor {
     signal: string | null,
   ): void {
     const entry = this.children.get(spec.id);
-    if (!entry || entry.process !== child) return;
+    if (!entry || entry.process !== child || entry.replacing) return;
     if (this.stopping || this.options.restart === false) {
       this.children.delete(spec.id);
       return;
@@ -107,6 +109,21 @@ export class EngineSupervisor {
       if (!this.stopping && this.children.get(spec.id)?.process === child)
         this.start(spec, entry.restarts + 1);
     }, delay).unref();
+  }
+
+  /**
+   * Replaces one engine process now: SIGKILL (a wedged process cannot drain), wait for it to go,
+   * start it again under the same id. The new incarnation replays its rooms from the journal.
+   * Resolves with the new pid, or undefined if there was no such engine or we are stopping.
+   */
+  async restartNow(id: string): Promise<number | undefined> {
+    const entry = this.children.get(id);
+    if (!entry || this.stopping) return undefined;
+    entry.replacing = true;
+    entry.process.kill('SIGKILL');
+    await entry.exited;
+    if (this.stopping) return undefined;
+    return this.start(entry.spec, entry.restarts + 1).pid;
   }
 
   /** How the engine's current process ends (resolves when it exits). */
