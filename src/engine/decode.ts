@@ -14,6 +14,13 @@ import { EngineCore, type EnginePorts, type EngineRoom } from './engine.ts';
 import { KvSpan, type ModelExecutor } from './model.ts';
 import type { EngineOptions } from './options.ts';
 
+/**
+ * Longest stretch of decode steps between two returns to the event loop, in ms: with a heavy model
+ * and many rooms, one pass over all of them could otherwise keep the engine from reading its bus
+ * (aborts, new rooms) for long enough to look wedged.
+ */
+const PASS_BUDGET_MS = 20;
+
 interface Decoding {
   room: EngineRoom;
   kv: KvSpan;
@@ -127,11 +134,13 @@ export class DecodeEngine extends EngineCore {
   /** One decode step for every running room (continuous batching), then back to the event loop. */
   private pass(): void {
     this.workTicks++;
-    for (const d of this.running.values()) {
-      if (d.room.stopped) {
-        this.running.delete(d.room.view.room);
-        continue;
-      }
+    const budgetEnd = performance.now() + PASS_BUDGET_MS;
+    for (const d of [...this.running.values()]) {
+      if (performance.now() > budgetEnd) break;
+      // Round robin across passes: a room that had its step goes to the back.
+      this.running.delete(d.room.view.room);
+      if (d.room.stopped) continue;
+      this.running.set(d.room.view.room, d);
       if (d.generated < d.maxTokens) {
         const step = this.model.decodeStep(d.kv, d.position);
         d.position++;
