@@ -138,21 +138,28 @@ describe('the openai client against pdctl serve', () => {
       expect(json.error.message).toMatch(message);
       expect(json.error.type).toBe('invalid_request_error');
     }
-    // Oversized: the server answers 413 and may close before the client has written it all.
+    // Oversized: a 2 MiB body announced in Content-Length. Only its first bytes are written, so
+    // the 413 (sent on the header alone) cannot race a write into a closed connection.
     const big = await new Promise<{ status: number; body: string }>((resolve, reject) => {
       const req = request(
         `${s.url}/v1/completions`,
-        { method: 'POST', headers: { 'content-type': 'application/json' } },
+        {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'content-length': String(2 << 20) },
+        },
         (res) => {
           let body = '';
           res.on('data', (d: Buffer) => (body += d.toString()));
-          res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+          res.on('end', () => {
+            req.destroy();
+            resolve({ status: res.statusCode ?? 0, body });
+          });
         },
       );
       req.on('error', (err: NodeJS.ErrnoException) => {
-        if (err.code !== 'EPIPE' && err.code !== 'ECONNRESET') reject(err);
+        if (err.code !== 'ECONNRESET') reject(err);
       });
-      req.end(JSON.stringify({ model: MODEL, prompt: 'x'.repeat(2 << 20) }));
+      req.write(`{"model":"${MODEL}","prompt":"${'x'.repeat(1024)}`);
     });
     expect(big.status).toBe(413);
     expect(JSON.parse(big.body)).toMatchObject({
