@@ -41,7 +41,8 @@ const r2 = (x: number) => Number(x.toFixed(2));
 async function load(
   connections: number,
   one: (i: number) => Promise<number>,
-): Promise<{ rps: number; ms: number[]; errors: number }> {
+): Promise<{ rps: number; ms: number[]; errors: number; cpuMsPerRequest: number }> {
+  const cpu0 = process.cpuUsage();
   const ms: number[] = [];
   let errors = 0;
   const end = performance.now() + SECONDS * 1000;
@@ -57,7 +58,14 @@ async function load(
       }
     }),
   );
-  return { rps: ms.length / ((performance.now() - t0) / 1000), ms, errors };
+  const cpu = process.cpuUsage(cpu0);
+  return {
+    rps: ms.length / ((performance.now() - t0) / 1000),
+    ms,
+    errors,
+    // This process's CPU (API, control plane, and for HTTP the client too) per request.
+    cpuMsPerRequest: (cpu.user + cpu.system) / 1000 / Math.max(1, ms.length),
+  };
 }
 
 const dir = mkdtempSync(join(tmpdir(), 'pdctl-bench-serve-'));
@@ -127,6 +135,7 @@ interface Row {
   submitP50Ms: number;
   submitP99Ms: number;
   addedP50Ms: number;
+  addedCpuMsPerRequest: number;
   ttftP50Ms: number;
   ttftP99Ms: number;
   errors: number;
@@ -150,6 +159,7 @@ try {
       submitP50Ms: r2(pct(s.ms, 50)),
       submitP99Ms: r2(pct(s.ms, 99)),
       addedP50Ms: r2(pct(h.ms, 50) - pct(s.ms, 50)),
+      addedCpuMsPerRequest: r2(h.cpuMsPerRequest - s.cpuMsPerRequest),
       ttftP50Ms: r2(pct(f.ms, 50)),
       ttftP99Ms: r2(pct(f.ms, 99)),
       errors: h.errors + s.errors + f.errors,
@@ -172,13 +182,14 @@ if (asJson) {
       `pdctl serve benchmark — ${cpus().length} cores, node ${process.version}, durability ${DURABILITY}, ${SECONDS}s per cell, ${MAX_TOKENS} tokens per completion,`,
       'near-zero model compute, 1 prefill + 1 decode engine; client, API and control plane in this process. Baseline: submit() in-process.',
       '',
-      '| connections | HTTP req/s | submit() req/s | ratio | HTTP p50 ms | HTTP p99 ms | submit() p50 ms | submit() p99 ms | HTTP added p50 ms | TTFT p50 ms | TTFT p99 ms | errors |',
-      '|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+      '| connections | HTTP req/s | submit() req/s | ratio | HTTP p50 ms | HTTP p99 ms | submit() p50 ms | submit() p99 ms | HTTP added p50 ms | HTTP added CPU ms/req | TTFT p50 ms | TTFT p99 ms | errors |',
+      '|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
       ...rows.map(
         (r) =>
-          `| ${r.connections} | ${r.httpRps} | ${r.submitRps} | ${r.rpsRatio} | ${r.httpP50Ms} | ${r.httpP99Ms} | ${r.submitP50Ms} | ${r.submitP99Ms} | ${r.addedP50Ms} | ${r.ttftP50Ms} | ${r.ttftP99Ms} | ${r.errors} |`,
+          `| ${r.connections} | ${r.httpRps} | ${r.submitRps} | ${r.rpsRatio} | ${r.httpP50Ms} | ${r.httpP99Ms} | ${r.submitP50Ms} | ${r.submitP99Ms} | ${r.addedP50Ms} | ${r.addedCpuMsPerRequest} | ${r.ttftP50Ms} | ${r.ttftP99Ms} | ${r.errors} |`,
       ),
       '',
+      'HTTP added CPU: CPU of this process per HTTP request minus per submit() request (includes the HTTP client).',
       'Target: HTTP + journal add under 2 ms p50 per request over in-process submit().',
       '',
     ].join('\n'),
