@@ -16,13 +16,8 @@ import { startStack } from '../src/control/stack.ts';
 import { DeterministicModel, generateInProcess } from '../src/engine/model.ts';
 import type { Durability } from '../src/journal/sqlite/open.ts';
 import { silentLogger } from '../src/log.ts';
+import { asJson, flag, percentile, say } from './args.ts';
 
-const argv = process.argv.slice(2);
-const asJson = argv.includes('--json');
-const flag = (name: string, dflt: string) => {
-  const i = argv.indexOf(name);
-  return i >= 0 && argv[i + 1] ? (argv[i + 1] as string) : dflt;
-};
 const SECONDS = Number(flag('--seconds', '3'));
 const DURABILITY = flag('--durability', 'power') as Durability;
 const PROMPT_WORDS = 32;
@@ -32,15 +27,6 @@ const SETTINGS = [
   { name: 'near-zero compute', prefillUs: 0, decodeUs: 0 },
   { name: 'compute 20 µs/prompt token, 250 µs/step', prefillUs: 20, decodeUs: 250 },
 ];
-
-const say = (s: string) => {
-  if (!asJson) process.stderr.write(`${s}\n`);
-};
-
-function pct(sorted: number[], p: number): number {
-  if (sorted.length === 0) return Number.NaN;
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] as number;
-}
 
 function promptOf(i: number): string {
   const words = [
@@ -164,11 +150,11 @@ try {
           roomsPerSec: Math.round(roomsPerSec),
           inProcessRoomsPerSec: Math.round(inProcessRoomsPerSec),
           ratio: Number((roomsPerSec / inProcessRoomsPerSec).toFixed(3)),
-          roomMsP50: Number(pct(roomMs, 50).toFixed(2)),
-          roomMsP99: Number(pct(roomMs, 99).toFixed(2)),
-          computeMsP50: Number(pct(computeMs, 50).toFixed(2)),
-          addedMsP50: Number(pct(added, 50).toFixed(2)),
-          addedMsP99: Number(pct(added, 99).toFixed(2)),
+          roomMsP50: Number(percentile(roomMs, 50).toFixed(2)),
+          roomMsP99: Number(percentile(roomMs, 99).toFixed(2)),
+          computeMsP50: Number(percentile(computeMs, 50).toFixed(2)),
+          addedMsP50: Number(percentile(added, 50).toFixed(2)),
+          addedMsP99: Number(percentile(added, 99).toFixed(2)),
           failed,
         });
       }

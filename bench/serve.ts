@@ -16,32 +16,23 @@ import { Canary } from '../src/control/canary.ts';
 import { startStack } from '../src/control/stack.ts';
 import type { Durability } from '../src/journal/sqlite/open.ts';
 import { silentLogger } from '../src/log.ts';
+import { asJson, flag, percentile, say } from './args.ts';
 
-const argv = process.argv.slice(2);
-const asJson = argv.includes('--json');
-const flag = (name: string, dflt: string) => {
-  const i = argv.indexOf(name);
-  return i >= 0 && argv[i + 1] ? (argv[i + 1] as string) : dflt;
-};
 const SECONDS = Number(flag('--seconds', '3'));
 const DURABILITY = flag('--durability', 'power') as Durability;
 const CONNECTIONS = [1, 16, 64];
 const MAX_TOKENS = 16;
-const say = (s: string) => {
-  if (!asJson) process.stderr.write(`${s}\n`);
-};
-const pct = (xs: number[], p: number) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length === 0
-    ? Number.NaN
-    : (s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] as number);
-};
 const r2 = (x: number) => Number(x.toFixed(2));
 
 async function load(
   connections: number,
   one: (i: number) => Promise<number>,
-): Promise<{ rps: number; ms: number[]; errors: number; cpuMsPerRequest: number }> {
+): Promise<{
+  rps: number /** Request times, sorted ascending. */;
+  ms: number[];
+  errors: number;
+  cpuMsPerRequest: number;
+}> {
   const cpu0 = process.cpuUsage();
   const ms: number[] = [];
   let errors = 0;
@@ -59,6 +50,7 @@ async function load(
     }),
   );
   const cpu = process.cpuUsage(cpu0);
+  ms.sort((a, b) => a - b);
   return {
     rps: ms.length / ((performance.now() - t0) / 1000),
     ms,
@@ -154,14 +146,14 @@ try {
       httpRps: Math.round(h.rps),
       submitRps: Math.round(s.rps),
       rpsRatio: r2(h.rps / s.rps),
-      httpP50Ms: r2(pct(h.ms, 50)),
-      httpP99Ms: r2(pct(h.ms, 99)),
-      submitP50Ms: r2(pct(s.ms, 50)),
-      submitP99Ms: r2(pct(s.ms, 99)),
-      addedP50Ms: r2(pct(h.ms, 50) - pct(s.ms, 50)),
+      httpP50Ms: r2(percentile(h.ms, 50)),
+      httpP99Ms: r2(percentile(h.ms, 99)),
+      submitP50Ms: r2(percentile(s.ms, 50)),
+      submitP99Ms: r2(percentile(s.ms, 99)),
+      addedP50Ms: r2(percentile(h.ms, 50) - percentile(s.ms, 50)),
       addedCpuMsPerRequest: r2(h.cpuMsPerRequest - s.cpuMsPerRequest),
-      ttftP50Ms: r2(pct(f.ms, 50)),
-      ttftP99Ms: r2(pct(f.ms, 99)),
+      ttftP50Ms: r2(percentile(f.ms, 50)),
+      ttftP99Ms: r2(percentile(f.ms, 99)),
       errors: h.errors + s.errors + f.errors,
     });
   }

@@ -4,18 +4,14 @@
  */
 import { describe, expect, it } from 'vitest';
 import { DeterministicModel, generateInProcess } from '../src/engine/model.ts';
-import { collect, poolsFull, prompt, startTestStack, waitFor } from './helpers/stack.ts';
-
-const HAPPY_PATH = [
-  'room.created',
-  'room.bootstrap_started',
-  'room.bootstrapped',
-  'room.prefill_started',
-  'room.transfer_posted',
-  'room.transfer_completed',
-  'room.decode_started',
-  'room.completed',
-];
+import {
+  collect,
+  HAPPY_PATH,
+  poolsFull,
+  prompt,
+  startTestStack,
+  waitFor,
+} from './helpers/stack.ts';
 
 describe('engines end to end', () => {
   it('completes 200 rooms across 2 prefill and 2 decode engines exactly as the model does in-process', async () => {

@@ -9,7 +9,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { COMMANDS, type CommandName } from '../bus/protocol.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
 import { isValidId } from '../journal/events.ts';
-import { ApiError } from './errors.ts';
+import { ApiError, roomNotFound } from './errors.ts';
 
 function authorize(req: FastifyRequest, token: string | null): void {
   if (token === null) {
@@ -74,14 +74,7 @@ export function registerAdminRoutes(
         );
       const res = await control.abort(room, reason, 'api');
       if (res.status === 'rejected') {
-        if (res.reason === 'unknown_room')
-          throw new ApiError(
-            404,
-            `no room ${room} in the journal`,
-            'invalid_request_error',
-            'room_not_found',
-            'room',
-          );
+        if (res.reason === 'unknown_room') throw roomNotFound(room);
         throw new ApiError(
           409,
           `room ${room} is already ${res.state}`,

@@ -33,6 +33,16 @@ export class ApiError extends Error {
   }
 }
 
+export function roomNotFound(room: string): ApiError {
+  return new ApiError(
+    404,
+    `no room ${room} in the journal`,
+    'invalid_request_error',
+    'room_not_found',
+    'room',
+  );
+}
+
 /** Any error thrown by a route, as the ApiError a client should see. */
 export function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;

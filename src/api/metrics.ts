@@ -27,6 +27,8 @@ export class ApiMetrics {
   private readonly transfers: client.Counter<'status'>;
   private readonly transferBytes: client.Counter;
   readonly canary: client.Counter<'outcome'>;
+  /** Sets the gauges from the control plane's state; run at each scrape. */
+  private readonly collect: () => void;
 
   constructor(control: ControlPlane) {
     const r = this.registry;
@@ -159,8 +161,6 @@ export class ApiMetrics {
     this.collect = collect;
     control.onRoomEvent((before, after, ev) => this.onRoomEvent(before, after, ev));
   }
-
-  private readonly collect: () => void;
 
   private onRoomEvent(before: Room | null, after: Room, ev: JournalEvent): void {
     if (before && before.state !== after.state) {

@@ -9,7 +9,7 @@ import type { ControlPlane } from '../control/control-plane.ts';
 import { EVENT_TYPES, type EventType, isValidId, type JournalEvent } from '../journal/events.ts';
 import { isRoomState, ROOM_STATES, type RoomState } from '../journal/states.ts';
 import type { RoomFilter, TailFilter } from '../journal/store.ts';
-import { ApiError } from './errors.ts';
+import { ApiError, roomNotFound } from './errors.ts';
 
 const Str = Type.Optional(Type.String({ maxLength: 500 }));
 
@@ -118,14 +118,7 @@ export function registerQueryRoutes(app: FastifyInstance, control: ControlPlane)
     async (req) => {
       const room = id('room', req.params.room) as string;
       const t = await journal.timeline(room);
-      if (!t.room && t.events.length === 0)
-        throw new ApiError(
-          404,
-          `no room ${room} in the journal`,
-          'invalid_request_error',
-          'room_not_found',
-          'room',
-        );
+      if (!t.room && t.events.length === 0) throw roomNotFound(room);
       return t;
     },
   );

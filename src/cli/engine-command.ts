@@ -4,18 +4,11 @@ import { Option } from 'commander';
 import { startEngine } from '../engine/main.ts';
 import { ENGINE_DEFAULTS, EngineOptionsError, resolveEngineOptions } from '../engine/options.ts';
 import { LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
+import { engineShapeOptions, intArg } from './args.ts';
 import { UsageError } from './time.ts';
 
-function intArg(name: string) {
-  return (v: string): number => {
-    if (!/^\d+$/.test(v))
-      throw new UsageError(`${name} must be a non-negative integer, got "${v}"`);
-    return Number(v);
-  };
-}
-
 export function registerEngineCommand(program: Command): void {
-  program
+  const command = program
     .command('engine')
     .description(
       'Run one prefill or decode engine that joins a control plane over the bus. `pdctl serve` and ' +
@@ -27,32 +20,8 @@ export function registerEngineCommand(program: Command): void {
         .makeOptionMandatory(),
     )
     .requiredOption('--id <id>', 'engine id, unique in the fleet (e.g. decode-3)')
-    .requiredOption('--control <endpoint>', 'control plane bus endpoint, e.g. tcp://10.0.0.5:5557')
-    .option('--pages <n>', 'KV pool pages', intArg('--pages'), ENGINE_DEFAULTS.pages)
-    .option(
-      '--page-bytes <n>',
-      'bytes per KV page (multiple of 64)',
-      intArg('--page-bytes'),
-      ENGINE_DEFAULTS.pageBytes,
-    )
-    .option(
-      '--kv-bytes-per-token <n>',
-      'model: KV bytes per token',
-      intArg('--kv-bytes-per-token'),
-      ENGINE_DEFAULTS.kvBytesPerToken,
-    )
-    .option(
-      '--prefill-us-per-token <n>',
-      'model: prefill compute per prompt token (µs)',
-      intArg('--prefill-us-per-token'),
-      0,
-    )
-    .option(
-      '--decode-us-per-token <n>',
-      'model: compute per decode step (µs)',
-      intArg('--decode-us-per-token'),
-      0,
-    )
+    .requiredOption('--control <endpoint>', 'control plane bus endpoint, e.g. tcp://10.0.0.5:5557');
+  engineShapeOptions(command)
     .option(
       '--transfer-threads <n>',
       'transfer core copy threads (prefill)',

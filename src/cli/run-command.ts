@@ -5,16 +5,8 @@ import { startStack } from '../control/stack.ts';
 import { RoomEndedError } from '../control/streams.ts';
 import { DURABILITIES, type Durability } from '../journal/sqlite/open.ts';
 import { LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
+import { intArg } from './args.ts';
 import { DEFAULT_JOURNAL, EXIT, note, printJson, VERSION } from './context.ts';
-import { UsageError } from './time.ts';
-
-function positive(name: string) {
-  return (v: string): number => {
-    if (!/^\d+$/.test(v) || Number(v) < 1)
-      throw new UsageError(`${name} must be a positive integer, got "${v}"`);
-    return Number(v);
-  };
-}
 
 export function registerRunCommand(program: Command): void {
   program
@@ -24,7 +16,7 @@ export function registerRunCommand(program: Command): void {
         'terminal, and stop. Every step of the room is journaled: look at it afterwards with `pdctl room <id>`.',
     )
     .argument('<prompt>', 'the prompt')
-    .option('--max-tokens <n>', 'tokens to generate', positive('--max-tokens'), 32)
+    .option('--max-tokens <n>', 'tokens to generate', intArg('--max-tokens', 1), 32)
     .addOption(
       new Option('--journal <path>', 'journal file (env PDCTL_JOURNAL)').default(DEFAULT_JOURNAL),
     )

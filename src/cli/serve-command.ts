@@ -12,21 +12,14 @@ import { Canary } from '../control/canary.ts';
 import { startStack } from '../control/stack.ts';
 import { DURABILITIES, type Durability } from '../journal/sqlite/open.ts';
 import { LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
+import { engineShapeArgs, engineShapeOptions, intArg } from './args.ts';
 import { note, VERSION } from './context.ts';
 import { UsageError } from './time.ts';
-
-function intArg(name: string, min = 0) {
-  return (v: string): number => {
-    if (!/^\d+$/.test(v) || Number(v) < min)
-      throw new UsageError(`${name} must be an integer ≥ ${min}, got "${v}"`);
-    return Number(v);
-  };
-}
 
 const env = process.env;
 
 export function registerServeCommand(program: Command): void {
-  program
+  const command = program
     .command('serve')
     .description(
       'Run the whole stack on this machine: the control plane (journal in --data-dir), prefill and decode ' +
@@ -62,32 +55,8 @@ export function registerServeCommand(program: Command): void {
         .default('power'),
     )
     .option('--prefill <n>', 'prefill engine processes to spawn', intArg('--prefill'), 1)
-    .option('--decode <n>', 'decode engine processes to spawn', intArg('--decode'), 1)
-    .option('--pages <n>', 'KV pool pages per engine', intArg('--pages', 1), 4096)
-    .option(
-      '--page-bytes <n>',
-      'bytes per KV page (multiple of 64)',
-      intArg('--page-bytes', 64),
-      4096,
-    )
-    .option(
-      '--kv-bytes-per-token <n>',
-      'model: KV bytes per token',
-      intArg('--kv-bytes-per-token', 4),
-      64,
-    )
-    .option(
-      '--prefill-us-per-token <n>',
-      'model: prefill compute per prompt token (µs)',
-      intArg('--prefill-us-per-token'),
-      0,
-    )
-    .option(
-      '--decode-us-per-token <n>',
-      'model: compute per decode step (µs)',
-      intArg('--decode-us-per-token'),
-      0,
-    )
+    .option('--decode <n>', 'decode engine processes to spawn', intArg('--decode'), 1);
+  engineShapeOptions(command, ' per engine')
     .option(
       '--max-rooms-per-engine <n>',
       'rooms in flight per decode engine before 429',
@@ -130,18 +99,7 @@ export function registerServeCommand(program: Command): void {
     .action(async (o: Record<string, unknown>) => {
       const log = processLogger('control', o.logLevel as LogLevel);
       const journalPath = join(o.dataDir as string, 'journal.db');
-      const engineArgs = [
-        '--pages',
-        String(o.pages),
-        '--page-bytes',
-        String(o.pageBytes),
-        '--kv-bytes-per-token',
-        String(o.kvBytesPerToken),
-        '--prefill-us-per-token',
-        String(o.prefillUsPerToken),
-        '--decode-us-per-token',
-        String(o.decodeUsPerToken),
-      ];
+      const engineArgs = engineShapeArgs(o);
       const stack = await startStack({
         journalPath,
         durability: o.durability as Durability,

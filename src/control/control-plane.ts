@@ -61,6 +61,8 @@ export class ControlPlane {
   private readonly streams = new Map<string, RoomStream>();
   private readonly requests = new Map<string, RoomRequest>();
   private readonly abortTimers = new Map<string, NodeJS.Timeout>();
+  /** Who asked for each pending abort (the `source` of its room.abort_requested). */
+  private readonly abortSources = new Map<string, string>();
   private subscription: Subscription | null = null;
   private readonly model: ModelExecutor;
   private closing: Promise<void> | null = null;
@@ -292,8 +294,6 @@ export class ControlPlane {
     this.abortTimers.set(room.room, timer);
     this.abortSources.set(room.room, source);
   }
-
-  private readonly abortSources = new Map<string, string>();
 
   private maybeFinishAbort(room: Room): void {
     if (room.abortRequestedAt === null || isTerminal(room.state) || !this.releasedByBoth(room))

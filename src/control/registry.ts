@@ -3,15 +3,17 @@
  * speaks for it, what its last heartbeat said, and how many live rooms it has. Picking a pair for
  * a new room (least loaded, fresh heartbeat) happens here.
  */
+
+import type { EngineMessage } from '../bus/protocol.ts';
+import type { PeerId } from '../bus/server.ts';
 import type { JournalEvent } from '../journal/events.ts';
-import type { EngineMessage, PeerIdLike } from './types.ts';
 
 export interface EngineSession {
   engine: string;
   role: 'prefill' | 'decode';
   incarnation: string;
   pid: number;
-  peer: PeerIdLike;
+  peer: PeerId;
   pool: string;
   epoch: number;
   pages: number;

@@ -1,6 +1,4 @@
-/** Types the control plane shares between its files. */
-export type { EngineMessage } from '../bus/protocol.ts';
-export type { PeerId as PeerIdLike } from '../bus/server.ts';
+/** What a completion streams and how it ends: shared by the control plane and the API. */
 
 /** One streamed piece of a completion. */
 export interface TokenChunk {

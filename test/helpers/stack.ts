@@ -70,6 +70,18 @@ export function poolsFull(control: ControlPlane, since: number): boolean {
   );
 }
 
+/** The events of a room that completed undisturbed, in order (its two `room.released` aside). */
+export const HAPPY_PATH = [
+  'room.created',
+  'room.bootstrap_started',
+  'room.bootstrapped',
+  'room.prefill_started',
+  'room.transfer_posted',
+  'room.transfer_completed',
+  'room.decode_started',
+  'room.completed',
+];
+
 /** Readable prompts of `words` words, different for each `seed`. */
 export function prompt(seed: number, words: number): string {
   const vocab = [

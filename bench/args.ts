@@ -1,0 +1,22 @@
+/** What the benchmark scripts share: their flags, progress on stderr, and percentiles. */
+
+export const argv = process.argv.slice(2);
+/** `--json`: print one JSON object with stable keys instead of a table. */
+export const asJson = argv.includes('--json');
+
+/** The value after `--name`, or `dflt`. */
+export function flag(name: string, dflt: string): string {
+  const i = argv.indexOf(name);
+  return i >= 0 && argv[i + 1] ? (argv[i + 1] as string) : dflt;
+}
+
+/** Progress for a human; silent with --json so that stdout stays one object. */
+export function say(s: string): void {
+  if (!asJson) process.stderr.write(`${s}\n`);
+}
+
+/** The p-th percentile of values sorted ascending (NaN when there are none). */
+export function percentile(sorted: ArrayLike<number>, p: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] as number;
+}

@@ -1,0 +1,61 @@
+/** Parsers for numeric CLI flags, shared by every command: one wording for every bad value. */
+import type { Command } from 'commander';
+import { ENGINE_DEFAULTS } from '../engine/options.ts';
+import { UsageError } from './time.ts';
+
+/** A commander argParser for an integer flag of at least `min` (default 0). */
+export function intArg(name: string, min = 0): (v: string) => number {
+  const what =
+    min === 0 ? 'a non-negative integer' : min === 1 ? 'a positive integer' : `an integer ≥ ${min}`;
+  return (v: string): number => {
+    if (!/^\d+$/.test(v) || Number(v) < min)
+      throw new UsageError(`${name} must be ${what}, got "${v}"`);
+    return Number(v);
+  };
+}
+
+/** The KV pool and model flags of an engine: on `pdctl engine`, and on `pdctl serve` for the engines it spawns. */
+export function engineShapeOptions(c: Command, per = ''): Command {
+  return c
+    .option('--pages <n>', `KV pool pages${per}`, intArg('--pages', 1), ENGINE_DEFAULTS.pages)
+    .option(
+      '--page-bytes <n>',
+      'bytes per KV page (multiple of 64)',
+      intArg('--page-bytes', 64),
+      ENGINE_DEFAULTS.pageBytes,
+    )
+    .option(
+      '--kv-bytes-per-token <n>',
+      'model: KV bytes per token',
+      intArg('--kv-bytes-per-token', 4),
+      ENGINE_DEFAULTS.kvBytesPerToken,
+    )
+    .option(
+      '--prefill-us-per-token <n>',
+      'model: prefill compute per prompt token (µs)',
+      intArg('--prefill-us-per-token'),
+      ENGINE_DEFAULTS.prefillUsPerToken,
+    )
+    .option(
+      '--decode-us-per-token <n>',
+      'model: compute per decode step (µs)',
+      intArg('--decode-us-per-token'),
+      ENGINE_DEFAULTS.decodeUsPerToken,
+    );
+}
+
+/** The same flags, as `pdctl engine` arguments. */
+export function engineShapeArgs(o: Record<string, unknown>): string[] {
+  return [
+    '--pages',
+    String(o.pages),
+    '--page-bytes',
+    String(o.pageBytes),
+    '--kv-bytes-per-token',
+    String(o.kvBytesPerToken),
+    '--prefill-us-per-token',
+    String(o.prefillUsPerToken),
+    '--decode-us-per-token',
+    String(o.decodeUsPerToken),
+  ];
+}
