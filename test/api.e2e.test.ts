@@ -127,10 +127,7 @@ describe('operator routes and admission', () => {
 
     // A journal that cannot grow (a full disk) fails commits; the API then refuses new work.
     const journal = stack.control.journal;
-    const pages = (
-      journal as unknown as { db: { pragma(q: string, o: object): number } }
-    ).db.pragma('page_count', { simple: true });
-    await journal.limitPagesForDrill(pages);
+    await journal.limitPagesForDrill(journal.pageCount());
     // Fill the last pages with operator records until a commit fails, as a full disk would. (Not
     // with requests: a room created just before the disk fills could not progress afterwards.)
     for (const size of [400, 1]) {

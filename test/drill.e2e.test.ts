@@ -1,29 +1,63 @@
-/** `pdctl drill abort-cascade` in its quick form: a real stack, real HTTP clients dropped at once. */
+/**
+ * `pdctl drill` in its quick form, every scenario: a real stack, real HTTP clients, the fault
+ * injected for real, and every invariant of the report holding.
+ */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { DrillReport } from '../src/recovery/drills/report.ts';
 import { pdctl } from './helpers/spawn.ts';
 import { tempDir } from './helpers/tmp.ts';
 
+async function drill(scenario: string, ...flags: string[]): Promise<DrillReport> {
+  const dir = tempDir('pdctl-drill-');
+  const r = await pdctl(['drill', scenario, '--data-dir', dir, '--json', ...flags], {
+    timeoutMs: 110_000,
+  });
+  const report = JSON.parse(r.stdout || 'null') as DrillReport | null;
+  const failed = report?.invariants.filter((i) => !i.ok) ?? [];
+  expect(failed, `${r.stderr.slice(-2000)}\n${JSON.stringify(failed)}`).toEqual([]);
+  expect(r.code).toBe(0);
+  expect(report?.passed).toBe(true);
+  console.log(
+    `${scenario}: ${(report as DrillReport).invariants
+      .map((i) => `${i.name} ${JSON.stringify(i.figure)}`)
+      .join('; ')}`,
+  );
+  return report as DrillReport;
+}
+
+const names = (r: DrillReport) => r.invariants.map((i) => i.name);
+const figure = (r: DrillReport, name: string) => r.invariants.find((i) => i.name === name)?.figure;
+
+/** Every drill ends with these, after its own. */
+const COMMON = [
+  'every room terminal within its deadlines',
+  'every answer served is the right one',
+  'no answered request missing from the journal',
+  'zero leaked pages',
+  'journal verify passes',
+  'the next request succeeds',
+];
+
 describe('pdctl drill', () => {
-  it('abort-cascade: every dropped client’s room ends aborted, no page leaks, the next request succeeds', async () => {
-    const dir = tempDir('pdctl-drill-');
-    const r = await pdctl(
-      ['drill', 'abort-cascade', '--clients', '40', '--data-dir', dir, '--json'],
-      { timeoutMs: 90_000 },
-    );
-    expect(r.code, r.stderr).toBe(0);
-    const report = JSON.parse(r.stdout) as DrillReport & { journal: string };
-    expect(report.passed).toBe(true);
-    expect(report.invariants.map((i) => [i.name, i.ok])).toEqual([
-      ['every room terminal within target', true],
-      ['every room aborted by its client', true],
-      ['each engine released each room once', true],
-      ['zero leaked pages', true],
-      ['journal verify passes', true],
-      ['the next request succeeds', true],
+  it('abort-cascade: every dropped client’s room ends aborted, no page leaks; the report and journal say so', async () => {
+    const html = join(tempDir('pdctl-report-'), 'report.html');
+    const report = await drill('abort-cascade', '--clients', '40', '--report', html);
+    expect(names(report)).toEqual([
+      'every room terminal within target',
+      'every room aborted by its client',
+      'each engine released each room once',
+      ...COMMON,
     ]);
-    expect(report.invariants[1]?.figure).toEqual({ rooms: 40 });
-    // The drill is in the journal it ran on.
+    expect(figure(report, 'every room aborted by its client')).toEqual({ rooms: 40 });
+    // The restart it is compared with was measured, and the chart has the rooms in it.
+    expect(report.fullRestartMs).toBeGreaterThan(0);
+    expect(report.samples.some((s) => (s.live.decoding ?? 0) > 0)).toBe(true);
+    const page = readFileSync(html, 'utf8');
+    expect(page).toMatch(/<h2>abort-cascade <span class="ok">PASSED<\/span><\/h2>/);
+    expect(page).toMatch(/<polygon points="[\d., ]+" fill="#74c476"/);
+    expect(page).not.toMatch(/<script/);
     const tail = await pdctl([
       'journal',
       'tail',
@@ -33,7 +67,6 @@ describe('pdctl drill', () => {
       report.journal,
       '--json',
     ]);
-    // One JSON event per line.
     expect(JSON.parse(tail.stdout.trim().split('\n')[0] as string)).toMatchObject({
       type: 'drill.finished',
       data: { scenario: 'abort-cascade', passed: true },
@@ -42,4 +75,39 @@ describe('pdctl drill', () => {
     expect(bad.code).toBe(2);
     expect(bad.stderr).toMatch(/Allowed choices are abort-cascade/);
   }, 120_000);
+
+  it('bus-loop-death (INCIDENT.md) and transfer-stall: detected and recovered in place, no process restarted', async () => {
+    for (const scenario of ['bus-loop-death', 'transfer-stall']) {
+      const report = await drill(scenario, '--clients', '4', '--no-baseline');
+      expect(names(report)).toEqual([
+        'stall detected within target',
+        'recovered without restarting any process',
+        'health red during the fault, green after',
+        ...COMMON,
+      ]);
+      expect(report.fullRestartMs).toBeNull();
+    }
+  }, 240_000);
+
+  it('kill-prefill and kill-decode: the engine is replaced and its streams migrate, unbroken', async () => {
+    for (const scenario of ['kill-prefill', 'kill-decode']) {
+      const report = await drill(scenario, '--clients', '4', '--no-baseline');
+      expect(names(report).slice(0, 2)).toEqual([
+        'the engine is replaced and serves again',
+        'every stream on the killed engine went on',
+      ]);
+    }
+  }, 240_000);
+
+  it('malformed-frames, kv-corruption, slow-client, journal-unwritable', async () => {
+    const corrupt = await drill('kv-corruption', '--clients', '4', '--no-baseline');
+    expect(Number(figure(corrupt, 'corrupted KV caught before decode')?.rooms)).toBeGreaterThan(0);
+    expect(figure(corrupt, 'every answer served is the right one')?.wrong).toBe(0);
+    const frames = await drill('malformed-frames', '--clients', '4', '--no-baseline');
+    expect(figure(frames, 'every hostile frame dropped and counted')?.loopRestarts).toBe(0);
+    const slow = await drill('slow-client', '--clients', '4', '--no-baseline');
+    expect(names(slow)[0]).toBe('normal clients keep their pace');
+    const disk = await drill('journal-unwritable', '--clients', '4', '--no-baseline');
+    expect(figure(disk, 'new work refused with 503 while unwritable')?.refused).toBe(10);
+  }, 300_000);
 });

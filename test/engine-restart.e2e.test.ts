@@ -1,7 +1,8 @@
 /**
- * Engines that die or lose the control plane: a SIGKILLed engine is restarted, replays its rooms
- * from the journal, fails the ones it lost and serves new ones; an engine cut off for seconds
- * reconnects, catches up, and nothing is applied or stored twice.
+ * Engines that die or lose the control plane: a SIGKILLed engine is restarted while its live
+ * streams migrate to its replacement and end as if undisturbed (and fail cleanly past the
+ * migration limit); an engine cut off for seconds reconnects, catches up, and nothing is applied
+ * or stored twice.
  */
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -27,14 +28,14 @@ afterEach(async () => {
 });
 
 describe('engine restarts and lost connections', () => {
-  // Decode: rooms it was decoding are lost with it. Prefill: rooms it was computing are lost; rooms
-  // still queued for it are picked up by the restarted process from the journal and complete.
+  // Decode: rooms it was decoding move to its replacement mid-stream. Prefill: every live room on
+  // it moves, the ones it was computing and the ones still queued for it.
   const cases = [
     { role: 'decode', state: 'decoding', words: 40, args: ['--decode-us-per-token', '3000'] },
     { role: 'prefill', state: 'prefilling', words: 1200, args: ['--prefill-us-per-token', '100'] },
   ] as const;
   for (const { role, state, words, args } of cases) {
-    it(`a SIGKILLed ${role} engine is restarted, fails the rooms it lost, and serves new ones`, async () => {
+    it(`a SIGKILLed ${role} engine is restarted; its live streams migrate and end with the undisturbed text`, async () => {
       const { control, engines } = await startTestStack({ engineArgs: [...args] });
       const id = `${role}-0`;
       const requests = Array.from({ length: 20 }, (_, i) => ({
@@ -49,25 +50,30 @@ describe('engine restarts and lost connections', () => {
       const oldPid = engines.pid(id);
       expect(engines.signal(id, 'SIGKILL')).toBe(true);
       const results = await outs;
-      // Every room ended: the ones the dead engine held failed, naming the stage and who found
-      // out; the others completed with the right text.
+      // Every client got its whole answer, as if nothing had happened.
       const model = new DeterministicModel();
-      let failed = 0;
       for (const [i, o] of results.entries()) {
-        const t = await control.journal.timeline(o.room);
-        if (o.error) {
-          failed++;
-          expect(o.error).toBeInstanceOf(RoomEndedError);
-          expect(t.room?.state).toBe('failed');
-          expect(t.room?.reason).toMatch(/^(engine_restarted|transfer_\w+)$/);
-        } else {
-          const r = requests[i] as (typeof requests)[number];
-          expect(o.text).toBe(generateInProcess(model, r.prompt, r.maxTokens).text);
-        }
+        const r = requests[i] as (typeof requests)[number];
+        expect(o.error).toBeNull();
+        expect(o.text).toBe(generateInProcess(model, r.prompt, r.maxTokens).text);
       }
-      expect(failed).toBeGreaterThan(0);
-      // The restarted prefill engine picked up the rooms that were still waiting for it.
-      if (role === 'prefill') expect(failed).toBeLessThan(results.length);
+      // The rooms the dead engine held ended `migrated`, each into a room that completed.
+      let migrated = 0;
+      for (const s of streams) {
+        const t = await control.journal.timeline(s.room);
+        if (t.room?.state !== 'migrated') {
+          expect(t.room?.state).toBe('completed');
+          continue;
+        }
+        migrated++;
+        expect(t.room.reason).toMatch(
+          new RegExp(`^${id} lost: process \\d+ exited \\(SIGKILL\\)$`),
+        );
+        const next = await control.journal.timeline(t.room.migratedTo as string);
+        expect(next.room).toMatchObject({ state: 'completed', migratedFrom: s.room });
+        expect(next.events[0]?.source).toBe('migration');
+      }
+      expect(migrated).toBeGreaterThan(0);
       await waitFor('restarted engine registered', () => {
         const s = control.registry.get(id);
         return s?.live === true && s.pid !== oldPid;
@@ -81,7 +87,7 @@ describe('engine restarts and lost connections', () => {
       const next = await collect(control.submit({ prompt: prompt(3, 20), maxTokens: 5 }));
       expect(next.error).toBeNull();
       expect(next.text).toBe(generateInProcess(model, prompt(3, 20), 5).text);
-      // Every room was released by both engines (the new incarnation releases what the old held).
+      // Every room was released by both engines (the control plane releases for the dead one).
       await waitFor('all rooms released', async () => {
         for (const s of streams) {
           const r = (await control.journal.timeline(s.room)).room;
@@ -94,6 +100,35 @@ describe('engine restarts and lost connections', () => {
       expect((await control.journal.verify()).ok).toBe(true);
     });
   }
+
+  it('a request whose engines die more often than --migration-limit fails cleanly', async () => {
+    const { control, engines } = await startTestStack({
+      migrationLimit: 1,
+      engineArgs: ['--decode-us-per-token', '4000'],
+    });
+    const streams = Array.from({ length: 6 }, (_, i) =>
+      control.submit({ prompt: prompt(i, 20), maxTokens: 120 }),
+    );
+    const outs = Promise.all(streams.map(collect));
+    const decoding = (migrated: boolean) =>
+      [...control.rooms.values()].some(
+        (r) => r.state === 'decoding' && (r.migratedFrom !== null) === migrated,
+      );
+    await waitFor('rooms decoding', () => decoding(false));
+    engines.signal('decode-0', 'SIGKILL');
+    await waitFor('migrated rooms decoding on the replacement', () => decoding(true), 20_000);
+    engines.signal('decode-0', 'SIGKILL');
+    const results = await outs;
+    const limited = results.filter((o) => o.error);
+    expect(limited.length).toBeGreaterThan(0);
+    for (const o of limited) {
+      expect(o.error).toBeInstanceOf(RoomEndedError);
+      expect((o.error as RoomEndedError).reason).toBe('migration_limit_reached');
+    }
+    const reasons = await control.journal.rooms({ reason: 'migration_limit_reached', limit: 100 });
+    expect(reasons.rooms.length).toBe(limited.length);
+    for (const r of reasons.rooms) expect(r.migratedFrom).not.toBeNull();
+  });
 
   it('an engine cut off for 3 s reconnects, catches up, and nothing is stored or applied twice', async () => {
     const dir = tempDir('pdctl-partition-');

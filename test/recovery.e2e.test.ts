@@ -117,47 +117,77 @@ describe('recovery', () => {
     }
   });
 
-  it('a wedged prefill bus loop (INCIDENT.md) is detected and only that engine is restarted', async () => {
-    const { control, engines, stalls } = await startTestStack();
+  it('a wedged prefill bus loop (INCIDENT.md) is reset in place: no process restarts', async () => {
+    const { control, engines, ladder } = await startTestStack();
     const ok = await collect(control.submit({ prompt: prompt(1, 10), maxTokens: 4 }));
     expect(ok.error).toBeNull();
-    const prefillPid = engines.pid('prefill-0');
-    const decodePid = engines.pid('decode-0');
+    const pids = { prefill: engines.pid('prefill-0'), decode: engines.pid('decode-0') };
+    const incarnation = control.registry.get('prefill-0')?.incarnation;
     engines.signal('prefill-0', 'SIGUSR2');
     const frozenAt = Date.now();
     // Traffic keeps coming: the room sent to the wedged engine is what shows the wedge.
     const during = collect(control.submit({ prompt: prompt(2, 10), maxTokens: 4 }));
     await waitFor(
-      'engine.stalled journaled',
-      async () => (await control.journal.tail({ type: 'engine.stalled', limit: 1 })).length === 1,
+      'engine.recovered journaled',
+      async () => (await control.journal.tail({ type: 'engine.recovered', limit: 1 })).length === 1,
     );
-    const stalled = (await control.journal.tail({ type: 'engine.stalled', limit: 1 }))[0];
+    const [stalled] = await control.journal.tail({ type: 'engine.stalled', limit: 1 });
     expect(stalled?.engine).toBe('prefill-0');
     const detectMs = (stalled?.ts as number) - frozenAt;
-    await waitFor('prefill-0 back under a new pid', () => {
-      const s = control.registry.get('prefill-0');
-      return s?.live === true && s.pid !== prefillPid && engines.pid('prefill-0') === s.pid;
-    });
     const next = await collect(control.submit({ prompt: prompt(3, 10), maxTokens: 4 }));
     expect(next.error).toBeNull();
     const recoverMs = Date.now() - frozenAt;
-    // The room caught in the wedge ended either way (resumed by the new process, or failed).
+    // The room caught in the wedge resumes: the new connection replays what the engine missed.
     const caught = await during;
-    expect(['completed', 'failed']).toContain(
-      (await control.journal.timeline(caught.room)).room?.state,
-    );
-    expect(engines.pid('decode-0')).toBe(decodePid);
-    expect(stalls.restarts).toBe(1);
-    const action = (
-      await control.journal.tail({ type: 'recovery.action', engine: 'prefill-0', limit: 1 })
-    )[0];
-    expect(action?.data).toMatchObject({
-      action: 'restart_engine',
-      outcome: expect.stringMatching(/^restarted as pid \d+$/),
-    });
+    expect(caught.error).toBeNull();
+    expect((await control.journal.timeline(caught.room)).room?.state).toBe('completed');
+    // Same processes, same incarnation: nothing was restarted.
+    expect({ prefill: engines.pid('prefill-0'), decode: engines.pid('decode-0') }).toEqual(pids);
+    expect(control.registry.get('prefill-0')?.incarnation).toBe(incarnation);
+    expect(ladder.restarts).toBe(0);
+    const actions = await control.journal.tail({ type: 'recovery.action', engine: 'prefill-0' });
+    expect(actions.map((a) => [a.data.action, a.data.outcome])).toEqual([
+      ['reset_in_place', 'requested (SIGHUP)'],
+      ['reset_in_place', 'recovered'],
+    ]);
+    expect(ladder.view('prefill-0')).toMatchObject({ phase: 'ok', resets: 1, restarts: 0 });
     console.log(
-      `wedged prefill: detected in ${detectMs} ms, serving again ${recoverMs} ms after the wedge`,
+      `wedged prefill: detected in ${detectMs} ms, serving again ${recoverMs} ms after the wedge, no restart`,
     );
     expect(detectMs).toBeLessThan(5_000);
+  });
+
+  it('an engine the in-place reset cannot revive (SIGSTOP) is restarted, alone', async () => {
+    const { control, engines, ladder } = await startTestStack({
+      ladder: { heartbeatStaleMs: 1500, resetGraceMs: 1000 },
+    });
+    const stoppedPid = engines.pid('decode-0');
+    const prefillPid = engines.pid('prefill-0');
+    engines.signal('decode-0', 'SIGSTOP');
+    await waitFor(
+      'decode-0 back under a new pid',
+      () => {
+        const s = control.registry.get('decode-0');
+        return s?.live === true && s.pid !== stoppedPid && ladder.view('decode-0').phase === 'ok';
+      },
+      20_000,
+    );
+    const next = await collect(control.submit({ prompt: prompt(4, 10), maxTokens: 4 }));
+    expect(next.error).toBeNull();
+    expect(engines.pid('prefill-0')).toBe(prefillPid);
+    const actions = await control.journal.tail({ type: 'recovery.action', engine: 'decode-0' });
+    expect(actions.map((a) => a.data.action)).toEqual([
+      'reset_in_place',
+      'reset_in_place',
+      'restart_engine',
+      'restart_engine',
+    ]);
+    expect(actions.map((a) => String(a.data.outcome))).toEqual([
+      'requested (SIGHUP)',
+      expect.stringMatching(/^failed: not serving 1000 ms after reset_in_place$/),
+      'requested (decode-0)',
+      'recovered',
+    ]);
+    expect(ladder.view('decode-0')).toMatchObject({ phase: 'ok', resets: 1, restarts: 1 });
   });
 });

@@ -53,7 +53,11 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
   });
   app.setErrorHandler((err, req, reply) => {
     const e = toApiError(err);
-    if (e.status >= 500) o.log.error({ err, url: req.url }, 'request failed');
+    // A refusal the service chose (503: journal unwritable, no engines) is a warning, once per
+    // request, without a stack; anything else in 5xx is a bug worth the stack.
+    if (e.status === 503)
+      o.log.warn({ url: req.url, code: e.code, reason: e.message }, 'request refused');
+    else if (e.status >= 500) o.log.error({ err, url: req.url }, 'request failed');
     return sendError(reply, e);
   });
   app.setNotFoundHandler((req, reply) =>

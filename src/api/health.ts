@@ -27,7 +27,10 @@ export function readiness(
   const engines = control.registry.all();
   const fresh = (role: string) =>
     engines.filter((s) => s.role === role && s.live && now - s.lastSeen <= deps.heartbeatStaleMs);
-  const frozen = control.frozenEngines(1000, now);
+  const stalled = control.stalledEngines(1000, now);
+  const gaveUp = engines
+    .filter((s) => control.recoveryView?.(s.engine).phase === 'gave_up')
+    .map((s) => s.engine);
   const h = control.journal.health();
   const last = canary.last;
   const checks = {
@@ -40,11 +43,18 @@ export function readiness(
       detail: `${fresh('decode').length} with a heartbeat in the last ${deps.heartbeatStaleMs} ms`,
     },
     engine_loops: {
-      ok: frozen.length === 0,
+      ok: stalled.length === 0,
       detail:
-        frozen.length === 0
-          ? 'every engine consumes what it is sent'
-          : `bus loop not consuming: ${frozen.join(', ')}`,
+        stalled.length === 0
+          ? 'every engine consumes what it is sent and its transfers complete'
+          : stalled.map((s) => `${s.engine}: ${s.reason}`).join('; '),
+    },
+    recovery: {
+      ok: gaveUp.length === 0,
+      detail:
+        gaveUp.length === 0
+          ? 'no engine past the escalation ladder'
+          : `escalation ladder gave up on ${gaveUp.join(', ')}: an operator is needed`,
     },
     control_loop: {
       ok: control.bus.loop.stats().running,

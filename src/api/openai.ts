@@ -248,6 +248,8 @@ async function serve(
         pdctl_room: stream.room,
       });
     }
+    // The stream's 200 goes out only once the room is journaled; a refused room is a 503 here.
+    await stream.admitted;
     return await streamSse(reply, deps, kind, stream, {
       id,
       createdAt,

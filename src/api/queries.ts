@@ -222,6 +222,7 @@ export function registerQueryRoutes(app: FastifyInstance, control: ControlPlane)
           rooms_held: s.heartbeat?.rooms ?? null,
           live_rooms: s.liveRooms,
           pool: s.pool,
+          recovery: control.recoveryView?.(s.engine) ?? null,
         })),
       };
     },

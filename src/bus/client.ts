@@ -57,10 +57,14 @@ interface PendingAppend {
 
 export class BusClient {
   readonly drops: DropCounters;
-  readonly loop: SupervisedLoop;
-  private readonly socket: zmq.Dealer;
-  private readonly outbox: Outbox;
+  /** The current connection's receive loop; `reset` replaces it (its tick count carries over). */
+  loop: SupervisedLoop;
+  private socket: zmq.Dealer;
+  private outbox: Outbox;
   private readonly decoder;
+  /** Bumped by `reset`: each generation has its own socket, routing id and receive loop. */
+  private generation = 0;
+  resets = 0;
   private readonly pending = new Map<string, PendingAppend>();
   private helloTimer: NodeJS.Timeout | null = null;
   private closed = false;
@@ -81,8 +85,16 @@ export class BusClient {
   ) {
     this.decoder = controlFrames(options.maxFrameBytes);
     this.drops = new DropCounters(options.log, `engine ${options.engine} bus`);
-    this.socket = new zmq.Dealer({
-      routingId: `${options.engine}/${options.incarnation}`.slice(0, 255),
+    this.socket = this.openSocket();
+    this.outbox = new Outbox(this.socket, options.log, 'engine bus');
+    this.loop = new SupervisedLoop('bus.receive', (loop) => this.receive(loop), options.log);
+  }
+
+  private openSocket(): zmq.Dealer {
+    const options = this.options;
+    const gen = this.generation === 0 ? '' : `/${this.generation}`;
+    const socket = new zmq.Dealer({
+      routingId: `${options.engine}/${options.incarnation}${gen}`.slice(0, 255),
       heartbeatInterval: 1000,
       heartbeatTimeout: 5000,
       reconnectInterval: 100,
@@ -92,37 +104,70 @@ export class BusClient {
       sendHighWaterMark: 100_000,
     });
     if (options.curve) {
-      this.socket.curveServerKey = checkKey('control plane public key', options.curve.serverKey);
-      this.socket.curvePublicKey = checkKey('engine public key', options.curve.publicKey);
-      this.socket.curveSecretKey = checkKey('engine secret key', options.curve.secretKey);
+      socket.curveServerKey = checkKey('control plane public key', options.curve.serverKey);
+      socket.curvePublicKey = checkKey('engine public key', options.curve.publicKey);
+      socket.curveSecretKey = checkKey('engine secret key', options.curve.secretKey);
     }
-    this.outbox = new Outbox(this.socket, options.log, 'engine bus');
-    this.loop = new SupervisedLoop('bus.receive', (loop) => this.receive(loop), options.log);
+    return socket;
   }
 
   /**
    * Connection events, read with our own loop: zeromq.js's `events.on()` runs a loop of its own
    * whose rejection on socket close is never caught, which would crash the process.
    */
-  private async watch(): Promise<void> {
-    const events = this.socket.events;
-    while (!this.closed) {
+  private async watch(socket: zmq.Dealer): Promise<void> {
+    const events = socket.events;
+    while (!this.closed && socket === this.socket) {
       let ev: Awaited<ReturnType<typeof events.receive>>;
       try {
         ev = await events.receive();
       } catch {
         return;
       }
+      if (socket !== this.socket) return;
       if (ev.type === 'handshake') this.onConnected();
       else if (ev.type === 'disconnect') this.onDisconnected();
     }
   }
 
   start(): void {
-    void this.watch();
+    void this.watch(this.socket);
     this.socket.connect(this.options.endpoint);
     this.loop.start();
     this.sayHello();
+  }
+
+  /**
+   * The in-place rung of the escalation ladder (DESIGN.md §9): abandon this connection — its
+   * socket, its receive loop, whatever it had queued — and open a new one under the same
+   * incarnation. The hello that follows replays what the engine missed, and unacknowledged appends
+   * are resent after the welcome, so nothing is lost; the process and its model stay up. This is
+   * what revives a receive loop that is stuck (INCIDENT.md) without restarting anything else.
+   */
+  async reset(reason: string): Promise<void> {
+    if (this.closed) return;
+    this.resets++;
+    this.generation++;
+    this.options.log.warn(
+      { reason, generation: this.generation },
+      'bus: resetting the connection in place',
+    );
+    const old = { socket: this.socket, loop: this.loop };
+    this.welcomed = false;
+    this.socket = this.openSocket();
+    this.outbox = new Outbox(this.socket, this.options.log, 'engine bus');
+    this.loop = new SupervisedLoop('bus.receive', (loop) => this.receive(loop), this.options.log);
+    this.loop.ticks = old.loop.ticks;
+    // A frozen loop (drill) is released; it sees its loop stopped and its socket closed, and ends.
+    this.frozen = null;
+    this.thaw();
+    const stopped = old.loop.stop();
+    old.socket.close();
+    void this.watch(this.socket);
+    this.socket.connect(this.options.endpoint);
+    this.loop.start();
+    this.sayHello();
+    await stopped;
   }
 
   private onConnected(): void {
@@ -159,13 +204,15 @@ export class BusClient {
   }
 
   private async receive(loop: SupervisedLoop): Promise<void> {
+    const socket = this.socket;
     while (loop.shouldRun && !this.closed) {
       if (this.frozen) await this.frozen;
+      if (!loop.shouldRun) return;
       let frames: Buffer[];
       try {
-        frames = await this.socket.receive();
+        frames = await socket.receive();
       } catch (err) {
-        if (this.closed) return;
+        if (this.closed || !loop.shouldRun) return;
         throw err;
       }
       loop.tick();

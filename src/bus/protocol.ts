@@ -102,7 +102,15 @@ const JournalEventWire = Type.Object(
   strict,
 );
 
-export const COMMANDS = ['abort_room', 'free_room', 'reset_transfer', 'drain', 'shutdown'] as const;
+export const COMMANDS = [
+  'abort_room',
+  'free_room',
+  'reset_transfer',
+  'reset_in_place',
+  'inject_fault',
+  'drain',
+  'shutdown',
+] as const;
 export type CommandName = (typeof COMMANDS)[number];
 
 /** Control plane → engine. */

@@ -1,91 +1,79 @@
 /** `pdctl drill <scenario>`: replay a failure against a live stack and check every invariant. */
-import { join } from 'node:path';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import type { Command } from 'commander';
 import { Argument, Option } from 'commander';
-import { startStack } from '../control/stack.ts';
 import { LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
-import { abortCascade } from '../recovery/drills/abort-cascade.ts';
-import { renderReport } from '../recovery/drills/report.ts';
+import { runDrill } from '../recovery/drills/harness.ts';
+import { renderHtml } from '../recovery/drills/html.ts';
+import { DRILLS } from '../recovery/drills/index.ts';
+import { type DrillReport, renderReport, renderSummary } from '../recovery/drills/report.ts';
 import { EXIT, note, print, printJson, VERSION } from './context.ts';
 import { UsageError } from './time.ts';
 
-const SCENARIOS = ['abort-cascade'] as const;
+interface DrillFlags {
+  clients?: number;
+  dataDir: string;
+  json?: boolean;
+  report?: string;
+  baseline: boolean;
+  logLevel: LogLevel;
+}
 
 export function registerDrillCommand(program: Command): void {
+  const names = DRILLS.map((d) => d.name);
   program
     .command('drill')
     .description(
       'Run a crash-recovery drill against a stack it starts (journal in --data-dir): apply load, inject the ' +
-        'fault, then check and print every invariant with its figure. Exit 0 when every invariant holds.',
+        'fault, then check and print every invariant with its figure, and time a full-stack restart for ' +
+        'comparison. `all` runs every drill in turn. Exit 0 when every invariant holds.',
     )
-    .addArgument(new Argument('<scenario>', 'the failure to replay').choices([...SCENARIOS]))
+    .addArgument(new Argument('<scenario>', 'the failure to replay').choices([...names, 'all']))
     .option(
       '--clients <n>',
-      'streaming clients',
+      'streaming clients (default: 200 for abort-cascade, 8 for the others)',
       (v) => {
         if (!/^\d+$/.test(v) || Number(v) < 1 || Number(v) > 10_000)
           throw new UsageError(`--clients must be an integer from 1 to 10000, got "${v}"`);
         return Number(v);
       },
-      200,
     )
-    .option('--data-dir <dir>', 'where the drill journal goes', './data/drills')
-    .option('--json', 'the report as one JSON object')
+    .option('--data-dir <dir>', 'where the drill journals go', './data/drills')
+    .option('--json', 'the report as one JSON object (`all`: an array)')
+    .option('--report <file>', 'also write a self-contained HTML report with a timeline chart')
+    .option('--no-baseline', 'skip timing a full-stack restart after each drill')
     .addOption(
       new Option('--log-level <level>', 'log level').choices([...LOG_LEVELS]).default('warn'),
     )
-    .action(
-      async (
-        scenario: (typeof SCENARIOS)[number],
-        o: { clients: number; dataDir: string; json?: boolean; logLevel: LogLevel },
-      ) => {
-        const log = processLogger('drill', o.logLevel);
-        const journalPath = join(o.dataDir, `${scenario}-${Date.now()}.db`);
-        if (!o.json) note(`drill ${scenario}: starting a stack (journal ${journalPath})`);
-        const stack = await startStack({
+    .addHelpText(
+      'after',
+      `\nScenarios:\n${DRILLS.map((d) => `  ${d.name.padEnd(20)} ${d.summary}`).join('\n')}`,
+    )
+    .action(async (scenario: string, o: DrillFlags) => {
+      const log = processLogger('drill', o.logLevel);
+      const chosen = scenario === 'all' ? DRILLS : DRILLS.filter((d) => d.name === scenario);
+      const reports: DrillReport[] = [];
+      for (const d of chosen) {
+        const journalPath = join(o.dataDir, `${d.name}-${Date.now()}.db`);
+        if (!o.json) note(`drill ${d.name}: starting a stack (journal ${journalPath})`);
+        const report = await runDrill(d, {
+          clients: o.clients ?? d.defaultClients ?? 8,
           journalPath,
-          durability: 'power',
           log,
           version: VERSION,
-          engineLogLevel: o.logLevel,
-          // Slow enough that rooms are spread over every stage when the clients drop.
-          engineArgs: [
-            '--pages',
-            '65536',
-            '--prefill-us-per-token',
-            '200',
-            '--decode-us-per-token',
-            '2000',
-          ],
+          baseline: o.baseline,
         });
-        let passed = false;
-        try {
-          await stack.control.journal.append({
-            type: 'drill.started',
-            source: 'drill',
-            data: { scenario, clients: o.clients },
-          });
-          const report = await abortCascade(stack, { clients: o.clients, targetMs: 2000 }, log);
-          passed = report.passed;
-          await stack.control.journal.append({
-            type: 'drill.finished',
-            source: 'drill',
-            data: {
-              scenario,
-              passed,
-              invariants: report.invariants.map((i) => ({
-                name: i.name,
-                ok: i.ok,
-                figure: i.figure,
-              })),
-            },
-          });
-          if (o.json) printJson({ ...report, journal: journalPath });
-          else print(renderReport(report));
-        } finally {
-          await stack.stop();
-        }
-        process.exitCode = passed ? EXIT.ok : EXIT.problem;
-      },
-    );
+        reports.push(report);
+        if (!o.json) print(`${renderReport(report)}\n`);
+      }
+      if (o.json) printJson(scenario === 'all' ? reports : reports[0]);
+      else if (reports.length > 1) print(renderSummary(reports));
+      if (o.report) {
+        mkdirSync(dirname(o.report), { recursive: true });
+        writeFileSync(o.report, renderHtml(reports));
+        if (!o.json) note(`report written to ${o.report}`);
+      }
+      process.exitCode = reports.every((r) => r.passed) ? EXIT.ok : EXIT.problem;
+    });
 }

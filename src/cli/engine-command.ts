@@ -52,13 +52,19 @@ export function registerEngineCommand(program: Command): void {
       intArg('--drain-timeout-ms'),
       ENGINE_DEFAULTS.drainTimeoutMs,
     )
+    .option(
+      '--allow-fault-injection',
+      'accept inject_fault commands from the control plane (for drills; never in production)',
+      false,
+    )
     .addOption(
       new Option('--log-level <level>', 'log level').choices([...LOG_LEVELS]).default('info'),
     )
     .addHelpText(
       'after',
       "\nCURVE (optional): set PDCTL_CURVE_SERVER_KEY (the control plane's public key), PDCTL_CURVE_PUBLIC_KEY and\n" +
-        "PDCTL_CURVE_SECRET_KEY (this engine's pair, from `pdctl keys`). SIGTERM drains: rooms in flight finish first.",
+        "PDCTL_CURVE_SECRET_KEY (this engine's pair, from `pdctl keys`). SIGTERM drains: rooms in flight finish first.\n" +
+        'SIGHUP resets the bus connection and the transfer endpoint in place (the escalation ladder sends it).',
     )
     .action(async (o: Record<string, unknown>) => {
       let opts: ReturnType<typeof resolveEngineOptions>;
@@ -77,6 +83,7 @@ export function registerEngineCommand(program: Command): void {
           chunkTokens: o.chunkTokens,
           heartbeatMs: o.heartbeatMs,
           drainTimeoutMs: o.drainTimeoutMs,
+          allowFaultInjection: o.allowFaultInjection,
         });
       } catch (err) {
         if (err instanceof EngineOptionsError) throw new UsageError(err.message);

@@ -77,7 +77,13 @@ export function registerServeCommand(program: Command): void {
     )
     .option(
       '--no-restart-stalled',
-      'detect a stalled engine but do not restart it (to watch a wedge)',
+      'detect a stalled engine but do not take it up the escalation ladder (to watch a wedge)',
+    )
+    .option(
+      '--migration-limit <n>',
+      'times one request may move to another engine pair when its engine dies (0: never; the request fails)',
+      intArg('--migration-limit'),
+      2,
     )
     .option(
       '--drain-timeout-ms <n>',
@@ -111,6 +117,7 @@ export function registerServeCommand(program: Command): void {
         engineArgs,
         engineLogLevel: o.logLevel as string,
         restartStalled: o.restartStalled !== false,
+        migrationLimit: o.migrationLimit as number,
       });
       const { control } = stack;
       const canary = new Canary(control, log, o.canaryDeadlineMs as number);

@@ -19,6 +19,7 @@ import type { Durability } from '../journal/sqlite/open.ts';
 import { isTerminal, LIVE_STATES, type StateDeadlinesMs } from '../journal/states.ts';
 import type { AppendResult, Subscription } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
+import type { LadderView } from '../recovery/ladder.ts';
 import { type ControlCounters, EngineLink } from './engine-link.ts';
 import { ControlError } from './errors.ts';
 import { EngineRegistry, type EngineSession } from './registry.ts';
@@ -37,6 +38,14 @@ export interface ControlPlaneOptions {
   engineFreshMs?: number;
   /** Per-state deadlines for new rooms (defaults in src/journal/states.ts). */
   deadlinesMs?: Partial<StateDeadlinesMs>;
+  /**
+   * Migrations per request: when an engine dies under a live client, its rooms continue on a
+   * healthy pair this many times; the next loss fails the request (`migration_limit_reached`).
+   * Default 2; 0 turns migration off (the engine's replacement fails its rooms, `engine_restarted`).
+   */
+  migrationLimit?: number;
+  /** How long a migrating request waits for a healthy pair. Default 15000 ms. */
+  migrationWaitMs?: number;
   /** Tokenizer for prompt sizes; must match the engines' model. Default: the built-in model. */
   model?: ModelExecutor;
   log: Logger;
@@ -67,6 +76,8 @@ export class ControlPlane {
   private readonly model: ModelExecutor;
   private closing: Promise<void> | null = null;
   bus!: BusServer;
+  /** Where each engine stands on the escalation ladder; set by the stack that runs one. */
+  recoveryView: ((engine: string) => LadderView) | null = null;
   private readonly link: EngineLink;
   private readonly roomListeners: Array<
     (before: Room | null, after: Room, ev: JournalEvent) => void
@@ -96,6 +107,7 @@ export class ControlPlane {
       roomView: (room) => this.rooms.get(room),
       request: (room) => this.requests.get(room),
       timed: (p) => this.timed(p),
+      replaced: (engine, old) => this.engineLost(engine, old, 'it came back as a new incarnation'),
     });
   }
 
@@ -194,10 +206,20 @@ export class ControlPlane {
       heartbeat: (_peer, engine, msg) => {
         const s = this.registry.get(engine);
         if (!s) return;
+        // Events sent before the previous heartbeat and still not applied: the engine has been
+        // behind since that heartbeat at the latest.
+        const previous = s.lastSeen;
         s.lastSeen = Date.now();
+        s.beats++;
         if (msg.lastSeq >= s.owedSeq) s.behindSince = 0;
-        else if (s.behindSince === 0) s.behindSince = s.lastSeen;
+        else if (s.behindSince === 0) s.behindSince = previous;
         s.owedSeq = s.lastDelivered;
+        // The transfer path moves if it completed something since the last heartbeat, or had nothing to do.
+        if (
+          (msg.queues.transferring ?? 0) === 0 ||
+          msg.ticks.transfer !== s.heartbeat?.ticks.transfer
+        )
+          s.transferMovedAt = s.lastSeen;
         s.heartbeat = msg;
       },
       append: (peer, engine, msg) => this.link.append(peer, engine, msg),
@@ -329,14 +351,14 @@ export class ControlPlane {
     const stream = this.streams.get(room.room);
     if (!stream) return;
     this.streams.delete(room.room);
-    if (room.state === 'completed' && stream.tokens !== room.tokens) {
+    if (room.state === 'completed' && stream.currentTokens !== room.tokens) {
       // Cannot happen if engines follow the protocol (chunks precede the completion on one
       // connection); if it does, the client must not get a silently shortened answer.
       this.options.log.error(
         {
           room: room.room,
           engine: room.decodeEngine,
-          streamed: stream.tokens,
+          streamed: stream.currentTokens,
           completed: room.tokens,
         },
         'room completed with tokens missing from its stream',
@@ -345,7 +367,7 @@ export class ControlPlane {
         new RoomEndedError(
           room.room,
           'unavailable',
-          `stream is missing ${(room.tokens ?? 0) - stream.tokens} tokens`,
+          `stream is missing ${(room.tokens ?? 0) - stream.currentTokens} tokens`,
         ),
       );
     } else if (room.state === 'completed') stream.complete(room.finishReason ?? 'length');
@@ -396,27 +418,56 @@ export class ControlPlane {
     }
     const room = newRoomId();
     const stream = new RoomStream(room, promptTokens, Date.now());
+    this.createRoom(stream, room, { prompt, maxTokens }, promptTokens, prefill, decode, {
+      source: request.source ?? 'api',
+    });
+    const signal = request.signal;
+    if (signal) {
+      // The room serving the request when the client leaves: after a migration, not the first.
+      const onAbort = () =>
+        void this.abort(stream.current, 'client_disconnect', 'client').catch(() => {});
+      if (signal.aborted) onAbort();
+      else signal.addEventListener('abort', onAbort, { once: true });
+      void stream.result
+        .finally(() => signal.removeEventListener('abort', onAbort))
+        .catch(() => {});
+    }
+    return stream;
+  }
+
+  /** Journals `room.created` for the stream's request on the pair; the stream fails if refused. */
+  private createRoom(
+    stream: RoomStream,
+    room: string,
+    request: RoomRequest,
+    promptTokens: number,
+    prefill: EngineSession,
+    decode: EngineSession,
+    o: { source: string; migratedFrom?: string },
+  ): void {
     this.streams.set(room, stream);
-    this.requests.set(room, { prompt, maxTokens });
+    this.requests.set(room, request);
     prefill.liveRooms++;
     decode.liveRooms++;
     this.timed(
       this.journal.append({
         type: 'room.created',
         room,
-        source: request.source ?? 'api',
+        source: o.source,
         data: {
           prefillEngine: prefill.engine,
           decodeEngine: decode.engine,
           promptTokens,
-          maxTokens,
+          maxTokens: request.maxTokens,
           model: this.model.name,
+          ...(o.migratedFrom ? { migratedFrom: o.migratedFrom } : {}),
           ...(this.options.deadlinesMs ? { deadlinesMs: this.options.deadlinesMs } : {}),
         },
       }),
     ).then(
       (res) => {
-        if (res.status !== 'applied')
+        if (res.status === 'applied') stream.markAdmitted();
+        else
           this.abandon(
             room,
             prefill,
@@ -436,16 +487,178 @@ export class ControlPlane {
           ),
         ),
     );
-    const signal = request.signal;
-    if (signal) {
-      const onAbort = () => void this.abort(room, 'client_disconnect', 'client').catch(() => {});
-      if (signal.aborted) onAbort();
-      else signal.addEventListener('abort', onAbort, { once: true });
-      void stream.result
-        .finally(() => signal.removeEventListener('abort', onAbort))
-        .catch(() => {});
+  }
+
+  // ── migration ────────────────────────────────────────────────────────────────────────────
+
+  /**
+   * An engine's process is gone (it exited, or came back as a new incarnation): every live room
+   * on it whose client is still reading moves to a healthy pair (`room.migrated` → a new room
+   * whose request is the prompt plus the text already streamed), so the client's stream goes on
+   * uninterrupted; rooms past the migration limit fail with `migration_limit_reached`. Resolves
+   * once the migrations are journaled (the new rooms follow when a pair is free).
+   */
+  async engineLost(engine: string, incarnation: string, reason: string): Promise<void> {
+    if (this.closing) return;
+    const limit = this.options.migrationLimit ?? 2;
+    const moves: Array<Promise<unknown>> = [];
+    for (const r of this.rooms.values()) {
+      if (r.prefillEngine !== engine && r.decodeEngine !== engine) continue;
+      if (isTerminal(r.state)) {
+        moves.push(this.releaseLost(r.room, engine, incarnation));
+        continue;
+      }
+      const stream = this.streams.get(r.room);
+      const request = this.requests.get(r.room);
+      if (limit === 0 || !stream || stream.done || !request || r.abortRequestedAt !== null)
+        continue;
+      if (stream.migrations >= limit) {
+        moves.push(
+          this.journal
+            .append({
+              type: 'room.failed',
+              room: r.room,
+              source: 'control',
+              eventId: `${r.room}:migration-limit`,
+              data: { reason: 'migration_limit_reached', stage: r.state, detectedBy: 'control' },
+            })
+            .catch((err) => this.options.log.error({ err, room: r.room }, 'could not fail a room')),
+        );
+        continue;
+      }
+      moves.push(this.migrate(r, stream, request, engine, incarnation, reason));
     }
-    return stream;
+    await Promise.all(moves);
+  }
+
+  private async migrate(
+    from: Room,
+    stream: RoomStream,
+    request: RoomRequest,
+    engine: string,
+    incarnation: string,
+    reason: string,
+  ): Promise<void> {
+    const log = this.options.log;
+    const to = newRoomId();
+    const next: RoomRequest = {
+      prompt: request.prompt,
+      maxTokens: request.maxTokens - stream.currentTokens,
+      generated: stream.text,
+    };
+    // The stream leaves the old room before its terminal event is folded, so that ending it does
+    // not end the client's stream.
+    this.streams.delete(from.room);
+    let status: AppendResult['status'] | 'unavailable';
+    try {
+      const res = await this.journal.append({
+        type: 'room.migrated',
+        room: from.room,
+        source: 'control',
+        eventId: `${from.room}:migrated`,
+        data: { toRoom: to, reason: `${engine} lost: ${reason}`, tokens: stream.tokens },
+      });
+      status = res.status;
+    } catch (err) {
+      log.error({ err, room: from.room }, 'could not journal room.migrated');
+      status = 'unavailable';
+    }
+    if (status !== 'applied') {
+      // It ended first (or the journal refused): the stream ends as the room did.
+      const now = this.rooms.get(from.room);
+      if (now && !isTerminal(now.state)) this.streams.set(from.room, stream);
+      else
+        stream.fail(
+          new RoomEndedError(
+            from.room,
+            'failed',
+            `lost with ${engine} and not migrated (${status})`,
+          ),
+        );
+      return;
+    }
+    await this.releaseLost(from.room, engine, incarnation);
+    if (next.maxTokens <= 0) {
+      stream.complete('length');
+      return;
+    }
+    log.warn({ room: from.room, to, engine, streamed: stream.tokens }, 'migrating room');
+    void this.redispatch(from, to, stream, next, engine, incarnation, reason);
+  }
+
+  /**
+   * A terminal room the lost engine never released: its pages went with its process, so the
+   * control plane journals the release for it — which lets the surviving engine free its side
+   * (no transfer can still be writing into it) and the room leave the live view.
+   */
+  private async releaseLost(room: string, engine: string, incarnation: string): Promise<void> {
+    const r = this.rooms.get(room);
+    if (!r || r.releasedBy.includes(engine)) return;
+    await this.journal
+      .append({
+        type: 'room.released',
+        room,
+        engine,
+        source: 'control',
+        eventId: `${room}:released:${engine}:${incarnation}`,
+        data: {},
+      })
+      .catch((err) =>
+        this.options.log.error({ err, room, engine }, 'could not release a lost engine’s room'),
+      );
+  }
+
+  /** Creates the migrated request's new room once a healthy pair (not the lost engine) is free. */
+  private async redispatch(
+    from: Room,
+    to: string,
+    stream: RoomStream,
+    next: RoomRequest,
+    engine: string,
+    incarnation: string,
+    reason: string,
+  ): Promise<void> {
+    const log = this.options.log;
+    const tokens = this.model.contextTokens(next.prompt, next.generated ?? '').length;
+    const freshMs = this.options.engineFreshMs ?? 3000;
+    const deadline = Date.now() + (this.options.migrationWaitMs ?? 15_000);
+    const usable = (s: EngineSession) => !(s.engine === engine && s.incarnation === incarnation);
+    for (;;) {
+      if (this.closing || stream.done) return;
+      const prefill = this.registry.pick('prefill', freshMs, Date.now(), usable);
+      const decode = this.registry.pick('decode', freshMs, Date.now(), usable);
+      if (prefill && decode) {
+        stream.continueIn(to);
+        this.createRoom(stream, to, next, tokens, prefill, decode, {
+          source: 'migration',
+          migratedFrom: from.room,
+        });
+        return;
+      }
+      if (Date.now() > deadline) {
+        log.error({ room: from.room, to }, 'no healthy engine pair to migrate to');
+        this.journal
+          .append({
+            type: 'recovery.action',
+            room: from.room,
+            source: 'control',
+            data: {
+              action: 'migrate_room',
+              reason: `${engine} lost: ${reason}`,
+              outcome: `failed: no healthy engine pair within ${this.options.migrationWaitMs ?? 15_000} ms; ${to} never created`,
+            },
+          })
+          .catch(() => {});
+        stream.fail(
+          new ControlError(
+            'CONTROL_NO_ENGINES',
+            `room ${from.room} lost its engine and no healthy pair was free to continue it`,
+          ),
+        );
+        return;
+      }
+      await new Promise((r) => setTimeout(r, 50));
+    }
   }
 
   private abandon(room: string, prefill: EngineSession, decode: EngineSession, err: Error): void {
@@ -479,15 +692,36 @@ export class ControlPlane {
   }
 
   /**
-   * Engines whose bus receive loop looks frozen: for more than `afterMs`, their heartbeats have
-   * shown them behind on events sent a heartbeat earlier (the wedge of INCIDENT.md: the process
-   * and its heartbeat alive, nothing consumed).
+   * Engines that stopped working while alive, why, and since when: a bus receive loop that applied
+   * nothing it was sent for more than `afterMs` (the wedge of INCIDENT.md: the process and its
+   * heartbeat alive, nothing consumed), or a transfer core that completed nothing for that long
+   * with transfers in flight. Used by the escalation ladder and `/health/ready`.
    */
-  frozenEngines(afterMs = 1000, now = Date.now()): string[] {
-    return this.registry
-      .all()
-      .filter((s) => s.live && s.behindSince > 0 && now - s.behindSince > afterMs)
-      .map((s) => s.engine);
+  stalledEngines(
+    afterMs = 1000,
+    now = Date.now(),
+  ): Array<{ engine: string; reason: string; since: number }> {
+    const out: Array<{ engine: string; reason: string; since: number }> = [];
+    for (const s of this.registry.all()) {
+      if (!s.live) continue;
+      if (s.behindSince > 0 && now - s.behindSince > afterMs) {
+        out.push({
+          engine: s.engine,
+          reason: `bus loop applied nothing for ${now - s.behindSince} ms after being sent events`,
+          since: s.behindSince,
+        });
+        continue;
+      }
+      const inFlight = s.heartbeat?.queues.transferring ?? 0;
+      if (inFlight > 0 && now - s.transferMovedAt > afterMs) {
+        out.push({
+          engine: s.engine,
+          reason: `transfer core completed nothing for ${now - s.transferMovedAt} ms with ${inFlight} transfers in flight`,
+          since: s.transferMovedAt,
+        });
+      }
+    }
+    return out;
   }
 
   /** Resolves once `prefill` and `decode` engines are registered and live. */

@@ -34,6 +34,8 @@ export interface EngineLinkDeps {
   request(room: string): RoomRequest | undefined;
   /** Measures an append's latency. */
   timed<T>(p: Promise<T>): Promise<T>;
+  /** An engine came back as a new incarnation: the old one's rooms are lost (migrate them). */
+  replaced(engine: string, oldIncarnation: string): Promise<void>;
 }
 
 export class EngineLink {
@@ -85,10 +87,12 @@ export class EngineLink {
       connectedAt: now,
       lastSeen: now,
       heartbeat: null,
+      beats: 0,
       liveRooms: prev?.liveRooms ?? 0,
       live: false,
       owedSeq: 0,
       behindSince: 0,
+      transferMovedAt: now,
       session: ++this.sessions,
       nextN: 1,
       broken: false,
@@ -122,6 +126,8 @@ export class EngineLink {
     } else {
       log.info({ engine: msg.engine, lastSeq: msg.lastSeq }, 'engine reconnected');
     }
+    // Before the replay is read: the new process must see the old one's rooms as migrated.
+    if (prev && fresh) await this.deps.replaced(msg.engine, prev.incarnation);
     let backlog: Awaited<ReturnType<SqliteJournal['engineBacklog']>>;
     try {
       backlog = await this.deps.journal.engineBacklog(msg.engine, msg.lastSeq);

@@ -21,6 +21,8 @@ export interface EngineSession {
   connectedAt: number;
   lastSeen: number;
   heartbeat: EngineMessage<'heartbeat'> | null;
+  /** Heartbeats received in this session. */
+  beats: number;
   /** Live rooms assigned to this engine (kept by the control plane, not reported). */
   liveRooms: number;
   /** Events from the journal are sent only once replay for this hello is done. */
@@ -31,11 +33,14 @@ export interface EngineSession {
   broken: boolean;
   /**
    * The last event sent to it before its previous heartbeat (`lastDelivered` then), and since when
-   * its heartbeats have shown it still not applied (0: it has). A healthy engine applies within a
-   * heartbeat; one whose bus loop stopped consuming stays behind.
+   * it has been behind (0: it is not): the time of that previous heartbeat, once the next one
+   * shows the event still not applied. A healthy engine applies within a heartbeat; one whose bus
+   * loop stopped consuming stays behind.
    */
   owedSeq: number;
   behindSince: number;
+  /** When the engine's transfer path last moved: a transfer completed, or none was in flight. */
+  transferMovedAt: number;
   /** Highest seq covered for this engine (replay or live); later publishes skip anything at or below. */
   sentSeq: number;
   /** Seq of the last event actually sent to this engine: the next one's `prevSeq`. */
@@ -59,11 +64,16 @@ export class EngineRegistry {
     return [...this.sessions.values()];
   }
 
-  /** Engines of the role that heartbeated within `freshMs`, least loaded first. */
-  pick(role: 'prefill' | 'decode', freshMs: number, now = Date.now()): EngineSession | null {
+  /** The least loaded engine of the role that heartbeated within `freshMs` (and passes `usable`). */
+  pick(
+    role: 'prefill' | 'decode',
+    freshMs: number,
+    now = Date.now(),
+    usable: (s: EngineSession) => boolean = () => true,
+  ): EngineSession | null {
     let best: EngineSession | null = null;
     for (const s of this.sessions.values()) {
-      if (s.role !== role || !s.live || now - s.lastSeen > freshMs) continue;
+      if (s.role !== role || !s.live || now - s.lastSeen > freshMs || !usable(s)) continue;
       if (s.heartbeat?.state === 'draining') continue;
       if (!best || s.liveRooms < best.liveRooms) best = s;
     }

@@ -3,7 +3,7 @@
  * serve`, the end-to-end tests and `bench:engines` all start it through here.
  */
 import type { Logger } from '../log.ts';
-import { StallRecovery } from '../recovery/stalls.ts';
+import { EscalationLadder, type LadderPolicy } from '../recovery/ladder.ts';
 import { EngineSupervisor } from '../recovery/supervisor.ts';
 import { Watchdog } from '../recovery/watchdog.ts';
 import { ControlPlane, type ControlPlaneOptions } from './control-plane.ts';
@@ -24,15 +24,19 @@ export interface StackOptions extends ControlPlaneOptions {
    * Fail rooms that overstay their state's deadline. Default true.
    */
   watchdog?: boolean;
-  /** Restart an engine process whose bus loop stopped consuming or whose heartbeats stopped. Default true. */
+  /**
+   * Take stalled engines (bus loop not consuming, heartbeats stopped) up the escalation ladder:
+   * reset in place, restart the engine, restart the stack. Default true.
+   */
   restartStalled?: boolean;
+  ladder?: Partial<LadderPolicy>;
 }
 
 export interface Stack {
   control: ControlPlane;
   engines: EngineSupervisor;
   watchdog: Watchdog;
-  stalls: StallRecovery;
+  ladder: EscalationLadder;
   engineIds: { prefill: string[]; decode: string[] };
   /** Stops the engines (they drain), then the control plane. Idempotent. */
   stop(): Promise<void>;
@@ -47,6 +51,16 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     logLevel: options.engineLogLevel ?? 'warn',
     restart: options.restartEngines ?? true,
     env: options.engineEnv,
+    // A dead engine's rooms continue elsewhere at once, not when its replacement says hello.
+    onExit: (id, pid, status) => {
+      const s = control.registry.get(id);
+      if (!s || s.pid !== pid) return;
+      void control.engineLost(
+        id,
+        s.incarnation,
+        `process ${pid} exited (${status.signal ?? `code ${status.code}`})`,
+      );
+    },
   });
   const ids = {
     prefill: Array.from({ length: options.prefillEngines ?? 1 }, (_, i) => `prefill-${i}`),
@@ -57,16 +71,15 @@ export async function startStack(options: StackOptions): Promise<Stack> {
   for (const id of ids.decode)
     engines.start({ id, role: 'decode', args: options.engineArgs ?? [] });
   const watchdog = new Watchdog(control, log);
-  const stalls = new StallRecovery(control, engines, log);
-  const stallTimer = setInterval(() => stalls.tick(), 250);
-  stallTimer.unref();
-  if (options.restartStalled === false) clearInterval(stallTimer);
+  const ladder = new EscalationLadder(control, engines, log, options.ladder);
+  control.recoveryView = (engine) => ladder.view(engine);
+  if (options.restartStalled !== false) ladder.start();
   if (options.watchdog !== false) watchdog.start();
   let stopping: Promise<void> | null = null;
   const stop = () => {
     stopping ??= (async () => {
       watchdog.stop();
-      clearInterval(stallTimer);
+      ladder.stop();
       await engines.stop();
       await control.close();
     })();
@@ -82,5 +95,5 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     await stop();
     throw err;
   }
-  return { control, engines, watchdog, stalls, engineIds: ids, stop };
+  return { control, engines, watchdog, ladder, engineIds: ids, stop };
 }

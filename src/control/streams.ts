@@ -25,8 +25,21 @@ export class RoomStream implements AsyncIterable<TokenChunk> {
   private nextIndex = 0;
   text = '';
   tokens = 0;
+  /** The room serving the request now: `room` until a migration moves it. */
+  current: string;
+  /** Migrations so far, and where the current room's chunks and tokens start. */
+  migrations = 0;
+  private indexBase = 0;
+  private tokensBase = 0;
   readonly result: Promise<CompletionResult>;
   private settle!: { resolve(r: CompletionResult): void; reject(e: Error): void };
+  /**
+   * Resolves once the room's `room.created` is committed; rejects if the room ended first (the
+   * journal refused it). The API answers only after it, so no response names a room the journal
+   * does not have.
+   */
+  readonly admitted: Promise<void>;
+  private admit!: { resolve(): void; reject(e: Error): void };
 
   constructor(
     readonly room: string,
@@ -34,12 +47,28 @@ export class RoomStream implements AsyncIterable<TokenChunk> {
     readonly startedAt: number,
   ) {
     this.result = new Promise((resolve, reject) => (this.settle = { resolve, reject }));
+    this.current = room;
+    this.admitted = new Promise((resolve, reject) => (this.admit = { resolve, reject }));
     // Callers that only iterate must not see an unhandled rejection from `result`.
     this.result.catch(() => {});
+    this.admitted.catch(() => {});
+  }
+
+  /** The request goes on in `room` (a migration): its chunks continue this stream's. */
+  continueIn(room: string): void {
+    this.current = room;
+    this.migrations++;
+    this.indexBase = this.nextIndex;
+    this.tokensBase = this.tokens;
+  }
+
+  /** Tokens streamed by the current room. */
+  get currentTokens(): number {
+    return this.tokens - this.tokensBase;
   }
 
   push(chunk: TokenChunk): boolean {
-    if (this.ended || chunk.index !== this.nextIndex) return false;
+    if (this.ended || chunk.index + this.indexBase !== this.nextIndex) return false;
     this.nextIndex++;
     this.text += chunk.text;
     this.tokens += chunk.tokens;
@@ -58,13 +87,20 @@ export class RoomStream implements AsyncIterable<TokenChunk> {
       finishReason,
       ms: Date.now() - this.startedAt,
     };
+    this.admit.resolve();
     this.ended = { result };
     this.settle.resolve(result);
     this.wake();
   }
 
+  /** The room is in the journal. */
+  markAdmitted(): void {
+    this.admit.resolve();
+  }
+
   fail(error: Error): void {
     if (this.ended) return;
+    this.admit.reject(error);
     this.ended = { error };
     this.settle.reject(error);
     this.wake();

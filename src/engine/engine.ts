@@ -11,6 +11,7 @@ import { uuidv7 } from '../journal/ids.ts';
 import { type Room, reduce } from '../journal/reducer.ts';
 import { isTerminal, type RoomState } from '../journal/states.ts';
 import type { Logger } from '../log.ts';
+import { type Fault, parseFault } from '../transfer/core.ts';
 import { PageAllocator } from './allocator.ts';
 import type { ModelExecutor } from './model.ts';
 import type { EngineOptions } from './options.ts';
@@ -47,6 +48,8 @@ export abstract class EngineCore {
   lastSeq = 0;
   state: EngineState = 'starting';
   workTicks = 0;
+  /** Transfers that completed (any status): the transfer path's tick counter. */
+  transferTicks = 0;
   duplicates = 0;
   /** Events that did not follow the last one applied (a lost message): each led to a resync. */
   gaps = 0;
@@ -266,6 +269,12 @@ export abstract class EngineCore {
       case 'reset_transfer':
         this.resetTransfer();
         return;
+      case 'reset_in_place':
+        this.onResetInPlace?.(cmd.reason ?? 'reset_in_place command');
+        return;
+      case 'inject_fault':
+        this.injectFault(cmd.reason ?? '', cmd.room);
+        return;
       case 'drain':
         this.state = 'draining';
         return;
@@ -278,7 +287,44 @@ export abstract class EngineCore {
   /** Set by the composition root: what a `shutdown` command does. */
   onShutdown: (() => void) | null = null;
 
-  protected resetTransfer(): void {}
+  /** Set by the composition root: the in-place reset (bus connection and transfer endpoint). */
+  onResetInPlace: ((reason: string) => void) | null = null;
+
+  /**
+   * Cancels transfers in flight for longer than `olderThanMs` (their rooms fail as
+   * `transfer_cancelled`) and clears injected faults. Prefill only; nothing to do on decode.
+   */
+  resetTransfer(_olderThanMs = 0): number {
+    return 0;
+  }
+
+  /**
+   * Drill fault injection into the transfer core (`kind[:ms]`, for one room or all), refused
+   * unless the engine was started with `--allow-fault-injection`.
+   */
+  private injectFault(spec: string, room: string | null): void {
+    if (!this.opts.allowFaultInjection) {
+      this.log.warn(
+        { spec, room },
+        'inject_fault refused: start the engine with --allow-fault-injection',
+      );
+      return;
+    }
+    try {
+      const fault = parseFault(spec, 'inject_fault');
+      if (fault === null) this.clearFaults();
+      else this.applyFault(room === null ? fault : { ...fault, room });
+      this.log.warn({ spec, room }, 'drill: transfer fault injected');
+    } catch (err) {
+      this.log.warn({ spec, err: (err as Error).message }, 'inject_fault refused');
+    }
+  }
+
+  protected applyFault(fault: Fault): void {
+    this.log.warn({ fault }, 'this engine has no transfer core; fault ignored');
+  }
+
+  protected clearFaults(): void {}
 
   /** Stops taking rooms and resolves once every room is released (or after `timeoutMs`). */
   drain(timeoutMs: number): Promise<boolean> {

@@ -84,7 +84,13 @@ export function startEngine(
   const heartbeat = setInterval(() => {
     beats++;
     bus.send('heartbeat', {
-      ticks: { bus: bus.loop.ticks, work: core.workTicks, heartbeat: beats },
+      ticks: {
+        bus: bus.loop.ticks,
+        work: core.workTicks,
+        transfer: core.transferTicks,
+        heartbeat: beats,
+        resets: bus.resets,
+      },
       queues: { ...core.queueDepths(), outbox: bus.outboxDepth, unacked: bus.unacked },
       freePages: core.allocator.free,
       rooms: core.rooms.size,
@@ -117,6 +123,25 @@ export function startEngine(
     return stopping;
   };
   core.onShutdown = () => void stop('shutdown command');
+  // The ladder's in-place rung (DESIGN.md §9): transfers stuck for a second are cancelled, faults
+  // cleared, and the bus connection with its receive loop replaced; the process and model stay.
+  // It arrives as SIGHUP from the supervisor (works even when the receive loop is dead) or as a
+  // `reset_in_place` command.
+  let resetting = false;
+  const resetInPlace = (reason: string) => {
+    if (resetting || stopping) return;
+    resetting = true;
+    const cancelled = core.resetTransfer(1000);
+    log.warn(
+      { reason, cancelledTransfers: cancelled },
+      'resetting the bus and transfer endpoint in place',
+    );
+    void bus.reset(reason).finally(() => {
+      resetting = false;
+    });
+  };
+  core.onResetInPlace = resetInPlace;
+  process.on('SIGHUP', () => resetInPlace('SIGHUP'));
   // Drill hook (`pdctl drill`, tests): SIGUSR2 freezes the bus receive loop, heartbeats go on.
   process.on('SIGUSR2', () => bus.freezeReceiveForDrill());
   // Tests and drills that spawn engines set this, so that no engine outlives a killed parent.

@@ -54,6 +54,11 @@ export interface ModelExecutor {
   readonly kvBytesPerToken: number;
   tokenize(prompt: string): number[];
   /**
+   * The context of a migrated request: the prompt's tokens followed by those of `generated`, text
+   * this model produced from it. Prefilling it and decoding on continues the undisturbed output.
+   */
+  contextTokens(prompt: string, generated: string): number[];
+  /**
    * Writes the KV of `tokens[from..to)` at those positions of `kv` (positions before `from` must
    * already be written: callers prefill in slices to stay responsive). Returns compute microseconds.
    */
@@ -78,6 +83,8 @@ const WORDS = (
   'walks carries finds keeps holds opens closes watches waits listens remembers builds writes ' +
   'reads sings travels returns follows crosses climbs gathers'
 ).split(' ');
+/** Each word's token id: its index in WORDS (what `decodeStep` writes into the KV). */
+const WORD_IDS = new Map(WORDS.map((w, i) => [w, i] as const));
 
 const FNV_OFFSET = 0x811c9dc5;
 const FNV_PRIME = 0x01000193;
@@ -140,6 +147,17 @@ export class DeterministicModel implements ModelExecutor {
   tokenize(prompt: string): number[] {
     const parts = prompt.toLowerCase().match(/[\p{L}\p{N}']+|[^\s\p{L}\p{N}]/gu) ?? [];
     return parts.map((w) => hashString(w) % 65_536);
+  }
+
+  contextTokens(prompt: string, generated: string): number[] {
+    const tokens = this.tokenize(prompt);
+    for (const word of generated.split(' ')) {
+      if (word === '') continue;
+      const id = WORD_IDS.get(word);
+      if (id === undefined) throw new Error(`"${word}" is not a word this model generates`);
+      tokens.push(id);
+    }
+    return tokens;
   }
 
   /** The KV of one position: a function of the token and the KV before it (the context). */

@@ -12,6 +12,23 @@ describe('the built-in deterministic model', () => {
     expect(generateInProcess(model, 'the quiet harbor at noon', 12).text).not.toBe(a.text);
   });
 
+  it('continues a migrated request exactly: prefilling prompt + generated text and decoding on equals the undisturbed run', () => {
+    for (const prompt of ['the quiet harbor at night', 'drill request 7 word word', 'x']) {
+      const full = generateInProcess(model, prompt, 40).text;
+      for (const cut of [1, 9, 39]) {
+        const head = generateInProcess(model, prompt, cut).text;
+        const tokens = model.contextTokens(prompt, head);
+        expect(tokens.length).toBe(model.tokenize(prompt).length + cut);
+        const kv = new KvSpan([new Uint8Array((tokens.length + 40) * 64)], 64);
+        model.prefill(tokens, kv);
+        let tail = '';
+        for (let i = 0; i < 40 - cut; i++) tail += model.decodeStep(kv, tokens.length + i).text;
+        expect(head + tail).toBe(full);
+      }
+    }
+    expect(() => model.contextTokens('a', ' notaword')).toThrow(/not a word this model generates/);
+  });
+
   it('reads the KV it was given: a corrupted byte anywhere in the context changes the next token', () => {
     const tokens = model.tokenize('a lantern in the window of the old tower');
     const fresh = () => new KvSpan([new Uint8Array(64 * 64)], 64);

@@ -28,6 +28,8 @@ export interface EngineOptions extends ModelOptions {
   heartbeatMs: number;
   /** How long SIGTERM waits for rooms in flight before exiting anyway. */
   drainTimeoutMs: number;
+  /** Accept `inject_fault` commands (drills). Off by default: a production engine refuses them. */
+  allowFaultInjection: boolean;
 }
 
 export const ENGINE_DEFAULTS = Object.freeze({
@@ -40,6 +42,7 @@ export const ENGINE_DEFAULTS = Object.freeze({
   chunkTokens: 4,
   heartbeatMs: 500,
   drainTimeoutMs: 30_000,
+  allowFaultInjection: false,
 });
 
 export class EngineOptionsError extends Error {
@@ -87,6 +90,12 @@ function int(name: string, v: unknown, min: number, max: number): number {
       `${name} must be an integer from ${min} to ${max}, got ${String(v)}`,
     );
   }
+  return v;
+}
+
+function bool(name: string, v: unknown): boolean {
+  if (typeof v !== 'boolean')
+    throw new EngineOptionsError(`${name} must be true or false, got ${String(v)}`);
   return v;
 }
 
@@ -141,6 +150,7 @@ export function resolveEngineOptions(input: Record<string, unknown>): Readonly<E
     chunkTokens: int('chunkTokens', o.chunkTokens, 1, 4096),
     heartbeatMs: int('heartbeatMs', o.heartbeatMs, 50, 60_000),
     drainTimeoutMs: int('drainTimeoutMs', o.drainTimeoutMs, 0, 3_600_000),
+    allowFaultInjection: bool('allowFaultInjection', o.allowFaultInjection),
   };
   return Object.freeze(options);
 }

@@ -7,7 +7,7 @@
 import { wasApplied } from '../bus/client.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import type { Logger } from '../log.ts';
-import type { TransferCore } from '../transfer/core.ts';
+import type { Fault, TransferCore } from '../transfer/core.ts';
 import { KvPool } from '../transfer/pool.ts';
 import { EngineCore, type EnginePorts, type EngineRoom } from './engine.ts';
 import { KvSpan, type ModelExecutor } from './model.ts';
@@ -19,7 +19,8 @@ const SLICE_TOKENS = 512;
 export class PrefillEngine extends EngineCore {
   private readonly queue: EngineRoom[] = [];
   private readonly active = new Set<string>();
-  private readonly transferring = new Set<string>();
+  /** Rooms with a transfer in flight, and when it was posted. */
+  private readonly transferring = new Map<string, number>();
   /** Decode pools by shared-memory name, opened on first use and reopened on a new epoch. */
   private readonly peers = new Map<string, KvPool>();
 
@@ -88,7 +89,8 @@ export class PrefillEngine extends EngineCore {
       this.fail(room, 'request_unavailable', 'waiting_for_input');
       return;
     }
-    const tokens = this.model.tokenize(room.request.prompt);
+    // A migrated request's context is its prompt and the text already streamed.
+    const tokens = this.model.contextTokens(room.request.prompt, room.request.generated ?? '');
     const bootstrapped = await this.destination(room);
     if (!bootstrapped) return;
     const { dst, dstPages, epoch } = bootstrapped;
@@ -127,7 +129,7 @@ export class PrefillEngine extends EngineCore {
       computeMicros,
     });
     if (!wasApplied(ack) || room.stopped) return;
-    this.transferring.add(v.room);
+    this.transferring.set(v.room, Date.now());
     let result: Awaited<ReturnType<TransferCore['post']>>;
     try {
       result = await this.core.post({
@@ -140,6 +142,7 @@ export class PrefillEngine extends EngineCore {
       });
     } finally {
       this.transferring.delete(v.room);
+      this.transferTicks++;
     }
     if (result.status === 'ok') {
       await this.append(room, 'room.transfer_completed', {
@@ -191,8 +194,21 @@ export class PrefillEngine extends EngineCore {
     return !this.active.has(room.view.room);
   }
 
-  protected override resetTransfer(): void {
-    for (const room of this.transferring) this.core.cancel(room);
+  override resetTransfer(olderThanMs = 0): number {
+    const now = Date.now();
+    let cancelled = 0;
+    for (const [room, postedAt] of this.transferring) {
+      if (now - postedAt >= olderThanMs) cancelled += this.core.cancel(room) > 0 ? 1 : 0;
+    }
+    this.core.clearFaults();
+    return cancelled;
+  }
+
+  protected override applyFault(fault: Fault): void {
+    this.core.inject(fault);
+  }
+
+  protected override clearFaults(): void {
     this.core.clearFaults();
   }
 }

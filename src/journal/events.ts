@@ -91,7 +91,16 @@ export const EVENT_SCHEMAS = {
     },
     strict,
   ),
-  'room.migrated': Type.Object({ toRoom: Id }, strict),
+  'room.migrated': Type.Object(
+    {
+      toRoom: Id,
+      /** Why it moved (e.g. its decode engine's process exited). */
+      reason: Type.Optional(Text),
+      /** Tokens already streamed to the client, which the new room continues after. */
+      tokens: Type.Optional(Count),
+    },
+    strict,
+  ),
   'room.abort_requested': Type.Object({ reason: Text }, strict),
   'room.released': Type.Object({ pages: Type.Optional(Count) }, strict),
   'room.event_rejected': Type.Object(
@@ -115,7 +124,15 @@ export const EVENT_SCHEMAS = {
   ),
   'engine.lost': Type.Object({ reason: Text }, open),
   'engine.stalled': Type.Object({ reason: Text }, open),
-  'engine.recovered': Type.Object({ reason: Text }, open),
+  'engine.recovered': Type.Object(
+    {
+      reason: Text,
+      /** The ladder rung that worked, and how long after the stall began (ms). */
+      rung: Type.Optional(Text),
+      recoverMs: Type.Optional(Count),
+    },
+    open,
+  ),
   'engine.restarted': Type.Object({ reason: Text }, open),
   'recovery.action': Type.Object(
     {
@@ -124,6 +141,8 @@ export const EVENT_SCHEMAS = {
       outcome: Text,
       /** How long after the problem began it was detected, in ms. */
       detectMs: Type.Optional(Count),
+      /** How long after the problem began service was restored (on `recovered` outcomes), in ms. */
+      recoverMs: Type.Optional(Count),
       /** The room state involved, when the action is about one room. */
       stage: Type.Optional(Text),
     },

@@ -241,6 +241,7 @@ export function reduce(room: Room | null, ev: ReducibleEvent): ReduceResult {
       }
       const next = enter(touched(room, ev), 'migrated', ev.ts);
       next.migratedTo = d.toRoom;
+      if (d.reason !== undefined) next.reason = d.reason;
       return { ok: true, room: next };
     }
     case 'room.event_rejected':

@@ -4,8 +4,8 @@
  * and replays its rooms from the journal. SIGTERM on stop; SIGKILL for what does not exit.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import type { Logger } from '../log.ts';
+import { selfCommand } from './self.ts';
 
 export interface EngineSpec {
   id: string;
@@ -22,6 +22,8 @@ export interface SupervisorOptions {
   /** Restart an engine that exits on its own. Default true. */
   restart?: boolean;
   env?: NodeJS.ProcessEnv;
+  /** Told of every engine process that exits, however it ended (the control plane migrates its rooms). */
+  onExit?: (id: string, pid: number | undefined, status: ExitStatus) => void;
 }
 
 interface Child {
@@ -38,12 +40,6 @@ export interface ExitStatus {
   signal: NodeJS.Signals | null;
 }
 
-/** The CLI entry that runs `pdctl engine`: this build's, from source under tsx or from dist/. */
-function cliEntry(): string {
-  const ext = import.meta.url.endsWith('.ts') ? 'ts' : 'js';
-  return fileURLToPath(new URL(`../cli/bin.${ext}`, import.meta.url));
-}
-
 export class EngineSupervisor {
   private readonly children = new Map<string, Child>();
   private stopping = false;
@@ -51,14 +47,7 @@ export class EngineSupervisor {
   constructor(private readonly options: SupervisorOptions) {}
 
   start(spec: EngineSpec, restarts = 0): ChildProcess {
-    const entry = cliEntry();
-    const loader = process.execArgv.filter((a) => !a.startsWith('--inspect'));
-    // From source the entry is TypeScript: make sure the child can load it.
-    if (entry.endsWith('.ts') && !loader.some((a) => a.includes('tsx')))
-      loader.push('--import', 'tsx');
-    const args = [
-      ...loader,
-      entry,
+    const self = selfCommand([
       'engine',
       '--role',
       spec.role,
@@ -69,8 +58,8 @@ export class EngineSupervisor {
       '--log-level',
       this.options.logLevel,
       ...spec.args,
-    ];
-    const child = spawn(process.execPath, args, {
+    ]);
+    const child = spawn(self.command, self.args, {
       stdio: ['ignore', 'inherit', 'inherit'],
       env: { ...process.env, ...this.options.env },
     });
@@ -92,8 +81,13 @@ export class EngineSupervisor {
     spec: EngineSpec,
     child: ChildProcess,
     code: number | null,
-    signal: string | null,
+    signal: NodeJS.Signals | null,
   ): void {
+    try {
+      this.options.onExit?.(spec.id, child.pid, { code, signal });
+    } catch (err) {
+      this.options.log.error({ err, engine: spec.id }, 'exit listener threw');
+    }
     const entry = this.children.get(spec.id);
     if (!entry || entry.process !== child || entry.replacing) return;
     if (this.stopping || this.options.restart === false) {
@@ -124,6 +118,11 @@ export class EngineSupervisor {
     await entry.exited;
     if (this.stopping) return undefined;
     return this.start(entry.spec, entry.restarts + 1).pid;
+  }
+
+  /** The engines this supervisor runs. */
+  ids(): string[] {
+    return [...this.children.keys()];
   }
 
   /** How the engine's current process ends (resolves when it exits). */

@@ -73,13 +73,19 @@ function bad(message: string): TransferError {
   return new TransferError('TRANSFER_BAD_ARGUMENT', message);
 }
 
-/** `PDCTL_TRANSFER_FAULT=kind[:ms]` injects a fault into every transfer, for drills. */
-export function faultFromEnv(value: string | undefined): Fault | null {
-  if (!value) return null;
+/**
+ * A fault spec `kind[:ms]` (`PDCTL_TRANSFER_FAULT`, or a drill's `inject_fault` command); empty or
+ * `none` means no fault. `source` names where it came from in the error.
+ */
+export function parseFault(
+  value: string | undefined,
+  source = 'PDCTL_TRANSFER_FAULT',
+): Fault | null {
+  if (!value || value === 'none') return null;
   const [kind, ms] = value.split(':');
   if (!FAULT_KINDS.includes(kind as FaultKind) || (ms !== undefined && !/^\d+$/.test(ms))) {
     throw bad(
-      `PDCTL_TRANSFER_FAULT must be one of ${FAULT_KINDS.join(', ')}, optionally :ms, got "${value}"`,
+      `${source} must be none or one of ${FAULT_KINDS.join(', ')}, optionally :ms, got "${value}"`,
     );
   }
   return { kind: kind as FaultKind, ms: ms === undefined ? 0 : Number(ms) };
@@ -100,7 +106,7 @@ export class NativeTransferCore implements TransferCore {
       throw bad(`threads must be an integer from 1 to 64, got ${threads}`);
     }
     this.engine = native().engineCreate(threads, (r) => this.completed(r));
-    const fault = faultFromEnv(process.env.PDCTL_TRANSFER_FAULT);
+    const fault = parseFault(process.env.PDCTL_TRANSFER_FAULT);
     if (fault) this.inject(fault);
   }
 

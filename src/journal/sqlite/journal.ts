@@ -162,6 +162,11 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
     await this.writer.run({ op: 'limit_pages', pages });
   }
 
+  /** Pages the database has now: a `limitPagesForDrill` at this count makes the next growth fail. */
+  pageCount(): number {
+    return this.db.pragma('page_count', { simple: true }) as number;
+  }
+
   private schemaVersionSync(): number {
     return this.db.prepare('SELECT max(version) FROM schema_migrations').pluck().get() as number;
   }

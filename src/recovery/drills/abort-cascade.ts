@@ -3,180 +3,115 @@
  * their connections in the same instant. Every room must end `aborted` within the target, every
  * page must come back, the journal must verify, and the service must serve the next request.
  */
-import { buildApi } from '../../api/app.ts';
-import { ApiMetrics } from '../../api/metrics.ts';
-import { Canary } from '../../control/canary.ts';
-import type { Stack } from '../../control/stack.ts';
-import type { Logger } from '../../log.ts';
-import type { DrillReport, Invariant } from './report.ts';
+import type { DrillContext, DrillScenario } from './harness.ts';
 
-export interface AbortCascadeOptions {
-  clients: number;
-  /** Every room must be terminal this long after the drop. Default 2000 ms. */
-  targetMs: number;
-}
+/** Every room must be terminal this long after the drop. */
+const TARGET_MS = 2000;
 
-export async function abortCascade(
-  stack: Stack,
-  o: AbortCascadeOptions,
-  log: Logger,
-): Promise<DrillReport> {
-  const started = Date.now();
-  const timeline: DrillReport['timeline'] = [];
-  const mark = (what: string) => timeline.push({ atMs: Date.now() - started, what });
-  const { control } = stack;
-  const canary = new Canary(control, log);
-  const metrics = new ApiMetrics(control);
-  const app = await buildApi({
-    control,
-    canary,
-    metrics,
-    log,
-    version: 'drill',
-    adminToken: null,
-    maxRoomsPerEngine: o.clients * 2,
-  });
-  const base = await app.listen({ host: '127.0.0.1', port: 0 });
-  const invariants: Invariant[] = [];
-  try {
-    const model = control.modelName;
-    const controllers: AbortController[] = [];
-    const rooms: string[] = [];
-    const streams: Array<Promise<void>> = [];
-    mark(`${o.clients} streaming clients connect`);
-    for (let i = 0; i < o.clients; i++) {
-      const ac = new AbortController();
-      controllers.push(ac);
-      streams.push(
-        fetch(`${base}/v1/completions`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({
-            model,
-            prompt: `drill client ${i} ${'word '.repeat(20 + (i % 200))}`,
-            max_tokens: 400,
-            stream: true,
-          }),
-          signal: ac.signal,
+export const abortCascade: DrillScenario = {
+  name: 'abort-cascade',
+  summary: 'N streaming clients, their rooms spread over every state, drop in the same instant',
+  defaultClients: 200,
+  // Slow enough that rooms are spread over every stage when the clients drop.
+  engineArgs: ['--prefill-us-per-token', '200', '--decode-us-per-token', '2000'],
+  run,
+};
+
+async function run(ctx: DrillContext): Promise<void> {
+  const { control, base, mark, check } = ctx;
+  const o = { clients: ctx.clients, targetMs: TARGET_MS };
+  const model = control.modelName;
+  const controllers: AbortController[] = [];
+  const rooms: string[] = [];
+  const streams: Array<Promise<void>> = [];
+  mark(`${o.clients} streaming clients connect`);
+  for (let i = 0; i < o.clients; i++) {
+    const ac = new AbortController();
+    controllers.push(ac);
+    streams.push(
+      fetch(`${base}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model,
+          prompt: `drill client ${i} ${'word '.repeat(20 + (i % 200))}`,
+          max_tokens: 400,
+          stream: true,
+        }),
+        signal: ac.signal,
+      })
+        .then(async (r) => {
+          const room = r.headers.get('x-pdctl-room');
+          if (room) rooms.push(room);
+          const reader = (r.body as ReadableStream<Uint8Array>).getReader();
+          for (;;) if ((await reader.read()).done) break;
         })
-          .then(async (r) => {
-            const room = r.headers.get('x-pdctl-room');
-            if (room) rooms.push(room);
-            const reader = (r.body as ReadableStream<Uint8Array>).getReader();
-            for (;;) if ((await reader.read()).done) break;
-          })
-          .catch(() => {}),
-      );
-      // Spread arrivals so that the rooms are in different stages when the clients drop.
-      if (i % 20 === 19) await new Promise((r) => setTimeout(r, 20));
-    }
-    // Every client's room exists before the drop (or 10 s pass), then a moment for them to spread.
-    const admitted = Date.now() + 10_000;
-    while (control.rooms.size < o.clients && Date.now() < admitted)
-      await new Promise((r) => setTimeout(r, 10));
-    await new Promise((r) => setTimeout(r, 150));
-    // The drill's rooms: every room live now (clients whose headers have not arrived included).
-    for (const id of control.rooms.keys()) if (!rooms.includes(id)) rooms.push(id);
-    const spread: Record<string, number> = {};
-    for (const id of rooms) {
-      const s = control.rooms.get(id)?.state ?? 'ended';
-      spread[s] = (spread[s] ?? 0) + 1;
-    }
-    mark(
-      `rooms by state at the drop: ${Object.entries(spread)
-        .map(([k, v]) => `${k} ${v}`)
-        .join(', ')}`,
+        .catch(() => {}),
     );
-    const dropAt = Date.now();
-    for (const ac of controllers) ac.abort();
-    mark('every client dropped its connection');
-    await Promise.all(streams);
-
-    // Every room terminal (aborted) within the target.
-    let terminalMs = Number.NaN;
-    const deadline = dropAt + o.targetMs * 5;
-    while (Date.now() < deadline) {
-      const states = await Promise.all(
-        rooms.map(async (r) => (await control.journal.timeline(r)).room?.state),
-      );
-      if (states.every((s) => s === 'aborted' || s === 'completed' || s === 'failed')) {
-        terminalMs = Date.now() - dropAt;
-        break;
-      }
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    mark(
-      Number.isNaN(terminalMs)
-        ? 'rooms still live'
-        : `every room terminal ${terminalMs} ms after the drop`,
-    );
-    const final = await Promise.all(rooms.map((r) => control.journal.timeline(r)));
-    const aborted = final.filter((t) => t.room?.state === 'aborted').length;
-    invariants.push({
-      name: 'every room terminal within target',
-      ok: terminalMs <= o.targetMs,
-      figure: { ms: Number.isNaN(terminalMs) ? 'never' : terminalMs, targetMs: o.targetMs },
-      detail: `${aborted} of ${rooms.length} aborted`,
-    });
-    invariants.push({
-      name: 'every room aborted by its client',
-      ok: final.every((t) => t.room?.state === 'aborted' && t.room.reason === 'client_disconnect'),
-      figure: { rooms: rooms.length },
-      detail: `${final.filter((t) => t.room?.reason === 'client_disconnect').length} with reason client_disconnect`,
-    });
-
-    // Pages: each engine released each room once, and every pool is full again.
-    const both = final.filter((t) => t.room && t.room.releasedBy.length === 2).length;
-    invariants.push({
-      name: 'each engine released each room once',
-      ok: both === rooms.length,
-      figure: { rooms: both },
-      detail: `of ${rooms.length}`,
-    });
-    const since = Date.now();
-    const fullBy = since + 5000;
-    let leaked = Number.NaN;
-    while (Date.now() < fullBy) {
-      const engines = control.registry.all();
-      if (engines.every((e) => e.heartbeat && e.lastSeen > since)) {
-        leaked = engines.reduce((n, e) => n + (e.pages - (e.heartbeat?.freePages ?? 0)), 0);
-        if (leaked === 0) break;
-      }
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    invariants.push({
-      name: 'zero leaked pages',
-      ok: leaked === 0,
-      figure: { pages: Number.isNaN(leaked) ? 'unknown' : leaked },
-      detail: 'free = capacity on every engine',
-    });
-
-    const verify = await control.journal.verify();
-    invariants.push({
-      name: 'journal verify passes',
-      ok: verify.ok,
-      figure: { events: verify.events },
-      detail: verify.ok ? 'projection equals the fold' : verify.problems.join('; '),
-    });
-
-    const next = await canary.run(2000);
-    mark(next.ok ? `next request served in ${next.ms} ms` : `next request failed in ${next.stage}`);
-    invariants.push({
-      name: 'the next request succeeds',
-      ok: next.ok,
-      figure: { ms: next.ms },
-      detail: next.ok ? 'canary room completed' : `${next.stage}: ${next.reason}`,
-    });
-  } finally {
-    await app.close();
-    metrics.close();
+    // Spread arrivals so that the rooms are in different stages when the clients drop.
+    if (i % 20 === 19) await new Promise((r) => setTimeout(r, 20));
   }
-  return {
-    scenario: 'abort-cascade',
-    passed: invariants.every((i) => i.ok),
-    startedAt: started,
-    ms: Date.now() - started,
-    timeline,
-    invariants,
-  };
+  // Every client's room exists before the drop (or 10 s pass), then a moment for them to spread.
+  const admitted = Date.now() + 10_000;
+  while (control.rooms.size < o.clients && Date.now() < admitted)
+    await new Promise((r) => setTimeout(r, 10));
+  await new Promise((r) => setTimeout(r, 150));
+  // The drill's rooms: every room live now (clients whose headers have not arrived included).
+  for (const id of control.rooms.keys()) if (!rooms.includes(id)) rooms.push(id);
+  const spread: Record<string, number> = {};
+  for (const id of rooms) {
+    const s = control.rooms.get(id)?.state ?? 'ended';
+    spread[s] = (spread[s] ?? 0) + 1;
+  }
+  mark(
+    `rooms by state at the drop: ${Object.entries(spread)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ')}`,
+  );
+  const dropAt = Date.now();
+  for (const ac of controllers) ac.abort();
+  mark('every client dropped its connection');
+  await Promise.all(streams);
+
+  // Every room terminal (aborted) within the target.
+  let terminalMs = Number.NaN;
+  const deadline = dropAt + o.targetMs * 5;
+  while (Date.now() < deadline) {
+    const states = await Promise.all(
+      rooms.map(async (r) => (await control.journal.timeline(r)).room?.state),
+    );
+    if (states.every((s) => s === 'aborted' || s === 'completed' || s === 'failed')) {
+      terminalMs = Date.now() - dropAt;
+      break;
+    }
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  mark(
+    Number.isNaN(terminalMs)
+      ? 'rooms still live'
+      : `every room terminal ${terminalMs} ms after the drop`,
+  );
+  const final = await Promise.all(rooms.map((r) => control.journal.timeline(r)));
+  const aborted = final.filter((t) => t.room?.state === 'aborted').length;
+  check({
+    name: 'every room terminal within target',
+    ok: terminalMs <= o.targetMs,
+    figure: { ms: Number.isNaN(terminalMs) ? 'never' : terminalMs, targetMs: o.targetMs },
+    detail: `${aborted} of ${rooms.length} aborted`,
+  });
+  check({
+    name: 'every room aborted by its client',
+    ok: final.every((t) => t.room?.state === 'aborted' && t.room.reason === 'client_disconnect'),
+    figure: { rooms: rooms.length },
+    detail: `${final.filter((t) => t.room?.reason === 'client_disconnect').length} with reason client_disconnect`,
+  });
+
+  // Pages: each engine released each room once, and every pool is full again.
+  const both = final.filter((t) => t.room && t.room.releasedBy.length === 2).length;
+  check({
+    name: 'each engine released each room once',
+    ok: both === rooms.length,
+    figure: { rooms: both },
+    detail: `of ${rooms.length}`,
+  });
 }

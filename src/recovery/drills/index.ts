@@ -1,0 +1,25 @@
+/** Every drill `pdctl drill` knows, by name. */
+import { abortCascade } from './abort-cascade.ts';
+import type { DrillScenario } from './harness.ts';
+import {
+  busLoopDeath,
+  journalUnwritable,
+  killDecode,
+  killPrefill,
+  kvCorruption,
+  malformedFrames,
+  slowClient,
+  transferStall,
+} from './scenarios.ts';
+
+export const DRILLS: readonly DrillScenario[] = [
+  abortCascade,
+  killPrefill,
+  killDecode,
+  busLoopDeath,
+  transferStall,
+  malformedFrames,
+  kvCorruption,
+  slowClient,
+  journalUnwritable,
+];

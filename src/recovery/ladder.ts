@@ -1,0 +1,332 @@
+/**
+ * The escalation ladder for a stalled engine (DESIGN.md §9). The first rung — failing rooms that
+ * overstay their state — is the watchdog's (watchdog.ts); this takes an engine declared stalled up
+ * the rest, one rung at a time, until it serves again:
+ *
+ *   2. `reset_in_place`: the engine replaces its bus connection and receive loop and cancels stuck
+ *      transfers; the process and its model stay up (SIGHUP from the supervisor, which reaches an
+ *      engine whose receive loop is dead; a `reset_in_place` command for engines not ours).
+ *   3. `restart_engine`: that one process is killed and respawned; it rejoins as a new incarnation.
+ *   4. `restart_stack`: every engine process is restarted.
+ *
+ * Each rung is journaled as `recovery.action` (requested, then recovered or failed, with detectMs
+ * and recoverMs), the incident opens with `engine.stalled` and closes with `engine.recovered`.
+ * Restarts are capped per engine in a window; past the cap the ladder stops at `gave_up` (an
+ * operator is needed; /health/ready stays red) until the engine is healthy again.
+ */
+import type { ControlPlane } from '../control/control-plane.ts';
+import type { EngineSession } from '../control/registry.ts';
+import type { Logger } from '../log.ts';
+import type { EngineSupervisor } from './supervisor.ts';
+
+export interface LadderPolicy {
+  /**
+   * An engine behind on the events sent to it, or whose transfers in flight completed nothing,
+   * for this long is stalled. Default 1000 ms.
+   */
+  frozenMs: number;
+  /** No heartbeat for this long (from a process that is still there) is stalled. Default 5000 ms. */
+  heartbeatStaleMs: number;
+  /** How long the in-place reset has to bring the engine back. Default 2000 ms. */
+  resetGraceMs: number;
+  /** How long a restarted engine (or stack) has to come back. Default 15 s. */
+  restartGraceMs: number;
+  /** Most restarts (engine or stack) per engine within `restartWindowMs`. Default 3 in 10 min. */
+  maxRestarts: number;
+  restartWindowMs: number;
+}
+
+export const DEFAULT_LADDER_POLICY: Readonly<LadderPolicy> = Object.freeze({
+  frozenMs: 1000,
+  heartbeatStaleMs: 5000,
+  resetGraceMs: 2000,
+  restartGraceMs: 15_000,
+  maxRestarts: 3,
+  restartWindowMs: 600_000,
+});
+
+export type LadderPhase = 'ok' | 'resetting' | 'restarting' | 'restarting_stack' | 'gave_up';
+export type LadderRung = 'reset_in_place' | 'restart_engine' | 'restart_stack';
+
+/** Where one engine stands on the ladder (`/v1/engines`, `pdctl engines`). */
+export interface LadderView {
+  phase: LadderPhase;
+  /** Why the current incident began; null when `ok`. */
+  reason: string | null;
+  /** When it was detected (unix ms); null when `ok`. */
+  detectedAt: number | null;
+  resets: number;
+  restarts: number;
+  /** The last rung's outcome, e.g. `reset_in_place recovered in 312 ms`. */
+  lastOutcome: string | null;
+}
+
+interface Incident {
+  reason: string;
+  /** When the problem began (the engine fell behind, or its last heartbeat) and was noticed. */
+  beganAt: number;
+  detectedAt: number;
+  rung: LadderRung;
+  actedAt: number;
+  /** The engine's session and incarnation when the rung was tried: recovery means a newer one. */
+  session: number;
+  incarnation: string;
+}
+
+interface EngineLadder {
+  phase: LadderPhase;
+  incident: Incident | null;
+  resets: number;
+  restarts: number;
+  restartTimes: number[];
+  lastOutcome: string | null;
+}
+
+export class EscalationLadder {
+  private readonly engines = new Map<string, EngineLadder>();
+  private timer: NodeJS.Timeout | null = null;
+  private readonly policy: LadderPolicy;
+
+  constructor(
+    private readonly control: ControlPlane,
+    private readonly supervisor: EngineSupervisor,
+    private readonly log: Logger,
+    policy: Partial<LadderPolicy> = {},
+  ) {
+    this.policy = { ...DEFAULT_LADDER_POLICY, ...policy };
+  }
+
+  start(intervalMs = 250): void {
+    if (this.timer) return;
+    this.timer = setInterval(() => this.tick(), intervalMs);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+  }
+
+  /** Total engine restarts the ladder made (rung 3 and 4). */
+  get restarts(): number {
+    let n = 0;
+    for (const l of this.engines.values()) n += l.restarts;
+    return n;
+  }
+
+  view(engine: string): LadderView {
+    const l = this.engines.get(engine);
+    return {
+      phase: l?.phase ?? 'ok',
+      reason: l?.incident?.reason ?? null,
+      detectedAt: l?.incident?.detectedAt ?? null,
+      resets: l?.resets ?? 0,
+      restarts: l?.restarts ?? 0,
+      lastOutcome: l?.lastOutcome ?? null,
+    };
+  }
+
+  private ladder(engine: string): EngineLadder {
+    let l = this.engines.get(engine);
+    if (!l) {
+      l = {
+        phase: 'ok',
+        incident: null,
+        resets: 0,
+        restarts: 0,
+        restartTimes: [],
+        lastOutcome: null,
+      };
+      this.engines.set(engine, l);
+    }
+    return l;
+  }
+
+  /** Why the engine counts as stalled now, and since when; null if it does not. */
+  private stalled(s: EngineSession, now: number): { reason: string; since: number } | null {
+    const found = this.control
+      .stalledEngines(this.policy.frozenMs, now)
+      .find((x) => x.engine === s.engine);
+    if (found) return found;
+    if (
+      s.live &&
+      now - s.lastSeen > this.policy.heartbeatStaleMs &&
+      this.supervisor.pid(s.engine) !== undefined
+    )
+      return { reason: `no heartbeat for ${now - s.lastSeen} ms`, since: s.lastSeen };
+    return null;
+  }
+
+  /** Serving again since the rung was tried: a newer hello, heartbeats on it, caught up. */
+  private recovered(s: EngineSession | undefined, i: Incident, now: number): boolean {
+    if (!s?.live || s.beats < 2 || this.stalled(s, now)) return false;
+    return i.rung === 'reset_in_place' ? s.session !== i.session : s.incarnation !== i.incarnation;
+  }
+
+  /** One pass over the engines; returns the rungs it tried, as `engine:rung`. */
+  tick(now = Date.now()): string[] {
+    const acted: string[] = [];
+    for (const s of this.control.registry.all()) {
+      const l = this.ladder(s.engine);
+      const i = l.incident;
+      if (l.phase === 'ok') {
+        const st = this.stalled(s, now);
+        if (!st) continue;
+        l.incident = {
+          reason: st.reason,
+          beganAt: st.since,
+          detectedAt: now,
+          rung: 'reset_in_place',
+          actedAt: now,
+          session: s.session,
+          incarnation: s.incarnation,
+        };
+        this.note({
+          type: 'engine.stalled',
+          engine: s.engine,
+          source: 'watchdog',
+          data: { reason: st.reason },
+        });
+        this.log.error(
+          { engine: s.engine, reason: st.reason },
+          'engine stalled; resetting it in place',
+        );
+        this.tryRung(s, l, 'reset_in_place', now);
+        acted.push(`${s.engine}:reset_in_place`);
+        continue;
+      }
+      if (!i) continue;
+      if (this.recovered(s, i, now)) {
+        this.closeIncident(s.engine, l, i, now);
+        continue;
+      }
+      if (l.phase === 'gave_up') continue;
+      const grace =
+        i.rung === 'reset_in_place' ? this.policy.resetGraceMs : this.policy.restartGraceMs;
+      if (now - i.actedAt < grace) continue;
+      this.journalRung(s.engine, i, `failed: not serving ${grace} ms after ${i.rung}`, now);
+      const next: LadderRung | null =
+        i.rung === 'reset_in_place'
+          ? 'restart_engine'
+          : i.rung === 'restart_engine'
+            ? 'restart_stack'
+            : null;
+      if (next === null) {
+        this.giveUp(s.engine, l, 'every rung was tried');
+        continue;
+      }
+      const recent = l.restartTimes.filter((t) => now - t < this.policy.restartWindowMs);
+      if (recent.length >= this.policy.maxRestarts) {
+        this.giveUp(
+          s.engine,
+          l,
+          `restart cap reached (${recent.length} in ${Math.round(this.policy.restartWindowMs / 1000)} s)`,
+        );
+        continue;
+      }
+      if (this.supervisor.pid(s.engine) === undefined) {
+        this.giveUp(
+          s.engine,
+          l,
+          'the engine is not a process this control plane started; restart it by hand',
+        );
+        continue;
+      }
+      this.tryRung(s, l, next, now);
+      acted.push(`${s.engine}:${next}`);
+    }
+    return acted;
+  }
+
+  private tryRung(s: EngineSession, l: EngineLadder, rung: LadderRung, now: number): void {
+    const i = l.incident as Incident;
+    i.rung = rung;
+    i.actedAt = now;
+    i.session = s.session;
+    i.incarnation = s.incarnation;
+    let outcome: string;
+    if (rung === 'reset_in_place') {
+      l.phase = 'resetting';
+      l.resets++;
+      const signalled = this.supervisor.signal(s.engine, 'SIGHUP');
+      const commanded =
+        !signalled && this.control.command(s.engine, 'reset_in_place', null, i.reason);
+      outcome = signalled
+        ? 'requested (SIGHUP)'
+        : commanded
+          ? 'requested (command)'
+          : 'could not reach the engine';
+    } else {
+      l.phase = rung === 'restart_engine' ? 'restarting' : 'restarting_stack';
+      l.restarts++;
+      l.restartTimes.push(now);
+      const ids = rung === 'restart_engine' ? [s.engine] : this.supervisor.ids();
+      for (const id of ids) {
+        void this.supervisor
+          .restartNow(id)
+          .catch((err) => this.log.error({ err, engine: id }, 'restart failed'));
+      }
+      outcome = `requested (${ids.join(', ')})`;
+      this.log.error({ engine: s.engine, rung, engines: ids }, 'escalating: restarting');
+    }
+    this.note({
+      type: 'recovery.action',
+      engine: s.engine,
+      source: 'watchdog',
+      data: { action: rung, reason: i.reason, outcome, detectMs: i.detectedAt - i.beganAt },
+    });
+  }
+
+  private journalRung(engine: string, i: Incident, outcome: string, now: number): void {
+    this.note({
+      type: 'recovery.action',
+      engine,
+      source: 'watchdog',
+      data: {
+        action: i.rung,
+        reason: i.reason,
+        outcome,
+        detectMs: i.detectedAt - i.beganAt,
+        recoverMs: now - i.beganAt,
+      },
+    });
+  }
+
+  private closeIncident(engine: string, l: EngineLadder, i: Incident, now: number): void {
+    const ms = now - i.beganAt;
+    l.lastOutcome = `${i.rung} recovered ${ms} ms after the stall began`;
+    this.log.warn({ engine, rung: i.rung, recoverMs: ms }, 'engine serving again');
+    this.journalRung(engine, i, 'recovered', now);
+    this.note({
+      type: 'engine.recovered',
+      engine,
+      source: 'watchdog',
+      data: { reason: `${i.rung} after: ${i.reason}`, rung: i.rung, recoverMs: ms },
+    });
+    l.phase = 'ok';
+    l.incident = null;
+  }
+
+  private giveUp(engine: string, l: EngineLadder, why: string): void {
+    l.phase = 'gave_up';
+    l.lastOutcome = `gave up: ${why}`;
+    this.log.error(
+      { engine, why },
+      'escalation ladder gave up on this engine; an operator is needed',
+    );
+    this.note({
+      type: 'recovery.action',
+      engine,
+      source: 'watchdog',
+      data: { action: 'give_up', reason: l.incident?.reason ?? why, outcome: why },
+    });
+  }
+
+  private note(event: Parameters<ControlPlane['journal']['append']>[0]): void {
+    this.control.journal
+      .append(event)
+      .catch((err) =>
+        this.log.error({ err, event: event.type }, 'could not journal a recovery step'),
+      );
+  }
+}
