@@ -15,7 +15,8 @@ async function drill(scenario: string, ...flags: string[]): Promise<DrillReport>
     timeoutMs: 110_000,
   });
   const report = JSON.parse(r.stdout || 'null') as DrillReport | null;
-  const failed = report?.invariants.filter((i) => !i.ok) ?? [];
+  // Timing targets are reported, not asserted (CI machines are shared); invariants must hold.
+  const failed = report?.invariants.filter((i) => !i.ok && !i.target) ?? [];
   expect(failed, `${r.stderr.slice(-2000)}\n${JSON.stringify(failed)}`).toEqual([]);
   expect(r.code).toBe(0);
   expect(report?.passed).toBe(true);
@@ -45,7 +46,8 @@ describe('pdctl drill', () => {
     const html = join(tempDir('pdctl-report-'), 'report.html');
     const report = await drill('abort-cascade', '--clients', '40', '--report', html);
     expect(names(report)).toEqual([
-      'every room terminal within target',
+      'every room terminal',
+      'time to all terminal',
       'every room aborted by its client',
       'each engine released each room once',
       ...COMMON,
@@ -80,8 +82,10 @@ describe('pdctl drill', () => {
     for (const scenario of ['bus-loop-death', 'transfer-stall']) {
       const report = await drill(scenario, '--clients', '4', '--no-baseline');
       expect(names(report)).toEqual([
-        'stall detected within target',
+        'stall detected and journaled',
+        'time to detect',
         'recovered without restarting any process',
+        'time to recover',
         'health red during the fault, green after',
         ...COMMON,
       ]);
@@ -98,6 +102,33 @@ describe('pdctl drill', () => {
       ]);
     }
   }, 240_000);
+
+  it('kill-control-plane: restarted on a pre-filled journal, ready, engines not restarted, orphans failed and freed', async () => {
+    const report = await drill(
+      'kill-control-plane',
+      '--clients',
+      '4',
+      '--no-baseline',
+      '--journal-events',
+      '20000',
+    );
+    expect(names(report)).toEqual([
+      'restarted and ready',
+      'time from restart to ready',
+      'engines survived: reconnected, not restarted',
+      'rooms in flight at the kill failed as orphaned_by_restart',
+      'zero acknowledged journal events lost',
+      'zero leaked pages',
+      'the next request succeeds',
+      'journal verify passes',
+    ]);
+    expect(Number(figure(report, 'restarted and ready')?.journalEvents)).toBeGreaterThanOrEqual(
+      20_000,
+    );
+    expect(
+      Number(figure(report, 'zero acknowledged journal events lost')?.answered),
+    ).toBeGreaterThan(0);
+  }, 120_000);
 
   it('malformed-frames, kv-corruption, slow-client, journal-unwritable', async () => {
     const corrupt = await drill('kv-corruption', '--clients', '4', '--no-baseline');

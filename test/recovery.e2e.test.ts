@@ -1,7 +1,8 @@
 /**
- * Recovery, first rungs: the watchdog fails a room that overstays its state (here: a decode engine
- * frozen with SIGSTOP), naming the stage; startup replay fails rooms a dead control plane left in
- * flight. Both are journaled with what was done and why.
+ * Recovery: the watchdog fails a room that overstays its state (here: a decode engine frozen with
+ * SIGSTOP), naming the stage; startup replay fails rooms a dead control plane left in flight;
+ * engines whose history the journal does not have rejoin fresh; and the escalation ladder takes a
+ * stalled engine from an in-place reset to a restart. Each step is journaled with what and why.
  */
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -9,6 +10,7 @@ import { ControlPlane } from '../src/control/control-plane.ts';
 import { RoomEndedError } from '../src/control/streams.ts';
 import { SqliteJournal } from '../src/journal/sqlite/journal.ts';
 import { silentLogger } from '../src/log.ts';
+import { EngineSupervisor } from '../src/recovery/supervisor.ts';
 import { collect, poolsFull, prompt, startTestStack, waitFor } from './helpers/stack.ts';
 import { tempDir } from './helpers/tmp.ts';
 
@@ -114,6 +116,69 @@ describe('recovery', () => {
       expect((await control.journal.verify()).ok).toBe(true);
     } finally {
       await control.close();
+    }
+  });
+
+  it('engines that applied past the end of a replaced journal are told to rejoin fresh, and do', async () => {
+    const dir = tempDir('pdctl-replaced-');
+    const open = (name: string, bus: string) =>
+      ControlPlane.start({
+        journalPath: join(dir, name),
+        durability: 'process',
+        bus,
+        log: silentLogger,
+        version: 'test',
+      });
+    const first = await open('a.db', 'tcp://127.0.0.1:0');
+    const engines = new EngineSupervisor({
+      control: first.endpoint,
+      log: silentLogger,
+      logLevel: 'error',
+      env: { PDCTL_EXIT_WITH_PARENT: String(process.pid) },
+    });
+    try {
+      engines.start({ id: 'prefill-0', role: 'prefill', args: [] });
+      engines.start({ id: 'decode-0', role: 'decode', args: [] });
+      await first.waitForEngines(1, 1, 30_000);
+      const old = first.registry.get('decode-0')?.incarnation;
+      for (let i = 0; i < 3; i++)
+        expect(
+          (await collect(first.submit({ prompt: prompt(i, 10), maxTokens: 4 }))).error,
+        ).toBeNull();
+      await first.close();
+      // Another journal on the same bus: it ends long before what the engines applied.
+      const second = await open('b.db', first.endpoint);
+      try {
+        await waitFor(
+          'the reconcile step journaled',
+          async () => (await second.journal.tail({ type: 'recovery.action' })).length >= 2,
+          20_000,
+        );
+        const actions = await second.journal.tail({ type: 'recovery.action' });
+        expect(actions[0]?.data).toMatchObject({
+          action: 'reconcile',
+          outcome: 'engine told to rejoin as a fresh process',
+        });
+        // They exited, the supervisor started them again, and they joined with nothing to reconcile.
+        await waitFor(
+          'fresh engines registered',
+          () => {
+            const d = second.registry.get('decode-0');
+            return (
+              d?.live === true &&
+              d.incarnation !== old &&
+              second.registry.get('prefill-0')?.live === true
+            );
+          },
+          20_000,
+        );
+        const out = await collect(second.submit({ prompt: prompt(9, 10), maxTokens: 4 }));
+        expect(out.error).toBeNull();
+      } finally {
+        await second.close();
+      }
+    } finally {
+      await engines.stop();
     }
   });
 

@@ -4,11 +4,13 @@
  * metrics, and SIGTERM.
  */
 import { request } from 'node:http';
+import { createServer } from 'node:net';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chatPrompt } from '../src/api/openai.ts';
 import { DeterministicModel, generateInProcess } from '../src/engine/model.ts';
 import { type Served, serve } from './helpers/serve.ts';
+import { pdctl } from './helpers/spawn.ts';
 import { waitFor } from './helpers/stack.ts';
 
 const MODEL = 'pdctl-deterministic-1';
@@ -205,6 +207,33 @@ describe('the openai client against pdctl serve', () => {
       total_pages: number;
     }>;
     expect(engines.map((e) => e.role).sort()).toEqual(['decode', 'prefill']);
+    // `pdctl engines` reads the same view, with each engine's place on the escalation ladder.
+    const table = await pdctl(['engines', '--url', s.url]);
+    expect(table.code, table.stderr).toBe(0);
+    expect(table.stdout).toMatch(/^ENGINE\s+ROLE\s+STATE\s+PID/);
+    expect(table.stdout).toMatch(
+      /\nprefill-0\s+prefill\s+ready\s+\d+\s+\d+ms\s+\d+\s+\d+\/\d+\s+\d+\s+ok\s+0\s+0/,
+    );
+    const json = JSON.parse((await pdctl(['engines', '--url', s.url, '--json'])).stdout) as Array<{
+      id: string;
+      recovery: { phase: string };
+    }>;
+    expect(json.map((e) => [e.id, e.recovery.phase]).sort()).toEqual([
+      ['decode-0', 'ok'],
+      ['prefill-0', 'ok'],
+    ]);
+    // A port nothing listens on (it was free a moment ago).
+    const port = await new Promise<number>((resolve) => {
+      const srv = createServer().listen(0, '127.0.0.1', () => {
+        const p = (srv.address() as { port: number }).port;
+        srv.close(() => resolve(p));
+      });
+    });
+    const down = await pdctl(['engines', '--url', `http://127.0.0.1:${port}`]);
+    expect(down.code).toBe(4);
+    expect(down.stderr).toMatch(
+      /cannot read .*\/v1\/engines: fetch failed \(ECONNREFUSED\)\. Is pdctl serve running there\? Pass --url\./,
+    );
     const metrics = await (await fetch(`${s.url}/metrics`)).text();
     for (const line of metrics.split('\n').filter((l) => l.length > 0)) {
       expect(line).toMatch(

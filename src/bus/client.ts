@@ -37,6 +37,8 @@ export interface BusClientHandlers {
   welcome(msg: ControlMessage<'welcome'>): void;
   event(msg: ControlMessage<'event'>): void;
   command(msg: ControlMessage<'command'>): void;
+  /** The control plane refused this engine for good (a non-retryable nack to its hello). */
+  refused?(msg: ControlMessage<'nack'>): void;
 }
 
 export type AppendAck = ControlMessage<'ack'>;
@@ -266,6 +268,7 @@ export class BusClient {
         if (!p) {
           this.options.log.warn({ code: nack.code, message: nack.message }, 'engine bus: nack');
           if (nack.code === 'BUS_NOT_REGISTERED') this.sayHello();
+          else if (!nack.retryable && nack.eventId === null) this.handlers.refused?.(nack);
           return;
         }
         if (nack.retryable) {

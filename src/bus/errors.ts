@@ -13,6 +13,12 @@ export const BUS_ERROR_CODES = [
   'BUS_INVALID_EVENT',
   /** The journal refused the write (full disk, closed); the engine should retry later. */
   'BUS_JOURNAL_UNAVAILABLE',
+  /**
+   * The engine has applied events past the end of this control plane's journal: the journal was
+   * restored from a backup or replaced. Nothing the engine holds can be trusted; it must rejoin as
+   * a fresh process (it exits, and its supervisor starts it again).
+   */
+  'BUS_JOURNAL_BEHIND',
   /** The socket or the process is closing. */
   'BUS_CLOSED',
   /** Anything else: the message keeps the original. */

@@ -13,6 +13,8 @@ export const EXIT = {
   usage: 2,
   /** The journal could not be opened: missing, corrupt, or of another schema version. */
   journal: 3,
+  /** The running server asked (`--url`) could not be reached. */
+  unreachable: 4,
   /** Stopped by Ctrl-C or SIGTERM (128 + SIGINT). */
   interrupted: 130,
 } as const;

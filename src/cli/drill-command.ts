@@ -17,6 +17,8 @@ interface DrillFlags {
   json?: boolean;
   report?: string;
   baseline: boolean;
+  journalEvents: number;
+  strictTargets?: boolean;
   logLevel: LogLevel;
 }
 
@@ -43,6 +45,22 @@ export function registerDrillCommand(program: Command): void {
     .option('--json', 'the report as one JSON object (`all`: an array)')
     .option('--report <file>', 'also write a self-contained HTML report with a timeline chart')
     .option('--no-baseline', 'skip timing a full-stack restart after each drill')
+    .option(
+      '--strict-targets',
+      'fail the drill when a timing target (time to detect, recover, ready) is missed, not only an invariant',
+    )
+    .option(
+      '--journal-events <n>',
+      'kill-control-plane: fill the journal with about this many events first, to time a restart on a big journal',
+      (v) => {
+        if (!/^\d+$/.test(v) || Number(v) > 100_000_000)
+          throw new UsageError(
+            `--journal-events must be an integer from 0 to 100000000, got "${v}"`,
+          );
+        return Number(v);
+      },
+      0,
+    )
     .addOption(
       new Option('--log-level <level>', 'log level').choices([...LOG_LEVELS]).default('warn'),
     )
@@ -63,6 +81,8 @@ export function registerDrillCommand(program: Command): void {
           log,
           version: VERSION,
           baseline: o.baseline,
+          journalEvents: o.journalEvents,
+          strictTargets: o.strictTargets === true,
         });
         reports.push(report);
         if (!o.json) print(`${renderReport(report)}\n`);

@@ -4,6 +4,7 @@ import { JournalError } from '../journal/errors.ts';
 import { DEFAULT_JOURNAL, EXIT, VERSION } from './context.ts';
 import { registerDrillCommand } from './drill-command.ts';
 import { registerEngineCommand } from './engine-command.ts';
+import { registerEnginesCommand } from './engines-command.ts';
 import { registerJournalCommands } from './journal-commands.ts';
 import { registerKeysCommand } from './keys-command.ts';
 import { registerRoomCommands } from './rooms-commands.ts';
@@ -30,7 +31,7 @@ export function buildProgram(): Command {
     .showHelpAfterError('(run with --help for usage)')
     .addHelpText(
       'after',
-      '\nExit codes: 0 ok · 1 the command found a problem (verify failed, no such room) · 2 bad usage · 3 the journal could not be opened · 130 interrupted\n' +
+      '\nExit codes: 0 ok · 1 the command found a problem (verify failed, no such room) · 2 bad usage · 3 the journal could not be opened · 4 the server (--url) could not be reached · 130 interrupted\n' +
         'Times are UTC. Examples:\n' +
         '  pdctl journal synth --rooms 10000        # try the queries on a realistic journal\n' +
         '  pdctl rooms --in-flight-at 03:12         # what was in flight at 03:12 UTC\n' +
@@ -43,6 +44,7 @@ export function buildProgram(): Command {
   registerServeCommand(program);
   registerRunCommand(program);
   registerEngineCommand(program);
+  registerEnginesCommand(program);
   registerKeysCommand(program);
   registerDrillCommand(program);
   return program;

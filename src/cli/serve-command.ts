@@ -147,8 +147,10 @@ export function registerServeCommand(program: Command): void {
         { http: address, bus: control.endpoint, journal: journalPath },
         'pdctl serve listening',
       );
+      const startedMs = Math.round(process.uptime() * 1000);
+      log.info({ startedMs, orphansFailed: control.orphansFailed }, 'started');
       note(
-        `pdctl serve: listening on ${address} · bus ${control.endpoint} · journal ${journalPath}`,
+        `pdctl serve: listening on ${address} · bus ${control.endpoint} · journal ${journalPath} · started in ${startedMs} ms`,
       );
       note(
         `try:  curl -s ${address}/v1/completions -H 'content-type: application/json' -d '{"model":"${control.modelName}","prompt":"the river","max_tokens":8}'`,

@@ -76,6 +76,8 @@ export class ControlPlane {
   private readonly model: ModelExecutor;
   private closing: Promise<void> | null = null;
   bus!: BusServer;
+  /** Rooms the previous control plane left in flight, failed at this start (`orphaned_by_restart`). */
+  orphansFailed = 0;
   /** Where each engine stands on the escalation ladder; set by the stack that runs one. */
   recoveryView: ((engine: string) => LadderView) | null = null;
   private readonly link: EngineLink;
@@ -122,7 +124,7 @@ export class ControlPlane {
     try {
       await cp.loadLiveRooms();
       cp.subscription = journal.subscribe(await journal.headSeq(), (ev) => cp.onCommitted(ev));
-      await cp.failOrphans();
+      cp.orphansFailed = await cp.failOrphans();
       cp.bus = await BusServer.bind(
         {
           endpoint: options.bus ?? 'tcp://127.0.0.1:0',

@@ -141,6 +141,32 @@ export class EngineLink {
     }
     // A newer hello from the same engine took over while we read.
     if (this.deps.registry.get(msg.engine) !== session) return;
+    if (msg.lastSeq > backlog.headSeq) {
+      // Reconciliation cannot diff against a journal that ends before the engine's history.
+      log.error(
+        { engine: msg.engine, engineSeq: msg.lastSeq, journalSeq: backlog.headSeq },
+        'engine has applied events past the end of the journal (restored or replaced?); told to rejoin fresh',
+      );
+      this.bus.send(peer, 'nack', {
+        eventId: null,
+        code: 'BUS_JOURNAL_BEHIND',
+        message: `this engine applied up to seq ${msg.lastSeq}, but the journal ends at seq ${backlog.headSeq}: it was restored or replaced; restart the engine so that it rejoins fresh`,
+        retryable: false,
+      });
+      this.deps.journal
+        .append({
+          type: 'recovery.action',
+          engine: msg.engine,
+          source: 'control',
+          data: {
+            action: 'reconcile',
+            reason: `engine at seq ${msg.lastSeq}, journal ends at ${backlog.headSeq}`,
+            outcome: 'engine told to rejoin as a fresh process',
+          },
+        })
+        .catch(() => {});
+      return;
+    }
     this.bus.send(peer, 'welcome', {
       protocol: PROTOCOL_VERSION,
       engine: msg.engine,

@@ -66,6 +66,18 @@ export function startEngine(
       },
       event: (m) => core.onEvent(m),
       command: (c) => core.onCommand(c),
+      refused: (nack) => {
+        // Nothing this process holds can be reconciled (another protocol, or a journal that
+        // ends before our history): exit, so that a fresh process — the supervisor's, systemd's,
+        // the orchestrator's — rejoins with nothing to reconcile.
+        log.error(
+          { code: nack.code, reason: nack.message },
+          'refused by the control plane; exiting',
+        );
+        pool.close();
+        KvPool.unlink(pool.name);
+        process.exit(1);
+      },
     },
   );
   const ports = {

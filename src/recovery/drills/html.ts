@@ -18,6 +18,10 @@ const COLORS: Record<string, string> = {
   failed: '#cb181d',
   aborted: '#756bb1',
   migrated: '#636363',
+  // Requests, for drills that sample the client side.
+  in_flight: '#6baed6',
+  error: '#cb181d',
+  dropped: '#fd8d3c',
 };
 
 function esc(s: string): string {
@@ -106,11 +110,20 @@ function legend(keys: readonly string[]): string {
 
 function section(r: DrillReport): string {
   const maxX = Math.max(1000, r.ms, ...r.samples.map((s) => s.atMs));
-  const terminalKeys = ['completed', 'failed', 'aborted', 'migrated'] as const;
+  // Room states in their order; a drill that samples something else (requests) names its own.
+  const seen = (pick: (x: StateSample) => Record<string, number>) => {
+    const keys = new Set(r.samples.flatMap((x) => Object.keys(pick(x))));
+    const ordered = [...LIVE_STATES, 'completed', 'failed', 'aborted', 'migrated'].filter((k) =>
+      keys.has(k),
+    );
+    return [...ordered, ...[...keys].filter((k) => !ordered.includes(k as never)).sort()];
+  };
+  const liveKeys = seen((x) => x.live);
+  const endKeys = seen((x) => x.terminal);
   const rows = r.invariants
     .map(
       (i) =>
-        `<tr class="${i.ok ? 'ok' : 'fail'}"><td>${i.ok ? 'ok' : 'FAIL'}</td><td>${esc(i.name)}</td><td>${esc(
+        `<tr class="${i.ok ? 'ok' : 'fail'}"><td>${i.target ? (i.ok ? 'target met' : 'target MISSED') : i.ok ? 'ok' : 'FAIL'}</td><td>${esc(i.name)}</td><td>${esc(
           Object.entries(i.figure)
             .map(([k, v]) => `${k}=${v}`)
             .join(' '),
@@ -127,10 +140,10 @@ function section(r: DrillReport): string {
       ? ''
       : `; a full-stack restart measured in the same run took <b>${r.fullRestartMs} ms</b> to serve again`
   }.</p>
-${chart(r.samples, LIVE_STATES, (s, k) => s.live[k] ?? 0, true, r.timeline, maxX, 'live rooms by state')}
-<p>${legend(LIVE_STATES)}</p>
-${chart(r.samples, terminalKeys, (s, k) => s.terminal[k] ?? 0, false, r.timeline, maxX, 'rooms ended since the start, by outcome')}
-<p>${legend(terminalKeys)}</p>
+${chart(r.samples, liveKeys, (s, k) => s.live[k] ?? 0, true, r.timeline, maxX, 'live rooms by state')}
+<p>${legend(liveKeys)}</p>
+${chart(r.samples, endKeys, (s, k) => s.terminal[k] ?? 0, false, r.timeline, maxX, 'rooms ended since the start, by outcome')}
+<p>${legend(endKeys)}</p>
 <ol class="steps">${steps}</ol>
 <table><tr><th></th><th>invariant</th><th>figure</th><th>detail</th></tr>${rows}</table>
 </section>`;

@@ -1,6 +1,7 @@
 /** Every drill `pdctl drill` knows, by name. */
 import { abortCascade } from './abort-cascade.ts';
 import type { DrillScenario } from './harness.ts';
+import { killControlPlane } from './kill-control-plane.ts';
 import {
   busLoopDeath,
   journalUnwritable,
@@ -16,6 +17,7 @@ export const DRILLS: readonly DrillScenario[] = [
   abortCascade,
   killPrefill,
   killDecode,
+  killControlPlane,
   busLoopDeath,
   transferStall,
   malformedFrames,

@@ -42,6 +42,8 @@ export class Load {
   private readonly workers: Array<Promise<void>> = [];
   private readonly controllers = new Set<AbortController>();
   private seq = 0;
+  /** Requests sent and not yet ended. */
+  inFlight = 0;
 
   constructor(private readonly o: LoadOptions) {}
 
@@ -70,8 +72,13 @@ export class Load {
     while (!this.stopped) {
       const n = this.seq++;
       const prompt = `drill request ${n} ${'word '.repeat((this.o.promptWords ?? 30) + (n % 17))}`;
-      this.records.push(await this.one(client, prompt));
-      if (this.o.thinkMs) await new Promise((r) => setTimeout(r, this.o.thinkMs));
+      this.inFlight++;
+      const rec = await this.one(client, prompt);
+      this.inFlight--;
+      this.records.push(rec);
+      // A refused connection (the server is down) comes back at once: do not spin on it.
+      const pause = rec.outcome === 'dropped' ? Math.max(50, this.o.thinkMs ?? 0) : this.o.thinkMs;
+      if (pause) await new Promise((r) => setTimeout(r, pause));
     }
   }
 
