@@ -63,8 +63,6 @@ export function renderReport(r: DrillReport): string {
   const lines = [`drill ${r.scenario}: ${r.passed ? 'PASSED' : 'FAILED'} in ${r.ms} ms`, ''];
   lines.splice(1, 0, r.summary);
   for (const t of r.timeline) lines.push(`  +${String(t.atMs).padStart(6)} ms  ${t.what}`);
-  if (r.fullRestartMs !== null)
-    lines.push(`  baseline: a full-stack restart took ${r.fullRestartMs} ms to serve again`);
   lines.push('');
   for (const i of r.invariants) {
     const figure = Object.entries(i.figure)
