@@ -49,7 +49,12 @@ async function expectAborted(control: ControlPlane, room: string): Promise<Journ
 
 describe('aborts', () => {
   it('ends a room aborted from every live state, then serves the next room normally', async () => {
-    const { control } = await startTestStack(SLOW);
+    // Prefill slower still (400 ms for 50 words), so that the abort lands in prefilling even when
+    // a loaded 2-core CI machine delays its commit.
+    const { control } = await startTestStack({
+      ...SLOW,
+      engineArgs: ['--prefill-us-per-token', '8000', '--decode-us-per-token', '20000'],
+    });
     for (const [i, state] of LIVE_STATES.entries()) {
       const stream = control.submit({ prompt: prompt(i, 50), maxTokens: 50 });
       const sub = control.journal.subscribe(await control.journal.headSeq(), (ev) => {

@@ -182,6 +182,37 @@ describe('recovery', () => {
     }
   });
 
+  it('a crash-looping engine is restarted with back-off, then given up on', async () => {
+    const exits: Array<{ at: number; code: number | null }> = [];
+    let gaveUp: string | null = null;
+    const engines = new EngineSupervisor({
+      control: 'tcp://127.0.0.1:9',
+      log: silentLogger,
+      logLevel: 'error',
+      env: { PDCTL_EXIT_WITH_PARENT: String(process.pid) },
+      maxCrashes: 2,
+      crashWindowMs: 60_000,
+      onExit: (_id, _pid, status) => exits.push({ at: Date.now(), code: status.code }),
+      onGiveUp: (_id, reason) => {
+        gaveUp = reason;
+      },
+    });
+    try {
+      // An engine that cannot start: it exits 2 (bad flag) every time.
+      engines.start({ id: 'decode-9', role: 'decode', args: ['--pages', '0'] });
+      await waitFor('the supervisor gives up', () => gaveUp !== null, 30_000);
+      expect(gaveUp).toMatch(/^crash loop: 3 exits in 60 s \(last: code 2\)$/);
+      expect(exits.map((e) => e.code)).toEqual([2, 2, 2]);
+      // Back-off between restarts: 200 ms, then 400 ms (plus the process's own start).
+      expect((exits[2]?.at as number) - (exits[1]?.at as number)).toBeGreaterThanOrEqual(400);
+      expect(engines.pid('decode-9')).toBeUndefined();
+      await new Promise((r) => setTimeout(r, 1000));
+      expect(exits).toHaveLength(3);
+    } finally {
+      await engines.stop();
+    }
+  });
+
   it('a wedged prefill bus loop (INCIDENT.md) is reset in place: no process restarts', async () => {
     const { control, engines, ladder } = await startTestStack();
     const ok = await collect(control.submit({ prompt: prompt(1, 10), maxTokens: 4 }));

@@ -39,6 +39,8 @@ export class Canary {
   onResult: ((r: CanaryResult) => void) | null = null;
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<CanaryResult> | null = null;
+  /** The canary's own latest rooms (the last 64), so that drills can tell them from clients'. */
+  readonly recentRooms = new Set<string>();
 
   constructor(
     private readonly control: ControlPlane,
@@ -74,6 +76,11 @@ export class Canary {
     let stream: ReturnType<ControlPlane['submit']>;
     try {
       stream = this.control.submit({ prompt: 'canary', maxTokens: 1, source: 'canary' });
+      this.recentRooms.add(stream.room);
+      if (this.recentRooms.size > 64) {
+        const oldest = this.recentRooms.values().next().value as string;
+        this.recentRooms.delete(oldest);
+      }
     } catch (err) {
       return this.record(result(false, null, {}, 'admission', (err as Error).message));
     }

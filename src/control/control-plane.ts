@@ -426,8 +426,10 @@ export class ControlPlane {
     const signal = request.signal;
     if (signal) {
       // The room serving the request when the client leaves: after a migration, not the first.
-      const onAbort = () =>
+      const onAbort = () => {
+        stream.cancelled = true;
         void this.abort(stream.current, 'client_disconnect', 'client').catch(() => {});
+      };
       if (signal.aborted) onAbort();
       else signal.addEventListener('abort', onAbort, { once: true });
       void stream.result
@@ -627,6 +629,11 @@ export class ControlPlane {
     const usable = (s: EngineSession) => !(s.engine === engine && s.incarnation === incarnation);
     for (;;) {
       if (this.closing || stream.done) return;
+      if (stream.cancelled) {
+        // The client left while its request waited for a pair: nothing to continue.
+        stream.fail(new RoomEndedError(from.room, 'aborted', 'client_disconnect'));
+        return;
+      }
       const prefill = this.registry.pick('prefill', freshMs, Date.now(), usable);
       const decode = this.registry.pick('decode', freshMs, Date.now(), usable);
       if (prefill && decode) {

@@ -51,6 +51,15 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     logLevel: options.engineLogLevel ?? 'warn',
     restart: options.restartEngines ?? true,
     env: options.engineEnv,
+    onGiveUp: (id, reason) =>
+      void control.journal
+        .append({
+          type: 'recovery.action',
+          engine: id,
+          source: 'supervisor',
+          data: { action: 'give_up', reason, outcome: 'not restarted; an operator is needed' },
+        })
+        .catch((err) => log.error({ err, engine: id }, 'could not journal the give-up')),
     // A dead engine's rooms continue elsewhere at once, not when its replacement says hello.
     onExit: (id, pid, status) => {
       const s = control.registry.get(id);

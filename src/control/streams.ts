@@ -27,6 +27,8 @@ export class RoomStream implements AsyncIterable<TokenChunk> {
   tokens = 0;
   /** The room serving the request now: `room` until a migration moves it. */
   current: string;
+  /** The caller aborted (its AbortSignal fired): a pending migration does not go on. */
+  cancelled = false;
   /** Migrations so far, and where the current room's chunks and tokens start. */
   migrations = 0;
   private indexBase = 0;

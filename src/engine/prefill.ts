@@ -106,6 +106,9 @@ export class PrefillEngine extends EngineCore {
     }
     room.pages = pages;
     void this.append(room, 'room.prefill_started', {});
+    // Let the outbox send it before the compute holds this thread: the journal's prefilling must
+    // begin when the compute does, and an abort must find the room in it.
+    await new Promise<void>((r) => setImmediate(r));
     const kv = new KvSpan(
       pages.map((p) => this.pool.page(p)),
       this.opts.kvBytesPerToken,

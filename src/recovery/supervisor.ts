@@ -22,6 +22,14 @@ export interface SupervisorOptions {
   /** Restart an engine that exits on its own. Default true. */
   restart?: boolean;
   env?: NodeJS.ProcessEnv;
+  /**
+   * A crash loop: more than this many unexpected exits of one engine within `crashWindowMs` and it
+   * is not started again (an operator is needed). Default 5 in 10 min.
+   */
+  maxCrashes?: number;
+  crashWindowMs?: number;
+  /** Told when an engine is given up on for crash-looping. */
+  onGiveUp?: (id: string, reason: string) => void;
   /** Told of every engine process that exits, however it ended (the control plane migrates its rooms). */
   onExit?: (id: string, pid: number | undefined, status: ExitStatus) => void;
 }
@@ -42,6 +50,8 @@ export interface ExitStatus {
 
 export class EngineSupervisor {
   private readonly children = new Map<string, Child>();
+  /** Unexpected exits per engine, newest last (unix ms), for the crash-loop cap. */
+  private readonly crashes = new Map<string, number[]>();
   private stopping = false;
 
   constructor(private readonly options: SupervisorOptions) {}
@@ -92,6 +102,20 @@ export class EngineSupervisor {
     if (!entry || entry.process !== child || entry.replacing) return;
     if (this.stopping || this.options.restart === false) {
       this.children.delete(spec.id);
+      return;
+    }
+    const now = Date.now();
+    const window = this.options.crashWindowMs ?? 600_000;
+    const recent = [...(this.crashes.get(spec.id) ?? []), now].filter((t) => now - t < window);
+    this.crashes.set(spec.id, recent);
+    if (recent.length > (this.options.maxCrashes ?? 5)) {
+      const reason = `crash loop: ${recent.length} exits in ${Math.round(window / 1000)} s (last: ${signal ?? `code ${code}`})`;
+      this.options.log.error(
+        { engine: spec.id, pid: child.pid, code, signal },
+        `engine ${spec.id} is crash-looping; not restarting it again — see its log above, fix, and restart pdctl`,
+      );
+      this.children.delete(spec.id);
+      this.options.onGiveUp?.(spec.id, reason);
       return;
     }
     const delay = Math.min(5_000, 200 * 2 ** Math.min(entry.restarts, 5));

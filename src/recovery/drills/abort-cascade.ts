@@ -58,7 +58,8 @@ async function run(ctx: DrillContext): Promise<void> {
     await new Promise((r) => setTimeout(r, 10));
   await new Promise((r) => setTimeout(r, 150));
   // The drill's rooms: every room live now (clients whose headers have not arrived included).
-  for (const id of control.rooms.keys()) if (!rooms.includes(id)) rooms.push(id);
+  for (const id of control.rooms.keys())
+    if (!rooms.includes(id) && !ctx.canary.recentRooms.has(id)) rooms.push(id);
   const spread: Record<string, number> = {};
   for (const id of rooms) {
     const s = control.rooms.get(id)?.state ?? 'ended';
