@@ -373,7 +373,7 @@ async function commonInvariants(
 }
 
 /** Rooms created since `since` (unix ms), canaries included. */
-export async function roomsSince(control: ControlPlane, since: number): Promise<string[]> {
+async function roomsSince(control: ControlPlane, since: number): Promise<string[]> {
   const ids: string[] = [];
   let cursor: string | undefined;
   do {
@@ -385,7 +385,7 @@ export async function roomsSince(control: ControlPlane, since: number): Promise<
 }
 
 /** Pages not free across all engines, from heartbeats sent after now; NaN if none came in time. */
-export async function leakedPages(control: ControlPlane, timeoutMs: number): Promise<number> {
+async function leakedPages(control: ControlPlane, timeoutMs: number): Promise<number> {
   const since = Date.now();
   let leaked = Number.NaN;
   while (Date.now() - since < timeoutMs) {
