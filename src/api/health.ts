@@ -28,9 +28,11 @@ export function readiness(
   const fresh = (role: string) =>
     engines.filter((s) => s.role === role && s.live && now - s.lastSeen <= deps.heartbeatStaleMs);
   const stalled = control.stalledEngines(1000, now);
-  const gaveUp = engines
-    .filter((s) => control.recoveryView?.(s.engine).phase === 'gave_up')
-    .map((s) => s.engine);
+  // An engine the escalation ladder is working on is not ready, even once its symptom is gone:
+  // it is ready again when the ladder has seen it serve (`engine.recovered`).
+  const recovering = engines
+    .map((s) => ({ engine: s.engine, view: control.recoveryView?.(s.engine) }))
+    .filter((x) => x.view !== undefined && x.view.phase !== 'ok');
   const h = control.journal.health();
   const last = canary.last;
   const checks = {
@@ -50,11 +52,17 @@ export function readiness(
           : stalled.map((s) => `${s.engine}: ${s.reason}`).join('; '),
     },
     recovery: {
-      ok: gaveUp.length === 0,
+      ok: recovering.length === 0,
       detail:
-        gaveUp.length === 0
-          ? 'no engine past the escalation ladder'
-          : `escalation ladder gave up on ${gaveUp.join(', ')}: an operator is needed`,
+        recovering.length === 0
+          ? 'no engine on the escalation ladder'
+          : recovering
+              .map((x) =>
+                x.view?.phase === 'gave_up'
+                  ? `${x.engine}: the ladder gave up, an operator is needed (${x.view.lastOutcome})`
+                  : `${x.engine}: ${x.view?.phase} (${x.view?.reason})`,
+              )
+              .join('; '),
     },
     control_loop: {
       ok: control.bus.loop.stats().running,
