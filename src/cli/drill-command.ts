@@ -83,6 +83,7 @@ export function registerDrillCommand(program: Command): void {
           baseline: o.baseline,
           journalEvents: o.journalEvents,
           strictTargets: o.strictTargets === true,
+          progress: note,
         });
         reports.push(report);
         if (!o.json) print(`${renderReport(report)}\n`);

@@ -75,6 +75,8 @@ export interface DrillRunOptions {
   baseline?: boolean;
   /** Count missed timing targets as failures. Default false. */
   strictTargets?: boolean;
+  /** Progress lines for long steps (to stderr from the CLI). */
+  progress?: (line: string) => void;
   /** kill-control-plane: fill the journal with about this many events first. */
   journalEvents?: number;
 }

@@ -107,6 +107,9 @@ async function runKillControlPlane(o: DrillRunOptions): Promise<DrillReport> {
       '--json',
     ]);
     const t0 = Date.now();
+    o.progress?.(
+      `kill-control-plane: writing ~${o.journalEvents} synthetic events through the real append path first (about ${Math.max(1, Math.round(o.journalEvents / 30_000))} s here)`,
+    );
     await new Promise<void>((resolve, reject) => {
       const child = spawn(synth.command, synth.args, { stdio: ['ignore', 'ignore', 'inherit'] });
       child.once('exit', (code) =>
