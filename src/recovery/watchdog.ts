@@ -22,6 +22,8 @@ export class Watchdog {
   /** Rooms whose failure was appended and not yet seen committed. */
   private readonly failing = new Set<string>();
   readonly stats: WatchdogStats = { ticks: 0, failed: 0, lastDetectMs: null };
+  private unjournaledLoggedAt = 0;
+  private unjournaledNotLogged = 0;
 
   constructor(
     private readonly control: ControlPlane,
@@ -94,12 +96,20 @@ export class Watchdog {
           },
         }),
       )
-      .catch((err) =>
+      .catch((err) => {
+        // While the journal is down every tick fails again: one line per 5 s, with the count.
+        const at = Date.now();
+        if (at - this.unjournaledLoggedAt < 5000) {
+          this.unjournaledNotLogged++;
+          return;
+        }
         this.log.error(
-          { err, room: room.room },
+          { err, room: room.room, alsoFailedNotLogged: this.unjournaledNotLogged },
           'watchdog could not journal the failure; will retry',
-        ),
-      )
+        );
+        this.unjournaledLoggedAt = at;
+        this.unjournaledNotLogged = 0;
+      })
       .finally(() => this.failing.delete(room.room));
   }
 }

@@ -62,6 +62,10 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
   private flushScheduled = false;
   private state: JournalHealth['state'] = 'starting';
   private writable = true;
+  /** Failed commits not logged one by one (a full disk fails every commit): counted, summarized. */
+  private failuresUnlogged = 0;
+  private failureLoggedAt = 0;
+  private failedSince = 0;
   private lastError: string | null = null;
   private committedSeq = 0;
   private commits = 0;
@@ -231,6 +235,13 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
   private settle(batch: Waiting[], outcomes: Outcome[]): void {
     this.inFlight--;
     this.inFlightEvents -= batch.length;
+    if (!this.writable) {
+      this.log.warn(
+        { failedForMs: Date.now() - this.failedSince, failedCommits: this.failuresUnlogged },
+        'journal writable again',
+      );
+      this.failuresUnlogged = 0;
+    }
     this.writable = true;
     this.lastError = null;
     this.commits++;
@@ -295,12 +306,20 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
   private fail(batch: Waiting[], err: unknown): void {
     this.inFlight--;
     this.inFlightEvents -= batch.length;
+    const now = Date.now();
+    if (this.writable) this.failedSince = now;
+    const message = (err as Error).message;
+    // The first failure, another error, then at most one line per 5 s while it lasts.
+    if (message !== this.lastError || now - this.failureLoggedAt >= 5000) {
+      this.log.error(
+        { err, events: batch.length, failedCommitsNotLogged: this.failuresUnlogged },
+        'journal commit failed; its appends are rejected',
+      );
+      this.failureLoggedAt = now;
+      this.failuresUnlogged = 0;
+    } else this.failuresUnlogged++;
     this.writable = false;
-    this.lastError = (err as Error).message;
-    this.log.error(
-      { err, events: batch.length },
-      'journal commit failed; its appends are rejected',
-    );
+    this.lastError = message;
     for (const w of batch) w.reject(err);
     this.scheduleFlush();
   }

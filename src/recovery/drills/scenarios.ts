@@ -359,15 +359,24 @@ export const journalUnwritable: DrillScenario = {
       const t = r.room ? await journal.timeline(r.room) : null;
       if (!t?.room) unjournaled++;
     }
-    const after = load.records.filter((r) => r.startedAt >= healedAt + 500);
+    // Service back: a new request after the disk has room completes (the load's clients may
+    // still be finishing the rooms that waited out the outage).
+    const probe = await fetch(`${ctx.base}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: ctx.control.modelName,
+        prompt: 'after the disk',
+        max_tokens: 4,
+      }),
+      signal: AbortSignal.timeout(15_000),
+    }).catch(() => null);
+    await probe?.arrayBuffer();
     ctx.check({
       name: 'no request served unjournaled; service back after',
-      ok: unjournaled === 0 && writable && after.some((r) => r.outcome === 'completed'),
-      figure: {
-        unjournaled,
-        completedAfter: after.filter((r) => r.outcome === 'completed').length,
-      },
-      detail: 'every 200 has its room.created committed',
+      ok: unjournaled === 0 && writable && probe?.status === 200,
+      figure: { unjournaled, probeStatus: probe?.status ?? 'none' },
+      detail: 'every 200 has its room.created committed; a request after the outage completes',
     });
   },
 };
