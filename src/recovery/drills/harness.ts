@@ -15,7 +15,13 @@ import { DeterministicModel } from '../../engine/model.ts';
 import { isTerminal } from '../../journal/states.ts';
 import type { Logger } from '../../log.ts';
 import { Load, type LoadOptions, wrongAnswers } from './load.ts';
-import { type DrillReport, drillPassed, type Invariant, type StateSample } from './report.ts';
+import {
+  DrillRecorder,
+  type DrillReport,
+  drillPassed,
+  type Invariant,
+  type StateSample,
+} from './report.ts';
 
 export interface DrillContext {
   stack: Stack;
@@ -106,17 +112,11 @@ export async function runDrill(scenario: DrillScenario, o: DrillRunOptions): Pro
   };
   const stack = await startStack(stackOptions);
   const started = Date.now();
-  const timeline: DrillReport['timeline'] = [];
-  const invariants: Invariant[] = [];
+  const log = o.log;
+  const rec = new DrillRecorder(started, (what) => log.info({ drill: scenario.name }, what));
+  const { mark, check, timeline, invariants } = rec;
   const samples: StateSample[] = [];
   const { control } = stack;
-  const log = o.log;
-  const mark = (what: string, at = Date.now()) => {
-    timeline.push({ atMs: at - started, what });
-    timeline.sort((a, b) => a.atMs - b.atMs);
-    log.info({ drill: scenario.name }, what);
-  };
-  const check: DrillContext['check'] = (i) => invariants.push(i);
   const canary = new Canary(control, log);
   canary.start(1000);
   const metrics = new ApiMetrics(control);
@@ -193,12 +193,7 @@ export async function runDrill(scenario: DrillScenario, o: DrillRunOptions): Pro
     for (const l of loads) await l.stop();
     await commonInvariants(ctx, started, model, loads, excused);
   } catch (err) {
-    check({
-      name: 'the drill ran to its end',
-      ok: false,
-      figure: {},
-      detail: (err as Error).message,
-    });
+    rec.crashed(err);
   } finally {
     clearInterval(sampler);
     off();

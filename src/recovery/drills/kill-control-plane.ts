@@ -17,9 +17,9 @@ import type { DrillRunOptions, DrillScenario } from './harness.ts';
 import { DRILL_ENGINE_ARGS } from './harness.ts';
 import { Load, type RequestRecord } from './load.ts';
 import {
+  DrillRecorder,
   type DrillReport,
   drillPassed,
-  type Invariant,
   type StateSample,
   timingTarget,
 } from './report.ts';
@@ -81,14 +81,9 @@ async function runKillControlPlane(o: DrillRunOptions): Promise<DrillReport> {
   mkdirSync(dir, { recursive: true });
   const journalPath = join(dir, 'journal.db');
   const started = Date.now();
-  const timeline: DrillReport['timeline'] = [];
-  const invariants: Invariant[] = [];
+  const rec = new DrillRecorder(started);
+  const { mark, check, timeline, invariants } = rec;
   const samples: StateSample[] = [];
-  const mark = (what: string, at = Date.now()) => {
-    timeline.push({ atMs: at - started, what });
-    timeline.sort((a, b) => a.atMs - b.atMs);
-  };
-  const check = (i: Invariant) => invariants.push(i);
   const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
   let journalEvents = 0;
@@ -325,12 +320,7 @@ async function runKillControlPlane(o: DrillRunOptions): Promise<DrillReport> {
       await again.stop();
     }
   } catch (err) {
-    check({
-      name: 'the drill ran to its end',
-      ok: false,
-      figure: {},
-      detail: (err as Error).message,
-    });
+    rec.crashed(err);
   } finally {
     clearInterval(sampler);
     await load?.stop(0);

@@ -29,6 +29,38 @@ export function timingTarget(
   };
 }
 
+/** What a drill records as it runs: its steps, in time order, and the invariants it checked. */
+export class DrillRecorder {
+  readonly timeline: DrillReport['timeline'] = [];
+  readonly invariants: Invariant[] = [];
+
+  constructor(
+    readonly started: number,
+    private readonly onMark: (what: string) => void = () => {},
+  ) {}
+
+  /** Notes a step, now or at `at` (unix ms, e.g. an event's time). */
+  mark = (what: string, at = Date.now()): void => {
+    this.timeline.push({ atMs: at - this.started, what });
+    this.timeline.sort((a, b) => a.atMs - b.atMs);
+    this.onMark(what);
+  };
+
+  check = (i: Invariant): void => {
+    this.invariants.push(i);
+  };
+
+  /** The drill stopped on an error before its end: a failed invariant that says where. */
+  crashed(err: unknown): void {
+    this.check({
+      name: 'the drill ran to its end',
+      ok: false,
+      figure: {},
+      detail: (err as Error).message,
+    });
+  }
+}
+
 /** Whether the drill passed: every invariant held (and, if `strict`, every target was met). */
 export function drillPassed(invariants: Invariant[], strict = false): boolean {
   return invariants.every((i) => i.ok || (i.target === true && !strict));

@@ -55,7 +55,6 @@ async function ladderOutcome(
   engine: string,
   faultAt: number,
   pids: Record<string, number | undefined>,
-  expectRung: 'reset_in_place',
 ): Promise<void> {
   const stalled = await firstEvent(ctx, 'engine.stalled', engine, faultAt, 10_000);
   const recovered = await firstEvent(ctx, 'engine.recovered', engine, faultAt, 20_000);
@@ -85,7 +84,7 @@ async function ladderOutcome(
     .map(([id]) => id);
   ctx.check({
     name: 'recovered without restarting any process',
-    ok: recovered !== null && restarted.length === 0 && recovered.data.rung === expectRung,
+    ok: recovered !== null && restarted.length === 0 && recovered.data.rung === 'reset_in_place',
     figure: { restarted: restarted.length },
     detail:
       restarted.length === 0
@@ -102,40 +101,47 @@ function enginePids(ctx: DrillContext): Record<string, number | undefined> {
   return Object.fromEntries(ids.map((id) => [id, ctx.stack.engines.pid(id)]));
 }
 
-export const busLoopDeath: DrillScenario = {
-  name: 'bus-loop-death',
-  summary:
-    "INCIDENT.md: the prefill engine's bus receive loop stops consuming while the process, its heartbeats and /health stay up",
-  async run(ctx) {
-    ctx.load();
-    await ctx.sleep(1500);
-    const pids = enginePids(ctx);
-    const faultAt = Date.now();
-    ctx.stack.engines.signal('prefill-0', 'SIGUSR2');
-    ctx.mark('fault: prefill-0 bus receive loop frozen (SIGUSR2)');
-    const red = ctx.waitReady(false, 5000);
-    await ladderOutcome(ctx, 'prefill-0', faultAt, pids, 'reset_in_place');
-    await healthRedThenGreen(ctx, red);
-    await ctx.sleep(1000);
-  },
-};
+/**
+ * A stall the escalation ladder must end in place: load, the fault on prefill-0, then detection,
+ * recovery without a restart, and health red during and green after.
+ */
+function stallDrill(
+  name: string,
+  summary: string,
+  fault: string,
+  inject: (ctx: DrillContext) => void,
+): DrillScenario {
+  return {
+    name,
+    summary,
+    async run(ctx) {
+      ctx.load();
+      await ctx.sleep(1500);
+      const pids = enginePids(ctx);
+      const faultAt = Date.now();
+      inject(ctx);
+      ctx.mark(`fault: ${fault}`);
+      const red = ctx.waitReady(false, 5000);
+      await ladderOutcome(ctx, 'prefill-0', faultAt, pids);
+      await healthRedThenGreen(ctx, red);
+      await ctx.sleep(1000);
+    },
+  };
+}
 
-export const transferStall: DrillScenario = {
-  name: 'transfer-stall',
-  summary: "the prefill engine's transfer core freezes: every transfer stops between pages",
-  async run(ctx) {
-    ctx.load();
-    await ctx.sleep(1500);
-    const pids = enginePids(ctx);
-    const faultAt = Date.now();
-    ctx.control.command('prefill-0', 'inject_fault', null, 'stall');
-    ctx.mark('fault: every transfer of prefill-0 stalls');
-    const red = ctx.waitReady(false, 5000);
-    await ladderOutcome(ctx, 'prefill-0', faultAt, pids, 'reset_in_place');
-    await healthRedThenGreen(ctx, red);
-    await ctx.sleep(1000);
-  },
-};
+export const busLoopDeath = stallDrill(
+  'bus-loop-death',
+  "INCIDENT.md: the prefill engine's bus receive loop stops consuming while the process, its heartbeats and /health stay up",
+  'prefill-0 bus receive loop frozen (SIGUSR2)',
+  (ctx) => ctx.stack.engines.signal('prefill-0', 'SIGUSR2'),
+);
+
+export const transferStall = stallDrill(
+  'transfer-stall',
+  "the prefill engine's transfer core freezes: every transfer stops between pages",
+  'every transfer of prefill-0 stalls',
+  (ctx) => ctx.control.command('prefill-0', 'inject_fault', null, 'stall'),
+);
 
 function killDrill(role: 'prefill' | 'decode'): DrillScenario {
   const engine = `${role}-0`;
