@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { DrillReport } from '../src/recovery/drills/report.ts';
+import { serve } from './helpers/serve.ts';
 import { pdctl } from './helpers/spawn.ts';
 import { tempDir } from './helpers/tmp.ts';
 
@@ -52,7 +53,9 @@ describe('pdctl drill', () => {
       'each engine released each room once',
       ...COMMON,
     ]);
-    expect(figure(report, 'every room aborted by its client')).toEqual({ rooms: 40 });
+    const cascade = figure(report, 'every room aborted by its client');
+    expect(cascade?.rooms).toBe(40);
+    expect(Number(cascade?.aborted)).toBeGreaterThan(0);
     // The restart it is compared with was measured, and the chart has the rooms in it.
     expect(report.fullRestartMs).toBeGreaterThan(0);
     expect(report.samples.some((s) => (s.live.decoding ?? 0) > 0)).toBe(true);
@@ -141,4 +144,53 @@ describe('pdctl drill', () => {
     const disk = await drill('journal-unwritable', '--clients', '4', '--no-baseline');
     expect(figure(disk, 'new work refused with 503 while unwritable')?.refused).toBe(10);
   }, 300_000);
+
+  it('--url: drills a running pdctl serve through its HTTP API, and says what it cannot do there', async () => {
+    const s = await serve([
+      '--allow-fault-injection',
+      '--prefill-us-per-token',
+      '100',
+      '--decode-us-per-token',
+      '1000',
+      '--canary-interval-ms',
+      '1000',
+    ]);
+    try {
+      const stall = await drill('transfer-stall', '--url', s.url, '--clients', '4');
+      expect(names(stall).slice(0, 3)).toEqual([
+        'stall detected and journaled',
+        'time to detect',
+        'recovered without restarting any process',
+      ]);
+      // Nothing was started, so nothing to compare with; verify ran on the server's own journal.
+      expect(stall.fullRestartMs).toBeNull();
+      expect(stall.journal).toBe(join(s.dataDir, 'journal.db'));
+      expect(Number(figure(stall, 'journal verify passes')?.events)).toBeGreaterThan(0);
+      const kill = await drill('kill-decode', '--url', s.url, '--clients', '4');
+      expect(
+        Number(figure(kill, 'every stream on the killed engine went on')?.migrated),
+      ).toBeGreaterThan(0);
+      const disk = await pdctl(['drill', 'journal-unwritable', '--url', s.url]);
+      expect(disk.code).toBe(2);
+      expect(disk.stderr).toMatch(
+        /journal-unwritable cannot run against http:\/\/127\.0\.0\.1:\d+: it fills the journal's disk/,
+      );
+    } finally {
+      expect(await s.stop()).toBe(0);
+    }
+    const gone = await pdctl(['drill', 'slow-client', '--url', s.url]);
+    expect(gone.code).toBe(4);
+    expect(gone.stderr).toMatch(/cannot reach .*\/v1\/models.*Is pdctl serve running there\?/);
+    // Engines that refuse faults: the drills that need them say how to start the stack.
+    const plain = await serve();
+    try {
+      const refused = await pdctl(['drill', 'transfer-stall', '--url', plain.url]);
+      expect(refused.code).toBe(2);
+      expect(refused.stderr).toMatch(
+        /prefill-0, decode-0 refuse them: start the stack with `pdctl serve --allow-fault-injection`/,
+      );
+    } finally {
+      expect(await plain.stop()).toBe(0);
+    }
+  }, 120_000);
 });

@@ -30,6 +30,13 @@ describe('health that tells the truth', () => {
       'prefill',
       'transfer',
     ]);
+    // Its deadline is a query parameter, and a bad one is named.
+    expect(await status('/health/deep?deadline_ms=1500')).toBe(200);
+    const bad = await fetch(`${s.url}/health/deep?deadline_ms=5`);
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { error: { message: string } }).error.message).toBe(
+      'deadline_ms must be an integer from 10 to 60000, got "5"',
+    );
 
     const engines = (await (await fetch(`${s.url}/v1/engines`)).json()) as {
       engines: Array<{ id: string; pid: number }>;

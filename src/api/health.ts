@@ -9,6 +9,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import type { Canary } from '../control/canary.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
+import { ApiError } from './errors.ts';
 
 export interface HealthDeps {
   control: ControlPlane;
@@ -108,20 +109,34 @@ export function registerHealthRoutes(app: FastifyInstance, deps: HealthDeps): vo
     },
   );
 
-  app.get<{ Querystring: { deadline_ms?: number } }>(
+  app.get<{ Querystring: { deadline_ms?: string } }>(
     '/health/deep',
     {
       schema: {
         tags: ['health'],
-        summary: 'Runs a canary room through bootstrap, prefill, transfer and decode now',
+        summary:
+          'Runs a canary room through bootstrap, prefill, transfer and decode now (deadline_ms: 10 to 60000)',
         querystring: Type.Object(
-          { deadline_ms: Type.Optional(Type.Integer({ minimum: 10, maximum: 60_000 })) },
+          { deadline_ms: Type.Optional(Type.String({ maxLength: 20 })) },
           { additionalProperties: false },
         ),
       },
     },
     async (req, reply) => {
-      const r = await deps.canary.run(req.query.deadline_ms);
+      const raw = req.query.deadline_ms;
+      const deadlineMs = raw === undefined ? undefined : Number(raw);
+      if (
+        raw !== undefined &&
+        (!/^\d+$/.test(raw) || (deadlineMs as number) < 10 || (deadlineMs as number) > 60_000)
+      )
+        throw new ApiError(
+          400,
+          `deadline_ms must be an integer from 10 to 60000, got "${raw}"`,
+          'invalid_request_error',
+          'invalid_parameter',
+          'deadline_ms',
+        );
+      const r = await deps.canary.run(deadlineMs);
       return reply.code(r.ok ? 200 : 503).send({ status: r.ok ? 'ok' : 'failing', ...r });
     },
   );

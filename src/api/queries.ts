@@ -222,6 +222,7 @@ export function registerQueryRoutes(app: FastifyInstance, control: ControlPlane)
           rooms_held: s.heartbeat?.rooms ?? null,
           live_rooms: s.liveRooms,
           pool: s.pool,
+          fault_injection: s.faultInjection,
           recovery: control.recoveryView?.(s.engine) ?? null,
         })),
       };
@@ -236,6 +237,7 @@ export function registerQueryRoutes(app: FastifyInstance, control: ControlPlane)
       health: journal.health(),
       control: control.counters,
       bus: {
+        endpoint: control.endpoint,
         dropped: control.bus.drops.snapshot(),
         loop: control.bus.loop.stats(),
         outbox: control.bus.outboxDepth,

@@ -40,6 +40,8 @@ export const ENGINE_MESSAGES = {
       lastSeq: Seq,
       /** Rooms it still holds pages or work for. */
       rooms: Type.Array(Id, { maxItems: 100_000 }),
+      /** It accepts `inject_fault` (`--allow-fault-injection`); absent means no. */
+      faultInjection: Type.Optional(Type.Boolean()),
     },
     strict,
   ),

@@ -4,9 +4,15 @@ import { dirname, join } from 'node:path';
 import type { Command } from 'commander';
 import { Argument, Option } from 'commander';
 import { LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
-import { runDrill } from '../recovery/drills/harness.ts';
+import {
+  type DrillScenario,
+  remoteBlocker,
+  runDrill,
+  runRemoteDrill,
+} from '../recovery/drills/harness.ts';
 import { renderHtml } from '../recovery/drills/html.ts';
 import { DRILLS } from '../recovery/drills/index.ts';
+import { RemoteTarget, TargetError } from '../recovery/drills/remote-target.ts';
 import { type DrillReport, renderReport, renderSummary } from '../recovery/drills/report.ts';
 import { EXIT, note, print, printJson, VERSION } from './context.ts';
 import { UsageError } from './time.ts';
@@ -19,6 +25,7 @@ interface DrillFlags {
   baseline: boolean;
   journalEvents: number;
   strictTargets?: boolean;
+  url?: string;
   logLevel: LogLevel;
 }
 
@@ -27,9 +34,10 @@ export function registerDrillCommand(program: Command): void {
   program
     .command('drill')
     .description(
-      'Run a crash-recovery drill against a stack it starts (journal in --data-dir): apply load, inject the ' +
-        'fault, then check and print every invariant with its figure, and time a full-stack restart for ' +
-        'comparison. `all` runs every drill in turn. Exit 0 when every invariant holds.',
+      'Run a crash-recovery drill against a stack it starts (journal in --data-dir), or against a running ' +
+        '`pdctl serve` (--url): apply load, inject the fault, then check and print every invariant with its ' +
+        'figure, and time a full-stack restart for comparison. `all` runs every drill in turn. Exit 0 when ' +
+        'every invariant holds.',
     )
     .addArgument(new Argument('<scenario>', 'the failure to replay').choices([...names, 'all']))
     .option(
@@ -42,6 +50,10 @@ export function registerDrillCommand(program: Command): void {
       },
     )
     .option('--data-dir <dir>', 'where the drill journals go', './data/drills')
+    .option(
+      '--url <url>',
+      'drill the pdctl serve at this URL instead of starting a stack (see "Against a running stack" below)',
+    )
     .option('--json', 'the report as one JSON object (`all`: an array)')
     .option('--report <file>', 'also write a self-contained HTML report with a timeline chart')
     .option('--no-baseline', 'skip timing a full-stack restart after each drill')
@@ -66,28 +78,26 @@ export function registerDrillCommand(program: Command): void {
     )
     .addHelpText(
       'after',
-      `\nScenarios:\n${DRILLS.map((d) => `  ${d.name.padEnd(20)} ${d.summary}`).join('\n')}`,
+      `\nScenarios:\n${DRILLS.map((d) => `  ${d.name.padEnd(20)} ${d.summary}`).join('\n')}\n\n` +
+        'Against a running stack (--url): the drill sees it only through its HTTP API, as an operator does.\n' +
+        'Drills that inject faults need `pdctl serve --allow-fault-injection`; drills that signal engines\n' +
+        '(kill-*, bus-loop-death) and `journal verify` need the stack on this host, run as the same user;\n' +
+        'kill-control-plane and journal-unwritable need a stack the drill starts, and are skipped. Admin\n' +
+        'routes take PDCTL_ADMIN_TOKEN when the server has one. There is no full-restart baseline.\n' +
+        '  npx pdctl serve --allow-fault-injection &\n' +
+        '  npx pdctl drill all --url http://127.0.0.1:8080',
     )
     .action(async (scenario: string, o: DrillFlags) => {
-      const log = processLogger('drill', o.logLevel);
       const chosen = scenario === 'all' ? DRILLS : DRILLS.filter((d) => d.name === scenario);
-      const reports: DrillReport[] = [];
-      for (const d of chosen) {
-        const journalPath = join(o.dataDir, `${d.name}-${Date.now()}.db`);
-        if (!o.json) note(`drill ${d.name}: starting a stack (journal ${journalPath})`);
-        const report = await runDrill(d, {
-          clients: o.clients ?? d.defaultClients ?? 8,
-          journalPath,
-          log,
-          version: VERSION,
-          baseline: o.baseline,
-          journalEvents: o.journalEvents,
-          strictTargets: o.strictTargets === true,
-          progress: note,
-        });
-        reports.push(report);
-        if (!o.json) print(`${renderReport(report)}\n`);
-      }
+      if (o.url !== undefined && o.journalEvents > 0)
+        throw new UsageError(
+          '--journal-events fills a journal the drill starts; it cannot be used with --url',
+        );
+      const reports =
+        o.url === undefined
+          ? await drillLocal(chosen, o)
+          : await drillRemote(o.url, chosen, scenario === 'all', o);
+      if (reports === null) return;
       if (o.json) printJson(scenario === 'all' ? reports : reports[0]);
       else if (reports.length > 1) print(renderSummary(reports));
       if (o.report) {
@@ -97,4 +107,75 @@ export function registerDrillCommand(program: Command): void {
       }
       process.exitCode = reports.every((r) => r.passed) ? EXIT.ok : EXIT.problem;
     });
+}
+
+/** Each drill on a stack of its own, its journal in --data-dir. */
+async function drillLocal(chosen: readonly DrillScenario[], o: DrillFlags): Promise<DrillReport[]> {
+  const log = processLogger('drill', o.logLevel);
+  const reports: DrillReport[] = [];
+  for (const d of chosen) {
+    const journalPath = join(o.dataDir, `${d.name}-${Date.now()}.db`);
+    if (!o.json) note(`drill ${d.name}: starting a stack (journal ${journalPath})`);
+    const report = await runDrill(d, {
+      clients: o.clients ?? d.defaultClients ?? 8,
+      journalPath,
+      log,
+      version: VERSION,
+      baseline: o.baseline,
+      journalEvents: o.journalEvents,
+      strictTargets: o.strictTargets === true,
+      progress: note,
+    });
+    reports.push(report);
+    if (!o.json) print(`${renderReport(report)}\n`);
+  }
+  return reports;
+}
+
+/**
+ * The drills against the `pdctl serve` at `url`. Null when none could run (the server is
+ * unreachable, or the one drill asked for cannot run against it): the exit code says which.
+ */
+async function drillRemote(
+  url: string,
+  chosen: readonly DrillScenario[],
+  all: boolean,
+  o: DrillFlags,
+): Promise<DrillReport[] | null> {
+  const log = processLogger('drill', o.logLevel);
+  const reports: DrillReport[] = [];
+  let target: RemoteTarget;
+  try {
+    target = await RemoteTarget.connect(url, process.env.PDCTL_ADMIN_TOKEN || null);
+  } catch (err) {
+    if (!(err instanceof TargetError)) throw err;
+    note(`pdctl drill: ${err.message}`);
+    process.exitCode = err.unreachable ? EXIT.unreachable : EXIT.usage;
+    return null;
+  }
+  try {
+    for (const d of chosen) {
+      const blocker = await remoteBlocker(d, target);
+      if (blocker !== null) {
+        if (!all) {
+          note(`pdctl drill: ${d.name} cannot run against ${target.base}: ${blocker}`);
+          process.exitCode = EXIT.usage;
+          return null;
+        }
+        note(`drill ${d.name}: skipped: ${blocker}`);
+        continue;
+      }
+      if (!o.json) note(`drill ${d.name}: against ${target.base} (journal ${target.journalPath})`);
+      const report = await runRemoteDrill(d, target, {
+        clients: o.clients ?? d.defaultClients ?? 8,
+        log,
+        strictTargets: o.strictTargets === true,
+      });
+      reports.push(report);
+      if (!o.json) print(`${renderReport(report)}\n`);
+    }
+  } finally {
+    await target.close();
+  }
+  return reports;
 }

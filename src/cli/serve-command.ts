@@ -3,7 +3,7 @@
  * journal, engine processes, the background canary and the HTTP API. The serving process's
  * composition root: it wires, listens, and on SIGTERM drains and exits 0.
  */
-import { join } from 'node:path';
+import { resolve as resolvePath } from 'node:path';
 import type { Command } from 'commander';
 import { Option } from 'commander';
 import { buildApi } from '../api/app.ts';
@@ -80,6 +80,10 @@ export function registerServeCommand(program: Command): void {
       'detect a stalled engine but do not take it up the escalation ladder (to watch a wedge)',
     )
     .option(
+      '--allow-fault-injection',
+      'let its engines accept inject_fault commands, for `pdctl drill --url` against this stack (never in production)',
+    )
+    .option(
       '--migration-limit <n>',
       'times one request may move to another engine pair when its engine dies (0: never; the request fails)',
       intArg('--migration-limit'),
@@ -104,8 +108,9 @@ export function registerServeCommand(program: Command): void {
     )
     .action(async (o: Record<string, unknown>) => {
       const log = processLogger('control', o.logLevel as LogLevel);
-      const journalPath = join(o.dataDir as string, 'journal.db');
+      const journalPath = resolvePath(o.dataDir as string, 'journal.db');
       const engineArgs = engineShapeArgs(o);
+      if (o.allowFaultInjection === true) engineArgs.push('--allow-fault-injection');
       const stack = await startStack({
         journalPath,
         durability: o.durability as Durability,

@@ -84,6 +84,7 @@ export class EngineLink {
       epoch: msg.epoch,
       pages: msg.pages,
       pageBytes: msg.pageBytes,
+      faultInjection: msg.faultInjection === true,
       connectedAt: now,
       lastSeen: now,
       heartbeat: null,

@@ -18,6 +18,8 @@ export interface EngineSession {
   epoch: number;
   pages: number;
   pageBytes: number;
+  /** It accepts `inject_fault` commands (drills). */
+  faultInjection: boolean;
   connectedAt: number;
   lastSeen: number;
   heartbeat: EngineMessage<'heartbeat'> | null;

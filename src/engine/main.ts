@@ -56,6 +56,7 @@ export function startEngine(
         epoch: pool.epoch,
         lastSeq: core.lastSeq,
         rooms: core.heldRooms(),
+        faultInjection: opts.allowFaultInjection,
       }),
       welcome: (w) => {
         log.info(

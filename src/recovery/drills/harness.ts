@@ -9,12 +9,12 @@ import { buildApi } from '../../api/app.ts';
 import { type HealthDeps, readiness } from '../../api/health.ts';
 import { ApiMetrics } from '../../api/metrics.ts';
 import { Canary } from '../../control/canary.ts';
-import type { ControlPlane } from '../../control/control-plane.ts';
 import { type Stack, type StackOptions, startStack } from '../../control/stack.ts';
 import { DeterministicModel } from '../../engine/model.ts';
 import { isTerminal } from '../../journal/states.ts';
 import type { Logger } from '../../log.ts';
 import { Load, type LoadOptions, wrongAnswers } from './load.ts';
+import { type RemoteTarget, TargetError } from './remote-target.ts';
 import {
   DrillRecorder,
   type DrillReport,
@@ -22,13 +22,17 @@ import {
   type Invariant,
   type StateSample,
 } from './report.ts';
+import { type DrillTarget, LocalTarget } from './target.ts';
 
 export interface DrillContext {
-  stack: Stack;
-  control: ControlPlane;
-  /** The serving API in front of the stack, e.g. `http://127.0.0.1:40123`. */
+  /** The stack under drill: one this process started, or a `pdctl serve` at `--url`. */
+  target: DrillTarget;
+  /** The stack this process started; null under `--url`. */
+  local: LocalTarget | null;
+  /** The engines by role when the drill began. */
+  engineIds: { prefill: string[]; decode: string[] };
+  /** The serving API, e.g. `http://127.0.0.1:40123`. */
   base: string;
-  canary: Canary;
   log: Logger;
   /** Streaming clients the drill was asked for. */
   clients: number;
@@ -37,8 +41,6 @@ export interface DrillContext {
   check(invariant: Invariant): void;
   /** Streaming load against the API, started. */
   load(options?: Partial<LoadOptions>): Load;
-  /** `/health/ready`'s verdict now. */
-  ready(): boolean;
   /** Polls `/health/ready` until it is `want` (true: ready); ms it took, or NaN after `timeoutMs`. */
   waitReady(want: boolean, timeoutMs: number): Promise<number>;
   sleep(ms: number): Promise<void>;
@@ -49,15 +51,26 @@ export interface DrillContext {
   excuse(from: number, to: number, why: string): void;
 }
 
+/** What a drill needs of a stack it did not start (`--url`). */
+export interface RemoteNeeds {
+  /** It cannot run against such a stack at all, and why. */
+  unsupported?: string;
+  /** It injects faults: the engines must accept `inject_fault`. */
+  faults?: boolean;
+  /** It signals engine processes: the stack must run on this host. */
+  signals?: boolean;
+}
+
 interface ScenarioBase {
   name: string;
   /** One line for `--help` and the report. */
   summary: string;
   /** `--clients` when not given. Default 8. */
   defaultClients?: number;
+  remote?: RemoteNeeds;
 }
 
-/** A drill against a stack in this process: the harness starts it and checks what all share. */
+/** A drill against a stack: the harness starts it (or connects to one) and checks what all share. */
 export interface StackScenario extends ScenarioBase {
   /** Extra engine flags for the stack the drill starts (after the drill defaults: they win). */
   engineArgs?: string[];
@@ -67,6 +80,7 @@ export interface StackScenario extends ScenarioBase {
 
 /** A drill that needs its own processes (killing the control plane): it runs everything itself. */
 export interface StandaloneScenario extends ScenarioBase {
+  remote: RemoteNeeds & { unsupported: string };
   standalone(o: DrillRunOptions): Promise<DrillReport>;
 }
 
@@ -98,6 +112,7 @@ export const DRILL_ENGINE_ARGS = [
   '1000',
 ];
 
+/** Runs a drill on a stack it starts, then times a full-stack restart on the same journal. */
 export async function runDrill(scenario: DrillScenario, o: DrillRunOptions): Promise<DrillReport> {
   if ('standalone' in scenario) return scenario.standalone(o);
   const stackOptions: StackOptions = {
@@ -111,12 +126,8 @@ export async function runDrill(scenario: DrillScenario, o: DrillRunOptions): Pro
     engineArgs: [...DRILL_ENGINE_ARGS, ...(scenario.engineArgs ?? [])],
   };
   const stack = await startStack(stackOptions);
-  const started = Date.now();
-  const log = o.log;
-  const rec = new DrillRecorder(started, (what) => log.info({ drill: scenario.name }, what));
-  const { mark, check, timeline, invariants } = rec;
-  const samples: StateSample[] = [];
   const { control } = stack;
+  const log = o.log;
   const canary = new Canary(control, log);
   canary.start(1000);
   const metrics = new ApiMetrics(control);
@@ -130,36 +141,103 @@ export async function runDrill(scenario: DrillScenario, o: DrillRunOptions): Pro
     adminToken: null,
     maxRoomsPerEngine: Math.max(64, o.clients * 2),
   });
-  const base = await app.listen({ host: '127.0.0.1', port: 0 });
-  const model = new DeterministicModel();
+  let report: DrillReport;
+  try {
+    const base = await app.listen({ host: '127.0.0.1', port: 0 });
+    const target = new LocalTarget(stack, base, canary, () => readiness(health).ready);
+    report = await drive(scenario, target, o);
+  } finally {
+    canary.stop();
+    await app.close();
+    metrics.close();
+  }
+  if (o.baseline !== false)
+    report.fullRestartMs = await fullRestart(stack, stackOptions, (what) => {
+      report.timeline.push({ atMs: Date.now() - report.startedAt, what });
+      log.info({ drill: scenario.name }, what);
+    });
+  else await stack.stop();
+  return report;
+}
+
+/** Why `scenario` cannot run against the stack at `target`, or null when it can. */
+export async function remoteBlocker(
+  scenario: DrillScenario,
+  target: DrillTarget,
+): Promise<string | null> {
+  const needs: RemoteNeeds = scenario.remote ?? {};
+  if (needs.unsupported) return needs.unsupported;
+  if (needs.signals && !target.sameHost)
+    return `it signals engine processes, and ${target.base} is not on this host`;
+  if (needs.faults) {
+    const refusing = (await target.engines()).filter((e) => !e.faultInjection).map((e) => e.id);
+    if (refusing.length > 0)
+      return `it injects faults, and ${refusing.join(', ')} refuse them: start the stack with \`pdctl serve --allow-fault-injection\``;
+  }
+  return null;
+}
+
+/**
+ * Runs a drill against the running `pdctl serve` at `target` (`pdctl drill --url`). Nothing is
+ * started and nothing restarted by the drill, so there is no full-restart baseline.
+ */
+export async function runRemoteDrill(
+  scenario: DrillScenario,
+  target: RemoteTarget,
+  o: Pick<DrillRunOptions, 'clients' | 'log' | 'strictTargets'>,
+): Promise<DrillReport> {
+  const blocker = await remoteBlocker(scenario, target);
+  if (blocker !== null || 'standalone' in scenario)
+    throw new TargetError(`drill ${scenario.name} cannot run against ${target.base}: ${blocker}`);
+  return drive(scenario, target, { ...o, journalPath: target.journalPath });
+}
+
+/** The drill itself, on either target: load, the scenario's fault and checks, the common ones. */
+async function drive(
+  scenario: StackScenario,
+  target: DrillTarget,
+  o: Pick<DrillRunOptions, 'clients' | 'log' | 'strictTargets' | 'journalPath'>,
+): Promise<DrillReport> {
+  const started = Date.now();
+  const log = o.log;
+  const rec = new DrillRecorder(started, (what) => log.info({ drill: scenario.name }, what));
+  const { mark, check, timeline, invariants } = rec;
+  const samples: StateSample[] = [];
   const loads: Load[] = [];
+  const states = new Map<string, string>();
   const terminal = { completed: 0, aborted: 0, failed: 0, migrated: 0 };
-  const off = control.onRoomEvent((before, after) => {
-    if (isTerminal(after.state) && (!before || !isTerminal(before.state)))
-      terminal[after.state as keyof typeof terminal]++;
+  const unwatch = target.watchRooms((room, _from, to) => {
+    if (isTerminal(to)) {
+      states.delete(room);
+      terminal[to as keyof typeof terminal]++;
+    } else states.set(room, to);
   });
   const sampler = setInterval(() => {
     const live: Record<string, number> = {};
-    for (const r of control.rooms.values())
-      if (!isTerminal(r.state)) live[r.state] = (live[r.state] ?? 0) + 1;
+    for (const s of states.values()) live[s] = (live[s] ?? 0) + 1;
     samples.push({ atMs: Date.now() - started, live, terminal: { ...terminal } });
   }, 100);
   const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-  const ready = () => readiness(health).ready;
   const excused: Array<{ from: number; to: number; why: string }> = [];
+  const engines = await target.engines();
+  const idsOf = (role: string) =>
+    engines
+      .filter((e) => e.role === role)
+      .map((e) => e.id)
+      .sort();
   const ctx: DrillContext = {
-    stack,
-    control,
-    base,
-    canary,
+    target,
+    local: target instanceof LocalTarget ? target : null,
+    engineIds: { prefill: idsOf('prefill'), decode: idsOf('decode') },
+    base: target.base,
     log,
     clients: o.clients,
     mark,
     check,
     load: (lo = {}) => {
       const l = new Load({
-        base,
-        model: control.modelName,
+        base: target.base,
+        model: target.model,
         clients: o.clients,
         maxTokens: 48,
         ...lo,
@@ -167,11 +245,10 @@ export async function runDrill(scenario: DrillScenario, o: DrillRunOptions): Pro
       loads.push(l.start());
       return l;
     },
-    ready,
     waitReady: async (want, timeoutMs) => {
       const t0 = Date.now();
       while (Date.now() - t0 < timeoutMs) {
-        if (ready() === want) return Date.now() - t0;
+        if ((await target.ready()) === want) return Date.now() - t0;
         await sleep(25);
       }
       return Number.NaN;
@@ -179,43 +256,29 @@ export async function runDrill(scenario: DrillScenario, o: DrillRunOptions): Pro
     sleep,
     excuse: (from, to, why) => excused.push({ from, to, why }),
   };
-  let baselineMs: number | null = null;
   try {
-    await control.journal.append({
-      type: 'drill.started',
-      source: 'drill',
-      data: { scenario: scenario.name, clients: o.clients },
-    });
+    await target.record('drill.started', { scenario: scenario.name, clients: o.clients });
     mark(
-      `stack up: ${stack.engineIds.prefill.length} prefill, ${stack.engineIds.decode.length} decode`,
+      `${target.kind === 'local' ? 'stack up' : `stack at ${target.base}`}: ${ctx.engineIds.prefill.length} prefill, ${ctx.engineIds.decode.length} decode`,
     );
     await scenario.run(ctx);
     for (const l of loads) await l.stop();
-    await commonInvariants(ctx, started, model, loads, excused);
+    await commonInvariants(ctx, started, loads, excused);
   } catch (err) {
     rec.crashed(err);
   } finally {
     clearInterval(sampler);
-    off();
-    canary.stop();
+    unwatch();
     for (const l of loads) await l.stop(0);
-    await app.close();
-    metrics.close();
   }
   const passed = drillPassed(invariants, o.strictTargets);
-  await control.journal
-    .append({
-      type: 'drill.finished',
-      source: 'drill',
-      data: {
-        scenario: scenario.name,
-        passed,
-        invariants: invariants.map((i) => ({ name: i.name, ok: i.ok, figure: i.figure })),
-      },
+  await target
+    .record('drill.finished', {
+      scenario: scenario.name,
+      passed,
+      invariants: invariants.map((i) => ({ name: i.name, ok: i.ok, figure: i.figure })),
     })
     .catch((err) => log.error({ err }, 'could not journal drill.finished'));
-  if (o.baseline !== false) baselineMs = await fullRestart(stack, stackOptions, mark);
-  else await stack.stop();
   return {
     scenario: scenario.name,
     summary: scenario.summary,
@@ -226,7 +289,7 @@ export async function runDrill(scenario: DrillScenario, o: DrillRunOptions): Pro
     invariants,
     samples,
     journal: o.journalPath,
-    fullRestartMs: baselineMs,
+    fullRestartMs: null,
   };
 }
 
@@ -261,18 +324,22 @@ async function fullRestart(
 async function commonInvariants(
   ctx: DrillContext,
   started: number,
-  model: DeterministicModel,
   loads: Load[],
   excused: Array<{ from: number; to: number; why: string }>,
 ): Promise<void> {
-  const { control, check } = ctx;
+  const { target, check } = ctx;
   // Every room of the drill terminal, and none overstayed a state's deadline by more than the
-  // watchdog's reaction time.
+  // watchdog's reaction time. (Against a running stack, other clients' rooms count too: a room
+  // of theirs still live after 15 s is reported, not excused.)
   const settleBy = Date.now() + 15_000;
-  while (Date.now() < settleBy && [...control.rooms.values()].some((r) => !isTerminal(r.state)))
-    await ctx.sleep(50);
-  const roomIds = await roomsSince(control, started);
-  const timelines = await Promise.all(roomIds.map((r) => control.journal.timeline(r)));
+  let roomIds = await target.roomsSince(started);
+  let timelines = await Promise.all(roomIds.map((r) => target.timeline(r)));
+  const unsettled = () => timelines.some((t) => !t.room || !isTerminal(t.room.state));
+  while (Date.now() < settleBy && unsettled()) {
+    await ctx.sleep(100);
+    roomIds = await target.roomsSince(started);
+    timelines = await Promise.all(roomIds.map((r) => target.timeline(r)));
+  }
   const live = timelines.filter((t) => !t.room || !isTerminal(t.room.state)).length;
   let overstayed = 0;
   let excusedSpans = 0;
@@ -306,7 +373,7 @@ async function commonInvariants(
   });
 
   const records = loads.flatMap((l) => l.records);
-  const wrong = wrongAnswers(records, model);
+  const wrong = wrongAnswers(records, new DeterministicModel());
   const completed = records.filter((r) => r.outcome === 'completed');
   check({
     name: 'every answer served is the right one',
@@ -326,10 +393,10 @@ async function commonInvariants(
   const missing: string[] = [];
   let migrated = 0;
   for (const r of completed) {
-    let t = r.room ? await control.journal.timeline(r.room) : null;
+    let t = r.room ? await target.timeline(r.room) : null;
     for (let hops = 0; t?.room?.state === 'migrated' && t.room.migratedTo && hops < 10; hops++) {
       migrated++;
-      t = await control.journal.timeline(t.room.migratedTo);
+      t = await target.timeline(t.room.migratedTo);
     }
     if (t?.room?.state !== 'completed') missing.push(r.room ?? '(no room id)');
   }
@@ -343,21 +410,31 @@ async function commonInvariants(
         : missing.slice(0, 5).join(', '),
   });
 
-  const leaked = await leakedPages(control, 10_000);
+  const leaked = await leakedPages(target, 10_000);
   check({
     name: 'zero leaked pages',
     ok: leaked === 0,
     figure: { pages: Number.isNaN(leaked) ? 'unknown' : leaked },
     detail: 'free = capacity on every engine',
   });
-  const verify = await control.journal.verify();
-  check({
-    name: 'journal verify passes',
-    ok: verify.ok,
-    figure: { events: verify.events },
-    detail: verify.ok ? 'projection equals the fold' : verify.problems.slice(0, 3).join('; '),
-  });
-  const next = await ctx.canary.run(2000);
+  const verify = await target.verify();
+  check(
+    typeof verify === 'string'
+      ? {
+          name: 'journal verify passes',
+          ok: false,
+          figure: {},
+          detail: `not run: ${verify}`,
+          skipped: true,
+        }
+      : {
+          name: 'journal verify passes',
+          ok: verify.ok,
+          figure: { events: verify.events },
+          detail: verify.ok ? 'projection equals the fold' : verify.problems.slice(0, 3).join('; '),
+        },
+  );
+  const next = await target.canary(2000);
   ctx.mark(
     next.ok ? `next request served in ${next.ms} ms` : `next request failed in ${next.stage}`,
   );
@@ -369,26 +446,21 @@ async function commonInvariants(
   });
 }
 
-/** Rooms created since `since` (unix ms), canaries included. */
-async function roomsSince(control: ControlPlane, since: number): Promise<string[]> {
-  const ids: string[] = [];
-  let cursor: string | undefined;
-  do {
-    const page = await control.journal.rooms({ since, limit: 10_000, cursor });
-    for (const r of page.rooms) ids.push(r.room);
-    cursor = page.nextCursor ?? undefined;
-  } while (cursor);
-  return ids;
-}
-
-/** Pages not free across all engines, from heartbeats sent after now; NaN if none came in time. */
-async function leakedPages(control: ControlPlane, timeoutMs: number): Promise<number> {
+/**
+ * Pages not free across all engines, from heartbeats sent after now; NaN if none came in time.
+ * A room of another client (under `--url`) holds pages too: the check waits for them to end.
+ */
+async function leakedPages(target: DrillTarget, timeoutMs: number): Promise<number> {
   const since = Date.now();
   let leaked = Number.NaN;
   while (Date.now() - since < timeoutMs) {
-    const engines = control.registry.all().filter((e) => e.live);
-    if (engines.length > 0 && engines.every((e) => e.heartbeat && e.lastSeen > since)) {
-      leaked = engines.reduce((n, e) => n + (e.pages - (e.heartbeat?.freePages ?? 0)), 0);
+    const engines = (await target.engines()).filter((e) => e.live);
+    const elapsed = Date.now() - since;
+    if (
+      engines.length > 0 &&
+      engines.every((e) => e.heartbeatAgeMs !== null && e.heartbeatAgeMs < elapsed)
+    ) {
+      leaked = engines.reduce((n, e) => n + (e.totalPages - (e.freePages ?? 0)), 0);
       if (leaked === 0) return 0;
     }
     await new Promise((r) => setTimeout(r, 50));

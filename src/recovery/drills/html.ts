@@ -4,7 +4,15 @@
  * by outcome — with the drill's steps (fault, detection, recovery) marked on the time axis.
  */
 import { LIVE_STATES } from '../../journal/states.ts';
-import type { DrillReport, StateSample } from './report.ts';
+import { type DrillReport, type StateSample, verdictOf } from './report.ts';
+
+const VERDICT_TEXT = {
+  ok: 'ok',
+  FAIL: 'FAIL',
+  met: 'target met',
+  MISS: 'target MISSED',
+  skip: 'not run',
+} as const;
 
 const COLORS: Record<string, string> = {
   created: '#9ecae1',
@@ -123,7 +131,7 @@ function section(r: DrillReport): string {
   const rows = r.invariants
     .map(
       (i) =>
-        `<tr class="${i.ok ? 'ok' : 'fail'}"><td>${i.target ? (i.ok ? 'target met' : 'target MISSED') : i.ok ? 'ok' : 'FAIL'}</td><td>${esc(i.name)}</td><td>${esc(
+        `<tr class="${i.ok || i.skipped ? 'ok' : 'fail'}"><td>${VERDICT_TEXT[verdictOf(i)]}</td><td>${esc(i.name)}</td><td>${esc(
           Object.entries(i.figure)
             .map(([k, v]) => `${k}=${v}`)
             .join(' '),

@@ -73,6 +73,10 @@ export const killControlPlane: DrillScenario = {
   name: 'kill-control-plane',
   summary:
     'SIGKILL of the control plane (pdctl serve) under load; restarted on the same journal and bus, while the engines live on',
+  remote: {
+    unsupported:
+      'it kills the control plane and starts it again, which it can do only to a stack it started',
+  },
   standalone: runKillControlPlane,
 };
 

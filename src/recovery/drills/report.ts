@@ -11,6 +11,15 @@ export interface Invariant {
    * and counted in `passed` only under `--strict-targets` — timings on a shared machine vary.
    */
   target?: boolean;
+  /** Not run where the drill ran (e.g. `journal verify` on another host): shown, not counted. */
+  skipped?: boolean;
+}
+
+/** How an invariant reads in a report: ok, FAIL, met, MISS or skip. */
+export function verdictOf(i: Invariant): 'ok' | 'FAIL' | 'met' | 'MISS' | 'skip' {
+  if (i.skipped) return 'skip';
+  if (i.target) return i.ok ? 'met' : 'MISS';
+  return i.ok ? 'ok' : 'FAIL';
 }
 
 /** A timing target: met when `ms` (NaN: it never happened) is at most `targetMs`. */
@@ -63,7 +72,7 @@ export class DrillRecorder {
 
 /** Whether the drill passed: every invariant held (and, if `strict`, every target was met). */
 export function drillPassed(invariants: Invariant[], strict = false): boolean {
-  return invariants.every((i) => i.ok || (i.target === true && !strict));
+  return invariants.every((i) => i.ok || i.skipped === true || (i.target === true && !strict));
 }
 
 /** Rooms by state at one moment of the drill, for the report's chart. */
@@ -100,8 +109,9 @@ export function renderReport(r: DrillReport): string {
     const figure = Object.entries(i.figure)
       .map(([k, v]) => `${k}=${v}`)
       .join(' ');
-    const verdict = i.target ? (i.ok ? 'met ' : 'MISS') : i.ok ? 'ok  ' : 'FAIL';
-    lines.push(`  ${verdict}  ${i.name.padEnd(44)} ${figure.padEnd(24)} ${i.detail}`);
+    lines.push(
+      `  ${verdictOf(i).padEnd(4)}  ${i.name.padEnd(44)} ${figure.padEnd(24)} ${i.detail}`,
+    );
   }
   return lines.join('\n');
 }
@@ -110,7 +120,7 @@ export function renderReport(r: DrillReport): string {
 export function renderSummary(reports: DrillReport[]): string {
   const lines = ['drill                 result  invariants  targets  full restart'];
   for (const r of reports) {
-    const inv = r.invariants.filter((i) => !i.target);
+    const inv = r.invariants.filter((i) => !i.target && !i.skipped);
     const tgt = r.invariants.filter((i) => i.target);
     const count = (xs: Invariant[]) => `${xs.filter((i) => i.ok).length}/${xs.length}`;
     lines.push(

@@ -8,7 +8,7 @@ import { connect } from 'node:net';
 import * as zmq from 'zeromq';
 import { hostileFrames } from '../../bus/hostile.ts';
 import type { JournalEvent } from '../../journal/events.ts';
-import type { DrillContext, DrillScenario } from './harness.ts';
+import type { DrillContext, DrillScenario, RemoteNeeds } from './harness.ts';
 import type { RequestRecord } from './load.ts';
 import { timingTarget } from './report.ts';
 
@@ -26,8 +26,7 @@ async function firstEvent(
 ): Promise<JournalEvent | null> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
-    const evs = await ctx.control.journal.tail({ type, engine, since, limit: 1000 });
-    const first = evs.find((e) => e.ts >= since);
+    const first = (await ctx.target.events(type, since, engine)).find((e) => e.ts >= since);
     if (first) return first;
     await ctx.sleep(25);
   }
@@ -54,7 +53,7 @@ async function ladderOutcome(
   ctx: DrillContext,
   engine: string,
   faultAt: number,
-  pids: Record<string, number | undefined>,
+  pids: Record<string, number>,
 ): Promise<void> {
   const stalled = await firstEvent(ctx, 'engine.stalled', engine, faultAt, 10_000);
   const recovered = await firstEvent(ctx, 'engine.recovered', engine, faultAt, 20_000);
@@ -79,8 +78,9 @@ async function ladderOutcome(
     detail: stalled ? `engine.stalled: ${String(stalled.data.reason)}` : 'no engine.stalled',
   });
   ctx.check(timingTarget('time to detect', detectMs, DETECT_TARGET_MS, 'fault → engine.stalled'));
+  const now = await enginePids(ctx);
   const restarted = Object.entries(pids)
-    .filter(([id, pid]) => ctx.stack.engines.pid(id) !== pid)
+    .filter(([id, pid]) => now[id] !== pid)
     .map(([id]) => id);
   ctx.check({
     name: 'recovered without restarting any process',
@@ -96,33 +96,46 @@ async function ladderOutcome(
   );
 }
 
-function enginePids(ctx: DrillContext): Record<string, number | undefined> {
-  const ids = [...ctx.stack.engineIds.prefill, ...ctx.stack.engineIds.decode];
-  return Object.fromEntries(ids.map((id) => [id, ctx.stack.engines.pid(id)]));
+async function enginePids(ctx: DrillContext): Promise<Record<string, number>> {
+  return Object.fromEntries((await ctx.target.engines()).map((e) => [e.id, e.pid]));
+}
+
+/** The engine of `role` a drill injects its fault into: the first one. */
+function victim(ctx: DrillContext, role: 'prefill' | 'decode'): string {
+  const id = ctx.engineIds[role][0];
+  if (id === undefined) throw new Error(`the stack has no ${role} engine to drill`);
+  return id;
+}
+
+/** A drill fault through the engine's `inject_fault` command. */
+async function injectFault(ctx: DrillContext, engine: string, spec: string): Promise<void> {
+  if (!(await ctx.target.command(engine, 'inject_fault', spec)))
+    throw new Error(`could not inject ${spec}: engine ${engine} is not connected`);
 }
 
 /**
- * A stall the escalation ladder must end in place: load, the fault on prefill-0, then detection,
- * recovery without a restart, and health red during and green after.
+ * A stall the escalation ladder must end in place: load, the fault on the first prefill engine,
+ * then detection, recovery without a restart, and health red during and green after.
  */
 function stallDrill(
   name: string,
   summary: string,
-  fault: string,
-  inject: (ctx: DrillContext) => void,
+  remote: RemoteNeeds,
+  inject: (ctx: DrillContext, engine: string) => Promise<string>,
 ): DrillScenario {
   return {
     name,
     summary,
+    remote,
     async run(ctx) {
       ctx.load();
       await ctx.sleep(1500);
-      const pids = enginePids(ctx);
+      const engine = victim(ctx, 'prefill');
+      const pids = await enginePids(ctx);
       const faultAt = Date.now();
-      inject(ctx);
-      ctx.mark(`fault: ${fault}`);
+      ctx.mark(`fault: ${await inject(ctx, engine)}`);
       const red = ctx.waitReady(false, 5000);
-      await ladderOutcome(ctx, 'prefill-0', faultAt, pids);
+      await ladderOutcome(ctx, engine, faultAt, pids);
       await healthRedThenGreen(ctx, red);
       await ctx.sleep(1000);
     },
@@ -132,41 +145,44 @@ function stallDrill(
 export const busLoopDeath = stallDrill(
   'bus-loop-death',
   "INCIDENT.md: the prefill engine's bus receive loop stops consuming while the process, its heartbeats and /health stay up",
-  'prefill-0 bus receive loop frozen (SIGUSR2)',
-  (ctx) => ctx.stack.engines.signal('prefill-0', 'SIGUSR2'),
+  { signals: true },
+  async (ctx, engine) => {
+    const pid = await ctx.target.signal(engine, 'SIGUSR2');
+    return `${engine} bus receive loop frozen (SIGUSR2 to pid ${pid})`;
+  },
 );
 
 export const transferStall = stallDrill(
   'transfer-stall',
   "the prefill engine's transfer core freezes: every transfer stops between pages",
-  'every transfer of prefill-0 stalls',
-  (ctx) => ctx.control.command('prefill-0', 'inject_fault', null, 'stall'),
+  { faults: true },
+  async (ctx, engine) => {
+    await injectFault(ctx, engine, 'stall');
+    return `every transfer of ${engine} stalls`;
+  },
 );
 
 function killDrill(role: 'prefill' | 'decode'): DrillScenario {
-  const engine = `${role}-0`;
   const stage = role === 'prefill' ? 'transferring' : 'decoding';
   return {
     name: `kill-${role}`,
     summary: `SIGKILL of the ${role} engine under load, with a room ${stage}: its streams migrate`,
+    remote: { signals: true },
     async run(ctx) {
+      const engine = victim(ctx, role);
       const load = ctx.load();
       await ctx.sleep(1500);
       // Mid-transfer (or mid-decode): wait for a room in that stage on the engine.
       const busyBy = Date.now() + 5000;
-      while (
-        Date.now() < busyBy &&
-        ![...ctx.control.rooms.values()].some(
-          (r) => r.state === stage && (r.prefillEngine === engine || r.decodeEngine === engine),
-        )
-      )
+      const onEngine = async () =>
+        (await ctx.target.liveRooms()).filter(
+          (r) => r.prefillEngine === engine || r.decodeEngine === engine,
+        );
+      while (Date.now() < busyBy && !(await onEngine()).some((r) => r.state === stage))
         await new Promise<void>((r) => setImmediate(r));
-      const oldPid = ctx.stack.engines.pid(engine);
-      const inFlight = [...ctx.control.rooms.values()].filter(
-        (r) => r.prefillEngine === engine || r.decodeEngine === engine,
-      ).length;
+      const inFlight = (await onEngine()).length;
       const killAt = Date.now();
-      ctx.stack.engines.signal(engine, 'SIGKILL');
+      const oldPid = await ctx.target.signal(engine, 'SIGKILL');
       ctx.mark(`fault: SIGKILL ${engine} (pid ${oldPid}) with ${inFlight} rooms on it`);
       const back = await firstEvent(ctx, 'engine.registered', engine, killAt, 15_000);
       const backMs = back ? back.ts - killAt : Number.NaN;
@@ -176,7 +192,7 @@ function killDrill(role: 'prefill' | 'decode'): DrillScenario {
           : `${engine} not back`,
       );
       const backAt = Date.now();
-      const firstOk = await waitFor(() => load.count('completed', backAt) > 0, 15_000);
+      const firstOk = await waitFor(async () => load.count('completed', backAt) > 0, 15_000);
       ctx.check({
         name: 'the engine is replaced and serves again',
         ok: back !== null && firstOk,
@@ -186,11 +202,7 @@ function killDrill(role: 'prefill' | 'decode'): DrillScenario {
       await ctx.sleep(1500);
       const during = load.records.filter((r) => r.startedAt <= killAt && r.endedAt >= killAt);
       const failedDuring = during.filter((r) => r.outcome !== 'completed');
-      const moved = await ctx.control.journal.tail({
-        type: 'room.migrated',
-        since: killAt,
-        limit: 10_000,
-      });
+      const moved = await ctx.target.events('room.migrated', killAt);
       ctx.check({
         name: 'every stream on the killed engine went on',
         ok: failedDuring.length === 0 && moved.length > 0,
@@ -210,21 +222,19 @@ export const killDecode = killDrill('decode');
 export const kvCorruption: DrillScenario = {
   name: 'kv-corruption',
   summary: 'one byte of transferred KV flipped in the decode pool, for every transfer, for 1 s',
+  remote: { faults: true },
   async run(ctx) {
+    const engine = victim(ctx, 'prefill');
     ctx.load();
     await ctx.sleep(1500);
     const faultAt = Date.now();
-    ctx.control.command('prefill-0', 'inject_fault', null, 'corrupt');
-    ctx.mark('fault: every transfer of prefill-0 flips one destination byte');
+    await injectFault(ctx, engine, 'corrupt');
+    ctx.mark(`fault: every transfer of ${engine} flips one destination byte`);
     await ctx.sleep(1000);
-    ctx.control.command('prefill-0', 'inject_fault', null, 'none');
+    await injectFault(ctx, engine, 'none');
     ctx.mark('fault cleared');
     await ctx.sleep(1500);
-    const caught = await ctx.control.journal.tail({
-      type: 'room.failed',
-      since: faultAt,
-      limit: 10_000,
-    });
+    const caught = await ctx.target.events('room.failed', faultAt);
     const mismatches = caught.filter((e) => e.data.reason === 'kv_checksum_mismatch');
     const first = mismatches[0];
     ctx.check({
@@ -275,28 +285,28 @@ export const malformedFrames: DrillScenario = {
   async run(ctx) {
     const load = ctx.load();
     await ctx.sleep(1000);
-    const { bus } = ctx.control;
-    const restartsBefore = bus.loop.restarts;
-    const dropsBefore = totalDrops(bus.drops.snapshot());
+    const before = await ctx.target.bus();
     const frames = hostileFrames(300);
     const raw = new zmq.Dealer({ linger: 0 });
-    raw.connect(ctx.control.endpoint);
+    raw.connect(before.endpoint);
     const faultAt = Date.now();
     for (const f of frames) await raw.send(f);
     ctx.mark(`fault: ${frames.length} hostile messages sent to the bus`);
     const http = await hostileHttp(ctx.base);
     ctx.mark(`fault: ${http.sent} hostile HTTP requests sent; answers ${http.answers.join(' ')}`);
     await waitFor(
-      () => totalDrops(bus.drops.snapshot()) - dropsBefore >= frames.length - 20,
+      async () => (await ctx.target.bus()).dropped - before.dropped >= frames.length - 20,
       10_000,
     );
     raw.close();
     await ctx.sleep(1000);
-    const dropped = totalDrops(bus.drops.snapshot()) - dropsBefore;
+    const after = await ctx.target.bus();
+    const dropped = after.dropped - before.dropped;
+    const loopRestarts = after.loopRestarts - before.loopRestarts;
     ctx.check({
       name: 'every hostile frame dropped and counted',
-      ok: dropped >= frames.length - 20 && bus.loop.restarts === restartsBefore,
-      figure: { sent: frames.length, dropped, loopRestarts: bus.loop.restarts - restartsBefore },
+      ok: dropped >= frames.length - 20 && loopRestarts === 0,
+      figure: { sent: frames.length, dropped, loopRestarts },
       detail: 'the bus loop never died (a batch counts once per item)',
     });
     ctx.check({
@@ -319,16 +329,20 @@ export const malformedFrames: DrillScenario = {
 export const journalUnwritable: DrillScenario = {
   name: 'journal-unwritable',
   summary: "the journal's disk fills up (writes fail) for 3 s, then has room again",
+  remote: {
+    unsupported: "it fills the journal's disk, which it can do only to a stack it started",
+  },
   async run(ctx) {
+    if (!ctx.local) throw new Error('journal-unwritable needs a stack the drill starts');
+    const journal = ctx.local.control.journal;
     const load = ctx.load();
     await ctx.sleep(1500);
-    const journal = ctx.control.journal;
     const pages = journal.pageCount();
     const faultAt = Date.now();
     await journal.limitPagesForDrill(pages);
     ctx.mark(`fault: the journal may not grow past ${pages} pages (a full disk)`);
     const red = ctx.waitReady(false, 10_000);
-    const unwritable = await waitFor(() => !journal.health().writable, 10_000);
+    const unwritable = await waitFor(async () => !journal.health().writable, 10_000);
     const failAt = Date.now();
     ctx.mark(
       unwritable ? `journal commits failing after ${failAt - faultAt} ms` : 'journal never failed',
@@ -339,7 +353,7 @@ export const journalUnwritable: DrillScenario = {
       const res = await fetch(`${ctx.base}/v1/completions`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: ctx.control.modelName, prompt: `probe ${i}`, max_tokens: 4 }),
+        body: JSON.stringify({ model: ctx.target.model, prompt: `probe ${i}`, max_tokens: 4 }),
       });
       probes.push(res.status);
       await res.arrayBuffer();
@@ -350,7 +364,7 @@ export const journalUnwritable: DrillScenario = {
     ctx.excuse(faultAt, healedAt, 'the journal could not record a failure while the disk was full');
     ctx.mark('fault cleared: the disk has room again');
     await healthRedThenGreen(ctx, red);
-    const writable = await waitFor(() => journal.health().writable, 10_000);
+    const writable = await waitFor(async () => journal.health().writable, 10_000);
     await ctx.sleep(1500);
     const refused = probes.filter((p) => p === 503).length;
     ctx.check({
@@ -371,7 +385,7 @@ export const journalUnwritable: DrillScenario = {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({
-        model: ctx.control.modelName,
+        model: ctx.target.model,
         prompt: 'after the disk',
         max_tokens: 4,
       }),
@@ -389,10 +403,10 @@ export const journalUnwritable: DrillScenario = {
 
 // ── helpers ──────────────────────────────────────────────────────────────────────────────
 
-async function waitFor(check: () => boolean, timeoutMs: number): Promise<boolean> {
+async function waitFor(check: () => Promise<boolean>, timeoutMs: number): Promise<boolean> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
-    if (check()) return true;
+    if (await check()) return true;
     await new Promise((r) => setTimeout(r, 20));
   }
   return check();
@@ -414,10 +428,6 @@ function errorsSeen(records: RequestRecord[]): string {
     by.set(key, (by.get(key) ?? 0) + 1);
   }
   return [...by].map(([k, n]) => `${n}× ${k}`).join('; ');
-}
-
-function totalDrops(snapshot: Record<string, number>): number {
-  return Object.values(snapshot).reduce((a, b) => a + b, 0);
 }
 
 /** Raw bytes and malformed requests at the HTTP port; what each got back. */

@@ -1,0 +1,203 @@
+/**
+ * What a drill sees of the stack it runs against, and what it may do to it. Two stand behind it:
+ * a stack this process started (`LocalTarget`), and a running `pdctl serve` named by `--url`
+ * (`RemoteTarget`, remote-target.ts), seen only through its HTTP API, as an operator sees it.
+ * Scenarios are written against this interface, so the same drill proves the same invariants
+ * either way.
+ */
+import type { CommandName } from '../../bus/protocol.ts';
+import type { Canary } from '../../control/canary.ts';
+import type { ControlPlane } from '../../control/control-plane.ts';
+import type { Stack } from '../../control/stack.ts';
+import type { EventData, EventInput, EventType, JournalEvent } from '../../journal/events.ts';
+import { isTerminal, type RoomState } from '../../journal/states.ts';
+import type { Timeline, VerifyReport } from '../../journal/store.ts';
+
+export interface EngineView {
+  id: string;
+  role: 'prefill' | 'decode';
+  pid: number;
+  incarnation: string;
+  /** Registered and replayed: it gets events. */
+  live: boolean;
+  /** Age of its last heartbeat when asked, ms; null before the first. */
+  heartbeatAgeMs: number | null;
+  freePages: number | null;
+  totalPages: number;
+  /** It accepts `inject_fault` (started with `--allow-fault-injection`). */
+  faultInjection: boolean;
+}
+
+export interface LiveRoom {
+  room: string;
+  state: RoomState;
+  prefillEngine: string;
+  decodeEngine: string;
+}
+
+export interface BusView {
+  /** Where engines connect, with a wildcard host replaced by one this process can reach. */
+  endpoint: string;
+  /** Frames dropped as malformed, all reasons together. */
+  dropped: number;
+  loopRestarts: number;
+}
+
+export interface CanaryOutcome {
+  ok: boolean;
+  ms: number;
+  stage: string | null;
+  reason: string | null;
+}
+
+export type DrillEventType = 'drill.started' | 'drill.finished';
+
+/** A room changed state: `from` is null for a room the drill had not seen before. */
+export type RoomWatcher = (room: string, from: RoomState | null, to: RoomState) => void;
+
+export interface DrillTarget {
+  /** `local`: started by this drill; `remote`: a `pdctl serve` at `--url`. */
+  readonly kind: 'local' | 'remote';
+  /** The serving API, e.g. `http://127.0.0.1:8080`. */
+  readonly base: string;
+  readonly model: string;
+  /** False when the stack runs on another host: no signals, no journal file. */
+  readonly sameHost: boolean;
+  engines(): Promise<EngineView[]>;
+  /** Rooms not yet terminal. */
+  liveRooms(): Promise<LiveRoom[]>;
+  /** Journal events of `type` at or after `since` (unix ms), oldest first. */
+  events(type: EventType, since: number, engine?: string): Promise<JournalEvent[]>;
+  timeline(room: string): Promise<Timeline>;
+  /** Every room alive at some point since `since` (unix ms). */
+  roomsSince(since: number): Promise<string[]>;
+  /** A recovery command or a drill fault to an engine; false when it is not connected. */
+  command(engine: string, command: CommandName, arg?: string): Promise<boolean>;
+  /** Signals an engine's process and says which pid; throws when it cannot (another host). */
+  signal(engine: string, sig: NodeJS.Signals): Promise<number>;
+  /** `/health/ready`'s verdict now. */
+  ready(): Promise<boolean>;
+  /** One canary room now, as `/health/deep` runs it. */
+  canary(deadlineMs: number): Promise<CanaryOutcome>;
+  /** Whether the room is one of the stack's own canaries (only a local target can tell). */
+  isCanaryRoom(room: string): boolean;
+  bus(): Promise<BusView>;
+  /** `journal verify` on the stack's journal, or why it cannot be run from here. */
+  verify(): Promise<VerifyReport | string>;
+  /** Calls `watcher` on every room transition until the returned function is called. */
+  watchRooms(watcher: RoomWatcher): () => void;
+  /** Journals the drill's start and end, where the target lets a drill write (local only). */
+  record<T extends DrillEventType>(type: T, data: EventData<T>): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** A stack this process started: everything is at hand, including its processes and journal. */
+export class LocalTarget implements DrillTarget {
+  readonly kind = 'local';
+  readonly sameHost = true;
+  readonly control: ControlPlane;
+
+  constructor(
+    readonly stack: Stack,
+    readonly base: string,
+    private readonly canaryRunner: Canary,
+    private readonly readiness: () => boolean,
+  ) {
+    this.control = stack.control;
+  }
+
+  get model(): string {
+    return this.control.modelName;
+  }
+
+  async engines(): Promise<EngineView[]> {
+    const now = Date.now();
+    return this.control.registry.all().map((s) => ({
+      id: s.engine,
+      role: s.role,
+      pid: s.pid,
+      incarnation: s.incarnation,
+      live: s.live,
+      heartbeatAgeMs: s.heartbeat ? now - s.lastSeen : null,
+      freePages: s.heartbeat?.freePages ?? null,
+      totalPages: s.pages,
+      faultInjection: s.faultInjection,
+    }));
+  }
+
+  async liveRooms(): Promise<LiveRoom[]> {
+    return [...this.control.rooms.values()]
+      .filter((r) => !isTerminal(r.state))
+      .map(({ room, state, prefillEngine, decodeEngine }) => ({
+        room,
+        state,
+        prefillEngine,
+        decodeEngine,
+      }));
+  }
+
+  events(type: EventType, since: number, engine?: string): Promise<JournalEvent[]> {
+    return this.control.journal.tail({ type, engine, since, limit: 10_000, order: 'oldest' });
+  }
+
+  timeline(room: string): Promise<Timeline> {
+    return this.control.journal.timeline(room);
+  }
+
+  async roomsSince(since: number): Promise<string[]> {
+    const ids: string[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await this.control.journal.rooms({ since, limit: 10_000, cursor });
+      for (const r of page.rooms) ids.push(r.room);
+      cursor = page.nextCursor ?? undefined;
+    } while (cursor);
+    return ids;
+  }
+
+  async command(engine: string, command: CommandName, arg?: string): Promise<boolean> {
+    return this.control.command(engine, command, null, arg ?? 'drill');
+  }
+
+  async signal(engine: string, sig: NodeJS.Signals): Promise<number> {
+    const pid = this.stack.engines.pid(engine);
+    if (pid === undefined || !this.stack.engines.signal(engine, sig))
+      throw new Error(`engine ${engine} has no running process to signal`);
+    return pid;
+  }
+
+  async ready(): Promise<boolean> {
+    return this.readiness();
+  }
+
+  async canary(deadlineMs: number): Promise<CanaryOutcome> {
+    const r = await this.canaryRunner.run(deadlineMs);
+    return { ok: r.ok, ms: r.ms, stage: r.stage, reason: r.reason };
+  }
+
+  isCanaryRoom(room: string): boolean {
+    return this.canaryRunner.recentRooms.has(room);
+  }
+
+  async bus(): Promise<BusView> {
+    const { bus } = this.control;
+    const dropped = Object.values(bus.drops.snapshot()).reduce((a, b) => a + b, 0);
+    return { endpoint: this.control.endpoint, dropped, loopRestarts: bus.loop.restarts };
+  }
+
+  verify(): Promise<VerifyReport> {
+    return this.control.journal.verify();
+  }
+
+  watchRooms(watcher: RoomWatcher): () => void {
+    return this.control.onRoomEvent((before, after) => {
+      if (before?.state !== after.state) watcher(after.room, before?.state ?? null, after.state);
+    });
+  }
+
+  async record<T extends DrillEventType>(type: T, data: EventData<T>): Promise<void> {
+    await this.control.journal.append({ type, source: 'drill', data } as EventInput);
+  }
+
+  async close(): Promise<void> {}
+}
