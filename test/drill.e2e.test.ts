@@ -96,6 +96,20 @@ describe('pdctl drill', () => {
     }
   }, 240_000);
 
+  it('compute-hang: the in-place reset is not enough, so that engine alone is restarted; its streams go on', async () => {
+    const report = await drill('compute-hang', '--clients', '4', '--no-baseline');
+    expect(names(report).slice(0, 4)).toEqual([
+      'the hang detected and journaled',
+      'the ladder climbed: reset in place, then that engine alone restarted',
+      'health red during the fault, green after',
+      'every stream on the hung engine went on',
+    ]);
+    expect(
+      figure(report, 'the ladder climbed: reset in place, then that engine alone restarted')
+        ?.restarted,
+    ).toBe(1);
+  }, 120_000);
+
   it('kill-prefill and kill-decode: the engine is replaced and its streams migrate, unbroken', async () => {
     for (const scenario of ['kill-prefill', 'kill-decode']) {
       const report = await drill(scenario, '--clients', '4', '--no-baseline');

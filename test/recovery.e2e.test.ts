@@ -6,6 +6,7 @@
  */
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { Canary } from '../src/control/canary.ts';
 import { ControlPlane } from '../src/control/control-plane.ts';
 import { RoomEndedError } from '../src/control/streams.ts';
 import { SqliteJournal } from '../src/journal/sqlite/journal.ts';
@@ -251,6 +252,33 @@ describe('recovery', () => {
       `wedged prefill: detected in ${detectMs} ms, serving again ${recoverMs} ms after the wedge, no restart`,
     );
     expect(detectMs).toBeLessThan(5_000);
+  });
+
+  it('canaries failing in a row count against the engine that owns their stage, until one passes', async () => {
+    // Watch only (no ladder): the compute of the prefill engine hangs; its process lives on.
+    const { control } = await startTestStack({
+      restartStalled: false,
+      engineArgs: ['--allow-fault-injection'],
+    });
+    const canary = new Canary(control, silentLogger, 300);
+    expect((await canary.run()).ok).toBe(true);
+    expect(control.command('prefill-0', 'inject_fault', null, 'compute_hang')).toBe(true);
+    await waitFor('the hang to take', async () => {
+      const r = await canary.run();
+      return !r.ok && r.stage === 'prefill';
+    });
+    await canary.run();
+    await canary.run();
+    const p0 = control.registry.get('prefill-0');
+    expect(p0?.canaryFailures).toBeGreaterThanOrEqual(3);
+    expect(p0?.canaryReason).toMatch(/^prefill: no progress past prefilling within 300 ms$/);
+    expect(control.registry.get('decode-0')?.canaryFailures).toBe(0);
+    const kinds = control.stalledEngines().map((x) => `${x.engine}:${x.kind}`);
+    expect(kinds.some((k) => k === 'prefill-0:canary' || k === 'prefill-0:work')).toBe(true);
+    // Cleared: the next canary passes and the count is gone.
+    control.command('prefill-0', 'inject_fault', null, 'none');
+    await waitFor('a canary to pass', async () => (await canary.run(2000)).ok);
+    expect(control.registry.get('prefill-0')?.canaryFailures).toBe(0);
   });
 
   it('an engine the in-place reset cannot revive (SIGSTOP) is restarted, alone', async () => {

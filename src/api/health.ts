@@ -28,7 +28,7 @@ export function readiness(
   const engines = control.registry.all();
   const fresh = (role: string) =>
     engines.filter((s) => s.role === role && s.live && now - s.lastSeen <= deps.heartbeatStaleMs);
-  const stalled = control.stalledEngines(1000, now);
+  const stalled = control.stalledEngines(undefined, now);
   // An engine the escalation ladder is working on is not ready, even once its symptom is gone:
   // it is ready again when the ladder has seen it serve (`engine.recovered`).
   const recovering = engines
@@ -49,7 +49,7 @@ export function readiness(
       ok: stalled.length === 0,
       detail:
         stalled.length === 0
-          ? 'every engine consumes what it is sent and its transfers complete'
+          ? 'every engine consumes what it is sent, its transfers complete, its work loop moves'
           : stalled.map((s) => `${s.engine}: ${s.reason}`).join('; '),
     },
     recovery: {

@@ -87,9 +87,11 @@ export class Canary {
     const stages: CanaryResult['stages'] = {};
     const entered = new Map<string, number>();
     let state: RoomState = 'created';
+    let pair: { prefillEngine: string; decodeEngine: string } | null = null;
     entered.set('bootstrap', started);
     const off = this.control.onRoomEvent((before, after) => {
       if (after.room !== stream.room || before?.state === after.state) return;
+      pair = { prefillEngine: after.prefillEngine, decodeEngine: after.decodeEngine };
       const from = before ? STAGE_OF[before.state] : undefined;
       const to = STAGE_OF[after.state];
       state = after.state;
@@ -114,25 +116,31 @@ export class Canary {
             stage,
             `no progress past ${state} within ${deadlineMs} ms`,
           ),
+          pair,
         );
       }
-      return this.record(result(true, stream.room, stages, null, null));
+      return this.record(result(true, stream.room, stages, null, null), pair);
     } catch (err) {
       const e = err as RoomEndedError;
       const stage =
         e instanceof RoomEndedError
           ? (STAGE_OF[(e.stage ?? state) as RoomState] ?? e.stage)
           : STAGE_OF[state];
-      return this.record(result(false, stream.room, stages, stage ?? null, e.message));
+      return this.record(result(false, stream.room, stages, stage ?? null, e.message), pair);
     } finally {
       clearTimeout(timer);
       off();
     }
   }
 
-  private record(r: CanaryResult): CanaryResult {
+  /** Keeps the verdict, tells the control plane (`pair`: the engines its room ran on), journals a change. */
+  private record(
+    r: CanaryResult,
+    pair: { prefillEngine: string; decodeEngine: string } | null = null,
+  ): CanaryResult {
     const prev = this.last;
     this.last = r;
+    this.control.noteCanary(pair, r.ok, r.stage, r.reason);
     this.onResult?.(r);
     if (!prev || prev.ok !== r.ok) {
       if (r.ok) this.log.info({ room: r.room, ms: r.ms }, 'canary ok');

@@ -23,6 +23,13 @@ import type { LadderView } from '../recovery/ladder.ts';
 import { type ControlCounters, EngineLink } from './engine-link.ts';
 import { ControlError } from './errors.ts';
 import { EngineRegistry, type EngineSession } from './registry.ts';
+import {
+  DEFAULT_STALL_POLICY,
+  findStalls,
+  queuedWork,
+  type Stall,
+  type StallPolicy,
+} from './stalls.ts';
 import { RoomEndedError, RoomStream } from './streams.ts';
 
 export interface ControlPlaneOptions {
@@ -222,6 +229,9 @@ export class ControlPlane {
           msg.ticks.transfer !== s.heartbeat?.ticks.transfer
         )
           s.transferMovedAt = s.lastSeen;
+        const workTicked = msg.ticks.work !== s.heartbeat?.ticks.work;
+        if (workTicked) s.progressAt = s.lastSeen;
+        if (workTicked || queuedWork(s, msg.queues) === 0) s.workMovedAt = s.lastSeen;
         s.heartbeat = msg;
       },
       append: (peer, engine, msg) => this.link.append(peer, engine, msg),
@@ -237,6 +247,8 @@ export class ControlPlane {
       this.bus.drops.record('unknown_room', { engine, room: msg.room, kind: 'tokens' });
       return;
     }
+    const s = this.registry.get(engine);
+    if (s) s.progressAt = Date.now();
     if (stream.push(msg)) this.counters.tokens += msg.tokens;
     else {
       this.counters.tokensDropped++;
@@ -258,6 +270,10 @@ export class ControlPlane {
     if (!r.ok) return;
     const room = r.room;
     this.rooms.set(ev.room, room);
+    if (ev.engine !== null && room.state !== before?.state) {
+      const s = this.registry.get(ev.engine);
+      if (s) s.progressAt = Date.now();
+    }
     this.link.deliver(room, ev);
     for (const l of this.roomListeners) {
       try {
@@ -701,36 +717,52 @@ export class ControlPlane {
   }
 
   /**
-   * Engines that stopped working while alive, why, and since when: a bus receive loop that applied
-   * nothing it was sent for more than `afterMs` (the wedge of INCIDENT.md: the process and its
-   * heartbeat alive, nothing consumed), or a transfer core that completed nothing for that long
-   * with transfers in flight. Used by the escalation ladder and `/health/ready`.
+   * Engines that stopped working while alive, why, and since when (stalls.ts: a bus loop that
+   * consumes nothing — the wedge of INCIDENT.md —, a frozen transfer core or work loop, rooms
+   * piling up on it, canaries failing on it). Used by the escalation ladder and `/health/ready`.
    */
-  stalledEngines(
-    afterMs = 1000,
-    now = Date.now(),
-  ): Array<{ engine: string; reason: string; since: number }> {
-    const out: Array<{ engine: string; reason: string; since: number }> = [];
-    for (const s of this.registry.all()) {
-      if (!s.live) continue;
-      if (s.behindSince > 0 && now - s.behindSince > afterMs) {
-        out.push({
-          engine: s.engine,
-          reason: `bus loop applied nothing for ${now - s.behindSince} ms after being sent events`,
-          since: s.behindSince,
-        });
-        continue;
+  stalledEngines(policy: StallPolicy = DEFAULT_STALL_POLICY, now = Date.now()): Stall[] {
+    return findStalls(
+      this.registry.all(),
+      this.rooms.values(),
+      policy,
+      now,
+      this.journal.health().writable,
+    );
+  }
+
+  /**
+   * A canary's verdict, for the engines its room ran on: a failure counts against the engine that
+   * owns the stage it stopped in (bootstrap and decode: the decode engine; prefill and transfer:
+   * the prefill engine); a success clears both. A journal that cannot be written is nobody's
+   * engine's fault, and counts against none.
+   */
+  noteCanary(
+    room: { prefillEngine: string; decodeEngine: string } | null,
+    ok: boolean,
+    stage: string | null,
+    reason: string | null,
+  ): void {
+    if (!room) return;
+    if (ok) {
+      for (const id of [room.prefillEngine, room.decodeEngine]) {
+        const s = this.registry.get(id);
+        if (s) s.canaryFailures = 0;
       }
-      const inFlight = s.heartbeat?.queues.transferring ?? 0;
-      if (inFlight > 0 && now - s.transferMovedAt > afterMs) {
-        out.push({
-          engine: s.engine,
-          reason: `transfer core completed nothing for ${now - s.transferMovedAt} ms with ${inFlight} transfers in flight`,
-          since: s.transferMovedAt,
-        });
-      }
+      return;
     }
-    return out;
+    if (!this.journal.health().writable) return;
+    const owner =
+      stage === 'prefill' || stage === 'transfer'
+        ? room.prefillEngine
+        : stage === 'bootstrap' || stage === 'decode'
+          ? room.decodeEngine
+          : null;
+    const s = owner === null ? undefined : this.registry.get(owner);
+    if (!s) return;
+    if (s.canaryFailures === 0) s.canaryFailingSince = Date.now();
+    s.canaryFailures++;
+    s.canaryReason = `${stage}: ${reason ?? 'unknown'}`;
   }
 
   /** Resolves once `prefill` and `decode` engines are registered and live. */

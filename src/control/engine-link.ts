@@ -87,13 +87,21 @@ export class EngineLink {
       faultInjection: msg.faultInjection === true,
       connectedAt: now,
       lastSeen: now,
-      heartbeat: null,
+      // The same process keeps its counters: its next heartbeat is compared with its last one.
+      heartbeat: fresh ? null : (prev?.heartbeat ?? null),
       beats: 0,
       liveRooms: prev?.liveRooms ?? 0,
       live: false,
       owedSeq: 0,
       behindSince: 0,
       transferMovedAt: now,
+      // The same process (an in-place reset) keeps its loops' history: one that was frozen before
+      // the new connection is still frozen until its tick moves.
+      workMovedAt: fresh ? now : (prev?.workMovedAt ?? now),
+      progressAt: fresh ? now : (prev?.progressAt ?? now),
+      canaryFailures: 0,
+      canaryFailingSince: 0,
+      canaryReason: '',
       session: ++this.sessions,
       nextN: 1,
       broken: false,

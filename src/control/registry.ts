@@ -43,6 +43,14 @@ export interface EngineSession {
   behindSince: number;
   /** When the engine's transfer path last moved: a transfer completed, or none was in flight. */
   transferMovedAt: number;
+  /** When its work loop last moved: its `work` tick changed, or nothing was queued for it. */
+  workMovedAt: number;
+  /** When it last showed progress: a transition of one of its rooms, a token, a work tick. */
+  progressAt: number;
+  /** Canaries in a row that failed in a stage it owns, since when, and the last one's reason. */
+  canaryFailures: number;
+  canaryFailingSince: number;
+  canaryReason: string;
   /** Highest seq covered for this engine (replay or live); later publishes skip anything at or below. */
   sentSeq: number;
   /** Seq of the last event actually sent to this engine: the next one's `prevSeq`. */

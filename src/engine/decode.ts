@@ -125,10 +125,15 @@ export class DecodeEngine extends EngineCore {
   private schedule(): void {
     if (this.scheduled || this.running.size === 0) return;
     this.scheduled = true;
-    setImmediate(() => {
+    const go = () => {
+      if (this.computeHung) {
+        setTimeout(go, 20);
+        return;
+      }
       this.scheduled = false;
       this.pass();
-    });
+    };
+    setImmediate(go);
   }
 
   /** One decode step for every running room (continuous batching), then back to the event loop. */

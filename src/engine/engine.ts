@@ -42,6 +42,9 @@ export interface EngineRoom {
 
 export type EngineState = 'starting' | 'ready' | 'draining' | 'stopped';
 
+/** The `inject_fault` spec that hangs an engine's model compute (drills). */
+export const COMPUTE_HANG = 'compute_hang';
+
 export abstract class EngineCore {
   readonly rooms = new Map<string, EngineRoom>();
   readonly allocator: PageAllocator;
@@ -284,6 +287,14 @@ export abstract class EngineCore {
     }
   }
 
+  /** Drill fault `compute_hang`: the work loop waits, doing nothing, until it is cleared. */
+  protected computeHung = false;
+
+  /** Resolves once the compute may go on (at once, unless a drill hung it). */
+  protected async computeAllowed(): Promise<void> {
+    while (this.computeHung) await new Promise((r) => setTimeout(r, 20));
+  }
+
   /** Set by the composition root: what a `shutdown` command does. */
   onShutdown: (() => void) | null = null;
 
@@ -309,6 +320,16 @@ export abstract class EngineCore {
         'inject_fault refused: start the engine with --allow-fault-injection',
       );
       return;
+    }
+    if (spec === COMPUTE_HANG || spec === 'none') {
+      // The model's compute never returns (a GPU kernel that hangs) while the process, its bus
+      // and its heartbeats live on. Only a new process clears it (or `none`): not the in-place
+      // reset, which is the point of the drill.
+      this.computeHung = spec === COMPUTE_HANG;
+      if (this.computeHung) {
+        this.log.warn({ spec }, 'drill: compute hung');
+        return;
+      }
     }
     try {
       const fault = parseFault(spec, 'inject_fault');

@@ -115,6 +115,7 @@ export class PrefillEngine extends EngineCore {
     );
     let computeMicros = 0;
     for (let from = 0; from < tokens.length; from += SLICE_TOKENS) {
+      if (this.computeHung) await this.computeAllowed();
       if (room.stopped) return;
       computeMicros += this.model.prefill(
         tokens,

@@ -16,15 +16,17 @@
  */
 import type { ControlPlane } from '../control/control-plane.ts';
 import type { EngineSession } from '../control/registry.ts';
+import {
+  DEFAULT_STALL_POLICY,
+  type Stall,
+  type StallKind,
+  type StallPolicy,
+} from '../control/stalls.ts';
 import type { Logger } from '../log.ts';
 import type { EngineSupervisor } from './supervisor.ts';
 
-export interface LadderPolicy {
-  /**
-   * An engine behind on the events sent to it, or whose transfers in flight completed nothing,
-   * for this long is stalled. Default 1000 ms.
-   */
-  frozenMs: number;
+/** When an engine is stalled (stalls.ts), and how the ladder answers. */
+export interface LadderPolicy extends StallPolicy {
   /** No heartbeat for this long (from a process that is still there) is stalled. Default 5000 ms. */
   heartbeatStaleMs: number;
   /** How long the in-place reset has to bring the engine back. Default 2000 ms. */
@@ -34,15 +36,22 @@ export interface LadderPolicy {
   /** Most restarts (engine or stack) per engine within `restartWindowMs`. Default 3 in 10 min. */
   maxRestarts: number;
   restartWindowMs: number;
+  /**
+   * An engine that stalls again the same way within this long of recovering starts one rung
+   * above the one that last brought it back, so an engine that keeps wedging is not reset in
+   * place forever. Default 30 s.
+   */
+  relapseMs: number;
 }
 
 export const DEFAULT_LADDER_POLICY: Readonly<LadderPolicy> = Object.freeze({
-  frozenMs: 1000,
+  ...DEFAULT_STALL_POLICY,
   heartbeatStaleMs: 5000,
   resetGraceMs: 2000,
   restartGraceMs: 15_000,
   maxRestarts: 3,
   restartWindowMs: 600_000,
+  relapseMs: 30_000,
 });
 
 export type LadderPhase = 'ok' | 'resetting' | 'restarting' | 'restarting_stack' | 'gave_up';
@@ -62,6 +71,7 @@ export interface LadderView {
 }
 
 interface Incident {
+  kind: StallKind;
   reason: string;
   /** When the problem began (the engine fell behind, or its last heartbeat) and was noticed. */
   beganAt: number;
@@ -80,6 +90,8 @@ interface EngineLadder {
   restarts: number;
   restartTimes: number[];
   lastOutcome: string | null;
+  /** The last incident that ended in recovery: its kind, the rung that worked, and when. */
+  lastRecovery: { kind: StallKind; rung: LadderRung; at: number } | null;
 }
 
 export class EscalationLadder {
@@ -136,6 +148,7 @@ export class EscalationLadder {
         restarts: 0,
         restartTimes: [],
         lastOutcome: null,
+        lastRecovery: null,
       };
       this.engines.set(engine, l);
     }
@@ -143,17 +156,19 @@ export class EscalationLadder {
   }
 
   /** Why the engine counts as stalled now, and since when; null if it does not. */
-  private stalled(s: EngineSession, now: number): { reason: string; since: number } | null {
-    const found = this.control
-      .stalledEngines(this.policy.frozenMs, now)
-      .find((x) => x.engine === s.engine);
+  private stalled(s: EngineSession, now: number): Omit<Stall, 'engine'> | null {
+    const found = this.control.stalledEngines(this.policy, now).find((x) => x.engine === s.engine);
     if (found) return found;
     if (
       s.live &&
       now - s.lastSeen > this.policy.heartbeatStaleMs &&
       this.supervisor.pid(s.engine) !== undefined
     )
-      return { reason: `no heartbeat for ${now - s.lastSeen} ms`, since: s.lastSeen };
+      return {
+        kind: 'heartbeat',
+        reason: `no heartbeat for ${now - s.lastSeen} ms`,
+        since: s.lastSeen,
+      };
     return null;
   }
 
@@ -172,8 +187,17 @@ export class EscalationLadder {
       if (l.phase === 'ok') {
         const st = this.stalled(s, now);
         if (!st) continue;
+        // The same stall again soon after a recovery: the rung that worked did not last.
+        const last = l.lastRecovery;
+        const relapse =
+          last !== null && last.kind === st.kind && now - last.at < this.policy.relapseMs
+            ? last
+            : null;
         l.incident = {
-          reason: st.reason,
+          kind: st.kind,
+          reason: relapse
+            ? `${st.reason} (again ${Math.round((now - relapse.at) / 1000)} s after ${relapse.rung} brought it back)`
+            : st.reason,
           beganAt: st.since,
           detectedAt: now,
           rung: 'reset_in_place',
@@ -185,8 +209,13 @@ export class EscalationLadder {
           type: 'engine.stalled',
           engine: s.engine,
           source: 'watchdog',
-          data: { reason: st.reason },
+          data: { reason: l.incident.reason },
         });
+        if (relapse) {
+          const rung = this.escalate(s, l, relapse.rung, now);
+          if (rung) acted.push(`${s.engine}:${rung}`);
+          continue;
+        }
         this.log.error(
           { engine: s.engine, reason: st.reason },
           'engine stalled; resetting it in place',
@@ -205,37 +234,48 @@ export class EscalationLadder {
         i.rung === 'reset_in_place' ? this.policy.resetGraceMs : this.policy.restartGraceMs;
       if (now - i.actedAt < grace) continue;
       this.journalRung(s.engine, i, `failed: not serving ${grace} ms after ${i.rung}`, now);
-      const next: LadderRung | null =
-        i.rung === 'reset_in_place'
-          ? 'restart_engine'
-          : i.rung === 'restart_engine'
-            ? 'restart_stack'
-            : null;
-      if (next === null) {
-        this.giveUp(s.engine, l, 'every rung was tried');
-        continue;
-      }
-      const recent = l.restartTimes.filter((t) => now - t < this.policy.restartWindowMs);
-      if (recent.length >= this.policy.maxRestarts) {
-        this.giveUp(
-          s.engine,
-          l,
-          `restart cap reached (${recent.length} in ${Math.round(this.policy.restartWindowMs / 1000)} s)`,
-        );
-        continue;
-      }
-      if (this.supervisor.pid(s.engine) === undefined) {
-        this.giveUp(
-          s.engine,
-          l,
-          'the engine is not a process this control plane started; restart it by hand',
-        );
-        continue;
-      }
-      this.tryRung(s, l, next, now);
-      acted.push(`${s.engine}:${next}`);
+      const rung = this.escalate(s, l, i.rung, now);
+      if (rung) acted.push(`${s.engine}:${rung}`);
     }
     return acted;
+  }
+
+  /** Tries the rung above `from`; gives up when there is none, or no restart may be made. */
+  private escalate(
+    s: EngineSession,
+    l: EngineLadder,
+    from: LadderRung,
+    now: number,
+  ): LadderRung | null {
+    const next: LadderRung | null =
+      from === 'reset_in_place'
+        ? 'restart_engine'
+        : from === 'restart_engine'
+          ? 'restart_stack'
+          : null;
+    if (next === null) {
+      this.giveUp(s.engine, l, 'every rung was tried');
+      return null;
+    }
+    const recent = l.restartTimes.filter((t) => now - t < this.policy.restartWindowMs);
+    if (recent.length >= this.policy.maxRestarts) {
+      this.giveUp(
+        s.engine,
+        l,
+        `restart cap reached (${recent.length} in ${Math.round(this.policy.restartWindowMs / 1000)} s)`,
+      );
+      return null;
+    }
+    if (this.supervisor.pid(s.engine) === undefined) {
+      this.giveUp(
+        s.engine,
+        l,
+        'the engine is not a process this control plane started; restart it by hand',
+      );
+      return null;
+    }
+    this.tryRung(s, l, next, now);
+    return next;
   }
 
   private tryRung(s: EngineSession, l: EngineLadder, rung: LadderRung, now: number): void {
@@ -305,6 +345,7 @@ export class EscalationLadder {
     });
     l.phase = 'ok';
     l.incident = null;
+    l.lastRecovery = { kind: i.kind, rung: i.rung, at: now };
   }
 
   private giveUp(engine: string, l: EngineLadder, why: string): void {

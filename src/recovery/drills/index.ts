@@ -4,6 +4,7 @@ import type { DrillScenario } from './harness.ts';
 import { killControlPlane } from './kill-control-plane.ts';
 import {
   busLoopDeath,
+  computeHang,
   journalUnwritable,
   killDecode,
   killPrefill,
@@ -20,6 +21,7 @@ export const DRILLS: readonly DrillScenario[] = [
   killControlPlane,
   busLoopDeath,
   transferStall,
+  computeHang,
   malformedFrames,
   kvCorruption,
   slowClient,

@@ -162,6 +162,77 @@ export const transferStall = stallDrill(
   },
 );
 
+/**
+ * The model's compute hangs on the prefill engine (a GPU kernel that never returns) while its
+ * process, bus loop and heartbeats live on. The in-place reset cannot fix that, so the ladder
+ * must climb: detect the frozen work loop, try the reset, see it fail, restart that one engine —
+ * and the streams on it must go on, migrated.
+ */
+export const computeHang: DrillScenario = {
+  name: 'compute-hang',
+  summary:
+    "the prefill engine's model compute hangs while its process, bus loop and heartbeats live on: the in-place reset is not enough",
+  remote: { faults: true },
+  async run(ctx) {
+    const engine = victim(ctx, 'prefill');
+    const load = ctx.load();
+    await ctx.sleep(1500);
+    const pids = await enginePids(ctx);
+    const faultAt = Date.now();
+    await injectFault(ctx, engine, 'compute_hang');
+    ctx.mark(`fault: ${engine}'s model compute hangs (its bus and heartbeats live on)`);
+    const red = ctx.waitReady(false, 10_000);
+    const stalled = await firstEvent(ctx, 'engine.stalled', engine, faultAt, 15_000);
+    const recovered = await firstEvent(ctx, 'engine.recovered', engine, faultAt, 30_000);
+    const detectMs = stalled ? stalled.ts - faultAt : Number.NaN;
+    const recoverMs = recovered ? recovered.ts - faultAt : Number.NaN;
+    if (stalled)
+      ctx.mark(
+        `${engine} declared stalled after ${detectMs} ms: ${String(stalled.data.reason)}`,
+        stalled.ts,
+      );
+    if (recovered)
+      ctx.mark(
+        `${engine} serving again after ${recoverMs} ms (${String(recovered.data.rung)})`,
+        recovered.ts,
+      );
+    ctx.check({
+      name: 'the hang detected and journaled',
+      ok: stalled !== null,
+      figure: { ms: Number.isNaN(detectMs) ? 'never' : detectMs },
+      detail: stalled ? `engine.stalled: ${String(stalled.data.reason)}` : 'no engine.stalled',
+    });
+    const rungs = (await ctx.target.events('recovery.action', faultAt, engine)).map(
+      (e) => `${String(e.data.action)} ${String(e.data.outcome).split(':')[0]}`,
+    );
+    const now = await enginePids(ctx);
+    const restarted = Object.keys(pids).filter((id) => now[id] !== pids[id]);
+    ctx.check({
+      name: 'the ladder climbed: reset in place, then that engine alone restarted',
+      ok:
+        recovered?.data.rung === 'restart_engine' &&
+        rungs.includes('reset_in_place failed') &&
+        restarted.length === 1 &&
+        restarted[0] === engine,
+      figure: {
+        recoverMs: Number.isNaN(recoverMs) ? 'never' : recoverMs,
+        restarted: restarted.length,
+      },
+      detail: `${rungs.join(' → ')}; restarted: ${restarted.join(', ') || 'none'}`,
+    });
+    await healthRedThenGreen(ctx, red);
+    await ctx.sleep(1500);
+    const during = load.records.filter((r) => r.startedAt <= faultAt && r.endedAt >= faultAt);
+    const failed = during.filter((r) => r.outcome !== 'completed');
+    ctx.check({
+      name: 'every stream on the hung engine went on',
+      ok: failed.length === 0,
+      figure: { requests: during.length, failed: failed.length },
+      detail: failed.length === 0 ? 'migrated off it when it was restarted' : errorsSeen(failed),
+    });
+  },
+};
+
 function killDrill(role: 'prefill' | 'decode'): DrillScenario {
   const stage = role === 'prefill' ? 'transferring' : 'decoding';
   return {

@@ -1,0 +1,156 @@
+/**
+ * When an engine counts as stalled: the watchdog inputs of DESIGN.md §9, read from what the
+ * control plane already has — each engine's heartbeats (tick counters and queue depths), the
+ * rooms it folds from the journal, the tokens streamed to it, and the canary's verdicts. Pure:
+ * the escalation ladder acts on what this finds, and `/health/ready` shows it.
+ */
+import type { Room } from '../journal/reducer.ts';
+import type { RoomState } from '../journal/states.ts';
+import type { EngineSession } from './registry.ts';
+
+/** Which detector saw it: a relapse of the same kind is escalated faster by the ladder. */
+export type StallKind = 'bus' | 'transfer' | 'work' | 'pile_up' | 'canary' | 'heartbeat';
+
+export interface Stall {
+  engine: string;
+  kind: StallKind;
+  reason: string;
+  /** When the problem began, as far as it can be told (unix ms). */
+  since: number;
+}
+
+export interface StallPolicy {
+  /**
+   * An engine behind on the events sent to it, or whose transfers in flight completed nothing,
+   * for this long. Default 1000 ms.
+   */
+  frozenMs: number;
+  /** Rooms queued for its work loop (prefill slices, decode passes), the loop's tick still. Default 3000 ms. */
+  workFrozenMs: number;
+  /**
+   * Rooms waiting on it in one state and nothing of it moving — no transition of its rooms, no
+   * token, no work tick — for this long. Default 5000 ms.
+   */
+  pileUpMs: number;
+  /** This many canaries in a row failing in a stage it owns. Default 3. */
+  canaryFailures: number;
+}
+
+export const DEFAULT_STALL_POLICY: Readonly<StallPolicy> = Object.freeze({
+  frozenMs: 1000,
+  workFrozenMs: 3000,
+  pileUpMs: 5000,
+  canaryFailures: 3,
+});
+
+/** The states in which a room waits on each role's engine to move it. */
+export const AWAITS: Readonly<Record<'prefill' | 'decode', readonly RoomState[]>> = {
+  prefill: ['waiting_for_input', 'prefilling'],
+  decode: ['created', 'bootstrapping', 'transferred'],
+};
+
+/**
+ * Work an engine's heartbeat says is queued for its work loop: prefill rooms waiting or in compute
+ * (an active room whose transfer is in flight is the transfer core's), decode rooms running.
+ */
+export function queuedWork(s: Pick<EngineSession, 'role'>, queues: Record<string, number>): number {
+  return s.role === 'prefill'
+    ? (queues.waiting ?? 0) + Math.max(0, (queues.active ?? 0) - (queues.transferring ?? 0))
+    : (queues.decoding ?? 0);
+}
+
+/**
+ * The stalled engines now, one finding each (the first detector that fires, in the order below).
+ * `journalWritable` false: the work and pile-up detectors hold back — an engine waiting on the
+ * journal is not the one that is stuck.
+ */
+export function findStalls(
+  sessions: readonly EngineSession[],
+  rooms: Iterable<Room>,
+  policy: StallPolicy,
+  now: number,
+  journalWritable = true,
+): Stall[] {
+  const waiting = waitingRooms(rooms);
+  const out: Stall[] = [];
+  for (const s of sessions) {
+    if (!s.live) continue;
+    const found = stallOf(s, waiting.get(s.engine), policy, now, journalWritable);
+    if (found) out.push({ engine: s.engine, ...found });
+  }
+  return out;
+}
+
+function stallOf(
+  s: EngineSession,
+  waiting: Map<RoomState, { count: number; oldest: number }> | undefined,
+  policy: StallPolicy,
+  now: number,
+  journalWritable: boolean,
+): Omit<Stall, 'engine'> | null {
+  if (s.behindSince > 0 && now - s.behindSince > policy.frozenMs)
+    return {
+      kind: 'bus',
+      reason: `bus loop applied nothing for ${now - s.behindSince} ms after being sent events`,
+      since: s.behindSince,
+    };
+  const transfers = s.heartbeat?.queues.transferring ?? 0;
+  if (transfers > 0 && now - s.transferMovedAt > policy.frozenMs)
+    return {
+      kind: 'transfer',
+      reason: `transfer core completed nothing for ${now - s.transferMovedAt} ms with ${transfers} transfers in flight`,
+      since: s.transferMovedAt,
+    };
+  if (journalWritable) {
+    const work = s.heartbeat ? queuedWork(s, s.heartbeat.queues) : 0;
+    if (work > 0 && now - s.workMovedAt > policy.workFrozenMs)
+      return {
+        kind: 'work',
+        reason: `work loop did nothing for ${now - s.workMovedAt} ms with ${work} rooms queued`,
+        since: s.workMovedAt,
+      };
+    for (const [state, w] of waiting ?? []) {
+      if (!AWAITS[s.role].includes(state)) continue;
+      const since = Math.max(w.oldest, s.progressAt);
+      if (now - since > policy.pileUpMs)
+        return {
+          kind: 'pile_up',
+          reason: `${w.count} rooms waiting on it in ${state}, and none of its rooms moved for ${now - since} ms`,
+          since,
+        };
+    }
+  }
+  if (s.canaryFailures >= policy.canaryFailures)
+    return {
+      kind: 'canary',
+      reason: `${s.canaryFailures} canaries in a row failed on it: ${s.canaryReason}`,
+      since: s.canaryFailingSince,
+    };
+  return null;
+}
+
+/** Live rooms by the engine they wait on and their state: how many, and since when the oldest. */
+function waitingRooms(
+  rooms: Iterable<Room>,
+): Map<string, Map<RoomState, { count: number; oldest: number }>> {
+  const out = new Map<string, Map<RoomState, { count: number; oldest: number }>>();
+  for (const r of rooms) {
+    const engine = AWAITS.prefill.includes(r.state)
+      ? r.prefillEngine
+      : AWAITS.decode.includes(r.state)
+        ? r.decodeEngine
+        : null;
+    if (engine === null) continue;
+    let byState = out.get(engine);
+    if (!byState) {
+      byState = new Map();
+      out.set(engine, byState);
+    }
+    const w = byState.get(r.state);
+    if (w) {
+      w.count++;
+      w.oldest = Math.min(w.oldest, r.stateSince);
+    } else byState.set(r.state, { count: 1, oldest: r.stateSince });
+  }
+  return out;
+}

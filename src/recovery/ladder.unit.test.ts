@@ -1,0 +1,146 @@
+/**
+ * The ladder's decisions, tick by tick, on a clock the test moves. The control plane and the
+ * supervisor are stand-ins that record what the ladder asked of them (the real ones, and the
+ * engines they run, are exercised end to end in test/recovery.e2e.test.ts and the drills).
+ */
+import { describe, expect, it } from 'vitest';
+import type { ControlPlane } from '../control/control-plane.ts';
+import type { EngineSession } from '../control/registry.ts';
+import type { Stall, StallKind } from '../control/stalls.ts';
+import type { EventInput } from '../journal/events.ts';
+import { processLogger } from '../log.ts';
+import { EscalationLadder } from './ladder.ts';
+import type { EngineSupervisor } from './supervisor.ts';
+
+const ENGINE = 'prefill-0';
+
+class Rig {
+  session = { engine: ENGINE, live: true, beats: 5, session: 1, incarnation: 'i1' };
+  stall: StallKind | null = null;
+  readonly events: EventInput[] = [];
+  readonly asked: string[] = [];
+  readonly ladder: EscalationLadder;
+  now = 1_000_000;
+
+  constructor() {
+    const control = {
+      registry: { all: () => [this.session as unknown as EngineSession] },
+      stalledEngines: (): Stall[] =>
+        this.stall
+          ? [{ engine: ENGINE, kind: this.stall, reason: `${this.stall} stall`, since: this.now }]
+          : [],
+      journal: {
+        append: async (ev: EventInput) => {
+          this.events.push(ev);
+        },
+      },
+      command: () => false,
+    } as unknown as ControlPlane;
+    const supervisor = {
+      pid: () => 4242,
+      ids: () => ['prefill-0', 'decode-0'],
+      signal: (id: string, sig: string) => {
+        this.asked.push(`${sig} ${id}`);
+        return true;
+      },
+      restartNow: async (id: string) => {
+        this.asked.push(`restart ${id}`);
+        return 4343;
+      },
+    } as unknown as EngineSupervisor;
+    this.ladder = new EscalationLadder(control, supervisor, processLogger('test', 'silent'));
+  }
+
+  tick(advanceMs = 250): string[] {
+    this.now += advanceMs;
+    return this.ladder.tick(this.now);
+  }
+
+  /** The engine comes back: after an in-place reset a new session, after a restart a new process. */
+  comesBack(how: 'session' | 'incarnation'): void {
+    this.stall = null;
+    this.session.session++;
+    if (how === 'incarnation') this.session.incarnation = `i${this.session.session}`;
+  }
+
+  actions(): string[] {
+    return this.events
+      .filter((e) => e.type === 'recovery.action')
+      .map((e) => `${String(e.data.action)}: ${String(e.data.outcome).split(' (')[0]}`);
+  }
+}
+
+describe('EscalationLadder', () => {
+  it('resets in place first, and a recovery closes the incident', () => {
+    const rig = new Rig();
+    rig.stall = 'transfer';
+    expect(rig.tick()).toEqual(['prefill-0:reset_in_place']);
+    expect(rig.asked).toEqual(['SIGHUP prefill-0']);
+    expect(rig.ladder.view(ENGINE).phase).toBe('resetting');
+    rig.comesBack('session');
+    rig.tick();
+    expect(rig.ladder.view(ENGINE).phase).toBe('ok');
+    expect(rig.events.map((e) => e.type)).toEqual([
+      'engine.stalled',
+      'recovery.action',
+      'recovery.action',
+      'engine.recovered',
+    ]);
+  });
+
+  it('an engine that wedges the same way again soon starts a rung higher each time, then is given up on', () => {
+    const rig = new Rig();
+    rig.stall = 'work';
+    expect(rig.tick()).toEqual(['prefill-0:reset_in_place']);
+    rig.comesBack('session');
+    rig.tick();
+    // Ten seconds later, the same stall: the in-place reset did not last.
+    rig.stall = 'work';
+    expect(rig.tick(10_000)).toEqual(['prefill-0:restart_engine']);
+    const stalled = rig.events.filter((e) => e.type === 'engine.stalled');
+    expect(String(stalled[1]?.data.reason)).toBe(
+      'work stall (again 10 s after reset_in_place brought it back)',
+    );
+    rig.comesBack('incarnation');
+    rig.tick();
+    rig.stall = 'work';
+    expect(rig.tick(5_000)).toEqual(['prefill-0:restart_stack']);
+    expect(rig.asked.slice(-2)).toEqual(['restart prefill-0', 'restart decode-0']);
+    rig.comesBack('incarnation');
+    rig.tick();
+    rig.stall = 'work';
+    expect(rig.tick(5_000)).toEqual([]);
+    expect(rig.ladder.view(ENGINE)).toMatchObject({
+      phase: 'gave_up',
+      lastOutcome: 'gave up: every rung was tried',
+    });
+  });
+
+  it('a different stall, or the same one long after, starts again from the in-place reset', () => {
+    const rig = new Rig();
+    rig.stall = 'bus';
+    rig.tick();
+    rig.comesBack('session');
+    rig.tick();
+    rig.stall = 'transfer';
+    expect(rig.tick(5_000)).toEqual(['prefill-0:reset_in_place']);
+    rig.comesBack('session');
+    rig.tick();
+    rig.stall = 'transfer';
+    expect(rig.tick(60_000)).toEqual(['prefill-0:reset_in_place']);
+    expect(rig.actions().filter((a) => a.startsWith('reset_in_place: requested'))).toHaveLength(3);
+  });
+
+  it('a reset that does not bring the engine back within its grace escalates to a restart', () => {
+    const rig = new Rig();
+    rig.stall = 'canary';
+    expect(rig.tick()).toEqual(['prefill-0:reset_in_place']);
+    expect(rig.tick(1000)).toEqual([]);
+    expect(rig.tick(1500)).toEqual(['prefill-0:restart_engine']);
+    expect(rig.actions()).toEqual([
+      'reset_in_place: requested',
+      'reset_in_place: failed: not serving 2000 ms after reset_in_place',
+      'restart_engine: requested',
+    ]);
+  });
+});
