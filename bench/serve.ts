@@ -2,11 +2,14 @@
  * HTTP serving benchmark: non-streaming completions of 16 tokens at 1, 16 and 64 concurrent
  * connections through `pdctl serve`'s API, against the same load through `submit()` in-process
  * (the baseline, measured in the same run), and time to first token for streaming requests. Model
- * compute near zero, so the figures are the control plane's, the journal's and HTTP's.
+ * compute near zero, so the figures are the control plane's, the journal's and HTTP's. The HTTP
+ * load comes from a client process of its own (serve-client.ts), as it would in production; the
+ * server's CPU per request is measured in the server's process.
  *
  *   npm run bench:serve                    # a table
  *   npm run bench:serve -- --json          # one JSON object with stable keys
  */
+import { fork } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,6 +20,7 @@ import { startStack } from '../src/control/stack.ts';
 import type { Durability } from '../src/journal/sqlite/open.ts';
 import { silentLogger } from '../src/log.ts';
 import { asJson, flag, percentile, say } from './args.ts';
+import type { ClientJob, ClientResult } from './serve-client.ts';
 
 const SECONDS = Number(flag('--seconds', '3'));
 const DURABILITY = flag('--durability', 'power') as Durability;
@@ -24,15 +28,17 @@ const CONNECTIONS = [1, 16, 64];
 const MAX_TOKENS = 16;
 const r2 = (x: number) => Number(x.toFixed(2));
 
-async function load(
-  connections: number,
-  one: (i: number) => Promise<number>,
-): Promise<{
-  rps: number /** Request times, sorted ascending. */;
+interface Cell {
+  rps: number;
+  /** Request times, sorted ascending. */
   ms: number[];
   errors: number;
+  /** This (the server's) process's CPU per request: API and control plane. */
   cpuMsPerRequest: number;
-}> {
+}
+
+/** The in-process baseline: `submit()` from `connections` loops, one request at a time each. */
+async function loadSubmit(connections: number): Promise<Cell> {
   const cpu0 = process.cpuUsage();
   const ms: number[] = [];
   let errors = 0;
@@ -41,8 +47,10 @@ async function load(
   await Promise.all(
     Array.from({ length: connections }, async (_, c) => {
       for (let i = 0; performance.now() < end; i++) {
+        const t = performance.now();
         try {
-          ms.push(await one(c * 100_000 + i));
+          await control.submit({ prompt: prompt(c * 100_000 + i), maxTokens: MAX_TOKENS }).result;
+          ms.push(performance.now() - t);
         } catch {
           errors++;
         }
@@ -55,8 +63,34 @@ async function load(
     rps: ms.length / ((performance.now() - t0) / 1000),
     ms,
     errors,
-    // This process's CPU (API, control plane, and for HTTP the client too) per request.
     cpuMsPerRequest: (cpu.user + cpu.system) / 1000 / Math.max(1, ms.length),
+  };
+}
+
+/** The same load over HTTP, from the client process. */
+async function loadHttp(connections: number, mode: ClientJob['mode']): Promise<Cell> {
+  const cpu0 = process.cpuUsage();
+  const job: ClientJob = {
+    base,
+    model,
+    connections,
+    seconds: SECONDS,
+    maxTokens: MAX_TOKENS,
+    mode,
+  };
+  const r = await new Promise<ClientResult>((resolve, reject) => {
+    client.once('message', (m) => resolve(m as ClientResult));
+    client.once('exit', (code) => reject(new Error(`the load client exited ${code}`)));
+    client.send(job);
+  });
+  client.removeAllListeners('exit');
+  const cpu = process.cpuUsage(cpu0);
+  if (r.firstError) say(`  ${r.errors} errors, the first: ${r.firstError}`);
+  return {
+    rps: r.rps,
+    ms: r.ms,
+    errors: r.errors,
+    cpuMsPerRequest: (cpu.user + cpu.system) / 1000 / Math.max(1, r.ms.length),
   };
 }
 
@@ -82,40 +116,10 @@ const app = await buildApi({
 const base = await app.listen({ host: '127.0.0.1', port: 0 });
 const model = control.modelName;
 const prompt = (i: number) => `the harbor keeps ${i % 97} lanterns lit across the quiet water`;
-
-const viaHttp = async (i: number) => {
-  const t = performance.now();
-  const r = await fetch(`${base}/v1/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model, prompt: prompt(i), max_tokens: MAX_TOKENS }),
-  });
-  if (r.status !== 200) throw new Error(`HTTP ${r.status}`);
-  await r.json();
-  return performance.now() - t;
-};
-const viaSubmit = async (i: number) => {
-  const t = performance.now();
-  await control.submit({ prompt: prompt(i), maxTokens: MAX_TOKENS }).result;
-  return performance.now() - t;
-};
-const ttft = async (i: number) => {
-  const t = performance.now();
-  const r = await fetch(`${base}/v1/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model, prompt: prompt(i), max_tokens: MAX_TOKENS, stream: true }),
-  });
-  const reader = (r.body as ReadableStream<Uint8Array>).getReader();
-  let first = Number.NaN;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    if (Number.isNaN(first) && new TextDecoder().decode(value).includes('"text":" '))
-      first = performance.now() - t;
-  }
-  return first;
-};
+const client = fork(new URL('./serve-client.ts', import.meta.url), [], {
+  execArgv: ['--import', 'tsx'],
+  stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+});
 
 interface Row {
   connections: number;
@@ -134,13 +138,13 @@ interface Row {
 }
 const rows: Row[] = [];
 try {
-  await load(16, viaSubmit); // warm up
-  await load(16, viaHttp);
+  await loadSubmit(16); // warm up
+  await loadHttp(16, 'complete');
   for (const c of CONNECTIONS) {
     say(`${c} connections: submit() in-process, then HTTP, then streaming, ${SECONDS}s each …`);
-    const s = await load(c, viaSubmit);
-    const h = await load(c, viaHttp);
-    const f = await load(c, ttft);
+    const s = await loadSubmit(c);
+    const h = await loadHttp(c, 'complete');
+    const f = await loadHttp(c, 'stream');
     rows.push({
       connections: c,
       httpRps: Math.round(h.rps),
@@ -158,6 +162,7 @@ try {
     });
   }
 } finally {
+  client.disconnect();
   await app.close();
   metrics.close();
   await stack.stop();
@@ -172,7 +177,7 @@ if (asJson) {
   process.stdout.write(
     [
       `pdctl serve benchmark — ${cpus().length} cores, node ${process.version}, durability ${DURABILITY}, ${SECONDS}s per cell, ${MAX_TOKENS} tokens per completion,`,
-      'near-zero model compute, 1 prefill + 1 decode engine; client, API and control plane in this process. Baseline: submit() in-process.',
+      'near-zero model compute, 1 prefill + 1 decode engine; API and control plane in one process, the HTTP client in another. Baseline: submit() in-process.',
       '',
       '| connections | HTTP req/s | submit() req/s | ratio | HTTP p50 ms | HTTP p99 ms | submit() p50 ms | submit() p99 ms | HTTP added p50 ms | HTTP added CPU ms/req | TTFT p50 ms | TTFT p99 ms | errors |',
       '|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
@@ -181,7 +186,7 @@ if (asJson) {
           `| ${r.connections} | ${r.httpRps} | ${r.submitRps} | ${r.rpsRatio} | ${r.httpP50Ms} | ${r.httpP99Ms} | ${r.submitP50Ms} | ${r.submitP99Ms} | ${r.addedP50Ms} | ${r.addedCpuMsPerRequest} | ${r.ttftP50Ms} | ${r.ttftP99Ms} | ${r.errors} |`,
       ),
       '',
-      'HTTP added CPU: CPU of this process per HTTP request minus per submit() request (includes the HTTP client).',
+      "HTTP added CPU: the server process's CPU per HTTP request minus per submit() request (the client's is its own process's).",
       'Target: HTTP + journal add under 2 ms p50 per request over in-process submit().',
       '',
     ].join('\n'),

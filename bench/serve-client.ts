@@ -1,0 +1,101 @@
+/**
+ * The HTTP load generator of `bench:serve`, in a process of its own so that the server's event
+ * loop carries only the API and the control plane (the client's parsing and bookkeeping are not
+ * the HTTP layer's overhead). Keep-alive connections, one request at a time on each, as a load
+ * tool such as wrk does. Driven over IPC: one job in, one result out, until disconnected.
+ */
+import { Agent, request } from 'node:http';
+
+export interface ClientJob {
+  base: string;
+  model: string;
+  connections: number;
+  seconds: number;
+  maxTokens: number;
+  /** `complete`: time to the whole JSON answer; `stream`: time to the first token's chunk. */
+  mode: 'complete' | 'stream';
+}
+
+export interface ClientResult {
+  /** Per-request times, ms, sorted ascending. */
+  ms: number[];
+  rps: number;
+  errors: number;
+  /** The first error seen, for the log. */
+  firstError: string | null;
+}
+
+const prompt = (i: number) => `the harbor keeps ${i % 97} lanterns lit across the quiet water`;
+
+function one(job: ClientJob, agent: Agent, i: number): Promise<number> {
+  const url = new URL('/v1/completions', job.base);
+  const body = JSON.stringify({
+    model: job.model,
+    prompt: prompt(i),
+    max_tokens: job.maxTokens,
+    stream: job.mode === 'stream',
+  });
+  const t = performance.now();
+  return new Promise((resolve, reject) => {
+    const req = request(
+      url,
+      {
+        method: 'POST',
+        agent,
+        headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+      },
+      (res) => {
+        let first = Number.NaN;
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => {
+          if (job.mode === 'stream') {
+            if (Number.isNaN(first) && chunk.includes('"text":" ')) first = performance.now() - t;
+          } else text += chunk;
+        });
+        res.on('end', () => {
+          if (res.statusCode !== 200)
+            reject(new Error(`HTTP ${res.statusCode}: ${text.slice(0, 200)}`));
+          else if (job.mode === 'stream') resolve(first);
+          else {
+            JSON.parse(text);
+            resolve(performance.now() - t);
+          }
+        });
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+async function run(job: ClientJob): Promise<ClientResult> {
+  const agent = new Agent({ keepAlive: true, maxSockets: job.connections });
+  const ms: number[] = [];
+  let errors = 0;
+  let firstError: string | null = null;
+  const t0 = performance.now();
+  const end = t0 + job.seconds * 1000;
+  await Promise.all(
+    Array.from({ length: job.connections }, async (_, c) => {
+      for (let i = 0; performance.now() < end; i++) {
+        try {
+          ms.push(await one(job, agent, c * 100_000 + i));
+        } catch (err) {
+          errors++;
+          firstError ??= (err as Error).message;
+        }
+      }
+    }),
+  );
+  const rps = ms.length / ((performance.now() - t0) / 1000);
+  agent.destroy();
+  ms.sort((a, b) => a - b);
+  return { ms, rps, errors, firstError };
+}
+
+process.on('message', (job: ClientJob) => {
+  void run(job).then((r) => process.send?.(r));
+});
+process.on('disconnect', () => process.exit(0));
