@@ -201,7 +201,7 @@ describe('pdctl drill', () => {
       const refused = await pdctl(['drill', 'transfer-stall', '--url', plain.url]);
       expect(refused.code).toBe(2);
       expect(refused.stderr).toMatch(
-        /prefill-0, decode-0 refuse them: start the stack with `pdctl serve --allow-fault-injection`/,
+        /decode-0, prefill-0 refuse them: start the stack with `pdctl serve --allow-fault-injection`/,
       );
     } finally {
       expect(await plain.stop()).toBe(0);

@@ -170,7 +170,10 @@ export async function remoteBlocker(
   if (needs.signals && !target.sameHost)
     return `it signals engine processes, and ${target.base} is not on this host`;
   if (needs.faults) {
-    const refusing = (await target.engines()).filter((e) => !e.faultInjection).map((e) => e.id);
+    const refusing = (await target.engines())
+      .filter((e) => !e.faultInjection)
+      .map((e) => e.id)
+      .sort();
     if (refusing.length > 0)
       return `it injects faults, and ${refusing.join(', ')} refuse them: start the stack with \`pdctl serve --allow-fault-injection\``;
   }
