@@ -7,7 +7,8 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { DrillReport } from '../src/recovery/drills/report.ts';
 import { serve } from './helpers/serve.ts';
-import { pdctl } from './helpers/spawn.ts';
+import { pdctl, spawnTs } from './helpers/spawn.ts';
+import { waitFor } from './helpers/stack.ts';
 import { tempDir } from './helpers/tmp.ts';
 
 async function drill(scenario: string, ...flags: string[]): Promise<DrillReport> {
@@ -184,6 +185,26 @@ describe('pdctl drill', () => {
       expect(
         Number(figure(kill, 'every stream on the killed engine went on')?.migrated),
       ).toBeGreaterThan(0);
+      // Ctrl-C while KV is being corrupted: the drill takes its fault back before it exits.
+      const faults = async () =>
+        (await (await fetch(`${s.url}/v1/journal?type=recovery.action`)).text())
+          .trim()
+          .split('\n')
+          .map((l) => JSON.parse(l) as { data: { action: string; reason: string } })
+          .filter((e) => e.data.action === 'inject_fault')
+          .map((e) => e.data.reason);
+      const before = (await faults()).length;
+      const corrupting = spawnTs('src/cli/bin.ts', ['drill', 'kv-corruption', '--url', s.url]);
+      let said = '';
+      corrupting.stderr?.on('data', (d: Buffer) => (said += d.toString()));
+      const exited = new Promise<number | null>((r) => corrupting.once('exit', r));
+      await waitFor('the drill to inject corruption', async () =>
+        (await faults()).slice(before).includes('corrupt'),
+      );
+      corrupting.kill('SIGINT');
+      expect(await exited).toBe(130);
+      expect(said).toMatch(/SIGINT: clearing the faults this drill injected/);
+      expect((await faults()).slice(before)).toEqual(['corrupt', 'none']);
       const disk = await pdctl(['drill', 'journal-unwritable', '--url', s.url]);
       expect(disk.code).toBe(2);
       expect(disk.stderr).toMatch(

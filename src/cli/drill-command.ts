@@ -153,6 +153,21 @@ async function drillRemote(
     process.exitCode = err.unreachable ? EXIT.unreachable : EXIT.usage;
     return null;
   }
+  // Ctrl-C mid-drill: the stack runs on, so take back whatever fault the drill put into it.
+  const onSignal = (sig: NodeJS.Signals) => {
+    note(
+      `pdctl drill: ${sig}: clearing the faults this drill injected at ${target.base}, then stopping`,
+    );
+    void target.clearFaults().then((missed) => {
+      if (missed.length > 0)
+        note(
+          `pdctl drill: could not clear the faults of ${missed.join(', ')}: POST {"command":"inject_fault","reason":"none"} to ${target.base}/v1/admin/engines/ENGINE/commands`,
+        );
+      process.exit(EXIT.interrupted);
+    });
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
   try {
     for (const d of chosen) {
       const blocker = await remoteBlocker(d, target);
@@ -175,6 +190,8 @@ async function drillRemote(
       if (!o.json) print(`${renderReport(report)}\n`);
     }
   } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
     await target.close();
   }
   return reports;

@@ -273,6 +273,13 @@ async function drive(
     clearInterval(sampler);
     unwatch();
     for (const l of loads) await l.stop(0);
+    // A drill that stopped early must not leave a fault behind (KV corruption on a running stack).
+    const missed = await target.clearFaults();
+    if (missed.length > 0)
+      log.error(
+        { engines: missed },
+        'could not clear the faults this drill injected: send inject_fault none to them by hand',
+      );
   }
   const passed = drillPassed(invariants, o.strictTargets);
   await target

@@ -16,13 +16,14 @@ import { type Room, reduce } from '../../journal/reducer.ts';
 import { SqliteReader } from '../../journal/sqlite/reader.ts';
 import { LIVE_STATES } from '../../journal/states.ts';
 import type { JournalStats, Timeline, VerifyReport } from '../../journal/store.ts';
-import type {
-  BusView,
-  CanaryOutcome,
-  DrillTarget,
-  EngineView,
-  LiveRoom,
-  RoomWatcher,
+import {
+  type BusView,
+  type CanaryOutcome,
+  clearInjected,
+  type DrillTarget,
+  type EngineView,
+  type LiveRoom,
+  type RoomWatcher,
 } from './target.ts';
 
 const ROOM_EVENTS = EVENT_TYPES.filter((t) => t.startsWith('room.'));
@@ -160,7 +161,17 @@ export class RemoteTarget implements DrillTarget {
     return ids;
   }
 
+  private readonly faulted = new Set<string>();
+
+  clearFaults(): Promise<string[]> {
+    return clearInjected(this, this.faulted);
+  }
+
   async command(engine: string, command: CommandName, arg?: string): Promise<boolean> {
+    if (command === 'inject_fault') {
+      if (arg === 'none') this.faulted.delete(engine);
+      else this.faulted.add(engine);
+    }
     const headers: Record<string, string> = { 'content-type': 'application/json' };
     if (this.token) headers.authorization = `Bearer ${this.token}`;
     const res = await this.fetch(`/v1/admin/engines/${encodeURIComponent(engine)}/commands`, {

@@ -73,6 +73,12 @@ export interface DrillTarget {
   roomsSince(since: number): Promise<string[]>;
   /** A recovery command or a drill fault to an engine; false when it is not connected. */
   command(engine: string, command: CommandName, arg?: string): Promise<boolean>;
+  /**
+   * Clears every fault this drill injected (`inject_fault none` to each engine it hit), so that a
+   * drill that ends early — an error, Ctrl-C — does not leave a running stack corrupting KV.
+   * The engines it could not reach, if any.
+   */
+  clearFaults(): Promise<string[]>;
   /** Signals an engine's process and says which pid; throws when it cannot (another host). */
   signal(engine: string, sig: NodeJS.Signals): Promise<number>;
   /** `/health/ready`'s verdict now. */
@@ -89,6 +95,19 @@ export interface DrillTarget {
   /** Journals the drill's start and end, where the target lets a drill write (local only). */
   record<T extends DrillEventType>(type: T, data: EventData<T>): Promise<void>;
   close(): Promise<void>;
+}
+
+/** Sends `inject_fault none` to each engine in `faulted`; those it could not reach. */
+export async function clearInjected(
+  target: Pick<DrillTarget, 'command'>,
+  faulted: Set<string>,
+): Promise<string[]> {
+  const missed: string[] = [];
+  for (const engine of [...faulted]) {
+    const sent = await target.command(engine, 'inject_fault', 'none').catch(() => false);
+    if (!sent) missed.push(engine);
+  }
+  return missed;
 }
 
 /** A stack this process started: everything is at hand, including its processes and journal. */
@@ -155,8 +174,18 @@ export class LocalTarget implements DrillTarget {
     return ids;
   }
 
+  private readonly faulted = new Set<string>();
+
   async command(engine: string, command: CommandName, arg?: string): Promise<boolean> {
+    if (command === 'inject_fault') {
+      if (arg === 'none') this.faulted.delete(engine);
+      else this.faulted.add(engine);
+    }
     return this.control.command(engine, command, null, arg ?? 'drill');
+  }
+
+  clearFaults(): Promise<string[]> {
+    return clearInjected(this, this.faulted);
   }
 
   async signal(engine: string, sig: NodeJS.Signals): Promise<number> {
