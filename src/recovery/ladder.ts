@@ -155,9 +155,13 @@ export class EscalationLadder {
     return l;
   }
 
-  /** Why the engine counts as stalled now, and since when; null if it does not. */
-  private stalled(s: EngineSession, now: number): Omit<Stall, 'engine'> | null {
-    const found = this.control.stalledEngines(this.policy, now).find((x) => x.engine === s.engine);
+  /** Why the engine counts as stalled now, and since when (`stalls`: this tick's findings), or null. */
+  private stalled(
+    s: EngineSession,
+    now: number,
+    stalls: readonly Stall[],
+  ): Omit<Stall, 'engine'> | null {
+    const found = stalls.find((x) => x.engine === s.engine);
     if (found) return found;
     if (
       s.live &&
@@ -173,19 +177,26 @@ export class EscalationLadder {
   }
 
   /** Serving again since the rung was tried: a newer hello, heartbeats on it, caught up. */
-  private recovered(s: EngineSession | undefined, i: Incident, now: number): boolean {
-    if (!s?.live || s.beats < 2 || this.stalled(s, now)) return false;
+  private recovered(
+    s: EngineSession | undefined,
+    i: Incident,
+    now: number,
+    stalls: readonly Stall[],
+  ): boolean {
+    if (!s?.live || s.beats < 2 || this.stalled(s, now, stalls)) return false;
     return i.rung === 'reset_in_place' ? s.session !== i.session : s.incarnation !== i.incarnation;
   }
 
   /** One pass over the engines; returns the rungs it tried, as `engine:rung`. */
   tick(now = Date.now()): string[] {
     const acted: string[] = [];
+    // One pass over the rooms for every engine, not one per engine.
+    const stalls = this.control.stalledEngines(this.policy, now);
     for (const s of this.control.registry.all()) {
       const l = this.ladder(s.engine);
       const i = l.incident;
       if (l.phase === 'ok') {
-        const st = this.stalled(s, now);
+        const st = this.stalled(s, now, stalls);
         if (!st) continue;
         // The same stall again soon after a recovery: the rung that worked did not last.
         const last = l.lastRecovery;
@@ -225,7 +236,7 @@ export class EscalationLadder {
         continue;
       }
       if (!i) continue;
-      if (this.recovered(s, i, now)) {
+      if (this.recovered(s, i, now, stalls)) {
         this.closeIncident(s.engine, l, i, now);
         continue;
       }
