@@ -67,6 +67,10 @@ describe('health that tells the truth', () => {
       /^prefill-0: bus loop applied nothing for \d+ ms after being sent events$/,
     );
     expect(ready.checks.prefill_engines?.ok).toBe(true); // its heartbeat still says all is well, as in the incident
+    // Dashboards see it too: the stall, by the check that found it.
+    expect(await (await fetch(`${s.url}/metrics`)).text()).toMatch(
+      /pdctl_engine_stalled\{engine="prefill-0",kind="bus"\} 1/,
+    );
     // A wedged engine cannot drain; end it as an operator would, so that serve stops promptly.
     process.kill(prefill?.pid as number, 'SIGKILL');
     expect(await s.stop()).toBe(0);

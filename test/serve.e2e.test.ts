@@ -248,6 +248,12 @@ describe('the openai client against pdctl serve', () => {
     expect(metrics).toMatch(
       /pdctl_engine_heartbeat_age_seconds\{engine="decode-0",role="decode"\}/,
     );
+    // The ladder's view: every engine ok, nothing reset or restarted, nothing stalled.
+    expect(metrics).toMatch(/pdctl_engine_ladder\{engine="prefill-0",phase="ok"\} 1/);
+    expect(metrics).toMatch(
+      /pdctl_engine_ladder_actions\{engine="decode-0",action="reset_in_place"\} 0/,
+    );
+    expect(metrics).not.toMatch(/pdctl_engine_stalled\{/);
     const docs = await get('/docs');
     expect(Object.keys(docs.body.paths as object)).toContain('/v1/chat/completions');
   });

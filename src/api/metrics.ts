@@ -108,6 +108,24 @@ export class ApiMetrics {
       labelNames: ['engine'],
       registers: [r],
     });
+    const stalled = new client.Gauge({
+      name: 'pdctl_engine_stalled',
+      help: 'Engines stalled now, by the check that sees it (bus, transfer, work, pile_up, canary)',
+      labelNames: ['engine', 'kind'],
+      registers: [r],
+    });
+    const ladder = new client.Gauge({
+      name: 'pdctl_engine_ladder',
+      help: 'Where each engine stands on the escalation ladder: 1 for its phase (ok, resetting, restarting, restarting_stack, gave_up)',
+      labelNames: ['engine', 'phase'],
+      registers: [r],
+    });
+    const ladderActions = new client.Gauge({
+      name: 'pdctl_engine_ladder_actions',
+      help: 'In-place resets and process restarts the ladder made per engine since start',
+      labelNames: ['engine', 'action'],
+      registers: [r],
+    });
     const batch = new client.Gauge({
       name: 'pdctl_journal_last_batch_events',
       help: 'Events in the last group commit',
@@ -143,9 +161,19 @@ export class ApiMetrics {
       for (const [reason, n] of Object.entries(control.bus.drops.snapshot()))
         dropped.set({ reason }, n ?? 0);
       const now = Date.now();
+      stalled.reset();
+      ladder.reset();
+      for (const x of control.stalledEngines(undefined, now))
+        stalled.set({ engine: x.engine, kind: x.kind }, 1);
       for (const s of control.registry.all()) {
         hbAge.set({ engine: s.engine, role: s.role }, (now - s.lastSeen) / 1000);
         if (s.heartbeat) freePages.set({ engine: s.engine }, s.heartbeat.freePages);
+        const view = control.recoveryView?.(s.engine);
+        if (view) {
+          ladder.set({ engine: s.engine, phase: view.phase }, 1);
+          ladderActions.set({ engine: s.engine, action: 'reset_in_place' }, view.resets);
+          ladderActions.set({ engine: s.engine, action: 'restart' }, view.restarts);
+        }
       }
       const h = control.journal.health();
       batch.set(h.lastBatchSize);
