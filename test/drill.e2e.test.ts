@@ -171,6 +171,12 @@ describe('pdctl drill', () => {
       '1000',
     ]);
     try {
+      // The operator is told, at start and by `pdctl engines`, that these engines take faults.
+      await waitFor('the fault-injection warning', async () =>
+        /fault injection is ON \(--allow-fault-injection\)/.test(s.stderr()),
+      );
+      const engines = await pdctl(['engines', '--url', s.url]);
+      expect(engines.stdout).toMatch(/fault injection is ON for decode-0, prefill-0/);
       const stall = await drill('transfer-stall', '--url', s.url, '--clients', '4');
       expect(names(stall).slice(0, 3)).toEqual([
         'stall detected and journaled',

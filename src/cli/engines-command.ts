@@ -21,6 +21,7 @@ interface EngineRow {
   total_pages: number;
   live_rooms: number;
   recovery: LadderView | null;
+  fault_injection?: boolean;
 }
 
 export function registerEnginesCommand(program: Command): void {
@@ -99,5 +100,13 @@ export function registerEnginesCommand(program: Command): void {
           },
         ]),
       );
+      const faulty = body.engines
+        .filter((e) => e.fault_injection === true)
+        .map((e) => e.id)
+        .sort();
+      if (faulty.length > 0)
+        print(
+          `\nfault injection is ON for ${faulty.join(', ')} (--allow-fault-injection): drills may stall, hang or corrupt them; never in production`,
+        );
     });
 }

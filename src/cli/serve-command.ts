@@ -157,6 +157,10 @@ export function registerServeCommand(program: Command): void {
       note(
         `pdctl serve: listening on ${address} · bus ${control.endpoint} · journal ${journalPath} · started in ${startedMs} ms`,
       );
+      if (o.allowFaultInjection === true)
+        note(
+          'pdctl serve: fault injection is ON (--allow-fault-injection): `pdctl drill --url` may stall, hang or corrupt these engines; never in production',
+        );
       note(
         `try:  curl -s ${address}/v1/completions -H 'content-type: application/json' -d '{"model":"${control.modelName}","prompt":"the river","max_tokens":8}'`,
       );
