@@ -52,9 +52,10 @@ async function run(ctx: DrillContext): Promise<void> {
     // Spread arrivals so that the rooms are in different stages when the clients drop.
     if (i % 20 === 19) await new Promise((r) => setTimeout(r, 20));
   }
-  // Every client's room exists before the drop (or 10 s pass), then a moment for them to spread.
+  // Every client has its room (its response headers name it once room.created is committed)
+  // before the drop, or 10 s pass; then a moment for the rooms to spread over the stages.
   const admitted = Date.now() + 10_000;
-  while ((await target.liveRooms()).length < o.clients && Date.now() < admitted)
+  while (rooms.length < o.clients && Date.now() < admitted)
     await new Promise((r) => setTimeout(r, 10));
   await new Promise((r) => setTimeout(r, 150));
   // The drill's rooms: those its clients were told of, and, on a stack the drill started, every
