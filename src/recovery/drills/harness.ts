@@ -146,6 +146,9 @@ export async function runDrill(scenario: DrillScenario, o: DrillRunOptions): Pro
     const base = await app.listen({ host: '127.0.0.1', port: 0 });
     const target = new LocalTarget(stack, base, canary, () => readiness(health).ready);
     report = await drive(scenario, target, o);
+  } catch (err) {
+    await stack.stop();
+    throw err;
   } finally {
     canary.stop();
     await app.close();
@@ -201,6 +204,12 @@ async function drive(
   target: DrillTarget,
   o: Pick<DrillRunOptions, 'clients' | 'log' | 'strictTargets' | 'journalPath'>,
 ): Promise<DrillReport> {
+  const engines = await target.engines();
+  const idsOf = (role: string) =>
+    engines
+      .filter((e) => e.role === role)
+      .map((e) => e.id)
+      .sort();
   const started = Date.now();
   const log = o.log;
   const rec = new DrillRecorder(started, (what) => log.info({ drill: scenario.name }, what));
@@ -222,12 +231,6 @@ async function drive(
   }, 100);
   const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
   const excused: Array<{ from: number; to: number; why: string }> = [];
-  const engines = await target.engines();
-  const idsOf = (role: string) =>
-    engines
-      .filter((e) => e.role === role)
-      .map((e) => e.id)
-      .sort();
   const ctx: DrillContext = {
     target,
     local: target instanceof LocalTarget ? target : null,
