@@ -214,6 +214,7 @@ export function registerQueryRoutes(app: FastifyInstance, control: ControlPlane)
           incarnation: s.incarnation,
           connected_at: s.connectedAt,
           heartbeat_age_ms: now - s.lastSeen,
+          heartbeats: s.beats,
           loop_ticks: s.heartbeat?.ticks ?? {},
           queues: s.heartbeat?.queues ?? {},
           free_pages: s.heartbeat?.freePages ?? null,

@@ -46,10 +46,11 @@ interface EngineRow {
   pid: number;
   incarnation: string;
   heartbeat_age_ms: number;
+  /** Heartbeats on its current connection. */
+  heartbeats: number;
   free_pages: number | null;
   total_pages: number;
   fault_injection?: boolean;
-  loop_ticks: Record<string, number>;
 }
 
 interface StatsBody {
@@ -110,7 +111,7 @@ export class RemoteTarget implements DrillTarget {
       pid: e.pid,
       incarnation: e.incarnation,
       live: e.state !== 'connecting',
-      heartbeatAgeMs: Object.keys(e.loop_ticks).length > 0 ? e.heartbeat_age_ms : null,
+      heartbeatAgeMs: e.heartbeats > 0 ? e.heartbeat_age_ms : null,
       freePages: e.free_pages,
       totalPages: e.total_pages,
       faultInjection: e.fault_injection === true,

@@ -20,7 +20,7 @@ export interface EngineView {
   incarnation: string;
   /** Registered and replayed: it gets events. */
   live: boolean;
-  /** Age of its last heartbeat when asked, ms; null before the first. */
+  /** Age of its last heartbeat when asked, ms; null before the first on this connection. */
   heartbeatAgeMs: number | null;
   freePages: number | null;
   totalPages: number;
@@ -137,7 +137,7 @@ export class LocalTarget implements DrillTarget {
       pid: s.pid,
       incarnation: s.incarnation,
       live: s.live,
-      heartbeatAgeMs: s.heartbeat ? now - s.lastSeen : null,
+      heartbeatAgeMs: s.beats > 0 ? now - s.lastSeen : null,
       freePages: s.heartbeat?.freePages ?? null,
       totalPages: s.pages,
       faultInjection: s.faultInjection,
