@@ -310,8 +310,9 @@ export abstract class EngineCore {
   }
 
   /**
-   * Drill fault injection into the transfer core (`kind[:ms]`, for one room or all), refused
-   * unless the engine was started with `--allow-fault-injection`.
+   * Drill fault injection — into the transfer core (`kind[:ms]`, for one room or all), or
+   * `compute_hang` into the model's compute; `none` clears both — refused unless the engine was
+   * started with `--allow-fault-injection`.
    */
   private injectFault(spec: string, room: string | null): void {
     if (!this.opts.allowFaultInjection) {

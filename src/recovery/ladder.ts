@@ -11,8 +11,10 @@
  *
  * Each rung is journaled as `recovery.action` (requested, then recovered or failed, with detectMs
  * and recoverMs), the incident opens with `engine.stalled` and closes with `engine.recovered`.
- * Restarts are capped per engine in a window; past the cap the ladder stops at `gave_up` (an
- * operator is needed; /health/ready stays red) until the engine is healthy again.
+ * What counts as stalled is stalls.ts's (plus stale heartbeats, here). An engine that stalls the
+ * same way again soon after recovering starts above the rung that brought it back (back-off), and
+ * restarts are capped per engine in a window; past the last rung or the cap the ladder stops at
+ * `gave_up` (an operator is needed; /health/ready stays red) until the engine is healthy again.
  */
 import type { ControlPlane } from '../control/control-plane.ts';
 import type { EngineSession } from '../control/registry.ts';
