@@ -202,9 +202,10 @@ export const computeHang: DrillScenario = {
       figure: { ms: Number.isNaN(detectMs) ? 'never' : detectMs },
       detail: stalled ? `engine.stalled: ${String(stalled.data.reason)}` : 'no engine.stalled',
     });
-    const rungs = (await ctx.target.events('recovery.action', faultAt, engine)).map(
-      (e) => `${String(e.data.action)} ${String(e.data.outcome).split(':')[0]}`,
-    );
+    // The ladder's steps (on a running stack the journal also has the drill's own fault command).
+    const rungs = (await ctx.target.events('recovery.action', faultAt, engine))
+      .filter((e) => e.source === 'watchdog')
+      .map((e) => `${String(e.data.action)} ${String(e.data.outcome).split(':')[0]}`);
     const now = await enginePids(ctx);
     const restarted = Object.keys(pids).filter((id) => now[id] !== pids[id]);
     ctx.check({
