@@ -14,6 +14,7 @@ import { DeterministicModel } from '../../engine/model.ts';
 import { isTerminal } from '../../journal/states.ts';
 import type { Logger } from '../../log.ts';
 import { Load, type LoadOptions, wrongAnswers } from './load.ts';
+import { sleep, until } from './poll.ts';
 import { type RemoteTarget, TargetError } from './remote-target.ts';
 import {
   DrillRecorder,
@@ -229,7 +230,6 @@ async function drive(
     for (const s of states.values()) live[s] = (live[s] ?? 0) + 1;
     samples.push({ atMs: Date.now() - started, live, terminal: { ...terminal } });
   }, 100);
-  const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
   const excused: Array<{ from: number; to: number; why: string }> = [];
   const ctx: DrillContext = {
     target,
@@ -253,11 +253,8 @@ async function drive(
     },
     waitReady: async (want, timeoutMs) => {
       const t0 = Date.now();
-      while (Date.now() - t0 < timeoutMs) {
-        if ((await target.ready()) === want) return Date.now() - t0;
-        await sleep(25);
-      }
-      return Number.NaN;
+      const held = await until(async () => (await target.ready()) === want, timeoutMs);
+      return held ? Date.now() - t0 : Number.NaN;
     },
     sleep,
     excuse: (from, to, why) => excused.push({ from, to, why }),
@@ -463,7 +460,7 @@ async function commonInvariants(
  * Pages not free across all engines, from heartbeats sent after now; NaN if none came in time.
  * A room of another client (under `--url`) holds pages too: the check waits for them to end.
  */
-async function leakedPages(target: DrillTarget, timeoutMs: number): Promise<number> {
+export async function leakedPages(target: DrillTarget, timeoutMs: number): Promise<number> {
   const since = Date.now();
   let leaked = Number.NaN;
   while (Date.now() - since < timeoutMs) {
@@ -476,7 +473,7 @@ async function leakedPages(target: DrillTarget, timeoutMs: number): Promise<numb
       leaked = engines.reduce((n, e) => n + (e.totalPages - (e.freePages ?? 0)), 0);
       if (leaked === 0) return 0;
     }
-    await new Promise((r) => setTimeout(r, 50));
+    await sleep(50);
   }
   return leaked;
 }

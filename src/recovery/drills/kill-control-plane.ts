@@ -14,8 +14,10 @@ import { SqliteJournal } from '../../journal/sqlite/journal.ts';
 import { selfCommand } from '../self.ts';
 import { EngineSupervisor } from '../supervisor.ts';
 import type { DrillRunOptions, DrillScenario } from './harness.ts';
-import { DRILL_ENGINE_ARGS } from './harness.ts';
+import { DRILL_ENGINE_ARGS, leakedPages } from './harness.ts';
 import { Load, type RequestRecord } from './load.ts';
+import { sleep, until } from './poll.ts';
+import { RemoteTarget } from './remote-target.ts';
 import {
   DrillRecorder,
   type DrillReport,
@@ -37,38 +39,6 @@ async function freePort(): Promise<number> {
   });
 }
 
-interface EngineRow {
-  id: string;
-  pid: number;
-  incarnation: string;
-  free_pages: number | null;
-  total_pages: number;
-  state: string;
-}
-
-async function getJson<T>(url: string): Promise<T | null> {
-  try {
-    const res = await fetch(url, { signal: AbortSignal.timeout(2000) });
-    return res.ok ? ((await res.json()) as T) : null;
-  } catch {
-    return null;
-  }
-}
-
-async function until<T>(
-  probe: () => Promise<T | null | false>,
-  timeoutMs: number,
-  everyMs = 25,
-): Promise<T | null> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const v = await probe();
-    if (v) return v;
-    await new Promise((r) => setTimeout(r, everyMs));
-  }
-  return null;
-}
-
 export const killControlPlane: DrillScenario = {
   name: 'kill-control-plane',
   summary:
@@ -88,7 +58,6 @@ async function runKillControlPlane(o: DrillRunOptions): Promise<DrillReport> {
   const rec = new DrillRecorder(started);
   const { mark, check, timeline, invariants } = rec;
   const samples: StateSample[] = [];
-  const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
   let journalEvents = 0;
   if (o.journalEvents && o.journalEvents > 0) {
@@ -156,13 +125,15 @@ async function runKillControlPlane(o: DrillRunOptions): Promise<DrillReport> {
   };
   const exited = (child: ChildProcess) =>
     new Promise<void>((r) => (child.exitCode !== null ? r() : child.once('exit', () => r())));
-  const ready = async () => {
+  /** Whether the control plane answers `path` with a 2xx (false while it is down). */
+  const answers = async (path: string) => {
     try {
-      return (await fetch(`${base}/health/ready`, { signal: AbortSignal.timeout(1000) })).ok;
+      return (await fetch(`${base}${path}`, { signal: AbortSignal.timeout(1000) })).ok;
     } catch {
       return false;
     }
   };
+  const ready = () => answers('/health/ready');
   const engines = new EngineSupervisor({
     control: bus,
     log: o.log,
@@ -186,14 +157,11 @@ async function runKillControlPlane(o: DrillRunOptions): Promise<DrillReport> {
     if (!(await until(ready, 30_000)))
       throw new Error(`the stack never became ready; pdctl serve said: ${serveErr}`);
     mark('stack up: pdctl serve, and 1 prefill + 1 decode engine joined over TCP');
-    load = new Load({
-      base,
-      model: 'pdctl-deterministic-1',
-      clients: o.clients,
-      maxTokens: 48,
-    }).start();
+    // What the control plane says, asked as an operator would (it is the same address after the restart).
+    const target = await RemoteTarget.connect(base, null);
+    load = new Load({ base, model: target.model, clients: o.clients, maxTokens: 48 }).start();
     await sleep(1500);
-    const before = await getJson<{ engines: EngineRow[] }>(`${base}/v1/engines`);
+    const before = await target.engines();
     const killAt = Date.now();
     const sentBefore = load.records.length + load.inFlight;
     mark(`fault: SIGKILL pdctl serve (${load.inFlight} requests in flight)`, killAt);
@@ -201,11 +169,7 @@ async function runKillControlPlane(o: DrillRunOptions): Promise<DrillReport> {
     await exited(serve as unknown as ChildProcess);
     const spawnAt = Date.now();
     startServe();
-    const listening = await until(
-      async () => (await getJson<{ status: string }>(`${base}/health`)) !== null,
-      30_000,
-      10,
-    );
+    const listening = await until(() => answers('/health'), 30_000, 10);
     const listenMs = Date.now() - spawnAt;
     mark(listening ? `control plane listening again ${listenMs} ms after spawn` : 'never listened');
     const readyOk = await until(ready, 30_000, 10);
@@ -229,10 +193,10 @@ async function runKillControlPlane(o: DrillRunOptions): Promise<DrillReport> {
     );
     await sleep(1500);
     await load.stop();
-    const after = await getJson<{ engines: EngineRow[] }>(`${base}/v1/engines`);
+    const after = await target.engines();
     const same = ids.filter((id) => {
-      const a = before?.engines.find((e) => e.id === id);
-      const b = after?.engines.find((e) => e.id === id);
+      const a = before.find((e) => e.id === id);
+      const b = after.find((e) => e.id === id);
       return a && b && a.pid === b.pid && a.incarnation === b.incarnation;
     });
     check({
@@ -246,52 +210,40 @@ async function runKillControlPlane(o: DrillRunOptions): Promise<DrillReport> {
     const caught = load.records.filter((r) => r.startedAt < killAt && r.endedAt >= killAt);
     const answered = load.records.filter((r) => r.outcome === 'completed' && r.endedAt < killAt);
     const states = async (recs: RequestRecord[]) =>
-      Promise.all(
-        recs.map(async (r) =>
-          r.room
-            ? await getJson<{ room: { state: string; reason: string | null } }>(
-                `${base}/v1/rooms/${r.room}`,
-              )
-            : null,
-        ),
-      );
+      Promise.all(recs.map(async (r) => (r.room ? (await target.timeline(r.room)).room : null)));
     const caughtRooms = (await states(caught)).filter((x) => x !== null);
     const orphaned = caughtRooms.filter(
-      (x) => x.room.state !== 'failed' || x.room.reason === 'orphaned_by_restart',
+      (x) => x.state !== 'failed' || x.reason === 'orphaned_by_restart',
     );
     check({
       name: 'rooms in flight at the kill failed as orphaned_by_restart',
       ok: orphaned.length === caughtRooms.length,
       figure: {
         rooms: caughtRooms.length,
-        orphaned: caughtRooms.filter((x) => x.room.reason === 'orphaned_by_restart').length,
+        orphaned: caughtRooms.filter((x) => x.reason === 'orphaned_by_restart').length,
       },
       detail: `of ${sentBefore} requests sent before the kill; the rest had ended`,
     });
     const answeredRooms = await states(answered);
-    const lost = answeredRooms.filter((x) => x?.room.state !== 'completed').length;
+    const lost = answeredRooms.filter((x) => x?.state !== 'completed').length;
     check({
       name: 'zero acknowledged journal events lost',
       ok: lost === 0 && answered.length > 0,
       figure: { answered: answered.length, missing: lost },
       detail: 'every request answered before the kill has its room completed',
     });
-    const leaked = await until(async () => {
-      const e = await getJson<{ engines: EngineRow[] }>(`${base}/v1/engines`);
-      const n = e?.engines.reduce((s, x) => s + (x.total_pages - (x.free_pages ?? 0)), 0);
-      return n === 0 ? { n } : false;
-    }, 10_000);
+    const leaked = await leakedPages(target, 10_000);
     check({
       name: 'zero leaked pages',
-      ok: leaked !== null,
-      figure: { pages: leaked ? 0 : 'not 0 within 10 s' },
+      ok: leaked === 0,
+      figure: { pages: Number.isNaN(leaked) ? 'unknown' : leaked },
       detail: 'the orphans’ pages came back on every engine (reconciliation by replay)',
     });
     const next = await fetch(`${base}/v1/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({
-        model: 'pdctl-deterministic-1',
+        model: target.model,
         prompt: 'after the drill',
         max_tokens: 4,
       }),

@@ -19,9 +19,9 @@ import type { JournalStats, Timeline, VerifyReport } from '../../journal/store.t
 import {
   type BusView,
   type CanaryOutcome,
-  clearInjected,
   type DrillTarget,
   type EngineView,
+  InjectedFaults,
   type LiveRoom,
   type RoomWatcher,
 } from './target.ts';
@@ -162,17 +162,14 @@ export class RemoteTarget implements DrillTarget {
     return ids;
   }
 
-  private readonly faulted = new Set<string>();
+  private readonly faults = new InjectedFaults();
 
   clearFaults(): Promise<string[]> {
-    return clearInjected(this, this.faulted);
+    return this.faults.clear(this);
   }
 
   async command(engine: string, command: CommandName, arg?: string): Promise<boolean> {
-    if (command === 'inject_fault') {
-      if (arg === 'none') this.faulted.delete(engine);
-      else this.faulted.add(engine);
-    }
+    this.faults.note(engine, command, arg);
     const headers: Record<string, string> = { 'content-type': 'application/json' };
     if (this.token) headers.authorization = `Bearer ${this.token}`;
     const res = await this.fetch(`/v1/admin/engines/${encodeURIComponent(engine)}/commands`, {

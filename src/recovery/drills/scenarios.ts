@@ -10,6 +10,7 @@ import { hostileFrames } from '../../bus/hostile.ts';
 import type { JournalEvent } from '../../journal/events.ts';
 import type { DrillContext, DrillScenario, RemoteNeeds } from './harness.ts';
 import type { RequestRecord } from './load.ts';
+import { until } from './poll.ts';
 import { timingTarget } from './report.ts';
 
 /** Targets of issue 6, reported next to the figures. */
@@ -24,13 +25,10 @@ async function firstEvent(
   since: number,
   timeoutMs: number,
 ): Promise<JournalEvent | null> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const first = (await ctx.target.events(type, since, engine)).find((e) => e.ts >= since);
-    if (first) return first;
-    await ctx.sleep(25);
-  }
-  return null;
+  return until(
+    async () => (await ctx.target.events(type, since, engine)).find((e) => e.ts >= since),
+    timeoutMs,
+  );
 }
 
 /** Health red within 5 s of the fault and green again within 15 s of it ending. */
@@ -475,13 +473,9 @@ export const journalUnwritable: DrillScenario = {
 
 // ── helpers ──────────────────────────────────────────────────────────────────────────────
 
+/** Whether `check` held within `timeoutMs` (polled every 20 ms, and once more at the end). */
 async function waitFor(check: () => Promise<boolean>, timeoutMs: number): Promise<boolean> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await check()) return true;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  return check();
+  return (await until(check, timeoutMs, 20)) ?? (await check());
 }
 
 function latencies(records: RequestRecord[]): { n: number; p50: number } {

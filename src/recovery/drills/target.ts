@@ -97,17 +97,26 @@ export interface DrillTarget {
   close(): Promise<void>;
 }
 
-/** Sends `inject_fault none` to each engine in `faulted`; those it could not reach. */
-export async function clearInjected(
-  target: Pick<DrillTarget, 'command'>,
-  faulted: Set<string>,
-): Promise<string[]> {
-  const missed: string[] = [];
-  for (const engine of [...faulted]) {
-    const sent = await target.command(engine, 'inject_fault', 'none').catch(() => false);
-    if (!sent) missed.push(engine);
+/** The engines a drill injected a fault into and has not cleared: what `clearFaults` undoes. */
+export class InjectedFaults {
+  private readonly engines = new Set<string>();
+
+  /** Notes a command about to be sent: a fault adds its engine, `none` takes it off. */
+  note(engine: string, command: CommandName, arg: string | undefined): void {
+    if (command !== 'inject_fault') return;
+    if (arg === 'none') this.engines.delete(engine);
+    else this.engines.add(engine);
   }
-  return missed;
+
+  /** Sends `inject_fault none` to each through `target`; the engines it could not reach. */
+  async clear(target: Pick<DrillTarget, 'command'>): Promise<string[]> {
+    const missed: string[] = [];
+    for (const engine of [...this.engines]) {
+      const sent = await target.command(engine, 'inject_fault', 'none').catch(() => false);
+      if (!sent) missed.push(engine);
+    }
+    return missed;
+  }
 }
 
 /** A stack this process started: everything is at hand, including its processes and journal. */
@@ -174,18 +183,15 @@ export class LocalTarget implements DrillTarget {
     return ids;
   }
 
-  private readonly faulted = new Set<string>();
+  private readonly faults = new InjectedFaults();
 
   async command(engine: string, command: CommandName, arg?: string): Promise<boolean> {
-    if (command === 'inject_fault') {
-      if (arg === 'none') this.faulted.delete(engine);
-      else this.faulted.add(engine);
-    }
+    this.faults.note(engine, command, arg);
     return this.control.command(engine, command, null, arg ?? 'drill');
   }
 
   clearFaults(): Promise<string[]> {
-    return clearInjected(this, this.faulted);
+    return this.faults.clear(this);
   }
 
   async signal(engine: string, sig: NodeJS.Signals): Promise<number> {
