@@ -2,7 +2,7 @@
   "targets": [
     {
       "target_name": "pdctl_native",
-      "sources": ["src/addon.cc", "src/pool.cc", "src/crc32c.cc", "src/transfer.cc"],
+      "sources": ["src/addon.cc", "src/pool.cc", "src/crc32c.cc", "src/cuda.cc", "src/transfer.cc"],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=8", "NODE_ADDON_API_DISABLE_DEPRECATED"],
       "cflags!": ["-fno-exceptions"],
@@ -15,6 +15,15 @@
           "ldflags": ["-fsanitize=address,undefined"]
         }]
       ]
+    },
+    {
+      "target_name": "pdctl_fake_cudart",
+      "type": "shared_library",
+      "sources": ["test/fake-cudart.cc"],
+      "cflags_cc": ["-std=c++17", "-Wall", "-Wextra", "-O2"],
+      "cflags!": ["-fno-exceptions"],
+      "cflags_cc!": ["-fno-exceptions"],
+      "libraries": ["-lrt", "-pthread"]
     }
   ]
 }

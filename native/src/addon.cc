@@ -1,7 +1,6 @@
 // The addon's JavaScript surface. Arguments are validated in TypeScript first
 // (src/transfer/pool.ts, src/transfer/core.ts); the checks here only keep a wrong call from crashing the process.
 // Everything runs on the JS thread; the pool mappings are shared with page views (see pool.h).
-#include <dlfcn.h>
 #include <napi.h>
 
 #include <algorithm>
@@ -11,6 +10,7 @@
 #include <string>
 
 #include "crc32c.h"
+#include "cuda.h"
 #include "pool.h"
 #include "transfer.h"
 
@@ -58,13 +58,15 @@ const Holder& held(const Napi::CallbackInfo& info, size_t i) {
 Napi::Value fail(const Napi::Env& env, const pdctl::PoolError& err) { throwCoded(env, err.code, err.message); }
 
 Napi::Value PoolCreate(const Napi::CallbackInfo& info) {
-  need(info, 4);
+  need(info, 5);
   std::string name = nameArg(info, 0);
   auto pages = static_cast<uint32_t>(uintArg(info, 1, 0xFFFFFFFFu, "pages"));
   uint64_t pageBytes = uintArg(info, 2, uint64_t{1} << 40, "pageBytes");
   bool replace = info[3].ToBoolean();
+  // -1: host shared memory; otherwise a CUDA device ordinal.
+  int device = info[4].IsNull() ? -1 : static_cast<int>(uintArg(info, 4, 1023, "device"));
   pdctl::PoolError err;
-  auto m = pdctl::createPool(name, pages, pageBytes, replace, &err);
+  auto m = pdctl::createPool(name, pages, pageBytes, device, replace, &err);
   if (!m) return fail(info.Env(), err);
   return wrap(info.Env(), std::move(m));
 }
@@ -87,6 +89,7 @@ Napi::Value PoolInfo(const Napi::CallbackInfo& info) {
   o.Set("pageBytes", Napi::Number::New(info.Env(), static_cast<double>(h.pageBytes)));
   o.Set("epoch", Napi::Number::New(info.Env(), static_cast<double>(h.epoch)));
   o.Set("createdMs", Napi::Number::New(info.Env(), static_cast<double>(h.createdMs)));
+  o.Set("device", m->onDevice() ? Napi::Number::New(info.Env(), m->device()) : info.Env().Null());
   return o;
 }
 
@@ -96,6 +99,9 @@ Napi::Value PoolPage(const Napi::CallbackInfo& info) {
   const Holder& m = held(info, 0);
   auto index = static_cast<uint32_t>(uintArg(info, 1, 0xFFFFFFFFu, "page index"));
   if (index >= m->header().pages) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "page index out of range");
+  if (m->onDevice()) {
+    throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "pool " + m->name() + " is in GPU memory: its pages cannot be viewed, only read or written");
+  }
   auto* keep = new Holder(m);
   return Napi::ArrayBuffer::New(
       info.Env(), m->page(index), m->header().pageBytes, [](Napi::Env, void*, Holder* h) { delete h; }, keep);
@@ -107,26 +113,57 @@ Napi::Value PoolChecksum(const Napi::CallbackInfo& info) {
   uint64_t first = uintArg(info, 1, 0xFFFFFFFFu, "first page");
   uint64_t count = uintArg(info, 2, 0xFFFFFFFFu, "page count");
   if (first + count > m->header().pages) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "page range out of range");
-  // Pages are contiguous in the mapping, so a range is one span.
-  uint32_t crc = pdctl::crc32c(0, m->page(static_cast<uint32_t>(first)), count * m->header().pageBytes);
+  uint32_t crc = 0;
+  pdctl::PoolError err;
+  if (!pdctl::crcPages(*m, static_cast<uint32_t>(first), count, &crc, &err)) return fail(info.Env(), err);
   return Napi::Number::New(info.Env(), crc);
+}
+
+Napi::Uint32Array pageListArg(const Napi::CallbackInfo& info, size_t i) {
+  if (!info[i].IsTypedArray() || info[i].As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array) {
+    throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "pages must be a Uint32Array");
+  }
+  return info[i].As<Napi::Uint32Array>();
 }
 
 // CRC32C over a list of pages in order: what the destination checks a transfer against.
 Napi::Value PoolChecksumPages(const Napi::CallbackInfo& info) {
   need(info, 2);
   const Holder& m = held(info, 0);
-  if (!info[1].IsTypedArray() || info[1].As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array) {
-    throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "pages must be a Uint32Array");
-  }
-  auto pages = info[1].As<Napi::Uint32Array>();
+  auto pages = pageListArg(info, 1);
   uint32_t crc = 0;
+  pdctl::PoolError err;
   for (size_t i = 0; i < pages.ElementLength(); i++) {
     if (pages[i] >= m->header().pages) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "page index out of range");
-    crc = pdctl::crc32c(crc, m->page(pages[i]), m->header().pageBytes);
+    if (!pdctl::crcPages(*m, pages[i], 1, &crc, &err)) return fail(info.Env(), err);
   }
   return Napi::Number::New(info.Env(), crc);
 }
+
+// Bytes from page `first` on, copied to or from a Uint8Array: how JavaScript reaches the pages of
+// a device pool (and any pool, with a copy).
+Napi::Value PoolCopy(const Napi::CallbackInfo& info, bool write) {
+  need(info, 3);
+  const Holder& m = held(info, 0);
+  uint64_t first = uintArg(info, 1, 0xFFFFFFFFu, "first page");
+  if (!info[2].IsTypedArray() || info[2].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array) {
+    throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "data must be a Uint8Array");
+  }
+  auto data = info[2].As<Napi::Uint8Array>();
+  const auto& h = m->header();
+  if (first >= h.pages || data.ByteLength() > (h.pages - first) * h.pageBytes) {
+    throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "the bytes run past the pool's last page");
+  }
+  pdctl::PoolError err;
+  auto page = static_cast<uint32_t>(first);
+  bool ok = write ? pdctl::writePages(*m, page, data.Data(), data.ByteLength(), &err)
+                  : pdctl::readPages(*m, page, data.ByteLength(), data.Data(), &err);
+  if (!ok) return fail(info.Env(), err);
+  return info.Env().Undefined();
+}
+
+Napi::Value PoolRead(const Napi::CallbackInfo& info) { return PoolCopy(info, false); }
+Napi::Value PoolWrite(const Napi::CallbackInfo& info) { return PoolCopy(info, true); }
 
 Napi::Value PoolClose(const Napi::CallbackInfo& info) {
   need(info, 1);
@@ -153,7 +190,8 @@ Napi::Value Crc32c(const Napi::CallbackInfo& info) {
 }
 
 // The baseline of bench:transfer: a bare memcpy of the first `bytes` of one pool into another,
-// `rounds` times, on this thread. Returns nanoseconds.
+// `rounds` times, on this thread; a synchronous cudaMemcpy when either pool is on a device.
+// Returns nanoseconds.
 Napi::Value MemcpyNanos(const Napi::CallbackInfo& info) {
   need(info, 4);
   const Holder& src = held(info, 0);
@@ -162,8 +200,19 @@ Napi::Value MemcpyNanos(const Napi::CallbackInfo& info) {
   uint64_t rounds = uintArg(info, 3, 1u << 20, "rounds");
   uint64_t limit = std::min(src->header().pages * src->header().pageBytes, dst->header().pages * dst->header().pageBytes);
   if (bytes > limit) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "bytes exceed the pools");
+  const pdctl::CudaRuntime* cuda = nullptr;
+  if (src->onDevice() || dst->onDevice()) {
+    if (!(cuda = pdctl::cudaRuntime())) throwCoded(info.Env(), "TRANSFER_BACKEND_UNAVAILABLE", pdctl::cudaUnavailableReason());
+    cuda->setDevice(dst->onDevice() ? dst->device() : src->device());
+  }
   auto t0 = std::chrono::steady_clock::now();
-  for (uint64_t r = 0; r < rounds; r++) std::memcpy(dst->page(0), src->page(0), bytes);
+  for (uint64_t r = 0; r < rounds; r++) {
+    if (!cuda) {
+      std::memcpy(dst->page(0), src->page(0), bytes);
+    } else if (int rc = cuda->memcpy(dst->page(0), src->page(0), bytes, pdctl::kCudaMemcpyDefault); rc != pdctl::kCudaSuccess) {
+      throwCoded(info.Env(), "TRANSFER_SYSTEM", cuda->error("cudaMemcpy", rc));
+    }
+  }
   auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
   return Napi::Number::New(info.Env(), static_cast<double>(ns));
 }
@@ -172,30 +221,16 @@ Napi::Value MemcpyNanos(const Napi::CallbackInfo& info) {
 Napi::Value Backends(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Object cuda = Napi::Object::New(env);
-  void* lib = dlopen("libcudart.so", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) lib = dlopen("libcudart.so.13", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) lib = dlopen("libcudart.so.12", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {
-    cuda.Set("available", false);
-    cuda.Set("reason", "libcudart not found");
-  } else {
-    using CountFn = int (*)(int*);
-    auto count = reinterpret_cast<CountFn>(dlsym(lib, "cudaGetDeviceCount"));
-    int n = 0;
-    int rc = count ? count(&n) : -1;
-    cuda.Set("available", rc == 0 && n > 0);
-    cuda.Set("reason", rc == 0 ? (n > 0 ? std::to_string(n) + " device(s)" : "no device")
-                               : "cudaGetDeviceCount returned " + std::to_string(rc) + " (no device or no driver)");
-    cuda.Set("devices", Napi::Number::New(env, rc == 0 ? n : 0));
-    dlclose(lib);
-  }
+  const pdctl::CudaRuntime* r = pdctl::cudaRuntime();
+  cuda.Set("available", r != nullptr);
+  cuda.Set("reason", r ? r->library + ": " + std::to_string(r->devices) + " device(s)" : pdctl::cudaUnavailableReason());
+  cuda.Set("devices", Napi::Number::New(env, r ? r->devices : 0));
   Napi::Object o = Napi::Object::New(env);
   o.Set("shm", true);
   o.Set("crc32cHardware", pdctl::crc32cHardware());
   o.Set("cuda", cuda);
   return o;
 }
-
 
 // ---- transfers ----------------------------------------------------------------------------
 
@@ -362,6 +397,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("poolPage", Napi::Function::New(env, PoolPage));
   exports.Set("poolChecksum", Napi::Function::New(env, PoolChecksum));
   exports.Set("poolChecksumPages", Napi::Function::New(env, PoolChecksumPages));
+  exports.Set("poolRead", Napi::Function::New(env, PoolRead));
+  exports.Set("poolWrite", Napi::Function::New(env, PoolWrite));
   exports.Set("poolClose", Napi::Function::New(env, PoolClose));
   exports.Set("poolUnlink", Napi::Function::New(env, PoolUnlink));
   exports.Set("crc32c", Napi::Function::New(env, Crc32c));

@@ -9,6 +9,12 @@ namespace pdctl {
 namespace {
 
 constexpr size_t kChunkBytes = 1 << 20;  // cancel and deadline are checked between chunks
+// Device copies are queued on a CUDA stream a window at a time, and cancel and deadline are
+// checked between windows: a GPU moves 16 MiB in tens of microseconds, so a smaller window would
+// spend its time launching copies rather than making them. Scattered pages are one copy each, so a
+// window also ends after 64 copies.
+constexpr size_t kDeviceWindowBytes = 16 << 20;
+constexpr size_t kDeviceWindowCopies = 64;
 
 using Clock = std::chrono::steady_clock;
 
@@ -168,33 +174,114 @@ TransferResult TransferEngine::run(Job& job) {
   if (job.fault.kind == FaultKind::Delay) {
     if (const char* why = wait(std::chrono::milliseconds(job.fault.ms), false)) return finish(why);
   }
-  uint32_t crc = 0;
-  size_t i = 0;
-  const size_t n = job.pairs.size();
-  while (i < n) {
-    // A run of pages contiguous on both sides is one range.
+  // Contiguous runs of pages (contiguous on both sides) become segments of at most one chunk.
+  const bool device = job.src->onDevice() || job.dst->onDevice();
+  const size_t chunkBytes = device ? kDeviceWindowBytes : kChunkBytes;
+  std::vector<Segment> segments;
+  for (size_t i = 0, n = job.pairs.size(); i < n;) {
     size_t j = i + 1;
     while (j < n && job.pairs[j].first == job.pairs[j - 1].first + 1 && job.pairs[j].second == job.pairs[j - 1].second + 1) j++;
     const uint8_t* from = job.src->page(job.pairs[i].first);
     uint8_t* to = job.dst->page(job.pairs[i].second);
-    size_t left = (j - i) * srcBytes;
-    while (left > 0) {
-      if (const char* why = interrupted()) return finish(why);
-      size_t chunk = std::min(left, kChunkBytes);
-      crc = crc32cCopy(crc, to, from, chunk);
+    for (size_t left = (j - i) * srcBytes; left > 0;) {
+      size_t chunk = std::min(left, chunkBytes);
+      segments.push_back({from, to, chunk});
       from += chunk;
       to += chunk;
       left -= chunk;
-      r.bytes += chunk;
-      bytes_ += chunk;
     }
     i = j;
   }
-  if (job.fault.kind == FaultKind::Corrupt && n > 0) job.dst->page(job.pairs[0].second)[0] ^= 0xFF;
+  uint32_t crc = 0;
+  if (device) {
+    std::string error;
+    if (const char* why = copyOnDevice(job, segments, &crc, &r.bytes, interrupted, &error)) return finish(why, error);
+  } else {
+    for (const Segment& seg : segments) {
+      if (const char* why = interrupted()) return finish(why);
+      crc = crc32cCopy(crc, seg.to, seg.from, seg.bytes);
+      r.bytes += seg.bytes;
+      bytes_ += seg.bytes;
+    }
+  }
+  if (job.fault.kind == FaultKind::Corrupt && !job.pairs.empty()) {
+    PoolError ignored;
+    uint8_t byte = 0;
+    if (readPages(*job.dst, job.pairs[0].second, 1, &byte, &ignored)) {
+      byte ^= 0xFF;
+      writePages(*job.dst, job.pairs[0].second, &byte, 1, &ignored);
+    }
+  }
   r.checksum = crc;
   // The destination may have been re-created while we copied: then nobody may read what we wrote.
   if (job.dst->retired()) return finish("epoch_mismatch", "the destination pool was re-created during the transfer");
   return finish("ok");
+}
+
+const char* TransferEngine::copyOnDevice(const Job& job, const std::vector<Segment>& segments, uint32_t* crc,
+                                         uint64_t* moved, const std::function<const char*()>& interrupted,
+                                         std::string* error) {
+  const CudaRuntime* r = cudaRuntime();
+  if (!r) {
+    *error = "CUDA is not available: " + cudaUnavailableReason();
+    return "failed";
+  }
+  // The stream belongs to the destination's device when it is on one (the copy engine that writes
+  // it), else to the source's.
+  const int device = job.dst->onDevice() ? job.dst->device() : job.src->device();
+  CudaStream stream = threadStream(device, error);
+  if (!stream) return "failed";
+  // A device source is checksummed from a pinned host copy made on the same stream; a host
+  // source on the CPU while the stream copies it.
+  const bool srcOnDevice = job.src->onDevice();
+  uint8_t* staging = srcOnDevice ? threadStaging(kDeviceWindowBytes, error) : nullptr;
+  if (srcOnDevice && !staging) return "failed";
+  for (size_t i = 0; i < segments.size();) {
+    if (const char* why = interrupted()) return why;
+    size_t windowBytes = 0, j = i, polls = 0;
+    int rc = kCudaSuccess;
+    for (; j < segments.size() && j - i < kDeviceWindowCopies && windowBytes + segments[j].bytes <= kDeviceWindowBytes &&
+           rc == kCudaSuccess;
+         j++) {
+      const Segment& seg = segments[j];
+      rc = r->memcpyAsync(seg.to, seg.from, seg.bytes, kCudaMemcpyDefault, stream);
+      if (rc == kCudaSuccess && srcOnDevice) {
+        rc = r->memcpyAsync(staging + windowBytes, seg.from, seg.bytes, kCudaMemcpyDefault, stream);
+      }
+      windowBytes += seg.bytes;
+    }
+    if (!srcOnDevice) {
+      for (size_t k = i; k < j; k++) *crc = crc32c(*crc, segments[k].from, segments[k].bytes);
+    }
+    // Wait for the window, checking cancel and deadline meanwhile. Copies already queued cannot be
+    // taken back: an interrupted transfer waits for them, so that nothing writes its pages after
+    // it has completed.
+    while (rc == kCudaSuccess) {
+      if ((rc = r->streamQuery(stream)) != kCudaErrorNotReady) break;
+      rc = kCudaSuccess;
+      if (const char* why = interrupted()) {
+        rc = r->streamSynchronize(stream);
+        if (rc == kCudaSuccess) {
+          *moved += windowBytes;
+          bytes_ += windowBytes;
+        }
+        return why;
+      }
+      // Spin briefly (a window usually takes microseconds), then stop burning the core.
+      if (++polls < 1000) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    if (rc != kCudaSuccess) {
+      r->streamSynchronize(stream);
+      *error = r->error("cudaMemcpyAsync", rc);
+      return "failed";
+    }
+    if (srcOnDevice) *crc = crc32c(*crc, staging, windowBytes);
+    *moved += windowBytes;
+    bytes_ += windowBytes;
+    i = j;
+  }
+  return nullptr;
 }
 
 }  // namespace pdctl

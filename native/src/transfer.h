@@ -85,8 +85,19 @@ class TransferEngine {
     Fault fault;
   };
 
+  // One contiguous piece of a transfer: at most a chunk (host) or a window (device).
+  struct Segment {
+    const uint8_t* from;
+    uint8_t* to;
+    size_t bytes;
+  };
+
   void work();
   TransferResult run(Job& job);
+  // Copies segments through the CUDA runtime when either pool is on a device. Returns the status
+  // that ended it early (cancelled, stalled, epoch_mismatch, failed with *error), or null.
+  const char* copyOnDevice(const Job& job, const std::vector<Segment>& segments, uint32_t* crc, uint64_t* moved,
+                           const std::function<const char*()>& interrupted, std::string* error);
   void forget(const Job& job);
   void count(const std::string& status);
 

@@ -16,16 +16,26 @@ export interface NativePoolInfo {
   /** Random, drawn at creation; a re-created pool has another. Below 2^53. */
   epoch: number;
   createdMs: number;
+  /** The CUDA device holding the pages, or null for host shared memory. */
+  device: number | null;
 }
 
 export interface NativeBackends {
   shm: true;
   crc32cHardware: boolean;
-  cuda: { available: boolean; reason: string; devices?: number };
+  /** `reason` names the library and device count, or says why there is no CUDA. */
+  cuda: { available: boolean; reason: string; devices: number };
 }
 
 export interface NativeAddon {
-  poolCreate(name: string, pages: number, pageBytes: number, replace: boolean): PoolHandle;
+  /** `device`: a CUDA device ordinal for a device pool, null for host shared memory. */
+  poolCreate(
+    name: string,
+    pages: number,
+    pageBytes: number,
+    replace: boolean,
+    device: number | null,
+  ): PoolHandle;
   poolOpen(name: string): PoolHandle;
   poolInfo(handle: PoolHandle): NativePoolInfo;
   poolPage(handle: PoolHandle, index: number): ArrayBuffer;
@@ -33,12 +43,19 @@ export interface NativeAddon {
   poolChecksum(handle: PoolHandle, first: number, count: number): number;
   /** CRC32C over the listed pages, in order. */
   poolChecksumPages(handle: PoolHandle, pages: Uint32Array): number;
+  /** Copies `data.length` bytes from page `first` on into `data` (through CUDA for a device pool). */
+  poolRead(handle: PoolHandle, first: number, data: Uint8Array): void;
+  /** Copies `data` into the pool from page `first` on. */
+  poolWrite(handle: PoolHandle, first: number, data: Uint8Array): void;
   poolClose(handle: PoolHandle): void;
   /** Removes the name; mappings already open stay valid. True if it existed. */
   poolUnlink(name: string): boolean;
   crc32c(data: Uint8Array, software: boolean): number;
   backends(): NativeBackends;
-  /** bench:transfer's baseline: bare memcpy of `bytes` from src's first page into dst's, `rounds` times. */
+  /**
+   * bench:transfer's baseline: bare memcpy of `bytes` from src's first page into dst's, `rounds`
+   * times (a synchronous cudaMemcpy when either pool is on a device).
+   */
   memcpyNanos(src: PoolHandle, dst: PoolHandle, bytes: number, rounds: number): number;
   /** `onComplete` is called on the JS thread for every transfer that was queued. */
   engineCreate(threads: number, onComplete: (result: NativeTransferResult) => void): EngineHandle;
@@ -90,6 +107,14 @@ export interface NativeTransferStats {
 /** `native/build/Release/pdctl_native.node`, the same from `src/transfer` and `dist/transfer`. */
 const ADDON_PATH = fileURLToPath(
   new URL('../../native/build/Release/pdctl_native.node', import.meta.url),
+);
+
+/**
+ * The stand-in CUDA runtime built beside the addon (native/test/fake-cudart.cc): point
+ * `PDCTL_CUDART` at it to exercise the CUDA backend without a GPU. Tests only.
+ */
+export const FAKE_CUDART_PATH = fileURLToPath(
+  new URL('../../native/build/Release/pdctl_fake_cudart.so', import.meta.url),
 );
 
 let addon: NativeAddon | null = null;

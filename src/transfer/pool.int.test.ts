@@ -70,6 +70,22 @@ describe('KvPool', () => {
     second.close();
   });
 
+  it('copies bytes in and out with read() and write(), across page boundaries', () => {
+    const pool = KvPool.create({ name: uniqueName(), pages: 4, pageBytes: 256 });
+    try {
+      const data = new Uint8Array(randomBytes(300));
+      pool.write(1, data);
+      expect(Buffer.compare(pool.page(1), data.subarray(0, 256))).toBe(0);
+      expect(Buffer.compare(pool.page(2).subarray(0, 44), data.subarray(256))).toBe(0);
+      const back = pool.read(1, 2);
+      expect(back.length).toBe(512);
+      expect(Buffer.compare(back.subarray(0, 300), data)).toBe(0);
+      expect(pool.device).toBeNull();
+    } finally {
+      pool.close();
+    }
+  });
+
   it('keeps page views valid after close, and refuses further use of the pool', () => {
     const pool = KvPool.create({ name: uniqueName(), pages: 2, pageBytes: 128 });
     const view = pool.page(1);
@@ -100,6 +116,17 @@ describe('KvPool', () => {
         [() => pool.page(4), 'TRANSFER_BAD_ARGUMENT'],
         [() => pool.page(-1), 'TRANSFER_BAD_ARGUMENT'],
         [() => pool.checksum(3, 2), 'TRANSFER_BAD_ARGUMENT'],
+        [() => pool.read(3, 2), 'TRANSFER_BAD_ARGUMENT'],
+        [() => pool.write(3, new Uint8Array(257)), 'TRANSFER_BAD_ARGUMENT'],
+        [() => pool.write(0, 'text' as unknown as Uint8Array), 'TRANSFER_BAD_ARGUMENT'],
+        [
+          () => KvPool.create({ name: '/x', pages: 1, pageBytes: 64, device: -1 }),
+          'TRANSFER_BAD_ARGUMENT',
+        ],
+        [
+          () => KvPool.create({ name: '/x', pages: 1, pageBytes: 64, device: 0.5 }),
+          'TRANSFER_BAD_ARGUMENT',
+        ],
         [() => crc32c('text' as unknown as Uint8Array), 'TRANSFER_BAD_ARGUMENT'],
       ] as const) {
         expect(codeOf(fn)).toBe(code);
@@ -109,7 +136,11 @@ describe('KvPool', () => {
       for (const fn of [
         () => addon.poolInfo({} as never),
         () => addon.poolPage(null as never, 0),
-        () => addon.poolCreate(42 as never, 1, 64, false),
+        () => addon.poolCreate(42 as never, 1, 64, false, null),
+        () => addon.poolCreate('/x', 1, 64, false, -3),
+        () => addon.poolRead({} as never, 0, new Uint8Array(1)),
+        () => addon.poolWrite(pool.handleForTransfer(), 0, new Uint8Array(4 * 256 + 1)),
+        () => addon.poolWrite(pool.handleForTransfer(), 0, new Int8Array(4) as never),
         () => addon.poolChecksum({} as never, 0, 1),
         () => addon.crc32c(null as never, false),
       ]) {

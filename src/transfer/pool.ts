@@ -3,6 +3,11 @@
  * that every process on the host can open by name (DESIGN.md §6). Pages are handed out as
  * Uint8Array views over the shared memory itself: the model writes KV into them and reads from
  * them without a copy. Arguments are checked here, with coded errors, before the addon sees them.
+ *
+ * A device pool (`device: N`) keeps its pages in the memory of CUDA device N; only its header is
+ * in shared memory, with the IPC handle through which other processes map the pages. Its pages
+ * cannot be viewed from JavaScript, only copied with read() and write(); transfers move them with
+ * the GPU's copy engines.
  */
 import { TransferError } from './errors.ts';
 import { native, type PoolHandle } from './native.ts';
@@ -20,6 +25,11 @@ export interface PoolOptions {
   pageBytes: number;
   /** Re-create the pool when the name exists (a new epoch). Default false: that is an error. */
   replace?: boolean;
+  /**
+   * A CUDA device ordinal: the pages live in that GPU's memory. Absent: host shared memory.
+   * Fails with TRANSFER_BACKEND_UNAVAILABLE where there is no CUDA or no such device.
+   */
+  device?: number;
 }
 
 function bad(message: string): TransferError {
@@ -48,6 +58,8 @@ export class KvPool {
   readonly pageBytes: number;
   /** Changes whenever the pool is re-created; transfers name the epoch they were prepared for. */
   readonly epoch: number;
+  /** The CUDA device holding the pages, or null for host shared memory. */
+  readonly device: number | null;
   private handle: PoolHandle | null;
 
   private constructor(handle: PoolHandle) {
@@ -57,6 +69,7 @@ export class KvPool {
     this.pages = info.pages;
     this.pageBytes = info.pageBytes;
     this.epoch = info.epoch;
+    this.device = info.device;
   }
 
   /** Creates a pool; fails with TRANSFER_POOL_EXISTS if the name is taken, unless `replace`. */
@@ -72,8 +85,14 @@ export class KvPool {
     if (pages * pageBytes > MAX_POOL_BYTES) {
       throw bad(`a pool of ${pages} pages of ${pageBytes} B exceeds ${MAX_POOL_BYTES} B`);
     }
+    const { device } = options;
+    if (device !== undefined && (!Number.isInteger(device) || device < 0 || device > 1023)) {
+      throw bad(`device must be a CUDA device ordinal from 0 to 1023, got ${device}`);
+    }
     return new KvPool(
-      call(() => native().poolCreate(name, pages, pageBytes, options.replace === true)),
+      call(() =>
+        native().poolCreate(name, pages, pageBytes, options.replace === true, device ?? null),
+      ),
     );
   }
 
@@ -110,11 +129,38 @@ export class KvPool {
     }
   }
 
-  /** A view of one page over the shared memory itself (no copy). It stays valid after close(). */
+  /**
+   * A view of one page over the shared memory itself (no copy). It stays valid after close().
+   * A device pool has none: use read() and write().
+   */
   page(index: number): Uint8Array {
     const handle = this.live();
     this.checkRange(index, 1);
+    if (this.device !== null) {
+      throw bad(
+        `pool ${this.name} is in the memory of CUDA device ${this.device}: its pages cannot be viewed, use read() and write()`,
+      );
+    }
     return new Uint8Array(call(() => native().poolPage(handle, index)));
+  }
+
+  /** A copy of `count` pages from `first` (through CUDA for a device pool). */
+  read(first: number, count = 1): Uint8Array {
+    const handle = this.live();
+    this.checkRange(first, count);
+    const out = new Uint8Array(count * this.pageBytes);
+    call(() => native().poolRead(handle, first, out));
+    return out;
+  }
+
+  /** Copies `data` into the pool from page `first` on; it may end inside a page. */
+  write(first: number, data: Uint8Array): void {
+    const handle = this.live();
+    if (!(data instanceof Uint8Array) || data.length === 0) {
+      throw bad('data must be a non-empty Uint8Array');
+    }
+    this.checkRange(first, Math.ceil(data.length / this.pageBytes));
+    call(() => native().poolWrite(handle, first, data));
   }
 
   /** CRC32C of `count` pages from `first`, as 8 hex digits. */

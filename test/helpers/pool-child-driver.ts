@@ -8,19 +8,26 @@ export interface PoolChild {
   finish(): Promise<number | null>;
 }
 
-/** Starts a process that creates pool `name`, fills every page with the pattern and waits. */
+/**
+ * Starts a process that creates pool `name` (on CUDA device `device`, if given), fills every page
+ * with the pattern and waits.
+ */
 export async function startPoolChild(
   name: string,
   pages: number,
   pageBytes: number,
+  device?: number,
 ): Promise<PoolChild> {
-  const child = spawnTs('test/helpers/pool-child.ts', [name, String(pages), String(pageBytes)], {
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
+  const args = [name, String(pages), String(pageBytes)];
+  if (device !== undefined) args.push(String(device));
+  const child = spawnTs('test/helpers/pool-child.ts', args, { stdio: ['pipe', 'pipe', 'pipe'] });
   let out = '';
+  let err = '';
   child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr?.on('data', (d: Buffer) => (err += d.toString()));
   const deadline = Date.now() + 20_000;
   while (!out.includes('\n') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  if (!out.includes('\n')) throw new Error(`the pool child printed nothing; its stderr:\n${err}`);
   return {
     written: JSON.parse(out) as PoolChild['written'],
     finish: () => {
