@@ -206,9 +206,13 @@ const result = {
   bytesPerMeasurement: ROUNDS_BYTES,
   throughput: rows,
   singlePageLatency: latency,
-  cuda: cuda.available
-    ? { runtime: cuda.reason, throughput: cudaRows, singlePageLatency: cudaLatency }
-    : { runtime: null, skipped: cuda.reason },
+  // The same keys with or without CUDA: `runtime` says what was found, or why nothing was.
+  cuda: {
+    available: cuda.available,
+    runtime: cuda.reason,
+    throughput: cudaRows,
+    singlePageLatency: cudaLatency,
+  },
 };
 if (asJson) {
   process.stdout.write(`${JSON.stringify(result)}\n`);
