@@ -2,7 +2,8 @@
  * The control-plane core: the journal, the bus, the engines, and the rooms between them. It
  * creates rooms for requests, folds every committed room event into its view, finishes aborts,
  * and hands each committed event to the engine links (engine-link.ts: hellos, replay, appends,
- * delivery). Token chunks flow from decode engines to the caller of `submit`.
+ * delivery). Token chunks flow from decode engines to the caller of `submit`; when an engine is
+ * lost, its clients' rooms continue elsewhere (migration.ts).
  * `ControlPlane.start` is what `pdctl serve` and `pdctl run` build on.
  */
 
@@ -22,6 +23,7 @@ import type { Logger } from '../log.ts';
 import type { LadderView } from '../recovery/ladder.ts';
 import { type ControlCounters, EngineLink } from './engine-link.ts';
 import { ControlError } from './errors.ts';
+import { Migrator } from './migration.ts';
 import { EngineRegistry, type EngineSession } from './registry.ts';
 import {
   DEFAULT_STALL_POLICY,
@@ -88,6 +90,7 @@ export class ControlPlane {
   /** Where each engine stands on the escalation ladder; set by the stack that runs one. */
   recoveryView: ((engine: string) => LadderView) | null = null;
   private readonly link: EngineLink;
+  private readonly migrator: Migrator;
   private readonly roomListeners: Array<
     (before: Room | null, after: Room, ev: JournalEvent) => void
   > = [];
@@ -118,6 +121,24 @@ export class ControlPlane {
       timed: (p) => this.timed(p),
       replaced: (engine, old) => this.engineLost(engine, old, 'it came back as a new incarnation'),
     });
+    this.migrator = new Migrator(
+      {
+        journal,
+        registry: this.registry,
+        model: this.model,
+        log: options.log,
+        rooms: this.rooms,
+        streams: this.streams,
+        requests: this.requests,
+        closing: () => this.closing !== null,
+        createRoom: (...args) => this.createRoom(...args),
+      },
+      {
+        limit: options.migrationLimit ?? 2,
+        waitMs: options.migrationWaitMs ?? 15_000,
+        engineFreshMs: options.engineFreshMs ?? 3000,
+      },
+    );
   }
 
   static async start(options: ControlPlaneOptions): Promise<ControlPlane> {
@@ -509,181 +530,15 @@ export class ControlPlane {
     );
   }
 
-  // ── migration ────────────────────────────────────────────────────────────────────────────
+  // ── migration (migration.ts) ─────────────────────────────────────────────────────────────
 
   /**
-   * An engine's process is gone (it exited, or came back as a new incarnation): every live room
-   * on it whose client is still reading moves to a healthy pair (`room.migrated` → a new room
-   * whose request is the prompt plus the text already streamed), so the client's stream goes on
-   * uninterrupted; rooms past the migration limit fail with `migration_limit_reached`. Resolves
-   * once the migrations are journaled (the new rooms follow when a pair is free).
+   * An engine's process is gone (it exited, or came back as a new incarnation): its live rooms
+   * whose clients still read continue on a healthy pair, unbroken (see migration.ts). Resolves
+   * once the migrations are journaled.
    */
-  async engineLost(engine: string, incarnation: string, reason: string): Promise<void> {
-    if (this.closing) return;
-    const limit = this.options.migrationLimit ?? 2;
-    const moves: Array<Promise<unknown>> = [];
-    for (const r of this.rooms.values()) {
-      if (r.prefillEngine !== engine && r.decodeEngine !== engine) continue;
-      if (isTerminal(r.state)) {
-        moves.push(this.releaseLost(r.room, engine, incarnation));
-        continue;
-      }
-      const stream = this.streams.get(r.room);
-      const request = this.requests.get(r.room);
-      if (limit === 0 || !stream || stream.done || !request || r.abortRequestedAt !== null)
-        continue;
-      if (stream.migrations >= limit) {
-        moves.push(
-          this.journal
-            .append({
-              type: 'room.failed',
-              room: r.room,
-              source: 'control',
-              eventId: `${r.room}:migration-limit`,
-              data: { reason: 'migration_limit_reached', stage: r.state, detectedBy: 'control' },
-            })
-            .catch((err) => this.options.log.error({ err, room: r.room }, 'could not fail a room')),
-        );
-        continue;
-      }
-      moves.push(this.migrate(r, stream, request, engine, incarnation, reason));
-    }
-    await Promise.all(moves);
-  }
-
-  private async migrate(
-    from: Room,
-    stream: RoomStream,
-    request: RoomRequest,
-    engine: string,
-    incarnation: string,
-    reason: string,
-  ): Promise<void> {
-    const log = this.options.log;
-    const to = newRoomId();
-    const next: RoomRequest = {
-      prompt: request.prompt,
-      maxTokens: request.maxTokens - stream.currentTokens,
-      generated: stream.text,
-    };
-    // The stream leaves the old room before its terminal event is folded, so that ending it does
-    // not end the client's stream.
-    this.streams.delete(from.room);
-    let status: AppendResult['status'] | 'unavailable';
-    try {
-      const res = await this.journal.append({
-        type: 'room.migrated',
-        room: from.room,
-        source: 'control',
-        eventId: `${from.room}:migrated`,
-        data: { toRoom: to, reason: `${engine} lost: ${reason}`, tokens: stream.tokens },
-      });
-      status = res.status;
-    } catch (err) {
-      log.error({ err, room: from.room }, 'could not journal room.migrated');
-      status = 'unavailable';
-    }
-    if (status !== 'applied') {
-      // It ended first (or the journal refused): the stream ends as the room did.
-      const now = this.rooms.get(from.room);
-      if (now && !isTerminal(now.state)) this.streams.set(from.room, stream);
-      else
-        stream.fail(
-          new RoomEndedError(
-            from.room,
-            'failed',
-            `lost with ${engine} and not migrated (${status})`,
-          ),
-        );
-      return;
-    }
-    await this.releaseLost(from.room, engine, incarnation);
-    if (next.maxTokens <= 0) {
-      stream.complete('length');
-      return;
-    }
-    log.warn({ room: from.room, to, engine, streamed: stream.tokens }, 'migrating room');
-    void this.redispatch(from, to, stream, next, engine, incarnation, reason);
-  }
-
-  /**
-   * A terminal room the lost engine never released: its pages went with its process, so the
-   * control plane journals the release for it — which lets the surviving engine free its side
-   * (no transfer can still be writing into it) and the room leave the live view.
-   */
-  private async releaseLost(room: string, engine: string, incarnation: string): Promise<void> {
-    const r = this.rooms.get(room);
-    if (!r || r.releasedBy.includes(engine)) return;
-    await this.journal
-      .append({
-        type: 'room.released',
-        room,
-        engine,
-        source: 'control',
-        eventId: `${room}:released:${engine}:${incarnation}`,
-        data: {},
-      })
-      .catch((err) =>
-        this.options.log.error({ err, room, engine }, 'could not release a lost engine’s room'),
-      );
-  }
-
-  /** Creates the migrated request's new room once a healthy pair (not the lost engine) is free. */
-  private async redispatch(
-    from: Room,
-    to: string,
-    stream: RoomStream,
-    next: RoomRequest,
-    engine: string,
-    incarnation: string,
-    reason: string,
-  ): Promise<void> {
-    const log = this.options.log;
-    const tokens = this.model.contextTokens(next.prompt, next.generated ?? '').length;
-    const freshMs = this.options.engineFreshMs ?? 3000;
-    const deadline = Date.now() + (this.options.migrationWaitMs ?? 15_000);
-    const usable = (s: EngineSession) => !(s.engine === engine && s.incarnation === incarnation);
-    for (;;) {
-      if (this.closing || stream.done) return;
-      if (stream.cancelled) {
-        // The client left while its request waited for a pair: nothing to continue.
-        stream.fail(new RoomEndedError(from.room, 'aborted', 'client_disconnect'));
-        return;
-      }
-      const prefill = this.registry.pick('prefill', freshMs, Date.now(), usable);
-      const decode = this.registry.pick('decode', freshMs, Date.now(), usable);
-      if (prefill && decode) {
-        stream.continueIn(to);
-        this.createRoom(stream, to, next, tokens, prefill, decode, {
-          source: 'migration',
-          migratedFrom: from.room,
-        });
-        return;
-      }
-      if (Date.now() > deadline) {
-        log.error({ room: from.room, to }, 'no healthy engine pair to migrate to');
-        this.journal
-          .append({
-            type: 'recovery.action',
-            room: from.room,
-            source: 'control',
-            data: {
-              action: 'migrate_room',
-              reason: `${engine} lost: ${reason}`,
-              outcome: `failed: no healthy engine pair within ${this.options.migrationWaitMs ?? 15_000} ms; ${to} never created`,
-            },
-          })
-          .catch(() => {});
-        stream.fail(
-          new ControlError(
-            'CONTROL_NO_ENGINES',
-            `room ${from.room} lost its engine and no healthy pair was free to continue it`,
-          ),
-        );
-        return;
-      }
-      await new Promise((r) => setTimeout(r, 50));
-    }
+  engineLost(engine: string, incarnation: string, reason: string): Promise<void> {
+    return this.migrator.engineLost(engine, incarnation, reason);
   }
 
   private abandon(room: string, prefill: EngineSession, decode: EngineSession, err: Error): void {

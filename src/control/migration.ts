@@ -1,0 +1,247 @@
+/**
+ * Migration: when an engine's process is gone (it exited, or came back as a new incarnation),
+ * every live room on it whose client is still reading continues on a healthy pair. The old room
+ * ends `migrated` and a new room takes the request's prompt plus the text already streamed, so
+ * the client's stream goes on unbroken. Past the migration limit the room fails instead
+ * (`migration_limit_reached`). Terminal rooms the lost engine never released are released for it.
+ *
+ * The control plane owns the rooms, streams and requests; this module reads them and asks the
+ * plane to create the continuation room through `MigrationHost`.
+ */
+import type { RoomRequest } from '../bus/protocol.ts';
+import type { ModelExecutor } from '../engine/model.ts';
+import { newRoomId } from '../journal/ids.ts';
+import type { Room } from '../journal/reducer.ts';
+import { isTerminal } from '../journal/states.ts';
+import type { AppendResult, JournalStore } from '../journal/store.ts';
+import type { Logger } from '../log.ts';
+import { ControlError } from './errors.ts';
+import type { EngineRegistry, EngineSession } from './registry.ts';
+import { RoomEndedError, type RoomStream } from './streams.ts';
+
+export interface MigrationOptions {
+  /** Migrations per request; 0 turns migration off. */
+  limit: number;
+  /** How long a migrating request waits for a healthy pair, in ms. */
+  waitMs: number;
+  /** An engine whose last heartbeat is older than this gets no new rooms, in ms. */
+  engineFreshMs: number;
+}
+
+/** What migration needs of the control plane. */
+export interface MigrationHost {
+  readonly journal: Pick<JournalStore, 'append'>;
+  readonly registry: EngineRegistry;
+  readonly model: ModelExecutor;
+  readonly log: Logger;
+  /** The live view of rooms, folded from committed events. */
+  readonly rooms: ReadonlyMap<string, Room>;
+  /** The client stream reading each room; migration moves a stream from one room to the next. */
+  readonly streams: Map<string, RoomStream>;
+  /** The request each live room serves. */
+  readonly requests: ReadonlyMap<string, RoomRequest>;
+  closing(): boolean;
+  /** Journals `room.created` for the continuation on the pair (the plane's own room creation). */
+  createRoom(
+    stream: RoomStream,
+    room: string,
+    request: RoomRequest,
+    promptTokens: number,
+    prefill: EngineSession,
+    decode: EngineSession,
+    o: { source: string; migratedFrom: string },
+  ): void;
+}
+
+/** One lost engine process: which engine, which incarnation of it, and why it is gone. */
+interface Loss {
+  engine: string;
+  incarnation: string;
+  reason: string;
+}
+
+export class Migrator {
+  constructor(
+    private readonly host: MigrationHost,
+    private readonly options: MigrationOptions,
+  ) {}
+
+  /**
+   * Moves the lost engine's live rooms whose clients still read, fails those past the limit, and
+   * releases its terminal rooms. Resolves once the migrations are journaled (the new rooms follow
+   * when a pair is free).
+   */
+  async engineLost(engine: string, incarnation: string, reason: string): Promise<void> {
+    const { host } = this;
+    if (host.closing()) return;
+    const loss: Loss = { engine, incarnation, reason };
+    const { limit } = this.options;
+    const moves: Array<Promise<unknown>> = [];
+    for (const r of host.rooms.values()) {
+      if (r.prefillEngine !== engine && r.decodeEngine !== engine) continue;
+      if (isTerminal(r.state)) {
+        moves.push(this.releaseLost(r.room, loss));
+        continue;
+      }
+      const stream = host.streams.get(r.room);
+      const request = host.requests.get(r.room);
+      if (limit === 0 || !stream || stream.done || !request || r.abortRequestedAt !== null)
+        continue;
+      if (stream.migrations >= limit) {
+        moves.push(
+          host.journal
+            .append({
+              type: 'room.failed',
+              room: r.room,
+              source: 'control',
+              eventId: `${r.room}:migration-limit`,
+              data: { reason: 'migration_limit_reached', stage: r.state, detectedBy: 'control' },
+            })
+            .catch((err) => host.log.error({ err, room: r.room }, 'could not fail a room')),
+        );
+        continue;
+      }
+      moves.push(this.migrate(r, stream, request, loss));
+    }
+    await Promise.all(moves);
+  }
+
+  private async migrate(
+    from: Room,
+    stream: RoomStream,
+    request: RoomRequest,
+    loss: Loss,
+  ): Promise<void> {
+    const { host } = this;
+    const to = newRoomId();
+    const next: RoomRequest = {
+      prompt: request.prompt,
+      maxTokens: request.maxTokens - stream.currentTokens,
+      generated: stream.text,
+    };
+    // The stream leaves the old room before its terminal event is folded, so that ending it does
+    // not end the client's stream.
+    host.streams.delete(from.room);
+    let status: AppendResult['status'] | 'unavailable';
+    try {
+      const res = await host.journal.append({
+        type: 'room.migrated',
+        room: from.room,
+        source: 'control',
+        eventId: `${from.room}:migrated`,
+        data: { toRoom: to, reason: `${loss.engine} lost: ${loss.reason}`, tokens: stream.tokens },
+      });
+      status = res.status;
+    } catch (err) {
+      host.log.error({ err, room: from.room }, 'could not journal room.migrated');
+      status = 'unavailable';
+    }
+    if (status !== 'applied') {
+      // It ended first (or the journal refused): the stream ends as the room did.
+      const now = host.rooms.get(from.room);
+      if (now && !isTerminal(now.state)) host.streams.set(from.room, stream);
+      else
+        stream.fail(
+          new RoomEndedError(
+            from.room,
+            'failed',
+            `lost with ${loss.engine} and not migrated (${status})`,
+          ),
+        );
+      return;
+    }
+    await this.releaseLost(from.room, loss);
+    if (next.maxTokens <= 0) {
+      stream.complete('length');
+      return;
+    }
+    host.log.warn(
+      { room: from.room, to, engine: loss.engine, streamed: stream.tokens },
+      'migrating room',
+    );
+    void this.redispatch(from, to, stream, next, loss);
+  }
+
+  /**
+   * A terminal room the lost engine never released: its pages went with its process, so the
+   * control plane journals the release for it — which lets the surviving engine free its side
+   * (no transfer can still be writing into it) and the room leave the live view.
+   */
+  private async releaseLost(room: string, loss: Loss): Promise<void> {
+    const { host } = this;
+    const r = host.rooms.get(room);
+    if (!r || r.releasedBy.includes(loss.engine)) return;
+    await host.journal
+      .append({
+        type: 'room.released',
+        room,
+        engine: loss.engine,
+        source: 'control',
+        eventId: `${room}:released:${loss.engine}:${loss.incarnation}`,
+        data: {},
+      })
+      .catch((err) =>
+        host.log.error(
+          { err, room, engine: loss.engine },
+          'could not release a lost engine’s room',
+        ),
+      );
+  }
+
+  /** Creates the migrated request's new room once a healthy pair (not the lost engine) is free. */
+  private async redispatch(
+    from: Room,
+    to: string,
+    stream: RoomStream,
+    next: RoomRequest,
+    loss: Loss,
+  ): Promise<void> {
+    const { host } = this;
+    const { engineFreshMs, waitMs } = this.options;
+    const tokens = host.model.contextTokens(next.prompt, next.generated ?? '').length;
+    const deadline = Date.now() + waitMs;
+    const usable = (s: EngineSession) =>
+      !(s.engine === loss.engine && s.incarnation === loss.incarnation);
+    for (;;) {
+      if (host.closing() || stream.done) return;
+      if (stream.cancelled) {
+        // The client left while its request waited for a pair: nothing to continue.
+        stream.fail(new RoomEndedError(from.room, 'aborted', 'client_disconnect'));
+        return;
+      }
+      const prefill = host.registry.pick('prefill', engineFreshMs, Date.now(), usable);
+      const decode = host.registry.pick('decode', engineFreshMs, Date.now(), usable);
+      if (prefill && decode) {
+        stream.continueIn(to);
+        host.createRoom(stream, to, next, tokens, prefill, decode, {
+          source: 'migration',
+          migratedFrom: from.room,
+        });
+        return;
+      }
+      if (Date.now() > deadline) {
+        host.log.error({ room: from.room, to }, 'no healthy engine pair to migrate to');
+        host.journal
+          .append({
+            type: 'recovery.action',
+            room: from.room,
+            source: 'control',
+            data: {
+              action: 'migrate_room',
+              reason: `${loss.engine} lost: ${loss.reason}`,
+              outcome: `failed: no healthy engine pair within ${waitMs} ms; ${to} never created`,
+            },
+          })
+          .catch(() => {});
+        stream.fail(
+          new ControlError(
+            'CONTROL_NO_ENGINES',
+            `room ${from.room} lost its engine and no healthy pair was free to continue it`,
+          ),
+        );
+        return;
+      }
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+}
