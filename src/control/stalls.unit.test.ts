@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { EngineMessage } from '../bus/protocol.ts';
+import { engineSession } from '../../test/helpers/engine-session.ts';
 import type { EventType } from '../journal/events.ts';
 import { type Room, reduce } from '../journal/reducer.ts';
 import type { EngineSession } from './registry.ts';
@@ -7,54 +7,12 @@ import { DEFAULT_STALL_POLICY, findStalls } from './stalls.ts';
 
 const NOW = 1_000_000;
 
-function session(
+const session = (
   engine: string,
   role: 'prefill' | 'decode',
   over: Partial<EngineSession> = {},
   queues: Record<string, number> = {},
-): EngineSession {
-  const heartbeat: EngineMessage<'heartbeat'> = {
-    ticks: { bus: 1, work: 1, transfer: 1 },
-    queues,
-    freePages: 10,
-    rooms: 0,
-    lastSeq: 0,
-    state: 'ready',
-  };
-  return {
-    engine,
-    role,
-    incarnation: `${engine}-a`,
-    pid: 1,
-    peer: Buffer.from(engine) as unknown as EngineSession['peer'],
-    pool: `/pdctl-${engine}`,
-    epoch: 1,
-    pages: 10,
-    pageBytes: 4096,
-    faultInjection: false,
-    connectedAt: NOW - 60_000,
-    lastSeen: NOW - 100,
-    heartbeat,
-    beats: 100,
-    liveRooms: 0,
-    live: true,
-    owedSeq: 0,
-    behindSince: 0,
-    transferMovedAt: NOW - 100,
-    workMovedAt: NOW - 100,
-    progressAt: NOW - 100,
-    canaryFailures: 0,
-    canaryFailingSince: 0,
-    canaryReason: '',
-    session: 1,
-    nextN: 1,
-    broken: false,
-    sentSeq: 0,
-    lastDelivered: 0,
-    buffer: [],
-    ...over,
-  };
-}
+) => engineSession(engine, role, over, queues, NOW);
 
 /** A room folded by the real reducer through `steps`, the last of them at `at`. */
 function room(id: string, steps: EventType[], at: number): Room {
