@@ -1,4 +1,4 @@
-/** What the benchmark scripts share: their flags, progress on stderr, and percentiles. */
+/** What the benchmark scripts share: their flags, progress on stderr, percentiles, open-loop load. */
 
 export const argv = process.argv.slice(2);
 /** `--json`: print one JSON object with stable keys instead of a table. */
@@ -19,4 +19,25 @@ export function say(s: string): void {
 export function percentile(sorted: ArrayLike<number>, p: number): number {
   if (sorted.length === 0) return Number.NaN;
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] as number;
+}
+
+/**
+ * Calls `send(i, due)` for request i at its due time, `rate` a second for `seconds`, without
+ * waiting for answers; resolves when every returned promise has settled.
+ */
+export async function atRate(
+  rate: number,
+  seconds: number,
+  send: (i: number, due: number) => Promise<void>,
+): Promise<void> {
+  const t0 = performance.now();
+  const total = Math.round(rate * seconds);
+  const pending: Array<Promise<void>> = [];
+  for (let i = 0; i < total; i++) {
+    const due = t0 + (i * 1000) / rate;
+    const wait = due - performance.now();
+    if (wait > 1) await new Promise((r) => setTimeout(r, wait));
+    pending.push(send(i, due));
+  }
+  await Promise.all(pending);
 }

@@ -2,9 +2,11 @@
  * The HTTP load generator of `bench:serve`, in a process of its own so that the server's event
  * loop carries only the API and the control plane (the client's parsing and bookkeeping are not
  * the HTTP layer's overhead). Keep-alive connections, one request at a time on each, as a load
- * tool such as wrk does. Driven over IPC: one job in, one result out, until disconnected.
+ * tool such as wrk does; or, with `rate`, requests sent on a fixed schedule whatever the answers
+ * (an open loop, as users arrive). Driven over IPC: one job in, one result out, until disconnected.
  */
 import { Agent, request } from 'node:http';
+import { atRate } from './args.ts';
 
 export interface ClientJob {
   base: string;
@@ -14,6 +16,11 @@ export interface ClientJob {
   maxTokens: number;
   /** `complete`: time to the whole JSON answer; `stream`: time to the first token's chunk. */
   mode: 'complete' | 'stream';
+  /**
+   * Requests per second on a fixed schedule instead of `connections` closed loops. Each time is
+   * measured from when its request was due, so a server that falls behind shows it.
+   */
+  rate?: number;
 }
 
 export interface ClientResult {
@@ -27,7 +34,8 @@ export interface ClientResult {
 
 const prompt = (i: number) => `the harbor keeps ${i % 97} lanterns lit across the quiet water`;
 
-function one(job: ClientJob, agent: Agent, i: number): Promise<number> {
+/** Sends request `i`; resolves with ms from `t` (default: now) to the answer or first token. */
+function one(job: ClientJob, agent: Agent, i: number, t = performance.now()): Promise<number> {
   const url = new URL('/v1/completions', job.base);
   const body = JSON.stringify({
     model: job.model,
@@ -35,7 +43,6 @@ function one(job: ClientJob, agent: Agent, i: number): Promise<number> {
     max_tokens: job.maxTokens,
     stream: job.mode === 'stream',
   });
-  const t = performance.now();
   return new Promise((resolve, reject) => {
     const req = request(
       url,
@@ -71,24 +78,30 @@ function one(job: ClientJob, agent: Agent, i: number): Promise<number> {
 }
 
 async function run(job: ClientJob): Promise<ClientResult> {
-  const agent = new Agent({ keepAlive: true, maxSockets: job.connections });
+  const agent = new Agent({ keepAlive: true, maxSockets: job.rate ? 256 : job.connections });
   const ms: number[] = [];
   let errors = 0;
   let firstError: string | null = null;
+  const record = (p: Promise<number>) =>
+    p.then(
+      (t) => void ms.push(t),
+      (err: Error) => {
+        errors++;
+        firstError ??= err.message;
+      },
+    );
   const t0 = performance.now();
   const end = t0 + job.seconds * 1000;
-  await Promise.all(
-    Array.from({ length: job.connections }, async (_, c) => {
-      for (let i = 0; performance.now() < end; i++) {
-        try {
-          ms.push(await one(job, agent, c * 100_000 + i));
-        } catch (err) {
-          errors++;
-          firstError ??= (err as Error).message;
-        }
-      }
-    }),
-  );
+  if (job.rate) {
+    await atRate(job.rate, job.seconds, (i, due) => record(one(job, agent, i, due)));
+  } else {
+    await Promise.all(
+      Array.from({ length: job.connections }, async (_, c) => {
+        for (let i = 0; performance.now() < end; i++)
+          await record(one(job, agent, c * 100_000 + i));
+      }),
+    );
+  }
   const rps = ms.length / ((performance.now() - t0) / 1000);
   agent.destroy();
   ms.sort((a, b) => a - b);

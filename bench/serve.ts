@@ -4,7 +4,10 @@
  * (the baseline, measured in the same run), and time to first token for streaming requests. Model
  * compute near zero, so the figures are the control plane's, the journal's and HTTP's. The HTTP
  * load comes from a client process of its own (serve-client.ts), as it would in production; the
- * server's CPU per request is measured in the server's process.
+ * server's CPU per request is measured in the server's process. Closed loops at 1, 16 and 64
+ * connections saturate two cores from 16 on, where latency is queueing; so the same comparison
+ * also runs open-loop at a fixed rate, a quarter and a half of submit()'s 16-connection
+ * throughput, where it is what each request costs.
  *
  *   npm run bench:serve                    # a table
  *   npm run bench:serve -- --json          # one JSON object with stable keys
@@ -19,7 +22,7 @@ import { Canary } from '../src/control/canary.ts';
 import { startStack } from '../src/control/stack.ts';
 import type { Durability } from '../src/journal/sqlite/open.ts';
 import { silentLogger } from '../src/log.ts';
-import { asJson, flag, percentile, say } from './args.ts';
+import { asJson, atRate, flag, percentile, say } from './args.ts';
 import type { ClientJob, ClientResult } from './serve-client.ts';
 
 const SECONDS = Number(flag('--seconds', '3'));
@@ -67,8 +70,36 @@ async function loadSubmit(connections: number): Promise<Cell> {
   };
 }
 
-/** The same load over HTTP, from the client process. */
-async function loadHttp(connections: number, mode: ClientJob['mode']): Promise<Cell> {
+/** `submit()` at `rate` requests/s on a fixed schedule; times count from when each was due. */
+async function loadSubmitAtRate(rate: number): Promise<Cell> {
+  const cpu0 = process.cpuUsage();
+  const ms: number[] = [];
+  let errors = 0;
+  const t0 = performance.now();
+  await atRate(rate, SECONDS, async (i, due) => {
+    try {
+      await control.submit({ prompt: prompt(i), maxTokens: MAX_TOKENS }).result;
+      ms.push(performance.now() - due);
+    } catch {
+      errors++;
+    }
+  });
+  const cpu = process.cpuUsage(cpu0);
+  ms.sort((a, b) => a - b);
+  return {
+    rps: ms.length / ((performance.now() - t0) / 1000),
+    ms,
+    errors,
+    cpuMsPerRequest: (cpu.user + cpu.system) / 1000 / Math.max(1, ms.length),
+  };
+}
+
+/** The same load over HTTP, from the client process: `connections` closed loops, or `rate`. */
+async function loadHttp(
+  connections: number,
+  mode: ClientJob['mode'],
+  rate?: number,
+): Promise<Cell> {
   const cpu0 = process.cpuUsage();
   const job: ClientJob = {
     base,
@@ -77,6 +108,7 @@ async function loadHttp(connections: number, mode: ClientJob['mode']): Promise<C
     seconds: SECONDS,
     maxTokens: MAX_TOKENS,
     mode,
+    ...(rate ? { rate } : {}),
   };
   const r = await new Promise<ClientResult>((resolve, reject) => {
     client.once('message', (m) => resolve(m as ClientResult));
@@ -136,7 +168,21 @@ interface Row {
   ttftP99Ms: number;
   errors: number;
 }
+/** Open loop: requests/s offered, and what HTTP adds to a request at that load. */
+interface RateRow {
+  offeredRps: number;
+  /** Of submit()'s closed-loop throughput at 16 connections in this run. */
+  load: number;
+  httpP50Ms: number;
+  httpP99Ms: number;
+  submitP50Ms: number;
+  submitP99Ms: number;
+  addedP50Ms: number;
+  addedCpuMsPerRequest: number;
+  errors: number;
+}
 const rows: Row[] = [];
+const rateRows: RateRow[] = [];
 try {
   await loadSubmit(16); // warm up
   await loadHttp(16, 'complete');
@@ -161,6 +207,26 @@ try {
       errors: h.errors + s.errors + f.errors,
     });
   }
+  const capacity = rows.find((r) => r.connections === 16)?.submitRps ?? 0;
+  for (const load of [0.25, 0.5]) {
+    const rate = Math.max(1, Math.round(capacity * load));
+    say(
+      `${rate} req/s offered (${load * 100}% of submit() at 16 connections): submit(), then HTTP …`,
+    );
+    const s = await loadSubmitAtRate(rate);
+    const h = await loadHttp(1, 'complete', rate);
+    rateRows.push({
+      offeredRps: rate,
+      load,
+      httpP50Ms: r2(percentile(h.ms, 50)),
+      httpP99Ms: r2(percentile(h.ms, 99)),
+      submitP50Ms: r2(percentile(s.ms, 50)),
+      submitP99Ms: r2(percentile(s.ms, 99)),
+      addedP50Ms: r2(percentile(h.ms, 50) - percentile(s.ms, 50)),
+      addedCpuMsPerRequest: r2(h.cpuMsPerRequest - s.cpuMsPerRequest),
+      errors: h.errors + s.errors,
+    });
+  }
 } finally {
   client.disconnect();
   await app.close();
@@ -171,7 +237,7 @@ try {
 
 if (asJson) {
   process.stdout.write(
-    `${JSON.stringify({ bench: 'serve', cores: cpus().length, node: process.version, durability: DURABILITY, seconds: SECONDS, maxTokens: MAX_TOKENS, rows }, null, 2)}\n`,
+    `${JSON.stringify({ bench: 'serve', cores: cpus().length, node: process.version, durability: DURABILITY, seconds: SECONDS, maxTokens: MAX_TOKENS, rows, fixedRate: rateRows }, null, 2)}\n`,
   );
 } else {
   process.stdout.write(
@@ -187,6 +253,17 @@ if (asJson) {
       ),
       '',
       "HTTP added CPU: the server process's CPU per HTTP request minus per submit() request (the client's is its own process's).",
+      '',
+      "Open loop: requests sent on a fixed schedule whatever the answers, at a quarter and a half of submit()'s closed-loop throughput at 16",
+      'connections in this run; each time counts from when its request was due.',
+      '',
+      '| offered req/s | load | HTTP p50 ms | HTTP p99 ms | submit() p50 ms | submit() p99 ms | HTTP added p50 ms | HTTP added CPU ms/req | errors |',
+      '|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+      ...rateRows.map(
+        (r) =>
+          `| ${r.offeredRps} | ${r.load} | ${r.httpP50Ms} | ${r.httpP99Ms} | ${r.submitP50Ms} | ${r.submitP99Ms} | ${r.addedP50Ms} | ${r.addedCpuMsPerRequest} | ${r.errors} |`,
+      ),
+      '',
       'Target: HTTP + journal add under 2 ms p50 per request over in-process submit().',
       '',
     ].join('\n'),
