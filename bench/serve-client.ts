@@ -30,6 +30,8 @@ export interface ClientResult {
   errors: number;
   /** The first error seen, for the log. */
   firstError: string | null;
+  /** This (the client's) process's CPU per answered request, ms: what HTTP costs its caller. */
+  cpuMsPerRequest: number;
 }
 
 const prompt = (i: number) => `the harbor keeps ${i % 97} lanterns lit across the quiet water`;
@@ -90,6 +92,7 @@ async function run(job: ClientJob): Promise<ClientResult> {
         firstError ??= err.message;
       },
     );
+  const cpu0 = process.cpuUsage();
   const t0 = performance.now();
   const end = t0 + job.seconds * 1000;
   if (job.rate) {
@@ -104,8 +107,10 @@ async function run(job: ClientJob): Promise<ClientResult> {
   }
   const rps = ms.length / ((performance.now() - t0) / 1000);
   agent.destroy();
+  const cpu = process.cpuUsage(cpu0);
   ms.sort((a, b) => a - b);
-  return { ms, rps, errors, firstError };
+  const cpuMsPerRequest = (cpu.user + cpu.system) / 1000 / Math.max(1, ms.length);
+  return { ms, rps, errors, firstError, cpuMsPerRequest };
 }
 
 process.on('message', (job: ClientJob) => {

@@ -38,6 +38,8 @@ interface Cell {
   errors: number;
   /** This (the server's) process's CPU per request: API and control plane. */
   cpuMsPerRequest: number;
+  /** The HTTP client process's CPU per request (0 for submit(), whose caller is in-process). */
+  clientCpuMsPerRequest: number;
 }
 
 /** The in-process baseline: `submit()` from `connections` loops, one request at a time each. */
@@ -67,6 +69,7 @@ async function loadSubmit(connections: number): Promise<Cell> {
     ms,
     errors,
     cpuMsPerRequest: (cpu.user + cpu.system) / 1000 / Math.max(1, ms.length),
+    clientCpuMsPerRequest: 0,
   };
 }
 
@@ -91,6 +94,7 @@ async function loadSubmitAtRate(rate: number): Promise<Cell> {
     ms,
     errors,
     cpuMsPerRequest: (cpu.user + cpu.system) / 1000 / Math.max(1, ms.length),
+    clientCpuMsPerRequest: 0,
   };
 }
 
@@ -123,6 +127,7 @@ async function loadHttp(
     ms: r.ms,
     errors: r.errors,
     cpuMsPerRequest: (cpu.user + cpu.system) / 1000 / Math.max(1, r.ms.length),
+    clientCpuMsPerRequest: r.cpuMsPerRequest,
   };
 }
 
@@ -164,6 +169,7 @@ interface Row {
   submitP99Ms: number;
   addedP50Ms: number;
   addedCpuMsPerRequest: number;
+  clientCpuMsPerRequest: number;
   ttftP50Ms: number;
   ttftP99Ms: number;
   errors: number;
@@ -179,6 +185,7 @@ interface RateRow {
   submitP99Ms: number;
   addedP50Ms: number;
   addedCpuMsPerRequest: number;
+  clientCpuMsPerRequest: number;
   errors: number;
 }
 const rows: Row[] = [];
@@ -202,6 +209,7 @@ try {
       submitP99Ms: r2(percentile(s.ms, 99)),
       addedP50Ms: r2(percentile(h.ms, 50) - percentile(s.ms, 50)),
       addedCpuMsPerRequest: r2(h.cpuMsPerRequest - s.cpuMsPerRequest),
+      clientCpuMsPerRequest: r2(h.clientCpuMsPerRequest),
       ttftP50Ms: r2(percentile(f.ms, 50)),
       ttftP99Ms: r2(percentile(f.ms, 99)),
       errors: h.errors + s.errors + f.errors,
@@ -224,6 +232,7 @@ try {
       submitP99Ms: r2(percentile(s.ms, 99)),
       addedP50Ms: r2(percentile(h.ms, 50) - percentile(s.ms, 50)),
       addedCpuMsPerRequest: r2(h.cpuMsPerRequest - s.cpuMsPerRequest),
+      clientCpuMsPerRequest: r2(h.clientCpuMsPerRequest),
       errors: h.errors + s.errors,
     });
   }
@@ -245,23 +254,23 @@ if (asJson) {
       `pdctl serve benchmark — ${cpus().length} cores, node ${process.version}, durability ${DURABILITY}, ${SECONDS}s per cell, ${MAX_TOKENS} tokens per completion,`,
       'near-zero model compute, 1 prefill + 1 decode engine; API and control plane in one process, the HTTP client in another. Baseline: submit() in-process.',
       '',
-      '| connections | HTTP req/s | submit() req/s | ratio | HTTP p50 ms | HTTP p99 ms | submit() p50 ms | submit() p99 ms | HTTP added p50 ms | HTTP added CPU ms/req | TTFT p50 ms | TTFT p99 ms | errors |',
-      '|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+      '| connections | HTTP req/s | submit() req/s | ratio | HTTP p50 ms | HTTP p99 ms | submit() p50 ms | submit() p99 ms | HTTP added p50 ms | HTTP added CPU ms/req | client CPU ms/req | TTFT p50 ms | TTFT p99 ms | errors |',
+      '|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
       ...rows.map(
         (r) =>
-          `| ${r.connections} | ${r.httpRps} | ${r.submitRps} | ${r.rpsRatio} | ${r.httpP50Ms} | ${r.httpP99Ms} | ${r.submitP50Ms} | ${r.submitP99Ms} | ${r.addedP50Ms} | ${r.addedCpuMsPerRequest} | ${r.ttftP50Ms} | ${r.ttftP99Ms} | ${r.errors} |`,
+          `| ${r.connections} | ${r.httpRps} | ${r.submitRps} | ${r.rpsRatio} | ${r.httpP50Ms} | ${r.httpP99Ms} | ${r.submitP50Ms} | ${r.submitP99Ms} | ${r.addedP50Ms} | ${r.addedCpuMsPerRequest} | ${r.clientCpuMsPerRequest} | ${r.ttftP50Ms} | ${r.ttftP99Ms} | ${r.errors} |`,
       ),
       '',
-      "HTTP added CPU: the server process's CPU per HTTP request minus per submit() request (the client's is its own process's).",
+      "HTTP added CPU: the server process's CPU per HTTP request minus per submit() request. Client CPU: the HTTP client process's, on the same cores.",
       '',
       "Open loop: requests sent on a fixed schedule whatever the answers, at a quarter and a half of submit()'s closed-loop throughput at 16",
       'connections in this run; each time counts from when its request was due.',
       '',
-      '| offered req/s | load | HTTP p50 ms | HTTP p99 ms | submit() p50 ms | submit() p99 ms | HTTP added p50 ms | HTTP added CPU ms/req | errors |',
-      '|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+      '| offered req/s | load | HTTP p50 ms | HTTP p99 ms | submit() p50 ms | submit() p99 ms | HTTP added p50 ms | HTTP added CPU ms/req | client CPU ms/req | errors |',
+      '|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
       ...rateRows.map(
         (r) =>
-          `| ${r.offeredRps} | ${r.load} | ${r.httpP50Ms} | ${r.httpP99Ms} | ${r.submitP50Ms} | ${r.submitP99Ms} | ${r.addedP50Ms} | ${r.addedCpuMsPerRequest} | ${r.errors} |`,
+          `| ${r.offeredRps} | ${r.load} | ${r.httpP50Ms} | ${r.httpP99Ms} | ${r.submitP50Ms} | ${r.submitP99Ms} | ${r.addedP50Ms} | ${r.addedCpuMsPerRequest} | ${r.clientCpuMsPerRequest} | ${r.errors} |`,
       ),
       '',
       'Target: HTTP + journal add under 2 ms p50 per request over in-process submit().',
