@@ -9,7 +9,7 @@ import { ApiMetrics } from '../src/api/metrics.ts';
 import { Canary } from '../src/control/canary.ts';
 import type { Stack } from '../src/control/stack.ts';
 import { silentLogger } from '../src/log.ts';
-import { startTestStack, waitFor } from './helpers/stack.ts';
+import { fillJournal, startTestStack, waitFor } from './helpers/stack.ts';
 
 async function api(
   stack: Stack,
@@ -127,25 +127,7 @@ describe('operator routes and admission', () => {
 
     // A journal that cannot grow (a full disk) fails commits; the API then refuses new work.
     const journal = stack.control.journal;
-    await journal.limitPagesForDrill(journal.pageCount());
-    // Fill the last pages with operator records until a commit fails, as a full disk would. (Not
-    // with requests: a room created just before the disk fills could not progress afterwards.)
-    for (const size of [400, 1]) {
-      let failed = false;
-      for (let i = 0; i < 2000 && !failed; i++) {
-        failed = await journal
-          .append({
-            type: 'recovery.action',
-            source: 'test',
-            data: { action: 'fill', reason: 'x'.repeat(size), outcome: String(i) },
-          })
-          .then(
-            () => false,
-            () => true,
-          );
-      }
-      expect(failed).toBe(true);
-    }
+    await fillJournal(journal);
     expect(journal.health().writable).toBe(false);
     const rooms = (await journal.stats()).rooms;
     const again = await app.inject(completion());

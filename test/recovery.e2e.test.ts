@@ -1,6 +1,7 @@
 /**
  * Recovery: the watchdog fails a room that overstays its state (here: a decode engine frozen with
- * SIGSTOP), naming the stage; startup replay fails rooms a dead control plane left in flight;
+ * SIGSTOP), naming the stage, and answers the client even while the journal cannot record the
+ * failure; startup replay fails rooms a dead control plane left in flight;
  * engines whose history the journal does not have rejoin fresh; and the escalation ladder takes a
  * stalled engine from an in-place reset to a restart. Each step is journaled with what and why.
  */
@@ -12,7 +13,14 @@ import { RoomEndedError } from '../src/control/streams.ts';
 import { SqliteJournal } from '../src/journal/sqlite/journal.ts';
 import { silentLogger } from '../src/log.ts';
 import { EngineSupervisor } from '../src/recovery/supervisor.ts';
-import { collect, poolsFull, prompt, startTestStack, waitFor } from './helpers/stack.ts';
+import {
+  collect,
+  fillJournal,
+  poolsFull,
+  prompt,
+  startTestStack,
+  waitFor,
+} from './helpers/stack.ts';
 import { tempDir } from './helpers/tmp.ts';
 
 describe('recovery', () => {
@@ -56,6 +64,44 @@ describe('recovery', () => {
     expect(next.error).toBeNull();
     const done = Date.now();
     await waitFor('pools back to capacity', () => poolsFull(control, done));
+  });
+
+  it('a room overdue while the journal cannot be written: its client is answered at once, the journal records the failure once it can', async () => {
+    // Decoding takes ~10 s (200 tokens at 50 ms); its deadline is 1.5 s.
+    const { control, watchdog } = await startTestStack({
+      deadlinesMs: { decoding: 1500 },
+      engineArgs: ['--decode-us-per-token', '50000'],
+    });
+    const stream = control.submit({ prompt: prompt(1, 10), maxTokens: 200 });
+    const out = collect(stream);
+    await waitFor('the room decoding', () => control.rooms.get(stream.room)?.state === 'decoding');
+    const decodingSince = control.rooms.get(stream.room)?.stateSince as number;
+    await fillJournal(control.journal);
+    expect(control.journal.health().writable).toBe(false);
+
+    const { error } = await out;
+    const answeredAt = Date.now();
+    expect(error).toBeInstanceOf(RoomEndedError);
+    expect(error).toMatchObject({ state: 'unavailable' });
+    expect(error?.message).toMatch(
+      /decoding overstayed its 1500 ms deadline and the journal cannot record that now/,
+    );
+    // Answered within a few watchdog ticks of the deadline, not when the journal came back.
+    expect(answeredAt - decodingSince).toBeLessThan(1500 + 2000);
+    expect(watchdog.stats.endedUnrecorded).toBe(1);
+    expect((await control.journal.timeline(stream.room)).room?.state).toBe('decoding');
+
+    await control.journal.limitPagesForDrill(null);
+    await waitFor(
+      'the failure journaled once the journal takes writes',
+      async () => (await control.journal.timeline(stream.room)).room?.state === 'failed',
+    );
+    expect((await control.journal.timeline(stream.room)).room).toMatchObject({
+      reason: 'deadline_exceeded',
+      failedStage: 'decoding',
+      detectedBy: 'watchdog',
+    });
+    expect(watchdog.stats.endedUnrecorded).toBe(1);
   });
 
   it('a restarted control plane fails the rooms the previous one left in flight', async () => {

@@ -549,6 +549,20 @@ export class ControlPlane {
     this.streams.delete(room);
   }
 
+  /**
+   * Ends the client's stream of a room whose end the journal cannot record now (it refuses
+   * writes): the client gets an answer within the room's deadline instead of waiting out the
+   * outage. The room itself ends in the journal once it accepts writes again (the watchdog keeps
+   * trying). False when no client is reading the room.
+   */
+  endUnrecorded(room: string, reason: string): boolean {
+    const stream = this.streams.get(room);
+    if (!stream) return false;
+    this.streams.delete(room);
+    stream.fail(new RoomEndedError(room, 'unavailable', reason));
+    return true;
+  }
+
   /** Appends the AbortReq; engines stop and release, then the room is marked aborted. */
   abort(room: string, reason: string, source = 'api'): Promise<AppendResult> {
     return this.journal.append({ type: 'room.abort_requested', room, source, data: { reason } });

@@ -3,7 +3,9 @@
  * a room that overstays is failed — `room.failed` with `reason: deadline_exceeded`, the `stage` it
  * was stuck in and `detectedBy: watchdog` — and the action is journaled as `recovery.action` with
  * how late it was noticed. Engines free the room's pages when the failure reaches them. So every
- * room reaches a terminal state in bounded time, whatever else fails.
+ * room reaches a terminal state in bounded time, whatever else fails. While the journal refuses
+ * writes the failure cannot be recorded: the client's stream is ended at once all the same (503,
+ * `room_unavailable`), and the failure is appended again every tick until the journal takes it.
  */
 import type { ControlPlane } from '../control/control-plane.ts';
 import type { Room } from '../journal/reducer.ts';
@@ -15,13 +17,15 @@ export interface WatchdogStats {
   failed: number;
   /** The last detection delay: deadline passed → noticed, in ms. */
   lastDetectMs: number | null;
+  /** Clients answered for an overdue room whose failure the journal could not take at the time. */
+  endedUnrecorded: number;
 }
 
 export class Watchdog {
   private timer: NodeJS.Timeout | null = null;
   /** Rooms whose failure was appended and not yet seen committed. */
   private readonly failing = new Set<string>();
-  readonly stats: WatchdogStats = { ticks: 0, failed: 0, lastDetectMs: null };
+  readonly stats: WatchdogStats = { ticks: 0, failed: 0, lastDetectMs: null, endedUnrecorded: 0 };
   private unjournaledLoggedAt = 0;
   private unjournaledNotLogged = 0;
 
@@ -97,6 +101,15 @@ export class Watchdog {
         }),
       )
       .catch((err) => {
+        // The client is not kept waiting for the journal to come back.
+        if (
+          this.control.endUnrecorded(
+            room.room,
+            `${room.state} overstayed its ${allowed} ms deadline and the journal cannot record that now (${(err as Error).message}); it will be failed in the journal once it can be written`,
+          )
+        ) {
+          this.stats.endedUnrecorded++;
+        }
         // While the journal is down every tick fails again: one line per 5 s, with the count.
         const at = Date.now();
         if (at - this.unjournaledLoggedAt < 5000) {

@@ -45,6 +45,31 @@ export async function collect(
   }
 }
 
+/**
+ * Makes the journal unwritable as a full disk would: it may not grow past its current pages, and
+ * operator records fill those until a commit fails. (Not requests: a room created just before the
+ * disk fills could not progress afterwards.) `journal.limitPagesForDrill(null)` gives room again.
+ */
+export async function fillJournal(journal: ControlPlane['journal']): Promise<void> {
+  await journal.limitPagesForDrill(journal.pageCount());
+  for (const size of [400, 1]) {
+    let failed = false;
+    for (let i = 0; i < 2000 && !failed; i++) {
+      failed = await journal
+        .append({
+          type: 'recovery.action',
+          source: 'test',
+          data: { action: 'fill', reason: 'x'.repeat(size), outcome: String(i) },
+        })
+        .then(
+          () => false,
+          () => true,
+        );
+    }
+    if (!failed) throw new Error('the journal still took writes after 2000 records');
+  }
+}
+
 export async function waitFor(
   what: string,
   check: () => boolean | Promise<boolean>,
