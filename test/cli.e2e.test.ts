@@ -4,6 +4,7 @@ import { copyFileSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import Database from 'better-sqlite3';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { SqliteJournal } from '../src/journal/sqlite/journal.ts';
+import { headVersion } from '../src/journal/sqlite/migrate.ts';
 import { lifecycle } from './helpers/events.ts';
 import { pdctl, spawnTs } from './helpers/spawn.ts';
 import { tempDir } from './helpers/tmp.ts';
@@ -89,6 +90,36 @@ describe('pdctl on a synthetic journal', () => {
     expect(human.stdout).toMatch(/per minute/);
   });
 
+  it('leaves the health canary out of room listings unless asked, and says so', async () => {
+    const path = `${dir}/origins.db`;
+    const j = await SqliteJournal.open({ path, durability: 'process' });
+    for (const [room, source] of [
+      ['r-client', 'api'],
+      ['r-canary', 'canary'],
+    ] as const) {
+      await j.append({
+        type: 'room.created',
+        room,
+        source,
+        data: { prefillEngine: 'p0', decodeEngine: 'd0' },
+      });
+    }
+    await j.drain();
+    const human = await pdctl(['rooms', '--journal', path]);
+    expect(human.code, human.stderr).toBe(0);
+    expect(human.stdout).toMatch(/r-client +created .* api/);
+    expect(human.stdout).not.toMatch(/r-canary/);
+    expect(human.stdout).toMatch(/canary rooms not shown: --origin all/);
+    const rooms = async (...args: string[]) =>
+      json<{ rooms: Array<{ room: string; origin: string }> }>(
+        (await pdctl(['rooms', '--journal', path, '--json', ...args])).stdout,
+      ).rooms.map((r) => `${r.room}:${r.origin}`);
+    expect(await rooms('--origin', 'all')).toEqual(['r-canary:canary', 'r-client:api']);
+    expect(await rooms('--origin', 'canary')).toEqual(['r-canary:canary']);
+    const one = await pdctl(['room', 'r-canary', '--journal', path]);
+    expect(one.stdout).toMatch(/origin +canary/);
+  });
+
   it('tails events with filters', async () => {
     const r = await pdctl(['journal', 'tail', '--type', 'room.failed', '-n', '5', ...J, '--json']);
     const lines = r.stdout
@@ -143,6 +174,7 @@ describe('pdctl refuses bad input with a clear message and the right exit code',
     [['rooms', '--state', 'stuck'], /unknown state "stuck"; states are: created/],
     [['rooms', '--since', 'yesterday'], /invalid time "yesterday"/],
     [['rooms', '--limit', '0'], /--limit must be an integer/],
+    [['rooms', '--origin', 'a b'], /--origin must be "all" or a comma-separated list/],
     [['journal', 'prune', '--older-than', 'a week'], /invalid --older-than/],
     [['journal', 'tail', '--type', 'room.nope'], /unknown event type "room.nope"/],
     [['journal', 'synth', '--rooms', 'many'], /--rooms must be an integer/],
@@ -278,17 +310,33 @@ describe('one writer per journal', () => {
 
 describe('pdctl journal migrate', () => {
   it('upgrades an older journal in place, after readers asked for it', async () => {
-    const path = `${dir}/old.db`;
-    new Database(path).close(); // an empty SQLite file: schema 0
-    const refused = await pdctl(['rooms', '--journal', path]);
-    expect(refused.code).toBe(3);
-    expect(refused.stderr).toContain(`pdctl journal migrate --journal ${path}`);
-    const r = await pdctl(['journal', 'migrate', '--journal', path]);
-    expect(r.code, r.stderr).toBe(0);
-    expect(r.stdout).toMatch(/schema 0 → 1/);
-    expect((await pdctl(['journal', 'verify', '--journal', path])).code).toBe(0);
-    const again = await pdctl(['journal', 'migrate', '--journal', path]);
-    expect(again.stdout).toMatch(/nothing to do/);
+    const head = headVersion();
+    // An empty SQLite file (schema 0), and the frozen journal of schema 1 with its rooms.
+    const empty = `${dir}/empty.db`;
+    new Database(empty).close();
+    const old = `${dir}/old.db`;
+    copyFileSync(new URL('./fixtures/journal-schema-0001.db', import.meta.url).pathname, old);
+    for (const [path, from] of [
+      [empty, 0],
+      [old, 1],
+    ] as const) {
+      const refused = await pdctl(['rooms', '--journal', path]);
+      expect(refused.code).toBe(3);
+      expect(refused.stderr).toContain(`pdctl journal migrate --journal ${path}`);
+      const r = await pdctl(['journal', 'migrate', '--journal', path]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stdout).toContain(`schema ${from} → ${head}`);
+      expect((await pdctl(['journal', 'verify', '--journal', path])).code).toBe(0);
+      const again = await pdctl(['journal', 'migrate', '--journal', path]);
+      expect(again.stdout).toMatch(/nothing to do/);
+    }
+    // Schema 2 took each room's origin from its room.created.
+    const rooms = json<{ rooms: Array<{ origin: string }> }>(
+      (await pdctl(['rooms', '--journal', old, '--origin', 'all', '--limit', '1000', '--json']))
+        .stdout,
+    ).rooms;
+    expect(rooms.length).toBe(60);
+    expect(new Set(rooms.map((r) => r.origin))).toEqual(new Set(['api']));
   });
 });
 

@@ -179,6 +179,9 @@ describe('the openai client against pdctl serve', () => {
     expect(rooms.status).toBe(200);
     expect((rooms.body.rooms as unknown[]).length).toBeGreaterThan(0);
     expect((await get('/v1/rooms?state=stuck')).status).toBe(400);
+    const badOrigin = await get('/v1/rooms?origin=a%20b');
+    expect(badOrigin.status).toBe(400);
+    expect(badOrigin.body).toMatchObject({ error: { param: 'origin' } });
     expect((await get('/v1/rooms/r-nope')).status).toBe(404);
     const nd = await (await fetch(`${s.url}/v1/journal?type=room.completed&limit=3`)).text();
     const lines = nd

@@ -8,7 +8,7 @@ import { parseTime, type UsageError } from '../cli/time.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
 import { EVENT_TYPES, type EventType, isValidId, type JournalEvent } from '../journal/events.ts';
 import { isRoomState, ROOM_STATES, type RoomState } from '../journal/states.ts';
-import type { RoomFilter, TailFilter } from '../journal/store.ts';
+import { originFilter, type RoomFilter, type TailFilter } from '../journal/store.ts';
 import { ApiError, roomNotFound } from './errors.ts';
 
 const Str = Type.Optional(Type.String({ maxLength: 500 }));
@@ -63,7 +63,8 @@ export function registerQueryRoutes(app: FastifyInstance, control: ControlPlane)
     {
       schema: {
         tags: ['queries'],
-        summary: 'Rooms by state, engine, reason, time window or "in flight at T", newest first',
+        summary:
+          'Rooms by state, engine, reason, origin, time window or "in flight at T", newest first (canary rooms only with origin=canary or all)',
         querystring: Type.Object(
           {
             state: Str,
@@ -72,6 +73,7 @@ export function registerQueryRoutes(app: FastifyInstance, control: ControlPlane)
             since: Str,
             until: Str,
             in_flight_at: Str,
+            origin: Str,
             limit: Str,
             cursor: Str,
           },
@@ -101,6 +103,17 @@ export function registerQueryRoutes(app: FastifyInstance, control: ControlPlane)
       filter.since = time('since', q.since, now);
       filter.until = time('until', q.until, now);
       filter.inFlightAt = time('in_flight_at', q.in_flight_at, now);
+      try {
+        Object.assign(filter, originFilter(q.origin));
+      } catch (err) {
+        throw new ApiError(
+          400,
+          (err as Error).message,
+          'invalid_request_error',
+          'invalid_parameter',
+          'origin',
+        );
+      }
       if (q.cursor !== undefined) filter.cursor = q.cursor;
       const page = await journal.rooms(filter);
       return { rooms: page.rooms, next_cursor: page.nextCursor };

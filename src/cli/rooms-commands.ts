@@ -2,7 +2,7 @@
 import type { Command } from 'commander';
 import { isValidId } from '../journal/events.ts';
 import { isRoomState, ROOM_STATES, type RoomState } from '../journal/states.ts';
-import type { RoomFilter } from '../journal/store.ts';
+import { HIDDEN_ORIGINS, originFilter, type RoomFilter } from '../journal/store.ts';
 import { type CommonOptions, EXIT, openReader, print, printJson } from './context.ts';
 import { describeEvent, roomOutcome } from './describe.ts';
 import { renderTable } from './table.ts';
@@ -15,6 +15,7 @@ interface RoomsOptions extends CommonOptions {
   since?: string;
   until?: string;
   inFlightAt?: string;
+  origin?: string;
   limit: string;
   cursor?: string;
 }
@@ -44,6 +45,11 @@ export async function roomsCommand(opts: RoomsOptions): Promise<number> {
   if (opts.since) filter.since = parseTime(opts.since, now);
   if (opts.until) filter.until = parseTime(opts.until, now);
   if (opts.inFlightAt) filter.inFlightAt = parseTime(opts.inFlightAt, now);
+  try {
+    Object.assign(filter, originFilter(opts.origin));
+  } catch (err) {
+    throw new UsageError(`--${(err as Error).message}`);
+  }
   if (opts.cursor) filter.cursor = opts.cursor;
   const reader = openReader(opts);
   try {
@@ -52,8 +58,12 @@ export async function roomsCommand(opts: RoomsOptions): Promise<number> {
       printJson(page);
       return EXIT.ok;
     }
+    const hidden =
+      opts.origin === undefined
+        ? ` (${HIDDEN_ORIGINS.join(', ')} rooms not shown: --origin all)`
+        : '';
     if (page.rooms.length === 0) {
-      print('no rooms match');
+      print(`no rooms match${hidden}`);
       return EXIT.ok;
     }
     const at = filter.inFlightAt;
@@ -68,10 +78,12 @@ export async function roomsCommand(opts: RoomsOptions): Promise<number> {
           value: (r) => formatDuration((at ?? r.terminalAt ?? now) - r.createdAt),
           align: 'right',
         },
+        { header: 'ORIGIN', value: (r) => r.origin },
         { header: 'OUTCOME', value: (r) => roomOutcome(r) },
       ]),
     );
     if (page.nextCursor) print(`\nmore rooms: add --cursor ${page.nextCursor}`);
+    if (hidden) print(`\n${hidden.slice(2, -1)}`);
     return EXIT.ok;
   } finally {
     reader.close();
@@ -95,6 +107,7 @@ export async function roomCommand(id: string, opts: CommonOptions): Promise<numb
       const end = r.terminalAt ?? Date.now();
       print(`room ${r.room}: ${r.state}${roomOutcome(r) ? ` (${roomOutcome(r)})` : ''}`);
       print(`  pair      ${r.prefillEngine} → ${r.decodeEngine}`);
+      print(`  origin    ${r.origin}`);
       print(`  created   ${formatTs(r.createdAt)}`);
       print(
         `  ${r.terminalAt ? 'ended    ' : 'running  '} ${r.terminalAt ? formatTs(r.terminalAt) : `for ${formatDuration(end - r.createdAt)}, deadline of ${r.state} at ${formatTs(r.deadlineAt)}`}`,
@@ -161,6 +174,10 @@ export function registerRoomCommands(
       .option('--since <time>', 'rooms alive at or after this time')
       .option('--until <time>', 'rooms created at or before this time')
       .option('--in-flight-at <time>', 'rooms created by T and not yet terminal at T')
+      .option(
+        '--origin <origins>',
+        'who created them: comma-separated (api, migration, canary, …) or all; default: all but the health canary',
+      )
       .option('--limit <n>', 'most rooms to list (1-10000)', '50')
       .option('--cursor <cursor>', 'the next page, as printed after a full page')
       .addHelpText(

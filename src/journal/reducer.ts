@@ -46,6 +46,8 @@ export interface Room {
   releasedBy: string[];
   lastSeq: number;
   eventCount: number;
+  /** Who created it: the `source` of its `room.created` (`api`, `canary`, `migration`, …). */
+  origin: string;
 }
 
 export type RejectReason =
@@ -64,7 +66,12 @@ export type ReduceResult =
   | { ok: false; reason: RejectReason; state: RoomState | null; detail: string };
 
 /** The event the reducer needs: a committed event, or one about to be (seq may be provisional). */
-export type ReducibleEvent = Pick<JournalEvent, 'seq' | 'ts' | 'type' | 'room' | 'engine' | 'data'>;
+/** What the reducer reads of an event; `source` only of `room.created` (the room's origin). */
+export type ReducibleEvent = Pick<
+  JournalEvent,
+  'seq' | 'ts' | 'type' | 'room' | 'engine' | 'data'
+> &
+  Partial<Pick<JournalEvent, 'source'>>;
 
 /** Forward steps of DESIGN.md §3: event → [the state it must be in, the state it leads to]. */
 const FORWARD: Partial<
@@ -122,6 +129,7 @@ function copy(r: Room): Room {
     releasedBy: r.releasedBy,
     lastSeq: r.lastSeq,
     eventCount: r.eventCount,
+    origin: r.origin,
   };
 }
 
@@ -177,6 +185,7 @@ function created(ev: ReducibleEvent): Room {
     releasedBy: [],
     lastSeq: ev.seq,
     eventCount: 1,
+    origin: ev.source ?? 'unknown',
   };
 }
 

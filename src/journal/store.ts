@@ -36,10 +36,37 @@ export interface RoomFilter {
   until?: number;
   /** Rooms created at or before T and not terminal at T (unix ms). */
   inFlightAt?: number;
+  /** Only rooms created by one of these (`room.created`'s source: `api`, `canary`, …). */
+  origin?: string[];
+  /** No rooms created by any of these: `['canary']` keeps health canaries out of a listing. */
+  excludeOrigin?: string[];
   /** At most this many rooms (default 100, max 10 000). */
   limit?: number;
   /** Opaque cursor from the previous page. */
   cursor?: string;
+}
+
+/** Room listings leave these origins out unless asked: the background canary runs every few seconds. */
+export const HIDDEN_ORIGINS: readonly string[] = ['canary'];
+
+/**
+ * The origin part of a room filter from what a user typed (`--origin`, `?origin=`): absent → every
+ * origin but the hidden ones; `all` → every origin; `api,migration` → those only. Throws a message
+ * that names the problem for anything else.
+ */
+export function originFilter(
+  value: string | undefined,
+): Pick<RoomFilter, 'origin' | 'excludeOrigin'> {
+  if (value === undefined) return { excludeOrigin: [...HIDDEN_ORIGINS] };
+  if (value === 'all') return {};
+  const origins = value.split(',').map((o) => o.trim());
+  const bad = origins.find((o) => !/^[A-Za-z0-9._:-]{1,64}$/.test(o));
+  if (bad !== undefined) {
+    throw new Error(
+      `origin must be "all" or a comma-separated list of room origins (api, canary, migration, …), got "${bad}"`,
+    );
+  }
+  return { origin: origins };
 }
 
 export interface RoomPage {

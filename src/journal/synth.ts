@@ -186,7 +186,8 @@ export function* synthEvents(
     out.push({
       type: 'room.created',
       room,
-      source: 'api',
+      // A migrated request's continuation is created by the control plane, as in a real stack.
+      source: migratedFrom ? 'migration' : 'api',
       ts: t,
       data: {
         prefillEngine: p,

@@ -5,6 +5,7 @@ import { tempDir } from '../../../test/helpers/tmp.ts';
 import { JournalError } from '../errors.ts';
 import type { JournalEvent } from '../events.ts';
 import { LIVE_STATES } from '../states.ts';
+import { originFilter } from '../store.ts';
 import { SqliteJournal } from './journal.ts';
 
 const dir = tempDir('pdctl-journal-');
@@ -474,8 +475,23 @@ describe('SqliteJournal queries', () => {
       expect(
         (await j.rooms({ engine: 'd0', since: t0 + 62_500 })).rooms.map((r) => r.room).sort(),
       ).toEqual(['b', 'c']);
-      const page1 = await j.rooms({ limit: 2 });
-      const page2 = await j.rooms({ limit: 2, cursor: page1.nextCursor as string });
+      // Origin: the source of room.created; a canary room is left out only when asked.
+      // (After the per-minute window below, so that its counts stay as they are.)
+      await j.append({ ...created('k', t0 + 200_000), source: 'canary' });
+      const ids = async (f: Parameters<typeof j.rooms>[0]) =>
+        (await j.rooms(f)).rooms.map((r) => r.room).sort();
+      expect(await ids({ since: t0 + 63_500 })).toEqual(['c', 'k']);
+      expect(await ids({ since: t0 + 63_500, ...originFilter(undefined) })).toEqual(['c']);
+      expect(await ids({ ...originFilter('canary') })).toEqual(['k']);
+      expect(await ids({ ...originFilter('test,canary') })).toEqual(['a', 'b', 'c', 'k']);
+      expect(await ids({ ...originFilter('all') })).toEqual(['a', 'b', 'c', 'k']);
+      expect(() => originFilter('a b')).toThrow(/comma-separated list of room origins/);
+      const page1 = await j.rooms({ limit: 2, excludeOrigin: ['canary'] });
+      const page2 = await j.rooms({
+        limit: 2,
+        excludeOrigin: ['canary'],
+        cursor: page1.nextCursor as string,
+      });
       expect([...page1.rooms, ...page2.rooms].map((r) => r.room)).toEqual(['c', 'b', 'a']);
       expect(page2.nextCursor).toBeNull();
       await expect(j.rooms({ cursor: 'garbage' })).rejects.toMatchObject({

@@ -191,6 +191,14 @@ export class SqliteReader implements JournalReader {
         where.push('created_at <= ? AND (terminal_at IS NULL OR terminal_at > ?)');
         params.push(filter.inFlightAt, filter.inFlightAt);
       }
+      for (const [list, op] of [
+        [filter.origin, 'IN'],
+        [filter.excludeOrigin, 'NOT IN'],
+      ] as const) {
+        if (list === undefined || list.length === 0) continue;
+        where.push(`origin ${op} (${list.map(() => '?').join(', ')})`);
+        params.push(...list);
+      }
       if (filter.cursor !== undefined) {
         const [createdAt, room] = decodeCursor(filter.cursor);
         where.push('(created_at < ? OR (created_at = ? AND room < ?))');

@@ -34,6 +34,7 @@ export const ROOM_COLUMNS = [
   'deadlines_ms',
   'last_seq',
   'event_count',
+  'origin',
 ] as const;
 
 /**
@@ -100,6 +101,7 @@ export function roomToParams(r: Room): Array<string | number | null> {
     JSON.stringify(LIVE_STATES.map((s) => r.deadlinesMs[s])),
     r.lastSeq,
     r.eventCount,
+    r.origin,
   ];
 }
 
@@ -140,6 +142,7 @@ export function rowToRoom(row: RoomRow): Room {
     deadlinesMs: deadlinesFromJson(row.deadlines_ms as string),
     lastSeq: row.last_seq as number,
     eventCount: row.event_count as number,
+    origin: row.origin as string,
   };
 }
 

@@ -40,21 +40,22 @@ export function foldJournal(db: Database.Database): FoldResult {
     type: 'room.created',
     room: null,
     engine: null,
+    source: '',
     data: {},
   };
   const page = db
     .prepare(
-      'SELECT seq, ts, type, room, engine, data FROM events WHERE seq > ? ORDER BY seq LIMIT ?',
+      'SELECT seq, ts, type, room, engine, source, data FROM events WHERE seq > ? ORDER BY seq LIMIT ?',
     )
     .raw();
   // Pages of rows via all() are faster than iterate() (fewer crossings into the addon).
   for (;;) {
     const rows = page.all(prevSeq, FOLD_PAGE) as Array<
-      [number, number, string, string | null, string | null, string]
+      [number, number, string, string | null, string | null, string, string]
     >;
     for (const row of rows) {
       events++;
-      const [seq, ts, type, room, engine, data] = row;
+      const [seq, ts, type, room, engine, source, data] = row;
       if (seq <= prevSeq && problems.length < MAX_LISTED) {
         problems.push(`seq ${seq} does not follow ${prevSeq}`);
       }
@@ -65,6 +66,7 @@ export function foldJournal(db: Database.Database): FoldResult {
       ev.type = type as EventType;
       ev.room = room;
       ev.engine = engine;
+      ev.source = source;
       ev.data = DATA_UNUSED.has(type) ? EMPTY : (JSON.parse(data) as Record<string, unknown>);
       const r = reduce(rooms.get(room) ?? null, ev);
       if (r.ok) rooms.set(room, r.room);

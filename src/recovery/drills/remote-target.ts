@@ -120,7 +120,7 @@ export class RemoteTarget implements DrillTarget {
 
   async liveRooms(): Promise<LiveRoom[]> {
     const body = await this.get<{ rooms: Room[] }>(
-      `/v1/rooms?state=${LIVE_STATES.join(',')}&limit=10000`,
+      `/v1/rooms?state=${LIVE_STATES.join(',')}&origin=all&limit=10000`,
     );
     return body.rooms.map(({ room, state, prefillEngine, decodeEngine }) => ({
       room,
@@ -153,7 +153,8 @@ export class RemoteTarget implements DrillTarget {
     const ids: string[] = [];
     let cursor: string | null = null;
     do {
-      const q = new URLSearchParams({ since: String(since), limit: '10000' });
+      // Every origin, canaries included, as a drill's own stack is read.
+      const q = new URLSearchParams({ since: String(since), origin: 'all', limit: '10000' });
       if (cursor) q.set('cursor', cursor);
       const page: { rooms: Room[]; next_cursor: string | null } = await this.get(`/v1/rooms?${q}`);
       for (const r of page.rooms) ids.push(r.room);
