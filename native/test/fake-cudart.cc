@@ -13,6 +13,7 @@
 // - As with CUDA, a process cannot open the IPC handle it exported, and cudaFree of an imported
 //   pointer fails.
 // - FAKE_CUDA_DEVICES sets the device count (default 1).
+// - At exit the process's allocations are unlinked, as a GPU frees a dead process's memory.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -49,6 +50,17 @@ struct Alloc {
 
 std::mutex mu;
 std::map<uintptr_t, Alloc> allocs;  // by tagged base address
+
+// A GPU's memory goes with the process that allocated it; here the shm names would stay behind
+// in /dev/shm. So at exit (not on SIGKILL) this process's allocations are unlinked.
+struct UnlinkAtExit {
+  ~UnlinkAtExit() {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& [tagged, a] : allocs) {
+      if (a.owned) shm_unlink(a.name.c_str());
+    }
+  }
+} unlinkAtExit;
 std::atomic<unsigned> seq{0};
 thread_local int current = 0;
 

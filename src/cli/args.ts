@@ -41,6 +41,11 @@ export function engineShapeOptions(c: Command, per = ''): Command {
       'model: compute per decode step (µs)',
       intArg('--decode-us-per-token'),
       ENGINE_DEFAULTS.decodeUsPerToken,
+    )
+    .option(
+      '--kv-device <n>',
+      'KV pool pages in the memory of CUDA device <n>, moved GPU to GPU (default: host shared memory)',
+      intArg('--kv-device'),
     );
 }
 
@@ -57,5 +62,6 @@ export function engineShapeArgs(o: Record<string, unknown>): string[] {
     String(o.prefillUsPerToken),
     '--decode-us-per-token',
     String(o.decodeUsPerToken),
+    ...(o.kvDevice === undefined ? [] : ['--kv-device', String(o.kvDevice)]),
   ];
 }

@@ -78,6 +78,7 @@ export function registerEngineCommand(program: Command): void {
           kvBytesPerToken: o.kvBytesPerToken,
           prefillUsPerToken: o.prefillUsPerToken,
           decodeUsPerToken: o.decodeUsPerToken,
+          kvDevice: o.kvDevice ?? null,
           transferThreads: o.transferThreads,
           prefillConcurrency: o.prefillConcurrency,
           chunkTokens: o.chunkTokens,

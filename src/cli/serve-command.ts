@@ -12,6 +12,7 @@ import { Canary } from '../control/canary.ts';
 import { startStack } from '../control/stack.ts';
 import { DURABILITIES, type Durability } from '../journal/sqlite/open.ts';
 import { LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
+import { backends } from '../transfer/pool.ts';
 import { engineShapeArgs, engineShapeOptions, intArg } from './args.ts';
 import { note, VERSION } from './context.ts';
 import { UsageError } from './time.ts';
@@ -109,6 +110,7 @@ export function registerServeCommand(program: Command): void {
     .action(async (o: Record<string, unknown>) => {
       const log = processLogger('control', o.logLevel as LogLevel);
       const journalPath = resolvePath(o.dataDir as string, 'journal.db');
+      if (o.kvDevice !== undefined) checkKvDevice(o.kvDevice as number);
       const engineArgs = engineShapeArgs(o);
       if (o.allowFaultInjection === true) engineArgs.push('--allow-fault-injection');
       const stack = await startStack({
@@ -157,6 +159,10 @@ export function registerServeCommand(program: Command): void {
       note(
         `pdctl serve: listening on ${address} · bus ${control.endpoint} · journal ${journalPath} · started in ${startedMs} ms`,
       );
+      if (o.kvDevice !== undefined)
+        note(
+          `pdctl serve: KV pages in the memory of CUDA device ${o.kvDevice} (${backends().cuda.reason})`,
+        );
       if (o.allowFaultInjection === true)
         note(
           'pdctl serve: fault injection is ON (--allow-fault-injection): `pdctl drill --url` may stall, hang or corrupt these engines; never in production',
@@ -186,4 +192,19 @@ export function registerServeCommand(program: Command): void {
       metrics.close();
       note('pdctl serve: stopped');
     });
+}
+
+/** `--kv-device N` needs CUDA and that device here; fails before any engine starts, saying why. */
+function checkKvDevice(device: number): void {
+  const { cuda } = backends();
+  if (!cuda.available) {
+    throw new UsageError(
+      `--kv-device ${device}: CUDA is not available here (${cuda.reason}); leave out --kv-device to keep KV pages in host shared memory`,
+    );
+  }
+  if (device >= cuda.devices) {
+    throw new UsageError(
+      `--kv-device ${device}: there is no such device (${cuda.reason}); devices are numbered from 0`,
+    );
+  }
 }

@@ -11,7 +11,8 @@ import type { JournalEvent } from '../journal/events.ts';
 import type { Logger } from '../log.ts';
 import type { KvPool } from '../transfer/pool.ts';
 import { EngineCore, type EnginePorts, type EngineRoom } from './engine.ts';
-import { KvSpan, type ModelExecutor } from './model.ts';
+import { roomKv } from './kv-pages.ts';
+import type { KvSpan, ModelExecutor } from './model.ts';
 import type { EngineOptions } from './options.ts';
 
 /**
@@ -107,10 +108,7 @@ export class DecodeEngine extends EngineCore {
     void this.append(room, 'room.decode_started', {});
     this.running.set(v.room, {
       room,
-      kv: new KvSpan(
-        pages.map((p) => this.pool.page(p)),
-        this.opts.kvBytesPerToken,
-      ),
+      kv: roomKv(this.pool, pages, this.opts.kvBytesPerToken, 'load').span,
       position: promptTokens,
       generated: 0,
       maxTokens: v.maxTokens ?? 0,

@@ -37,6 +37,7 @@ export function startEngine(
     pages: opts.pages,
     pageBytes: opts.pageBytes,
     replace: true,
+    ...(opts.kvDevice === null ? {} : { device: opts.kvDevice }),
   });
   const model = new DeterministicModel(opts);
   let transfer: TransferCore | null = null;

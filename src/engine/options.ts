@@ -17,6 +17,11 @@ export interface EngineOptions extends ModelOptions {
   pageBytes: number;
   /** Shared-memory name of this engine's pool; default `/pdctl-<id>-<pid>`. */
   poolName: string;
+  /**
+   * CUDA device for the KV pool's pages (a device pool, README "CUDA"); null: host shared memory.
+   * Every engine of a stack must agree: transfers go device to device.
+   */
+  kvDevice: number | null;
   /** Copy threads of the transfer core (prefill). */
   transferThreads: number;
   /** Rooms computing or transferring at once (prefill). */
@@ -43,6 +48,7 @@ export const ENGINE_DEFAULTS = Object.freeze({
   heartbeatMs: 500,
   drainTimeoutMs: 30_000,
   allowFaultInjection: false,
+  kvDevice: null as number | null,
 });
 
 export class EngineOptionsError extends Error {
@@ -151,6 +157,7 @@ export function resolveEngineOptions(input: Record<string, unknown>): Readonly<E
     heartbeatMs: int('heartbeatMs', o.heartbeatMs, 50, 60_000),
     drainTimeoutMs: int('drainTimeoutMs', o.drainTimeoutMs, 0, 3_600_000),
     allowFaultInjection: bool('allowFaultInjection', o.allowFaultInjection),
+    kvDevice: o.kvDevice === null ? null : int('kvDevice', o.kvDevice, 0, 1023),
   };
   return Object.freeze(options);
 }

@@ -10,7 +10,8 @@ import type { Logger } from '../log.ts';
 import type { Fault, TransferCore } from '../transfer/core.ts';
 import { KvPool } from '../transfer/pool.ts';
 import { EngineCore, type EnginePorts, type EngineRoom } from './engine.ts';
-import { KvSpan, type ModelExecutor } from './model.ts';
+import { roomKv } from './kv-pages.ts';
+import type { ModelExecutor } from './model.ts';
 import type { EngineOptions } from './options.ts';
 
 /** Prompt tokens computed between two returns to the event loop. */
@@ -109,17 +110,14 @@ export class PrefillEngine extends EngineCore {
     // Let the outbox send it before the compute holds this thread: the journal's prefilling must
     // begin when the compute does, and an abort must find the room in it.
     await new Promise<void>((r) => setImmediate(r));
-    const kv = new KvSpan(
-      pages.map((p) => this.pool.page(p)),
-      this.opts.kvBytesPerToken,
-    );
+    const kv = roomKv(this.pool, pages, this.opts.kvBytesPerToken, 'empty');
     let computeMicros = 0;
     for (let from = 0; from < tokens.length; from += SLICE_TOKENS) {
       if (this.computeHung) await this.computeAllowed();
       if (room.stopped) return;
       computeMicros += this.model.prefill(
         tokens,
-        kv,
+        kv.span,
         from,
         Math.min(tokens.length, from + SLICE_TOKENS),
       );
@@ -127,6 +125,7 @@ export class PrefillEngine extends EngineCore {
       await new Promise<void>((r) => setImmediate(r));
     }
     if (room.stopped) return;
+    kv.store();
     const ack = await this.append(room, 'room.transfer_posted', {
       pairs: need,
       bytes: need * this.opts.pageBytes,

@@ -44,9 +44,16 @@ export interface RunResult {
 }
 
 /** Runs the pdctl CLI from source to completion. */
-export function pdctl(args: string[], options: { timeoutMs?: number } = {}): Promise<RunResult> {
+export function pdctl(
+  args: string[],
+  options: { timeoutMs?: number; env?: NodeJS.ProcessEnv } = {},
+): Promise<RunResult> {
   return new Promise((resolve, reject) => {
-    const child = spawnTs('src/cli/bin.ts', args);
+    const child = spawnTs(
+      'src/cli/bin.ts',
+      args,
+      options.env ? { env: { ...process.env, ...options.env } } : {},
+    );
     let stdout = '';
     let stderr = '';
     child.stdout?.on('data', (d: Buffer) => (stdout += d.toString()));
