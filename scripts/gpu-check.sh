@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU and its driver: builds the addon, checks that it finds the CUDA
-# runtime and a device, runs the CUDA tests against the real runtime, then bench:transfer (whose
-# CUDA rows appear only where a device is found). One command, for when a GPU machine is at hand:
+# runtime and a device, runs the CUDA tests against the real runtime (the transfer core, and a
+# whole `pdctl serve --kv-device 0`), then bench:transfer (whose CUDA rows appear only where a
+# device is found). One command, for when a GPU machine is at hand:
 #   npm run gpu-check            (or: bash scripts/gpu-check.sh)
 # PDCTL_CUDART=/path/to/libcudart.so.N picks the runtime when it is not on the loader's path.
 # Exits non-zero at the first step that fails, saying which.
@@ -24,8 +25,9 @@ node --input-type=module -e '
 ' || die "the addon finds no CUDA device; the reason is above (driver missing? set PDCTL_CUDART?)"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv >&2
 
-step "CUDA tests against the real runtime"
-PDCTL_CUDA_TESTS=real npx vitest run src/transfer/cuda.int.test.ts || die "the CUDA tests failed"
+step "CUDA tests against the real runtime: the transfer core, then pdctl serve --kv-device 0"
+PDCTL_CUDA_TESTS=real npx vitest run src/transfer/cuda.int.test.ts test/kv-device.e2e.test.ts ||
+  die "the CUDA tests failed"
 
 step "bench:transfer (host rows, then CUDA rows)"
 npm run --silent bench:transfer -- "$@" || die "bench:transfer failed"

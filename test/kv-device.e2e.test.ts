@@ -1,9 +1,9 @@
 /**
  * `pdctl serve --kv-device N`: the engines' KV pools in GPU memory, pages moved GPU to GPU
  * between the engine processes through CUDA IPC. On CI this runs on the stand-in CUDA runtime
- * (native/test/fake-cudart.cc), which the engines load through PDCTL_CUDART; on a GPU machine
- * `npm run gpu-check` covers the real runtime. Without CUDA the flag is refused before any engine
- * starts.
+ * (native/test/fake-cudart.cc), which the engines load through PDCTL_CUDART; under
+ * `npm run gpu-check` (PDCTL_CUDA_TESTS=real) on the machine's own runtime and GPU. Without CUDA the
+ * flag is refused before any engine starts.
  */
 import { readdirSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
@@ -12,6 +12,8 @@ import { type Served, serve } from './helpers/serve.ts';
 import { pdctl } from './helpers/spawn.ts';
 import { waitFor } from './helpers/stack.ts';
 import { tempDir } from './helpers/tmp.ts';
+
+const REAL = process.env.PDCTL_CUDA_TESTS === 'real';
 
 async function complete(s: Served, prompt: string): Promise<{ text: string; room: string }> {
   const res = await fetch(`${s.url}/v1/completions`, {
@@ -32,13 +34,16 @@ describe('pdctl serve --kv-device', () => {
     const expected = await complete(host, prompt);
     expect(await host.stop()).toBe(0);
 
-    const device = await serve(['--canary-interval-ms', '0', '--kv-device', '0'], {
-      PDCTL_CUDART: FAKE_CUDART_PATH,
-    });
+    const device = await serve(
+      ['--canary-interval-ms', '0', '--kv-device', '0'],
+      REAL ? {} : { PDCTL_CUDART: FAKE_CUDART_PATH },
+    );
     // serve() returns at "listening on"; the device line follows it.
     await waitFor('the device line', () => /KV pages in the memory/.test(device.stderr()));
     expect(device.stderr()).toMatch(
-      /KV pages in the memory of CUDA device 0 \(.*pdctl_fake_cudart/,
+      REAL
+        ? /KV pages in the memory of CUDA device 0 \(.*: \d+ device\(s\)\)/
+        : /KV pages in the memory of CUDA device 0 \(.*pdctl_fake_cudart/,
     );
     const got = await complete(device, prompt);
     expect(got.text).toBe(expected.text);
@@ -47,7 +52,7 @@ describe('pdctl serve --kv-device', () => {
       engines: Array<{ pid: number }>;
     };
     expect(engines.engines).toHaveLength(2);
-    for (const { pid } of engines.engines) {
+    for (const { pid } of REAL ? [] : engines.engines) {
       expect(readdirSync('/dev/shm').some((f) => f.startsWith(`pdctl-fakecuda-${pid}-`))).toBe(
         true,
       );
