@@ -19,7 +19,7 @@ export interface EngineOptions extends ModelOptions {
   poolName: string;
   /**
    * CUDA device for the KV pool's pages (a device pool, README "CUDA"); null: host shared memory.
-   * Every engine of a stack must agree: transfers go device to device.
+   * Engines of one stack may differ: the transfer core moves pages between any two kinds of pool.
    */
   kvDevice: number | null;
   /** Copy threads of the transfer core (prefill). */

@@ -31,5 +31,13 @@ describe('engine options', () => {
     expect(() => resolveEngineOptions({ ...base, pages: 0 })).toThrow(
       /pages must be an integer from 1/,
     );
+    expect(() => resolveEngineOptions({ ...base, kvDevice: -1 })).toThrow(
+      /kvDevice must be an integer from 0 to 1023/,
+    );
+  });
+
+  it('keeps KV pages in host shared memory unless given a CUDA device', () => {
+    expect(resolveEngineOptions(base).kvDevice).toBeNull();
+    expect(resolveEngineOptions({ ...base, kvDevice: 1 }).kvDevice).toBe(1);
   });
 });
