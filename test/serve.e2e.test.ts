@@ -208,14 +208,16 @@ describe('the openai client against pdctl serve', () => {
     const engines = (await get('/v1/engines')).body.engines as Array<{
       role: string;
       total_pages: number;
+      kv_device: number | null;
     }>;
     expect(engines.map((e) => e.role).sort()).toEqual(['decode', 'prefill']);
+    expect(engines.map((e) => e.kv_device)).toEqual([null, null]);
     // `pdctl engines` reads the same view, with each engine's place on the escalation ladder.
     const table = await pdctl(['engines', '--url', s.url]);
     expect(table.code, table.stderr).toBe(0);
     expect(table.stdout).toMatch(/^ENGINE\s+ROLE\s+STATE\s+PID/);
     expect(table.stdout).toMatch(
-      /\nprefill-0\s+prefill\s+ready\s+\d+\s+\d+ms\s+\d+\s+\d+\/\d+\s+\d+\s+ok\s+0\s+0/,
+      /\nprefill-0\s+prefill\s+ready\s+\d+\s+\d+ms\s+\d+\s+\d+\/\d+\s+host\s+\d+\s+ok\s+0\s+0/,
     );
     const json = JSON.parse((await pdctl(['engines', '--url', s.url, '--json'])).stdout) as Array<{
       id: string;

@@ -236,6 +236,7 @@ export function registerQueryRoutes(app: FastifyInstance, control: ControlPlane)
           rooms_held: s.heartbeat?.rooms ?? null,
           live_rooms: s.liveRooms,
           pool: s.pool,
+          kv_device: s.kvDevice,
           fault_injection: s.faultInjection,
           recovery: control.recoveryView?.(s.engine) ?? null,
         })),

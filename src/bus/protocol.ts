@@ -42,6 +42,8 @@ export const ENGINE_MESSAGES = {
       rooms: Type.Array(Id, { maxItems: 100_000 }),
       /** It accepts `inject_fault` (`--allow-fault-injection`); absent means no. */
       faultInjection: Type.Optional(Type.Boolean()),
+      /** The CUDA device its pool's pages are on (`--kv-device`); absent means host shared memory. */
+      kvDevice: Type.Optional(Type.Integer({ minimum: 0, maximum: 1023 })),
     },
     strict,
   ),

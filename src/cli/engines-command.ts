@@ -22,6 +22,8 @@ interface EngineRow {
   live_rooms: number;
   recovery: LadderView | null;
   fault_injection?: boolean;
+  /** The CUDA device of its KV pages; null (or absent, from an older server): host memory. */
+  kv_device?: number | null;
 }
 
 export function registerEnginesCommand(program: Command): void {
@@ -81,6 +83,10 @@ export function registerEnginesCommand(program: Command): void {
             header: 'FREE/PAGES',
             value: (e) => `${e.free_pages ?? '?'}/${e.total_pages}`,
             align: 'right',
+          },
+          {
+            header: 'KV',
+            value: (e) => (typeof e.kv_device === 'number' ? `cuda:${e.kv_device}` : 'host'),
           },
           { header: 'ROOMS', value: (e) => e.live_rooms, align: 'right' },
           { header: 'LADDER', value: (e) => e.recovery?.phase ?? '-' },

@@ -85,6 +85,7 @@ export class EngineLink {
       pages: msg.pages,
       pageBytes: msg.pageBytes,
       faultInjection: msg.faultInjection === true,
+      kvDevice: msg.kvDevice ?? null,
       connectedAt: now,
       lastSeen: now,
       // The same process keeps its counters: its next heartbeat is compared with its last one.

@@ -20,6 +20,8 @@ export interface EngineSession {
   pageBytes: number;
   /** It accepts `inject_fault` commands (drills). */
   faultInjection: boolean;
+  /** The CUDA device its pool's pages are on; null: host shared memory. */
+  kvDevice: number | null;
   connectedAt: number;
   lastSeen: number;
   heartbeat: EngineMessage<'heartbeat'> | null;

@@ -58,6 +58,7 @@ export function startEngine(
         lastSeq: core.lastSeq,
         rooms: core.heldRooms(),
         faultInjection: opts.allowFaultInjection,
+        ...(pool.device === null ? {} : { kvDevice: pool.device }),
       }),
       welcome: (w) => {
         log.info(

@@ -28,6 +28,7 @@ export function engineSession(
     pages: 10,
     pageBytes: 4096,
     faultInjection: false,
+    kvDevice: null,
     connectedAt: now - 60_000,
     lastSeen: now - 100,
     heartbeat,
