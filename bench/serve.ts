@@ -42,6 +42,19 @@ interface Cell {
   clientCpuMsPerRequest: number;
 }
 
+/** A cell of in-process `submit()` calls: this process's CPU since `cpu0` over the answers. */
+function inProcessCell(ms: number[], errors: number, t0: number, cpu0: NodeJS.CpuUsage): Cell {
+  const cpu = process.cpuUsage(cpu0);
+  ms.sort((a, b) => a - b);
+  return {
+    rps: ms.length / ((performance.now() - t0) / 1000),
+    ms,
+    errors,
+    cpuMsPerRequest: (cpu.user + cpu.system) / 1000 / Math.max(1, ms.length),
+    clientCpuMsPerRequest: 0,
+  };
+}
+
 /** The in-process baseline: `submit()` from `connections` loops, one request at a time each. */
 async function loadSubmit(connections: number): Promise<Cell> {
   const cpu0 = process.cpuUsage();
@@ -62,15 +75,7 @@ async function loadSubmit(connections: number): Promise<Cell> {
       }
     }),
   );
-  const cpu = process.cpuUsage(cpu0);
-  ms.sort((a, b) => a - b);
-  return {
-    rps: ms.length / ((performance.now() - t0) / 1000),
-    ms,
-    errors,
-    cpuMsPerRequest: (cpu.user + cpu.system) / 1000 / Math.max(1, ms.length),
-    clientCpuMsPerRequest: 0,
-  };
+  return inProcessCell(ms, errors, t0, cpu0);
 }
 
 /** `submit()` at `rate` requests/s on a fixed schedule; times count from when each was due. */
@@ -87,15 +92,7 @@ async function loadSubmitAtRate(rate: number): Promise<Cell> {
       errors++;
     }
   });
-  const cpu = process.cpuUsage(cpu0);
-  ms.sort((a, b) => a - b);
-  return {
-    rps: ms.length / ((performance.now() - t0) / 1000),
-    ms,
-    errors,
-    cpuMsPerRequest: (cpu.user + cpu.system) / 1000 / Math.max(1, ms.length),
-    clientCpuMsPerRequest: 0,
-  };
+  return inProcessCell(ms, errors, t0, cpu0);
 }
 
 /** The same load over HTTP, from the client process: `connections` closed loops, or `rate`. */

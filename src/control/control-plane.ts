@@ -91,6 +91,8 @@ export class ControlPlane {
   recoveryView: ((engine: string) => LadderView) | null = null;
   private readonly link: EngineLink;
   private readonly migrator: Migrator;
+  /** Engines heartbeating within this many ms get new rooms (`engineFreshMs`, default 3000). */
+  private readonly freshMs: number;
   private readonly roomListeners: Array<
     (before: Room | null, after: Room, ev: JournalEvent) => void
   > = [];
@@ -111,6 +113,7 @@ export class ControlPlane {
     private readonly options: ControlPlaneOptions,
   ) {
     this.model = options.model ?? new DeterministicModel();
+    this.freshMs = options.engineFreshMs ?? 3000;
     this.link = new EngineLink({
       journal,
       registry: this.registry,
@@ -136,7 +139,7 @@ export class ControlPlane {
       {
         limit: options.migrationLimit ?? 2,
         waitMs: options.migrationWaitMs ?? 15_000,
-        engineFreshMs: options.engineFreshMs ?? 3000,
+        engineFreshMs: this.freshMs,
       },
     );
   }
@@ -446,7 +449,7 @@ export class ControlPlane {
     }
     const promptTokens = this.model.tokenize(prompt).length;
     if (promptTokens === 0) throw new ControlError('CONTROL_BAD_REQUEST', 'prompt has no tokens');
-    const freshMs = this.options.engineFreshMs ?? 3000;
+    const freshMs = this.freshMs;
     const prefill = this.registry.pick('prefill', freshMs);
     const decode = this.registry.pick('decode', freshMs);
     if (!prefill || !decode) {

@@ -1,6 +1,7 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { firstWrongByte } from '../../test/helpers/page-pattern.ts';
 import { startPoolChild } from '../../test/helpers/pool-child-driver.ts';
+import { rng } from '../journal/synth.ts';
 import { NativeTransferCore, type TransferCore } from './core.ts';
 import { TransferError } from './errors.ts';
 import { KvPool } from './pool.ts';
@@ -133,11 +134,7 @@ describe('NativeTransferCore', () => {
     const c = core();
     const src = pool(256, 256);
     const dst = pool(256, 256);
-    let seed = 7;
-    const rand = () => {
-      seed = (seed * 1103515245 + 12345) % 2 ** 31;
-      return seed / 2 ** 31;
-    };
+    const rand = rng(7);
     const posts = Array.from({ length: 10_000 }, (_, i) =>
       c.post({
         room: `r-${i % 500}`,

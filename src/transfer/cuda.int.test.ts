@@ -13,6 +13,7 @@ import { readdirSync } from 'node:fs';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { firstWrongByte, patternByte } from '../../test/helpers/page-pattern.ts';
 import { startPoolChild } from '../../test/helpers/pool-child-driver.ts';
+import { rng } from '../journal/synth.ts';
 import { NativeTransferCore, type TransferCore } from './core.ts';
 import { TransferError } from './errors.ts';
 import { FAKE_CUDART_PATH } from './native.ts';
@@ -227,11 +228,7 @@ describe('the CUDA backend', () => {
     const c = core();
     const host = pool({ pages: 256, pageBytes: 256 });
     const dev = pool({ device: 0, pages: 256, pageBytes: 256 });
-    let seed = 11;
-    const rand = () => {
-      seed = (seed * 1103515245 + 12345) % 2 ** 31;
-      return seed / 2 ** 31;
-    };
+    const rand = rng(11);
     const posts = Array.from({ length: 2000 }, (_, i) =>
       c.post({
         room: `r-${i % 100}`,
