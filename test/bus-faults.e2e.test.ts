@@ -6,13 +6,22 @@
 import { encode } from 'msgpackr';
 import { describe, expect, it } from 'vitest';
 import * as zmq from 'zeromq';
+import { type Admission, newKeyPair } from '../src/bus/admission.ts';
 import { hostileFrames } from '../src/bus/hostile.ts';
-import { controlFrames, PROTOCOL_VERSION } from '../src/bus/protocol.ts';
+import { controlFrames } from '../src/bus/protocol.ts';
+import { RawEngine } from '../src/recovery/drills/raw-engine.ts';
 import { collect, poolsFull, prompt, startTestStack, waitFor } from './helpers/stack.ts';
 
 const sockets: zmq.Dealer[] = [];
-function rawPeer(endpoint: string, routingId?: string): zmq.Dealer {
-  const s = new zmq.Dealer({ linger: 0, ...(routingId ? { routingId } : {}) });
+const raws: RawEngine[] = [];
+/** A raw socket with a key the control plane allows: CURVE lets it in, and it may send anything. */
+function rawPeer(endpoint: string, admission: Admission): zmq.Dealer {
+  const keys = newKeyPair();
+  admission.allow('garbage-peer', keys.publicKey);
+  const s = new zmq.Dealer({ linger: 0 });
+  s.curveServerKey = admission.server.publicKey;
+  s.curvePublicKey = keys.publicKey;
+  s.curveSecretKey = keys.secretKey;
   s.connect(endpoint);
   sockets.push(s);
   return s;
@@ -20,13 +29,13 @@ function rawPeer(endpoint: string, routingId?: string): zmq.Dealer {
 
 describe('malformed and hostile bus traffic', () => {
   it('drops and counts garbage of every shape while 40 rooms complete', async () => {
-    const { control } = await startTestStack();
+    const { control, admission } = await startTestStack();
     const bus = control.bus;
     const ticksBefore = bus.loop.ticks;
     const rooms = Array.from({ length: 40 }, (_, i) =>
       collect(control.submit({ prompt: prompt(i, 30), maxTokens: 8 })),
     );
-    const raw = rawPeer(control.endpoint);
+    const raw = rawPeer(control.endpoint, admission);
     const garbage = hostileFrames(300);
     for (const msg of garbage) await raw.send(msg);
     const outs = await Promise.all(rooms);
@@ -59,40 +68,29 @@ describe('malformed and hostile bus traffic', () => {
   });
 
   it('nacks appends a peer may not make, and stores a retried append once', async () => {
-    const { control } = await startTestStack({ prefillEngines: 0, decodeEngines: 0 });
-    const decoder = controlFrames();
+    const { control, admission } = await startTestStack({ prefillEngines: 0, decodeEngines: 0 });
+    const keys = newKeyPair();
+    admission.allow('fake-d', keys.publicKey);
     const created = await control.journal.append({
       type: 'room.created',
       room: 'r-fake-1',
       source: 'test',
       data: { prefillEngine: 'fake-p', decodeEngine: 'fake-d', promptTokens: 3, maxTokens: 2 },
     });
-    const peer = rawPeer(control.endpoint, 'fake-d/1');
-    // Replies may come one per frame or several in a batch: read them as one sequence.
-    const inbox: ReturnType<typeof decoder.decode>[] = [];
-    const recv = async () => {
-      if (inbox.length === 0) inbox.push(...decoder.decodeAll(await peer.receive()));
-      return inbox.shift() as ReturnType<typeof decoder.decode>;
-    };
-    await peer.send([
-      'hello',
-      encode({
-        protocol: PROTOCOL_VERSION,
-        engine: 'fake-d',
-        role: 'decode',
-        incarnation: '1',
-        pid: 1,
-        pages: 8,
-        pageBytes: 4096,
-        pool: '/nope',
-        epoch: 1,
-        lastSeq: 0,
-        rooms: [],
-      }),
-    ]);
-    const welcome = await recv();
+    const raw = new RawEngine({
+      endpoint: control.endpoint,
+      engine: 'fake-d',
+      role: 'decode',
+      incarnation: '1',
+      keys,
+      serverKey: admission.server.publicKey,
+    });
+    raws.push(raw);
+    const peer = raw.socket;
+    const recv = () => raw.next();
+    const welcome = await raw.join();
     expect(welcome).toMatchObject({ ok: true, kind: 'welcome', payload: { replayEvents: 1 } });
-    const session = (welcome as unknown as { payload: { session: number } }).payload.session;
+    const session = raw.session;
     // Replay: the room it was given before it said hello.
     expect(await recv()).toMatchObject({
       ok: true,
@@ -149,6 +147,6 @@ describe('malformed and hostile bus traffic', () => {
     // Tokens for a room nobody streams are counted, not forwarded.
     await peer.send(['tokens', encode({ room: 'r-fake-1', index: 0, text: ' x', tokens: 1 })]);
     await waitFor('tokens counted', () => control.bus.drops.get('unknown_room') === 1);
-    for (const s of sockets.splice(0)) s.close();
+    for (const r of raws.splice(0)) r.close();
   });
 });

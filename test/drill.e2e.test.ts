@@ -148,6 +148,19 @@ describe('pdctl drill', () => {
     ).toBeGreaterThan(0);
   }, 120_000);
 
+  it('hostile-peer: forged hellos, appends under the control plane’s ids, oversized frames — all refused', async () => {
+    const r = await drill('hostile-peer', '--clients', '4', '--no-baseline');
+    expect(names(r).slice(0, 5)).toEqual([
+      'forged hellos refused; the real engine keeps its registration',
+      'no forged append reached the journal',
+      'oversized frames dropped; the bus loop lives',
+      'a room whose ids were aimed at is still aborted',
+      'no client request failed meanwhile',
+    ]);
+    expect(names(r).slice(5)).toEqual(COMMON);
+    expect(figure(r, 'no forged append reached the journal')?.journaledFromGuest).toBe(0);
+  });
+
   it('malformed-frames, kv-corruption, slow-client, journal-unwritable', async () => {
     const corrupt = await drill('kv-corruption', '--clients', '4', '--no-baseline');
     expect(Number(figure(corrupt, 'corrupted KV caught before decode')?.rooms)).toBeGreaterThan(0);

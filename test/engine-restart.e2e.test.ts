@@ -6,6 +6,7 @@
  */
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { Admission } from '../src/bus/admission.ts';
 import { ControlPlane } from '../src/control/control-plane.ts';
 import { RoomEndedError } from '../src/control/streams.ts';
 import { DeterministicModel, generateInProcess } from '../src/engine/model.ts';
@@ -132,9 +133,11 @@ describe('engine restarts and lost connections', () => {
 
   it('an engine cut off for 3 s reconnects, catches up, and nothing is stored or applied twice', async () => {
     const dir = tempDir('pdctl-partition-');
+    const admission = new Admission();
     const control = await ControlPlane.start({
       journalPath: join(dir, 'journal.db'),
       durability: 'process',
+      admission,
       log: silentLogger,
       version: 'test',
     });
@@ -143,9 +146,10 @@ describe('engine restarts and lost connections', () => {
     cleanups.push(() => proxy.close());
     const engines = new EngineSupervisor({
       control: proxy.endpoint,
+      admission,
+      curve: true,
       log: silentLogger,
       logLevel: 'error',
-      env: { PDCTL_EXIT_WITH_PARENT: String(process.pid) },
     });
     cleanups.push(() => engines.stop());
     engines.start({ id: 'prefill-0', role: 'prefill', args: [] });

@@ -7,6 +7,7 @@
  */
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { Admission } from '../src/bus/admission.ts';
 import { Canary } from '../src/control/canary.ts';
 import { ControlPlane } from '../src/control/control-plane.ts';
 import { RoomEndedError } from '../src/control/streams.ts';
@@ -138,6 +139,7 @@ describe('recovery', () => {
     const control = await ControlPlane.start({
       journalPath: path,
       durability: 'process',
+      admission: new Admission(),
       log: silentLogger,
       version: 'test',
     });
@@ -168,20 +170,23 @@ describe('recovery', () => {
 
   it('engines that applied past the end of a replaced journal are told to rejoin fresh, and do', async () => {
     const dir = tempDir('pdctl-replaced-');
+    const admission = new Admission();
     const open = (name: string, bus: string) =>
       ControlPlane.start({
         journalPath: join(dir, name),
         durability: 'process',
         bus,
+        admission,
         log: silentLogger,
         version: 'test',
       });
     const first = await open('a.db', 'tcp://127.0.0.1:0');
     const engines = new EngineSupervisor({
       control: first.endpoint,
+      admission,
+      curve: true,
       log: silentLogger,
       logLevel: 'error',
-      env: { PDCTL_EXIT_WITH_PARENT: String(process.pid) },
     });
     try {
       engines.start({ id: 'prefill-0', role: 'prefill', args: [] });
@@ -234,9 +239,10 @@ describe('recovery', () => {
     let gaveUp: string | null = null;
     const engines = new EngineSupervisor({
       control: 'tcp://127.0.0.1:9',
+      admission: new Admission(),
+      curve: true,
       log: silentLogger,
       logLevel: 'error',
-      env: { PDCTL_EXIT_WITH_PARENT: String(process.pid) },
       maxCrashes: 2,
       crashWindowMs: 60_000,
       onExit: (_id, _pid, status) => exits.push({ at: Date.now(), code: status.code }),

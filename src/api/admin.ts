@@ -11,7 +11,47 @@ import type { ControlPlane } from '../control/control-plane.ts';
 import { isValidId } from '../journal/events.ts';
 import { ApiError, roomNotFound } from './errors.ts';
 
+/**
+ * Admin routes change state, so a web page the operator happens to have open must not be able to
+ * call them: a browser sends cross-site "simple" POSTs (text/plain or form bodies) without asking
+ * first, and always with an `Origin`. A request whose Origin is not this server's own, or whose
+ * body is not JSON, is refused before anything else is read.
+ */
+function refuseCrossSite(req: FastifyRequest): void {
+  const origin = req.headers.origin;
+  if (origin !== undefined) {
+    let host: string | null = null;
+    try {
+      host = new URL(origin).host;
+    } catch {
+      host = null;
+    }
+    if (host === null || host !== req.headers.host) {
+      throw new ApiError(
+        403,
+        `admin routes refuse requests from another origin (Origin: ${origin.slice(0, 200)}); call them from curl or the pdctl CLI`,
+        'permission_error',
+        'cross_origin',
+      );
+    }
+  }
+  const type = req.headers['content-type'];
+  const hasBody =
+    type !== undefined ||
+    (req.headers['content-length'] !== undefined && req.headers['content-length'] !== '0') ||
+    req.headers['transfer-encoding'] !== undefined;
+  if (hasBody && !/^application\/json\s*(;|$)/i.test(type ?? '')) {
+    throw new ApiError(
+      415,
+      `admin routes take a JSON body (content-type: application/json) or none; got ${type === undefined ? 'a body with no content-type' : `content-type ${type.slice(0, 100)}`}`,
+      'invalid_request_error',
+      'unsupported_media_type',
+    );
+  }
+}
+
 function authorize(req: FastifyRequest, token: string | null): void {
+  refuseCrossSite(req);
   if (token === null) {
     const ip = req.socket.remoteAddress ?? '';
     if (ip === '127.0.0.1' || ip === '::1' || ip === '::ffff:127.0.0.1') return;

@@ -3,6 +3,7 @@
  * OpenAPI document at `/docs`. It does not listen: `pdctl serve` (the composition root) does, and
  * tests use `inject()` or a real port.
  */
+import http from 'node:http';
 import swagger from '@fastify/swagger';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Canary } from '../control/canary.ts';
@@ -27,10 +28,36 @@ export interface ApiOptions {
   maxRoomsPerEngine?: number;
   /** Largest request body, bytes. Default 1 MiB. */
   bodyLimit?: number;
+  /**
+   * How long a client may take to send a whole request, headers and body (ms): a client that
+   * trickles its body is cut off then. Streaming responses are not limited. Default 15 000.
+   */
+  requestTimeoutMs?: number;
+  /** Open connections at most; more are closed as they arrive. Default 4096. */
+  maxConnections?: number;
+}
+
+/** The HTTP server behind fastify, with the limits that stop slow clients from holding it. */
+function boundedServer(o: ApiOptions) {
+  const requestTimeout = o.requestTimeoutMs ?? 15_000;
+  return (handler: http.RequestListener) => {
+    const server = http.createServer(
+      {
+        requestTimeout,
+        headersTimeout: Math.min(requestTimeout, 10_000),
+        // How often node looks for requests past those timeouts (its default is 30 s).
+        connectionsCheckingInterval: Math.min(1000, requestTimeout),
+      },
+      handler,
+    );
+    server.maxConnections = o.maxConnections ?? 4096;
+    return server;
+  };
 }
 
 export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
   const app = Fastify({
+    serverFactory: boundedServer(o),
     bodyLimit: o.bodyLimit ?? 1 << 20,
     // Wrong types are errors, never coerced: "16" is not a max_tokens.
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false, allErrors: false } },

@@ -6,7 +6,8 @@
  */
 import * as zmq from 'zeromq';
 import type { Logger } from '../log.ts';
-import { type CurveClientKeys, checkKey } from './curve.ts';
+import { checkKey } from './admission.ts';
+import type { CurveClientKeys } from './curve.ts';
 import { DropCounters } from './drops.ts';
 import { BusError } from './errors.ts';
 import { SupervisedLoop } from './loop.ts';

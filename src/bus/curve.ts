@@ -1,18 +1,20 @@
 /**
- * Optional CURVE security for the bus (off by default; loopback needs none). The control plane
+ * CURVE on the bus: encryption, and an allow list of engine keys. On by default wherever the bus
+ * is not an `ipc://` socket in a private directory (admission.ts `needsCurve`). The control plane
  * holds a key pair; an engine must know the control plane's public key and have its own key pair.
- * With `allow`, only engines whose public key is listed can join: a ZAP handler in this process
- * answers libzmq's authentication requests. Keys are Z85 strings of 40 characters.
+ * With `allow`, only engines whose public key is allowed can complete the handshake: a ZAP handler
+ * in this process answers libzmq's authentication requests. Which engine id a key may speak for is
+ * admission.ts's business. Keys are Z85 strings of 40 characters.
  */
 import * as zmq from 'zeromq';
 import type { Logger } from '../log.ts';
-import { BusError } from './errors.ts';
+import { z85Encode } from './admission.ts';
 
 export interface CurveServerKeys {
   publicKey: string;
   secretKey: string;
-  /** Engine public keys allowed to join; absent: any engine that knows our public key. */
-  allow?: string[];
+  /** Which engine public keys may join (asked at each handshake); absent: any key. */
+  allow?: (key: string) => boolean;
 }
 
 export interface CurveClientKeys {
@@ -22,39 +24,20 @@ export interface CurveClientKeys {
   serverKey: string;
 }
 
-const Z85 = /^[0-9a-zA-Z.\-:+=^!/*?&<>()[\]{}@%$#]{40}$/;
-
-export function checkKey(name: string, key: unknown): string {
-  if (typeof key !== 'string' || !Z85.test(key)) {
-    throw new BusError(
-      'BUS_MALFORMED_FRAME',
-      `${name} must be a 40-character Z85 CURVE key (make one with \`pdctl keys\`), got ${typeof key === 'string' ? `${key.length} characters` : typeof key}`,
-    );
-  }
-  return key;
-}
-
-export function newKeyPair(): { publicKey: string; secretKey: string } {
-  return zmq.curveKeyPair();
-}
-
 /**
  * The ZAP handler (RFC 27): a ROUTER on `inproc://zeromq.zap.01` that libzmq asks about every
  * CURVE handshake on sockets of this context. One per process; it stops when closed.
  */
 export class ZapHandler {
   private readonly socket = new zmq.Router();
-  private readonly allowed: Set<string>;
   denied = 0;
 
   private constructor(
-    allow: string[],
+    private readonly allowed: (key: string) => boolean,
     private readonly log: Logger,
-  ) {
-    this.allowed = new Set(allow);
-  }
+  ) {}
 
-  static async start(allow: string[], log: Logger): Promise<ZapHandler> {
+  static async start(allow: (key: string) => boolean, log: Logger): Promise<ZapHandler> {
     const h = new ZapHandler(allow, log);
     await h.socket.bind('inproc://zeromq.zap.01');
     void h.run();
@@ -69,7 +52,7 @@ export class ZapHandler {
         if (!id || !requestId) continue;
         let ok = false;
         if (mechanism?.toString() === 'CURVE' && key && key.length === 32) {
-          ok = this.allowed.has(z85Encode(key));
+          ok = this.allowed(z85Encode(key));
         }
         if (!ok) {
           this.denied++;
@@ -97,21 +80,4 @@ export class ZapHandler {
   close(): void {
     this.socket.close();
   }
-}
-
-/** Z85 encoding (ZeroMQ RFC 32) of a 32-byte key. */
-const ALPHABET =
-  '0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#';
-function z85Encode(data: Buffer): string {
-  let out = '';
-  for (let i = 0; i < data.length; i += 4) {
-    let value = data.readUInt32BE(i);
-    let chunk = '';
-    for (let j = 0; j < 5; j++) {
-      chunk = (ALPHABET[value % 85] as string) + chunk;
-      value = Math.floor(value / 85);
-    }
-    out += chunk;
-  }
-  return out;
 }

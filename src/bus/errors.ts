@@ -7,6 +7,11 @@ export const BUS_ERROR_CODES = [
   'BUS_FRAME_TOO_LARGE',
   /** A message other than `hello` from a connection that has not said hello. */
   'BUS_NOT_REGISTERED',
+  /**
+   * A `hello` whose sender could not prove it holds a key allowed for that engine id (no proof, an
+   * unknown key, another engine's key, a bad signature). Final: the engine exits.
+   */
+  'BUS_UNAUTHORIZED',
   /** `hello` with a protocol version this control plane does not speak. */
   'BUS_PROTOCOL_MISMATCH',
   /** An append whose event does not validate (bad type, data, or a room that is not the engine's). */

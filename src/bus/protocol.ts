@@ -14,6 +14,25 @@ export const PROTOCOL_VERSION = 1;
 /** Default largest payload accepted, in bytes. */
 export const DEFAULT_MAX_FRAME_BYTES = 1 << 20;
 
+/**
+ * Room headroom in an `event` payload besides the request's text: the event (ids of at most 128
+ * characters, data with deadlines) and the envelope. Measured under 1 KiB; 8 KiB to spare.
+ */
+const EVENT_OVERHEAD_BYTES = 8 << 10;
+
+/**
+ * The most request text (prompt plus text generated before a migration, UTF-8) a `room.created`
+ * event can carry to an engine that accepts frames of `maxFrameBytes`.
+ */
+export function maxRequestTextBytes(maxFrameBytes = DEFAULT_MAX_FRAME_BYTES): number {
+  return maxFrameBytes - EVENT_OVERHEAD_BYTES;
+}
+
+/** UTF-8 bytes of a request's text, as it goes out in its `room.created` event. */
+export function requestTextBytes(request: { prompt: string; generated?: string }): number {
+  return Buffer.byteLength(request.prompt) + Buffer.byteLength(request.generated ?? '');
+}
+
 const Id = Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$' });
 const Seq = Type.Integer({ minimum: 0 });
 const Count = Type.Integer({ minimum: 0 });
@@ -44,6 +63,20 @@ export const ENGINE_MESSAGES = {
       faultInjection: Type.Optional(Type.Boolean()),
       /** The CUDA device its pool's pages are on (`--kv-device`); absent means host shared memory. */
       kvDevice: Type.Optional(Type.Integer({ minimum: 0, maximum: 1023 })),
+      /**
+       * Proof that the sender holds an allowed key for this engine id (admission.ts). Optional in
+       * the schema only so that a hello without it is answered with a clear refusal.
+       */
+      auth: Type.Optional(
+        Type.Object(
+          {
+            key: Type.String({ minLength: 40, maxLength: 40 }),
+            ts: Type.Integer({ minimum: 0 }),
+            mac: Type.String({ minLength: 1, maxLength: 100 }),
+          },
+          strict,
+        ),
+      ),
     },
     strict,
   ),
@@ -229,7 +262,13 @@ export type DropReason =
   | 'unknown_room'
   | 'duplicate'
   | 'stale_session'
-  | 'out_of_order';
+  | 'out_of_order'
+  /** A hello whose admission proof failed (admission.ts). */
+  | 'unauthorized'
+  /** An append for a room the engine does not hold, or of a type its role never sends. */
+  | 'not_owner'
+  /** An engine's appends were refused faster than the journal records refusals. */
+  | 'rate_limited';
 
 export type Decoded<K extends string> =
   | { ok: true; kind: K; payload: Record<string, unknown> }

@@ -7,7 +7,8 @@
  */
 import * as zmq from 'zeromq';
 import type { Logger } from '../log.ts';
-import { type CurveServerKeys, checkKey, ZapHandler } from './curve.ts';
+import { checkKey } from './admission.ts';
+import { type CurveServerKeys, ZapHandler } from './curve.ts';
 import { DropCounters } from './drops.ts';
 import { SupervisedLoop } from './loop.ts';
 import { Outbox } from './outbox.ts';
@@ -83,10 +84,7 @@ export class BusServer {
 
   static async bind(options: BusServerOptions, handlers: BusServerHandlers): Promise<BusServer> {
     const server = new BusServer(options, handlers);
-    if (options.curve?.allow) {
-      for (const k of options.curve.allow) checkKey('allowed engine key', k);
-      server.zap = await ZapHandler.start(options.curve.allow, options.log);
-    }
+    if (options.curve?.allow) server.zap = await ZapHandler.start(options.curve.allow, options.log);
     try {
       await server.socket.bind(options.endpoint);
     } catch (err) {

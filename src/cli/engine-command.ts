@@ -1,7 +1,8 @@
 /** `pdctl engine`: one prefill or decode engine process (the engine's composition root is src/engine/main.ts). */
 import type { Command } from 'commander';
 import { Option } from 'commander';
-import { startEngine } from '../engine/main.ts';
+import { checkKey } from '../bus/admission.ts';
+import { type EngineKeys, startEngine } from '../engine/main.ts';
 import { ENGINE_DEFAULTS, EngineOptionsError, resolveEngineOptions } from '../engine/options.ts';
 import { LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
 import { engineShapeOptions, intArg } from './args.ts';
@@ -57,13 +58,19 @@ export function registerEngineCommand(program: Command): void {
       'accept inject_fault commands from the control plane (for drills; never in production)',
       false,
     )
+    .option(
+      '--insecure-bus',
+      'connect without CURVE encryption (the control plane must run with --insecure-bus too); the hello is still signed',
+      false,
+    )
     .addOption(
       new Option('--log-level <level>', 'log level').choices([...LOG_LEVELS]).default('info'),
     )
     .addHelpText(
       'after',
-      "\nCURVE (optional): set PDCTL_CURVE_SERVER_KEY (the control plane's public key), PDCTL_CURVE_PUBLIC_KEY and\n" +
-        "PDCTL_CURVE_SECRET_KEY (this engine's pair, from `pdctl keys`). SIGTERM drains: rooms in flight finish first.\n" +
+      "\nKeys (required): PDCTL_CURVE_SERVER_KEY (the control plane's public key, printed by `pdctl serve`),\n" +
+        "PDCTL_CURVE_PUBLIC_KEY and PDCTL_CURVE_SECRET_KEY (this engine's pair, from `pdctl keys`); the control plane\n" +
+        'must allow the public key for this id (`pdctl serve --engine-key ID=PUBLIC`). SIGTERM drains: rooms in flight finish first.\n' +
         'SIGHUP resets the bus connection and the transfer endpoint in place (the escalation ladder sends it).',
     )
     .action(async (o: Record<string, unknown>) => {
@@ -91,16 +98,29 @@ export function registerEngineCommand(program: Command): void {
         throw err;
       }
       const env = process.env;
-      const curve =
-        env.PDCTL_CURVE_SERVER_KEY || env.PDCTL_CURVE_PUBLIC_KEY || env.PDCTL_CURVE_SECRET_KEY
-          ? {
-              serverKey: env.PDCTL_CURVE_SERVER_KEY ?? '',
-              publicKey: env.PDCTL_CURVE_PUBLIC_KEY ?? '',
-              secretKey: env.PDCTL_CURVE_SECRET_KEY ?? '',
-            }
-          : undefined;
+      const missing = [
+        'PDCTL_CURVE_SERVER_KEY',
+        'PDCTL_CURVE_PUBLIC_KEY',
+        'PDCTL_CURVE_SECRET_KEY',
+      ].filter((k) => !env[k]);
+      if (missing.length > 0) {
+        throw new UsageError(
+          `${missing.join(', ')} ${missing.length === 1 ? 'is' : 'are'} not set: an engine proves who it is with its key pair (make one with \`pdctl keys\`) and needs the control plane's public key (printed by \`pdctl serve\`); the control plane must allow it with --engine-key ${opts.id}=PUBLIC`,
+        );
+      }
+      let keys: EngineKeys;
+      try {
+        keys = {
+          serverKey: checkKey('PDCTL_CURVE_SERVER_KEY', env.PDCTL_CURVE_SERVER_KEY),
+          publicKey: checkKey('PDCTL_CURVE_PUBLIC_KEY', env.PDCTL_CURVE_PUBLIC_KEY),
+          secretKey: checkKey('PDCTL_CURVE_SECRET_KEY', env.PDCTL_CURVE_SECRET_KEY),
+          curve: o.insecureBus !== true,
+        };
+      } catch (err) {
+        throw new UsageError((err as Error).message);
+      }
       const log = processLogger('engine', o.logLevel as LogLevel, { engine: opts.id });
-      const engine = startEngine(opts, log, curve);
+      const engine = startEngine(opts, log, keys);
       const onSignal = (sig: string) => void engine.stop(sig);
       process.once('SIGTERM', onSignal);
       process.once('SIGINT', onSignal);

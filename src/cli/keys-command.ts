@@ -1,6 +1,6 @@
 /** `pdctl keys`: a new CURVE key pair for the bus (control plane or engine). */
 import type { Command } from 'commander';
-import { newKeyPair } from '../bus/curve.ts';
+import { newKeyPair } from '../bus/admission.ts';
 import { print, printJson } from './context.ts';
 
 export function registerKeysCommand(program: Command): void {

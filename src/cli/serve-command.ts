@@ -3,11 +3,20 @@
  * journal, engine processes, the background canary and the HTTP API. The serving process's
  * composition root: it wires, listens, and on SIGTERM drains and exits 0.
  */
-import { resolve as resolvePath } from 'node:path';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname, resolve as resolvePath } from 'node:path';
 import type { Command } from 'commander';
 import { Option } from 'commander';
 import { buildApi } from '../api/app.ts';
 import { ApiMetrics } from '../api/metrics.ts';
+import {
+  Admission,
+  checkKey,
+  type KeyPair,
+  needsCurve,
+  newKeyPair,
+  parseEngineKey,
+} from '../bus/admission.ts';
 import { Canary } from '../control/canary.ts';
 import { startStack } from '../control/stack.ts';
 import { DURABILITIES, type Durability } from '../journal/sqlite/open.ts';
@@ -55,6 +64,15 @@ export function registerServeCommand(program: Command): void {
         .choices([...DURABILITIES])
         .default('power'),
     )
+    .option(
+      '--insecure-bus',
+      'turn CURVE off on a tcp:// bus (traffic in clear; hellos are still signed); never across hosts',
+    )
+    .option(
+      '--engine-key <id=public>',
+      'let an engine started by hand (`pdctl engine`) join as ID with this public key (`*=PUBLIC`: any id); repeatable',
+      (v: string, prev: string[] = []) => [...prev, v],
+    )
     .option('--prefill <n>', 'prefill engine processes to spawn', intArg('--prefill'), 1)
     .option('--decode <n>', 'decode engine processes to spawn', intArg('--decode'), 1);
   engineShapeOptions(command, ' per engine')
@@ -91,6 +109,18 @@ export function registerServeCommand(program: Command): void {
       2,
     )
     .option(
+      '--request-timeout-ms <n>',
+      'how long a client may take to send a whole request (headers and body); slower ones are cut off',
+      intArg('--request-timeout-ms', 100),
+      15_000,
+    )
+    .option(
+      '--max-connections <n>',
+      'open HTTP connections at most; more are closed as they arrive',
+      intArg('--max-connections', 1),
+      4096,
+    )
+    .option(
       '--drain-timeout-ms <n>',
       'on SIGTERM, how long in-flight requests may take to finish',
       intArg('--drain-timeout-ms'),
@@ -111,12 +141,25 @@ export function registerServeCommand(program: Command): void {
       const log = processLogger('control', o.logLevel as LogLevel);
       const journalPath = resolvePath(o.dataDir as string, 'journal.db');
       if (o.kvDevice !== undefined) checkKvDevice(o.kvDevice as number);
+      const admission = new Admission(loadServerKeys(resolvePath(o.dataDir as string, 'bus.key')));
+      for (const text of (o.engineKey as string[] | undefined) ?? []) {
+        let entry: ReturnType<typeof parseEngineKey>;
+        try {
+          entry = parseEngineKey(text);
+        } catch (err) {
+          throw new UsageError((err as Error).message);
+        }
+        admission.allow(entry.engine, entry.key);
+      }
+      const curve = o.insecureBus !== true && needsCurve(o.bus as string);
       const engineArgs = engineShapeArgs(o);
       if (o.allowFaultInjection === true) engineArgs.push('--allow-fault-injection');
       const stack = await startStack({
         journalPath,
         durability: o.durability as Durability,
         bus: o.bus as string,
+        admission,
+        curve,
         log,
         version: VERSION,
         prefillEngines: o.prefill as number,
@@ -139,6 +182,8 @@ export function registerServeCommand(program: Command): void {
         version: VERSION,
         adminToken: env.PDCTL_ADMIN_TOKEN || null,
         maxRoomsPerEngine: o.maxRoomsPerEngine as number,
+        requestTimeoutMs: o.requestTimeoutMs as number,
+        maxConnections: o.maxConnections as number,
       });
       let address: string;
       try {
@@ -159,6 +204,13 @@ export function registerServeCommand(program: Command): void {
       note(
         `pdctl serve: listening on ${address} · bus ${control.endpoint} · journal ${journalPath} · started in ${startedMs} ms`,
       );
+      note(
+        `pdctl serve: bus ${curve ? 'encrypted with CURVE' : 'NOT encrypted'}; engines started by hand need PDCTL_CURVE_SERVER_KEY='${admission.server.publicKey}' and --engine-key ID=PUBLIC here`,
+      );
+      if (o.insecureBus === true)
+        note(
+          'pdctl serve: --insecure-bus: bus traffic (prompts, tokens) crosses the network in clear text; use it only where no one else can reach the bus',
+        );
       if (o.kvDevice !== undefined)
         note(
           `pdctl serve: KV pages in the memory of CUDA device ${o.kvDevice} (${backends().cuda.reason})`,
@@ -192,6 +244,30 @@ export function registerServeCommand(program: Command): void {
       metrics.close();
       note('pdctl serve: stopped');
     });
+}
+
+/**
+ * The control plane's bus key pair, kept in the data directory (mode 0600) so that engines
+ * started by hand keep the same server key across restarts; made on first start.
+ */
+function loadServerKeys(path: string): KeyPair {
+  if (existsSync(path)) {
+    let keys: KeyPair;
+    try {
+      keys = JSON.parse(readFileSync(path, 'utf8')) as KeyPair;
+      checkKey('publicKey', keys.publicKey);
+      checkKey('secretKey', keys.secretKey);
+    } catch (err) {
+      throw new UsageError(
+        `${path} is not a bus key file (${(err as Error).message}); move it away and pdctl serve makes a new one (engines started by hand then need the new PDCTL_CURVE_SERVER_KEY)`,
+      );
+    }
+    return keys;
+  }
+  const keys = newKeyPair();
+  mkdirSync(dirname(path), { recursive: true });
+  writeFileSync(path, `${JSON.stringify(keys, null, 2)}\n`, { mode: 0o600, flag: 'wx' });
+  return keys;
 }
 
 /** `--kv-device N` needs CUDA and that device here; fails before any engine starts, saying why. */

@@ -7,8 +7,15 @@
  * `ControlPlane.start` is what `pdctl serve` and `pdctl run` build on.
  */
 
-import type { CurveServerKeys } from '../bus/curve.ts';
-import type { CommandName, EngineMessage, RoomRequest } from '../bus/protocol.ts';
+import { type Admission, needsCurve } from '../bus/admission.ts';
+import {
+  type CommandName,
+  DEFAULT_MAX_FRAME_BYTES,
+  type EngineMessage,
+  maxRequestTextBytes,
+  type RoomRequest,
+  requestTextBytes,
+} from '../bus/protocol.ts';
 import type { BusServerHandlers } from '../bus/server.ts';
 import { BusServer } from '../bus/server.ts';
 import { DeterministicModel, type ModelExecutor } from '../engine/model.ts';
@@ -39,7 +46,16 @@ export interface ControlPlaneOptions {
   durability?: Durability;
   /** Bus endpoint to bind. Default `tcp://127.0.0.1:0` (a free port). */
   bus?: string;
-  curve?: CurveServerKeys;
+  /**
+   * Who may join as which engine (admission.ts): the control plane's key pair and the engine keys
+   * it allows. Every hello must prove it holds one.
+   */
+  admission: Admission;
+  /**
+   * CURVE on the bus (encryption; only allowed keys complete the handshake). Default: on unless the
+   * bus is `ipc://` in a private directory. False is `--insecure-bus`.
+   */
+  curve?: boolean;
   maxFrameBytes?: number;
   /** How long after `room.abort_requested` the room is marked aborted even without both releases. Default 2000. */
   abortGraceMs?: number;
@@ -69,6 +85,14 @@ export interface SubmitRequest {
   source?: string;
 }
 
+/** Ended rooms whose engines are remembered after they leave `rooms`. */
+const ENDED_ROOMS_KEPT = 50_000;
+/** An engine silent this long with no live rooms leaves the registry. */
+export const ENGINE_EXPIRY_MS = 600_000;
+
+/** The longest prompt, in UTF-8 bytes: what fits in a `room.created` event on the bus. */
+export const MAX_PROMPT_BYTES = maxRequestTextBytes();
+
 /** Most tokens one completion may ask for. */
 export const MAX_TOKENS_LIMIT = 100_000;
 
@@ -76,6 +100,9 @@ export class ControlPlane {
   readonly registry = new EngineRegistry();
   /** Live rooms (and terminal ones until both engines released), folded from committed events. */
   readonly rooms = new Map<string, Room>();
+  /** The engines of rooms that ended and left `rooms`, newest last (bounded): late events from them are still theirs. */
+  private readonly ended = new Map<string, { prefillEngine: string; decodeEngine: string }>();
+  private expiry: NodeJS.Timeout | null = null;
   private readonly streams = new Map<string, RoomStream>();
   private readonly requests = new Map<string, RoomRequest>();
   private readonly abortTimers = new Map<string, NodeJS.Timeout>();
@@ -119,7 +146,14 @@ export class ControlPlane {
       registry: this.registry,
       counters: this.counters,
       log: options.log,
-      roomView: (room) => this.rooms.get(room),
+      admission: options.admission,
+      roomOwners: (room) => this.rooms.get(room) ?? this.ended.get(room),
+      wouldReject: (event, engine) => {
+        const view = this.rooms.get(event.room);
+        if (!view) return true;
+        const ev = { ...event, seq: 0, ts: Date.now(), engine } as Parameters<typeof reduce>[1];
+        return !reduce(view, ev).ok;
+      },
       request: (room) => this.requests.get(room),
       timed: (p) => this.timed(p),
       replaced: (engine, old) => this.engineLost(engine, old, 'it came back as a new incarnation'),
@@ -156,16 +190,23 @@ export class ControlPlane {
       await cp.loadLiveRooms();
       cp.subscription = journal.subscribe(await journal.headSeq(), (ev) => cp.onCommitted(ev));
       cp.orphansFailed = await cp.failOrphans();
+      const endpoint = options.bus ?? 'tcp://127.0.0.1:0';
+      const { server } = options.admission;
       cp.bus = await BusServer.bind(
         {
-          endpoint: options.bus ?? 'tcp://127.0.0.1:0',
-          curve: options.curve,
+          endpoint,
+          curve:
+            (options.curve ?? needsCurve(endpoint))
+              ? { ...server, allow: (key) => options.admission.knows(key) }
+              : undefined,
           maxFrameBytes: options.maxFrameBytes,
           log: options.log,
         },
         cp.handlers(),
       );
       cp.link.bus = cp.bus;
+      cp.expiry = setInterval(() => cp.expireEngines(), 60_000);
+      cp.expiry.unref();
     } catch (err) {
       cp.subscription?.close();
       await journal.drain();
@@ -310,7 +351,41 @@ export class ControlPlane {
       this.scheduleAbort(room, ev);
     if (ev.type === 'room.released') this.maybeFinishAbort(room);
     if (isTerminal(room.state) && (!before || !isTerminal(before.state))) this.onTerminal(room);
-    if (isTerminal(room.state) && this.releasedByBoth(room)) this.rooms.delete(room.room);
+    if (isTerminal(room.state) && this.releasedByBoth(room)) {
+      this.rooms.delete(room.room);
+      this.ended.set(room.room, {
+        prefillEngine: room.prefillEngine,
+        decodeEngine: room.decodeEngine,
+      });
+      if (this.ended.size > ENDED_ROOMS_KEPT) {
+        const oldest = this.ended.keys().next().value;
+        if (oldest !== undefined) this.ended.delete(oldest);
+      }
+    }
+  }
+
+  /** Drops an engine from the registry and the bus (it must say hello again to come back). */
+  forgetEngine(engine: string): void {
+    const s = this.registry.get(engine);
+    if (!s) return;
+    this.registry.delete(engine);
+    this.bus.unregister(s.peer);
+  }
+
+  /**
+   * Forgets engines that have been silent for `ENGINE_EXPIRY_MS` and hold no live room, so that
+   * the registry cannot grow without bound with engines that came and went.
+   */
+  expireEngines(now = Date.now()): string[] {
+    const gone: string[] = [];
+    for (const s of this.registry.all()) {
+      if (now - s.lastSeen < ENGINE_EXPIRY_MS || s.liveRooms > 0) continue;
+      this.forgetEngine(s.engine);
+      gone.push(s.engine);
+    }
+    if (gone.length > 0)
+      this.options.log.info({ engines: gone }, 'forgot engines silent for 10 min with no rooms');
+    return gone;
   }
 
   /** Called for every committed room event the control plane folds (metrics, canaries). */
@@ -435,10 +510,16 @@ export class ControlPlane {
     if (this.closing)
       throw new ControlError('CONTROL_CLOSED', 'the control plane is shutting down');
     const { prompt, maxTokens } = request;
-    if (typeof prompt !== 'string' || prompt.length === 0 || prompt.length > 1 << 20) {
+    if (typeof prompt !== 'string' || prompt.length === 0) {
+      throw new ControlError('CONTROL_BAD_REQUEST', 'prompt must be a non-empty string');
+    }
+    // The prompt travels to the prefill engine inside its room.created event: one that cannot fit
+    // in a bus frame would never arrive, and is refused before anything is journaled.
+    const bytes = requestTextBytes({ prompt });
+    if (bytes > MAX_PROMPT_BYTES) {
       throw new ControlError(
         'CONTROL_BAD_REQUEST',
-        'prompt must be a non-empty string of at most 1 MiB',
+        `prompt is ${bytes} bytes (UTF-8); the most an engine can be sent is ${MAX_PROMPT_BYTES} bytes (the bus frame limit of ${DEFAULT_MAX_FRAME_BYTES} bytes less the event around it)`,
       );
     }
     if (!Number.isInteger(maxTokens) || maxTokens < 1 || maxTokens > MAX_TOKENS_LIMIT) {
@@ -658,6 +739,7 @@ export class ControlPlane {
   /** Fails every open stream, stops the bus and drains the journal. Idempotent. */
   close(): Promise<void> {
     this.closing ??= (async () => {
+      if (this.expiry) clearInterval(this.expiry);
       for (const t of this.abortTimers.values()) clearTimeout(t);
       for (const s of this.streams.values()) {
         s.fail(new RoomEndedError(s.room, 'unavailable', 'control plane shutting down'));

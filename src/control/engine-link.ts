@@ -5,6 +5,7 @@
  * and retries").
  */
 
+import type { Admission } from '../bus/admission.ts';
 import { type EngineMessage, PROTOCOL_VERSION, type RoomRequest } from '../bus/protocol.ts';
 import type { BusServer, PeerId } from '../bus/server.ts';
 import { JournalError } from '../journal/errors.ts';
@@ -25,22 +26,83 @@ export interface ControlCounters {
 
 export interface EngineLinkDeps {
   journal: SqliteJournal;
+  /** Who may say hello as which engine. */
+  admission: Admission;
   registry: EngineRegistry;
   counters: ControlCounters;
   log: Logger;
-  /** The control plane's view of a room (to check an engine appends only for its own). */
-  roomView(room: string): Room | undefined;
+  /**
+   * The engines of a room, while the control plane still knows it (live, or ended recently): an
+   * engine appends only for rooms it holds.
+   */
+  roomOwners(room: string): { prefillEngine: string; decodeEngine: string } | undefined;
   /** The request behind a room, attached to its `room.created` for the prefill engine. */
   request(room: string): RoomRequest | undefined;
+  /** Whether the journal would refuse this event from this engine now (as far as the view knows). */
+  wouldReject(event: EngineMessage<'append'>['event'], engine: string): boolean;
   /** Measures an append's latency. */
   timed<T>(p: Promise<T>): Promise<T>;
   /** An engine came back as a new incarnation: the old one's rooms are lost (migrate them). */
   replaced(engine: string, oldIncarnation: string): Promise<void>;
 }
 
+/** The room events each role sends (docs/protocol.md); anything else from it is refused. */
+export const ENGINE_APPENDS = {
+  prefill: [
+    'room.prefill_started',
+    'room.transfer_posted',
+    'room.transfer_completed',
+    'room.failed',
+    'room.released',
+  ],
+  decode: [
+    'room.bootstrap_started',
+    'room.bootstrapped',
+    'room.decode_started',
+    'room.completed',
+    'room.failed',
+    'room.released',
+  ],
+} as const;
+
+/**
+ * An engine's event ids live in a namespace of their own, `engine:<id>/<its id>`, which no id the
+ * control plane makes can enter (those start with a room id or are UUIDs): a peer can never occupy
+ * the id of an abort or failure the control plane will append later.
+ */
+export function engineEventId(engine: string, eventId: string): string {
+  return `engine:${engine}/${eventId}`;
+}
+
+/** Refused events an engine may have journaled per second (and in one burst) before they are only counted. */
+export const REJECTIONS_PER_SECOND = 50;
+const REJECTION_BURST = 500;
+
+/** A token bucket per engine for appends the journal would record as `room.event_rejected`. */
+class RejectionBudget {
+  private readonly buckets = new Map<string, { tokens: number; at: number }>();
+
+  /** False when `engine` has no budget left for another rejection. Appends that fit always pass. */
+  take(engine: string, rejection: boolean, now = Date.now()): boolean {
+    if (!rejection) return true;
+    const b = this.buckets.get(engine) ?? { tokens: REJECTION_BURST, at: now };
+    b.tokens = Math.min(REJECTION_BURST, b.tokens + ((now - b.at) / 1000) * REJECTIONS_PER_SECOND);
+    b.at = now;
+    this.buckets.set(engine, b);
+    if (b.tokens < 1) return false;
+    b.tokens -= 1;
+    return true;
+  }
+
+  forget(engine: string): void {
+    this.buckets.delete(engine);
+  }
+}
+
 export class EngineLink {
   /** Set once the bus is bound. */
   bus!: BusServer;
+  private readonly rejections = new RejectionBudget();
   /** Sessions handed out so far (one per accepted hello). */
   private sessions = 0;
 
@@ -59,6 +121,17 @@ export class EngineLink {
       return;
     }
     const prev = this.deps.registry.get(msg.engine);
+    const verdict = this.deps.admission.verify(msg, msg.auth, prev?.key ?? null);
+    if (!verdict.ok) {
+      this.bus.drops.record('unauthorized', { engine: msg.engine, reason: verdict.reason });
+      this.bus.send(peer, 'nack', {
+        eventId: null,
+        code: 'BUS_UNAUTHORIZED',
+        message: verdict.reason,
+        retryable: false,
+      });
+      return;
+    }
     if (prev && prev.role !== msg.role) {
       log.error(
         { engine: msg.engine, was: prev.role, now: msg.role },
@@ -78,6 +151,7 @@ export class EngineLink {
       engine: msg.engine,
       role: msg.role,
       incarnation: msg.incarnation,
+      key: verdict.key,
       pid: msg.pid,
       peer,
       pool: msg.pool,
@@ -240,6 +314,8 @@ export class EngineLink {
 
   append(peer: PeerId, engine: string, msg: EngineMessage<'append'>): void {
     if (!this.inSequence(peer, engine, msg)) return;
+    const s = this.deps.registry.get(engine);
+    if (!s) return;
     const { type, room, data } = msg.event;
     const refuse = (message: string) => {
       this.deps.counters.nacks++;
@@ -250,14 +326,30 @@ export class EngineLink {
         retryable: false,
       });
     };
-    if (type === 'room.created' || !type.startsWith('room.')) {
-      refuse(`engines may not append ${type}`);
+    if (!(ENGINE_APPENDS[s.role] as readonly string[]).includes(type)) {
+      this.bus.drops.record('not_owner', { engine, type, room });
+      refuse(`a ${s.role} engine may not append ${type}`);
       return;
     }
-    const view = this.deps.roomView(room);
-    if (view && view.prefillEngine !== engine && view.decodeEngine !== engine) {
+    const owners = this.deps.roomOwners(room);
+    const mine =
+      owners !== undefined &&
+      (s.role === 'prefill' ? owners.prefillEngine : owners.decodeEngine) === engine;
+    if (!mine) {
+      // Nothing is journaled for a room the engine never held: a peer cannot grow the journal
+      // with events about rooms that are not its own.
+      this.bus.drops.record('not_owner', { engine, type, room });
       refuse(
-        `room ${room} belongs to ${view.prefillEngine} and ${view.decodeEngine}, not ${engine}`,
+        owners
+          ? `room ${room} belongs to ${owners.prefillEngine} (prefill) and ${owners.decodeEngine} (decode), not to ${s.role} engine ${engine}`
+          : `room ${room} is not a room this control plane gave to ${engine}`,
+      );
+      return;
+    }
+    if (!this.rejections.take(engine, this.deps.wouldReject(msg.event, engine))) {
+      this.bus.drops.record('rate_limited', { engine, type, room });
+      refuse(
+        `${engine} sent more out-of-order events than the journal records (${REJECTIONS_PER_SECOND}/s); this one was not recorded`,
       );
       return;
     }
@@ -269,7 +361,7 @@ export class EngineLink {
           room,
           engine,
           source: `engine:${engine}`,
-          eventId: msg.eventId,
+          eventId: engineEventId(engine, msg.eventId),
           data,
         } as Parameters<SqliteJournal['append']>[0]),
       )

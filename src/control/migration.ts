@@ -8,7 +8,7 @@
  * The control plane owns the rooms, streams and requests; this module reads them and asks the
  * plane to create the continuation room through `MigrationHost`.
  */
-import type { RoomRequest } from '../bus/protocol.ts';
+import { maxRequestTextBytes, type RoomRequest, requestTextBytes } from '../bus/protocol.ts';
 import type { ModelExecutor } from '../engine/model.ts';
 import { newRoomId } from '../journal/ids.ts';
 import type { Room } from '../journal/reducer.ts';
@@ -87,7 +87,12 @@ export class Migrator {
       const request = host.requests.get(r.room);
       if (limit === 0 || !stream || stream.done || !request || r.abortRequestedAt !== null)
         continue;
-      if (stream.migrations >= limit) {
+      // The prompt plus the text streamed so far must fit in the new room's room.created event.
+      const tooLarge =
+        requestTextBytes({ prompt: request.prompt, generated: stream.text }) >
+        maxRequestTextBytes();
+      if (stream.migrations >= limit || tooLarge) {
+        const reason = tooLarge ? 'too_large_to_migrate' : 'migration_limit_reached';
         moves.push(
           host.journal
             .append({
@@ -95,7 +100,7 @@ export class Migrator {
               room: r.room,
               source: 'control',
               eventId: `${r.room}:migration-limit`,
-              data: { reason: 'migration_limit_reached', stage: r.state, detectedBy: 'control' },
+              data: { reason, stage: r.state, detectedBy: 'control' },
             })
             .catch((err) => host.log.error({ err, room: r.room }, 'could not fail a room')),
         );

@@ -12,6 +12,8 @@ export interface EngineSession {
   engine: string;
   role: 'prefill' | 'decode';
   incarnation: string;
+  /** The public key its hello was admitted with: a new incarnation must bring the same one. */
+  key: string;
   pid: number;
   peer: PeerId;
   pool: string;
@@ -70,6 +72,10 @@ export class EngineRegistry {
 
   set(session: EngineSession): void {
     this.sessions.set(session.engine, session);
+  }
+
+  delete(engine: string): void {
+    this.sessions.delete(engine);
   }
 
   all(): EngineSession[] {

@@ -2,13 +2,16 @@
  * The whole stack on one machine: a control plane and its engine processes. `pdctl run`, `pdctl
  * serve`, the end-to-end tests and `bench:engines` all start it through here.
  */
+import { Admission, needsCurve } from '../bus/admission.ts';
 import type { Logger } from '../log.ts';
 import { EscalationLadder, type LadderPolicy } from '../recovery/ladder.ts';
 import { EngineSupervisor } from '../recovery/supervisor.ts';
 import { Watchdog } from '../recovery/watchdog.ts';
 import { ControlPlane, type ControlPlaneOptions } from './control-plane.ts';
 
-export interface StackOptions extends ControlPlaneOptions {
+export interface StackOptions extends Omit<ControlPlaneOptions, 'admission'> {
+  /** Default: a fresh key pair for the control plane; each spawned engine gets one of its own. */
+  admission?: Admission;
   /** Engine processes to spawn. Default 1 and 1. */
   prefillEngines?: number;
   decodeEngines?: number;
@@ -34,6 +37,8 @@ export interface StackOptions extends ControlPlaneOptions {
 
 export interface Stack {
   control: ControlPlane;
+  /** Who may join the bus; add keys for engines started by hand with `admission.allow`. */
+  admission: Admission;
   engines: EngineSupervisor;
   watchdog: Watchdog;
   ladder: EscalationLadder;
@@ -44,9 +49,13 @@ export interface Stack {
 
 export async function startStack(options: StackOptions): Promise<Stack> {
   const log: Logger = options.log;
-  const control = await ControlPlane.start(options);
+  const admission = options.admission ?? new Admission();
+  const curve = options.curve ?? needsCurve(options.bus ?? 'tcp://127.0.0.1:0');
+  const control = await ControlPlane.start({ ...options, admission, curve });
   const engines = new EngineSupervisor({
     control: control.endpoint,
+    admission,
+    curve,
     log,
     logLevel: options.engineLogLevel ?? 'warn',
     restart: options.restartEngines ?? true,
@@ -104,5 +113,5 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     await stop();
     throw err;
   }
-  return { control, engines, watchdog, ladder, engineIds: ids, stop };
+  return { control, admission, engines, watchdog, ladder, engineIds: ids, stop };
 }

@@ -3,8 +3,9 @@
  * core, connects the bus, wires the role, heartbeats, and on SIGTERM drains and exits. Nothing
  * else in src/engine/ opens sockets or exits the process.
  */
+
+import { type KeyPair, signHello } from '../bus/admission.ts';
 import { BusClient } from '../bus/client.ts';
-import type { CurveClientKeys } from '../bus/curve.ts';
 import { type EngineMessage, PROTOCOL_VERSION } from '../bus/protocol.ts';
 import { uuidv7 } from '../journal/ids.ts';
 import type { Logger } from '../log.ts';
@@ -26,10 +27,16 @@ export interface RunningEngine {
   stopped: Promise<void>;
 }
 
+/** An engine's bus credentials: its key pair, the control plane's public key, and whether CURVE is on. */
+export interface EngineKeys extends KeyPair {
+  serverKey: string;
+  curve: boolean;
+}
+
 export function startEngine(
   opts: Readonly<EngineOptions>,
   log: Logger,
-  curve?: CurveClientKeys,
+  keys: EngineKeys,
 ): RunningEngine {
   const incarnation = uuidv7();
   const pool = KvPool.create({
@@ -43,7 +50,13 @@ export function startEngine(
   let transfer: TransferCore | null = null;
   let core: EngineCore;
   const bus: BusClient = new BusClient(
-    { endpoint: opts.control, engine: opts.id, incarnation, curve, log },
+    {
+      endpoint: opts.control,
+      engine: opts.id,
+      incarnation,
+      curve: keys.curve ? keys : undefined,
+      log,
+    },
     {
       hello: () => ({
         protocol: PROTOCOL_VERSION,
@@ -59,6 +72,7 @@ export function startEngine(
         rooms: core.heldRooms(),
         faultInjection: opts.allowFaultInjection,
         ...(pool.device === null ? {} : { kvDevice: pool.device }),
+        auth: signHello({ engine: opts.id, role: opts.role, incarnation }, keys, keys.serverKey),
       }),
       welcome: (w) => {
         log.info(

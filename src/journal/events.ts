@@ -280,8 +280,8 @@ export function validateEvent(input: unknown, options: { internal?: boolean } = 
   }
   let eventId = ev.eventId;
   if (eventId === undefined || eventId === null) eventId = uuidv7();
-  else if (typeof eventId !== 'string' || eventId.length === 0 || eventId.length > 200) {
-    throw invalid(`${type}: eventId must be a non-empty string of at most 200 characters`);
+  else if (typeof eventId !== 'string' || eventId.length === 0 || eventId.length > 400) {
+    throw invalid(`${type}: eventId must be a non-empty string of at most 400 characters`);
   }
   let ts = ev.ts;
   if (ts === undefined || ts === null) ts = Date.now();

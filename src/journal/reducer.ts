@@ -59,7 +59,9 @@ export type RejectReason =
   | 'duplicate_release'
   | 'not_room_engine'
   | 'invalid_migration'
-  | 'not_foldable';
+  | 'not_foldable'
+  /** Not the reducer's: the event id is already taken by a different event (journal dedupe). */
+  | 'event_id_conflict';
 
 export type ReduceResult =
   | { ok: true; room: Room }

@@ -11,7 +11,10 @@ export type AppendResult =
   | { status: 'applied'; seq: number; eventId: string; state: RoomState | null }
   | {
       status: 'rejected';
-      /** The seq of the `room.event_rejected` record. */
+      /**
+       * The seq of the `room.event_rejected` record; for `event_id_conflict` (nothing written),
+       * the seq of the event that holds the id.
+       */
       seq: number;
       eventId: string;
       reason: RejectReason;

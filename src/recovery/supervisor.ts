@@ -4,6 +4,7 @@
  * and replays its rooms from the journal. SIGTERM on stop; SIGKILL for what does not exit.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
+import type { Admission } from '../bus/admission.ts';
 import type { Logger } from '../log.ts';
 import { selfCommand } from './self.ts';
 
@@ -16,6 +17,13 @@ export interface EngineSpec {
 
 export interface SupervisorOptions {
   control: string;
+  /**
+   * Gives each engine its own key pair (in its environment, never on its command line), allowed
+   * for its id only; a restarted engine gets the same pair.
+   */
+  admission: Admission;
+  /** The bus uses CURVE (false: engines are started with `--insecure-bus`). */
+  curve: boolean;
   log: Logger;
   /** Engines' log level (their logs go to this process's stderr). */
   logLevel: string;
@@ -67,11 +75,18 @@ export class EngineSupervisor {
       this.options.control,
       '--log-level',
       this.options.logLevel,
+      ...(this.options.curve ? [] : ['--insecure-bus']),
       ...spec.args,
     ]);
     const child = spawn(self.command, self.args, {
       stdio: ['ignore', 'inherit', 'inherit'],
-      env: { ...process.env, ...this.options.env },
+      env: {
+        ...process.env,
+        ...this.options.env,
+        ...this.options.admission.engineEnv(spec.id),
+        // An engine never outlives the process that spawned it (it checks every second).
+        PDCTL_EXIT_WITH_PARENT: String(process.pid),
+      },
     });
     const exited = new Promise<ExitStatus>((resolve) => {
       child.once('exit', (code, signal) => {

@@ -21,6 +21,7 @@ export function engineSession(
     engine,
     role,
     incarnation: `${engine}-a`,
+    key: '',
     pid: 1,
     peer: Buffer.from(engine) as unknown as EngineSession['peer'],
     pool: `/pdctl-${engine}`,

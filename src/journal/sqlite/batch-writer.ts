@@ -16,12 +16,14 @@ import {
 
 /**
  * Outcome per event, compact for the trip back to the main thread:
- * [0, seq, state] applied · [1, seq, reason, state, detail] rejected · [2, seq, originalRejected] duplicate
+ * [0, seq, state] applied · [1, seq, reason, state, detail] rejected · [2, seq, originalRejected] duplicate ·
+ * [3, seq of the original, detail] the event id is taken by a different event (nothing written)
  */
 export type Outcome =
   | [0, number, string | null]
   | [1, number, string, string | null, string]
-  | [2, number, boolean];
+  | [2, number, boolean]
+  | [3, number, string];
 
 export interface PruneOutcome {
   rooms: number;
@@ -79,7 +81,14 @@ export class BatchWriter {
       `INSERT INTO events (ts, type, room, engine, source, event_id, data)
        VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (event_id) DO NOTHING`,
     );
-    this.findEvent = db.prepare('SELECT seq, type FROM events WHERE event_id = ?').raw();
+    // A rejection record stands for the event it refused: compare with that event's type.
+    this.findEvent = db
+      .prepare(
+        `SELECT seq, type, room, source,
+           CASE WHEN type = 'room.event_rejected' THEN json_extract(data, '$.eventType') ELSE type END
+         FROM events WHERE event_id = ?`,
+      )
+      .raw();
     this.loadRoom = db.prepare('SELECT * FROM rooms WHERE room = ?');
     this.insertRoom = db.prepare(
       `INSERT INTO rooms (${ROOM_COLUMNS.join(', ')}) VALUES (${ROOM_COLUMNS.map(() => '?').join(', ')})`,
@@ -126,7 +135,10 @@ export class BatchWriter {
     ev: PendingEvent,
     type: string,
     data: unknown,
-  ): { seq: number; duplicate: false } | { seq: number; duplicate: true; rejected: boolean } {
+  ):
+    | { seq: number; duplicate: false }
+    | { seq: number; duplicate: true; rejected: boolean }
+    | { seq: number; conflict: string } {
     const info = this.insertEvent.run(
       ev.ts,
       type,
@@ -137,8 +149,28 @@ export class BatchWriter {
       JSON.stringify(data),
     );
     if (info.changes === 1) return { seq: Number(info.lastInsertRowid), duplicate: false };
-    const [seq, storedType] = this.findEvent.get(ev.eventId) as [number, string];
+    const [seq, storedType, room, source, eventType] = this.findEvent.get(ev.eventId) as [
+      number,
+      string,
+      string | null,
+      string,
+      string | null,
+    ];
+    // The same event sent again (a retry) is a duplicate. Anything else under a taken id is
+    // refused: an id can never make a different event — another source's, another room's —
+    // count as already done.
+    if (eventType !== ev.type || room !== ev.room || source !== ev.source) {
+      return {
+        seq,
+        conflict: `event id ${ev.eventId} is taken by seq ${seq} (${eventType ?? storedType} from ${source}${room ? ` for ${room}` : ''}); this ${ev.type} from ${ev.source} is not that event`,
+      };
+    }
     return { seq, duplicate: true, rejected: storedType === 'room.event_rejected' };
+  }
+
+  private outcome(r: ReturnType<BatchWriter['insert']>, applied: Outcome): Outcome {
+    if ('conflict' in r) return [3, r.seq, r.conflict];
+    return r.duplicate ? [2, r.seq, r.rejected] : applied;
   }
 
   private applyInTx(batch: PendingEvent[]): Outcome[] {
@@ -147,15 +179,15 @@ export class BatchWriter {
       const ev = batch[i] as PendingEvent;
       if (ev.room === null || !ev.type.startsWith('room.')) {
         const r = this.insert(ev, ev.type, ev.data);
-        outcomes[i] = r.duplicate ? [2, r.seq, r.rejected] : [0, r.seq, null];
+        outcomes[i] = this.outcome(r, [0, r.seq, null]);
         continue;
       }
       const before = this.current(ev.room);
       const result = reduce(before?.room ?? null, { ...ev, seq: 0 });
       if (result.ok) {
         const r = this.insert(ev, ev.type, ev.data);
-        if (r.duplicate) {
-          outcomes[i] = [2, r.seq, r.rejected];
+        if ('conflict' in r || r.duplicate) {
+          outcomes[i] = this.outcome(r, [0, r.seq, null]);
         } else {
           result.room.lastSeq = r.seq; // the reducer returned a fresh object; seq is known only now
           this.overlay.set(ev.room, {
@@ -169,9 +201,7 @@ export class BatchWriter {
       }
       const record = rejectionData(ev, result.reason, result.state);
       const r = this.insert(ev, 'room.event_rejected', record);
-      outcomes[i] = r.duplicate
-        ? [2, r.seq, r.rejected]
-        : [1, r.seq, result.reason, result.state, result.detail];
+      outcomes[i] = this.outcome(r, [1, r.seq, result.reason, result.state, result.detail]);
     }
     for (const held of this.overlay.values()) {
       if (held.id === null || held.stored === null) {

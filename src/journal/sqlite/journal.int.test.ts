@@ -157,6 +157,72 @@ describe('SqliteJournal append', () => {
     }
   });
 
+  it('refuses a different event under a taken event_id: never a duplicate, nothing written', async () => {
+    const j = await fresh();
+    try {
+      await j.append(created('taken'));
+      // Someone else got there first with the id the control plane will use for its abort.
+      const squat = await j.append({
+        type: 'room.abort_requested',
+        room: 'taken',
+        source: 'engine:rogue',
+        eventId: 'taken:aborted',
+        data: { reason: 'junk' },
+      });
+      expect(squat.status).toBe('applied');
+      const head = await j.headSeq();
+      const attempts = [
+        // Same type and room, another source.
+        { type: 'room.abort_requested', source: 'control', data: { reason: 'operator' } },
+        // Another type.
+        { type: 'room.aborted', source: 'engine:rogue', data: { reason: 'x', source: 'api' } },
+      ];
+      for (const a of attempts) {
+        const res = await j.append({ ...a, room: 'taken', eventId: 'taken:aborted' } as never);
+        expect(res).toMatchObject({
+          status: 'rejected',
+          reason: 'event_id_conflict',
+          seq: squat.seq,
+          detail: expect.stringContaining('is not that event'),
+        });
+      }
+      // Under an id taken by a rejection record: compared with the event it refused.
+      const late = await j.append({
+        type: 'room.bootstrap_started',
+        room: 'nowhere',
+        source: 'engine:d0',
+        eventId: 'late-1',
+        data: {},
+      });
+      expect(late.status).toBe('rejected');
+      expect(
+        await j.append({
+          type: 'room.bootstrap_started',
+          room: 'nowhere',
+          source: 'engine:d0',
+          eventId: 'late-1',
+          data: {},
+        }),
+      ).toMatchObject({ status: 'duplicate', original: 'rejected' });
+      expect(
+        await j.append({
+          type: 'room.decode_started',
+          room: 'nowhere',
+          source: 'engine:d0',
+          eventId: 'late-1',
+          data: {},
+        }),
+      ).toMatchObject({ status: 'rejected', reason: 'event_id_conflict' });
+      // Only the rejection record of `late-1` was written (a refused insert may still use up a seq).
+      expect((await j.tail({ afterSeq: head, order: 'oldest' })).map((e) => e.eventId)).toEqual([
+        'late-1',
+      ]);
+      expect((await j.verify()).ok).toBe(true);
+    } finally {
+      await j.drain();
+    }
+  });
+
   it('refuses invalid events with a coded error that names the field, and writes nothing', async () => {
     const j = await fresh();
     try {

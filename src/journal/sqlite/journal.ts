@@ -274,6 +274,15 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
           type: 'room.event_rejected',
           data: rejectionData(ev, o[2], o[3]),
         });
+      } else if (o[0] === 3) {
+        results[i] = {
+          status: 'rejected',
+          seq: o[1],
+          eventId: ev.eventId,
+          reason: 'event_id_conflict',
+          state: null,
+          detail: o[2],
+        };
       } else {
         results[i] = {
           status: 'duplicate',
@@ -282,7 +291,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
           original: o[2] ? 'rejected' : 'applied',
         };
       }
-      if (o[0] !== 2 && o[1] > this.committedSeq) this.committedSeq = o[1];
+      if (o[0] < 2 && o[1] > this.committedSeq) this.committedSeq = o[1];
     }
     if (publish && publish.length > 0) this.hub.publish(publish);
     const resolve = (from: number, to: number) => {

@@ -1,6 +1,7 @@
 /** Every drill `pdctl drill` knows, by name. */
 import { abortCascade } from './abort-cascade.ts';
 import type { DrillScenario } from './harness.ts';
+import { hostilePeer } from './hostile-peer.ts';
 import { killControlPlane } from './kill-control-plane.ts';
 import {
   busLoopDeath,
@@ -23,6 +24,7 @@ export const DRILLS: readonly DrillScenario[] = [
   transferStall,
   computeHang,
   malformedFrames,
+  hostilePeer,
   kvCorruption,
   slowClient,
   journalUnwritable,

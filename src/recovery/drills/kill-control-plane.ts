@@ -7,9 +7,10 @@
  * freed, and nothing the old process acknowledged is missing.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
+import { Admission } from '../../bus/admission.ts';
 import { SqliteJournal } from '../../journal/sqlite/journal.ts';
 import { selfCommand } from '../self.ts';
 import { EngineSupervisor } from '../supervisor.ts';
@@ -94,8 +95,17 @@ async function runKillControlPlane(o: DrillRunOptions): Promise<DrillReport> {
   const httpPort = await freePort();
   const bus = `tcp://127.0.0.1:${busPort}`;
   const base = `http://127.0.0.1:${httpPort}`;
+  // Its engines are started here, not by serve: serve must know their keys, and keep its own key
+  // pair (bus.key in its data directory) across the restart.
+  const admission = new Admission();
+  writeFileSync(join(dir, 'bus.key'), JSON.stringify(admission.server), { mode: 0o600 });
+  const engineKeyArgs = ['prefill-0', 'decode-0'].flatMap((id) => [
+    '--engine-key',
+    `${id}=${admission.issue(id).publicKey}`,
+  ]);
   const serveArgs = [
     'serve',
+    ...engineKeyArgs,
     '--prefill',
     '0',
     '--decode',
@@ -136,9 +146,10 @@ async function runKillControlPlane(o: DrillRunOptions): Promise<DrillReport> {
   const ready = () => answers('/health/ready');
   const engines = new EngineSupervisor({
     control: bus,
+    admission,
+    curve: true,
     log: o.log,
     logLevel: 'warn',
-    env: { PDCTL_EXIT_WITH_PARENT: String(process.pid) },
   });
   const ids = ['prefill-0', 'decode-0'];
   let load: Load | null = null;
@@ -264,9 +275,10 @@ async function runKillControlPlane(o: DrillRunOptions): Promise<DrillReport> {
       await engines.stop(0);
       const again = new EngineSupervisor({
         control: bus,
+        admission,
+        curve: true,
         log: o.log,
         logLevel: 'warn',
-        env: { PDCTL_EXIT_WITH_PARENT: String(process.pid) },
       });
       startServe();
       again.start({ id: 'prefill-0', role: 'prefill', args: DRILL_ENGINE_ARGS });

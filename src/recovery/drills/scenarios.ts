@@ -348,6 +348,22 @@ export const slowClient: DrillScenario = {
   },
 };
 
+/**
+ * A raw DEALER for a drill to send frames with: holding a key the stack admits when the drill
+ * started the stack, or none (a stranger) against a stack at `--url`.
+ */
+export function admittedPeer(ctx: DrillContext, name: string): zmq.Dealer {
+  const raw = new zmq.Dealer({ linger: 0 });
+  if (ctx.local) {
+    const { admission } = ctx.local.stack;
+    const keys = admission.issue(`drill-${name}`);
+    raw.curveServerKey = admission.server.publicKey;
+    raw.curvePublicKey = keys.publicKey;
+    raw.curveSecretKey = keys.secretKey;
+  }
+  return raw;
+}
+
 export const malformedFrames: DrillScenario = {
   name: 'malformed-frames',
   summary:
@@ -357,28 +373,40 @@ export const malformedFrames: DrillScenario = {
     await ctx.sleep(1000);
     const before = await ctx.target.bus();
     const frames = hostileFrames(300);
-    const raw = new zmq.Dealer({ linger: 0 });
+    // The garbage comes from a peer CURVE lets in (an engine with a bug, say); a stack the drill
+    // did not start admits no key of ours, so there the garbage never reaches its bus loop at all.
+    const raw = admittedPeer(ctx, 'malformed-frames');
     raw.connect(before.endpoint);
     const faultAt = Date.now();
     for (const f of frames) await raw.send(f);
     ctx.mark(`fault: ${frames.length} hostile messages sent to the bus`);
     const http = await hostileHttp(ctx.base);
     ctx.mark(`fault: ${http.sent} hostile HTTP requests sent; answers ${http.answers.join(' ')}`);
-    await waitFor(
-      async () => (await ctx.target.bus()).dropped - before.dropped >= frames.length - 20,
-      10_000,
-    );
+    if (ctx.local)
+      await waitFor(
+        async () => (await ctx.target.bus()).dropped - before.dropped >= frames.length - 20,
+        10_000,
+      );
     raw.close();
     await ctx.sleep(1000);
     const after = await ctx.target.bus();
     const dropped = after.dropped - before.dropped;
     const loopRestarts = after.loopRestarts - before.loopRestarts;
-    ctx.check({
-      name: 'every hostile frame dropped and counted',
-      ok: dropped >= frames.length - 20 && loopRestarts === 0,
-      figure: { sent: frames.length, dropped, loopRestarts },
-      detail: 'the bus loop never died (a batch counts once per item)',
-    });
+    ctx.check(
+      ctx.local
+        ? {
+            name: 'every hostile frame dropped and counted',
+            ok: dropped >= frames.length - 20 && loopRestarts === 0,
+            figure: { sent: frames.length, dropped, loopRestarts },
+            detail: 'the bus loop never died (a batch counts once per item)',
+          }
+        : {
+            name: 'hostile frames from an unadmitted peer never reach the bus loop',
+            ok: dropped < frames.length && loopRestarts === 0,
+            figure: { sent: frames.length, dropped, loopRestarts },
+            detail: 'CURVE refuses a peer without an allowed key before any frame is read',
+          },
+    );
     ctx.check({
       name: 'hostile HTTP answered with 4xx or closed',
       ok: http.answers.every((a) => a === 'closed' || (Number(a) >= 400 && Number(a) < 500)),

@@ -1,0 +1,169 @@
+/**
+ * Issue 13, item 1: the bus admits only engines that prove who they are. Each attack of the issue
+ * is played against a real stack (CURVE on, as `pdctl serve` runs by default) by a peer on a real
+ * ZeroMQ socket, and the stack keeps serving its clients throughout.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import * as zmq from 'zeromq';
+import { newKeyPair } from '../../src/bus/admission.ts';
+import { RawEngine, type Reply } from '../../src/recovery/drills/raw-engine.ts';
+import { collect, prompt, startTestStack, waitFor } from '../helpers/stack.ts';
+
+const peers: Array<{ close(): void }> = [];
+afterEach(() => {
+  for (const p of peers.splice(0)) p.close();
+});
+
+function raw(o: ConstructorParameters<typeof RawEngine>[0]): RawEngine {
+  const r = new RawEngine(o);
+  peers.push(r);
+  return r;
+}
+
+function payload(r: Reply): Record<string, unknown> {
+  if (!r.ok) throw new Error(`undecodable reply: ${r.reason}`);
+  return r.payload;
+}
+
+describe('bus admission', () => {
+  it('a peer without an allowed CURVE key never reaches the control plane', async () => {
+    const { control, admission } = await startTestStack();
+    const hellos = control.counters.hellos;
+    // No CURVE at all: the handshake fails before any frame is read.
+    const plain = new zmq.Dealer({ linger: 0 });
+    peers.push(plain);
+    plain.connect(control.endpoint);
+    await plain.send(['hello', Buffer.from('x')]);
+    // CURVE with a key nobody allowed: refused by the ZAP handler, even with a valid signature.
+    const rogue = raw({
+      endpoint: control.endpoint,
+      engine: 'decode-0',
+      role: 'decode',
+      keys: newKeyPair(),
+      serverKey: admission.server.publicKey,
+    });
+    await rogue.sayHello();
+    await waitFor('the rogue key refused', () => control.bus.zapDenied > 0);
+    await expect(rogue.next(undefined, 1000)).rejects.toThrow(/no reply/);
+    expect(control.counters.hellos).toBe(hellos);
+    const ok = await collect(control.submit({ prompt: prompt(1, 10), maxTokens: 4 }));
+    expect(ok.error).toBeNull();
+  });
+
+  it('an allowed key cannot speak for another engine, take over an incarnation, or forge a proof', async () => {
+    const { control, admission } = await startTestStack();
+    const decode = control.registry.get('decode-0');
+    const incarnation = decode?.incarnation;
+    expect(incarnation).toBeTruthy();
+    const serverKey = admission.server.publicKey;
+    // The prefill engine's own key pair, stolen: CURVE lets it in, admission does not.
+    const stolen = admission.issue('prefill-0');
+    const asDecode = raw({
+      endpoint: control.endpoint,
+      engine: 'decode-0',
+      role: 'decode',
+      keys: stolen,
+      serverKey,
+    });
+    await asDecode.sayHello();
+    expect(payload(await asDecode.next('nack'))).toMatchObject({
+      code: 'BUS_UNAUTHORIZED',
+      retryable: false,
+      message: expect.stringContaining('may not speak for engine decode-0'),
+    });
+    // A hello for decode-0 signed with a key it does not hold: the proof does not verify.
+    const forged = raw({
+      endpoint: control.endpoint,
+      engine: 'decode-0',
+      role: 'decode',
+      keys: stolen,
+      serverKey,
+    });
+    const real = admission.issue('decode-0').publicKey;
+    await forged.sayHello({
+      auth: { ...(forged.hello().auth as object), key: real },
+    });
+    expect(payload(await forged.next('nack'))).toMatchObject({
+      code: 'BUS_UNAUTHORIZED',
+      message: expect.stringContaining('does not verify'),
+    });
+    // No hello at all.
+    const bare = raw({
+      endpoint: control.endpoint,
+      engine: 'x-9',
+      role: 'decode',
+      keys: stolen,
+      serverKey,
+    });
+    await bare.sayHello({ auth: undefined });
+    expect(payload(await bare.next('nack'))).toMatchObject({
+      code: 'BUS_UNAUTHORIZED',
+      message: expect.stringContaining('no admission proof'),
+    });
+    // 61 forged hellos in a burst: the real decode-0 keeps its registration and serves.
+    for (let i = 0; i < 61; i++) await asDecode.sayHello();
+    await waitFor('every forged hello refused', () => control.bus.drops.get('unauthorized') >= 63);
+    expect(control.registry.get('decode-0')?.incarnation).toBe(incarnation);
+    expect(
+      control.registry
+        .all()
+        .map((s) => s.engine)
+        .sort(),
+    ).toEqual(['decode-0', 'prefill-0']);
+    const outs = await Promise.all(
+      Array.from({ length: 4 }, (_, i) =>
+        collect(control.submit({ prompt: prompt(i, 12), maxTokens: 6 })),
+      ),
+    );
+    for (const o of outs) expect(o.error).toBeNull();
+    const registered = await control.journal.tail({ type: 'engine.registered', limit: 100 });
+    expect(registered.map((e) => e.engine).sort()).toEqual(['decode-0', 'prefill-0']);
+  });
+
+  it('an admitted engine cannot touch rooms it does not hold, nor occupy the control plane’s event ids', async () => {
+    const { control, admission } = await startTestStack();
+    const keys = newKeyPair();
+    admission.allow('guest-d', keys.publicKey);
+    const guest = raw({
+      endpoint: control.endpoint,
+      engine: 'guest-d',
+      role: 'decode',
+      keys,
+      serverKey: admission.server.publicKey,
+    });
+    await guest.join();
+    // A live room of the real engines, held open by a long generation.
+    const stream = control.submit({ prompt: prompt(3, 20), maxTokens: 2000 });
+    const room = stream.room;
+    await waitFor('the room decoding', () => control.rooms.get(room)?.state === 'decoding');
+    const head = await control.journal.headSeq();
+    // The ids the control plane will use to abort or fail this room.
+    for (const id of [`${room}:aborted`, `${room}:orphaned`, `${room}:deadline:decoding`])
+      await guest.append(id, 'room.completed', room, { tokens: 1, finishReason: 'stop' });
+    await guest.append('x1', 'room.failed', 'r-nobody-1', {
+      reason: 'junk',
+      stage: 'decoding',
+      detectedBy: 'guest',
+    });
+    // A type its role never sends.
+    await guest.append('x2', 'room.transfer_posted', room, {});
+    const nacks: Array<Record<string, unknown>> = [];
+    for (let i = 0; i < 5; i++) nacks.push(payload(await guest.next('nack')));
+    expect(nacks.map((n) => n.code)).toEqual(Array(5).fill('BUS_INVALID_EVENT'));
+    expect(nacks[0]?.message).toContain('belongs to prefill-0 (prefill) and decode-0 (decode)');
+    expect(nacks[3]?.message).toContain('not a room this control plane gave to guest-d');
+    expect(nacks[4]?.message).toContain('a decode engine may not append room.transfer_posted');
+    // Nothing was journaled for any of it.
+    expect(await control.journal.headSeq()).toBe(head);
+    expect(control.bus.drops.get('not_owner')).toBe(5);
+    // The control plane's abort of that room still works: its id was never taken.
+    const res = await control.abort(room, 'operator', 'admin');
+    expect(res.status).toBe('applied');
+    const out = await collect(stream);
+    expect(out.error).not.toBeNull();
+    await waitFor(
+      'the room aborted',
+      async () => (await control.journal.timeline(room)).room?.state === 'aborted',
+    );
+  });
+});

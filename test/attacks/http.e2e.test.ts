@@ -1,0 +1,120 @@
+/**
+ * Issue 13, the attacks at the HTTP port of a real `pdctl serve`: a prompt too large for the bus
+ * (item 2), slow bodies holding connections (item 7), cross-site POSTs to admin routes (item 8).
+ */
+import { connect, type Socket } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Served, serve } from '../helpers/serve.ts';
+
+let s: Served;
+beforeAll(async () => {
+  s = await serve([
+    '--request-timeout-ms',
+    '1000',
+    '--max-connections',
+    '32',
+    '--canary-interval-ms',
+    '0',
+  ]);
+}, 60_000);
+afterAll(async () => {
+  await s?.stop();
+});
+
+async function post(path: string, body: string, headers: Record<string, string> = {}) {
+  const res = await fetch(`${s.url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body,
+  });
+  return { status: res.status, body: (await res.json()) as { error?: { message: string } } };
+}
+
+async function roomCount(): Promise<number> {
+  const res = await fetch(`${s.url}/v1/stats`);
+  return ((await res.json()) as { journal: { rooms: number } }).journal.rooms;
+}
+
+describe('attacks at the HTTP port', () => {
+  it('a prompt that cannot fit in a bus frame is a 400 that names the limit, and journals nothing', async () => {
+    const before = await roomCount();
+    // 1,045,000 bytes: under the 1 MiB body limit, over what a room.created event can carry.
+    const prompt = 'ab '.repeat(348_334).slice(0, 1_045_000);
+    const res = await post(
+      '/v1/completions',
+      JSON.stringify({ model: 'pdctl-deterministic-1', prompt, max_tokens: 4 }),
+    );
+    expect(res.status).toBe(400);
+    expect(res.body.error?.message).toMatch(
+      /prompt is 1045000 bytes .*the most an engine can be sent is 1040384 bytes/,
+    );
+    expect(await roomCount()).toBe(before);
+    // The stack still serves, with no engine reset for it.
+    const ok = await post(
+      '/v1/completions',
+      JSON.stringify({ model: 'pdctl-deterministic-1', prompt: 'the river', max_tokens: 4 }),
+    );
+    expect(ok.status).toBe(200);
+  });
+
+  it('cuts off clients that trickle their bodies, and caps open connections', async () => {
+    const sockets: Socket[] = [];
+    const closed: Array<Promise<number>> = [];
+    const { port } = new URL(s.url);
+    const t0 = Date.now();
+    for (let i = 0; i < 48; i++) {
+      const sock = connect(Number(port), '127.0.0.1');
+      sock.on('error', () => {});
+      sock.on('data', () => {});
+      sockets.push(sock);
+      closed.push(new Promise((r) => sock.once('close', () => r(Date.now() - t0))));
+      sock.write(
+        'POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{',
+      );
+    }
+    // One byte every 200 ms: a body that would take 200 s to arrive.
+    const drip = setInterval(() => {
+      for (const sock of sockets) if (!sock.destroyed) sock.write(' ');
+    }, 200);
+    try {
+      const times = (await Promise.all(closed)).sort((a, b) => a - b);
+      // 16 over the cap of 32 are closed as they arrive, long before any request timeout.
+      expect(times[15]).toBeLessThan(900);
+      // Every one is gone within the 1 s request timeout plus node's 1 s check and some slack.
+      expect(times[times.length - 1]).toBeLessThan(5000);
+    } finally {
+      clearInterval(drip);
+      for (const sock of sockets) sock.destroy();
+    }
+    const ok = await post(
+      '/v1/completions',
+      JSON.stringify({ model: 'pdctl-deterministic-1', prompt: 'the river', max_tokens: 4 }),
+    );
+    expect(ok.status).toBe(200);
+  });
+
+  it('admin routes refuse a foreign Origin and bodies that are not JSON', async () => {
+    const before = await roomCount();
+    const abort = '/v1/rooms/r-target-1/abort';
+    const foreign = await post(abort, '{}', { origin: 'http://evil.example' });
+    expect(foreign.status).toBe(403);
+    expect(foreign.body.error?.message).toContain('another origin');
+    for (const type of ['text/plain', 'application/x-www-form-urlencoded']) {
+      const res = await post(abort, 'reason=x', { 'content-type': type });
+      expect(res.status, type).toBe(415);
+      expect(res.body.error?.message).toContain('JSON body');
+    }
+    const commands = await post('/v1/admin/engines/decode-0/commands', '{"command":"drain"}', {
+      origin: 'null',
+    });
+    expect(commands.status).toBe(403);
+    // Same origin, JSON: it reaches the route (no such room).
+    const same = await post(abort, '{}', { origin: s.url });
+    expect(same.status).toBe(404);
+    expect(await roomCount()).toBe(before);
+    const engines = (await (await fetch(`${s.url}/v1/engines`)).json()) as {
+      engines: Array<{ id: string; state?: string }>;
+    };
+    expect(engines.engines.map((e) => e.id).sort()).toEqual(['decode-0', 'prefill-0']);
+  });
+});
