@@ -63,17 +63,25 @@ describe('engines end to end', () => {
     expect(control.bus.drops.snapshot()).toEqual({});
   });
 
-  it('fails a room cleanly when the decode pool cannot hold it, and keeps serving', async () => {
+  it('refuses a room no pool can hold before journaling it, and an engine that cannot hold one fails it cleanly', async () => {
     const stack = await startTestStack({ engineArgs: ['--pages', '4'] });
-    const big = collect(stack.control.submit({ prompt: prompt(1, 400), maxTokens: 10 }));
-    const out = await big;
+    const { control } = stack;
+    const head = await control.journal.headSeq();
+    expect(() => control.submit({ prompt: prompt(1, 400), maxTokens: 10 })).toThrow(
+      /needs 400 prompt tokens of KV, 7 pages, but the largest prefill KV pool has 4 pages/,
+    );
+    expect(await control.journal.headSeq()).toBe(head);
+    // An engine that does not say how many tokens a page holds (another implementation, say) is
+    // not counted at admission: its own allocator refuses the room, and the room fails cleanly.
+    for (const s of control.registry.all()) s.tokensPerPage = null;
+    const out = await collect(control.submit({ prompt: prompt(1, 400), maxTokens: 10 }));
     expect(out.error?.message).toMatch(/failed: kv_pool_full \(in bootstrapping\)/);
-    const t = await stack.control.journal.timeline(out.room);
+    const t = await control.journal.timeline(out.room);
     expect(t.room?.state).toBe('failed');
     expect(t.room?.detectedBy).toBe('engine:decode-0');
-    const ok = await collect(stack.control.submit({ prompt: prompt(2, 20), maxTokens: 5 }));
+    const ok = await collect(control.submit({ prompt: prompt(2, 20), maxTokens: 5 }));
     expect(ok.error).toBeNull();
     const done = Date.now();
-    await waitFor('every pool back to capacity', () => poolsFull(stack.control, done));
+    await waitFor('every pool back to capacity', () => poolsFull(control, done));
   });
 });

@@ -239,6 +239,7 @@ export function registerQueryRoutes(app: FastifyInstance, control: ControlPlane)
           kv_device: s.kvDevice,
           fault_injection: s.faultInjection,
           recovery: control.recoveryView?.(s.engine) ?? null,
+          restarts: control.processRestarts?.(s.engine) ?? null,
         })),
       };
     },

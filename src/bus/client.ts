@@ -43,6 +43,9 @@ export interface BusClientHandlers {
 }
 
 export type AppendAck = ControlMessage<'ack'>;
+
+/** How often a run of failed CURVE handshakes is logged (see `onHandshakeFailed`). */
+const HANDSHAKE_LOG_EVERY_MS = 10_000;
 type AppendEvent = EngineMessage<'append'>['event'];
 
 /** Whether the acked event is in the journal as applied (now, or by an earlier send of it). */
@@ -130,6 +133,8 @@ export class BusClient {
       if (socket !== this.socket) return;
       if (ev.type === 'handshake') this.onConnected();
       else if (ev.type === 'disconnect') this.onDisconnected();
+      else if (ev.type.startsWith('handshake:error'))
+        this.onHandshakeFailed(ev.type, (ev as { error?: Error }).error);
     }
   }
 
@@ -173,7 +178,38 @@ export class BusClient {
     await stopped;
   }
 
+  /**
+   * A CURVE handshake that failed. `auth` is the control plane's answer that our key is not
+   * allowed there: final (libzmq does not try again), so the engine is refused for good, saying
+   * why. Anything else looks the same whether the network broke mid-handshake or the two sides
+   * disagree on the control plane's key or on CURVE itself (the server just drops us): libzmq
+   * retries, and the engine says what to check, once per `HANDSHAKE_LOG_EVERY_MS`.
+   */
+  private handshakeFailures = 0;
+  private handshakeLoggedAt = 0;
+
+  private onHandshakeFailed(type: string, error: Error | undefined): void {
+    this.handshakeFailures++;
+    if (type === 'handshake:error:auth') {
+      this.handlers.refused?.({
+        eventId: null,
+        code: 'BUS_UNAUTHORIZED',
+        message: `the control plane at ${this.options.endpoint} refused the CURVE handshake: it does not allow this engine’s key (give it --engine-key ID=PUBLIC, or use the key pair it issued)`,
+        retryable: false,
+      });
+      return;
+    }
+    const now = Date.now();
+    if (now - this.handshakeLoggedAt < HANDSHAKE_LOG_EVERY_MS) return;
+    this.handshakeLoggedAt = now;
+    this.options.log.warn(
+      { type, error: error?.message, failuresInARow: this.handshakeFailures },
+      'engine bus: CURVE handshakes with the control plane keep failing; if the network is fine, PDCTL_CURVE_SERVER_KEY is not the control plane’s public key, or --insecure-bus is set on one side only',
+    );
+  }
+
   private onConnected(): void {
+    this.handshakeFailures = 0;
     this.connects++;
     if (this.connects > 1) {
       this.options.log.info(

@@ -52,6 +52,11 @@ export const ENGINE_MESSAGES = {
       pid: Count,
       pages: Count,
       pageBytes: Count,
+      /**
+       * Tokens of KV one page holds: the control plane admits a request only where its pages fit
+       * (absent: it cannot count this engine's pages, and does not).
+       */
+      tokensPerPage: Type.Optional(Type.Integer({ minimum: 1 })),
       /** The engine's KV pool (shared-memory name) and its epoch; prefill engines have one too. */
       pool: Short,
       epoch: Count,

@@ -21,6 +21,8 @@ interface EngineRow {
   total_pages: number;
   live_rooms: number;
   recovery: LadderView | null;
+  /** Times its process was started again, after a crash or by the ladder (null: not spawned here). */
+  restarts?: number | null;
   fault_injection?: boolean;
   /** The CUDA device of its KV pages; null (or absent, from an older server): host memory. */
   kv_device?: number | null;
@@ -31,7 +33,8 @@ export function registerEnginesCommand(program: Command): void {
     .command('engines')
     .description(
       'The engines a running `pdctl serve` sees now: state, pid, heartbeat age, loop ticks, free pages, rooms, ' +
-        'and the escalation ladder (ok, resetting, restarting, gave_up) with its resets, restarts and last outcome.',
+        'the escalation ladder (ok, resetting, restarting, gave_up) with its resets and last outcome, and RESTARTS: how often ' +
+        'its process was started again (after a crash, or by the ladder).',
     )
     .option(
       '--url <url>',
@@ -97,7 +100,7 @@ export function registerEnginesCommand(program: Command): void {
           },
           {
             header: 'RESTARTS',
-            value: (e) => e.recovery?.restarts ?? null,
+            value: (e) => e.restarts ?? e.recovery?.restarts ?? null,
             align: 'right',
           },
           {

@@ -19,6 +19,7 @@ import {
 } from '../bus/admission.ts';
 import { Canary } from '../control/canary.ts';
 import { startStack } from '../control/stack.ts';
+import { JournalError } from '../journal/errors.ts';
 import { DURABILITIES, type Durability } from '../journal/sqlite/open.ts';
 import { LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
 import { backends } from '../transfer/pool.ts';
@@ -265,8 +266,20 @@ function loadServerKeys(path: string): KeyPair {
     return keys;
   }
   const keys = newKeyPair();
-  mkdirSync(dirname(path), { recursive: true });
-  writeFileSync(path, `${JSON.stringify(keys, null, 2)}\n`, { mode: 0o600, flag: 'wx' });
+  try {
+    mkdirSync(dirname(path), { recursive: true });
+    writeFileSync(path, `${JSON.stringify(keys, null, 2)}\n`, { mode: 0o600, flag: 'wx' });
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EROFS' || code === 'EACCES' || code === 'EPERM') {
+      throw new JournalError(
+        'JOURNAL_READ_ONLY',
+        `cannot write ${path} (${(err as Error).message}): the data directory is on a read-only file or filesystem; pdctl serve keeps its journal and bus key there — fix the permissions or pass --data-dir on a writable disk. Read commands (pdctl rooms, journal verify) work on the journal as it is`,
+        { cause: err },
+      );
+    }
+    throw err;
+  }
   return keys;
 }
 

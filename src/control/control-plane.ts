@@ -31,6 +31,7 @@ import type { LadderView } from '../recovery/ladder.ts';
 import { type ControlCounters, EngineLink } from './engine-link.ts';
 import { ControlError } from './errors.ts';
 import { Migrator } from './migration.ts';
+import { PageLedger } from './page-ledger.ts';
 import { EngineRegistry, type EngineSession } from './registry.ts';
 import {
   DEFAULT_STALL_POLICY,
@@ -116,8 +117,12 @@ export class ControlPlane {
   orphansFailed = 0;
   /** Where each engine stands on the escalation ladder; set by the stack that runs one. */
   recoveryView: ((engine: string) => LadderView) | null = null;
+  /** How often an engine's process was started again (crash or ladder); set by the stack that spawns it. */
+  processRestarts: ((engine: string) => number | null) | null = null;
   private readonly link: EngineLink;
   private readonly migrator: Migrator;
+  /** KV pages promised to rooms per engine: admission counts pages, not rooms. */
+  readonly pages = new PageLedger((engine) => this.registry.get(engine));
   /** Engines heartbeating within this many ms get new rooms (`engineFreshMs`, default 3000). */
   private readonly freshMs: number;
   private readonly roomListeners: Array<
@@ -169,6 +174,11 @@ export class ControlPlane {
         requests: this.requests,
         closing: () => this.closing !== null,
         createRoom: (...args) => this.createRoom(...args),
+        canHold: (s, promptTokens, maxTokens) =>
+          this.pages.fits(
+            s,
+            this.pages.pagesFor(s, s.role === 'decode' ? promptTokens + maxTokens : promptTokens),
+          ),
       },
       {
         limit: options.migrationLimit ?? 2,
@@ -349,10 +359,14 @@ export class ControlPlane {
     }
     if (ev.type === 'room.abort_requested' && room.abortRequestedAt === ev.ts)
       this.scheduleAbort(room, ev);
-    if (ev.type === 'room.released') this.maybeFinishAbort(room);
+    if (ev.type === 'room.released') {
+      if (ev.engine !== null) this.pages.release(room.room, ev.engine);
+      this.maybeFinishAbort(room);
+    }
     if (isTerminal(room.state) && (!before || !isTerminal(before.state))) this.onTerminal(room);
     if (isTerminal(room.state) && this.releasedByBoth(room)) {
       this.rooms.delete(room.room);
+      this.pages.releaseAll(room.room);
       this.ended.set(room.room, {
         prefillEngine: room.prefillEngine,
         decodeEngine: room.decodeEngine,
@@ -530,15 +544,8 @@ export class ControlPlane {
     }
     const promptTokens = this.model.tokenize(prompt).length;
     if (promptTokens === 0) throw new ControlError('CONTROL_BAD_REQUEST', 'prompt has no tokens');
-    const freshMs = this.freshMs;
-    const prefill = this.registry.pick('prefill', freshMs);
-    const decode = this.registry.pick('decode', freshMs);
-    if (!prefill || !decode) {
-      throw new ControlError(
-        'CONTROL_NO_ENGINES',
-        `no ${!prefill ? 'prefill' : 'decode'} engine is registered with a heartbeat in the last ${freshMs} ms`,
-      );
-    }
+    const prefill = this.pickFor('prefill', promptTokens, promptTokens);
+    const decode = this.pickFor('decode', promptTokens + maxTokens, promptTokens);
     const room = newRoomId();
     const stream = new RoomStream(room, promptTokens, Date.now());
     this.createRoom(stream, room, { prompt, maxTokens }, promptTokens, prefill, decode, {
@@ -560,6 +567,42 @@ export class ControlPlane {
     return stream;
   }
 
+  /**
+   * The least loaded fresh engine of the role with the KV pages for `tokens` free now. Throws
+   * CONTROL_NO_ENGINES when the role has no fresh engine, CONTROL_BAD_REQUEST when none could
+   * ever hold the request, CONTROL_OVERLOADED (429) when one could but none can now.
+   */
+  private pickFor(role: 'prefill' | 'decode', tokens: number, promptTokens: number): EngineSession {
+    const freshMs = this.freshMs;
+    const now = Date.now();
+    const need = (s: EngineSession) => this.pages.pagesFor(s, tokens);
+    const picked = this.registry.pick(role, freshMs, now, (s) => this.pages.fits(s, need(s)));
+    if (picked) return picked;
+    const fresh = this.registry.fresh(role, freshMs, now);
+    if (fresh.length === 0) {
+      throw new ControlError(
+        'CONTROL_NO_ENGINES',
+        `no ${role} engine is registered with a heartbeat in the last ${freshMs} ms`,
+      );
+    }
+    const what =
+      role === 'decode'
+        ? `${tokens} tokens of KV (prompt ${promptTokens} + max_tokens ${tokens - promptTokens})`
+        : `${tokens} prompt tokens of KV`;
+    const largest = fresh.reduce((a, b) => (b.pages > a.pages ? b : a));
+    if (!fresh.some((s) => this.pages.couldEverFit(s, need(s)))) {
+      throw new ControlError(
+        'CONTROL_BAD_REQUEST',
+        `the request needs ${what}, ${need(largest)} pages, but the largest ${role} KV pool has ${largest.pages} pages; ask for fewer max_tokens or a shorter prompt`,
+      );
+    }
+    const free = Math.max(...fresh.map((s) => s.pages - s.reservedPages));
+    throw new ControlError(
+      'CONTROL_OVERLOADED',
+      `no ${role} engine has the KV pages for ${what} free now (most free: ${free} of ${largest.pages} pages); retry shortly`,
+    );
+  }
+
   /** Journals `room.created` for the stream's request on the pair; the stream fails if refused. */
   private createRoom(
     stream: RoomStream,
@@ -574,6 +617,8 @@ export class ControlPlane {
     this.requests.set(room, request);
     prefill.liveRooms++;
     decode.liveRooms++;
+    this.pages.hold(room, prefill, this.pages.pagesFor(prefill, promptTokens));
+    this.pages.hold(room, decode, this.pages.pagesFor(decode, promptTokens + request.maxTokens));
     this.timed(
       this.journal.append({
         type: 'room.created',
@@ -628,6 +673,7 @@ export class ControlPlane {
   private abandon(room: string, prefill: EngineSession, decode: EngineSession, err: Error): void {
     prefill.liveRooms = Math.max(0, prefill.liveRooms - 1);
     decode.liveRooms = Math.max(0, decode.liveRooms - 1);
+    this.pages.releaseAll(room);
     this.requests.delete(room);
     this.streams.get(room)?.fail(err);
     this.streams.delete(room);
@@ -705,6 +751,8 @@ export class ControlPlane {
       return;
     }
     if (!this.journal.health().writable) return;
+    // A full pool is load, not a broken engine: it never counts toward a stall.
+    if (reason?.includes('kv_pool_full')) return;
     const owner =
       stage === 'prefill' || stage === 'transfer'
         ? room.prefillEngine

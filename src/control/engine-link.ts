@@ -158,6 +158,9 @@ export class EngineLink {
       epoch: msg.epoch,
       pages: msg.pages,
       pageBytes: msg.pageBytes,
+      tokensPerPage: msg.tokensPerPage ?? null,
+      // The same process keeps what was promised to its rooms; a new one starts empty.
+      reservedPages: fresh ? 0 : (prev?.reservedPages ?? 0),
       faultInjection: msg.faultInjection === true,
       kvDevice: msg.kvDevice ?? null,
       connectedAt: now,

@@ -3,6 +3,8 @@
 export const CONTROL_ERROR_CODES = {
   /** The request is invalid (empty prompt, bad max tokens). */
   CONTROL_BAD_REQUEST: 400,
+  /** No engine has the KV pages for the request now (it would fit an idle one): retry shortly. */
+  CONTROL_OVERLOADED: 429,
   /** No prefill or no decode engine is registered with a fresh heartbeat. */
   CONTROL_NO_ENGINES: 503,
   /** The journal refused the write: nothing unjournaled is served. */

@@ -53,6 +53,7 @@ async function setup(limit = 2) {
     closing: () => false,
     createRoom: (_stream, room, request, _tokens, prefill, _decode, o) =>
       created.push({ room, request, prefill: prefill.engine, from: o.migratedFrom }),
+    canHold: () => true,
   };
   const migrator = new Migrator(host, { limit, waitMs: 200, engineFreshMs: 3000 });
 

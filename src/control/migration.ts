@@ -51,6 +51,8 @@ export interface MigrationHost {
     decode: EngineSession,
     o: { source: string; migratedFrom: string },
   ): void;
+  /** Whether the engine has the KV pages free for a room of this size now. */
+  canHold(s: EngineSession, promptTokens: number, maxTokens: number): boolean;
 }
 
 /** One lost engine process: which engine, which incarnation of it, and why it is gone. */
@@ -206,7 +208,8 @@ export class Migrator {
     const tokens = host.model.contextTokens(next.prompt, next.generated ?? '').length;
     const deadline = Date.now() + waitMs;
     const usable = (s: EngineSession) =>
-      !(s.engine === loss.engine && s.incarnation === loss.incarnation);
+      !(s.engine === loss.engine && s.incarnation === loss.incarnation) &&
+      host.canHold(s, tokens, next.maxTokens);
     for (;;) {
       if (host.closing() || stream.done) return;
       if (stream.cancelled) {

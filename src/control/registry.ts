@@ -20,6 +20,10 @@ export interface EngineSession {
   epoch: number;
   pages: number;
   pageBytes: number;
+  /** Tokens of KV per page, as its hello says; null: unknown, its pages are not counted. */
+  tokensPerPage: number | null;
+  /** Pages promised to its rooms (page-ledger.ts): admitted, and not yet released by it. */
+  reservedPages: number;
   /** It accepts `inject_fault` commands (drills). */
   faultInjection: boolean;
   /** The CUDA device its pool's pages are on; null: host shared memory. */
@@ -80,6 +84,17 @@ export class EngineRegistry {
 
   all(): EngineSession[] {
     return [...this.sessions.values()];
+  }
+
+  /** Engines of the role that heartbeated within `freshMs` and take new rooms (not draining). */
+  fresh(role: 'prefill' | 'decode', freshMs: number, now = Date.now()): EngineSession[] {
+    return [...this.sessions.values()].filter(
+      (s) =>
+        s.role === role &&
+        s.live &&
+        now - s.lastSeen <= freshMs &&
+        s.heartbeat?.state !== 'draining',
+    );
   }
 
   /** The least loaded engine of the role that heartbeated within `freshMs` (and passes `usable`). */

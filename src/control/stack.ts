@@ -5,7 +5,7 @@
 import { Admission, needsCurve } from '../bus/admission.ts';
 import type { Logger } from '../log.ts';
 import { EscalationLadder, type LadderPolicy } from '../recovery/ladder.ts';
-import { EngineSupervisor } from '../recovery/supervisor.ts';
+import { EngineSupervisor, removeDeadEnginePools } from '../recovery/supervisor.ts';
 import { Watchdog } from '../recovery/watchdog.ts';
 import { ControlPlane, type ControlPlaneOptions } from './control-plane.ts';
 
@@ -49,6 +49,9 @@ export interface Stack {
 
 export async function startStack(options: StackOptions): Promise<Stack> {
   const log: Logger = options.log;
+  // Pools that engines of an earlier run left in /dev/shm when they were killed.
+  const swept = removeDeadEnginePools();
+  if (swept.length > 0) log.info({ pools: swept }, 'removed KV pools of dead engines');
   const admission = options.admission ?? new Admission();
   const curve = options.curve ?? needsCurve(options.bus ?? 'tcp://127.0.0.1:0');
   const control = await ControlPlane.start({ ...options, admission, curve });
@@ -70,9 +73,25 @@ export async function startStack(options: StackOptions): Promise<Stack> {
         })
         .catch((err) => log.error({ err, engine: id }, 'could not journal the give-up')),
     // A dead engine's rooms continue elsewhere at once, not when its replacement says hello.
-    onExit: (id, pid, status) => {
+    onExit: (id, pid, status, restarts) => {
       const s = control.registry.get(id);
-      if (!s || s.pid !== pid) return;
+      const held = s && s.pid === pid;
+      control.journal
+        .append({
+          type: 'engine.exited',
+          engine: id,
+          source: 'supervisor',
+          data: {
+            pid: pid ?? 0,
+            code: status.code,
+            signal: status.signal,
+            rooms: held ? s.liveRooms : 0,
+            restarts,
+            expected: status.expected === true,
+          },
+        })
+        .catch((err) => log.error({ err, engine: id }, 'could not journal engine.exited'));
+      if (!held) return;
       void control.engineLost(
         id,
         s.incarnation,
@@ -91,6 +110,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
   const watchdog = new Watchdog(control, log);
   const ladder = new EscalationLadder(control, engines, log, options.ladder);
   control.recoveryView = (engine) => ladder.view(engine);
+  control.processRestarts = (engine) => engines.restarts(engine);
   if (options.restartStalled !== false) ladder.start();
   if (options.watchdog !== false) watchdog.start();
   let stopping: Promise<void> | null = null;

@@ -66,6 +66,7 @@ export function startEngine(
         pid: process.pid,
         pages: opts.pages,
         pageBytes: opts.pageBytes,
+        tokensPerPage: Math.floor(opts.pageBytes / opts.kvBytesPerToken),
         pool: pool.name,
         epoch: pool.epoch,
         lastSeq: core.lastSeq,
@@ -173,17 +174,27 @@ export function startEngine(
   process.on('SIGHUP', () => resetInPlace('SIGHUP'));
   // Drill hook (`pdctl drill`, tests): SIGUSR2 freezes the bus receive loop, heartbeats go on.
   process.on('SIGUSR2', () => bus.freezeReceiveForDrill());
-  // Tests and drills that spawn engines set this, so that no engine outlives a killed parent.
+  // A spawned engine never outlives its parent (pdctl serve sets this for every engine it
+  // starts): a survivor of a SIGKILLed control plane would fight the new one's engines. A parent
+  // that died leaves us re-parented, or gone from the process table.
   const parent = Number(process.env.PDCTL_EXIT_WITH_PARENT ?? 0);
   if (parent > 0) {
     setInterval(() => {
-      try {
-        process.kill(parent, 0);
-      } catch {
+      let gone = process.ppid !== parent;
+      if (!gone) {
+        try {
+          process.kill(parent, 0);
+        } catch {
+          gone = true;
+        }
+      }
+      if (gone) {
         log.warn({ parent }, 'parent process is gone; exiting');
+        pool.close();
+        KvPool.unlink(pool.name);
         process.exit(1);
       }
-    }, 1000).unref();
+    }, 500).unref();
   }
   bus.start();
   log.info(

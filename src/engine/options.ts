@@ -3,6 +3,7 @@
  * and then frozen. CLI flags map onto it (src/cli/engine-command.ts).
  */
 import { isValidId } from '../journal/events.ts';
+import { defaultPoolName } from '../transfer/pool.ts';
 import { DEFAULT_MODEL_OPTIONS, type ModelOptions } from './model.ts';
 
 export type EngineRole = 'prefill' | 'decode';
@@ -143,10 +144,7 @@ export function resolveEngineOptions(input: Record<string, unknown>): Readonly<E
     control: o.control,
     pages: int('pages', o.pages, 1, 1 << 24),
     pageBytes,
-    poolName:
-      typeof o.poolName === 'string'
-        ? o.poolName
-        : `/pdctl-${o.id.replace(/[^A-Za-z0-9._-]/g, '_')}-${process.pid}`,
+    poolName: typeof o.poolName === 'string' ? o.poolName : defaultPoolName(o.id, process.pid),
     kvBytesPerToken: kv,
     prefillUsPerToken: int('prefillUsPerToken', o.prefillUsPerToken, 0, 1_000_000),
     decodeUsPerToken: int('decodeUsPerToken', o.decodeUsPerToken, 0, 1_000_000),

@@ -4,6 +4,8 @@ export const JOURNAL_ERROR_CODES = {
   JOURNAL_INVALID_EVENT: 400,
   JOURNAL_NOT_FOUND: 404,
   JOURNAL_CORRUPT: 500,
+  /** The file or its filesystem cannot be written (a writer needs to). */
+  JOURNAL_READ_ONLY: 503,
   JOURNAL_VERSION_CONFLICT: 500,
   JOURNAL_MIGRATION_FAILED: 500,
   JOURNAL_WRITE_FAILED: 503,

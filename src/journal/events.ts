@@ -134,6 +134,22 @@ export const EVENT_SCHEMAS = {
     open,
   ),
   'engine.restarted': Type.Object({ reason: Text }, open),
+  /** An engine process the supervisor ran has exited, however it ended. */
+  'engine.exited': Type.Object(
+    {
+      pid: Count,
+      /** Its exit code, or null when a signal ended it. */
+      code: Type.Union([Count, Type.Null()]),
+      signal: Type.Union([Text, Type.Null()]),
+      /** Live rooms the control plane had on it when it went. */
+      rooms: Count,
+      /** Times this engine was started again before this exit. */
+      restarts: Count,
+      /** True when pdctl itself ended it (shutdown, a ladder restart); false for a crash. */
+      expected: Type.Boolean(),
+    },
+    open,
+  ),
   'recovery.action': Type.Object(
     {
       action: Text,
@@ -235,6 +251,7 @@ const NEEDS_ENGINE = new Set<string>([
   'engine.stalled',
   'engine.recovered',
   'engine.restarted',
+  'engine.exited',
 ]);
 
 function invalid(message: string): JournalError {

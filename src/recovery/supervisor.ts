@@ -4,9 +4,49 @@
  * and replays its rooms from the journal. SIGTERM on stop; SIGKILL for what does not exit.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
+import { readdirSync, statSync } from 'node:fs';
 import type { Admission } from '../bus/admission.ts';
 import type { Logger } from '../log.ts';
+import { defaultPoolName, KvPool } from '../transfer/pool.ts';
 import { selfCommand } from './self.ts';
+
+/**
+ * Removes KV pools in /dev/shm that engines of this user left behind when they were killed: a
+ * `pdctl-<id>-<pid>` name whose pid is no longer running. A live engine's pool is never touched.
+ * Returns the names removed.
+ */
+export function removeDeadEnginePools(dir = '/dev/shm'): string[] {
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch {
+    return [];
+  }
+  const removed: string[] = [];
+  const uid = process.getuid?.();
+  for (const name of names) {
+    const m = /^pdctl-.+-(\d+)$/.exec(name);
+    if (!m) continue;
+    const pid = Number(m[1]);
+    if (pid === process.pid || alive(pid)) continue;
+    try {
+      if (uid !== undefined && statSync(`${dir}/${name}`).uid !== uid) continue;
+      if (KvPool.unlink(`/${name}`)) removed.push(name);
+    } catch {
+      // Gone meanwhile, or not ours to remove.
+    }
+  }
+  return removed;
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
 
 export interface EngineSpec {
   id: string;
@@ -36,10 +76,15 @@ export interface SupervisorOptions {
    */
   maxCrashes?: number;
   crashWindowMs?: number;
+  /** Leave a dead engine's pool name in /dev/shm (tests that inspect it). Default false. */
+  keepPools?: boolean;
   /** Told when an engine is given up on for crash-looping. */
   onGiveUp?: (id: string, reason: string) => void;
-  /** Told of every engine process that exits, however it ended (the control plane migrates its rooms). */
-  onExit?: (id: string, pid: number | undefined, status: ExitStatus) => void;
+  /**
+   * Told of every engine process that exits, however it ended (the control plane migrates its
+   * rooms and journals the exit), with how many times that engine was started again before.
+   */
+  onExit?: (id: string, pid: number | undefined, status: ExitStatus, restarts: number) => void;
 }
 
 interface Child {
@@ -54,6 +99,8 @@ interface Child {
 export interface ExitStatus {
   code: number | null;
   signal: NodeJS.Signals | null;
+  /** pdctl ended it (stopping, or restartNow); false: it died on its own. */
+  expected?: boolean;
 }
 
 export class EngineSupervisor {
@@ -108,12 +155,28 @@ export class EngineSupervisor {
     code: number | null,
     signal: NodeJS.Signals | null,
   ): void {
+    const entry = this.children.get(spec.id);
+    // Its pool's name goes with it (open mappings elsewhere stay valid): a SIGKILLed engine
+    // cannot unlink it itself, and /dev/shm would fill with dead engines' pools.
+    if (child.pid !== undefined && !this.options.keepPools) {
+      try {
+        KvPool.unlink(defaultPoolName(spec.id, child.pid));
+      } catch (err) {
+        this.options.log.warn({ err, engine: spec.id }, 'could not unlink a dead engine’s pool');
+      }
+    }
     try {
-      this.options.onExit?.(spec.id, child.pid, { code, signal });
+      const mine = entry?.process === child;
+      const expected = this.stopping || (mine && entry?.replacing === true);
+      this.options.onExit?.(
+        spec.id,
+        child.pid,
+        { code, signal, expected },
+        mine ? entry.restarts : 0,
+      );
     } catch (err) {
       this.options.log.error({ err, engine: spec.id }, 'exit listener threw');
     }
-    const entry = this.children.get(spec.id);
     if (!entry || entry.process !== child || entry.replacing) return;
     if (this.stopping || this.options.restart === false) {
       this.children.delete(spec.id);
@@ -167,6 +230,11 @@ export class EngineSupervisor {
   /** How the engine's current process ends (resolves when it exits). */
   exited(id: string): Promise<ExitStatus> | undefined {
     return this.children.get(id)?.exited;
+  }
+
+  /** How many times this engine's process was started again (after a crash, or by the ladder). */
+  restarts(id: string): number | null {
+    return this.children.get(id)?.restarts ?? null;
   }
 
   pid(id: string): number | undefined {

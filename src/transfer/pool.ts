@@ -14,6 +14,11 @@ import { native, type PoolHandle } from './native.ts';
 
 /** POSIX shared-memory names: one leading slash, then at most 200 of these characters. */
 const NAME_RE = /^\/[A-Za-z0-9._-]{1,200}$/;
+
+/** The shared-memory name `pdctl engine` gives its KV pool unless told otherwise. */
+export function defaultPoolName(engine: string, pid: number): string {
+  return `/pdctl-${engine.replace(/[^A-Za-z0-9._-]/g, '_')}-${pid}`;
+}
 /** Most bytes one pool may map: 64 GiB. */
 export const MAX_POOL_BYTES = 64 * 2 ** 30;
 

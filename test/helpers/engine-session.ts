@@ -28,6 +28,8 @@ export function engineSession(
     epoch: 1,
     pages: 10,
     pageBytes: 4096,
+    tokensPerPage: null,
+    reservedPages: 0,
     faultInjection: false,
     kvDevice: null,
     connectedAt: now - 60_000,

@@ -22,7 +22,6 @@ export async function startTestStack(options: Partial<StackOptions> = {}): Promi
     version: 'test',
     engineLogLevel: process.env.PDCTL_TEST_ENGINE_LOG ?? 'error',
     ...options,
-    engineEnv: { PDCTL_EXIT_WITH_PARENT: String(process.pid), ...options.engineEnv },
   });
   running.add(stack);
   return stack;

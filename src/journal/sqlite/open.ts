@@ -2,8 +2,18 @@
  * Opening a journal file: the checks that keep a wrong file untouched (missing, corrupt, not a
  * journal, newer schema) run before anything is written, then pragmas and migrations.
  */
-import { existsSync, mkdirSync } from 'node:fs';
-import { dirname } from 'node:path';
+import {
+  accessSync,
+  constants,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  rmSync,
+  statSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import Database from 'better-sqlite3';
 import { JournalError } from '../errors.ts';
 import { headVersion, migrate, schemaVersion } from './migrate.ts';
@@ -37,9 +47,19 @@ export interface OpenDatabaseOptions {
 
 const CORRUPT_CODES = new Set(['SQLITE_CORRUPT', 'SQLITE_NOTADB']);
 
-/** Maps SQLite's errors about a damaged file to JOURNAL_CORRUPT; others pass through. */
+/**
+ * Maps SQLite's errors about a damaged file to JOURNAL_CORRUPT and about an unwritable one to
+ * JOURNAL_READ_ONLY; others pass through.
+ */
 export function classifySqliteError(err: unknown, path: string): unknown {
   const code = (err as { code?: unknown })?.code;
+  if (typeof code === 'string' && code.startsWith('SQLITE_READONLY')) {
+    return new JournalError(
+      'JOURNAL_READ_ONLY',
+      `${path} cannot be written (${code}: ${(err as Error).message}): a read-only file or filesystem; a writer (pdctl serve, journal prune/migrate) needs it writable — fix the permissions or pass --data-dir on a writable disk. Read commands (pdctl rooms, journal verify) work on it as it is`,
+      { cause: err },
+    );
+  }
   if (typeof code === 'string' && (CORRUPT_CODES.has(code) || code.startsWith('SQLITE_CORRUPT'))) {
     return new JournalError(
       'JOURNAL_CORRUPT',
@@ -49,6 +69,43 @@ export function classifySqliteError(err: unknown, path: string): unknown {
     );
   }
   return err;
+}
+
+/**
+ * SQLite cannot read a WAL-mode file on read-only media unless its -shm already exists (it must
+ * create one). There, with no writer possible, a private copy is read instead: copied to a
+ * temporary file, switched to rollback mode, opened read-only and unlinked at once (the open file
+ * stays readable; nothing is left behind).
+ */
+function readableOnReadOnlyMedia(db: Database.Database, path: string): Database.Database {
+  try {
+    db.prepare('SELECT 1 FROM sqlite_master LIMIT 1').get();
+    return db;
+  } catch (err) {
+    if ((err as { code?: string }).code !== 'SQLITE_CANTOPEN') throw err;
+  }
+  db.close();
+  const dir = mkdtempSync(join(tmpdir(), 'pdctl-ro-'));
+  const copy = join(dir, 'journal.db');
+  try {
+    copyFileSync(path, copy);
+    const rw = new Database(copy, { fileMustExist: true });
+    rw.pragma('journal_mode = DELETE');
+    rw.close();
+    return new Database(copy, { readonly: true, fileMustExist: true });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+function writable(path: string): boolean {
+  try {
+    accessSync(path, constants.W_OK);
+    accessSync(dirname(path), constants.W_OK);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 export function openDatabase(opts: OpenDatabaseOptions): Database.Database {
@@ -63,9 +120,27 @@ export function openDatabase(opts: OpenDatabaseOptions): Database.Database {
     }
     mkdirSync(dirname(path), { recursive: true });
   }
+  // A reader never turns an empty file into a journal (a writer may: `journal migrate`, which
+  // reads it first as schema 0 with allowOlder, does).
+  if (readonly && !opts.allowOlder && existsSync(path) && statSync(path).size === 0) {
+    throw new JournalError(
+      'JOURNAL_CORRUPT',
+      `${path} is empty (0 bytes): not a pdctl journal, and it was left as it is; to make it a new journal, run \`pdctl journal migrate --journal ${path}\``,
+    );
+  }
+  // A reader of a journal that has no -wal beside it (no writer is running) opens read-write
+  // with every write refused: then SQLite removes the -wal and -shm it needs when the reader
+  // closes, and a journal that was only read is left as it was found. A -wal already there is
+  // a writer's (or a crashed one's): the reader opens read-only and leaves it alone.
+  const queryOnly = readonly && !existsSync(`${path}-wal`) && writable(path);
   let db: Database.Database;
   try {
-    db = new Database(path, { readonly, fileMustExist: readonly || !opts.create });
+    db = new Database(path, {
+      readonly: readonly && !queryOnly,
+      fileMustExist: readonly || !opts.create,
+    });
+    if (queryOnly) db.pragma('query_only = 1');
+    if (readonly && !queryOnly && !writable(path)) db = readableOnReadOnlyMedia(db, path);
   } catch (err) {
     throw new JournalError(
       'JOURNAL_NOT_FOUND',
@@ -101,6 +176,26 @@ export function openDatabase(opts: OpenDatabaseOptions): Database.Database {
         );
       }
       return db;
+    }
+    // A damaged file is refused before anything is written to it (quick_check reads every page
+    // once, without the index cross-checks of integrity_check; README "Durability" has its cost).
+    let check: Array<{ quick_check: string }>;
+    try {
+      check = db.pragma('quick_check(5)', { simple: false }) as Array<{ quick_check: string }>;
+    } catch (err) {
+      check = [{ quick_check: (err as Error).message }];
+    }
+    if (check.length !== 1 || check[0]?.quick_check !== 'ok') {
+      throw new JournalError(
+        'JOURNAL_CORRUPT',
+        `${path} failed SQLite's quick_check, so nothing was written to it: ${check
+          .map((r) => r.quick_check)
+          .join('; ')
+          .slice(
+            0,
+            600,
+          )}. Restore it from a backup (pdctl journal backup), or move it aside and start with a new one; pdctl journal verify --journal ${path} reads what it can`,
+      );
     }
     db.pragma('journal_mode = WAL');
     db.pragma(

@@ -40,6 +40,14 @@ export interface WriterLock {
   release(): void;
 }
 
+function readOnly(journalPath: string, err: unknown): JournalError {
+  return new JournalError(
+    'JOURNAL_READ_ONLY',
+    `cannot write beside ${journalPath} (${(err as Error).message}): a read-only file or filesystem; a writer (pdctl serve, journal prune/migrate) needs it writable — fix the permissions or pass --data-dir on a writable disk. Read commands (pdctl rooms, journal verify) work on it as it is`,
+    { cause: err },
+  );
+}
+
 export function acquireWriterLock(journalPath: string): WriterLock {
   const key = resolve(journalPath);
   const lockPath = `${key}.writer.lock`;
@@ -71,7 +79,10 @@ export function acquireWriterLock(journalPath: string): WriterLock {
         },
       };
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'EROFS' || code === 'EACCES' || code === 'EPERM')
+        throw readOnly(journalPath, err);
+      if (code !== 'EEXIST') throw err;
     }
     const holder = readHolder(lockPath);
     if (holder && holder.host === me.host && holder.pid !== process.pid && alive(holder.pid)) {

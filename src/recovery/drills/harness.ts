@@ -122,7 +122,6 @@ export async function runDrill(scenario: DrillScenario, o: DrillRunOptions): Pro
     log: o.log,
     version: o.version,
     engineLogLevel: 'warn',
-    engineEnv: { PDCTL_EXIT_WITH_PARENT: String(process.pid) },
     ...scenario.stack,
     engineArgs: [...DRILL_ENGINE_ARGS, ...(scenario.engineArgs ?? [])],
   };

@@ -1,0 +1,68 @@
+/**
+ * Admission by KV pages: the pages each room will hold on each engine, counted from the moment the
+ * control plane picks the pair until that engine releases the room. A decode engine reserves pages
+ * for the prompt and every token it may generate; a prefill engine for the prompt. A request that
+ * no engine can hold now waits (429); one no engine could ever hold is refused (400). Engines that
+ * do not say how many tokens fit a page (`tokensPerPage` in their hello) are not counted.
+ */
+import type { EngineSession } from './registry.ts';
+
+interface Hold {
+  engine: string;
+  incarnation: string;
+  pages: number;
+}
+
+export class PageLedger {
+  private readonly byRoom = new Map<string, Hold[]>();
+
+  constructor(private readonly session: (engine: string) => EngineSession | undefined) {}
+
+  /** Pages `tokens` of KV take on this engine; 0 when it does not say. */
+  pagesFor(s: EngineSession, tokens: number): number {
+    if (!s.tokensPerPage) return 0;
+    return Math.max(1, Math.ceil(tokens / s.tokensPerPage));
+  }
+
+  /** Whether the engine has `pages` not yet promised to a room. */
+  fits(s: EngineSession, pages: number): boolean {
+    return pages === 0 || s.pages - s.reservedPages >= pages;
+  }
+
+  /** Whether the engine could hold `pages` at all, with nothing else on it. */
+  couldEverFit(s: EngineSession, pages: number): boolean {
+    return pages <= s.pages;
+  }
+
+  hold(room: string, s: EngineSession, pages: number): void {
+    if (pages === 0) return;
+    s.reservedPages += pages;
+    const holds = this.byRoom.get(room) ?? [];
+    holds.push({ engine: s.engine, incarnation: s.incarnation, pages });
+    this.byRoom.set(room, holds);
+  }
+
+  /** The engine released the room: its pages are free again. */
+  release(room: string, engine: string): void {
+    const holds = this.byRoom.get(room);
+    if (!holds) return;
+    const i = holds.findIndex((h) => h.engine === engine);
+    if (i < 0) return;
+    const [h] = holds.splice(i, 1) as [Hold];
+    if (holds.length === 0) this.byRoom.delete(room);
+    this.unhold(h);
+  }
+
+  /** The room is gone (never created, or released by both): everything it held is free. */
+  releaseAll(room: string): void {
+    for (const h of this.byRoom.get(room) ?? []) this.unhold(h);
+    this.byRoom.delete(room);
+  }
+
+  private unhold(h: Hold): void {
+    // A new incarnation starts with an empty pool: the old one's holds are not its own.
+    const s = this.session(h.engine);
+    if (s && s.incarnation === h.incarnation)
+      s.reservedPages = Math.max(0, s.reservedPages - h.pages);
+  }
+}

@@ -1,0 +1,112 @@
+/**
+ * Issue 13, item 6: journal files that must not be written. `pdctl serve` refuses a damaged
+ * journal (a quick integrity check at open) and a read-only one with exit 3 and what to do, never
+ * a stack trace; read commands leave no -wal/-shm behind and never initialise an empty file.
+ */
+import { execFileSync } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  statSync,
+  writeSync,
+} from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { pdctl } from '../helpers/spawn.ts';
+import { tempDir } from '../helpers/tmp.ts';
+
+const dir = tempDir('pdctl-journal-files-');
+const journal = join(dir, 'base', 'journal.db');
+const sha = (path: string) => createHash('sha256').update(readFileSync(path)).digest('hex');
+
+beforeAll(async () => {
+  mkdirSync(join(dir, 'base'));
+  const r = await pdctl(['journal', 'synth', '--rooms', '400', '--journal', journal]);
+  expect(r.code).toBe(0);
+}, 60_000);
+
+/** Runs `pdctl serve` on a data directory until it exits (it must, here) or 20 s pass. */
+async function serveOn(dataDir: string) {
+  return pdctl(['serve', '--data-dir', dataDir, '--port', '0', '--bus', 'tcp://127.0.0.1:0'], {
+    timeoutMs: 20_000,
+  });
+}
+
+describe('journal files pdctl must not write', () => {
+  it('serve refuses a journal with 4 KiB of random bytes mid-file: exit 3, file unchanged', async () => {
+    const data = join(dir, 'corrupt');
+    mkdirSync(data);
+    const path = join(data, 'journal.db');
+    execFileSync('cp', [journal, path]);
+    const fd = openSync(path, 'r+');
+    writeSync(fd, randomBytes(4096), 0, 4096, Math.floor(statSync(path).size / 2 / 4096) * 4096);
+    closeSync(fd);
+    const before = sha(path);
+    const r = await serveOn(data);
+    expect(r.code).toBe(3);
+    expect(r.stderr).toMatch(/failed SQLite's quick_check, so nothing was written to it/);
+    expect(r.stderr).toMatch(/Restore it from a backup/);
+    expect(r.stderr).not.toMatch(/\n\s+at /);
+    expect(sha(path)).toBe(before);
+    expect(readdirSync(data).sort()).toEqual(['bus.key', 'journal.db']);
+  });
+
+  it('read commands leave no -wal or -shm beside a journal that was only read', async () => {
+    expect(readdirSync(join(dir, 'base'))).toEqual(['journal.db']);
+    for (const args of [['rooms'], ['journal', 'verify'], ['journal', 'stats']]) {
+      const r = await pdctl([...args, '--journal', journal]);
+      expect(r.code, args.join(' ')).toBe(0);
+      expect(readdirSync(join(dir, 'base')), args.join(' ')).toEqual(['journal.db']);
+    }
+  });
+
+  it('an empty file is not a journal: read commands say so and leave it empty', async () => {
+    const path = join(dir, 'empty.db');
+    closeSync(openSync(path, 'w'));
+    for (const args of [['rooms'], ['journal', 'verify']]) {
+      const r = await pdctl([...args, '--journal', path]);
+      expect(r.code).toBe(3);
+      expect(r.stderr).toMatch(/is empty \(0 bytes\): not a pdctl journal/);
+    }
+    expect(statSync(path).size).toBe(0);
+    expect(existsSync(`${path}-wal`)).toBe(false);
+  });
+
+  describe('on a read-only filesystem', () => {
+    const mount = join(dir, 'ro');
+    let mounted = false;
+    beforeAll(() => {
+      // As root (CI), file modes do not stop writes: a read-only tmpfs does. Elsewhere, modes do.
+      mkdirSync(mount);
+      if (process.getuid?.() === 0) {
+        execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64m', 'tmpfs', mount]);
+        mounted = true;
+      }
+      execFileSync('cp', [journal, join(mount, 'journal.db')]);
+      if (mounted) execFileSync('mount', ['-o', 'remount,ro', mount]);
+      else execFileSync('chmod', ['-R', 'a-w', mount]);
+    });
+    afterAll(() => {
+      if (mounted) execFileSync('umount', [mount]);
+      else execFileSync('chmod', ['-R', 'u+w', mount]);
+    });
+
+    it('serve exits 3 saying the journal cannot be written; read commands still work', async () => {
+      const before = sha(join(mount, 'journal.db'));
+      const r = await serveOn(mount);
+      expect(r.code).toBe(3);
+      expect(r.stderr).toMatch(/read-only file or filesystem/);
+      expect(r.stderr).not.toMatch(/\n\s+at /);
+      const rooms = await pdctl(['rooms', '--journal', join(mount, 'journal.db')]);
+      expect(rooms.code).toBe(0);
+      expect(rooms.stdout).toMatch(/ROOM\s+STATE/);
+      expect(readdirSync(mount)).toEqual(['journal.db']);
+      expect(sha(join(mount, 'journal.db'))).toBe(before);
+    });
+  });
+});
