@@ -101,6 +101,21 @@ export function chatPrompt(messages: ChatRequest['messages']): string {
     .join('\n');
 }
 
+/**
+ * How many characters at the end of `text` could be the start of a stop sequence still to come:
+ * they are held back until the next chunk says whether the stop follows.
+ */
+function partialStop(text: string, stops: string[]): number {
+  let held = 0;
+  for (const s of stops)
+    for (let k = Math.min(s.length - 1, text.length); k > held; k--)
+      if (text.endsWith(s.slice(0, k))) {
+        held = k;
+        break;
+      }
+  return held;
+}
+
 /** Where the first stop sequence starts in `text`, or -1. */
 function stopAt(text: string, stops: string[]): number {
   let at = -1;
@@ -207,7 +222,7 @@ async function serve(
   }
   const ac = new AbortController();
   const started = performance.now();
-  const stream = deps.control.submit({ prompt, maxTokens, signal: ac.signal });
+  const stream = deps.control.submit({ prompt, maxTokens, stop: stops, signal: ac.signal });
   reply.header('x-pdctl-room', stream.room);
   // The socket closing before we finished is the client going away: abort the room now.
   let finished = false;
@@ -312,7 +327,11 @@ async function streamSse(
       logprobs: null,
       finish_reason: null,
     });
+  // `text` is all that arrived; `sent` how much of it the client has. With stop sequences, the
+  // end that could be the start of one is held back until the next chunk settles it, so no part
+  // of a stop sequence ever reaches the client.
   let text = '';
+  let sent = 0;
   let first = true;
   let stopped = false;
   try {
@@ -322,17 +341,21 @@ async function streamSse(
         first = false;
       }
       if (stopped) continue;
-      const before = text.length;
       text += chunk.text;
-      const cut = o.stops.length > 0 ? stopAt(text, o.stops) : -1;
-      if (cut >= 0) {
-        if (cut > before) send(piece(text.slice(before, cut), null));
-        stopped = true;
+      if (o.stops.length === 0) {
+        send(piece(chunk.text, null));
+        sent = text.length;
         continue;
       }
-      send(piece(chunk.text, null));
+      const cut = stopAt(text, o.stops);
+      const upTo = cut >= 0 ? cut : text.length - partialStop(text, o.stops);
+      if (upTo > sent) send(piece(text.slice(sent, upTo), null));
+      sent = Math.max(sent, upTo);
+      if (cut >= 0) stopped = true;
     }
     const result: CompletionResult = await stream.result;
+    // The room ended without a stop: what was held back was not one.
+    if (!stopped && sent < text.length) send(piece(text.slice(sent), null));
     o.onDone();
     deps.metrics.completed(kind, performance.now() - o.started);
     send(piece('', stopped ? 'stop' : result.finishReason));

@@ -213,6 +213,10 @@ export const CONTROL_MESSAGES = {
             maxTokens: Count,
             /** Tokens already streamed before a migration; decode continues after them. */
             generated: Type.Optional(Type.String({ maxLength: 1 << 20 })),
+            /** Stop sequences: decode ends (`finishReason: stop`) once its text contains one. */
+            stop: Type.Optional(
+              Type.Array(Type.String({ minLength: 1, maxLength: 200 }), { maxItems: 4 }),
+            ),
           },
           strict,
         ),

@@ -81,6 +81,8 @@ export interface ControlPlaneOptions {
 export interface SubmitRequest {
   prompt: string;
   maxTokens: number;
+  /** Stop sequences (at most 4, 1–200 characters each): the decode engine stops at the first. */
+  stop?: string[];
   signal?: AbortSignal;
   /** Who asks, journaled as the `source` of `room.created`. Default `api`. */
   source?: string;
@@ -524,6 +526,17 @@ export class ControlPlane {
     if (this.closing)
       throw new ControlError('CONTROL_CLOSED', 'the control plane is shutting down');
     const { prompt, maxTokens } = request;
+    const stop = request.stop ?? [];
+    if (
+      !Array.isArray(stop) ||
+      stop.length > 4 ||
+      stop.some((s) => typeof s !== 'string' || s.length === 0 || s.length > 200)
+    ) {
+      throw new ControlError(
+        'CONTROL_BAD_REQUEST',
+        'stop must be at most 4 strings of 1 to 200 characters',
+      );
+    }
     if (typeof prompt !== 'string' || prompt.length === 0) {
       throw new ControlError('CONTROL_BAD_REQUEST', 'prompt must be a non-empty string');
     }
@@ -548,7 +561,8 @@ export class ControlPlane {
     const decode = this.pickFor('decode', promptTokens + maxTokens, promptTokens);
     const room = newRoomId();
     const stream = new RoomStream(room, promptTokens, Date.now());
-    this.createRoom(stream, room, { prompt, maxTokens }, promptTokens, prefill, decode, {
+    const req: RoomRequest = { prompt, maxTokens, ...(stop.length > 0 ? { stop } : {}) };
+    this.createRoom(stream, room, req, promptTokens, prefill, decode, {
       source: request.source ?? 'api',
     });
     const signal = request.signal;

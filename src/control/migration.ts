@@ -125,6 +125,7 @@ export class Migrator {
       prompt: request.prompt,
       maxTokens: request.maxTokens - stream.currentTokens,
       generated: stream.text,
+      ...(request.stop ? { stop: request.stop } : {}),
     };
     // The stream leaves the old room before its terminal event is folded, so that ending it does
     // not end the client's stream.

@@ -32,6 +32,21 @@ interface Decoding {
   chunkTokens: number;
   chunkIndex: number;
   computeMicros: number;
+  /** The request's stop sequences, and the end of its text so far (enough to find one in). */
+  stops: readonly string[];
+  tail: string;
+  /** A stop sequence appeared: the room ends with `finishReason: stop`. */
+  stopped: boolean;
+}
+
+/** Whether `tail` (text so far, its last `longest - 1` characters and the newest step) holds a stop. */
+function stopIn(d: Decoding, step: string): boolean {
+  if (d.stops.length === 0) return false;
+  const longest = Math.max(...d.stops.map((s) => s.length));
+  d.tail = (d.tail + step).slice(-(longest - 1 + step.length));
+  const hit = d.stops.some((s) => d.tail.includes(s));
+  d.tail = d.tail.slice(-(longest - 1));
+  return hit;
 }
 
 export class DecodeEngine extends EngineCore {
@@ -116,6 +131,10 @@ export class DecodeEngine extends EngineCore {
       chunkTokens: 0,
       chunkIndex: 0,
       computeMicros: 0,
+      stops: room.request?.stop ?? [],
+      // After a migration, a stop may begin in the text streamed before it.
+      tail: room.request?.generated ?? '',
+      stopped: false,
     });
     this.schedule();
   }
@@ -151,8 +170,9 @@ export class DecodeEngine extends EngineCore {
         d.computeMicros += step.micros;
         d.chunk += step.text;
         d.chunkTokens++;
+        d.stopped = stopIn(d, step.text);
       }
-      const finished = d.generated >= d.maxTokens;
+      const finished = d.stopped || d.generated >= d.maxTokens;
       if (d.chunkTokens >= this.opts.chunkTokens || (finished && d.chunkTokens > 0)) {
         const chunk = {
           room: d.room.view.room,
@@ -171,7 +191,7 @@ export class DecodeEngine extends EngineCore {
         this.running.delete(d.room.view.room);
         void this.append(d.room, 'room.completed', {
           tokens: d.generated,
-          finishReason: 'length',
+          finishReason: d.stopped ? 'stop' : 'length',
           computeMicros: d.computeMicros,
         });
       }
