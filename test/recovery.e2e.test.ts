@@ -71,6 +71,8 @@ describe('recovery', () => {
     // Decoding takes ~10 s (200 tokens at 50 ms); its deadline is 1.5 s.
     const { control, watchdog } = await startTestStack({
       deadlinesMs: { decoding: 1500 },
+      // The watchdog answers first here: the control plane's own outage answer is for later.
+      journalOutageGraceMs: 60_000,
       engineArgs: ['--decode-us-per-token', '50000'],
     });
     const stream = control.submit({ prompt: prompt(1, 10), maxTokens: 200 });

@@ -72,6 +72,12 @@ export interface ControlPlaneOptions {
   migrationLimit?: number;
   /** How long a migrating request waits for a healthy pair. Default 15000 ms. */
   migrationWaitMs?: number;
+  /**
+   * The journal has refused writes for this long: every request in flight is answered now (503,
+   * or an error event on a stream) instead of waiting out the outage, and its room is failed
+   * (`journal_unavailable`) once the journal takes writes again. Default 1000 ms.
+   */
+  journalOutageGraceMs?: number;
   /** Tokenizer for prompt sizes; must match the engines' model. Default: the built-in model. */
   model?: ModelExecutor;
   log: Logger;
@@ -106,6 +112,11 @@ export class ControlPlane {
   /** The engines of rooms that ended and left `rooms`, newest last (bounded): late events from them are still theirs. */
   private readonly ended = new Map<string, { prefillEngine: string; decodeEngine: string }>();
   private expiry: NodeJS.Timeout | null = null;
+  private outageTimer: NodeJS.Timeout | null = null;
+  /** Since when the journal refuses writes (0: it takes them). */
+  private outageSince = 0;
+  /** Rooms whose clients were answered during an outage: failed in the journal once it can. */
+  private readonly unrecorded = new Set<string>();
   private readonly streams = new Map<string, RoomStream>();
   private readonly requests = new Map<string, RoomRequest>();
   private readonly abortTimers = new Map<string, NodeJS.Timeout>();
@@ -219,6 +230,8 @@ export class ControlPlane {
       cp.link.bus = cp.bus;
       cp.expiry = setInterval(() => cp.expireEngines(), 60_000);
       cp.expiry.unref();
+      cp.outageTimer = setInterval(() => cp.watchJournal(), 250);
+      cp.outageTimer.unref();
     } catch (err) {
       cp.subscription?.close();
       await journal.drain();
@@ -377,6 +390,61 @@ export class ControlPlane {
         const oldest = this.ended.keys().next().value;
         if (oldest !== undefined) this.ended.delete(oldest);
       }
+    }
+  }
+
+  /**
+   * A full disk (or any failing commit) stops every room in flight at its next transition: its
+   * client would wait for the state's deadline. Once the journal has refused writes for the grace
+   * period, each such client is answered now; when writes return, those rooms are failed in the
+   * journal (`journal_unavailable`), so their engines free them.
+   */
+  watchJournal(now = Date.now()): void {
+    if (!this.journal.health().writable) {
+      if (this.outageSince === 0) this.outageSince = now;
+      const grace = this.options.journalOutageGraceMs ?? 1000;
+      if (now - this.outageSince >= grace) {
+        const reason = `the journal has refused writes for ${now - this.outageSince} ms (${this.journal.health().lastError ?? 'commit failed'}); this request cannot be completed, and its room will be failed in the journal once it can be written`;
+        for (const room of [...this.streams.keys()])
+          if (this.endUnrecorded(room, reason)) this.unrecorded.add(room);
+      }
+    } else {
+      this.outageSince = 0;
+    }
+    // Tried on every tick until it commits: the attempt is also what finds the disk has room
+    // again (nothing else may be committing).
+    if (this.unrecorded.size > 0 && !this.failingUnrecorded) void this.failUnrecorded();
+  }
+
+  private failingUnrecorded = false;
+
+  /** Fails in the journal the rooms whose clients were answered during an outage. */
+  private async failUnrecorded(): Promise<void> {
+    this.failingUnrecorded = true;
+    try {
+      await Promise.all(
+        [...this.unrecorded].map(async (room) => {
+          const r = this.rooms.get(room);
+          if (!r || isTerminal(r.state)) {
+            this.unrecorded.delete(room);
+            return;
+          }
+          try {
+            await this.journal.append({
+              type: 'room.failed',
+              room,
+              source: 'control',
+              eventId: `${room}:journal-outage`,
+              data: { reason: 'journal_unavailable', stage: r.state, detectedBy: 'control' },
+            });
+            this.unrecorded.delete(room);
+          } catch {
+            // Still refused: the next tick tries again.
+          }
+        }),
+      );
+    } finally {
+      this.failingUnrecorded = false;
     }
   }
 
@@ -802,6 +870,7 @@ export class ControlPlane {
   close(): Promise<void> {
     this.closing ??= (async () => {
       if (this.expiry) clearInterval(this.expiry);
+      if (this.outageTimer) clearInterval(this.outageTimer);
       for (const t of this.abortTimers.values()) clearTimeout(t);
       for (const s of this.streams.values()) {
         s.fail(new RoomEndedError(s.room, 'unavailable', 'control plane shutting down'));

@@ -465,6 +465,18 @@ export const journalUnwritable: DrillScenario = {
     const writable = await waitFor(async () => journal.health().writable, 10_000);
     await ctx.sleep(1500);
     const refused = probes.filter((p) => p === 503).length;
+    // Requests in flight when commits began to fail could not end in the journal: their clients
+    // are answered after the control plane's 1 s grace, not at their rooms' deadlines.
+    const caught = load.records.filter(
+      (r) => r.startedAt < failAt && r.endedAt >= failAt && r.outcome !== 'completed',
+    );
+    const slowest = Math.max(0, ...caught.map((r) => r.endedAt - failAt));
+    ctx.check({
+      name: 'requests in flight answered promptly',
+      ok: caught.every((r) => r.endedAt < healedAt),
+      figure: { inFlight: caught.length, slowestMs: slowest, outageMs: healedAt - failAt },
+      detail: 'each answered (503 or an error event) while the disk was still full',
+    });
     ctx.check({
       name: 'new work refused with 503 while unwritable',
       ok: unwritable && refused === probes.length,
