@@ -82,7 +82,11 @@ describe('aborts', () => {
       control.submit({ prompt: prompt(i, 10 + (i % 60)), maxTokens: 40 }),
     );
     const outs = streams.map(collect);
-    await new Promise((r) => setTimeout(r, 400));
+    // Abort once the burst has spread over more than one stage.
+    await waitFor(
+      'rooms in more than one stage',
+      () => new Set(streams.map((s) => control.rooms.get(s.room)?.state)).size > 2,
+    );
     await Promise.all(streams.map((s) => control.abort(s.room, 'client_disconnect', 'test')));
     for (const out of await Promise.all(outs)) {
       expect((out.error as RoomEndedError | null)?.state).toBe('aborted');

@@ -8,6 +8,7 @@ import { headVersion } from '../src/journal/sqlite/migrate.ts';
 import { lifecycle } from './helpers/events.ts';
 import { pdctl, spawnTs } from './helpers/spawn.ts';
 import { tempDir } from './helpers/tmp.ts';
+import { waitFor } from './helpers/wait.ts';
 
 const dir = tempDir('pdctl-cli-');
 const journal = `${dir}/journal.db`;
@@ -157,7 +158,8 @@ describe('pdctl on a synthetic journal', () => {
     ]);
     let out = '';
     child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
-    await new Promise((r) => setTimeout(r, 1500));
+    // Appends start once the follower has printed what was there: it is reading.
+    await waitFor('the follower reading', () => out.includes('before'));
     for (const ev of lifecycle('followed')) await j.append(ev);
     const deadline = Date.now() + 10_000;
     while (!out.includes('room.completed') && Date.now() < deadline)
@@ -247,7 +249,7 @@ describe('pdctl journal backup and an interrupted synth', () => {
     const writer = (async () => {
       while (writing) await Promise.all(lifecycle(`live-${n++}`).map((ev) => j.append(ev)));
     })();
-    await new Promise((r) => setTimeout(r, 300));
+    await waitFor('the writer under way', () => n >= 20);
     const r = await pdctl(['journal', 'backup', '--journal', path, '--to', copy]);
     writing = false;
     await writer;

@@ -136,6 +136,11 @@ void TransferEngine::work() {
     TransferResult r = run(job);
     forget(job);
     count(r.status);
+    // Drop this job's pools before reporting it: once JavaScript sees the completion, no worker
+    // holds them, and a pool closed then is unmapped (its device memory freed) at once, not
+    // whenever this thread next takes a job.
+    job.src.reset();
+    job.dst.reset();
     running_--;
     complete_(std::move(r));
   }

@@ -1,6 +1,7 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { firstWrongByte } from '../../test/helpers/page-pattern.ts';
 import { startPoolChild } from '../../test/helpers/pool-child-driver.ts';
+import { waitFor } from '../../test/helpers/wait.ts';
 import { rng } from '../journal/synth.ts';
 import { NativeTransferCore, type TransferCore } from './core.ts';
 import { TransferError } from './errors.ts';
@@ -64,7 +65,7 @@ describe('NativeTransferCore', () => {
         return r;
       });
     const released = c.release('room-cancel').then(() => order.push('released'));
-    await new Promise((r) => setTimeout(r, 30));
+    await waitFor('the transfer running', () => c.stats().running === 1, 5000, 1);
     expect(c.cancel('room-cancel')).toBe(1);
     expect((await done).status).toBe('cancelled');
     await released;
@@ -92,7 +93,7 @@ describe('NativeTransferCore', () => {
     const epoch = dst.epoch;
     c.inject({ room: 'room-epoch-late', kind: 'delay', ms: 5000 });
     const late = c.post({ room: 'room-epoch-late', src, dst, pairs: [[0, 0]], deadlineMs: 5000 });
-    await new Promise((r) => setTimeout(r, 30));
+    await waitFor('the transfer running', () => c.stats().running === 1, 5000, 1);
     const recreated = KvPool.create({ name: dst.name, pages: 64, pageBytes: 4096, replace: true });
     expect(recreated.epoch).not.toBe(epoch);
     expect((await late).status).toBe('epoch_mismatch');

@@ -13,6 +13,7 @@ import { readdirSync } from 'node:fs';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { firstWrongByte, patternByte } from '../../test/helpers/page-pattern.ts';
 import { startPoolChild } from '../../test/helpers/pool-child-driver.ts';
+import { waitFor } from '../../test/helpers/wait.ts';
 import { rng } from '../journal/synth.ts';
 import { NativeTransferCore, type TransferCore } from './core.ts';
 import { TransferError } from './errors.ts';
@@ -207,7 +208,7 @@ describe('the CUDA backend', () => {
       const pairs = Array.from({ length: 256 }, (_, i) => [i, 255 - i] as [number, number]);
       const cancelled = c.post({ room: 'room-cancel', src, dst, pairs, deadlineMs: 60_000 });
       const released = c.release('room-cancel');
-      await new Promise((r) => setTimeout(r, 100));
+      await waitFor('the transfer running', () => c.stats().running === 1, 5000, 1);
       expect(c.cancel('room-cancel')).toBe(1);
       const r = await cancelled;
       await released;

@@ -63,7 +63,14 @@ describe('KV pool admission', () => {
     });
     expect(small.status).toBe(200);
     // The canaries ran on meanwhile (every 200 ms) and never failed on a full pool.
-    await new Promise((r) => setTimeout(r, 1500));
+    const canaries = async () =>
+      Number(
+        /pdctl_canary_runs_total\{outcome="ok"\} (\d+)/.exec(
+          await (await fetch(`${s.url}/metrics`)).text(),
+        )?.[1] ?? 0,
+      );
+    const ran = await canaries();
+    await waitFor('five more canaries', async () => (await canaries()) >= ran + 5);
     const engines = (await (await fetch(`${s.url}/v1/engines`)).json()) as {
       engines: Array<{ id: string; recovery: { phase: string } | null; restarts: number | null }>;
     };

@@ -7,6 +7,8 @@ import type { RoomStream } from '../../src/control/streams.ts';
 import { silentLogger } from '../../src/log.ts';
 import { tempDir } from './tmp.ts';
 
+export { waitFor } from './wait.ts';
+
 const running = new Set<Stack>();
 afterEach(async () => {
   for (const s of running) await s.stop();
@@ -66,19 +68,6 @@ export async function fillJournal(journal: ControlPlane['journal']): Promise<voi
         );
     }
     if (!failed) throw new Error('the journal still took writes after 2000 records');
-  }
-}
-
-export async function waitFor(
-  what: string,
-  check: () => boolean | Promise<boolean>,
-  timeoutMs = 10_000,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline)
-      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
   }
 }
 
