@@ -9,6 +9,7 @@ import { BusClient } from '../bus/client.ts';
 import { type EngineMessage, PROTOCOL_VERSION } from '../bus/protocol.ts';
 import { uuidv7 } from '../journal/ids.ts';
 import type { Logger } from '../log.ts';
+import { isAlive } from '../pids.ts';
 import { NativeTransferCore, type TransferCore } from '../transfer/core.ts';
 import { KvPool } from '../transfer/pool.ts';
 import { DecodeEngine } from './decode.ts';
@@ -180,15 +181,7 @@ export function startEngine(
   const parent = Number(process.env.PDCTL_EXIT_WITH_PARENT ?? 0);
   if (parent > 0) {
     setInterval(() => {
-      let gone = process.ppid !== parent;
-      if (!gone) {
-        try {
-          process.kill(parent, 0);
-        } catch {
-          gone = true;
-        }
-      }
-      if (gone) {
+      if (process.ppid !== parent || !isAlive(parent)) {
         log.warn({ parent }, 'parent process is gone; exiting');
         pool.close();
         KvPool.unlink(pool.name);

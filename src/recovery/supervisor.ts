@@ -7,6 +7,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { readdirSync, statSync } from 'node:fs';
 import type { Admission } from '../bus/admission.ts';
 import type { Logger } from '../log.ts';
+import { isAlive } from '../pids.ts';
 import { defaultPoolName, KvPool } from '../transfer/pool.ts';
 import { selfCommand } from './self.ts';
 
@@ -28,7 +29,7 @@ export function removeDeadEnginePools(dir = '/dev/shm'): string[] {
     const m = /^pdctl-.+-(\d+)$/.exec(name);
     if (!m) continue;
     const pid = Number(m[1]);
-    if (pid === process.pid || alive(pid)) continue;
+    if (pid === process.pid || isAlive(pid)) continue;
     try {
       if (uid !== undefined && statSync(`${dir}/${name}`).uid !== uid) continue;
       if (KvPool.unlink(`/${name}`)) removed.push(name);
@@ -37,15 +38,6 @@ export function removeDeadEnginePools(dir = '/dev/shm'): string[] {
     }
   }
   return removed;
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 export interface EngineSpec {

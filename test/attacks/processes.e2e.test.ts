@@ -10,20 +10,12 @@ import { describe, expect, it } from 'vitest';
 import { Admission } from '../../src/bus/admission.ts';
 import { ControlPlane } from '../../src/control/control-plane.ts';
 import { silentLogger } from '../../src/log.ts';
+import { isAlive } from '../../src/pids.ts';
 import { KvPool } from '../../src/transfer/pool.ts';
 import { type Served, serve } from '../helpers/serve.ts';
 import { spawnTs } from '../helpers/spawn.ts';
 import { collect, prompt, startTestStack, waitFor } from '../helpers/stack.ts';
 import { tempDir } from '../helpers/tmp.ts';
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 const shm = (name: string) => join('/dev/shm', name.replace(/^\//, ''));
 
@@ -83,9 +75,9 @@ describe('engine processes', () => {
       engines: Array<{ id: string; pid: number; pool: string }>;
     };
     expect(body.engines).toHaveLength(2);
-    for (const e of body.engines) expect(alive(e.pid)).toBe(true);
+    for (const e of body.engines) expect(isAlive(e.pid)).toBe(true);
     s.child.kill('SIGKILL');
-    await waitFor('both engines gone', () => body.engines.every((e) => !alive(e.pid)), 5000);
+    await waitFor('both engines gone', () => body.engines.every((e) => !isAlive(e.pid)), 5000);
     for (const e of body.engines) expect(existsSync(shm(e.pool)), e.id).toBe(false);
   });
 

@@ -31,6 +31,33 @@ function expected() {
   return { stop, text: t5.slice(0, at) };
 }
 
+type Chunk = { choices: Array<{ text: string; finish_reason: string | null }> };
+
+/** A streamed completion: its room, and the SSE events' payloads. */
+async function streamed(maxTokens: number, stop: string[]) {
+  const res = await fetch(`${s.url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      model: 'pdctl-deterministic-1',
+      prompt: PROMPT,
+      max_tokens: maxTokens,
+      stop,
+      stream: true,
+    }),
+  });
+  expect(res.status).toBe(200);
+  const events = (await res.text())
+    .split('\n\n')
+    .filter((l) => l.startsWith('data: {'))
+    .map((l) => JSON.parse(l.slice(6)) as Chunk);
+  return {
+    room: res.headers.get('x-pdctl-room') as string,
+    text: events.map((e) => e.choices[0]?.text ?? '').join(''),
+    finish: events.at(-1)?.choices[0]?.finish_reason,
+  };
+}
+
 async function roomOf(room: string) {
   const res = await fetch(`${s.url}/v1/rooms/${room}`);
   return ((await res.json()) as { room: { state: string; tokens: number; finishReason: string } })
@@ -40,33 +67,12 @@ async function roomOf(room: string) {
 describe('stop sequences', () => {
   it('a stream stops at the sequence: the engine ends the room, and nothing of the stop leaks', async () => {
     const { stop, text } = expected();
-    const res = await fetch(`${s.url}/v1/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({
-        model: 'pdctl-deterministic-1',
-        prompt: PROMPT,
-        max_tokens: 500,
-        stop: [stop],
-        stream: true,
-      }),
-    });
-    expect(res.status).toBe(200);
-    const room = res.headers.get('x-pdctl-room') as string;
-    const events = (await res.text())
-      .split('\n\n')
-      .filter((l) => l.startsWith('data: {'))
-      .map(
-        (l) =>
-          JSON.parse(l.slice(6)) as {
-            choices: Array<{ text: string; finish_reason: string | null }>;
-          },
-      );
-    const got = events.map((e) => e.choices[0]?.text ?? '').join('');
-    expect(got).toBe(text);
+    const got = await streamed(500, [stop]);
+    expect(got.text).toBe(text);
     // Not one leading character of the stop went out, in any chunk.
-    expect(got.endsWith(stop.slice(0, 1))).toBe(false);
-    expect(events.at(-1)?.choices[0]?.finish_reason).toBe('stop');
+    expect(got.text.endsWith(stop.slice(0, 1))).toBe(false);
+    expect(got.finish).toBe('stop');
+    const room = got.room;
     // The engine stopped at the 5th token, not at max_tokens.
     expect(await roomOf(room)).toMatchObject({
       state: 'completed',
@@ -103,27 +109,8 @@ describe('stop sequences', () => {
     // The last two characters of the text, plus a character the model never writes: the text
     // ends with a prefix of the stop, held back until the room ends without it.
     const stop = `${full.slice(-2)}\u0007`;
-    const res = await fetch(`${s.url}/v1/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({
-        model: 'pdctl-deterministic-1',
-        prompt: PROMPT,
-        max_tokens: 8,
-        stop: [stop],
-        stream: true,
-      }),
-    });
-    const events = (await res.text())
-      .split('\n\n')
-      .filter((l) => l.startsWith('data: {'))
-      .map(
-        (l) =>
-          JSON.parse(l.slice(6)) as {
-            choices: Array<{ text: string; finish_reason: string | null }>;
-          },
-      );
-    expect(events.map((e) => e.choices[0]?.text ?? '').join('')).toBe(full);
-    expect(events.at(-1)?.choices[0]?.finish_reason).toBe('length');
+    const got = await streamed(8, [stop]);
+    expect(got.text).toBe(full);
+    expect(got.finish).toBe('length');
   });
 });

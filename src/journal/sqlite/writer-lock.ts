@@ -7,6 +7,7 @@
 import { closeSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { resolve } from 'node:path';
+import { isAlive } from '../../pids.ts';
 import { JournalError } from '../errors.ts';
 
 interface Holder {
@@ -18,15 +19,6 @@ interface Holder {
 
 /** Journals this process writes: a second writer in the same process is refused too. */
 const heldHere = new Set<string>();
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
 
 function readHolder(lockPath: string): Holder | null {
   try {
@@ -85,7 +77,7 @@ export function acquireWriterLock(journalPath: string): WriterLock {
       if (code !== 'EEXIST') throw err;
     }
     const holder = readHolder(lockPath);
-    if (holder && holder.host === me.host && holder.pid !== process.pid && alive(holder.pid)) {
+    if (holder && holder.host === me.host && holder.pid !== process.pid && isAlive(holder.pid)) {
       throw new JournalError(
         'JOURNAL_BUSY',
         `journal ${journalPath} is being written by pid ${holder.pid} since ${new Date(holder.since).toISOString()} ` +
