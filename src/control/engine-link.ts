@@ -93,10 +93,6 @@ class RejectionBudget {
     b.tokens -= 1;
     return true;
   }
-
-  forget(engine: string): void {
-    this.buckets.delete(engine);
-  }
 }
 
 export class EngineLink {
