@@ -4,7 +4,7 @@
  * and replays its rooms from the journal. SIGTERM on stop; SIGKILL for what does not exit.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { readdirSync, statSync } from 'node:fs';
+import { closeSync, openSync, readdirSync, readSync, statSync } from 'node:fs';
 import type { Admission } from '../bus/admission.ts';
 import type { Logger } from '../log.ts';
 import { isAlive } from '../pids.ts';
@@ -16,6 +16,19 @@ import { selfCommand } from './self.ts';
  * `pdctl-<id>-<pid>` name whose pid is no longer running. A live engine's pool is never touched.
  * Returns the names removed.
  */
+/** The first bytes of every pool's header (native/src/pool.h, kPoolMagic). */
+const POOL_MAGIC = Buffer.from('PDKVPOOL', 'latin1');
+
+function isPool(path: string): boolean {
+  const fd = openSync(path, 'r');
+  try {
+    const head = Buffer.alloc(POOL_MAGIC.length);
+    return readSync(fd, head, 0, head.length, 0) === head.length && head.equals(POOL_MAGIC);
+  } finally {
+    closeSync(fd);
+  }
+}
+
 export function removeDeadEnginePools(dir = '/dev/shm'): string[] {
   let names: string[];
   try {
@@ -31,7 +44,11 @@ export function removeDeadEnginePools(dir = '/dev/shm'): string[] {
     const pid = Number(m[1]);
     if (pid === process.pid || isAlive(pid)) continue;
     try {
-      if (uid !== undefined && statSync(`${dir}/${name}`).uid !== uid) continue;
+      const path = `${dir}/${name}`;
+      if (uid !== undefined && statSync(path).uid !== uid) continue;
+      // Only a pdctl KV pool (its header starts with the pool magic), never another object that
+      // happens to share the naming pattern.
+      if (!isPool(path)) continue;
       if (KvPool.unlink(`/${name}`)) removed.push(name);
     } catch {
       // Gone meanwhile, or not ours to remove.

@@ -4,7 +4,7 @@
  * /dev/shm; engines of a SIGKILLed `pdctl serve` exit on their own; a control plane that did not
  * spawn a surviving engine and was not given its key refuses it, and the engine exits.
  */
-import { existsSync } from 'node:fs';
+import { existsSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { Admission } from '../../src/bus/admission.ts';
@@ -53,19 +53,24 @@ describe('engine processes', () => {
     expect((await collect(busy)).error).toBeNull();
   });
 
-  it('removes pools of dead engines at start, and never a live one', async () => {
+  it('removes pools of dead engines at start, and never a live one or anything else', async () => {
     // pid_max on Linux is at most 4194304: this pid is not running.
     const ghost = KvPool.create({ name: '/pdctl-ghost-4194301', pages: 1, pageBytes: 4096 });
     ghost.close();
     const mine = KvPool.create({ name: `/pdctl-live-${process.pid}`, pages: 1, pageBytes: 4096 });
+    // Named like a dead engine's pool, but not a pool: left alone.
+    const other = shm('/pdctl-other-4194302');
+    writeFileSync(other, 'not a pool');
     try {
       expect(existsSync(shm(ghost.name))).toBe(true);
       await startTestStack();
       expect(existsSync(shm(ghost.name))).toBe(false);
       expect(existsSync(shm(mine.name))).toBe(true);
+      expect(existsSync(other)).toBe(true);
     } finally {
       mine.close();
       KvPool.unlink(mine.name);
+      rmSync(other, { force: true });
     }
   });
 
