@@ -12,10 +12,11 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startStack } from '../src/control/stack.ts';
-import { DeterministicModel, generateInProcess } from '../src/engine/model.ts';
-import type { Durability } from '../src/journal/sqlite/open.ts';
+import { startStack } from '../src/app/stack.ts';
+import type { Durability } from '../src/journal/store.ts';
 import { silentLogger } from '../src/log.ts';
+import { DeterministicModel } from '../src/model/deterministic.ts';
+import { generateInProcess } from '../src/model/executor.ts';
 import { asJson, flag, percentile, say } from './args.ts';
 
 const SECONDS = Number(flag('--seconds', '3'));

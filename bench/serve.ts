@@ -16,11 +16,8 @@ import { fork } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { buildApi } from '../src/api/app.ts';
-import { ApiMetrics } from '../src/api/metrics.ts';
-import { Canary } from '../src/control/canary.ts';
-import { startStack } from '../src/control/stack.ts';
-import type { Durability } from '../src/journal/sqlite/open.ts';
+import { startServing } from '../src/app/serving.ts';
+import type { Durability } from '../src/journal/store.ts';
 import { silentLogger } from '../src/log.ts';
 import { asJson, atRate, flag, percentile, say } from './args.ts';
 import type { ClientJob, ClientResult } from './serve-client.ts';
@@ -129,25 +126,18 @@ async function loadHttp(
 }
 
 const dir = mkdtempSync(join(tmpdir(), 'pdctl-bench-serve-'));
-const stack = await startStack({
+const serving = await startServing({
   journalPath: join(dir, 'journal.db'),
   durability: DURABILITY,
   log: silentLogger,
   version: 'bench',
   engineLogLevel: 'error',
   engineArgs: ['--pages', '16384', '--prefill-concurrency', '64'],
+  // No background canary: the figures are the clients' requests alone.
+  canaryIntervalMs: 0,
 });
-const { control } = stack;
-const metrics = new ApiMetrics(control);
-const app = await buildApi({
-  control,
-  canary: new Canary(control, silentLogger),
-  metrics,
-  log: silentLogger,
-  version: 'bench',
-  adminToken: null,
-});
-const base = await app.listen({ host: '127.0.0.1', port: 0 });
+const { control } = serving.stack;
+const base = await serving.listen('127.0.0.1', 0);
 const model = control.modelName;
 const prompt = (i: number) => `the harbor keeps ${i % 97} lanterns lit across the quiet water`;
 const client = fork(new URL('./serve-client.ts', import.meta.url), [], {
@@ -235,9 +225,7 @@ try {
   }
 } finally {
   client.disconnect();
-  await app.close();
-  metrics.close();
-  await stack.stop();
+  await serving.close();
   rmSync(dir, { recursive: true, force: true });
 }
 

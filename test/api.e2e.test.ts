@@ -6,8 +6,8 @@
 import { describe, expect, it } from 'vitest';
 import { buildApi } from '../src/api/app.ts';
 import { ApiMetrics } from '../src/api/metrics.ts';
+import type { Stack } from '../src/app/stack.ts';
 import { Canary } from '../src/control/canary.ts';
-import type { Stack } from '../src/control/stack.ts';
 import { silentLogger } from '../src/log.ts';
 import { fillJournal, startTestStack, waitFor } from './helpers/stack.ts';
 
@@ -16,9 +16,11 @@ async function api(
   opts: { adminToken?: string | null; maxRoomsPerEngine?: number } = {},
 ) {
   const canary = new Canary(stack.control, silentLogger, 2000);
-  const metrics = new ApiMetrics(stack.control);
+  const metrics = new ApiMetrics(stack.control, stack.recovery);
   const app = await buildApi({
     control: stack.control,
+    journal: stack.journal,
+    recovery: stack.recovery,
     canary,
     metrics,
     log: silentLogger,
@@ -126,7 +128,7 @@ describe('operator routes and admission', () => {
     for (const r of await Promise.all(first)) expect(r.statusCode).toBe(200);
 
     // A journal that cannot grow (a full disk) fails commits; the API then refuses new work.
-    const journal = stack.control.journal;
+    const journal = stack.journal;
     await fillJournal(journal);
     expect(journal.health().writable).toBe(false);
     const rooms = (await journal.stats()).rooms;
@@ -134,7 +136,7 @@ describe('operator routes and admission', () => {
     expect(again.statusCode).toBe(503);
     expect(again.json()).toMatchObject({ error: { code: 'journal_unavailable' } });
     expect((await journal.stats()).rooms).toBe(rooms);
-    await stack.control.journal.limitPagesForDrill(null);
+    await stack.journal.limitPagesForDrill(null);
     await app.close();
   });
 

@@ -9,7 +9,7 @@ import * as zmq from 'zeromq';
 import { type Admission, newKeyPair } from '../src/bus/admission.ts';
 import { hostileFrames } from '../src/bus/hostile.ts';
 import { controlFrames } from '../src/bus/protocol.ts';
-import { RawEngine } from '../src/recovery/drills/raw-engine.ts';
+import { RawEngine } from '../src/drills/raw-engine.ts';
 import { collect, poolsFull, prompt, startTestStack, waitFor } from './helpers/stack.ts';
 
 const sockets: zmq.Dealer[] = [];

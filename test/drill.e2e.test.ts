@@ -5,7 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { DrillReport } from '../src/recovery/drills/report.ts';
+import type { DrillReport } from '../src/drills/report.ts';
 import { serve } from './helpers/serve.ts';
 import { pdctl, spawnTs } from './helpers/spawn.ts';
 import { waitFor } from './helpers/stack.ts';

@@ -6,11 +6,12 @@
  */
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { openControlPlane } from '../src/app/stack.ts';
 import { Admission } from '../src/bus/admission.ts';
-import { ControlPlane } from '../src/control/control-plane.ts';
 import { RoomEndedError } from '../src/control/streams.ts';
-import { DeterministicModel, generateInProcess } from '../src/engine/model.ts';
 import { silentLogger } from '../src/log.ts';
+import { DeterministicModel } from '../src/model/deterministic.ts';
+import { generateInProcess } from '../src/model/executor.ts';
 import { EngineSupervisor } from '../src/recovery/supervisor.ts';
 import {
   collect,
@@ -134,7 +135,7 @@ describe('engine restarts and lost connections', () => {
   it('an engine cut off for 3 s reconnects, catches up, and nothing is stored or applied twice', async () => {
     const dir = tempDir('pdctl-partition-');
     const admission = new Admission();
-    const control = await ControlPlane.start({
+    const { control } = await openControlPlane({
       journalPath: join(dir, 'journal.db'),
       durability: 'process',
       admission,

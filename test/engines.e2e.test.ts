@@ -3,7 +3,8 @@
  * equal the model run in-process, timelines follow the state table, pools return to capacity.
  */
 import { describe, expect, it } from 'vitest';
-import { DeterministicModel, generateInProcess } from '../src/engine/model.ts';
+import { DeterministicModel } from '../src/model/deterministic.ts';
+import { generateInProcess } from '../src/model/executor.ts';
 import {
   collect,
   HAPPY_PATH,

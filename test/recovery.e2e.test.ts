@@ -7,9 +7,9 @@
  */
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { openControlPlane } from '../src/app/stack.ts';
 import { Admission } from '../src/bus/admission.ts';
 import { Canary } from '../src/control/canary.ts';
-import { ControlPlane } from '../src/control/control-plane.ts';
 import { RoomEndedError } from '../src/control/streams.ts';
 import { SqliteJournal } from '../src/journal/sqlite/journal.ts';
 import { silentLogger } from '../src/log.ts';
@@ -69,7 +69,7 @@ describe('recovery', () => {
 
   it('a room overdue while the journal cannot be written: its client is answered at once, the journal records the failure once it can', async () => {
     // Decoding takes ~10 s (200 tokens at 50 ms); its deadline is 1.5 s.
-    const { control, watchdog } = await startTestStack({
+    const { control, journal, watchdog } = await startTestStack({
       deadlinesMs: { decoding: 1500 },
       // The watchdog answers first here: the control plane's own outage answer is for later.
       journalOutageGraceMs: 60_000,
@@ -79,7 +79,7 @@ describe('recovery', () => {
     const out = collect(stream);
     await waitFor('the room decoding', () => control.rooms.get(stream.room)?.state === 'decoding');
     const decodingSince = control.rooms.get(stream.room)?.stateSince as number;
-    await fillJournal(control.journal);
+    await fillJournal(journal);
     expect(control.journal.health().writable).toBe(false);
 
     const { error } = await out;
@@ -94,7 +94,7 @@ describe('recovery', () => {
     expect(watchdog.stats.endedUnrecorded).toBe(1);
     expect((await control.journal.timeline(stream.room)).room?.state).toBe('decoding');
 
-    await control.journal.limitPagesForDrill(null);
+    await journal.limitPagesForDrill(null);
     await waitFor(
       'the failure journaled once the journal takes writes',
       async () => (await control.journal.timeline(stream.room)).room?.state === 'failed',
@@ -138,7 +138,7 @@ describe('recovery', () => {
       }
     }
     await before.drain();
-    const control = await ControlPlane.start({
+    const { control } = await openControlPlane({
       journalPath: path,
       durability: 'process',
       admission: new Admission(),
@@ -174,14 +174,14 @@ describe('recovery', () => {
     const dir = tempDir('pdctl-replaced-');
     const admission = new Admission();
     const open = (name: string, bus: string) =>
-      ControlPlane.start({
+      openControlPlane({
         journalPath: join(dir, name),
         durability: 'process',
         bus,
         admission,
         log: silentLogger,
         version: 'test',
-      });
+      }).then((o) => o.control);
     const first = await open('a.db', 'tcp://127.0.0.1:0');
     const engines = new EngineSupervisor({
       control: first.endpoint,

@@ -1,6 +1,7 @@
 /** `pdctl run`, `pdctl engine` and `pdctl keys` as a newcomer runs them: real processes end to end. */
 import { describe, expect, it } from 'vitest';
-import { DeterministicModel, generateInProcess } from '../src/engine/model.ts';
+import { DeterministicModel } from '../src/model/deterministic.ts';
+import { generateInProcess } from '../src/model/executor.ts';
 import { pdctl } from './helpers/spawn.ts';
 import { tempDir } from './helpers/tmp.ts';
 

@@ -8,7 +8,8 @@ import { createServer } from 'node:net';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chatPrompt } from '../src/api/openai.ts';
-import { DeterministicModel, generateInProcess } from '../src/engine/model.ts';
+import { DeterministicModel } from '../src/model/deterministic.ts';
+import { generateInProcess } from '../src/model/executor.ts';
 import { type Served, serve } from './helpers/serve.ts';
 import { pdctl } from './helpers/spawn.ts';
 import { waitFor } from './helpers/stack.ts';
@@ -259,7 +260,12 @@ describe('the openai client against pdctl serve', () => {
       /pdctl_engine_ladder_actions\{engine="decode-0",action="reset_in_place"\} 0/,
     );
     expect(metrics).not.toMatch(/pdctl_engine_stalled\{/);
-    const docs = await get('/docs');
+    const docs = await get('/docs/json');
     expect(Object.keys(docs.body.paths as object)).toContain('/v1/chat/completions');
+    // Swagger UI, served from the package (no network), at /docs.
+    const ui = await fetch(`${s.url}/docs/`);
+    expect(ui.status).toBe(200);
+    expect(ui.headers.get('content-type')).toMatch(/text\/html/);
+    expect(await ui.text()).toMatch(/swagger-ui/i);
   });
 });

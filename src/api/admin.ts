@@ -5,11 +5,13 @@
  */
 import { timingSafeEqual } from 'node:crypto';
 import { Type } from '@sinclair/typebox';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import { COMMANDS, type CommandName } from '../bus/protocol.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
 import { isValidId } from '../journal/events.ts';
+import type { JournalStore } from '../journal/store.ts';
 import { ApiError, roomNotFound } from './errors.ts';
+import { Errors } from './schemas.ts';
 
 /**
  * Admin routes change state, so a web page the operator happens to have open must not be able to
@@ -75,11 +77,19 @@ function authorize(req: FastifyRequest, token: string | null): void {
   }
 }
 
-export function registerAdminRoutes(
-  app: FastifyInstance,
-  control: ControlPlane,
-  token: string | null,
-): void {
+export interface AdminDeps {
+  control: ControlPlane;
+  /** Where operator commands are recorded (`recovery.action`). */
+  journal: JournalStore;
+  /** Bearer token for these routes; null: loopback only. */
+  token: string | null;
+}
+
+/** `POST /v1/rooms/:room/abort`, `POST /v1/admin/engines/:engine/commands`. */
+export const adminRoutes: FastifyPluginAsync<AdminDeps> = async (
+  app,
+  { control, journal, token },
+) => {
   app.post<{ Params: { room: string }; Body: unknown }>(
     '/v1/rooms/:room/abort',
     {
@@ -89,6 +99,16 @@ export function registerAdminRoutes(
         tags: ['operations'],
         summary:
           'Abort a room (appends room.abort_requested; the room ends aborted once both engines released). Optional body: {"reason": "..."}',
+        security: [{ bearer: [] }],
+        params: Type.Object({ room: Type.String() }),
+        response: {
+          202: Type.Object({
+            room: Type.String(),
+            seq: Type.Integer({ description: 'the seq of the room.abort_requested' }),
+            status: Type.Union([Type.Literal('applied'), Type.Literal('duplicate')]),
+          }),
+          ...Errors,
+        },
       },
     },
     async (req, reply) => {
@@ -146,6 +166,16 @@ export function registerAdminRoutes(
           },
           { additionalProperties: false },
         ),
+        security: [{ bearer: [] }],
+        params: Type.Object({ engine: Type.String() }),
+        response: {
+          202: Type.Object({
+            engine: Type.String(),
+            command: Type.String(),
+            room: Type.Union([Type.String(), Type.Null()]),
+          }),
+          ...Errors,
+        },
       },
     },
     async (req, reply) => {
@@ -171,7 +201,7 @@ export function registerAdminRoutes(
           'engine_not_found',
           'engine',
         );
-      await control.journal.append({
+      await journal.append({
         type: 'recovery.action',
         engine: req.params.engine,
         room: room ?? null,
@@ -181,4 +211,4 @@ export function registerAdminRoutes(
       return reply.code(202).send({ engine: req.params.engine, command, room: room ?? null });
     },
   );
-}
+};

@@ -1,25 +1,38 @@
 /**
- * `buildApi(deps)`: the fastify app with every route, error handling in OpenAI's shape, and the
- * OpenAPI document at `/docs`. It does not listen: `pdctl serve` (the composition root) does, and
- * tests use `inject()` or a real port.
+ * `buildApi(deps)`: the fastify app — one plugin per group of routes (serving, queries, health,
+ * operations, metrics), errors in OpenAI's shape, and the OpenAPI document with Swagger UI at
+ * `/docs` (the document itself at `/docs/json`). It does not listen: the composition root
+ * (src/app/serving.ts) does, and tests use `inject()` or a real port.
  */
 import http from 'node:http';
 import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Canary } from '../control/canary.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
+import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
-import { registerAdminRoutes } from './admin.ts';
+import type { RecoveryView } from '../recovery/view.ts';
+import { adminRoutes } from './admin.ts';
 import { sendError, toApiError } from './errors.ts';
-import { registerHealthRoutes } from './health.ts';
-import type { ApiMetrics } from './metrics.ts';
-import { registerOpenAiRoutes } from './openai.ts';
-import { registerQueryRoutes } from './queries.ts';
+import { healthRoutes } from './health.ts';
+import { type ApiMetrics, metricsRoutes } from './metrics.ts';
+import { openAiRoutes } from './openai.ts';
+import { queryRoutes } from './queries.ts';
+import { SHARED_SCHEMAS } from './schemas.ts';
 
 export interface ApiOptions {
   control: ControlPlane;
+  /** The journal the control plane writes: what the query routes read. */
+  journal: JournalStore;
   canary: Canary;
   metrics: ApiMetrics;
+  /** The escalation ladder's view of each engine; null when no stack supervises them. */
+  recovery: RecoveryView | null;
+  /** `/health/ready` counts an engine whose last heartbeat is older than this as gone. Default 2000. */
+  heartbeatStaleMs?: number;
+  /** `/health/ready` ignores a background canary older than this. Default 30 000. */
+  canaryStaleMs?: number;
   log: Logger;
   version: string;
   /** Bearer token for abort and admin routes; null: loopback only. */
@@ -63,6 +76,10 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false, allErrors: false } },
     logger: false,
   });
+  // Answers are serialized as they are built: response schemas document and are tested against
+  // real answers (test/api-schemas.e2e.test.ts), and never drop a field on the way out.
+  app.setSerializerCompiler(() => (data) => JSON.stringify(data));
+  for (const schema of SHARED_SCHEMAS) app.addSchema(schema);
   await app.register(swagger, {
     openapi: {
       info: {
@@ -76,8 +93,19 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
         { name: 'health', description: 'Liveness, readiness, canary' },
         { name: 'operations', description: 'Aborts and recovery commands' },
       ],
+      components: {
+        securitySchemes: {
+          bearer: {
+            type: 'http',
+            scheme: 'bearer',
+            description:
+              'PDCTL_ADMIN_TOKEN; when the server has none, operations answer only on loopback',
+          },
+        },
+      },
     },
   });
+  await app.register(swaggerUi, { routePrefix: '/docs' });
   app.setErrorHandler((err, req, reply) => {
     const e = toApiError(err);
     // A refusal the service chose (503: journal unwritable, no engines) is a warning, once per
@@ -97,26 +125,21 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
       }),
     ),
   );
-  registerOpenAiRoutes(app, {
+  await app.register(openAiRoutes, {
     control: o.control,
     metrics: o.metrics,
     modelId: o.control.modelName,
     maxRoomsPerEngine: o.maxRoomsPerEngine ?? 512,
   });
-  registerQueryRoutes(app, o.control);
-  registerHealthRoutes(app, {
+  await app.register(queryRoutes, { control: o.control, journal: o.journal, recovery: o.recovery });
+  await app.register(healthRoutes, {
     control: o.control,
     canary: o.canary,
-    heartbeatStaleMs: 2000,
-    canaryStaleMs: 30_000,
+    recovery: o.recovery,
+    heartbeatStaleMs: o.heartbeatStaleMs ?? 2000,
+    canaryStaleMs: o.canaryStaleMs ?? 30_000,
   });
-  registerAdminRoutes(app, o.control, o.adminToken);
-  app.get(
-    '/metrics',
-    { schema: { tags: ['health'], summary: 'Prometheus metrics' } },
-    async (_req, reply) =>
-      reply.type('text/plain; version=0.0.4; charset=utf-8').send(await o.metrics.text()),
-  );
-  app.get('/docs', { schema: { hide: true } }, async () => app.swagger());
+  await app.register(adminRoutes, { control: o.control, journal: o.journal, token: o.adminToken });
+  await app.register(metricsRoutes, { metrics: o.metrics });
   return app;
 }

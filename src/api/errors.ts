@@ -3,8 +3,28 @@
  * surface them as they would OpenAI's own, and the mapping from pdctl's coded errors to them.
  */
 import type { FastifyReply } from 'fastify';
-import { ControlError } from '../control/errors.ts';
-import { JournalError } from '../journal/errors.ts';
+import { ControlError, type ControlErrorCode } from '../control/errors.ts';
+import { JournalError, type JournalErrorCode } from '../journal/errors.ts';
+
+/** The HTTP status each coded error of a lower layer is answered with. */
+export const HTTP_STATUS: Record<ControlErrorCode | JournalErrorCode, number> = {
+  CONTROL_BAD_REQUEST: 400,
+  CONTROL_OVERLOADED: 429,
+  CONTROL_NO_ENGINES: 503,
+  CONTROL_JOURNAL_UNAVAILABLE: 503,
+  CONTROL_CLOSED: 503,
+  CONTROL_ENGINES_TIMEOUT: 503,
+  JOURNAL_INVALID_EVENT: 400,
+  JOURNAL_BAD_QUERY: 400,
+  JOURNAL_NOT_FOUND: 404,
+  JOURNAL_CORRUPT: 500,
+  JOURNAL_VERSION_CONFLICT: 500,
+  JOURNAL_MIGRATION_FAILED: 500,
+  JOURNAL_READ_ONLY: 503,
+  JOURNAL_WRITE_FAILED: 503,
+  JOURNAL_CLOSED: 503,
+  JOURNAL_BUSY: 503,
+};
 
 export interface ApiErrorBody {
   error: { message: string; type: string; param: string | null; code: string | null };
@@ -49,14 +69,14 @@ export function toApiError(err: unknown): ApiError {
   if (err instanceof ControlError) {
     // OpenAI-style codes: CONTROL_JOURNAL_UNAVAILABLE → journal_unavailable.
     return new ApiError(
-      err.status,
+      HTTP_STATUS[err.code],
       err.message,
       undefined,
       err.code.replace(/^CONTROL_/, '').toLowerCase(),
     );
   }
   if (err instanceof JournalError)
-    return new ApiError(err.status, err.message, undefined, err.code);
+    return new ApiError(HTTP_STATUS[err.code], err.message, undefined, err.code);
   const e = err as {
     statusCode?: number;
     code?: string;

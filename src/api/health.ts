@@ -6,14 +6,18 @@
  * a live process — turns the last two red within seconds while `/health` stays green.
  */
 import { Type } from '@sinclair/typebox';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyPluginAsync } from 'fastify';
 import type { Canary } from '../control/canary.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
+import type { RecoveryView } from '../recovery/view.ts';
 import { ApiError } from './errors.ts';
+import { CanaryBody, Errors, ReadyBody } from './schemas.ts';
 
 export interface HealthDeps {
   control: ControlPlane;
   canary: Canary;
+  /** The escalation ladder's view of each engine; null when no stack supervises them. */
+  recovery: RecoveryView | null;
   /** A heartbeat older than this makes an engine stale. */
   heartbeatStaleMs: number;
   /** A background canary older than this does not count. */
@@ -25,16 +29,17 @@ export function readiness(
   now = Date.now(),
 ): { ready: boolean; checks: Record<string, { ok: boolean; detail: string }> } {
   const { control, canary } = deps;
-  const engines = control.registry.all();
+  const engines = control.engines();
   const fresh = (role: string) =>
     engines.filter((s) => s.role === role && s.live && now - s.lastSeen <= deps.heartbeatStaleMs);
   const stalled = control.stalledEngines(undefined, now);
   // An engine the escalation ladder is working on is not ready, even once its symptom is gone:
   // it is ready again when the ladder has seen it serve (`engine.recovered`).
   const recovering = engines
-    .map((s) => ({ engine: s.engine, view: control.recoveryView?.(s.engine) }))
+    .map((s) => ({ engine: s.engine, view: deps.recovery?.ladder(s.engine) }))
     .filter((x) => x.view !== undefined && x.view.phase !== 'ok');
-  const h = control.journal.health();
+  const h = control.journalHealth();
+  const bus = control.busStatus();
   const last = canary.last;
   const checks = {
     prefill_engines: {
@@ -66,8 +71,8 @@ export function readiness(
               .join('; '),
     },
     control_loop: {
-      ok: control.bus.loop.stats().running,
-      detail: `bus receive loop ticks ${control.bus.loop.ticks}, restarts ${control.bus.loop.restarts}`,
+      ok: bus.loop.running,
+      detail: `bus receive loop ticks ${bus.loop.ticks}, restarts ${bus.loop.restarts}`,
     },
     journal: {
       ok: h.writable && h.state === 'ready',
@@ -86,10 +91,17 @@ export function readiness(
   return { ready: Object.values(checks).every((c) => c.ok), checks };
 }
 
-export function registerHealthRoutes(app: FastifyInstance, deps: HealthDeps): void {
+/** `/health`, `/health/ready`, `/health/deep`. */
+export const healthRoutes: FastifyPluginAsync<HealthDeps> = async (app, deps) => {
   app.get(
     '/health',
-    { schema: { tags: ['health'], summary: 'The process is alive' } },
+    {
+      schema: {
+        tags: ['health'],
+        summary: 'The process is alive',
+        response: { 200: Type.Object({ status: Type.Literal('ok') }) },
+      },
+    },
     async () => ({ status: 'ok' }),
   );
 
@@ -99,6 +111,8 @@ export function registerHealthRoutes(app: FastifyInstance, deps: HealthDeps): vo
       schema: {
         tags: ['health'],
         summary: 'Ready to serve: engines, loops, journal and canary all good',
+        description: '503 with the same body when any check fails; each check says why.',
+        response: { 200: ReadyBody, 503: ReadyBody },
       },
     },
     async (_req, reply) => {
@@ -120,6 +134,7 @@ export function registerHealthRoutes(app: FastifyInstance, deps: HealthDeps): vo
           { deadline_ms: Type.Optional(Type.String({ maxLength: 20 })) },
           { additionalProperties: false },
         ),
+        response: { 200: CanaryBody, 503: CanaryBody, '4xx': Errors['4xx'] },
       },
     },
     async (req, reply) => {
@@ -140,4 +155,4 @@ export function registerHealthRoutes(app: FastifyInstance, deps: HealthDeps): vo
       return reply.code(r.ok ? 200 : 503).send({ status: r.ok ? 'ok' : 'failing', ...r });
     },
   );
-}
+};

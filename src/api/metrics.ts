@@ -3,12 +3,14 @@
  * from committed journal events as the control plane folds them; gauges are read at scrape time.
  */
 import { monitorEventLoopDelay } from 'node:perf_hooks';
+import type { FastifyPluginAsync } from 'fastify';
 import client from 'prom-client';
 import { STAGE_OF } from '../control/canary.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import type { Room } from '../journal/reducer.ts';
 import { LIVE_STATES } from '../journal/states.ts';
+import type { RecoveryView } from '../recovery/view.ts';
 
 const STAGE_BUCKETS = [
   0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
@@ -30,7 +32,8 @@ export class ApiMetrics {
   /** Sets the gauges from the control plane's state; run at each scrape. */
   private readonly collect: () => void;
 
-  constructor(control: ControlPlane) {
+  /** `recovery`: the ladder and restart counts of engines a stack supervises; null: none. */
+  constructor(control: ControlPlane, recovery: RecoveryView | null = null) {
     const r = this.registry;
     client.collectDefaultMetrics({ register: r, prefix: 'pdctl_process_' });
     this.loopDelay.enable();
@@ -155,27 +158,27 @@ export class ApiMetrics {
     });
     const collect = () => {
       const counts = new Map<string, number>(LIVE_STATES.map((s) => [s, 0]));
-      for (const room of control.rooms.values())
+      for (const room of control.liveRooms())
         if (counts.has(room.state)) counts.set(room.state, (counts.get(room.state) ?? 0) + 1);
       for (const [state, n] of counts) live.set({ state }, n);
-      for (const [reason, n] of Object.entries(control.bus.drops.snapshot()))
+      for (const [reason, n] of Object.entries(control.busStatus().dropped))
         dropped.set({ reason }, n ?? 0);
       const now = Date.now();
       stalled.reset();
       ladder.reset();
       for (const x of control.stalledEngines(undefined, now))
         stalled.set({ engine: x.engine, kind: x.kind }, 1);
-      for (const s of control.registry.all()) {
+      for (const s of control.engines()) {
         hbAge.set({ engine: s.engine, role: s.role }, (now - s.lastSeen) / 1000);
         if (s.heartbeat) freePages.set({ engine: s.engine }, s.heartbeat.freePages);
-        const view = control.recoveryView?.(s.engine);
+        const view = recovery?.ladder(s.engine);
         if (view) {
           ladder.set({ engine: s.engine, phase: view.phase }, 1);
           ladderActions.set({ engine: s.engine, action: 'reset_in_place' }, view.resets);
           ladderActions.set({ engine: s.engine, action: 'restart' }, view.restarts);
         }
       }
-      const h = control.journal.health();
+      const h = control.journalHealth();
       batch.set(h.lastBatchSize);
       commits.set(h.commits);
       writable.set(h.writable ? 1 : 0);
@@ -231,3 +234,27 @@ export class ApiMetrics {
     this.loopDelay.disable();
   }
 }
+
+/** `GET /metrics`: the Prometheus text format. */
+export const metricsRoutes: FastifyPluginAsync<{ metrics: ApiMetrics }> = async (
+  app,
+  { metrics },
+) => {
+  app.get(
+    '/metrics',
+    {
+      schema: {
+        tags: ['health'],
+        summary: 'Prometheus metrics',
+        response: {
+          200: {
+            description: 'Prometheus text exposition format 0.0.4',
+            content: { 'text/plain': { schema: { type: 'string' } } },
+          },
+        },
+      },
+    },
+    async (_req, reply) =>
+      reply.type('text/plain; version=0.0.4; charset=utf-8').send(await metrics.text()),
+  );
+};

@@ -5,13 +5,14 @@
  * straight to its timeline. A client that goes away aborts its room at once.
  */
 import { type Static, Type } from '@sinclair/typebox';
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { ControlPlane } from '../control/control-plane.ts';
 import { MAX_TOKENS_LIMIT } from '../control/control-plane.ts';
 import { RoomEndedError, type RoomStream } from '../control/streams.ts';
 import type { CompletionResult } from '../control/types.ts';
 import { ApiError, toApiError } from './errors.ts';
 import type { ApiMetrics } from './metrics.ts';
+import { ChatCompletionResponse, CompletionResponse, Errors, ModelsBody } from './schemas.ts';
 
 /** Sampling and similar parameters the deterministic model cannot honour: accepted, ignored. */
 const IGNORED = {
@@ -134,11 +135,33 @@ export interface OpenAiDeps {
   maxRoomsPerEngine: number;
 }
 
-export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): void {
+/** `response` of a completion route: JSON, or server-sent events with `stream: true`. */
+function completionResponse(json: typeof CompletionResponse | typeof ChatCompletionResponse) {
+  return {
+    200: {
+      description:
+        'The completion; with "stream": true, server-sent events (`data: {chunk}` lines, then `data: [DONE]`)',
+      content: {
+        'application/json': { schema: json },
+        'text/event-stream': { schema: Type.String() },
+      },
+    },
+    ...Errors,
+  };
+}
+
+/** `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions`. */
+export const openAiRoutes: FastifyPluginAsync<OpenAiDeps> = async (app, deps) => {
   const created = Math.floor(Date.now() / 1000);
   app.get(
     '/v1/models',
-    { schema: { tags: ['serving'], summary: 'The model this stack serves' } },
+    {
+      schema: {
+        tags: ['serving'],
+        summary: 'The model this stack serves',
+        response: { 200: ModelsBody },
+      },
+    },
     async () => ({
       object: 'list',
       data: [{ id: deps.modelId, object: 'model', created, owned_by: 'pdctl' }],
@@ -152,6 +175,7 @@ export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): vo
         tags: ['serving'],
         summary: 'Text completion (OpenAI-compatible)',
         body: CompletionBody,
+        response: completionResponse(CompletionResponse),
       },
     },
     (req, reply) =>
@@ -166,11 +190,16 @@ export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): vo
   app.post<{ Body: ChatRequest }>(
     '/v1/chat/completions',
     {
-      schema: { tags: ['serving'], summary: 'Chat completion (OpenAI-compatible)', body: ChatBody },
+      schema: {
+        tags: ['serving'],
+        summary: 'Chat completion (OpenAI-compatible)',
+        body: ChatBody,
+        response: completionResponse(ChatCompletionResponse),
+      },
     },
     (req, reply) => serve(req, reply, deps, 'chat', chatPrompt(req.body.messages)),
   );
-}
+};
 
 type Kind = 'text' | 'chat';
 
@@ -201,7 +230,7 @@ async function serve(
   }
   const maxTokens = body.max_completion_tokens ?? body.max_tokens ?? DEFAULT_MAX_TOKENS;
   const stops = body.stop == null ? [] : Array.isArray(body.stop) ? body.stop : [body.stop];
-  const health = deps.control.journal.health();
+  const health = deps.control.journalHealth();
   if (!health.writable || health.state !== 'ready') {
     // Nothing is served that the journal cannot record.
     throw new ApiError(
@@ -211,7 +240,7 @@ async function serve(
       'journal_unavailable',
     );
   }
-  const engines = deps.control.registry.all().filter((s) => s.role === 'decode' && s.live);
+  const engines = deps.control.engines().filter((s) => s.role === 'decode' && s.live);
   if (engines.length > 0 && engines.every((s) => s.liveRooms >= deps.maxRoomsPerEngine)) {
     throw new ApiError(
       429,

@@ -3,13 +3,21 @@
  * journal as NDJSON (optionally followed live), engines as the control plane sees them, stats.
  */
 import { Type } from '@sinclair/typebox';
-import type { FastifyInstance } from 'fastify';
-import { parseTime, type UsageError } from '../cli/time.ts';
+import type { FastifyPluginAsync } from 'fastify';
 import type { ControlPlane } from '../control/control-plane.ts';
+import type { UsageError } from '../errors.ts';
 import { EVENT_TYPES, type EventType, isValidId, type JournalEvent } from '../journal/events.ts';
 import { isRoomState, ROOM_STATES, type RoomState } from '../journal/states.ts';
-import { originFilter, type RoomFilter, type TailFilter } from '../journal/store.ts';
+import {
+  type JournalStore,
+  originFilter,
+  type RoomFilter,
+  type TailFilter,
+} from '../journal/store.ts';
+import type { RecoveryView } from '../recovery/view.ts';
+import { parseTime } from '../time.ts';
 import { ApiError, roomNotFound } from './errors.ts';
+import { EnginesBody, Errors, RoomPageBody, StatsBody, TimelineBody } from './schemas.ts';
 
 const Str = Type.Optional(Type.String({ maxLength: 500 }));
 
@@ -55,9 +63,19 @@ function id(name: string, v: string | undefined): string | undefined {
   return v;
 }
 
-export function registerQueryRoutes(app: FastifyInstance, control: ControlPlane): void {
-  const journal = control.journal;
+export interface QueryDeps {
+  control: ControlPlane;
+  /** What the queries read: the journal the control plane writes. */
+  journal: JournalStore;
+  /** The escalation ladder's view of each engine; null when no stack supervises them. */
+  recovery: RecoveryView | null;
+}
 
+/** `/v1/rooms`, `/v1/rooms/:room`, `/v1/journal`, `/v1/engines`, `/v1/stats`. */
+export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
+  app,
+  { control, journal, recovery },
+) => {
   app.get<{ Querystring: Record<string, string | undefined> }>(
     '/v1/rooms',
     {
@@ -79,6 +97,7 @@ export function registerQueryRoutes(app: FastifyInstance, control: ControlPlane)
           },
           { additionalProperties: false },
         ),
+        response: { 200: RoomPageBody, ...Errors },
       },
     },
     async (req) => {
@@ -126,6 +145,10 @@ export function registerQueryRoutes(app: FastifyInstance, control: ControlPlane)
       schema: {
         tags: ['queries'],
         summary: 'One room: its projection, every event, and the time spent in each state',
+        params: Type.Object({
+          room: Type.String({ description: 'room id, e.g. r-mf3k2a9x-0001c4' }),
+        }),
+        response: { 200: TimelineBody, ...Errors },
       },
     },
     async (req) => {
@@ -155,6 +178,13 @@ export function registerQueryRoutes(app: FastifyInstance, control: ControlPlane)
           },
           { additionalProperties: false },
         ),
+        response: {
+          200: {
+            description: 'One JSON event per line (see the Event schema)',
+            content: { 'application/x-ndjson': { schema: Type.String() } },
+          },
+          ...Errors,
+        },
       },
     },
     async (req, reply) => {
@@ -215,11 +245,17 @@ export function registerQueryRoutes(app: FastifyInstance, control: ControlPlane)
 
   app.get(
     '/v1/engines',
-    { schema: { tags: ['queries'], summary: 'Engines as the control plane sees them now' } },
+    {
+      schema: {
+        tags: ['queries'],
+        summary: 'Engines as the control plane sees them now',
+        response: { 200: EnginesBody, ...Errors },
+      },
+    },
     async () => {
       const now = Date.now();
       return {
-        engines: control.registry.all().map((s) => ({
+        engines: control.engines().map((s) => ({
           id: s.engine,
           role: s.role,
           state: !s.live ? 'connecting' : (s.heartbeat?.state ?? 'starting'),
@@ -238,8 +274,8 @@ export function registerQueryRoutes(app: FastifyInstance, control: ControlPlane)
           pool: s.pool,
           kv_device: s.kvDevice,
           fault_injection: s.faultInjection,
-          recovery: control.recoveryView?.(s.engine) ?? null,
-          restarts: control.processRestarts?.(s.engine) ?? null,
+          recovery: recovery?.ladder(s.engine) ?? null,
+          restarts: recovery?.restarts(s.engine) ?? null,
         })),
       };
     },
@@ -247,17 +283,26 @@ export function registerQueryRoutes(app: FastifyInstance, control: ControlPlane)
 
   app.get(
     '/v1/stats',
-    { schema: { tags: ['queries'], summary: 'Journal statistics and control-plane counters' } },
-    async () => ({
-      journal: await journal.stats(),
-      health: journal.health(),
-      control: control.counters,
-      bus: {
-        endpoint: control.endpoint,
-        dropped: control.bus.drops.snapshot(),
-        loop: control.bus.loop.stats(),
-        outbox: control.bus.outboxDepth,
+    {
+      schema: {
+        tags: ['queries'],
+        summary: 'Journal statistics and control-plane counters',
+        response: { 200: StatsBody, ...Errors },
       },
-    }),
+    },
+    async () => {
+      const bus = control.busStatus();
+      return {
+        journal: await journal.stats(),
+        health: journal.health(),
+        control: control.counters,
+        bus: {
+          endpoint: bus.endpoint,
+          dropped: bus.dropped,
+          loop: bus.loop,
+          outbox: bus.outbox,
+        },
+      };
+    },
   );
-}
+};

@@ -1,4 +1,5 @@
 /** The bus's catalogue of coded errors. They cross the wire as `{ code, message }` in `nack`. */
+import { CodedError, codedFrom } from '../errors.ts';
 
 export const BUS_ERROR_CODES = [
   /** A frame that is not `[kind, payload]`, an unknown kind, or a payload that fails its schema. */
@@ -32,27 +33,17 @@ export const BUS_ERROR_CODES = [
 
 export type BusErrorCode = (typeof BUS_ERROR_CODES)[number];
 
-export class BusError extends Error {
-  readonly code: BusErrorCode;
-
-  constructor(code: BusErrorCode, message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = 'BusError';
-    this.code = code;
-  }
-
-  toJSON(): { code: BusErrorCode; message: string } {
-    return { code: this.code, message: this.message };
-  }
+export class BusError extends CodedError<BusErrorCode> {
+  override name = 'BusError';
 
   /** Rebuilds a typed error from `{ code, message }`; an unknown code keeps the original as `cause`. */
   static from(value: unknown): BusError {
-    if (value instanceof BusError) return value;
-    const v = value as { code?: unknown; message?: unknown } | null;
-    const message = typeof v?.message === 'string' ? v.message : String(value);
-    if (typeof v?.code === 'string' && (BUS_ERROR_CODES as readonly string[]).includes(v.code)) {
-      return new BusError(v.code as BusErrorCode, message);
-    }
-    return new BusError('BUS_INTERNAL', message, { cause: value });
+    return codedFrom(
+      value,
+      BUS_ERROR_CODES,
+      'BUS_INTERNAL',
+      (code, message, options) => new BusError(code, message, options),
+      (v): v is BusError => v instanceof BusError,
+    );
   }
 }

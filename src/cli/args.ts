@@ -1,7 +1,7 @@
 /** Parsers for numeric CLI flags, shared by every command: one wording for every bad value. */
 import type { Command } from 'commander';
 import { ENGINE_DEFAULTS } from '../engine/options.ts';
-import { UsageError } from './time.ts';
+import { UsageError } from '../errors.ts';
 
 /** A commander argParser for an integer flag of at least `min` (default 0). */
 export function intArg(name: string, min = 0): (v: string) => number {

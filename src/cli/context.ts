@@ -1,6 +1,7 @@
 /** What every CLI command shares: where the journal is, output mode, and exit codes. */
 import { readFileSync } from 'node:fs';
-import { SqliteReader } from '../journal/sqlite/reader.ts';
+import { openJournalReader } from '../app/journal.ts';
+import type { JournalReader } from '../journal/store.ts';
 
 export const DEFAULT_JOURNAL = process.env.PDCTL_JOURNAL ?? './data/journal.db';
 
@@ -30,8 +31,9 @@ export interface CommonOptions {
   json?: boolean;
 }
 
-export function openReader(opts: CommonOptions): SqliteReader {
-  return new SqliteReader(opts.journal);
+/** The journal file of `--journal`, for reading only (it is never modified). */
+export function openReader(opts: CommonOptions): JournalReader {
+  return openJournalReader(opts.journal);
 }
 
 export function print(line: string): void {

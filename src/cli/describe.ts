@@ -1,7 +1,7 @@
 /** One-line human summaries of events and rooms for the CLI's tables. */
 import type { JournalEvent } from '../journal/events.ts';
 import type { Room } from '../journal/reducer.ts';
-import { formatDuration } from './time.ts';
+import { formatDuration } from '../time.ts';
 
 type D = Record<string, unknown>;
 

@@ -3,19 +3,14 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { Command } from 'commander';
 import { Argument, Option } from 'commander';
+import { type DrillScenario, remoteBlocker, runDrill, runRemoteDrill } from '../drills/harness.ts';
+import { renderHtml } from '../drills/html.ts';
+import { DRILLS } from '../drills/index.ts';
+import { RemoteTarget, TargetError } from '../drills/remote-target.ts';
+import { type DrillReport, renderReport, renderSummary } from '../drills/report.ts';
+import { UsageError } from '../errors.ts';
 import { LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
-import {
-  type DrillScenario,
-  remoteBlocker,
-  runDrill,
-  runRemoteDrill,
-} from '../recovery/drills/harness.ts';
-import { renderHtml } from '../recovery/drills/html.ts';
-import { DRILLS } from '../recovery/drills/index.ts';
-import { RemoteTarget, TargetError } from '../recovery/drills/remote-target.ts';
-import { type DrillReport, renderReport, renderSummary } from '../recovery/drills/report.ts';
 import { EXIT, note, print, printJson, VERSION } from './context.ts';
-import { UsageError } from './time.ts';
 
 interface DrillFlags {
   clients?: number;

@@ -4,9 +4,9 @@ import { Option } from 'commander';
 import { checkKey } from '../bus/admission.ts';
 import { type EngineKeys, startEngine } from '../engine/main.ts';
 import { ENGINE_DEFAULTS, EngineOptionsError, resolveEngineOptions } from '../engine/options.ts';
+import { UsageError } from '../errors.ts';
 import { LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
 import { engineShapeOptions, intArg } from './args.ts';
-import { UsageError } from './time.ts';
 
 export function registerEngineCommand(program: Command): void {
   const command = program

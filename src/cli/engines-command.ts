@@ -4,10 +4,10 @@
  * live view is the control plane's (it is not in the journal), so this asks it over HTTP.
  */
 import type { Command } from 'commander';
+import { UsageError } from '../errors.ts';
 import type { LadderView } from '../recovery/ladder.ts';
 import { EXIT, note, print, printJson } from './context.ts';
 import { renderTable } from './table.ts';
-import { UsageError } from './time.ts';
 
 interface EngineRow {
   id: string;

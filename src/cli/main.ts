@@ -1,5 +1,6 @@
 /** The `pdctl` command line: the composition root of every CLI process. */
 import { Command, CommanderError, Option } from 'commander';
+import { UsageError } from '../errors.ts';
 import { JournalError } from '../journal/errors.ts';
 import { DEFAULT_JOURNAL, EXIT, VERSION } from './context.ts';
 import { registerDrillCommand } from './drill-command.ts';
@@ -10,7 +11,6 @@ import { registerKeysCommand } from './keys-command.ts';
 import { registerRoomCommands } from './rooms-commands.ts';
 import { registerRunCommand } from './run-command.ts';
 import { registerServeCommand } from './serve-command.ts';
-import { UsageError } from './time.ts';
 
 function journalOption(c: Command): Command {
   return c

@@ -1,12 +1,13 @@
 /** `pdctl rooms` and `pdctl room <id>`: what was in flight, and what happened to one room. */
 import type { Command } from 'commander';
+import { UsageError } from '../errors.ts';
 import { isValidId } from '../journal/events.ts';
 import { isRoomState, ROOM_STATES, type RoomState } from '../journal/states.ts';
 import { HIDDEN_ORIGINS, originFilter, type RoomFilter } from '../journal/store.ts';
+import { formatDuration, formatTs, parseTime } from '../time.ts';
 import { type CommonOptions, EXIT, openReader, print, printJson } from './context.ts';
 import { describeEvent, roomOutcome } from './describe.ts';
 import { renderTable } from './table.ts';
-import { formatDuration, formatTs, parseTime, UsageError } from './time.ts';
 
 interface RoomsOptions extends CommonOptions {
   state?: string;

@@ -1,9 +1,9 @@
 /** `pdctl run "prompt"`: starts the whole stack, streams one completion, and exits — a smoke test. */
 import type { Command } from 'commander';
 import { Option } from 'commander';
-import { startStack } from '../control/stack.ts';
+import { startStack } from '../app/stack.ts';
 import { RoomEndedError } from '../control/streams.ts';
-import { DURABILITIES, type Durability } from '../journal/sqlite/open.ts';
+import { DURABILITIES, type Durability } from '../journal/store.ts';
 import { LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
 import { intArg } from './args.ts';
 import { DEFAULT_JOURNAL, EXIT, note, printJson, VERSION } from './context.ts';

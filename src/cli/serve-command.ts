@@ -1,14 +1,13 @@
 /**
  * `pdctl serve`: the whole stack on one machine — the control plane with its embedded SQLite
- * journal, engine processes, the background canary and the HTTP API. The serving process's
- * composition root: it wires, listens, and on SIGTERM drains and exits 0.
+ * journal, engine processes, the background canary and the HTTP API, wired by the composition
+ * root (src/app/serving.ts). It reads the flags, listens, and on SIGTERM drains and exits 0.
  */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, resolve as resolvePath } from 'node:path';
 import type { Command } from 'commander';
 import { Option } from 'commander';
-import { buildApi } from '../api/app.ts';
-import { ApiMetrics } from '../api/metrics.ts';
+import { startServing } from '../app/serving.ts';
 import {
   Admission,
   checkKey,
@@ -17,15 +16,13 @@ import {
   newKeyPair,
   parseEngineKey,
 } from '../bus/admission.ts';
-import { Canary } from '../control/canary.ts';
-import { startStack } from '../control/stack.ts';
+import { UsageError } from '../errors.ts';
 import { JournalError } from '../journal/errors.ts';
-import { DURABILITIES, type Durability } from '../journal/sqlite/open.ts';
+import { DURABILITIES, type Durability } from '../journal/store.ts';
 import { LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
 import { backends } from '../transfer/pool.ts';
 import { engineShapeArgs, engineShapeOptions, intArg } from './args.ts';
 import { note, VERSION } from './context.ts';
-import { UsageError } from './time.ts';
 
 const env = process.env;
 
@@ -155,7 +152,7 @@ export function registerServeCommand(program: Command): void {
       const curve = o.insecureBus !== true && needsCurve(o.bus as string);
       const engineArgs = engineShapeArgs(o);
       if (o.allowFaultInjection === true) engineArgs.push('--allow-fault-injection');
-      const stack = await startStack({
+      const serving = await startServing({
         journalPath,
         durability: o.durability as Durability,
         bus: o.bus as string,
@@ -169,33 +166,25 @@ export function registerServeCommand(program: Command): void {
         engineLogLevel: o.logLevel as string,
         restartStalled: o.restartStalled !== false,
         migrationLimit: o.migrationLimit as number,
+        canaryDeadlineMs: o.canaryDeadlineMs as number,
+        canaryIntervalMs: o.canaryIntervalMs as number,
+        api: {
+          adminToken: env.PDCTL_ADMIN_TOKEN || null,
+          maxRoomsPerEngine: o.maxRoomsPerEngine as number,
+          requestTimeoutMs: o.requestTimeoutMs as number,
+          maxConnections: o.maxConnections as number,
+        },
       });
-      const { control } = stack;
-      const canary = new Canary(control, log, o.canaryDeadlineMs as number);
-      const metrics = new ApiMetrics(control);
-      canary.onResult = (r) =>
-        metrics.canary.inc({ outcome: r.ok ? 'ok' : `failing_${r.stage ?? 'unknown'}` });
-      const app = await buildApi({
-        control,
-        canary,
-        metrics,
-        log,
-        version: VERSION,
-        adminToken: env.PDCTL_ADMIN_TOKEN || null,
-        maxRoomsPerEngine: o.maxRoomsPerEngine as number,
-        requestTimeoutMs: o.requestTimeoutMs as number,
-        maxConnections: o.maxConnections as number,
-      });
+      const { control } = serving.stack;
       let address: string;
       try {
-        address = await app.listen({ host: o.host as string, port: o.port as number });
+        address = await serving.listen(o.host as string, o.port as number);
       } catch (err) {
-        await stack.stop();
+        await serving.close(0);
         throw new UsageError(
           `cannot listen on ${o.host}:${o.port}: ${(err as Error).message}; pass another --port`,
         );
       }
-      if ((o.canaryIntervalMs as number) > 0) canary.start(o.canaryIntervalMs as number);
       log.info(
         { http: address, bus: control.endpoint, journal: journalPath },
         'pdctl serve listening',
@@ -235,14 +224,8 @@ export function registerServeCommand(program: Command): void {
         process.once('SIGTERM', () => stop('SIGTERM'));
         process.once('SIGINT', () => stop('SIGINT'));
       });
-      canary.stop();
       // Stop taking requests; give the ones in flight until the drain timeout, then cut them.
-      const closing = app.close();
-      const timer = setTimeout(() => app.server.closeAllConnections(), o.drainTimeoutMs as number);
-      await closing;
-      clearTimeout(timer);
-      await stack.stop();
-      metrics.close();
+      await serving.close(o.drainTimeoutMs as number);
       note('pdctl serve: stopped');
     });
 }

@@ -4,10 +4,11 @@
  * and hands each committed event to the engine links (engine-link.ts: hellos, replay, appends,
  * delivery). Token chunks flow from decode engines to the caller of `submit`; when an engine is
  * lost, its clients' rooms continue elsewhere (migration.ts).
- * `ControlPlane.start` is what `pdctl serve` and `pdctl run` build on.
+ * `ControlPlane.start` is what the composition root (src/app/) builds the stack on.
  */
 
 import { type Admission, needsCurve } from '../bus/admission.ts';
+import type { DropReason } from '../bus/protocol.ts';
 import {
   type CommandName,
   DEFAULT_MAX_FRAME_BYTES,
@@ -18,16 +19,14 @@ import {
 } from '../bus/protocol.ts';
 import type { BusServerHandlers } from '../bus/server.ts';
 import { BusServer } from '../bus/server.ts';
-import { DeterministicModel, type ModelExecutor } from '../engine/model.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import { newRoomId } from '../journal/ids.ts';
 import { type Room, reduce } from '../journal/reducer.ts';
-import { SqliteJournal } from '../journal/sqlite/journal.ts';
-import type { Durability } from '../journal/sqlite/open.ts';
 import { isTerminal, LIVE_STATES, type StateDeadlinesMs } from '../journal/states.ts';
-import type { AppendResult, Subscription } from '../journal/store.ts';
+import type { AppendResult, JournalHealth, JournalStore, Subscription } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
-import type { LadderView } from '../recovery/ladder.ts';
+import { DeterministicModel } from '../model/deterministic.ts';
+import type { ModelExecutor } from '../model/executor.ts';
 import { type ControlCounters, EngineLink } from './engine-link.ts';
 import { ControlError } from './errors.ts';
 import { Migrator } from './migration.ts';
@@ -43,8 +42,11 @@ import {
 import { RoomEndedError, RoomStream } from './streams.ts';
 
 export interface ControlPlaneOptions {
-  journalPath: string;
-  durability?: Durability;
+  /**
+   * The journal (any backend behind `JournalStore`), opened by the caller and owned from then on:
+   * `close()` drains it.
+   */
+  journal: JournalStore;
   /** Bus endpoint to bind. Default `tcp://127.0.0.1:0` (a free port). */
   bus?: string;
   /**
@@ -128,10 +130,6 @@ export class ControlPlane {
   bus!: BusServer;
   /** Rooms the previous control plane left in flight, failed at this start (`orphaned_by_restart`). */
   orphansFailed = 0;
-  /** Where each engine stands on the escalation ladder; set by the stack that runs one. */
-  recoveryView: ((engine: string) => LadderView) | null = null;
-  /** How often an engine's process was started again (crash or ladder); set by the stack that spawns it. */
-  processRestarts: ((engine: string) => number | null) | null = null;
   private readonly link: EngineLink;
   private readonly migrator: Migrator;
   /** KV pages promised to rooms per engine: admission counts pages, not rooms. */
@@ -154,7 +152,7 @@ export class ControlPlane {
   };
 
   private constructor(
-    readonly journal: SqliteJournal,
+    readonly journal: JournalStore,
     private readonly options: ControlPlaneOptions,
   ) {
     this.model = options.model ?? new DeterministicModel();
@@ -202,12 +200,7 @@ export class ControlPlane {
   }
 
   static async start(options: ControlPlaneOptions): Promise<ControlPlane> {
-    const journal = await SqliteJournal.open({
-      path: options.journalPath,
-      durability: options.durability,
-      logger: options.log,
-      announce: { source: 'control', version: options.version },
-    });
+    const { journal } = options;
     const cp = new ControlPlane(journal, options);
     try {
       await cp.loadLiveRooms();
@@ -237,12 +230,56 @@ export class ControlPlane {
       await journal.drain();
       throw err;
     }
-    options.log.info({ bus: cp.bus.endpoint, journal: options.journalPath }, 'control plane ready');
+    options.log.info({ bus: cp.bus.endpoint }, 'control plane ready');
     return cp;
   }
 
   get endpoint(): string {
     return this.bus.endpoint;
+  }
+
+  // ── what the API, recovery and drills read (nothing else of the control plane is theirs) ──
+
+  /** Every engine it knows, as registered (identity, last heartbeat, load). */
+  engines(): readonly EngineSession[] {
+    return this.registry.all();
+  }
+
+  /** One engine's session; undefined when it is not registered. */
+  engine(id: string): EngineSession | undefined {
+    return this.registry.get(id);
+  }
+
+  /** Rooms in flight, and ended ones until both engines have released them. */
+  liveRooms(): IterableIterator<Room> {
+    return this.rooms.values();
+  }
+
+  /** One room as the control plane has folded it; undefined once it has left the view. */
+  room(id: string): Room | undefined {
+    return this.rooms.get(id);
+  }
+
+  /** Whether the journal takes writes now, and why not. */
+  journalHealth(): JournalHealth {
+    return this.journal.health();
+  }
+
+  /** The bus as operators see it: endpoint, receive loop, frames dropped by reason, outbox. */
+  busStatus(): {
+    endpoint: string;
+    loop: { ticks: number; restarts: number; running: boolean };
+    dropped: Partial<Record<DropReason, number>>;
+    outbox: number;
+    zapDenied: number;
+  } {
+    return {
+      endpoint: this.bus.endpoint,
+      loop: this.bus.loop.stats(),
+      dropped: this.bus.drops.snapshot(),
+      outbox: this.bus.outboxDepth,
+      zapDenied: this.bus.zapDenied,
+    };
   }
 
   /** The model id clients ask for (`GET /v1/models`). */

@@ -11,7 +11,7 @@ import type { BusServer, PeerId } from '../bus/server.ts';
 import { JournalError } from '../journal/errors.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import type { Room } from '../journal/reducer.ts';
-import type { SqliteJournal } from '../journal/sqlite/journal.ts';
+import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import type { EngineRegistry, EngineSession } from './registry.ts';
 
@@ -25,7 +25,7 @@ export interface ControlCounters {
 }
 
 export interface EngineLinkDeps {
-  journal: SqliteJournal;
+  journal: JournalStore;
   /** Who may say hello as which engine. */
   admission: Admission;
   registry: EngineRegistry;
@@ -211,7 +211,7 @@ export class EngineLink {
     }
     // Before the replay is read: the new process must see the old one's rooms as migrated.
     if (prev && fresh) await this.deps.replaced(msg.engine, prev.incarnation);
-    let backlog: Awaited<ReturnType<SqliteJournal['engineBacklog']>>;
+    let backlog: Awaited<ReturnType<JournalStore['engineBacklog']>>;
     try {
       backlog = await this.deps.journal.engineBacklog(msg.engine, msg.lastSeq);
     } catch (err) {
@@ -362,7 +362,7 @@ export class EngineLink {
           source: `engine:${engine}`,
           eventId: engineEventId(engine, msg.eventId),
           data,
-        } as Parameters<SqliteJournal['append']>[0]),
+        } as Parameters<JournalStore['append']>[0]),
       )
       .then(
         (res) => {

@@ -1,30 +1,23 @@
-/** The control plane's catalogue of coded errors, with the HTTP status each maps to. */
+/** The control plane's catalogue of coded errors. */
+import { CodedError } from '../errors.ts';
 
-export const CONTROL_ERROR_CODES = {
-  /** The request is invalid (empty prompt, bad max tokens). */
-  CONTROL_BAD_REQUEST: 400,
+export const CONTROL_ERROR_CODES = [
+  /** The request is invalid (empty prompt, bad max tokens, a pool that could never hold it). */
+  'CONTROL_BAD_REQUEST',
   /** No engine has the KV pages for the request now (it would fit an idle one): retry shortly. */
-  CONTROL_OVERLOADED: 429,
+  'CONTROL_OVERLOADED',
   /** No prefill or no decode engine is registered with a fresh heartbeat. */
-  CONTROL_NO_ENGINES: 503,
+  'CONTROL_NO_ENGINES',
   /** The journal refused the write: nothing unjournaled is served. */
-  CONTROL_JOURNAL_UNAVAILABLE: 503,
+  'CONTROL_JOURNAL_UNAVAILABLE',
   /** The control plane is draining or closed. */
-  CONTROL_CLOSED: 503,
+  'CONTROL_CLOSED',
   /** Engines did not register in time at start. */
-  CONTROL_ENGINES_TIMEOUT: 503,
-} as const;
+  'CONTROL_ENGINES_TIMEOUT',
+] as const;
 
-export type ControlErrorCode = keyof typeof CONTROL_ERROR_CODES;
+export type ControlErrorCode = (typeof CONTROL_ERROR_CODES)[number];
 
-export class ControlError extends Error {
-  readonly code: ControlErrorCode;
-  readonly status: number;
-
-  constructor(code: ControlErrorCode, message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = 'ControlError';
-    this.code = code;
-    this.status = CONTROL_ERROR_CODES[code];
-  }
+export class ControlError extends CodedError<ControlErrorCode> {
+  override name = 'ControlError';
 }

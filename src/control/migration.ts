@@ -9,12 +9,12 @@
  * plane to create the continuation room through `MigrationHost`.
  */
 import { maxRequestTextBytes, type RoomRequest, requestTextBytes } from '../bus/protocol.ts';
-import type { ModelExecutor } from '../engine/model.ts';
 import { newRoomId } from '../journal/ids.ts';
 import type { Room } from '../journal/reducer.ts';
 import { isTerminal } from '../journal/states.ts';
 import type { AppendResult, JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
+import type { ModelExecutor } from '../model/executor.ts';
 import { ControlError } from './errors.ts';
 import type { EngineRegistry, EngineSession } from './registry.ts';
 import { RoomEndedError, type RoomStream } from './streams.ts';

@@ -9,10 +9,10 @@ import { wasApplied } from '../bus/client.ts';
 import type { EngineMessage } from '../bus/protocol.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import type { Logger } from '../log.ts';
+import type { KvSpan, ModelExecutor } from '../model/executor.ts';
 import type { KvPool } from '../transfer/pool.ts';
 import { EngineCore, type EnginePorts, type EngineRoom } from './engine.ts';
 import { roomKv } from './kv-pages.ts';
-import type { KvSpan, ModelExecutor } from './model.ts';
 import type { EngineOptions } from './options.ts';
 
 /**

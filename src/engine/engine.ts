@@ -11,9 +11,9 @@ import { uuidv7 } from '../journal/ids.ts';
 import { type Room, reduce } from '../journal/reducer.ts';
 import { isTerminal, type RoomState } from '../journal/states.ts';
 import type { Logger } from '../log.ts';
+import type { ModelExecutor } from '../model/executor.ts';
 import { type Fault, parseFault } from '../transfer/core.ts';
 import { PageAllocator } from './allocator.ts';
-import type { ModelExecutor } from './model.ts';
 import type { EngineOptions } from './options.ts';
 
 /** How an engine reaches the control plane (the bus client, or a fake in unit tests). */

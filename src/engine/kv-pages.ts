@@ -5,8 +5,8 @@
  * before the transfer moves them GPU to GPU. (A GPU model would write device memory itself.)
  */
 
+import { KvSpan } from '../model/executor.ts';
 import type { KvPool } from '../transfer/pool.ts';
-import { KvSpan } from './model.ts';
 
 export interface RoomKv {
   span: KvSpan;

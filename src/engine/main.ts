@@ -9,12 +9,12 @@ import { BusClient } from '../bus/client.ts';
 import { type EngineMessage, PROTOCOL_VERSION } from '../bus/protocol.ts';
 import { uuidv7 } from '../journal/ids.ts';
 import type { Logger } from '../log.ts';
+import { DeterministicModel } from '../model/deterministic.ts';
 import { isAlive } from '../pids.ts';
 import { NativeTransferCore, type TransferCore } from '../transfer/core.ts';
 import { KvPool } from '../transfer/pool.ts';
 import { DecodeEngine } from './decode.ts';
 import type { EngineCore } from './engine.ts';
-import { DeterministicModel } from './model.ts';
 import type { EngineOptions } from './options.ts';
 import { PrefillEngine } from './prefill.ts';
 

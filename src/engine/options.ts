@@ -3,8 +3,8 @@
  * and then frozen. CLI flags map onto it (src/cli/engine-command.ts).
  */
 import { isValidId } from '../journal/events.ts';
+import { DEFAULT_MODEL_OPTIONS, type ModelOptions } from '../model/deterministic.ts';
 import { defaultPoolName } from '../transfer/pool.ts';
-import { DEFAULT_MODEL_OPTIONS, type ModelOptions } from './model.ts';
 
 export type EngineRole = 'prefill' | 'decode';
 

@@ -7,11 +7,11 @@
 import { wasApplied } from '../bus/client.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import type { Logger } from '../log.ts';
+import type { ModelExecutor } from '../model/executor.ts';
 import type { Fault, TransferCore } from '../transfer/core.ts';
 import { KvPool } from '../transfer/pool.ts';
 import { EngineCore, type EnginePorts, type EngineRoom } from './engine.ts';
 import { roomKv } from './kv-pages.ts';
-import type { ModelExecutor } from './model.ts';
 import type { EngineOptions } from './options.ts';
 
 /** Prompt tokens computed between two returns to the event loop. */

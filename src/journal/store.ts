@@ -6,6 +6,15 @@ import type { EventInput, EventType, JournalEvent } from './events.ts';
 import type { RejectReason, Room } from './reducer.ts';
 import type { RoomState } from './states.ts';
 
+/**
+ * `process`: a committed event survives any process crash
+ * (kill -9 included); a power cut may lose the last transactions but never corrupts the file.
+ * `power`: every commit reaches stable storage before it is acknowledged (SQLite: synchronous=FULL
+ * in WAL mode; process is synchronous=NORMAL).
+ */
+export type Durability = 'process' | 'power';
+export const DURABILITIES: readonly Durability[] = ['process', 'power'];
+
 /** What `append` resolves to once its transaction has committed. */
 export type AppendResult =
   | { status: 'applied'; seq: number; eventId: string; state: RoomState | null }

@@ -1,4 +1,5 @@
 /** The transfer core's catalogue of coded errors. Callers branch on `code`, never on the message. */
+import { CodedError, codedFrom } from '../errors.ts';
 
 export const TRANSFER_ERROR_CODES = [
   'TRANSFER_BAD_ARGUMENT',
@@ -14,26 +15,17 @@ export const TRANSFER_ERROR_CODES = [
 
 export type TransferErrorCode = (typeof TRANSFER_ERROR_CODES)[number];
 
-export class TransferError extends Error {
-  readonly code: TransferErrorCode;
+export class TransferError extends CodedError<TransferErrorCode> {
+  override name = 'TransferError';
 
-  constructor(code: TransferErrorCode, message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = 'TransferError';
-    this.code = code;
-  }
-
-  /** Rebuilds a typed error from the addon's `{ code, message }`; unknown codes keep the cause. */
-  static from(err: unknown): TransferError {
-    if (err instanceof TransferError) return err;
-    const e = err as { code?: unknown; message?: unknown };
-    const message = typeof e?.message === 'string' ? e.message : String(err);
-    if (
-      typeof e?.code === 'string' &&
-      (TRANSFER_ERROR_CODES as readonly string[]).includes(e.code)
-    ) {
-      return new TransferError(e.code as TransferErrorCode, message);
-    }
-    return new TransferError('TRANSFER_SYSTEM', message, { cause: err });
+  /** Rebuilds a typed error from `{ code, message }`; an unknown code keeps the original as `cause`. */
+  static from(value: unknown): TransferError {
+    return codedFrom(
+      value,
+      TRANSFER_ERROR_CODES,
+      'TRANSFER_SYSTEM',
+      (code, message, options) => new TransferError(code, message, options),
+      (v): v is TransferError => v instanceof TransferError,
+    );
   }
 }

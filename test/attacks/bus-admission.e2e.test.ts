@@ -6,7 +6,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import * as zmq from 'zeromq';
 import { newKeyPair } from '../../src/bus/admission.ts';
-import { RawEngine, type Reply } from '../../src/recovery/drills/raw-engine.ts';
+import { RawEngine, type Reply } from '../../src/drills/raw-engine.ts';
 import { collect, prompt, startTestStack, waitFor } from '../helpers/stack.ts';
 
 const peers: Array<{ close(): void }> = [];

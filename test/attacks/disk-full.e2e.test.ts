@@ -17,14 +17,14 @@ import {
 describe('a full disk under a request in flight', () => {
   it('answers the client within a second or two, and fails the room once the journal can say so', async () => {
     // About 20 s of decoding (200 tokens at 100 ms), far from any deadline the test could wait for.
-    const { control } = await startTestStack({
+    const { control, journal } = await startTestStack({
       engineArgs: ['--decode-us-per-token', '100000'],
       journalOutageGraceMs: 1000,
     });
     const stream = control.submit({ prompt: prompt(4, 10), maxTokens: 200 });
     const out = collect(stream);
     await waitFor('the room decoding', () => control.rooms.get(stream.room)?.state === 'decoding');
-    await fillJournal(control.journal);
+    await fillJournal(journal);
     const fullAt = Date.now();
     expect(control.journal.health().writable).toBe(false);
 
@@ -38,7 +38,7 @@ describe('a full disk under a request in flight', () => {
     expect(text.length).toBeGreaterThan(0);
     expect((await control.journal.timeline(stream.room)).room?.state).toBe('decoding');
 
-    await control.journal.limitPagesForDrill(null);
+    await journal.limitPagesForDrill(null);
     await waitFor(
       'the room failed in the journal',
       async () => (await control.journal.timeline(stream.room)).room?.state === 'failed',

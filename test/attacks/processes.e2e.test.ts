@@ -7,8 +7,8 @@
 import { existsSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { openControlPlane } from '../../src/app/stack.ts';
 import { Admission } from '../../src/bus/admission.ts';
-import { ControlPlane } from '../../src/control/control-plane.ts';
 import { silentLogger } from '../../src/log.ts';
 import { isAlive } from '../../src/pids.ts';
 import { KvPool } from '../../src/transfer/pool.ts';
@@ -48,7 +48,7 @@ describe('engine processes', () => {
       const s = control.registry.get('decode-0');
       return s?.live === true && s.pid !== pid;
     });
-    expect(control.processRestarts?.('decode-0')).toBe(1);
+    expect(engines.restarts('decode-0')).toBe(1);
     // The stream went on on the new engine.
     expect((await collect(busy)).error).toBeNull();
   });
@@ -90,7 +90,7 @@ describe('engine processes', () => {
     const dir = tempDir('pdctl-survivor-');
     const first = new Admission();
     const keys = first.issue('decode-9');
-    const control1 = await ControlPlane.start({
+    const { control: control1 } = await openControlPlane({
       journalPath: join(dir, 'a.db'),
       durability: 'process',
       admission: first,
@@ -122,7 +122,7 @@ describe('engine processes', () => {
     await control1.close();
     // The control plane restarts with its own key pair (as serve keeps it in bus.key), but its
     // operator did not allow that engine's key this time.
-    const control2 = await ControlPlane.start({
+    const { control: control2 } = await openControlPlane({
       journalPath: join(dir, 'b.db'),
       durability: 'process',
       bus: endpoint,

@@ -6,7 +6,8 @@
  * character of a stop sequence (or after it) reaches the client.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DeterministicModel, generateInProcess } from '../../src/engine/model.ts';
+import { DeterministicModel } from '../../src/model/deterministic.ts';
+import { generateInProcess } from '../../src/model/executor.ts';
 import { type Served, serve } from '../helpers/serve.ts';
 
 const PROMPT = 'the river carries the light';

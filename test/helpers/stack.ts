@@ -1,8 +1,8 @@
 /** A whole stack for end-to-end tests: real journal file, real bus, real engine processes. */
 import { join } from 'node:path';
 import { afterEach } from 'vitest';
+import { type Stack, type StackOptions, startStack } from '../../src/app/stack.ts';
 import type { ControlPlane } from '../../src/control/control-plane.ts';
-import { type Stack, type StackOptions, startStack } from '../../src/control/stack.ts';
 import type { RoomStream } from '../../src/control/streams.ts';
 import { silentLogger } from '../../src/log.ts';
 import { tempDir } from './tmp.ts';
@@ -51,7 +51,7 @@ export async function collect(
  * operator records fill those until a commit fails. (Not requests: a room created just before the
  * disk fills could not progress afterwards.) `journal.limitPagesForDrill(null)` gives room again.
  */
-export async function fillJournal(journal: ControlPlane['journal']): Promise<void> {
+export async function fillJournal(journal: Stack['journal']): Promise<void> {
   await journal.limitPagesForDrill(journal.pageCount());
   for (const size of [400, 1]) {
     let failed = false;

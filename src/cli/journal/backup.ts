@@ -1,8 +1,8 @@
 /** `pdctl journal backup`: a consistent copy, safe while pdctl writes. */
 import { existsSync, renameSync, rmSync, statSync } from 'node:fs';
+import { UsageError } from '../../errors.ts';
 import { openDatabase } from '../../journal/sqlite/open.ts';
 import { type CommonOptions, EXIT, note, print, printJson } from '../context.ts';
-import { UsageError } from '../time.ts';
 
 export interface BackupOptions extends CommonOptions {
   to: string;

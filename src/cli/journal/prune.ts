@@ -1,7 +1,10 @@
 /** `pdctl journal prune`: delete whole terminal rooms older than a cut-off. */
+
+import { UsageError } from '../../errors.ts';
 import { SqliteJournal } from '../../journal/sqlite/journal.ts';
-import { type CommonOptions, EXIT, openReader, print, printJson } from '../context.ts';
-import { formatTs, parseDuration, UsageError } from '../time.ts';
+import { SqliteReader } from '../../journal/sqlite/reader.ts';
+import { formatTs, parseDuration } from '../../time.ts';
+import { type CommonOptions, EXIT, print, printJson } from '../context.ts';
 
 export interface PruneOptions extends CommonOptions {
   olderThan: string;
@@ -16,7 +19,7 @@ export async function pruneCommand(opts: PruneOptions): Promise<number> {
     throw new UsageError('--chunk must be an integer from 1 to 100000');
   const cutoffTs = Date.now() - age;
   if (opts.dryRun) {
-    const reader = openReader(opts);
+    const reader = new SqliteReader(opts.journal);
     try {
       const n = reader.countPrunable(cutoffTs);
       if (opts.json) printJson({ cutoffTs, rooms: n.rooms, events: n.events, dryRun: true });

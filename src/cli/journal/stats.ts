@@ -1,7 +1,8 @@
 /** `pdctl journal stats`: counts by state and reason, and per-minute transitions. */
+
+import { formatTs, parseTime } from '../../time.ts';
 import { type CommonOptions, EXIT, openReader, print, printJson } from '../context.ts';
 import { renderTable } from '../table.ts';
-import { formatTs, parseTime } from '../time.ts';
 
 export interface StatsOptions extends CommonOptions {
   perMinute?: boolean;

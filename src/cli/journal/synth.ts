@@ -1,9 +1,11 @@
 /** `pdctl journal synth`: a realistic synthetic journal through the real append path. */
+
+import { UsageError } from '../../errors.ts';
 import { SqliteJournal } from '../../journal/sqlite/journal.ts';
-import { DURABILITIES, type Durability } from '../../journal/sqlite/open.ts';
+import { DURABILITIES, type Durability } from '../../journal/store.ts';
 import { synthEvents } from '../../journal/synth.ts';
+import { parseDuration, parseTime } from '../../time.ts';
 import { type CommonOptions, EXIT, note, print, printJson, VERSION } from '../context.ts';
-import { parseDuration, parseTime, UsageError } from '../time.ts';
 
 export interface SynthOptions extends CommonOptions {
   rooms: string;

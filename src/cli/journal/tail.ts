@@ -1,9 +1,12 @@
 /** `pdctl journal tail`: the newest events, or the first from --since on; --follow keeps going. */
+
+import { UsageError } from '../../errors.ts';
 import { EVENT_TYPES, type EventType, type JournalEvent } from '../../journal/events.ts';
+import { SqliteReader } from '../../journal/sqlite/reader.ts';
 import type { TailFilter } from '../../journal/store.ts';
-import { type CommonOptions, EXIT, note, openReader, print } from '../context.ts';
+import { formatTs, parseTime } from '../../time.ts';
+import { type CommonOptions, EXIT, note, print } from '../context.ts';
 import { describeEvent } from '../describe.ts';
-import { formatTs, parseTime, UsageError } from '../time.ts';
 
 function eventRow(e: JournalEvent): string {
   return [
@@ -61,7 +64,7 @@ export async function tailCommand(opts: TailOptions): Promise<number> {
   if (opts.room) filter.room = opts.room;
   if (opts.engine) filter.engine = opts.engine;
   if (opts.since) filter.since = parseTime(opts.since);
-  const reader = openReader(opts);
+  const reader = new SqliteReader(opts.journal);
   const emit = (e: JournalEvent) =>
     opts.json ? process.stdout.write(`${JSON.stringify(e)}\n`) : print(eventRow(e));
   try {

@@ -1,6 +1,7 @@
 /** `pdctl journal verify`: integrity, seq order, and the rooms projection rebuilt and compared. */
+
+import { formatDuration } from '../../time.ts';
 import { type CommonOptions, EXIT, openReader, print, printJson } from '../context.ts';
-import { formatDuration } from '../time.ts';
 
 export async function verifyCommand(opts: CommonOptions): Promise<number> {
   const reader = openReader(opts);

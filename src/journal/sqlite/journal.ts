@@ -13,6 +13,7 @@ import type { RejectReason } from '../reducer.ts';
 import { type RoomState, resolveDeadlines } from '../states.ts';
 import type {
   AppendResult,
+  Durability,
   EventListener,
   JournalHealth,
   JournalStore,
@@ -21,7 +22,7 @@ import type {
 } from '../store.ts';
 import { SubscriptionHub } from '../subscriptions.ts';
 import { type Outcome, rejectionData } from './batch-writer.ts';
-import { DEFAULT_DURABILITY, type Durability } from './open.ts';
+import { DEFAULT_DURABILITY } from './open.ts';
 import { SqliteReader } from './reader.ts';
 import { acquireWriterLock, type WriterLock } from './writer-lock.ts';
 import type { WriterInit } from './writer-protocol.ts';

@@ -16,15 +16,9 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import Database from 'better-sqlite3';
 import { JournalError } from '../errors.ts';
+import type { Durability } from '../store.ts';
 import { headVersion, migrate, schemaVersion } from './migrate.ts';
 
-/**
- * `process`: synchronous=NORMAL in WAL mode; a committed event survives any process crash
- * (kill -9 included); a power cut may lose the last transactions but never corrupts the file.
- * `power`: synchronous=FULL; every commit is fsynced before it is acknowledged.
- */
-export type Durability = 'process' | 'power';
-export const DURABILITIES: readonly Durability[] = ['process', 'power'];
 /**
  * `power`: with group commit one fsync covers a whole batch, the fsync runs on the writer thread,
  * and bench/journal.ts measures the throughput cost under load as small; the record of an

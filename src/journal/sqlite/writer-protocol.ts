@@ -1,7 +1,7 @@
 /** Messages between the journal's main-thread face and its threads (writer or checkpointer). */
 import type { PendingEvent } from '../events.ts';
+import type { Durability } from '../store.ts';
 import type { Outcome, PruneOutcome } from './batch-writer.ts';
-import type { Durability } from './open.ts';
 
 export interface WriterInit {
   path: string;

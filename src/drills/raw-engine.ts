@@ -5,8 +5,8 @@
  */
 import { encode } from 'msgpackr';
 import * as zmq from 'zeromq';
-import { type KeyPair, signHello } from '../../bus/admission.ts';
-import { controlFrames, PROTOCOL_VERSION } from '../../bus/protocol.ts';
+import { type KeyPair, signHello } from '../bus/admission.ts';
+import { controlFrames, PROTOCOL_VERSION } from '../bus/protocol.ts';
 
 export type Reply = ReturnType<ReturnType<typeof controlFrames>['decode']>;
 

@@ -1,8 +1,6 @@
 /** Times and durations on the command line. All clock times are UTC, as the journal prints them. */
 
-export class UsageError extends Error {
-  override name = 'UsageError';
-}
+import { UsageError } from './errors.ts';
 
 const UNITS: Record<string, number> = {
   ms: 1,

@@ -5,14 +5,12 @@
  * the next request served — plus, for comparison, the time a full-stack restart takes, measured
  * in the same run.
  */
-import { buildApi } from '../../api/app.ts';
-import { type HealthDeps, readiness } from '../../api/health.ts';
-import { ApiMetrics } from '../../api/metrics.ts';
-import { Canary } from '../../control/canary.ts';
-import { type Stack, type StackOptions, startStack } from '../../control/stack.ts';
-import { DeterministicModel } from '../../engine/model.ts';
-import { isTerminal } from '../../journal/states.ts';
-import type { Logger } from '../../log.ts';
+import { startServing } from '../app/serving.ts';
+import { type Stack, type StackOptions, startStack } from '../app/stack.ts';
+import { Canary } from '../control/canary.ts';
+import { isTerminal } from '../journal/states.ts';
+import type { Logger } from '../log.ts';
+import { DeterministicModel } from '../model/deterministic.ts';
 import { Load, type LoadOptions, wrongAnswers } from './load.ts';
 import { sleep, until } from './poll.ts';
 import { type RemoteTarget, TargetError } from './remote-target.ts';
@@ -125,35 +123,26 @@ export async function runDrill(scenario: DrillScenario, o: DrillRunOptions): Pro
     ...scenario.stack,
     engineArgs: [...DRILL_ENGINE_ARGS, ...(scenario.engineArgs ?? [])],
   };
-  const stack = await startStack(stackOptions);
-  const { control } = stack;
-  const log = o.log;
-  const canary = new Canary(control, log);
-  canary.start(1000);
-  const metrics = new ApiMetrics(control);
-  const health: HealthDeps = { control, canary, heartbeatStaleMs: 2000, canaryStaleMs: 5000 };
-  const app = await buildApi({
-    control,
-    canary,
-    metrics,
-    log,
-    version: o.version,
-    adminToken: null,
-    maxRoomsPerEngine: Math.max(64, o.clients * 2),
+  const serving = await startServing({
+    ...stackOptions,
+    canaryIntervalMs: 1000,
+    api: { adminToken: null, maxRoomsPerEngine: Math.max(64, o.clients * 2), canaryStaleMs: 5000 },
   });
+  const { stack, canary } = serving;
+  const log = o.log;
   let report: DrillReport;
   try {
-    const base = await app.listen({ host: '127.0.0.1', port: 0 });
-    const target = new LocalTarget(stack, base, canary, () => readiness(health).ready);
+    const base = await serving.listen('127.0.0.1', 0);
+    const target = new LocalTarget(stack, base, canary, () => serving.ready());
     report = await drive(scenario, target, o);
   } catch (err) {
-    await stack.stop();
+    await serving.close(0);
     throw err;
-  } finally {
-    canary.stop();
-    await app.close();
-    metrics.close();
   }
+  // The API closes now; the stack stays up for the full-restart baseline.
+  canary.stop();
+  await serving.app.close();
+  serving.metrics.close();
   if (o.baseline !== false)
     report.fullRestartMs = await fullRestart(stack, stackOptions, (what) => {
       report.timeline.push({ atMs: Date.now() - report.startedAt, what });

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { DeterministicModel, generateInProcess, KvSpan } from './model.ts';
+import { DeterministicModel } from './deterministic.ts';
+import { generateInProcess, KvSpan } from './executor.ts';
 
 describe('the built-in deterministic model', () => {
   const model = new DeterministicModel();

@@ -4,7 +4,7 @@
  * that invariants can be checked per request (its room in the journal, its text against the
  * deterministic model's).
  */
-import { generateInProcess, type ModelExecutor } from '../../engine/model.ts';
+import { generateInProcess, type ModelExecutor } from '../model/executor.ts';
 
 export interface RequestRecord {
   client: number;

@@ -6,8 +6,8 @@
  */
 import { connect } from 'node:net';
 import * as zmq from 'zeromq';
-import { hostileFrames } from '../../bus/hostile.ts';
-import type { JournalEvent } from '../../journal/events.ts';
+import { hostileFrames } from '../bus/hostile.ts';
+import type { JournalEvent } from '../journal/events.ts';
 import type { DrillContext, DrillScenario, RemoteNeeds } from './harness.ts';
 import type { RequestRecord } from './load.ts';
 import { until } from './poll.ts';
@@ -432,7 +432,7 @@ export const journalUnwritable: DrillScenario = {
   },
   async run(ctx) {
     if (!ctx.local) throw new Error('journal-unwritable needs a stack the drill starts');
-    const journal = ctx.local.control.journal;
+    const journal = ctx.local.journal;
     const load = ctx.load();
     await ctx.sleep(1500);
     const pages = journal.pageCount();

@@ -10,10 +10,10 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
-import { Admission } from '../../bus/admission.ts';
-import { SqliteJournal } from '../../journal/sqlite/journal.ts';
-import { selfCommand } from '../self.ts';
-import { EngineSupervisor } from '../supervisor.ts';
+import { openJournalReader } from '../app/journal.ts';
+import { Admission } from '../bus/admission.ts';
+import { selfCommand } from '../recovery/self.ts';
+import { EngineSupervisor } from '../recovery/supervisor.ts';
 import type { DrillRunOptions, DrillScenario } from './harness.ts';
 import { DRILL_ENGINE_ARGS, leakedPages } from './harness.ts';
 import { Load, type RequestRecord } from './load.ts';
@@ -85,9 +85,9 @@ async function runKillControlPlane(o: DrillRunOptions): Promise<DrillReport> {
         code === 0 ? resolve() : reject(new Error(`journal synth exited ${code}`)),
       );
     });
-    const filled = await SqliteJournal.open({ path: journalPath, logger: o.log });
+    const filled = openJournalReader(journalPath);
     journalEvents = await filled.headSeq();
-    await filled.drain();
+    filled.close();
     mark(`journal pre-filled with ${journalEvents} events (synth, ${Date.now() - t0} ms)`);
   }
 
@@ -299,7 +299,7 @@ async function runKillControlPlane(o: DrillRunOptions): Promise<DrillReport> {
     }
     await engines.stop();
   }
-  const journal = await SqliteJournal.open({ path: journalPath, logger: o.log });
+  const journal = openJournalReader(journalPath);
   try {
     const verify = await journal.verify();
     check({
@@ -309,7 +309,7 @@ async function runKillControlPlane(o: DrillRunOptions): Promise<DrillReport> {
       detail: verify.ok ? 'projection equals the fold' : verify.problems.slice(0, 3).join('; '),
     });
   } finally {
-    await journal.drain();
+    journal.close();
   }
   return {
     scenario: killControlPlane.name,

@@ -1,37 +1,13 @@
 /**
- * The model executor (DESIGN.md §7) and the built-in deterministic model.
+ * The built-in deterministic model.
  *
- * The built-in model is not a language model, but it behaves like one where pdctl can tell: prefill
+ * It is not a language model, but it behaves like one where pdctl can tell: prefill
  * writes real KV bytes for every prompt token into the room's pages; every decode step reads the
  * KV of the whole context (so its cost grows with context length, as attention's does) and picks
  * the next word from what it read, so KV that was corrupted in transfer yields different text. Same
  * prompt and settings give the same words, which is how tests and drills check a completion.
  */
-
-/** KV storage for one room: positions laid out back to back across the room's pages. */
-export class KvSpan {
-  readonly capacityTokens: number;
-
-  constructor(
-    readonly pages: readonly Uint8Array[],
-    readonly kvBytesPerToken: number,
-  ) {
-    const pageBytes = pages[0]?.length ?? 0;
-    if (pages.some((p) => p.length !== pageBytes)) throw new Error('KV pages differ in size');
-    this.capacityTokens = Math.floor((pageBytes * pages.length) / kvBytesPerToken);
-  }
-
-  /** The KV bytes of one position, as a view (positions never straddle pages). */
-  at(position: number): Uint8Array {
-    const perPage = Math.floor((this.pages[0] as Uint8Array).length / this.kvBytesPerToken);
-    const page = this.pages[Math.floor(position / perPage)];
-    if (!page || position < 0 || position >= this.capacityTokens) {
-      throw new RangeError(`KV position ${position} is outside the room's ${this.capacityTokens}`);
-    }
-    const offset = (position % perPage) * this.kvBytesPerToken;
-    return page.subarray(offset, offset + this.kvBytesPerToken);
-  }
-}
+import type { KvSpan, ModelExecutor } from './executor.ts';
 
 export interface ModelOptions {
   /** KV bytes written per token; a multiple of 4 that divides the page size. Default 64. */
@@ -47,28 +23,6 @@ export const DEFAULT_MODEL_OPTIONS: Readonly<ModelOptions> = Object.freeze({
   prefillUsPerToken: 0,
   decodeUsPerToken: 0,
 });
-
-/** What engines need from a model; a real one would wrap an inference runtime. */
-export interface ModelExecutor {
-  readonly name: string;
-  readonly kvBytesPerToken: number;
-  tokenize(prompt: string): number[];
-  /**
-   * The context of a migrated request: the prompt's tokens followed by those of `generated`, text
-   * this model produced from it. Prefilling it and decoding on continues the undisturbed output.
-   */
-  contextTokens(prompt: string, generated: string): number[];
-  /**
-   * Writes the KV of `tokens[from..to)` at those positions of `kv` (positions before `from` must
-   * already be written: callers prefill in slices to stay responsive). Returns compute microseconds.
-   */
-  prefill(tokens: readonly number[], kv: KvSpan, from?: number, to?: number): number;
-  /**
-   * Generates the token at `position` from the KV of positions 0..position-1, writes that
-   * token's KV at `position`, and returns the token, its text and compute microseconds.
-   */
-  decodeStep(kv: KvSpan, position: number): { token: number; text: string; micros: number };
-}
 
 const WORDS = (
   'the of and to in is was for on that with as by at from it an be this are or have had not ' +
@@ -196,25 +150,4 @@ export class DeterministicModel implements ModelExecutor {
     spin(this.options.decodeUsPerToken);
     return { token, text: ` ${WORDS[token]}`, micros: nowMicros() - start };
   }
-}
-
-/**
- * The same model run in this process, start to finish, with its KV in plain memory: what a
- * completion through the engines must equal.
- */
-export function generateInProcess(
-  model: ModelExecutor,
-  prompt: string,
-  maxTokens: number,
-): { text: string; promptTokens: number; tokens: number } {
-  const tokens = model.tokenize(prompt);
-  const total = tokens.length + maxTokens;
-  const kv = new KvSpan(
-    [new Uint8Array(Math.max(1, total) * model.kvBytesPerToken)],
-    model.kvBytesPerToken,
-  );
-  model.prefill(tokens, kv);
-  let text = '';
-  for (let i = 0; i < maxTokens; i++) text += model.decodeStep(kv, tokens.length + i).text;
-  return { text, promptTokens: tokens.length, tokens: maxTokens };
 }

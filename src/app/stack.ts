@@ -1,15 +1,43 @@
 /**
- * The whole stack on one machine: a control plane and its engine processes. `pdctl run`, `pdctl
- * serve`, the end-to-end tests and `bench:engines` all start it through here.
+ * The whole stack on one machine: the journal, a control plane and its engine processes, with the
+ * recovery that watches them (watchdog, escalation ladder, supervisor). `pdctl run`, `pdctl serve`
+ * (through serving.ts), the drills, the end-to-end tests and `bench:engines` all start it here.
  */
 import { Admission, needsCurve } from '../bus/admission.ts';
+import { ControlPlane, type ControlPlaneOptions } from '../control/control-plane.ts';
+import type { SqliteJournal } from '../journal/sqlite/journal.ts';
+import type { Durability } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { EscalationLadder, type LadderPolicy } from '../recovery/ladder.ts';
 import { EngineSupervisor, removeDeadEnginePools } from '../recovery/supervisor.ts';
+import type { RecoveryView } from '../recovery/view.ts';
 import { Watchdog } from '../recovery/watchdog.ts';
-import { ControlPlane, type ControlPlaneOptions } from './control-plane.ts';
+import { openJournal } from './journal.ts';
 
-export interface StackOptions extends Omit<ControlPlaneOptions, 'admission'> {
+/** A control plane on a journal file: what `openControlPlane` and the stack start from. */
+export interface ControlPlaneOnDisk extends Omit<ControlPlaneOptions, 'journal'> {
+  journalPath: string;
+  durability?: Durability;
+}
+
+/**
+ * Opens the journal file and starts a control plane on it (no engines): the control plane owns
+ * the journal from then on and drains it when closed.
+ */
+export async function openControlPlane(
+  options: ControlPlaneOnDisk,
+): Promise<{ control: ControlPlane; journal: SqliteJournal }> {
+  const journal = await openJournal({
+    path: options.journalPath,
+    durability: options.durability,
+    log: options.log,
+    announce: { source: 'control', version: options.version },
+  });
+  // On failure, start drains the journal it was given.
+  return { control: await ControlPlane.start({ ...options, journal }), journal };
+}
+
+export interface StackOptions extends Omit<ControlPlaneOnDisk, 'admission'> {
   /** Default: a fresh key pair for the control plane; each spawned engine gets one of its own. */
   admission?: Admission;
   /** Engine processes to spawn. Default 1 and 1. */
@@ -37,11 +65,15 @@ export interface StackOptions extends Omit<ControlPlaneOptions, 'admission'> {
 
 export interface Stack {
   control: ControlPlane;
+  /** The control plane's journal; drills and tests reach its fault hooks through it. */
+  journal: SqliteJournal;
   /** Who may join the bus; add keys for engines started by hand with `admission.allow`. */
   admission: Admission;
   engines: EngineSupervisor;
   watchdog: Watchdog;
   ladder: EscalationLadder;
+  /** The ladder's view and restart count of each engine, for the API and `pdctl engines`. */
+  recovery: RecoveryView;
   engineIds: { prefill: string[]; decode: string[] };
   /** Stops the engines (they drain), then the control plane. Idempotent. */
   stop(): Promise<void>;
@@ -54,7 +86,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
   if (swept.length > 0) log.info({ pools: swept }, 'removed KV pools of dead engines');
   const admission = options.admission ?? new Admission();
   const curve = options.curve ?? needsCurve(options.bus ?? 'tcp://127.0.0.1:0');
-  const control = await ControlPlane.start({ ...options, admission, curve });
+  const { control, journal } = await openControlPlane({ ...options, admission, curve });
   const engines = new EngineSupervisor({
     control: control.endpoint,
     admission,
@@ -64,7 +96,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     restart: options.restartEngines ?? true,
     env: options.engineEnv,
     onGiveUp: (id, reason) =>
-      void control.journal
+      void journal
         .append({
           type: 'recovery.action',
           engine: id,
@@ -76,7 +108,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     onExit: (id, pid, status, restarts) => {
       const s = control.registry.get(id);
       const held = s && s.pid === pid;
-      control.journal
+      journal
         .append({
           type: 'engine.exited',
           engine: id,
@@ -109,8 +141,10 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     engines.start({ id, role: 'decode', args: options.engineArgs ?? [] });
   const watchdog = new Watchdog(control, log);
   const ladder = new EscalationLadder(control, engines, log, options.ladder);
-  control.recoveryView = (engine) => ladder.view(engine);
-  control.processRestarts = (engine) => engines.restarts(engine);
+  const recovery: RecoveryView = {
+    ladder: (engine) => ladder.view(engine),
+    restarts: (engine) => engines.restarts(engine),
+  };
   if (options.restartStalled !== false) ladder.start();
   if (options.watchdog !== false) watchdog.start();
   let stopping: Promise<void> | null = null;
@@ -133,5 +167,15 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     await stop();
     throw err;
   }
-  return { control, admission, engines, watchdog, ladder, engineIds: ids, stop };
+  return {
+    control,
+    journal,
+    admission,
+    engines,
+    watchdog,
+    ladder,
+    recovery,
+    engineIds: ids,
+    stop,
+  };
 }

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { formatDuration, parseDuration, parseTime, UsageError } from './time.ts';
+import { UsageError } from './errors.ts';
+import { formatDuration, parseDuration, parseTime } from './time.ts';
 
 const NOW = Date.parse('2026-11-30T05:00:00.000Z');
 

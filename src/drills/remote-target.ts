@@ -10,12 +10,12 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { networkInterfaces } from 'node:os';
-import type { CommandName } from '../../bus/protocol.ts';
-import { EVENT_TYPES, type EventType, type JournalEvent } from '../../journal/events.ts';
-import { type Room, reduce } from '../../journal/reducer.ts';
-import { SqliteReader } from '../../journal/sqlite/reader.ts';
-import { LIVE_STATES } from '../../journal/states.ts';
-import type { JournalStats, Timeline, VerifyReport } from '../../journal/store.ts';
+import { openJournalReader } from '../app/journal.ts';
+import type { CommandName } from '../bus/protocol.ts';
+import { EVENT_TYPES, type EventType, type JournalEvent } from '../journal/events.ts';
+import { type Room, reduce } from '../journal/reducer.ts';
+import { LIVE_STATES } from '../journal/states.ts';
+import type { JournalStats, Timeline, VerifyReport } from '../journal/store.ts';
 import {
   type BusView,
   type CanaryOutcome,
@@ -251,7 +251,7 @@ export class RemoteTarget implements DrillTarget {
     const path = this.journalPath;
     if (!this.sameHost) return `the journal ${path} is on another host`;
     if (!existsSync(path)) return `the journal ${path} is not readable from here`;
-    const reader = new SqliteReader(path);
+    const reader = openJournalReader(path);
     try {
       return await reader.verify();
     } finally {

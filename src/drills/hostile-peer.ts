@@ -5,8 +5,8 @@
  * it sends frames far over the size limit. The stack must refuse all of it, journal none of it,
  * keep its engines and its clients, and still abort a room whose ids were aimed at.
  */
-import { newKeyPair } from '../../bus/admission.ts';
-import { isTerminal } from '../../journal/states.ts';
+import { newKeyPair } from '../bus/admission.ts';
+import { isTerminal } from '../journal/states.ts';
 import type { DrillScenario } from './harness.ts';
 import { until } from './poll.ts';
 import { RawEngine } from './raw-engine.ts';

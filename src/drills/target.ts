@@ -5,13 +5,14 @@
  * Scenarios are written against this interface, so the same drill proves the same invariants
  * either way.
  */
-import type { CommandName } from '../../bus/protocol.ts';
-import type { Canary } from '../../control/canary.ts';
-import type { ControlPlane } from '../../control/control-plane.ts';
-import type { Stack } from '../../control/stack.ts';
-import type { EventData, EventInput, EventType, JournalEvent } from '../../journal/events.ts';
-import { isTerminal, type RoomState } from '../../journal/states.ts';
-import type { Timeline, VerifyReport } from '../../journal/store.ts';
+
+import type { Stack } from '../app/stack.ts';
+import type { CommandName } from '../bus/protocol.ts';
+import type { Canary } from '../control/canary.ts';
+import type { ControlPlane } from '../control/control-plane.ts';
+import type { EventData, EventInput, EventType, JournalEvent } from '../journal/events.ts';
+import { isTerminal, type RoomState } from '../journal/states.ts';
+import type { Timeline, VerifyReport } from '../journal/store.ts';
 
 export interface EngineView {
   id: string;
@@ -124,6 +125,8 @@ export class LocalTarget implements DrillTarget {
   readonly kind = 'local';
   readonly sameHost = true;
   readonly control: ControlPlane;
+  /** The stack's journal, with the fault hooks a drill uses (a full disk). */
+  readonly journal: Stack['journal'];
 
   constructor(
     readonly stack: Stack,
@@ -132,6 +135,7 @@ export class LocalTarget implements DrillTarget {
     private readonly readiness: () => boolean,
   ) {
     this.control = stack.control;
+    this.journal = stack.journal;
   }
 
   get model(): string {

@@ -1,0 +1,71 @@
+/**
+ * The architecture check (`npm run lint` runs it): the layers of src/ from the bottom up, and the
+ * rules between them. A module may import from its own layer and the layers below, never above;
+ * there are no import cycles; and only the journal itself, the composition root and the journal
+ * administration commands name the SQLite backend. docs/design.md ("Layers") explains each layer.
+ * Tests are left out: they assemble parts on purpose.
+ */
+/** [layer, rank, path]: a layer may import from lower ranks; layers of one rank are siblings. */
+const LAYERS = [
+  ['base', 0, '^src/(errors|log|pids|time)\\.ts$'],
+  ['journal', 1, '^src/journal/'],
+  ['transfer', 2, '^src/transfer/'],
+  ['model', 2, '^src/model/'],
+  ['bus', 3, '^src/bus/'],
+  ['engine', 4, '^src/engine/'],
+  ['control', 4, '^src/control/'],
+  ['recovery', 5, '^src/recovery/'],
+  ['api', 6, '^src/api/'],
+  ['app', 7, '^src/app/'],
+  ['drills', 8, '^src/drills/'],
+  ['cli', 9, '^src/cli/'],
+];
+
+const layerRules = LAYERS.flatMap(([name, rank, from]) => {
+  const above = LAYERS.filter(([, r]) => r > rank);
+  const beside = LAYERS.filter(([n, r]) => r === rank && n !== name);
+  return [
+    above.length > 0 && {
+      name: `no-upward-from-${name}`,
+      comment: `${name} sits below ${above.map(([n]) => n).join(', ')}: it may not import from them`,
+      severity: 'error',
+      from: { path: from },
+      to: { path: above.map(([, , p]) => p) },
+    },
+    beside.length > 0 && {
+      name: `no-sideways-from-${name}`,
+      comment: `${name} and ${beside.map(([n]) => n).join(', ')} are siblings: neither imports the other`,
+      severity: 'error',
+      from: { path: from },
+      to: { path: beside.map(([, , p]) => p) },
+    },
+  ].filter(Boolean);
+});
+
+module.exports = {
+  forbidden: [
+    {
+      name: 'no-circular',
+      comment: 'an import cycle: break it by moving the shared part down a layer',
+      severity: 'error',
+      from: {},
+      to: { circular: true },
+    },
+    {
+      name: 'sqlite-only-behind-the-journal',
+      comment:
+        'only src/journal/, the composition root (src/app/) and the journal administration commands (src/cli/journal/) name the SQLite backend; everything else holds a JournalStore or JournalReader',
+      severity: 'error',
+      from: { path: '^src/', pathNot: ['^src/journal/', '^src/app/', '^src/cli/journal/'] },
+      to: { path: '^src/journal/sqlite/' },
+    },
+    ...layerRules,
+  ],
+  options: {
+    doNotFollow: { path: 'node_modules' },
+    exclude: { path: ['\\.test\\.ts$', '^test/', '^bench/', '^scripts/', '^native/'] },
+    tsPreCompilationDeps: true,
+    tsConfig: { fileName: 'tsconfig.json' },
+    enhancedResolveOptions: { extensions: ['.ts', '.js'] },
+  },
+};

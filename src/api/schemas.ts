@@ -1,0 +1,230 @@
+/**
+ * Response schemas of the HTTP API: what each route promises to answer, published in the OpenAPI
+ * document (`/docs`) and checked against real answers by test/api-schemas.e2e.test.ts. Responses
+ * are serialized with JSON.stringify, never through these schemas, so a field the schema does not
+ * name still reaches the client; objects whose content is open (event data, statistics) say so.
+ */
+import { type TSchema, Type } from '@sinclair/typebox';
+import { EVENT_TYPES } from '../journal/events.ts';
+import { ROOM_STATES } from '../journal/states.ts';
+
+const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]);
+const Open = { additionalProperties: true };
+
+/** Every error, in OpenAI's shape. */
+export const ErrorBody = Type.Object(
+  {
+    error: Type.Object({
+      message: Type.String(),
+      type: Type.String(),
+      param: Nullable(Type.String()),
+      code: Nullable(Type.String()),
+    }),
+  },
+  { $id: 'Error', description: 'An error in the shape OpenAI clients expect' },
+);
+
+/** The error answers every route may give. */
+export const Errors = { '4xx': Type.Ref('Error'), '5xx': Type.Ref('Error') };
+
+const RoomState = Type.Union(ROOM_STATES.map((s) => Type.Literal(s)));
+
+export const RoomSchema = Type.Object(
+  {
+    room: Type.String(),
+    state: RoomState,
+    prefillEngine: Type.String(),
+    decodeEngine: Type.String(),
+    createdAt: Type.Integer({ description: 'unix ms' }),
+    updatedAt: Type.Integer(),
+    stateSince: Type.Integer({ description: 'when the current state was entered (unix ms)' }),
+    deadlineAt: Nullable(Type.Integer({ description: "the current state's deadline (unix ms)" })),
+    terminalAt: Nullable(Type.Integer()),
+    deadlinesMs: Type.Record(Type.String(), Type.Integer()),
+    promptTokens: Nullable(Type.Integer()),
+    maxTokens: Nullable(Type.Integer()),
+    migratedFrom: Nullable(Type.String()),
+    migratedTo: Nullable(Type.String()),
+    kvPages: Nullable(Type.Integer()),
+    transferBytes: Nullable(Type.Integer()),
+    transferMicros: Nullable(Type.Number()),
+    checksum: Nullable(Type.String()),
+    tokens: Nullable(Type.Integer()),
+    finishReason: Nullable(Type.String()),
+    reason: Nullable(Type.String({ description: 'why it was aborted or failed' })),
+    abortSource: Nullable(Type.String()),
+    failedStage: Nullable(Type.String()),
+    detectedBy: Nullable(Type.String()),
+    abortRequestedAt: Nullable(Type.Integer()),
+    abortReason: Nullable(Type.String()),
+    releasedBy: Type.Array(Type.String()),
+    lastSeq: Type.Integer(),
+    eventCount: Type.Integer(),
+    origin: Type.String({ description: 'who created it: api, canary, migration, …' }),
+  },
+  { $id: 'Room', description: 'The projection of one room: the fold of its events' },
+);
+
+export const EventSchema = Type.Object(
+  {
+    seq: Type.Integer(),
+    ts: Type.Integer({ description: 'unix ms' }),
+    type: Type.Union(EVENT_TYPES.map((t) => Type.Literal(t))),
+    room: Nullable(Type.String()),
+    engine: Nullable(Type.String()),
+    source: Type.String(),
+    eventId: Type.String(),
+    data: Type.Object({}, Open),
+  },
+  { $id: 'Event', description: 'One committed journal event' },
+);
+
+export const RoomPageBody = Type.Object({
+  rooms: Type.Array(Type.Ref('Room')),
+  next_cursor: Nullable(Type.String({ description: 'pass as ?cursor= for the next page' })),
+});
+
+export const TimelineBody = Type.Object({
+  room: Nullable(Type.Ref('Room')),
+  events: Type.Array(Type.Ref('Event')),
+  spans: Type.Array(
+    Type.Object({
+      state: RoomState,
+      from: Type.Integer(),
+      to: Nullable(Type.Integer()),
+      ms: Nullable(Type.Number()),
+    }),
+  ),
+});
+
+const LadderView = Type.Object({
+  phase: Type.String(),
+  reason: Nullable(Type.String()),
+  detectedAt: Nullable(Type.Integer()),
+  resets: Type.Integer(),
+  restarts: Type.Integer(),
+  lastOutcome: Nullable(Type.String()),
+});
+
+export const EnginesBody = Type.Object({
+  engines: Type.Array(
+    Type.Object({
+      id: Type.String(),
+      role: Type.Union([Type.Literal('prefill'), Type.Literal('decode')]),
+      state: Type.String({ description: 'connecting, starting, serving, draining, …' }),
+      pid: Type.Integer(),
+      incarnation: Type.String(),
+      connected_at: Type.Integer(),
+      heartbeat_age_ms: Type.Integer(),
+      heartbeats: Type.Integer(),
+      loop_ticks: Type.Record(Type.String(), Type.Integer()),
+      queues: Type.Record(Type.String(), Type.Integer()),
+      free_pages: Nullable(Type.Integer()),
+      total_pages: Type.Integer(),
+      page_bytes: Type.Integer(),
+      rooms_held: Nullable(Type.Integer()),
+      live_rooms: Type.Integer(),
+      pool: Type.String(),
+      kv_device: Nullable(Type.Integer()),
+      fault_injection: Type.Boolean(),
+      recovery: Nullable(LadderView),
+      restarts: Nullable(Type.Integer()),
+    }),
+  ),
+});
+
+export const StatsBody = Type.Object({
+  journal: Type.Object({ path: Type.String(), events: Type.Integer() }, Open),
+  health: Type.Object({ state: Type.String(), writable: Type.Boolean() }, Open),
+  control: Type.Object({}, Open),
+  bus: Type.Object(
+    {
+      endpoint: Type.String(),
+      dropped: Type.Record(Type.String(), Type.Integer()),
+      loop: Type.Object({
+        ticks: Type.Integer(),
+        restarts: Type.Integer(),
+        running: Type.Boolean(),
+      }),
+      outbox: Type.Integer(),
+    },
+    Open,
+  ),
+});
+
+const Check = Type.Object({ ok: Type.Boolean(), detail: Type.String() });
+export const ReadyBody = Type.Object({
+  status: Type.Union([Type.Literal('ready'), Type.Literal('not_ready')]),
+  checks: Type.Record(Type.String(), Check),
+});
+
+export const CanaryBody = Type.Object({
+  status: Type.Union([Type.Literal('ok'), Type.Literal('failing')]),
+  ok: Type.Boolean(),
+  room: Nullable(Type.String()),
+  ms: Type.Number(),
+  stages: Type.Record(Type.String(), Type.Number()),
+  stage: Nullable(Type.String({ description: 'where it stopped, when failing' })),
+  reason: Nullable(Type.String()),
+  at: Type.Integer(),
+});
+
+export const ModelsBody = Type.Object({
+  object: Type.Literal('list'),
+  data: Type.Array(
+    Type.Object({
+      id: Type.String(),
+      object: Type.Literal('model'),
+      created: Type.Integer(),
+      owned_by: Type.String(),
+    }),
+  ),
+});
+
+const Usage = Type.Object({
+  prompt_tokens: Type.Integer(),
+  completion_tokens: Type.Integer(),
+  total_tokens: Type.Integer(),
+});
+const FinishReason = Nullable(Type.String({ description: 'stop or length' }));
+
+export const CompletionResponse = Type.Object({
+  id: Type.String({ description: 'cmpl-<room>' }),
+  object: Type.Literal('text_completion'),
+  created: Type.Integer(),
+  model: Type.String(),
+  choices: Type.Array(
+    Type.Object({
+      index: Type.Integer(),
+      text: Type.String(),
+      logprobs: Type.Null(),
+      finish_reason: FinishReason,
+    }),
+  ),
+  usage: Usage,
+  pdctl_room: Type.String({ description: 'the room that served it: GET /v1/rooms/{room}' }),
+});
+
+export const ChatCompletionResponse = Type.Object({
+  id: Type.String({ description: 'chatcmpl-<room>' }),
+  object: Type.Literal('chat.completion'),
+  created: Type.Integer(),
+  model: Type.String(),
+  choices: Type.Array(
+    Type.Object({
+      index: Type.Integer(),
+      message: Type.Object({
+        role: Type.Literal('assistant'),
+        content: Type.String(),
+        refusal: Type.Null(),
+      }),
+      logprobs: Type.Null(),
+      finish_reason: FinishReason,
+    }),
+  ),
+  usage: Usage,
+  pdctl_room: Type.String(),
+});
+
+/** Schemas that routes refer to by `$ref`; registered once with `app.addSchema`. */
+export const SHARED_SCHEMAS = [ErrorBody, RoomSchema, EventSchema];

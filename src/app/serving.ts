@@ -1,0 +1,104 @@
+/**
+ * A stack with the serving API in front of it: the stack (stack.ts), the background canary, the
+ * Prometheus metrics and the fastify app, wired once. `pdctl serve`, the drills and
+ * `bench:serve` all start the serving process through here.
+ */
+import type { FastifyInstance } from 'fastify';
+import { type ApiOptions, buildApi } from '../api/app.ts';
+import { readiness } from '../api/health.ts';
+import { ApiMetrics } from '../api/metrics.ts';
+import { Canary } from '../control/canary.ts';
+import { type Stack, type StackOptions, startStack } from './stack.ts';
+
+export interface ServingOptions extends StackOptions {
+  /** The HTTP side: admin token and limits (see ApiOptions). */
+  api?: Pick<
+    ApiOptions,
+    | 'adminToken'
+    | 'maxRoomsPerEngine'
+    | 'bodyLimit'
+    | 'requestTimeoutMs'
+    | 'maxConnections'
+    | 'heartbeatStaleMs'
+    | 'canaryStaleMs'
+  >;
+  /** Deadline of a canary room, and the default of `/health/deep`. Default 2000 ms. */
+  canaryDeadlineMs?: number;
+  /** Background canary period once listening; 0: none. Default 5000 ms. */
+  canaryIntervalMs?: number;
+}
+
+export interface Serving {
+  stack: Stack;
+  app: FastifyInstance;
+  canary: Canary;
+  metrics: ApiMetrics;
+  /** Listens, then starts the background canary; resolves to the address, e.g. `http://127.0.0.1:8080`. */
+  listen(host: string, port: number): Promise<string>;
+  /** What `/health/ready` would answer now. */
+  ready(): boolean;
+  /**
+   * Stops taking requests, gives those in flight `drainTimeoutMs` (default 15 000) before their
+   * connections are cut, then stops the engines and the control plane. Idempotent.
+   */
+  close(drainTimeoutMs?: number): Promise<void>;
+}
+
+export async function startServing(o: ServingOptions): Promise<Serving> {
+  const stack = await startStack(o);
+  const { control, journal, recovery } = stack;
+  const log = o.log;
+  const canary = new Canary(control, log, o.canaryDeadlineMs ?? 2000);
+  const metrics = new ApiMetrics(control, recovery);
+  canary.onResult = (r) =>
+    metrics.canary.inc({ outcome: r.ok ? 'ok' : `failing_${r.stage ?? 'unknown'}` });
+  const heartbeatStaleMs = o.api?.heartbeatStaleMs ?? 2000;
+  const canaryStaleMs = o.api?.canaryStaleMs ?? 30_000;
+  let app: FastifyInstance;
+  try {
+    app = await buildApi({
+      ...o.api,
+      control,
+      journal,
+      canary,
+      metrics,
+      recovery,
+      log,
+      version: o.version,
+      adminToken: o.api?.adminToken ?? null,
+      heartbeatStaleMs,
+      canaryStaleMs,
+    });
+  } catch (err) {
+    metrics.close();
+    await stack.stop();
+    throw err;
+  }
+  let closing: Promise<void> | null = null;
+  const close = (drainTimeoutMs = 15_000) => {
+    closing ??= (async () => {
+      canary.stop();
+      const closed = app.close();
+      const cut = setTimeout(() => app.server.closeAllConnections(), drainTimeoutMs);
+      await closed;
+      clearTimeout(cut);
+      await stack.stop();
+      metrics.close();
+    })();
+    return closing;
+  };
+  return {
+    stack,
+    app,
+    canary,
+    metrics,
+    async listen(host, port) {
+      const address = await app.listen({ host, port });
+      const every = o.canaryIntervalMs ?? 5000;
+      if (every > 0) canary.start(every);
+      return address;
+    },
+    ready: () => readiness({ control, canary, recovery, heartbeatStaleMs, canaryStaleMs }).ready,
+    close,
+  };
+}

@@ -1,0 +1,152 @@
+/**
+ * The API keeps what its OpenAPI document (`/docs/json`) promises: every route's real answer, on a
+ * stack started by the composition root, validates against the response schema the document
+ * publishes for that route and status. A field renamed in code but not in the schema fails here.
+ */
+import { join } from 'node:path';
+import { Ajv } from 'ajv';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Serving, startServing } from '../src/app/serving.ts';
+import { silentLogger } from '../src/log.ts';
+import { tempDir } from './helpers/tmp.ts';
+
+let serving: Serving;
+let base: string;
+let doc: { paths: Record<string, Record<string, { responses: Record<string, unknown> }>> };
+const ajv = new Ajv({ strict: false, allErrors: true });
+
+beforeAll(async () => {
+  serving = await startServing({
+    journalPath: join(tempDir('pdctl-schemas-'), 'journal.db'),
+    durability: 'process',
+    log: silentLogger,
+    version: 'test',
+    engineLogLevel: 'error',
+    canaryIntervalMs: 0,
+  });
+  base = await serving.listen('127.0.0.1', 0);
+  doc = (await (await fetch(`${base}/docs/json`)).json()) as typeof doc;
+  ajv.addSchema(doc, 'openapi');
+}, 60_000);
+afterAll(() => serving?.close());
+
+/** The JSON schema the document gives for `route` (as fastify names it) answering `status`. */
+function schemaFor(method: string, route: string, status: number): object {
+  const path = route.replace(/:(\w+)/g, '{$1}');
+  const responses = doc.paths[path]?.[method.toLowerCase()]?.responses;
+  expect(responses, `${method} ${path} is in the document`).toBeDefined();
+  const key = String(status) in (responses ?? {}) ? String(status) : `${String(status)[0]}XX`;
+  expect(responses?.[key], `${method} ${path} documents ${status}`).toBeDefined();
+  const pointer = [
+    'paths',
+    path,
+    method.toLowerCase(),
+    'responses',
+    key,
+    'content',
+    'application/json',
+    'schema',
+  ]
+    .map((p) => p.replaceAll('~', '~0').replaceAll('/', '~1'))
+    .join('/');
+  return { $ref: `openapi#/${pointer}` };
+}
+
+/** Calls the route and checks its answer against the document. */
+async function check(
+  method: string,
+  route: string,
+  url: string,
+  body?: unknown,
+): Promise<{ status: number; json: Record<string, unknown> }> {
+  const res = await fetch(`${base}${url}`, {
+    method,
+    headers: body === undefined ? {} : { 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const json = (await res.json()) as Record<string, unknown>;
+  const valid = ajv.validate(schemaFor(method, route, res.status), json);
+  expect(
+    valid,
+    `${method} ${url} → ${res.status}: ${ajv.errorsText()}\n${JSON.stringify(json).slice(0, 400)}`,
+  ).toBe(true);
+  return { status: res.status, json };
+}
+
+describe('every answer matches the OpenAPI document', () => {
+  it('serving routes: models, completions, chat, and their errors', async () => {
+    const model = serving.stack.control.modelName;
+    expect((await check('GET', '/v1/models', '/v1/models')).status).toBe(200);
+    const done = await check('POST', '/v1/completions', '/v1/completions', {
+      model,
+      prompt: 'the harbor at night',
+      max_tokens: 6,
+    });
+    expect(done.status).toBe(200);
+    const chat = await check('POST', '/v1/chat/completions', '/v1/chat/completions', {
+      model,
+      messages: [{ role: 'user', content: 'a lantern' }],
+      max_tokens: 4,
+      stop: [' river'],
+    });
+    expect(chat.status).toBe(200);
+    const bad = await check('POST', '/v1/completions', '/v1/completions', {
+      model,
+      prompt: 'x',
+      max_tokens: '16',
+    });
+    expect(bad.status).toBe(400);
+    const unknown = await check('POST', '/v1/completions', '/v1/completions', {
+      model: 'gpt-none',
+      prompt: 'x',
+    });
+    expect(unknown.status).toBe(404);
+  });
+
+  it('query routes: rooms, a timeline, engines, stats', async () => {
+    const rooms = await check('GET', '/v1/rooms', '/v1/rooms?origin=all&limit=5');
+    expect(rooms.status).toBe(200);
+    const first = (rooms.json.rooms as Array<{ room: string }>)[0];
+    expect(first).toBeDefined();
+    expect((await check('GET', '/v1/rooms/:room', `/v1/rooms/${first?.room}`)).status).toBe(200);
+    expect((await check('GET', '/v1/rooms/:room', '/v1/rooms/r-nope-000000')).status).toBe(404);
+    expect((await check('GET', '/v1/rooms', '/v1/rooms?state=nonsense')).status).toBe(400);
+    const engines = await check('GET', '/v1/engines', '/v1/engines');
+    expect((engines.json.engines as unknown[]).length).toBe(2);
+    expect((await check('GET', '/v1/stats', '/v1/stats')).status).toBe(200);
+  });
+
+  it('health routes: alive, ready (either answer), deep canary', async () => {
+    expect((await check('GET', '/health', '/health')).status).toBe(200);
+    const ready = await check('GET', '/health/ready', '/health/ready');
+    expect([200, 503]).toContain(ready.status);
+    const deep = await check('GET', '/health/deep', '/health/deep?deadline_ms=5000');
+    expect(deep.status).toBe(200);
+    expect((await check('GET', '/health/deep', '/health/deep?deadline_ms=1')).status).toBe(400);
+  });
+
+  it('operations: abort and an engine command, accepted and refused', async () => {
+    const control = serving.stack.control;
+    const stream = control.submit({ prompt: 'a long slow song', maxTokens: 2000 });
+    await stream.admitted;
+    const abort = await check('POST', '/v1/rooms/:room/abort', `/v1/rooms/${stream.room}/abort`, {
+      reason: 'schema test',
+    });
+    expect(abort.status).toBe(202);
+    await stream.result.catch(() => {});
+    const cmd = await check(
+      'POST',
+      '/v1/admin/engines/:engine/commands',
+      '/v1/admin/engines/decode-0/commands',
+      { command: 'reset_transfer' },
+    );
+    expect(cmd.status).toBe(202);
+    const missing = await check(
+      'POST',
+      '/v1/admin/engines/:engine/commands',
+      '/v1/admin/engines/decode-9/commands',
+      { command: 'drain' },
+    );
+    expect(missing.status).toBe(404);
+  });
+});
