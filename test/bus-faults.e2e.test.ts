@@ -1,5 +1,5 @@
 /**
- * No message can kill a loop (DESIGN.md §5, INCIDENT.md): garbage of every shape from a raw
+ * No message can kill a loop (docs/design.md §5, docs/incident.md): garbage of every shape from a raw
  * ZeroMQ socket while rooms flow, and protocol misuse from a registered peer. Nothing dies,
  * counters rise, rooms keep completing, and duplicates are stored once.
  */

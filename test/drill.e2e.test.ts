@@ -82,7 +82,7 @@ describe('pdctl drill', () => {
     expect(bad.stderr).toMatch(/Allowed choices are abort-cascade/);
   }, 120_000);
 
-  it('bus-loop-death (INCIDENT.md) and transfer-stall: detected and recovered in place, no process restarted', async () => {
+  it('bus-loop-death (docs/incident.md) and transfer-stall: detected and recovered in place, no process restarted', async () => {
     for (const scenario of ['bus-loop-death', 'transfer-stall']) {
       const report = await drill(scenario, '--clients', '4', '--no-baseline');
       expect(names(report)).toEqual([

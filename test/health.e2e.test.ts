@@ -1,5 +1,5 @@
 /**
- * The incident of INCIDENT.md, replayed: the prefill engine's bus loop stops consuming while the
+ * The incident of docs/incident.md, replayed: the prefill engine's bus loop stops consuming while the
  * process and its heartbeats stay alive. /health must stay 200 (the process is alive) while
  * /health/ready and /health/deep go 503 within 5 s, naming the stage.
  */

@@ -268,7 +268,7 @@ describe('recovery', () => {
     }
   });
 
-  it('a wedged prefill bus loop (INCIDENT.md) is reset in place: no process restarts', async () => {
+  it('a wedged prefill bus loop (docs/incident.md) is reset in place: no process restarts', async () => {
     const { control, engines, ladder } = await startTestStack();
     const ok = await collect(control.submit({ prompt: prompt(1, 10), maxTokens: 4 }));
     expect(ok.error).toBeNull();

@@ -1,8 +1,8 @@
 /**
- * Health that tells the truth (DESIGN.md §8). `/health`: the process answers. `/health/ready`:
+ * Health that tells the truth (docs/design.md §8). `/health`: the process answers. `/health/ready`:
  * engines of both roles registered with fresh heartbeats, their bus loops consuming what they are
  * sent, the journal writable, and the last canary good. `/health/deep`: a canary room now, with a
- * deadline; 503 names the stage it stopped in. The wedge of INCIDENT.md — a dead consumer behind
+ * deadline; 503 names the stage it stopped in. The wedge of docs/incident.md — a dead consumer behind
  * a live process — turns the last two red within seconds while `/health` stays green.
  */
 import { Type } from '@sinclair/typebox';

@@ -146,11 +146,11 @@ export class BusClient {
   }
 
   /**
-   * The in-place rung of the escalation ladder (DESIGN.md §9): abandon this connection — its
+   * The in-place rung of the escalation ladder (docs/design.md §9): abandon this connection — its
    * socket, its receive loop, whatever it had queued — and open a new one under the same
    * incarnation. The hello that follows replays what the engine missed, and unacknowledged appends
    * are resent after the welcome, so nothing is lost; the process and its model stay up. This is
-   * what revives a receive loop that is stuck (INCIDENT.md) without restarting anything else.
+   * what revives a receive loop that is stuck (docs/incident.md) without restarting anything else.
    */
   async reset(reason: string): Promise<void> {
     if (this.closed) return;
@@ -369,7 +369,7 @@ export class BusClient {
   }
 
   /**
-   * Drill hook: the receive loop stops consuming (as the transfer thread of INCIDENT.md did) while
+   * Drill hook: the receive loop stops consuming (as the transfer thread of docs/incident.md did) while
    * everything else — heartbeats included — goes on. Only `close` ends it.
    */
   freezeReceiveForDrill(): void {

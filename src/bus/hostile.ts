@@ -1,6 +1,6 @@
 /**
  * Bus traffic no peer should send: every shape of malformed, unknown, truncated or oversized
- * frame, including the `ABORT`-with-no-header frame of INCIDENT.md. The bus-faults test and the
+ * frame, including the `ABORT`-with-no-header frame of docs/incident.md. The bus-faults test and the
  * `malformed-frames` drill both throw it at a live control plane, whose loops must drop and count
  * each one and go on.
  */
@@ -10,7 +10,7 @@ import { encode } from 'msgpackr';
 /** The named hostile messages, then `randomCount` multipart messages of random bytes. */
 export function hostileFrames(randomCount = 300): Array<Array<Buffer | string>> {
   const named: Array<Array<Buffer | string>> = [
-    ['ABORT'], // the frame of INCIDENT.md: a kind with no header and no payload
+    ['ABORT'], // the frame of docs/incident.md: a kind with no header and no payload
     ['abort_room', encode({ room: 'x' })], // a command kind, from the wrong side
     [
       'append',

@@ -2,7 +2,7 @@
  * A supervised loop: the body runs until the owner stops it; if it ever returns or throws while
  * it should be running, it is started again after a short backoff, and the restart is counted.
  * Its tick counter (bumped by the body once per message or pass) is what heartbeats report, so a
- * loop that is alive but stuck shows as a counter that stopped moving (INCIDENT.md).
+ * loop that is alive but stuck shows as a counter that stopped moving (docs/incident.md).
  */
 import type { Logger } from '../log.ts';
 

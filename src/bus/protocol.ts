@@ -1,5 +1,5 @@
 /**
- * The wire protocol between the control plane and the engines (DESIGN.md §5, docs/protocol.md):
+ * The wire protocol between the control plane and the engines (docs/design.md §5, docs/protocol.md):
  * every message kind, its payload schema, and the one decoder every receive loop uses. A frame
  * is `[kind, payload]` (the ROUTER adds the peer's routing id in front); the kind is ASCII, the
  * payload a msgpack map. Decoding never throws: a bad frame comes back as a reason to count.

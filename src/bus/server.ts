@@ -161,7 +161,7 @@ export class BusServer {
         this.handlers.tokens(peer, engine, d.payload as EngineMessage<'tokens'>);
       }
     } catch (err) {
-      // A handler bug must not stop the loop that every engine depends on (INCIDENT.md).
+      // A handler bug must not stop the loop that every engine depends on (docs/incident.md).
       this.options.log.error({ err, kind: d.kind, engine }, 'bus: handler threw; message dropped');
     }
   }

@@ -94,7 +94,11 @@ export function registerJournalCommands(
       .option('--prefill <ids>', 'prefill engine ids', 'p0,p1')
       .option('--decode <ids>', 'decode engine ids', 'd0,d1')
       .option('--incidents <n>', 'engine stalls of 15-30 s, with the rooms they fail', '1')
-      .option('--durability <level>', 'process or power (see README: Durability)', 'power'),
+      .option(
+        '--durability <level>',
+        'process or power (see docs/journal.md, "Durability")',
+        'power',
+      ),
   ).action(async (opts: SynthOptions) => {
     process.exitCode = await synthCommand(opts);
   });

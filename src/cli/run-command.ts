@@ -21,7 +21,10 @@ export function registerRunCommand(program: Command): void {
       new Option('--journal <path>', 'journal file (env PDCTL_JOURNAL)').default(DEFAULT_JOURNAL),
     )
     .addOption(
-      new Option('--durability <mode>', 'process or power (see README)').choices([...DURABILITIES]),
+      new Option(
+        '--durability <mode>',
+        'process or power (see docs/journal.md, "Durability")',
+      ).choices([...DURABILITIES]),
     )
     .option('--json', 'print the result as JSON instead of streaming text')
     .addOption(

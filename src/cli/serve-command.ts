@@ -58,7 +58,7 @@ export function registerServeCommand(program: Command): void {
         .default('tcp://127.0.0.1:5557'),
     )
     .addOption(
-      new Option('--durability <mode>', 'process or power (see README "Durability")')
+      new Option('--durability <mode>', 'process or power (see docs/journal.md, "Durability")')
         .choices([...DURABILITIES])
         .default('power'),
     )

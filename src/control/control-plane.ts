@@ -836,7 +836,7 @@ export class ControlPlane {
 
   /**
    * Engines that stopped working while alive, why, and since when (stalls.ts: a bus loop that
-   * consumes nothing — the wedge of INCIDENT.md —, a frozen transfer core or work loop, rooms
+   * consumes nothing — the wedge of docs/incident.md —, a frozen transfer core or work loop, rooms
    * piling up on it, canaries failing on it). Used by the escalation ladder and `/health/ready`.
    */
   stalledEngines(policy: StallPolicy = DEFAULT_STALL_POLICY, now = Date.now()): Stall[] {

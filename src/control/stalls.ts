@@ -1,5 +1,5 @@
 /**
- * When an engine counts as stalled: the watchdog inputs of DESIGN.md §9, read from what the
+ * When an engine counts as stalled: the watchdog inputs of docs/design.md §9, read from what the
  * control plane already has — each engine's heartbeats (tick counters and queue depths), the
  * rooms it folds from the journal, the tokens streamed to it, and the canary's verdicts. Pure:
  * the escalation ladder acts on what this finds, and `/health/ready` shows it.

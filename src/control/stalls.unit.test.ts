@@ -45,7 +45,7 @@ describe('findStalls', () => {
     expect(find([p0, d0], rooms)).toEqual([]);
   });
 
-  it('a bus loop behind for over a second: the wedge of INCIDENT.md', () => {
+  it('a bus loop behind for over a second: the wedge of docs/incident.md', () => {
     const p0 = session('p0', 'prefill', { behindSince: NOW - 1200 });
     const [s] = findStalls([p0], [], DEFAULT_STALL_POLICY, NOW);
     expect(s).toEqual({

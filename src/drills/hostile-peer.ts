@@ -1,5 +1,5 @@
 /**
- * `pdctl drill hostile-peer`: the bus attacks of issue 13 against a serving stack. A peer holding
+ * `pdctl drill hostile-peer`: the bus attacks of docs/security.md against a serving stack. A peer holding
  * a stolen key forges hellos as the live decode engine; an admitted guest engine appends under
  * the ids the control plane will use to abort or fail live rooms, and for rooms it never held; and
  * it sends frames far over the size limit. The stack must refuse all of it, journal none of it,

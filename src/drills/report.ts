@@ -7,7 +7,7 @@ export interface Invariant {
   figure: Record<string, number | string>;
   detail: string;
   /**
-   * A timing target (issue 6's figures), not a correctness invariant: reported as met or missed,
+   * A timing target, not a correctness invariant: reported as met or missed,
    * and counted in `passed` only under `--strict-targets` — timings on a shared machine vary.
    */
   target?: boolean;
@@ -116,7 +116,7 @@ export function renderReport(r: DrillReport): string {
   return lines.join('\n');
 }
 
-/** One line per drill: the README's table, and what `pdctl drill all` ends with. */
+/** One line per drill: the summary table `pdctl drill all` ends with. */
 export function renderSummary(reports: DrillReport[]): string {
   const lines = ['drill                 result  invariants  targets  full restart'];
   for (const r of reports) {

@@ -1,5 +1,5 @@
 /**
- * The drills of DESIGN.md §9 and issue 6 that run against a stack in this process (the
+ * The drills of docs/design.md §9 that run against a stack in this process (the
  * control-plane kill needs its own processes: kill-control-plane.ts). Each applies load, injects
  * one fault, and checks what must hold for it; the harness adds the invariants every drill ends
  * with (rooms terminal, right answers, nothing lost, no leaked pages, verify, next request).
@@ -13,7 +13,7 @@ import type { RequestRecord } from './load.ts';
 import { until } from './poll.ts';
 import { timingTarget } from './report.ts';
 
-/** Targets of issue 6, reported next to the figures. */
+/** Timing targets (detect within 2 s, recover within 3 s), reported next to the figures. */
 const DETECT_TARGET_MS = 2000;
 const RECOVER_TARGET_MS = 3000;
 
@@ -142,7 +142,7 @@ function stallDrill(
 
 export const busLoopDeath = stallDrill(
   'bus-loop-death',
-  "INCIDENT.md: the prefill engine's bus receive loop stops consuming while the process, its heartbeats and /health stay up",
+  "the incident of docs/incident.md: the prefill engine's bus receive loop stops consuming while the process, its heartbeats and /health stay up",
   { signals: true },
   async (ctx, engine) => {
     const pid = await ctx.target.signal(engine, 'SIGUSR2');

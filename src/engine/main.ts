@@ -154,7 +154,7 @@ export function startEngine(
     return stopping;
   };
   core.onShutdown = () => void stop('shutdown command');
-  // The ladder's in-place rung (DESIGN.md §9): transfers stuck for a second are cancelled, faults
+  // The ladder's in-place rung (docs/design.md §9): transfers stuck for a second are cancelled, faults
   // cleared, and the bus connection with its receive loop replaced; the process and model stay.
   // It arrives as SIGHUP from the supervisor (works even when the receive loop is dead) or as a
   // `reset_in_place` command.

@@ -19,7 +19,7 @@ export interface EngineOptions extends ModelOptions {
   /** Shared-memory name of this engine's pool; default `/pdctl-<id>-<pid>`. */
   poolName: string;
   /**
-   * CUDA device for the KV pool's pages (a device pool, README "CUDA"); null: host shared memory.
+   * CUDA device for the KV pool's pages (a device pool, docs/cuda.md); null: host shared memory.
    * Engines of one stack may differ: the transfer core moves pages between any two kinds of pool.
    */
   kvDevice: number | null;

@@ -1,5 +1,5 @@
 /**
- * Every journal event type of DESIGN.md §3, its data schema, and the one validator used at the
+ * Every journal event type of docs/design.md §3, its data schema, and the one validator used at the
  * boundary (appends from the API, the bus and the CLI all pass through `validateEvent`).
  */
 import { type Static, type TObject, Type } from '@sinclair/typebox';

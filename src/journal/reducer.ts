@@ -11,7 +11,7 @@ import {
   type StateDeadlinesMs,
 } from './states.ts';
 
-/** The projection of one room; equals the fold of its events (`rooms` table, DESIGN.md §4). */
+/** The projection of one room; equals the fold of its events (`rooms` table, docs/design.md §4). */
 export interface Room {
   room: string;
   state: RoomState;
@@ -75,7 +75,7 @@ export type ReducibleEvent = Pick<
 > &
   Partial<Pick<JournalEvent, 'source'>>;
 
-/** Forward steps of DESIGN.md §3: event → [the state it must be in, the state it leads to]. */
+/** Forward steps of docs/design.md §3: event → [the state it must be in, the state it leads to]. */
 const FORWARD: Partial<
   Record<RoomEventType, readonly [RoomState, RoomState, 'prefill' | 'decode']>
 > = {

@@ -150,7 +150,7 @@ describe('reduce, given / when / then', () => {
   });
 });
 
-// The legal-transition table of DESIGN.md §3, written out again independently of the reducer.
+// The legal-transition table of docs/design.md §3, written out again independently of the reducer.
 const NEXT: Partial<Record<RoomEventType, [RoomState, RoomState]>> = {
   'room.bootstrap_started': ['created', 'bootstrapping'],
   'room.bootstrapped': ['bootstrapping', 'waiting_for_input'],

@@ -1,5 +1,5 @@
 /**
- * The room state machine of DESIGN.md §3: states, the order in which they are entered, and the
+ * The room state machine of docs/design.md §3: states, the order in which they are entered, and the
  * default deadline of every non-terminal state. Pure data; imported by everything, imports nothing.
  */
 

@@ -1,5 +1,5 @@
 /**
- * The journal as its callers see it (DESIGN.md §4, §11). Everything outside `src/journal/` talks
+ * The journal as its callers see it (docs/design.md §4, §11). Everything outside `src/journal/` talks
  * to this interface, never to SQLite, so that another backend (PostgreSQL) can stand behind it.
  */
 import type { EventInput, EventType, JournalEvent } from './events.ts';

@@ -1,5 +1,5 @@
 /**
- * What an engine needs from a model (docs/design.md, "Engines"): tokenize, prefill KV into a
+ * What an engine needs from a model (docs/design.md §7): tokenize, prefill KV into a
  * room's pages, and decode one token at a time from them. The built-in deterministic model
  * (deterministic.ts) is one implementation; an inference runtime is another.
  */

@@ -1,5 +1,5 @@
 /**
- * The escalation ladder for a stalled engine (DESIGN.md §9). The first rung — failing rooms that
+ * The escalation ladder for a stalled engine (docs/design.md §9). The first rung — failing rooms that
  * overstay their state — is the watchdog's (watchdog.ts); this takes an engine declared stalled up
  * the rest, one rung at a time, until it serves again:
  *

@@ -1,5 +1,5 @@
 /**
- * The watchdog's first rung (DESIGN.md §9): every live room has a deadline for the state it is in;
+ * The watchdog's first rung (docs/design.md §9): every live room has a deadline for the state it is in;
  * a room that overstays is failed — `room.failed` with `reason: deadline_exceeded`, the `stage` it
  * was stuck in and `detectedBy: watchdog` — and the action is journaled as `recovery.action` with
  * how late it was noticed. Engines free the room's pages when the failure reaches them. So every

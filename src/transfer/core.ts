@@ -1,5 +1,5 @@
 /**
- * The transfer core as the engines see it (DESIGN.md §6): post a room's (source page,
+ * The transfer core as the engines see it (docs/design.md §6): post a room's (source page,
  * destination page) pairs, get one completion with the exact room tag, status, bytes, duration
  * and checksum. The copies run on the addon's worker threads. Engines depend on `TransferCore`,
  * so most of their tests can use a fake; `NativeTransferCore` is the real one.

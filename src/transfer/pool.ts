@@ -1,6 +1,6 @@
 /**
  * KV page pools: named shared-memory regions of `pages` pages of `pageBytes` bytes, one per engine,
- * that every process on the host can open by name (DESIGN.md §6). Pages are handed out as
+ * that every process on the host can open by name (docs/design.md §6). Pages are handed out as
  * Uint8Array views over the shared memory itself: the model writes KV into them and reads from
  * them without a copy. Arguments are checked here, with coded errors, before the addon sees them.
  *

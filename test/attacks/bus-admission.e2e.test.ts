@@ -1,6 +1,6 @@
 /**
- * Issue 13, item 1: the bus admits only engines that prove who they are. Each attack of the issue
- * is played against a real stack (CURVE on, as `pdctl serve` runs by default) by a peer on a real
+ * The bus admits only engines that prove who they are (docs/security.md). Each
+ * attack is played against a real stack (CURVE on, as `pdctl serve` runs by default) by a peer on a real
  * ZeroMQ socket, and the stack keeps serving its clients throughout.
  */
 import { afterEach, describe, expect, it } from 'vitest';

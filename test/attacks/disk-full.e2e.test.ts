@@ -1,5 +1,5 @@
 /**
- * Issue 13, item 9: a request in flight when the journal's disk fills used to wait out its state's
+ * A request in flight when the journal's disk fills used to wait out its state's
  * deadline (minutes for a long decode). Now its client is answered once the journal has refused
  * writes for a second, and its room is failed in the journal once the disk has room again.
  */

@@ -1,6 +1,6 @@
 /**
- * Issue 13, the attacks at the HTTP port of a real `pdctl serve`: a prompt too large for the bus
- * (item 2), slow bodies holding connections (item 7), cross-site POSTs to admin routes (item 8).
+ * The attacks at the HTTP port of a real `pdctl serve`: a prompt too large for the bus, slow
+ * bodies holding connections, cross-site POSTs to admin routes.
  */
 import { connect, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

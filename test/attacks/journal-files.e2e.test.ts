@@ -1,5 +1,5 @@
 /**
- * Issue 13, item 6: journal files that must not be written. `pdctl serve` refuses a damaged
+ * Journal files that must not be written. `pdctl serve` refuses a damaged
  * journal (a quick integrity check at open) and a read-only one with exit 3 and what to do, never
  * a stack trace; read commands leave no -wal/-shm behind and never initialise an empty file.
  */

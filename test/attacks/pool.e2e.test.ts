@@ -1,5 +1,5 @@
 /**
- * Issue 13, item 3: a few long requests used to exhaust the decode pool (pages are reserved for
+ * A few long requests used to exhaust the decode pool (pages are reserved for
  * the full max_tokens) and the canaries' `kv_pool_full` failures then took healthy engines up the
  * escalation ladder. Admission now counts pages: 429 with Retry-After while the pool is full, 400
  * for a request no pool could ever hold, and a full pool is never a stall.

@@ -1,5 +1,5 @@
 /**
- * Issue 13, items 4, 5 and 11: engine processes that die or outlive their control plane. A
+ * Engine processes that die or outlive their control plane. A
  * SIGKILLed engine is journaled (`engine.exited`), counted as a restart, and leaves no pool in
  * /dev/shm; engines of a SIGKILLed `pdctl serve` exit on their own; a control plane that did not
  * spawn a surviving engine and was not given its key refuses it, and the engine exits.

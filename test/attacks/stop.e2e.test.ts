@@ -1,5 +1,5 @@
 /**
- * Issue 13, item 10: `stop` sequences used to be applied only to the text sent to the client. The
+ * `stop` sequences used to be applied only to the text sent to the client. The
  * decode engine generated on to max_tokens, the journal said `length` with the full count, and a
  * stream leaked the start of a stop sequence that straddled two chunks. Now the stop reaches the
  * engine, which ends the room with `finishReason: stop` and the tokens it really generated, and no

@@ -30,7 +30,7 @@ import { startWriter, type Writer } from './writers.ts';
 
 export interface SqliteJournalOptions {
   path: string;
-  /** Default `power`; see README "Durability". */
+  /** Default `power`; see docs/journal.md, "Durability". */
   durability?: Durability;
   /** Create the file when missing. Default true. */
   create?: boolean;

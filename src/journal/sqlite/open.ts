@@ -22,7 +22,7 @@ import { headVersion, migrate, schemaVersion } from './migrate.ts';
 /**
  * `power`: with group commit one fsync covers a whole batch, the fsync runs on the writer thread,
  * and bench/journal.ts measures the throughput cost under load as small; the record of an
- * incident then survives the host losing power too. See README "Durability".
+ * incident then survives the host losing power too. See docs/journal.md, "Durability".
  */
 export const DEFAULT_DURABILITY: Durability = 'power';
 
@@ -172,7 +172,7 @@ export function openDatabase(opts: OpenDatabaseOptions): Database.Database {
       return db;
     }
     // A damaged file is refused before anything is written to it (quick_check reads every page
-    // once, without the index cross-checks of integrity_check; README "Durability" has its cost).
+    // once, without the index cross-checks of integrity_check; docs/journal.md "Durability" has its cost).
     let check: Array<{ quick_check: string }>;
     try {
       check = db.pragma('quick_check(5)', { simple: false }) as Array<{ quick_check: string }>;
