@@ -119,7 +119,7 @@ describe('operator routes and admission', () => {
     ];
     await waitFor(
       'two rooms live',
-      () => (stack.control.registry.get('decode-0')?.liveRooms ?? 0) >= 2,
+      () => (stack.control.registry.get('decode-0')?.load.liveRooms ?? 0) >= 2,
     );
     const full = await app.inject(completion());
     expect(full.statusCode).toBe(429);

@@ -24,7 +24,7 @@ describe('engine drain', () => {
     expect(engines.signal('decode-0', 'SIGTERM')).toBe(true);
     await waitFor(
       'decode-0 reports draining',
-      () => control.registry.get('decode-0')?.heartbeat?.state === 'draining',
+      () => control.registry.get('decode-0')?.health.heartbeat?.state === 'draining',
     );
     const later = await collect(control.submit({ prompt: prompt(50, 10), maxTokens: 4 }));
     expect(later.error).toBeNull();

@@ -78,7 +78,7 @@ describe('engine restarts and lost connections', () => {
       expect(migrated).toBeGreaterThan(0);
       await waitFor('restarted engine registered', () => {
         const s = control.registry.get(id);
-        return s?.live === true && s.pid !== oldPid;
+        return s?.delivery.live === true && s.pid !== oldPid;
       });
       const registered = await control.journal.tail({
         type: 'engine.registered',

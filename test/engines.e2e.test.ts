@@ -74,7 +74,8 @@ describe('engines end to end', () => {
     expect(await control.journal.headSeq()).toBe(head);
     // An engine that does not say how many tokens a page holds (another implementation, say) is
     // not counted at admission: its own allocator refuses the room, and the room fails cleanly.
-    for (const s of control.registry.all()) s.tokensPerPage = null;
+    for (const s of control.registry.all())
+      (s as { tokensPerPage: number | null }).tokensPerPage = null;
     const out = await collect(control.submit({ prompt: prompt(1, 400), maxTokens: 10 }));
     expect(out.error?.message).toMatch(/failed: kv_pool_full \(in bootstrapping\)/);
     const t = await control.journal.timeline(out.room);

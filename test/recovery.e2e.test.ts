@@ -219,9 +219,9 @@ describe('recovery', () => {
           () => {
             const d = second.registry.get('decode-0');
             return (
-              d?.live === true &&
+              d?.delivery.live === true &&
               d.incarnation !== old &&
-              second.registry.get('prefill-0')?.live === true
+              second.registry.get('prefill-0')?.delivery.live === true
             );
           },
           20_000,
@@ -324,15 +324,15 @@ describe('recovery', () => {
     await canary.run();
     await canary.run();
     const p0 = control.registry.get('prefill-0');
-    expect(p0?.canaryFailures).toBeGreaterThanOrEqual(3);
-    expect(p0?.canaryReason).toMatch(/^prefill: no progress past prefilling within 300 ms$/);
-    expect(control.registry.get('decode-0')?.canaryFailures).toBe(0);
+    expect(p0?.health.canaryFailures).toBeGreaterThanOrEqual(3);
+    expect(p0?.health.canaryReason).toMatch(/^prefill: no progress past prefilling within 300 ms$/);
+    expect(control.registry.get('decode-0')?.health.canaryFailures).toBe(0);
     const kinds = control.stalledEngines().map((x) => `${x.engine}:${x.kind}`);
     expect(kinds.some((k) => k === 'prefill-0:canary' || k === 'prefill-0:work')).toBe(true);
     // Cleared: the next canary passes and the count is gone.
     control.command('prefill-0', 'inject_fault', null, 'none');
     await waitFor('a canary to pass', async () => (await canary.run(2000)).ok);
-    expect(control.registry.get('prefill-0')?.canaryFailures).toBe(0);
+    expect(control.registry.get('prefill-0')?.health.canaryFailures).toBe(0);
   });
 
   it('an engine the in-place reset cannot revive (SIGSTOP) is restarted, alone', async () => {
@@ -346,7 +346,11 @@ describe('recovery', () => {
       'decode-0 back under a new pid',
       () => {
         const s = control.registry.get('decode-0');
-        return s?.live === true && s.pid !== stoppedPid && ladder.view('decode-0').phase === 'ok';
+        return (
+          s?.delivery.live === true &&
+          s.pid !== stoppedPid &&
+          ladder.view('decode-0').phase === 'ok'
+        );
       },
       20_000,
     );

@@ -31,7 +31,9 @@ export function readiness(
   const { control, canary } = deps;
   const engines = control.engines();
   const fresh = (role: string) =>
-    engines.filter((s) => s.role === role && s.live && now - s.lastSeen <= deps.heartbeatStaleMs);
+    engines.filter(
+      (s) => s.role === role && s.delivery.live && now - s.health.lastSeen <= deps.heartbeatStaleMs,
+    );
   const stalled = control.stalledEngines(undefined, now);
   // An engine the escalation ladder is working on is not ready, even once its symptom is gone:
   // it is ready again when the ladder has seen it serve (`engine.recovered`).

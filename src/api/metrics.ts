@@ -169,8 +169,8 @@ export class ApiMetrics {
       for (const x of control.stalledEngines(undefined, now))
         stalled.set({ engine: x.engine, kind: x.kind }, 1);
       for (const s of control.engines()) {
-        hbAge.set({ engine: s.engine, role: s.role }, (now - s.lastSeen) / 1000);
-        if (s.heartbeat) freePages.set({ engine: s.engine }, s.heartbeat.freePages);
+        hbAge.set({ engine: s.engine, role: s.role }, (now - s.health.lastSeen) / 1000);
+        if (s.health.heartbeat) freePages.set({ engine: s.engine }, s.health.heartbeat.freePages);
         const view = recovery?.ladder(s.engine);
         if (view) {
           ladder.set({ engine: s.engine, phase: view.phase }, 1);

@@ -240,8 +240,8 @@ async function serve(
       'journal_unavailable',
     );
   }
-  const engines = deps.control.engines().filter((s) => s.role === 'decode' && s.live);
-  if (engines.length > 0 && engines.every((s) => s.liveRooms >= deps.maxRoomsPerEngine)) {
+  const engines = deps.control.engines().filter((s) => s.role === 'decode' && s.delivery.live);
+  if (engines.length > 0 && engines.every((s) => s.load.liveRooms >= deps.maxRoomsPerEngine)) {
     throw new ApiError(
       429,
       `every decode engine has ${deps.maxRoomsPerEngine} rooms in flight; retry shortly`,

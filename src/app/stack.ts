@@ -106,7 +106,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
         .catch((err) => log.error({ err, engine: id }, 'could not journal the give-up')),
     // A dead engine's rooms continue elsewhere at once, not when its replacement says hello.
     onExit: (id, pid, status, restarts) => {
-      const s = control.registry.get(id);
+      const s = control.engine(id);
       const held = s && s.pid === pid;
       journal
         .append({
@@ -117,7 +117,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
             pid: pid ?? 0,
             code: status.code,
             signal: status.signal,
-            rooms: held ? s.liveRooms : 0,
+            rooms: held ? s.load.liveRooms : 0,
             restarts,
             expected: status.expected === true,
           },
@@ -139,8 +139,8 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     engines.start({ id, role: 'prefill', args: options.engineArgs ?? [] });
   for (const id of ids.decode)
     engines.start({ id, role: 'decode', args: options.engineArgs ?? [] });
-  const watchdog = new Watchdog(control, log);
-  const ladder = new EscalationLadder(control, engines, log, options.ladder);
+  const watchdog = new Watchdog(control, journal, log);
+  const ladder = new EscalationLadder(control, journal, engines, log, options.ladder);
   const recovery: RecoveryView = {
     ladder: (engine) => ladder.view(engine),
     restarts: (engine) => engines.restarts(engine),

@@ -27,18 +27,19 @@ import type { AppendResult, JournalHealth, JournalStore, Subscription } from '..
 import type { Logger } from '../log.ts';
 import { DeterministicModel } from '../model/deterministic.ts';
 import type { ModelExecutor } from '../model/executor.ts';
+import { Aborts, releasedByBoth } from './aborts.ts';
+import {
+  recordCanaryFailed,
+  recordCanaryPassed,
+  recordHeartbeat,
+  recordProgress,
+} from './engine-health.ts';
 import { type ControlCounters, EngineLink } from './engine-link.ts';
 import { ControlError } from './errors.ts';
 import { Migrator } from './migration.ts';
 import { PageLedger } from './page-ledger.ts';
 import { EngineRegistry, type EngineSession } from './registry.ts';
-import {
-  DEFAULT_STALL_POLICY,
-  findStalls,
-  queuedWork,
-  type Stall,
-  type StallPolicy,
-} from './stalls.ts';
+import { DEFAULT_STALL_POLICY, findStalls, type Stall, type StallPolicy } from './stalls.ts';
 import { RoomEndedError, RoomStream } from './streams.ts';
 
 export interface ControlPlaneOptions {
@@ -121,9 +122,7 @@ export class ControlPlane {
   private readonly unrecorded = new Set<string>();
   private readonly streams = new Map<string, RoomStream>();
   private readonly requests = new Map<string, RoomRequest>();
-  private readonly abortTimers = new Map<string, NodeJS.Timeout>();
-  /** Who asked for each pending abort (the `source` of its room.abort_requested). */
-  private readonly abortSources = new Map<string, string>();
+  private readonly aborts: Aborts;
   private subscription: Subscription | null = null;
   private readonly model: ModelExecutor;
   private closing: Promise<void> | null = null;
@@ -157,6 +156,12 @@ export class ControlPlane {
   ) {
     this.model = options.model ?? new DeterministicModel();
     this.freshMs = options.engineFreshMs ?? 3000;
+    this.aborts = new Aborts(
+      journal,
+      (room) => this.rooms.get(room),
+      options.log,
+      options.abortGraceMs,
+    );
     this.link = new EngineLink({
       journal,
       registry: this.registry,
@@ -341,25 +346,7 @@ export class ControlPlane {
       hello: (peer, msg) => void this.link.hello(peer, msg),
       heartbeat: (_peer, engine, msg) => {
         const s = this.registry.get(engine);
-        if (!s) return;
-        // Events sent before the previous heartbeat and still not applied: the engine has been
-        // behind since that heartbeat at the latest.
-        const previous = s.lastSeen;
-        s.lastSeen = Date.now();
-        s.beats++;
-        if (msg.lastSeq >= s.owedSeq) s.behindSince = 0;
-        else if (s.behindSince === 0) s.behindSince = previous;
-        s.owedSeq = s.lastDelivered;
-        // The transfer path moves if it completed something since the last heartbeat, or had nothing to do.
-        if (
-          (msg.queues.transferring ?? 0) === 0 ||
-          msg.ticks.transfer !== s.heartbeat?.ticks.transfer
-        )
-          s.transferMovedAt = s.lastSeen;
-        const workTicked = msg.ticks.work !== s.heartbeat?.ticks.work;
-        if (workTicked) s.progressAt = s.lastSeen;
-        if (workTicked || queuedWork(s, msg.queues) === 0) s.workMovedAt = s.lastSeen;
-        s.heartbeat = msg;
+        if (s) recordHeartbeat(s, msg);
       },
       append: (peer, engine, msg) => this.link.append(peer, engine, msg),
       tokens: (_peer, engine, msg) => this.onTokens(engine, msg),
@@ -375,7 +362,7 @@ export class ControlPlane {
       return;
     }
     const s = this.registry.get(engine);
-    if (s) s.progressAt = Date.now();
+    if (s) recordProgress(s);
     if (stream.push(msg)) this.counters.tokens += msg.tokens;
     else {
       this.counters.tokensDropped++;
@@ -399,7 +386,7 @@ export class ControlPlane {
     this.rooms.set(ev.room, room);
     if (ev.engine !== null && room.state !== before?.state) {
       const s = this.registry.get(ev.engine);
-      if (s) s.progressAt = Date.now();
+      if (s) recordProgress(s);
     }
     this.link.deliver(room, ev);
     for (const l of this.roomListeners) {
@@ -409,14 +396,10 @@ export class ControlPlane {
         this.options.log.error({ err, room: room.room }, 'room listener threw');
       }
     }
-    if (ev.type === 'room.abort_requested' && room.abortRequestedAt === ev.ts)
-      this.scheduleAbort(room, ev);
-    if (ev.type === 'room.released') {
-      if (ev.engine !== null) this.pages.release(room.room, ev.engine);
-      this.maybeFinishAbort(room);
-    }
+    if (ev.type === 'room.released' && ev.engine !== null) this.pages.release(room.room, ev.engine);
+    this.aborts.onCommitted(room, ev);
     if (isTerminal(room.state) && (!before || !isTerminal(before.state))) this.onTerminal(room);
-    if (isTerminal(room.state) && this.releasedByBoth(room)) {
+    if (isTerminal(room.state) && releasedByBoth(room)) {
       this.rooms.delete(room.room);
       this.pages.releaseAll(room.room);
       this.ended.set(room.room, {
@@ -500,7 +483,7 @@ export class ControlPlane {
   expireEngines(now = Date.now()): string[] {
     const gone: string[] = [];
     for (const s of this.registry.all()) {
-      if (now - s.lastSeen < ENGINE_EXPIRY_MS || s.liveRooms > 0) continue;
+      if (now - s.health.lastSeen < ENGINE_EXPIRY_MS || s.load.liveRooms > 0) continue;
       this.forgetEngine(s.engine);
       gone.push(s.engine);
     }
@@ -537,54 +520,12 @@ export class ControlPlane {
     };
   }
 
-  private releasedByBoth(room: Room): boolean {
-    return (
-      room.releasedBy.includes(room.prefillEngine) && room.releasedBy.includes(room.decodeEngine)
-    );
-  }
-
-  private scheduleAbort(room: Room, ev: JournalEvent): void {
-    const source = ev.source;
-    const timer = setTimeout(() => {
-      this.abortTimers.delete(room.room);
-      const now = this.rooms.get(room.room);
-      if (now && !isTerminal(now.state)) this.appendAborted(now, source);
-    }, this.options.abortGraceMs ?? 2000);
-    timer.unref();
-    this.abortTimers.set(room.room, timer);
-    this.abortSources.set(room.room, source);
-  }
-
-  private maybeFinishAbort(room: Room): void {
-    if (room.abortRequestedAt === null || isTerminal(room.state) || !this.releasedByBoth(room))
-      return;
-    this.appendAborted(room, this.abortSources.get(room.room) ?? 'control');
-  }
-
-  private appendAborted(room: Room, source: string): void {
-    this.journal
-      .append({
-        type: 'room.aborted',
-        room: room.room,
-        source: 'control',
-        // One id per room: the grace timer and the last release may both get here.
-        eventId: `${room.room}:aborted`,
-        data: { reason: room.abortReason ?? 'abort_requested', source },
-      })
-      .catch((err) =>
-        this.options.log.error({ err, room: room.room }, 'could not journal room.aborted'),
-      );
-  }
-
   private onTerminal(room: Room): void {
-    const timer = this.abortTimers.get(room.room);
-    if (timer) clearTimeout(timer);
-    this.abortTimers.delete(room.room);
-    this.abortSources.delete(room.room);
+    this.aborts.onTerminal(room.room);
     this.requests.delete(room.room);
     for (const engine of new Set([room.prefillEngine, room.decodeEngine])) {
       const s = this.registry.get(engine);
-      if (s && s.liveRooms > 0) s.liveRooms--;
+      if (s && s.load.liveRooms > 0) s.load.liveRooms--;
     }
     const stream = this.streams.get(room.room);
     if (!stream) return;
@@ -715,7 +656,7 @@ export class ControlPlane {
         `the request needs ${what}, ${need(largest)} pages, but the largest ${role} KV pool has ${largest.pages} pages; ask for fewer max_tokens or a shorter prompt`,
       );
     }
-    const free = Math.max(...fresh.map((s) => s.pages - s.reservedPages));
+    const free = Math.max(...fresh.map((s) => s.pages - s.load.reservedPages));
     throw new ControlError(
       'CONTROL_OVERLOADED',
       `no ${role} engine has the KV pages for ${what} free now (most free: ${free} of ${largest.pages} pages); retry shortly`,
@@ -734,8 +675,8 @@ export class ControlPlane {
   ): void {
     this.streams.set(room, stream);
     this.requests.set(room, request);
-    prefill.liveRooms++;
-    decode.liveRooms++;
+    prefill.load.liveRooms++;
+    decode.load.liveRooms++;
     this.pages.hold(room, prefill, this.pages.pagesFor(prefill, promptTokens));
     this.pages.hold(room, decode, this.pages.pagesFor(decode, promptTokens + request.maxTokens));
     this.timed(
@@ -790,8 +731,8 @@ export class ControlPlane {
   }
 
   private abandon(room: string, prefill: EngineSession, decode: EngineSession, err: Error): void {
-    prefill.liveRooms = Math.max(0, prefill.liveRooms - 1);
-    decode.liveRooms = Math.max(0, decode.liveRooms - 1);
+    prefill.load.liveRooms = Math.max(0, prefill.load.liveRooms - 1);
+    decode.load.liveRooms = Math.max(0, decode.load.liveRooms - 1);
     this.pages.releaseAll(room);
     this.requests.delete(room);
     this.streams.get(room)?.fail(err);
@@ -812,9 +753,9 @@ export class ControlPlane {
     return true;
   }
 
-  /** Appends the AbortReq; engines stop and release, then the room is marked aborted. */
+  /** Appends the AbortReq; engines stop and release, then the room is marked aborted (aborts.ts). */
   abort(room: string, reason: string, source = 'api'): Promise<AppendResult> {
-    return this.journal.append({ type: 'room.abort_requested', room, source, data: { reason } });
+    return this.aborts.request(room, reason, source);
   }
 
   /**
@@ -828,7 +769,7 @@ export class ControlPlane {
     reason: string | null = null,
   ): boolean {
     const s = this.registry.get(engine);
-    if (!s?.live) return false;
+    if (!s?.delivery.live) return false;
     this.options.log.info({ engine, command, room, reason }, 'command sent');
     this.bus.send(s.peer, 'command', { command, room, reason });
     return true;
@@ -865,7 +806,7 @@ export class ControlPlane {
     if (ok) {
       for (const id of [room.prefillEngine, room.decodeEngine]) {
         const s = this.registry.get(id);
-        if (s) s.canaryFailures = 0;
+        if (s) recordCanaryPassed(s);
       }
       return;
     }
@@ -880,16 +821,14 @@ export class ControlPlane {
           : null;
     const s = owner === null ? undefined : this.registry.get(owner);
     if (!s) return;
-    if (s.canaryFailures === 0) s.canaryFailingSince = Date.now();
-    s.canaryFailures++;
-    s.canaryReason = `${stage}: ${reason ?? 'unknown'}`;
+    recordCanaryFailed(s, `${stage}: ${reason ?? 'unknown'}`);
   }
 
   /** Resolves once `prefill` and `decode` engines are registered and live. */
   async waitForEngines(prefill: number, decode: number, timeoutMs: number): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
-      const live = this.registry.all().filter((s) => s.live);
+      const live = this.registry.all().filter((s) => s.delivery.live);
       const p = live.filter((s) => s.role === 'prefill').length;
       const d = live.filter((s) => s.role === 'decode').length;
       if (p >= prefill && d >= decode) return;
@@ -908,7 +847,7 @@ export class ControlPlane {
     this.closing ??= (async () => {
       if (this.expiry) clearInterval(this.expiry);
       if (this.outageTimer) clearInterval(this.outageTimer);
-      for (const t of this.abortTimers.values()) clearTimeout(t);
+      this.aborts.close();
       for (const s of this.streams.values()) {
         s.fail(new RoomEndedError(s.room, 'unavailable', 'control plane shutting down'));
       }

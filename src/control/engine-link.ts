@@ -155,33 +155,39 @@ export class EngineLink {
       pages: msg.pages,
       pageBytes: msg.pageBytes,
       tokensPerPage: msg.tokensPerPage ?? null,
-      // The same process keeps what was promised to its rooms; a new one starts empty.
-      reservedPages: fresh ? 0 : (prev?.reservedPages ?? 0),
       faultInjection: msg.faultInjection === true,
       kvDevice: msg.kvDevice ?? null,
       connectedAt: now,
-      lastSeen: now,
-      // The same process keeps its counters: its next heartbeat is compared with its last one.
-      heartbeat: fresh ? null : (prev?.heartbeat ?? null),
-      beats: 0,
-      liveRooms: prev?.liveRooms ?? 0,
-      live: false,
-      owedSeq: 0,
-      behindSince: 0,
-      transferMovedAt: now,
-      // The same process (an in-place reset) keeps its loops' history: one that was frozen before
-      // the new connection is still frozen until its tick moves.
-      workMovedAt: fresh ? now : (prev?.workMovedAt ?? now),
-      progressAt: fresh ? now : (prev?.progressAt ?? now),
-      canaryFailures: 0,
-      canaryFailingSince: 0,
-      canaryReason: '',
-      session: ++this.sessions,
-      nextN: 1,
-      broken: false,
-      sentSeq: 0,
-      lastDelivered: msg.lastSeq,
-      buffer: [],
+      delivery: {
+        live: false,
+        session: ++this.sessions,
+        nextN: 1,
+        broken: false,
+        sentSeq: 0,
+        lastDelivered: msg.lastSeq,
+        buffer: [],
+      },
+      health: {
+        lastSeen: now,
+        // The same process keeps its counters: its next heartbeat is compared with its last one.
+        heartbeat: fresh ? null : (prev?.health.heartbeat ?? null),
+        beats: 0,
+        owedSeq: 0,
+        behindSince: 0,
+        transferMovedAt: now,
+        // The same process (an in-place reset) keeps its loops' history: one that was frozen before
+        // the new connection is still frozen until its tick moves.
+        workMovedAt: fresh ? now : (prev?.health.workMovedAt ?? now),
+        progressAt: fresh ? now : (prev?.health.progressAt ?? now),
+        canaryFailures: 0,
+        canaryFailingSince: 0,
+        canaryReason: '',
+      },
+      load: {
+        liveRooms: prev?.load.liveRooms ?? 0,
+        // The same process keeps what was promised to its rooms; a new one starts empty.
+        reservedPages: fresh ? 0 : (prev?.load.reservedPages ?? 0),
+      },
     };
     this.deps.registry.set(session);
     this.bus.register(peer, msg.engine);
@@ -219,7 +225,7 @@ export class EngineLink {
         { err, engine: msg.engine },
         'cannot read the engine’s backlog; it will say hello again',
       );
-      session.buffer = [];
+      session.delivery.buffer = [];
       return;
     }
     // A newer hello from the same engine took over while we read.
@@ -254,21 +260,21 @@ export class EngineLink {
       protocol: PROTOCOL_VERSION,
       engine: msg.engine,
       incarnation: msg.incarnation,
-      session: session.session,
+      session: session.delivery.session,
       replayFrom: msg.lastSeq,
       replayEvents: backlog.events.length,
       heartbeatMs: 500,
     });
     for (const ev of backlog.events) this.sendEvent(session, ev);
-    session.sentSeq = backlog.headSeq;
-    for (const ev of session.buffer) {
-      if (ev.seq > session.sentSeq) {
+    session.delivery.sentSeq = backlog.headSeq;
+    for (const ev of session.delivery.buffer) {
+      if (ev.seq > session.delivery.sentSeq) {
         this.sendEvent(session, ev);
-        session.sentSeq = ev.seq;
+        session.delivery.sentSeq = ev.seq;
       }
     }
-    session.buffer = [];
-    session.live = true;
+    session.delivery.buffer = [];
+    session.delivery.live = true;
     if (backlog.events.length > 0) {
       log.info(
         { engine: msg.engine, events: backlog.events.length, from: msg.lastSeq },
@@ -285,7 +291,7 @@ export class EngineLink {
    */
   private inSequence(peer: PeerId, engine: string, msg: EngineMessage<'append'>): boolean {
     const s = this.deps.registry.get(engine);
-    if (!s || msg.session !== s.session) {
+    if (!s || msg.session !== s.delivery.session) {
       this.bus.drops.record('stale_session', {
         engine,
         session: msg.session,
@@ -293,21 +299,21 @@ export class EngineLink {
       });
       return false;
     }
-    if (msg.n < s.nextN) return true; // a resend within the session: the journal dedupes it
-    if (msg.n > s.nextN || s.broken) {
-      this.bus.drops.record('out_of_order', { engine, expected: s.nextN, got: msg.n });
-      if (!s.broken) {
-        s.broken = true;
+    if (msg.n < s.delivery.nextN) return true; // a resend within the session: the journal dedupes it
+    if (msg.n > s.delivery.nextN || s.delivery.broken) {
+      this.bus.drops.record('out_of_order', { engine, expected: s.delivery.nextN, got: msg.n });
+      if (!s.delivery.broken) {
+        s.delivery.broken = true;
         this.bus.send(peer, 'nack', {
           eventId: null,
           code: 'BUS_NOT_REGISTERED',
-          message: `append ${s.nextN} of session ${s.session} never arrived; say hello again`,
+          message: `append ${s.delivery.nextN} of session ${s.delivery.session} never arrived; say hello again`,
           retryable: true,
         });
       }
       return false;
     }
-    s.nextN++;
+    s.delivery.nextN++;
     return true;
   }
 
@@ -392,8 +398,12 @@ export class EngineLink {
 
   private sendEvent(session: EngineSession, ev: JournalEvent): void {
     const request = ev.type === 'room.created' && ev.room ? this.deps.request(ev.room) : undefined;
-    const payload = { event: ev, prevSeq: session.lastDelivered, ...(request ? { request } : {}) };
-    session.lastDelivered = ev.seq;
+    const payload = {
+      event: ev,
+      prevSeq: session.delivery.lastDelivered,
+      ...(request ? { request } : {}),
+    };
+    session.delivery.lastDelivered = ev.seq;
     this.bus.send(session.peer, 'event', payload);
     this.deps.counters.delivered++;
   }
@@ -402,10 +412,10 @@ export class EngineLink {
     for (const engine of new Set([room.prefillEngine, room.decodeEngine])) {
       const s = this.deps.registry.get(engine);
       if (!s) continue;
-      if (!s.live) {
-        s.buffer.push(ev);
-      } else if (ev.seq > s.sentSeq) {
-        s.sentSeq = ev.seq;
+      if (!s.delivery.live) {
+        s.delivery.buffer.push(ev);
+      } else if (ev.seq > s.delivery.sentSeq) {
+        s.delivery.sentSeq = ev.seq;
         this.sendEvent(s, ev);
       }
     }

@@ -26,7 +26,7 @@ export class PageLedger {
 
   /** Whether the engine has `pages` not yet promised to a room. */
   fits(s: EngineSession, pages: number): boolean {
-    return pages === 0 || s.pages - s.reservedPages >= pages;
+    return pages === 0 || s.pages - s.load.reservedPages >= pages;
   }
 
   /** Whether the engine could hold `pages` at all, with nothing else on it. */
@@ -36,7 +36,7 @@ export class PageLedger {
 
   hold(room: string, s: EngineSession, pages: number): void {
     if (pages === 0) return;
-    s.reservedPages += pages;
+    s.load.reservedPages += pages;
     const holds = this.byRoom.get(room) ?? [];
     holds.push({ engine: s.engine, incarnation: s.incarnation, pages });
     this.byRoom.set(room, holds);
@@ -63,6 +63,6 @@ export class PageLedger {
     // A new incarnation starts with an empty pool: the old one's holds are not its own.
     const s = this.session(h.engine);
     if (s && s.incarnation === h.incarnation)
-      s.reservedPages = Math.max(0, s.reservedPages - h.pages);
+      s.load.reservedPages = Math.max(0, s.load.reservedPages - h.pages);
   }
 }

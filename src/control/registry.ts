@@ -8,39 +8,54 @@ import type { EngineMessage } from '../bus/protocol.ts';
 import type { PeerId } from '../bus/server.ts';
 import type { JournalEvent } from '../journal/events.ts';
 
-export interface EngineSession {
-  engine: string;
-  role: 'prefill' | 'decode';
-  incarnation: string;
+/** Who an engine is, as its admitted hello said: fixed for the session (engine-link.ts writes it once). */
+export interface EngineIdentity {
+  readonly engine: string;
+  readonly role: 'prefill' | 'decode';
+  readonly incarnation: string;
   /** The public key its hello was admitted with: a new incarnation must bring the same one. */
-  key: string;
-  pid: number;
-  peer: PeerId;
-  pool: string;
-  epoch: number;
-  pages: number;
-  pageBytes: number;
+  readonly key: string;
+  readonly pid: number;
+  /** The bus connection that speaks for it. */
+  readonly peer: PeerId;
+  readonly pool: string;
+  readonly epoch: number;
+  readonly pages: number;
+  readonly pageBytes: number;
   /** Tokens of KV per page, as its hello says; null: unknown, its pages are not counted. */
-  tokensPerPage: number | null;
-  /** Pages promised to its rooms (page-ledger.ts): admitted, and not yet released by it. */
-  reservedPages: number;
+  readonly tokensPerPage: number | null;
   /** It accepts `inject_fault` commands (drills). */
-  faultInjection: boolean;
+  readonly faultInjection: boolean;
   /** The CUDA device its pool's pages are on; null: host shared memory. */
-  kvDevice: number | null;
-  connectedAt: number;
-  lastSeen: number;
-  heartbeat: EngineMessage<'heartbeat'> | null;
-  /** Heartbeats received in this session. */
-  beats: number;
-  /** Live rooms assigned to this engine (kept by the control plane, not reported). */
-  liveRooms: number;
+  readonly kvDevice: number | null;
+  readonly connectedAt: number;
+}
+
+/** The session's event stream to and from the engine: owned by engine-link.ts. */
+export interface EngineDelivery {
   /** Events from the journal are sent only once replay for this hello is done. */
   live: boolean;
   /** This hello's append stream: its number, the next `n` expected, and whether a gap broke it. */
   session: number;
   nextN: number;
   broken: boolean;
+  /** Highest seq covered for this engine (replay or live); later publishes skip anything at or below. */
+  sentSeq: number;
+  /** Seq of the last event actually sent to this engine: the next one's `prevSeq`. */
+  lastDelivered: number;
+  /** Live events that arrived while the replay was being read, sent right after it. */
+  buffer: JournalEvent[];
+}
+
+/**
+ * What shows whether the engine works: heartbeats, progress, canaries. Written by
+ * engine-health.ts (heartbeats, progress) and the canary's verdicts; read by stalls.ts.
+ */
+export interface EngineHealth {
+  lastSeen: number;
+  heartbeat: EngineMessage<'heartbeat'> | null;
+  /** Heartbeats received in this session. */
+  beats: number;
   /**
    * The last event sent to it before its previous heartbeat (`lastDelivered` then), and since when
    * it has been behind (0: it is not): the time of that previous heartbeat, once the next one
@@ -59,12 +74,21 @@ export interface EngineSession {
   canaryFailures: number;
   canaryFailingSince: number;
   canaryReason: string;
-  /** Highest seq covered for this engine (replay or live); later publishes skip anything at or below. */
-  sentSeq: number;
-  /** Seq of the last event actually sent to this engine: the next one's `prevSeq`. */
-  lastDelivered: number;
-  /** Live events that arrived while the replay was being read, sent right after it. */
-  buffer: JournalEvent[];
+}
+
+/** What the control plane has given it: owned by the control plane and its page ledger. */
+export interface EngineLoad {
+  /** Live rooms assigned to this engine (kept by the control plane, not reported). */
+  liveRooms: number;
+  /** Pages promised to its rooms (page-ledger.ts): admitted, and not yet released by it. */
+  reservedPages: number;
+}
+
+/** One engine as the control plane knows it, split by who writes each part. */
+export interface EngineSession extends EngineIdentity {
+  readonly delivery: EngineDelivery;
+  readonly health: EngineHealth;
+  readonly load: EngineLoad;
 }
 
 export class EngineRegistry {
@@ -91,9 +115,9 @@ export class EngineRegistry {
     return [...this.sessions.values()].filter(
       (s) =>
         s.role === role &&
-        s.live &&
-        now - s.lastSeen <= freshMs &&
-        s.heartbeat?.state !== 'draining',
+        s.delivery.live &&
+        now - s.health.lastSeen <= freshMs &&
+        s.health.heartbeat?.state !== 'draining',
     );
   }
 
@@ -106,9 +130,10 @@ export class EngineRegistry {
   ): EngineSession | null {
     let best: EngineSession | null = null;
     for (const s of this.sessions.values()) {
-      if (s.role !== role || !s.live || now - s.lastSeen > freshMs || !usable(s)) continue;
-      if (s.heartbeat?.state === 'draining') continue;
-      if (!best || s.liveRooms < best.liveRooms) best = s;
+      if (s.role !== role || !s.delivery.live || now - s.health.lastSeen > freshMs || !usable(s))
+        continue;
+      if (s.health.heartbeat?.state === 'draining') continue;
+      if (!best || s.load.liveRooms < best.load.liveRooms) best = s;
     }
     return best;
   }

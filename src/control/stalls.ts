@@ -74,7 +74,7 @@ export function findStalls(
   const waiting = waitingRooms(rooms);
   const out: Stall[] = [];
   for (const s of sessions) {
-    if (!s.live) continue;
+    if (!s.delivery.live) continue;
     const found = stallOf(s, waiting.get(s.engine), policy, now, journalWritable);
     if (found) out.push({ engine: s.engine, ...found });
   }
@@ -88,30 +88,30 @@ function stallOf(
   now: number,
   journalWritable: boolean,
 ): Omit<Stall, 'engine'> | null {
-  if (s.behindSince > 0 && now - s.behindSince > policy.frozenMs)
+  if (s.health.behindSince > 0 && now - s.health.behindSince > policy.frozenMs)
     return {
       kind: 'bus',
-      reason: `bus loop applied nothing for ${now - s.behindSince} ms after being sent events`,
-      since: s.behindSince,
+      reason: `bus loop applied nothing for ${now - s.health.behindSince} ms after being sent events`,
+      since: s.health.behindSince,
     };
-  const transfers = s.heartbeat?.queues.transferring ?? 0;
-  if (transfers > 0 && now - s.transferMovedAt > policy.frozenMs)
+  const transfers = s.health.heartbeat?.queues.transferring ?? 0;
+  if (transfers > 0 && now - s.health.transferMovedAt > policy.frozenMs)
     return {
       kind: 'transfer',
-      reason: `transfer core completed nothing for ${now - s.transferMovedAt} ms with ${transfers} transfers in flight`,
-      since: s.transferMovedAt,
+      reason: `transfer core completed nothing for ${now - s.health.transferMovedAt} ms with ${transfers} transfers in flight`,
+      since: s.health.transferMovedAt,
     };
   if (journalWritable) {
-    const work = s.heartbeat ? queuedWork(s, s.heartbeat.queues) : 0;
-    if (work > 0 && now - s.workMovedAt > policy.workFrozenMs)
+    const work = s.health.heartbeat ? queuedWork(s, s.health.heartbeat.queues) : 0;
+    if (work > 0 && now - s.health.workMovedAt > policy.workFrozenMs)
       return {
         kind: 'work',
-        reason: `work loop did nothing for ${now - s.workMovedAt} ms with ${work} rooms queued`,
-        since: s.workMovedAt,
+        reason: `work loop did nothing for ${now - s.health.workMovedAt} ms with ${work} rooms queued`,
+        since: s.health.workMovedAt,
       };
     for (const [state, w] of waiting ?? []) {
       if (!AWAITS[s.role].includes(state)) continue;
-      const since = Math.max(w.oldest, s.progressAt);
+      const since = Math.max(w.oldest, s.health.progressAt);
       if (now - since > policy.pileUpMs)
         return {
           kind: 'pile_up',
@@ -120,11 +120,11 @@ function stallOf(
         };
     }
   }
-  if (s.canaryFailures >= policy.canaryFailures)
+  if (s.health.canaryFailures >= policy.canaryFailures)
     return {
       kind: 'canary',
-      reason: `${s.canaryFailures} canaries in a row failed on it: ${s.canaryReason}`,
-      since: s.canaryFailingSince,
+      reason: `${s.health.canaryFailures} canaries in a row failed on it: ${s.health.canaryReason}`,
+      since: s.health.canaryFailingSince,
     };
   return null;
 }

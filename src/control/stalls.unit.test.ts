@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { engineSession } from '../../test/helpers/engine-session.ts';
+import { engineSession, type SessionOverrides } from '../../test/helpers/engine-session.ts';
 import type { EventType } from '../journal/events.ts';
 import { type Room, reduce } from '../journal/reducer.ts';
 import type { EngineSession } from './registry.ts';
@@ -10,7 +10,7 @@ const NOW = 1_000_000;
 const session = (
   engine: string,
   role: 'prefill' | 'decode',
-  over: Partial<EngineSession> = {},
+  over: SessionOverrides = {},
   queues: Record<string, number> = {},
 ) => engineSession(engine, role, over, queues, NOW);
 

@@ -23,7 +23,7 @@ export const hostilePeer: DrillScenario = {
   },
   async run(ctx) {
     if (!ctx.local) throw new Error('hostile-peer needs a stack the drill starts');
-    const { control, admission } = ctx.local.stack;
+    const { control, admission, journal } = ctx.local.stack;
     const serverKey = admission.server.publicKey;
     const decodeId = ctx.engineIds.decode[0] as string;
     const prefillId = ctx.engineIds.prefill[0] as string;
@@ -41,11 +41,11 @@ export const hostilePeer: DrillScenario = {
       }
     })();
     try {
-      await until(async () => control.rooms.get(target.room)?.state === 'decoding', 10_000);
-      const incarnation = control.registry.get(decodeId)?.incarnation;
-      const drops = () => control.bus.drops.snapshot();
+      await until(async () => control.room(target.room)?.state === 'decoding', 10_000);
+      const incarnation = control.engine(decodeId)?.incarnation;
+      const drops = () => control.busStatus().dropped;
       const before = drops();
-      const headBefore = await control.journal.headSeq();
+      const headBefore = await journal.headSeq();
       const faultAt = Date.now();
 
       // 1. Forged hellos: the prefill engine's key, stolen, claiming to be the decode engine.
@@ -72,7 +72,7 @@ export const hostilePeer: DrillScenario = {
       });
       peers.push(guest);
       await guest.join();
-      const live = [...control.rooms.values()].filter((r) => !isTerminal(r.state)).slice(0, 50);
+      const live = [...control.liveRooms()].filter((r) => !isTerminal(r.state)).slice(0, 50);
       let forged = 0;
       for (const r of live) {
         for (const id of [
@@ -113,15 +113,15 @@ export const hostilePeer: DrillScenario = {
         name: 'forged hellos refused; the real engine keeps its registration',
         ok:
           delta('unauthorized') >= FORGED_HELLOS &&
-          control.registry.get(decodeId)?.incarnation === incarnation,
+          control.engine(decodeId)?.incarnation === incarnation,
         figure: { hellos: FORGED_HELLOS, refused: delta('unauthorized') },
         detail: `${decodeId} still incarnation ${incarnation}`,
       });
       // Its registration is journaled (it is admitted); nothing it appended may be.
-      const guestEvents = (await control.journal.tail({ engine: 'guest-d', limit: 10 })).filter(
+      const guestEvents = (await journal.tail({ engine: 'guest-d', limit: 10 })).filter(
         (e) => e.type !== 'engine.registered',
       );
-      const headAfter = await control.journal.headSeq();
+      const headAfter = await journal.headSeq();
       ctx.check({
         name: 'no forged append reached the journal',
         ok: settled === true && delta('not_owner') >= forged && guestEvents.length === 0,
@@ -135,8 +135,8 @@ export const hostilePeer: DrillScenario = {
       });
       ctx.check({
         name: 'oversized frames dropped; the bus loop lives',
-        ok: delta('too_large') >= 2 && control.bus.loop.stats().restarts === 0,
-        figure: { tooLarge: delta('too_large'), loopRestarts: control.bus.loop.stats().restarts },
+        ok: delta('too_large') >= 2 && control.busStatus().loop.restarts === 0,
+        figure: { tooLarge: delta('too_large'), loopRestarts: control.busStatus().loop.restarts },
         detail: 'each counted as too_large',
       });
 
@@ -145,7 +145,7 @@ export const hostilePeer: DrillScenario = {
       const abortAt = Date.now();
       const res = await control.abort(target.room, 'drill: after forged ids', 'drill');
       const aborted = await until(
-        async () => (await control.journal.timeline(target.room)).room?.state === 'aborted',
+        async () => (await journal.timeline(target.room)).room?.state === 'aborted',
         10_000,
       );
       ctx.check({
@@ -166,7 +166,7 @@ export const hostilePeer: DrillScenario = {
       for (const p of peers) p.close();
       // The guest holds no pages and sends no heartbeats: it is not one of the stack's engines.
       control.forgetEngine('guest-d');
-      const room = control.rooms.get(target.room);
+      const room = control.room(target.room);
       if (room && !isTerminal(room.state)) await control.abort(target.room, 'drill ended', 'drill');
       await targetDone;
     }

@@ -144,21 +144,21 @@ export class LocalTarget implements DrillTarget {
 
   async engines(): Promise<EngineView[]> {
     const now = Date.now();
-    return this.control.registry.all().map((s) => ({
+    return this.control.engines().map((s) => ({
       id: s.engine,
       role: s.role,
       pid: s.pid,
       incarnation: s.incarnation,
-      live: s.live,
-      heartbeatAgeMs: s.beats > 0 ? now - s.lastSeen : null,
-      freePages: s.heartbeat?.freePages ?? null,
+      live: s.delivery.live,
+      heartbeatAgeMs: s.health.beats > 0 ? now - s.health.lastSeen : null,
+      freePages: s.health.heartbeat?.freePages ?? null,
       totalPages: s.pages,
       faultInjection: s.faultInjection,
     }));
   }
 
   async liveRooms(): Promise<LiveRoom[]> {
-    return [...this.control.rooms.values()]
+    return [...this.control.liveRooms()]
       .filter((r) => !isTerminal(r.state))
       .map(({ room, state, prefillEngine, decodeEngine }) => ({
         room,
@@ -169,18 +169,18 @@ export class LocalTarget implements DrillTarget {
   }
 
   events(type: EventType, since: number, engine?: string): Promise<JournalEvent[]> {
-    return this.control.journal.tail({ type, engine, since, limit: 10_000, order: 'oldest' });
+    return this.journal.tail({ type, engine, since, limit: 10_000, order: 'oldest' });
   }
 
   timeline(room: string): Promise<Timeline> {
-    return this.control.journal.timeline(room);
+    return this.journal.timeline(room);
   }
 
   async roomsSince(since: number): Promise<string[]> {
     const ids: string[] = [];
     let cursor: string | undefined;
     do {
-      const page = await this.control.journal.rooms({ since, limit: 10_000, cursor });
+      const page = await this.journal.rooms({ since, limit: 10_000, cursor });
       for (const r of page.rooms) ids.push(r.room);
       cursor = page.nextCursor ?? undefined;
     } while (cursor);
@@ -225,7 +225,7 @@ export class LocalTarget implements DrillTarget {
   }
 
   verify(): Promise<VerifyReport> {
-    return this.control.journal.verify();
+    return this.journal.verify();
   }
 
   watchRooms(watcher: RoomWatcher): () => void {
@@ -235,7 +235,7 @@ export class LocalTarget implements DrillTarget {
   }
 
   async record<T extends DrillEventType>(type: T, data: EventData<T>): Promise<void> {
-    await this.control.journal.append({ type, source: 'drill', data } as EventInput);
+    await this.journal.append({ type, source: 'drill', data } as EventInput);
   }
 
   async close(): Promise<void> {}

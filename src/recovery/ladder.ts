@@ -24,6 +24,8 @@ import {
   type StallKind,
   type StallPolicy,
 } from '../control/stalls.ts';
+import type { EventInput } from '../journal/events.ts';
+import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import type { EngineSupervisor } from './supervisor.ts';
 
@@ -102,7 +104,10 @@ export class EscalationLadder {
   private readonly policy: LadderPolicy;
 
   constructor(
-    private readonly control: ControlPlane,
+    /** What the ladder reads of the control plane, and the in-place reset it asks of it. */
+    private readonly control: Pick<ControlPlane, 'engines' | 'stalledEngines' | 'command'>,
+    /** Where every rung is recorded (`recovery.action`, `engine.stalled`, …). */
+    private readonly journal: Pick<JournalStore, 'append'>,
     private readonly supervisor: EngineSupervisor,
     private readonly log: Logger,
     policy: Partial<LadderPolicy> = {},
@@ -166,14 +171,14 @@ export class EscalationLadder {
     const found = stalls.find((x) => x.engine === s.engine);
     if (found) return found;
     if (
-      s.live &&
-      now - s.lastSeen > this.policy.heartbeatStaleMs &&
+      s.delivery.live &&
+      now - s.health.lastSeen > this.policy.heartbeatStaleMs &&
       this.supervisor.pid(s.engine) !== undefined
     )
       return {
         kind: 'heartbeat',
-        reason: `no heartbeat for ${now - s.lastSeen} ms`,
-        since: s.lastSeen,
+        reason: `no heartbeat for ${now - s.health.lastSeen} ms`,
+        since: s.health.lastSeen,
       };
     return null;
   }
@@ -185,8 +190,10 @@ export class EscalationLadder {
     now: number,
     stalls: readonly Stall[],
   ): boolean {
-    if (!s?.live || s.beats < 2 || this.stalled(s, now, stalls)) return false;
-    return i.rung === 'reset_in_place' ? s.session !== i.session : s.incarnation !== i.incarnation;
+    if (!s?.delivery.live || s.health.beats < 2 || this.stalled(s, now, stalls)) return false;
+    return i.rung === 'reset_in_place'
+      ? s.delivery.session !== i.session
+      : s.incarnation !== i.incarnation;
   }
 
   /** One pass over the engines; returns the rungs it tried, as `engine:rung`. */
@@ -194,7 +201,7 @@ export class EscalationLadder {
     const acted: string[] = [];
     // One pass over the rooms for every engine, not one per engine.
     const stalls = this.control.stalledEngines(this.policy, now);
-    for (const s of this.control.registry.all()) {
+    for (const s of this.control.engines()) {
       const l = this.ladder(s.engine);
       const i = l.incident;
       if (l.phase === 'ok') {
@@ -215,7 +222,7 @@ export class EscalationLadder {
           detectedAt: now,
           rung: 'reset_in_place',
           actedAt: now,
-          session: s.session,
+          session: s.delivery.session,
           incarnation: s.incarnation,
         };
         this.note({
@@ -295,7 +302,7 @@ export class EscalationLadder {
     const i = l.incident as Incident;
     i.rung = rung;
     i.actedAt = now;
-    i.session = s.session;
+    i.session = s.delivery.session;
     i.incarnation = s.incarnation;
     let outcome: string;
     if (rung === 'reset_in_place') {
@@ -376,8 +383,8 @@ export class EscalationLadder {
     });
   }
 
-  private note(event: Parameters<ControlPlane['journal']['append']>[0]): void {
-    this.control.journal
+  private note(event: EventInput): void {
+    this.journal
       .append(event)
       .catch((err) =>
         this.log.error({ err, event: event.type }, 'could not journal a recovery step'),

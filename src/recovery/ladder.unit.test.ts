@@ -15,7 +15,12 @@ import type { EngineSupervisor } from './supervisor.ts';
 const ENGINE = 'prefill-0';
 
 class Rig {
-  session = { engine: ENGINE, live: true, beats: 5, session: 1, incarnation: 'i1' };
+  session = {
+    engine: ENGINE,
+    incarnation: 'i1',
+    delivery: { live: true, session: 1 },
+    health: { beats: 5 },
+  };
   stall: StallKind | null = null;
   readonly events: EventInput[] = [];
   readonly asked: string[] = [];
@@ -23,19 +28,20 @@ class Rig {
   now = 1_000_000;
 
   constructor() {
-    const control = {
-      registry: { all: () => [this.session as unknown as EngineSession] },
+    const control: Pick<ControlPlane, 'engines' | 'stalledEngines' | 'command'> = {
+      engines: () => [this.session as unknown as EngineSession],
       stalledEngines: (): Stall[] =>
         this.stall
           ? [{ engine: ENGINE, kind: this.stall, reason: `${this.stall} stall`, since: this.now }]
           : [],
-      journal: {
-        append: async (ev: EventInput) => {
-          this.events.push(ev);
-        },
-      },
       command: () => false,
-    } as unknown as ControlPlane;
+    };
+    const journal = {
+      append: async (ev: EventInput) => {
+        this.events.push(ev);
+        return { status: 'applied' as const, seq: this.events.length, eventId: '', state: null };
+      },
+    };
     const supervisor = {
       pid: () => 4242,
       ids: () => ['prefill-0', 'decode-0'],
@@ -48,7 +54,12 @@ class Rig {
         return 4343;
       },
     } as unknown as EngineSupervisor;
-    this.ladder = new EscalationLadder(control, supervisor, processLogger('test', 'silent'));
+    this.ladder = new EscalationLadder(
+      control,
+      journal,
+      supervisor,
+      processLogger('test', 'silent'),
+    );
   }
 
   tick(advanceMs = 250): string[] {
@@ -59,8 +70,8 @@ class Rig {
   /** The engine comes back: after an in-place reset a new session, after a restart a new process. */
   comesBack(how: 'session' | 'incarnation'): void {
     this.stall = null;
-    this.session.session++;
-    if (how === 'incarnation') this.session.incarnation = `i${this.session.session}`;
+    this.session.delivery.session++;
+    if (how === 'incarnation') this.session.incarnation = `i${this.session.delivery.session}`;
   }
 
   actions(): string[] {

@@ -9,6 +9,7 @@
  */
 import type { ControlPlane } from '../control/control-plane.ts';
 import type { Room } from '../journal/reducer.ts';
+import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 
 export interface WatchdogStats {
@@ -30,7 +31,9 @@ export class Watchdog {
   private unjournaledNotLogged = 0;
 
   constructor(
-    private readonly control: ControlPlane,
+    /** The rooms it watches, and the client it answers when the journal cannot take a failure. */
+    private readonly control: Pick<ControlPlane, 'liveRooms' | 'endUnrecorded'>,
+    private readonly journal: Pick<JournalStore, 'append'>,
     private readonly log: Logger,
     /** How often rooms are checked. Default 100 ms: detection within a tick of the deadline. */
     private readonly intervalMs = 100,
@@ -51,7 +54,7 @@ export class Watchdog {
   tick(now = Date.now()): string[] {
     this.stats.ticks++;
     const failed: string[] = [];
-    for (const room of this.control.rooms.values()) {
+    for (const room of this.control.liveRooms()) {
       if (room.deadlineAt === null || room.deadlineAt > now || this.failing.has(room.room))
         continue;
       this.fail(room, now);
@@ -76,7 +79,7 @@ export class Watchdog {
       },
       'room overstayed its state; failing it',
     );
-    const journal = this.control.journal;
+    const journal = this.journal;
     // One id per room and state: a second tick before the first commit appends nothing new.
     journal
       .append({

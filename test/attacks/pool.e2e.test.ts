@@ -98,8 +98,8 @@ describe('KV pool admission', () => {
     const pair = { prefillEngine: 'prefill-0', decodeEngine: 'decode-0' };
     for (let i = 0; i < 5; i++)
       control.noteCanary(pair, false, 'bootstrap', 'kv_pool_full: no 2 free pages');
-    expect(control.registry.get('decode-0')?.canaryFailures).toBe(0);
+    expect(control.registry.get('decode-0')?.health.canaryFailures).toBe(0);
     control.noteCanary(pair, false, 'bootstrap', 'deadline');
-    expect(control.registry.get('decode-0')?.canaryFailures).toBe(1);
+    expect(control.registry.get('decode-0')?.health.canaryFailures).toBe(1);
   });
 });

@@ -46,7 +46,7 @@ describe('engine processes', () => {
     expect(existsSync(shm(pool))).toBe(false);
     await waitFor('a new decode-0', () => {
       const s = control.registry.get('decode-0');
-      return s?.live === true && s.pid !== pid;
+      return s?.delivery.live === true && s.pid !== pid;
     });
     expect(engines.restarts('decode-0')).toBe(1);
     // The stream went on on the new engine.
@@ -117,7 +117,10 @@ describe('engine processes', () => {
     let stderr = '';
     engine.stderr?.on('data', (d: Buffer) => (stderr += d.toString()));
     const exited = new Promise<number | null>((r) => engine.once('exit', (code) => r(code)));
-    await waitFor('decode-9 registered', () => control1.registry.get('decode-9')?.live === true);
+    await waitFor(
+      'decode-9 registered',
+      () => control1.registry.get('decode-9')?.delivery.live === true,
+    );
     expect(control1.registry.get('decode-9')?.key).toBe(keys.publicKey);
     await control1.close();
     // The control plane restarts with its own key pair (as serve keeps it in bus.key), but its

@@ -1,11 +1,20 @@
 /** An engine session as the registry holds one, live and fresh at `now`, for tests of what reads it. */
 import type { EngineMessage } from '../../src/bus/protocol.ts';
-import type { EngineSession } from '../../src/control/registry.ts';
+import type {
+  EngineDelivery,
+  EngineHealth,
+  EngineIdentity,
+  EngineLoad,
+  EngineSession,
+} from '../../src/control/registry.ts';
+
+/** Any field of any part of a session, given flat: each goes to the part that owns it. */
+export type SessionOverrides = Partial<EngineIdentity & EngineDelivery & EngineHealth & EngineLoad>;
 
 export function engineSession(
   engine: string,
   role: 'prefill' | 'decode',
-  over: Partial<EngineSession> = {},
+  over: SessionOverrides = {},
   queues: Record<string, number> = {},
   now = Date.now(),
 ): EngineSession {
@@ -17,7 +26,30 @@ export function engineSession(
     lastSeq: 0,
     state: 'ready',
   };
-  return {
+  const delivery: EngineDelivery = {
+    live: true,
+    session: 1,
+    nextN: 1,
+    broken: false,
+    sentSeq: 0,
+    lastDelivered: 0,
+    buffer: [],
+  };
+  const health: EngineHealth = {
+    lastSeen: now - 100,
+    heartbeat,
+    beats: 100,
+    owedSeq: 0,
+    behindSince: 0,
+    transferMovedAt: now - 100,
+    workMovedAt: now - 100,
+    progressAt: now - 100,
+    canaryFailures: 0,
+    canaryFailingSince: 0,
+    canaryReason: '',
+  };
+  const load: EngineLoad = { liveRooms: 0, reservedPages: 0 };
+  const identity: EngineIdentity = {
     engine,
     role,
     incarnation: `${engine}-a`,
@@ -29,29 +61,17 @@ export function engineSession(
     pages: 10,
     pageBytes: 4096,
     tokensPerPage: null,
-    reservedPages: 0,
     faultInjection: false,
     kvDevice: null,
     connectedAt: now - 60_000,
-    lastSeen: now - 100,
-    heartbeat,
-    beats: 100,
-    liveRooms: 0,
-    live: true,
-    owedSeq: 0,
-    behindSince: 0,
-    transferMovedAt: now - 100,
-    workMovedAt: now - 100,
-    progressAt: now - 100,
-    canaryFailures: 0,
-    canaryFailingSince: 0,
-    canaryReason: '',
-    session: 1,
-    nextN: 1,
-    broken: false,
-    sentSeq: 0,
-    lastDelivered: 0,
-    buffer: [],
-    ...over,
   };
+  const parts: Array<Record<string, unknown>> = [identity, delivery, health, load].map(
+    (p) => p as unknown as Record<string, unknown>,
+  );
+  for (const [k, v] of Object.entries(over)) {
+    const part = parts.find((p) => k in p);
+    if (!part) throw new Error(`engineSession: no field ${k}`);
+    part[k] = v;
+  }
+  return { ...identity, delivery, health, load };
 }

@@ -79,7 +79,12 @@ export function poolsFull(control: ControlPlane, since: number): boolean {
   const s = control.registry.all();
   return (
     s.length > 0 &&
-    s.every((e) => e.heartbeat !== null && e.lastSeen > since && e.heartbeat.freePages === e.pages)
+    s.every(
+      (e) =>
+        e.health.heartbeat !== null &&
+        e.health.lastSeen > since &&
+        e.health.heartbeat.freePages === e.pages,
+    )
   );
 }
 

@@ -1,0 +1,50 @@
+/**
+ * The one writer of an engine session's `health` (registry.ts): what its heartbeats, its
+ * progress and the canaries say. stalls.ts reads what is written here to decide whether the
+ * engine is stalled.
+ */
+import type { EngineMessage } from '../bus/protocol.ts';
+import type { EngineSession } from './registry.ts';
+import { queuedWork } from './stalls.ts';
+
+/** Folds a heartbeat into the engine's health. */
+export function recordHeartbeat(
+  s: EngineSession,
+  msg: EngineMessage<'heartbeat'>,
+  now = Date.now(),
+): void {
+  const h = s.health;
+  // Events sent before the previous heartbeat and still not applied: the engine has been behind
+  // since that heartbeat at the latest.
+  const previous = h.lastSeen;
+  h.lastSeen = now;
+  h.beats++;
+  if (msg.lastSeq >= h.owedSeq) h.behindSince = 0;
+  else if (h.behindSince === 0) h.behindSince = previous;
+  h.owedSeq = s.delivery.lastDelivered;
+  // The transfer path moves if it completed something since the last heartbeat, or had nothing to do.
+  if ((msg.queues.transferring ?? 0) === 0 || msg.ticks.transfer !== h.heartbeat?.ticks.transfer)
+    h.transferMovedAt = now;
+  const workTicked = msg.ticks.work !== h.heartbeat?.ticks.work;
+  if (workTicked) h.progressAt = now;
+  if (workTicked || queuedWork(s, msg.queues) === 0) h.workMovedAt = now;
+  h.heartbeat = msg;
+}
+
+/** The engine showed progress: a transition of one of its rooms, or a token. */
+export function recordProgress(s: EngineSession, now = Date.now()): void {
+  s.health.progressAt = now;
+}
+
+/** A canary passed on the engine: its failures in a row start again from zero. */
+export function recordCanaryPassed(s: EngineSession): void {
+  s.health.canaryFailures = 0;
+}
+
+/** A canary failed in a stage the engine owns. */
+export function recordCanaryFailed(s: EngineSession, why: string, now = Date.now()): void {
+  const h = s.health;
+  if (h.canaryFailures === 0) h.canaryFailingSince = now;
+  h.canaryFailures++;
+  h.canaryReason = why;
+}
