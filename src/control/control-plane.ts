@@ -36,6 +36,7 @@ import {
 } from './engine-health.ts';
 import { type ControlCounters, EngineLink } from './engine-link.ts';
 import { ControlError } from './errors.ts';
+import { JournalOutage } from './journal-outage.ts';
 import { Migrator } from './migration.ts';
 import { PageLedger } from './page-ledger.ts';
 import { EngineRegistry, type EngineSession } from './registry.ts';
@@ -116,10 +117,8 @@ export class ControlPlane {
   private readonly ended = new Map<string, { prefillEngine: string; decodeEngine: string }>();
   private expiry: NodeJS.Timeout | null = null;
   private outageTimer: NodeJS.Timeout | null = null;
-  /** Since when the journal refuses writes (0: it takes them). */
-  private outageSince = 0;
-  /** Rooms whose clients were answered during an outage: failed in the journal once it can. */
-  private readonly unrecorded = new Set<string>();
+  /** Answers clients while the journal refuses writes, and fails their rooms once it takes them. */
+  private readonly outage: JournalOutage;
   private readonly streams = new Map<string, RoomStream>();
   private readonly requests = new Map<string, RoomRequest>();
   private readonly aborts: Aborts;
@@ -156,6 +155,13 @@ export class ControlPlane {
   ) {
     this.model = options.model ?? new DeterministicModel();
     this.freshMs = options.engineFreshMs ?? 3000;
+    this.outage = new JournalOutage({
+      journal,
+      streaming: () => this.streams.keys(),
+      endStream: (room, reason) => this.endUnrecorded(room, reason),
+      roomNow: (room) => this.rooms.get(room),
+      graceMs: options.journalOutageGraceMs ?? 1000,
+    });
     this.aborts = new Aborts(
       journal,
       (room) => this.rooms.get(room),
@@ -228,7 +234,7 @@ export class ControlPlane {
       cp.link.bus = cp.bus;
       cp.expiry = setInterval(() => cp.expireEngines(), 60_000);
       cp.expiry.unref();
-      cp.outageTimer = setInterval(() => cp.watchJournal(), 250);
+      cp.outageTimer = setInterval(() => cp.outage.tick(), 250);
       cp.outageTimer.unref();
     } catch (err) {
       cp.subscription?.close();
@@ -410,61 +416,6 @@ export class ControlPlane {
         const oldest = this.ended.keys().next().value;
         if (oldest !== undefined) this.ended.delete(oldest);
       }
-    }
-  }
-
-  /**
-   * A full disk (or any failing commit) stops every room in flight at its next transition: its
-   * client would wait for the state's deadline. Once the journal has refused writes for the grace
-   * period, each such client is answered now; when writes return, those rooms are failed in the
-   * journal (`journal_unavailable`), so their engines free them.
-   */
-  watchJournal(now = Date.now()): void {
-    if (!this.journal.health().writable) {
-      if (this.outageSince === 0) this.outageSince = now;
-      const grace = this.options.journalOutageGraceMs ?? 1000;
-      if (now - this.outageSince >= grace) {
-        const reason = `the journal has refused writes for ${now - this.outageSince} ms (${this.journal.health().lastError ?? 'commit failed'}); this request cannot be completed, and its room will be failed in the journal once it can be written`;
-        for (const room of [...this.streams.keys()])
-          if (this.endUnrecorded(room, reason)) this.unrecorded.add(room);
-      }
-    } else {
-      this.outageSince = 0;
-    }
-    // Tried on every tick until it commits: the attempt is also what finds the disk has room
-    // again (nothing else may be committing).
-    if (this.unrecorded.size > 0 && !this.failingUnrecorded) void this.failUnrecorded();
-  }
-
-  private failingUnrecorded = false;
-
-  /** Fails in the journal the rooms whose clients were answered during an outage. */
-  private async failUnrecorded(): Promise<void> {
-    this.failingUnrecorded = true;
-    try {
-      await Promise.all(
-        [...this.unrecorded].map(async (room) => {
-          const r = this.rooms.get(room);
-          if (!r || isTerminal(r.state)) {
-            this.unrecorded.delete(room);
-            return;
-          }
-          try {
-            await this.journal.append({
-              type: 'room.failed',
-              room,
-              source: 'control',
-              eventId: `${room}:journal-outage`,
-              data: { reason: 'journal_unavailable', stage: r.state, detectedBy: 'control' },
-            });
-            this.unrecorded.delete(room);
-          } catch {
-            // Still refused: the next tick tries again.
-          }
-        }),
-      );
-    } finally {
-      this.failingUnrecorded = false;
     }
   }
 
