@@ -1,6 +1,7 @@
 /**
- * The journal as its callers see it (docs/design.md §4, §11). Everything outside `src/journal/` talks
- * to this interface, never to SQLite, so that another backend (PostgreSQL) can stand behind it.
+ * The journal as its callers see it (docs/design.md §4, §11). Everything but `src/journal/`, the
+ * composition root (`src/app/`) and the journal administration commands talks to this interface,
+ * never to SQLite (`npm run arch` checks it), so that another backend can stand behind it.
  */
 import type { EventInput, EventType, JournalEvent } from './events.ts';
 import type { RejectReason, Room } from './reducer.ts';
