@@ -20,23 +20,36 @@ export class CodedError<Code extends string = string> extends Error {
 }
 
 /**
- * A catalogue's `from`: rebuilds a typed error from its plain form (`{ code, message }`, as it
- * crossed a thread, the bus or the native addon). A code outside `codes` becomes `fallback`, with
- * the original kept as `cause`.
+ * The base class of one layer's coded errors: `class JournalError extends codedErrors(...) {}`.
+ * Its `from` rebuilds a typed error from the plain `{ code, message }` it crossed a thread, the
+ * bus or the native addon as; a code outside the catalogue becomes `fallback`, with the original
+ * kept as `cause`.
  */
-export function codedFrom<Code extends string, E extends CodedError<Code>>(
-  value: unknown,
+export function codedErrors<Code extends string>(
+  name: string,
   codes: readonly Code[],
   fallback: Code,
-  make: (code: Code, message: string, options?: { cause?: unknown }) => E,
-  is: (value: unknown) => value is E,
-): E {
-  if (is(value)) return value;
-  const v = value as { code?: unknown; message?: unknown } | null;
-  const message = typeof v?.message === 'string' ? v.message : String(value);
-  if (typeof v?.code === 'string' && (codes as readonly string[]).includes(v.code))
-    return make(v.code as Code, message);
-  return make(fallback, message, { cause: value });
+) {
+  return class extends CodedError<Code> {
+    override name = name;
+
+    static from<E extends CodedError<Code>>(
+      this: new (
+        code: Code,
+        message: string,
+        options?: { cause?: unknown },
+      ) => E,
+      value: unknown,
+    ): E {
+      // biome-ignore lint/complexity/noThisInStatic: `this` is the subclass from() was called on (JournalError, BusError, …)
+      if (value instanceof this) return value;
+      const v = value as { code?: unknown; message?: unknown } | null;
+      const message = typeof v?.message === 'string' ? v.message : String(value);
+      if (typeof v?.code === 'string' && (codes as readonly string[]).includes(v.code))
+        return new this(v.code as Code, message);
+      return new this(fallback, message, { cause: value });
+    }
+  };
 }
 
 /** Input a person typed (a flag, a time, a duration, a key) that cannot be used; the message says why. */

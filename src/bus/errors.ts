@@ -1,5 +1,5 @@
 /** The bus's catalogue of coded errors. They cross the wire as `{ code, message }` in `nack`. */
-import { CodedError, codedFrom } from '../errors.ts';
+import { codedErrors } from '../errors.ts';
 
 export const BUS_ERROR_CODES = [
   /** A frame that is not `[kind, payload]`, an unknown kind, or a payload that fails its schema. */
@@ -33,17 +33,4 @@ export const BUS_ERROR_CODES = [
 
 export type BusErrorCode = (typeof BUS_ERROR_CODES)[number];
 
-export class BusError extends CodedError<BusErrorCode> {
-  override name = 'BusError';
-
-  /** Rebuilds a typed error from `{ code, message }`; an unknown code keeps the original as `cause`. */
-  static from(value: unknown): BusError {
-    return codedFrom(
-      value,
-      BUS_ERROR_CODES,
-      'BUS_INTERNAL',
-      (code, message, options) => new BusError(code, message, options),
-      (v): v is BusError => v instanceof BusError,
-    );
-  }
-}
+export class BusError extends codedErrors('BusError', BUS_ERROR_CODES, 'BUS_INTERNAL') {}

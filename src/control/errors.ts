@@ -1,5 +1,5 @@
 /** The control plane's catalogue of coded errors. */
-import { CodedError } from '../errors.ts';
+import { codedErrors } from '../errors.ts';
 
 export const CONTROL_ERROR_CODES = [
   /** The request is invalid (empty prompt, bad max tokens, a pool that could never hold it). */
@@ -14,10 +14,14 @@ export const CONTROL_ERROR_CODES = [
   'CONTROL_CLOSED',
   /** Engines did not register in time at start. */
   'CONTROL_ENGINES_TIMEOUT',
+  /** Anything else (a bug): the message keeps the original. */
+  'CONTROL_INTERNAL',
 ] as const;
 
 export type ControlErrorCode = (typeof CONTROL_ERROR_CODES)[number];
 
-export class ControlError extends CodedError<ControlErrorCode> {
-  override name = 'ControlError';
-}
+export class ControlError extends codedErrors(
+  'ControlError',
+  CONTROL_ERROR_CODES,
+  'CONTROL_INTERNAL',
+) {}

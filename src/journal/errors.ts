@@ -1,5 +1,5 @@
 /** The journal's catalogue of coded errors. Callers branch on `code`, never on the message. */
-import { CodedError, codedFrom } from '../errors.ts';
+import { codedErrors } from '../errors.ts';
 
 export const JOURNAL_ERROR_CODES = [
   /** An event that does not validate (type, ids, data). */
@@ -23,17 +23,8 @@ export const JOURNAL_ERROR_CODES = [
 
 export type JournalErrorCode = (typeof JOURNAL_ERROR_CODES)[number];
 
-export class JournalError extends CodedError<JournalErrorCode> {
-  override name = 'JournalError';
-
-  /** Rebuilds a typed error from its plain form; an unknown code keeps the original as `cause`. */
-  static from(value: unknown): JournalError {
-    return codedFrom(
-      value,
-      JOURNAL_ERROR_CODES,
-      'JOURNAL_WRITE_FAILED',
-      (code, message, options) => new JournalError(code, message, options),
-      (v): v is JournalError => v instanceof JournalError,
-    );
-  }
-}
+export class JournalError extends codedErrors(
+  'JournalError',
+  JOURNAL_ERROR_CODES,
+  'JOURNAL_WRITE_FAILED',
+) {}

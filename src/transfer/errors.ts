@@ -1,5 +1,5 @@
 /** The transfer core's catalogue of coded errors. Callers branch on `code`, never on the message. */
-import { CodedError, codedFrom } from '../errors.ts';
+import { codedErrors } from '../errors.ts';
 
 export const TRANSFER_ERROR_CODES = [
   'TRANSFER_BAD_ARGUMENT',
@@ -15,17 +15,8 @@ export const TRANSFER_ERROR_CODES = [
 
 export type TransferErrorCode = (typeof TRANSFER_ERROR_CODES)[number];
 
-export class TransferError extends CodedError<TransferErrorCode> {
-  override name = 'TransferError';
-
-  /** Rebuilds a typed error from `{ code, message }`; an unknown code keeps the original as `cause`. */
-  static from(value: unknown): TransferError {
-    return codedFrom(
-      value,
-      TRANSFER_ERROR_CODES,
-      'TRANSFER_SYSTEM',
-      (code, message, options) => new TransferError(code, message, options),
-      (v): v is TransferError => v instanceof TransferError,
-    );
-  }
-}
+export class TransferError extends codedErrors(
+  'TransferError',
+  TRANSFER_ERROR_CODES,
+  'TRANSFER_SYSTEM',
+) {}
