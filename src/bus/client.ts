@@ -142,7 +142,22 @@ export class BusClient {
     void this.watch(this.socket);
     this.socket.connect(this.options.endpoint);
     this.loop.start();
-    this.sayHello();
+    this.helloOnceConnected();
+  }
+
+  /**
+   * The hello goes out when the connection's handshake completes (`onConnected`), once: said
+   * before, it would wait in the socket's queue and arrive together with that one, and the
+   * control plane would register the engine and then take it for a reconnection. The timer is a
+   * fallback in case no handshake event comes.
+   */
+  private helloOnceConnected(): void {
+    if (this.helloTimer) clearTimeout(this.helloTimer);
+    this.helloTimer = setTimeout(() => {
+      this.helloTimer = null;
+      if (!this.welcomed) this.sayHello();
+    }, this.options.helloRetryMs ?? 1000);
+    this.helloTimer.unref();
   }
 
   /**
@@ -174,7 +189,7 @@ export class BusClient {
     void this.watch(this.socket);
     this.socket.connect(this.options.endpoint);
     this.loop.start();
-    this.sayHello();
+    this.helloOnceConnected();
     await stopped;
   }
 
