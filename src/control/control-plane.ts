@@ -122,6 +122,11 @@ export class ControlPlane {
   private readonly streams = new Map<string, RoomStream>();
   private readonly requests = new Map<string, RoomRequest>();
   private readonly aborts: Aborts;
+  /**
+   * Rooms with engine appends on their way to a commit: the room as those appends leave it, so
+   * that the next one from the same engine is judged after them, not before.
+   */
+  private readonly inFlight = new Map<string, { room: Room; appends: number }>();
   private subscription: Subscription | null = null;
   private readonly model: ModelExecutor;
   private closing: Promise<void> | null = null;
@@ -176,10 +181,18 @@ export class ControlPlane {
       admission: options.admission,
       roomOwners: (room) => this.rooms.get(room) ?? this.ended.get(room),
       wouldReject: (event, engine) => {
-        const view = this.rooms.get(event.room);
+        const ahead = this.inFlight.get(event.room);
+        const view = ahead?.room ?? this.rooms.get(event.room);
         if (!view) return true;
         const ev = { ...event, seq: 0, ts: Date.now(), engine } as Parameters<typeof reduce>[1];
-        return !reduce(view, ev).ok;
+        const r = reduce(view, ev);
+        if (!r.ok) return true;
+        this.inFlight.set(event.room, { room: r.room, appends: (ahead?.appends ?? 0) + 1 });
+        return false;
+      },
+      settled: (room) => {
+        const ahead = this.inFlight.get(room);
+        if (ahead && --ahead.appends <= 0) this.inFlight.delete(room);
       },
       request: (room) => this.requests.get(room),
       timed: (p) => this.timed(p),

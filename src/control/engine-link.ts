@@ -38,8 +38,15 @@ export interface EngineLinkDeps {
   roomOwners(room: string): { prefillEngine: string; decodeEngine: string } | undefined;
   /** The request behind a room, attached to its `room.created` for the prefill engine. */
   request(room: string): RoomRequest | undefined;
-  /** Whether the journal would refuse this event from this engine now (as far as the view knows). */
+  /**
+   * Whether the journal would refuse this event from this engine now, as far as the view knows —
+   * the committed view plus the engine's appends still on their way to a commit (an engine sends
+   * `prefill_started` and `transfer_posted` back to back). False also records the event as on
+   * its way, until `settled`.
+   */
   wouldReject(event: EngineMessage<'append'>['event'], engine: string): boolean;
+  /** An append that `wouldReject` let through has committed or failed. */
+  settled(room: string): void;
   /** Measures an append's latency. */
   timed<T>(p: Promise<T>): Promise<T>;
   /** An engine came back as a new incarnation: the old one's rooms are lost (migrate them). */
@@ -351,7 +358,8 @@ export class EngineLink {
       );
       return;
     }
-    if (!this.rejections.take(engine, this.deps.wouldReject(msg.event, engine))) {
+    const rejected = this.deps.wouldReject(msg.event, engine);
+    if (!this.rejections.take(engine, rejected)) {
       this.bus.drops.record('rate_limited', { engine, type, room });
       refuse(
         `${engine} sent more out-of-order events than the journal records (${REJECTIONS_PER_SECOND}/s); this one was not recorded`,
@@ -370,6 +378,9 @@ export class EngineLink {
           data,
         } as Parameters<JournalStore['append']>[0]),
       )
+      .finally(() => {
+        if (!rejected) this.deps.settled(room);
+      })
       .then(
         (res) => {
           const to = this.deps.registry.get(engine)?.peer ?? peer;
