@@ -26,7 +26,8 @@ const SECONDS = Number(flag('--seconds', '3'));
 const DURABILITY = flag('--durability', 'power') as Durability;
 const CONNECTIONS = [1, 16, 64];
 const MAX_TOKENS = 16;
-const r2 = (x: number) => Number(x.toFixed(2));
+// A cell with no samples (every request of it failed) is NaN, not a crash: the errors column says why.
+const r2 = (x: number | null) => (x == null || Number.isNaN(x) ? Number.NaN : Number(x.toFixed(2)));
 
 interface Cell {
   rps: number;
