@@ -149,7 +149,7 @@ export class BusClient {
    * The hello goes out when the connection's handshake completes (`onConnected`), once: said
    * before, it would wait in the socket's queue and arrive together with that one, and the
    * control plane would register the engine and then take it for a reconnection. The timer is a
-   * fallback in case no handshake event comes.
+   * fallback in case no handshake event comes, and the retry of a hello no welcome answered.
    */
   private helloOnceConnected(): void {
     if (this.helloTimer) clearTimeout(this.helloTimer);
@@ -249,12 +249,7 @@ export class BusClient {
     if (this.closed) return;
     this.welcomed = false;
     this.send('hello', this.handlers.hello());
-    if (this.helloTimer) clearTimeout(this.helloTimer);
-    this.helloTimer = setTimeout(() => {
-      this.helloTimer = null;
-      if (!this.welcomed) this.sayHello();
-    }, this.options.helloRetryMs ?? 1000);
-    this.helloTimer.unref();
+    this.helloOnceConnected();
   }
 
   private async receive(loop: SupervisedLoop): Promise<void> {

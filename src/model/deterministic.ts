@@ -8,6 +8,7 @@
  * prompt and settings give the same words, which is how tests and drills check a completion.
  */
 import type { KvSpan, ModelExecutor } from './executor.ts';
+import { WORDS } from './words.ts';
 
 export interface ModelOptions {
   /** KV bytes written per token; a multiple of 4 that divides the page size. Default 64. */
@@ -24,19 +25,6 @@ export const DEFAULT_MODEL_OPTIONS: Readonly<ModelOptions> = Object.freeze({
   decodeUsPerToken: 0,
 });
 
-const WORDS = (
-  'the of and to in is was for on that with as by at from it an be this are or have had not ' +
-  'which but were their all one there been has more when will would who so no if out up into ' +
-  'river stone light garden window morning quiet harbor lantern meadow winter summer orchard ' +
-  'silver copper paper thread signal engine bridge valley mountain forest ocean island market ' +
-  'letter story song voice dream night shadow cloud rain thunder spring autumn field road ' +
-  'village city tower castle ship sail anchor compass map journey path door key lamp candle ' +
-  'fire ember ash smoke wind storm calm tide shore wave sand shell pearl coral reef deep ' +
-  'bright dark slow swift gentle wild old young small great long short warm cold green blue ' +
-  'red golden white black open closed early late first last near far high low soft hard ' +
-  'walks carries finds keeps holds opens closes watches waits listens remembers builds writes ' +
-  'reads sings travels returns follows crosses climbs gathers'
-).split(' ');
 /** Each word's token id: its index in WORDS (what `decodeStep` writes into the KV). */
 const WORD_IDS = new Map(WORDS.map((w, i) => [w, i] as const));
 

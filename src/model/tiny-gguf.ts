@@ -10,6 +10,7 @@
  * every offset aligned to 32 bytes. All numbers little-endian.
  */
 import { writeFileSync } from 'node:fs';
+import { WORDS } from './words.ts';
 
 export interface TinyModelOptions {
   /** Seeds the weights. Default 1. */
@@ -23,17 +24,6 @@ export interface TinyModelOptions {
   /** Context the model says it supports, in tokens. Default 2048. */
   contextLength?: number;
 }
-
-/** The words of the vocabulary (each a token, with the prefixes the tokenizer merges through). */
-const WORDS = (
-  'the of and to in is was for on that with as by at from it an be this are or have had not ' +
-  'which but were their all one there been has more when will would who so no if out up into ' +
-  'river stone light garden window morning quiet harbor lantern meadow winter summer orchard ' +
-  'silver copper paper thread signal engine bridge valley mountain forest ocean island market ' +
-  'letter story song voice dream night shadow cloud rain thunder spring autumn field road ' +
-  'village city tower castle ship sail anchor compass map journey path door key lamp candle ' +
-  'walks carries finds keeps holds opens closes watches waits listens remembers builds writes'
-).split(' ');
 
 const CHAT_TEMPLATE =
   "{% for message in messages %}{{ message['role'] + ': ' + message['content'] + '\\n' }}{% endfor %}" +
