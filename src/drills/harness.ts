@@ -408,13 +408,7 @@ async function commonInvariants(
         : missing.slice(0, 5).join(', '),
   });
 
-  const leaked = await leakedPages(target, 10_000);
-  check({
-    name: 'zero leaked pages',
-    ok: leaked === 0,
-    figure: { pages: Number.isNaN(leaked) ? 'unknown' : leaked },
-    detail: 'free = capacity on every engine',
-  });
+  check(await noLeakedPages(target, 'free = capacity on every engine'));
   const verify = await target.verify();
   check(
     typeof verify === 'string'
@@ -444,11 +438,22 @@ async function commonInvariants(
   });
 }
 
+/** The `zero leaked pages` invariant: every engine's pool full again within 10 s. */
+export async function noLeakedPages(target: DrillTarget, detail: string): Promise<Invariant> {
+  const leaked = await leakedPages(target, 10_000);
+  return {
+    name: 'zero leaked pages',
+    ok: leaked === 0,
+    figure: { pages: Number.isNaN(leaked) ? 'unknown' : leaked },
+    detail,
+  };
+}
+
 /**
  * Pages not free across all engines, from heartbeats sent after now; NaN if none came in time.
  * A room of another client (under `--url`) holds pages too: the check waits for them to end.
  */
-export async function leakedPages(target: DrillTarget, timeoutMs: number): Promise<number> {
+async function leakedPages(target: DrillTarget, timeoutMs: number): Promise<number> {
   const since = Date.now();
   let leaked = Number.NaN;
   while (Date.now() - since < timeoutMs) {

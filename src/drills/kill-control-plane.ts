@@ -15,7 +15,7 @@ import { Admission } from '../bus/admission.ts';
 import { selfCommand } from '../recovery/self.ts';
 import { EngineSupervisor } from '../recovery/supervisor.ts';
 import type { DrillRunOptions, DrillScenario } from './harness.ts';
-import { DRILL_ENGINE_ARGS, leakedPages } from './harness.ts';
+import { DRILL_ENGINE_ARGS, noLeakedPages } from './harness.ts';
 import { Load, type RequestRecord } from './load.ts';
 import { sleep, until } from './poll.ts';
 import { RemoteTarget } from './remote-target.ts';
@@ -243,13 +243,12 @@ async function runKillControlPlane(o: DrillRunOptions): Promise<DrillReport> {
       figure: { answered: answered.length, missing: lost },
       detail: 'every request answered before the kill has its room completed',
     });
-    const leaked = await leakedPages(target, 10_000);
-    check({
-      name: 'zero leaked pages',
-      ok: leaked === 0,
-      figure: { pages: Number.isNaN(leaked) ? 'unknown' : leaked },
-      detail: 'the orphans’ pages came back on every engine (reconciliation by replay)',
-    });
+    check(
+      await noLeakedPages(
+        target,
+        'the orphans’ pages came back on every engine (reconciliation by replay)',
+      ),
+    );
     const next = await fetch(`${base}/v1/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
