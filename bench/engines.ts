@@ -15,8 +15,7 @@ import { join } from 'node:path';
 import { startStack } from '../src/app/stack.ts';
 import type { Durability } from '../src/journal/store.ts';
 import { silentLogger } from '../src/log.ts';
-import { DeterministicModel } from '../src/model/deterministic.ts';
-import { generateInProcess } from '../src/model/executor.ts';
+import { DeterministicModel, generateInProcess } from '../src/model/deterministic.ts';
 import { asJson, flag, percentile, say } from './args.ts';
 
 const SECONDS = Number(flag('--seconds', '3'));

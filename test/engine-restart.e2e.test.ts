@@ -10,8 +10,7 @@ import { openControlPlane } from '../src/app/stack.ts';
 import { Admission } from '../src/bus/admission.ts';
 import { RoomEndedError } from '../src/control/streams.ts';
 import { silentLogger } from '../src/log.ts';
-import { DeterministicModel } from '../src/model/deterministic.ts';
-import { generateInProcess } from '../src/model/executor.ts';
+import { DeterministicModel, generateInProcess } from '../src/model/deterministic.ts';
 import { EngineSupervisor } from '../src/recovery/supervisor.ts';
 import {
   collect,

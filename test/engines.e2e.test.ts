@@ -3,8 +3,8 @@
  * equal the model run in-process, timelines follow the state table, pools return to capacity.
  */
 import { describe, expect, it } from 'vitest';
-import { DeterministicModel } from '../src/model/deterministic.ts';
-import { generateInProcess } from '../src/model/executor.ts';
+import type { EngineSession } from '../src/control/registry.ts';
+import { DeterministicModel, generateInProcess } from '../src/model/deterministic.ts';
 import {
   collect,
   HAPPY_PATH,
@@ -92,10 +92,9 @@ describe('engines end to end', () => {
       /needs 400 prompt tokens of KV, 7 pages, but the largest prefill KV pool has 4 pages/,
     );
     expect(await control.journal.headSeq()).toBe(head);
-    // An engine that does not say how many tokens a page holds (another implementation, say) is
-    // not counted at admission: its own allocator refuses the room, and the room fails cleanly.
-    for (const s of control.registry.all())
-      (s as { tokensPerPage: number | null }).tokensPerPage = null;
+    // An engine that does not say how its KV takes pages (another implementation, say) is not
+    // counted at admission: its own allocator refuses the room, and the room fails cleanly.
+    for (const s of control.registry.all()) (s as { kv: EngineSession['kv'] }).kv = null;
     const out = await collect(control.submit({ prompt: prompt(1, 400), maxTokens: 10 }));
     expect(out.error?.message).toMatch(/failed: kv_pool_full \(in bootstrapping\)/);
     const t = await control.journal.timeline(out.room);

@@ -1,7 +1,6 @@
 /** `pdctl run`, `pdctl engine` and `pdctl keys` as a newcomer runs them: real processes end to end. */
 import { describe, expect, it } from 'vitest';
-import { DeterministicModel } from '../src/model/deterministic.ts';
-import { generateInProcess } from '../src/model/executor.ts';
+import { DeterministicModel, generateInProcess } from '../src/model/deterministic.ts';
 import { pdctl } from './helpers/spawn.ts';
 import { tempDir } from './helpers/tmp.ts';
 

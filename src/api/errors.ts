@@ -9,6 +9,7 @@ import { JournalError, type JournalErrorCode } from '../journal/errors.ts';
 /** The HTTP status each coded error of a lower layer is answered with. */
 export const HTTP_STATUS: Record<ControlErrorCode | JournalErrorCode, number> = {
   CONTROL_BAD_REQUEST: 400,
+  CONTROL_CONTEXT_LENGTH_EXCEEDED: 400,
   CONTROL_OVERLOADED: 429,
   CONTROL_NO_ENGINES: 503,
   CONTROL_JOURNAL_UNAVAILABLE: 503,

@@ -10,17 +10,26 @@ import type { ControlPlane } from '../control/control-plane.ts';
 import { MAX_TOKENS_LIMIT } from '../control/control-plane.ts';
 import { RoomEndedError, type RoomStream } from '../control/streams.ts';
 import type { CompletionResult } from '../control/types.ts';
+import type { ChatMessage, Sampling } from '../model/executor.ts';
 import { ApiError, toApiError } from './errors.ts';
 import type { ApiMetrics } from './metrics.ts';
 import { ChatCompletionResponse, CompletionResponse, Errors, ModelsBody } from './schemas.ts';
 
-/** Sampling and similar parameters the deterministic model cannot honour: accepted, ignored. */
+/**
+ * Sampling, honoured by a llama.cpp model (greedy when temperature is 0, OpenAI's default is 1);
+ * the built-in deterministic model is always greedy. `top_k` is not OpenAI's but most servers'.
+ */
+const SAMPLING = {
+  temperature: Type.Optional(Type.Union([Type.Number({ minimum: 0, maximum: 2 }), Type.Null()])),
+  top_p: Type.Optional(Type.Union([Type.Number({ exclusiveMinimum: 0, maximum: 1 }), Type.Null()])),
+  top_k: Type.Optional(Type.Union([Type.Integer({ minimum: 0 }), Type.Null()])),
+  seed: Type.Optional(Type.Union([Type.Integer({ minimum: 0, maximum: 0xffffffff }), Type.Null()])),
+};
+
+/** Parameters no model here honours: accepted, ignored. */
 const IGNORED = {
-  temperature: Type.Optional(Type.Number()),
-  top_p: Type.Optional(Type.Number()),
   presence_penalty: Type.Optional(Type.Number()),
   frequency_penalty: Type.Optional(Type.Number()),
-  seed: Type.Optional(Type.Integer()),
   user: Type.Optional(Type.String()),
   logit_bias: Type.Optional(Type.Record(Type.String(), Type.Number())),
 };
@@ -46,6 +55,7 @@ const Common = {
     Type.Union([Type.Object({ include_usage: Type.Optional(Type.Boolean()) }), Type.Null()]),
   ),
   stop: Stop,
+  ...SAMPLING,
   ...IGNORED,
 };
 
@@ -92,14 +102,22 @@ type ChatRequest = Static<typeof ChatBody>;
 /** OpenAI's default when max_tokens is absent. */
 const DEFAULT_MAX_TOKENS = 16;
 
-/** The prompt the built-in model sees for a chat: one `role: text` line per message. */
-export function chatPrompt(messages: ChatRequest['messages']): string {
-  return messages
-    .map(
-      (m) =>
-        `${m.role}: ${typeof m.content === 'string' ? m.content : m.content.map((p) => p.text).join(' ')}`,
-    )
-    .join('\n');
+/** A chat's messages as the model's template takes them: content parts joined by spaces. */
+function chatMessages(messages: ChatRequest['messages']): ChatMessage[] {
+  return messages.map((m) => ({
+    role: m.role,
+    content: typeof m.content === 'string' ? m.content : m.content.map((p) => p.text).join(' '),
+  }));
+}
+
+/** The request's sampling, as the engines take it. */
+function sampling(body: CompletionRequest | ChatRequest): Sampling {
+  return {
+    temperature: body.temperature ?? 1,
+    ...(body.top_p == null ? {} : { topP: body.top_p }),
+    ...(body.top_k == null ? {} : { topK: body.top_k }),
+    ...(body.seed == null ? {} : { seed: body.seed }),
+  };
 }
 
 /**
@@ -179,13 +197,9 @@ export const openAiRoutes: FastifyPluginAsync<OpenAiDeps> = async (app, deps) =>
       },
     },
     (req, reply) =>
-      serve(
-        req,
-        reply,
-        deps,
-        'text',
-        Array.isArray(req.body.prompt) ? (req.body.prompt[0] as string) : req.body.prompt,
-      ),
+      serve(req, reply, deps, 'text', {
+        prompt: Array.isArray(req.body.prompt) ? (req.body.prompt[0] as string) : req.body.prompt,
+      }),
   );
   app.post<{ Body: ChatRequest }>(
     '/v1/chat/completions',
@@ -197,7 +211,21 @@ export const openAiRoutes: FastifyPluginAsync<OpenAiDeps> = async (app, deps) =>
         response: completionResponse(ChatCompletionResponse),
       },
     },
-    (req, reply) => serve(req, reply, deps, 'chat', chatPrompt(req.body.messages)),
+    (req, reply) => {
+      let prompt: { prompt: string; tokens: number[] };
+      try {
+        prompt = deps.control.modelInfo.chat(chatMessages(req.body.messages));
+      } catch (err) {
+        throw new ApiError(
+          400,
+          `the messages do not fit the model's chat template: ${(err as Error).message}`,
+          'invalid_request_error',
+          'invalid_messages',
+          'messages',
+        );
+      }
+      return serve(req, reply, deps, 'chat', prompt);
+    },
   );
 };
 
@@ -216,7 +244,7 @@ async function serve(
   reply: FastifyReply,
   deps: OpenAiDeps,
   kind: Kind,
-  prompt: string,
+  input: { prompt: string; tokens?: number[] },
 ): Promise<FastifyReply> {
   const body = req.body;
   if (body.model !== deps.modelId) {
@@ -251,7 +279,13 @@ async function serve(
   }
   const ac = new AbortController();
   const started = performance.now();
-  const stream = deps.control.submit({ prompt, maxTokens, stop: stops, signal: ac.signal });
+  const stream = deps.control.submit({
+    ...input,
+    maxTokens,
+    stop: stops,
+    sampling: sampling(body),
+    signal: ac.signal,
+  });
   reply.header('x-pdctl-room', stream.room);
   // The socket closing before we finished is the client going away: abort the room now.
   let finished = false;

@@ -15,6 +15,12 @@ export const BUS_ERROR_CODES = [
   'BUS_UNAUTHORIZED',
   /** `hello` with a protocol version this control plane does not speak. */
   'BUS_PROTOCOL_MISMATCH',
+  /**
+   * A `hello` from an engine running another model, or one whose KV images the other engines
+   * could not load (another GGUF file, sequence count or pdctl model), than the control plane
+   * serves. Final: the engine exits.
+   */
+  'BUS_MODEL_MISMATCH',
   /** An append whose event does not validate (bad type, data, or a room that is not the engine's). */
   'BUS_INVALID_EVENT',
   /** The journal refused the write (full disk, closed); the engine should retry later. */

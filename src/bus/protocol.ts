@@ -10,7 +10,7 @@ import { Packr } from 'msgpackr';
 import { BUS_ERROR_CODES } from './errors.ts';
 
 /** Bumped on any change an engine of the previous version could not follow. */
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
 /** Default largest payload accepted, in bytes. */
 export const DEFAULT_MAX_FRAME_BYTES = 1 << 20;
 
@@ -28,9 +28,20 @@ export function maxRequestTextBytes(maxFrameBytes = DEFAULT_MAX_FRAME_BYTES): nu
   return maxFrameBytes - EVENT_OVERHEAD_BYTES;
 }
 
-/** UTF-8 bytes of a request's text, as it goes out in its `room.created` event. */
-export function requestTextBytes(request: { prompt: string; generated?: string }): number {
-  return Buffer.byteLength(request.prompt) + Buffer.byteLength(request.generated ?? '');
+/**
+ * Bytes of a request's text (UTF-8) and token ids (at most 5 bytes each in msgpack), as they go
+ * out in its `room.created` event.
+ */
+export function requestTextBytes(request: {
+  prompt: string;
+  generated?: string;
+  tokens?: readonly number[];
+}): number {
+  return (
+    Buffer.byteLength(request.prompt) +
+    Buffer.byteLength(request.generated ?? '') +
+    5 * (request.tokens?.length ?? 0)
+  );
 }
 
 const Id = Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$' });
@@ -53,10 +64,22 @@ export const ENGINE_MESSAGES = {
       pages: Count,
       pageBytes: Count,
       /**
-       * Tokens of KV one page holds: the control plane admits a request only where its pages fit
-       * (absent: it cannot count this engine's pages, and does not).
+       * Pool bytes a room of n tokens takes, `baseBytes + n × bytesPerToken`, and whether decode
+       * adds each generated token's KV to the pool: the control plane admits a request only where
+       * its pages fit (absent: it cannot count this engine's pages, and does not).
        */
-      tokensPerPage: Type.Optional(Type.Integer({ minimum: 1 })),
+      kv: Type.Optional(
+        Type.Object(
+          {
+            baseBytes: Count,
+            bytesPerToken: Type.Integer({ minimum: 1 }),
+            decodeGrows: Type.Boolean(),
+          },
+          strict,
+        ),
+      ),
+      /** The engine's model and KV layout (`ModelInfo.format`); absent: the built-in model. */
+      model: Type.Optional(Type.String({ minLength: 1, maxLength: 500 })),
       /** The engine's KV pool (shared-memory name) and its epoch; prefill engines have one too. */
       pool: Short,
       epoch: Count,
@@ -125,6 +148,8 @@ export const ENGINE_MESSAGES = {
       index: Count,
       text: Type.String({ maxLength: 1 << 16 }),
       tokens: Count,
+      /** The chunk's token ids: a migrated room's context continues from them. */
+      ids: Type.Optional(Type.Array(Count, { maxItems: 1 << 16 })),
     },
     strict,
   ),
@@ -210,12 +235,29 @@ export const CONTROL_MESSAGES = {
         Type.Object(
           {
             prompt: Type.String({ maxLength: 1 << 20 }),
+            /**
+             * The context's token ids (prompt, then any generated before a migration), for a
+             * model whose tokenizer runs only in the control plane (llama.cpp models).
+             */
+            tokens: Type.Optional(Type.Array(Count, { maxItems: 1 << 18 })),
             maxTokens: Count,
             /** Tokens already streamed before a migration; decode continues after them. */
             generated: Type.Optional(Type.String({ maxLength: 1 << 20 })),
             /** Stop sequences: decode ends (`finishReason: stop`) once its text contains one. */
             stop: Type.Optional(
               Type.Array(Type.String({ minLength: 1, maxLength: 200 }), { maxItems: 4 }),
+            ),
+            /** Sampling; absent or temperature 0: greedy. */
+            sampling: Type.Optional(
+              Type.Object(
+                {
+                  temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 2 })),
+                  topP: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1 })),
+                  topK: Type.Optional(Type.Integer({ minimum: 0 })),
+                  seed: Type.Optional(Type.Integer({ minimum: 0, maximum: 0xffffffff })),
+                },
+                strict,
+              ),
             ),
           },
           strict,

@@ -1,5 +1,5 @@
 /** Parsers for numeric CLI flags, shared by every command: one wording for every bad value. */
-import type { Command } from 'commander';
+import { type Command, Option } from 'commander';
 import { ENGINE_DEFAULTS } from '../engine/options.ts';
 import { UsageError } from '../errors.ts';
 
@@ -17,7 +17,39 @@ export function intArg(name: string, min = 0): (v: string) => number {
 /** The KV pool and model flags of an engine: on `pdctl engine`, and on `pdctl serve` for the engines it spawns. */
 export function engineShapeOptions(c: Command, per = ''): Command {
   return c
-    .option('--pages <n>', `KV pool pages${per}`, intArg('--pages', 1), ENGINE_DEFAULTS.pages)
+    .option(
+      '--model <path.gguf>',
+      'serve this GGUF model with llama.cpp (any llama.cpp model file; `npm run model:tiny` writes a tiny one) instead of the built-in deterministic model',
+    )
+    .option(
+      '--sequences <n>',
+      `with --model: rooms each engine computes at once (llama.cpp sequences); every engine of a stack needs the same`,
+      intArg('--sequences', 1),
+      ENGINE_DEFAULTS.sequences,
+    )
+    .option(
+      '--context-size <n>',
+      "with --model: tokens one room may hold, prompt and max_tokens together (default: the model's training context, at most 4096)",
+      intArg('--context-size', 16),
+    )
+    .option(
+      '--threads <n>',
+      "with --model: llama.cpp CPU threads per engine (default: the machine's cores; `pdctl serve` splits them among its engines)",
+      intArg('--threads', 1),
+    )
+    .addOption(
+      new Option(
+        '--gpu <mode>',
+        'with --model: auto uses a GPU where there is one (CUDA build); cpu never does',
+      )
+        .choices(['auto', 'cpu'])
+        .default(ENGINE_DEFAULTS.gpu),
+    )
+    .option(
+      '--pages <n>',
+      `KV pool pages${per} (default ${ENGINE_DEFAULTS.pages}; with --model, at least two full contexts per sequence)`,
+      intArg('--pages', 1),
+    )
     .option(
       '--page-bytes <n>',
       'bytes per KV page (multiple of 64)',
@@ -51,9 +83,14 @@ export function engineShapeOptions(c: Command, per = ''): Command {
 
 /** The same flags, as `pdctl engine` arguments. */
 export function engineShapeArgs(o: Record<string, unknown>): string[] {
+  const given = (flag: string, v: unknown) => (v === undefined ? [] : [flag, String(v)]);
   return [
-    '--pages',
-    String(o.pages),
+    ...given('--model', o.model),
+    ...given('--sequences', o.sequences),
+    ...given('--context-size', o.contextSize),
+    ...given('--threads', o.threads),
+    ...given('--gpu', o.gpu),
+    ...given('--pages', o.pages),
     '--page-bytes',
     String(o.pageBytes),
     '--kv-bytes-per-token',

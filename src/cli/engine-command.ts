@@ -1,11 +1,21 @@
 /** `pdctl engine`: one prefill or decode engine process (the engine's composition root is src/engine/main.ts). */
+
+import { resolve as resolvePath } from 'node:path';
 import type { Command } from 'commander';
 import { Option } from 'commander';
 import { checkKey } from '../bus/admission.ts';
 import { type EngineKeys, startEngine } from '../engine/main.ts';
-import { ENGINE_DEFAULTS, EngineOptionsError, resolveEngineOptions } from '../engine/options.ts';
+import {
+  ENGINE_DEFAULTS,
+  type EngineOptions,
+  EngineOptionsError,
+  resolveEngineOptions,
+} from '../engine/options.ts';
 import { UsageError } from '../errors.ts';
-import { LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
+import { LOG_LEVELS, type Logger, type LogLevel, processLogger } from '../log.ts';
+import { DeterministicModel } from '../model/deterministic.ts';
+import { type EngineModel, pagesFor } from '../model/executor.ts';
+import { LlamaEngineModel } from '../model/llama/engine-model.ts';
 import { engineShapeOptions, intArg } from './args.ts';
 
 export function registerEngineCommand(program: Command): void {
@@ -80,6 +90,11 @@ export function registerEngineCommand(program: Command): void {
           id: o.id,
           role: o.role,
           control: o.control,
+          model: o.model === undefined ? null : resolvePath(o.model as string),
+          sequences: o.sequences,
+          contextSize: o.contextSize ?? null,
+          threads: o.threads,
+          gpu: o.gpu,
           pages: o.pages,
           pageBytes: o.pageBytes,
           kvBytesPerToken: o.kvBytesPerToken,
@@ -120,10 +135,48 @@ export function registerEngineCommand(program: Command): void {
         throw new UsageError((err as Error).message);
       }
       const log = processLogger('engine', o.logLevel as LogLevel, { engine: opts.id });
-      const engine = startEngine(opts, log, keys);
+      const model = await openEngineModel(opts, log);
+      if (model.slots !== null && o.pages === undefined) {
+        // Enough pool for two full contexts per sequence: rooms computing, and as many arriving.
+        const full = pagesFor(model.kv, opts.pageBytes, model.contextSize ?? 0);
+        opts = Object.freeze({ ...opts, pages: Math.max(opts.pages, 2 * model.slots * full) });
+      }
+      const engine = startEngine(opts, log, keys, model);
       const onSignal = (sig: string) => void engine.stop(sig);
       process.once('SIGTERM', onSignal);
       process.once('SIGINT', onSignal);
       await engine.stopped;
     });
+}
+
+/** The engine's model: the built-in one, or the GGUF of --model in llama.cpp (loaded here, once). */
+async function openEngineModel(
+  opts: Readonly<EngineOptions>,
+  log: Logger,
+): Promise<EngineModel & { readonly contextSize?: number | null }> {
+  if (opts.model === null) return new DeterministicModel(opts);
+  const started = Date.now();
+  log.info({ model: opts.model, sequences: opts.sequences, gpu: opts.gpu }, 'loading the model');
+  try {
+    const model = await LlamaEngineModel.open({
+      modelPath: opts.model,
+      sequences: opts.sequences,
+      contextSize: opts.contextSize,
+      threads: opts.threads,
+      gpu: opts.gpu,
+    });
+    log.info(
+      {
+        model: model.format,
+        contextSize: model.contextSize,
+        kvBytesPerToken: model.kv.bytesPerToken,
+        kvBaseBytes: model.kv.baseBytes,
+        ms: Date.now() - started,
+      },
+      'model loaded',
+    );
+    return model;
+  } catch (err) {
+    throw new UsageError(`cannot serve ${opts.model}: ${(err as Error).message}`);
+  }
 }

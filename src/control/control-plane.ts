@@ -26,7 +26,7 @@ import { isTerminal, LIVE_STATES, type StateDeadlinesMs } from '../journal/state
 import type { AppendResult, JournalHealth, JournalStore, Subscription } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { DeterministicModel } from '../model/deterministic.ts';
-import type { ModelExecutor } from '../model/executor.ts';
+import type { ModelInfo, Sampling } from '../model/executor.ts';
 import { Aborts, releasedByBoth } from './aborts.ts';
 import {
   recordCanaryFailed,
@@ -83,7 +83,7 @@ export interface ControlPlaneOptions {
    */
   journalOutageGraceMs?: number;
   /** Tokenizer for prompt sizes; must match the engines' model. Default: the built-in model. */
-  model?: ModelExecutor;
+  model?: ModelInfo;
   log: Logger;
   version: string;
 }
@@ -93,6 +93,9 @@ export interface SubmitRequest {
   maxTokens: number;
   /** Stop sequences (at most 4, 1–200 characters each): the decode engine stops at the first. */
   stop?: string[];
+  /** The prompt's tokens when the caller has them (a chat in the model's template). */
+  tokens?: number[];
+  sampling?: Sampling;
   signal?: AbortSignal;
   /** Who asks, journaled as the `source` of `room.created`. Default `api`. */
   source?: string;
@@ -128,7 +131,7 @@ export class ControlPlane {
    */
   private readonly inFlight = new Map<string, { room: Room; appends: number }>();
   private subscription: Subscription | null = null;
-  private readonly model: ModelExecutor;
+  private readonly model: ModelInfo;
   private closing: Promise<void> | null = null;
   bus!: BusServer;
   /** Rooms the previous control plane left in flight, failed at this start (`orphaned_by_restart`). */
@@ -176,6 +179,7 @@ export class ControlPlane {
     this.link = new EngineLink({
       journal,
       registry: this.registry,
+      modelFormat: this.model.format,
       counters: this.counters,
       log: options.log,
       admission: options.admission,
@@ -210,10 +214,7 @@ export class ControlPlane {
         closing: () => this.closing !== null,
         createRoom: (...args) => this.createRoom(...args),
         canHold: (s, promptTokens, maxTokens) =>
-          this.pages.fits(
-            s,
-            this.pages.pagesFor(s, s.role === 'decode' ? promptTokens + maxTokens : promptTokens),
-          ),
+          this.pages.fits(s, this.pages.pagesFor(s, promptTokens, maxTokens)),
       },
       {
         limit: options.migrationLimit ?? 2,
@@ -309,6 +310,11 @@ export class ControlPlane {
   /** The model id clients ask for (`GET /v1/models`). */
   get modelName(): string {
     return this.model.name;
+  }
+
+  /** The model's tokenizer, chat template and limits (requests are shaped with it). */
+  get modelInfo(): ModelInfo {
+    return this.model;
   }
 
   private async loadLiveRooms(): Promise<void> {
@@ -550,28 +556,42 @@ export class ControlPlane {
     if (typeof prompt !== 'string' || prompt.length === 0) {
       throw new ControlError('CONTROL_BAD_REQUEST', 'prompt must be a non-empty string');
     }
-    // The prompt travels to the prefill engine inside its room.created event: one that cannot fit
-    // in a bus frame would never arrive, and is refused before anything is journaled.
-    const bytes = requestTextBytes({ prompt });
-    if (bytes > MAX_PROMPT_BYTES) {
-      throw new ControlError(
-        'CONTROL_BAD_REQUEST',
-        `prompt is ${bytes} bytes (UTF-8); the most an engine can be sent is ${MAX_PROMPT_BYTES} bytes (the bus frame limit of ${DEFAULT_MAX_FRAME_BYTES} bytes less the event around it)`,
-      );
-    }
     if (!Number.isInteger(maxTokens) || maxTokens < 1 || maxTokens > MAX_TOKENS_LIMIT) {
       throw new ControlError(
         'CONTROL_BAD_REQUEST',
         `max tokens must be an integer from 1 to ${MAX_TOKENS_LIMIT}, got ${maxTokens}`,
       );
     }
-    const promptTokens = this.model.tokenize(prompt).length;
+    const tokens = request.tokens ?? this.model.tokenize(prompt);
+    const promptTokens = tokens.length;
     if (promptTokens === 0) throw new ControlError('CONTROL_BAD_REQUEST', 'prompt has no tokens');
-    const prefill = this.pickFor('prefill', promptTokens, promptTokens);
-    const decode = this.pickFor('decode', promptTokens + maxTokens, promptTokens);
+    // The prompt travels to the prefill engine inside its room.created event: one that cannot fit
+    // in a bus frame would never arrive, and is refused before anything is journaled.
+    const sent = this.model.sendsTokens ? { prompt, tokens } : { prompt };
+    const bytes = requestTextBytes(sent);
+    if (bytes > MAX_PROMPT_BYTES) {
+      throw new ControlError(
+        'CONTROL_BAD_REQUEST',
+        `prompt is ${bytes} bytes (UTF-8${this.model.sendsTokens ? ', and 5 per token id' : ''}); the most an engine can be sent is ${MAX_PROMPT_BYTES} bytes (the bus frame limit of ${DEFAULT_MAX_FRAME_BYTES} bytes less the event around it)`,
+      );
+    }
+    const context = this.model.contextSize;
+    if (context !== null && promptTokens + maxTokens > context) {
+      throw new ControlError(
+        'CONTROL_CONTEXT_LENGTH_EXCEEDED',
+        `this model's context is ${context} tokens; the prompt has ${promptTokens} and max_tokens asks for ${maxTokens} more (${promptTokens + maxTokens}); shorten the prompt or ask for at most ${Math.max(0, context - promptTokens)} tokens`,
+      );
+    }
+    const prefill = this.pickFor('prefill', promptTokens, maxTokens);
+    const decode = this.pickFor('decode', promptTokens, maxTokens);
     const room = newRoomId();
     const stream = new RoomStream(room, promptTokens, Date.now());
-    const req: RoomRequest = { prompt, maxTokens, ...(stop.length > 0 ? { stop } : {}) };
+    const req: RoomRequest = {
+      ...sent,
+      maxTokens,
+      ...(stop.length > 0 ? { stop } : {}),
+      ...(request.sampling ? { sampling: request.sampling } : {}),
+    };
     this.createRoom(stream, room, req, promptTokens, prefill, decode, {
       source: request.source ?? 'api',
     });
@@ -596,10 +616,14 @@ export class ControlPlane {
    * CONTROL_NO_ENGINES when the role has no fresh engine, CONTROL_BAD_REQUEST when none could
    * ever hold the request, CONTROL_OVERLOADED (429) when one could but none can now.
    */
-  private pickFor(role: 'prefill' | 'decode', tokens: number, promptTokens: number): EngineSession {
+  private pickFor(
+    role: 'prefill' | 'decode',
+    promptTokens: number,
+    maxTokens: number,
+  ): EngineSession {
     const freshMs = this.freshMs;
     const now = Date.now();
-    const need = (s: EngineSession) => this.pages.pagesFor(s, tokens);
+    const need = (s: EngineSession) => this.pages.pagesFor(s, promptTokens, maxTokens);
     const picked = this.registry.pick(role, freshMs, now, (s) => this.pages.fits(s, need(s)));
     if (picked) return picked;
     const fresh = this.registry.fresh(role, freshMs, now);
@@ -609,11 +633,12 @@ export class ControlPlane {
         `no ${role} engine is registered with a heartbeat in the last ${freshMs} ms`,
       );
     }
-    const what =
-      role === 'decode'
-        ? `${tokens} tokens of KV (prompt ${promptTokens} + max_tokens ${tokens - promptTokens})`
-        : `${tokens} prompt tokens of KV`;
     const largest = fresh.reduce((a, b) => (b.pages > a.pages ? b : a));
+    const tokens = this.pages.tokensFor(largest, promptTokens, maxTokens);
+    const what =
+      tokens > promptTokens
+        ? `${tokens} tokens of KV (prompt ${promptTokens} + max_tokens ${maxTokens})`
+        : `${tokens} prompt tokens of KV`;
     if (!fresh.some((s) => this.pages.couldEverFit(s, need(s)))) {
       throw new ControlError(
         'CONTROL_BAD_REQUEST',
@@ -641,8 +666,8 @@ export class ControlPlane {
     this.requests.set(room, request);
     prefill.load.liveRooms++;
     decode.load.liveRooms++;
-    this.pages.hold(room, prefill, this.pages.pagesFor(prefill, promptTokens));
-    this.pages.hold(room, decode, this.pages.pagesFor(decode, promptTokens + request.maxTokens));
+    this.pages.hold(room, prefill, this.pages.pagesFor(prefill, promptTokens, request.maxTokens));
+    this.pages.hold(room, decode, this.pages.pagesFor(decode, promptTokens, request.maxTokens));
     this.timed(
       this.journal.append({
         type: 'room.created',

@@ -29,6 +29,8 @@ export interface EngineLinkDeps {
   /** Who may say hello as which engine. */
   admission: Admission;
   registry: EngineRegistry;
+  /** The model the engines must run (`ModelInfo.format`); null: any. */
+  modelFormat: string | null;
   counters: ControlCounters;
   log: Logger;
   /**
@@ -148,6 +150,20 @@ export class EngineLink {
       });
       return;
     }
+    const format = this.deps.modelFormat;
+    if (format !== null && msg.model !== format) {
+      log.warn(
+        { engine: msg.engine, model: msg.model, serving: format },
+        'engine of another model refused',
+      );
+      this.bus.send(peer, 'nack', {
+        eventId: null,
+        code: 'BUS_MODEL_MISMATCH',
+        message: `this control plane serves ${format}; the engine runs ${msg.model ?? 'the built-in model'}: start it with the same --model and --sequences`,
+        retryable: false,
+      });
+      return;
+    }
     const fresh = !prev || prev.incarnation !== msg.incarnation;
     const now = Date.now();
     const session: EngineSession = {
@@ -161,7 +177,8 @@ export class EngineLink {
       epoch: msg.epoch,
       pages: msg.pages,
       pageBytes: msg.pageBytes,
-      tokensPerPage: msg.tokensPerPage ?? null,
+      kv: msg.kv ?? null,
+      model: msg.model ?? null,
       faultInjection: msg.faultInjection === true,
       kvDevice: msg.kvDevice ?? null,
       connectedAt: now,

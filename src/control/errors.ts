@@ -4,6 +4,8 @@ import { codedErrors } from '../errors.ts';
 export const CONTROL_ERROR_CODES = [
   /** The request is invalid (empty prompt, bad max tokens, a pool that could never hold it). */
   'CONTROL_BAD_REQUEST',
+  /** Prompt and max tokens together exceed the model's context (OpenAI's context_length_exceeded). */
+  'CONTROL_CONTEXT_LENGTH_EXCEEDED',
   /** No engine has the KV pages for the request now (it would fit an idle one): retry shortly. */
   'CONTROL_OVERLOADED',
   /** No prefill or no decode engine is registered with a fresh heartbeat. */

@@ -14,7 +14,7 @@ import type { Room } from '../journal/reducer.ts';
 import { isTerminal } from '../journal/states.ts';
 import type { AppendResult, JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
-import type { ModelExecutor } from '../model/executor.ts';
+import type { ModelInfo } from '../model/executor.ts';
 import { ControlError } from './errors.ts';
 import type { EngineRegistry, EngineSession } from './registry.ts';
 import { RoomEndedError, type RoomStream } from './streams.ts';
@@ -32,7 +32,7 @@ export interface MigrationOptions {
 export interface MigrationHost {
   readonly journal: Pick<JournalStore, 'append'>;
   readonly registry: EngineRegistry;
-  readonly model: ModelExecutor;
+  readonly model: ModelInfo;
   readonly log: Logger;
   /** The live view of rooms, folded from committed events. */
   readonly rooms: ReadonlyMap<string, Room>;
@@ -89,12 +89,18 @@ export class Migrator {
       const request = host.requests.get(r.room);
       if (limit === 0 || !stream || stream.done || !request || r.abortRequestedAt !== null)
         continue;
-      // The prompt plus the text streamed so far must fit in the new room's room.created event.
-      const tooLarge =
-        requestTextBytes({ prompt: request.prompt, generated: stream.text }) >
-        maxRequestTextBytes();
-      if (stream.migrations >= limit || tooLarge) {
-        const reason = tooLarge ? 'too_large_to_migrate' : 'migration_limit_reached';
+      // The prompt plus what was streamed so far must fit in the new room's room.created event,
+      // and a model that is sent token ids needs every generated one.
+      const next = continuation(request, stream);
+      const tooLarge = requestTextBytes(next) > maxRequestTextBytes();
+      const idsMissing =
+        next.tokens !== undefined && stream.currentIds.length !== stream.currentTokens;
+      if (stream.migrations >= limit || tooLarge || idsMissing) {
+        const reason = tooLarge
+          ? 'too_large_to_migrate'
+          : idsMissing
+            ? 'generated_tokens_unknown'
+            : 'migration_limit_reached';
         moves.push(
           host.journal
             .append({
@@ -108,7 +114,7 @@ export class Migrator {
         );
         continue;
       }
-      moves.push(this.migrate(r, stream, request, loss));
+      moves.push(this.migrate(r, stream, next, loss));
     }
     await Promise.all(moves);
   }
@@ -116,17 +122,11 @@ export class Migrator {
   private async migrate(
     from: Room,
     stream: RoomStream,
-    request: RoomRequest,
+    next: RoomRequest,
     loss: Loss,
   ): Promise<void> {
     const { host } = this;
     const to = newRoomId();
-    const next: RoomRequest = {
-      prompt: request.prompt,
-      maxTokens: request.maxTokens - stream.currentTokens,
-      generated: stream.text,
-      ...(request.stop ? { stop: request.stop } : {}),
-    };
     // The stream leaves the old room before its terminal event is folded, so that ending it does
     // not end the client's stream.
     host.streams.delete(from.room);
@@ -206,7 +206,7 @@ export class Migrator {
   ): Promise<void> {
     const { host } = this;
     const { engineFreshMs, waitMs } = this.options;
-    const tokens = host.model.contextTokens(next.prompt, next.generated ?? '').length;
+    const tokens = host.model.contextTokens(next).length;
     const deadline = Date.now() + waitMs;
     const usable = (s: EngineSession) =>
       !(s.engine === loss.engine && s.incarnation === loss.incarnation) &&
@@ -253,4 +253,17 @@ export class Migrator {
       await new Promise((r) => setTimeout(r, 50));
     }
   }
+}
+
+/**
+ * The request a migrated room continues as: the same prompt, what was streamed so far as context
+ * (its text, and its token ids for a model that is sent ids), and the tokens still to generate.
+ */
+function continuation(request: RoomRequest, stream: RoomStream): RoomRequest {
+  return {
+    ...request,
+    maxTokens: request.maxTokens - stream.currentTokens,
+    generated: stream.text,
+    ...(request.tokens ? { tokens: [...request.tokens, ...stream.currentIds] } : {}),
+  };
 }

@@ -1,10 +1,12 @@
 /**
  * Admission by KV pages: the pages each room will hold on each engine, counted from the moment the
- * control plane picks the pair until that engine releases the room. A decode engine reserves pages
- * for the prompt and every token it may generate; a prefill engine for the prompt. A request that
- * no engine can hold now waits (429); one no engine could ever hold is refused (400). Engines that
- * do not say how many tokens fit a page (`tokensPerPage` in their hello) are not counted.
+ * control plane picks the pair until that engine releases the room. A prefill engine reserves
+ * pages for the prompt's KV; a decode engine too, and for every token it may generate where its
+ * model decodes in the pool (`kv.decodeGrows`). A request that no engine can hold now waits
+ * (429); one no engine could ever hold is refused (400). Engines that do not say how their KV
+ * takes pages (`kv` in their hello) are not counted.
  */
+import { pagesFor } from '../model/executor.ts';
 import type { EngineSession } from './registry.ts';
 
 interface Hold {
@@ -18,10 +20,15 @@ export class PageLedger {
 
   constructor(private readonly session: (engine: string) => EngineSession | undefined) {}
 
-  /** Pages `tokens` of KV take on this engine; 0 when it does not say. */
-  pagesFor(s: EngineSession, tokens: number): number {
-    if (!s.tokensPerPage) return 0;
-    return Math.max(1, Math.ceil(tokens / s.tokensPerPage));
+  /** Tokens of KV a room takes on this engine. */
+  tokensFor(s: EngineSession, promptTokens: number, maxTokens: number): number {
+    return s.role === 'decode' && s.kv?.decodeGrows ? promptTokens + maxTokens : promptTokens;
+  }
+
+  /** Pages a room takes on this engine; 0 when it does not say. */
+  pagesFor(s: EngineSession, promptTokens: number, maxTokens: number): number {
+    if (!s.kv) return 0;
+    return pagesFor(s.kv, s.pageBytes, this.tokensFor(s, promptTokens, maxTokens));
   }
 
   /** Whether the engine has `pages` not yet promised to a room. */

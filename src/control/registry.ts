@@ -7,6 +7,7 @@
 import type { EngineMessage } from '../bus/protocol.ts';
 import type { PeerId } from '../bus/server.ts';
 import type { JournalEvent } from '../journal/events.ts';
+import type { KvShape } from '../model/executor.ts';
 
 /** Who an engine is, as its admitted hello said: fixed for the session (engine-link.ts writes it once). */
 export interface EngineIdentity {
@@ -22,8 +23,10 @@ export interface EngineIdentity {
   readonly epoch: number;
   readonly pages: number;
   readonly pageBytes: number;
-  /** Tokens of KV per page, as its hello says; null: unknown, its pages are not counted. */
-  readonly tokensPerPage: number | null;
+  /** How its KV takes pages, as its hello says; null: unknown, its pages are not counted. */
+  readonly kv: KvShape | null;
+  /** Its model and KV layout, as its hello says; null: the built-in model. */
+  readonly model: string | null;
   /** It accepts `inject_fault` commands (drills). */
   readonly faultInjection: boolean;
   /** The CUDA device its pool's pages are on; null: host shared memory. */

@@ -25,6 +25,8 @@ export class RoomStream implements AsyncIterable<TokenChunk> {
   private nextIndex = 0;
   text = '';
   tokens = 0;
+  /** Token ids streamed, where the engines send them (llama.cpp models). */
+  ids: number[] = [];
   /** The room serving the request now: `room` until a migration moves it. */
   current: string;
   /** The caller aborted (its AbortSignal fired): a pending migration does not go on. */
@@ -33,6 +35,7 @@ export class RoomStream implements AsyncIterable<TokenChunk> {
   migrations = 0;
   private indexBase = 0;
   private tokensBase = 0;
+  private idsBase = 0;
   readonly result: Promise<CompletionResult>;
   private settle!: { resolve(r: CompletionResult): void; reject(e: Error): void };
   /**
@@ -62,6 +65,12 @@ export class RoomStream implements AsyncIterable<TokenChunk> {
     this.migrations++;
     this.indexBase = this.nextIndex;
     this.tokensBase = this.tokens;
+    this.idsBase = this.ids.length;
+  }
+
+  /** Token ids streamed by the current room (as many as `currentTokens` where engines send them). */
+  get currentIds(): number[] {
+    return this.ids.slice(this.idsBase);
   }
 
   /** Tokens streamed by the current room. */
@@ -74,6 +83,7 @@ export class RoomStream implements AsyncIterable<TokenChunk> {
     this.nextIndex++;
     this.text += chunk.text;
     this.tokens += chunk.tokens;
+    if (chunk.ids) for (const id of chunk.ids) this.ids.push(id);
     this.chunks.push(chunk);
     this.wake();
     return true;

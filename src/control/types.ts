@@ -6,6 +6,7 @@ export interface TokenChunk {
   index: number;
   text: string;
   tokens: number;
+  ids?: number[];
 }
 
 /** How a completion ended. */

@@ -4,7 +4,7 @@
  * that invariants can be checked per request (its room in the journal, its text against the
  * deterministic model's).
  */
-import { generateInProcess, type ModelExecutor } from '../model/executor.ts';
+import { type DeterministicModel, generateInProcess } from '../model/deterministic.ts';
 
 export interface RequestRecord {
   client: number;
@@ -165,7 +165,7 @@ export class Load {
 }
 
 /** Completed requests whose text differs from what the deterministic model produces. */
-export function wrongAnswers(records: RequestRecord[], model: ModelExecutor): RequestRecord[] {
+export function wrongAnswers(records: RequestRecord[], model: DeterministicModel): RequestRecord[] {
   return records.filter(
     (r) =>
       r.outcome === 'completed' && r.text !== generateInProcess(model, r.prompt, r.maxTokens).text,

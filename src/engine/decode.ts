@@ -9,7 +9,12 @@ import { wasApplied } from '../bus/client.ts';
 import type { EngineMessage } from '../bus/protocol.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import type { Logger } from '../log.ts';
-import type { KvSpan, ModelExecutor } from '../model/executor.ts';
+import {
+  type DecodeStep,
+  type DecodeStream,
+  type EngineModel,
+  KvImageError,
+} from '../model/executor.ts';
 import type { KvPool } from '../transfer/pool.ts';
 import { EngineCore, type EnginePorts, type EngineRoom } from './engine.ts';
 import { roomKv } from './kv-pages.ts';
@@ -24,18 +29,21 @@ const PASS_BUDGET_MS = 20;
 
 interface Decoding {
   room: EngineRoom;
-  kv: KvSpan;
-  position: number;
+  /** Null until the model has loaded the KV that arrived. */
+  stream: DecodeStream | null;
+  /** A step (or the start) is being computed off this thread. */
+  pending: boolean;
   generated: number;
   maxTokens: number;
   chunk: string;
   chunkTokens: number;
+  chunkIds: number[];
   chunkIndex: number;
   computeMicros: number;
   /** The request's stop sequences, and the end of its text so far (enough to find one in). */
   stops: readonly string[];
   tail: string;
-  /** A stop sequence appeared: the room ends with `finishReason: stop`. */
+  /** A stop sequence appeared, or the model ended the text: `finishReason: stop`. */
   stopped: boolean;
 }
 
@@ -62,7 +70,7 @@ export class DecodeEngine extends EngineCore {
   constructor(
     opts: Readonly<EngineOptions>,
     ports: EnginePorts,
-    model: ModelExecutor,
+    model: EngineModel,
     log: Logger,
     private readonly pool: KvPool,
   ) {
@@ -91,7 +99,9 @@ export class DecodeEngine extends EngineCore {
   private async bootstrap(room: EngineRoom): Promise<void> {
     const ack = await this.append(room, 'room.bootstrap_started', {});
     if (!wasApplied(ack) || room.stopped) return;
-    const total = (room.view.promptTokens ?? 0) + (room.view.maxTokens ?? 0);
+    // Pages for the prompt's KV, and for every token decode may add where it decodes in the pool.
+    const prompt = room.view.promptTokens ?? 0;
+    const total = prompt + (this.model.kv.decodeGrows ? (room.view.maxTokens ?? 0) : 0);
     const pages = this.allocator.reserve(room.view.room, this.pagesFor(total));
     if (!pages) {
       this.fail(room, 'kv_pool_full', 'bootstrapping');
@@ -109,6 +119,10 @@ export class DecodeEngine extends EngineCore {
     const pages = room.pages;
     const v = room.view;
     if (!pages || room.stopped) return;
+    if (!room.request) {
+      this.fail(room, 'request_unavailable', 'transferred');
+      return;
+    }
     const promptTokens = v.promptTokens ?? 0;
     const sent = pages.slice(0, this.pagesFor(promptTokens));
     const checksum = this.pool.checksumPages(sent);
@@ -120,23 +134,54 @@ export class DecodeEngine extends EngineCore {
       this.fail(room, 'kv_checksum_mismatch', 'transferred');
       return;
     }
+    let tokens: number[];
+    try {
+      tokens = this.model.contextTokens(room.request);
+    } catch (err) {
+      this.log.warn({ room: v.room, err: (err as Error).message }, 'request has no usable tokens');
+      this.fail(room, 'request_unusable', 'transferred');
+      return;
+    }
     void this.append(room, 'room.decode_started', {});
-    this.running.set(v.room, {
+    const d: Decoding = {
       room,
-      kv: roomKv(this.pool, pages, this.opts.kvBytesPerToken, 'load').span,
-      position: promptTokens,
+      stream: null,
+      pending: true,
       generated: 0,
       maxTokens: v.maxTokens ?? 0,
       chunk: '',
       chunkTokens: 0,
+      chunkIds: [],
       chunkIndex: 0,
       computeMicros: 0,
-      stops: room.request?.stop ?? [],
+      stops: room.request.stop ?? [],
       // After a migration, a stop may begin in the text streamed before it.
-      tail: room.request?.generated ?? '',
+      tail: room.request.generated ?? '',
       stopped: false,
-    });
-    this.schedule();
+    };
+    this.running.set(v.room, d);
+    const kv = roomKv(this.pool, pages, 'load');
+    this.model.startDecode(tokens, kv.pages, room.request.sampling ?? {}).then(
+      (stream) => {
+        if (this.running.get(v.room) !== d) {
+          stream.close();
+          return;
+        }
+        d.stream = stream;
+        d.pending = false;
+        this.schedule();
+      },
+      (err: unknown) => {
+        if (this.running.get(v.room) !== d) return;
+        this.running.delete(v.room);
+        const bad = err instanceof KvImageError;
+        this.log.warn(
+          { room: v.room, err: (err as Error).message },
+          bad ? 'the KV that arrived is not a usable image' : 'decode could not start',
+        );
+        this.fail(room, bad ? 'kv_image_invalid' : 'decode_error', 'decoding');
+      },
+    );
   }
 
   private schedule(): void {
@@ -153,50 +198,93 @@ export class DecodeEngine extends EngineCore {
     setImmediate(go);
   }
 
-  /** One decode step for every running room (continuous batching), then back to the event loop. */
+  /**
+   * One decode step for every running room (continuous batching), then back to the event loop. A
+   * model that computes off this thread gets every room's step asked for before any is awaited.
+   */
   private pass(): void {
     this.workTicks++;
     const budgetEnd = performance.now() + PASS_BUDGET_MS;
     for (const d of [...this.running.values()]) {
       if (performance.now() > budgetEnd) break;
+      if (d.pending || !d.stream) continue;
       // Round robin across passes: a room that had its step goes to the back.
       this.running.delete(d.room.view.room);
       if (d.room.stopped) continue;
       this.running.set(d.room.view.room, d);
-      if (d.generated < d.maxTokens) {
-        const step = this.model.decodeStep(d.kv, d.position);
-        d.position++;
-        d.generated++;
-        d.computeMicros += step.micros;
-        d.chunk += step.text;
-        d.chunkTokens++;
-        d.stopped = stopIn(d, step.text);
+      let step: ReturnType<DecodeStream['next']>;
+      try {
+        step = d.stream.next();
+      } catch (err) {
+        this.decodeFailed(d, err);
+        continue;
       }
-      const finished = d.stopped || d.generated >= d.maxTokens;
-      if (d.chunkTokens >= this.opts.chunkTokens || (finished && d.chunkTokens > 0)) {
-        const chunk = {
-          room: d.room.view.room,
-          index: d.chunkIndex++,
-          text: d.chunk,
-          tokens: d.chunkTokens,
-        };
-        const kept = this.sentChunks.get(chunk.room);
-        if (kept) kept.push(chunk);
-        else this.sentChunks.set(chunk.room, [chunk]);
-        this.ports.tokens(chunk);
-        d.chunk = '';
-        d.chunkTokens = 0;
-      }
-      if (finished) {
-        this.running.delete(d.room.view.room);
-        void this.append(d.room, 'room.completed', {
-          tokens: d.generated,
-          finishReason: d.stopped ? 'stop' : 'length',
-          computeMicros: d.computeMicros,
-        });
+      if (step instanceof Promise) {
+        d.pending = true;
+        step.then(
+          (s) => {
+            d.pending = false;
+            if (this.running.get(d.room.view.room) !== d) return;
+            this.took(d, s);
+            this.schedule();
+          },
+          (err: unknown) => {
+            d.pending = false;
+            if (this.running.get(d.room.view.room) === d) this.decodeFailed(d, err);
+          },
+        );
+      } else {
+        this.took(d, step);
       }
     }
     this.schedule();
+  }
+
+  private decodeFailed(d: Decoding, err: unknown): void {
+    this.log.error({ room: d.room.view.room, err }, 'decode step failed');
+    this.running.delete(d.room.view.room);
+    d.stream?.close();
+    this.fail(d.room, 'decode_error', 'decoding');
+  }
+
+  /** A room's step is in: stream it (in chunks), and complete the room when it is done. */
+  private took(d: Decoding, step: DecodeStep | null): void {
+    if (step === null) {
+      d.stopped = true;
+    } else {
+      d.generated++;
+      d.computeMicros += step.micros;
+      d.chunk += step.text;
+      d.chunkTokens++;
+      d.chunkIds.push(step.token);
+      d.stopped = stopIn(d, step.text);
+    }
+    const finished = d.stopped || d.generated >= d.maxTokens;
+    if (d.chunkTokens >= this.opts.chunkTokens || (finished && d.chunkTokens > 0)) {
+      const chunk = {
+        room: d.room.view.room,
+        index: d.chunkIndex++,
+        text: d.chunk,
+        tokens: d.chunkTokens,
+        ids: d.chunkIds,
+      };
+      const kept = this.sentChunks.get(chunk.room);
+      if (kept) kept.push(chunk);
+      else this.sentChunks.set(chunk.room, [chunk]);
+      this.ports.tokens(chunk);
+      d.chunk = '';
+      d.chunkTokens = 0;
+      d.chunkIds = [];
+    }
+    if (finished) {
+      this.running.delete(d.room.view.room);
+      d.stream?.close();
+      void this.append(d.room, 'room.completed', {
+        tokens: d.generated,
+        finishReason: d.stopped ? 'stop' : 'length',
+        computeMicros: d.computeMicros,
+      });
+    }
   }
 
   protected override onReconnected(): void {
@@ -205,6 +293,7 @@ export class DecodeEngine extends EngineCore {
 
   protected stop(room: EngineRoom): void {
     room.stopped = true;
+    this.running.get(room.view.room)?.stream?.close();
     this.running.delete(room.view.room);
     // Ended (its completion was committed after every chunk) or abandoned: nothing to resend.
     this.sentChunks.delete(room.view.room);

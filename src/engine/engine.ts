@@ -11,7 +11,7 @@ import { uuidv7 } from '../journal/ids.ts';
 import { type Room, reduce } from '../journal/reducer.ts';
 import { isTerminal, type RoomState } from '../journal/states.ts';
 import type { Logger } from '../log.ts';
-import type { ModelExecutor } from '../model/executor.ts';
+import { type EngineModel, pagesFor } from '../model/executor.ts';
 import { type Fault, parseFault } from '../transfer/core.ts';
 import { PageAllocator } from './allocator.ts';
 import type { EngineOptions } from './options.ts';
@@ -66,7 +66,7 @@ export abstract class EngineCore {
   constructor(
     protected readonly opts: Readonly<EngineOptions>,
     protected readonly ports: EnginePorts,
-    protected readonly model: ModelExecutor,
+    protected readonly model: EngineModel,
     protected readonly log: Logger,
   ) {
     this.allocator = new PageAllocator(opts.pages);
@@ -255,8 +255,7 @@ export abstract class EngineCore {
 
   /** Pages for `tokens` positions of KV. */
   protected pagesFor(tokens: number): number {
-    const perPage = Math.floor(this.opts.pageBytes / this.opts.kvBytesPerToken);
-    return Math.max(1, Math.ceil(tokens / perPage));
+    return pagesFor(this.model.kv, this.opts.pageBytes, tokens);
   }
 
   onCommand(cmd: ControlMessage<'command'>): void {

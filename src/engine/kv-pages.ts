@@ -5,35 +5,21 @@
  * before the transfer moves them GPU to GPU. (A GPU model would write device memory itself.)
  */
 
-import { KvSpan } from '../model/executor.ts';
 import type { KvPool } from '../transfer/pool.ts';
 
 export interface RoomKv {
-  span: KvSpan;
+  pages: readonly Uint8Array[];
   /** Makes what the model wrote visible in the pool (a no-op for a host pool). */
   store(): void;
 }
 
-export function roomKv(
-  pool: KvPool,
-  pages: readonly number[],
-  kvBytesPerToken: number,
-  start: 'empty' | 'load',
-): RoomKv {
-  if (pool.device === null) {
-    return {
-      span: new KvSpan(
-        pages.map((p) => pool.page(p)),
-        kvBytesPerToken,
-      ),
-      store: () => {},
-    };
-  }
+export function roomKv(pool: KvPool, pages: readonly number[], start: 'empty' | 'load'): RoomKv {
+  if (pool.device === null) return { pages: pages.map((p) => pool.page(p)), store: () => {} };
   const copies = pages.map((p) =>
     start === 'load' ? pool.read(p) : new Uint8Array(pool.pageBytes),
   );
   return {
-    span: new KvSpan(copies, kvBytesPerToken),
+    pages: copies,
     store: () => {
       for (let i = 0; i < pages.length; i++)
         pool.write(pages[i] as number, copies[i] as Uint8Array);

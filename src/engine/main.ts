@@ -9,7 +9,7 @@ import { BusClient } from '../bus/client.ts';
 import { type EngineMessage, PROTOCOL_VERSION } from '../bus/protocol.ts';
 import { uuidv7 } from '../journal/ids.ts';
 import type { Logger } from '../log.ts';
-import { DeterministicModel } from '../model/deterministic.ts';
+import type { EngineModel } from '../model/executor.ts';
 import { isAlive } from '../pids.ts';
 import { NativeTransferCore, type TransferCore } from '../transfer/core.ts';
 import { KvPool } from '../transfer/pool.ts';
@@ -34,10 +34,12 @@ export interface EngineKeys extends KeyPair {
   curve: boolean;
 }
 
+/** Starts the engine around `model` (the built-in one, or a llama.cpp model opened by the caller). */
 export function startEngine(
   opts: Readonly<EngineOptions>,
   log: Logger,
   keys: EngineKeys,
+  model: EngineModel,
 ): RunningEngine {
   const incarnation = uuidv7();
   const pool = KvPool.create({
@@ -47,7 +49,6 @@ export function startEngine(
     replace: true,
     ...(opts.kvDevice === null ? {} : { device: opts.kvDevice }),
   });
-  const model = new DeterministicModel(opts);
   let transfer: TransferCore | null = null;
   let core: EngineCore;
   const bus: BusClient = new BusClient(
@@ -67,7 +68,8 @@ export function startEngine(
         pid: process.pid,
         pages: opts.pages,
         pageBytes: opts.pageBytes,
-        tokensPerPage: Math.floor(opts.pageBytes / opts.kvBytesPerToken),
+        kv: model.kv,
+        ...(model.format === null ? {} : { model: model.format }),
         pool: pool.name,
         epoch: pool.epoch,
         lastSeq: core.lastSeq,
@@ -146,6 +148,7 @@ export function startEngine(
       clearInterval(heartbeat);
       await bus.close();
       await transfer?.close();
+      await model.close();
       pool.close();
       KvPool.unlink(pool.name);
       log.info({}, 'engine stopped');

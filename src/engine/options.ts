@@ -36,6 +36,16 @@ export interface EngineOptions extends ModelOptions {
   drainTimeoutMs: number;
   /** Accept `inject_fault` commands (drills). Off by default: a production engine refuses them. */
   allowFaultInjection: boolean;
+  /** A GGUF model file served with llama.cpp; null: the built-in deterministic model. */
+  model: string | null;
+  /** llama.cpp: sequences of the engine's context, the rooms it computes at once. */
+  sequences: number;
+  /** llama.cpp: tokens one room may hold; null: the model's training context, at most 4096. */
+  contextSize: number | null;
+  /** llama.cpp: CPU threads; 0: llama.cpp's default (the machine's cores). */
+  threads: number;
+  /** llama.cpp: `auto` uses a GPU where there is one (CUDA build), `cpu` never does. */
+  gpu: 'auto' | 'cpu';
 }
 
 export const ENGINE_DEFAULTS = Object.freeze({
@@ -50,6 +60,11 @@ export const ENGINE_DEFAULTS = Object.freeze({
   drainTimeoutMs: 30_000,
   allowFaultInjection: false,
   kvDevice: null as number | null,
+  model: null as string | null,
+  sequences: 4,
+  contextSize: null as number | null,
+  threads: 0,
+  gpu: 'auto' as 'auto' | 'cpu',
 });
 
 export class EngineOptionsError extends Error {
@@ -106,6 +121,16 @@ function bool(name: string, v: unknown): boolean {
   return v;
 }
 
+function nonEmpty(name: string, v: unknown): string {
+  if (typeof v !== 'string' || v.length === 0)
+    throw new EngineOptionsError(`${name} must be a file path, got ${JSON.stringify(v)}`);
+  return v;
+}
+
+function badGpu(v: unknown): never {
+  throw new EngineOptionsError(`gpu must be auto or cpu, got ${JSON.stringify(v)}`);
+}
+
 /** Fills defaults, checks every field, and freezes. Unknown keys name the closest valid one. */
 export function resolveEngineOptions(input: Record<string, unknown>): Readonly<EngineOptions> {
   for (const key of Object.keys(input)) {
@@ -115,7 +140,8 @@ export function resolveEngineOptions(input: Record<string, unknown>): Readonly<E
       );
     }
   }
-  const o = { ...ENGINE_DEFAULTS, ...input } as Record<string, unknown>;
+  const given = Object.fromEntries(Object.entries(input).filter(([, v]) => v !== undefined));
+  const o = { ...ENGINE_DEFAULTS, ...given } as Record<string, unknown>;
   if (typeof o.id !== 'string' || !isValidId(o.id)) {
     throw new EngineOptionsError(
       `id must be letters, digits and . _ : @ / - (at most 128), got ${JSON.stringify(o.id)}`,
@@ -156,6 +182,11 @@ export function resolveEngineOptions(input: Record<string, unknown>): Readonly<E
     drainTimeoutMs: int('drainTimeoutMs', o.drainTimeoutMs, 0, 3_600_000),
     allowFaultInjection: bool('allowFaultInjection', o.allowFaultInjection),
     kvDevice: o.kvDevice === null ? null : int('kvDevice', o.kvDevice, 0, 1023),
+    model: o.model === null ? null : nonEmpty('model', o.model),
+    sequences: int('sequences', o.sequences, 1, 256),
+    contextSize: o.contextSize === null ? null : int('contextSize', o.contextSize, 16, 1 << 20),
+    threads: int('threads', o.threads, 0, 1024),
+    gpu: o.gpu === 'auto' || o.gpu === 'cpu' ? o.gpu : badGpu(o.gpu),
   };
   return Object.freeze(options);
 }

@@ -7,15 +7,12 @@
 import { wasApplied } from '../bus/client.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import type { Logger } from '../log.ts';
-import type { ModelExecutor } from '../model/executor.ts';
+import { type EngineModel, KvImageError } from '../model/executor.ts';
 import type { Fault, TransferCore } from '../transfer/core.ts';
 import { KvPool } from '../transfer/pool.ts';
 import { EngineCore, type EnginePorts, type EngineRoom } from './engine.ts';
 import { roomKv } from './kv-pages.ts';
 import type { EngineOptions } from './options.ts';
-
-/** Prompt tokens computed between two returns to the event loop. */
-const SLICE_TOKENS = 512;
 
 export class PrefillEngine extends EngineCore {
   private readonly queue: EngineRoom[] = [];
@@ -28,7 +25,7 @@ export class PrefillEngine extends EngineCore {
   constructor(
     opts: Readonly<EngineOptions>,
     ports: EnginePorts,
-    model: ModelExecutor,
+    model: EngineModel,
     log: Logger,
     private readonly pool: KvPool,
     private readonly core: TransferCore,
@@ -67,7 +64,8 @@ export class PrefillEngine extends EngineCore {
   }
 
   private pump(): void {
-    while (this.active.size < this.opts.prefillConcurrency && this.queue.length > 0) {
+    const concurrency = Math.min(this.opts.prefillConcurrency, this.model.slots ?? Infinity);
+    while (this.active.size < concurrency && this.queue.length > 0) {
       const room = this.queue.shift() as EngineRoom;
       if (room.stopped) continue;
       this.active.add(room.view.room);
@@ -90,8 +88,15 @@ export class PrefillEngine extends EngineCore {
       this.fail(room, 'request_unavailable', 'waiting_for_input');
       return;
     }
-    // A migrated request's context is its prompt and the text already streamed.
-    const tokens = this.model.contextTokens(room.request.prompt, room.request.generated ?? '');
+    // A migrated request's context is its prompt and what was already streamed.
+    let tokens: number[];
+    try {
+      tokens = this.model.contextTokens(room.request);
+    } catch (err) {
+      this.log.warn({ room: v.room, err: (err as Error).message }, 'request has no usable tokens');
+      this.fail(room, 'request_unusable', 'waiting_for_input');
+      return;
+    }
     const bootstrapped = await this.destination(room);
     if (!bootstrapped) return;
     const { dst, dstPages, epoch } = bootstrapped;
@@ -110,20 +115,23 @@ export class PrefillEngine extends EngineCore {
     // Let the outbox send it before the compute holds this thread: the journal's prefilling must
     // begin when the compute does, and an abort must find the room in it.
     await new Promise<void>((r) => setImmediate(r));
-    const kv = roomKv(this.pool, pages, this.opts.kvBytesPerToken, 'empty');
-    let computeMicros = 0;
-    for (let from = 0; from < tokens.length; from += SLICE_TOKENS) {
-      if (this.computeHung) await this.computeAllowed();
-      if (room.stopped) return;
-      computeMicros += this.model.prefill(
-        tokens,
-        kv.span,
-        from,
-        Math.min(tokens.length, from + SLICE_TOKENS),
-      );
-      this.workTicks++;
-      await new Promise<void>((r) => setImmediate(r));
+    const kv = roomKv(this.pool, pages, 'empty');
+    let computed: Awaited<ReturnType<EngineModel['prefill']>>;
+    try {
+      computed = await this.model.prefill(tokens, kv.pages, async () => {
+        if (this.computeHung) await this.computeAllowed();
+        this.workTicks++;
+        await new Promise<void>((r) => setImmediate(r));
+        return !room.stopped;
+      });
+    } catch (err) {
+      if (!(err instanceof KvImageError)) throw err;
+      this.log.warn({ room: v.room, err: err.message }, 'KV does not fit the reserved pages');
+      this.fail(room, 'kv_exceeds_reservation', 'prefilling');
+      return;
     }
+    if (computed === null) return;
+    const computeMicros = computed.micros;
     if (room.stopped) return;
     kv.store();
     const ack = await this.append(room, 'room.transfer_posted', {

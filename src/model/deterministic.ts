@@ -7,8 +7,45 @@
  * the next word from what it read, so KV that was corrupted in transfer yields different text. Same
  * prompt and settings give the same words, which is how tests and drills check a completion.
  */
-import type { KvSpan, ModelExecutor } from './executor.ts';
+import type {
+  Between,
+  ChatMessage,
+  DecodeStream,
+  EngineModel,
+  KvShape,
+  ModelInfo,
+  ModelRequest,
+} from './executor.ts';
+import { KvImageError } from './executor.ts';
 import { WORDS } from './words.ts';
+
+/** KV storage for one room: positions laid out back to back across the room's pages. */
+export class KvSpan {
+  readonly capacityTokens: number;
+
+  constructor(
+    readonly pages: readonly Uint8Array[],
+    readonly kvBytesPerToken: number,
+  ) {
+    const pageBytes = pages[0]?.length ?? 0;
+    if (pages.some((p) => p.length !== pageBytes)) throw new Error('KV pages differ in size');
+    this.capacityTokens = Math.floor((pageBytes * pages.length) / kvBytesPerToken);
+  }
+
+  /** The KV bytes of one position, as a view (positions never straddle pages). */
+  at(position: number): Uint8Array {
+    const perPage = Math.floor((this.pages[0] as Uint8Array).length / this.kvBytesPerToken);
+    const page = this.pages[Math.floor(position / perPage)];
+    if (!page || position < 0 || position >= this.capacityTokens) {
+      throw new RangeError(`KV position ${position} is outside the room's ${this.capacityTokens}`);
+    }
+    const offset = (position % perPage) * this.kvBytesPerToken;
+    return page.subarray(offset, offset + this.kvBytesPerToken);
+  }
+}
+
+/** Prompt tokens computed between two returns to the event loop. */
+const SLICE_TOKENS = 512;
 
 export interface ModelOptions {
   /** KV bytes written per token; a multiple of 4 that divides the page size. Default 64. */
@@ -65,8 +102,19 @@ function nowMicros(): number {
   return Number(process.hrtime.bigint() / 1000n);
 }
 
-export class DeterministicModel implements ModelExecutor {
+/** The prompt the built-in model sees for a chat: one `role: text` line per message. */
+export function chatPrompt(messages: readonly ChatMessage[]): string {
+  return messages.map((m) => `${m.role}: ${m.content}`).join('\n');
+}
+
+export class DeterministicModel implements ModelInfo, EngineModel {
   readonly name = 'pdctl-deterministic-1';
+  /** Engines with another KV size still interoperate through the pages they report. */
+  readonly format = null;
+  readonly contextSize = null;
+  readonly sendsTokens = false;
+  readonly slots = null;
+  readonly kv: KvShape;
   readonly kvBytesPerToken: number;
   private readonly options: ModelOptions;
 
@@ -83,6 +131,7 @@ export class DeterministicModel implements ModelExecutor {
       }
     }
     this.kvBytesPerToken = k;
+    this.kv = { baseBytes: 0, bytesPerToken: k, decodeGrows: true };
   }
 
   /** Words (and punctuation runs) of the prompt, each mapped to a token id. */
@@ -91,9 +140,15 @@ export class DeterministicModel implements ModelExecutor {
     return parts.map((w) => hashString(w) % 65_536);
   }
 
-  contextTokens(prompt: string, generated: string): number[] {
-    const tokens = this.tokenize(prompt);
-    for (const word of generated.split(' ')) {
+  chat(messages: readonly ChatMessage[]): { prompt: string; tokens: number[] } {
+    const prompt = chatPrompt(messages);
+    return { prompt, tokens: this.tokenize(prompt) };
+  }
+
+  /** The prompt's tokens, then those of the words generated before a migration. */
+  contextTokens(request: ModelRequest): number[] {
+    const tokens = this.tokenize(request.prompt);
+    for (const word of (request.generated ?? '').split(' ')) {
       if (word === '') continue;
       const id = WORD_IDS.get(word);
       if (id === undefined) throw new Error(`"${word}" is not a word this model generates`);
@@ -114,7 +169,11 @@ export class DeterministicModel implements ModelExecutor {
     return s;
   }
 
-  prefill(tokens: readonly number[], kv: KvSpan, from = 0, to = tokens.length): number {
+  /**
+   * Writes the KV of `tokens[from..to)` at those positions of `kv` (positions before `from` must
+   * already be written). Returns compute microseconds.
+   */
+  prefillSpan(tokens: readonly number[], kv: KvSpan, from = 0, to = tokens.length): number {
     const start = nowMicros();
     let prev = from === 0 ? FNV_OFFSET : lastWord(kv.at(from - 1));
     for (let p = from; p < to; p++) prev = this.writeKv(kv, p, tokens[p] as number, prev);
@@ -122,6 +181,10 @@ export class DeterministicModel implements ModelExecutor {
     return nowMicros() - start;
   }
 
+  /**
+   * Generates the token at `position` from the KV of positions 0..position-1, writes that
+   * token's KV at `position`, and returns the token, its text and compute microseconds.
+   */
   decodeStep(kv: KvSpan, position: number): { token: number; text: string; micros: number } {
     const start = nowMicros();
     // "Attention": one pass over every KV byte of the context.
@@ -138,4 +201,60 @@ export class DeterministicModel implements ModelExecutor {
     spin(this.options.decodeUsPerToken);
     return { token, text: ` ${WORDS[token]}`, micros: nowMicros() - start };
   }
+
+  /** Prefill in slices of 512 tokens, back to the event loop between them. */
+  async prefill(
+    tokens: readonly number[],
+    pages: readonly Uint8Array[],
+    between: Between,
+  ): Promise<{ bytes: number; micros: number } | null> {
+    const span = new KvSpan(pages, this.kvBytesPerToken);
+    if (tokens.length > span.capacityTokens) {
+      throw new KvImageError(
+        `${tokens.length} tokens of KV do not fit the room's ${span.capacityTokens}`,
+      );
+    }
+    let micros = 0;
+    for (let from = 0; from < tokens.length; from += SLICE_TOKENS) {
+      if (!(await between())) return null;
+      micros += this.prefillSpan(tokens, span, from, Math.min(tokens.length, from + SLICE_TOKENS));
+    }
+    if (!(await between())) return null;
+    return { bytes: tokens.length * this.kvBytesPerToken, micros };
+  }
+
+  /** Decodes in the pages themselves: each step reads the whole context and writes its own KV. */
+  async startDecode(
+    tokens: readonly number[],
+    pages: readonly Uint8Array[],
+  ): Promise<DecodeStream> {
+    const span = new KvSpan(pages, this.kvBytesPerToken);
+    let position = tokens.length;
+    return {
+      next: () => this.decodeStep(span, position++),
+      close: () => {},
+    };
+  }
+
+  async close(): Promise<void> {}
+}
+
+/**
+ * The built-in model run start to finish in this process, with its KV in plain memory: what a
+ * completion through the engines must equal. Synchronous, unlike `runInProcess`.
+ */
+export function generateInProcess(
+  model: DeterministicModel,
+  prompt: string,
+  maxTokens: number,
+): { text: string; promptTokens: number; tokens: number } {
+  const tokens = model.tokenize(prompt);
+  const kv = new KvSpan(
+    [new Uint8Array(Math.max(1, tokens.length + maxTokens) * model.kvBytesPerToken)],
+    model.kvBytesPerToken,
+  );
+  model.prefillSpan(tokens, kv);
+  let text = '';
+  for (let i = 0; i < maxTokens; i++) text += model.decodeStep(kv, tokens.length + i).text;
+  return { text, promptTokens: tokens.length, tokens: maxTokens };
 }

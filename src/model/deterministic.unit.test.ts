@@ -1,6 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { DeterministicModel } from './deterministic.ts';
-import { generateInProcess, KvSpan } from './executor.ts';
+import { DeterministicModel, generateInProcess, KvSpan } from './deterministic.ts';
 
 describe('the built-in deterministic model', () => {
   const model = new DeterministicModel();
@@ -18,27 +17,29 @@ describe('the built-in deterministic model', () => {
       const full = generateInProcess(model, prompt, 40).text;
       for (const cut of [1, 9, 39]) {
         const head = generateInProcess(model, prompt, cut).text;
-        const tokens = model.contextTokens(prompt, head);
+        const tokens = model.contextTokens({ prompt, generated: head });
         expect(tokens.length).toBe(model.tokenize(prompt).length + cut);
         const kv = new KvSpan([new Uint8Array((tokens.length + 40) * 64)], 64);
-        model.prefill(tokens, kv);
+        model.prefillSpan(tokens, kv);
         let tail = '';
         for (let i = 0; i < 40 - cut; i++) tail += model.decodeStep(kv, tokens.length + i).text;
         expect(head + tail).toBe(full);
       }
     }
-    expect(() => model.contextTokens('a', ' notaword')).toThrow(/not a word this model generates/);
+    expect(() => model.contextTokens({ prompt: 'a', generated: ' notaword' })).toThrow(
+      /not a word this model generates/,
+    );
   });
 
   it('reads the KV it was given: a corrupted byte anywhere in the context changes the next token', () => {
     const tokens = model.tokenize('a lantern in the window of the old tower');
     const fresh = () => new KvSpan([new Uint8Array(64 * 64)], 64);
     const clean = fresh();
-    model.prefill(tokens, clean);
+    model.prefillSpan(tokens, clean);
     const expected = model.decodeStep(clean, tokens.length).token;
     for (const position of [0, 4, tokens.length - 1]) {
       const kv = fresh();
-      model.prefill(tokens, kv);
+      model.prefillSpan(tokens, kv);
       (kv.at(position)[17] as number) ^= 0x40;
       expect(model.decodeStep(kv, tokens.length).token, `corrupt position ${position}`).not.toBe(
         expected,
@@ -53,9 +54,9 @@ describe('the built-in deterministic model', () => {
       [new Uint8Array(64 * 4), new Uint8Array(64 * 4), new Uint8Array(64 * 4)],
       64,
     );
-    model.prefill(tokens, whole);
+    model.prefillSpan(tokens, whole);
     for (let from = 0; from < tokens.length; from += 3)
-      model.prefill(tokens, sliced, from, Math.min(tokens.length, from + 3));
+      model.prefillSpan(tokens, sliced, from, Math.min(tokens.length, from + 3));
     for (let p = 0; p < tokens.length; p++) expect(sliced.at(p)).toEqual(whole.at(p));
   });
 

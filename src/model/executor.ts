@@ -1,73 +1,163 @@
 /**
- * What an engine needs from a model (docs/design.md §7): tokenize, prefill KV into a
- * room's pages, and decode one token at a time from them. The built-in deterministic model
- * (deterministic.ts) is one implementation; an inference runtime is another.
+ * What pdctl needs from a model (docs/design.md §7), in two halves:
+ *
+ * - `ModelInfo`, for the control plane and the API: the model's name, how a request tokenizes
+ *   (prompt sizes, chat template), and its context limit.
+ * - `EngineModel`, for the engines: prefill a room's context into a KV image in its pages, and
+ *   decode from such an image, token by token.
+ *
+ * The built-in deterministic model (deterministic.ts) writes its KV position by position into the
+ * pages and keeps decoding into them; a llama.cpp model (llama/) saves a sequence's state as one
+ * image and decodes in its own context. The engines treat both the same way.
  */
 
-/** KV storage for one room: positions laid out back to back across the room's pages. */
-export class KvSpan {
-  readonly capacityTokens: number;
-
-  constructor(
-    readonly pages: readonly Uint8Array[],
-    readonly kvBytesPerToken: number,
-  ) {
-    const pageBytes = pages[0]?.length ?? 0;
-    if (pages.some((p) => p.length !== pageBytes)) throw new Error('KV pages differ in size');
-    this.capacityTokens = Math.floor((pageBytes * pages.length) / kvBytesPerToken);
-  }
-
-  /** The KV bytes of one position, as a view (positions never straddle pages). */
-  at(position: number): Uint8Array {
-    const perPage = Math.floor((this.pages[0] as Uint8Array).length / this.kvBytesPerToken);
-    const page = this.pages[Math.floor(position / perPage)];
-    if (!page || position < 0 || position >= this.capacityTokens) {
-      throw new RangeError(`KV position ${position} is outside the room's ${this.capacityTokens}`);
-    }
-    const offset = (position % perPage) * this.kvBytesPerToken;
-    return page.subarray(offset, offset + this.kvBytesPerToken);
-  }
+/** Sampling a request asks for. Greedy when temperature is 0 or absent. */
+export interface Sampling {
+  temperature?: number;
+  topP?: number;
+  topK?: number;
+  seed?: number;
 }
 
-/** A model as the engines and the control plane use it; each implementation wraps one runtime. */
-export interface ModelExecutor {
+/** A chat message, as the API receives it. */
+export interface ChatMessage {
+  role: string;
+  content: string;
+}
+
+/** The part of a room's request a model reads. */
+export interface ModelRequest {
+  prompt: string;
+  /** The context's token ids (prompt, then any generated before a migration), for token models. */
+  tokens?: readonly number[];
+  /** Text generated before a migration (models that tokenize text in the engines). */
+  generated?: string;
+}
+
+/** How much KV pool a room takes on an engine: `baseBytes + tokens × bytesPerToken`. */
+export interface KvShape {
+  baseBytes: number;
+  bytesPerToken: number;
+  /**
+   * True when decode writes each new token's KV into the pool (a decode engine reserves pages
+   * for prompt + max_tokens); false when only the prompt's image lands there and decode goes on
+   * in the model runtime's own memory.
+   */
+  decodeGrows: boolean;
+}
+
+/** Pages a room of `tokens` positions takes in a pool of `pageBytes` pages. */
+export function pagesFor(kv: KvShape, pageBytes: number, tokens: number): number {
+  return Math.max(1, Math.ceil((kv.baseBytes + tokens * kv.bytesPerToken) / pageBytes));
+}
+
+/** The model as the control plane and the API see it. */
+export interface ModelInfo {
+  /** What `GET /v1/models` lists and `room.created` records. */
   readonly name: string;
-  readonly kvBytesPerToken: number;
-  tokenize(prompt: string): number[];
   /**
-   * The context of a migrated request: the prompt's tokens followed by those of `generated`, text
-   * this model produced from it. Prefilling it and decoding on continues the undisturbed output.
+   * What an engine must report in its hello to join (its model file and KV layout): engines of
+   * another model, or whose KV images another engine could not load, are refused. Null: any.
    */
-  contextTokens(prompt: string, generated: string): number[];
-  /**
-   * Writes the KV of `tokens[from..to)` at those positions of `kv` (positions before `from` must
-   * already be written: callers prefill in slices to stay responsive). Returns compute microseconds.
-   */
-  prefill(tokens: readonly number[], kv: KvSpan, from?: number, to?: number): number;
-  /**
-   * Generates the token at `position` from the KV of positions 0..position-1, writes that
-   * token's KV at `position`, and returns the token, its text and compute microseconds.
-   */
-  decodeStep(kv: KvSpan, position: number): { token: number; text: string; micros: number };
+  readonly format: string | null;
+  /** Most tokens one room may hold, prompt and max_tokens together; null when only pages bound it. */
+  readonly contextSize: number | null;
+  /** Whether rooms carry token ids to the engines (this tokenizer is the only one that runs). */
+  readonly sendsTokens: boolean;
+  tokenize(text: string): number[];
+  /** A chat's prompt in the model's chat template, with its tokens. */
+  chat(messages: readonly ChatMessage[]): { prompt: string; tokens: number[] };
+  /** The tokens of a request's context (a migrated one's includes what was generated). */
+  contextTokens(request: ModelRequest): number[];
+}
+
+/** One generated token. */
+export interface DecodeStep {
+  token: number;
+  text: string;
+  /** Compute time of this step. */
+  micros: number;
 }
 
 /**
- * The same model run in this process, start to finish, with its KV in plain memory: what a
- * completion through the engines must equal.
+ * A room's generation. `next()` gives the next token, or null when the model ended the text (an
+ * end-of-generation token); a runtime that computes off this thread returns a promise, and the
+ * engine asks every room for its next token before awaiting any (so they batch).
  */
-export function generateInProcess(
-  model: ModelExecutor,
-  prompt: string,
+export interface DecodeStream {
+  next(): DecodeStep | null | Promise<DecodeStep | null>;
+  /** Frees what the stream holds (a sequence); idempotent, safe while a `next()` is pending. */
+  close(): void;
+}
+
+/** Between two slices of prefill compute: false once the room was stopped (the work ends). */
+export type Between = () => Promise<boolean>;
+
+/** The model as an engine runs it. */
+export interface EngineModel {
+  readonly name: string;
+  /** See `ModelInfo.format`: sent in the hello. */
+  readonly format: string | null;
+  readonly kv: KvShape;
+  /** Rooms it computes at once (prefill concurrency, decode batch); null when it has no limit. */
+  readonly slots: number | null;
+  contextTokens(request: ModelRequest): number[];
+  /**
+   * Computes the KV of `tokens` into `pages` (views of the pool, or host copies of a device
+   * pool's). Resolves with the bytes written and the compute time, or null when `between` said
+   * the room stopped. Throws a KvImageError when the pages cannot hold it.
+   */
+  prefill(
+    tokens: readonly number[],
+    pages: readonly Uint8Array[],
+    between: Between,
+  ): Promise<{ bytes: number; micros: number } | null>;
+  /** Starts decoding after `tokens` from the KV that arrived in `pages`. */
+  startDecode(
+    tokens: readonly number[],
+    pages: readonly Uint8Array[],
+    sampling: Sampling,
+  ): Promise<DecodeStream>;
+  close(): Promise<void>;
+}
+
+/** KV that does not fit the room's pages, or an image that is not one (a bug, or bad memory). */
+export class KvImageError extends Error {
+  override name = 'KvImageError';
+}
+
+/** The result a completion through the engines must equal, for tests, drills and benchmarks. */
+export interface Reference {
+  text: string;
+  tokens: number[];
+}
+
+/**
+ * The same engine model run start to finish in this process, with its KV in plain memory: what a
+ * completion through the engines must equal (greedy, or the same seed).
+ */
+export async function runInProcess(
+  model: EngineModel,
+  request: ModelRequest,
   maxTokens: number,
-): { text: string; promptTokens: number; tokens: number } {
-  const tokens = model.tokenize(prompt);
-  const total = tokens.length + maxTokens;
-  const kv = new KvSpan(
-    [new Uint8Array(Math.max(1, total) * model.kvBytesPerToken)],
-    model.kvBytesPerToken,
-  );
-  model.prefill(tokens, kv);
+  sampling: Sampling = {},
+): Promise<Reference & { promptTokens: number }> {
+  const tokens = model.contextTokens(request);
+  const bytes = model.kv.baseBytes + (tokens.length + maxTokens) * model.kv.bytesPerToken;
+  const pages = [new Uint8Array(Math.max(64, Math.ceil(bytes / 64) * 64))];
+  await model.prefill(tokens, pages, async () => true);
+  const stream = await model.startDecode(tokens, pages, sampling);
   let text = '';
-  for (let i = 0; i < maxTokens; i++) text += model.decodeStep(kv, tokens.length + i).text;
-  return { text, promptTokens: tokens.length, tokens: maxTokens };
+  const ids: number[] = [];
+  try {
+    while (ids.length < maxTokens) {
+      const step = await stream.next();
+      if (step === null) break;
+      text += step.text;
+      ids.push(step.token);
+    }
+  } finally {
+    stream.close();
+  }
+  return { text, tokens: ids, promptTokens: tokens.length };
 }

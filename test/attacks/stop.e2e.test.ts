@@ -6,8 +6,7 @@
  * character of a stop sequence (or after it) reaches the client.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DeterministicModel } from '../../src/model/deterministic.ts';
-import { generateInProcess } from '../../src/model/executor.ts';
+import { DeterministicModel, generateInProcess } from '../../src/model/deterministic.ts';
 import { type Served, serve } from '../helpers/serve.ts';
 
 const PROMPT = 'the river carries the light';

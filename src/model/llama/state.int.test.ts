@@ -8,8 +8,8 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { getLlama, type Llama, LlamaLogLevel, type LlamaModel, type Token } from 'node-llama-cpp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { tempDir } from '../../test/helpers/tmp.ts';
-import { tinyModelGguf, writeTinyModel } from './tiny-gguf.ts';
+import { tempDir } from '../../../test/helpers/tmp.ts';
+import { tinyModelGguf, writeTinyModel } from '../tiny-gguf.ts';
 
 let llama: Llama;
 let model: LlamaModel;

@@ -1,0 +1,217 @@
+/**
+ * A llama.cpp model through pdctl against the same model in-process: tokens per second and time to
+ * first token of rooms through the whole stack (control plane, bus, journal, one prefill and one
+ * decode engine process, the KV state moved by the transfer core), against node-llama-cpp in this
+ * process with the same model, prompts, sequences and threads, measured in the same run. Also the
+ * KV bytes one room moves and the transfer's share of its time to first token.
+ *
+ * The model is a generated GGUF (src/model/tiny-gguf.ts) wider and deeper than the test one, so
+ * that a token costs compute the way a real model's does (about a millisecond here).
+ *
+ *   npm run bench:model                     # a table
+ *   npm run bench:model -- --json           # one JSON object with stable keys
+ *   npm run bench:model -- --embedding 512 --layers 8 --rounds 5
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { cpus, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startStack } from '../src/app/stack.ts';
+import type { RoomStream } from '../src/control/streams.ts';
+import { silentLogger } from '../src/log.ts';
+import { LlamaEngineModel } from '../src/model/llama/engine-model.ts';
+import { LlamaModelInfo } from '../src/model/llama/model-info.ts';
+import { writeTinyModel } from '../src/model/tiny-gguf.ts';
+import { WORDS } from '../src/model/words.ts';
+import { asJson, flag, percentile, say } from './args.ts';
+
+const EMBEDDING = Number(flag('--embedding', '256'));
+const LAYERS = Number(flag('--layers', '4'));
+const ROUNDS = Number(flag('--rounds', '5'));
+const PROMPT_WORDS = Number(flag('--prompt-words', '256'));
+const MAX_TOKENS = Number(flag('--max-tokens', '64'));
+const SEQUENCES = 8;
+const CONCURRENCY = [1, 8];
+const CONTEXT = 1024;
+/** One thread per engine and for the baseline: each engine process computes on one core. */
+const THREADS = 1;
+
+interface Run {
+  tokens: number;
+  wallMs: number;
+  ttftMs: number[];
+}
+
+interface Row {
+  concurrency: number;
+  inProcessTokensPerSec: number;
+  pdctlTokensPerSec: number;
+  ratio: number;
+  inProcessTtftMsP50: number;
+  pdctlTtftMsP50: number;
+  kvBytesPerRoom: number;
+  transferMsP50: number;
+  transferShareOfTtft: number;
+  failed: number;
+}
+
+function promptOf(i: number): string {
+  return Array.from(
+    { length: PROMPT_WORDS },
+    (_, k) => WORDS[(i * 31 + k * 7 + (k >> 3)) % WORDS.length],
+  ).join(' ');
+}
+
+function median(values: number[]): number {
+  return percentile(
+    [...values].sort((a, b) => a - b),
+    50,
+  );
+}
+
+async function inProcess(model: LlamaEngineModel, prompts: number[][]): Promise<Run> {
+  const t0 = performance.now();
+  const outs = await Promise.all(prompts.map((p) => model.generate(p, MAX_TOKENS)));
+  return {
+    tokens: outs.reduce((n, o) => n + o.tokens.length, 0),
+    wallMs: performance.now() - t0,
+    ttftMs: outs.map((o) => o.firstTokenMs),
+  };
+}
+
+async function firstChunk(stream: RoomStream, t0: number): Promise<{ ttft: number; ok: boolean }> {
+  let ttft = Number.NaN;
+  try {
+    for await (const _ of stream) if (Number.isNaN(ttft)) ttft = performance.now() - t0;
+    return { ttft, ok: true };
+  } catch {
+    return { ttft, ok: false };
+  }
+}
+
+const dir = mkdtempSync(join(tmpdir(), 'pdctl-bench-model-'));
+const rows: Row[] = [];
+try {
+  const path = join(dir, 'bench.gguf');
+  const fileBytes = writeTinyModel(path, { embedding: EMBEDDING, layers: LAYERS, heads: 8 });
+  const shape = {
+    modelPath: path,
+    sequences: SEQUENCES,
+    contextSize: CONTEXT,
+    gpu: 'cpu',
+  } as const;
+  const info = await LlamaModelInfo.open(shape);
+  const model = await LlamaEngineModel.open({ ...shape, threads: THREADS });
+  say(
+    `model: ${EMBEDDING}-wide, ${LAYERS} layers, ${fileBytes} bytes; KV ${model.kv.bytesPerToken} bytes/token`,
+  );
+  const stack = await startStack({
+    journalPath: join(dir, 'journal.db'),
+    durability: 'power',
+    log: silentLogger,
+    version: 'bench',
+    model: info,
+    engineArgs: [
+      '--model',
+      path,
+      '--sequences',
+      String(SEQUENCES),
+      '--context-size',
+      String(CONTEXT),
+      '--threads',
+      String(THREADS),
+      '--gpu',
+      'cpu',
+      '--chunk-tokens',
+      '1',
+    ],
+    restartStalled: false,
+  });
+  try {
+    for (const concurrency of CONCURRENCY) {
+      const base: Run[] = [];
+      const pd: Run[] = [];
+      const kvBytes: number[] = [];
+      const transferMs: number[] = [];
+      let failed = 0;
+      for (let round = 0; round < ROUNDS; round++) {
+        const texts = Array.from({ length: concurrency }, (_, i) => promptOf(round * 100 + i));
+        // Alternate which goes first, so that neither always runs on a warmer machine.
+        const order = round % 2 === 0 ? ['base', 'pd'] : ['pd', 'base'];
+        for (const which of order) {
+          if (which === 'base') {
+            base.push(
+              await inProcess(
+                model,
+                texts.map((t) => info.tokenize(t)),
+              ),
+            );
+            continue;
+          }
+          const t0 = performance.now();
+          const streams = texts.map((prompt) =>
+            stack.control.submit({ prompt, maxTokens: MAX_TOKENS, source: 'bench' }),
+          );
+          const firsts = await Promise.all(streams.map((s) => firstChunk(s, t0)));
+          const wallMs = performance.now() - t0;
+          failed += firsts.filter((f) => !f.ok).length;
+          pd.push({
+            tokens: streams.reduce((n, s) => n + s.tokens, 0),
+            wallMs,
+            ttftMs: firsts.map((f) => f.ttft),
+          });
+          for (const s of streams) {
+            const t = await stack.control.journal.timeline(s.room);
+            const moved = t.events.find((e) => e.type === 'room.transfer_completed');
+            if (!moved) continue;
+            kvBytes.push(moved.data.bytes as number);
+            transferMs.push((moved.data.micros as number) / 1000);
+          }
+        }
+        say(`  ${concurrency} concurrent: round ${round + 1}/${ROUNDS}`);
+      }
+      const tps = (runs: Run[]) => median(runs.map((r) => (r.tokens * 1000) / r.wallMs));
+      const ttft = (runs: Run[]) => median(runs.flatMap((r) => r.ttftMs));
+      const pdTtft = ttft(pd);
+      rows.push({
+        concurrency,
+        inProcessTokensPerSec: Math.round(tps(base)),
+        pdctlTokensPerSec: Math.round(tps(pd)),
+        ratio: Number((tps(pd) / tps(base)).toFixed(3)),
+        inProcessTtftMsP50: Number(ttft(base).toFixed(1)),
+        pdctlTtftMsP50: Number(pdTtft.toFixed(1)),
+        kvBytesPerRoom: Math.round(median(kvBytes)),
+        transferMsP50: Number(median(transferMs).toFixed(3)),
+        transferShareOfTtft: Number((median(transferMs) / pdTtft).toFixed(4)),
+        failed,
+      });
+    }
+  } finally {
+    await stack.stop();
+    await model.close();
+    await info.close();
+  }
+} finally {
+  rmSync(dir, { recursive: true, force: true });
+}
+
+if (asJson) {
+  process.stdout.write(
+    `${JSON.stringify({ bench: 'model', cores: cpus().length, node: process.version, embedding: EMBEDDING, layers: LAYERS, rounds: ROUNDS, promptWords: PROMPT_WORDS, maxTokens: MAX_TOKENS, sequences: SEQUENCES, threads: THREADS, rows }, null, 2)}\n`,
+  );
+} else {
+  const out = [
+    `pdctl model benchmark — ${cpus().length} cores, node ${process.version}; a generated llama model ${EMBEDDING} wide, ${LAYERS} layers,`,
+    `prompt ${PROMPT_WORDS} words, ${MAX_TOKENS} tokens out, ${SEQUENCES} sequences, ${THREADS} thread per engine; median of ${ROUNDS} rounds.`,
+    'pdctl: 1 prefill + 1 decode engine. Baseline: node-llama-cpp in this process, same model, sequences, threads.',
+    '',
+    '| concurrent | in-process tok/s | pdctl tok/s | ratio | in-process TTFT p50 ms | pdctl TTFT p50 ms | KV bytes/room | transfer p50 ms | transfer / TTFT | failed |',
+    '|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+    ...rows.map(
+      (r) =>
+        `| ${r.concurrency} | ${r.inProcessTokensPerSec} | ${r.pdctlTokensPerSec} | ${r.ratio} | ${r.inProcessTtftMsP50} | ${r.pdctlTtftMsP50} | ${r.kvBytesPerRoom} | ${r.transferMsP50} | ${(r.transferShareOfTtft * 100).toFixed(2)} % | ${r.failed} |`,
+    ),
+    '',
+    'Goals: ratio ≥ 0.8 at 8 concurrent; transfer < 5 % of TTFT.',
+  ];
+  process.stdout.write(`${out.join('\n')}\n`);
+}

@@ -1,0 +1,317 @@
+/**
+ * A llama.cpp model as an engine runs it. One context with `sequences` sequences: each room in
+ * prefill or decode holds one. Prefill evaluates the context's tokens but the last, saves the
+ * sequence's state (its KV cache) and writes it into the room's pages as a KV image; the transfer
+ * core moves the pages; decode loads the image into a sequence of its own context, evaluates the
+ * last token and generates on, every room's next token asked for at once (llama.cpp batches them).
+ */
+import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { basename, join } from 'node:path';
+import type {
+  LlamaContext,
+  LlamaContextSequence,
+  LlamaModel,
+  SequenceEvaluateOptions,
+  Token,
+} from 'node-llama-cpp';
+import { isAlive } from '../../pids.ts';
+import {
+  type Between,
+  type DecodeStream,
+  type EngineModel,
+  KvImageError,
+  type KvShape,
+  type ModelRequest,
+  type Sampling,
+} from '../executor.ts';
+import { KV_IMAGE_HEADER_BYTES, readKvImage, writeKvImage } from './kv-image.ts';
+import { type LlamaModelOptions, roomContextSize } from './model-info.ts';
+import { llamaFormat, llamaRuntime } from './runtime.ts';
+import { TextStream } from './text.ts';
+
+export interface LlamaEngineOptions extends LlamaModelOptions {
+  /** CPU threads of the context; 0: llama.cpp's default (all cores). */
+  threads: number;
+}
+
+/** Prompt tokens evaluated between two checks that the room still runs. */
+const SLICE_TOKENS = 256;
+
+/** Where saved states pass through on their way to and from the pages (memory-backed if it can). */
+function stateDir(): string {
+  const base = (() => {
+    try {
+      readdirSync('/dev/shm');
+      return '/dev/shm';
+    } catch {
+      return process.env.TMPDIR ?? '/tmp';
+    }
+  })();
+  // A killed engine's directory is removed by the next one to start.
+  for (const name of readdirSync(base)) {
+    const m = /^pdctl-kvstate-(\d+)$/.exec(name);
+    if (m && Number(m[1]) !== process.pid && !isAlive(Number(m[1]))) {
+      rmSync(join(base, name), { recursive: true, force: true });
+    }
+  }
+  const dir = join(base, `pdctl-kvstate-${process.pid}`);
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  return dir;
+}
+
+function nowMicros(): number {
+  return Number(process.hrtime.bigint() / 1000n);
+}
+
+/** node-llama-cpp's sampling options for a request's. */
+function evaluateOptions(s: Sampling): SequenceEvaluateOptions {
+  const temperature = s.temperature ?? 0;
+  if (temperature === 0) return { temperature: 0 };
+  return {
+    temperature,
+    ...(s.topP === undefined ? {} : { topP: s.topP }),
+    ...(s.topK === undefined ? {} : { topK: s.topK }),
+    ...(s.seed === undefined ? {} : { seed: s.seed }),
+  };
+}
+
+export class LlamaEngineModel implements EngineModel {
+  readonly name: string;
+  readonly format: string;
+  readonly slots: number;
+  readonly contextSize: number;
+  private readonly free: LlamaContextSequence[];
+  private readonly waiting: Array<(s: LlamaContextSequence) => void> = [];
+  /** Streams being closed: the context is disposed only once they are. */
+  private readonly closing = new Set<Promise<unknown>>();
+  private files = 0;
+
+  private constructor(
+    private readonly model: LlamaModel,
+    private readonly context: LlamaContext,
+    readonly kv: KvShape,
+    private readonly dir: string,
+    o: LlamaEngineOptions,
+    sequences: LlamaContextSequence[],
+  ) {
+    this.name = basename(o.modelPath);
+    this.format = llamaFormat(o.modelPath, o.sequences);
+    this.slots = o.sequences;
+    this.contextSize = context.contextSize;
+    this.free = sequences;
+  }
+
+  static async open(o: LlamaEngineOptions): Promise<LlamaEngineModel> {
+    llamaFormat(o.modelPath, o.sequences);
+    const llama = await llamaRuntime(o.gpu);
+    const model = await llama.loadModel({ modelPath: o.modelPath });
+    const contextSize = roomContextSize(o.contextSize, model.trainContextSize);
+    const context = await model.createContext({
+      contextSize,
+      sequences: o.sequences,
+      ...(o.threads > 0 ? { threads: o.threads } : {}),
+    });
+    const sequences = Array.from({ length: o.sequences }, () => context.getSequence());
+    const dir = stateDir();
+    const kv = await calibrate(model, sequences[0] as LlamaContextSequence, dir);
+    return new LlamaEngineModel(model, context, kv, dir, o, sequences);
+  }
+
+  contextTokens(request: ModelRequest): number[] {
+    if (!request.tokens || request.tokens.length === 0) {
+      throw new Error('the request carries no token ids (a control plane without --model?)');
+    }
+    return [...request.tokens];
+  }
+
+  private acquire(): Promise<LlamaContextSequence> {
+    const s = this.free.pop();
+    if (s) return Promise.resolve(s);
+    return new Promise((resolve) => this.waiting.push(resolve));
+  }
+
+  private async giveBack(s: LlamaContextSequence): Promise<void> {
+    await s.clearHistory();
+    const next = this.waiting.shift();
+    if (next) next(s);
+    else this.free.push(s);
+  }
+
+  private stateFile(): string {
+    return join(this.dir, `${++this.files}.state`);
+  }
+
+  async prefill(
+    tokens: readonly number[],
+    pages: readonly Uint8Array[],
+    between: Between,
+  ): Promise<{ bytes: number; micros: number } | null> {
+    const seq = await this.acquire();
+    try {
+      let micros = 0;
+      // Every token but the last: decode evaluates it, and generates from its logits.
+      const body = tokens.slice(0, -1) as Token[];
+      for (let from = 0; from < body.length; from += SLICE_TOKENS) {
+        if (!(await between())) return null;
+        const t0 = nowMicros();
+        await seq.evaluateWithoutGeneratingNewTokens(body.slice(from, from + SLICE_TOKENS));
+        micros += nowMicros() - t0;
+      }
+      if (!(await between())) return null;
+      const t0 = nowMicros();
+      const file = this.stateFile();
+      try {
+        await seq.saveStateToFile(file);
+        const bytes = writeKvImage(pages, readFileSync(file));
+        return { bytes, micros: micros + nowMicros() - t0 };
+      } finally {
+        rmSync(file, { force: true });
+      }
+    } finally {
+      await this.giveBack(seq);
+    }
+  }
+
+  async startDecode(
+    tokens: readonly number[],
+    pages: readonly Uint8Array[],
+    sampling: Sampling,
+  ): Promise<DecodeStream> {
+    const state = readKvImage(pages);
+    const seq = await this.acquire();
+    const file = this.stateFile();
+    try {
+      writeFileSync(file, state);
+      await seq.loadStateFromFile(file, { acceptRisk: true });
+      // The image must be this room's: the context it holds is the request's tokens but the last.
+      const held = seq.contextTokens;
+      const body = tokens.slice(0, -1);
+      if (held.length !== body.length || held.some((t, i) => t !== body[i])) {
+        throw new KvImageError(
+          `the KV image holds ${held.length} tokens that are not the request's ${body.length}`,
+        );
+      }
+    } catch (err) {
+      await this.giveBack(seq);
+      if (err instanceof KvImageError) throw err;
+      throw new KvImageError(`llama.cpp could not load the KV image: ${(err as Error).message}`);
+    } finally {
+      rmSync(file, { force: true });
+    }
+    return this.stream(seq, tokens.slice(-1), tokens, sampling);
+  }
+
+  /** Generation on `seq` after evaluating `input`; the sequence goes back when it is closed. */
+  private stream(
+    seq: LlamaContextSequence,
+    input: readonly number[],
+    context: readonly number[],
+    sampling: Sampling,
+  ): DecodeStream {
+    const it = seq.evaluate(input as Token[], evaluateOptions(sampling))[Symbol.asyncIterator]();
+    const text = new TextStream(this.model, context);
+    // Steps and the close run one after another: a close waits for the step in flight.
+    let chain: Promise<unknown> = Promise.resolve();
+    let closed = false;
+    return {
+      next: () => {
+        const step = chain.then(async () => {
+          if (closed) return null;
+          const t0 = nowMicros();
+          const r = await it.next();
+          if (r.done) return null;
+          return { token: r.value, text: text.push(r.value), micros: nowMicros() - t0 };
+        });
+        chain = step.catch(() => {});
+        return step;
+      },
+      close: () => {
+        if (closed) return;
+        closed = true;
+        const done = chain
+          .then(async () => {
+            await it.return?.(undefined);
+            await this.giveBack(seq);
+          })
+          .catch(() => {})
+          .finally(() => this.closing.delete(done));
+        this.closing.add(done);
+        chain = done;
+      },
+    };
+  }
+
+  /**
+   * Plain node-llama-cpp in this process, one sequence from the prompt to the end, no KV image:
+   * what a completion through the engines must equal (greedy, or the same seed), and the
+   * baseline of `npm run bench:model`.
+   */
+  async generate(
+    tokens: readonly number[],
+    maxTokens: number,
+    sampling: Sampling = {},
+  ): Promise<{ text: string; tokens: number[]; firstTokenMs: number }> {
+    const seq = await this.acquire();
+    const stream = this.stream(seq, tokens, tokens, sampling);
+    const t0 = performance.now();
+    let firstTokenMs = 0;
+    let out = '';
+    const ids: number[] = [];
+    try {
+      while (ids.length < maxTokens) {
+        const step = await stream.next();
+        if (step === null) break;
+        if (ids.length === 0) firstTokenMs = performance.now() - t0;
+        out += step.text;
+        ids.push(step.token);
+      }
+    } finally {
+      stream.close();
+    }
+    return { text: out, tokens: ids, firstTokenMs };
+  }
+
+  /** The text generated `ids` make after `context`, as a decode stream gives it. */
+  text(ids: readonly number[], context: readonly number[]): string {
+    const stream = new TextStream(this.model, context);
+    return ids.map((id) => stream.push(id)).join('');
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.closing);
+    await this.context.dispose();
+    await this.model.dispose();
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * The KV image size of a room of n tokens, from the model itself: a saved state grows by the
+ * same bytes for every token (its K and V rows), on top of a fixed part. Measured at 1, 2 and 7
+ * tokens, and refused if they do not lie on one line.
+ */
+async function calibrate(
+  model: LlamaModel,
+  seq: LlamaContextSequence,
+  dir: string,
+): Promise<KvShape> {
+  const token = (model.tokenize('a')[0] ?? 0) as Token;
+  const size = async (n: number) => {
+    await seq.evaluateWithoutGeneratingNewTokens(Array.from({ length: n }, () => token));
+    const file = join(dir, `calibrate-${n}.state`);
+    await seq.saveStateToFile(file);
+    const bytes = readFileSync(file).length;
+    rmSync(file);
+    await seq.clearHistory();
+    return bytes;
+  };
+  const [one, two, seven] = [await size(1), await size(2), await size(7)];
+  const perToken = two - one;
+  const base = one - perToken;
+  if (perToken <= 0 || base < 0 || seven !== base + 7 * perToken) {
+    throw new Error(
+      `llama.cpp's saved state does not grow linearly with tokens (${one}, ${two}, ${seven} bytes at 1, 2, 7); this model cannot be served`,
+    );
+  }
+  return { baseBytes: base + KV_IMAGE_HEADER_BYTES, bytesPerToken: perToken, decodeGrows: false };
+}

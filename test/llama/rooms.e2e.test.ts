@@ -1,0 +1,193 @@
+/**
+ * A llama.cpp model through real engine processes: prefill engines save each room's KV state into
+ * their pages, the transfer core moves them, decode engines load them and generate. Completions
+ * equal the model run in this process token for token; abort, migration and a corrupted transfer
+ * behave as they do with the built-in model.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RoomEndedError } from '../../src/control/streams.ts';
+import type { JournalEvent } from '../../src/journal/events.ts';
+import { fold } from '../../src/journal/reducer.ts';
+import { LIVE_STATES, type LiveState } from '../../src/journal/states.ts';
+import { llamaPrompt, SEQUENCES, type TinyLlama, tinyLlama } from '../helpers/llama.ts';
+import { collect, poolsFull, startTestStack, waitFor } from '../helpers/stack.ts';
+
+let tiny: TinyLlama;
+
+beforeAll(async () => {
+  tiny = await tinyLlama();
+}, 60_000);
+afterAll(async () => {
+  await tiny?.close();
+});
+
+/** The state the room was in when its abort_requested was applied. */
+function stateAtAbort(events: JournalEvent[]): string | undefined {
+  const i = events.findIndex((e) => e.type === 'room.abort_requested');
+  return fold(events.slice(0, i)).rooms.get(events[0]?.room as string)?.state;
+}
+
+const ENTERED_BY: Record<LiveState, string> = {
+  created: 'room.created',
+  bootstrapping: 'room.bootstrap_started',
+  waiting_for_input: 'room.bootstrapped',
+  prefilling: 'room.prefill_started',
+  transferring: 'room.transfer_posted',
+  transferred: 'room.transfer_completed',
+  decoding: 'room.decode_started',
+};
+
+describe('a llama.cpp model across prefill and decode engines', () => {
+  it('completes rooms one after another exactly as the model does in one process', async () => {
+    const { control } = await startTestStack({ model: tiny.info, engineArgs: tiny.args });
+    for (let i = 0; i < 16; i++) {
+      const r = { prompt: llamaPrompt(i, 3 + ((i * 37) % 500)), maxTokens: 4 + (i % 4) * 30 };
+      const stream = control.submit(r);
+      const out = await collect(stream);
+      expect(out.error).toBeNull();
+      const ref = await tiny.reference.generate(tiny.info.tokenize(r.prompt), r.maxTokens);
+      expect(ref.tokens).toHaveLength(r.maxTokens);
+      expect(stream.ids, `request ${i}`).toEqual(ref.tokens);
+      expect(out.text, `request ${i}`).toBe(ref.text);
+      // What crossed is the sequence's saved state, sized from the model.
+      const t = await control.journal.timeline(stream.room);
+      const moved = t.events.find((e) => e.type === 'room.transfer_completed');
+      expect(moved?.data.bytes).toBeGreaterThanOrEqual(
+        (stream.promptTokens - 1) * tiny.reference.kv.bytesPerToken,
+      );
+    }
+  });
+
+  it('runs as many rooms at once as it has sequences, and queues the rest', async () => {
+    const { control } = await startTestStack({ model: tiny.info, engineArgs: tiny.args });
+    const requests = Array.from({ length: 24 }, (_, i) => ({
+      prompt: llamaPrompt(i, 5 + ((i * 37) % 300)),
+      maxTokens: 8 + (i % 5) * 10,
+    }));
+    const streams = requests.map((r) => control.submit(r));
+    const outs = await Promise.all(streams.map(collect));
+    // llama.cpp's arithmetic depends on which rooms share a batch, so rooms run together are
+    // not compared with a run alone (see docs/model.md); each is whole and self-consistent.
+    for (const [i, o] of outs.entries()) {
+      const r = requests[i] as (typeof requests)[number];
+      const stream = streams[i] as (typeof streams)[number];
+      expect(o.error).toBeNull();
+      expect(stream.ids).toHaveLength(r.maxTokens);
+      expect(o.text).toBe(tiny.reference.text(stream.ids, tiny.info.tokenize(r.prompt)));
+    }
+    const batched = await control.journal.tail({ type: 'room.decode_started', limit: 100 });
+    expect(batched.length).toBe(24);
+    const done = Date.now();
+    await waitFor('pools back to capacity', () => poolsFull(control, done));
+  });
+
+  it('aborts a room in every live state; its sequences and pages are free for the next rooms', async () => {
+    const { control } = await startTestStack({
+      model: tiny.info,
+      engineArgs: [...tiny.args, '--allow-fault-injection'],
+      engineEnv: { PDCTL_TRANSFER_FAULT: 'delay:400' },
+      restartStalled: false,
+    });
+    for (const [i, state] of LIVE_STATES.entries()) {
+      // A hung compute holds the room in prefilling or decoding until the abort is in.
+      const hang = state === 'prefilling' ? 'prefill-0' : state === 'decoding' ? 'decode-0' : null;
+      if (hang) expect(control.command(hang, 'inject_fault', null, 'compute_hang')).toBe(true);
+      const stream = control.submit({ prompt: llamaPrompt(i, 40), maxTokens: 200 });
+      const sub = control.journal.subscribe(await control.journal.headSeq(), (ev) => {
+        if (ev.room === stream.room && ev.type === ENTERED_BY[state]) {
+          void control.abort(stream.room, 'drill_abort', 'test');
+        }
+      });
+      const out = await collect(stream);
+      sub.close();
+      if (hang) control.command(hang, 'inject_fault', null, 'none');
+      expect((out.error as RoomEndedError).state, state).toBe('aborted');
+      await waitFor(`room aborted in ${state} released by both engines`, async () => {
+        const r = (await control.journal.timeline(stream.room)).room;
+        return r?.state === 'aborted' && r.releasedBy.length === 2;
+      });
+      const t = await control.journal.timeline(stream.room);
+      expect(stateAtAbort(t.events), `abort meant for ${state}`).toBe(state);
+    }
+    // Every sequence of both engines is free again: twice as many rooms as there are sequences
+    // all complete.
+    const next = await Promise.all(
+      Array.from({ length: 2 * SEQUENCES }, (_, i) =>
+        collect(control.submit({ prompt: llamaPrompt(50 + i, 12), maxTokens: 6 })),
+      ),
+    );
+    for (const o of next) expect(o.error).toBeNull();
+    const done = Date.now();
+    await waitFor('pools back to capacity', () => poolsFull(control, done));
+  });
+
+  it('a decode engine SIGKILLed mid-stream: the room continues on its replacement with the same tokens', async () => {
+    const { control, engines } = await startTestStack({ model: tiny.info, engineArgs: tiny.args });
+    for (const i of [0, 1]) {
+      const r = { prompt: llamaPrompt(i, 30 + i * 50), maxTokens: 700 };
+      const stream = control.submit(r);
+      const out = collect(stream);
+      await waitFor('tokens streaming', () => stream.tokens >= 20 + i * 100);
+      expect(engines.signal('decode-0', 'SIGKILL')).toBe(true);
+      const o = await out;
+      expect(o.error).toBeNull();
+      const ref = await tiny.reference.generate(tiny.info.tokenize(r.prompt), r.maxTokens);
+      expect(stream.ids).toEqual(ref.tokens);
+      expect(o.text).toBe(ref.text);
+      const t = await control.journal.timeline(stream.room);
+      expect(t.room?.state).toBe('migrated');
+      const next = await control.journal.timeline(t.room?.migratedTo as string);
+      expect(next.room?.state).toBe('completed');
+      // The new room was prefilled from the prompt and the tokens streamed before the kill.
+      const moved = t.events.find((e) => e.type === 'room.migrated')?.data.tokens as number;
+      expect(moved).toBeGreaterThanOrEqual(20 + i * 100);
+      expect(next.room?.promptTokens).toBe(stream.promptTokens + moved);
+      await waitFor(
+        'decode-0 back',
+        () => control.registry.get('decode-0')?.delivery.live === true,
+      );
+    }
+  });
+
+  it('a corrupted transfer fails the room before decode loads anything', async () => {
+    const { control } = await startTestStack({
+      model: tiny.info,
+      engineArgs: tiny.args,
+      engineEnv: { PDCTL_TRANSFER_FAULT: 'corrupt' },
+    });
+    const outs = await Promise.all(
+      Array.from({ length: 6 }, (_, i) =>
+        collect(control.submit({ prompt: llamaPrompt(i, 30), maxTokens: 10 })),
+      ),
+    );
+    for (const o of outs) {
+      expect((o.error as RoomEndedError).reason).toBe('kv_checksum_mismatch');
+      expect(o.text).toBe('');
+      const t = await control.journal.timeline(o.room);
+      expect(t.room?.state).toBe('failed');
+      expect(t.events.some((e) => e.type === 'room.decode_started')).toBe(false);
+    }
+    const done = Date.now();
+    await waitFor('pools back to capacity', () => poolsFull(control, done));
+  });
+
+  it('refuses an engine whose KV states the others could not load (another --sequences)', async () => {
+    const { control, engines } = await startTestStack({
+      model: tiny.info,
+      engineArgs: tiny.args,
+      restartEngines: false,
+    });
+    const args = [...tiny.args];
+    args[args.indexOf('--sequences') + 1] = String(SEQUENCES + 1);
+    engines.start({ id: 'decode-9', role: 'decode', args });
+    await waitFor('decode-9 refused and exited', async () => {
+      const exited = await control.journal.tail({ type: 'engine.exited', engine: 'decode-9' });
+      return exited.length > 0;
+    });
+    const [exited] = await control.journal.tail({ type: 'engine.exited', engine: 'decode-9' });
+    expect(exited?.data.code).toBe(1);
+    expect(control.registry.get('decode-9')).toBeUndefined();
+    const out = await collect(control.submit({ prompt: llamaPrompt(1, 10), maxTokens: 4 }));
+    expect(out.error).toBeNull();
+  });
+});
