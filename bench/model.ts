@@ -11,6 +11,7 @@
  *   npm run bench:model                     # a table
  *   npm run bench:model -- --json           # one JSON object with stable keys
  *   npm run bench:model -- --embedding 512 --layers 8 --rounds 5
+ *   npm run bench:model -- --gpu auto      # node-llama-cpp's CUDA build, where there is a GPU
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
@@ -29,6 +30,7 @@ const LAYERS = Number(flag('--layers', '4'));
 const ROUNDS = Number(flag('--rounds', '5'));
 const PROMPT_WORDS = Number(flag('--prompt-words', '256'));
 const MAX_TOKENS = Number(flag('--max-tokens', '64'));
+const GPU = flag('--gpu', 'cpu') === 'auto' ? 'auto' : 'cpu';
 const SEQUENCES = 8;
 const CONCURRENCY = [1, 8];
 const CONTEXT = 1024;
@@ -97,7 +99,7 @@ try {
     modelPath: path,
     sequences: SEQUENCES,
     contextSize: CONTEXT,
-    gpu: 'cpu',
+    gpu: GPU,
   } as const;
   const info = await LlamaModelInfo.open(shape);
   const model = await LlamaEngineModel.open({ ...shape, threads: THREADS });
@@ -120,7 +122,7 @@ try {
       '--threads',
       String(THREADS),
       '--gpu',
-      'cpu',
+      GPU,
       '--chunk-tokens',
       '1',
     ],
@@ -196,11 +198,11 @@ try {
 
 if (asJson) {
   process.stdout.write(
-    `${JSON.stringify({ bench: 'model', cores: cpus().length, node: process.version, embedding: EMBEDDING, layers: LAYERS, rounds: ROUNDS, promptWords: PROMPT_WORDS, maxTokens: MAX_TOKENS, sequences: SEQUENCES, threads: THREADS, rows }, null, 2)}\n`,
+    `${JSON.stringify({ bench: 'model', cores: cpus().length, node: process.version, gpu: GPU, embedding: EMBEDDING, layers: LAYERS, rounds: ROUNDS, promptWords: PROMPT_WORDS, maxTokens: MAX_TOKENS, sequences: SEQUENCES, threads: THREADS, rows }, null, 2)}\n`,
   );
 } else {
   const out = [
-    `pdctl model benchmark — ${cpus().length} cores, node ${process.version}; a generated llama model ${EMBEDDING} wide, ${LAYERS} layers,`,
+    `pdctl model benchmark — ${cpus().length} cores, node ${process.version}, llama.cpp ${GPU === 'cpu' ? 'CPU' : 'GPU if any'}; a generated llama model ${EMBEDDING} wide, ${LAYERS} layers,`,
     `prompt ${PROMPT_WORDS} words, ${MAX_TOKENS} tokens out, ${SEQUENCES} sequences, ${THREADS} thread per engine; median of ${ROUNDS} rounds.`,
     'pdctl: 1 prefill + 1 decode engine. Baseline: node-llama-cpp in this process, same model, sequences, threads.',
     '',

@@ -2,7 +2,7 @@
 # On a machine with an NVIDIA GPU and its driver: builds the addon, checks that it finds the CUDA
 # runtime and a device, runs the CUDA tests against the real runtime (the transfer core, and a
 # whole `pdctl serve --kv-device 0`), then bench:transfer (whose CUDA rows appear only where a
-# device is found). One command, for when a GPU machine is at hand:
+# device is found), then the llama.cpp model tests and bench:model on node-llama-cpp's CUDA build. One command, for when a GPU machine is at hand:
 #   npm run gpu-check            (or: bash scripts/gpu-check.sh)
 # PDCTL_CUDART=/path/to/libcudart.so.N picks the runtime when it is not on the loader's path.
 # Exits non-zero at the first step that fails, saying which.
@@ -31,3 +31,17 @@ PDCTL_CUDA_TESTS=real npx vitest run src/transfer/cuda.int.test.ts test/kv-devic
 
 step "bench:transfer (host rows, then CUDA rows)"
 npm run --silent bench:transfer -- "$@" || die "bench:transfer failed"
+
+step "llama.cpp: node-llama-cpp's CUDA build finds the GPU"
+node --input-type=module -e '
+  const { getLlama } = await import("node-llama-cpp");
+  const llama = await getLlama({ gpu: "auto", build: "never" });
+  console.error(`node-llama-cpp gpu: ${llama.gpu}`);
+  process.exit(llama.gpu === "cuda" ? 0 : 1);
+' || die "node-llama-cpp found no CUDA build or device (was it installed with --omit=optional?)"
+
+step "llama.cpp model tests with the engines on the GPU (--gpu auto)"
+PDCTL_LLAMA_GPU=auto npx vitest run src/model/llama test/llama || die "the llama.cpp model tests failed on the GPU"
+
+step "bench:model on the GPU"
+npm run --silent bench:model -- --gpu auto || die "bench:model failed"

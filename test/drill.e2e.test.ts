@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { DrillReport } from '../src/drills/report.ts';
+import { writeTinyModel } from '../src/model/tiny-gguf.ts';
 import { serve } from './helpers/serve.ts';
 import { pdctl, spawnTs } from './helpers/spawn.ts';
 import { waitFor } from './helpers/stack.ts';
@@ -119,6 +120,20 @@ describe('pdctl drill', () => {
         'every stream on the killed engine went on',
       ]);
     }
+  }, 240_000);
+
+  it('with a llama.cpp model (--model): kill-decode migrates its streams, hostile-peer is kept out', async () => {
+    const model = join(tempDir('pdctl-drill-model-'), 'tiny.gguf');
+    writeTinyModel(model);
+    const kill = await drill('kill-decode', '--model', model, '--clients', '4', '--no-baseline');
+    expect(names(kill)).toContain('every answer served is whole');
+    expect(names(kill)).not.toContain('every answer served is the right one');
+    expect(Number(figure(kill, 'every answer served is whole')?.completed)).toBeGreaterThan(0);
+    expect(
+      Number(figure(kill, 'every stream on the killed engine went on')?.migrated),
+    ).toBeGreaterThan(0);
+    const hostile = await drill('hostile-peer', '--model', model, '--no-baseline');
+    expect(figure(hostile, 'a room whose ids were aimed at is still aborted')).toBeDefined();
   }, 240_000);
 
   it('kill-control-plane: restarted on a pre-filled journal, ready, engines not restarted, orphans failed and freed', async () => {

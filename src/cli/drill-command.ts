@@ -1,6 +1,6 @@
 /** `pdctl drill <scenario>`: replay a failure against a live stack and check every invariant. */
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { Argument, Option } from 'commander';
 import { type DrillScenario, remoteBlocker, runDrill, runRemoteDrill } from '../drills/harness.ts';
@@ -8,8 +8,11 @@ import { renderHtml } from '../drills/html.ts';
 import { DRILLS } from '../drills/index.ts';
 import { RemoteTarget, TargetError } from '../drills/remote-target.ts';
 import { type DrillReport, renderReport, renderSummary } from '../drills/report.ts';
+import { ENGINE_DEFAULTS } from '../engine/options.ts';
 import { UsageError } from '../errors.ts';
 import { LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
+import { checkModelFile } from '../model/llama/runtime.ts';
+import { intArg } from './args.ts';
 import { EXIT, note, print, printJson, VERSION } from './context.ts';
 
 interface DrillFlags {
@@ -21,6 +24,8 @@ interface DrillFlags {
   journalEvents: number;
   strictTargets?: boolean;
   url?: string;
+  model?: string;
+  sequences: number;
   logLevel: LogLevel;
 }
 
@@ -48,6 +53,16 @@ export function registerDrillCommand(program: Command): void {
     .option(
       '--url <url>',
       'drill the pdctl serve at this URL instead of starting a stack (see "Against a running stack" below)',
+    )
+    .option(
+      '--model <path.gguf>',
+      'serve this llama.cpp model in the stacks the drills start, instead of the built-in one',
+    )
+    .option(
+      '--sequences <n>',
+      'with --model: llama.cpp sequences per engine',
+      intArg('--sequences', 1),
+      ENGINE_DEFAULTS.sequences,
     )
     .option('--json', 'the report as one JSON object (`all`: an array)')
     .option('--report <file>', 'also write a self-contained HTML report with a timeline chart')
@@ -84,6 +99,17 @@ export function registerDrillCommand(program: Command): void {
     )
     .action(async (scenario: string, o: DrillFlags) => {
       const chosen = scenario === 'all' ? DRILLS : DRILLS.filter((d) => d.name === scenario);
+      if (o.url !== undefined && o.model !== undefined)
+        throw new UsageError(
+          '--model names the model of a stack the drill starts; with --url the drill uses whatever that stack serves',
+        );
+      if (o.model !== undefined) {
+        try {
+          checkModelFile(resolve(o.model));
+        } catch (err) {
+          throw new UsageError((err as Error).message);
+        }
+      }
       if (o.url !== undefined && o.journalEvents > 0)
         throw new UsageError(
           '--journal-events fills a journal the drill starts; it cannot be used with --url',
@@ -118,6 +144,7 @@ async function drillLocal(chosen: readonly DrillScenario[], o: DrillFlags): Prom
       version: VERSION,
       baseline: o.baseline,
       journalEvents: o.journalEvents,
+      model: o.model === undefined ? null : { path: resolve(o.model), sequences: o.sequences },
       strictTargets: o.strictTargets === true,
       progress: note,
     });

@@ -8,6 +8,7 @@
 import { newKeyPair } from '../bus/admission.ts';
 import { isTerminal } from '../journal/states.ts';
 import type { DrillScenario } from './harness.ts';
+import { errorsSeen } from './load.ts';
 import { until } from './poll.ts';
 import { RawEngine } from './raw-engine.ts';
 
@@ -29,8 +30,11 @@ export const hostilePeer: DrillScenario = {
     const prefillId = ctx.engineIds.prefill[0] as string;
     const peers: RawEngine[] = [];
     const load = ctx.load();
-    // A client the drill aborts later, once the peer has aimed at its room's ids.
-    const target = control.submit({ prompt: 'the river runs north', maxTokens: 20_000 });
+    // A client the drill aborts later, once the peer has aimed at its room's ids. Its transfer is
+    // held (a fault on that room alone), so that it stays live however fast the model is. The
+    // fault reaches the prefill engine before the room does: one connection keeps order.
+    const target = control.submit({ prompt: 'the river runs north', maxTokens: 8 });
+    control.command(prefillId, 'inject_fault', target.room, 'stall');
     const targetDone = (async () => {
       try {
         for await (const _ of target) {
@@ -41,7 +45,7 @@ export const hostilePeer: DrillScenario = {
       }
     })();
     try {
-      await until(async () => control.room(target.room)?.state === 'decoding', 10_000);
+      await until(async () => control.room(target.room)?.state === 'transferring', 10_000);
       const incarnation = control.engine(decodeId)?.incarnation;
       const drops = () => control.busStatus().dropped;
       const before = drops();
@@ -69,9 +73,11 @@ export const hostilePeer: DrillScenario = {
         role: 'decode',
         keys: guestKeys,
         serverKey,
+        model: control.modelInfo.format,
       });
       peers.push(guest);
-      await guest.join();
+      // A pool of no pages: admitted, but never picked for a client's room (it would not serve it).
+      await guest.join({ pages: 0, kv: { baseBytes: 0, bytesPerToken: 64, decodeGrows: true } });
       const live = [...control.liveRooms()].filter((r) => !isTerminal(r.state)).slice(0, 50);
       let forged = 0;
       for (const r of live) {
@@ -160,7 +166,7 @@ export const hostilePeer: DrillScenario = {
         name: 'no client request failed meanwhile',
         ok: failed.length === 0 && during.length > 0,
         figure: { requests: during.length, failed: failed.length },
-        detail: 'the load ran on through every fault',
+        detail: failed.length === 0 ? 'the load ran on through every fault' : errorsSeen(failed),
       });
     } finally {
       for (const p of peers) p.close();
@@ -169,6 +175,7 @@ export const hostilePeer: DrillScenario = {
       const room = control.room(target.room);
       if (room && !isTerminal(room.state)) await control.abort(target.room, 'drill ended', 'drill');
       await targetDone;
+      control.command(prefillId, 'inject_fault', null, 'none');
     }
   },
 };

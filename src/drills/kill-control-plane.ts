@@ -15,7 +15,7 @@ import { Admission } from '../bus/admission.ts';
 import { selfCommand } from '../recovery/self.ts';
 import { EngineSupervisor } from '../recovery/supervisor.ts';
 import type { DrillRunOptions, DrillScenario } from './harness.ts';
-import { DRILL_ENGINE_ARGS, noLeakedPages } from './harness.ts';
+import { drillEngineArgs, drillServeArgs, noLeakedPages } from './harness.ts';
 import { Load, type RequestRecord } from './load.ts';
 import { sleep, until } from './poll.ts';
 import { RemoteTarget } from './remote-target.ts';
@@ -120,7 +120,9 @@ async function runKillControlPlane(o: DrillRunOptions): Promise<DrillReport> {
     '500',
     '--log-level',
     'warn',
+    ...drillServeArgs(o),
   ];
+  const engineArgs = drillEngineArgs(o);
   const env = { ...process.env, PDCTL_EXIT_WITH_PARENT: String(process.pid) };
   let serve: ChildProcess | null = null;
   // The control plane's own output, kept for the report if it never comes up.
@@ -163,8 +165,8 @@ async function runKillControlPlane(o: DrillRunOptions): Promise<DrillReport> {
   }, 100);
   try {
     startServe();
-    engines.start({ id: 'prefill-0', role: 'prefill', args: DRILL_ENGINE_ARGS });
-    engines.start({ id: 'decode-0', role: 'decode', args: DRILL_ENGINE_ARGS });
+    engines.start({ id: 'prefill-0', role: 'prefill', args: engineArgs });
+    engines.start({ id: 'decode-0', role: 'decode', args: engineArgs });
     if (!(await until(ready, 30_000)))
       throw new Error(`the stack never became ready; pdctl serve said: ${serveErr}`);
     mark('stack up: pdctl serve, and 1 prefill + 1 decode engine joined over TCP');
@@ -280,8 +282,8 @@ async function runKillControlPlane(o: DrillRunOptions): Promise<DrillReport> {
         logLevel: 'warn',
       });
       startServe();
-      again.start({ id: 'prefill-0', role: 'prefill', args: DRILL_ENGINE_ARGS });
-      again.start({ id: 'decode-0', role: 'decode', args: DRILL_ENGINE_ARGS });
+      again.start({ id: 'prefill-0', role: 'prefill', args: engineArgs });
+      again.start({ id: 'decode-0', role: 'decode', args: engineArgs });
       if (await until(ready, 30_000, 10)) fullRestartMs = Date.now() - t0;
       mark(`baseline: a full-stack restart was ready after ${fullRestartMs ?? 'never'} ms`);
       await again.stop();

@@ -14,6 +14,9 @@ export interface RequestRecord {
   room: string | null;
   status: number | null;
   text: string;
+  /** Completion tokens and finish reason, from the stream's final usage and choice. */
+  tokens: number | null;
+  finishReason: string | null;
   /** `completed` (finish_reason, then [DONE]), `error` (an error event or a non-200), `dropped`. */
   outcome: 'completed' | 'error' | 'dropped';
   error: string | null;
@@ -90,6 +93,8 @@ export class Load {
       room: null,
       status: null,
       text: '',
+      tokens: null,
+      finishReason: null,
       outcome: 'dropped',
       error: null,
       startedAt: Date.now(),
@@ -106,7 +111,9 @@ export class Load {
           model: this.o.model,
           prompt,
           max_tokens: this.o.maxTokens,
+          temperature: 0,
           stream: true,
+          stream_options: { include_usage: true },
         }),
         signal: ac.signal,
       });
@@ -139,14 +146,19 @@ export class Load {
           const msg = JSON.parse(line) as {
             error?: { message: string; code: string };
             choices?: Array<{ text: string; finish_reason: string | null }>;
+            usage?: { completion_tokens: number } | null;
           };
+          if (msg.usage) rec.tokens = msg.usage.completion_tokens;
           if (msg.error) {
             rec.outcome = 'error';
             rec.error = `${msg.error.code}: ${msg.error.message}`;
           }
           for (const c of msg.choices ?? []) {
             rec.text += c.text;
-            if (c.finish_reason) finished = true;
+            if (c.finish_reason) {
+              finished = true;
+              rec.finishReason = c.finish_reason;
+            }
           }
         }
         if (this.o.readDelayMs) await new Promise((r) => setTimeout(r, this.o.readDelayMs));
@@ -170,4 +182,15 @@ export function wrongAnswers(records: RequestRecord[], model: DeterministicModel
     (r) =>
       r.outcome === 'completed' && r.text !== generateInProcess(model, r.prompt, r.maxTokens).text,
   );
+}
+
+/** What went wrong with `records`, counted by error (room ids folded together). */
+export function errorsSeen(records: RequestRecord[]): string {
+  if (records.length === 0) return 'none';
+  const by = new Map<string, number>();
+  for (const r of records) {
+    const key = (r.error ?? r.outcome).replace(/r-[a-z0-9-]+/g, 'ROOM').slice(0, 80);
+    by.set(key, (by.get(key) ?? 0) + 1);
+  }
+  return [...by].map(([k, n]) => `${n}× ${k}`).join('; ');
 }

@@ -20,6 +20,8 @@ export interface RawEngineOptions {
   serverKey?: string;
   /** Connect with CURVE (needs keys and serverKey). Default true when both are given. */
   curve?: boolean;
+  /** The model it claims to run (`hello.model`); null or absent: the built-in one. */
+  model?: string | null;
 }
 
 export class RawEngine {
@@ -59,6 +61,7 @@ export class RawEngine {
       epoch: 1,
       lastSeq: 0,
       rooms: [],
+      ...(o.model ? { model: o.model } : {}),
       ...(o.keys && o.serverKey
         ? {
             auth: signHello(
@@ -77,8 +80,8 @@ export class RawEngine {
   }
 
   /** Says hello and waits for the welcome; remembers its session for `append`. */
-  async join(): Promise<Reply> {
-    await this.sayHello();
+  async join(over: Record<string, unknown> = {}): Promise<Reply> {
+    await this.sayHello(over);
     const welcome = await this.next('welcome');
     this.session = (welcome as unknown as { payload: { session: number } }).payload.session;
     return welcome;

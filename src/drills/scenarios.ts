@@ -9,7 +9,7 @@ import * as zmq from 'zeromq';
 import { hostileFrames } from '../bus/hostile.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import type { DrillContext, DrillScenario, RemoteNeeds } from './harness.ts';
-import type { RequestRecord } from './load.ts';
+import { errorsSeen, type RequestRecord } from './load.ts';
 import { until } from './poll.ts';
 import { timingTarget } from './report.ts';
 
@@ -524,16 +524,6 @@ function latencies(records: RequestRecord[]): { n: number; p50: number } {
     .map((r) => r.endedAt - r.startedAt)
     .sort((a, b) => a - b);
   return { n: ms.length, p50: ms.length === 0 ? 0 : (ms[Math.floor(ms.length / 2)] as number) };
-}
-
-function errorsSeen(records: RequestRecord[]): string {
-  if (records.length === 0) return 'none';
-  const by = new Map<string, number>();
-  for (const r of records) {
-    const key = (r.error ?? r.outcome).replace(/r-[a-z0-9-]+/g, 'ROOM').slice(0, 80);
-    by.set(key, (by.get(key) ?? 0) + 1);
-  }
-  return [...by].map(([k, n]) => `${n}× ${k}`).join('; ');
 }
 
 /** Raw bytes and malformed requests at the HTTP port; what each got back. */

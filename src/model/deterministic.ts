@@ -107,8 +107,11 @@ export function chatPrompt(messages: readonly ChatMessage[]): string {
   return messages.map((m) => `${m.role}: ${m.content}`).join('\n');
 }
 
+/** The built-in model's name (`GET /v1/models`). */
+export const DETERMINISTIC_MODEL_NAME = 'pdctl-deterministic-1';
+
 export class DeterministicModel implements ModelInfo, EngineModel {
-  readonly name = 'pdctl-deterministic-1';
+  readonly name = DETERMINISTIC_MODEL_NAME;
   /** Engines with another KV size still interoperate through the pages they report. */
   readonly format = null;
   readonly contextSize = null;

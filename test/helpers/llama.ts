@@ -23,15 +23,13 @@ export interface TinyLlama {
 export const SEQUENCES = 4;
 export const CONTEXT = 1024;
 
+/** `auto` on a GPU host (`npm run gpu-check`): the engines and the reference on node-llama-cpp's CUDA build. */
+const GPU = process.env.PDCTL_LLAMA_GPU === 'auto' ? 'auto' : 'cpu';
+
 export async function tinyLlama(): Promise<TinyLlama> {
   const path = join(tempDir('pdctl-llama-'), 'tiny.gguf');
   writeTinyModel(path);
-  const shape = {
-    modelPath: path,
-    sequences: SEQUENCES,
-    contextSize: CONTEXT,
-    gpu: 'cpu',
-  } as const;
+  const shape = { modelPath: path, sequences: SEQUENCES, contextSize: CONTEXT, gpu: GPU } as const;
   const info = await LlamaModelInfo.open(shape);
   // One thread everywhere: llama.cpp's threads spin while they wait, and a 2-core machine runs
   // the engines and this process at once.
@@ -48,7 +46,7 @@ export async function tinyLlama(): Promise<TinyLlama> {
       '--threads',
       '1',
       '--gpu',
-      'cpu',
+      GPU,
     ],
     info,
     reference,
