@@ -39,7 +39,15 @@ export class ZapHandler {
 
   static async start(allow: (key: string) => boolean, log: Logger): Promise<ZapHandler> {
     const h = new ZapHandler(allow, log);
-    await h.socket.bind('inproc://zeromq.zap.01');
+    try {
+      await h.socket.bind('inproc://zeromq.zap.01');
+    } catch (err) {
+      h.socket.close();
+      throw new Error(
+        `cannot start the bus's CURVE key check (${(err as Error).message}): one process holds one control plane with CURVE; start another in its own process, or stop the first`,
+        { cause: err },
+      );
+    }
     void h.run();
     return h;
   }

@@ -1,4 +1,5 @@
 /** Parsers for numeric CLI flags, shared by every command: one wording for every bad value. */
+import { resolve } from 'node:path';
 import { type Command, Option } from 'commander';
 import { ENGINE_DEFAULTS } from '../engine/options.ts';
 import { UsageError } from '../errors.ts';
@@ -85,7 +86,7 @@ export function engineShapeOptions(c: Command, per = ''): Command {
 export function engineShapeArgs(o: Record<string, unknown>): string[] {
   const given = (flag: string, v: unknown) => (v === undefined ? [] : [flag, String(v)]);
   return [
-    ...given('--model', o.model),
+    ...given('--model', o.model === undefined ? undefined : resolve(o.model as string)),
     ...given('--sequences', o.sequences),
     ...given('--context-size', o.contextSize),
     ...given('--threads', o.threads),

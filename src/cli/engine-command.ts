@@ -15,7 +15,6 @@ import { UsageError } from '../errors.ts';
 import { LOG_LEVELS, type Logger, type LogLevel, processLogger } from '../log.ts';
 import { DeterministicModel } from '../model/deterministic.ts';
 import { type EngineModel, pagesFor } from '../model/executor.ts';
-import { LlamaEngineModel } from '../model/llama/engine-model.ts';
 import { engineShapeOptions, intArg } from './args.ts';
 
 export function registerEngineCommand(program: Command): void {
@@ -158,6 +157,8 @@ async function openEngineModel(
   const started = Date.now();
   log.info({ model: opts.model, sequences: opts.sequences, gpu: opts.gpu }, 'loading the model');
   try {
+    // Loaded only with --model: node-llama-cpp takes half a second to import.
+    const { LlamaEngineModel } = await import('../model/llama/engine-model.ts');
     const model = await LlamaEngineModel.open({
       modelPath: opts.model,
       sequences: opts.sequences,

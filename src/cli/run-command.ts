@@ -5,11 +5,12 @@ import { startStack } from '../app/stack.ts';
 import { RoomEndedError } from '../control/streams.ts';
 import { DURABILITIES, type Durability } from '../journal/store.ts';
 import { LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
-import { intArg } from './args.ts';
+import { engineShapeArgs, engineShapeOptions, intArg } from './args.ts';
 import { DEFAULT_JOURNAL, EXIT, note, printJson, VERSION } from './context.ts';
+import { openModelInfo, withThreads } from './model.ts';
 
 export function registerRunCommand(program: Command): void {
-  program
+  const command = program
     .command('run')
     .description(
       'Start the control plane with one prefill and one decode engine, stream one completion to the ' +
@@ -26,18 +27,25 @@ export function registerRunCommand(program: Command): void {
         'process or power (see docs/journal.md, "Durability")',
       ).choices([...DURABILITIES]),
     )
-    .option('--json', 'print the result as JSON instead of streaming text')
+    .option('--json', 'print the result as JSON instead of streaming text');
+  engineShapeOptions(command)
     .addOption(
       new Option('--log-level <level>', 'log level of the control plane and engines')
         .choices([...LOG_LEVELS])
         .default('warn'),
     )
-    .addHelpText('after', '\nExample:\n  pdctl run "the river carries the light" --max-tokens 16')
+    .addHelpText(
+      'after',
+      '\nExamples:\n  pdctl run "the river carries the light" --max-tokens 16\n  pdctl run --model data/tiny.gguf "the river carries the light"   (greedy)',
+    )
     .action(async (prompt: string, o: Record<string, unknown>) => {
       const log = processLogger('control', o.logLevel as LogLevel);
       const started = Date.now();
+      const model = await openModelInfo(o, log);
       const stack = await startStack({
         journalPath: o.journal as string,
+        ...(model ? { model } : {}),
+        engineArgs: engineShapeArgs(withThreads(o, 2)),
         durability: o.durability as Durability | undefined,
         log,
         version: VERSION,

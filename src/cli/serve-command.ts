@@ -4,7 +4,6 @@
  * root (src/app/serving.ts). It reads the flags, listens, and on SIGTERM drains and exits 0.
  */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { availableParallelism } from 'node:os';
 import { dirname, resolve as resolvePath } from 'node:path';
 import type { Command } from 'commander';
 import { Option } from 'commander';
@@ -20,11 +19,11 @@ import {
 import { UsageError } from '../errors.ts';
 import { JournalError } from '../journal/errors.ts';
 import { DURABILITIES, type Durability } from '../journal/store.ts';
-import { LOG_LEVELS, type Logger, type LogLevel, processLogger } from '../log.ts';
-import { LlamaModelInfo } from '../model/llama/model-info.ts';
+import { LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
 import { backends } from '../transfer/pool.ts';
 import { engineShapeArgs, engineShapeOptions, intArg } from './args.ts';
 import { note, VERSION } from './context.ts';
+import { openModelInfo, withThreads } from './model.ts';
 
 const env = process.env;
 
@@ -153,10 +152,9 @@ export function registerServeCommand(program: Command): void {
       }
       const curve = o.insecureBus !== true && needsCurve(o.bus as string);
       const model = await openModelInfo(o, log);
-      const engines = (o.prefill as number) + (o.decode as number);
-      // llama.cpp threads spin while they wait: engines on one machine share its cores.
-      const threads = o.threads ?? Math.max(1, Math.floor(availableParallelism() / engines));
-      const engineArgs = engineShapeArgs(model ? { ...o, threads } : o);
+      const engineArgs = engineShapeArgs(
+        withThreads(o, (o.prefill as number) + (o.decode as number)),
+      );
       if (o.allowFaultInjection === true) engineArgs.push('--allow-fault-injection');
       const serving = await startServing({
         journalPath,
@@ -285,26 +283,5 @@ function checkKvDevice(device: number): void {
     throw new UsageError(
       `--kv-device ${device}: there is no such device (${cuda.reason}); devices are numbered from 0`,
     );
-  }
-}
-
-/** With --model: the model's tokenizer, chat template and context for the control plane. */
-async function openModelInfo(
-  o: Record<string, unknown>,
-  log: Logger,
-): Promise<LlamaModelInfo | null> {
-  if (o.model === undefined) return null;
-  try {
-    const info = await LlamaModelInfo.open({
-      modelPath: resolvePath(o.model as string),
-      sequences: o.sequences as number,
-      contextSize: (o.contextSize as number | undefined) ?? null,
-      // The control plane loads the vocabulary only: no GPU needed.
-      gpu: 'cpu',
-    });
-    log.info({ model: info.format, contextSize: info.contextSize }, 'serving a llama.cpp model');
-    return info;
-  } catch (err) {
-    throw new UsageError((err as Error).message);
   }
 }

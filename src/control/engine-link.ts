@@ -150,8 +150,10 @@ export class EngineLink {
       });
       return;
     }
+    // Both ways: a control plane of the built-in model cannot drive llama.cpp engines either
+    // (they take token ids it does not send).
     const format = this.deps.modelFormat;
-    if (format !== null && msg.model !== format) {
+    if ((msg.model ?? null) !== format) {
       log.warn(
         { engine: msg.engine, model: msg.model, serving: format },
         'engine of another model refused',
@@ -159,7 +161,7 @@ export class EngineLink {
       this.bus.send(peer, 'nack', {
         eventId: null,
         code: 'BUS_MODEL_MISMATCH',
-        message: `this control plane serves ${format}; the engine runs ${msg.model ?? 'the built-in model'}: start it with the same --model and --sequences`,
+        message: `this control plane serves ${format ?? 'the built-in model'}; the engine runs ${msg.model ?? 'the built-in model'}: start both with the same --model and --sequences`,
         retryable: false,
       });
       return;

@@ -12,7 +12,6 @@ import { Canary } from '../control/canary.ts';
 import { isTerminal } from '../journal/states.ts';
 import type { Logger } from '../log.ts';
 import { DETERMINISTIC_MODEL_NAME, DeterministicModel } from '../model/deterministic.ts';
-import { LlamaModelInfo } from '../model/llama/model-info.ts';
 import { Load, type LoadOptions, type RequestRecord, wrongAnswers } from './load.ts';
 import { sleep, until } from './poll.ts';
 import { type RemoteTarget, TargetError } from './remote-target.ts';
@@ -142,7 +141,7 @@ export function drillServeArgs(o: DrillRunOptions): string[] {
 export async function runDrill(scenario: DrillScenario, o: DrillRunOptions): Promise<DrillReport> {
   if ('standalone' in scenario) return scenario.standalone(o);
   const model = o.model
-    ? await LlamaModelInfo.open({
+    ? await (await import('../model/llama/model-info.ts')).LlamaModelInfo.open({
         modelPath: o.model.path,
         sequences: o.model.sequences,
         contextSize: null,

@@ -190,4 +190,14 @@ describe('a llama.cpp model across prefill and decode engines', () => {
     const out = await collect(control.submit({ prompt: llamaPrompt(1, 10), maxTokens: 4 }));
     expect(out.error).toBeNull();
   });
+
+  it('a control plane of the built-in model refuses a llama.cpp engine (it would not send token ids)', async () => {
+    const plain = await startTestStack({ restartEngines: false });
+    plain.engines.start({ id: 'decode-9', role: 'decode', args: tiny.args });
+    await waitFor('decode-9 refused by the plain control plane', async () => {
+      const exited = await plain.journal.tail({ type: 'engine.exited', engine: 'decode-9' });
+      return exited.length > 0;
+    });
+    expect(plain.control.registry.get('decode-9')).toBeUndefined();
+  });
 });

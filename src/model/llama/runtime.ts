@@ -5,7 +5,7 @@
  */
 import { statSync } from 'node:fs';
 import { basename } from 'node:path';
-import { getLlama, type Llama, LlamaLogLevel } from 'node-llama-cpp';
+import type { Llama } from 'node-llama-cpp';
 
 export type LlamaGpu = 'auto' | 'cpu';
 
@@ -15,12 +15,14 @@ const runtimes = new Map<LlamaGpu, Promise<Llama>>();
 export function llamaRuntime(gpu: LlamaGpu): Promise<Llama> {
   let r = runtimes.get(gpu);
   if (!r) {
-    r = getLlama({
-      gpu: gpu === 'cpu' ? false : 'auto',
-      // The prebuilt binaries only: never compile llama.cpp on a serving host.
-      build: 'never',
-      logLevel: LlamaLogLevel.error,
-    });
+    r = import('node-llama-cpp').then(({ getLlama, LlamaLogLevel }) =>
+      getLlama({
+        gpu: gpu === 'cpu' ? false : 'auto',
+        // The prebuilt binaries only: never compile llama.cpp on a serving host.
+        build: 'never',
+        logLevel: LlamaLogLevel.error,
+      }),
+    );
     runtimes.set(gpu, r);
   }
   return r;
