@@ -102,6 +102,28 @@ describe('engine restarts and lost connections', () => {
     });
   }
 
+  it('no new room goes to an engine whose process is gone, while it restarts', async () => {
+    const { control, engines, journal } = await startTestStack({ decodeEngines: 2 });
+    const dead = control.registry.get('decode-0')?.incarnation;
+    expect(engines.signal('decode-0', 'SIGKILL')).toBe(true);
+    await waitFor('decode-0 exit journaled', async () => {
+      const exited = await journal.tail({ type: 'engine.exited', engine: 'decode-0' });
+      return exited.length > 0;
+    });
+    // decode-0 is the least loaded and its last heartbeat is still fresh: before the fix, every
+    // one of these went to it and had to be moved when it came back.
+    const streams = Array.from({ length: 10 }, (_, i) =>
+      control.submit({ prompt: prompt(i, 10), maxTokens: 4 }),
+    );
+    for (const o of await Promise.all(streams.map(collect))) expect(o.error).toBeNull();
+    for (const s of streams) {
+      const t = await journal.timeline(s.room);
+      expect(t.room?.state).toBe('completed');
+      if (t.room?.decodeEngine === 'decode-0')
+        expect(control.registry.get('decode-0')?.incarnation).not.toBe(dead);
+    }
+  });
+
   it('a request whose engines die more often than --migration-limit fails cleanly', async () => {
     const { control, engines } = await startTestStack({
       migrationLimit: 1,

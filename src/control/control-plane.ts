@@ -716,6 +716,9 @@ export class ControlPlane {
    * once the migrations are journaled.
    */
   engineLost(engine: string, incarnation: string, reason: string): Promise<void> {
+    // Least loaded once its rooms have moved, a dead engine would otherwise be picked first for
+    // every new room until its heartbeat went stale (seconds), each such room to be moved again.
+    this.link.gone(engine, incarnation);
     return this.migrator.engineLost(engine, incarnation, reason);
   }
 

@@ -113,6 +113,15 @@ export class EngineLink {
 
   constructor(private readonly deps: EngineLinkDeps) {}
 
+  /**
+   * The engine's process is gone (its supervisor saw it exit): this session gets no new room and
+   * no event, though it stays registered until the engine says hello again or expires.
+   */
+  gone(engine: string, incarnation: string): void {
+    const s = this.deps.registry.get(engine);
+    if (s && s.incarnation === incarnation) s.delivery.live = false;
+  }
+
   async hello(peer: PeerId, msg: EngineMessage<'hello'>): Promise<void> {
     this.deps.counters.hellos++;
     const log = this.deps.log;
