@@ -43,6 +43,39 @@ const completion = (extra: Record<string, unknown> = {}) => ({
 });
 
 describe('operator routes and admission', () => {
+  it('an operator abort ends a stream with finish_reason "abort", the text so far, and why', async () => {
+    const stack = await startTestStack({ engineArgs: ['--decode-us-per-token', '5000'] });
+    const { app } = await api(stack, { adminToken: null });
+    const pending = app.inject(completion({ max_tokens: 400, stream: true }));
+    await waitFor('a room decoding with tokens out', () =>
+      [...stack.control.rooms.values()].some((r) => r.state === 'decoding'),
+    );
+    const room = [...stack.control.rooms.values()].find((r) => r.state === 'decoding')
+      ?.room as string;
+    await new Promise((r) => setTimeout(r, 100));
+    const ok = await app.inject({
+      method: 'POST',
+      url: `/v1/rooms/${room}/abort`,
+      payload: { reason: 'operator_test' },
+    });
+    expect(ok.statusCode).toBe(202);
+    const res = await pending;
+    expect(res.statusCode).toBe(200);
+    const events = res.body
+      .split('\n\n')
+      .filter((e) => e.startsWith('data: '))
+      .map((e) => e.slice(6));
+    expect(events.at(-1)).toBe('[DONE]');
+    const last = JSON.parse(events.at(-2) as string) as Record<string, unknown> & {
+      choices: Array<{ finish_reason: string }>;
+    };
+    expect(last.choices[0]?.finish_reason).toBe('abort');
+    expect(last).toMatchObject({ pdctl_room: room, pdctl_abort_reason: 'operator_test' });
+    expect(res.body).not.toContain('"error"');
+    // Some text came before the abort.
+    expect(events.length).toBeGreaterThan(3);
+  });
+
   it('guards abort and commands with the bearer token, and aborts a live room', async () => {
     const stack = await startTestStack({ engineArgs: ['--decode-us-per-token', '5000'] });
     const { app } = await api(stack, { adminToken: 's3cret' });

@@ -11,6 +11,7 @@ import { chatPrompt, DeterministicModel, generateInProcess } from '../src/model/
 import { type Served, serve } from './helpers/serve.ts';
 import { pdctl } from './helpers/spawn.ts';
 import { waitFor } from './helpers/stack.ts';
+import { tempDir } from './helpers/tmp.ts';
 
 const MODEL = 'pdctl-deterministic-1';
 const model = new DeterministicModel();
@@ -50,6 +51,9 @@ describe('the openai client against pdctl serve', () => {
     const t = await get(`/v1/rooms/${room}`);
     expect(t.status).toBe(200);
     expect((t.body.room as { state: string }).state).toBe('completed');
+    // The completion id the client got finds the same room.
+    const byId = await get(`/v1/rooms/${data.id}`);
+    expect((byId.body.room as { room: string }).room).toBe(room);
     expect((t.body.events as unknown[]).length).toBeGreaterThanOrEqual(8);
   });
 
@@ -171,6 +175,28 @@ describe('the openai client against pdctl serve', () => {
       client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 0 }),
     ).rejects.toMatchObject({ status: 400 });
     expect(await roomsInJournal()).toBe(before);
+  });
+
+  it('a second serve on a taken bus port exits 2 with one line that says what to do', async () => {
+    const bus = /bus (tcp:\/\/\S+)/.exec(s.stderr())?.[1] as string;
+    expect(bus).toMatch(/^tcp:\/\/127\.0\.0\.1:\d+$/);
+    const r = await pdctl([
+      'serve',
+      '--bus',
+      bus,
+      '--port',
+      '0',
+      '--data-dir',
+      tempDir('pdctl-serve-2-'),
+      '--prefill',
+      '0',
+      '--decode',
+      '0',
+    ]);
+    expect(r.code).toBe(2);
+    expect(r.stderr.trim().split('\n')).toEqual([
+      `pdctl: cannot bind the bus on ${bus}: Address already in use; pass another --bus endpoint (tcp://127.0.0.1:0 takes any free port, for engines that serve starts itself)`,
+    ]);
   });
 
   it('answers the query routes from the journal, and serves Prometheus metrics', async () => {

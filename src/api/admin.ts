@@ -3,12 +3,14 @@
  * engine, reset an engine's transfer endpoint, drain, shut down). Behind a bearer token when one is
  * configured; without one, only clients on loopback may call them.
  */
+
 import { timingSafeEqual } from 'node:crypto';
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import { COMMANDS, type CommandName } from '../bus/protocol.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
 import { isValidId } from '../journal/events.ts';
+import { roomIdOf } from '../journal/ids.ts';
 import type { JournalStore } from '../journal/store.ts';
 import { ApiError, roomNotFound } from './errors.ts';
 import { Errors } from './schemas.ts';
@@ -112,7 +114,7 @@ export const adminRoutes: FastifyPluginAsync<AdminDeps> = async (
       },
     },
     async (req, reply) => {
-      const room = req.params.room;
+      const room = roomIdOf(req.params.room);
       const body = (req.body ?? {}) as { reason?: unknown };
       const reason = body.reason ?? 'operator';
       if (typeof reason !== 'string' || reason.length === 0 || reason.length > 200) {

@@ -425,8 +425,18 @@ async function streamSse(
     if (o.includeUsage) send(null, { usage: o.usage(result) });
   } catch (err) {
     o.onDone();
-    const e = err instanceof RoomEndedError ? roomEnded(err) : toApiError(err);
-    if (!raw.destroyed) raw.write(`data: ${JSON.stringify(e.body())}\n\n`);
+    if (raw.destroyed) {
+      // The client is gone (its leaving is what aborted the room): nothing to tell it.
+    } else if (err instanceof RoomEndedError && err.state === 'aborted') {
+      // Aborted by an operator (or a drill) mid-stream: the text so far is all there is, and the
+      // stream ends as vLLM's and SGLang's do, with finish_reason "abort" — not an error that
+      // blames the client. Why, and the room to look at, in pdctl fields.
+      if (!stopped && sent < text.length) send(piece(text.slice(sent), null));
+      send(piece('', 'abort'), { pdctl_room: err.room, pdctl_abort_reason: err.reason });
+    } else {
+      const e = err instanceof RoomEndedError ? roomEnded(err) : toApiError(err);
+      raw.write(`data: ${JSON.stringify(e.body())}\n\n`);
+    }
   }
   if (!raw.destroyed) raw.end('data: [DONE]\n\n');
   return reply;

@@ -2,11 +2,13 @@
  * Incident queries over HTTP, the same as the CLI's: rooms by filter, one room's timeline, the
  * journal as NDJSON (optionally followed live), engines as the control plane sees them, stats.
  */
+
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsync } from 'fastify';
 import type { ControlPlane } from '../control/control-plane.ts';
 import type { UsageError } from '../errors.ts';
 import { EVENT_TYPES, type EventType, isValidId, type JournalEvent } from '../journal/events.ts';
+import { roomIdOf } from '../journal/ids.ts';
 import { isRoomState, ROOM_STATES, type RoomState } from '../journal/states.ts';
 import {
   type JournalStore,
@@ -146,13 +148,15 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
         tags: ['queries'],
         summary: 'One room: its projection, every event, and the time spent in each state',
         params: Type.Object({
-          room: Type.String({ description: 'room id, e.g. r-mf3k2a9x-0001c4' }),
+          room: Type.String({
+            description: 'room id, e.g. r-mf3k2a9x-0001c4, or the completion id that names it',
+          }),
         }),
         response: { 200: TimelineBody, ...Errors },
       },
     },
     async (req) => {
-      const room = id('room', req.params.room) as string;
+      const room = id('room', roomIdOf(req.params.room)) as string;
       const t = await journal.timeline(room);
       if (!t.room && t.events.length === 0) throw roomNotFound(room);
       return t;

@@ -31,6 +31,8 @@ export const BUS_ERROR_CODES = [
    * a fresh process (it exits, and its supervisor starts it again).
    */
   'BUS_JOURNAL_BEHIND',
+  /** Not sent: the control plane could not bind its bus endpoint (the port is taken, say). */
+  'BUS_BIND_FAILED',
   /** The socket or the process is closing. */
   'BUS_CLOSED',
   /** Anything else: the message keeps the original. */

@@ -10,6 +10,7 @@ import type { Logger } from '../log.ts';
 import { checkKey } from './admission.ts';
 import { type CurveServerKeys, ZapHandler } from './curve.ts';
 import { DropCounters } from './drops.ts';
+import { BusError } from './errors.ts';
 import { SupervisedLoop } from './loop.ts';
 import { Outbox } from './outbox.ts';
 import {
@@ -90,8 +91,9 @@ export class BusServer {
     } catch (err) {
       server.socket.close();
       server.zap?.close();
-      throw new Error(
-        `cannot bind the bus on ${options.endpoint}: ${(err as Error).message}; pass another --bus endpoint`,
+      throw new BusError(
+        'BUS_BIND_FAILED',
+        `cannot bind the bus on ${options.endpoint}: ${(err as Error).message}; pass another --bus endpoint (tcp://127.0.0.1:0 takes any free port, for engines that serve starts itself)`,
         { cause: err },
       );
     }

@@ -1,7 +1,9 @@
 /** `pdctl rooms` and `pdctl room <id>`: what was in flight, and what happened to one room. */
+
 import type { Command } from 'commander';
 import { UsageError } from '../errors.ts';
 import { isValidId } from '../journal/events.ts';
+import { roomIdOf } from '../journal/ids.ts';
 import { isRoomState, ROOM_STATES, type RoomState } from '../journal/states.ts';
 import { HIDDEN_ORIGINS, originFilter, type RoomFilter } from '../journal/store.ts';
 import { formatDuration, formatTs, parseTime } from '../time.ts';
@@ -193,10 +195,14 @@ export function registerRoomCommands(
   journalOption(
     program
       .command('room')
-      .argument('<id>', 'room id, as printed by `pdctl rooms`')
+      .argument(
+        '<id>',
+        'room id, as printed by `pdctl rooms`, or the completion id a client got (cmpl-r-…)',
+      )
       .description("one room's timeline: every event, and the time it spent in each state"),
-  ).action(async (id: string, opts: CommonOptions) => {
-    if (!isValidId(id)) throw new UsageError(`"${id}" is not a room id`);
+  ).action(async (given: string, opts: CommonOptions) => {
+    const id = roomIdOf(given);
+    if (!isValidId(id)) throw new UsageError(`"${given}" is not a room id`);
     process.exitCode = await roomCommand(id, opts);
   });
 }

@@ -16,6 +16,7 @@ import {
   newKeyPair,
   parseEngineKey,
 } from '../bus/admission.ts';
+import { BusError } from '../bus/errors.ts';
 import { UsageError } from '../errors.ts';
 import { JournalError } from '../journal/errors.ts';
 import { DURABILITIES, type Durability } from '../journal/store.ts';
@@ -156,30 +157,38 @@ export function registerServeCommand(program: Command): void {
         withThreads(o, (o.prefill as number) + (o.decode as number)),
       );
       if (o.allowFaultInjection === true) engineArgs.push('--allow-fault-injection');
-      const serving = await startServing({
-        journalPath,
-        ...(model ? { model } : {}),
-        durability: o.durability as Durability,
-        bus: o.bus as string,
-        admission,
-        curve,
-        log,
-        version: VERSION,
-        prefillEngines: o.prefill as number,
-        decodeEngines: o.decode as number,
-        engineArgs,
-        engineLogLevel: o.logLevel as string,
-        restartStalled: o.restartStalled !== false,
-        migrationLimit: o.migrationLimit as number,
-        canaryDeadlineMs: o.canaryDeadlineMs as number,
-        canaryIntervalMs: o.canaryIntervalMs as number,
-        api: {
-          adminToken: env.PDCTL_ADMIN_TOKEN || null,
-          maxRoomsPerEngine: o.maxRoomsPerEngine as number,
-          requestTimeoutMs: o.requestTimeoutMs as number,
-          maxConnections: o.maxConnections as number,
-        },
-      });
+      let serving: Awaited<ReturnType<typeof startServing>>;
+      try {
+        serving = await startServing({
+          journalPath,
+          ...(model ? { model } : {}),
+          durability: o.durability as Durability,
+          bus: o.bus as string,
+          admission,
+          curve,
+          log,
+          version: VERSION,
+          prefillEngines: o.prefill as number,
+          decodeEngines: o.decode as number,
+          engineArgs,
+          engineLogLevel: o.logLevel as string,
+          restartStalled: o.restartStalled !== false,
+          migrationLimit: o.migrationLimit as number,
+          canaryDeadlineMs: o.canaryDeadlineMs as number,
+          canaryIntervalMs: o.canaryIntervalMs as number,
+          api: {
+            adminToken: env.PDCTL_ADMIN_TOKEN || null,
+            maxRoomsPerEngine: o.maxRoomsPerEngine as number,
+            requestTimeoutMs: o.requestTimeoutMs as number,
+            maxConnections: o.maxConnections as number,
+          },
+        });
+      } catch (err) {
+        // A taken bus port is a flag to change, like a taken HTTP port: exit 2, one line.
+        if (err instanceof BusError && err.code === 'BUS_BIND_FAILED')
+          throw new UsageError(err.message);
+        throw err;
+      }
       const { control } = serving.stack;
       let address: string;
       try {

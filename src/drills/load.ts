@@ -147,6 +147,7 @@ export class Load {
             error?: { message: string; code: string };
             choices?: Array<{ text: string; finish_reason: string | null }>;
             usage?: { completion_tokens: number } | null;
+            pdctl_abort_reason?: string;
           };
           if (msg.usage) rec.tokens = msg.usage.completion_tokens;
           if (msg.error) {
@@ -158,6 +159,11 @@ export class Load {
             if (c.finish_reason) {
               finished = true;
               rec.finishReason = c.finish_reason;
+            }
+            // Aborted mid-stream (an operator, the control plane): not a completed answer.
+            if (c.finish_reason === 'abort') {
+              rec.outcome = 'error';
+              rec.error = `aborted: ${msg.pdctl_abort_reason ?? 'unknown reason'}`;
             }
           }
         }

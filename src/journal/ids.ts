@@ -43,3 +43,12 @@ export function newRoomId(now: number = Date.now()): string {
   roomCounter = (roomCounter + 1) % 0x1000000;
   return `r-${now.toString(36)}-${roomCounter.toString(16).padStart(6, '0')}`;
 }
+
+/**
+ * The room id in what a client has: the completion's `id` (`cmpl-<room>`, `chatcmpl-<room>`) names
+ * its room, so it is taken wherever a room id is. Anything else is returned as it is.
+ */
+export function roomIdOf(id: string): string {
+  const m = /^(?:chat)?cmpl-(r-.+)$/.exec(id);
+  return m ? (m[1] as string) : id;
+}
