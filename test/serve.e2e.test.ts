@@ -6,6 +6,7 @@
 import { request } from 'node:http';
 import { createServer } from 'node:net';
 import OpenAI from 'openai';
+import parsePrometheus from 'parse-prometheus-text-format';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chatPrompt, DeterministicModel, generateInProcess } from '../src/model/deterministic.ts';
 import { type Served, serve } from './helpers/serve.ts';
@@ -281,8 +282,49 @@ describe('the openai client against pdctl serve', () => {
     // The ladder's view: every engine ok, nothing reset or restarted, nothing stalled.
     expect(metrics).toMatch(/pdctl_engine_ladder\{engine="prefill-0",phase="ok"\} 1/);
     expect(metrics).toMatch(
-      /pdctl_engine_ladder_actions\{engine="decode-0",action="reset_in_place"\} 0/,
+      /pdctl_engine_ladder_actions_total\{engine="decode-0",action="reset_in_place"\} 0/,
     );
+    // Read by a real Prometheus text parser, and named by Prometheus's conventions.
+    const families = new Map(parsePrometheus(metrics).map((f) => [f.name, f]));
+    for (const f of families.values()) {
+      expect(f.name).not.toMatch(/^pdctl_process_process_/);
+      // prom-client's own process and Node.js series keep prom-client's names (one gauge among
+      // them, nodejs_active_resources_total, ends in _total).
+      if (/^pdctl_(process|nodejs)_/.test(f.name)) continue;
+      if (f.type === 'COUNTER') expect(f.name, f.name).toMatch(/_total$/);
+      else expect(f.name, `${f.name} is a ${f.type}`).not.toMatch(/_total$/);
+    }
+    const value = (name: string, labels: Record<string, string> = {}) =>
+      Number(
+        families
+          .get(name)
+          ?.metrics.find((m) => Object.entries(labels).every(([k, v]) => m.labels?.[k] === v))
+          ?.value ?? Number.NaN,
+      );
+    for (const name of [
+      'pdctl_journal_append_seconds',
+      'pdctl_time_to_first_token_seconds',
+      'pdctl_inter_token_latency_seconds',
+      'pdctl_stage_seconds',
+    ])
+      expect(families.get(name)?.type, name).toBe('HISTOGRAM');
+    expect(value('pdctl_journal_commits_total')).toBeGreaterThan(0);
+    expect(value('pdctl_prompt_tokens_total')).toBeGreaterThan(0);
+    expect(value('pdctl_generation_tokens_total')).toBeGreaterThan(0);
+    expect(value('pdctl_engine_pages', { engine: 'decode-0' })).toBe(4096);
+    expect(value('pdctl_engine_free_pages', { engine: 'decode-0' })).toBeLessThanOrEqual(4096);
+    expect(
+      value('pdctl_engine_loop_ticks_total', { engine: 'prefill-0', loop: 'bus' }),
+    ).toBeGreaterThan(0);
+    expect(value('pdctl_engine_queue_depth', { engine: 'decode-0', queue: 'decoding' })).toBe(0);
+    expect(value('pdctl_model_info', { model: MODEL })).toBe(1);
+    expect(
+      value('pdctl_http_responses_total', { route: '/v1/completions', status: '200' }),
+    ).toBeGreaterThan(0);
+    expect(
+      value('pdctl_http_responses_total', { route: '/v1/completions', status: '400' }),
+    ).toBeGreaterThan(0);
+    expect(families.has('pdctl_process_cpu_seconds_total')).toBe(true);
     expect(metrics).not.toMatch(/pdctl_engine_stalled\{/);
     const docs = await get('/docs/json');
     expect(Object.keys(docs.body.paths as object)).toContain('/v1/chat/completions');

@@ -125,6 +125,13 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
       }),
     ),
   );
+  // Every response counted by route pattern and status, streams included (they hijack the reply,
+  // so the count is taken when the socket's response finishes).
+  app.addHook('onRequest', async (req, reply) => {
+    reply.raw.once('finish', () =>
+      o.metrics.response(req.routeOptions.url ?? 'unmatched', reply.raw.statusCode),
+    );
+  });
   await app.register(openAiRoutes, {
     control: o.control,
     metrics: o.metrics,

@@ -1,8 +1,10 @@
 /**
- * Prometheus metrics (prom-client), one registry per API instance. Room and stage figures come
- * from committed journal events as the control plane folds them; gauges are read at scrape time.
+ * Prometheus metrics (prom-client), one registry per API instance, named by Prometheus's
+ * conventions: counters end in `_total`, durations are histograms in seconds, sizes in bytes.
+ * Room and stage figures come from committed journal events as the control plane folds them;
+ * running totals kept elsewhere (journal commits, bus drops, ladder actions, the engines' own
+ * loop ticks from their heartbeats) are counters read at scrape time; gauges are read then too.
  */
-import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { FastifyPluginAsync } from 'fastify';
 import client from 'prom-client';
 import { STAGE_OF } from '../control/canary.ts';
@@ -16,16 +18,41 @@ const STAGE_BUCKETS = [
   0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
 ];
 
+/**
+ * A counter whose running total is kept elsewhere and read at each scrape (it only grows, and
+ * starts again from 0 only when the process that keeps it restarts, as Prometheus expects).
+ */
+function totalCounter<L extends string>(
+  r: client.Registry,
+  name: string,
+  help: string,
+  labelNames: readonly L[],
+  read: () => Array<[Partial<Record<L, string>>, number]>,
+): client.Counter<L> {
+  return new client.Counter<L>({
+    name,
+    help,
+    labelNames,
+    registers: [r],
+    collect() {
+      this.reset();
+      for (const [labels, n] of read()) this.inc(labels, Math.max(0, n));
+    },
+  });
+}
+
 export class ApiMetrics {
   readonly registry = new client.Registry();
-  private readonly loopDelay = monitorEventLoopDelay({ resolution: 10 });
   private readonly ended: client.Counter<'state' | 'reason'>;
   private readonly state: client.Histogram<'state'>;
   private readonly stage: client.Histogram<'stage'>;
   /** When each live room entered its current stage (see STAGE_OF). */
   private readonly stageSince = new Map<string, number>();
   private readonly ttft: client.Histogram;
+  private readonly interToken: client.Histogram;
   private readonly request: client.Histogram<'kind'>;
+  private readonly promptTokens: client.Counter;
+  private readonly responses: client.Counter<'route' | 'status'>;
   private readonly transfers: client.Counter<'status'>;
   private readonly transferBytes: client.Counter;
   readonly canary: client.Counter<'outcome'>;
@@ -35,8 +62,8 @@ export class ApiMetrics {
   /** `recovery`: the ladder and restart counts of engines a stack supervises; null: none. */
   constructor(control: ControlPlane, recovery: RecoveryView | null = null) {
     const r = this.registry;
-    client.collectDefaultMetrics({ register: r, prefix: 'pdctl_process_' });
-    this.loopDelay.enable();
+    // process_cpu_seconds_total, nodejs_eventloop_lag_seconds, … under pdctl_.
+    client.collectDefaultMetrics({ register: r, prefix: 'pdctl_' });
     this.ended = new client.Counter({
       name: 'pdctl_rooms_ended_total',
       help: 'Rooms that reached a terminal state, by state and reason',
@@ -61,6 +88,25 @@ export class ApiMetrics {
       name: 'pdctl_time_to_first_token_seconds',
       help: 'Streaming requests: request received to first token sent',
       buckets: STAGE_BUCKETS,
+      registers: [r],
+    });
+    this.interToken = new client.Histogram({
+      name: 'pdctl_inter_token_latency_seconds',
+      help: 'Streaming requests: time between tokens sent (per chunk, over its tokens)',
+      buckets: [
+        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+      ],
+      registers: [r],
+    });
+    this.promptTokens = new client.Counter({
+      name: 'pdctl_prompt_tokens_total',
+      help: 'Prompt tokens of the requests admitted (canary rooms included)',
+      registers: [r],
+    });
+    this.responses = new client.Counter({
+      name: 'pdctl_http_responses_total',
+      help: 'HTTP responses by route pattern and status (400s and 429s included)',
+      labelNames: ['route', 'status'],
       registers: [r],
     });
     this.request = new client.Histogram({
@@ -93,12 +139,6 @@ export class ApiMetrics {
       labelNames: ['state'],
       registers: [r],
     });
-    const dropped = new client.Gauge({
-      name: 'pdctl_bus_dropped_frames',
-      help: 'Bus frames dropped or nacked since start, by reason',
-      labelNames: ['reason'],
-      registers: [r],
-    });
     const hbAge = new client.Gauge({
       name: 'pdctl_engine_heartbeat_age_seconds',
       help: 'Seconds since each engine last heartbeated',
@@ -123,20 +163,9 @@ export class ApiMetrics {
       labelNames: ['engine', 'phase'],
       registers: [r],
     });
-    const ladderActions = new client.Gauge({
-      name: 'pdctl_engine_ladder_actions',
-      help: 'In-place resets and process restarts the ladder made per engine since start',
-      labelNames: ['engine', 'action'],
-      registers: [r],
-    });
     const batch = new client.Gauge({
       name: 'pdctl_journal_last_batch_events',
       help: 'Events in the last group commit',
-      registers: [r],
-    });
-    const commits = new client.Gauge({
-      name: 'pdctl_journal_commits',
-      help: 'Transactions committed since start',
       registers: [r],
     });
     const writable = new client.Gauge({
@@ -144,25 +173,83 @@ export class ApiMetrics {
       help: '1 when the last commit succeeded',
       registers: [r],
     });
-    const appendLatency = new client.Gauge({
+    totalCounter(
+      r,
+      'pdctl_bus_dropped_frames_total',
+      'Bus frames dropped or nacked, by reason',
+      ['reason'],
+      () => Object.entries(control.busStatus().dropped).map(([reason, n]) => [{ reason }, n ?? 0]),
+    );
+    totalCounter(
+      r,
+      'pdctl_engine_ladder_actions_total',
+      'In-place resets and process restarts the ladder made, per engine',
+      ['engine', 'action'],
+      () =>
+        control.engines().flatMap((s) => {
+          const view = recovery?.ladder(s.engine);
+          if (!view) return [];
+          return [
+            [{ engine: s.engine, action: 'reset_in_place' }, view.resets],
+            [{ engine: s.engine, action: 'restart' }, view.restarts],
+          ] as Array<[{ engine: string; action: string }, number]>;
+        }),
+    );
+    totalCounter(r, 'pdctl_journal_commits_total', 'Journal transactions committed', [], () => [
+      [{}, control.journalHealth().commits],
+    ]);
+    totalCounter(
+      r,
+      'pdctl_generation_tokens_total',
+      'Tokens streamed to clients (canary rooms included)',
+      [],
+      () => [[{}, control.counters.tokens]],
+    );
+    totalCounter(
+      r,
+      'pdctl_engine_loop_ticks_total',
+      "Each engine's loop ticks (bus, work, transfer, heartbeat), from its heartbeats; one that stops moving is a frozen loop",
+      ['engine', 'loop'],
+      () =>
+        control
+          .engines()
+          .flatMap((s) =>
+            Object.entries(s.health.heartbeat?.ticks ?? {}).map(
+              ([loop, n]) =>
+                [{ engine: s.engine, loop }, n] as [{ engine: string; loop: string }, number],
+            ),
+          ),
+    );
+    const appendSeconds = new client.Histogram({
       name: 'pdctl_journal_append_seconds',
-      help: 'Append-to-commit latency of control-plane appends (p50, p99 over the last minute)',
-      labelNames: ['quantile'],
+      help: 'Append-to-commit time of control-plane appends',
+      buckets: STAGE_BUCKETS,
       registers: [r],
     });
-    const delay = new client.Gauge({
-      name: 'pdctl_event_loop_delay_seconds',
-      help: 'Event-loop delay of the control plane (p50, p99 since last scrape)',
-      labelNames: ['quantile'],
+    control.onAppendCommitted((ms) => appendSeconds.observe(ms / 1000));
+    const pages = new client.Gauge({
+      name: 'pdctl_engine_pages',
+      help: "KV pages in each engine's pool (with pdctl_engine_free_pages: its usage)",
+      labelNames: ['engine'],
       registers: [r],
     });
+    const queues = new client.Gauge({
+      name: 'pdctl_engine_queue_depth',
+      help: "Each engine's queues (waiting, active, transferring, decoding, outbox, unacked), last heartbeat",
+      labelNames: ['engine', 'queue'],
+      registers: [r],
+    });
+    new client.Gauge({
+      name: 'pdctl_model_info',
+      help: 'The model served (1, labelled by its name)',
+      labelNames: ['model'],
+      registers: [r],
+    }).set({ model: control.modelName }, 1);
     const collect = () => {
       const counts = new Map<string, number>(LIVE_STATES.map((s) => [s, 0]));
       for (const room of control.liveRooms())
         if (counts.has(room.state)) counts.set(room.state, (counts.get(room.state) ?? 0) + 1);
       for (const [state, n] of counts) live.set({ state }, n);
-      for (const [reason, n] of Object.entries(control.busStatus().dropped))
-        dropped.set({ reason }, n ?? 0);
       const now = Date.now();
       stalled.reset();
       ladder.reset();
@@ -170,24 +257,19 @@ export class ApiMetrics {
         stalled.set({ engine: x.engine, kind: x.kind }, 1);
       for (const s of control.engines()) {
         hbAge.set({ engine: s.engine, role: s.role }, (now - s.health.lastSeen) / 1000);
-        if (s.health.heartbeat) freePages.set({ engine: s.engine }, s.health.heartbeat.freePages);
-        const view = recovery?.ladder(s.engine);
-        if (view) {
-          ladder.set({ engine: s.engine, phase: view.phase }, 1);
-          ladderActions.set({ engine: s.engine, action: 'reset_in_place' }, view.resets);
-          ladderActions.set({ engine: s.engine, action: 'restart' }, view.restarts);
+        pages.set({ engine: s.engine }, s.pages);
+        const hb = s.health.heartbeat;
+        if (hb) {
+          freePages.set({ engine: s.engine }, hb.freePages);
+          for (const [queue, n] of Object.entries(hb.queues))
+            queues.set({ engine: s.engine, queue }, n);
         }
+        const view = recovery?.ladder(s.engine);
+        if (view) ladder.set({ engine: s.engine, phase: view.phase }, 1);
       }
       const h = control.journalHealth();
       batch.set(h.lastBatchSize);
-      commits.set(h.commits);
       writable.set(h.writable ? 1 : 0);
-      const lat = control.appendLatency();
-      appendLatency.set({ quantile: '0.5' }, lat.p50 / 1000);
-      appendLatency.set({ quantile: '0.99' }, lat.p99 / 1000);
-      delay.set({ quantile: '0.5' }, this.loopDelay.percentile(50) / 1e9);
-      delay.set({ quantile: '0.99' }, this.loopDelay.percentile(99) / 1e9);
-      this.loopDelay.reset();
     };
     this.collect = collect;
     control.onRoomEvent((before, after, ev) => this.onRoomEvent(before, after, ev));
@@ -206,6 +288,8 @@ export class ApiMetrics {
       if (STAGE_OF[after.state]) this.stageSince.set(after.room, ev.ts);
       else this.stageSince.delete(after.room);
     }
+    // A migrated room's prompt holds tokens already counted: only a request's first room counts.
+    if (!before && after.migratedFrom === null) this.promptTokens.inc(after.promptTokens ?? 0);
     if (after.terminalAt !== null && (!before || before.terminalAt === null)) {
       this.ended.inc({ state: after.state, reason: after.reason ?? after.finishReason ?? 'none' });
       if (after.state === 'failed' && after.reason?.startsWith('transfer_'))
@@ -221,6 +305,16 @@ export class ApiMetrics {
     this.ttft.observe(ms / 1000);
   }
 
+  /** A chunk of `tokens` arrived `ms` after the one before it (streaming). */
+  chunkAfter(ms: number, tokens: number): void {
+    if (tokens > 0) this.interToken.observe(ms / 1000 / tokens);
+  }
+
+  /** An HTTP response finished (every route, streams included). */
+  response(route: string, status: number): void {
+    this.responses.inc({ route, status: String(status) });
+  }
+
   completed(kind: string, ms: number): void {
     this.request.observe({ kind }, ms / 1000);
   }
@@ -230,9 +324,7 @@ export class ApiMetrics {
     return this.registry.metrics();
   }
 
-  close(): void {
-    this.loopDelay.disable();
-  }
+  close(): void {}
 }
 
 /** `GET /metrics`: the Prometheus text format. */

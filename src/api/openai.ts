@@ -398,11 +398,14 @@ async function streamSse(
   let first = true;
   let stopped = false;
   try {
+    let lastAt = 0;
     for await (const chunk of stream) {
+      const now = performance.now();
       if (first) {
-        deps.metrics.firstToken(performance.now() - o.started);
+        deps.metrics.firstToken(now - o.started);
         first = false;
-      }
+      } else deps.metrics.chunkAfter(now - lastAt, chunk.tokens);
+      lastAt = now;
       if (stopped) continue;
       text += chunk.text;
       if (o.stops.length === 0) {

@@ -474,9 +474,18 @@ export class ControlPlane {
   private timed<T>(p: Promise<T>): Promise<T> {
     const t0 = performance.now();
     return p.then((v) => {
-      this.latencies[this.latencyCount++ % this.latencies.length] = performance.now() - t0;
+      const ms = performance.now() - t0;
+      this.latencies[this.latencyCount++ % this.latencies.length] = ms;
+      for (const l of this.appendListeners) l(ms);
       return v;
     });
+  }
+
+  private readonly appendListeners: Array<(ms: number) => void> = [];
+
+  /** Called with the append-to-commit time of every control-plane append (metrics). */
+  onAppendCommitted(listener: (ms: number) => void): void {
+    this.appendListeners.push(listener);
   }
 
   /** p50 and p99 of recent append-to-commit latencies, in ms (0 before any append). */
