@@ -8,12 +8,12 @@ import { buildApi } from '../src/api/app.ts';
 import { ApiMetrics } from '../src/api/metrics.ts';
 import type { Stack } from '../src/app/stack.ts';
 import { Canary } from '../src/control/canary.ts';
-import { silentLogger } from '../src/log.ts';
+import { type Logger, silentLogger } from '../src/log.ts';
 import { fillJournal, startTestStack, waitFor } from './helpers/stack.ts';
 
 async function api(
   stack: Stack,
-  opts: { adminToken?: string | null; maxRoomsPerEngine?: number } = {},
+  opts: { adminToken?: string | null; maxRoomsPerEngine?: number; log?: Logger } = {},
 ) {
   const canary = new Canary(stack.control, silentLogger, 2000);
   const metrics = new ApiMetrics(stack.control, stack.recovery);
@@ -23,7 +23,7 @@ async function api(
     recovery: stack.recovery,
     canary,
     metrics,
-    log: silentLogger,
+    log: opts.log ?? silentLogger,
     version: 'test',
     adminToken: opts.adminToken ?? null,
     maxRoomsPerEngine: opts.maxRoomsPerEngine,
@@ -43,6 +43,53 @@ const completion = (extra: Record<string, unknown> = {}) => ({
 });
 
 describe('operator routes and admission', () => {
+  it("echoes the client's x-request-id, journals it with its traceparent, and logs every answer", async () => {
+    const stack = await startTestStack();
+    const lines: Array<Record<string, unknown>> = [];
+    const log: Logger = { ...silentLogger, info: (obj, msg) => lines.push({ ...obj, msg }) };
+    const { app } = await api(stack, { log });
+    const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+    const res = await app.inject({
+      ...completion(),
+      headers: { 'x-request-id': 'incident-42', traceparent },
+    });
+    expect(res.statusCode).toBe(200);
+    expect(res.headers['x-request-id']).toBe('incident-42');
+    const room = res.headers['x-pdctl-room'] as string;
+    const created = (await stack.control.journal.timeline(room)).events[0];
+    expect(created?.data).toMatchObject({ requestId: 'incident-42', traceparent });
+    // Without one (or with one that is not usable), a fresh id; a refused request has one too,
+    // and a traceparent that is not one is left out.
+    const refused = await app.inject({
+      ...completion({ max_tokens: 0 }),
+      headers: { 'x-request-id': 'has spaces', traceparent: '00-zz-00-01' },
+    });
+    expect(refused.statusCode).toBe(400);
+    expect(refused.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+    const again = await app.inject(completion());
+    const made = again.headers['x-request-id'] as string;
+    expect(made).toMatch(/^[0-9a-f-]{36}$/);
+    const plain = (await stack.control.journal.timeline(again.headers['x-pdctl-room'] as string))
+      .events[0];
+    expect(plain?.data).toMatchObject({ requestId: made });
+    expect(plain?.data).not.toHaveProperty('traceparent');
+    // The access log: one line per answer, with its id, status, time and room.
+    await waitFor(
+      'three access-log lines',
+      () => lines.filter((l) => l.msg === 'http').length >= 3,
+    );
+    const http = lines.filter((l) => l.msg === 'http');
+    expect(http[0]).toMatchObject({
+      requestId: 'incident-42',
+      method: 'POST',
+      url: '/v1/completions',
+      status: 200,
+      room,
+    });
+    expect(http[1]).toMatchObject({ status: 400, room: null });
+    expect(typeof http[0]?.ms).toBe('number');
+  });
+
   it('an operator abort ends a stream with finish_reason "abort", the text so far, and why', async () => {
     const stack = await startTestStack({ engineArgs: ['--decode-us-per-token', '5000'] });
     const { app } = await api(stack, { adminToken: null });

@@ -4,6 +4,7 @@
  * `/docs` (the document itself at `/docs/json`). It does not listen: the composition root
  * (src/app/serving.ts) does, and tests use `inject()` or a real port.
  */
+import { randomUUID } from 'node:crypto';
 import http from 'node:http';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
@@ -68,6 +69,9 @@ function boundedServer(o: ApiOptions) {
   };
 }
 
+/** An `x-request-id` taken as it is: printable, no spaces, at most 128 characters. */
+const REQUEST_ID = /^[\x21-\x7e]{1,128}$/;
+
 export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
   const app = Fastify({
     serverFactory: boundedServer(o),
@@ -75,6 +79,12 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
     // Wrong types are errors, never coerced: "16" is not a max_tokens.
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false, allErrors: false } },
     logger: false,
+    // The client's x-request-id when it sent a usable one, else a fresh one: echoed on every
+    // answer, in the access log, and journaled on the room it created.
+    genReqId: (req) => {
+      const given = req.headers['x-request-id'];
+      return typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
+    },
   });
   // Answers are serialized as they are built: response schemas document and are tested against
   // real answers (test/api-schemas.e2e.test.ts), and never drop a field on the way out.
@@ -128,9 +138,26 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
   // Every response counted by route pattern and status, streams included (they hijack the reply,
   // so the count is taken when the socket's response finishes).
   app.addHook('onRequest', async (req, reply) => {
-    reply.raw.once('finish', () =>
-      o.metrics.response(req.routeOptions.url ?? 'unmatched', reply.raw.statusCode),
-    );
+    reply.header('x-request-id', req.id);
+    const started = performance.now();
+    reply.raw.once('finish', () => {
+      const route = req.routeOptions.url ?? 'unmatched';
+      const status = reply.raw.statusCode;
+      o.metrics.response(route, status);
+      // The access log: one line per answer, streams included, naming its room.
+      o.log.info(
+        {
+          requestId: req.id,
+          method: req.method,
+          url: req.url,
+          status,
+          ms: Math.round((performance.now() - started) * 10) / 10,
+          room: reply.raw.getHeader('x-pdctl-room') ?? null,
+          client: req.ip,
+        },
+        'http',
+      );
+    });
   });
   await app.register(openAiRoutes, {
     control: o.control,

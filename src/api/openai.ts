@@ -110,6 +110,14 @@ function chatMessages(messages: ChatRequest['messages']): ChatMessage[] {
   }));
 }
 
+/** A W3C traceparent header, when it is one (version 00 or later, ids not all zero). */
+function traceparentOf(header: string | string[] | undefined): { traceparent?: string } {
+  if (typeof header !== 'string') return {};
+  const m = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/.exec(header.trim());
+  if (!m || m[1] === 'ff' || /^0+$/.test(m[2] as string) || /^0+$/.test(m[3] as string)) return {};
+  return { traceparent: header.trim() };
+}
+
 /** The request's sampling, as the engines take it. */
 function sampling(body: CompletionRequest | ChatRequest): Sampling {
   return {
@@ -284,6 +292,8 @@ async function serve(
     maxTokens,
     stop: stops,
     sampling: sampling(body),
+    requestId: req.id,
+    ...traceparentOf(req.headers.traceparent),
     signal: ac.signal,
   });
   reply.header('x-pdctl-room', stream.room);
@@ -366,6 +376,7 @@ async function streamSse(
     'cache-control': 'no-cache',
     connection: 'keep-alive',
     'x-pdctl-room': stream.room,
+    'x-request-id': reply.request.id,
   });
   // Headers now, not with the first token: the client learns its room at once.
   raw.flushHeaders();

@@ -9,7 +9,7 @@ export function describeEvent(ev: JournalEvent): string {
   const d = ev.data as D;
   switch (ev.type) {
     case 'room.created':
-      return `${d.prefillEngine} → ${d.decodeEngine}, prompt ${d.promptTokens ?? '?'} tok, max ${d.maxTokens ?? '?'}${d.migratedFrom ? `, migrated from ${d.migratedFrom}` : ''}`;
+      return `${d.prefillEngine} → ${d.decodeEngine}, prompt ${d.promptTokens ?? '?'} tok, max ${d.maxTokens ?? '?'}${d.migratedFrom ? `, migrated from ${d.migratedFrom}` : ''}${d.requestId ? `, request ${d.requestId}` : ''}`;
     case 'room.bootstrapped':
       return `${(d.pages as unknown[]).length} pages reserved${d.epoch !== undefined ? `, epoch ${d.epoch}` : ''}`;
     case 'room.transfer_posted':

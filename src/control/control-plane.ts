@@ -99,6 +99,9 @@ export interface SubmitRequest {
   signal?: AbortSignal;
   /** Who asks, journaled as the `source` of `room.created`. Default `api`. */
   source?: string;
+  /** The HTTP request's id and W3C traceparent, journaled on `room.created` (and its migrations'). */
+  requestId?: string;
+  traceparent?: string;
 }
 
 /** Ended rooms whose engines are remembered after they leave `rooms`. */
@@ -595,6 +598,10 @@ export class ControlPlane {
     const decode = this.pickFor('decode', promptTokens, maxTokens);
     const room = newRoomId();
     const stream = new RoomStream(room, promptTokens, Date.now());
+    stream.trace = {
+      ...(request.requestId ? { requestId: request.requestId } : {}),
+      ...(request.traceparent ? { traceparent: request.traceparent } : {}),
+    };
     const req: RoomRequest = {
       ...sent,
       maxTokens,
@@ -688,6 +695,7 @@ export class ControlPlane {
           promptTokens,
           maxTokens: request.maxTokens,
           model: this.model.name,
+          ...stream.trace,
           ...(o.migratedFrom ? { migratedFrom: o.migratedFrom } : {}),
           ...(this.options.deadlinesMs ? { deadlinesMs: this.options.deadlinesMs } : {}),
         },

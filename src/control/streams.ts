@@ -29,6 +29,8 @@ export class RoomStream implements AsyncIterable<TokenChunk> {
   ids: number[] = [];
   /** The room serving the request now: `room` until a migration moves it. */
   current: string;
+  /** What the caller said the request is (`x-request-id`, W3C `traceparent`): on every room of it. */
+  trace: { requestId?: string; traceparent?: string } = {};
   /** The caller aborted (its AbortSignal fired): a pending migration does not go on. */
   cancelled = false;
   /** Migrations so far, and where the current room's chunks and tokens start. */

@@ -41,6 +41,12 @@ export const EVENT_SCHEMAS = {
       model: Type.Optional(Text),
       deadlinesMs: Type.Optional(Deadlines),
       migratedFrom: Type.Optional(Id),
+      /** The HTTP request's `x-request-id` (given by the client, or made by the API). */
+      requestId: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
+      /** The client's W3C `traceparent`, when it sent a valid one. */
+      traceparent: Type.Optional(
+        Type.String({ pattern: '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$' }),
+      ),
     },
     strict,
   ),
