@@ -69,6 +69,84 @@ describe('pdctl on a synthetic journal', () => {
     expect(one.stdout).toMatch(/room\.created/);
   });
 
+  it("exports an incident's window as a journal of its own that verify accepts", async () => {
+    const out = `${dir}/window.db`;
+    const r = await pdctl([
+      'journal',
+      'export',
+      '--since',
+      '2026-11-30T03:14:00Z',
+      '--until',
+      '2026-11-30T03:15:00Z',
+      '--to',
+      out,
+      ...J,
+      '--json',
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    const res = json<{ rooms: number; events: number; bytes: number }>(r.stdout);
+    expect(res.rooms).toBeGreaterThan(0);
+    expect(res.rooms).toBeLessThan(400);
+    expect((await pdctl(['journal', 'verify', '--journal', out])).code).toBe(0);
+    const rooms = (journalPath: string, flags: string[]) =>
+      pdctl([
+        'rooms',
+        ...flags,
+        '--limit',
+        '1000',
+        '--origin',
+        'all',
+        '--journal',
+        journalPath,
+        '--json',
+      ]).then((x) => json<{ rooms: Array<{ room: string; createdAt: number }> }>(x.stdout).rooms);
+    const exported = new Set((await rooms(out, [])).map((x) => x.room));
+    expect(exported.size).toBe(res.rooms);
+    // Every room in flight inside the window is there, with every one of its events.
+    const inFlight = await rooms(journal, ['--in-flight-at', '2026-11-30T03:14:30Z']);
+    expect(inFlight.length).toBeGreaterThan(0);
+    for (const x of inFlight) expect(exported.has(x.room), x.room).toBe(true);
+    const one = inFlight[0]?.room as string;
+    const events = async (journalPath: string) =>
+      json<{ events: unknown[] }>(
+        (await pdctl(['room', one, '--journal', journalPath, '--json'])).stdout,
+      ).events;
+    expect(await events(out)).toEqual(await events(journal));
+    // Rooms created after the window are not.
+    const later = (await rooms(journal, [])).filter(
+      (x) => x.createdAt > Date.parse('2026-11-30T03:15:00Z'),
+    );
+    expect(later.length).toBeGreaterThan(0);
+    for (const x of later) expect(exported.has(x.room)).toBe(false);
+    // Refusals: a window that ends before it starts, and a file that exists.
+    const bad = await pdctl([
+      'journal',
+      'export',
+      '--since',
+      '03:15',
+      '--until',
+      '03:14',
+      '--to',
+      `${dir}/x.db`,
+      ...J,
+    ]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/is before --since/);
+    const exists = await pdctl([
+      'journal',
+      'export',
+      '--since',
+      '1h',
+      '--until',
+      'now',
+      '--to',
+      out,
+      ...J,
+    ]);
+    expect(exists.code).toBe(2);
+    expect(exists.stderr).toMatch(/already exists/);
+  });
+
   it('filters failed rooms by reason, and stats count the same rooms', async () => {
     const stats = json<{ failuresByReason: Record<string, number>; rooms: number }>(
       (await pdctl(['journal', 'stats', ...J, '--json'])).stdout,

@@ -2,6 +2,7 @@
 import type { Command } from 'commander';
 import type { CommonOptions } from './context.ts';
 import { type BackupOptions, backupCommand } from './journal/backup.ts';
+import { type ExportOptions, exportCommand } from './journal/export.ts';
 import { migrateCommand } from './journal/migrate.ts';
 import { type PruneOptions, pruneCommand } from './journal/prune.ts';
 import { type StatsOptions, statsCommand } from './journal/stats.ts';
@@ -113,6 +114,23 @@ export function registerJournalCommands(
       .option('--force', 'overwrite --to if it exists'),
   ).action(async (opts: BackupOptions) => {
     process.exitCode = await backupCommand(opts);
+  });
+
+  journalOption(
+    journal
+      .command('export')
+      .description(
+        "an incident's window as a journal of its own: every room whose life overlaps it, with all its events, and the engines' and recovery's events inside it (safe while pdctl writes)",
+      )
+      .requiredOption(
+        '--since <time>',
+        'window start: ISO-8601, an age (2h), a UTC clock time (03:10), unix ms',
+      )
+      .requiredOption('--until <time>', 'window end (same forms; now for the present)')
+      .requiredOption('--to <file>', 'where to write the exported journal')
+      .option('--force', 'overwrite --to if it exists'),
+  ).action(async (opts: ExportOptions) => {
+    process.exitCode = await exportCommand(opts);
   });
 
   journalOption(
