@@ -178,6 +178,65 @@ describe('the openai client against pdctl serve', () => {
     expect(await roomsInJournal()).toBe(before);
   });
 
+  it('pdctl abort, pdctl engines reset and restart act on the running stack', async () => {
+    const { data: stream, response } = await client.completions
+      .create({ model: MODEL, prompt: 'a long story', max_tokens: 2000, stream: true })
+      .withResponse();
+    const room = response.headers.get('x-pdctl-room') as string;
+    let finish: string | null = null;
+    const read = (async () => {
+      for await (const chunk of stream) finish = chunk.choices[0]?.finish_reason ?? finish;
+    })();
+    const aborted = await pdctl(['abort', `cmpl-${room}`, '--reason', 'on-call', '--url', s.url]);
+    expect(aborted.code, aborted.stderr).toBe(0);
+    expect(aborted.stdout).toMatch(
+      new RegExp(`abort of ${room} journaled at seq \\d+ \\(applied\\)`),
+    );
+    await read;
+    expect(finish).toBe('abort');
+    const again = await pdctl(['abort', room, '--url', s.url]);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toMatch(/already/);
+    const reset = await pdctl(['engines', 'reset', 'decode-0', '--url', s.url]);
+    expect(reset.code, reset.stderr).toBe(0);
+    expect(reset.stdout).toMatch(/reset_in_place sent to decode-0/);
+    await waitFor('decode-0 reset in place, journaled', async () => {
+      const r = await fetch(`${s.url}/v1/journal?type=recovery.action&engine=decode-0`);
+      return (await r.text()).includes('reset_in_place');
+    });
+    const engines = async () =>
+      (
+        (await (await fetch(`${s.url}/v1/engines`)).json()) as {
+          engines: Array<{ id: string; pid: number; state: string }>;
+        }
+      ).engines;
+    const before = (await engines()).find((e) => e.id === 'decode-0')?.pid;
+    const restart = await pdctl(['engines', 'restart', 'decode-0', '--url', s.url]);
+    expect(restart.code, restart.stderr).toBe(0);
+    expect(restart.stdout).toMatch(/shutdown sent to decode-0: it finishes its rooms and exits/);
+    await waitFor(
+      'decode-0 back as a new process',
+      async () => {
+        const d = (await engines()).find((e) => e.id === 'decode-0');
+        return d !== undefined && d.pid !== before && d.state === 'ready';
+      },
+      20_000,
+    );
+    const nobody = await pdctl(['engines', 'restart', 'decode-9', '--url', s.url]);
+    expect(nobody.code).toBe(1);
+    expect(nobody.stderr).toMatch(/decode-9/);
+    const bad = await pdctl(['engines', 'reboot', 'decode-0', '--url', s.url]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/unknown action "reboot"/);
+    // The stack still serves.
+    const next = await client.completions.create({
+      model: MODEL,
+      prompt: 'the river',
+      max_tokens: 4,
+    });
+    expect(next.choices[0]?.finish_reason).toBe('length');
+  });
+
   it('a second serve on a taken bus port exits 2 with one line that says what to do', async () => {
     const bus = /bus (tcp:\/\/\S+)/.exec(s.stderr())?.[1] as string;
     expect(bus).toMatch(/^tcp:\/\/127\.0\.0\.1:\d+$/);
@@ -263,7 +322,7 @@ describe('the openai client against pdctl serve', () => {
     const down = await pdctl(['engines', '--url', `http://127.0.0.1:${port}`]);
     expect(down.code).toBe(4);
     expect(down.stderr).toMatch(
-      /cannot read .*\/v1\/engines: fetch failed \(ECONNREFUSED\)\. Is pdctl serve running there\? Pass --url\./,
+      /cannot reach .*\/v1\/engines: fetch failed \(ECONNREFUSED\)\. Is pdctl serve running there\? Pass --url\./,
     );
     const metrics = await (await fetch(`${s.url}/metrics`)).text();
     for (const line of metrics.split('\n').filter((l) => l.length > 0)) {

@@ -8,6 +8,7 @@ import { registerEngineCommand } from './engine-command.ts';
 import { registerEnginesCommand } from './engines-command.ts';
 import { registerJournalCommands } from './journal-commands.ts';
 import { registerKeysCommand } from './keys-command.ts';
+import { registerAbortCommand } from './ops-commands.ts';
 import { registerRoomCommands } from './rooms-commands.ts';
 import { registerRunCommand } from './run-command.ts';
 import { registerServeCommand } from './serve-command.ts';
@@ -45,6 +46,7 @@ export function buildProgram(): Command {
   registerRunCommand(program);
   registerEngineCommand(program);
   registerEnginesCommand(program);
+  registerAbortCommand(program);
   registerKeysCommand(program);
   registerDrillCommand(program);
   return program;

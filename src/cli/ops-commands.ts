@@ -1,0 +1,90 @@
+/**
+ * Operator actions on a running `pdctl serve`, over its admin API: `pdctl abort ROOM` and
+ * `pdctl engines drain|reset|restart ENGINE` (the listing is engines-command.ts).
+ */
+import type { Command } from 'commander';
+import { roomIdOf } from '../journal/ids.ts';
+import { EXIT, note, print, printJson } from './context.ts';
+import { callServer, DEFAULT_URL, errorOf, UnreachableError } from './server.ts';
+
+/** What each engine action sends, and what it does. */
+export const ENGINE_ACTIONS = {
+  drain: { command: 'drain', does: 'takes no new rooms and finishes those it has' },
+  reset: {
+    command: 'reset_in_place',
+    does: 'resets its bus connection and transfer endpoint in place (the ladder’s first rung)',
+  },
+  restart: {
+    command: 'shutdown',
+    does: 'finishes its rooms and exits; pdctl serve (or the supervisor that runs it) starts it again',
+  },
+} as const;
+
+export type EngineAction = keyof typeof ENGINE_ACTIONS;
+
+/** Runs `fn`, turning an unreachable server into exit 4 with its message. */
+async function reach(name: string, fn: () => Promise<number>): Promise<number> {
+  try {
+    return await fn();
+  } catch (err) {
+    if (!(err instanceof UnreachableError)) throw err;
+    note(`pdctl ${name}: ${err.message}`);
+    return EXIT.unreachable;
+  }
+}
+
+export function registerAbortCommand(program: Command): void {
+  program
+    .command('abort')
+    .description(
+      'Abort a room on a running pdctl serve (journals room.abort_requested; the room ends aborted once both ' +
+        'engines released it, and a client streaming it gets finish_reason "abort"). Needs PDCTL_ADMIN_TOKEN when the server has one.',
+    )
+    .argument('<room>', 'room id, or the completion id a client got (cmpl-r-…)')
+    .option('--reason <text>', 'journaled as the abort reason', 'operator')
+    .option('--url <url>', 'the pdctl serve (env PDCTL_URL)', DEFAULT_URL)
+    .option('--json', 'the answer as JSON')
+    .action(async (given: string, o: { reason: string; url: string; json?: boolean }) => {
+      const room = roomIdOf(given);
+      process.exitCode = await reach('abort', async () => {
+        const r = await callServer<{ room: string; seq: number; status: string }>(
+          o.url,
+          `/v1/rooms/${encodeURIComponent(room)}/abort`,
+          { method: 'POST', body: { reason: o.reason } },
+        );
+        if (r.status !== 202) {
+          note(`pdctl abort: ${errorOf(r.status, r.body)}`);
+          return EXIT.problem;
+        }
+        if (o.json) printJson(r.body);
+        else
+          print(
+            `abort of ${room} journaled at seq ${r.body.seq} (${r.body.status}); it ends aborted once both engines release it — pdctl room ${room}`,
+          );
+        return EXIT.ok;
+      });
+    });
+}
+
+/** `pdctl engines drain|reset|restart ENGINE`. */
+export async function engineAction(
+  action: EngineAction,
+  engine: string,
+  o: { url: string; json?: boolean },
+): Promise<number> {
+  const { command, does } = ENGINE_ACTIONS[action];
+  return reach(`engines ${action}`, async () => {
+    const r = await callServer<{ engine: string; command: string }>(
+      o.url,
+      `/v1/admin/engines/${encodeURIComponent(engine)}/commands`,
+      { method: 'POST', body: { command, reason: `pdctl engines ${action}` } },
+    );
+    if (r.status !== 202) {
+      note(`pdctl engines ${action}: ${errorOf(r.status, r.body)}`);
+      return EXIT.problem;
+    }
+    if (o.json) printJson(r.body);
+    else print(`${command} sent to ${engine}: it ${does}; watch it with pdctl engines`);
+    return EXIT.ok;
+  });
+}
