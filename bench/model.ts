@@ -18,6 +18,7 @@ import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startStack } from '../src/app/stack.ts';
 import type { RoomStream } from '../src/control/streams.ts';
+import { llamaEngineFlags } from '../src/engine/options.ts';
 import { silentLogger } from '../src/log.ts';
 import { LlamaEngineModel } from '../src/model/llama/engine-model.ts';
 import { LlamaModelInfo } from '../src/model/llama/model-info.ts';
@@ -112,20 +113,7 @@ try {
     log: silentLogger,
     version: 'bench',
     model: info,
-    engineArgs: [
-      '--model',
-      path,
-      '--sequences',
-      String(SEQUENCES),
-      '--context-size',
-      String(CONTEXT),
-      '--threads',
-      String(THREADS),
-      '--gpu',
-      GPU,
-      '--chunk-tokens',
-      '1',
-    ],
+    engineArgs: [...llamaEngineFlags({ ...shape, threads: THREADS }), '--chunk-tokens', '1'],
     restartStalled: false,
   });
   try {

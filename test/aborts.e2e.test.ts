@@ -6,19 +6,9 @@ import { describe, expect, it } from 'vitest';
 import type { ControlPlane } from '../src/control/control-plane.ts';
 import { RoomEndedError } from '../src/control/streams.ts';
 import type { JournalEvent } from '../src/journal/events.ts';
-import { fold } from '../src/journal/reducer.ts';
-import { LIVE_STATES, type LiveState } from '../src/journal/states.ts';
+import { LIVE_STATES } from '../src/journal/states.ts';
+import { ENTERED_BY, stateAtAbort } from './helpers/aborts.ts';
 import { collect, poolsFull, prompt, startTestStack, waitFor } from './helpers/stack.ts';
-
-const ENTERED_BY: Record<LiveState, string> = {
-  created: 'room.created',
-  bootstrapping: 'room.bootstrap_started',
-  waiting_for_input: 'room.bootstrapped',
-  prefilling: 'room.prefill_started',
-  transferring: 'room.transfer_posted',
-  transferred: 'room.transfer_completed',
-  decoding: 'room.decode_started',
-};
 
 // Slow enough that a room stays in prefilling, transferring and decoding while the abort commits;
 // the other states last one engine round trip, longer than the abort's next commit.
@@ -26,13 +16,6 @@ const SLOW = {
   engineArgs: ['--prefill-us-per-token', '2000', '--decode-us-per-token', '20000'],
   engineEnv: { PDCTL_TRANSFER_FAULT: 'delay:300' },
 };
-
-/** The state the room was in when its abort_requested was applied. */
-function stateAtAbort(events: JournalEvent[]): string | undefined {
-  const i = events.findIndex((e) => e.type === 'room.abort_requested');
-  const room = events[0]?.room as string;
-  return fold(events.slice(0, i)).rooms.get(room)?.state;
-}
 
 async function expectAborted(control: ControlPlane, room: string): Promise<JournalEvent[]> {
   await waitFor(`room ${room} aborted and released by both engines`, async () => {

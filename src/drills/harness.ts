@@ -9,6 +9,7 @@ import { availableParallelism } from 'node:os';
 import { startServing } from '../app/serving.ts';
 import { type Stack, type StackOptions, startStack } from '../app/stack.ts';
 import { Canary } from '../control/canary.ts';
+import { llamaEngineFlags } from '../engine/options.ts';
 import { isTerminal } from '../journal/states.ts';
 import type { Logger } from '../log.ts';
 import { DETERMINISTIC_MODEL_NAME, DeterministicModel } from '../model/deterministic.ts';
@@ -120,14 +121,11 @@ export const DRILL_ENGINE_ARGS = [
  */
 export function drillEngineArgs(o: DrillRunOptions, scenario: string[] = []): string[] {
   const model = o.model
-    ? [
-        '--model',
-        o.model.path,
-        '--sequences',
-        String(o.model.sequences),
-        '--threads',
-        String(Math.max(1, Math.floor(availableParallelism() / 2))),
-      ]
+    ? llamaEngineFlags({
+        modelPath: o.model.path,
+        sequences: o.model.sequences,
+        threads: Math.max(1, Math.floor(availableParallelism() / 2)),
+      })
     : [];
   return [...DRILL_ENGINE_ARGS, ...scenario, ...model];
 }

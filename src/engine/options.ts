@@ -190,3 +190,22 @@ export function resolveEngineOptions(input: Record<string, unknown>): Readonly<E
   };
   return Object.freeze(options);
 }
+
+/** The `pdctl engine` flags that serve a llama.cpp model (for stacks started by code: tests, benchmarks, drills). */
+export function llamaEngineFlags(o: {
+  modelPath: string;
+  sequences: number;
+  contextSize?: number | null;
+  threads?: number;
+  gpu?: 'auto' | 'cpu';
+}): string[] {
+  return [
+    '--model',
+    o.modelPath,
+    '--sequences',
+    String(o.sequences),
+    ...(o.contextSize ? ['--context-size', String(o.contextSize)] : []),
+    ...(o.threads ? ['--threads', String(o.threads)] : []),
+    ...(o.gpu ? ['--gpu', o.gpu] : []),
+  ];
+}

@@ -4,6 +4,7 @@
  * through the engines must equal).
  */
 import { join } from 'node:path';
+import { llamaEngineFlags } from '../../src/engine/options.ts';
 import { LlamaEngineModel } from '../../src/model/llama/engine-model.ts';
 import { LlamaModelInfo } from '../../src/model/llama/model-info.ts';
 import { writeTinyModel } from '../../src/model/tiny-gguf.ts';
@@ -36,18 +37,7 @@ export async function tinyLlama(): Promise<TinyLlama> {
   const reference = await LlamaEngineModel.open({ ...shape, threads: 1 });
   return {
     path,
-    args: [
-      '--model',
-      path,
-      '--sequences',
-      String(SEQUENCES),
-      '--context-size',
-      String(CONTEXT),
-      '--threads',
-      '1',
-      '--gpu',
-      GPU,
-    ],
+    args: llamaEngineFlags({ ...shape, threads: 1 }),
     info,
     reference,
     close: async () => {

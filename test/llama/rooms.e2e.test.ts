@@ -6,9 +6,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RoomEndedError } from '../../src/control/streams.ts';
-import type { JournalEvent } from '../../src/journal/events.ts';
-import { fold } from '../../src/journal/reducer.ts';
-import { LIVE_STATES, type LiveState } from '../../src/journal/states.ts';
+import { LIVE_STATES } from '../../src/journal/states.ts';
+import { ENTERED_BY, stateAtAbort } from '../helpers/aborts.ts';
 import { llamaPrompt, SEQUENCES, type TinyLlama, tinyLlama } from '../helpers/llama.ts';
 import { collect, poolsFull, startTestStack, waitFor } from '../helpers/stack.ts';
 
@@ -20,22 +19,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await tiny?.close();
 });
-
-/** The state the room was in when its abort_requested was applied. */
-function stateAtAbort(events: JournalEvent[]): string | undefined {
-  const i = events.findIndex((e) => e.type === 'room.abort_requested');
-  return fold(events.slice(0, i)).rooms.get(events[0]?.room as string)?.state;
-}
-
-const ENTERED_BY: Record<LiveState, string> = {
-  created: 'room.created',
-  bootstrapping: 'room.bootstrap_started',
-  waiting_for_input: 'room.bootstrapped',
-  prefilling: 'room.prefill_started',
-  transferring: 'room.transfer_posted',
-  transferred: 'room.transfer_completed',
-  decoding: 'room.decode_started',
-};
 
 describe('a llama.cpp model across prefill and decode engines', () => {
   it('completes rooms one after another exactly as the model does in one process', async () => {

@@ -1,0 +1,20 @@
+/** What the abort tests share: the event that puts a room in each live state, and where an abort landed. */
+import type { JournalEvent } from '../../src/journal/events.ts';
+import { fold } from '../../src/journal/reducer.ts';
+import type { LiveState } from '../../src/journal/states.ts';
+
+export const ENTERED_BY: Record<LiveState, string> = {
+  created: 'room.created',
+  bootstrapping: 'room.bootstrap_started',
+  waiting_for_input: 'room.bootstrapped',
+  prefilling: 'room.prefill_started',
+  transferring: 'room.transfer_posted',
+  transferred: 'room.transfer_completed',
+  decoding: 'room.decode_started',
+};
+
+/** The state the room was in when its abort_requested was applied. */
+export function stateAtAbort(events: JournalEvent[]): string | undefined {
+  const i = events.findIndex((e) => e.type === 'room.abort_requested');
+  return fold(events.slice(0, i)).rooms.get(events[0]?.room as string)?.state;
+}
