@@ -237,6 +237,29 @@ describe('the openai client against pdctl serve', () => {
     expect(next.choices[0]?.finish_reason).toBe('length');
   });
 
+  it('pdctl rooms and pdctl room read a running stack with --url', async () => {
+    const { data, response } = await client.completions
+      .create({ model: MODEL, prompt: 'the quiet harbor', max_tokens: 3 })
+      .withResponse();
+    const room = response.headers.get('x-pdctl-room') as string;
+    const list = await pdctl(['rooms', '--url', s.url, '--limit', '500', '--json']);
+    expect(list.code, list.stderr).toBe(0);
+    const page = JSON.parse(list.stdout) as { rooms: Array<{ room: string; origin: string }> };
+    expect(page.rooms.map((r) => r.room)).toContain(room);
+    // As from a file, the health canary's rooms are left out unless asked for.
+    expect(page.rooms.some((r) => r.origin === 'canary')).toBe(false);
+    const one = await pdctl(['room', data.id, '--url', s.url]);
+    expect(one.code, one.stderr).toBe(0);
+    expect(one.stdout).toMatch(new RegExp(`room ${room}: completed \\(3 tok, length\\)`));
+    expect(one.stdout).toMatch(/room\.created/);
+    const missing = await pdctl(['room', 'r-nosuchroom-000001', '--url', s.url]);
+    expect(missing.code).toBe(1);
+    expect(missing.stdout).toMatch(/no room r-nosuchroom-000001 in http/);
+    const down = await pdctl(['rooms', '--url', 'http://127.0.0.1:9']);
+    expect(down.code).toBe(4);
+    expect(down.stderr).toMatch(/cannot reach .*Is pdctl serve running there\? Pass --url\./);
+  });
+
   it('a second serve on a taken bus port exits 2 with one line that says what to do', async () => {
     const bus = /bus (tcp:\/\/\S+)/.exec(s.stderr())?.[1] as string;
     expect(bus).toMatch(/^tcp:\/\/127\.0\.0\.1:\d+$/);

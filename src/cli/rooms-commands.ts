@@ -7,11 +7,33 @@ import { roomIdOf } from '../journal/ids.ts';
 import { isRoomState, ROOM_STATES, type RoomState } from '../journal/states.ts';
 import { HIDDEN_ORIGINS, originFilter, type RoomFilter } from '../journal/store.ts';
 import { formatDuration, formatTs, parseTime } from '../time.ts';
-import { type CommonOptions, EXIT, openReader, print, printJson } from './context.ts';
+import { type CommonOptions, EXIT, note, openReader, print, printJson } from './context.ts';
 import { describeEvent, roomOutcome } from './describe.ts';
+import { type RoomReader, serverRoomReader, UnreachableError } from './server.ts';
 import { renderTable } from './table.ts';
 
-interface RoomsOptions extends CommonOptions {
+/** `--url`: read a running pdctl serve instead of the journal file. */
+interface RemoteOption {
+  url?: string;
+}
+
+/** The journal file, or with --url the running server's query routes. */
+function roomReader(opts: CommonOptions & RemoteOption): RoomReader {
+  return opts.url !== undefined ? serverRoomReader(opts.url) : openReader(opts);
+}
+
+/** Runs a read against a server: one that cannot be reached is exit 4 with what to do. */
+async function reading(fn: () => Promise<number>): Promise<number> {
+  try {
+    return await fn();
+  } catch (err) {
+    if (!(err instanceof UnreachableError)) throw err;
+    note(`pdctl: ${err.message}`);
+    return EXIT.unreachable;
+  }
+}
+
+interface RoomsOptions extends CommonOptions, RemoteOption {
   state?: string;
   engine?: string;
   reason?: string;
@@ -54,7 +76,7 @@ export async function roomsCommand(opts: RoomsOptions): Promise<number> {
     throw new UsageError(`--${(err as Error).message}`);
   }
   if (opts.cursor) filter.cursor = opts.cursor;
-  const reader = openReader(opts);
+  const reader = roomReader(opts);
   try {
     const page = await reader.rooms(filter);
     if (opts.json) {
@@ -93,8 +115,8 @@ export async function roomsCommand(opts: RoomsOptions): Promise<number> {
   }
 }
 
-export async function roomCommand(id: string, opts: CommonOptions): Promise<number> {
-  const reader = openReader(opts);
+export async function roomCommand(id: string, opts: CommonOptions & RemoteOption): Promise<number> {
+  const reader = roomReader(opts);
   try {
     const t = await reader.timeline(id);
     if (opts.json) {
@@ -102,7 +124,7 @@ export async function roomCommand(id: string, opts: CommonOptions): Promise<numb
       return t.room ? EXIT.ok : EXIT.problem;
     }
     if (!t.room && t.events.length === 0) {
-      print(`no room ${id} in ${opts.journal} (pruned, or never created)`);
+      print(`no room ${id} in ${opts.url ?? opts.journal} (pruned, or never created)`);
       return EXIT.problem;
     }
     const r = t.room;
@@ -188,9 +210,11 @@ export function registerRoomCommands(
         '\nTimes: ISO-8601 (2026-11-30T03:12:00Z), an age (10m, 2h, 7d), a UTC clock time (03:12), or unix ms.\n' +
           'Example: pdctl rooms --in-flight-at 03:12 --state transferring',
       ),
-  ).action(async (opts: RoomsOptions) => {
-    process.exitCode = await roomsCommand(opts);
-  });
+  )
+    .option('--url <url>', 'read a running pdctl serve (its query routes) instead of --journal')
+    .action(async (opts: RoomsOptions) => {
+      process.exitCode = await reading(() => roomsCommand(opts));
+    });
 
   journalOption(
     program
@@ -200,9 +224,11 @@ export function registerRoomCommands(
         'room id, as printed by `pdctl rooms`, or the completion id a client got (cmpl-r-…)',
       )
       .description("one room's timeline: every event, and the time it spent in each state"),
-  ).action(async (given: string, opts: CommonOptions) => {
-    const id = roomIdOf(given);
-    if (!isValidId(id)) throw new UsageError(`"${given}" is not a room id`);
-    process.exitCode = await roomCommand(id, opts);
-  });
+  )
+    .option('--url <url>', 'read a running pdctl serve (its query routes) instead of --journal')
+    .action(async (given: string, opts: CommonOptions & RemoteOption) => {
+      const id = roomIdOf(given);
+      if (!isValidId(id)) throw new UsageError(`"${given}" is not a room id`);
+      process.exitCode = await reading(() => roomCommand(id, opts));
+    });
 }

@@ -3,6 +3,7 @@
  * for the URL, the admin token (env PDCTL_ADMIN_TOKEN), and errors that say what to do.
  */
 import { UsageError } from '../errors.ts';
+import type { JournalReader, RoomFilter, RoomPage, Timeline } from '../journal/store.ts';
 
 export const DEFAULT_URL = process.env.PDCTL_URL ?? 'http://127.0.0.1:8080';
 
@@ -63,4 +64,42 @@ export function errorOf(status: number, body: unknown): string {
   return status === 401 || status === 403
     ? `${message} (set PDCTL_ADMIN_TOKEN to the server's admin token)`
     : message;
+}
+
+/** What `pdctl rooms` and `pdctl room` read: the journal file, or a running server (`--url`). */
+export type RoomReader = Pick<JournalReader, 'rooms' | 'timeline' | 'close'>;
+
+/** The rooms and timelines of a running `pdctl serve`, through its query routes. */
+export function serverRoomReader(base: string): RoomReader {
+  const get = async <T>(path: string): Promise<ServerAnswer<T>> => callServer<T>(base, path);
+  return {
+    async rooms(filter: RoomFilter): Promise<RoomPage> {
+      const q = new URLSearchParams();
+      const set = (k: string, v: unknown) => {
+        if (v !== undefined && v !== null) q.set(k, Array.isArray(v) ? v.join(',') : String(v));
+      };
+      set('state', filter.state);
+      set('engine', filter.engine);
+      set('reason', filter.reason);
+      set('since', filter.since);
+      set('until', filter.until);
+      set('in_flight_at', filter.inFlightAt);
+      // The server's default leaves the hidden origins out, as the filter's does.
+      set('origin', filter.origin ?? (filter.excludeOrigin ? undefined : 'all'));
+      set('limit', filter.limit);
+      set('cursor', filter.cursor);
+      const r = await get<{ rooms: RoomPage['rooms']; next_cursor: string | null }>(
+        `/v1/rooms?${q}`,
+      );
+      if (r.status !== 200) throw new UsageError(errorOf(r.status, r.body));
+      return { rooms: r.body.rooms, nextCursor: r.body.next_cursor };
+    },
+    async timeline(room: string): Promise<Timeline> {
+      const r = await get<Timeline>(`/v1/rooms/${encodeURIComponent(room)}`);
+      if (r.status === 404) return { room: null, events: [], spans: [] };
+      if (r.status !== 200) throw new UsageError(errorOf(r.status, r.body));
+      return r.body;
+    },
+    close() {},
+  };
 }
