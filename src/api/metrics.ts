@@ -323,8 +323,6 @@ export class ApiMetrics {
     this.collect();
     return this.registry.metrics();
   }
-
-  close(): void {}
 }
 
 /** `GET /metrics`: the Prometheus text format. */

@@ -70,7 +70,6 @@ export async function startServing(o: ServingOptions): Promise<Serving> {
       canaryStaleMs,
     });
   } catch (err) {
-    metrics.close();
     await stack.stop();
     throw err;
   }
@@ -83,7 +82,6 @@ export async function startServing(o: ServingOptions): Promise<Serving> {
       await closed;
       clearTimeout(cut);
       await stack.stop();
-      metrics.close();
     })();
     return closing;
   };

@@ -149,10 +149,7 @@ export function registerEngineCommand(program: Command): void {
 }
 
 /** The engine's model: the built-in one, or the GGUF of --model in llama.cpp (loaded here, once). */
-async function openEngineModel(
-  opts: Readonly<EngineOptions>,
-  log: Logger,
-): Promise<EngineModel & { readonly contextSize?: number | null }> {
+async function openEngineModel(opts: Readonly<EngineOptions>, log: Logger): Promise<EngineModel> {
   if (opts.model === null) return new DeterministicModel(opts);
   const started = Date.now();
   log.info({ model: opts.model, sequences: opts.sequences, gpu: opts.gpu }, 'loading the model');

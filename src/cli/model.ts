@@ -1,6 +1,6 @@
 /** `--model` for the commands that start a stack (`serve`, `run`): the control plane's side of it. */
-import { availableParallelism } from 'node:os';
 import { resolve as resolvePath } from 'node:path';
+import { threadsPerEngine } from '../engine/options.ts';
 import { UsageError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { LlamaModelInfo } from '../model/llama/model-info.ts';
@@ -28,11 +28,8 @@ export async function openModelInfo(
   }
 }
 
-/**
- * The engine flags with `--threads` filled in for a llama.cpp model: llama.cpp's threads spin
- * while they wait, so `engines` engines on one machine share its cores.
- */
+/** The engine flags with `--threads` filled in for a llama.cpp model (see `threadsPerEngine`). */
 export function withThreads(o: Record<string, unknown>, engines: number): Record<string, unknown> {
   if (o.model === undefined || o.threads !== undefined) return o;
-  return { ...o, threads: Math.max(1, Math.floor(availableParallelism() / engines)) };
+  return { ...o, threads: threadsPerEngine(engines) };
 }

@@ -148,9 +148,6 @@ export class ControlPlane {
   private readonly roomListeners: Array<
     (before: Room | null, after: Room, ev: JournalEvent) => void
   > = [];
-  /** Append-to-commit latencies (ms) of the control plane's own and relayed appends, newest 1024. */
-  private readonly latencies = new Float64Array(1024);
-  private latencyCount = 0;
   readonly counters: ControlCounters = {
     appends: 0,
     nacks: 0,
@@ -478,7 +475,6 @@ export class ControlPlane {
     const t0 = performance.now();
     return p.then((v) => {
       const ms = performance.now() - t0;
-      this.latencies[this.latencyCount++ % this.latencies.length] = ms;
       for (const l of this.appendListeners) l(ms);
       return v;
     });
@@ -489,17 +485,6 @@ export class ControlPlane {
   /** Called with the append-to-commit time of every control-plane append (metrics). */
   onAppendCommitted(listener: (ms: number) => void): void {
     this.appendListeners.push(listener);
-  }
-
-  /** p50 and p99 of recent append-to-commit latencies, in ms (0 before any append). */
-  appendLatency(): { p50: number; p99: number } {
-    const n = Math.min(this.latencyCount, this.latencies.length);
-    if (n === 0) return { p50: 0, p99: 0 };
-    const sorted = Array.from(this.latencies.subarray(0, n)).sort((a, b) => a - b);
-    return {
-      p50: sorted[Math.floor(n * 0.5)] as number,
-      p99: sorted[Math.min(n - 1, Math.floor(n * 0.99))] as number,
-    };
   }
 
   private onTerminal(room: Room): void {

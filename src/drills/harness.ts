@@ -5,11 +5,10 @@
  * the next request served — plus, for comparison, the time a full-stack restart takes, measured
  * in the same run.
  */
-import { availableParallelism } from 'node:os';
 import { startServing } from '../app/serving.ts';
 import { type Stack, type StackOptions, startStack } from '../app/stack.ts';
 import { Canary } from '../control/canary.ts';
-import { llamaEngineFlags } from '../engine/options.ts';
+import { llamaEngineFlags, threadsPerEngine } from '../engine/options.ts';
 import { isTerminal } from '../journal/states.ts';
 import type { Logger } from '../log.ts';
 import { DETERMINISTIC_MODEL_NAME, DeterministicModel } from '../model/deterministic.ts';
@@ -124,7 +123,7 @@ export function drillEngineArgs(o: DrillRunOptions, scenario: string[] = []): st
     ? llamaEngineFlags({
         modelPath: o.model.path,
         sequences: o.model.sequences,
-        threads: Math.max(1, Math.floor(availableParallelism() / 2)),
+        threads: threadsPerEngine(2),
       })
     : [];
   return [...DRILL_ENGINE_ARGS, ...scenario, ...model];
@@ -175,7 +174,6 @@ export async function runDrill(scenario: DrillScenario, o: DrillRunOptions): Pro
   // The API closes now; the stack stays up for the full-restart baseline.
   canary.stop();
   await serving.app.close();
-  serving.metrics.close();
   if (o.baseline !== false)
     report.fullRestartMs = await fullRestart(stack, stackOptions, (what) => {
       report.timeline.push({ atMs: Date.now() - report.startedAt, what });

@@ -134,14 +134,8 @@ export class DecodeEngine extends EngineCore {
       this.fail(room, 'kv_checksum_mismatch', 'transferred');
       return;
     }
-    let tokens: number[];
-    try {
-      tokens = this.model.contextTokens(room.request);
-    } catch (err) {
-      this.log.warn({ room: v.room, err: (err as Error).message }, 'request has no usable tokens');
-      this.fail(room, 'request_unusable', 'transferred');
-      return;
-    }
+    const tokens = this.contextTokens(room, 'transferred');
+    if (!tokens) return;
     void this.append(room, 'room.decode_started', {});
     const d: Decoding = {
       room,

@@ -253,6 +253,24 @@ export abstract class EngineCore {
     }
   }
 
+  /**
+   * The tokens of the room's context, as the model reads its request; null (the room failed
+   * `request_unusable` in `stage`) when it cannot, e.g. a request without the token ids a
+   * llama.cpp model needs.
+   */
+  protected contextTokens(room: EngineRoom, stage: RoomState): number[] | null {
+    try {
+      return room.request ? this.model.contextTokens(room.request) : null;
+    } catch (err) {
+      this.log.warn(
+        { room: room.view.room, err: (err as Error).message },
+        'request has no usable tokens',
+      );
+      this.fail(room, 'request_unusable', stage);
+      return null;
+    }
+  }
+
   /** Pages for `tokens` positions of KV. */
   protected pagesFor(tokens: number): number {
     return pagesFor(this.model.kv, this.opts.pageBytes, tokens);

@@ -2,6 +2,7 @@
  * The engine's one options object: defaults in one place, units in names, validated once at start
  * and then frozen. CLI flags map onto it (src/cli/engine-command.ts).
  */
+import { availableParallelism } from 'node:os';
 import { isValidId } from '../journal/events.ts';
 import { DEFAULT_MODEL_OPTIONS, type ModelOptions } from '../model/deterministic.ts';
 import { defaultPoolName } from '../transfer/pool.ts';
@@ -189,6 +190,14 @@ export function resolveEngineOptions(input: Record<string, unknown>): Readonly<E
     gpu: o.gpu === 'auto' || o.gpu === 'cpu' ? o.gpu : badGpu(o.gpu),
   };
   return Object.freeze(options);
+}
+
+/**
+ * llama.cpp threads for each of `engines` engines sharing this machine: its threads spin while
+ * they wait, so engines on one machine split its cores.
+ */
+export function threadsPerEngine(engines: number): number {
+  return Math.max(1, Math.floor(availableParallelism() / Math.max(1, engines)));
 }
 
 /** The `pdctl engine` flags that serve a llama.cpp model (for stacks started by code: tests, benchmarks, drills). */

@@ -89,14 +89,8 @@ export class PrefillEngine extends EngineCore {
       return;
     }
     // A migrated request's context is its prompt and what was already streamed.
-    let tokens: number[];
-    try {
-      tokens = this.model.contextTokens(room.request);
-    } catch (err) {
-      this.log.warn({ room: v.room, err: (err as Error).message }, 'request has no usable tokens');
-      this.fail(room, 'request_unusable', 'waiting_for_input');
-      return;
-    }
+    const tokens = this.contextTokens(room, 'waiting_for_input');
+    if (!tokens) return;
     const bootstrapped = await this.destination(room);
     if (!bootstrapped) return;
     const { dst, dstPages, epoch } = bootstrapped;

@@ -244,7 +244,7 @@ export class DeterministicModel implements ModelInfo, EngineModel {
 
 /**
  * The built-in model run start to finish in this process, with its KV in plain memory: what a
- * completion through the engines must equal. Synchronous, unlike `runInProcess`.
+ * completion through the engines must equal.
  */
 export function generateInProcess(
   model: DeterministicModel,

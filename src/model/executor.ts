@@ -101,6 +101,8 @@ export interface EngineModel {
   readonly kv: KvShape;
   /** Rooms it computes at once (prefill concurrency, decode batch); null when it has no limit. */
   readonly slots: number | null;
+  /** Most tokens one room may hold; null when only the KV pages bound it. */
+  readonly contextSize: number | null;
   contextTokens(request: ModelRequest): number[];
   /**
    * Computes the KV of `tokens` into `pages` (views of the pool, or host copies of a device
@@ -124,40 +126,4 @@ export interface EngineModel {
 /** KV that does not fit the room's pages, or an image that is not one (a bug, or bad memory). */
 export class KvImageError extends Error {
   override name = 'KvImageError';
-}
-
-/** The result a completion through the engines must equal, for tests, drills and benchmarks. */
-export interface Reference {
-  text: string;
-  tokens: number[];
-}
-
-/**
- * The same engine model run start to finish in this process, with its KV in plain memory: what a
- * completion through the engines must equal (greedy, or the same seed).
- */
-export async function runInProcess(
-  model: EngineModel,
-  request: ModelRequest,
-  maxTokens: number,
-  sampling: Sampling = {},
-): Promise<Reference & { promptTokens: number }> {
-  const tokens = model.contextTokens(request);
-  const bytes = model.kv.baseBytes + (tokens.length + maxTokens) * model.kv.bytesPerToken;
-  const pages = [new Uint8Array(Math.max(64, Math.ceil(bytes / 64) * 64))];
-  await model.prefill(tokens, pages, async () => true);
-  const stream = await model.startDecode(tokens, pages, sampling);
-  let text = '';
-  const ids: number[] = [];
-  try {
-    while (ids.length < maxTokens) {
-      const step = await stream.next();
-      if (step === null) break;
-      text += step.text;
-      ids.push(step.token);
-    }
-  } finally {
-    stream.close();
-  }
-  return { text, tokens: ids, promptTokens: tokens.length };
 }
