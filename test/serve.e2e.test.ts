@@ -10,7 +10,7 @@ import parsePrometheus from 'parse-prometheus-text-format';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chatPrompt, DeterministicModel, generateInProcess } from '../src/model/deterministic.ts';
 import { type Served, serve } from './helpers/serve.ts';
-import { pdctl } from './helpers/spawn.ts';
+import { pdctl, spawnTs } from './helpers/spawn.ts';
 import { waitFor } from './helpers/stack.ts';
 import { tempDir } from './helpers/tmp.ts';
 
@@ -258,6 +258,73 @@ describe('the openai client against pdctl serve', () => {
     const down = await pdctl(['rooms', '--url', 'http://127.0.0.1:9']);
     expect(down.code).toBe(4);
     expect(down.stderr).toMatch(/cannot reach .*Is pdctl serve running there\? Pass --url\./);
+    // PDCTL_URL says the same once for every command; --journal still reads a file.
+    const viaEnv = await pdctl(['room', room], { env: { PDCTL_URL: s.url, PDCTL_JOURNAL: '' } });
+    expect(viaEnv.code, viaEnv.stderr).toBe(0);
+    expect(viaEnv.stdout).toMatch(new RegExp(`room ${room}: completed`));
+    const file = await pdctl(['room', room, '--journal', `${s.dataDir}/journal.db`], {
+      env: { PDCTL_URL: 'http://127.0.0.1:9' },
+    });
+    expect(file.code, file.stderr).toBe(0);
+    const both = await pdctl(['rooms'], {
+      env: { PDCTL_URL: s.url, PDCTL_JOURNAL: '/tmp/elsewhere.db' },
+    });
+    expect(both.code).toBe(2);
+    expect(both.stderr).toMatch(
+      /both PDCTL_URL and PDCTL_JOURNAL are set: pass --url or --journal/,
+    );
+  });
+
+  it('pdctl journal tail --url prints and follows a running stack’s journal', async () => {
+    const made = await client.completions.create({ model: MODEL, prompt: 'tailed', max_tokens: 2 });
+    const room = made.id.slice('cmpl-'.length);
+    const last = await pdctl(['journal', 'tail', '--url', s.url, '--room', room, '--json']);
+    expect(last.code, last.stderr).toBe(0);
+    const events = last.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { type: string; room: string });
+    // The same events, in the same order, as the journal file holds for the room.
+    const fromFile = await pdctl([
+      'journal',
+      'tail',
+      '--journal',
+      `${s.dataDir}/journal.db`,
+      '--room',
+      room,
+      '--json',
+    ]);
+    expect(fromFile.stdout).toBe(last.stdout);
+    expect(events[0]?.type).toBe('room.created');
+    expect(events.at(-1)?.room).toBe(room);
+    expect((await pdctl(['journal', 'tail', '--url', s.url, '--type', 'room.nope'])).code).toBe(2);
+
+    // --follow: a room completed after it started is printed as it is committed.
+    const child = spawnTs('src/cli/bin.ts', [
+      'journal',
+      'tail',
+      '--url',
+      s.url,
+      '--follow',
+      '--type',
+      'room.completed',
+      '-n',
+      '1',
+    ]);
+    let out = '';
+    let err = '';
+    child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr?.on('data', (d: Buffer) => (err += d.toString()));
+    await waitFor('tail to say it follows', () => err.includes('following'), 15_000);
+    const next = await client.completions.create({ model: MODEL, prompt: 'live', max_tokens: 2 });
+    const nextRoom = next.id.slice('cmpl-'.length);
+    await waitFor(`tail to print ${nextRoom}`, () => out.includes(nextRoom), 10_000);
+    expect(out).toMatch(new RegExp(`room\\.completed\\s+${nextRoom}`));
+    const code = await new Promise<number | null>((resolve) => {
+      child.once('exit', (c) => resolve(c));
+      child.kill('SIGINT');
+    });
+    expect(code).toBe(0);
   });
 
   it('a second serve on a taken bus port exits 2 with one line that says what to do', async () => {

@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { openJournalReader } from '../app/journal.ts';
 import type { JournalReader } from '../journal/store.ts';
 
-export const DEFAULT_JOURNAL = process.env.PDCTL_JOURNAL ?? './data/journal.db';
+export const DEFAULT_JOURNAL = process.env.PDCTL_JOURNAL || './data/journal.db';
 
 /** Exit codes, documented in `pdctl --help`. */
 export const EXIT = {

@@ -9,6 +9,7 @@ import { type StatsOptions, statsCommand } from './journal/stats.ts';
 import { type SynthOptions, synthCommand } from './journal/synth.ts';
 import { type TailOptions, tailCommand } from './journal/tail.ts';
 import { verifyCommand } from './journal/verify.ts';
+import { READ_URL_HELP, readTarget } from './server.ts';
 
 export function registerJournalCommands(
   program: Command,
@@ -44,9 +45,14 @@ export function registerJournalCommands(
         'start at this time and print the first events from then on (ISO-8601, 10m, 03:12, unix ms)',
       )
       .option('-n, --limit <n>', 'events to print first (1-10000)', '50')
-      .option('--interval-ms <ms>', 'poll interval with --follow', '250'),
-  ).action(async (opts: TailOptions) => {
-    process.exitCode = await tailCommand(opts);
+      .option('--interval-ms <ms>', 'poll interval with --follow (of a journal file)', '250')
+      .option('--url <url>', READ_URL_HELP),
+  ).action(async (opts: TailOptions, cmd: Command) => {
+    const target = readTarget(opts, cmd);
+    process.exitCode = await tailCommand({
+      ...opts,
+      url: 'url' in target ? target.url : undefined,
+    });
   });
 
   journalOption(

@@ -9,7 +9,13 @@ import { HIDDEN_ORIGINS, originFilter, type RoomFilter } from '../journal/store.
 import { formatDuration, formatTs, parseTime } from '../time.ts';
 import { type CommonOptions, EXIT, note, openReader, print, printJson } from './context.ts';
 import { describeEvent, roomOutcome } from './describe.ts';
-import { type RoomReader, serverRoomReader, UnreachableError } from './server.ts';
+import {
+  type RoomReader,
+  readTarget,
+  serverRoomReader,
+  UnreachableError,
+  READ_URL_HELP as URL_HELP,
+} from './server.ts';
 import { renderTable } from './table.ts';
 
 /** `--url`: read a running pdctl serve instead of the journal file. */
@@ -17,9 +23,15 @@ interface RemoteOption {
   url?: string;
 }
 
-/** The journal file, or with --url the running server's query routes. */
+/** The journal file, or the running server's query routes (--url, or env PDCTL_URL). */
 function roomReader(opts: CommonOptions & RemoteOption): RoomReader {
   return opts.url !== undefined ? serverRoomReader(opts.url) : openReader(opts);
+}
+
+/** The options with `url` set when the command reads a server (see readTarget). */
+function targeted<T extends CommonOptions & RemoteOption>(opts: T, cmd: Command): T {
+  const target = readTarget(opts, cmd);
+  return 'url' in target ? { ...opts, url: target.url } : { ...opts, url: undefined };
 }
 
 /** Runs a read against a server: one that cannot be reached is exit 4 with what to do. */
@@ -211,9 +223,10 @@ export function registerRoomCommands(
           'Example: pdctl rooms --in-flight-at 03:12 --state transferring',
       ),
   )
-    .option('--url <url>', 'read a running pdctl serve (its query routes) instead of --journal')
-    .action(async (opts: RoomsOptions) => {
-      process.exitCode = await reading(() => roomsCommand(opts));
+    .option('--url <url>', URL_HELP)
+    .action(async (opts: RoomsOptions, cmd: Command) => {
+      const o = targeted(opts, cmd);
+      process.exitCode = await reading(() => roomsCommand(o));
     });
 
   journalOption(
@@ -225,10 +238,11 @@ export function registerRoomCommands(
       )
       .description("one room's timeline: every event, and the time it spent in each state"),
   )
-    .option('--url <url>', 'read a running pdctl serve (its query routes) instead of --journal')
-    .action(async (given: string, opts: CommonOptions & RemoteOption) => {
+    .option('--url <url>', URL_HELP)
+    .action(async (given: string, opts: CommonOptions & RemoteOption, cmd: Command) => {
       const id = roomIdOf(given);
       if (!isValidId(id)) throw new UsageError(`"${given}" is not a room id`);
-      process.exitCode = await reading(() => roomCommand(id, opts));
+      const o = targeted(opts, cmd);
+      process.exitCode = await reading(() => roomCommand(id, o));
     });
 }

@@ -2,10 +2,35 @@
  * Talking to a running `pdctl serve` from the command line (`--url`, env PDCTL_URL): one helper
  * for the URL, the admin token (env PDCTL_ADMIN_TOKEN), and errors that say what to do.
  */
+import type { Command } from 'commander';
 import { UsageError } from '../errors.ts';
 import type { JournalReader, RoomFilter, RoomPage, Timeline } from '../journal/store.ts';
 
 export const DEFAULT_URL = process.env.PDCTL_URL ?? 'http://127.0.0.1:8080';
+
+/** `--url` of the commands that read either a journal file or a server. */
+export const READ_URL_HELP =
+  'read a running pdctl serve (its query routes) instead of --journal (env PDCTL_URL)';
+
+/**
+ * Where a read-only command (`rooms`, `room`, `journal tail`) reads: `--url` or `--journal` when
+ * given, else a server named by env PDCTL_URL, else the journal file (env PDCTL_JOURNAL or the
+ * default). Both variables set, and neither flag: a usage error rather than a guess.
+ */
+export function readTarget(
+  opts: { url?: string; journal: string },
+  cmd: Command,
+): { url: string } | { journal: string } {
+  if (opts.url !== undefined) return { url: opts.url };
+  if (cmd.getOptionValueSource('journal') === 'cli') return { journal: opts.journal };
+  const url = process.env.PDCTL_URL;
+  if (url === undefined || url === '') return { journal: opts.journal };
+  if (process.env.PDCTL_JOURNAL)
+    throw new UsageError(
+      'both PDCTL_URL and PDCTL_JOURNAL are set: pass --url or --journal to say which to read',
+    );
+  return { url };
+}
 
 /** The server could not be reached, or answered with something that is not JSON. */
 export class UnreachableError extends Error {
@@ -17,37 +42,49 @@ export interface ServerAnswer<T> {
   body: T;
 }
 
+function urlOf(base: string, path: string): URL {
+  try {
+    return new URL(path, base);
+  } catch {
+    throw new UsageError(`--url must be an http(s) URL like http://127.0.0.1:8080, got "${base}"`);
+  }
+}
+
+/** fetch, with the admin token (env PDCTL_ADMIN_TOKEN) and an UnreachableError when it fails. */
+async function request(url: URL, init: RequestInit): Promise<Response> {
+  const token = process.env.PDCTL_ADMIN_TOKEN;
+  try {
+    return await fetch(url, {
+      ...init,
+      headers: {
+        ...(init.headers as Record<string, string> | undefined),
+        ...(token ? { authorization: `Bearer ${token}` } : {}),
+      },
+    });
+  } catch (err) {
+    const e = err as Error & { cause?: { code?: string; message?: string } };
+    // Stopped by the caller (Ctrl-C), not a timeout: not the server's fault.
+    if ((init.signal?.reason as { name?: string } | undefined)?.name === 'AbortError') throw err;
+    const cause = e.cause?.code ?? e.cause?.message;
+    throw new UnreachableError(
+      `cannot reach ${url}: ${cause ? `${e.message} (${cause})` : e.message}. Is pdctl serve running there? Pass --url.`,
+    );
+  }
+}
+
 /** `path` at the server `base`, as JSON. Throws UsageError for a bad URL, UnreachableError if down. */
 export async function callServer<T>(
   base: string,
   path: string,
   init: { method?: 'GET' | 'POST'; body?: unknown } = {},
 ): Promise<ServerAnswer<T>> {
-  let url: URL;
-  try {
-    url = new URL(path, base);
-  } catch {
-    throw new UsageError(`--url must be an http(s) URL like http://127.0.0.1:8080, got "${base}"`);
-  }
-  const token = process.env.PDCTL_ADMIN_TOKEN;
-  let res: Response;
-  try {
-    res = await fetch(url, {
-      method: init.method ?? 'GET',
-      headers: {
-        ...(init.body === undefined ? {} : { 'content-type': 'application/json' }),
-        ...(token ? { authorization: `Bearer ${token}` } : {}),
-      },
-      ...(init.body === undefined ? {} : { body: JSON.stringify(init.body) }),
-      signal: AbortSignal.timeout(5000),
-    });
-  } catch (err) {
-    const e = err as Error & { cause?: { code?: string; message?: string } };
-    const cause = e.cause?.code ?? e.cause?.message;
-    throw new UnreachableError(
-      `cannot reach ${url}: ${cause ? `${e.message} (${cause})` : e.message}. Is pdctl serve running there? Pass --url.`,
-    );
-  }
+  const url = urlOf(base, path);
+  const res = await request(url, {
+    method: init.method ?? 'GET',
+    headers: init.body === undefined ? {} : { 'content-type': 'application/json' },
+    ...(init.body === undefined ? {} : { body: JSON.stringify(init.body) }),
+    signal: AbortSignal.timeout(5000),
+  });
   const text = await res.text();
   try {
     return { status: res.status, body: JSON.parse(text) as T };
@@ -55,6 +92,41 @@ export async function callServer<T>(
     throw new UnreachableError(
       `${url} answered ${res.status} with something that is not JSON: ${text.slice(0, 200)}`,
     );
+  }
+}
+
+/**
+ * The lines of a streaming (NDJSON) answer of `path`, as they arrive; ends when the server ends
+ * it or `signal` aborts. An answer other than 200 is a UsageError with the server's message.
+ */
+export async function* streamLines(
+  base: string,
+  path: string,
+  signal: AbortSignal,
+): AsyncGenerator<string> {
+  const url = urlOf(base, path);
+  const res = await request(url, { signal });
+  if (res.status !== 200) {
+    const text = await res.text();
+    let body: unknown = {};
+    try {
+      body = JSON.parse(text);
+    } catch {}
+    throw new UsageError(errorOf(res.status, body));
+  }
+  if (!res.body) return;
+  const decoder = new TextDecoder();
+  let buffer = '';
+  try {
+    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+      buffer += decoder.decode(chunk, { stream: true });
+      const lines = buffer.split('\n');
+      buffer = lines.pop() ?? '';
+      for (const line of lines) if (line.trim() !== '') yield line;
+    }
+  } catch (err) {
+    if (signal.aborted) return;
+    throw new UnreachableError(`${url}: the stream broke: ${(err as Error).message}`);
   }
 }
 

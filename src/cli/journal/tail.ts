@@ -7,6 +7,7 @@ import type { TailFilter } from '../../journal/store.ts';
 import { formatTs, parseTime } from '../../time.ts';
 import { type CommonOptions, EXIT, note, print } from '../context.ts';
 import { describeEvent } from '../describe.ts';
+import { streamLines, UnreachableError } from '../server.ts';
 
 function eventRow(e: JournalEvent): string {
   return [
@@ -22,6 +23,8 @@ function eventRow(e: JournalEvent): string {
 }
 
 export interface TailOptions extends CommonOptions {
+  /** A running pdctl serve to read instead of the journal file. */
+  url?: string;
   follow?: boolean;
   type?: string;
   room?: string;
@@ -52,6 +55,15 @@ function parseTypes(input: string): EventType[] {
   return expanded;
 }
 
+/** Stops on SIGINT or SIGTERM (Ctrl-C while following). */
+function stopSignal(): AbortSignal {
+  const ac = new AbortController();
+  const stop = () => ac.abort();
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+  return ac.signal;
+}
+
 export async function tailCommand(opts: TailOptions): Promise<number> {
   const limit = Number(opts.limit);
   if (!Number.isInteger(limit) || limit < 1 || limit > 10_000)
@@ -64,9 +76,28 @@ export async function tailCommand(opts: TailOptions): Promise<number> {
   if (opts.room) filter.room = opts.room;
   if (opts.engine) filter.engine = opts.engine;
   if (opts.since) filter.since = parseTime(opts.since);
-  const reader = new SqliteReader(opts.journal);
   const emit = (e: JournalEvent) =>
     opts.json ? process.stdout.write(`${JSON.stringify(e)}\n`) : print(eventRow(e));
+  if (opts.url !== undefined) {
+    try {
+      return await tailServer(opts.url, filter, !!opts.follow, emit);
+    } catch (err) {
+      if (!(err instanceof UnreachableError)) throw err;
+      note(`pdctl: ${err.message}`);
+      return EXIT.unreachable;
+    }
+  }
+  return tailFile(opts.journal, filter, !!opts.follow, interval, emit);
+}
+
+async function tailFile(
+  path: string,
+  filter: TailFilter,
+  follow: boolean,
+  interval: number,
+  emit: (e: JournalEvent) => void,
+): Promise<number> {
+  const reader = new SqliteReader(path);
   try {
     // With --since the question is "what happened from then on": the first events after it.
     const first = reader.tailSync({
@@ -74,9 +105,10 @@ export async function tailCommand(opts: TailOptions): Promise<number> {
       order: filter.since !== undefined ? 'oldest' : 'newest',
     });
     first.forEach(emit);
-    if (!opts.follow) return EXIT.ok;
+    if (!follow) return EXIT.ok;
     let last = first[first.length - 1]?.seq ?? (await reader.headSeq());
-    note(`following ${opts.journal} after seq ${last}; Ctrl-C to stop`);
+    note(`following ${path} after seq ${last}; Ctrl-C to stop`);
+    const signal = stopSignal();
     await new Promise<void>((resolve) => {
       const timer = setInterval(() => {
         try {
@@ -96,15 +128,65 @@ export async function tailCommand(opts: TailOptions): Promise<number> {
           note(`tail: ${(err as Error).message}; retrying`);
         }
       }, interval);
-      const stop = () => {
+      signal.addEventListener('abort', () => {
         clearInterval(timer);
         resolve();
-      };
-      process.once('SIGINT', stop);
-      process.once('SIGTERM', stop);
+      });
     });
     return EXIT.ok;
   } finally {
     reader.close();
+  }
+}
+
+/**
+ * The same from a running server: `/v1/journal`, with `follow=1` held open. A stream that breaks
+ * (the server restarted) is taken up again after the last event printed, so none is missed or
+ * printed twice.
+ */
+async function tailServer(
+  url: string,
+  filter: TailFilter,
+  follow: boolean,
+  emit: (e: JournalEvent) => void,
+): Promise<number> {
+  const query = (afterSeq: number | null) => {
+    const q = new URLSearchParams();
+    if (filter.type) q.set('type', [filter.type].flat().join(','));
+    if (filter.room) q.set('room', filter.room);
+    if (filter.engine) q.set('engine', filter.engine);
+    if (afterSeq !== null) q.set('after_seq', String(afterSeq));
+    else if (filter.since !== undefined) q.set('since', String(filter.since));
+    q.set('limit', String(afterSeq !== null ? 10_000 : filter.limit));
+    if (follow) q.set('follow', '1');
+    return `/v1/journal?${q}`;
+  };
+  const signal = follow ? stopSignal() : new AbortController().signal;
+  let last: number | null = null;
+  /** Set while the server is away: said once, and again when events flow again. */
+  let down = false;
+  if (follow) note(`following ${url} (its /v1/journal); Ctrl-C to stop`);
+  for (;;) {
+    try {
+      for await (const line of streamLines(url, query(last), signal)) {
+        const e = JSON.parse(line) as JournalEvent;
+        if (last !== null && e.seq <= last) continue;
+        if (down) note(`tail: ${url} is back; going on after seq ${last}`);
+        down = false;
+        emit(e);
+        last = e.seq;
+      }
+      if (!follow || signal.aborted) return EXIT.ok;
+      if (!down) note(`tail: ${url} ended the stream; reconnecting after seq ${last ?? 0}`);
+      down = true;
+    } catch (err) {
+      if (signal.aborted) return EXIT.ok;
+      // Down at the start: say so and stop. Down later, while following: keep trying.
+      if (!(err instanceof UnreachableError) || last === null) throw err;
+      if (!down) note(`tail: ${err.message} Retrying every second after seq ${last}.`);
+      down = true;
+    }
+    await new Promise((r) => setTimeout(r, 1000));
+    if (signal.aborted) return EXIT.ok;
   }
 }
