@@ -2,12 +2,14 @@
 import { pino } from 'pino';
 
 export interface Logger {
+  debug(obj: object, msg: string): void;
   info(obj: object, msg: string): void;
   warn(obj: object, msg: string): void;
   error(obj: object, msg: string): void;
 }
 
 export const silentLogger: Logger = {
+  debug() {},
   info() {},
   warn() {},
   error() {},
@@ -41,6 +43,7 @@ function humanLogger(name: string, level: LogLevel, base: object): Logger {
     );
   };
   return {
+    debug: (o, m) => line('debug', o, m),
     info: (o, m) => line('info', o, m),
     warn: (o, m) => line('warn', o, m),
     error: (o, m) => line('error', o, m),

@@ -125,10 +125,15 @@ describe('every answer matches the OpenAPI document', () => {
     expect((await check('GET', '/health/deep', '/health/deep?deadline_ms=1')).status).toBe(400);
   });
 
-  it('operations: abort and an engine command, accepted and refused', async () => {
+  it('operations: a live room, its abort, and an engine command, accepted and refused', async () => {
     const control = serving.stack.control;
     const stream = control.submit({ prompt: 'a long slow song', maxTokens: 2000 });
     await stream.admitted;
+    // In flight now: /v1/live counts it and lists it.
+    const live = await check('GET', '/v1/live', '/v1/live?limit=5');
+    expect(live.json.total).toBeGreaterThanOrEqual(1);
+    expect((live.json.rooms as Array<{ room: string }>).map((r) => r.room)).toContain(stream.room);
+    expect((await check('GET', '/v1/live', '/v1/live?limit=x')).status).toBe(400);
     const abort = await check('POST', '/v1/rooms/:room/abort', `/v1/rooms/${stream.room}/abort`, {
       reason: 'schema test',
     });

@@ -1,6 +1,6 @@
 /**
  * `buildApi(deps)`: the fastify app — one plugin per group of routes (serving, queries, health,
- * operations, metrics), errors in OpenAI's shape, and the OpenAPI document with Swagger UI at
+ * operations, metrics, the live page at `/ui`), errors in OpenAI's shape, and the OpenAPI document with Swagger UI at
  * `/docs` (the document itself at `/docs/json`). It does not listen: the composition root
  * (src/app/serving.ts) does, and tests use `inject()` or a real port.
  */
@@ -21,6 +21,7 @@ import { type ApiMetrics, metricsRoutes } from './metrics.ts';
 import { openAiRoutes } from './openai.ts';
 import { queryRoutes } from './queries.ts';
 import { SHARED_SCHEMAS } from './schemas.ts';
+import { UI_CLIENT_HEADER, uiRoutes } from './ui.ts';
 
 export interface ApiOptions {
   control: ControlPlane;
@@ -144,8 +145,11 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
       const route = req.routeOptions.url ?? 'unmatched';
       const status = reply.raw.statusCode;
       o.metrics.response(route, status);
-      // The access log: one line per answer, streams included, naming its room.
-      o.log.info(
+      // The access log: one line per answer, streams included, naming its room. The live page's
+      // own polls (several a second while it is open) are debug unless they failed.
+      const quiet =
+        status < 400 && (route.startsWith('/ui') || req.headers[UI_CLIENT_HEADER] === 'ui');
+      o.log[quiet ? 'debug' : 'info'](
         {
           requestId: req.id,
           method: req.method,
@@ -175,5 +179,6 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
   });
   await app.register(adminRoutes, { control: o.control, journal: o.journal, token: o.adminToken });
   await app.register(metricsRoutes, { metrics: o.metrics });
+  await app.register(uiRoutes);
   return app;
 }

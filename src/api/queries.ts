@@ -1,15 +1,18 @@
 /**
  * Incident queries over HTTP, the same as the CLI's: rooms by filter, one room's timeline, the
- * journal as NDJSON (optionally followed live), engines as the control plane sees them, stats.
+ * journal as NDJSON (optionally followed live), the rooms in flight now, engines as the control
+ * plane sees them, stats.
  */
 
+import type { ServerResponse } from 'node:http';
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsync } from 'fastify';
 import type { ControlPlane } from '../control/control-plane.ts';
 import type { UsageError } from '../errors.ts';
 import { EVENT_TYPES, type EventType, isValidId, type JournalEvent } from '../journal/events.ts';
 import { roomIdOf } from '../journal/ids.ts';
-import { isRoomState, ROOM_STATES, type RoomState } from '../journal/states.ts';
+import type { Room } from '../journal/reducer.ts';
+import { isRoomState, LIVE_STATES, ROOM_STATES, type RoomState } from '../journal/states.ts';
 import {
   type JournalStore,
   originFilter,
@@ -19,7 +22,7 @@ import {
 import type { RecoveryView } from '../recovery/view.ts';
 import { parseTime } from '../time.ts';
 import { ApiError, roomNotFound } from './errors.ts';
-import { EnginesBody, Errors, RoomPageBody, StatsBody, TimelineBody } from './schemas.ts';
+import { EnginesBody, Errors, LiveBody, RoomPageBody, StatsBody, TimelineBody } from './schemas.ts';
 
 const Str = Type.Optional(Type.String({ maxLength: 500 }));
 
@@ -73,7 +76,7 @@ export interface QueryDeps {
   recovery: RecoveryView | null;
 }
 
-/** `/v1/rooms`, `/v1/rooms/:room`, `/v1/journal`, `/v1/engines`, `/v1/stats`. */
+/** `/v1/rooms`, `/v1/rooms/:room`, `/v1/journal`, `/v1/live`, `/v1/engines`, `/v1/stats`. */
 export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
   app,
   { control, journal, recovery },
@@ -163,6 +166,13 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
     },
   );
 
+  // Followed journals never end by themselves: closing the server ends them first, so that a
+  // graceful shutdown does not wait out its drain for a watcher.
+  const follows = new Set<ServerResponse>();
+  app.addHook('preClose', async () => {
+    for (const raw of follows) raw.end();
+  });
+
   app.get<{ Querystring: Record<string, string | undefined> }>(
     '/v1/journal',
     {
@@ -239,11 +249,38 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
       });
       // A comment line every 15 s keeps proxies from closing an idle follow.
       const keepAlive = setInterval(() => raw.write('\n'), 15_000);
+      follows.add(raw);
       raw.on('close', () => {
+        follows.delete(raw);
         sub.close();
         clearInterval(keepAlive);
       });
       return reply;
+    },
+  );
+
+  app.get<{ Querystring: Record<string, string | undefined> }>(
+    '/v1/live',
+    {
+      schema: {
+        tags: ['queries'],
+        summary:
+          'Rooms in flight now, from the control plane (no journal read): how many in each live state, and those longest in their state first',
+        querystring: Type.Object({ limit: Str }, { additionalProperties: false }),
+        response: { 200: LiveBody, ...Errors },
+      },
+    },
+    async (req) => {
+      const limit = int('limit', req.query.limit, 0, 10_000) ?? 200;
+      const counts = Object.fromEntries(LIVE_STATES.map((s) => [s, 0])) as Record<string, number>;
+      const live: Room[] = [];
+      for (const room of control.liveRooms()) {
+        if (!(room.state in counts)) continue;
+        counts[room.state] = (counts[room.state] ?? 0) + 1;
+        live.push(room);
+      }
+      live.sort((a, b) => a.stateSince - b.stateSince);
+      return { counts, total: live.length, rooms: live.slice(0, limit) };
     },
   );
 

@@ -84,6 +84,16 @@ export const RoomPageBody = Type.Object({
   next_cursor: Nullable(Type.String({ description: 'pass as ?cursor= for the next page' })),
 });
 
+export const LiveBody = Type.Object({
+  counts: Type.Record(Type.String(), Type.Integer(), {
+    description: 'rooms in each live state now',
+  }),
+  total: Type.Integer(),
+  rooms: Type.Array(Type.Ref('Room'), {
+    description: 'live rooms, longest in their current state first, at most limit',
+  }),
+});
+
 export const TimelineBody = Type.Object({
   room: Nullable(Type.Ref('Room')),
   events: Type.Array(Type.Ref('Event')),

@@ -5,7 +5,7 @@ import { SupervisedLoop } from './loop.ts';
 describe('supervised loop', () => {
   it('restarts a body that throws or returns, counts it, and stops when told', async () => {
     const lines: string[] = [];
-    const log: Logger = { info() {}, warn() {}, error: (_o, m) => lines.push(m) };
+    const log: Logger = { debug() {}, info() {}, warn() {}, error: (_o, m) => lines.push(m) };
     let runs = 0;
     const loop = new SupervisedLoop(
       'test',

@@ -209,6 +209,9 @@ export function registerServeCommand(program: Command): void {
         `pdctl serve: listening on ${address} · bus ${control.endpoint} · journal ${journalPath} · started in ${startedMs} ms`,
       );
       note(
+        `pdctl serve: live page ${address}/ui · metrics ${address}/metrics · API docs ${address}/docs`,
+      );
+      note(
         `pdctl serve: bus ${curve ? 'encrypted with CURVE' : 'NOT encrypted'}; engines started by hand need PDCTL_CURVE_SERVER_KEY='${admission.server.publicKey}' and --engine-key ID=PUBLIC here`,
       );
       if (o.insecureBus === true)

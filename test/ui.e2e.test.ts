@@ -1,0 +1,151 @@
+/**
+ * The live page (/ui) in a real browser: Debian's Chromium, headless, driven by playwright-core.
+ * It loads with the engines and their ladder state, shows a room created during the test while it
+ * is in flight and its journal events as they are committed (no reload), its timeline on click,
+ * and says so when the server goes away. Screenshots are kept in test-results/.
+ */
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { type Browser, chromium, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Served, serve } from './helpers/serve.ts';
+import { ROOT } from './helpers/spawn.ts';
+import { findTool, requireTool } from './helpers/tools.ts';
+
+const chromiumPath = findTool('chromium', ['/usr/bin/chromium']);
+const hasChromium = requireTool(
+  'chromium',
+  chromiumPath,
+  "Debian's chromium package: apt-get install chromium",
+);
+const ARTEFACTS = join(ROOT, 'test-results');
+
+describe.runIf(hasChromium)('the live page in headless Chromium', () => {
+  let s: Served;
+  let browser: Browser;
+  let page: Page;
+  const pageErrors: string[] = [];
+  /** Answers of 400 and up the page got, but /health/ready's 503 before the first canary. */
+  const failedRequests: string[] = [];
+
+  beforeAll(async () => {
+    // 20 ms per token: a 150-token room stays in flight about 3 s. A canary each second, so that
+    // the stack turns ready.
+    s = await serve(['--decode-us-per-token', '20000', '--canary-interval-ms', '1000']);
+    browser = await chromium.launch({
+      executablePath: chromiumPath as string,
+      // Nothing may reach the network from here: no background connections. (launch() gives the
+      // browser a fresh, empty profile of its own.)
+      args: [
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
+    });
+    page = await browser.newPage({ viewport: { width: 1500, height: 1000 } });
+    page.on('pageerror', (e) => pageErrors.push(e.message));
+    // Chromium logs every failed request as a console error; those are checked by URL below.
+    page.on('console', (m) => {
+      if (m.type() === 'error' && !m.text().startsWith('Failed to load resource'))
+        pageErrors.push(m.text());
+    });
+    page.on('response', (r) => {
+      if (r.status() >= 400 && !(r.status() === 503 && r.url().endsWith('/health/ready')))
+        failedRequests.push(`${r.status()} ${r.url()}`);
+    });
+    mkdirSync(ARTEFACTS, { recursive: true });
+  }, 60_000);
+
+  afterAll(async () => {
+    await browser?.close();
+    await s?.stop();
+  });
+
+  it('loads under a strict content-security policy with every engine and its ladder state', async () => {
+    const res = await page.goto(`${s.url}/ui`);
+    expect(res?.status()).toBe(200);
+    expect(res?.headers()['content-security-policy']).toMatch(/script-src 'self'/);
+    await page.locator('#engines tr[data-engine="prefill-0"][data-phase="ok"]').waitFor();
+    await page.locator('#engines tr[data-engine="decode-0"][data-phase="ok"]').waitFor();
+    expect(
+      await page.locator('#engines tr[data-engine="decode-0"] td.pages').textContent(),
+    ).toMatch(/^\d+ \/ 4096$/);
+    await expect.poll(() => page.locator('#link').textContent()).toMatch(/^live · updated/);
+    await expect
+      .poll(() => page.locator('#ready').textContent(), { timeout: 10_000 })
+      .toBe('ready');
+    await expect.poll(() => page.locator('#model').textContent()).toBe('pdctl-deterministic-1');
+  });
+
+  it('shows a room created during the test live, its events as committed, its timeline on click', async () => {
+    // The page must not reload for any of this: a marker set now must still be there at the end.
+    await page.evaluate(() => {
+      (globalThis as unknown as { marker: number }).marker = 42;
+    });
+    const res = await fetch(`${s.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: 'pdctl-deterministic-1',
+        prompt: 'a room watched from the browser',
+        max_tokens: 150,
+        stream: true,
+      }),
+    });
+    expect(res.status).toBe(200);
+    const room = res.headers.get('x-pdctl-room') as string;
+    expect(room).toMatch(/^r-/);
+    const done = res.text();
+
+    // In flight: on the "In flight" tab, counted under its state, its events in the journal.
+    await page.locator(`#rooms tr[data-room="${room}"]`).waitFor({ timeout: 5000 });
+    await page.locator(`#journal li[data-room="${room}"][data-type="room.created"]`).waitFor();
+    await page
+      .locator(`#journal li[data-room="${room}"][data-type="room.decode_started"]`)
+      .waitFor();
+    const decoding = Number(
+      await page.locator('#state-counts [data-state="decoding"] b').textContent(),
+    );
+    expect(decoding).toBeGreaterThanOrEqual(1);
+    await page.screenshot({ path: join(ARTEFACTS, 'ui-in-flight.png'), fullPage: true });
+
+    // It completes: gone from "In flight", committed in the journal, on "Recent" as completed.
+    await done;
+    await page.locator(`#journal li[data-room="${room}"][data-type="room.completed"]`).waitFor();
+    await page.locator(`#rooms tr[data-room="${room}"]`).waitFor({ state: 'detached' });
+    await page.click('#tab-recent');
+    const row = page.locator(`#rooms tr[data-room="${room}"][data-state="completed"]`);
+    await row.waitFor();
+    await row.click();
+
+    // The timeline: every event the journal holds for it, and the time in each state.
+    await page.locator('#timeline tr[data-type="room.completed"]').waitFor();
+    const journaled = (await (await fetch(`${s.url}/v1/rooms/${room}`)).json()) as {
+      events: Array<{ type: string }>;
+    };
+    const shown = await page
+      .locator('#timeline tbody tr')
+      .evaluateAll((rows) => rows.map((r) => r.getAttribute('data-type')));
+    expect(shown).toEqual(journaled.events.map((e) => e.type));
+    for (const state of ['created', 'prefilling', 'transferring', 'decoding'])
+      expect(await page.locator(`#timeline-spans [data-state="${state}"]`).count(), state).toBe(1);
+    expect(await page.locator('#timeline-room').textContent()).toBe(room);
+    expect(await page.evaluate(() => (globalThis as unknown as { marker: number }).marker)).toBe(
+      42,
+    );
+    await page.screenshot({ path: join(ARTEFACTS, 'ui-timeline.png'), fullPage: true });
+    expect(pageErrors).toEqual([]);
+    expect(failedRequests).toEqual([]);
+  });
+
+  it('says it is disconnected when the server goes away', async () => {
+    expect(await s.stop()).toBe(0);
+    await expect
+      .poll(() => page.locator('#link').textContent(), { timeout: 10_000 })
+      .toMatch(/^disconnected/);
+    await page.screenshot({ path: join(ARTEFACTS, 'ui-disconnected.png') });
+  });
+});
