@@ -6,15 +6,6 @@
 
 const POLL_MS = 1000;
 const JOURNAL_KEEP = 500;
-const LIVE_STATES = [
-  'created',
-  'bootstrapping',
-  'waiting_for_input',
-  'prefilling',
-  'transferring',
-  'transferred',
-  'decoding',
-];
 const STATE_COLORS = {
   created: '#8a94a0',
   bootstrapping: '#a371f7',
@@ -163,7 +154,8 @@ const view = { tab: 'live', selected: null };
 function renderCounts(live) {
   $('#live-total').textContent = `${live.total} in flight`;
   $('#state-counts').replaceChildren(
-    ...LIVE_STATES.map((s) =>
+    // The server lists every live state, in the state machine's order.
+    ...Object.keys(live.counts).map((s) =>
       h(
         'span',
         { class: 'count', 'data-state': s, style: { borderColor: STATE_COLORS[s] } },
