@@ -6,8 +6,7 @@ import { describe, expect, it } from 'vitest';
 import type { ControlPlane } from '../src/control/control-plane.ts';
 import { RoomEndedError } from '../src/control/streams.ts';
 import type { JournalEvent } from '../src/journal/events.ts';
-import { LIVE_STATES } from '../src/journal/states.ts';
-import { ENTERED_BY, stateAtAbort } from './helpers/aborts.ts';
+import { bootstrappedAtOnce, ENTERED_BY, RESTING_STATES, stateAtAbort } from './helpers/aborts.ts';
 import { collect, poolsFull, prompt, startTestStack, waitFor } from './helpers/stack.ts';
 
 // Slow enough that a room stays in prefilling, transferring and decoding while the abort commits;
@@ -38,7 +37,7 @@ describe('aborts', () => {
       ...SLOW,
       engineArgs: ['--prefill-us-per-token', '8000', '--decode-us-per-token', '20000'],
     });
-    for (const [i, state] of LIVE_STATES.entries()) {
+    for (const [i, state] of RESTING_STATES.entries()) {
       const stream = control.submit({ prompt: prompt(i, 50), maxTokens: 50 });
       const sub = control.journal.subscribe(await control.journal.headSeq(), (ev) => {
         if (ev.room === stream.room && ev.type === ENTERED_BY[state]) {
@@ -55,6 +54,8 @@ describe('aborts', () => {
     }
     const next = await collect(control.submit({ prompt: prompt(99, 10), maxTokens: 3 }));
     expect(next.error).toBeNull();
+    // No room rests in bootstrapping: its two events are one commit.
+    expect(bootstrappedAtOnce((await control.journal.timeline(next.room)).events)).toBe(true);
     const done = Date.now();
     await waitFor('every pool back to capacity', () => poolsFull(control, done));
   });

@@ -83,7 +83,7 @@ export class DecodeEngine extends EngineCore {
 
   protected react(room: EngineRoom, ev: JournalEvent): void {
     if (room.view.decodeEngine !== this.id) return;
-    if (ev.type === 'room.created') void this.bootstrap(room);
+    if (ev.type === 'room.created') this.bootstrap(room);
     else if (ev.type === 'room.transfer_completed') this.startDecoding(room);
   }
 
@@ -91,14 +91,19 @@ export class DecodeEngine extends EngineCore {
     // A restarted decode engine lost every page it had reserved: only a room that has not
     // reached it yet can go on.
     if (room.view.decodeEngine !== this.id) return;
-    if (room.view.state === 'created') void this.bootstrap(room);
+    if (room.view.state === 'created') this.bootstrap(room);
     else this.fail(room, 'engine_restarted', room.view.state);
   }
 
-  /** `room.bootstrap_started` is committed before pages are reserved: the journal knows first. */
-  private async bootstrap(room: EngineRoom): Promise<void> {
-    const ack = await this.append(room, 'room.bootstrap_started', {});
-    if (!wasApplied(ack) || room.stopped) return;
+  /**
+   * `room.bootstrap_started` and `room.bootstrapped` leave in the same turn, so the control plane
+   * commits them in one transaction: one round trip on the room's critical path, not two. The
+   * pages are this engine's own until `room.bootstrapped` is committed — nothing else uses them
+   * before — so reserving them before the commit is safe. An abort committed first reaches this
+   * engine before the acks, and stop() frees them; a refusal for any other reason frees them too.
+   */
+  private bootstrap(room: EngineRoom): void {
+    void this.append(room, 'room.bootstrap_started', {});
     // Pages for the prompt's KV, and for every token decode may add where it decodes in the pool.
     const prompt = room.view.promptTokens ?? 0;
     const total = prompt + (this.model.kv.decodeGrows ? (room.view.maxTokens ?? 0) : 0);
@@ -112,6 +117,10 @@ export class DecodeEngine extends EngineCore {
       pages,
       pool: this.pool.name,
       epoch: this.pool.epoch,
+    }).then((ack) => {
+      if (wasApplied(ack) || room.released) return;
+      room.stopped = true;
+      this.tryRelease(room);
     });
   }
 
@@ -294,8 +303,12 @@ export class DecodeEngine extends EngineCore {
     this.tryRelease(room);
   }
 
-  /** A transfer may be writing into our pages between transfer_posted and the prefill's release. */
+  /**
+   * Once `room.bootstrapped` is committed the prefill engine may write into the pages it named —
+   * it does not wait for any commit of its own before the transfer — so they are freed only after
+   * the transfer completed or the prefill engine released the room (or is known to be gone).
+   */
   protected canFree(room: EngineRoom): boolean {
-    return !room.transferPosted || room.transferDone || room.peerReleased;
+    return room.bootstrap === null || room.transferDone || room.peerReleased;
   }
 }

@@ -33,7 +33,6 @@ export interface EngineRoom {
   /** Pages in this engine's pool (a copy of what the allocator holds). */
   pages: number[] | null;
   /** Events since the room was given to this engine, for the role's bookkeeping. */
-  transferPosted: boolean;
   transferDone: boolean;
   peerReleased: boolean;
   /** From the committed `room.bootstrapped`: where the KV goes. */
@@ -169,7 +168,6 @@ export abstract class EngineCore {
       stopped: false,
       released: false,
       pages: null,
-      transferPosted: false,
       transferDone: false,
       peerReleased: false,
       bootstrap: null,
@@ -177,8 +175,7 @@ export abstract class EngineCore {
   }
 
   private track(room: EngineRoom, ev: JournalEvent): void {
-    if (ev.type === 'room.transfer_posted') room.transferPosted = true;
-    else if (ev.type === 'room.transfer_completed') room.transferDone = true;
+    if (ev.type === 'room.transfer_completed') room.transferDone = true;
     else if (ev.type === 'room.released' && ev.engine !== this.id) room.peerReleased = true;
     else if (ev.type === 'room.bootstrapped') {
       const d = ev.data as { pages: number[]; pool?: string; epoch?: number };

@@ -1,10 +1,10 @@
 /**
  * The prefill role: once a room is bootstrapped (committed), compute its KV into pages of this
- * engine's pool, post the transfer into the decode engine's pages, and report how it ended. The
- * transfer is posted only after `room.transfer_posted` is committed, so an abort committed
- * before it is always seen first (events reach an engine before the acks that follow them).
+ * engine's pool, post the transfer into the decode engine's pages, and report how it ended. No
+ * step waits for its own event's commit: the decode engine keeps the pages its committed
+ * `room.bootstrapped` named until this engine releases the room, so a transfer always lands in
+ * pages reserved for it, and an abort stops the work wherever it is.
  */
-import { wasApplied } from '../bus/client.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import type { Logger } from '../log.ts';
 import { type EngineModel, KvImageError } from '../model/executor.ts';
@@ -128,12 +128,15 @@ export class PrefillEngine extends EngineCore {
     const computeMicros = computed.micros;
     if (room.stopped) return;
     kv.store();
-    const ack = await this.append(room, 'room.transfer_posted', {
+    // Not awaited: the pages written belong to the decode engine from its committed
+    // `room.bootstrapped` until this engine releases the room (docs/protocol.md, rule 7), so the
+    // transfer cannot land in pages freed for another room, and an abort committed meanwhile
+    // cancels it (stop). The commit of this event is no longer a round trip on the room's path.
+    void this.append(room, 'room.transfer_posted', {
       pairs: need,
       bytes: need * this.opts.pageBytes,
       computeMicros,
     });
-    if (!wasApplied(ack) || room.stopped) return;
     this.transferring.set(v.room, Date.now());
     let result: Awaited<ReturnType<TransferCore['post']>>;
     try {

@@ -6,8 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RoomEndedError } from '../../src/control/streams.ts';
-import { LIVE_STATES } from '../../src/journal/states.ts';
-import { ENTERED_BY, stateAtAbort } from '../helpers/aborts.ts';
+import { ENTERED_BY, RESTING_STATES, stateAtAbort } from '../helpers/aborts.ts';
 import { llamaPrompt, SEQUENCES, type TinyLlama, tinyLlama } from '../helpers/llama.ts';
 import { collect, poolsFull, startTestStack, waitFor } from '../helpers/stack.ts';
 
@@ -68,13 +67,20 @@ describe('a llama.cpp model across prefill and decode engines', () => {
     const { control } = await startTestStack({
       model: tiny.info,
       engineArgs: [...tiny.args, '--allow-fault-injection'],
-      engineEnv: { PDCTL_TRANSFER_FAULT: 'delay:400' },
       restartStalled: false,
     });
-    for (const [i, state] of LIVE_STATES.entries()) {
-      // A hung compute holds the room in prefilling or decoding until the abort is in.
-      const hang = state === 'prefilling' ? 'prefill-0' : state === 'decoding' ? 'decode-0' : null;
-      if (hang) expect(control.command(hang, 'inject_fault', null, 'compute_hang')).toBe(true);
+    for (const [i, state] of RESTING_STATES.entries()) {
+      // A hung compute holds the room in prefilling or decoding, a delayed transfer in
+      // transferring, until the abort is in.
+      const [hang, fault] =
+        state === 'prefilling'
+          ? ['prefill-0', 'compute_hang']
+          : state === 'decoding'
+            ? ['decode-0', 'compute_hang']
+            : state === 'transferring'
+              ? ['prefill-0', 'delay:400']
+              : [null, null];
+      if (hang) expect(control.command(hang, 'inject_fault', null, fault)).toBe(true);
       const stream = control.submit({ prompt: llamaPrompt(i, 40), maxTokens: 200 });
       const sub = control.journal.subscribe(await control.journal.headSeq(), (ev) => {
         if (ev.room === stream.room && ev.type === ENTERED_BY[state]) {
