@@ -7,15 +7,26 @@
  *   npm run bench:journal -- --quick      # smaller figures, for a first look
  *   npm run bench:journal -- --json       # one JSON object with stable keys
  */
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import {
+  closeSync,
+  fdatasyncSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import Database from 'better-sqlite3';
+import { validateEvent } from '../src/journal/events.ts';
 import { uuidv7 } from '../src/journal/ids.ts';
 import { SqliteJournal } from '../src/journal/sqlite/journal.ts';
 import { MIGRATIONS_DIR } from '../src/journal/sqlite/migrate.ts';
 import { foldJournal, verifyJournal } from '../src/journal/sqlite/verify.ts';
+import { executeOp, openWriter } from '../src/journal/sqlite/writer-exec.ts';
 import { completedRoomEvents, synthEvents } from '../src/journal/synth.ts';
 
 const args = process.argv.slice(2);
@@ -129,6 +140,58 @@ function bareInsert(
   return perSec;
 }
 
+/**
+ * The disk's limit for one-event commits at `power`: a loop of one 4 KiB write and an fdatasync,
+ * in this directory, cycling over a 4 MiB file as a reused WAL does. Writes per second.
+ */
+function fdatasyncLoop(seconds: number): number {
+  const path = join(dir, 'fdatasync.bin');
+  const fd = openSync(path, 'w');
+  const page = Buffer.alloc(4096, 7);
+  const slots = 1024;
+  for (let i = 0; i < slots; i++) writeSync(fd, page, 0, page.length, i * page.length);
+  fdatasyncSync(fd);
+  let n = 0;
+  const t = performance.now();
+  const end = t + seconds * 1000;
+  while (performance.now() < end) {
+    writeSync(fd, page, 0, page.length, (n % slots) * page.length);
+    fdatasyncSync(fd);
+    n++;
+  }
+  const perSec = Math.round(n / ((performance.now() - t) / 1000));
+  closeSync(fd);
+  rmSync(path, { force: true });
+  return perSec;
+}
+
+/**
+ * WAL frames one commit of one event writes, through the real writer (schema, BatchWriter): the
+ * WAL's growth over `commits` single-event commits of room lifecycles, in frames (a page and its
+ * 24-byte header). Nothing checkpoints meanwhile: the writing connection never does.
+ */
+function walFramesPerCommit(commits: number): { framesPerCommit: number; pageSize: number } {
+  const path = join(dir, 'frames.db');
+  const w = openWriter({
+    path,
+    durability: 'power',
+    roomCacheSize: 50_000,
+    create: true,
+    role: 'writer',
+  });
+  const pageSize = w.db.pragma('page_size', { simple: true }) as number;
+  const events: ReturnType<typeof completedRoomEvents> = [];
+  for (let r = 0; events.length < commits + 100; r++) events.push(...completedRoomEvents(`r-${r}`));
+  const append = (i: number) => executeOp(w, { op: 'append', events: [validateEvent(events[i])] });
+  for (let i = 0; i < 100; i++) append(i); // past the first pages of every table and index
+  const walSize = () => statSync(`${path}-wal`).size;
+  const before = walSize();
+  for (let i = 100; i < 100 + commits; i++) append(i);
+  const frames = (walSize() - before) / (pageSize + 24);
+  executeOp(w, { op: 'close' });
+  return { framesPerCommit: Number((frames / commits).toFixed(2)), pageSize };
+}
+
 async function replayRun() {
   const path = join(dir, 'replay.db');
   const journal = await SqliteJournal.open({ path });
@@ -191,6 +254,11 @@ async function replayRun() {
   };
 }
 
+log('fdatasync loop: one 4 KiB write + fdatasync, median of 3');
+const fdatasyncPerSec = [0, 1, 2]
+  .map(() => fdatasyncLoop(quick ? 0.5 : 1))
+  .sort((a, b) => a - b)[1] as number;
+const wal = walFramesPerCommit(500);
 const runs: AppendRun[] = [];
 for (const durability of ['process', 'power'] as const) {
   for (const appenders of [1, 16, 256]) {
@@ -225,6 +293,16 @@ const result = {
     ratioToBare: Number((r.appendsPerSec / (bare[r.durability] as number)).toFixed(3)),
   })),
   bareInsert: bare,
+  fdatasyncPerSec,
+  /** One appender at `power`: appends/s over the fdatasync loop's rate (target ≥ 0.7). */
+  powerSingleToFdatasync: Number(
+    (
+      (runs.find((r) => r.durability === 'power' && r.appenders === 1)?.appendsPerSec ?? 0) /
+      fdatasyncPerSec
+    ).toFixed(3),
+  ),
+  walFramesPerCommit: wal.framesPerCommit,
+  pageSize: wal.pageSize,
   replay,
 };
 
@@ -241,6 +319,9 @@ if (asJson) {
       (r) =>
         `| ${r.durability} | ${pad(r.appenders, 3)} | ${pad(r.appendsPerSec, 7)} | ${pad(r.bareRowsPerSec, 7)} | ${r.ratioToBare.toFixed(2)} | ${r.p50Ms.toFixed(3)} | ${r.p99Ms.toFixed(3)} | ${r.avgBatch} | ${r.loopDelayP99Ms.toFixed(2)} |`,
     ),
+    '',
+    `one appender at power: ${result.append.find((r) => r.durability === 'power' && r.appenders === 1)?.appendsPerSec} appends/s; a loop of one 4 KiB write + fdatasync on the same disk: ${fdatasyncPerSec}/s; ratio ${result.powerSingleToFdatasync.toFixed(2)} (target ≥ 0.7)`,
+    `WAL frames per one-event commit: ${wal.framesPerCommit} (${wal.pageSize}-byte pages; each a page and a 24-byte header)`,
     '',
     `bare loop with random UUID event ids instead of time-ordered ones: process ${bare.processRandomIds} rows/s (${((bare.processRandomIds as number) / (bare.process as number)).toFixed(2)}×), power ${bare.powerRandomIds} rows/s (${((bare.powerRandomIds as number) / (bare.power as number)).toFixed(2)}×)`,
     '',
