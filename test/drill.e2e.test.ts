@@ -85,16 +85,37 @@ describe('pdctl drill', () => {
 
   it('bus-loop-death (docs/incident.md) and transfer-stall: detected and recovered in place, no process restarted', async () => {
     for (const scenario of ['bus-loop-death', 'transfer-stall']) {
-      const report = await drill(scenario, '--clients', '4', '--no-baseline');
+      // The incident's drill also times the full restart, and says which was faster.
+      const baseline = scenario === 'bus-loop-death';
+      const report = await drill(
+        scenario,
+        '--clients',
+        '4',
+        ...(baseline ? [] : ['--no-baseline']),
+      );
       expect(names(report)).toEqual([
         'stall detected and journaled',
         'time to detect',
         'recovered without restarting any process',
-        'time to recover',
+        'time to recover in place',
         'health red during the fault, green after',
         ...COMMON,
       ]);
-      expect(report.fullRestartMs).toBeNull();
+      expect(report.inPlace?.detectMs).toBeGreaterThan(0);
+      expect(report.inPlace?.recoverMs).toBeGreaterThan(0);
+      if (!baseline) {
+        expect(report.fullRestartMs).toBeNull();
+        expect(report.faster).toBeNull();
+        continue;
+      }
+      expect(report.fullRestartMs).toBeGreaterThan(0);
+      const inPlace = report.inPlace as { recoverMs: number };
+      expect(report.faster).toBe(
+        inPlace.recoverMs <= (report.fullRestartMs as number) ? 'in_place' : 'full_restart',
+      );
+      expect(report.timeline.map((t) => t.what).join('\n')).toMatch(
+        /in place: detected \d+ ms after the fault, serving again \d+ ms later; a full-stack restart took \d+ ms/,
+      );
     }
   }, 240_000);
 

@@ -11,6 +11,12 @@ import { BUS_ERROR_CODES } from './errors.ts';
 
 /** Bumped on any change an engine of the previous version could not follow. */
 export const PROTOCOL_VERSION = 3;
+
+/**
+ * How often an engine heartbeats (its default, and what a welcome suggests): a wedged bus loop is
+ * seen two heartbeats and half a second after it stops (docs/design.md, §9).
+ */
+export const HEARTBEAT_MS = 250;
 /** Default largest payload accepted, in bytes. */
 export const DEFAULT_MAX_FRAME_BYTES = 1 << 20;
 

@@ -6,7 +6,12 @@
  */
 
 import type { Admission } from '../bus/admission.ts';
-import { type EngineMessage, PROTOCOL_VERSION, type RoomRequest } from '../bus/protocol.ts';
+import {
+  type EngineMessage,
+  HEARTBEAT_MS,
+  PROTOCOL_VERSION,
+  type RoomRequest,
+} from '../bus/protocol.ts';
 import type { BusServer, PeerId } from '../bus/server.ts';
 import { JournalError } from '../journal/errors.ts';
 import type { JournalEvent } from '../journal/events.ts';
@@ -298,7 +303,7 @@ export class EngineLink {
       session: session.delivery.session,
       replayFrom: msg.lastSeq,
       replayEvents: backlog.events.length,
-      heartbeatMs: 500,
+      heartbeatMs: HEARTBEAT_MS,
     });
     for (const ev of backlog.events) this.sendEvent(session, ev);
     session.delivery.sentSeq = backlog.headSeq;

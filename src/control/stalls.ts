@@ -21,9 +21,12 @@ export interface Stall {
 
 export interface StallPolicy {
   /**
-   * An engine behind on the events sent to it, or whose transfers in flight completed nothing,
-   * for this long. Default 1000 ms.
+   * An engine whose bus loop applied none of the events sent to it before its previous heartbeat,
+   * for this long: a bus loop applies an event in well under a millisecond, so half a second
+   * behind is a wedged loop (the incident), not a busy one. Default 500 ms.
    */
+  busFrozenMs: number;
+  /** An engine whose transfers in flight completed nothing for this long. Default 1000 ms. */
   frozenMs: number;
   /** Rooms queued for its work loop (prefill slices, decode passes), the loop's tick still. Default 3000 ms. */
   workFrozenMs: number;
@@ -37,6 +40,7 @@ export interface StallPolicy {
 }
 
 export const DEFAULT_STALL_POLICY: Readonly<StallPolicy> = Object.freeze({
+  busFrozenMs: 500,
   frozenMs: 1000,
   workFrozenMs: 3000,
   pileUpMs: 5000,
@@ -88,7 +92,7 @@ function stallOf(
   now: number,
   journalWritable: boolean,
 ): Omit<Stall, 'engine'> | null {
-  if (s.health.behindSince > 0 && now - s.health.behindSince > policy.frozenMs)
+  if (s.health.behindSince > 0 && now - s.health.behindSince > policy.busFrozenMs)
     return {
       kind: 'bus',
       reason: `bus loop applied nothing for ${now - s.health.behindSince} ms after being sent events`,

@@ -16,9 +16,11 @@ import { Load, type LoadOptions, type RequestRecord, wrongAnswers } from './load
 import { sleep, until } from './poll.ts';
 import { type RemoteTarget, TargetError } from './remote-target.ts';
 import {
+  compareRecovery,
   DrillRecorder,
   type DrillReport,
   drillPassed,
+  type InPlace,
   type Invariant,
   type StateSample,
 } from './report.ts';
@@ -49,6 +51,8 @@ export interface DrillContext {
    * cannot be written cannot record their failure either. Counted and shown, not failed.
    */
   excuse(from: number, to: number, why: string): void;
+  /** A stall the ladder ended in place: fault → detected, and detected → serving again (ms). */
+  recoveredInPlace(figures: InPlace): void;
 }
 
 /** What a drill needs of a stack it did not start (`--url`). */
@@ -174,12 +178,17 @@ export async function runDrill(scenario: DrillScenario, o: DrillRunOptions): Pro
   // The API closes now; the stack stays up for the full-restart baseline.
   canary.stop();
   await serving.app.close();
-  if (o.baseline !== false)
-    report.fullRestartMs = await fullRestart(stack, stackOptions, (what) => {
-      report.timeline.push({ atMs: Date.now() - report.startedAt, what });
-      log.info({ drill: scenario.name }, what);
-    });
+  const note = (what: string) => {
+    report.timeline.push({ atMs: Date.now() - report.startedAt, what });
+    log.info({ drill: scenario.name }, what);
+  };
+  if (o.baseline !== false) report.fullRestartMs = await fullRestart(stack, stackOptions, note);
   else await stack.stop();
+  const comparison = compareRecovery(report);
+  if (comparison) {
+    report.faster = comparison.faster;
+    note(comparison.line);
+  }
   return report;
 }
 
@@ -250,6 +259,7 @@ async function drive(
     samples.push({ atMs: Date.now() - started, live, terminal: { ...terminal } });
   }, 100);
   const excused: Array<{ from: number; to: number; why: string }> = [];
+  let inPlace: InPlace | null = null;
   const ctx: DrillContext = {
     target,
     local: target instanceof LocalTarget ? target : null,
@@ -277,6 +287,9 @@ async function drive(
     },
     sleep,
     excuse: (from, to, why) => excused.push({ from, to, why }),
+    recoveredInPlace: (figures) => {
+      inPlace = figures;
+    },
   };
   try {
     await target.record('drill.started', { scenario: scenario.name, clients: o.clients });
@@ -319,6 +332,8 @@ async function drive(
     samples,
     journal: o.journalPath,
     fullRestartMs: null,
+    inPlace,
+    faster: null,
   };
 }
 

@@ -4,7 +4,7 @@
  * by outcome — with the drill's steps (fault, detection, recovery) marked on the time axis.
  */
 import { LIVE_STATES } from '../journal/states.ts';
-import { type DrillReport, type StateSample, verdictOf } from './report.ts';
+import { compareRecovery, type DrillReport, type StateSample, verdictOf } from './report.ts';
 
 const VERDICT_TEXT = {
   ok: 'ok',
@@ -141,13 +141,14 @@ function section(r: DrillReport): string {
   const steps = r.timeline
     .map((t, i) => `<li><b>${i + 1}</b> +${t.atMs} ms — ${esc(t.what)}</li>`)
     .join('');
+  const comparison = compareRecovery(r);
   return `<section>
 <h2>${esc(r.scenario)} <span class="${r.passed ? 'ok' : 'fail'}">${r.passed ? 'PASSED' : 'FAILED'}</span></h2>
 <p>${esc(r.summary)} — started ${new Date(r.startedAt).toISOString()}, ran ${r.ms} ms${
     r.fullRestartMs === null
       ? ''
       : `; a full-stack restart measured in the same run took <b>${r.fullRestartMs} ms</b> to serve again`
-  }.</p>
+  }.</p>${comparison ? `\n<p><b>${esc(comparison.line)}</b>.</p>` : ''}
 ${chart(r.samples, liveKeys, (s, k) => s.live[k] ?? 0, true, r.timeline, maxX, 'live rooms by state')}
 <p>${legend(liveKeys)}</p>
 ${chart(r.samples, endKeys, (s, k) => s.terminal[k] ?? 0, false, r.timeline, maxX, 'rooms ended since the start, by outcome')}

@@ -323,5 +323,7 @@ async function runKillControlPlane(o: DrillRunOptions): Promise<DrillReport> {
     samples,
     journal: journalPath,
     fullRestartMs,
+    inPlace: null,
+    faster: null,
   };
 }

@@ -98,6 +98,33 @@ export interface DrillReport {
   journal: string;
   /** A full-stack restart, stop to serving again, measured after the drill (null: not measured). */
   fullRestartMs: number | null;
+  /** A stall the ladder ended in place (null: the drill had none). */
+  inPlace: InPlace | null;
+  /** Which brought serving back sooner: recovery in place after detection, or the full restart. */
+  faster: 'in_place' | 'full_restart' | null;
+}
+
+export interface InPlace {
+  /** Fault → `engine.stalled`. */
+  detectMs: number;
+  /** `engine.stalled` → `engine.recovered`: the in-place rung's own time. */
+  recoverMs: number;
+}
+
+/**
+ * In-place recovery against the full restart measured in the same run. Both are counted from
+ * the decision to act (a restart needs the same detection first, and more: a model to load).
+ */
+export function compareRecovery(
+  r: Pick<DrillReport, 'inPlace' | 'fullRestartMs'>,
+): { faster: 'in_place' | 'full_restart'; line: string } | null {
+  if (!r.inPlace || r.fullRestartMs === null) return null;
+  const { detectMs, recoverMs } = r.inPlace;
+  const faster = recoverMs <= r.fullRestartMs ? 'in_place' : 'full_restart';
+  return {
+    faster,
+    line: `in place: detected ${detectMs} ms after the fault, serving again ${recoverMs} ms later; a full-stack restart took ${r.fullRestartMs} ms — ${faster === 'in_place' ? `in place was faster by ${r.fullRestartMs - recoverMs} ms, and lost no request` : `the full restart was faster by ${recoverMs - r.fullRestartMs} ms (and would fail every request in flight)`}`,
+  };
 }
 
 export function renderReport(r: DrillReport): string {
@@ -118,13 +145,15 @@ export function renderReport(r: DrillReport): string {
 
 /** One line per drill: the summary table `pdctl drill all` ends with. */
 export function renderSummary(reports: DrillReport[]): string {
-  const lines = ['drill                 result  invariants  targets  full restart'];
+  const lines = [
+    'drill                 result  invariants  targets  full restart  in place (detect + recover)',
+  ];
   for (const r of reports) {
     const inv = r.invariants.filter((i) => !i.target && !i.skipped);
     const tgt = r.invariants.filter((i) => i.target);
     const count = (xs: Invariant[]) => `${xs.filter((i) => i.ok).length}/${xs.length}`;
     lines.push(
-      `${r.scenario.padEnd(21)} ${(r.passed ? 'PASSED' : 'FAILED').padEnd(7)} ${count(inv).padEnd(11)} ${count(tgt).padEnd(8)} ${r.fullRestartMs === null ? '-' : `${r.fullRestartMs} ms`}`,
+      `${r.scenario.padEnd(21)} ${(r.passed ? 'PASSED' : 'FAILED').padEnd(7)} ${count(inv).padEnd(11)} ${count(tgt).padEnd(8)} ${(r.fullRestartMs === null ? '-' : `${r.fullRestartMs} ms`).padEnd(13)} ${r.inPlace ? `${r.inPlace.detectMs} + ${r.inPlace.recoverMs} ms${r.faster === 'in_place' ? ' (faster)' : r.faster === 'full_restart' ? ' (slower)' : ''}` : '-'}`.trimEnd(),
     );
   }
   return lines.join('\n');

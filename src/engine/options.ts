@@ -2,7 +2,9 @@
  * The engine's one options object: defaults in one place, units in names, validated once at start
  * and then frozen. CLI flags map onto it (src/cli/engine-command.ts).
  */
+
 import { availableParallelism } from 'node:os';
+import { HEARTBEAT_MS } from '../bus/protocol.ts';
 import { isValidId } from '../journal/events.ts';
 import { DEFAULT_MODEL_OPTIONS, type ModelOptions } from '../model/deterministic.ts';
 import { defaultPoolName } from '../transfer/pool.ts';
@@ -57,7 +59,7 @@ export const ENGINE_DEFAULTS = Object.freeze({
   prefillConcurrency: 8,
   maxQueue: 10_000,
   chunkTokens: 4,
-  heartbeatMs: 500,
+  heartbeatMs: HEARTBEAT_MS,
   drainTimeoutMs: 30_000,
   allowFaultInjection: false,
   kvDevice: null as number | null,
