@@ -168,7 +168,7 @@ function fdatasyncLoop(seconds: number): number {
 /**
  * WAL frames one commit of one event writes, through the real writer (schema, BatchWriter): the
  * WAL's growth over `commits` single-event commits of room lifecycles, in frames (a page and its
- * 24-byte header). Nothing checkpoints meanwhile: the writing connection never does.
+ * 24-byte header), with checkpoints off meanwhile.
  */
 function walFramesPerCommit(commits: number): { framesPerCommit: number; pageSize: number } {
   const path = join(dir, 'frames.db');
@@ -180,6 +180,7 @@ function walFramesPerCommit(commits: number): { framesPerCommit: number; pageSiz
     role: 'writer',
   });
   const pageSize = w.db.pragma('page_size', { simple: true }) as number;
+  w.db.pragma('wal_autocheckpoint = 0'); // the WAL only grows while it is measured
   const events: ReturnType<typeof completedRoomEvents> = [];
   for (let r = 0; events.length < commits + 100; r++) events.push(...completedRoomEvents(`r-${r}`));
   const append = (i: number) => executeOp(w, { op: 'append', events: [validateEvent(events[i])] });
