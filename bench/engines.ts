@@ -14,6 +14,7 @@ import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startStack } from '../src/app/stack.ts';
 import type { JournalEvent } from '../src/journal/events.ts';
+import { ROOM_PATH } from '../src/journal/states.ts';
 import type { Durability } from '../src/journal/store.ts';
 import { silentLogger } from '../src/log.ts';
 import { DeterministicModel, generateInProcess } from '../src/model/deterministic.ts';
@@ -74,18 +75,6 @@ interface Step {
 }
 const steps: Step[] = [];
 
-/** The events on a room's critical path, in order: each waits for the one before. */
-const MILESTONES = [
-  'room.created',
-  'room.bootstrap_started',
-  'room.bootstrapped',
-  'room.prefill_started',
-  'room.transfer_posted',
-  'room.transfer_completed',
-  'room.decode_started',
-  'room.completed',
-] as const;
-
 /**
  * Where a lone room's time goes: the mean time from each critical-path event to the next, from
  * the journal's own timestamps (whole milliseconds, so the means over hundreds of rooms are what
@@ -96,13 +85,13 @@ function breakdown(
   byRoom: Map<string, JournalEvent[]>,
   times: Map<string, { ms: number; at: number; done: number }>,
 ): Step[] {
-  const names = ['submit', ...MILESTONES, 'answer'];
+  const names = ['submit', ...ROOM_PATH, 'answer'];
   const totals = new Array<number>(names.length - 1).fill(0);
   let n = 0;
   for (const [room, events] of byRoom) {
     const t = times.get(room);
     if (!t) continue;
-    const at = MILESTONES.map((type) => events.find((e) => e.type === type)?.ts);
+    const at = ROOM_PATH.map((type) => events.find((e) => e.type === type)?.ts);
     if (at.some((x) => x === undefined)) continue;
     const marks = [t.at, ...(at as number[]), t.done];
     for (let i = 1; i < marks.length; i++)

@@ -59,3 +59,18 @@ export const DEFAULT_STATE_DEADLINES_MS: Readonly<StateDeadlinesMs> = Object.fre
 export function resolveDeadlines(partial: Partial<StateDeadlinesMs> | undefined): StateDeadlinesMs {
   return { ...DEFAULT_STATE_DEADLINES_MS, ...(partial ?? {}) };
 }
+
+/**
+ * The events of a room that completes undisturbed, in order — each engine's `room.released`
+ * aside. Each waits for the one before: this is the room's critical path.
+ */
+export const ROOM_PATH = [
+  'room.created',
+  'room.bootstrap_started',
+  'room.bootstrapped',
+  'room.prefill_started',
+  'room.transfer_posted',
+  'room.transfer_completed',
+  'room.decode_started',
+  'room.completed',
+] as const;

@@ -4,6 +4,7 @@ import { afterEach } from 'vitest';
 import { type Stack, type StackOptions, startStack } from '../../src/app/stack.ts';
 import type { ControlPlane } from '../../src/control/control-plane.ts';
 import type { RoomStream } from '../../src/control/streams.ts';
+import { ROOM_PATH } from '../../src/journal/states.ts';
 import { silentLogger } from '../../src/log.ts';
 import { tempDir } from './tmp.ts';
 
@@ -89,16 +90,7 @@ export function poolsFull(control: ControlPlane, since: number): boolean {
 }
 
 /** The events of a room that completed undisturbed, in order (its two `room.released` aside). */
-export const HAPPY_PATH = [
-  'room.created',
-  'room.bootstrap_started',
-  'room.bootstrapped',
-  'room.prefill_started',
-  'room.transfer_posted',
-  'room.transfer_completed',
-  'room.decode_started',
-  'room.completed',
-];
+export const HAPPY_PATH: string[] = [...ROOM_PATH];
 
 /** Readable prompts of `words` words, different for each `seed`. */
 export function prompt(seed: number, words: number): string {
