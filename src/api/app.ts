@@ -1,8 +1,8 @@
 /**
  * `buildApi(deps)`: the fastify app — one plugin per group of routes (serving, queries, health,
- * operations, metrics, the live page at `/ui`), errors in OpenAI's shape, and the OpenAPI document with Swagger UI at
- * `/docs` (the document itself at `/docs/json`). It does not listen: the composition root
- * (src/app/serving.ts) does, and tests use `inject()` or a real port.
+ * operations, metrics, the live page at `/ui`), errors in OpenAI's shape, and the OpenAPI
+ * document with Swagger UI at `/docs` (the document itself at `/docs/json`). It does not listen:
+ * the composition root (src/app/serving.ts) does, and tests use `inject()` or a real port.
  */
 import { randomUUID } from 'node:crypto';
 import http from 'node:http';

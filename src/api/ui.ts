@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import type { FastifyPluginAsync } from 'fastify';
 import { ApiError } from './errors.ts';
 
-export const UI_DIR = fileURLToPath(new URL('../../ui/', import.meta.url));
+const UI_DIR = fileURLToPath(new URL('../../ui/', import.meta.url));
 
 const FILES = {
   'index.html': 'text/html; charset=utf-8',
@@ -35,33 +35,36 @@ export const uiRoutes: FastifyPluginAsync = async (app) => {
       { type, body: readFileSync(`${UI_DIR}${name}`) },
     ]),
   );
-  const send = (name: keyof typeof FILES) => {
-    const f = files.get(name) as { type: string; body: Buffer };
-    return { type: f.type, body: f.body };
-  };
-  const schema = (summary: string) => ({
-    tags: ['health'],
-    summary,
-    response: {
-      200: { description: summary, content: { 'text/html': { schema: { type: 'string' } } } },
-    },
-  });
+  const summary = 'The live page: engines, rooms in flight, the journal as it is committed';
   app.get(
     '/ui',
-    { schema: schema('The live page: engines, rooms in flight, the journal as it is committed') },
+    {
+      schema: {
+        tags: ['queries'],
+        summary,
+        response: {
+          200: { description: summary, content: { 'text/html': { schema: { type: 'string' } } } },
+        },
+      },
+    },
     async (_req, reply) => {
-      const f = send('index.html');
+      const f = files.get('index.html') as { type: string; body: Buffer };
       return reply.headers(HEADERS).type(f.type).send(f.body);
     },
   );
+  // The page's own files; index.html only as /ui.
   app.get<{ Params: { file: string } }>(
     '/ui/:file',
     { schema: { hide: true } },
     async (req, reply) => {
-      const name = req.params.file;
-      if (!Object.hasOwn(FILES, name) || name === 'index.html')
-        throw new ApiError(404, `no file ${name} in /ui`, 'invalid_request_error', 'not_found');
-      const f = send(name as keyof typeof FILES);
+      const f = req.params.file === 'index.html' ? undefined : files.get(req.params.file);
+      if (!f)
+        throw new ApiError(
+          404,
+          `no file ${req.params.file} in /ui`,
+          'invalid_request_error',
+          'not_found',
+        );
       return reply.headers(HEADERS).type(f.type).send(f.body);
     },
   );
