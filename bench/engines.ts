@@ -8,6 +8,7 @@
  *   npm run bench:engines                  # a table
  *   npm run bench:engines -- --json        # one JSON object with stable keys
  *   npm run bench:engines -- --seconds 5 --durability process
+ *   npm run bench:engines -- --lone        # only the lone room and its steps: a quick A/B of a change
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
@@ -18,17 +19,20 @@ import { ROOM_PATH } from '../src/journal/states.ts';
 import type { Durability } from '../src/journal/store.ts';
 import { silentLogger } from '../src/log.ts';
 import { DeterministicModel, generateInProcess } from '../src/model/deterministic.ts';
-import { asJson, atRate, flag, percentile, say } from './args.ts';
+import { argv, asJson, atRate, flag, percentile, say } from './args.ts';
 
 const SECONDS = Number(flag('--seconds', '3'));
 const DURABILITY = flag('--durability', 'power') as Durability;
 const PROMPT_WORDS = 32;
 const MAX_TOKENS = 16;
-const CONCURRENCY = [1, 16, 128];
-const SETTINGS = [
+/** `--lone`: only a lone room with near-zero compute, and its steps (seconds, not a minute). */
+const LONE = argv.includes('--lone');
+const CONCURRENCY = LONE ? [1] : [1, 16, 128];
+const ALL_SETTINGS = [
   { name: 'near-zero compute', prefillUs: 0, decodeUs: 0 },
   { name: 'compute 20 µs/prompt token, 250 µs/step', prefillUs: 20, decodeUs: 250 },
 ];
+const SETTINGS = LONE ? ALL_SETTINGS.slice(0, 1) : ALL_SETTINGS;
 
 function promptOf(i: number): string {
   const words = [
@@ -221,6 +225,7 @@ try {
         capacity = Math.max(capacity, roomsPerSec);
         if (concurrency === 1 && setting.prefillUs === 0) steps.push(...breakdown(byRoom, times));
       }
+      if (LONE) continue;
       // Open loop: requests at half the capacity just measured, sent on time whether or not the
       // earlier ones have finished (as independent clients do).
       const rate = Math.max(1, Math.round(capacity / 2));
@@ -280,7 +285,7 @@ if (asJson) {
         `| ${r.setting} | ${r.concurrency} | ${r.rooms} | ${r.roomsPerSec} | ${r.inProcessRoomsPerSec} | ${r.ratio} | ${r.roomMsP50} | ${r.roomMsP99} | ${r.computeMsP50} | ${r.addedMsP50} | ${r.addedMsP99} | ${r.failed} |`,
     ),
     '',
-    `Near-zero compute: lone-room added p50 ${lone?.addedMsP50} ms (target ≤ 2.5); open-loop added p99 ${open?.addedMsP99} ms = ${openP99InLoneP50}× the lone-room p50 (target ≤ 3).`,
+    `Near-zero compute: lone-room added p50 ${lone?.addedMsP50} ms (target ≤ 2.5)${open ? `; open-loop added p99 ${open.addedMsP99} ms = ${openP99InLoneP50}× the lone-room p50 (target ≤ 3)` : ''}.`,
     '',
     'A lone room, step by step (near-zero compute, 1 concurrent; mean ms between its consecutive journal events):',
     '',
