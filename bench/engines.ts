@@ -171,7 +171,9 @@ try {
         const byRoom = new Map<string, JournalEvent[]>();
         for (const ev of await eventsSince(fromSeq)) {
           if (!ev.room || !times.has(ev.room)) continue;
-          byRoom.set(ev.room, [...(byRoom.get(ev.room) ?? []), ev]);
+          const list = byRoom.get(ev.room);
+          if (list) list.push(ev);
+          else byRoom.set(ev.room, [ev]);
           if (ev.type !== 'room.transfer_posted' && ev.type !== 'room.completed') continue;
           const us = (ev.data as { computeMicros?: number }).computeMicros ?? 0;
           compute.set(ev.room, (compute.get(ev.room) ?? 0) + us / 1000);

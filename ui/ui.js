@@ -191,8 +191,9 @@ function renderRooms(rooms) {
   $('#rooms-empty').hidden = rows.length > 0;
 }
 
-async function roomsForTab() {
-  if (view.tab === 'live') return (await getJson('/v1/live?limit=200')).rooms;
+/** The tab's rooms: in flight (they came with the counts), or read from the journal. */
+async function roomsForTab(live) {
+  if (view.tab === 'live') return live.rooms;
   const q = view.tab === 'failed' ? '&state=failed,aborted' : '';
   return (await getJson(`/v1/rooms?limit=100${q}`)).rooms;
 }
@@ -384,12 +385,13 @@ $('#journal-pause').addEventListener('click', (ev) => {
 
 async function poll() {
   try {
-    const [engines, live, rooms, ready] = await Promise.all([
+    // One read of /v1/live gives the counts and, on its tab, the rooms.
+    const [engines, live, ready] = await Promise.all([
       getJson('/v1/engines'),
-      getJson('/v1/live?limit=0'),
-      roomsForTab(),
+      getJson(`/v1/live?limit=${view.tab === 'live' ? 200 : 0}`),
       getJson('/health/ready', [200, 503]),
     ]);
+    const rooms = await roomsForTab(live);
     renderEngines(engines.engines);
     renderCounts(live);
     renderRooms(rooms);
