@@ -9,7 +9,7 @@ import { ApiMetrics } from '../src/api/metrics.ts';
 import type { Stack } from '../src/app/stack.ts';
 import { Canary } from '../src/control/canary.ts';
 import { type Logger, silentLogger } from '../src/log.ts';
-import { fillJournal, startTestStack, waitFor } from './helpers/stack.ts';
+import { fillJournal, onSqlite, startTestStack, waitFor } from './helpers/stack.ts';
 
 async function api(
   stack: Stack,
@@ -216,7 +216,7 @@ describe('operator routes and admission', () => {
     expect(again.statusCode).toBe(503);
     expect(again.json()).toMatchObject({ error: { code: 'journal_unavailable' } });
     expect((await journal.stats()).rooms).toBe(rooms);
-    await stack.journal.limitPagesForDrill(null);
+    await onSqlite(stack.journal).limitPagesForDrill(null);
     await app.close();
   });
 

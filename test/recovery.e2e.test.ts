@@ -17,6 +17,7 @@ import { EngineSupervisor } from '../src/recovery/supervisor.ts';
 import {
   collect,
   fillJournal,
+  onSqlite,
   poolsFull,
   prompt,
   startTestStack,
@@ -94,7 +95,7 @@ describe('recovery', () => {
     expect(watchdog.stats.endedUnrecorded).toBe(1);
     expect((await control.journal.timeline(stream.room)).room?.state).toBe('decoding');
 
-    await journal.limitPagesForDrill(null);
+    await onSqlite(journal).limitPagesForDrill(null);
     await waitFor(
       'the failure journaled once the journal takes writes',
       async () => (await control.journal.timeline(stream.room)).room?.state === 'failed',

@@ -26,6 +26,8 @@ export const HTTP_STATUS: Record<ControlErrorCode | JournalErrorCode, number> = 
   JOURNAL_WRITE_FAILED: 503,
   JOURNAL_CLOSED: 503,
   JOURNAL_BUSY: 503,
+  JOURNAL_UNREACHABLE: 503,
+  JOURNAL_FENCED: 503,
 };
 
 export interface ApiErrorBody {

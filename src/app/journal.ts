@@ -1,37 +1,81 @@
 /**
  * Which journal backend the processes run on: the one place (with `src/cli/journal/`, the journal
- * administration commands) that names SQLite. Everything else holds a `JournalStore` or a
- * `JournalReader` (src/journal/store.ts).
+ * administration commands) that names SQLite or PostgreSQL. Everything else holds a
+ * `JournalStore` or a `JournalReader` (src/journal/store.ts). `--journal` (or PDCTL_JOURNAL) is a
+ * file path for SQLite or a postgres:// URL.
  */
 
+import { isPostgresUrl, redactUrl } from '../journal/postgres/connect.ts';
+import { PgJournal } from '../journal/postgres/journal.ts';
+import type { LeaderRow } from '../journal/postgres/leadership.ts';
+import { PgReader } from '../journal/postgres/reader.ts';
 import { SqliteJournal } from '../journal/sqlite/journal.ts';
 import { SqliteReader } from '../journal/sqlite/reader.ts';
 import type { Durability, JournalReader } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 
+/**
+ * The journal a control plane writes. Its type names the backends on purpose: drills and tests
+ * reach SQLite's fault hooks (`limitPagesForDrill`, `crashWriterForDrill`) and PostgreSQL's
+ * leadership through it.
+ */
+export type ControlJournal = SqliteJournal | PgJournal;
+
+export interface StandbyOptions {
+  /** Stops the wait (SIGTERM while standing by). */
+  signal?: AbortSignal;
+  /** Called once when another control plane leads and this one starts to wait. */
+  onWaiting?: (leader: LeaderRow) => void;
+}
+
 export interface JournalOpenOptions {
-  /** The journal file; created (with its directory) when missing. */
+  /** The journal file (created, with its directory, when missing) or a postgres:// URL. */
   path: string;
   durability?: Durability;
+  /** SQLite: create the file when missing (default true); false refuses a missing journal. */
+  create?: boolean;
   log: Logger;
   /** Journals `journal.opened` with this source and version once open. */
   announce?: { source: string; version: string };
+  /**
+   * PostgreSQL only: who this control plane is (shown to standbys and kept in `leader_terms`),
+   * and, to run as a standby, how to wait while another leads. Without `standby`, a journal led
+   * by another control plane is refused with JOURNAL_BUSY.
+   */
+  leadership?: { holder?: string; leaseMs?: number; standby?: StandbyOptions };
 }
 
-/**
- * The journal a control plane writes. Its type is the SQLite one on purpose: drills and tests
- * fill its disk (`limitPagesForDrill`) or crash its writer through it.
- */
-export function openJournal(o: JournalOpenOptions): Promise<SqliteJournal> {
+export function isPostgresJournal(path: string): boolean {
+  return isPostgresUrl(path);
+}
+
+/** A journal URL without its password, for logs and messages. */
+export function redactJournalUrl(url: string): string {
+  return redactUrl(url);
+}
+
+export function openJournal(o: JournalOpenOptions): Promise<ControlJournal> {
+  if (isPostgresUrl(o.path)) {
+    return PgJournal.open({
+      url: o.path,
+      durability: o.durability,
+      logger: o.log,
+      announce: o.announce,
+      holder: o.leadership?.holder,
+      leaseMs: o.leadership?.leaseMs,
+      waitForLead: o.leadership?.standby,
+    });
+  }
   return SqliteJournal.open({
     path: o.path,
+    create: o.create,
     durability: o.durability,
     logger: o.log,
     announce: o.announce,
   });
 }
 
-/** A journal file opened for reading only (it is never modified): the query commands' view. */
+/** A journal opened for reading only (it is never modified): the query commands' view. */
 export function openJournalReader(path: string): JournalReader {
-  return new SqliteReader(path);
+  return isPostgresUrl(path) ? new PgReader(path) : new SqliteReader(path);
 }

@@ -5,19 +5,21 @@
  */
 import { Admission, needsCurve } from '../bus/admission.ts';
 import { ControlPlane, type ControlPlaneOptions } from '../control/control-plane.ts';
-import type { SqliteJournal } from '../journal/sqlite/journal.ts';
 import type { Durability } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { EscalationLadder, type LadderPolicy } from '../recovery/ladder.ts';
 import { EngineSupervisor, removeDeadEnginePools } from '../recovery/supervisor.ts';
 import type { RecoveryView } from '../recovery/view.ts';
 import { Watchdog } from '../recovery/watchdog.ts';
-import { openJournal } from './journal.ts';
+import { type ControlJournal, type JournalOpenOptions, openJournal } from './journal.ts';
 
-/** A control plane on a journal file: what `openControlPlane` and the stack start from. */
+/** A control plane on a journal: what `openControlPlane` and the stack start from. */
 export interface ControlPlaneOnDisk extends Omit<ControlPlaneOptions, 'journal'> {
+  /** A SQLite file or a postgres:// URL. */
   journalPath: string;
   durability?: Durability;
+  /** PostgreSQL: who this control plane is and whether it waits as a standby (app/journal.ts). */
+  leadership?: JournalOpenOptions['leadership'];
 }
 
 /**
@@ -26,11 +28,12 @@ export interface ControlPlaneOnDisk extends Omit<ControlPlaneOptions, 'journal'>
  */
 export async function openControlPlane(
   options: ControlPlaneOnDisk,
-): Promise<{ control: ControlPlane; journal: SqliteJournal }> {
+): Promise<{ control: ControlPlane; journal: ControlJournal }> {
   const journal = await openJournal({
     path: options.journalPath,
     durability: options.durability,
     log: options.log,
+    leadership: options.leadership,
     announce: { source: 'control', version: options.version },
   });
   // On failure, start drains the journal it was given.
@@ -66,7 +69,7 @@ export interface StackOptions extends Omit<ControlPlaneOnDisk, 'admission'> {
 export interface Stack {
   control: ControlPlane;
   /** The control plane's journal; drills and tests reach its fault hooks through it. */
-  journal: SqliteJournal;
+  journal: ControlJournal;
   /** Who may join the bus; add keys for engines started by hand with `admission.allow`. */
   admission: Admission;
   engines: EngineSupervisor;

@@ -4,9 +4,11 @@
  * root (src/app/serving.ts). It reads the flags, listens, and on SIGTERM drains and exits 0.
  */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { dirname, resolve as resolvePath } from 'node:path';
 import type { Command } from 'commander';
 import { Option } from 'commander';
+import { isPostgresJournal, redactJournalUrl } from '../app/journal.ts';
 import { startServing } from '../app/serving.ts';
 import {
   Admission,
@@ -32,8 +34,9 @@ export function registerServeCommand(program: Command): void {
   const command = program
     .command('serve')
     .description(
-      'Run the whole stack on this machine: the control plane (journal in --data-dir), prefill and decode ' +
-        'engine processes, and the HTTP API (OpenAI-compatible completions, room queries, health, metrics).',
+      'Run the whole stack on this machine: the control plane (journal in --data-dir, or a PostgreSQL journal ' +
+        'with --journal postgres://…), prefill and decode engine processes, and the HTTP API (OpenAI-compatible ' +
+        'completions, room queries, health, metrics).',
     )
     .addOption(
       new Option('--host <host>', 'HTTP address to listen on')
@@ -50,6 +53,24 @@ export function registerServeCommand(program: Command): void {
       new Option('--data-dir <dir>', 'where the journal lives (journal.db)')
         .env('PDCTL_DATA_DIR')
         .default('./data'),
+    )
+    .addOption(
+      new Option(
+        '--journal <path-or-url>',
+        'the journal: a SQLite file (default: journal.db in --data-dir), or postgres://user:password@host:5432/db, which two or more control planes can share (one leads, the others stand by)',
+      ).env('PDCTL_JOURNAL'),
+    )
+    .option(
+      '--standby',
+      'PostgreSQL journal: while another control plane leads it, wait and take over when that one dies, freezes or stops (without it: exit 3)',
+    )
+    .addOption(
+      new Option(
+        '--lease-ms <n>',
+        "PostgreSQL journal: how long the leader's lease lasts unrenewed; a frozen leader is replaced after it",
+      )
+        .default(2000)
+        .argParser(intArg('--lease-ms', 300)),
     )
     .addOption(
       new Option(
@@ -139,7 +160,24 @@ export function registerServeCommand(program: Command): void {
     )
     .action(async (o: Record<string, unknown>) => {
       const log = processLogger('control', o.logLevel as LogLevel);
-      const journalPath = resolvePath(o.dataDir as string, 'journal.db');
+      const journalPath =
+        typeof o.journal === 'string' && o.journal !== ''
+          ? isPostgresJournal(o.journal)
+            ? o.journal
+            : resolvePath(o.journal)
+          : resolvePath(o.dataDir as string, 'journal.db');
+      const onPostgres = isPostgresJournal(journalPath);
+      if (o.standby === true && !onPostgres) {
+        throw new UsageError(
+          '--standby needs a journal control planes can share: pass --journal postgres://…',
+        );
+      }
+      const shownJournal = onPostgres ? redactJournalUrl(journalPath) : journalPath;
+      // SIGTERM while standing by stops the wait; once serving, it drains (below).
+      const standingBy = new AbortController();
+      const stopWaiting = () => standingBy.abort();
+      process.once('SIGTERM', stopWaiting);
+      process.once('SIGINT', stopWaiting);
       if (o.kvDevice !== undefined) checkKvDevice(o.kvDevice as number);
       const admission = new Admission(loadServerKeys(resolvePath(o.dataDir as string, 'bus.key')));
       for (const text of (o.engineKey as string[] | undefined) ?? []) {
@@ -161,6 +199,28 @@ export function registerServeCommand(program: Command): void {
       try {
         serving = await startServing({
           journalPath,
+          leadership: onPostgres
+            ? {
+                leaseMs: o.leaseMs as number,
+                holder: `${hostname()}:${process.pid} http ${o.host}:${o.port} bus ${o.bus}`,
+                ...(o.standby === true
+                  ? {
+                      standby: {
+                        signal: standingBy.signal,
+                        onWaiting: (leader) => {
+                          note(
+                            `pdctl serve: standing by: ${shownJournal} is led by ${leader.holder} (term ${leader.term}); taking over when it dies, freezes (lease ${o.leaseMs} ms) or stops`,
+                          );
+                          log.info(
+                            { leader: leader.holder, term: leader.term },
+                            'standing by for the journal',
+                          );
+                        },
+                      },
+                    }
+                  : {}),
+              }
+            : undefined,
           ...(model ? { model } : {}),
           durability: o.durability as Durability,
           bus: o.bus as string,
@@ -187,7 +247,14 @@ export function registerServeCommand(program: Command): void {
         // A taken bus port is a flag to change, like a taken HTTP port: exit 2, one line.
         if (err instanceof BusError && err.code === 'BUS_BIND_FAILED')
           throw new UsageError(err.message);
+        if (standingBy.signal.aborted) {
+          note('pdctl serve: stopped while standing by');
+          return;
+        }
         throw err;
+      } finally {
+        process.off('SIGTERM', stopWaiting);
+        process.off('SIGINT', stopWaiting);
       }
       const { control } = serving.stack;
       let address: string;
@@ -200,14 +267,21 @@ export function registerServeCommand(program: Command): void {
         );
       }
       log.info(
-        { http: address, bus: control.endpoint, journal: journalPath },
+        { http: address, bus: control.endpoint, journal: shownJournal },
         'pdctl serve listening',
       );
       const startedMs = Math.round(process.uptime() * 1000);
       log.info({ startedMs, orphansFailed: control.orphansFailed }, 'started');
       note(
-        `pdctl serve: listening on ${address} · bus ${control.endpoint} · journal ${journalPath} · started in ${startedMs} ms`,
+        `pdctl serve: listening on ${address} · bus ${control.endpoint} · journal ${shownJournal} · started in ${startedMs} ms`,
       );
+      const { journal } = serving.stack;
+      if ('leadership' in journal) {
+        const l = journal.leadership;
+        note(
+          `pdctl serve: leading the journal, term ${l.term} (${l.how === 'vacant' ? 'first leader' : `after ${l.previous}: ${l.how.replace('_', ' ')}`})`,
+        );
+      }
       note(
         `pdctl serve: live page ${address}/ui · metrics ${address}/metrics · API docs ${address}/docs`,
       );
@@ -230,17 +304,29 @@ export function registerServeCommand(program: Command): void {
         `try:  curl -s ${address}/v1/completions -H 'content-type: application/json' -d '{"model":"${control.modelName}","prompt":"the river","max_tokens":8}'`,
       );
       note(
-        `then: npx pdctl rooms --journal ${journalPath}   ·   ${address}/health/ready   ·   ${address}/docs`,
+        `then: npx pdctl rooms --journal ${onPostgres ? "'$PDCTL_JOURNAL'" : journalPath}   ·   ${address}/health/ready   ·   ${address}/docs`,
       );
 
-      await new Promise<void>((resolve) => {
+      const deposed = await new Promise<string | null>((resolve) => {
         const stop = (sig: string) => {
           note(`pdctl serve: ${sig}: draining (at most ${o.drainTimeoutMs} ms)`);
-          resolve();
+          resolve(null);
         };
         process.once('SIGTERM', () => stop('SIGTERM'));
         process.once('SIGINT', () => stop('SIGINT'));
+        // Another control plane took the journal (this one froze past its lease, or lost the
+        // database for longer): nothing it does would be journaled any more. Stop at once.
+        if ('onDeposed' in journal) journal.onDeposed((why) => resolve(why));
       });
+      if (deposed !== null) {
+        note(
+          `pdctl serve: no longer leads the journal (${deposed}); stopping, exit 3 — restart it with --standby to follow the new leader`,
+        );
+        log.error({ why: deposed }, 'deposed: stopping');
+        await serving.close(0);
+        process.exitCode = 3;
+        return;
+      }
       // Stop taking requests; give the ones in flight until the drain timeout, then cut them.
       await serving.close(o.drainTimeoutMs as number);
       note('pdctl serve: stopped');

@@ -450,6 +450,11 @@ export const journalUnwritable: DrillScenario = {
   async run(ctx) {
     if (!ctx.local) throw new Error('journal-unwritable needs a stack the drill starts');
     const journal = ctx.local.journal;
+    if (!('limitPagesForDrill' in journal)) {
+      throw new Error(
+        "journal-unwritable fills a SQLite journal's file; on PostgreSQL, fill the database server's disk by hand",
+      );
+    }
     const load = ctx.load();
     await ctx.sleep(1500);
     const pages = journal.pageCount();

@@ -15,8 +15,15 @@ export const JOURNAL_ERROR_CODES = [
   /** A commit failed (full disk, I/O error); the next one may succeed. */
   'JOURNAL_WRITE_FAILED',
   'JOURNAL_CLOSED',
-  /** Another process holds the writer lock. */
+  /** Another process holds the writer lock (SQLite) or leads the journal (PostgreSQL). */
   'JOURNAL_BUSY',
+  /** The journal's server cannot be reached (PostgreSQL: refused, timed out, authentication). */
+  'JOURNAL_UNREACHABLE',
+  /**
+   * This process led the journal and does no more: another control plane took a newer term, and
+   * the journal refuses this one's writes (PostgreSQL).
+   */
+  'JOURNAL_FENCED',
   /** A query with a bad filter or cursor. */
   'JOURNAL_BAD_QUERY',
 ] as const;

@@ -205,6 +205,8 @@ export interface JournalReader {
   perMinute(window: { since: number; until: number }): Promise<MinuteCount[]>;
   tail(filter: TailFilter): Promise<JournalEvent[]>;
   stats(): Promise<JournalStats>;
+  /** What `prune` would delete: terminal rooms that ended before the cut-off, and their events. */
+  countPrunable(cutoffTs: number): Promise<{ rooms: number; events: number }>;
   verify(): Promise<VerifyReport>;
   close(): void;
 }

@@ -8,6 +8,7 @@ import { RoomEndedError } from '../../src/control/streams.ts';
 import {
   collect,
   fillJournal,
+  onSqlite,
   poolsFull,
   prompt,
   startTestStack,
@@ -38,7 +39,7 @@ describe('a full disk under a request in flight', () => {
     expect(text.length).toBeGreaterThan(0);
     expect((await control.journal.timeline(stream.room)).room?.state).toBe('decoding');
 
-    await journal.limitPagesForDrill(null);
+    await onSqlite(journal).limitPagesForDrill(null);
     await waitFor(
       'the room failed in the journal',
       async () => (await control.journal.timeline(stream.room)).room?.state === 'failed',

@@ -13,6 +13,19 @@ export interface Served {
 }
 
 export async function serve(args: string[] = [], env: NodeJS.ProcessEnv = {}): Promise<Served> {
+  const s = startServe(args, env);
+  const url = await s.listening;
+  return { ...s, url };
+}
+
+/**
+ * Starts `pdctl serve` and returns at once; `listening` resolves to its URL once it listens (a
+ * standby: once it leads) and rejects if it exits first.
+ */
+export function startServe(
+  args: string[] = [],
+  env: NodeJS.ProcessEnv = {},
+): Omit<Served, 'url'> & { listening: Promise<string> } {
   const dataDir = tempDir('pdctl-serve-');
   const child = spawnTs(
     'src/cli/bin.ts',
@@ -35,8 +48,8 @@ export async function serve(args: string[] = [], env: NodeJS.ProcessEnv = {}): P
   );
   let err = '';
   child.stdout?.resume();
-  const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`pdctl serve did not start:\n${err}`)), 30_000);
+  const listening = new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`pdctl serve did not start:\n${err}`)), 60_000);
     child.stderr?.on('data', (d: Buffer) => {
       err += d.toString();
       const m = /listening on (http:\/\/\S+)/.exec(err);
@@ -47,8 +60,9 @@ export async function serve(args: string[] = [], env: NodeJS.ProcessEnv = {}): P
     });
     child.once('exit', (code) => reject(new Error(`pdctl serve exited ${code}:\n${err}`)));
   });
+  listening.catch(() => {});
   return {
-    url,
+    listening,
     child,
     dataDir,
     stderr: () => err,

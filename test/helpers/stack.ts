@@ -47,12 +47,21 @@ export async function collect(
   }
 }
 
+/** The stack's journal with SQLite's fault hooks; throws for another backend. */
+export function onSqlite(
+  journal: Stack['journal'],
+): Extract<Stack['journal'], { pageCount(): number }> {
+  if (!('pageCount' in journal)) throw new Error('this test needs the SQLite journal');
+  return journal;
+}
+
 /**
  * Makes the journal unwritable as a full disk would: it may not grow past its current pages, and
  * operator records fill those until a commit fails. (Not requests: a room created just before the
  * disk fills could not progress afterwards.) `journal.limitPagesForDrill(null)` gives room again.
  */
-export async function fillJournal(journal: Stack['journal']): Promise<void> {
+export async function fillJournal(stackJournal: Stack['journal']): Promise<void> {
+  const journal = onSqlite(stackJournal);
   await journal.limitPagesForDrill(journal.pageCount());
   for (const size of [400, 1]) {
     let failed = false;

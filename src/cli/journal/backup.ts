@@ -1,5 +1,6 @@
 /** `pdctl journal backup`: a consistent copy, safe while pdctl writes. */
 import { existsSync, renameSync, rmSync, statSync } from 'node:fs';
+import { isPostgresJournal } from '../../app/journal.ts';
 import { UsageError } from '../../errors.ts';
 import { openDatabase } from '../../journal/sqlite/open.ts';
 import { type CommonOptions, EXIT, note, print, printJson } from '../context.ts';
@@ -11,6 +12,11 @@ export interface BackupOptions extends CommonOptions {
 
 /** A consistent copy of a journal, safe while pdctl is writing it (SQLite's online backup). */
 export async function backupCommand(opts: BackupOptions): Promise<number> {
+  if (isPostgresJournal(opts.journal)) {
+    throw new UsageError(
+      `journal backup writes a SQLite file from a SQLite journal; this journal is in PostgreSQL: copy it with pg_dump (pg_dump -Fc 'URL' > journal.dump), or a base backup of the server`,
+    );
+  }
   if (existsSync(opts.to) && !opts.force) {
     throw new UsageError(
       `${opts.to} already exists; pick another name or pass --force to overwrite it`,

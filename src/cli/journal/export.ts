@@ -5,6 +5,7 @@
  */
 import { existsSync, renameSync, rmSync, statSync } from 'node:fs';
 import Database from 'better-sqlite3';
+import { isPostgresJournal } from '../../app/journal.ts';
 import { UsageError } from '../../errors.ts';
 import { openDatabase } from '../../journal/sqlite/open.ts';
 import { formatTs, parseTime } from '../../time.ts';
@@ -18,6 +19,11 @@ export interface ExportOptions extends CommonOptions {
 }
 
 export async function exportCommand(opts: ExportOptions): Promise<number> {
+  if (isPostgresJournal(opts.journal)) {
+    throw new UsageError(
+      `journal export writes a SQLite file from a SQLite journal; this journal is in PostgreSQL: copy what you need with pg_dump, or query it with pdctl rooms / journal tail --journal URL`,
+    );
+  }
   const since = parseTime(opts.since);
   const until = parseTime(opts.until);
   if (until < since) {

@@ -1,8 +1,8 @@
 /** `pdctl journal prune`: delete whole terminal rooms older than a cut-off. */
 
+import { openJournal, openJournalReader } from '../../app/journal.ts';
 import { UsageError } from '../../errors.ts';
-import { SqliteJournal } from '../../journal/sqlite/journal.ts';
-import { SqliteReader } from '../../journal/sqlite/reader.ts';
+import { silentLogger } from '../../log.ts';
 import { formatTs, parseDuration } from '../../time.ts';
 import { type CommonOptions, EXIT, print, printJson } from '../context.ts';
 
@@ -19,9 +19,9 @@ export async function pruneCommand(opts: PruneOptions): Promise<number> {
     throw new UsageError('--chunk must be an integer from 1 to 100000');
   const cutoffTs = Date.now() - age;
   if (opts.dryRun) {
-    const reader = new SqliteReader(opts.journal);
+    const reader = openJournalReader(opts.journal);
     try {
-      const n = reader.countPrunable(cutoffTs);
+      const n = await reader.countPrunable(cutoffTs);
       if (opts.json) printJson({ cutoffTs, rooms: n.rooms, events: n.events, dryRun: true });
       else
         print(
@@ -32,7 +32,7 @@ export async function pruneCommand(opts: PruneOptions): Promise<number> {
       reader.close();
     }
   }
-  const journal = await SqliteJournal.open({ path: opts.journal, create: false });
+  const journal = await openJournal({ path: opts.journal, create: false, log: silentLogger });
   try {
     const r = await journal.prune({ cutoffTs, chunkRooms: chunk });
     if (opts.json) printJson(r);

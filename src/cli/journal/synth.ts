@@ -1,9 +1,10 @@
 /** `pdctl journal synth`: a realistic synthetic journal through the real append path. */
 
+import { openJournal } from '../../app/journal.ts';
 import { UsageError } from '../../errors.ts';
-import { SqliteJournal } from '../../journal/sqlite/journal.ts';
 import { DURABILITIES, type Durability } from '../../journal/store.ts';
 import { synthEvents } from '../../journal/synth.ts';
+import { silentLogger } from '../../log.ts';
 import { parseDuration, parseTime } from '../../time.ts';
 import { type CommonOptions, EXIT, note, print, printJson, VERSION } from '../context.ts';
 
@@ -52,9 +53,10 @@ export async function synthCommand(opts: SynthOptions): Promise<number> {
   if (!Number.isInteger(options.incidents) || options.incidents < 0 || options.incidents > 1000) {
     throw new UsageError(`--incidents must be an integer from 0 to 1000, got "${opts.incidents}"`);
   }
-  const journal = await SqliteJournal.open({
+  const journal = await openJournal({
     path: opts.journal,
     durability,
+    log: silentLogger,
     announce: { source: 'synth', version: VERSION },
   });
   const started = performance.now();

@@ -1,8 +1,8 @@
 /** `pdctl journal tail`: the newest events, or the first from --since on; --follow keeps going. */
 
+import { openJournalReader } from '../../app/journal.ts';
 import { UsageError } from '../../errors.ts';
 import { EVENT_TYPES, type EventType, type JournalEvent } from '../../journal/events.ts';
-import { SqliteReader } from '../../journal/sqlite/reader.ts';
 import type { TailFilter } from '../../journal/store.ts';
 import { formatTs, parseTime } from '../../time.ts';
 import { type CommonOptions, EXIT, note, print } from '../context.ts';
@@ -97,10 +97,10 @@ async function tailFile(
   interval: number,
   emit: (e: JournalEvent) => void,
 ): Promise<number> {
-  const reader = new SqliteReader(path);
+  const reader = openJournalReader(path);
   try {
     // With --since the question is "what happened from then on": the first events after it.
-    const first = reader.tailSync({
+    const first = await reader.tail({
       ...filter,
       order: filter.since !== undefined ? 'oldest' : 'newest',
     });
@@ -109,30 +109,30 @@ async function tailFile(
     let last = first[first.length - 1]?.seq ?? (await reader.headSeq());
     note(`following ${path} after seq ${last}; Ctrl-C to stop`);
     const signal = stopSignal();
-    await new Promise<void>((resolve) => {
-      const timer = setInterval(() => {
-        try {
-          for (;;) {
-            const next = reader.tailSync({
-              ...filter,
-              since: filter.since,
-              afterSeq: last,
-              order: 'oldest',
-              limit: 1000,
-            });
-            next.forEach(emit);
-            last = next[next.length - 1]?.seq ?? last;
-            if (next.length < 1000) break;
-          }
-        } catch (err) {
-          note(`tail: ${(err as Error).message}; retrying`);
+    while (!signal.aborted) {
+      try {
+        for (;;) {
+          const next = await reader.tail({
+            ...filter,
+            afterSeq: last,
+            order: 'oldest',
+            limit: 1000,
+          });
+          next.forEach(emit);
+          last = next[next.length - 1]?.seq ?? last;
+          if (next.length < 1000) break;
         }
-      }, interval);
-      signal.addEventListener('abort', () => {
-        clearInterval(timer);
-        resolve();
+      } catch (err) {
+        note(`tail: ${(err as Error).message}; retrying`);
+      }
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, interval);
+        signal.addEventListener('abort', () => {
+          clearTimeout(timer);
+          resolve();
+        });
       });
-    });
+    }
     return EXIT.ok;
   } finally {
     reader.close();

@@ -1,5 +1,6 @@
 /** `pdctl journal verify`: integrity, seq order, and the rooms projection rebuilt and compared. */
 
+import { isPostgresJournal } from '../../app/journal.ts';
 import { formatDuration } from '../../time.ts';
 import { type CommonOptions, EXIT, openReader, print, printJson } from '../context.ts';
 
@@ -12,7 +13,11 @@ export async function verifyCommand(opts: CommonOptions): Promise<number> {
       return r.ok ? EXIT.ok : EXIT.problem;
     }
     const mark = (ok: boolean) => (ok ? 'ok  ' : 'FAIL');
-    print(`${mark(r.integrity === 'ok')}  sqlite integrity_check: ${r.integrity}`);
+    if (isPostgresJournal(opts.journal)) {
+      print(
+        '      storage: PostgreSQL checks its own pages (data checksums, amcheck); not repeated here',
+      );
+    } else print(`${mark(r.integrity === 'ok')}  sqlite integrity_check: ${r.integrity}`);
     print(
       `${mark(r.problems.length === 0)}  events: ${r.events} in seq order${r.problems.length ? `; ${r.problems.join('; ')}` : ''}`,
     );

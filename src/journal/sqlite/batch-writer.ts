@@ -4,26 +4,17 @@
  * thread (writer-thread.ts); nothing here is awaited, and nothing leaves before COMMIT.
  */
 import type Database from 'better-sqlite3';
+import { idConflict, type Outcome, rejectionData } from '../commit-queue.ts';
 import type { PendingEvent } from '../events.ts';
 import { type Room, reduce } from '../reducer.ts';
+import { RoomCache } from '../room-cache.ts';
 import {
   MUTABLE_ROOM_FIELDS,
   ROOM_COLUMNS,
   type RoomRow,
   roomToParams,
   rowToRoom,
-} from './rows.ts';
-
-/**
- * Outcome per event, compact for the trip back to the main thread:
- * [0, seq, state] applied · [1, seq, reason, state, detail] rejected · [2, seq, originalRejected] duplicate ·
- * [3, seq of the original, detail] the event id is taken by a different event (nothing written)
- */
-export type Outcome =
-  | [0, number, string | null]
-  | [1, number, string, string | null, string]
-  | [2, number, boolean]
-  | [3, number, string];
+} from '../rows.ts';
 
 export interface PruneOutcome {
   rooms: number;
@@ -41,28 +32,8 @@ interface Held {
   stored: Room | null;
 }
 
-/** Bounded map of recently touched rooms, so most appends need no read of `rooms`. */
-class RoomCache {
-  private readonly map = new Map<string, Held>();
-  constructor(private readonly capacity: number) {}
-  get(room: string): Held | undefined {
-    return this.map.get(room);
-  }
-  set(held: Held): void {
-    this.map.delete(held.room.room);
-    this.map.set(held.room.room, held);
-    if (this.map.size > this.capacity) {
-      const oldest = this.map.keys().next().value;
-      if (oldest !== undefined) this.map.delete(oldest);
-    }
-  }
-  delete(room: string): void {
-    this.map.delete(room);
-  }
-}
-
 export class BatchWriter {
-  private readonly cache: RoomCache;
+  private readonly cache: RoomCache<Held>;
   private readonly insertEvent: Database.Statement;
   private readonly findEvent: Database.Statement;
   private readonly loadRoom: Database.Statement;
@@ -111,7 +82,7 @@ export class BatchWriter {
       const outcomes = this.applyTx(batch);
       for (const held of this.overlay.values()) {
         held.stored = held.room;
-        this.cache.set(held);
+        this.cache.set(held.room.room, held);
       }
       return outcomes;
     } finally {
@@ -156,15 +127,8 @@ export class BatchWriter {
       string,
       string | null,
     ];
-    // The same event sent again (a retry) is a duplicate. Anything else under a taken id is
-    // refused: an id can never make a different event — another source's, another room's —
-    // count as already done.
-    if (eventType !== ev.type || room !== ev.room || source !== ev.source) {
-      return {
-        seq,
-        conflict: `event id ${ev.eventId} is taken by seq ${seq} (${eventType ?? storedType} from ${source}${room ? ` for ${room}` : ''}); this ${ev.type} from ${ev.source} is not that event`,
-      };
-    }
+    const conflict = idConflict(ev, { seq, storedType, room, source, eventType });
+    if (conflict !== null) return { seq, conflict };
     return { seq, duplicate: true, rejected: storedType === 'room.event_rejected' };
   }
 
@@ -269,13 +233,4 @@ export class BatchWriter {
     }
     return total;
   }
-}
-
-/** The data of the `room.event_rejected` record written in place of an event that does not fit. */
-export function rejectionData(
-  ev: Pick<PendingEvent, 'type' | 'data'>,
-  reason: string,
-  state: string | null,
-): { eventType: string; reason: string; state: string | null; data: unknown } {
-  return { eventType: ev.type, reason, state, data: ev.data };
 }

@@ -1,42 +1,13 @@
-/** Schema migrations: numbered SQL files in `migrations/`, applied in order, one transaction each. */
-import { readdirSync, readFileSync } from 'node:fs';
+/** SQLite schema migrations: the numbered SQL files in `migrations/` (src/journal/migrations.ts). */
 import { fileURLToPath } from 'node:url';
 import type Database from 'better-sqlite3';
-import { JournalError } from '../errors.ts';
-
-export interface Migration {
-  version: number;
-  name: string;
-  sql: string;
-}
+import { type Migration, migrationFailed, readMigrations } from '../migrations.ts';
 
 /** `migrations/` at the package root; the same depth from `src/journal/sqlite` and `dist/journal/sqlite`. */
 export const MIGRATIONS_DIR = fileURLToPath(new URL('../../../migrations/', import.meta.url));
 
-let cached: Migration[] | null = null;
-
 export function loadMigrations(dir: string = MIGRATIONS_DIR): Migration[] {
-  if (dir === MIGRATIONS_DIR && cached) return cached;
-  const list: Migration[] = [];
-  for (const file of readdirSync(dir).sort()) {
-    const m = /^(\d{4})_([a-z0-9_]+)\.sql$/.exec(file);
-    if (!m) continue;
-    list.push({
-      version: Number(m[1]),
-      name: m[2] as string,
-      sql: readFileSync(`${dir}/${file}`, 'utf8'),
-    });
-  }
-  list.forEach((m, i) => {
-    if (m.version !== i + 1) {
-      throw new JournalError(
-        'JOURNAL_MIGRATION_FAILED',
-        `migrations in ${dir} must be numbered 0001, 0002, … without gaps; found ${m.version} at position ${i + 1}`,
-      );
-    }
-  });
-  if (dir === MIGRATIONS_DIR) cached = list;
-  return list;
+  return readMigrations(dir);
 }
 
 /** The newest schema version this build of pdctl knows. */
@@ -76,11 +47,7 @@ export function migrate(db: Database.Database, migrations = loadMigrations()): n
         record.run(m.version, m.name, Date.now());
       }).immediate();
     } catch (err) {
-      throw new JournalError(
-        'JOURNAL_MIGRATION_FAILED',
-        `migration ${String(m.version).padStart(4, '0')}_${m.name} failed and was rolled back: ${(err as Error).message}`,
-        { cause: err },
-      );
+      throw migrationFailed(m, err);
     }
     applied.push(m.version);
   }

@@ -1,7 +1,9 @@
 /** Messages between the journal's main-thread face and its threads (writer or checkpointer). */
+
+import type { Outcome } from '../commit-queue.ts';
 import type { PendingEvent } from '../events.ts';
 import type { Durability } from '../store.ts';
-import type { Outcome, PruneOutcome } from './batch-writer.ts';
+import type { PruneOutcome } from './batch-writer.ts';
 
 export interface WriterInit {
   path: string;

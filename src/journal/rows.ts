@@ -1,7 +1,7 @@
-/** Mapping between the `rooms` / `events` tables and their TypeScript shapes. */
-import type { EventType, JournalEvent } from '../events.ts';
-import type { Room } from '../reducer.ts';
-import { LIVE_STATES, type RoomState, type StateDeadlinesMs } from '../states.ts';
+/** Mapping between the `rooms` / `events` tables (the same columns in every backend) and their TypeScript shapes. */
+import type { EventType, JournalEvent } from './events.ts';
+import type { Room } from './reducer.ts';
+import { LIVE_STATES, type RoomState, type StateDeadlinesMs } from './states.ts';
 
 /** Column order of `rooms`, shared by the upsert and by `roomToParams`. */
 export const ROOM_COLUMNS = [

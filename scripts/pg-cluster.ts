@@ -1,0 +1,104 @@
+/**
+ * A throwaway PostgreSQL cluster in a temp directory, listening on a loopback port: what the
+ * tests and `npm run bench:journal -- --backend postgres` use when no server is named. It needs
+ * the server binaries (Debian: `apt-get install postgresql`, which puts them in
+ * /usr/lib/postgresql/<version>/bin). initdb refuses to run as root, so as root the cluster
+ * belongs to the `postgres` user that package creates.
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+export interface PgCluster {
+  /** Superuser URL of the `postgres` database, e.g. postgres://postgres@127.0.0.1:5433/postgres */
+  url: string;
+  port: number;
+  dir: string;
+  stop(): void;
+}
+
+/** The directory holding initdb and pg_ctl, or null when PostgreSQL is not installed. */
+export function findPgBin(): string | null {
+  const onPath = spawnSync('sh', ['-c', 'command -v pg_ctl'], { encoding: 'utf8' });
+  const candidates: string[] = [];
+  if (onPath.status === 0) candidates.push(onPath.stdout.trim().replace(/\/pg_ctl$/, ''));
+  const debian = '/usr/lib/postgresql';
+  if (existsSync(debian)) {
+    const versions = readdirSync(debian).sort((a, b) => Number(b) - Number(a));
+    for (const v of versions) candidates.push(join(debian, v, 'bin'));
+  }
+  return (
+    candidates.find((d) => existsSync(join(d, 'initdb')) && existsSync(join(d, 'pg_ctl'))) ?? null
+  );
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * Starts a cluster. `fast` turns fsync off (tests: a crash of the test machine loses nothing
+ * worth keeping); benchmarks leave it on, so commits cost what they cost in production.
+ */
+export async function startPgCluster(opts: { fast?: boolean } = {}): Promise<PgCluster> {
+  const bin = findPgBin();
+  if (bin === null) {
+    throw new Error(
+      'PostgreSQL is not installed (no initdb/pg_ctl on PATH or in /usr/lib/postgresql/*/bin): apt-get install postgresql, or name a server with PDCTL_TEST_POSTGRES',
+    );
+  }
+  const dir = mkdtempSync(join(tmpdir(), 'pdctl-pg-'));
+  const asRoot = process.getuid?.() === 0;
+  const run = (cmd: string, args: string[]) => {
+    const [file, argv] = asRoot
+      ? ['runuser', ['-u', 'postgres', '--', join(bin, cmd), ...args]]
+      : [join(bin, cmd), args];
+    execFileSync(file, argv, { stdio: ['ignore', 'pipe', 'pipe'] });
+  };
+  if (asRoot) {
+    const uid = Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' }).trim());
+    const gid = Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' }).trim());
+    chownSync(dir, uid, gid);
+  }
+  const data = join(dir, 'data');
+  const port = await freePort();
+  try {
+    run('initdb', ['-D', data, '-A', 'trust', '-U', 'postgres', '-E', 'UTF8', '--no-sync']);
+    const settings = [
+      `-k ${dir}`,
+      `-p ${port}`,
+      '-c listen_addresses=127.0.0.1',
+      '-c max_connections=200',
+      ...(opts.fast ? ['-c fsync=off', '-c full_page_writes=off'] : []),
+    ];
+    run('pg_ctl', ['-D', data, '-l', join(dir, 'log'), '-o', settings.join(' '), '-w', 'start']);
+  } catch (err) {
+    rmSync(dir, { recursive: true, force: true });
+    const e = err as { stderr?: Buffer; message: string };
+    throw new Error(
+      `could not start PostgreSQL in ${dir}: ${e.stderr?.toString().trim() || e.message}`,
+    );
+  }
+  return {
+    url: `postgres://postgres@127.0.0.1:${port}/postgres`,
+    port,
+    dir,
+    stop() {
+      try {
+        run('pg_ctl', ['-D', data, '-m', 'immediate', '-w', 'stop']);
+      } catch {
+        // already gone
+      }
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}

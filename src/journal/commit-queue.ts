@@ -1,0 +1,311 @@
+/**
+ * Group commit, shared by every backend: appends that arrive in one event-loop turn share one
+ * transaction; while a transaction commits, new appends gather into the next one. A backend
+ * supplies only `commit(batch) → outcomes`; this module validates, queues, acknowledges after
+ * COMMIT, publishes to subscribers, counts and logs failures, and waits for idleness on drain.
+ */
+import type { Logger } from '../log.ts';
+import { JournalError } from './errors.ts';
+import { type JournalEvent, type PendingEvent, validateEvent } from './events.ts';
+import type { RejectReason } from './reducer.ts';
+import { type RoomState, resolveDeadlines } from './states.ts';
+import type { AppendResult, JournalHealth } from './store.ts';
+import type { SubscriptionHub } from './subscriptions.ts';
+
+/**
+ * Outcome per event, compact for the trip back from a writer thread:
+ * [0, seq, state] applied · [1, seq, reason, state, detail] rejected · [2, seq, originalRejected] duplicate ·
+ * [3, seq of the original, detail] the event id is taken by a different event (nothing written)
+ */
+export type Outcome =
+  | [0, number, string | null]
+  | [1, number, string, string | null, string]
+  | [2, number, boolean]
+  | [3, number, string];
+
+/** The data of the `room.event_rejected` record written in place of an event that does not fit. */
+export function rejectionData(
+  ev: Pick<PendingEvent, 'type' | 'data'>,
+  reason: string,
+  state: string | null,
+): { eventType: string; reason: string; state: string | null; data: unknown } {
+  return { eventType: ev.type, reason, state, data: ev.data };
+}
+
+/** An event already stored under an id, as the duplicate check needs it. */
+export interface StoredId {
+  seq: number;
+  /** Its type, or `room.event_rejected` for a rejection record. */
+  storedType: string;
+  room: string | null;
+  source: string;
+  /** The type of the event it stands for (a rejection record: the refused event's type). */
+  eventType: string | null;
+}
+
+/**
+ * Why `ev` cannot be the event stored under its id, or null when it is that event sent again (a
+ * retry: a duplicate). An id can never make a different event — another source's, another
+ * room's — count as already done.
+ */
+export function idConflict(ev: PendingEvent, stored: StoredId): string | null {
+  const { seq, storedType, room, source, eventType } = stored;
+  if (eventType === ev.type && room === ev.room && source === ev.source) return null;
+  return `event id ${ev.eventId} is taken by seq ${seq} (${eventType ?? storedType} from ${source}${room ? ` for ${room}` : ''}); this ${ev.type} from ${ev.source} is not that event`;
+}
+
+export interface BatchCommitter {
+  /** False while the backend cannot take a batch (a writer thread restarting, say). */
+  readonly ready: boolean;
+  /** Commits the batch in one transaction; rejects (nothing committed) when it cannot. */
+  commit(events: PendingEvent[]): Promise<Outcome[]>;
+}
+
+export interface CommitQueueOptions {
+  committer: BatchCommitter;
+  /** Most events in one transaction. */
+  maxBatch: number;
+  /** Transactions handed over and not yet settled; 2 lets one commit while the next is prepared. */
+  maxInFlight: number;
+  hub: SubscriptionHub;
+  log: Logger;
+  /** Where the journal is, for messages (a file path or a redacted URL). */
+  where: string;
+}
+
+interface Waiting {
+  ev: PendingEvent;
+  resolve: (r: AppendResult) => void;
+  reject: (e: unknown) => void;
+}
+
+export type QueueState = 'ready' | 'draining' | 'closed';
+
+export class CommitQueue {
+  state: QueueState = 'ready';
+  private readonly o: CommitQueueOptions;
+  private queue: Waiting[] = [];
+  /** Batches handed to the committer and not yet settled, and the events in them. */
+  private inFlight = 0;
+  private inFlightEvents = 0;
+  private flushScheduled = false;
+  private writable = true;
+  /** Failed commits not logged one by one (a full disk fails every commit): counted, summarized. */
+  private failuresUnlogged = 0;
+  private failureLoggedAt = 0;
+  private failedSince = 0;
+  private lastError: string | null = null;
+  private committedSeq: number;
+  private commits = 0;
+  private lastBatchSize = 0;
+  private readonly idleWaiters: Array<() => void> = [];
+
+  constructor(options: CommitQueueOptions, headSeq: number) {
+    this.o = options;
+    this.committedSeq = headSeq;
+  }
+
+  /** Validates and queues one event; resolves once its transaction has committed. */
+  enqueue(input: unknown, internal: boolean): Promise<AppendResult> {
+    if (this.state !== 'ready') {
+      return Promise.reject(
+        new JournalError('JOURNAL_CLOSED', `journal ${this.o.where} is ${this.state}`),
+      );
+    }
+    let ev: PendingEvent;
+    try {
+      ev = validateEvent(input, { internal });
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    if (ev.type === 'room.created') {
+      // Stored data is self-contained: replay never depends on this build's default deadlines.
+      const d = ev.data as { deadlinesMs?: Parameters<typeof resolveDeadlines>[0] };
+      ev.data = { ...ev.data, deadlinesMs: resolveDeadlines(d.deadlinesMs) };
+    }
+    return new Promise((resolve, reject) => {
+      this.queue.push({ ev, resolve, reject });
+      this.kick();
+    });
+  }
+
+  /** Flushes on the next turn if there is work and room for it (also: a writer is back). */
+  kick(): void {
+    if (this.flushScheduled || this.inFlight >= this.o.maxInFlight) return;
+    this.flushScheduled = true;
+    setImmediate(() => {
+      this.flushScheduled = false;
+      this.flush();
+    });
+  }
+
+  private flush(): void {
+    // The whole queue is one transaction (up to maxBatch): appends of one turn commit together.
+    // While the committer is not ready, whoever makes it ready again kicks the queue.
+    const c = this.o.committer;
+    while (this.queue.length > 0 && this.inFlight < this.o.maxInFlight && c.ready) {
+      const size = Math.min(this.o.maxBatch, this.queue.length);
+      const batch = size === this.queue.length ? this.queue : this.queue.slice(0, size);
+      this.queue = size === this.queue.length ? [] : this.queue.slice(size);
+      this.inFlight++;
+      this.inFlightEvents += batch.length;
+      c.commit(batch.map((w) => w.ev)).then(
+        (outcomes) => this.settle(batch, outcomes),
+        (err) => this.fail(batch, err),
+      );
+    }
+    this.notifyIdle();
+  }
+
+  private settle(batch: Waiting[], outcomes: Outcome[]): void {
+    this.inFlight--;
+    this.inFlightEvents -= batch.length;
+    if (!this.writable) {
+      this.o.log.warn(
+        { failedForMs: Date.now() - this.failedSince, failedCommits: this.failuresUnlogged },
+        'journal writable again',
+      );
+      this.failuresUnlogged = 0;
+    }
+    this.writable = true;
+    this.lastError = null;
+    this.commits++;
+    this.lastBatchSize = batch.length;
+    const results: AppendResult[] = new Array(batch.length);
+    const publish = this.o.hub.size > 0 ? ([] as JournalEvent[]) : null;
+    for (let i = 0; i < batch.length; i++) {
+      const { ev } = batch[i] as Waiting;
+      const o = outcomes[i] as Outcome;
+      if (o[0] === 0) {
+        results[i] = {
+          status: 'applied',
+          seq: o[1],
+          eventId: ev.eventId,
+          state: o[2] as RoomState | null,
+        };
+        publish?.push({ ...ev, seq: o[1] });
+      } else if (o[0] === 1) {
+        results[i] = {
+          status: 'rejected',
+          seq: o[1],
+          eventId: ev.eventId,
+          reason: o[2] as RejectReason,
+          state: o[3] as RoomState | null,
+          detail: o[4],
+        };
+        publish?.push({
+          ...ev,
+          seq: o[1],
+          type: 'room.event_rejected',
+          data: rejectionData(ev, o[2], o[3]),
+        });
+      } else if (o[0] === 3) {
+        results[i] = {
+          status: 'rejected',
+          seq: o[1],
+          eventId: ev.eventId,
+          reason: 'event_id_conflict',
+          state: null,
+          detail: o[2],
+        };
+      } else {
+        results[i] = {
+          status: 'duplicate',
+          seq: o[1],
+          eventId: ev.eventId,
+          original: o[2] ? 'rejected' : 'applied',
+        };
+      }
+      if (o[0] < 2 && o[1] > this.committedSeq) this.committedSeq = o[1];
+    }
+    if (publish && publish.length > 0) this.o.hub.publish(publish);
+    const resolve = (from: number, to: number) => {
+      for (let i = from; i < to; i++) (batch[i] as Waiting).resolve(results[i] as AppendResult);
+    };
+    // Never flush straight from here: an inline writer settles in a microtask, and a direct
+    // flush would chain commits without ever returning to the event loop.
+    this.kick();
+    if (this.o.maxInFlight > 1 && batch.length >= 64) {
+      // Acknowledge in two turns, the second after the next flush. Callers that append again
+      // once acknowledged (engines do) then fill two transactions, and the writer thread
+      // commits one while this thread prepares the other, instead of the two taking turns.
+      const half = batch.length >> 1;
+      resolve(0, half);
+      setImmediate(() => resolve(half, batch.length));
+    } else {
+      resolve(0, batch.length);
+    }
+  }
+
+  private fail(batch: Waiting[], err: unknown): void {
+    this.inFlight--;
+    this.inFlightEvents -= batch.length;
+    const now = Date.now();
+    if (this.writable) this.failedSince = now;
+    const message = (err as Error).message;
+    // The first failure, another error, then at most one line per 5 s while it lasts.
+    if (message !== this.lastError || now - this.failureLoggedAt >= 5000) {
+      this.o.log.error(
+        { err, events: batch.length, failedCommitsNotLogged: this.failuresUnlogged },
+        'journal commit failed; its appends are rejected',
+      );
+      this.failureLoggedAt = now;
+      this.failuresUnlogged = 0;
+    } else this.failuresUnlogged++;
+    this.writable = false;
+    this.lastError = message;
+    for (const w of batch) w.reject(err);
+    this.kick();
+  }
+
+  private notifyIdle(): void {
+    if (this.inFlight > 0 || this.queue.length > 0) return;
+    for (const w of this.idleWaiters.splice(0)) w();
+  }
+
+  health(): Omit<JournalHealth, 'state' | 'writerRestarts'> {
+    return {
+      writable: this.writable,
+      lastError: this.lastError,
+      pending: this.queue.length + this.inFlightEvents,
+      committedSeq: this.committedSeq,
+      commits: this.commits,
+      lastBatchSize: this.lastBatchSize,
+    };
+  }
+
+  /**
+   * Refuses new appends and waits for those accepted to settle: true once idle, false when
+   * `timeoutMs` passed first (what is left stays queued; `close` rejects it).
+   */
+  async drain(timeoutMs: number): Promise<boolean> {
+    if (this.state === 'ready') this.state = 'draining';
+    if (this.inFlight === 0 && this.queue.length === 0) return true;
+    let timer: NodeJS.Timeout | undefined;
+    const idle = await Promise.race([
+      new Promise<true>((resolve) => {
+        this.idleWaiters.push(() => resolve(true));
+        this.kick();
+      }),
+      new Promise<false>((resolve) => {
+        timer = setTimeout(() => resolve(false), timeoutMs);
+      }),
+    ]);
+    clearTimeout(timer);
+    if (!idle) {
+      this.o.log.error(
+        { pending: this.queue.length + this.inFlightEvents, timeoutMs },
+        'journal drain timed out; closing with appends uncommitted',
+      );
+    }
+    return idle;
+  }
+
+  /** Stops at once: appends still queued are rejected with JOURNAL_CLOSED. */
+  close(): void {
+    this.state = 'closed';
+    const err = new JournalError('JOURNAL_CLOSED', `journal ${this.o.where} was closed`);
+    for (const w of this.queue.splice(0)) w.reject(err);
+    for (const w of this.idleWaiters.splice(0)) w();
+  }
+}

@@ -1,0 +1,265 @@
+/**
+ * One group-commit batch on PostgreSQL. The leader is the only writer, so the batch is planned in
+ * memory — reduce, seqs, rejection records, duplicates — and written in one transaction with
+ * three statements: the stored ids the batch reuses (retries), the rooms it needs that the cache
+ * lacks, then the events (fenced by term) and the changed rooms. Nothing leaves before COMMIT.
+ */
+import type pg from 'pg';
+import { idConflict, type Outcome, rejectionData, type StoredId } from '../commit-queue.ts';
+import { JournalError } from '../errors.ts';
+import type { PendingEvent } from '../events.ts';
+import { type Room, reduce } from '../reducer.ts';
+import { RoomCache } from '../room-cache.ts';
+import { ROOM_COLUMNS, type RoomRow, roomToParams, rowToRoom } from '../rows.ts';
+import { fenced } from './leadership.ts';
+
+/** Integer columns of `rooms`; the rest are text. */
+const ROOM_INT_COLUMNS = new Set([
+  'created_at',
+  'updated_at',
+  'state_since',
+  'deadline_at',
+  'terminal_at',
+  'abort_requested_at',
+  'prompt_tokens',
+  'max_tokens',
+  'kv_pages',
+  'transfer_bytes',
+  'transfer_micros',
+  'tokens',
+  'last_seq',
+  'event_count',
+]);
+
+const UPSERT_ROOMS = `INSERT INTO rooms (${ROOM_COLUMNS.join(', ')})
+  SELECT * FROM unnest(${ROOM_COLUMNS.map((c, i) => `$${i + 1}::${ROOM_INT_COLUMNS.has(c) ? 'bigint' : 'text'}[]`).join(', ')})
+  ON CONFLICT (room) DO UPDATE SET ${ROOM_COLUMNS.filter((c) => c !== 'room')
+    .map((c) => `${c} = excluded.${c}`)
+    .join(', ')}`;
+
+const INSERT_EVENTS = `INSERT INTO events (seq, ts, type, room, engine, source, event_id, data, term)
+  SELECT u.*, $9::bigint FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[],
+    $6::text[], $7::text[], $8::text[]) AS u
+  WHERE ${fenced('$9::bigint')}`;
+
+const FIND_IDS = `SELECT seq, type, room, source,
+    CASE WHEN type = 'room.event_rejected' THEN data::json ->> 'eventType' ELSE type END AS event_type,
+    event_id
+  FROM events WHERE event_id = ANY($1::text[])`;
+
+export class PgBatchWriter {
+  private readonly cache: RoomCache<Room>;
+  /** The seq of the newest committed event. */
+  headSeq: number;
+
+  constructor(
+    headSeq: number,
+    private readonly term: number,
+    roomCacheSize: number,
+  ) {
+    this.headSeq = headSeq;
+    this.cache = new RoomCache(roomCacheSize);
+  }
+
+  /** After an outcome that may or may not have committed: relearn what is stored. */
+  forget(headSeq: number): void {
+    this.headSeq = headSeq;
+    this.cache.clear();
+  }
+
+  async append(c: pg.ClientBase, batch: PendingEvent[]): Promise<Outcome[]> {
+    await c.query('BEGIN');
+    try {
+      const stored = new Map<string, StoredId>();
+      const ids = await c.query<{
+        seq: number;
+        type: string;
+        room: string | null;
+        source: string;
+        event_type: string | null;
+        event_id: string;
+      }>(FIND_IDS, [batch.map((e) => e.eventId)]);
+      for (const r of ids.rows) {
+        stored.set(r.event_id, {
+          seq: r.seq,
+          storedType: r.type,
+          room: r.room,
+          source: r.source,
+          eventType: r.event_type,
+        });
+      }
+      const loaded = new Map<string, Room>();
+      const missing = new Set<string>();
+      for (const ev of batch) {
+        if (ev.room !== null && ev.type.startsWith('room.') && !this.cache.get(ev.room)) {
+          missing.add(ev.room);
+        }
+      }
+      if (missing.size > 0) {
+        const rows = await c.query<RoomRow>('SELECT * FROM rooms WHERE room = ANY($1::text[])', [
+          [...missing],
+        ]);
+        for (const row of rows.rows) loaded.set(row.room as string, rowToRoom(row));
+      }
+      const plan = this.plan(batch, stored, (room) => this.cache.get(room) ?? loaded.get(room));
+      if (plan.events.length > 0) {
+        const cols: unknown[][] = [[], [], [], [], [], [], [], []];
+        for (const e of plan.events) {
+          cols[0]?.push(e.seq);
+          cols[1]?.push(e.ts);
+          cols[2]?.push(e.type);
+          cols[3]?.push(e.room);
+          cols[4]?.push(e.engine);
+          cols[5]?.push(e.source);
+          cols[6]?.push(e.eventId);
+          cols[7]?.push(JSON.stringify(e.data));
+        }
+        const r = await c.query(INSERT_EVENTS, [...cols, this.term]);
+        if (r.rowCount !== plan.events.length) {
+          throw new JournalError(
+            'JOURNAL_FENCED',
+            `this control plane no longer leads the journal (its term ${this.term} was superseded); its appends are refused`,
+          );
+        }
+      }
+      if (plan.rooms.size > 0) {
+        const cols: unknown[][] = ROOM_COLUMNS.map(() => []);
+        for (const room of plan.rooms.values()) {
+          roomToParams(room).forEach((v, i) => {
+            cols[i]?.push(v);
+          });
+        }
+        await c.query(UPSERT_ROOMS, cols);
+      }
+      await c.query('COMMIT');
+      this.headSeq = plan.lastSeq;
+      for (const room of plan.rooms.values()) this.cache.set(room.room, room);
+      return plan.outcomes;
+    } catch (err) {
+      await c.query('ROLLBACK').catch(() => {});
+      throw err;
+    }
+  }
+
+  /** The batch in memory: outcomes, rows to insert and the rooms they change. */
+  private plan(
+    batch: PendingEvent[],
+    stored: Map<string, StoredId>,
+    current: (room: string) => Room | undefined,
+  ): {
+    outcomes: Outcome[];
+    events: Array<PendingEvent & { seq: number }>;
+    rooms: Map<string, Room>;
+    lastSeq: number;
+  } {
+    const outcomes: Outcome[] = new Array(batch.length);
+    const events: Array<PendingEvent & { seq: number }> = [];
+    const rooms = new Map<string, Room>();
+    let seq = this.headSeq;
+    for (let i = 0; i < batch.length; i++) {
+      const ev = batch[i] as PendingEvent;
+      const taken = stored.get(ev.eventId);
+      if (taken) {
+        const conflict = idConflict(ev, taken);
+        outcomes[i] =
+          conflict === null
+            ? [2, taken.seq, taken.storedType === 'room.event_rejected']
+            : [3, taken.seq, conflict];
+        continue;
+      }
+      seq++;
+      const remember = (storedType: string) =>
+        stored.set(ev.eventId, {
+          seq,
+          storedType,
+          room: ev.room,
+          source: ev.source,
+          eventType: ev.type,
+        });
+      if (ev.room === null || !ev.type.startsWith('room.')) {
+        events.push({ ...ev, seq });
+        remember(ev.type);
+        outcomes[i] = [0, seq, null];
+        continue;
+      }
+      const before = rooms.get(ev.room) ?? current(ev.room) ?? null;
+      const result = reduce(before, { ...ev, seq: 0 });
+      if (result.ok) {
+        result.room.lastSeq = seq; // the reducer returned a fresh object; seq is known only now
+        rooms.set(ev.room, result.room);
+        events.push({ ...ev, seq });
+        remember(ev.type);
+        outcomes[i] = [0, seq, result.room.state];
+      } else {
+        events.push({
+          ...ev,
+          seq,
+          type: 'room.event_rejected',
+          data: rejectionData(ev, result.reason, result.state),
+        });
+        remember('room.event_rejected');
+        outcomes[i] = [1, seq, result.reason, result.state, result.detail];
+      }
+    }
+    return { outcomes, events, rooms, lastSeq: seq };
+  }
+
+  /**
+   * Deletes up to `chunkRooms` whole terminal rooms that ended before `cutoffTs`, in one
+   * transaction fenced by term. Returns the rooms and events deleted.
+   */
+  async pruneChunk(
+    c: pg.ClientBase,
+    cutoffTs: number,
+    chunkRooms: number,
+  ): Promise<{ rooms: number; events: number }> {
+    await c.query('BEGIN');
+    try {
+      const fence = await c.query<{ ok: boolean }>(`SELECT ${fenced('$1::bigint')} AS ok`, [
+        this.term,
+      ]);
+      if (fence.rows[0]?.ok !== true) {
+        throw new JournalError(
+          'JOURNAL_FENCED',
+          `this control plane no longer leads the journal (term ${this.term} was superseded)`,
+        );
+      }
+      const picked = await c.query<{ room: string }>(
+        `SELECT room FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < $1
+         ORDER BY terminal_at LIMIT $2 FOR UPDATE`,
+        [cutoffTs, chunkRooms],
+      );
+      const names = picked.rows.map((r) => r.room);
+      let events = 0;
+      if (names.length > 0) {
+        events =
+          (await c.query('DELETE FROM events WHERE room = ANY($1::text[])', [names])).rowCount ?? 0;
+        await c.query(
+          'DELETE FROM rooms WHERE room = ANY($1::text[]) AND terminal_at IS NOT NULL',
+          [names],
+        );
+      }
+      await c.query('COMMIT');
+      for (const n of names) this.cache.delete(n);
+      return { rooms: names.length, events };
+    } catch (err) {
+      await c.query('ROLLBACK').catch(() => {});
+      throw err;
+    }
+  }
+
+  /** Upserts a consumer cursor, fenced by term. */
+  async setCursor(c: pg.ClientBase, name: string, seq: number, ts: number): Promise<void> {
+    const r = await c.query(
+      `INSERT INTO consumers (name, seq, updated_at) SELECT $1, $2, $3 WHERE ${fenced('$4::bigint')}
+       ON CONFLICT (name) DO UPDATE SET seq = excluded.seq, updated_at = excluded.updated_at`,
+      [name, seq, ts, this.term],
+    );
+    if (r.rowCount !== 1) {
+      throw new JournalError(
+        'JOURNAL_FENCED',
+        `this control plane no longer leads the journal (term ${this.term} was superseded)`,
+      );
+    }
+  }
+}

@@ -1,0 +1,449 @@
+/**
+ * The PostgreSQL journal store: the same group commit as SQLite (src/journal/commit-queue.ts), on
+ * one writing session that leads the journal (leadership.ts), with reads on a pool (reader.ts).
+ * A lost writing session is reopened and leads on under its term unless another control plane
+ * took over meanwhile; then this one is fenced: every append is refused with JOURNAL_FENCED, and
+ * `onDeposed` listeners hear it once.
+ */
+import { hostname } from 'node:os';
+import type pg from 'pg';
+import type { Logger } from '../../log.ts';
+import { silentLogger } from '../../log.ts';
+import { CommitQueue } from '../commit-queue.ts';
+import { JournalError } from '../errors.ts';
+import type { EventInput } from '../events.ts';
+import type {
+  AppendResult,
+  Durability,
+  EventListener,
+  JournalHealth,
+  JournalStore,
+  PruneResult,
+  Subscription,
+} from '../store.ts';
+import { SubscriptionHub } from '../subscriptions.ts';
+import { PgBatchWriter } from './batch.ts';
+import { checkPostgresUrl, classifyPgError, connectClient, redactUrl } from './connect.ts';
+import {
+  type LeaderRow,
+  readLeader,
+  renewLease,
+  resign,
+  resumeLead,
+  type TakeoverHow,
+  tryLead,
+} from './leadership.ts';
+import { pgMigrate, pgSchemaVersion } from './migrate.ts';
+import { PgReader } from './reader.ts';
+
+export interface PgJournalOptions {
+  /** postgres://user:password@host:port/database */
+  url: string;
+  /** `power` (default): synchronous_commit on; `process`: off (docs/journal.md, "Durability"). */
+  durability?: Durability;
+  /** Most events in one transaction. Default 1024. */
+  maxBatch?: number;
+  /** Rooms kept in the writer's memory. Default 50 000. */
+  roomCacheSize?: number;
+  /** Who this control plane is, for standbys and `leader_terms`. Default host:pid. */
+  holder?: string;
+  /** How long a lease lasts without renewal. Default 2000 ms; renewed every third of it. */
+  leaseMs?: number;
+  /** Append `journal.opened` with this source once open. */
+  announce?: { source: string; version: string };
+  logger?: Logger;
+}
+
+export interface Leadership {
+  term: number;
+  holder: string;
+  how: TakeoverHow;
+  previous: string | null;
+}
+
+const DEFAULT_LEASE_MS = 2000;
+
+/** The error of an attempt to lead while another control plane does. */
+function busy(where: string, current: LeaderRow): JournalError {
+  const left = Math.max(0, current.leaseUntil - current.now);
+  return new JournalError(
+    'JOURNAL_BUSY',
+    `journal ${where} is led by ${current.holder ?? 'another control plane'} (term ${current.term}, lease ${left} ms left); run this one as its standby, or stop that one first`,
+  );
+}
+
+export class PgJournal extends PgReader implements JournalStore {
+  private writer: pg.Client;
+  private readonly batches: PgBatchWriter;
+  private readonly queue: CommitQueue;
+  private readonly hub: SubscriptionHub;
+  private readonly log: Logger;
+  private readonly leaseMs: number;
+  private readonly durability: Durability;
+  /** Work on the writing session runs one piece at a time: a transaction is never interleaved. */
+  private chain: Promise<unknown> = Promise.resolve();
+  private writerUp = true;
+  private reconnecting = false;
+  private reconnects = 0;
+  private deposedBy: string | null = null;
+  private readonly deposedListeners: Array<(why: string) => void> = [];
+  private renewTimer: NodeJS.Timeout | null = null;
+  private drained: Promise<void> | null = null;
+
+  private constructor(
+    options: PgJournalOptions,
+    writer: pg.Client,
+    headSeq: number,
+    readonly leadership: Leadership,
+  ) {
+    super(options.url, { applicationName: 'pdctl reader' });
+    this.writer = writer;
+    this.log = options.logger ?? silentLogger;
+    this.leaseMs = options.leaseMs ?? DEFAULT_LEASE_MS;
+    this.durability = options.durability ?? 'power';
+    this.batches = new PgBatchWriter(headSeq, leadership.term, options.roomCacheSize ?? 50_000);
+    this.hub = new SubscriptionHub(
+      (afterSeq, limit) => this.readFrom(afterSeq, limit),
+      (err, ev) =>
+        this.log.error({ err, seq: ev.seq }, 'journal subscriber threw; it keeps receiving events'),
+    );
+    const self = this;
+    this.queue = new CommitQueue(
+      {
+        committer: {
+          get ready() {
+            return self.writerUp || self.deposedBy !== null;
+          },
+          commit: (events) => this.onWriter((c) => this.batches.append(c, events)),
+        },
+        maxBatch: options.maxBatch ?? 1024,
+        maxInFlight: 1,
+        hub: this.hub,
+        log: this.log,
+        where: this.path,
+      },
+      headSeq,
+    );
+    this.watch(writer);
+    this.renewTimer = setInterval(() => void this.renew(), Math.max(50, this.leaseMs / 3));
+    this.renewTimer.unref();
+  }
+
+  /**
+   * Opens the journal (creating and migrating its tables as needed) and takes the lead. Refuses
+   * with JOURNAL_BUSY when another control plane leads it; `waitForLead` (a standby) waits for
+   * that one to go instead, calling `onWaiting` once.
+   */
+  static async open(
+    options: PgJournalOptions & {
+      waitForLead?: { signal?: AbortSignal; onWaiting?: (current: LeaderRow) => void };
+    },
+  ): Promise<PgJournal> {
+    checkPostgresUrl(options.url);
+    const where = redactUrl(options.url);
+    const holder = options.holder ?? `${hostname()}:${process.pid}`;
+    const leaseMs = options.leaseMs ?? DEFAULT_LEASE_MS;
+    const writer = await connectClient({ url: options.url, applicationName: 'pdctl writer' });
+    try {
+      await setSession(writer, options.durability ?? 'power');
+      await pgMigrate(writer, where);
+      let attempt = await tryLead(writer, holder, leaseMs);
+      let told = false;
+      while (!attempt.ok) {
+        const wait = options.waitForLead;
+        if (!wait) throw busy(where, attempt.current);
+        if (!told) {
+          told = true;
+          wait.onWaiting?.(attempt.current);
+        }
+        if (wait.signal?.aborted)
+          throw new JournalError('JOURNAL_CLOSED', 'stopped waiting to lead');
+        await new Promise((r) => setTimeout(r, Math.min(250, leaseMs / 4)));
+        attempt = await tryLead(writer, holder, leaseMs);
+      }
+      const head = await writer.query<{ head: number }>(
+        'SELECT coalesce(max(seq), 0) AS head FROM events',
+      );
+      const journal = new PgJournal(options, writer, head.rows[0]?.head ?? 0, {
+        term: attempt.term,
+        holder,
+        how: attempt.how,
+        previous: attempt.previous,
+      });
+      if (options.announce) {
+        await journal.queue.enqueue(
+          {
+            type: 'journal.opened',
+            source: options.announce.source,
+            data: {
+              schemaVersion: (await pgSchemaVersion(writer)) ?? 0,
+              durability: options.durability ?? 'power',
+              pid: process.pid,
+              version: options.announce.version,
+              backend: 'postgres',
+              term: attempt.term,
+              holder,
+              how: attempt.how,
+              ...(attempt.previous !== null ? { previous: attempt.previous } : {}),
+            },
+          },
+          false,
+        );
+      }
+      return journal;
+    } catch (err) {
+      await writer.end().catch(() => {});
+      throw classifyPgError(err, options.url);
+    }
+  }
+
+  /** Runs `fn` on the writing session when the work before it is done. */
+  private onWriter<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
+    const run = this.chain.then(async () => {
+      if (this.deposedBy !== null) throw this.fencedError();
+      if (!this.writerUp) {
+        throw new JournalError(
+          'JOURNAL_UNREACHABLE',
+          `lost the journal at ${this.path}; reconnecting`,
+        );
+      }
+      try {
+        return await fn(this.writer);
+      } catch (err) {
+        const e = classifyPgError(err, this.url);
+        if (e.code === 'JOURNAL_FENCED') this.depose('a newer term took the journal');
+        else if (e.code === 'JOURNAL_UNREACHABLE') this.lostWriter(e);
+        throw e;
+      }
+    });
+    this.chain = run.catch(() => {});
+    return run;
+  }
+
+  private fencedError(): JournalError {
+    return new JournalError(
+      'JOURNAL_FENCED',
+      `this control plane no longer leads ${this.path} (term ${this.leadership.term}: ${this.deposedBy}); its appends are refused`,
+    );
+  }
+
+  private watch(writer: pg.Client): void {
+    writer.on('error', (err) => {
+      if (writer === this.writer) this.lostWriter(classifyPgError(err, this.url));
+    });
+  }
+
+  private depose(why: string): void {
+    if (this.deposedBy !== null) return;
+    this.deposedBy = why;
+    this.log.error(
+      { term: this.leadership.term, holder: this.leadership.holder, why },
+      'this control plane no longer leads the journal; appends are refused',
+    );
+    this.queue.kick();
+    for (const l of this.deposedListeners) l(why);
+  }
+
+  /** Called once, when another control plane has taken the journal from this one. */
+  onDeposed(listener: (why: string) => void): void {
+    this.deposedListeners.push(listener);
+    if (this.deposedBy !== null) listener(this.deposedBy);
+  }
+
+  /** The writing session is gone: open another and lead on under the same term, if still ours. */
+  private lostWriter(err: JournalError): void {
+    if (!this.writerUp || this.queue.state === 'closed') return;
+    this.writerUp = false;
+    this.log.warn({ err: err.message }, 'lost the journal writing session; reconnecting');
+    void this.writer.end().catch(() => {});
+    if (!this.reconnecting) void this.reconnect();
+  }
+
+  private async reconnect(): Promise<void> {
+    this.reconnecting = true;
+    let delay = 100;
+    try {
+      while (this.queue.state !== 'closed' && this.deposedBy === null) {
+        try {
+          const c = await connectClient({ url: this.url, applicationName: 'pdctl writer' });
+          try {
+            await setSession(c, this.durability);
+            if (!(await resumeLead(c, this.leadership.term, this.leaseMs))) {
+              await c.end().catch(() => {});
+              const now = await this.leaderNow().catch(() => null);
+              this.depose(
+                `while its session was lost, ${now?.holder ?? 'another control plane'} took term ${now?.term ?? '?'}`,
+              );
+              return;
+            }
+            const head = await c.query<{ head: number }>(
+              'SELECT coalesce(max(seq), 0) AS head FROM events',
+            );
+            // The last commit before the loss may or may not have landed: relearn, not assume.
+            this.batches.forget(head.rows[0]?.head ?? 0);
+          } catch (err) {
+            await c.end().catch(() => {});
+            throw err;
+          }
+          this.writer = c;
+          this.watch(c);
+          this.writerUp = true;
+          this.reconnects++;
+          this.log.warn({ term: this.leadership.term }, 'journal writing session back; leading on');
+          this.queue.kick();
+          return;
+        } catch (err) {
+          this.log.debug({ err: (err as Error).message, delay }, 'journal reconnect failed');
+          await new Promise((r) => setTimeout(r, delay));
+          delay = Math.min(1000, delay * 2);
+        }
+      }
+    } finally {
+      this.reconnecting = false;
+    }
+  }
+
+  /** The leadership row as it is now (for messages, status and standbys). */
+  async leaderNow(): Promise<LeaderRow> {
+    const c = await this.pool.connect();
+    try {
+      return await readLeader(c);
+    } finally {
+      c.release();
+    }
+  }
+
+  private async renew(): Promise<void> {
+    if (!this.writerUp || this.deposedBy !== null || this.queue.state === 'closed') return;
+    try {
+      const ok = await this.onWriter((c) => renewLease(c, this.leadership.term, this.leaseMs));
+      if (!ok) this.depose('the lease was renewed by nobody and another control plane took it');
+    } catch {
+      // Logged by the reconnect (a lost session) or by depose (fenced).
+    }
+  }
+
+  append(input: EventInput): Promise<AppendResult> {
+    return this.queue.enqueue(input, false);
+  }
+
+  subscribe(afterSeq: number, listener: EventListener): Subscription {
+    if (!Number.isSafeInteger(afterSeq) || afterSeq < 0) {
+      throw new JournalError(
+        'JOURNAL_BAD_QUERY',
+        `afterSeq must be a non-negative integer, got ${afterSeq}`,
+      );
+    }
+    return this.hub.subscribe(afterSeq, listener);
+  }
+
+  async getCursor(name: string): Promise<number | null> {
+    const [r] = await this.query<{ seq: number }>({
+      sql: 'SELECT seq FROM consumers WHERE name = ?',
+      params: [name],
+    });
+    return r?.seq ?? null;
+  }
+
+  async setCursor(name: string, seq: number): Promise<void> {
+    if (typeof name !== 'string' || name.length === 0 || name.length > 200) {
+      throw new JournalError(
+        'JOURNAL_BAD_QUERY',
+        'cursor name must be a non-empty string of at most 200 characters',
+      );
+    }
+    if (!Number.isSafeInteger(seq) || seq < 0) {
+      throw new JournalError(
+        'JOURNAL_BAD_QUERY',
+        `cursor seq must be a non-negative integer, got ${seq}`,
+      );
+    }
+    await this.onWriter((c) => this.batches.setCursor(c, name, seq, Date.now()));
+  }
+
+  async prune(opts: { cutoffTs: number; chunkRooms?: number }): Promise<PruneResult> {
+    const chunkRooms = opts.chunkRooms ?? 500;
+    if (!Number.isSafeInteger(opts.cutoffTs) || opts.cutoffTs < 0) {
+      throw new JournalError('JOURNAL_BAD_QUERY', 'prune cut-off must be unix milliseconds');
+    }
+    if (!Number.isInteger(chunkRooms) || chunkRooms < 1 || chunkRooms > 100_000) {
+      throw new JournalError('JOURNAL_BAD_QUERY', 'chunkRooms must be an integer from 1 to 100000');
+    }
+    const total = { rooms: 0, events: 0, batches: 0 };
+    for (;;) {
+      // One chunk per turn on the writing session, so appends interleave with a long prune.
+      const chunk = await this.onWriter((c) =>
+        this.batches.pruneChunk(c, opts.cutoffTs, chunkRooms),
+      );
+      if (chunk.rooms === 0) break;
+      total.rooms += chunk.rooms;
+      total.events += chunk.events;
+      total.batches += 1;
+    }
+    if (total.rooms > 0) {
+      await this.queue.enqueue(
+        {
+          type: 'journal.pruned',
+          source: 'retention',
+          data: { cutoffTs: opts.cutoffTs, rooms: total.rooms, events: total.events },
+        },
+        true,
+      );
+    }
+    return { cutoffTs: opts.cutoffTs, ...total };
+  }
+
+  health(): JournalHealth {
+    const state = this.queue.state;
+    return {
+      state:
+        this.deposedBy !== null
+          ? 'failed'
+          : state === 'ready' && !this.writerUp
+            ? 'starting'
+            : state,
+      ...this.queue.health(),
+      ...(this.deposedBy !== null
+        ? { writable: false, lastError: this.fencedError().message }
+        : {}),
+      writerRestarts: this.reconnects,
+    };
+  }
+
+  /**
+   * Finishes every append already accepted, then hands the lead over (the lease ends now, so a
+   * standby takes over at once) and closes. Never hangs past `timeoutMs` (default 10 s).
+   */
+  drain(options: { timeoutMs?: number } = {}): Promise<void> {
+    if (this.drained) return this.drained;
+    this.drained = (async () => {
+      const idle = await this.queue.drain(options.timeoutMs ?? 10_000);
+      if (idle && this.writerUp && this.deposedBy === null) {
+        await this.onWriter((c) => resign(c, this.leadership.term)).catch((err: unknown) =>
+          this.log.warn({ err }, 'could not hand the journal over; a standby waits out the lease'),
+        );
+      }
+      this.close();
+      await this.chain;
+    })();
+    return this.drained;
+  }
+
+  /** Stops at once: queued appends are rejected; the session ends (a standby takes over). */
+  override close(): void {
+    if (this.renewTimer) clearInterval(this.renewTimer);
+    this.renewTimer = null;
+    this.queue.close();
+    this.hub.closeAll();
+    void this.writer.end().catch(() => {});
+    super.close();
+  }
+}
+
+async function setSession(c: pg.ClientBase, durability: Durability): Promise<void> {
+  // `process`: a commit is acknowledged before PostgreSQL flushes its WAL, so a crash of the
+  // database server may lose the last few hundred ms; a crash of pdctl loses nothing.
+  await c.query(`SET synchronous_commit = ${durability === 'power' ? 'on' : 'off'}`);
+  // A leader frozen inside a transaction must not hold the leadership row for ever.
+  await c.query("SET idle_in_transaction_session_timeout = '10s'");
+}

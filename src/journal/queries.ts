@@ -1,0 +1,225 @@
+/**
+ * The read queries every backend answers, in SQL both SQLite and PostgreSQL take: `?`
+ * placeholders (PostgreSQL's reader numbers them), and helpers over their results.
+ */
+import { JournalError } from './errors.ts';
+import type { JournalEvent } from './events.ts';
+import { type Room, reduce } from './reducer.ts';
+import { ROOM_STATES, type RoomState } from './states.ts';
+import type { MinuteCount, RoomFilter, StateSpan, TailFilter } from './store.ts';
+
+export interface Query {
+  sql: string;
+  params: Array<string | number>;
+}
+
+/** The event type that enters each state, for per-minute counts. */
+export const ENTERS: Record<string, RoomState> = {
+  'room.created': 'created',
+  'room.bootstrap_started': 'bootstrapping',
+  'room.bootstrapped': 'waiting_for_input',
+  'room.prefill_started': 'prefilling',
+  'room.transfer_posted': 'transferring',
+  'room.transfer_completed': 'transferred',
+  'room.decode_started': 'decoding',
+  'room.completed': 'completed',
+  'room.aborted': 'aborted',
+  'room.failed': 'failed',
+  'room.migrated': 'migrated',
+};
+
+const MAX_LIMIT = 10_000;
+
+export function limitOf(limit: number | undefined, fallback: number): number {
+  const n = limit ?? fallback;
+  if (!Number.isInteger(n) || n < 1 || n > MAX_LIMIT) {
+    throw new JournalError(
+      'JOURNAL_BAD_QUERY',
+      `limit must be an integer from 1 to ${MAX_LIMIT}, got ${n}`,
+    );
+  }
+  return n;
+}
+
+function encodeCursor(room: Room): string {
+  return Buffer.from(JSON.stringify([room.createdAt, room.room])).toString('base64url');
+}
+
+function decodeCursor(cursor: string): [number, string] {
+  try {
+    const v = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as unknown;
+    if (Array.isArray(v) && typeof v[0] === 'number' && typeof v[1] === 'string')
+      return [v[0], v[1]];
+  } catch {
+    // fall through to the coded error
+  }
+  throw new JournalError('JOURNAL_BAD_QUERY', 'cursor is not one this journal returned');
+}
+
+/** Time in each state, from a room's applied events in seq order. */
+export function spansOf(events: JournalEvent[]): StateSpan[] {
+  const spans: StateSpan[] = [];
+  let room: Room | null = null;
+  for (const ev of events) {
+    if (ev.type === 'room.event_rejected') continue;
+    const r = reduce(room, ev);
+    if (!r.ok) continue;
+    if (!room || r.room.state !== room.state) {
+      const last = spans[spans.length - 1];
+      if (last) {
+        last.to = ev.ts;
+        last.ms = ev.ts - last.from;
+      }
+      spans.push({ state: r.room.state, from: ev.ts, to: null, ms: null });
+    }
+    room = r.room;
+  }
+  return spans;
+}
+
+const marks = (n: number) => Array.from({ length: n }, () => '?').join(', ');
+
+/** A page of rooms, newest first: asks for limit + 1 rows to know whether another page follows. */
+export function roomsQuery(filter: RoomFilter): Query & { limit: number } {
+  const limit = limitOf(filter.limit, 100);
+  const where: string[] = [];
+  const params: Array<string | number> = [];
+  if (filter.state !== undefined) {
+    const states = Array.isArray(filter.state) ? filter.state : [filter.state];
+    where.push(`state IN (${marks(states.length)})`);
+    params.push(...states);
+  }
+  if (filter.engine !== undefined) {
+    where.push('(prefill_engine = ? OR decode_engine = ?)');
+    params.push(filter.engine, filter.engine);
+  }
+  if (filter.reason !== undefined) {
+    where.push('reason = ?');
+    params.push(filter.reason);
+  }
+  if (filter.until !== undefined) {
+    where.push('created_at <= ?');
+    params.push(filter.until);
+  }
+  if (filter.since !== undefined) {
+    where.push('(terminal_at IS NULL OR terminal_at >= ?)');
+    params.push(filter.since);
+  }
+  if (filter.inFlightAt !== undefined) {
+    where.push('created_at <= ? AND (terminal_at IS NULL OR terminal_at > ?)');
+    params.push(filter.inFlightAt, filter.inFlightAt);
+  }
+  for (const [list, op] of [
+    [filter.origin, 'IN'],
+    [filter.excludeOrigin, 'NOT IN'],
+  ] as const) {
+    if (list === undefined || list.length === 0) continue;
+    where.push(`origin ${op} (${marks(list.length)})`);
+    params.push(...list);
+  }
+  if (filter.cursor !== undefined) {
+    const [createdAt, room] = decodeCursor(filter.cursor);
+    where.push('(created_at < ? OR (created_at = ? AND room < ?))');
+    params.push(createdAt, createdAt, room);
+  }
+  const sql = `SELECT * FROM rooms ${where.length ? `WHERE ${where.join(' AND ')}` : ''}
+    ORDER BY created_at DESC, room DESC LIMIT ?`;
+  return { sql, params: [...params, limit + 1], limit };
+}
+
+/** The page from `roomsQuery`'s rows (already mapped to rooms). */
+export function roomPage(
+  rooms: Room[],
+  limit: number,
+): { rooms: Room[]; nextCursor: string | null } {
+  const page = rooms.slice(0, limit);
+  const last = page[page.length - 1];
+  return { rooms: page, nextCursor: rooms.length > limit && last ? encodeCursor(last) : null };
+}
+
+/** Events by filter; rows come newest first when `newest` (reverse them). */
+export function tailQuery(filter: TailFilter): Query & { newest: boolean } {
+  const limit = limitOf(filter.limit, 50);
+  const where: string[] = ['seq > ?'];
+  const params: Array<string | number> = [filter.afterSeq ?? 0];
+  if (filter.type !== undefined) {
+    const types = Array.isArray(filter.type) ? filter.type : [filter.type];
+    where.push(`type IN (${marks(types.length)})`);
+    params.push(...types);
+  }
+  if (filter.room !== undefined) {
+    where.push('room = ?');
+    params.push(filter.room);
+  }
+  if (filter.engine !== undefined) {
+    where.push('engine = ?');
+    params.push(filter.engine);
+  }
+  if (filter.since !== undefined) {
+    where.push('ts >= ?');
+    params.push(filter.since);
+  }
+  const newest = (filter.order ?? 'newest') === 'newest';
+  return {
+    sql: `SELECT * FROM events WHERE ${where.join(' AND ')} ORDER BY seq ${newest ? 'DESC' : 'ASC'} LIMIT ?`,
+    params: [...params, limit],
+    newest,
+  };
+}
+
+/**
+ * Per-minute counts of states entered. `reasonOf` is the backend's expression for the `reason`
+ * field of an event's JSON data.
+ */
+export function perMinuteQuery(window: { since: number; until: number }, reasonOf: string): Query {
+  const types = Object.keys(ENTERS);
+  return {
+    sql: `SELECT (ts / 60000) * 60000 AS minute, type,
+            CASE WHEN type IN ('room.failed', 'room.aborted') THEN ${reasonOf} END AS reason,
+            count(*) AS count
+          FROM events
+          WHERE ts >= ? AND ts < ? AND type IN (${marks(types.length)})
+          GROUP BY 1, 2, 3
+          ORDER BY 1, 2, 3`,
+    params: [window.since, window.until, ...types],
+  };
+}
+
+export function minuteCounts(
+  rows: Array<{ minute: number; type: string; reason: string | null; count: number }>,
+): MinuteCount[] {
+  const order = (state: RoomState) => ROOM_STATES.indexOf(state);
+  return rows
+    .map((r) => ({
+      minute: r.minute,
+      state: ENTERS[r.type] as RoomState,
+      reason: r.reason,
+      count: r.count,
+    }))
+    .sort(
+      (a, b) =>
+        a.minute - b.minute ||
+        order(a.state) - order(b.state) ||
+        (a.reason ?? '').localeCompare(b.reason ?? ''),
+    );
+}
+
+/** Events of an engine's rooms an engine that says hello has missed (`JournalReader.engineBacklog`). */
+export function backlogSql(afterSeq: number): string {
+  // Live rooms have a deadline (rooms_live_deadline); a fresh engine needs only theirs.
+  return afterSeq === 0
+    ? `SELECT e.* FROM events e WHERE e.room IN (SELECT room FROM rooms WHERE deadline_at IS NOT NULL
+         AND (prefill_engine = ? OR decode_engine = ?))
+       AND e.type <> 'room.event_rejected' AND e.seq <= ? ORDER BY e.seq`
+    : `SELECT e.* FROM events e JOIN rooms r ON r.room = e.room
+       WHERE e.seq > ? AND e.seq <= ? AND (r.prefill_engine = ? OR r.decode_engine = ?)
+       AND e.type <> 'room.event_rejected' ORDER BY e.seq`;
+}
+
+export function backlogParams(
+  engine: string,
+  afterSeq: number,
+  headSeq: number,
+): Array<string | number> {
+  return afterSeq === 0 ? [engine, engine, headSeq] : [afterSeq, headSeq, engine, engine];
+}

@@ -1,0 +1,495 @@
+/**
+ * The journal's contract, run against every backend (src/journal/sqlite/journal.int.test.ts,
+ * src/journal/postgres/journal.int.test.ts): append, group commit, rejection records,
+ * idempotent event ids, validation, subscriptions, cursors, retention and queries behave the same
+ * on SQLite and PostgreSQL. What only one backend has (a writer thread, a full disk, leadership)
+ * is tested beside it.
+ */
+import { describe, expect, it } from 'vitest';
+import { JournalError } from '../../src/journal/errors.ts';
+import type { JournalEvent } from '../../src/journal/events.ts';
+import { LIVE_STATES } from '../../src/journal/states.ts';
+import { type Durability, type JournalStore, originFilter } from '../../src/journal/store.ts';
+import { created, lifecycle } from './events.ts';
+
+export interface ContractBackend {
+  name: string;
+  /** A new, empty journal. */
+  fresh(opts?: { durability?: Durability }): Promise<JournalStore>;
+  /** Where a new journal will live (a file path, a database URL), for opening it more than once. */
+  place(): Promise<string>;
+  /** Opens (creating) the journal at `place` for writing. */
+  open(place: string): Promise<JournalStore>;
+  /** Events with seq ≤ `seq`, counted on a connection of the test's own. */
+  countCommitted(j: JournalStore, seq: number): Promise<number>;
+}
+
+export function journalContract(b: ContractBackend): void {
+  const fresh = b.fresh;
+  describe(`${b.name} journal: append`, () => {
+    it('applies a whole lifecycle, and the rooms projection equals the fold of events', async () => {
+      const j = await fresh();
+      try {
+        const results = [];
+        for (const ev of lifecycle('room-a')) results.push(await j.append(ev));
+        expect(results.map((r) => r.status)).toEqual(Array(10).fill('applied'));
+        expect(results.map((r) => r.seq)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+        const t = await j.timeline('room-a');
+        expect(t.room).toMatchObject({
+          state: 'completed',
+          tokens: 8,
+          releasedBy: ['p0', 'd0'],
+          lastSeq: 10,
+          eventCount: 10,
+        });
+        // Through every live state in order, then completed.
+        expect(t.spans.map((s) => s.state)).toEqual([...LIVE_STATES, 'completed']);
+        const v = await j.verify();
+        expect(v).toMatchObject({
+          ok: true,
+          events: 10,
+          rooms: 1,
+          mismatches: [],
+          missing: [],
+          extra: [],
+        });
+      } finally {
+        await j.drain();
+      }
+    });
+
+    it('groups the appends of one event-loop turn into one transaction, and resolves only after COMMIT', async () => {
+      const j = await fresh({ durability: 'power' });
+      try {
+        const before = j.health().commits;
+        const promises = Array.from({ length: 300 }, (_, i) => j.append(created(`g-${i}`)));
+        const results = await Promise.all(promises);
+        expect(j.health().commits - before).toBe(1);
+        expect(j.health().lastBatchSize).toBe(300);
+        // A separate connection sees every acknowledged event: the acknowledgement came after COMMIT.
+        const seen = await b.countCommitted(j, Math.max(...results.map((r) => r.seq)));
+        expect(seen).toBe(300);
+      } finally {
+        await j.drain();
+      }
+    });
+
+    it.each(['process', 'power'] as const)(
+      'keeps the event loop turning while %s-durability appends run flat out',
+      async (durability) => {
+        const j = await fresh({ durability });
+        try {
+          let ticksDuringLoad = 0;
+          let loading = true;
+          const timer = setInterval(() => {
+            if (loading) ticksDuringLoad++;
+          }, 1);
+          let next = 0;
+          await Promise.all(
+            Array.from({ length: 256 }, async () => {
+              while (next < 20_000) await j.append(created(`busy-${next++}`));
+            }),
+          );
+          loading = false;
+          clearInterval(timer);
+          // A writer that chained commits in microtasks would starve timers completely.
+          expect(ticksDuringLoad).toBeGreaterThan(0);
+        } finally {
+          await j.drain();
+        }
+      },
+    );
+
+    it('records an event that does not fit as room.event_rejected and never applies it', async () => {
+      const j = await fresh();
+      try {
+        await j.append(created('late'));
+        await j.append({
+          type: 'room.aborted',
+          room: 'late',
+          source: 'test',
+          data: { reason: 'client_disconnect', source: 'client' },
+        });
+        const r = await j.append({
+          type: 'room.completed',
+          room: 'late',
+          engine: 'd0',
+          source: 'd0',
+          data: { tokens: 1, finishReason: 'stop' },
+        });
+        expect(r).toMatchObject({ status: 'rejected', reason: 'room_terminal', state: 'aborted' });
+        const [rejected] = await j.tail({ type: 'room.event_rejected', limit: 1 });
+        expect(rejected).toMatchObject({
+          seq: r.seq,
+          room: 'late',
+          data: { eventType: 'room.completed', reason: 'room_terminal', state: 'aborted' },
+        });
+        expect((await j.timeline('late')).room?.state).toBe('aborted');
+        expect((await j.verify()).ok).toBe(true);
+      } finally {
+        await j.drain();
+      }
+    });
+
+    it('stores a retried event_id once, for applied and rejected events, across a restart', async () => {
+      const place = await b.place();
+      let j = await b.open(place);
+      const first = await j.append({ ...created('idem'), eventId: 'ev-1' });
+      const twice = await Promise.all([
+        j.append({ ...created('idem'), eventId: 'ev-1' }),
+        j.append({ ...created('idem'), eventId: 'ev-1' }),
+      ]);
+      expect(first.status).toBe('applied');
+      expect(twice).toEqual([
+        { status: 'duplicate', seq: first.seq, eventId: 'ev-1', original: 'applied' },
+        { status: 'duplicate', seq: first.seq, eventId: 'ev-1', original: 'applied' },
+      ]);
+      const rejected = await j.append({ ...created('idem'), eventId: 'ev-2' });
+      expect(rejected.status).toBe('rejected');
+      await j.drain();
+      j = await b.open(place);
+      try {
+        expect(await j.append({ ...created('idem'), eventId: 'ev-1' })).toMatchObject({
+          status: 'duplicate',
+          seq: first.seq,
+          original: 'applied',
+        });
+        expect(await j.append({ ...created('idem'), eventId: 'ev-2' })).toMatchObject({
+          status: 'duplicate',
+          seq: rejected.seq,
+          original: 'rejected',
+        });
+        expect((await j.stats()).events).toBe(2);
+      } finally {
+        await j.drain();
+      }
+    });
+
+    it('refuses a different event under a taken event_id: never a duplicate, nothing written', async () => {
+      const j = await fresh();
+      try {
+        await j.append(created('taken'));
+        // Someone else got there first with the id the control plane will use for its abort.
+        const squat = await j.append({
+          type: 'room.abort_requested',
+          room: 'taken',
+          source: 'engine:rogue',
+          eventId: 'taken:aborted',
+          data: { reason: 'junk' },
+        });
+        expect(squat.status).toBe('applied');
+        const head = await j.headSeq();
+        const attempts = [
+          // Same type and room, another source.
+          { type: 'room.abort_requested', source: 'control', data: { reason: 'operator' } },
+          // Another type.
+          { type: 'room.aborted', source: 'engine:rogue', data: { reason: 'x', source: 'api' } },
+        ];
+        for (const a of attempts) {
+          const res = await j.append({ ...a, room: 'taken', eventId: 'taken:aborted' } as never);
+          expect(res).toMatchObject({
+            status: 'rejected',
+            reason: 'event_id_conflict',
+            seq: squat.seq,
+            detail: expect.stringContaining('is not that event'),
+          });
+        }
+        // Under an id taken by a rejection record: compared with the event it refused.
+        const late = await j.append({
+          type: 'room.bootstrap_started',
+          room: 'nowhere',
+          source: 'engine:d0',
+          eventId: 'late-1',
+          data: {},
+        });
+        expect(late.status).toBe('rejected');
+        expect(
+          await j.append({
+            type: 'room.bootstrap_started',
+            room: 'nowhere',
+            source: 'engine:d0',
+            eventId: 'late-1',
+            data: {},
+          }),
+        ).toMatchObject({ status: 'duplicate', original: 'rejected' });
+        expect(
+          await j.append({
+            type: 'room.decode_started',
+            room: 'nowhere',
+            source: 'engine:d0',
+            eventId: 'late-1',
+            data: {},
+          }),
+        ).toMatchObject({ status: 'rejected', reason: 'event_id_conflict' });
+        // Only the rejection record of `late-1` was written (a refused insert may still use up a seq).
+        expect((await j.tail({ afterSeq: head, order: 'oldest' })).map((e) => e.eventId)).toEqual([
+          'late-1',
+        ]);
+        expect((await j.verify()).ok).toBe(true);
+      } finally {
+        await j.drain();
+      }
+    });
+
+    it('refuses invalid events with a coded error that names the field, and writes nothing', async () => {
+      const j = await fresh();
+      try {
+        const bad = [
+          { type: 'room.nope', room: 'x', source: 't', data: {} },
+          { type: 'room.created', source: 't', data: { prefillEngine: 'p0', decodeEngine: 'd0' } },
+          { type: 'room.created', room: 'x', source: 't', data: { prefillEngine: 'p0' } },
+          {
+            type: 'room.transfer_completed',
+            room: 'x',
+            source: 't',
+            data: { bytes: -1, checksum: 'ab', micros: 1 },
+          },
+          {
+            type: 'room.created',
+            room: 'x',
+            source: 't',
+            data: { prefillEngine: 'p0', decodeEngine: 'd0', extra: 1 },
+          },
+          { type: 'room.event_rejected', room: 'x', source: 't', data: {} },
+          { type: 'room.released', room: 'x', source: 't', data: {} },
+          {
+            type: 'room.created',
+            room: 'x y',
+            source: 't',
+            data: { prefillEngine: 'p0', decodeEngine: 'd0' },
+          },
+          'not an object',
+        ];
+        for (const input of bad) {
+          const err = await j.append(input as never).catch((e: unknown) => e);
+          expect(err).toBeInstanceOf(JournalError);
+          expect((err as JournalError).code).toBe('JOURNAL_INVALID_EVENT');
+        }
+        const messages = await Promise.all(
+          bad.slice(2, 4).map((b) => j.append(b as never).catch((e: Error) => e.message)),
+        );
+        expect(messages[0]).toMatch(/decodeEngine/);
+        expect(messages[1]).toMatch(/data\.bytes/);
+        expect(await j.headSeq()).toBe(0);
+      } finally {
+        await j.drain();
+      }
+    });
+
+    it('stores room.created with its full deadline table, so replay never depends on this build', async () => {
+      const j = await fresh();
+      try {
+        await j.append({
+          type: 'room.created',
+          room: 'dl',
+          source: 't',
+          data: { prefillEngine: 'p0', decodeEngine: 'd0', deadlinesMs: { decoding: 5 } },
+        });
+        const [ev] = await j.readFrom(0, 1);
+        expect(ev?.data.deadlinesMs).toMatchObject({ created: 2000, decoding: 5 });
+      } finally {
+        await j.drain();
+      }
+    });
+  });
+
+  describe(`${b.name} journal: subscriptions and cursors`, () => {
+    it('delivers catch-up then live events in seq order with no gap and no duplicate', async () => {
+      const j = await fresh();
+      try {
+        for (let i = 0; i < 1500; i++) void j.append(created(`pre-${i}`));
+        await j.append(created('pre-last'));
+        const got: JournalEvent[] = [];
+        const sub = j.subscribe(0, (e) => got.push(e));
+        // Keep appending while the subscriber catches up.
+        for (let round = 0; round < 20; round++) {
+          await Promise.all(
+            Array.from({ length: 50 }, (_, i) => j.append(created(`live-${round}-${i}`))),
+          );
+        }
+        const head = await j.headSeq();
+        await new Promise((r) => setTimeout(r, 50));
+        sub.close();
+        expect(got.map((e) => e.seq)).toEqual(Array.from({ length: head }, (_, i) => i + 1));
+        expect(got.at(-1)?.room).toBe('live-19-49');
+      } finally {
+        await j.drain();
+      }
+    });
+
+    it('starts from a given seq and keeps delivering when a listener throws', async () => {
+      const j = await fresh();
+      try {
+        for (let i = 0; i < 10; i++) await j.append(created(`s-${i}`));
+        const seqs: number[] = [];
+        const sub = j.subscribe(7, (e) => {
+          seqs.push(e.seq);
+          if (e.seq === 9) throw new Error('listener bug');
+        });
+        await new Promise((r) => setTimeout(r, 20));
+        await j.append(created('s-10'));
+        await new Promise((r) => setTimeout(r, 20));
+        sub.close();
+        expect(seqs).toEqual([8, 9, 10, 11]);
+      } finally {
+        await j.drain();
+      }
+    });
+
+    it('keeps consumer cursors across a restart', async () => {
+      const place = await b.place();
+      let j = await b.open(place);
+      expect(await j.getCursor('watchdog')).toBeNull();
+      await j.setCursor('watchdog', 42);
+      await j.drain();
+      j = await b.open(place);
+      try {
+        expect(await j.getCursor('watchdog')).toBe(42);
+        await expect(j.setCursor('', 1)).rejects.toMatchObject({ code: 'JOURNAL_BAD_QUERY' });
+      } finally {
+        await j.drain();
+      }
+    });
+  });
+
+  describe(`${b.name} journal: retention`, () => {
+    it('deletes whole terminal rooms older than the cut-off in chunks, never a live room, and stays consistent', async () => {
+      const j = await fresh();
+      try {
+        const old = 1_000_000;
+        for (let i = 0; i < 25; i++) {
+          await j.append(created(`old-${i}`, old));
+          await j.append({
+            type: 'room.failed',
+            room: `old-${i}`,
+            source: 'watchdog',
+            ts: old + 10,
+            data: { reason: 'deadline_exceeded', stage: 'created', detectedBy: 'watchdog' },
+          });
+        }
+        await j.append(created('old-but-live', old));
+        await j.append(created('recent'));
+        await j.append({
+          type: 'room.aborted',
+          room: 'recent',
+          source: 't',
+          data: { reason: 'client_disconnect', source: 'client' },
+        });
+        const r = await j.prune({ cutoffTs: old + 1000, chunkRooms: 10 });
+        expect(r).toMatchObject({ rooms: 25, events: 50, batches: 3 });
+        const left = (await j.rooms({ limit: 100 })).rooms.map((x) => x.room).sort();
+        expect(left).toEqual(['old-but-live', 'recent']);
+        expect((await j.tail({ type: 'journal.pruned', limit: 1 }))[0]?.data).toMatchObject({
+          rooms: 25,
+          events: 50,
+        });
+        expect((await j.verify()).ok).toBe(true);
+        // A late event for a pruned room is recorded, not applied.
+        const late = await j.append({
+          type: 'room.released',
+          room: 'old-3',
+          engine: 'd0',
+          source: 'd0',
+          data: {},
+        });
+        expect(late).toMatchObject({ status: 'rejected', reason: 'unknown_room' });
+      } finally {
+        await j.drain();
+      }
+    });
+  });
+
+  describe(`${b.name} journal: queries`, () => {
+    it('answers rooms in flight at T, filters, pages and per-minute counts', async () => {
+      const j = await fresh();
+      try {
+        const t0 = 1_700_000_000_000;
+        const fail = (room: string, ts: number, reason: string) =>
+          j.append({
+            type: 'room.failed',
+            room,
+            source: 'watchdog',
+            ts,
+            data: { reason, stage: 'created', detectedBy: 'watchdog' },
+          });
+        await j.append(created('a', t0));
+        await j.append(created('b', t0 + 1000));
+        await fail('a', t0 + 61_000, 'deadline_exceeded');
+        await j.append(created('c', t0 + 62_000));
+        await fail('b', t0 + 63_000, 'kv_pool_exhausted');
+        const at = async (t: number) =>
+          (await j.rooms({ inFlightAt: t })).rooms.map((r) => r.room).sort();
+        expect(await at(t0 + 500)).toEqual(['a']);
+        expect(await at(t0 + 61_500)).toEqual(['b']);
+        expect(await at(t0 + 64_000)).toEqual(['c']);
+        expect(
+          (await j.rooms({ state: 'failed', reason: 'kv_pool_exhausted' })).rooms.map(
+            (r) => r.room,
+          ),
+        ).toEqual(['b']);
+        expect(
+          (await j.rooms({ engine: 'd0', since: t0 + 62_500 })).rooms.map((r) => r.room).sort(),
+        ).toEqual(['b', 'c']);
+        // Origin: the source of room.created; a canary room is left out only when asked.
+        // (After the per-minute window below, so that its counts stay as they are.)
+        await j.append({ ...created('k', t0 + 200_000), source: 'canary' });
+        const ids = async (f: Parameters<typeof j.rooms>[0]) =>
+          (await j.rooms(f)).rooms.map((r) => r.room).sort();
+        expect(await ids({ since: t0 + 63_500 })).toEqual(['c', 'k']);
+        expect(await ids({ since: t0 + 63_500, ...originFilter(undefined) })).toEqual(['c']);
+        expect(await ids({ ...originFilter('canary') })).toEqual(['k']);
+        expect(await ids({ ...originFilter('test,canary') })).toEqual(['a', 'b', 'c', 'k']);
+        expect(await ids({ ...originFilter('all') })).toEqual(['a', 'b', 'c', 'k']);
+        expect(() => originFilter('a b')).toThrow(/comma-separated list of room origins/);
+        const page1 = await j.rooms({ limit: 2, excludeOrigin: ['canary'] });
+        const page2 = await j.rooms({
+          limit: 2,
+          excludeOrigin: ['canary'],
+          cursor: page1.nextCursor as string,
+        });
+        expect([...page1.rooms, ...page2.rooms].map((r) => r.room)).toEqual(['c', 'b', 'a']);
+        expect(page2.nextCursor).toBeNull();
+        await expect(j.rooms({ cursor: 'garbage' })).rejects.toMatchObject({
+          code: 'JOURNAL_BAD_QUERY',
+        });
+        const minutes = await j.perMinute({ since: t0, until: t0 + 120_000 });
+        expect(minutes).toEqual([
+          { minute: t0 - (t0 % 60_000), state: 'created', reason: null, count: 2 },
+          { minute: t0 - (t0 % 60_000) + 60_000, state: 'created', reason: null, count: 1 },
+          {
+            minute: t0 - (t0 % 60_000) + 60_000,
+            state: 'failed',
+            reason: 'deadline_exceeded',
+            count: 1,
+          },
+          {
+            minute: t0 - (t0 % 60_000) + 60_000,
+            state: 'failed',
+            reason: 'kv_pool_exhausted',
+            count: 1,
+          },
+        ]);
+        const tail = await j.tail({ room: 'b', limit: 10 });
+        expect(tail.map((e) => e.type)).toEqual(['room.created', 'room.failed']);
+      } finally {
+        await j.drain();
+      }
+    });
+
+    it('allows one writer per journal, and the next once the first has drained', async () => {
+      const place = await b.place();
+      const j = await b.open(place);
+      await expect(b.open(place)).rejects.toMatchObject({ code: 'JOURNAL_BUSY' });
+      await j.drain();
+      const again = await b.open(place);
+      await again.drain();
+    });
+
+    it('refuses appends after drain with JOURNAL_CLOSED', async () => {
+      const j = await fresh();
+      await j.drain();
+      await expect(j.append(created('z'))).rejects.toMatchObject({ code: 'JOURNAL_CLOSED' });
+      await j.drain();
+    });
+  });
+}

@@ -1,0 +1,117 @@
+/**
+ * `pdctl serve` on a PostgreSQL journal: the whole stack serves on it and the query commands
+ * read it by URL; two control planes share it, one leads and the other stands by, and the
+ * standby takes over when the leader is killed (SIGKILL) or frozen (SIGSTOP) — the frozen one
+ * wakes up deposed and stops.
+ */
+import { describe, expect, it } from 'vitest';
+import { freshDatabase, havePostgres } from './helpers/postgres.ts';
+import { serve, startServe } from './helpers/serve.ts';
+import { pdctl } from './helpers/spawn.ts';
+import { waitFor } from './helpers/wait.ts';
+
+const enabled = havePostgres();
+
+const completion = (url: string, prompt = 'the river') =>
+  fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'pdctl-deterministic-1', prompt, max_tokens: 4 }),
+  });
+
+const exited = (child: import('node:child_process').ChildProcess) =>
+  new Promise<number | null>((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) resolve(child.exitCode);
+    else child.once('exit', (code) => resolve(code));
+  });
+
+describe.runIf(enabled)('pdctl serve on a PostgreSQL journal', () => {
+  it('serves completions, and the query commands read the journal by its URL', async () => {
+    const journal = await freshDatabase();
+    const s = await serve(['--journal', journal, '--canary-interval-ms', '0']);
+    try {
+      await waitFor('the leadership note', () => /leading the journal/.test(s.stderr()));
+      expect(s.stderr()).toMatch(/leading the journal, term 1 \(first leader\)/);
+      expect(s.stderr()).not.toMatch(/journal\.db/);
+      const res = await completion(s.url);
+      expect(res.status).toBe(200);
+      const rooms = await pdctl(['rooms', '--journal', journal, '--json']);
+      expect(rooms.code).toBe(0);
+      expect(JSON.parse(rooms.stdout).rooms).toMatchObject([{ state: 'completed' }]);
+      const verify = await pdctl(['journal', 'verify', '--journal', journal]);
+      expect(verify.stdout).toMatch(/journal is consistent/);
+      expect(verify.code).toBe(0);
+      const opened = await pdctl(['journal', 'tail', '--journal', journal, '--type', 'journal']);
+      expect(opened.stdout).toMatch(/journal\.opened/);
+    } finally {
+      expect(await s.stop()).toBe(0);
+    }
+  });
+
+  it('refuses a second leader, and --standby without a shared journal, with what to do', async () => {
+    const journal = await freshDatabase();
+    const a = await serve(['--journal', journal, '--canary-interval-ms', '0']);
+    try {
+      const b = startServe(['--journal', journal]);
+      expect(await exited(b.child)).toBe(3);
+      expect(b.stderr()).toMatch(/is led by .*run this one as its standby/);
+      const c = startServe(['--standby']);
+      expect(await exited(c.child)).toBe(2);
+      expect(c.stderr()).toMatch(/--standby needs a journal control planes can share/);
+    } finally {
+      await a.stop();
+    }
+  });
+
+  it.each(['SIGKILL', 'SIGSTOP'] as const)(
+    'a standby takes over within 5 s of the leader’s %s; nothing acknowledged is lost',
+    async (signal) => {
+      const journal = await freshDatabase();
+      const lease = ['--lease-ms', '1000'];
+      const a = await serve(['--journal', journal, ...lease]);
+      const b = startServe(['--journal', journal, '--standby', ...lease]);
+      try {
+        await waitFor('the standby to stand by', () => /standing by/.test(b.stderr()), 30_000);
+        // Acknowledged work on the leader.
+        const acked: string[] = [];
+        for (let i = 0; i < 5; i++) {
+          const res = await completion(a.url, `before ${i}`);
+          expect(res.status).toBe(200);
+          acked.push(((await res.json()) as { id: string }).id);
+        }
+        const faultAt = Date.now();
+        a.child.kill(signal);
+        const bUrl = await b.listening;
+        await waitFor(
+          'the standby to be ready',
+          async () => (await fetch(`${bUrl}/health/ready`)).status === 200,
+          10_000,
+        );
+        const readyMs = Date.now() - faultAt;
+        expect(b.stderr()).toMatch(
+          signal === 'SIGKILL'
+            ? /term 2 \(after .*holder gone\)/
+            : /term 2 \(after .*lease expired\)/,
+        );
+        expect(readyMs).toBeLessThan(5000);
+        const after = await completion(bUrl, 'after');
+        expect(after.status).toBe(200);
+        if (signal === 'SIGSTOP') {
+          a.child.kill('SIGCONT');
+          expect(await exited(a.child)).toBe(3);
+          expect(a.stderr()).toMatch(/no longer leads the journal/);
+        }
+        const rooms = await pdctl(['rooms', '--journal', journal, '--json', '--limit', '100']);
+        const stored = new Set(
+          (JSON.parse(rooms.stdout) as { rooms: Array<{ room: string }> }).rooms.map((r) => r.room),
+        );
+        for (const id of acked) expect(stored).toContain(id.replace(/^cmpl-/, ''));
+        const verify = await pdctl(['journal', 'verify', '--journal', journal]);
+        expect(verify.code).toBe(0);
+      } finally {
+        a.child.kill('SIGKILL');
+        await b.stop();
+      }
+    },
+  );
+});
