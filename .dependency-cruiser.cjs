@@ -59,7 +59,12 @@ module.exports = {
       from: {
         path: '^(src|bench)/',
         // bench/journal.ts measures each backend itself against its raw database.
-        pathNot: ['^src/journal/', '^src/app/', '^src/cli/journal/', '^bench/journal\\.ts$'],
+        pathNot: [
+          '^src/journal/',
+          '^src/app/',
+          '^src/cli/journal/',
+          '^bench/journal(-postgres)?\\.ts$',
+        ],
       },
       to: { path: '^src/journal/(sqlite|postgres)/' },
     },

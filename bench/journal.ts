@@ -6,6 +6,7 @@
  *   npm run bench:journal                 # full run (builds a 1,000,000-event journal)
  *   npm run bench:journal -- --quick      # smaller figures, for a first look
  *   npm run bench:journal -- --json       # one JSON object with stable keys
+ *   npm run bench:journal -- --backend postgres   # the PostgreSQL journal (bench/journal-postgres.ts)
  */
 import {
   closeSync,
@@ -28,8 +29,18 @@ import { MIGRATIONS_DIR } from '../src/journal/sqlite/migrate.ts';
 import { foldJournal, verifyJournal } from '../src/journal/sqlite/verify.ts';
 import { executeOp, openWriter } from '../src/journal/sqlite/writer-exec.ts';
 import { completedRoomEvents, synthEvents } from '../src/journal/synth.ts';
+import { postgresBench } from './journal-postgres.ts';
 
 const args = process.argv.slice(2);
+const backend = args.includes('--backend') ? args[args.indexOf('--backend') + 1] : 'sqlite';
+if (backend !== 'sqlite' && backend !== 'postgres') {
+  process.stderr.write(`--backend must be sqlite or postgres, got "${backend}"\n`);
+  process.exit(2);
+}
+if (backend === 'postgres') {
+  await postgresBench(args);
+  process.exit(0);
+}
 const asJson = args.includes('--json');
 const quick = args.includes('--quick');
 const secondsPerRun = quick ? 1.5 : 4;

@@ -5,6 +5,7 @@
  * file path for SQLite or a postgres:// URL.
  */
 
+import { createDatabase, startPgCluster } from '../journal/postgres/cluster.ts';
 import { isPostgresUrl, redactUrl } from '../journal/postgres/connect.ts';
 import { PgJournal } from '../journal/postgres/journal.ts';
 import type { LeaderRow } from '../journal/postgres/leadership.ts';
@@ -78,4 +79,24 @@ export function openJournal(o: JournalOpenOptions): Promise<ControlJournal> {
 /** A journal opened for reading only (it is never modified): the query commands' view. */
 export function openJournalReader(path: string): JournalReader {
   return isPostgresUrl(path) ? new PgReader(path) : new SqliteReader(path);
+}
+
+/**
+ * A PostgreSQL journal database for a drill: a new database on the server `adminUrl` names, or,
+ * without one, on a throwaway cluster (initdb in a temp directory) that `dispose` removes.
+ */
+export async function drillPostgres(
+  adminUrl: string | undefined,
+  name: string,
+): Promise<{ url: string; dispose(): void; throwaway: boolean }> {
+  if (adminUrl !== undefined) {
+    return { url: await createDatabase(adminUrl, name), dispose() {}, throwaway: false };
+  }
+  const cluster = await startPgCluster();
+  try {
+    return { url: await createDatabase(cluster.url, name), dispose: cluster.stop, throwaway: true };
+  } catch (err) {
+    cluster.stop();
+    throw err;
+  }
 }

@@ -52,7 +52,7 @@ async function hellosOnConnect(curve: boolean): Promise<number> {
   closers.push(() => server.close());
   const client = new BusClient(
     {
-      endpoint: server.endpoint,
+      endpoints: [server.endpoint],
       engine: 'decode-0',
       incarnation: 'i1',
       curve: curve ? { ...clientKeys, serverKey: serverKeys.publicKey } : undefined,

@@ -22,7 +22,14 @@ import {
 } from './protocol.ts';
 
 export interface BusClientOptions {
-  endpoint: string;
+  /**
+   * The control plane's bus endpoint, or those of every control plane sharing a journal (one
+   * leads; the others have no bus until they do). With more than one, a connection that brings no
+   * welcome within `failoverMs` is given up for the next endpoint, round and round.
+   */
+  endpoints: string[];
+  /** With several endpoints: how long one may go without a welcome. Default 1000 ms. */
+  failoverMs?: number;
   engine: string;
   incarnation: string;
   curve?: CurveClientKeys;
@@ -84,6 +91,10 @@ export class BusClient {
   private nextN = 1;
   connects = 0;
   disconnects = 0;
+  /** Which of `endpoints` this connection goes to, and times the client moved on to the next. */
+  private at = 0;
+  failovers = 0;
+  private failoverTimer: NodeJS.Timeout | null = null;
 
   constructor(
     private readonly options: BusClientOptions,
@@ -102,7 +113,8 @@ export class BusClient {
     const socket = new zmq.Dealer({
       routingId: `${options.engine}/${options.incarnation}${gen}`.slice(0, 255),
       heartbeatInterval: 1000,
-      heartbeatTimeout: 5000,
+      // With a standby to go to, a silent (frozen) leader is given up sooner.
+      heartbeatTimeout: options.endpoints.length > 1 ? 2000 : 5000,
       reconnectInterval: 100,
       reconnectMaxInterval: 1000,
       linger: 0,
@@ -138,11 +150,40 @@ export class BusClient {
     }
   }
 
+  /** The endpoint this connection goes to. */
+  get endpoint(): string {
+    return this.options.endpoints[this.at] as string;
+  }
+
   start(): void {
+    if (this.options.endpoints.length === 0) throw new Error('BusClient needs an endpoint');
     void this.watch(this.socket);
-    this.socket.connect(this.options.endpoint);
+    this.socket.connect(this.endpoint);
     this.loop.start();
     this.helloOnceConnected();
+    this.armFailover();
+  }
+
+  /**
+   * With several endpoints: unless a welcome comes within failoverMs, move on to the next one.
+   * Armed at start and on every disconnect; a welcome disarms it.
+   */
+  private armFailover(): void {
+    if (this.options.endpoints.length < 2 || this.closed) return;
+    if (this.failoverTimer) clearTimeout(this.failoverTimer);
+    this.failoverTimer = setTimeout(() => {
+      this.failoverTimer = null;
+      if (this.welcomed || this.closed) return;
+      const from = this.endpoint;
+      this.at = (this.at + 1) % this.options.endpoints.length;
+      this.failovers++;
+      this.options.log.warn(
+        { from, to: this.endpoint },
+        'bus: no control plane answered; trying the next endpoint',
+      );
+      void this.reconnectTo('failover');
+    }, this.options.failoverMs ?? 1000);
+    this.failoverTimer.unref();
   }
 
   /**
@@ -170,11 +211,17 @@ export class BusClient {
   async reset(reason: string): Promise<void> {
     if (this.closed) return;
     this.resets++;
-    this.generation++;
     this.options.log.warn(
-      { reason, generation: this.generation },
+      { reason, generation: this.generation + 1 },
       'bus: resetting the connection in place',
     );
+    await this.reconnectTo(reason);
+  }
+
+  /** A new socket, receive loop and hello, to `this.endpoint`; the old ones are dropped. */
+  private async reconnectTo(_why: string): Promise<void> {
+    if (this.closed) return;
+    this.generation++;
     const old = { socket: this.socket, loop: this.loop };
     this.welcomed = false;
     this.socket = this.openSocket();
@@ -187,9 +234,10 @@ export class BusClient {
     const stopped = old.loop.stop();
     old.socket.close();
     void this.watch(this.socket);
-    this.socket.connect(this.options.endpoint);
+    this.socket.connect(this.endpoint);
     this.loop.start();
     this.helloOnceConnected();
+    this.armFailover();
     await stopped;
   }
 
@@ -209,7 +257,7 @@ export class BusClient {
       this.handlers.refused?.({
         eventId: null,
         code: 'BUS_UNAUTHORIZED',
-        message: `the control plane at ${this.options.endpoint} refused the CURVE handshake: it does not allow this engine’s key (give it --engine-key ID=PUBLIC, or use the key pair it issued)`,
+        message: `the control plane at ${this.endpoint} refused the CURVE handshake: it does not allow this engine’s key (give it --engine-key ID=PUBLIC, or use the key pair it issued)`,
         retryable: false,
       });
       return;
@@ -238,10 +286,8 @@ export class BusClient {
   private onDisconnected(): void {
     this.disconnects++;
     this.welcomed = false;
-    this.options.log.warn(
-      { endpoint: this.options.endpoint },
-      'bus: lost the control plane; reconnecting',
-    );
+    this.options.log.warn({ endpoint: this.endpoint }, 'bus: lost the control plane; reconnecting');
+    this.armFailover();
   }
 
   /** Sends hello now and again every helloRetryMs until a welcome arrives. */
@@ -287,6 +333,8 @@ export class BusClient {
       case 'welcome': {
         const w = payload as ControlMessage<'welcome'>;
         this.welcomed = true;
+        if (this.failoverTimer) clearTimeout(this.failoverTimer);
+        this.failoverTimer = null;
         this.session = w.session;
         this.nextN = 1;
         if (this.helloTimer) clearTimeout(this.helloTimer);

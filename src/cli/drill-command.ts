@@ -22,6 +22,7 @@ interface DrillFlags {
   report?: string;
   baseline: boolean;
   journalEvents: number;
+  postgres?: string;
   strictTargets?: boolean;
   url?: string;
   model?: string;
@@ -83,6 +84,10 @@ export function registerDrillCommand(program: Command): void {
       },
       0,
     )
+    .option(
+      '--postgres <url>',
+      'control-plane-failover: create its journal database on this PostgreSQL server (the user needs CREATEDB); default: a throwaway cluster started with initdb',
+    )
     .addOption(
       new Option('--log-level <level>', 'log level').choices([...LOG_LEVELS]).default('warn'),
     )
@@ -92,7 +97,8 @@ export function registerDrillCommand(program: Command): void {
         'Against a running stack (--url): the drill sees it only through its HTTP API, as an operator does.\n' +
         'Drills that inject faults need `pdctl serve --allow-fault-injection`; drills that signal engines\n' +
         '(kill-*, bus-loop-death) and `journal verify` need the stack on this host, run as the same user;\n' +
-        'kill-control-plane and journal-unwritable need a stack the drill starts, and are skipped. Admin\n' +
+        'kill-control-plane, control-plane-failover and journal-unwritable need a stack the drill starts, and\n' +
+        'are skipped. Admin\n' +
         'routes take PDCTL_ADMIN_TOKEN when the server has one. There is no full-restart baseline.\n' +
         '  npx pdctl serve --allow-fault-injection &\n' +
         '  npx pdctl drill all --url http://127.0.0.1:8080',
@@ -144,6 +150,8 @@ async function drillLocal(chosen: readonly DrillScenario[], o: DrillFlags): Prom
       version: VERSION,
       baseline: o.baseline,
       journalEvents: o.journalEvents,
+      postgresUrl: o.postgres,
+      skipUnavailable: chosen.length > 1,
       model: o.model === undefined ? null : { path: resolve(o.model), sequences: o.sequences },
       strictTargets: o.strictTargets === true,
       progress: note,

@@ -30,7 +30,10 @@ export function registerEngineCommand(program: Command): void {
         .makeOptionMandatory(),
     )
     .requiredOption('--id <id>', 'engine id, unique in the fleet (e.g. decode-3)')
-    .requiredOption('--control <endpoint>', 'control plane bus endpoint, e.g. tcp://10.0.0.5:5557');
+    .requiredOption(
+      '--control <endpoints>',
+      'control plane bus endpoint, e.g. tcp://10.0.0.5:5557; or, comma-separated, those of every control plane sharing a PostgreSQL journal (the engine follows the leader)',
+    );
   engineShapeOptions(command)
     .option(
       '--transfer-threads <n>',

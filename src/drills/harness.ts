@@ -101,6 +101,13 @@ export interface DrillRunOptions {
   strictTargets?: boolean;
   /** Progress lines for long steps (to stderr from the CLI). */
   progress?: (line: string) => void;
+  /**
+   * control-plane-failover: the PostgreSQL server to create the drill's journal database on (a
+   * URL whose user may CREATE DATABASE). Default: a throwaway cluster started with initdb.
+   */
+  postgresUrl?: string;
+  /** A drill that cannot run here (no PostgreSQL) is skipped instead of failed (`drill all`). */
+  skipUnavailable?: boolean;
   /** kill-control-plane: fill the journal with about this many events first. */
   journalEvents?: number;
   /** Serve this llama.cpp model (a GGUF file) instead of the built-in one. */

@@ -1,5 +1,6 @@
 /** Every drill `pdctl drill` knows, by name. */
 import { abortCascade } from './abort-cascade.ts';
+import { controlPlaneFailover } from './control-plane-failover.ts';
 import type { DrillScenario } from './harness.ts';
 import { hostilePeer } from './hostile-peer.ts';
 import { killControlPlane } from './kill-control-plane.ts';
@@ -20,6 +21,7 @@ export const DRILLS: readonly DrillScenario[] = [
   killPrefill,
   killDecode,
   killControlPlane,
+  controlPlaneFailover,
   busLoopDeath,
   transferStall,
   computeHang,

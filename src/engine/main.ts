@@ -53,7 +53,7 @@ export function startEngine(
   let core: EngineCore;
   const bus: BusClient = new BusClient(
     {
-      endpoint: opts.control,
+      endpoints: opts.control.split(','),
       engine: opts.id,
       incarnation,
       curve: keys.curve ? keys : undefined,

@@ -14,7 +14,10 @@ export type EngineRole = 'prefill' | 'decode';
 export interface EngineOptions extends ModelOptions {
   id: string;
   role: EngineRole;
-  /** The control plane's bus endpoint, e.g. `tcp://127.0.0.1:5557`. */
+  /**
+   * The control plane's bus endpoint, e.g. `tcp://127.0.0.1:5557`; or, comma-separated, those of
+   * every control plane sharing a PostgreSQL journal: the engine follows whichever leads.
+   */
   control: string;
   /** KV pool size and page size (bytes, a multiple of 64 and of kvBytesPerToken). */
   pages: number;
@@ -153,9 +156,12 @@ export function resolveEngineOptions(input: Record<string, unknown>): Readonly<E
   if (o.role !== 'prefill' && o.role !== 'decode') {
     throw new EngineOptionsError(`role must be prefill or decode, got ${JSON.stringify(o.role)}`);
   }
-  if (typeof o.control !== 'string' || !/^(tcp|ipc):\/\/.+/.test(o.control)) {
+  if (
+    typeof o.control !== 'string' ||
+    !o.control.split(',').every((e) => /^(tcp|ipc):\/\/[^,\s]+$/.test(e))
+  ) {
     throw new EngineOptionsError(
-      `control must be a tcp:// or ipc:// endpoint, got ${JSON.stringify(o.control)}`,
+      `control must be a tcp:// or ipc:// endpoint, or several separated by commas, got ${JSON.stringify(o.control)}`,
     );
   }
   const pageBytes = int('pageBytes', o.pageBytes, 64, 64 << 20);

@@ -139,6 +139,20 @@ export interface JournalStats {
   eventsByType: Record<string, number>;
   consumers: Array<{ name: string; seq: number; updatedAt: number }>;
   fileBytes: number;
+  /**
+   * PostgreSQL: every leadership term, oldest first — who led, from when, how it came to (see
+   * docs/journal.md, "One leader, fenced"), and how many events it wrote. Absent for SQLite.
+   */
+  leaders?: LeaderTerm[];
+}
+
+export interface LeaderTerm {
+  term: number;
+  holder: string;
+  acquiredAt: number;
+  how: string;
+  previous: string | null;
+  events: number;
 }
 
 export interface VerifyReport {

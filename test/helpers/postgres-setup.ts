@@ -5,7 +5,7 @@
  * end. Without PostgreSQL installed the tests that need it skip, loudly (test/helpers/postgres.ts).
  */
 import type { TestProject } from 'vitest/node';
-import { findPgBin, type PgCluster, startPgCluster } from '../../scripts/pg-cluster.ts';
+import { findPgBin, type PgCluster, startPgCluster } from '../../src/journal/postgres/cluster.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {

@@ -6,6 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, inject } from 'vitest';
+import { createDatabase } from '../../src/journal/postgres/cluster.ts';
 import { requireTool } from './tools.ts';
 
 const adminUrl = inject('pgAdminUrl');
@@ -18,6 +19,11 @@ export function havePostgres(): boolean {
   return requireTool('postgres', adminUrl, inject('pgMissing') ?? 'apt-get install postgresql');
 }
 
+/** The test server's superuser URL (null without one). */
+export function pgAdminUrl(): string | null {
+  return adminUrl;
+}
+
 const created: string[] = [];
 let cleanupRegistered = false;
 
@@ -25,13 +31,7 @@ let cleanupRegistered = false;
 export async function freshDatabase(): Promise<string> {
   if (adminUrl === null) throw new Error('no PostgreSQL server for tests');
   const name = `pdctl_t_${randomBytes(6).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: adminUrl });
-  await admin.connect();
-  try {
-    await admin.query(`CREATE DATABASE ${name}`);
-  } finally {
-    await admin.end();
-  }
+  const url = await createDatabase(adminUrl, name);
   created.push(name);
   if (!cleanupRegistered) {
     cleanupRegistered = true;
@@ -47,7 +47,5 @@ export async function freshDatabase(): Promise<string> {
       }
     });
   }
-  const url = new URL(adminUrl);
-  url.pathname = `/${name}`;
-  return url.toString();
+  return url;
 }

@@ -69,6 +69,18 @@ export async function statsCommand(opts: StatsOptions): Promise<number> {
         ]),
       );
     }
+    if (s.leaders?.length) {
+      print('\nleaders (PostgreSQL)');
+      print(
+        renderTable(s.leaders, [
+          { header: 'TERM', value: (l) => l.term, align: 'right' },
+          { header: 'SINCE', value: (l) => formatTs(l.acquiredAt) },
+          { header: 'HOW', value: (l) => l.how },
+          { header: 'EVENTS', value: (l) => l.events, align: 'right' },
+          { header: 'HOLDER', value: (l) => l.holder },
+        ]),
+      );
+    }
     if (minutes && window) {
       print(`\nper minute, ${formatTs(window.since)} .. ${formatTs(window.until)}`);
       if (!minutes.length) print('no room transitions in this window');

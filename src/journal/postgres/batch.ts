@@ -1,8 +1,11 @@
 /**
  * One group-commit batch on PostgreSQL. The leader is the only writer, so the batch is planned in
- * memory — reduce, seqs, rejection records, duplicates — and written in one transaction with
- * three statements: the stored ids the batch reuses (retries), the rooms it needs that the cache
- * lacks, then the events (fenced by term) and the changed rooms. Nothing leaves before COMMIT.
+ * memory — reduce, seqs, rejection records — and written with one statement: the events (fenced
+ * by term), the rooms it creates and the rooms it changes, atomically, in one round trip. That
+ * plan assumes no event id was used before and every room the cache lacks is new; when either is
+ * wrong (a retried append, a room from before this leader) the statement fails whole and the batch
+ * is planned again knowing the stored ids and rooms, in one transaction of a few statements.
+ * Nothing is acknowledged before COMMIT.
  */
 import type pg from 'pg';
 import { idConflict, type Outcome, rejectionData, type StoredId } from '../commit-queue.ts';
@@ -31,16 +34,41 @@ const ROOM_INT_COLUMNS = new Set([
   'event_count',
 ]);
 
-const UPSERT_ROOMS = `INSERT INTO rooms (${ROOM_COLUMNS.join(', ')})
-  SELECT * FROM unnest(${ROOM_COLUMNS.map((c, i) => `$${i + 1}::${ROOM_INT_COLUMNS.has(c) ? 'bigint' : 'text'}[]`).join(', ')})
-  ON CONFLICT (room) DO UPDATE SET ${ROOM_COLUMNS.filter((c) => c !== 'room')
-    .map((c) => `${c} = excluded.${c}`)
-    .join(', ')}`;
+/** `unnest($from::…[], …)` over the columns of `rooms`, parameters numbered from `from`. */
+const roomArrays = (from: number) =>
+  `unnest(${ROOM_COLUMNS.map((c, i) => `$${from + i}::${ROOM_INT_COLUMNS.has(c) ? 'bigint' : 'text'}[]`).join(', ')})`;
+const ROOM_UPDATES = `ON CONFLICT (room) DO UPDATE SET ${ROOM_COLUMNS.filter((c) => c !== 'room')
+  .map((c) => `${c} = excluded.${c}`)
+  .join(', ')}`;
+const R = ROOM_COLUMNS.length;
 
-const INSERT_EVENTS = `INSERT INTO events (seq, ts, type, room, engine, source, event_id, data, term)
-  SELECT u.*, $9::bigint FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[],
-    $6::text[], $7::text[], $8::text[]) AS u
-  WHERE ${fenced('$9::bigint')}`;
+const UPSERT_ROOMS = `INSERT INTO rooms (${ROOM_COLUMNS.join(', ')}) SELECT * FROM ${roomArrays(1)} ${ROOM_UPDATES}`;
+
+const EVENT_ROWS = `SELECT u.*, $9::bigint FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[],
+    $5::text[], $6::text[], $7::text[], $8::text[]) AS u WHERE ${fenced('$9::bigint')}`;
+const INSERT_EVENTS = `INSERT INTO events (seq, ts, type, room, engine, source, event_id, data, term) ${EVENT_ROWS}`;
+
+/**
+ * The whole batch in one statement. A reused event id or an existing "new" room is a unique
+ * violation; a superseded term inserts fewer events than planned, which the final division turns
+ * into an error: either way nothing of the statement stays.
+ */
+const APPEND_AT_ONCE = {
+  name: 'pdctl_append_at_once',
+  text: `WITH ev AS (
+      INSERT INTO events (seq, ts, type, room, engine, source, event_id, data, term) ${EVENT_ROWS}
+      RETURNING 1
+    ), created AS (
+      INSERT INTO rooms (${ROOM_COLUMNS.join(', ')}) SELECT * FROM ${roomArrays(10)} RETURNING 1
+    ), changed AS (
+      INSERT INTO rooms (${ROOM_COLUMNS.join(', ')}) SELECT * FROM ${roomArrays(10 + R)} ${ROOM_UPDATES}
+      RETURNING 1
+    )
+    SELECT 1 / (CASE WHEN (SELECT count(*) FROM ev) = $${10 + 2 * R}::bigint THEN 1 ELSE 0 END)
+      + 0 * ((SELECT count(*) FROM created) + (SELECT count(*) FROM changed)) AS ok`,
+};
+/** unique_violation, division_by_zero: the plan's assumptions did not hold; plan again. */
+const REPLAN = new Set(['23505', '22012']);
 
 const FIND_IDS = `SELECT seq, type, room, source,
     CASE WHEN type = 'room.event_rejected' THEN data::json ->> 'eventType' ELSE type END AS event_type,
@@ -68,6 +96,58 @@ export class PgBatchWriter {
   }
 
   async append(c: pg.ClientBase, batch: PendingEvent[]): Promise<Outcome[]> {
+    return (await this.appendAtOnce(c, batch)) ?? this.appendKnowing(c, batch);
+  }
+
+  /** The one-statement path; null when its assumptions did not hold (nothing was written). */
+  private async appendAtOnce(c: pg.ClientBase, batch: PendingEvent[]): Promise<Outcome[] | null> {
+    // Rooms the cache lacks that the batch does not create: read them first (after a takeover).
+    const unknown = new Set<string>();
+    const creates = new Set<string>();
+    for (const ev of batch) {
+      if (ev.room === null || !ev.type.startsWith('room.') || this.cache.get(ev.room)) continue;
+      if (ev.type === 'room.created' && !unknown.has(ev.room)) creates.add(ev.room);
+      else if (!creates.has(ev.room)) unknown.add(ev.room);
+    }
+    const loaded = await this.loadRooms(c, unknown);
+    const plan = this.plan(batch, new Map(), (room) => this.cache.get(room) ?? loaded.get(room));
+    const fresh: Room[] = [];
+    const known: Room[] = [];
+    for (const room of plan.rooms.values()) {
+      (this.cache.get(room.room) || loaded.has(room.room) ? known : fresh).push(room);
+    }
+    try {
+      await c.query({
+        ...APPEND_AT_ONCE,
+        values: [
+          ...eventColumns(plan.events),
+          this.term,
+          ...roomColumns(fresh),
+          ...roomColumns(known),
+          plan.events.length,
+        ],
+      });
+    } catch (err) {
+      if (REPLAN.has((err as { code?: string }).code ?? '')) return null;
+      throw err;
+    }
+    this.headSeq = plan.lastSeq;
+    for (const room of plan.rooms.values()) this.cache.set(room.room, room);
+    return plan.outcomes;
+  }
+
+  private async loadRooms(c: pg.ClientBase, names: Set<string>): Promise<Map<string, Room>> {
+    const loaded = new Map<string, Room>();
+    if (names.size === 0) return loaded;
+    const rows = await c.query<RoomRow>('SELECT * FROM rooms WHERE room = ANY($1::text[])', [
+      [...names],
+    ]);
+    for (const row of rows.rows) loaded.set(row.room as string, rowToRoom(row));
+    return loaded;
+  }
+
+  /** Planned knowing the stored ids and rooms, in one transaction: retries, rooms from before. */
+  private async appendKnowing(c: pg.ClientBase, batch: PendingEvent[]): Promise<Outcome[]> {
     await c.query('BEGIN');
     try {
       const stored = new Map<string, StoredId>();
@@ -88,33 +168,16 @@ export class PgBatchWriter {
           eventType: r.event_type,
         });
       }
-      const loaded = new Map<string, Room>();
       const missing = new Set<string>();
       for (const ev of batch) {
         if (ev.room !== null && ev.type.startsWith('room.') && !this.cache.get(ev.room)) {
           missing.add(ev.room);
         }
       }
-      if (missing.size > 0) {
-        const rows = await c.query<RoomRow>('SELECT * FROM rooms WHERE room = ANY($1::text[])', [
-          [...missing],
-        ]);
-        for (const row of rows.rows) loaded.set(row.room as string, rowToRoom(row));
-      }
+      const loaded = await this.loadRooms(c, missing);
       const plan = this.plan(batch, stored, (room) => this.cache.get(room) ?? loaded.get(room));
       if (plan.events.length > 0) {
-        const cols: unknown[][] = [[], [], [], [], [], [], [], []];
-        for (const e of plan.events) {
-          cols[0]?.push(e.seq);
-          cols[1]?.push(e.ts);
-          cols[2]?.push(e.type);
-          cols[3]?.push(e.room);
-          cols[4]?.push(e.engine);
-          cols[5]?.push(e.source);
-          cols[6]?.push(e.eventId);
-          cols[7]?.push(JSON.stringify(e.data));
-        }
-        const r = await c.query(INSERT_EVENTS, [...cols, this.term]);
+        const r = await c.query(INSERT_EVENTS, [...eventColumns(plan.events), this.term]);
         if (r.rowCount !== plan.events.length) {
           throw new JournalError(
             'JOURNAL_FENCED',
@@ -123,13 +186,7 @@ export class PgBatchWriter {
         }
       }
       if (plan.rooms.size > 0) {
-        const cols: unknown[][] = ROOM_COLUMNS.map(() => []);
-        for (const room of plan.rooms.values()) {
-          roomToParams(room).forEach((v, i) => {
-            cols[i]?.push(v);
-          });
-        }
-        await c.query(UPSERT_ROOMS, cols);
+        await c.query(UPSERT_ROOMS, roomColumns([...plan.rooms.values()]));
       }
       await c.query('COMMIT');
       this.headSeq = plan.lastSeq;
@@ -262,4 +319,31 @@ export class PgBatchWriter {
       );
     }
   }
+}
+
+/** The events as eight column arrays (seq … data), as the unnest of INSERT_EVENTS takes them. */
+function eventColumns(events: Array<PendingEvent & { seq: number }>): unknown[][] {
+  const cols: unknown[][] = [[], [], [], [], [], [], [], []];
+  for (const e of events) {
+    cols[0]?.push(e.seq);
+    cols[1]?.push(e.ts);
+    cols[2]?.push(e.type);
+    cols[3]?.push(e.room);
+    cols[4]?.push(e.engine);
+    cols[5]?.push(e.source);
+    cols[6]?.push(e.eventId);
+    cols[7]?.push(JSON.stringify(e.data));
+  }
+  return cols;
+}
+
+/** Rooms as one array per column of `rooms`, in ROOM_COLUMNS order. */
+function roomColumns(rooms: Room[]): unknown[][] {
+  const cols: unknown[][] = ROOM_COLUMNS.map(() => []);
+  for (const room of rooms) {
+    roomToParams(room).forEach((v, i) => {
+      cols[i]?.push(v);
+    });
+  }
+  return cols;
 }

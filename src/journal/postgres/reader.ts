@@ -188,6 +188,27 @@ export class PgReader implements JournalReader {
           'SELECT name, seq, updated_at FROM consumers ORDER BY name',
         )
       ).map((r) => ({ name: r.name, seq: r.seq, updatedAt: r.updated_at }));
+      const leaders = (
+        await one<{
+          term: number;
+          holder: string;
+          acquired_at: number;
+          how: string;
+          previous: string | null;
+          events: number;
+        }>(
+          `SELECT t.term, t.holder, t.acquired_at, t.how, t.previous,
+             (SELECT count(*) FROM events e WHERE e.term = t.term) AS events
+           FROM leader_terms t ORDER BY t.term`,
+        )
+      ).map((r) => ({
+        term: r.term,
+        holder: r.holder,
+        acquiredAt: r.acquired_at,
+        how: r.how,
+        previous: r.previous,
+        events: r.events,
+      }));
       const [size] = await one<{ bytes: number }>(
         `SELECT (pg_total_relation_size('events') + pg_total_relation_size('rooms')
                  + pg_total_relation_size('consumers'))::bigint AS bytes`,
@@ -208,6 +229,7 @@ export class PgReader implements JournalReader {
         eventsByType,
         consumers,
         fileBytes: size?.bytes ?? 0,
+        leaders,
       };
     });
   }

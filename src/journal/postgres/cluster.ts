@@ -1,6 +1,7 @@
 /**
  * A throwaway PostgreSQL cluster in a temp directory, listening on a loopback port: what the
- * tests and `npm run bench:journal -- --backend postgres` use when no server is named. It needs
+ * tests, the `control-plane-failover` drill and `npm run bench:journal -- --backend postgres` use
+ * when no server is named. It needs
  * the server binaries (Debian: `apt-get install postgresql`, which puts them in
  * /usr/lib/postgresql/<version>/bin). initdb refuses to run as root, so as root the cluster
  * belongs to the `postgres` user that package creates.
@@ -10,6 +11,7 @@ import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import pg from 'pg';
 
 export interface PgCluster {
   /** Superuser URL of the `postgres` database, e.g. postgres://postgres@127.0.0.1:5433/postgres */
@@ -101,4 +103,22 @@ export async function startPgCluster(opts: { fast?: boolean } = {}): Promise<PgC
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * Creates a database on the server `adminUrl` points at (the user needs CREATEDB) and returns
+ * its URL.
+ */
+export async function createDatabase(adminUrl: string, name: string): Promise<string> {
+  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(name)) throw new Error(`bad database name ${name}`);
+  const c = new pg.Client({ connectionString: adminUrl });
+  await c.connect();
+  try {
+    await c.query(`CREATE DATABASE ${name}`);
+  } finally {
+    await c.end();
+  }
+  const url = new URL(adminUrl);
+  url.pathname = `/${name}`;
+  return url.toString();
 }
