@@ -173,6 +173,11 @@ export class ApiMetrics {
       help: '1 when the last commit succeeded',
       registers: [r],
     });
+    const term = new client.Gauge({
+      name: 'pdctl_journal_term',
+      help: 'PostgreSQL journal: the leadership term this control plane writes under (a failover takes a higher one); 0 on SQLite',
+      registers: [r],
+    });
     totalCounter(
       r,
       'pdctl_bus_dropped_frames_total',
@@ -270,6 +275,7 @@ export class ApiMetrics {
       const h = control.journalHealth();
       batch.set(h.lastBatchSize);
       writable.set(h.writable ? 1 : 0);
+      term.set(h.term ?? 0);
     };
     this.collect = collect;
     control.onRoomEvent((before, after, ev) => this.onRoomEvent(before, after, ev));

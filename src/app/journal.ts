@@ -27,6 +27,8 @@ export interface StandbyOptions {
   signal?: AbortSignal;
   /** Called once when another control plane leads and this one starts to wait. */
   onWaiting?: (leader: LeaderRow) => void;
+  /** The database could not be reached while waiting; the wait goes on once it can. */
+  onUnreachable?: (err: Error) => void;
 }
 
 export interface JournalOpenOptions {

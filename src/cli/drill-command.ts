@@ -98,8 +98,8 @@ export function registerDrillCommand(program: Command): void {
         'Drills that inject faults need `pdctl serve --allow-fault-injection`; drills that signal engines\n' +
         '(kill-*, bus-loop-death) and `journal verify` need the stack on this host, run as the same user;\n' +
         'kill-control-plane, control-plane-failover and journal-unwritable need a stack the drill starts, and\n' +
-        'are skipped. Admin\n' +
-        'routes take PDCTL_ADMIN_TOKEN when the server has one. There is no full-restart baseline.\n' +
+        'are skipped. Admin routes take PDCTL_ADMIN_TOKEN when the server has one. There is no full-restart\n' +
+        'baseline.\n' +
         '  npx pdctl serve --allow-fault-injection &\n' +
         '  npx pdctl drill all --url http://127.0.0.1:8080',
     )

@@ -216,6 +216,12 @@ export function registerServeCommand(program: Command): void {
                             'standing by for the journal',
                           );
                         },
+                        onUnreachable: (err) => {
+                          note(
+                            `pdctl serve: standing by: ${err.message}; waiting for the database, then standing by again`,
+                          );
+                          log.warn({ err: err.message }, 'standby lost the journal database');
+                        },
                       },
                     }
                   : {}),

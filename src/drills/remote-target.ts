@@ -10,7 +10,7 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { networkInterfaces } from 'node:os';
-import { openJournalReader } from '../app/journal.ts';
+import { isPostgresJournal, openJournalReader, redactJournalUrl } from '../app/journal.ts';
 import type { CommandName } from '../bus/protocol.ts';
 import { EVENT_TYPES, type EventType, type JournalEvent } from '../journal/events.ts';
 import { type Room, reduce } from '../journal/reducer.ts';
@@ -249,9 +249,19 @@ export class RemoteTarget implements DrillTarget {
 
   async verify(): Promise<VerifyReport | string> {
     const path = this.journalPath;
-    if (!this.sameHost) return `the journal ${path} is on another host`;
-    if (!existsSync(path)) return `the journal ${path} is not readable from here`;
-    const reader = openJournalReader(path);
+    let at = path;
+    if (isPostgresJournal(path)) {
+      // /v1/stats names it without its password; PDCTL_JOURNAL may hold the whole URL.
+      const full = process.env.PDCTL_JOURNAL;
+      if (!full || redactJournalUrl(full) !== path) {
+        return `the journal is in PostgreSQL (${path}): set PDCTL_JOURNAL to its URL, password included, to verify it from here`;
+      }
+      at = full;
+    } else {
+      if (!this.sameHost) return `the journal ${path} is on another host`;
+      if (!existsSync(path)) return `the journal ${path} is not readable from here`;
+    }
+    const reader = openJournalReader(at);
     try {
       return await reader.verify();
     } finally {

@@ -263,7 +263,7 @@ export class CommitQueue {
     for (const w of this.idleWaiters.splice(0)) w();
   }
 
-  health(): Omit<JournalHealth, 'state' | 'writerRestarts'> {
+  health(): Omit<JournalHealth, 'state' | 'writerRestarts' | 'term'> {
     return {
       writable: this.writable,
       lastError: this.lastError,

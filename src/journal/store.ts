@@ -188,8 +188,10 @@ export interface JournalHealth {
   /** Transactions committed by this process, and events in the last one (group-commit size). */
   commits: number;
   lastBatchSize: number;
-  /** Times the writer thread died and was restarted. */
+  /** Times the writer thread died and was restarted (PostgreSQL: the writing session reopened). */
   writerRestarts: number;
+  /** PostgreSQL: the leadership term this process writes under; null for SQLite (no terms). */
+  term: number | null;
 }
 
 export interface Subscription {

@@ -67,6 +67,9 @@ export function clientConfig(o: SessionOptions): pg.ClientConfig {
 
 export async function connectClient(o: SessionOptions): Promise<pg.Client> {
   const client = new pg.Client(clientConfig(o));
+  // A connection that dies while idle emits 'error'; unheard, that would end the process. The
+  // next query on it fails, and whoever issued it decides (reconnect, fail the append).
+  client.on('error', () => {});
   try {
     await client.connect();
   } catch (err) {

@@ -145,6 +145,33 @@ describe.runIf(enabled)('PostgreSQL', () => {
       }
     });
 
+    it('keeps standing by when its own session is lost, and takes over later', async () => {
+      const url = await freshDatabase();
+      const a = await open(url, { holder: 'cp-a' });
+      const lost: string[] = [];
+      const standby = open(url, {
+        holder: 'cp-b',
+        waitForLead: { onUnreachable: (e) => lost.push(e.code) },
+      });
+      await new Promise((r) => setTimeout(r, 300));
+      // The standby's session, not the leader's, is cut (a database failover, say).
+      await sql(
+        url,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'pdctl writer' AND datname = current_database() AND pid <> (SELECT backend_pid FROM leadership)",
+      );
+      await waitFor('the standby to notice', () => lost.length > 0, 5000);
+      expect(lost[0]).toBe('JOURNAL_UNREACHABLE');
+      expect((await a.append(created('a-1'))).status).toBe('applied');
+      await a.drain();
+      const b = await standby;
+      try {
+        expect(b.leadership).toMatchObject({ term: 2, how: 'resigned' });
+        expect((await b.append(created('b-1'))).status).toBe('applied');
+      } finally {
+        await b.drain();
+      }
+    });
+
     it('takes over from a frozen leader when its lease runs out; the leader wakes up fenced', async () => {
       const url = await freshDatabase();
       const child = spawnTs('test/helpers/pg-leader-child.ts', [url, 'cp-a', '600']);

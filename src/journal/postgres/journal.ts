@@ -136,16 +136,30 @@ export class PgJournal extends PgReader implements JournalStore {
    */
   static async open(
     options: PgJournalOptions & {
-      waitForLead?: { signal?: AbortSignal; onWaiting?: (current: LeaderRow) => void };
+      waitForLead?: {
+        signal?: AbortSignal;
+        onWaiting?: (current: LeaderRow) => void;
+        /** The database could not be reached while waiting; the wait goes on. */
+        onUnreachable?: (err: JournalError) => void;
+      };
     },
   ): Promise<PgJournal> {
     checkPostgresUrl(options.url);
     const where = redactUrl(options.url);
     const holder = options.holder ?? `${hostname()}:${process.pid}`;
     const leaseMs = options.leaseMs ?? DEFAULT_LEASE_MS;
-    const writer = await connectClient({ url: options.url, applicationName: 'pdctl writer' });
+    const connect = async () => {
+      const c = await connectClient({ url: options.url, applicationName: 'pdctl writer' });
+      try {
+        await setSession(c, options.durability ?? 'power');
+      } catch (err) {
+        await c.end().catch(() => {});
+        throw err;
+      }
+      return c;
+    };
+    let writer = await connect();
     try {
-      await setSession(writer, options.durability ?? 'power');
       await pgMigrate(writer, where);
       let attempt = await tryLead(writer, holder, leaseMs);
       let told = false;
@@ -159,7 +173,16 @@ export class PgJournal extends PgReader implements JournalStore {
         if (wait.signal?.aborted)
           throw new JournalError('JOURNAL_CLOSED', 'stopped waiting to lead');
         await new Promise((r) => setTimeout(r, Math.min(250, leaseMs / 4)));
-        attempt = await tryLead(writer, holder, leaseMs);
+        try {
+          attempt = await tryLead(writer, holder, leaseMs);
+        } catch (err) {
+          // The database went away while this one stood by: wait for it, and stand by again.
+          const e = classifyPgError(err, options.url);
+          if (e.code !== 'JOURNAL_UNREACHABLE') throw e;
+          wait.onUnreachable?.(e);
+          await writer.end().catch(() => {});
+          writer = await reconnectWhileWaiting(connect, wait.signal);
+        }
       }
       const head = await writer.query<{ head: number }>(
         'SELECT coalesce(max(seq), 0) AS head FROM events',
@@ -407,6 +430,7 @@ export class PgJournal extends PgReader implements JournalStore {
         ? { writable: false, lastError: this.fencedError().message }
         : {}),
       writerRestarts: this.reconnects,
+      term: this.leadership.term,
     };
   }
 
@@ -437,6 +461,23 @@ export class PgJournal extends PgReader implements JournalStore {
     this.hub.closeAll();
     void this.writer.end().catch(() => {});
     super.close();
+  }
+}
+
+/** Connects again, backing off up to 1 s, until it works or the wait is stopped. */
+async function reconnectWhileWaiting(
+  connect: () => Promise<pg.Client>,
+  signal: AbortSignal | undefined,
+): Promise<pg.Client> {
+  let delay = 100;
+  for (;;) {
+    if (signal?.aborted) throw new JournalError('JOURNAL_CLOSED', 'stopped waiting to lead');
+    try {
+      return await connect();
+    } catch {
+      await new Promise((r) => setTimeout(r, delay));
+      delay = Math.min(1000, delay * 2);
+    }
   }
 }
 

@@ -232,6 +232,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
       state: state === 'ready' && !this.writer.ready ? 'starting' : state,
       ...this.queue.health(),
       writerRestarts: this.writer.restarts,
+      term: null,
     };
   }
 
