@@ -14,25 +14,9 @@ import { uuidv7 } from '../src/journal/ids.ts';
 import { createDatabase, type PgCluster, startPgCluster } from '../src/journal/postgres/cluster.ts';
 import { PgJournal } from '../src/journal/postgres/journal.ts';
 import { PG_MIGRATIONS_DIR } from '../src/journal/postgres/migrate.ts';
+import type { Durability } from '../src/journal/store.ts';
 import { completedRoomEvents } from '../src/journal/synth.ts';
-
-type Durability = 'process' | 'power';
-
-interface Run {
-  durability: Durability;
-  appenders: number;
-  events: number;
-  appendsPerSec: number;
-  p50Ms: number;
-  p99Ms: number;
-  avgBatch: number;
-}
-
-function percentile(sorted: Float64Array, p: number): number {
-  return sorted.length
-    ? (sorted[Math.min(sorted.length - 1, Math.floor((sorted.length * p) / 100))] as number)
-    : 0;
-}
+import { type AppendRun, appendRun, percentile } from './append-run.ts';
 
 export async function postgresBench(args: string[]): Promise<void> {
   const asJson = args.includes('--json');
@@ -59,11 +43,18 @@ export async function postgresBench(args: string[]): Promise<void> {
     ).rows[0]?.v;
     await server.end();
 
-    const runs: Run[] = [];
+    const runs: AppendRun[] = [];
     for (const durability of ['power', 'process'] as const) {
       for (const appenders of [1, 256]) {
         say(`append: ${durability}, ${appenders} appender(s), ${seconds}s`);
-        runs.push(await appendRun(await fresh(), durability, appenders, seconds));
+        runs.push(
+          await appendRun(
+            await PgJournal.open({ url: await fresh(), durability }),
+            durability,
+            appenders,
+            seconds,
+          ),
+        );
       }
     }
     const bare: Record<string, { lonePerSec: number; loneP50Ms: number; batchedPerSec: number }> =
@@ -103,16 +94,16 @@ export async function postgresBench(args: string[]): Promise<void> {
     const lines = [
       `pdctl journal benchmark — PostgreSQL ${version}${cluster ? ' (throwaway cluster on this machine, fsync on)' : ''}, ${seconds}s per append run`,
       '',
-      '| durability | appenders | appends/s | bare inserts rows/s | bare is | ratio | p50 ms | p99 ms | avg batch |',
-      '|---|---:|---:|---:|---|---:|---:|---:|---:|',
+      '| durability | appenders | appends/s | bare inserts rows/s | bare is | ratio | p50 ms | p99 ms | avg batch | loop delay p99 ms |',
+      '|---|---:|---:|---:|---|---:|---:|---:|---:|---:|',
       ...rows.map(
         (r) =>
-          `| ${r.durability} | ${pad(r.appenders, 3)} | ${pad(r.appendsPerSec, 7)} | ${pad(r.bareRowsPerSec, 7)} | ${r.bareKind} | ${r.ratioToBare.toFixed(2)} | ${r.p50Ms.toFixed(3)} | ${r.p99Ms.toFixed(3)} | ${r.avgBatch} |`,
+          `| ${r.durability} | ${pad(r.appenders, 3)} | ${pad(r.appendsPerSec, 7)} | ${pad(r.bareRowsPerSec, 7)} | ${r.bareKind} | ${r.ratioToBare.toFixed(2)} | ${r.p50Ms.toFixed(3)} | ${r.p99Ms.toFixed(3)} | ${r.avgBatch} | ${r.loopDelayP99Ms.toFixed(2)} |`,
       ),
       '',
       ...(['power', 'process'] as const).map((d) => {
         const b = bare[d] as (typeof bare)[string];
-        const lone = runs.find((r) => r.durability === d && r.appenders === 1) as Run;
+        const lone = runs.find((r) => r.durability === d && r.appenders === 1) as AppendRun;
         return `${d}: a bare one-row INSERT commits in ${b.loneP50Ms.toFixed(3)} ms (p50); a lone append takes ${lone.p50Ms.toFixed(3)} ms (${(lone.p50Ms / b.loneP50Ms).toFixed(2)}×: validation, the group-commit turn, and the room's row written in the same statement)`;
       }),
     ];
@@ -120,44 +111,6 @@ export async function postgresBench(args: string[]): Promise<void> {
   } finally {
     cluster?.stop();
   }
-}
-
-async function appendRun(
-  url: string,
-  durability: Durability,
-  appenders: number,
-  seconds: number,
-): Promise<Run> {
-  const journal = await PgJournal.open({ url, durability });
-  const latencies = new Float64Array(5_000_000);
-  let n = 0;
-  let roomSeq = 0;
-  const started = performance.now();
-  const deadline = started + seconds * 1000;
-  const commitsBefore = journal.health().commits;
-  const appender = async () => {
-    while (performance.now() < deadline) {
-      for (const ev of completedRoomEvents(`r-${(roomSeq++).toString(36)}`)) {
-        const t = performance.now();
-        await journal.append(ev);
-        latencies[n++] = performance.now() - t;
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: appenders }, appender));
-  const elapsed = (performance.now() - started) / 1000;
-  const commits = journal.health().commits - commitsBefore;
-  await journal.drain();
-  const sorted = latencies.subarray(0, n).sort();
-  return {
-    durability,
-    appenders,
-    events: n,
-    appendsPerSec: Math.round(n / elapsed),
-    p50Ms: Number(percentile(sorted, 50).toFixed(3)),
-    p99Ms: Number(percentile(sorted, 99).toFixed(3)),
-    avgBatch: Number((n / Math.max(1, commits)).toFixed(1)),
-  };
 }
 
 /** Bare inserts into the journal's own `events` table (same columns, indexes and settings). */

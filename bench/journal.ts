@@ -20,7 +20,6 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { monitorEventLoopDelay } from 'node:perf_hooks';
 import Database from 'better-sqlite3';
 import { validateEvent } from '../src/journal/events.ts';
 import { uuidv7 } from '../src/journal/ids.ts';
@@ -29,6 +28,7 @@ import { MIGRATIONS_DIR } from '../src/journal/sqlite/migrate.ts';
 import { foldJournal, verifyJournal } from '../src/journal/sqlite/verify.ts';
 import { executeOp, openWriter } from '../src/journal/sqlite/writer-exec.ts';
 import { completedRoomEvents, synthEvents } from '../src/journal/synth.ts';
+import { type AppendRun, appendRun } from './append-run.ts';
 import { postgresBench } from './journal-postgres.ts';
 
 const args = process.argv.slice(2);
@@ -51,64 +51,6 @@ process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
 const log = (s: string) => {
   if (!asJson) process.stderr.write(`${s}\n`);
 };
-
-function percentile(sorted: Float64Array, p: number): number {
-  return sorted.length
-    ? (sorted[Math.min(sorted.length - 1, Math.floor((sorted.length * p) / 100))] as number)
-    : 0;
-}
-
-interface AppendRun {
-  durability: 'process' | 'power';
-  appenders: number;
-  events: number;
-  appendsPerSec: number;
-  p50Ms: number;
-  p99Ms: number;
-  loopDelayP99Ms: number;
-  avgBatch: number;
-}
-
-async function appendRun(durability: 'process' | 'power', appenders: number): Promise<AppendRun> {
-  const journal = await SqliteJournal.open({
-    path: join(dir, `append-${durability}-${appenders}.db`),
-    durability,
-  });
-  const latencies = new Float64Array(5_000_000);
-  let n = 0;
-  let roomSeq = 0;
-  const loop = monitorEventLoopDelay({ resolution: 1 });
-  const started = performance.now();
-  const deadline = started + secondsPerRun * 1000;
-  loop.enable();
-  const appender = async () => {
-    while (performance.now() < deadline) {
-      const room = `r-${(roomSeq++).toString(36)}`;
-      const events = completedRoomEvents(room);
-      for (const ev of events) {
-        const t = performance.now();
-        await journal.append(ev);
-        latencies[n++] = performance.now() - t;
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: appenders }, appender));
-  const elapsed = (performance.now() - started) / 1000;
-  loop.disable();
-  const commits = journal.health().commits;
-  await journal.drain();
-  const sorted = latencies.subarray(0, n).sort();
-  return {
-    durability,
-    appenders,
-    events: n,
-    appendsPerSec: Math.round(n / elapsed),
-    p50Ms: Number(percentile(sorted, 50).toFixed(3)),
-    p99Ms: Number(percentile(sorted, 99).toFixed(3)),
-    loopDelayP99Ms: Number((loop.percentile(99) / 1e6).toFixed(2)),
-    avgBatch: Number((n / commits).toFixed(1)),
-  };
-}
 
 /**
  * The machine's limit for the same number of rows: a bare loop inserting into the `events` table of
@@ -275,7 +217,11 @@ const runs: AppendRun[] = [];
 for (const durability of ['process', 'power'] as const) {
   for (const appenders of [1, 16, 256]) {
     log(`append: durability=${durability} appenders=${appenders} (${secondsPerRun}s)`);
-    runs.push(await appendRun(durability, appenders));
+    const journal = await SqliteJournal.open({
+      path: join(dir, `append-${durability}-${appenders}.db`),
+      durability,
+    });
+    runs.push(await appendRun(journal, durability, appenders, secondsPerRun));
   }
 }
 const bare: Record<string, number> = {};

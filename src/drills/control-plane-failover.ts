@@ -10,7 +10,6 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { drillPostgres, openJournalReader, redactJournalUrl } from '../app/journal.ts';
 import { Admission } from '../bus/admission.ts';
@@ -18,7 +17,7 @@ import { isTerminal } from '../journal/states.ts';
 import { selfCommand } from '../recovery/self.ts';
 import { EngineSupervisor } from '../recovery/supervisor.ts';
 import type { DrillRunOptions, DrillScenario } from './harness.ts';
-import { drillEngineArgs, drillServeArgs, noLeakedPages } from './harness.ts';
+import { drillEngineArgs, drillServeArgs, freePort, noLeakedPages } from './harness.ts';
 import { Load, type RequestRecord } from './load.ts';
 import { sleep, until } from './poll.ts';
 import { RemoteTarget } from './remote-target.ts';
@@ -32,17 +31,6 @@ const LEASE_MS = 1000;
  * silence only when the bus heartbeat times out (2 s with several endpoints).
  */
 const FROZEN_READY_TARGET_MS = READY_TARGET_MS + LEASE_MS;
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const port = (srv.address() as { port: number }).port;
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 interface ControlPlaneProcess {
   name: 'a' | 'b';

@@ -8,14 +8,13 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { openJournalReader } from '../app/journal.ts';
 import { Admission } from '../bus/admission.ts';
 import { selfCommand } from '../recovery/self.ts';
 import { EngineSupervisor } from '../recovery/supervisor.ts';
 import type { DrillRunOptions, DrillScenario } from './harness.ts';
-import { drillEngineArgs, drillServeArgs, noLeakedPages } from './harness.ts';
+import { drillEngineArgs, drillServeArgs, freePort, noLeakedPages } from './harness.ts';
 import { Load, type RequestRecord } from './load.ts';
 import { sleep, until } from './poll.ts';
 import { RemoteTarget } from './remote-target.ts';
@@ -28,17 +27,6 @@ import {
 } from './report.ts';
 
 const READY_TARGET_MS = 2000;
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const port = (srv.address() as { port: number }).port;
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 export const killControlPlane: DrillScenario = {
   name: 'kill-control-plane',

@@ -9,6 +9,7 @@ import { hostname } from 'node:os';
 import type pg from 'pg';
 import type { Logger } from '../../log.ts';
 import { silentLogger } from '../../log.ts';
+import { checkAfterSeq, checkCursor, checkPrune } from '../checks.ts';
 import { CommitQueue } from '../commit-queue.ts';
 import { JournalError } from '../errors.ts';
 import type { EventInput } from '../events.ts';
@@ -194,7 +195,7 @@ export class PgJournal extends PgReader implements JournalStore {
         previous: attempt.previous,
       });
       if (options.announce) {
-        await journal.queue.enqueue(
+        const announced = journal.queue.enqueue(
           {
             type: 'journal.opened',
             source: options.announce.source,
@@ -212,6 +213,10 @@ export class PgJournal extends PgReader implements JournalStore {
           },
           false,
         );
+        await announced.catch((err: unknown) => {
+          journal.close();
+          throw err;
+        });
       }
       return journal;
     } catch (err) {
@@ -351,12 +356,7 @@ export class PgJournal extends PgReader implements JournalStore {
   }
 
   subscribe(afterSeq: number, listener: EventListener): Subscription {
-    if (!Number.isSafeInteger(afterSeq) || afterSeq < 0) {
-      throw new JournalError(
-        'JOURNAL_BAD_QUERY',
-        `afterSeq must be a non-negative integer, got ${afterSeq}`,
-      );
-    }
+    checkAfterSeq(afterSeq);
     return this.hub.subscribe(afterSeq, listener);
   }
 
@@ -369,29 +369,12 @@ export class PgJournal extends PgReader implements JournalStore {
   }
 
   async setCursor(name: string, seq: number): Promise<void> {
-    if (typeof name !== 'string' || name.length === 0 || name.length > 200) {
-      throw new JournalError(
-        'JOURNAL_BAD_QUERY',
-        'cursor name must be a non-empty string of at most 200 characters',
-      );
-    }
-    if (!Number.isSafeInteger(seq) || seq < 0) {
-      throw new JournalError(
-        'JOURNAL_BAD_QUERY',
-        `cursor seq must be a non-negative integer, got ${seq}`,
-      );
-    }
+    checkCursor(name, seq);
     await this.onWriter((c) => this.batches.setCursor(c, name, seq, Date.now()));
   }
 
   async prune(opts: { cutoffTs: number; chunkRooms?: number }): Promise<PruneResult> {
-    const chunkRooms = opts.chunkRooms ?? 500;
-    if (!Number.isSafeInteger(opts.cutoffTs) || opts.cutoffTs < 0) {
-      throw new JournalError('JOURNAL_BAD_QUERY', 'prune cut-off must be unix milliseconds');
-    }
-    if (!Number.isInteger(chunkRooms) || chunkRooms < 1 || chunkRooms > 100_000) {
-      throw new JournalError('JOURNAL_BAD_QUERY', 'chunkRooms must be an integer from 1 to 100000');
-    }
+    const chunkRooms = checkPrune(opts);
     const total = { rooms: 0, events: 0, batches: 0 };
     for (;;) {
       // One chunk per turn on the writing session, so appends interleave with a long prune.

@@ -7,6 +7,7 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Logger } from '../../log.ts';
 import { silentLogger } from '../../log.ts';
+import { checkAfterSeq, checkCursor, checkPrune } from '../checks.ts';
 import { CommitQueue } from '../commit-queue.ts';
 import { JournalError } from '../errors.ts';
 import type { EventInput } from '../events.ts';
@@ -172,12 +173,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
   }
 
   subscribe(afterSeq: number, listener: EventListener): Subscription {
-    if (!Number.isSafeInteger(afterSeq) || afterSeq < 0) {
-      throw new JournalError(
-        'JOURNAL_BAD_QUERY',
-        `afterSeq must be a non-negative integer, got ${afterSeq}`,
-      );
-    }
+    checkAfterSeq(afterSeq);
     return this.hub.subscribe(afterSeq, listener);
   }
 
@@ -191,29 +187,12 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
   }
 
   async setCursor(name: string, seq: number): Promise<void> {
-    if (typeof name !== 'string' || name.length === 0 || name.length > 200) {
-      throw new JournalError(
-        'JOURNAL_BAD_QUERY',
-        'cursor name must be a non-empty string of at most 200 characters',
-      );
-    }
-    if (!Number.isSafeInteger(seq) || seq < 0) {
-      throw new JournalError(
-        'JOURNAL_BAD_QUERY',
-        `cursor seq must be a non-negative integer, got ${seq}`,
-      );
-    }
+    checkCursor(name, seq);
     await this.writer.run({ op: 'cursor', name, seq, ts: Date.now() });
   }
 
   async prune(opts: { cutoffTs: number; chunkRooms?: number }): Promise<PruneResult> {
-    const chunkRooms = opts.chunkRooms ?? 500;
-    if (!Number.isSafeInteger(opts.cutoffTs) || opts.cutoffTs < 0) {
-      throw new JournalError('JOURNAL_BAD_QUERY', 'prune cut-off must be unix milliseconds');
-    }
-    if (!Number.isInteger(chunkRooms) || chunkRooms < 1 || chunkRooms > 100_000) {
-      throw new JournalError('JOURNAL_BAD_QUERY', 'chunkRooms must be an integer from 1 to 100000');
-    }
+    const chunkRooms = checkPrune(opts);
     const reply = await this.writer.run({ op: 'prune', cutoffTs: opts.cutoffTs, chunkRooms });
     const p = reply.prune ?? { rooms: 0, events: 0, batches: 0 };
     if (p.rooms > 0) {
