@@ -73,9 +73,12 @@ describe.runIf(enabled)('pdctl serve on a PostgreSQL journal', () => {
     const journal = await freshDatabase();
     const a = await serve(['--journal', journal, '--canary-interval-ms', '0']);
     try {
+      await waitFor('the leadership note', () => /leading the journal/.test(a.stderr()));
       const b = startServe(['--journal', journal]);
       expect(await exited(b.child)).toBe(3);
       expect(b.stderr()).toMatch(/is led by .*run this one as its standby/);
+      // It names the leader by where it listens, not by the flags it was given (port 0).
+      expect(b.stderr()).toContain(`http ${a.url} bus tcp://127.0.0.1:`);
       const c = startServe(['--standby']);
       expect(await exited(c.child)).toBe(2);
       expect(c.stderr()).toMatch(/--standby needs a journal control planes can share/);

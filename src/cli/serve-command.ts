@@ -282,6 +282,12 @@ export function registerServeCommand(program: Command): void {
         `pdctl serve: listening on ${address} · bus ${control.endpoint} · journal ${shownJournal} · started in ${startedMs} ms`,
       );
       const { journal } = serving.stack;
+      if ('setHolder' in journal) {
+        // Now that its addresses are bound, standbys and leader_terms can say where it is.
+        await journal
+          .setHolder(`${hostname()}:${process.pid} http ${address} bus ${control.endpoint}`)
+          .catch((err: unknown) => log.warn({ err }, 'could not record where this leader is'));
+      }
       if ('leadership' in journal) {
         const l = journal.leadership;
         note(

@@ -145,15 +145,16 @@ export function renderReport(r: DrillReport): string {
 
 /** One line per drill: the summary table `pdctl drill all` ends with. */
 export function renderSummary(reports: DrillReport[]): string {
+  const width = Math.max(21, ...reports.map((r) => r.scenario.length));
   const lines = [
-    'drill                 result  invariants  targets  full restart  in place (detect + recover)',
+    `${'drill'.padEnd(width)} result  invariants  targets  full restart  in place (detect + recover)`,
   ];
   for (const r of reports) {
     const inv = r.invariants.filter((i) => !i.target && !i.skipped);
     const tgt = r.invariants.filter((i) => i.target);
     const count = (xs: Invariant[]) => `${xs.filter((i) => i.ok).length}/${xs.length}`;
     lines.push(
-      `${r.scenario.padEnd(21)} ${(r.passed ? 'PASSED' : 'FAILED').padEnd(7)} ${count(inv).padEnd(11)} ${count(tgt).padEnd(8)} ${(r.fullRestartMs === null ? '-' : `${r.fullRestartMs} ms`).padEnd(13)} ${r.inPlace ? `${r.inPlace.detectMs} + ${r.inPlace.recoverMs} ms${r.faster === 'in_place' ? ' (faster)' : r.faster === 'full_restart' ? ' (slower)' : ''}` : '-'}`.trimEnd(),
+      `${r.scenario.padEnd(width)} ${(r.passed ? 'PASSED' : 'FAILED').padEnd(7)} ${count(inv).padEnd(11)} ${count(tgt).padEnd(8)} ${(r.fullRestartMs === null ? '-' : `${r.fullRestartMs} ms`).padEnd(13)} ${r.inPlace ? `${r.inPlace.detectMs} + ${r.inPlace.recoverMs} ms${r.faster === 'in_place' ? ' (faster)' : r.faster === 'full_restart' ? ' (slower)' : ''}` : '-'}`.trimEnd(),
     );
   }
   return lines.join('\n');

@@ -331,6 +331,19 @@ export class PgJournal extends PgReader implements JournalStore {
     }
   }
 
+  /**
+   * Names this leader by where it can be reached, once it knows (its HTTP and bus addresses are
+   * bound after it leads): what standbys print and `leader_terms` keeps.
+   */
+  async setHolder(holder: string): Promise<void> {
+    const term = this.leadership.term;
+    await this.onWriter(async (c) => {
+      await c.query('UPDATE leadership SET holder = $1 WHERE id = 1 AND term = $2', [holder, term]);
+      await c.query('UPDATE leader_terms SET holder = $1 WHERE term = $2', [holder, term]);
+    });
+    this.leadership.holder = holder;
+  }
+
   /** The leadership row as it is now (for messages, status and standbys). */
   async leaderNow(): Promise<LeaderRow> {
     const c = await this.pool.connect();
