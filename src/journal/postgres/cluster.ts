@@ -60,12 +60,7 @@ export async function startPgCluster(opts: { fast?: boolean } = {}): Promise<PgC
   }
   const dir = mkdtempSync(join(tmpdir(), 'pdctl-pg-'));
   const asRoot = process.getuid?.() === 0;
-  const run = (cmd: string, args: string[]) => {
-    const [file, argv] = asRoot
-      ? ['runuser', ['-u', 'postgres', '--', join(bin, cmd), ...args]]
-      : [join(bin, cmd), args];
-    execFileSync(file, argv, { stdio: ['ignore', 'pipe', 'pipe'] });
-  };
+  const run = runner(bin);
   if (asRoot) {
     const uid = Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' }).trim());
     const gid = Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' }).trim());
@@ -94,15 +89,32 @@ export async function startPgCluster(opts: { fast?: boolean } = {}): Promise<PgC
     url: `postgres://postgres@127.0.0.1:${port}/postgres`,
     port,
     dir,
-    stop() {
-      try {
-        run('pg_ctl', ['-D', data, '-m', 'immediate', '-w', 'stop']);
-      } catch {
-        // already gone
-      }
-      rmSync(dir, { recursive: true, force: true });
-    },
+    stop: () => stopPgCluster(dir),
   };
+}
+
+/** Runs a server program, as `postgres` when this process is root (initdb refuses root). */
+function runner(bin: string): (cmd: string, args: string[]) => void {
+  const asRoot = process.getuid?.() === 0;
+  return (cmd, args) => {
+    const [file, argv] = asRoot
+      ? ['runuser', ['-u', 'postgres', '--', join(bin, cmd), ...args]]
+      : [join(bin, cmd), args];
+    execFileSync(file, argv, { stdio: ['ignore', 'pipe', 'pipe'] });
+  };
+}
+
+/** Stops the cluster `startPgCluster` made in `dir` and removes it. */
+export function stopPgCluster(dir: string): void {
+  const bin = findPgBin();
+  if (bin !== null) {
+    try {
+      runner(bin)('pg_ctl', ['-D', join(dir, 'data'), '-m', 'immediate', '-w', 'stop']);
+    } catch {
+      // already gone
+    }
+  }
+  rmSync(dir, { recursive: true, force: true });
 }
 
 /**
