@@ -181,7 +181,7 @@ export class BusClient {
         { from, to: this.endpoint },
         'bus: no control plane answered; trying the next endpoint',
       );
-      void this.reconnectTo('failover');
+      void this.reconnectTo();
     }, this.options.failoverMs ?? 1000);
     this.failoverTimer.unref();
   }
@@ -215,11 +215,11 @@ export class BusClient {
       { reason, generation: this.generation + 1 },
       'bus: resetting the connection in place',
     );
-    await this.reconnectTo(reason);
+    await this.reconnectTo();
   }
 
   /** A new socket, receive loop and hello, to `this.endpoint`; the old ones are dropped. */
-  private async reconnectTo(_why: string): Promise<void> {
+  private async reconnectTo(): Promise<void> {
     if (this.closed) return;
     this.generation++;
     const old = { socket: this.socket, loop: this.loop };
@@ -440,6 +440,7 @@ export class BusClient {
     this.closed = true;
     this.thaw();
     if (this.helloTimer) clearTimeout(this.helloTimer);
+    if (this.failoverTimer) clearTimeout(this.failoverTimer);
     for (const p of this.pending.values()) {
       if (p.retryTimer) clearTimeout(p.retryTimer);
       p.reject(
