@@ -157,6 +157,7 @@ export interface LeaderTerm {
 
 export interface VerifyReport {
   ok: boolean;
+  /** SQLite's integrity_check result (`ok`), or why none was run (PostgreSQL). */
   integrity: string;
   events: number;
   rooms: number;
