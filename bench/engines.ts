@@ -3,16 +3,21 @@
  * journal, one prefill and one decode engine process, transfer core) and the latency the control
  * plane adds per room (room time minus the model compute the engines measured and journaled), at
  * 1, 16 and 128 concurrent rooms, with near-zero model compute and a heavier setting. Baseline,
- * measured in the same run: the same requests generated in-process by the same model.
+ * measured in the same run: the same requests generated in-process by the same model. Also in the
+ * same run, what lies under the figures: a lone room whose commits do not wait for the disk, bare
+ * ZeroMQ round trips between two processes, and the machine's CPU per room in every cell.
  *
  *   npm run bench:engines                  # a table
  *   npm run bench:engines -- --json        # one JSON object with stable keys
  *   npm run bench:engines -- --seconds 5 --durability process
- *   npm run bench:engines -- --lone        # only the lone room and its steps: a quick A/B of a change
+ *   npm run bench:engines -- --lone        # only the lone rooms and the steps: a quick A/B of a change
  */
+import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import * as zmq from 'zeromq';
 import { startStack } from '../src/app/stack.ts';
 import type { JournalEvent } from '../src/journal/events.ts';
 import { ROOM_PATH } from '../src/journal/states.ts';
@@ -25,14 +30,64 @@ const SECONDS = Number(flag('--seconds', '3'));
 const DURABILITY = flag('--durability', 'power') as Durability;
 const PROMPT_WORDS = 32;
 const MAX_TOKENS = 16;
-/** `--lone`: only a lone room with near-zero compute, and its steps (seconds, not a minute). */
+/** `--lone`: only the lone rooms with near-zero compute (with and without fsync), and the steps. */
 const LONE = argv.includes('--lone');
 const CONCURRENCY = LONE ? [1] : [1, 16, 128];
-const ALL_SETTINGS = [
-  { name: 'near-zero compute', prefillUs: 0, decodeUs: 0 },
-  { name: 'compute 20 µs/prompt token, 250 µs/step', prefillUs: 20, decodeUs: 250 },
+
+interface Setting {
+  name: string;
+  prefillUs: number;
+  decodeUs: number;
+  durability: Durability;
+  /** Closed-loop cells; an open loop at half their best follows unless `openLoop` is false. */
+  concurrency: number[];
+  openLoop: boolean;
+}
+const NEAR_ZERO = 'near-zero compute';
+const ALL_SETTINGS: Setting[] = [
+  {
+    name: NEAR_ZERO,
+    prefillUs: 0,
+    decodeUs: 0,
+    durability: DURABILITY,
+    concurrency: CONCURRENCY,
+    openLoop: !LONE,
+  },
+  // The same lone room with commits that do not wait for the disk: what the bus, the engines and
+  // the processes' turns cost alone, the floor under the lone-room figure on this machine.
+  ...(DURABILITY === 'power'
+    ? [
+        {
+          name: `${NEAR_ZERO}, durability process (no fsync)`,
+          prefillUs: 0,
+          decodeUs: 0,
+          durability: 'process' as const,
+          concurrency: [1],
+          openLoop: false,
+        },
+      ]
+    : []),
+  {
+    name: 'compute 20 µs/prompt token, 250 µs/step',
+    prefillUs: 20,
+    decodeUs: 250,
+    durability: DURABILITY,
+    concurrency: CONCURRENCY,
+    openLoop: true,
+  },
 ];
-const SETTINGS = LONE ? ALL_SETTINGS.slice(0, 1) : ALL_SETTINGS;
+const SETTINGS = LONE ? ALL_SETTINGS.filter((st) => st.prefillUs === 0) : ALL_SETTINGS;
+
+/** CPU time of the whole machine so far (every process, this one included), in ms, from os.cpus(). */
+function machineCpu(): { busy: number; idle: number } {
+  let busy = 0;
+  let idle = 0;
+  for (const { times: t } of cpus()) {
+    busy += t.user + t.nice + t.sys + t.irq;
+    idle += t.idle;
+  }
+  return { busy, idle };
+}
 
 function promptOf(i: number): string {
   const words = [
@@ -66,6 +121,68 @@ interface Row {
   addedMsP50: number;
   addedMsP99: number;
   failed: number;
+  /** The machine's CPUs busy during the cell, in % of all of them (every process on it). */
+  cpuBusyPct: number;
+  /** CPU time the machine spent per room completed: all cores, all processes. */
+  cpuMsPerRoom: number;
+}
+
+/** A DEALER that echoes every message back; run with `node -e` (argv: zeromq's path, endpoint). */
+const ECHO = `const zmq = require(process.argv[1]);
+(async () => {
+  const d = new zmq.Dealer({ linger: 0 });
+  d.connect(process.argv[2]);
+  await d.send('ready');
+  for await (const [m] of d) await d.send(m);
+})();`;
+
+/**
+ * The bus's floor on this machine, measured in the same run: bare ZeroMQ round trips between this
+ * process (ROUTER) and a child process echoing (DEALER), loopback TCP, no CURVE, one every
+ * millisecond as a lone room's hops come (each side idle in between). The p50 round trip, and the
+ * machine's CPU time per round trip: both processes, their ZeroMQ I/O threads, the kernel.
+ */
+async function busRoundTrip(count: number): Promise<{ p50Ms: number; cpuMs: number }> {
+  const router = new zmq.Router({ linger: 0 });
+  await router.bind('tcp://127.0.0.1:0');
+  const zeromqPath = createRequire(import.meta.url).resolve('zeromq');
+  const echo = spawn(process.execPath, ['-e', ECHO, zeromqPath, router.lastEndpoint as string], {
+    stdio: 'ignore',
+  });
+  const sleep = () => new Promise((r) => setTimeout(r, 1));
+  const exited = new Promise<never>((_, reject) =>
+    echo.once('exit', (code, signal) =>
+      reject(
+        new Error(`the bus round-trip echo process exited (${signal ?? code}) before it answered`),
+      ),
+    ),
+  );
+  exited.catch(() => undefined); // it exits when killed below, after the measurement
+  try {
+    const [peer] = await Promise.race([router.receive(), exited]);
+    const trip = async () => {
+      const t = performance.now();
+      await router.send([peer as Buffer, 'ping']);
+      await router.receive();
+      return performance.now() - t;
+    };
+    for (let i = 0; i < 50; i++) await trip();
+    const ms: number[] = [];
+    const before = machineCpu();
+    for (let i = 0; i < count; i++) {
+      ms.push(await trip());
+      await sleep();
+    }
+    const busy = machineCpu().busy - before.busy;
+    ms.sort((a, b) => a - b);
+    return {
+      p50Ms: Number(percentile(ms, 50).toFixed(3)),
+      cpuMs: Number((busy / count).toFixed(3)),
+    };
+  } finally {
+    echo.kill();
+    router.close();
+  }
 }
 
 const rows: Row[] = [];
@@ -108,6 +225,8 @@ function breakdown(
     meanMs: Number((total / Math.max(1, n)).toFixed(3)),
   }));
 }
+say('bus floor: 1,000 bare ZeroMQ round trips between two processes …');
+const bus = await busRoundTrip(1000);
 const dir = mkdtempSync(join(tmpdir(), 'pdctl-bench-engines-'));
 try {
   for (const setting of SETTINGS) {
@@ -123,7 +242,7 @@ try {
 
     const stack = await startStack({
       journalPath: join(dir, `${rows.length}.db`),
-      durability: DURABILITY,
+      durability: setting.durability,
       log: silentLogger,
       version: 'bench',
       engineLogLevel: 'error',
@@ -165,7 +284,11 @@ try {
         times: Map<string, { ms: number; at: number; done: number }>,
         elapsed: number,
         failed: number,
+        cpuBefore: ReturnType<typeof machineCpu>,
       ) => {
+        const cpuNow = machineCpu();
+        const busyMs = cpuNow.busy - cpuBefore.busy;
+        const idleMs = cpuNow.idle - cpuBefore.idle;
         // What the engines measured and journaled: prefill and decode compute per room.
         const compute = new Map<string, number>();
         const byRoom = new Map<string, JournalEvent[]>();
@@ -197,16 +320,19 @@ try {
           addedMsP50: r2(percentile(added, 50)),
           addedMsP99: r2(percentile(added, 99)),
           failed,
+          cpuBusyPct: Math.round((100 * busyMs) / Math.max(1, busyMs + idleMs)),
+          cpuMsPerRoom: r2(busyMs / Math.max(1, times.size)),
         });
         return { byRoom, roomsPerSec };
       };
       let capacity = 0;
-      for (const concurrency of CONCURRENCY) {
+      for (const concurrency of setting.concurrency) {
         say(`${setting.name}: ${concurrency} concurrent rooms for ${SECONDS}s …`);
         const times = new Map<string, { ms: number; at: number; done: number }>();
         const fromSeq = await control.journal.headSeq();
         let failed = 0;
         const end = performance.now() + SECONDS * 1000;
+        const cpuBefore = machineCpu();
         const started = performance.now();
         const client = async (c: number) => {
           for (let i = 0; performance.now() < end; i++) {
@@ -223,11 +349,19 @@ try {
         };
         await Promise.all(Array.from({ length: concurrency }, (_, c) => client(c)));
         const elapsed = (performance.now() - started) / 1000;
-        const { byRoom, roomsPerSec } = await row(concurrency, fromSeq, times, elapsed, failed);
+        const { byRoom, roomsPerSec } = await row(
+          concurrency,
+          fromSeq,
+          times,
+          elapsed,
+          failed,
+          cpuBefore,
+        );
         capacity = Math.max(capacity, roomsPerSec);
-        if (concurrency === 1 && setting.prefillUs === 0) steps.push(...breakdown(byRoom, times));
+        if (concurrency === 1 && setting.name === NEAR_ZERO)
+          steps.push(...breakdown(byRoom, times));
       }
-      if (LONE) continue;
+      if (!setting.openLoop) continue;
       // Open loop: requests at half the capacity just measured, sent on time whether or not the
       // earlier ones have finished (as independent clients do).
       const rate = Math.max(1, Math.round(capacity / 2));
@@ -237,6 +371,7 @@ try {
       const times = new Map<string, { ms: number; at: number; done: number }>();
       const fromSeq = await control.journal.headSeq();
       let failed = 0;
+      const cpuBefore = machineCpu();
       const started = performance.now();
       await atRate(rate, SECONDS, async (i) => {
         const t = performance.now();
@@ -255,6 +390,7 @@ try {
         times,
         (performance.now() - started) / 1000,
         failed,
+        cpuBefore,
       );
     } finally {
       await stack.stop();
@@ -264,30 +400,38 @@ try {
   rmSync(dir, { recursive: true, force: true });
 }
 
-const lone = rows.find((r) => r.setting === SETTINGS[0]?.name && r.concurrency === 1);
-const open = rows.find(
-  (r) => r.setting === SETTINGS[0]?.name && String(r.concurrency).startsWith('open'),
-);
+const lone = rows.find((r) => r.setting === NEAR_ZERO && r.concurrency === 1);
+const loneNoFsync = rows.find((r) => r.setting.startsWith(`${NEAR_ZERO},`) && r.concurrency === 1);
+const open = rows.find((r) => r.setting === NEAR_ZERO && String(r.concurrency).startsWith('open'));
 /** The open-loop p99 in lone-room p50s (near-zero compute): target ≤ 3. */
 const openP99InLoneP50 = lone && open ? r2(open.addedMsP99 / lone.addedMsP50) : null;
 
 if (asJson) {
   process.stdout.write(
-    `${JSON.stringify({ bench: 'engines', cores: cpus().length, node: process.version, durability: DURABILITY, seconds: SECONDS, promptWords: PROMPT_WORDS, maxTokens: MAX_TOKENS, rows, loneRoomSteps: steps, openP99InLoneP50 }, null, 2)}\n`,
+    `${JSON.stringify({ bench: 'engines', cores: cpus().length, node: process.version, durability: DURABILITY, seconds: SECONDS, promptWords: PROMPT_WORDS, maxTokens: MAX_TOKENS, rows, loneRoomSteps: steps, openP99InLoneP50, busRoundTrip: bus }, null, 2)}\n`,
   );
 } else {
   const out = [
     `pdctl engines benchmark — ${cpus().length} cores, node ${process.version}, durability ${DURABILITY}, ${SECONDS}s per cell,`,
     `1 prefill + 1 decode engine, prompt ${PROMPT_WORDS} tokens, ${MAX_TOKENS} tokens out. Baseline: the same model in-process.`,
     '',
-    '| model setting | concurrent | rooms | rooms/s | in-process rooms/s | ratio | room p50 ms | room p99 ms | compute p50 ms | added p50 ms | added p99 ms | failed |',
-    '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+    '| model setting | concurrent | rooms | rooms/s | in-process rooms/s | ratio | room p50 ms | room p99 ms | compute p50 ms | added p50 ms | added p99 ms | failed | CPU busy % | CPU ms/room |',
+    '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
     ...rows.map(
       (r) =>
-        `| ${r.setting} | ${r.concurrency} | ${r.rooms} | ${r.roomsPerSec} | ${r.inProcessRoomsPerSec} | ${r.ratio} | ${r.roomMsP50} | ${r.roomMsP99} | ${r.computeMsP50} | ${r.addedMsP50} | ${r.addedMsP99} | ${r.failed} |`,
+        `| ${r.setting} | ${r.concurrency} | ${r.rooms} | ${r.roomsPerSec} | ${r.inProcessRoomsPerSec} | ${r.ratio} | ${r.roomMsP50} | ${r.roomMsP99} | ${r.computeMsP50} | ${r.addedMsP50} | ${r.addedMsP99} | ${r.failed} | ${r.cpuBusyPct} | ${r.cpuMsPerRoom} |`,
     ),
     '',
-    `Near-zero compute: lone-room added p50 ${lone?.addedMsP50} ms (target ≤ 2.5)${open ? `; open-loop added p99 ${open.addedMsP99} ms = ${openP99InLoneP50}× the lone-room p50 (target ≤ 3)` : ''}.`,
+    `Near-zero compute: lone-room added p50 ${lone?.addedMsP50} ms (target ≤ 2.5)${loneNoFsync ? `, ${loneNoFsync.addedMsP50} ms with commits that do not wait for the disk` : ''}${open ? `; open-loop added p99 ${open.addedMsP99} ms = ${openP99InLoneP50}× the lone-room p50 (target ≤ 3)` : ''}.`,
+    `The bus's floor in this run: a bare ZeroMQ round trip between two processes (loopback, no CURVE, 1 ms apart) takes ${bus.p50Ms} ms p50 and ${bus.cpuMs} ms of CPU; a lone room's path holds at least 3 engine round trips and 4 commits.`,
+    ...(open
+      ? [
+          `CPU per room, near-zero compute: ${rows
+            .filter((r) => r.setting === NEAR_ZERO)
+            .map((r) => `${r.cpuMsPerRoom} ms at ${r.concurrency}`)
+            .join(', ')} (machine ${open.cpuBusyPct}% busy in the open loop).`,
+        ]
+      : []),
     '',
     'A lone room, step by step (near-zero compute, 1 concurrent; mean ms between its consecutive journal events):',
     '',
@@ -297,7 +441,8 @@ if (asJson) {
     `| total (mean of the steps) | | ${r2(steps.reduce((n, st) => n + st.meanMs, 0))} |`,
     '',
     'added = room time seen by the caller minus the model compute the engines journaled for that room',
-    '(queueing behind other rooms on this CPU-only model counts as added). Open loop: rooms sent at half the',
+    '(queueing behind other rooms on this CPU-only model counts as added). CPU busy and CPU ms/room count every',
+    'process on the machine (this one with the control plane, both engines) over the cell. Open loop: rooms sent at half the',
     'capacity the closed-loop cells measured, on schedule. Targets: lone-room added p50 ≤ 2.5 ms; open-loop added',
     'p99 ≤ 3× the lone-room added p50; ≥ 1,000 rooms/s with near-zero compute.',
   ];

@@ -1,7 +1,9 @@
 /**
  * Journal benchmark: append throughput and latency through the real append path at both
  * durability levels, against a bare better-sqlite3 insert loop measured in the same run; event-loop
- * delay while appending; replay and verify speed against a bare iterate-and-fold.
+ * delay while appending; replay and verify speed against a bare iterate-and-fold. What the append
+ * targets run into is measured in the same run too: the writer's own code inline (no queue, no
+ * thread) and the disk writing as many pages as a commit does.
  *
  *   npm run bench:journal                 # full run (builds a 1,000,000-event journal)
  *   npm run bench:journal -- --quick      # smaller figures, for a first look
@@ -21,7 +23,7 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { validateEvent } from '../src/journal/events.ts';
+import { type PendingEvent, validateEvent } from '../src/journal/events.ts';
 import { uuidv7 } from '../src/journal/ids.ts';
 import { SqliteJournal } from '../src/journal/sqlite/journal.ts';
 import { MIGRATIONS_DIR } from '../src/journal/sqlite/migrate.ts';
@@ -94,10 +96,12 @@ function bareInsert(
 }
 
 /**
- * The disk's limit for one-event commits at `power`: a loop of one 4 KiB write and an fdatasync,
- * in this directory, cycling over a 4 MiB file as a reused WAL does. Writes per second.
+ * The disk's limit for one-event commits at `power`: a loop of `pages` 4 KiB writes and one
+ * fdatasync, in this directory, cycling over a 4 MiB file as a reused WAL does. Loops per second.
+ * With `pages` 1 it is the baseline of the single-appender target; with the WAL frames one commit
+ * writes, it is what SQLite's commit would cost if it did nothing but write and sync.
  */
-function fdatasyncLoop(seconds: number): number {
+function fdatasyncLoop(seconds: number, pages = 1): number {
   const path = join(dir, 'fdatasync.bin');
   const fd = openSync(path, 'w');
   const page = Buffer.alloc(4096, 7);
@@ -105,10 +109,14 @@ function fdatasyncLoop(seconds: number): number {
   for (let i = 0; i < slots; i++) writeSync(fd, page, 0, page.length, i * page.length);
   fdatasyncSync(fd);
   let n = 0;
+  let slot = 0;
   const t = performance.now();
   const end = t + seconds * 1000;
   while (performance.now() < end) {
-    writeSync(fd, page, 0, page.length, (n % slots) * page.length);
+    for (let p = 0; p < pages; p++) {
+      writeSync(fd, page, 0, page.length, slot * page.length);
+      slot = (slot + 1) % slots;
+    }
     fdatasyncSync(fd);
     n++;
   }
@@ -118,32 +126,76 @@ function fdatasyncLoop(seconds: number): number {
   return perSec;
 }
 
+/** Room lifecycles, validated as the queue validates them, `rooms` of them interleaved by step. */
+function lifecycleBatches(rooms: number, events: number): PendingEvent[][] {
+  const batches: PendingEvent[][] = [];
+  for (let r = 0, n = 0; n < events; r += rooms) {
+    const lives = Array.from({ length: rooms }, (_, i) => completedRoomEvents(`r-${r + i}`));
+    for (let step = 0; step < (lives[0]?.length ?? 0); step++) {
+      batches.push(lives.map((life) => validateEvent(life[step])));
+      n += rooms;
+    }
+  }
+  return batches;
+}
+
 /**
- * WAL frames one commit of one event writes, through the real writer (schema, BatchWriter): the
- * WAL's growth over `commits` single-event commits of room lifecycles, in frames (a page and its
- * 24-byte header), with checkpoints off meanwhile.
+ * The writer's own work with nothing around it: its code (BatchWriter: reduce, insert the event,
+ * write the room's row, commit) on this thread at `power` — no queue, no thread hop, no promises.
+ *
+ * - `frames`: WAL frames one single-event commit writes (the WAL's growth over 500 commits of room
+ *   lifecycles, checkpoints off meanwhile; a frame is a page and its 24-byte header).
+ * - `oneEventPerSec`: single-event commits per second, WAL checkpoints as the writer runs them —
+ *   what a single appender could reach if the journal cost nothing but SQLite.
+ * - `batchPerSec`: events per second in batches of `batch` events of as many rooms — the same for
+ *   the 256-appender run, whose average batch is about that size.
  */
-function walFramesPerCommit(commits: number): { framesPerCommit: number; pageSize: number } {
-  const path = join(dir, 'frames.db');
-  const w = openWriter({
-    path,
-    durability: 'power',
-    roomCacheSize: 50_000,
-    create: true,
-    role: 'writer',
-  });
+function inlineWriter(
+  seconds: number,
+  batch: number,
+): { frames: number; pageSize: number; oneEventPerSec: number; batchPerSec: number } {
+  const open = (name: string) =>
+    openWriter({
+      path: join(dir, name),
+      durability: 'power',
+      roomCacheSize: 50_000,
+      create: true,
+      role: 'writer',
+    });
+  const w = open('inline-one.db');
   const pageSize = w.db.pragma('page_size', { simple: true }) as number;
+  const singles = lifecycleBatches(1, 100_000);
+  let i = 0;
+  const append = () =>
+    executeOp(w, { op: 'append', events: singles[i++ % singles.length] as PendingEvent[] });
+  for (let k = 0; k < 100; k++) append(); // past the first pages of every table and index
   w.db.pragma('wal_autocheckpoint = 0'); // the WAL only grows while it is measured
-  const events: ReturnType<typeof completedRoomEvents> = [];
-  for (let r = 0; events.length < commits + 100; r++) events.push(...completedRoomEvents(`r-${r}`));
-  const append = (i: number) => executeOp(w, { op: 'append', events: [validateEvent(events[i])] });
-  for (let i = 0; i < 100; i++) append(i); // past the first pages of every table and index
-  const walSize = () => statSync(`${path}-wal`).size;
-  const before = walSize();
-  for (let i = 100; i < 100 + commits; i++) append(i);
-  const frames = (walSize() - before) / (pageSize + 24);
+  const walPath = `${join(dir, 'inline-one.db')}-wal`;
+  const before = statSync(walPath).size;
+  for (let k = 0; k < 500; k++) append();
+  const frames = (statSync(walPath).size - before) / (pageSize + 24) / 500;
+  w.db.pragma('wal_checkpoint(TRUNCATE)');
+  w.db.pragma('wal_autocheckpoint = 1000'); // as the writer runs at power: SQLite's default
+  let n = 0;
+  const t = performance.now();
+  while (performance.now() - t < seconds * 1000 && i < singles.length) {
+    append();
+    n++;
+  }
+  const oneEventPerSec = Math.round(n / ((performance.now() - t) / 1000));
   executeOp(w, { op: 'close' });
-  return { framesPerCommit: Number((frames / commits).toFixed(2)), pageSize };
+
+  const wb = open('inline-batch.db');
+  const batches = lifecycleBatches(batch, 100_000);
+  const tb = performance.now();
+  let events = 0;
+  for (const b of batches) {
+    executeOp(wb, { op: 'append', events: b });
+    events += b.length;
+  }
+  const batchPerSec = Math.round(events / ((performance.now() - tb) / 1000));
+  executeOp(wb, { op: 'close' });
+  return { frames: Number(frames.toFixed(2)), pageSize, oneEventPerSec, batchPerSec };
 }
 
 async function replayRun() {
@@ -212,7 +264,13 @@ log('fdatasync loop: one 4 KiB write + fdatasync, median of 3');
 const fdatasyncPerSec = [0, 1, 2]
   .map(() => fdatasyncLoop(quick ? 0.5 : 1))
   .sort((a, b) => a - b)[1] as number;
-const wal = walFramesPerCommit(500);
+log('the writer inline (no queue, no thread): one-event commits, then batches of 256');
+const inline = inlineWriter(quick ? 1 : 2, 256);
+log(`a loop of ${Math.round(inline.frames)} page writes + fdatasync, median of 3`);
+const rawFramesPages = Math.round(inline.frames);
+const rawFramesPerSec = [0, 1, 2]
+  .map(() => fdatasyncLoop(quick ? 0.5 : 1, rawFramesPages))
+  .sort((a, b) => a - b)[1] as number;
 const runs: AppendRun[] = [];
 for (const durability of ['process', 'power'] as const) {
   for (const appenders of [1, 16, 256]) {
@@ -259,8 +317,22 @@ const result = {
       fdatasyncPerSec
     ).toFixed(3),
   ),
-  walFramesPerCommit: wal.framesPerCommit,
-  pageSize: wal.pageSize,
+  walFramesPerCommit: inline.frames,
+  pageSize: inline.pageSize,
+  /**
+   * What the targets run into, measured in this run: the writer's own work inline (no queue, no
+   * thread) against the same baselines, and the disk writing as many pages as a commit does.
+   */
+  limits: {
+    inlineOneEventPerSec: inline.oneEventPerSec,
+    inlineOneEventToFdatasync: Number((inline.oneEventPerSec / fdatasyncPerSec).toFixed(3)),
+    rawFramesPages,
+    rawFramesPerSec,
+    rawFramesToFdatasync: Number((rawFramesPerSec / fdatasyncPerSec).toFixed(3)),
+    inlineBatch: 256,
+    inlineBatchPerSec: inline.batchPerSec,
+    inlineBatchToBare: Number((inline.batchPerSec / (bare.power as number)).toFixed(3)),
+  },
   replay,
 };
 
@@ -268,6 +340,9 @@ if (asJson) {
   process.stdout.write(`${JSON.stringify(result)}\n`);
 } else {
   const pad = (s: string | number, n: number) => String(s).padStart(n);
+  const powerRun = (appenders: number) =>
+    result.append.find((r) => r.durability === 'power' && r.appenders === appenders);
+  const lim = result.limits;
   const lines = [
     `pdctl journal benchmark — ${result.machine.cpus} cores, node ${result.machine.node}, SQLite ${result.machine.sqlite}, ${secondsPerRun}s per append run`,
     '',
@@ -278,8 +353,19 @@ if (asJson) {
         `| ${r.durability} | ${pad(r.appenders, 3)} | ${pad(r.appendsPerSec, 7)} | ${pad(r.bareRowsPerSec, 7)} | ${r.ratioToBare.toFixed(2)} | ${r.p50Ms.toFixed(3)} | ${r.p99Ms.toFixed(3)} | ${r.avgBatch} | ${r.loopDelayP99Ms.toFixed(2)} |`,
     ),
     '',
-    `one appender at power: ${result.append.find((r) => r.durability === 'power' && r.appenders === 1)?.appendsPerSec} appends/s; a loop of one 4 KiB write + fdatasync on the same disk: ${fdatasyncPerSec}/s; ratio ${result.powerSingleToFdatasync.toFixed(2)} (target ≥ 0.7)`,
-    `WAL frames per one-event commit: ${wal.framesPerCommit} (${wal.pageSize}-byte pages; each a page and a 24-byte header)`,
+    `one appender at power: ${powerRun(1)?.appendsPerSec} appends/s; a loop of one 4 KiB write + fdatasync on the same disk: ${fdatasyncPerSec}/s; ratio ${result.powerSingleToFdatasync.toFixed(2)} (target ≥ 0.7)`,
+    `WAL frames per one-event commit: ${result.walFramesPerCommit} (${result.pageSize}-byte pages; each a page and a 24-byte header)`,
+    '',
+    'What the append path runs into, measured in this run: the writer inline is its own code committing on',
+    'this thread with no queue, no thread hop and no promises — the most the journal could reach on SQLite.',
+    '',
+    '| at power | per second | ratio | of |',
+    '|---|---:|---:|---|',
+    `| one appender, through the journal | ${powerRun(1)?.appendsPerSec} | ${result.powerSingleToFdatasync.toFixed(2)} | the fdatasync loop |`,
+    `| one-event commits, the writer inline | ${lim.inlineOneEventPerSec} | ${lim.inlineOneEventToFdatasync.toFixed(2)} | the fdatasync loop |`,
+    `| ${lim.rawFramesPages} page writes + fdatasync (a commit's frames, nothing else) | ${lim.rawFramesPerSec} | ${lim.rawFramesToFdatasync.toFixed(2)} | the fdatasync loop |`,
+    `| 256 appenders, through the journal | ${powerRun(256)?.appendsPerSec} | ${powerRun(256)?.ratioToBare.toFixed(2)} | the bare loop |`,
+    `| batches of ${lim.inlineBatch} events, the writer inline | ${lim.inlineBatchPerSec} | ${lim.inlineBatchToBare.toFixed(2)} | the bare loop |`,
     '',
     `bare loop with random UUID event ids instead of time-ordered ones: process ${bare.processRandomIds} rows/s (${((bare.processRandomIds as number) / (bare.process as number)).toFixed(2)}×), power ${bare.powerRandomIds} rows/s (${((bare.powerRandomIds as number) / (bare.power as number)).toFixed(2)}×)`,
     '',
