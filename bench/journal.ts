@@ -166,8 +166,7 @@ function inlineWriter(
   const pageSize = w.db.pragma('page_size', { simple: true }) as number;
   const singles = lifecycleBatches(1, 100_000);
   let i = 0;
-  const append = () =>
-    executeOp(w, { op: 'append', events: singles[i++ % singles.length] as PendingEvent[] });
+  const append = () => executeOp(w, { op: 'append', events: singles[i++] as PendingEvent[] });
   for (let k = 0; k < 100; k++) append(); // past the first pages of every table and index
   w.db.pragma('wal_autocheckpoint = 0'); // the WAL only grows while it is measured
   const walPath = `${join(dir, 'inline-one.db')}-wal`;
