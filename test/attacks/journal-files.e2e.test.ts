@@ -1,7 +1,9 @@
 /**
- * Journal files that must not be written. `pdctl serve` refuses a damaged
- * journal (a quick integrity check at open) and a read-only one with exit 3 and what to do, never
- * a stack trace; read commands leave no -wal/-shm behind and never initialise an empty file.
+ * Journal files that must not be written. `pdctl serve` refuses a damaged journal (a quick
+ * integrity check on a private read-only view, so a -wal left by a crash is never checkpointed
+ * into it) and a read-only or immutable one with exit 3 and what to do, never a stack trace, and
+ * releases its lock; serve and read commands refuse an empty file alike; read commands leave no
+ * -wal/-shm behind.
  */
 import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
@@ -17,6 +19,7 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { serve } from '../helpers/serve.ts';
 import { pdctl } from '../helpers/spawn.ts';
 import { tempDir } from '../helpers/tmp.ts';
 
@@ -49,11 +52,80 @@ describe('journal files pdctl must not write', () => {
     const before = sha(path);
     const r = await serveOn(data);
     expect(r.code).toBe(3);
-    expect(r.stderr).toMatch(/failed SQLite's quick_check, so nothing was written to it/);
-    expect(r.stderr).toMatch(/Restore it from a backup/);
+    expect(r.stderr).toMatch(/failed SQLite's quick_check .*so nothing was written to it/);
+    expect(r.stderr).toMatch(/pdctl journal backup .* \.recover/);
     expect(r.stderr).not.toMatch(/\n\s+at /);
     expect(sha(path)).toBe(before);
     expect(readdirSync(data).sort()).toEqual(['bus.key', 'journal.db']);
+  });
+
+  it('a damaged journal a SIGKILLed serve left with its -wal is kept byte for byte, -wal and -shm too', async () => {
+    const data = join(dir, 'crashed');
+    mkdirSync(data);
+    const path = join(data, 'journal.db');
+    execFileSync('cp', [journal, path]);
+    const s = await serve(['--data-dir', data]);
+    s.child.kill('SIGKILL');
+    await new Promise((r) => s.child.once('exit', r));
+    expect(statSync(`${path}-wal`).size).toBeGreaterThan(0);
+    const fd = openSync(path, 'r+');
+    writeSync(fd, randomBytes(64), 0, 64, Math.floor(statSync(path).size / 2));
+    closeSync(fd);
+    const files = ['journal.db', 'journal.db-wal', 'journal.db-shm'];
+    const before = files.map((f) => sha(join(data, f)));
+    const listed = readdirSync(data).sort();
+    const r = await serveOn(data);
+    expect(r.code).toBe(3);
+    expect(r.stderr).toMatch(/failed SQLite's quick_check .*so nothing was written to it/);
+    expect(r.stderr).toMatch(/its -wal and its -shm were left exactly as they were/);
+    expect(r.stderr).not.toMatch(/\n\s+at /);
+    expect(files.map((f) => sha(join(data, f)))).toEqual(before);
+    // No private check directory is left behind, and the writer lock is released.
+    expect(readdirSync(data).sort()).toEqual(listed.filter((f) => !f.endsWith('.writer.lock')));
+  });
+
+  it('an immutable journal (chattr +i): serve exits 3 at once and releases its lock', async (t) => {
+    const data = join(dir, 'immutable');
+    mkdirSync(data);
+    const path = join(data, 'journal.db');
+    execFileSync('cp', [journal, path]);
+    try {
+      execFileSync('chattr', ['+i', path], { stdio: 'ignore' });
+    } catch {
+      t.skip('chattr +i needs root and a filesystem with the immutable flag');
+      return;
+    }
+    try {
+      const before = sha(path);
+      const started = Date.now();
+      const r = await serveOn(data);
+      expect(r.code).toBe(3);
+      expect(Date.now() - started).toBeLessThan(15_000);
+      expect(r.stderr).toMatch(/JOURNAL_READ_ONLY/);
+      expect(r.stderr).toMatch(/immutable file/);
+      expect(r.stderr).not.toMatch(/\n\s+at /);
+      expect(sha(path)).toBe(before);
+      expect(existsSync(`${path}.writer.lock`)).toBe(false);
+    } finally {
+      execFileSync('chattr', ['-i', path]);
+    }
+  });
+
+  it('an empty file: serve refuses it as the read commands do; journal migrate makes it a journal', async () => {
+    const data = join(dir, 'empty-serve');
+    mkdirSync(data);
+    const path = join(data, 'journal.db');
+    closeSync(openSync(path, 'w'));
+    const r = await serveOn(data);
+    expect(r.code).toBe(3);
+    expect(r.stderr).toMatch(/is empty \(0 bytes\): not a pdctl journal/);
+    expect(statSync(path).size).toBe(0);
+    const rooms = await pdctl(['rooms', '--journal', path]);
+    expect(rooms.code).toBe(3);
+    expect(rooms.stderr).toMatch(/is empty \(0 bytes\): not a pdctl journal/);
+    const migrated = await pdctl(['journal', 'migrate', '--journal', path]);
+    expect(migrated.code).toBe(0);
+    expect((await pdctl(['rooms', '--journal', path])).code).toBe(0);
   });
 
   it('read commands leave no -wal or -shm beside a journal that was only read', async () => {

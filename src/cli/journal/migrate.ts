@@ -21,7 +21,7 @@ export async function migrateCommand(opts: CommonOptions): Promise<number> {
   // A writing open applies every pending migration, each in its own transaction.
   const lock = acquireWriterLock(opts.journal);
   try {
-    openDatabase({ path: opts.journal, durability: 'power' }).close();
+    openDatabase({ path: opts.journal, durability: 'power', emptyIsNew: true }).close();
   } finally {
     lock.release();
   }

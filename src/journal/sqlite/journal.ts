@@ -120,16 +120,23 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
       throw err;
     }
     if (options.announce) {
-      await journal.appendInternal({
-        type: 'journal.opened',
-        source: options.announce.source,
-        data: {
-          schemaVersion: journal.schemaVersionSync(),
-          durability: init.durability,
-          pid: process.pid,
-          version: options.announce.version,
-        },
-      });
+      try {
+        await journal.appendInternal({
+          type: 'journal.opened',
+          source: options.announce.source,
+          data: {
+            schemaVersion: journal.schemaVersionSync(),
+            durability: init.durability,
+            pid: process.pid,
+            version: options.announce.version,
+          },
+        });
+      } catch (err) {
+        // A journal that takes no write at all (an immutable file SQLite opened read-only, a
+        // full disk) is an open error: its threads end and its lock goes, so serve exits.
+        journal.close();
+        throw err;
+      }
     }
     return journal;
   }

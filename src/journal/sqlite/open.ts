@@ -18,6 +18,7 @@ import Database from 'better-sqlite3';
 import { JournalError } from '../errors.ts';
 import type { Durability } from '../store.ts';
 import { headVersion, migrate, schemaVersion } from './migrate.ts';
+import { checkBeforeWriting } from './precheck.ts';
 
 /**
  * `power`: with group commit one fsync covers a whole batch, the fsync runs on the writer thread,
@@ -37,6 +38,13 @@ export interface OpenDatabaseOptions {
   allowOlder?: boolean;
   /** How long a statement waits for another writer's lock, in ms. Default 5000. */
   busyTimeoutMs?: number;
+  /** A writer may make a 0-byte file a new journal (`pdctl journal migrate` only). Default false. */
+  emptyIsNew?: boolean;
+  /**
+   * A writer checks the file first, without writing to it (precheck.ts). Default true; false for
+   * a second connection to a journal this process already checked (the checkpointer's).
+   */
+  precheck?: boolean;
 }
 
 const CORRUPT_CODES = new Set(['SQLITE_CORRUPT', 'SQLITE_NOTADB']);
@@ -114,6 +122,9 @@ export function openDatabase(opts: OpenDatabaseOptions): Database.Database {
     }
     mkdirSync(dirname(path), { recursive: true });
   }
+  // A writer checks the file without writing to it first: a damaged or foreign journal is left
+  // byte for byte as it was, its -wal and -shm too (precheck.ts).
+  if (!readonly && opts.precheck !== false) checkBeforeWriting(path, opts.emptyIsNew ?? false);
   // A reader never turns an empty file into a journal (a writer may: `journal migrate`, which
   // reads it first as schema 0 with allowOlder, does).
   if (readonly && !opts.allowOlder && existsSync(path) && statSync(path).size === 0) {
@@ -170,26 +181,6 @@ export function openDatabase(opts: OpenDatabaseOptions): Database.Database {
         );
       }
       return db;
-    }
-    // A damaged file is refused before anything is written to it (quick_check reads every page
-    // once, without the index cross-checks of integrity_check; docs/journal.md "Durability" has its cost).
-    let check: Array<{ quick_check: string }>;
-    try {
-      check = db.pragma('quick_check(5)', { simple: false }) as Array<{ quick_check: string }>;
-    } catch (err) {
-      check = [{ quick_check: (err as Error).message }];
-    }
-    if (check.length !== 1 || check[0]?.quick_check !== 'ok') {
-      throw new JournalError(
-        'JOURNAL_CORRUPT',
-        `${path} failed SQLite's quick_check, so nothing was written to it: ${check
-          .map((r) => r.quick_check)
-          .join('; ')
-          .slice(
-            0,
-            600,
-          )}. Restore it from a backup (pdctl journal backup), or move it aside and start with a new one; pdctl journal verify --journal ${path} reads what it can`,
-      );
     }
     db.pragma('journal_mode = WAL');
     db.pragma(

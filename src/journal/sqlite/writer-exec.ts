@@ -14,7 +14,12 @@ export interface OpenedWriter {
 }
 
 export function openWriter(init: WriterInit): OpenedWriter {
-  const db = openDatabase({ path: init.path, durability: init.durability, create: init.create });
+  const db = openDatabase({
+    path: init.path,
+    durability: init.durability,
+    create: init.create,
+    precheck: init.role === 'writer',
+  });
   const maxPageCount = db.pragma('max_page_count', { simple: true }) as number;
   if (init.role === 'checkpointer') return { db, writer: null, headSeq: 0, maxPageCount };
   if (init.durability === 'process') {
