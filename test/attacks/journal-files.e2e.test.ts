@@ -10,11 +10,14 @@ import { createHash, randomBytes } from 'node:crypto';
 import {
   closeSync,
   existsSync,
+  lstatSync,
   mkdirSync,
   openSync,
   readdirSync,
   readFileSync,
   statSync,
+  symlinkSync,
+  writeFileSync,
   writeSync,
 } from 'node:fs';
 import { join } from 'node:path';
@@ -181,4 +184,65 @@ describe('journal files pdctl must not write', () => {
       expect(sha(join(mount, 'journal.db'))).toBe(before);
     });
   });
+});
+
+describe('backup and export write only a file they create', () => {
+  for (const verb of ['backup', 'export'] as const) {
+    const args = (to: string) =>
+      verb === 'backup'
+        ? ['journal', 'backup', '--journal', journal, '--to', to]
+        : [
+            'journal',
+            'export',
+            '--journal',
+            journal,
+            '--since',
+            '2h',
+            '--until',
+            'now',
+            '--to',
+            to,
+          ];
+
+    it(`${verb}: a planted OUT.partial symlink is not followed`, async () => {
+      const out = join(dir, `${verb}-sym.db`);
+      const victim = join(dir, `${verb}-victim.txt`);
+      writeFileSync(victim, 'not yours\n');
+      symlinkSync(victim, `${out}.partial`);
+      const r = await pdctl(args(out));
+      expect(r.code, r.stderr).toBe(0);
+      expect(readFileSync(victim, 'utf8')).toBe('not yours\n');
+      expect(lstatSync(out).isSymbolicLink()).toBe(false);
+      expect(lstatSync(`${out}.partial`).isSymbolicLink()).toBe(true);
+      expect((await pdctl(['journal', 'verify', '--journal', out])).code).toBe(0);
+      expect(readdirSync(dir).filter((f) => f.startsWith(`.${verb}-sym.db.partial-`))).toEqual([]);
+    });
+
+    it(`${verb}: a symlink at OUT is refused, and with --force replaced, never written through`, async () => {
+      const out = join(dir, `${verb}-at.db`);
+      const victim = join(dir, `${verb}-at-victim.txt`);
+      writeFileSync(victim, 'not yours\n');
+      symlinkSync(victim, out);
+      const refused = await pdctl(args(out));
+      expect(refused.code).toBe(2);
+      expect(refused.stderr).toMatch(/already exists \(a symbolic link\)/);
+      expect(readFileSync(victim, 'utf8')).toBe('not yours\n');
+      const forced = await pdctl([...args(out), '--force']);
+      expect(forced.code, forced.stderr).toBe(0);
+      expect(readFileSync(victim, 'utf8')).toBe('not yours\n');
+      expect(lstatSync(out).isSymbolicLink()).toBe(false);
+    });
+
+    it(`${verb}: a regular OUT.partial of someone else's is left alone; errors are one line`, async () => {
+      const out = join(dir, `${verb}-reg.db`);
+      writeFileSync(`${out}.partial`, 'keep me\n');
+      const r = await pdctl(args(out));
+      expect(r.code, r.stderr).toBe(0);
+      expect(readFileSync(`${out}.partial`, 'utf8')).toBe('keep me\n');
+      const nowhere = await pdctl(args(join(dir, 'no-such-dir', 'x.db')));
+      expect(nowhere.code).toBe(2);
+      expect(nowhere.stderr).toMatch(/^pdctl: cannot write .*ENOENT/);
+      expect(nowhere.stderr.trim().split('\n')).toHaveLength(1);
+    });
+  }
 });
