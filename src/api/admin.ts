@@ -54,17 +54,75 @@ function refuseCrossSite(req: FastifyRequest): void {
   }
 }
 
-function authorize(req: FastifyRequest, token: string | null): void {
-  refuseCrossSite(req);
-  if (token === null) {
-    const ip = req.socket.remoteAddress ?? '';
-    if (ip === '127.0.0.1' || ip === '::1' || ip === '::ffff:127.0.0.1') return;
+/**
+ * Whether `authority` (`host[:port]`, as in a Host header or an Origin) is a loopback name of
+ * this server: localhost, 127.x.x.x or [::1], at the port the request came in on.
+ */
+function namesThisServer(
+  authority: string,
+  scheme: string,
+  localPort: number | undefined,
+): boolean {
+  if (!/^[A-Za-z0-9.\-[\]:]+$/.test(authority)) return false;
+  let url: URL;
+  try {
+    url = new URL(`${scheme}//${authority}`);
+  } catch {
+    return false;
+  }
+  const name = url.hostname;
+  const loopback =
+    name === 'localhost' || name === '[::1]' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(name);
+  const port = url.port === '' ? (scheme === 'https:' ? 443 : 80) : Number(url.port);
+  // A request injected in process (fastify's inject(), in tests) has no socket port to match.
+  return loopback && (localPort === undefined || port === localPort);
+}
+
+/**
+ * Without a token, admin routes trust the caller's address: loopback only. A web page can still
+ * reach loopback through DNS rebinding (its own name resolving to 127.0.0.1), and then sends its
+ * own name as Host and Origin — so the Host (and the Origin, when there is one) must be a
+ * loopback name of this server, never merely equal to each other.
+ */
+function refuseUnlessLoopback(req: FastifyRequest): void {
+  const ip = req.socket.remoteAddress ?? '';
+  if (ip !== '127.0.0.1' && ip !== '::1' && ip !== '::ffff:127.0.0.1') {
     throw new ApiError(
       403,
       'admin routes answer only on loopback unless PDCTL_ADMIN_TOKEN is set',
       'permission_error',
       'forbidden',
     );
+  }
+  const port = req.socket.localPort;
+  const host = req.headers.host ?? '';
+  if (!namesThisServer(host, 'http:', port)) {
+    throw new ApiError(
+      403,
+      `without PDCTL_ADMIN_TOKEN, admin routes answer only requests addressed to this server by a loopback name (Host: localhost:${port} or 127.0.0.1:${port}); got Host: ${host.slice(0, 200) || '(none)'}`,
+      'permission_error',
+      'foreign_host',
+    );
+  }
+  const origin = req.headers.origin;
+  if (origin !== undefined) {
+    const m = /^(https?:)\/\/([^/]+)$/.exec(origin);
+    if (!m || !namesThisServer(m[2] as string, m[1] as string, port)) {
+      throw new ApiError(
+        403,
+        `admin routes refuse requests from another origin (Origin: ${origin.slice(0, 200)}); call them from curl or the pdctl CLI`,
+        'permission_error',
+        'cross_origin',
+      );
+    }
+  }
+}
+
+function authorize(req: FastifyRequest, token: string | null): void {
+  refuseCrossSite(req);
+  if (token === null) {
+    refuseUnlessLoopback(req);
+    return;
   }
   const given = /^Bearer (.+)$/.exec(req.headers.authorization ?? '')?.[1] ?? '';
   const a = Buffer.from(given);

@@ -7,7 +7,7 @@
  */
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsync } from 'fastify';
-import type { Canary } from '../control/canary.ts';
+import type { Canary, CanaryResult } from '../control/canary.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
 import type { RecoveryView } from '../recovery/view.ts';
 import { ApiError } from './errors.ts';
@@ -93,8 +93,17 @@ export function readiness(
   return { ready: Object.values(checks).every((c) => c.ok), checks };
 }
 
+/** The shortest deadline a client may give `/health/deep`, in ms. */
+export const DEEP_MIN_DEADLINE_MS = 250;
+/** A new `/health/deep` canary starts at most this often; callers in between share one or wait. */
+export const DEEP_MIN_INTERVAL_MS = 1000;
+
 /** `/health`, `/health/ready`, `/health/deep`. */
 export const healthRoutes: FastifyPluginAsync<HealthDeps> = async (app, deps) => {
+  // One client canary at a time: callers while it runs share its answer; after it, the next
+  // starts no sooner than DEEP_MIN_INTERVAL_MS after the last began.
+  let probing: Promise<CanaryResult> | null = null;
+  let probedAt = 0;
   app.get(
     '/health',
     {
@@ -130,8 +139,8 @@ export const healthRoutes: FastifyPluginAsync<HealthDeps> = async (app, deps) =>
     {
       schema: {
         tags: ['health'],
-        summary:
-          'Runs a canary room through bootstrap, prefill, transfer and decode now (deadline_ms: 10 to 60000)',
+        summary: `Runs a canary room through bootstrap, prefill, transfer and decode now (deadline_ms: ${DEEP_MIN_DEADLINE_MS} to 60000)`,
+        description: `Its verdict is only returned: it never counts against an engine or changes readiness. One runs at a time (concurrent callers share it), and a new one starts at most every ${DEEP_MIN_INTERVAL_MS} ms: 429 with Retry-After otherwise.`,
         querystring: Type.Object(
           { deadline_ms: Type.Optional(Type.String({ maxLength: 20 })) },
           { additionalProperties: false },
@@ -144,16 +153,33 @@ export const healthRoutes: FastifyPluginAsync<HealthDeps> = async (app, deps) =>
       const deadlineMs = raw === undefined ? undefined : Number(raw);
       if (
         raw !== undefined &&
-        (!/^\d+$/.test(raw) || (deadlineMs as number) < 10 || (deadlineMs as number) > 60_000)
+        (!/^\d+$/.test(raw) ||
+          (deadlineMs as number) < DEEP_MIN_DEADLINE_MS ||
+          (deadlineMs as number) > 60_000)
       )
         throw new ApiError(
           400,
-          `deadline_ms must be an integer from 10 to 60000, got "${raw}"`,
+          `deadline_ms must be an integer from ${DEEP_MIN_DEADLINE_MS} to 60000, got "${raw}"`,
           'invalid_request_error',
           'invalid_parameter',
           'deadline_ms',
         );
-      const r = await deps.canary.run(deadlineMs);
+      if (!probing) {
+        const wait = probedAt + DEEP_MIN_INTERVAL_MS - Date.now();
+        if (wait > 0) {
+          throw new ApiError(
+            429,
+            `a /health/deep canary ran less than ${DEEP_MIN_INTERVAL_MS} ms ago; retry in ${wait} ms (or read /health/ready, which the background canary keeps current)`,
+            'rate_limit_error',
+            'rate_limited',
+          );
+        }
+        probedAt = Date.now();
+        probing = deps.canary.probe(deadlineMs).finally(() => {
+          probing = null;
+        });
+      }
+      const r = await probing;
       return reply.code(r.ok ? 200 : 503).send({ status: r.ok ? 'ok' : 'failing', ...r });
     },
   );

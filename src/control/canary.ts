@@ -48,15 +48,33 @@ export class Canary {
     private readonly deadlineMs = 2000,
   ) {}
 
-  /** Runs one canary now (joining one already running). */
+  /**
+   * Runs one canary now (joining one already running): its verdict is the one readiness shows,
+   * the one journaled when it changes, and it counts toward an engine's stall (three in a row).
+   */
   run(deadlineMs = this.deadlineMs): Promise<CanaryResult> {
-    this.running ??= this.once(deadlineMs).finally(() => {
-      this.running = null;
-    });
+    this.running ??= this.once(deadlineMs)
+      .then((r) => this.record(r.result, r.pair))
+      .finally(() => {
+        this.running = null;
+      });
     return this.running;
   }
 
-  private async once(deadlineMs: number): Promise<CanaryResult> {
+  /**
+   * A canary a client asked for (`/health/deep`): the same room through every stage, but its
+   * verdict is only returned. It never counts against an engine, never changes readiness and is
+   * never journaled as the canary's verdict — otherwise any caller could get healthy engines
+   * reset and restarted by asking for canaries with impossible deadlines.
+   */
+  async probe(deadlineMs = this.deadlineMs): Promise<CanaryResult> {
+    return (await this.once(deadlineMs)).result;
+  }
+
+  private async once(deadlineMs: number): Promise<{
+    result: CanaryResult;
+    pair: { prefillEngine: string; decodeEngine: string } | null;
+  }> {
     const started = Date.now();
     const result = (
       ok: boolean,
@@ -82,7 +100,7 @@ export class Canary {
         this.recentRooms.delete(oldest);
       }
     } catch (err) {
-      return this.record(result(false, null, {}, 'admission', (err as Error).message));
+      return { result: result(false, null, {}, 'admission', (err as Error).message), pair: null };
     }
     const stages: CanaryResult['stages'] = {};
     const entered = new Map<string, number>();
@@ -108,8 +126,8 @@ export class Canary {
       if (outcome === 'deadline') {
         const stage = STAGE_OF[state] ?? state;
         void this.control.abort(stream.room, 'canary_deadline', 'canary').catch(() => {});
-        return this.record(
-          result(
+        return {
+          result: result(
             false,
             stream.room,
             stages,
@@ -117,16 +135,16 @@ export class Canary {
             `no progress past ${state} within ${deadlineMs} ms`,
           ),
           pair,
-        );
+        };
       }
-      return this.record(result(true, stream.room, stages, null, null), pair);
+      return { result: result(true, stream.room, stages, null, null), pair };
     } catch (err) {
       const e = err as RoomEndedError;
       const stage =
         e instanceof RoomEndedError
           ? (STAGE_OF[(e.stage ?? state) as RoomState] ?? e.stage)
           : STAGE_OF[state];
-      return this.record(result(false, stream.room, stages, stage ?? null, e.message), pair);
+      return { result: result(false, stream.room, stages, stage ?? null, e.message), pair };
     } finally {
       clearTimeout(timer);
       off();

@@ -219,7 +219,13 @@ export class RemoteTarget implements DrillTarget {
   }
 
   async canary(deadlineMs: number): Promise<CanaryOutcome> {
-    const res = await this.fetch(`/health/deep?deadline_ms=${deadlineMs}`);
+    let res = await this.fetch(`/health/deep?deadline_ms=${deadlineMs}`);
+    // The server starts a client canary at most once a second; a 429 says when to ask again.
+    for (let tries = 0; res.status === 429 && tries < 5; tries++) {
+      await res.arrayBuffer();
+      await new Promise((r) => setTimeout(r, 1000 * Number(res.headers.get('retry-after') ?? 1)));
+      res = await this.fetch(`/health/deep?deadline_ms=${deadlineMs}`);
+    }
     const r = (await res.json()) as Partial<CanaryOutcome>;
     return {
       ok: res.status === 200 && r.ok === true,

@@ -2,6 +2,7 @@
  * The attacks at the HTTP port of a real `pdctl serve`: a prompt too large for the bus, slow
  * bodies holding connections, cross-site POSTs to admin routes.
  */
+import { request } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Served, serve } from '../helpers/serve.ts';
@@ -117,4 +118,108 @@ describe('attacks at the HTTP port', () => {
     };
     expect(engines.engines.map((e) => e.id).sort()).toEqual(['decode-0', 'prefill-0']);
   });
+});
+
+/** A POST with the Host and Origin a DNS-rebinding page would send (fetch cannot set Host). */
+function rawPost(
+  url: string,
+  path: string,
+  headers: Record<string, string>,
+): Promise<{ status: number; body: { error?: { code: string | null } } }> {
+  const { port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    const req = request(
+      {
+        host: '127.0.0.1',
+        port,
+        path,
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+      },
+      (res) => {
+        let text = '';
+        res.on('data', (d: Buffer) => (text += d.toString()));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) }));
+      },
+    );
+    req.on('error', reject);
+    req.end('{"command":"drain"}');
+  });
+}
+
+describe('a web page against loopback admin routes (no token set)', () => {
+  it('DNS rebinding: a foreign Host, or a foreign Origin with a loopback Host, is refused; the engine keeps serving', async () => {
+    const port = new URL(s.url).port;
+    const drain = '/v1/admin/engines/decode-0/commands';
+    const rebound = await rawPost(s.url, drain, {
+      host: `rebind.attacker.example:${port}`,
+      origin: `http://rebind.attacker.example:${port}`,
+    });
+    expect(rebound.status).toBe(403);
+    expect(rebound.body.error?.code).toBe('foreign_host');
+    const origin = await rawPost(s.url, drain, {
+      host: `localhost:${port}`,
+      origin: `http://rebind.attacker.example:${port}`,
+    });
+    expect(origin.status).toBe(403);
+    expect(origin.body.error?.code).toBe('cross_origin');
+    // A loopback name of another port is another server.
+    const other = await rawPost(s.url, drain, { host: 'localhost:1' });
+    expect(other.status).toBe(403);
+    // Addressed by a loopback name of this server, it reaches the route (a room that is not there).
+    const ours = await rawPost(s.url, '/v1/rooms/r-none-1/abort', {
+      host: `localhost:${port}`,
+      origin: `http://localhost:${port}`,
+    });
+    expect(ours.status).toBe(404);
+    const ok = await post(
+      '/v1/completions',
+      JSON.stringify({ model: 'pdctl-deterministic-1', prompt: 'the river', max_tokens: 4 }),
+    );
+    expect(ok.status).toBe(200);
+  });
+});
+
+describe('/health/deep as a weapon', () => {
+  it('client canaries never count against an engine: failing ones change nothing; short deadlines and bursts refused', async () => {
+    // Each token takes 400 ms to decode: a 250 ms canary fails in decode, the background one
+    // (2 s deadline) passes.
+    const slow = await serve(['--decode-us-per-token', '400000']);
+    try {
+      const deep = (q: string) => fetch(`${slow.url}/health/deep${q}`);
+      const short = await deep('?deadline_ms=10');
+      expect(short.status).toBe(400);
+      expect(((await short.json()) as { error: { message: string } }).error.message).toMatch(
+        /from 250 to 60000/,
+      );
+      let failed = 0;
+      let limited = 0;
+      for (let round = 0; round < 5; round++) {
+        // Concurrent callers share one canary; one right after it is told to wait.
+        const shared = await Promise.all([1, 2, 3].map(() => deep('?deadline_ms=250')));
+        const after = await deep('?deadline_ms=250');
+        for (const r of [...shared, after]) {
+          if (r.status === 503) failed++;
+          if (r.status === 429) {
+            limited++;
+            expect(r.headers.get('retry-after')).toBe('1');
+          }
+        }
+        await new Promise((r) => setTimeout(r, 1100));
+      }
+      expect(failed).toBeGreaterThanOrEqual(15);
+      expect(limited).toBeGreaterThanOrEqual(4);
+      // Fifteen failing canaries later: no recovery action, no restart, and ready.
+      const actions = await (await fetch(`${slow.url}/v1/journal?type=recovery.action`)).text();
+      expect(actions.trim()).toBe('');
+      const engines = (await (await fetch(`${slow.url}/v1/engines`)).json()) as {
+        engines: Array<{ id: string; restarts: number | null }>;
+      };
+      expect(engines.engines.map((e) => e.restarts)).toEqual([0, 0]);
+      const ready = await fetch(`${slow.url}/health/ready`);
+      expect(ready.status, await ready.text()).toBe(200);
+    } finally {
+      await slow.stop();
+    }
+  }, 60_000);
 });
