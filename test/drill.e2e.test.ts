@@ -184,17 +184,24 @@ describe('pdctl drill', () => {
     ).toBeGreaterThan(0);
   }, 120_000);
 
-  it('hostile-peer: forged hellos, appends under the control plane’s ids, oversized frames — all refused', async () => {
+  it('hostile-peer: forged hellos, foreign appends, oversized frames, takeover, injection, flood — all refused', async () => {
     const r = await drill('hostile-peer', '--clients', '4', '--no-baseline');
-    expect(names(r).slice(0, 5)).toEqual([
+    const flood =
+      'the flooding engine is throttled and journaled once; the journal does not grow with the flood';
+    expect(names(r).slice(0, 9)).toEqual([
       'forged hellos refused; the real engine keeps its registration',
       'no forged append reached the journal',
       'oversized frames dropped; the bus loop lives',
+      'no message of another engine reached a connection under its routing id',
+      'no client answer altered by tokens from an engine that does not hold the room',
+      flood,
+      'no healthy engine was reset or restarted over the flood',
       'a room whose ids were aimed at is still aborted',
       'no client request failed meanwhile',
     ]);
-    expect(names(r).slice(5)).toEqual(COMMON);
+    expect(names(r).slice(9)).toEqual(COMMON);
     expect(figure(r, 'no forged append reached the journal')?.journaledFromGuest).toBe(0);
+    expect(figure(r, flood)?.throttleEvents).toBe(1);
   });
 
   it('malformed-frames, kv-corruption, slow-client, journal-unwritable', async () => {

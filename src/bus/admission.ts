@@ -15,6 +15,7 @@ import {
   createPrivateKey,
   createPublicKey,
   diffieHellman,
+  randomBytes,
   timingSafeEqual,
 } from 'node:crypto';
 import { statSync } from 'node:fs';
@@ -110,9 +111,21 @@ export class Admission {
     return false;
   }
 
-  /** Lets `key` speak for `engine` (`*`: any engine id). */
+  /**
+   * Lets `key` speak for `engine`. A key speaks for one engine id: allowing it for a second one is
+   * refused, since whoever holds it could then read and write the rooms of both. `*` lets a key
+   * speak for any id, and is for trusted single-tenant set-ups only (docs/security.md).
+   */
   allow(engine: string, key: string): this {
     checkKey(`public key of engine ${engine}`, key);
+    for (const [other, keys] of this.allowed) {
+      if (other !== engine && keys.has(key)) {
+        throw new BusError(
+          'BUS_UNAUTHORIZED',
+          `key ${key.slice(0, 8)}… is already allowed for engine ${other}; a key speaks for one engine id — give ${engine} a key pair of its own (pdctl keys)`,
+        );
+      }
+    }
     let keys = this.allowed.get(engine);
     if (!keys) {
       keys = new Set();
@@ -175,6 +188,16 @@ export class Admission {
     }
     return { ok: true, key: auth.key };
   }
+}
+
+/**
+ * The routing id of one engine connection: the engine and incarnation (for people reading a
+ * capture), then 96 random bits, new for every connection. The control plane sends an engine's
+ * messages to the connection its hello came on; the ROUTER never gives that routing id to a
+ * second connection while the first lives, and nobody else can guess the next one.
+ */
+export function connectionRoutingId(engine: string, incarnation: string): string {
+  return `${engine}/${incarnation}`.slice(0, 200) + `/${randomBytes(12).toString('hex')}`;
 }
 
 export function newKeyPair(): KeyPair {

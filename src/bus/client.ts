@@ -6,7 +6,7 @@
  */
 import * as zmq from 'zeromq';
 import type { Logger } from '../log.ts';
-import { checkKey } from './admission.ts';
+import { checkKey, connectionRoutingId } from './admission.ts';
 import type { CurveClientKeys } from './curve.ts';
 import { DropCounters } from './drops.ts';
 import { BusError } from './errors.ts';
@@ -109,9 +109,8 @@ export class BusClient {
 
   private openSocket(): zmq.Dealer {
     const options = this.options;
-    const gen = this.generation === 0 ? '' : `/${this.generation}`;
     const socket = new zmq.Dealer({
-      routingId: `${options.engine}/${options.incarnation}${gen}`.slice(0, 255),
+      routingId: connectionRoutingId(options.engine, options.incarnation),
       heartbeatInterval: 1000,
       // With a standby to go to, a silent (frozen) leader is given up sooner.
       heartbeatTimeout: options.endpoints.length > 1 ? 2000 : 5000,
@@ -283,11 +282,16 @@ export class BusClient {
     this.sayHello();
   }
 
+  /**
+   * A connection that dropped is not resumed on its socket: the control plane's ROUTER may still
+   * hold the old connection under its routing id (it gives a routing id to no second connection
+   * while the first lives), so the engine comes back on a new socket with a new routing id.
+   */
   private onDisconnected(): void {
     this.disconnects++;
     this.welcomed = false;
     this.options.log.warn({ endpoint: this.endpoint }, 'bus: lost the control plane; reconnecting');
-    this.armFailover();
+    void this.reconnectTo();
   }
 
   /** Sends hello now and again every helloRetryMs until a welcome arrives. */

@@ -31,6 +31,11 @@ export const BUS_ERROR_CODES = [
    * a fresh process (it exits, and its supervisor starts it again).
    */
   'BUS_JOURNAL_BEHIND',
+  /**
+   * The engine ran over a quota (docs/security.md: new incarnations of one engine id per minute);
+   * retryable: the hello that was refused is sent again later.
+   */
+  'BUS_RATE_LIMITED',
   /** Not sent: the control plane could not bind its bus endpoint (the port is taken, say). */
   'BUS_BIND_FAILED',
   /** The socket or the process is closing. */

@@ -21,6 +21,12 @@ import {
   encodePayload,
   engineFrames,
 } from './protocol.ts';
+import {
+  DEFAULT_PEER_QUOTAS,
+  type PeerQuotaOptions,
+  PeerQuotas,
+  type QuotaKind,
+} from './quotas.ts';
 
 export interface BusServerOptions {
   /** `tcp://127.0.0.1:0` picks a free port; `ipc:///path` for a Unix socket. */
@@ -28,10 +34,17 @@ export interface BusServerOptions {
   /** Largest payload accepted (default 1 MiB); larger frames are counted as `too_large`. */
   maxFrameBytes?: number;
   curve?: CurveServerKeys;
+  /** What one connection may send (quotas.ts); defaults in `DEFAULT_PEER_QUOTAS`. */
+  quotas?: Partial<PeerQuotaOptions>;
   log: Logger;
 }
 
-/** A connected peer, named by the routing id its DEALER chose. */
+/**
+ * A connected peer, named by its connection's routing id. The ROUTER never hands a routing id
+ * over to a second connection while the first is connected (handover off), so messages for a
+ * peer reach the connection that said its hello, and no other; engines pick a fresh routing id
+ * with 96 random bits for every connection, which nobody else can guess (docs/security.md).
+ */
 export type PeerId = string;
 
 export interface BusServerHandlers {
@@ -40,6 +53,11 @@ export interface BusServerHandlers {
   heartbeat(peer: PeerId, engine: string, msg: EngineMessage<'heartbeat'>): void;
   append(peer: PeerId, engine: string, msg: EngineMessage<'append'>): void;
   tokens(peer: PeerId, engine: string, msg: EngineMessage<'tokens'>): void;
+  /**
+   * A peer ran over one of its quotas: its messages are dropped until it keeps within them. Called
+   * once per episode (the first drop after 10 s within quota), with the engine it registered as.
+   */
+  throttled?(peer: PeerId, engine: string | null, kind: QuotaKind, quotas: PeerQuotaOptions): void;
 }
 
 export class BusServer {
@@ -50,6 +68,7 @@ export class BusServer {
   private readonly decoder;
   /** Peers that said hello and were accepted, and the engine each one is. */
   private readonly registered = new Map<PeerId, string>();
+  private readonly quotas: PeerQuotas;
   private zap: ZapHandler | null = null;
   private closed = false;
   received = 0;
@@ -62,11 +81,13 @@ export class BusServer {
     const log = options.log;
     this.decoder = engineFrames(options.maxFrameBytes);
     this.drops = new DropCounters(log, 'bus');
+    this.quotas = new PeerQuotas(Object.freeze({ ...DEFAULT_PEER_QUOTAS, ...options.quotas }));
     // libzmq's own cap sits far above ours so that oversized frames reach us and are counted,
-    // while a multi-gigabyte frame still cannot exhaust memory.
+    // while a multi-gigabyte frame still cannot exhaust memory. Handover stays off: with it on,
+    // any peer that connects under a live engine's routing id takes its messages over.
     this.socket = new zmq.Router({
       mandatory: true,
-      handover: true,
+      handover: false,
       maxMessageSize: Math.max(64 << 20, this.decoder.maxFrameBytes * 4),
       heartbeatInterval: 1000,
       heartbeatTimeout: 5000,
@@ -121,6 +142,9 @@ export class BusServer {
     const id = frames[0];
     if (!id) return;
     const peer = id.toString('latin1');
+    // Charged before anything is decoded, so that a flood costs a lookup per message.
+    const hello = frames.length === 3 && frames[1]?.equals(HELLO_KIND) === true;
+    if (!this.charge(peer, 1, hello ? 1 : 0)) return;
     let all: ReturnType<typeof this.decoder.decodeAll>;
     try {
       all = this.decoder.decodeAll(frames.slice(1));
@@ -128,7 +152,26 @@ export class BusServer {
       this.drops.record('bad_payload', { peer: printablePeer(peer), detail: String(err) });
       return;
     }
+    if (all.length > 1) {
+      const hellos = all.filter((d) => d.ok && d.kind === 'hello').length;
+      if (!this.charge(peer, all.length - 1, hellos)) return;
+    }
     for (const d of all) this.handle(peer, d);
+  }
+
+  private charge(peer: PeerId, count: number, hellos: number): boolean {
+    const verdict = this.quotas.admit(peer, count, hellos);
+    if (verdict.ok) return true;
+    const engine = this.registered.get(peer) ?? null;
+    this.drops.record('rate_limited', { peer: printablePeer(peer), engine, quota: verdict.kind });
+    if (verdict.first) {
+      try {
+        this.handlers.throttled?.(peer, engine, verdict.kind, this.quotas.options);
+      } catch (err) {
+        this.options.log.error({ err, engine }, 'bus: throttled handler threw');
+      }
+    }
+    return false;
   }
 
   private handle(peer: PeerId, d: ReturnType<typeof this.decoder.decode>): void {
@@ -210,8 +253,15 @@ export class BusServer {
   }
 }
 
+const HELLO_KIND = Buffer.from('hello', 'latin1');
+const ROUTING_NONCE_RE = /\/[0-9a-f]{24}$/;
+
+/** A peer for the log: an engine's routing id without its random part, which stays secret. */
 function printablePeer(peer: string): string {
-  return peer.replace(/[^\x20-\x7e]/g, '?').slice(0, 64);
+  return peer
+    .replace(ROUTING_NONCE_RE, '/…')
+    .replace(/[^\x20-\x7e]/g, '?')
+    .slice(0, 64);
 }
 
 export type { EngineKind };

@@ -184,10 +184,15 @@ export function registerServeCommand(program: Command): void {
         let entry: ReturnType<typeof parseEngineKey>;
         try {
           entry = parseEngineKey(text);
+          admission.allow(entry.engine, entry.key);
         } catch (err) {
           throw new UsageError((err as Error).message);
         }
-        admission.allow(entry.engine, entry.key);
+        if (entry.engine === '*') {
+          note(
+            `pdctl serve: WARNING --engine-key *=${entry.key.slice(0, 8)}… lets that key speak for any engine id not yet registered (docs/security.md); give each engine a key of its own unless every holder is trusted`,
+          );
+        }
       }
       const curve = o.insecureBus !== true && needsCurve(o.bus as string);
       const model = await openModelInfo(o, log);

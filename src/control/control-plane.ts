@@ -37,6 +37,7 @@ import {
 import { type ControlCounters, EngineLink } from './engine-link.ts';
 import { ControlError } from './errors.ts';
 import { JournalOutage } from './journal-outage.ts';
+import { LoopLag } from './loop-lag.ts';
 import { Migrator } from './migration.ts';
 import { PageLedger } from './page-ledger.ts';
 import { EngineRegistry, type EngineSession } from './registry.ts';
@@ -141,6 +142,8 @@ export class ControlPlane {
   orphansFailed = 0;
   private readonly link: EngineLink;
   private readonly migrator: Migrator;
+  /** When this process's own loop was last blocked: stall evidence counts only after it. */
+  readonly loopLag = new LoopLag();
   /** KV pages promised to rooms per engine: admission counts pages, not rooms. */
   readonly pages = new PageLedger((engine) => this.registry.get(engine));
   /** Engines heartbeating within this many ms get new rooms (`engineFreshMs`, default 3000). */
@@ -250,6 +253,7 @@ export class ControlPlane {
       cp.expiry.unref();
       cp.outageTimer = setInterval(() => cp.outage.tick(), 250);
       cp.outageTimer.unref();
+      cp.loopLag.start();
     } catch (err) {
       cp.subscription?.close();
       await journal.drain();
@@ -375,13 +379,34 @@ export class ControlPlane {
       },
       append: (peer, engine, msg) => this.link.append(peer, engine, msg),
       tokens: (_peer, engine, msg) => this.onTokens(engine, msg),
+      throttled: (_peer, engine, kind, quotas) => this.link.throttled(engine, kind, quotas),
     };
   }
 
+  /**
+   * Tokens reach a client only from the engine the committed journal made its room's decode
+   * engine, once the KV is there (`transferred`: the decode engine starts before its
+   * `decode_started` commits) and before the room ends. Anything else — a room not yet created,
+   * another engine's room, one whose id was guessed — is refused and counted (`not_owner`).
+   */
   private onTokens(engine: string, msg: EngineMessage<'tokens'>): void {
     const stream = this.streams.get(msg.room);
     const view = this.rooms.get(msg.room);
-    if (!stream || (view && view.decodeEngine !== engine)) {
+    if (
+      !view ||
+      view.decodeEngine !== engine ||
+      (view.state !== 'transferred' && view.state !== 'decoding')
+    ) {
+      this.counters.tokensDropped++;
+      this.bus.drops.record('not_owner', {
+        engine,
+        room: msg.room,
+        kind: 'tokens',
+        state: view?.state ?? null,
+      });
+      return;
+    }
+    if (!stream) {
       this.counters.tokensDropped++;
       this.bus.drops.record('unknown_room', { engine, room: msg.room, kind: 'tokens' });
       return;
@@ -775,13 +800,10 @@ export class ControlPlane {
    * piling up on it, canaries failing on it). Used by the escalation ladder and `/health/ready`.
    */
   stalledEngines(policy: StallPolicy = DEFAULT_STALL_POLICY, now = Date.now()): Stall[] {
-    return findStalls(
-      this.registry.all(),
-      this.rooms.values(),
-      policy,
-      now,
-      this.journal.health().writable,
-    );
+    return findStalls(this.registry.all(), this.rooms.values(), policy, now, {
+      journalWritable: this.journal.health().writable,
+      lateAt: this.loopLag.lateAt,
+    });
   }
 
   /**
@@ -841,6 +863,7 @@ export class ControlPlane {
     this.closing ??= (async () => {
       if (this.expiry) clearInterval(this.expiry);
       if (this.outageTimer) clearInterval(this.outageTimer);
+      this.loopLag.stop();
       this.aborts.close();
       for (const s of this.streams.values()) {
         s.fail(new RoomEndedError(s.room, 'unavailable', 'control plane shutting down'));

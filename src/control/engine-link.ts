@@ -12,6 +12,7 @@ import {
   PROTOCOL_VERSION,
   type RoomRequest,
 } from '../bus/protocol.ts';
+import { type PeerQuotaOptions, type QuotaKind, TokenBucket } from '../bus/quotas.ts';
 import type { BusServer, PeerId } from '../bus/server.ts';
 import { JournalError } from '../journal/errors.ts';
 import type { JournalEvent } from '../journal/events.ts';
@@ -19,6 +20,7 @@ import type { Room } from '../journal/reducer.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import type { EngineRegistry, EngineSession } from './registry.ts';
+import { ThrottleRecord } from './throttles.ts';
 
 export interface ControlCounters {
   appends: number;
@@ -109,14 +111,48 @@ class RejectionBudget {
   }
 }
 
+/**
+ * New incarnations one engine id may register: a burst, then one per this many ms. A real engine
+ * is restarted a few times an hour at worst (the ladder caps restarts at 3 in 10 minutes); a
+ * holder of its key that says hello as a new process over and over would otherwise add an
+ * `engine.registered` and a replay of the engine's history each time.
+ */
+export const REGISTRATIONS_BURST = 5;
+export const REGISTRATION_EVERY_MS = 10_000;
+
 export class EngineLink {
   /** Set once the bus is bound. */
   bus!: BusServer;
   private readonly rejections = new RejectionBudget();
+  private readonly registrations = new Map<string, TokenBucket>();
+  private readonly throttles: ThrottleRecord;
   /** Sessions handed out so far (one per accepted hello). */
   private sessions = 0;
 
-  constructor(private readonly deps: EngineLinkDeps) {}
+  constructor(private readonly deps: EngineLinkDeps) {
+    this.throttles = new ThrottleRecord(deps.journal, deps.log);
+  }
+
+  /** A peer ran over a bus quota (quotas.ts): journaled once per engine per minute. */
+  throttled(engine: string | null, kind: QuotaKind, q: PeerQuotaOptions): void {
+    this.throttles.note(
+      engine,
+      kind === 'hellos'
+        ? `more than ${q.hellosBurst} hellos at once, or ${q.hellosPerSecond}/s, on one connection`
+        : `more than ${q.messagesBurst} bus messages at once, or ${q.messagesPerSecond}/s, on one connection`,
+      `its ${kind} over the quota are dropped unread until it keeps within it`,
+    );
+  }
+
+  /** Whether `engine` may register one more new incarnation now. */
+  private mayRegister(engine: string, now: number): boolean {
+    let b = this.registrations.get(engine);
+    if (!b) {
+      b = new TokenBucket(1000 / REGISTRATION_EVERY_MS, REGISTRATIONS_BURST, now);
+      this.registrations.set(engine, b);
+    }
+    return b.take(now);
+  }
 
   /**
    * The engine's process is gone (its supervisor saw it exit): this session gets no new room and
@@ -182,6 +218,21 @@ export class EngineLink {
     }
     const fresh = !prev || prev.incarnation !== msg.incarnation;
     const now = Date.now();
+    if (fresh && !this.mayRegister(msg.engine, now)) {
+      this.bus.drops.record('rate_limited', { engine: msg.engine, kind: 'hello' });
+      this.throttles.note(
+        msg.engine,
+        `more than ${REGISTRATIONS_BURST} new incarnations at once, or one per ${REGISTRATION_EVERY_MS / 1000} s`,
+        'hellos of new incarnations over the quota are refused (BUS_RATE_LIMITED); the registered one keeps serving',
+      );
+      this.bus.send(peer, 'nack', {
+        eventId: null,
+        code: 'BUS_RATE_LIMITED',
+        message: `engine ${msg.engine} registered more than ${REGISTRATIONS_BURST} new incarnations in a short time; this hello is refused, try again in ${REGISTRATION_EVERY_MS / 1000} s`,
+        retryable: true,
+      });
+      return;
+    }
     const session: EngineSession = {
       engine: msg.engine,
       role: msg.role,

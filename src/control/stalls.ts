@@ -63,23 +63,30 @@ export function queuedWork(s: Pick<EngineSession, 'role'>, queues: Record<string
     : (queues.decoding ?? 0);
 }
 
-/**
- * The stalled engines now, one finding each (the first detector that fires, in the order below).
- * `journalWritable` false: the work and pile-up detectors hold back — an engine waiting on the
- * journal is not the one that is stuck.
- */
+/** What the detectors know of the control plane itself. */
+export interface ControlSide {
+  /** False: the work and pile-up detectors hold back — an engine waiting on the journal is not stuck. */
+  journalWritable: boolean;
+  /**
+   * The last time the control plane's own loop was blocked (loop-lag.ts), unix ms: what it heard
+   * of an engine before then may have been heard late, so no window of evidence starts earlier.
+   */
+  lateAt: number;
+}
+
+/** The stalled engines now, one finding each (the first detector that fires, in the order below). */
 export function findStalls(
   sessions: readonly EngineSession[],
   rooms: Iterable<Room>,
   policy: StallPolicy,
   now: number,
-  journalWritable = true,
+  control: ControlSide = { journalWritable: true, lateAt: 0 },
 ): Stall[] {
   const waiting = waitingRooms(rooms);
   const out: Stall[] = [];
   for (const s of sessions) {
     if (!s.delivery.live) continue;
-    const found = stallOf(s, waiting.get(s.engine), policy, now, journalWritable);
+    const found = stallOf(s, waiting.get(s.engine), policy, now, control);
     if (found) out.push({ engine: s.engine, ...found });
   }
   return out;
@@ -90,32 +97,36 @@ function stallOf(
   waiting: Map<RoomState, { count: number; oldest: number }> | undefined,
   policy: StallPolicy,
   now: number,
-  journalWritable: boolean,
+  control: ControlSide,
 ): Omit<Stall, 'engine'> | null {
-  if (s.health.behindSince > 0 && now - s.health.behindSince > policy.busFrozenMs)
+  const from = (t: number) => Math.max(t, control.lateAt);
+  const behindSince = s.health.behindSince > 0 ? from(s.health.behindSince) : 0;
+  if (behindSince > 0 && now - behindSince > policy.busFrozenMs)
     return {
       kind: 'bus',
-      reason: `bus loop applied nothing for ${now - s.health.behindSince} ms after being sent events`,
-      since: s.health.behindSince,
+      reason: `bus loop applied nothing for ${now - behindSince} ms after being sent events`,
+      since: behindSince,
     };
   const transfers = s.health.heartbeat?.queues.transferring ?? 0;
-  if (transfers > 0 && now - s.health.transferMovedAt > policy.frozenMs)
+  const transferMovedAt = from(s.health.transferMovedAt);
+  if (transfers > 0 && now - transferMovedAt > policy.frozenMs)
     return {
       kind: 'transfer',
-      reason: `transfer core completed nothing for ${now - s.health.transferMovedAt} ms with ${transfers} transfers in flight`,
-      since: s.health.transferMovedAt,
+      reason: `transfer core completed nothing for ${now - transferMovedAt} ms with ${transfers} transfers in flight`,
+      since: transferMovedAt,
     };
-  if (journalWritable) {
+  if (control.journalWritable) {
     const work = s.health.heartbeat ? queuedWork(s, s.health.heartbeat.queues) : 0;
-    if (work > 0 && now - s.health.workMovedAt > policy.workFrozenMs)
+    const workMovedAt = from(s.health.workMovedAt);
+    if (work > 0 && now - workMovedAt > policy.workFrozenMs)
       return {
         kind: 'work',
-        reason: `work loop did nothing for ${now - s.health.workMovedAt} ms with ${work} rooms queued`,
-        since: s.health.workMovedAt,
+        reason: `work loop did nothing for ${now - workMovedAt} ms with ${work} rooms queued`,
+        since: workMovedAt,
       };
     for (const [state, w] of waiting ?? []) {
       if (!AWAITS[s.role].includes(state)) continue;
-      const since = Math.max(w.oldest, s.health.progressAt);
+      const since = from(Math.max(w.oldest, s.health.progressAt));
       if (now - since > policy.pileUpMs)
         return {
           kind: 'pile_up',

@@ -32,8 +32,8 @@ function room(id: string, steps: EventType[], at: number): Room {
   return r as Room;
 }
 
-const find = (sessions: EngineSession[], rooms: Room[] = [], writable = true) =>
-  findStalls(sessions, rooms, DEFAULT_STALL_POLICY, NOW, writable).map(
+const find = (sessions: EngineSession[], rooms: Room[] = [], writable = true, lateAt = 0) =>
+  findStalls(sessions, rooms, DEFAULT_STALL_POLICY, NOW, { journalWritable: writable, lateAt }).map(
     (s) => `${s.engine}:${s.kind}`,
   );
 
@@ -54,6 +54,17 @@ describe('findStalls', () => {
       reason: 'bus loop applied nothing for 1200 ms after being sent events',
       since: NOW - 1200,
     });
+  });
+
+  it('a control plane that was itself blocked blames no engine until it has listened long enough', () => {
+    const behind = session('p0', 'prefill', { behindSince: NOW - 1200 });
+    const frozen = session('d0', 'decode', { transferMovedAt: NOW - 1500 }, { transferring: 2 });
+    const idle = session('d1', 'decode', { workMovedAt: NOW - 3500 }, { decoding: 4 });
+    expect(find([behind, frozen, idle])).toEqual(['p0:bus', 'd0:transfer', 'd1:work']);
+    // Its loop was late 300 ms ago: what it heard before then may have been heard late.
+    expect(find([behind, frozen, idle], [], true, NOW - 300)).toEqual([]);
+    // Long enough ago, the evidence stands again.
+    expect(find([behind], [], true, NOW - 600)).toEqual(['p0:bus']);
   });
 
   it('a work loop whose tick stopped with rooms queued, unless the journal is what it waits on', () => {

@@ -5,7 +5,7 @@
  */
 import { encode } from 'msgpackr';
 import * as zmq from 'zeromq';
-import { type KeyPair, signHello } from '../bus/admission.ts';
+import { connectionRoutingId, type KeyPair, signHello } from '../bus/admission.ts';
 import { controlFrames, PROTOCOL_VERSION } from '../bus/protocol.ts';
 
 export type Reply = ReturnType<ReturnType<typeof controlFrames>['decode']>;
@@ -22,6 +22,8 @@ export interface RawEngineOptions {
   curve?: boolean;
   /** The model it claims to run (`hello.model`); null or absent: the built-in one. */
   model?: string | null;
+  /** The routing id its DEALER connects under; default: a fresh one, as a real engine makes. */
+  routingId?: string;
 }
 
 export class RawEngine {
@@ -36,7 +38,7 @@ export class RawEngine {
     this.incarnation = o.incarnation ?? `raw-${Math.random().toString(36).slice(2)}`;
     this.socket = new zmq.Dealer({
       linger: 0,
-      routingId: `${o.engine}/${this.incarnation}`,
+      routingId: o.routingId ?? connectionRoutingId(o.engine, this.incarnation),
     });
     if ((o.curve ?? true) && o.keys && o.serverKey) {
       this.socket.curveServerKey = o.serverKey;
@@ -49,11 +51,12 @@ export class RawEngine {
   /** The hello a real engine would send, signed with `keys` unless `auth` overrides it. */
   hello(over: Record<string, unknown> = {}): Record<string, unknown> {
     const { o } = this;
+    const incarnation = typeof over.incarnation === 'string' ? over.incarnation : this.incarnation;
     return {
       protocol: PROTOCOL_VERSION,
       engine: o.engine,
       role: o.role,
-      incarnation: this.incarnation,
+      incarnation,
       pid: 1,
       pages: 8,
       pageBytes: 4096,
@@ -64,11 +67,7 @@ export class RawEngine {
       ...(o.model ? { model: o.model } : {}),
       ...(o.keys && o.serverKey
         ? {
-            auth: signHello(
-              { engine: o.engine, role: o.role, incarnation: this.incarnation },
-              o.keys,
-              o.serverKey,
-            ),
+            auth: signHello({ engine: o.engine, role: o.role, incarnation }, o.keys, o.serverKey),
           }
         : {}),
       ...over,
@@ -97,6 +96,11 @@ export class RawEngine {
       'append',
       encode({ eventId, session: this.session, n: ++this.n, event: { type, room, data } }),
     ]);
+  }
+
+  /** A chunk of tokens for `room`, as a decode engine streams them. */
+  async tokens(room: string, index: number, text: string): Promise<void> {
+    await this.socket.send(['tokens', encode({ room, index, text, tokens: 1 })]);
   }
 
   /** The next reply (of `kind`, skipping others), or throws after `timeoutMs`. */

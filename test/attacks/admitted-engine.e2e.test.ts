@@ -1,0 +1,179 @@
+/**
+ * What an engine the bus admitted (a compromised host holding a valid key, a buggy build) can
+ * still do, played against a real stack (docs/security.md): take over another engine's
+ * connection, write tokens into other clients' answers, flood the control plane until healthy
+ * engines look stalled. Each must fail, and the stack must serve its clients throughout.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { newKeyPair } from '../../src/bus/admission.ts';
+import { REGISTRATIONS_BURST } from '../../src/control/engine-link.ts';
+import { RawEngine } from '../../src/drills/raw-engine.ts';
+import type { JournalEvent } from '../../src/journal/events.ts';
+import { collect, prompt, startTestStack, waitFor } from '../helpers/stack.ts';
+
+const peers: RawEngine[] = [];
+afterEach(() => {
+  for (const p of peers.splice(0)) p.close();
+});
+
+function raw(o: ConstructorParameters<typeof RawEngine>[0]): RawEngine {
+  const r = new RawEngine(o);
+  peers.push(r);
+  return r;
+}
+
+type Stack = Awaited<ReturnType<typeof startTestStack>>;
+
+/** A pool of no pages: admitted, but never picked for a client's room. */
+const NO_PAGES = { pages: 0, kv: { baseBytes: 0, bytesPerToken: 64, decodeGrows: true } };
+
+/** A guest engine with a key of its own, allowed for its id only, and a pool of no pages. */
+async function guest(stack: Stack, engine = 'guest-d'): Promise<RawEngine> {
+  const keys = newKeyPair();
+  stack.admission.allow(engine, keys.publicKey);
+  const g = raw({
+    endpoint: stack.control.endpoint,
+    engine,
+    role: 'decode',
+    keys,
+    serverKey: stack.admission.server.publicKey,
+  });
+  await g.join(NO_PAGES);
+  return g;
+}
+
+/** The engines' recovery actions since `seq`: a healthy engine must have none. */
+async function recoveryOf(stack: Stack, engines: string[], afterSeq: number) {
+  const events = await stack.control.journal.tail({ type: 'recovery.action', limit: 1000 });
+  return events.filter((e) => e.seq > afterSeq && e.engine !== null && engines.includes(e.engine));
+}
+
+describe('an admitted engine', () => {
+  it('cannot take over another engine’s connection, with a key or (insecure bus) without one', async () => {
+    for (const curve of [true, false]) {
+      const stack = await startTestStack({ curve });
+      const { control } = stack;
+      const prefill = control.registry.get('prefill-0');
+      const incarnation = prefill?.incarnation as string;
+      const session = prefill?.delivery.session;
+      const head = await control.journal.headSeq();
+      const keys = curve ? newKeyPair() : undefined;
+      if (keys) stack.admission.allow('guest-t', keys.publicKey);
+      const serverKey = curve ? stack.admission.server.publicKey : undefined;
+      // The routing id an attacker can build from GET /v1/engines, and the connection's real one
+      // (which it cannot learn; taken from inside the test to play the worst case).
+      const takers = [`prefill-0/${incarnation}`, prefill?.peer as string].map((routingId) =>
+        raw({
+          endpoint: control.endpoint,
+          engine: 'guest-t',
+          role: 'prefill',
+          keys,
+          serverKey,
+          routingId,
+        }),
+      );
+      const outs = await Promise.all(
+        Array.from({ length: 12 }, (_, i) =>
+          collect(control.submit({ prompt: prompt(i, 12), maxTokens: 6 })),
+        ),
+      );
+      for (const o of outs) expect(o.error, `curve ${curve}`).toBeNull();
+      // Neither connection was handed a single message meant for prefill-0.
+      for (const t of takers) await expect(t.next(undefined, 500)).rejects.toThrow(/no reply/);
+      expect(control.registry.get('prefill-0')?.delivery.session).toBe(session);
+      expect(await recoveryOf(stack, ['prefill-0', 'decode-0'], head)).toEqual([]);
+      await stack.stop();
+    }
+  });
+
+  it('cannot write tokens into rooms that are not its own, even before they are created', async () => {
+    // At power durability a commit takes an fsync: the window the attack aimed at.
+    const stack = await startTestStack({
+      durability: 'power',
+      engineArgs: ['--decode-us-per-token', '2000'],
+    });
+    const { control } = stack;
+    // Undisturbed answers first: the built-in model gives the same words for the same prompt.
+    const want = await Promise.all(
+      Array.from({ length: 12 }, (_, i) =>
+        collect(control.submit({ prompt: prompt(100 + i, 10), maxTokens: 8 })),
+      ),
+    );
+    const g = await guest(stack);
+    const victims = Array.from({ length: 12 }, (_, i) =>
+      control.submit({ prompt: prompt(100 + i, 10), maxTokens: 8 }),
+    );
+    const rooms = victims.map((v) => v.room);
+    // The room ids are known before `room.created` commits; chunks for every index, over and
+    // over, while the rooms live.
+    let sent = 0;
+    let stop = false;
+    const injecting = (async () => {
+      while (!stop) {
+        for (const room of rooms)
+          for (let index = 0; index < 4; index++) {
+            await g.tokens(room, index, ' INJECTED');
+            sent++;
+          }
+        await new Promise((r) => setTimeout(r, 5));
+      }
+    })();
+    const got = await Promise.all(victims.map((v) => collect(v)));
+    stop = true;
+    await injecting;
+    for (const [i, o] of got.entries()) {
+      expect(o.error).toBeNull();
+      expect(o.text).toBe(want[i]?.text);
+      expect(o.text).not.toContain('INJECTED');
+    }
+    expect(sent).toBeGreaterThan(48);
+    expect(control.bus.drops.get('not_owner')).toBeGreaterThanOrEqual(48);
+  });
+
+  it('cannot flood the control plane: throttled, journaled once, and no healthy engine reset', async () => {
+    const stack = await startTestStack();
+    const { control } = stack;
+    const g = await guest(stack);
+    const head = await control.journal.headSeq();
+    const incarnations = ['prefill-0', 'decode-0'].map((e) => control.registry.get(e)?.incarnation);
+    const load = Array.from({ length: 8 }, (_, i) =>
+      collect(control.submit({ prompt: prompt(200 + i, 12), maxTokens: 6 })),
+    );
+    // 2,000 hellos as new processes, as fast as the socket takes them; then 60,000 frames.
+    for (let i = 0; i < 2000; i++) await g.sayHello({ incarnation: `flood-${i}`, pages: 0 });
+    for (let i = 0; i < 60_000; i++) await g.sendRaw(['heartbeat', Buffer.alloc(8)]);
+    // More hellos over new connections, each a fresh peer with the same key.
+    for (let c = 0; c < 20; c++) {
+      const again = raw({ ...g.o, incarnation: `conn-${c}` });
+      for (let i = 0; i < 10; i++)
+        await again.sayHello({ incarnation: `conn-${c}-${i}`, ...NO_PAGES });
+    }
+    await waitFor('the flood read', () => control.bus.drops.get('rate_limited') > 1000, 15_000);
+    for (const o of await Promise.all(load)) expect(o.error).toBeNull();
+    // Let the ladder look for a while: nothing the guest did may make a real engine stalled.
+    await new Promise((r) => setTimeout(r, 1500));
+    const after = await Promise.all(
+      Array.from({ length: 4 }, (_, i) =>
+        collect(control.submit({ prompt: prompt(300 + i, 12), maxTokens: 6 })),
+      ),
+    );
+    for (const o of after) expect(o.error).toBeNull();
+    expect(await recoveryOf(stack, ['prefill-0', 'decode-0'], head)).toEqual([]);
+    expect(['prefill-0', 'decode-0'].map((e) => control.registry.get(e)?.incarnation)).toEqual(
+      incarnations,
+    );
+    const events = (await control.journal.tail({ limit: 5000 })).filter(
+      (e: JournalEvent) => e.seq > head,
+    );
+    const guestEvents = events.filter((e) => e.engine === 'guest-d');
+    const registered = guestEvents.filter((e) => e.type === 'engine.registered');
+    const throttled = guestEvents.filter(
+      (e) => e.type === 'recovery.action' && (e.data as { action?: string }).action === 'throttle',
+    );
+    // At most a burst of new incarnations; the throttle on the record once for the guest.
+    expect(registered.length).toBeLessThanOrEqual(REGISTRATIONS_BURST);
+    expect(throttled.length).toBe(1);
+    // The journal grew by the clients' rooms and those few events, not by the flood.
+    expect(events.length).toBeLessThan(12 * 14 + REGISTRATIONS_BURST + 10);
+  });
+});
