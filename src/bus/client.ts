@@ -52,6 +52,8 @@ export interface BusClientHandlers {
 export type AppendAck = ControlMessage<'ack'>;
 
 /** How often a run of failed CURVE handshakes is logged (see `onHandshakeFailed`). */
+/** A dropped connection is replaced by a new socket at most this often. */
+const RECONNECT_MIN_MS = 100;
 const HANDSHAKE_LOG_EVERY_MS = 10_000;
 type AppendEvent = EngineMessage<'append'>['event'];
 
@@ -77,6 +79,9 @@ export class BusClient {
   private readonly decoder;
   /** Bumped by `reset`: each generation has its own socket, routing id and receive loop. */
   private generation = 0;
+  /** Whether this generation's socket completed a handshake (the ROUTER knows its routing id). */
+  private handshaken = false;
+  private reconnectedAt = 0;
   resets = 0;
   private readonly pending = new Map<string, PendingAppend>();
   private helloTimer: NodeJS.Timeout | null = null;
@@ -221,6 +226,8 @@ export class BusClient {
   private async reconnectTo(): Promise<void> {
     if (this.closed) return;
     this.generation++;
+    this.handshaken = false;
+    this.reconnectedAt = Date.now();
     const old = { socket: this.socket, loop: this.loop };
     this.welcomed = false;
     this.socket = this.openSocket();
@@ -271,6 +278,7 @@ export class BusClient {
   }
 
   private onConnected(): void {
+    this.handshaken = true;
     this.handshakeFailures = 0;
     this.connects++;
     if (this.connects > 1) {
@@ -291,7 +299,18 @@ export class BusClient {
     this.disconnects++;
     this.welcomed = false;
     this.options.log.warn({ endpoint: this.endpoint }, 'bus: lost the control plane; reconnecting');
-    void this.reconnectTo();
+    // A connection that never finished its handshake was never known to the ROUTER: libzmq's own
+    // reconnect (with its back-off) is fine for it.
+    if (!this.handshaken) {
+      this.armFailover();
+      return;
+    }
+    // At most one new socket per RECONNECT_MIN_MS, however fast connections drop.
+    const socket = this.socket;
+    const wait = Math.max(0, this.reconnectedAt + RECONNECT_MIN_MS - Date.now());
+    setTimeout(() => {
+      if (this.socket === socket) void this.reconnectTo();
+    }, wait).unref();
   }
 
   /** Sends hello now and again every helloRetryMs until a welcome arrives. */

@@ -4,23 +4,13 @@
  * connection, write tokens into other clients' answers, flood the control plane until healthy
  * engines look stalled. Each must fail, and the stack must serve its clients throughout.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { newKeyPair } from '../../src/bus/admission.ts';
 import { REGISTRATIONS_BURST } from '../../src/control/engine-link.ts';
-import { RawEngine } from '../../src/drills/raw-engine.ts';
+import type { RawEngine } from '../../src/drills/raw-engine.ts';
 import type { JournalEvent } from '../../src/journal/events.ts';
+import { raw } from '../helpers/raw-peers.ts';
 import { collect, prompt, startTestStack, waitFor } from '../helpers/stack.ts';
-
-const peers: RawEngine[] = [];
-afterEach(() => {
-  for (const p of peers.splice(0)) p.close();
-});
-
-function raw(o: ConstructorParameters<typeof RawEngine>[0]): RawEngine {
-  const r = new RawEngine(o);
-  peers.push(r);
-  return r;
-}
 
 type Stack = Awaited<ReturnType<typeof startTestStack>>;
 

@@ -3,22 +3,12 @@
  * attack is played against a real stack (CURVE on, as `pdctl serve` runs by default) by a peer on a real
  * ZeroMQ socket, and the stack keeps serving its clients throughout.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import * as zmq from 'zeromq';
 import { newKeyPair } from '../../src/bus/admission.ts';
-import { RawEngine, type Reply } from '../../src/drills/raw-engine.ts';
+import type { Reply } from '../../src/drills/raw-engine.ts';
+import { closeAfterTest, raw } from '../helpers/raw-peers.ts';
 import { collect, prompt, startTestStack, waitFor } from '../helpers/stack.ts';
-
-const peers: Array<{ close(): void }> = [];
-afterEach(() => {
-  for (const p of peers.splice(0)) p.close();
-});
-
-function raw(o: ConstructorParameters<typeof RawEngine>[0]): RawEngine {
-  const r = new RawEngine(o);
-  peers.push(r);
-  return r;
-}
 
 function payload(r: Reply): Record<string, unknown> {
   if (!r.ok) throw new Error(`undecodable reply: ${r.reason}`);
@@ -30,7 +20,7 @@ describe('bus admission', () => {
     const { control, admission } = await startTestStack();
     // No CURVE at all: the handshake fails before any frame is read.
     const plain = new zmq.Dealer({ linger: 0 });
-    peers.push(plain);
+    closeAfterTest(plain);
     plain.connect(control.endpoint);
     await plain.send(['hello', Buffer.from('x')]);
     // CURVE with a key nobody allowed: refused by the ZAP handler, even with a valid signature.

@@ -99,7 +99,11 @@ function checkView(view: string, path: string): void {
         db.pragma('quick_check(5)', { simple: false }) as Array<{ quick_check: string }>
       ).map((r) => r.quick_check);
     } catch (err) {
-      problems = [`${(err as { code?: string }).code ?? 'error'}: ${(err as Error).message}`];
+      throw new JournalError(
+        'JOURNAL_CORRUPT',
+        `${path} is damaged or is not a SQLite database (${(err as { code?: string }).code ?? 'error'}: ${(err as Error).message}), so nothing was written to it; ${recoveryAdvice(path)}`,
+        { cause: err },
+      );
     }
     if (problems.length !== 1 || problems[0] !== 'ok') {
       throw new JournalError(
