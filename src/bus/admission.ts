@@ -197,7 +197,8 @@ export class Admission {
  * second connection while the first lives, and nobody else can guess the next one.
  */
 export function connectionRoutingId(engine: string, incarnation: string): string {
-  return `${engine}/${incarnation}`.slice(0, 200) + `/${randomBytes(12).toString('hex')}`;
+  const who = `${engine}/${incarnation}`.slice(0, 200);
+  return `${who}/${randomBytes(12).toString('hex')}`;
 }
 
 export function newKeyPair(): KeyPair {

@@ -21,12 +21,7 @@ import {
   encodePayload,
   engineFrames,
 } from './protocol.ts';
-import {
-  DEFAULT_PEER_QUOTAS,
-  type PeerQuotaOptions,
-  PeerQuotas,
-  type QuotaKind,
-} from './quotas.ts';
+import { type PeerQuotaOptions, PeerQuotas, type QuotaKind } from './quotas.ts';
 
 export interface BusServerOptions {
   /** `tcp://127.0.0.1:0` picks a free port; `ipc:///path` for a Unix socket. */
@@ -34,8 +29,6 @@ export interface BusServerOptions {
   /** Largest payload accepted (default 1 MiB); larger frames are counted as `too_large`. */
   maxFrameBytes?: number;
   curve?: CurveServerKeys;
-  /** What one connection may send (quotas.ts); defaults in `DEFAULT_PEER_QUOTAS`. */
-  quotas?: Partial<PeerQuotaOptions>;
   log: Logger;
 }
 
@@ -81,7 +74,7 @@ export class BusServer {
     const log = options.log;
     this.decoder = engineFrames(options.maxFrameBytes);
     this.drops = new DropCounters(log, 'bus');
-    this.quotas = new PeerQuotas(Object.freeze({ ...DEFAULT_PEER_QUOTAS, ...options.quotas }));
+    this.quotas = new PeerQuotas();
     // libzmq's own cap sits far above ours so that oversized frames reach us and are counted,
     // while a multi-gigabyte frame still cannot exhaust memory. Handover stays off: with it on,
     // any peer that connects under a live engine's routing id takes its messages over.

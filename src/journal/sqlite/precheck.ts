@@ -101,7 +101,7 @@ function checkView(view: string, path: string): void {
     } catch (err) {
       throw new JournalError(
         'JOURNAL_CORRUPT',
-        `${path} is damaged or is not a SQLite database (${(err as { code?: string }).code ?? 'error'}: ${(err as Error).message}), so nothing was written to it; ${recoveryAdvice(path)}`,
+        `${path} failed SQLite's quick_check: it is damaged or is not a SQLite database (${(err as { code?: string }).code ?? 'error'}: ${(err as Error).message}), so nothing was written to it; ${recoveryAdvice(path)}`,
         { cause: err },
       );
     }
