@@ -55,10 +55,10 @@ describe.skipIf(unavailable !== null)('test hosts', () => {
     expect(await dial('c', bForA)).toMatch(/ENETUNREACH|EHOSTUNREACH|timeout/);
 
     // The a–b link down: a cannot reach b; c still can, and a still reaches c.
-    h.setLink('a', 'b', false);
+    await h.setLink('a', 'b', false);
     expect(await dial('a', bForA)).toMatch(/ENETUNREACH|EHOSTUNREACH|timeout/);
     expect(await dial('c', h.address('b', 'c'))).toBe('hello from b');
-    h.setLink('a', 'b', true);
+    await h.setLink('a', 'b', true);
     expect(await dial('a', bForA)).toBe('hello from b');
 
     // This process reaches c (and only c) over its own link.

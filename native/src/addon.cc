@@ -13,6 +13,7 @@
 #include "cuda.h"
 #include "pool.h"
 #include "transfer.h"
+#include "ucx.h"
 
 namespace {
 
@@ -225,10 +226,17 @@ Napi::Value Backends(const Napi::CallbackInfo& info) {
   cuda.Set("available", r != nullptr);
   cuda.Set("reason", r ? r->library + ": " + std::to_string(r->devices) + " device(s)" : pdctl::cudaUnavailableReason());
   cuda.Set("devices", Napi::Number::New(env, r ? r->devices : 0));
+  Napi::Object ucx = Napi::Object::New(env);
+  std::string reason, version;
+  bool ucxOk = pdctl::ucxAvailable(&reason, &version);
+  ucx.Set("available", ucxOk);
+  ucx.Set("reason", ucxOk ? "UCX " + version : reason);
+  ucx.Set("version", ucxOk ? Napi::String::New(env, version) : env.Null());
   Napi::Object o = Napi::Object::New(env);
   o.Set("shm", true);
   o.Set("crc32cHardware", pdctl::crc32cHardware());
   o.Set("cuda", cuda);
+  o.Set("ucx", ucx);
   return o;
 }
 
@@ -338,9 +346,8 @@ Napi::Value EngineCancel(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), h->engine->cancel(info[1].As<Napi::String>().Utf8Value()));
 }
 
-Napi::Value EngineInject(const Napi::CallbackInfo& info) {
-  need(info, 4);
-  EngineHolder* h = engineArg(info, 0);
+// (handle, room, kind, ms) → the fault; arguments 1 to 3.
+pdctl::Fault faultArgs(const Napi::CallbackInfo& info) {
   if (!info[1].IsString() || !info[2].IsString()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "room and kind must be strings");
   std::string kind = info[2].As<Napi::String>().Utf8Value();
   pdctl::Fault f;
@@ -351,6 +358,13 @@ Napi::Value EngineInject(const Napi::CallbackInfo& info) {
   else if (kind == "none") f.kind = pdctl::FaultKind::None;
   else throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "unknown fault kind " + kind);
   f.ms = static_cast<uint32_t>(uintArg(info, 3, 3600u * 1000u, "ms"));
+  return f;
+}
+
+Napi::Value EngineInject(const Napi::CallbackInfo& info) {
+  need(info, 4);
+  EngineHolder* h = engineArg(info, 0);
+  pdctl::Fault f = faultArgs(info);
   h->engine->inject(info[1].As<Napi::String>().Utf8Value(), f);
   return info.Env().Undefined();
 }
@@ -390,7 +404,159 @@ Napi::Value EngineClose(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// ---- UCX: puts into a pool on another host ---------------------------------------------------
+
+struct UcxHolder {
+  std::unique_ptr<pdctl::UcxNode> node;
+  Napi::ThreadSafeFunction tsfn;
+  int inFlight = 0;     // JS thread only
+  bool closed = false;  // JS thread only
+};
+using UcxRef = std::shared_ptr<UcxHolder>;
+
+UcxHolder* ucxArg(const Napi::CallbackInfo& info, size_t i) {
+  if (!info[i].IsExternal()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "not a UCX node handle");
+  UcxHolder* h = info[i].As<Napi::External<UcxRef>>().Data()->get();
+  if (h->closed) throwCoded(info.Env(), "TRANSFER_ENGINE_CLOSED", "the UCX node is closed");
+  return h;
+}
+
+std::string bytesArg(const Napi::CallbackInfo& info, size_t i, const char* what) {
+  if (!info[i].IsBuffer()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", std::string(what) + " must be a Buffer");
+  auto b = info[i].As<Napi::Buffer<uint8_t>>();
+  if (b.Length() == 0 || b.Length() > 65536) {
+    throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", std::string(what) + " must be 1 to 65536 bytes");
+  }
+  return std::string(reinterpret_cast<const char*>(b.Data()), b.Length());
+}
+
+void ucxClose(UcxHolder* h) {
+  if (h->closed) return;
+  h->node->shutdown();
+  h->closed = true;
+  h->tsfn.Release();
+}
+
+Napi::Value UcxCreate(const Napi::CallbackInfo& info) {
+  need(info, 1);
+  if (!info[0].IsFunction()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "onComplete must be a function");
+  auto shared = std::make_shared<UcxHolder>();
+  UcxHolder* h = shared.get();
+  h->tsfn = Napi::ThreadSafeFunction::New(info.Env(), info[0].As<Napi::Function>(), "pdctl-ucx", 0, 1,
+                                          [](Napi::Env, UcxRef* ref) { delete ref; }, new UcxRef(shared));
+  h->tsfn.Unref(info.Env());
+  try {
+    h->node = std::make_unique<pdctl::UcxNode>([h](pdctl::TransferResult r) {
+      h->tsfn.NonBlockingCall(new pdctl::TransferResult(std::move(r)),
+                              [h](Napi::Env env, Napi::Function cb, pdctl::TransferResult* data) {
+                                std::unique_ptr<pdctl::TransferResult> owned(data);
+                                if (--h->inFlight == 0 && !h->closed) h->tsfn.Unref(env);
+                                cb.Call({resultObject(env, *owned)});
+                              });
+    });
+  } catch (const std::exception& e) {
+    h->closed = true;
+    h->tsfn.Release();
+    throwCoded(info.Env(), "TRANSFER_BACKEND_UNAVAILABLE", e.what());
+  }
+  return Napi::External<UcxRef>::New(info.Env(), new UcxRef(shared), [](Napi::Env, UcxRef* ref) {
+    ucxClose(ref->get());
+    delete ref;
+  });
+}
+
+Napi::Value UcxAddress(const Napi::CallbackInfo& info) {
+  need(info, 1);
+  const std::string& a = ucxArg(info, 0)->node->address();
+  return Napi::Buffer<uint8_t>::Copy(info.Env(), reinterpret_cast<const uint8_t*>(a.data()), a.size());
+}
+
+Napi::Value UcxRegister(const Napi::CallbackInfo& info) {
+  need(info, 2);
+  UcxHolder* h = ucxArg(info, 0);
+  const Holder& pool = held(info, 1);
+  pdctl::UcxRegistration r;
+  try {
+    r = h->node->registerPool(pool);
+  } catch (const std::exception& e) {
+    throwCoded(info.Env(), "TRANSFER_SYSTEM", e.what());
+  }
+  Napi::Env env = info.Env();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("id", Napi::Number::New(env, static_cast<double>(r.id)));
+  o.Set("base", Napi::Number::New(env, static_cast<double>(r.base)));
+  o.Set("rkey", Napi::Buffer<uint8_t>::Copy(env, reinterpret_cast<const uint8_t*>(r.rkey.data()), r.rkey.size()));
+  return o;
+}
+
+Napi::Value UcxUnregister(const Napi::CallbackInfo& info) {
+  need(info, 2);
+  ucxArg(info, 0)->node->unregister(uintArg(info, 1, uint64_t{1} << 53, "id"));
+  return info.Env().Undefined();
+}
+
+// ucxPost(node, id, room, srcPool, address, rkey, base, pageBytes, pages, pairs, deadlineMs)
+Napi::Value UcxPost(const Napi::CallbackInfo& info) {
+  need(info, 11);
+  UcxHolder* h = ucxArg(info, 0);
+  uint64_t id = uintArg(info, 1, uint64_t{1} << 53, "id");
+  if (!info[2].IsString()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "room must be a string");
+  std::string room = info[2].As<Napi::String>().Utf8Value();
+  const Holder& src = held(info, 3);
+  pdctl::UcxPeer peer;
+  peer.address = bytesArg(info, 4, "the peer's worker address");
+  peer.rkey = bytesArg(info, 5, "the peer's remote key");
+  peer.base = uintArg(info, 6, uint64_t{1} << 53, "base");
+  peer.pageBytes = uintArg(info, 7, uint64_t{1} << 40, "pageBytes");
+  peer.pages = static_cast<uint32_t>(uintArg(info, 8, UINT32_MAX, "pages"));
+  auto flat = pageListArg(info, 9);
+  if (flat.ElementLength() % 2 != 0) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "pairs must have an even length");
+  std::vector<std::pair<uint32_t, uint32_t>> pairs;
+  pairs.reserve(flat.ElementLength() / 2);
+  for (size_t i = 0; i < flat.ElementLength(); i += 2) {
+    uint32_t s = flat[i], d = flat[i + 1];
+    if (s >= src->header().pages || d >= peer.pages) {
+      throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "a page pair is out of range");
+    }
+    pairs.emplace_back(s, d);
+  }
+  auto deadlineMs = static_cast<uint32_t>(uintArg(info, 10, 24u * 3600u * 1000u, "deadlineMs"));
+  h->node->post(id, std::move(room), src, std::move(peer), std::move(pairs), deadlineMs);
+  if (h->inFlight++ == 0) h->tsfn.Ref(info.Env());
+  return info.Env().Null();
+}
+
+Napi::Value UcxCancel(const Napi::CallbackInfo& info) {
+  need(info, 2);
+  UcxHolder* h = ucxArg(info, 0);
+  if (!info[1].IsString()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "room must be a string");
+  return Napi::Number::New(info.Env(), h->node->cancel(info[1].As<Napi::String>().Utf8Value()));
+}
+
+Napi::Value UcxInject(const Napi::CallbackInfo& info) {
+  need(info, 4);
+  UcxHolder* h = ucxArg(info, 0);
+  pdctl::Fault f = faultArgs(info);
+  h->node->inject(info[1].As<Napi::String>().Utf8Value(), f);
+  return info.Env().Undefined();
+}
+
+Napi::Value UcxClose(const Napi::CallbackInfo& info) {
+  need(info, 1);
+  if (!info[0].IsExternal()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "not a UCX node handle");
+  ucxClose(info[0].As<Napi::External<UcxRef>>().Data()->get());
+  return info.Env().Undefined();
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("ucxCreate", Napi::Function::New(env, UcxCreate));
+  exports.Set("ucxAddress", Napi::Function::New(env, UcxAddress));
+  exports.Set("ucxRegister", Napi::Function::New(env, UcxRegister));
+  exports.Set("ucxUnregister", Napi::Function::New(env, UcxUnregister));
+  exports.Set("ucxPost", Napi::Function::New(env, UcxPost));
+  exports.Set("ucxCancel", Napi::Function::New(env, UcxCancel));
+  exports.Set("ucxInject", Napi::Function::New(env, UcxInject));
+  exports.Set("ucxClose", Napi::Function::New(env, UcxClose));
   exports.Set("poolCreate", Napi::Function::New(env, PoolCreate));
   exports.Set("poolOpen", Napi::Function::New(env, PoolOpen));
   exports.Set("poolInfo", Napi::Function::New(env, PoolInfo));

@@ -90,6 +90,7 @@ export class TestHosts {
           t.addLink(o.names[i] as string, o.names[j] as string, k++);
       let r = 0;
       for (const name of o.reach ?? []) t.addReach(name, r++);
+      await t.linksUp();
     } catch (err) {
       t.destroy();
       throw err;
@@ -212,17 +213,79 @@ export class TestHosts {
     return l.a === host ? l.addrA : l.addrB;
   }
 
+  /**
+   * The interface `host` has on its link to `peer` ('self': to this process; and for `host`
+   * 'self', this process's end of its link to `peer`). Each host has one interface per peer, on
+   * a subnet of its own, so a program that picks interfaces by itself (UCX does) must be told
+   * which one reaches the peer: `UCX_NET_DEVICES`.
+   */
+  device(host: string, peer: string): string {
+    if (host === 'self' || peer === 'self') {
+      const name = host === 'self' ? peer : host;
+      const r = this.reached.get(name);
+      if (!r) throw new Error(`test host ${name} is not reachable from this process (reach)`);
+      return host === 'self' ? r.dev : 'pd-reach';
+    }
+    const l = this.linkOf(host, peer);
+    return l.a === host ? l.devA : l.devB;
+  }
+
   private linkOf(a: string, b: string): Link {
     const l = this.links.find((x) => (x.a === a && x.b === b) || (x.a === b && x.b === a));
     if (!l) throw new Error(`no link between test hosts ${a} and ${b}`);
     return l;
   }
 
-  /** Sets the link between two hosts down (a partition) or up (healed), on both ends. */
-  setLink(a: string, b: string, up: boolean): void {
+  /**
+   * Sets the link between two hosts down (a partition) or up (healed), on both ends; up resolves
+   * once the link carries traffic.
+   */
+  async setLink(a: string, b: string, up: boolean): Promise<void> {
     const l = this.linkOf(a, b);
     ip('-n', this.host(l.a).netns, 'link', 'set', l.devA, up ? 'up' : 'down');
     ip('-n', this.host(l.b).netns, 'link', 'set', l.devB, up ? 'up' : 'down');
+    if (up) await this.linksUp();
+  }
+
+  /** Sets this process's link to `host` (`reach`) down or up, as `setLink`. */
+  async setReach(host: string, up: boolean): Promise<void> {
+    const r = this.reached.get(host);
+    if (!r) throw new Error(`test host ${host} is not reachable from this process (reach)`);
+    ip('link', 'set', r.dev, up ? 'up' : 'down');
+    ip('-n', this.host(host).netns, 'link', 'set', 'pd-reach', up ? 'up' : 'down');
+    if (up) await this.linksUp();
+  }
+
+  /**
+   * Waits until every link that is set up also carries traffic (operstate UP): a veth comes up a
+   * moment after it is set up, and a program that lists interfaces meanwhile (UCX does, when its
+   * worker starts) would not see it.
+   */
+  private async linksUp(timeoutMs = 5000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const down: string[] = [];
+      const check = (netns: string | null, dev: string) => {
+        const args = netns
+          ? ['-n', netns, '-o', 'link', 'show', 'dev', dev]
+          : ['-o', 'link', 'show', 'dev', dev];
+        const out = execFileSync('ip', args, { stdio: ['ignore', 'pipe', 'ignore'] }).toString();
+        // A link set down stays down on purpose (a partition): only links set up must be UP.
+        if (/[<,]UP[,>]/.test(out) && !/ state UP /.test(out)) down.push(dev);
+      };
+      for (const l of this.links) {
+        check(this.host(l.a).netns, l.devA);
+        check(this.host(l.b).netns, l.devB);
+      }
+      for (const [name, r] of this.reached) {
+        check(null, r.dev);
+        check(this.host(name).netns, 'pd-reach');
+      }
+      if (down.length === 0) return;
+      if (Date.now() > deadline)
+        throw new Error(`test host links still not up: ${down.join(', ')}`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
   }
 
   /**
@@ -234,7 +297,17 @@ export class TestHosts {
     const h = this.host(host);
     const child = spawn(
       'nsenter',
-      ['--target', String(h.anchorPid), '--mount', '--net', '--', command, ...args],
+      // Entering a mount namespace leaves the working directory at its root: set it again.
+      [
+        '--target',
+        String(h.anchorPid),
+        '--mount',
+        '--net',
+        `--wd=${options.cwd ?? process.cwd()}`,
+        '--',
+        command,
+        ...args,
+      ],
       { stdio: ['ignore', 'pipe', 'pipe'], ...options, detached: true },
     );
     this.children.add(child);

@@ -6,6 +6,7 @@
  */
 import { isValidId } from '../journal/events.ts';
 import { TransferError } from './errors.ts';
+import { checkDeadline, flatPairs, InFlight, type TransferResult, toResult } from './in-flight.ts';
 import {
   type EngineHandle,
   type NativeTransferResult,
@@ -14,17 +15,7 @@ import {
 } from './native.ts';
 import type { KvPool } from './pool.ts';
 
-export type TransferStatus = NativeTransferResult['status'];
-
-export interface TransferResult {
-  room: string;
-  status: TransferStatus;
-  bytes: number;
-  micros: number;
-  /** CRC32C of the source bytes in pair order, 8 hex digits; compare with dst.checksumPages(). */
-  checksum: string;
-  error: string | null;
-}
+export type { TransferResult, TransferStatus } from './in-flight.ts';
 
 export interface TransferRequest {
   room: string;
@@ -66,7 +57,6 @@ export interface TransferCore {
   close(): Promise<void>;
 }
 
-const MAX_DEADLINE_MS = 24 * 3600 * 1000;
 const FAULT_KINDS: readonly FaultKind[] = ['stall', 'delay', 'corrupt', 'fail'];
 
 function bad(message: string): TransferError {
@@ -93,10 +83,7 @@ export function parseFault(
 
 export class NativeTransferCore implements TransferCore {
   private readonly engine: EngineHandle;
-  private nextId = 1;
-  private readonly pending = new Map<number, (r: NativeTransferResult) => void>();
-  private readonly byRoom = new Map<string, Set<number>>();
-  private readonly releaseWaiters = new Map<string, Array<() => void>>();
+  private readonly inFlight = new InFlight();
   private closing: Promise<void> | null = null;
 
   /** `threads`: copy workers (default 2). */
@@ -105,23 +92,9 @@ export class NativeTransferCore implements TransferCore {
     if (!Number.isInteger(threads) || threads < 1 || threads > 64) {
       throw bad(`threads must be an integer from 1 to 64, got ${threads}`);
     }
-    this.engine = native().engineCreate(threads, (r) => this.completed(r));
+    this.engine = native().engineCreate(threads, (r) => this.inFlight.completed(r));
     const fault = parseFault(process.env.PDCTL_TRANSFER_FAULT);
     if (fault) this.inject(fault);
-  }
-
-  private completed(r: NativeTransferResult): void {
-    const resolve = this.pending.get(r.id);
-    this.pending.delete(r.id);
-    // The transfer's own promise first; release() of its room after it.
-    resolve?.(r);
-    const ids = this.byRoom.get(r.room);
-    ids?.delete(r.id);
-    if (ids && ids.size === 0) {
-      this.byRoom.delete(r.room);
-      for (const w of this.releaseWaiters.get(r.room) ?? []) w();
-      this.releaseWaiters.delete(r.room);
-    }
   }
 
   private live(): EngineHandle {
@@ -136,8 +109,7 @@ export class NativeTransferCore implements TransferCore {
     try {
       const engine = this.live();
       const { room, src, dst, pairs, deadlineMs } = request;
-      if (typeof room !== 'string' || !isValidId(room))
-        throw bad(`room must be a room id, got ${JSON.stringify(room)}`);
+      if (!isValidId(room)) throw bad(`room must be a room id, got ${JSON.stringify(room)}`);
       if (src.closed || dst.closed)
         throw new TransferError(
           'TRANSFER_POOL_CLOSED',
@@ -148,28 +120,12 @@ export class NativeTransferCore implements TransferCore {
           `page sizes differ: ${src.name} has ${src.pageBytes} B pages, ${dst.name} ${dst.pageBytes} B`,
         );
       }
-      if (!Array.isArray(pairs) || pairs.length === 0)
-        throw bad('pairs must be a non-empty array of [srcPage, dstPage]');
-      if (!Number.isInteger(deadlineMs) || deadlineMs < 1 || deadlineMs > MAX_DEADLINE_MS) {
-        throw bad(`deadlineMs must be an integer from 1 to ${MAX_DEADLINE_MS}, got ${deadlineMs}`);
-      }
-      const flat = new Uint32Array(pairs.length * 2);
-      const seen = new Set<number>();
-      pairs.forEach((pair, i) => {
-        const [s, d] = Array.isArray(pair) ? pair : [Number.NaN, Number.NaN];
-        if (!Number.isInteger(s) || s < 0 || s >= src.pages)
-          throw bad(`pair ${i}: source page ${s} is out of range 0..${src.pages - 1}`);
-        if (!Number.isInteger(d) || d < 0 || d >= dst.pages)
-          throw bad(`pair ${i}: destination page ${d} is out of range 0..${dst.pages - 1}`);
-        if (seen.has(d)) throw bad(`pair ${i}: destination page ${d} is written twice`);
-        seen.add(d);
-        flat[2 * i] = s;
-        flat[2 * i + 1] = d;
-      });
+      const flat = flatPairs(pairs, src.pages, dst.pages);
+      checkDeadline(deadlineMs);
       const epoch = request.epoch ?? dst.epoch;
       if (!Number.isSafeInteger(epoch) || epoch < 0)
         throw bad(`epoch must be a pool epoch, got ${epoch}`);
-      id = this.nextId++;
+      id = this.inFlight.id();
       immediate = native().enginePost(
         engine,
         id,
@@ -184,14 +140,7 @@ export class NativeTransferCore implements TransferCore {
       return Promise.reject(TransferError.from(err));
     }
     if (immediate) return Promise.resolve(toResult(immediate));
-    const room = request.room;
-    let ids = this.byRoom.get(room);
-    if (!ids) {
-      ids = new Set();
-      this.byRoom.set(room, ids);
-    }
-    ids.add(id);
-    return new Promise((resolve) => this.pending.set(id, (r) => resolve(toResult(r))));
+    return this.inFlight.track(id, request.room);
   }
 
   cancel(room: string): number {
@@ -200,23 +149,12 @@ export class NativeTransferCore implements TransferCore {
   }
 
   release(room: string): Promise<void> {
-    if (!this.byRoom.has(room)) return Promise.resolve();
-    return new Promise((resolve) => {
-      const waiters = this.releaseWaiters.get(room) ?? [];
-      waiters.push(resolve);
-      this.releaseWaiters.set(room, waiters);
-    });
+    return this.inFlight.release(room);
   }
 
   inject(fault: Fault): void {
-    if (!FAULT_KINDS.includes(fault.kind))
-      throw bad(`fault kind must be one of ${FAULT_KINDS.join(', ')}`);
-    const ms = fault.ms ?? 0;
-    if (!Number.isInteger(ms) || ms < 0 || ms > 3_600_000)
-      throw bad('fault ms must be an integer from 0 to 3600000');
-    if (fault.room !== undefined && !isValidId(fault.room))
-      throw bad(`fault room must be a room id`);
-    native().engineInject(this.live(), fault.room ?? '', fault.kind, ms);
+    checkFault(fault);
+    native().engineInject(this.live(), fault.room ?? '', fault.kind, fault.ms ?? 0);
   }
 
   clearFaults(): void {
@@ -224,26 +162,25 @@ export class NativeTransferCore implements TransferCore {
   }
 
   stats(): TransferStats {
-    return { ...native().engineStats(this.live()), inFlight: this.pending.size };
+    return { ...native().engineStats(this.live()), inFlight: this.inFlight.size };
   }
 
   close(): Promise<void> {
     if (this.closing) return this.closing;
-    const inFlight = [...this.byRoom.keys()].map((room) => this.release(room));
+    const inFlight = this.inFlight.releaseAll();
     // Cancels everything and joins the workers; their completions still arrive, as `cancelled`.
     native().engineClose(this.engine);
-    this.closing = Promise.all(inFlight).then(() => undefined);
+    this.closing = inFlight;
     return this.closing;
   }
 }
 
-function toResult(r: NativeTransferResult): TransferResult {
-  return {
-    room: r.room,
-    status: r.status,
-    bytes: r.bytes,
-    micros: r.micros,
-    checksum: (r.checksum >>> 0).toString(16).padStart(8, '0'),
-    error: r.error,
-  };
+/** A fault's kind, delay and room, checked before it reaches the addon. */
+export function checkFault(fault: Fault): void {
+  if (!FAULT_KINDS.includes(fault.kind))
+    throw bad(`fault kind must be one of ${FAULT_KINDS.join(', ')}`);
+  const ms = fault.ms ?? 0;
+  if (!Number.isInteger(ms) || ms < 0 || ms > 3_600_000)
+    throw bad('fault ms must be an integer from 0 to 3600000');
+  if (fault.room !== undefined && !isValidId(fault.room)) throw bad(`fault room must be a room id`);
 }

@@ -20,3 +20,12 @@ export class TransferError extends codedErrors(
   TRANSFER_ERROR_CODES,
   'TRANSFER_SYSTEM',
 ) {}
+
+/** Runs a call into the addon; its coded errors come back as TransferErrors. */
+export function nativeCall<T>(fn: () => T): T {
+  try {
+    return fn();
+  } catch (err) {
+    throw TransferError.from(err);
+  }
+}

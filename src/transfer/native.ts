@@ -25,7 +25,12 @@ export interface NativeBackends {
   crc32cHardware: boolean;
   /** `reason` names the library and device count, or says why there is no CUDA. */
   cuda: { available: boolean; reason: string; devices: number };
+  /** The network backend: `reason` names the UCX version, or says why there is none. */
+  ucx: { available: boolean; reason: string; version: string | null };
 }
+
+/** A UCX node (context, worker and its progress thread), as the addon knows it. */
+export type UcxHandle = { readonly __brand: 'UcxHandle' };
 
 export interface NativeAddon {
   /** `device`: a CUDA device ordinal for a device pool, null for host shared memory. */
@@ -75,6 +80,30 @@ export interface NativeAddon {
   engineClearFaults(engine: EngineHandle): void;
   engineStats(engine: EngineHandle): NativeTransferStats;
   engineClose(engine: EngineHandle): void;
+  /** Throws TRANSFER_BACKEND_UNAVAILABLE (with the reason) where UCX cannot be set up. */
+  ucxCreate(onComplete: (result: NativeTransferResult) => void): UcxHandle;
+  /** The worker's address: what a peer needs to reach this node. */
+  ucxAddress(node: UcxHandle): Buffer;
+  /** Maps a host pool's pages for remote puts: its packed remote key and the address of page 0. */
+  ucxRegister(node: UcxHandle, pool: PoolHandle): { id: number; base: number; rkey: Buffer };
+  ucxUnregister(node: UcxHandle, id: number): void;
+  /** Queues puts of `pairs` from `src` into the peer's registered pool; completes through onComplete. */
+  ucxPost(
+    node: UcxHandle,
+    id: number,
+    room: string,
+    src: PoolHandle,
+    address: Buffer,
+    rkey: Buffer,
+    base: number,
+    pageBytes: number,
+    pages: number,
+    pairs: Uint32Array,
+    deadlineMs: number,
+  ): null;
+  ucxCancel(node: UcxHandle, room: string): number;
+  ucxInject(node: UcxHandle, room: string, kind: NativeFaultKind, ms: number): void;
+  ucxClose(node: UcxHandle): void;
 }
 
 /** A transfer engine (worker threads), as the addon knows it. */

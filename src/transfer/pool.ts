@@ -9,7 +9,7 @@
  * cannot be viewed from JavaScript, only copied with read() and write(); transfers move them with
  * the GPU's copy engines.
  */
-import { TransferError } from './errors.ts';
+import { nativeCall, TransferError } from './errors.ts';
 import { native, type PoolHandle } from './native.ts';
 
 /** POSIX shared-memory names: one leading slash, then at most 200 of these characters. */
@@ -49,14 +49,6 @@ function checkName(name: unknown): asserts name is string {
   }
 }
 
-function call<T>(fn: () => T): T {
-  try {
-    return fn();
-  } catch (err) {
-    throw TransferError.from(err);
-  }
-}
-
 export class KvPool {
   readonly name: string;
   readonly pages: number;
@@ -68,7 +60,7 @@ export class KvPool {
   private handle: PoolHandle | null;
 
   private constructor(handle: PoolHandle) {
-    const info = call(() => native().poolInfo(handle));
+    const info = nativeCall(() => native().poolInfo(handle));
     this.handle = handle;
     this.name = info.name;
     this.pages = info.pages;
@@ -95,7 +87,7 @@ export class KvPool {
       throw bad(`device must be a CUDA device ordinal from 0 to 1023, got ${device}`);
     }
     return new KvPool(
-      call(() =>
+      nativeCall(() =>
         native().poolCreate(name, pages, pageBytes, options.replace === true, device ?? null),
       ),
     );
@@ -104,13 +96,13 @@ export class KvPool {
   /** Opens a pool another process created; TRANSFER_POOL_NOT_FOUND if there is none. */
   static open(name: string): KvPool {
     checkName(name);
-    return new KvPool(call(() => native().poolOpen(name)));
+    return new KvPool(nativeCall(() => native().poolOpen(name)));
   }
 
   /** Removes the name, so that it can be created anew; open mappings stay valid. */
   static unlink(name: string): boolean {
     checkName(name);
-    return call(() => native().poolUnlink(name));
+    return nativeCall(() => native().poolUnlink(name));
   }
 
   get closed(): boolean {
@@ -146,7 +138,7 @@ export class KvPool {
         `pool ${this.name} is in the memory of CUDA device ${this.device}: its pages cannot be viewed, use read() and write()`,
       );
     }
-    return new Uint8Array(call(() => native().poolPage(handle, index)));
+    return new Uint8Array(nativeCall(() => native().poolPage(handle, index)));
   }
 
   /** A copy of `count` pages from `first` (through CUDA for a device pool). */
@@ -154,7 +146,7 @@ export class KvPool {
     const handle = this.live();
     this.checkRange(first, count);
     const out = new Uint8Array(count * this.pageBytes);
-    call(() => native().poolRead(handle, first, out));
+    nativeCall(() => native().poolRead(handle, first, out));
     return out;
   }
 
@@ -165,14 +157,14 @@ export class KvPool {
       throw bad('data must be a non-empty Uint8Array');
     }
     this.checkRange(first, Math.ceil(data.length / this.pageBytes));
-    call(() => native().poolWrite(handle, first, data));
+    nativeCall(() => native().poolWrite(handle, first, data));
   }
 
   /** CRC32C of `count` pages from `first`, as 8 hex digits. */
   checksum(first: number, count = 1): string {
     const handle = this.live();
     this.checkRange(first, count);
-    return (call(() => native().poolChecksum(handle, first, count)) >>> 0)
+    return (nativeCall(() => native().poolChecksum(handle, first, count)) >>> 0)
       .toString(16)
       .padStart(8, '0');
   }
@@ -181,7 +173,7 @@ export class KvPool {
   checksumPages(pages: readonly number[]): string {
     const handle = this.live();
     for (const p of pages) this.checkRange(p, 1);
-    return (call(() => native().poolChecksumPages(handle, Uint32Array.from(pages))) >>> 0)
+    return (nativeCall(() => native().poolChecksumPages(handle, Uint32Array.from(pages))) >>> 0)
       .toString(16)
       .padStart(8, '0');
   }
@@ -202,7 +194,7 @@ export class KvPool {
 /** CRC32C of bytes, as 8 hex digits; `software` forces the table path (for tests). */
 export function crc32c(data: Uint8Array, options: { software?: boolean } = {}): string {
   if (!(data instanceof Uint8Array)) throw bad('crc32c needs a Uint8Array');
-  return (call(() => native().crc32c(data, options.software === true)) >>> 0)
+  return (nativeCall(() => native().crc32c(data, options.software === true)) >>> 0)
     .toString(16)
     .padStart(8, '0');
 }

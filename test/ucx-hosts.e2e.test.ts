@@ -1,0 +1,135 @@
+/**
+ * KV across hosts, the transfer alone: this process puts pages over UCX's TCP transport into a
+ * pool on test host b (src/drills/hosts.ts: its own network and /dev/shm), which checks the
+ * CRC32C of what arrived. A partition of the link mid-transfer ends the transfer within its
+ * deadline; healed, the next one goes through.
+ */
+import type { ChildProcess } from 'node:child_process';
+import { afterEach, describe, expect, it } from 'vitest';
+import { TestHosts, testHostsUnavailable } from '../src/drills/hosts.ts';
+import { KvPool } from '../src/transfer/pool.ts';
+import { UcxNode, type UcxPoolDescriptor, ucxBackend } from '../src/transfer/ucx.ts';
+import { ROOT } from './helpers/spawn.ts';
+
+process.env.UCX_TLS ??= 'tcp';
+const why = testHostsUnavailable() ?? (ucxBackend().available ? null : ucxBackend().reason);
+
+let hosts: TestHosts | null = null;
+const cleanups: Array<() => unknown> = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+  hosts?.destroy();
+  hosts = null;
+});
+
+/** Lines from a child's stdout, one at a time. */
+function lines(child: ChildProcess): () => Promise<string> {
+  const queue: string[] = [];
+  const waiting: Array<(l: string) => void> = [];
+  let buf = '';
+  child.stdout?.on('data', (d: Buffer) => {
+    buf += d.toString();
+    for (let i = buf.indexOf('\n'); i >= 0; i = buf.indexOf('\n')) {
+      const l = buf.slice(0, i);
+      buf = buf.slice(i + 1);
+      const w = waiting.shift();
+      if (w) w(l);
+      else queue.push(l);
+    }
+  });
+  return () => {
+    const l = queue.shift();
+    if (l !== undefined) return Promise.resolve(l);
+    return new Promise((r) => waiting.push(r));
+  };
+}
+
+describe.skipIf(why !== null)(`UCX between test hosts${why ? ` (skipped: ${why})` : ''}`, () => {
+  it('moves pages to another host, verified there; a partition ends a transfer in time; healed, it works', async () => {
+    hosts = await TestHosts.create({ names: ['a', 'b'], reach: ['b'] });
+    const peer = hosts.spawn(
+      'b',
+      process.execPath,
+      ['--import', 'tsx', 'test/helpers/ucx-peer.ts', '64', '65536'],
+      {
+        cwd: ROOT,
+        // Each test host has an interface per peer, each on a subnet of its own; UCX takes every
+        // interface to be on one fabric, so it is told which one reaches the other side.
+        env: { ...process.env, UCX_TLS: 'tcp', UCX_NET_DEVICES: hosts.device('b', 'self') },
+        stdio: ['pipe', 'pipe', 'pipe'],
+      },
+    );
+    let err = '';
+    peer.stderr?.on('data', (d: Buffer) => (err += d.toString()));
+    const next = lines(peer);
+    const ask = async (cmd: string) => {
+      peer.stdin?.write(`${cmd}\n`);
+      return next();
+    };
+    cleanups.push(() => peer.stdin?.write('exit\n'));
+    const first = await Promise.race([
+      next(),
+      new Promise<string>((_, reject) =>
+        peer.once('exit', (c) => reject(new Error(`peer exited ${c}: ${err}`))),
+      ),
+    ]);
+    const desc = JSON.parse(first) as Record<string, string | number>;
+    const dst: UcxPoolDescriptor = {
+      address: Buffer.from(desc.address as string, 'base64'),
+      rkey: Buffer.from(desc.rkey as string, 'base64'),
+      base: desc.base as number,
+      pageBytes: desc.pageBytes as number,
+      pages: desc.pages as number,
+      epoch: desc.epoch as number,
+    };
+    // Host b's pool is in b's /dev/shm alone.
+    expect(await ask('ls')).toContain((desc.pool as string).slice(1));
+    const src = KvPool.create({
+      name: `/pdctl-ucx-src-${process.pid}`,
+      pages: 64,
+      pageBytes: 65536,
+    });
+    cleanups.push(() => {
+      src.close();
+      KvPool.unlink(src.name);
+    });
+    for (let i = 0; i < 64; i++) src.page(i).fill(i * 7 + 1);
+    process.env.UCX_NET_DEVICES = hosts.device('self', 'b');
+    const sender = UcxNode.open();
+    delete process.env.UCX_NET_DEVICES;
+    cleanups.push(() => sender.close());
+    const pairs = Array.from({ length: 48 }, (_, i) => [i, 63 - i] as [number, number]);
+    const r = await sender.post({ room: 'room-hosts', src, dst, pairs, deadlineMs: 10_000 });
+    expect(r.status, r.error ?? '').toBe('ok');
+    expect(r.bytes).toBe(48 * 65536);
+    expect(await ask(`checksum ${pairs.map(([, d]) => d).join(',')}`)).toBe(
+      `checksum ${r.checksum}`,
+    );
+
+    // Cut this process off from b: the transfer ends within its deadline, never hangs.
+    await hosts.setReach('b', false);
+    const cutAt = Date.now();
+    const cut = await sender.post({ room: 'room-cut', src, dst, pairs, deadlineMs: 1500 });
+    expect(['stalled', 'failed']).toContain(cut.status);
+    expect(Date.now() - cutAt).toBeLessThan(8000);
+    await hosts.setReach('b', true);
+    let healed = await sender.post({
+      room: 'room-healed',
+      src,
+      dst,
+      pairs: [[5, 5]],
+      deadlineMs: 10_000,
+    });
+    // The endpoint the cut broke is dropped; the next transfer makes a new one.
+    if (healed.status !== 'ok')
+      healed = await sender.post({
+        room: 'room-healed-2',
+        src,
+        dst,
+        pairs: [[5, 5]],
+        deadlineMs: 10_000,
+      });
+    expect(healed.status, healed.error ?? '').toBe('ok');
+    expect(await ask('checksum 5')).toBe(`checksum ${healed.checksum}`);
+  }, 60_000);
+});
