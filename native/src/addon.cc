@@ -541,6 +541,12 @@ Napi::Value UcxInject(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+Napi::Value UcxClearFaults(const Napi::CallbackInfo& info) {
+  need(info, 1);
+  ucxArg(info, 0)->node->clearFaults();
+  return info.Env().Undefined();
+}
+
 Napi::Value UcxClose(const Napi::CallbackInfo& info) {
   need(info, 1);
   if (!info[0].IsExternal()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "not a UCX node handle");
@@ -556,6 +562,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("ucxPost", Napi::Function::New(env, UcxPost));
   exports.Set("ucxCancel", Napi::Function::New(env, UcxCancel));
   exports.Set("ucxInject", Napi::Function::New(env, UcxInject));
+  exports.Set("ucxClearFaults", Napi::Function::New(env, UcxClearFaults));
   exports.Set("ucxClose", Napi::Function::New(env, UcxClose));
   exports.Set("poolCreate", Napi::Function::New(env, PoolCreate));
   exports.Set("poolOpen", Napi::Function::New(env, PoolOpen));

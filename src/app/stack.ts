@@ -138,10 +138,11 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     prefill: Array.from({ length: options.prefillEngines ?? 1 }, (_, i) => `prefill-${i}`),
     decode: Array.from({ length: options.decodeEngines ?? 1 }, (_, i) => `decode-${i}`),
   };
-  for (const id of ids.prefill)
-    engines.start({ id, role: 'prefill', args: options.engineArgs ?? [] });
-  for (const id of ids.decode)
-    engines.start({ id, role: 'decode', args: options.engineArgs ?? [] });
+  // Every engine a stack spawns is on this host: shared memory moves its KV, and no UCX worker
+  // listens on the machine's interfaces (a later --kv-transport in engineArgs wins).
+  const args = ['--kv-transport', 'shm', ...(options.engineArgs ?? [])];
+  for (const id of ids.prefill) engines.start({ id, role: 'prefill', args });
+  for (const id of ids.decode) engines.start({ id, role: 'decode', args });
   const watchdog = new Watchdog(control, journal, log);
   const ladder = new EscalationLadder(control, journal, engines, log, options.ladder);
   const recovery: RecoveryView = {

@@ -57,6 +57,24 @@ const Short = Type.String({ minLength: 1, maxLength: 200 });
 const Role = Type.Union([Type.Literal('prefill'), Type.Literal('decode')]);
 const strict = { additionalProperties: false } as const;
 
+/** What a peer needs to put into a pool over UCX (src/transfer/ucx.ts, `UcxPoolDescriptor`). */
+const KvRemoteWire = Type.Object(
+  {
+    transport: Type.Literal('ucx'),
+    address: Type.Uint8Array({ minByteLength: 1, maxByteLength: 65536 }),
+    rkey: Type.Uint8Array({ minByteLength: 1, maxByteLength: 65536 }),
+    /** The address of page 0 in the engine's process. */
+    base: Type.Integer({ minimum: 0 }),
+    pages: Count,
+    pageBytes: Count,
+    /** The pool epoch it was registered under. */
+    epoch: Count,
+  },
+  strict,
+);
+
+export type KvRemote = Static<typeof KvRemoteWire>;
+
 /** Engine → control plane. */
 export const ENGINE_MESSAGES = {
   hello: Type.Object(
@@ -97,6 +115,13 @@ export const ENGINE_MESSAGES = {
       faultInjection: Type.Optional(Type.Boolean()),
       /** The CUDA device its pool's pages are on (`--kv-device`); absent means host shared memory. */
       kvDevice: Type.Optional(Type.Integer({ minimum: 0, maximum: 1023 })),
+      /**
+       * Which host it runs on: engines whose `host` is equal share shared memory (boot id and the
+       * device of /dev/shm, docs/protocol.md "Across hosts"). Absent: taken for the control plane's.
+       */
+      host: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+      /** A decode engine that can receive KV over UCX: its pool as a peer puts into it. */
+      kvRemote: Type.Optional(KvRemoteWire),
       /**
        * Proof that the sender holds an allowed key for this engine id (admission.ts). Optional in
        * the schema only so that a hello without it is answered with a clear refusal.
@@ -236,6 +261,19 @@ export const CONTROL_MESSAGES = {
        * engine whose last applied seq differs has missed one: it says hello again to resync.
        */
       prevSeq: Seq,
+      /**
+       * On `room.bootstrapped`, to its prefill engine: where the decode engine runs and, when it
+       * can receive over UCX, its pool as a peer puts into it (from the decode engine's hello).
+       */
+      kvPeer: Type.Optional(
+        Type.Object(
+          {
+            host: Type.Optional(Type.String({ maxLength: 200 })),
+            ucx: Type.Optional(KvRemoteWire),
+          },
+          strict,
+        ),
+      ),
       /** On `room.created`: what the prefill engine needs to compute the KV. */
       request: Type.Optional(
         Type.Object(

@@ -79,6 +79,12 @@ export function engineShapeOptions(c: Command, per = ''): Command {
       '--kv-device <n>',
       'KV pool pages in the memory of CUDA device <n>, moved GPU to GPU (default: host shared memory)',
       intArg('--kv-device'),
+    )
+    .addOption(
+      new Option(
+        '--kv-transport <mode>',
+        'how KV reaches another engine: shm (shared memory, one host), ucx (UCX, any host), auto (shared memory on this host, UCX to others where UCX is installed). Default: auto for pdctl engine; shm for the engines pdctl serve spawns, which are all on its host',
+      ).choices(['auto', 'shm', 'ucx']),
     );
 }
 
@@ -101,5 +107,6 @@ export function engineShapeArgs(o: Record<string, unknown>): string[] {
     '--decode-us-per-token',
     String(o.decodeUsPerToken),
     ...(o.kvDevice === undefined ? [] : ['--kv-device', String(o.kvDevice)]),
+    ...given('--kv-transport', o.kvTransport),
   ];
 }

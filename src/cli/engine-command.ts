@@ -15,6 +15,7 @@ import { UsageError } from '../errors.ts';
 import { LOG_LEVELS, type Logger, type LogLevel, processLogger } from '../log.ts';
 import { DeterministicModel } from '../model/deterministic.ts';
 import { type EngineModel, pagesFor } from '../model/executor.ts';
+import { TransferError } from '../transfer/errors.ts';
 import { engineShapeOptions, intArg } from './args.ts';
 
 export function registerEngineCommand(program: Command): void {
@@ -103,6 +104,7 @@ export function registerEngineCommand(program: Command): void {
           prefillUsPerToken: o.prefillUsPerToken,
           decodeUsPerToken: o.decodeUsPerToken,
           kvDevice: o.kvDevice ?? null,
+          kvTransport: o.kvTransport ?? ENGINE_DEFAULTS.kvTransport,
           transferThreads: o.transferThreads,
           prefillConcurrency: o.prefillConcurrency,
           chunkTokens: o.chunkTokens,
@@ -143,7 +145,15 @@ export function registerEngineCommand(program: Command): void {
         const full = pagesFor(model.kv, opts.pageBytes, model.contextSize ?? 0);
         opts = Object.freeze({ ...opts, pages: Math.max(opts.pages, 2 * model.slots * full) });
       }
-      const engine = startEngine(opts, log, keys, model);
+      let engine: ReturnType<typeof startEngine>;
+      try {
+        engine = startEngine(opts, log, keys, model);
+      } catch (err) {
+        // `--kv-transport ucx` where UCX is not: a flag to change, said in one line.
+        if (err instanceof TransferError && err.code === 'TRANSFER_BACKEND_UNAVAILABLE')
+          throw new UsageError(err.message);
+        throw err;
+      }
       const onSignal = (sig: string) => void engine.stop(sig);
       process.once('SIGTERM', onSignal);
       process.once('SIGINT', onSignal);

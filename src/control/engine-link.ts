@@ -9,6 +9,7 @@ import type { Admission } from '../bus/admission.ts';
 import {
   type EngineMessage,
   HEARTBEAT_MS,
+  type KvRemote,
   PROTOCOL_VERSION,
   type RoomRequest,
 } from '../bus/protocol.ts';
@@ -248,6 +249,8 @@ export class EngineLink {
       model: msg.model ?? null,
       faultInjection: msg.faultInjection === true,
       kvDevice: msg.kvDevice ?? null,
+      host: msg.host ?? null,
+      kvRemote: msg.kvRemote ?? null,
       connectedAt: now,
       delivery: {
         live: false,
@@ -497,10 +500,26 @@ export class EngineLink {
       event: ev,
       prevSeq: session.delivery.lastDelivered,
       ...(request ? { request } : {}),
+      ...(ev.type === 'room.bootstrapped' && session.role === 'prefill'
+        ? { kvPeer: this.kvPeer(ev.engine) }
+        : {}),
     };
     session.delivery.lastDelivered = ev.seq;
     this.bus.send(session.peer, 'event', payload);
     this.deps.counters.delivered++;
+  }
+
+  /**
+   * Where a room's decode engine runs, and how a prefill engine on another host reaches its pool:
+   * what the prefill engine needs with `room.bootstrapped` to pick the transport (docs/protocol.md,
+   * "Across hosts"). Without a host (an engine that did not say), it is taken for the prefill's.
+   */
+  private kvPeer(decodeEngine: string | null): { host?: string; ucx?: KvRemote } {
+    const d = decodeEngine === null ? undefined : this.deps.registry.get(decodeEngine);
+    return {
+      ...(d?.host ? { host: d.host } : {}),
+      ...(d?.kvRemote ? { ucx: d.kvRemote } : {}),
+    };
   }
 
   deliver(room: Room, ev: JournalEvent): void {

@@ -4,7 +4,7 @@
  * a new room (least loaded, fresh heartbeat) happens here.
  */
 
-import type { EngineMessage } from '../bus/protocol.ts';
+import type { EngineMessage, KvRemote } from '../bus/protocol.ts';
 import type { PeerId } from '../bus/server.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import type { KvShape } from '../model/executor.ts';
@@ -31,6 +31,10 @@ export interface EngineIdentity {
   readonly faultInjection: boolean;
   /** The CUDA device its pool's pages are on; null: host shared memory. */
   readonly kvDevice: number | null;
+  /** Which host it runs on (hello `host`; src/transfer/host.ts); null: it did not say. */
+  readonly host: string | null;
+  /** A decode engine's pool as a UCX peer puts into it; null: shared memory only. */
+  readonly kvRemote: KvRemote | null;
   readonly connectedAt: number;
 }
 

@@ -35,8 +35,16 @@ export interface EngineRoom {
   /** Events since the room was given to this engine, for the role's bookkeeping. */
   transferDone: boolean;
   peerReleased: boolean;
-  /** From the committed `room.bootstrapped`: where the KV goes. */
-  bootstrap: { pages: number[]; pool: string; epoch: number } | null;
+  /**
+   * From the committed `room.bootstrapped`: where the KV goes, and (`peer`, attached by the control
+   * plane) the decode engine's host and, when it can receive over UCX, its pool as a peer.
+   */
+  bootstrap: {
+    pages: number[];
+    pool: string;
+    epoch: number;
+    peer: ControlMessage<'event'>['kvPeer'] | null;
+  } | null;
 }
 
 export type EngineState = 'starting' | 'ready' | 'draining' | 'stopped';
@@ -120,11 +128,16 @@ export abstract class EngineCore {
     this.lastSeq = ev.seq;
     const silent = this.replayLeft > 0;
     if (silent) this.replayLeft--;
-    this.apply(ev, msg.request ?? null, silent);
+    this.apply(ev, msg.request ?? null, silent, msg.kvPeer ?? null);
     if (silent && this.replayLeft === 0) this.resumeAll();
   }
 
-  private apply(ev: JournalEvent, request: RoomRequest | null, silent: boolean): void {
+  private apply(
+    ev: JournalEvent,
+    request: RoomRequest | null,
+    silent: boolean,
+    kvPeer: ControlMessage<'event'>['kvPeer'] | null,
+  ): void {
     if (ev.room === null || !ev.type.startsWith('room.')) return;
     const r = this.rooms.get(ev.room);
     const reduced = reduce(r?.view ?? null, ev);
@@ -153,7 +166,7 @@ export abstract class EngineCore {
       room.view = reduced.room;
       if (request && !room.request) room.request = request;
     }
-    this.track(room, ev);
+    this.track(room, ev, kvPeer);
     if (silent) return;
     if (ev.type === 'room.abort_requested' || isTerminal(room.view.state)) this.stop(room);
     else if (room.stopped) this.tryRelease(room);
@@ -174,12 +187,16 @@ export abstract class EngineCore {
     };
   }
 
-  private track(room: EngineRoom, ev: JournalEvent): void {
+  private track(
+    room: EngineRoom,
+    ev: JournalEvent,
+    kvPeer: ControlMessage<'event'>['kvPeer'] | null,
+  ): void {
     if (ev.type === 'room.transfer_completed') room.transferDone = true;
     else if (ev.type === 'room.released' && ev.engine !== this.id) room.peerReleased = true;
     else if (ev.type === 'room.bootstrapped') {
       const d = ev.data as { pages: number[]; pool?: string; epoch?: number };
-      room.bootstrap = { pages: d.pages, pool: d.pool ?? '', epoch: d.epoch ?? 0 };
+      room.bootstrap = { pages: d.pages, pool: d.pool ?? '', epoch: d.epoch ?? 0, peer: kvPeer };
     }
   }
 

@@ -12,7 +12,10 @@ import type { Logger } from '../log.ts';
 import type { EngineModel } from '../model/executor.ts';
 import { isAlive } from '../pids.ts';
 import { NativeTransferCore, type TransferCore } from '../transfer/core.ts';
+import { TransferError } from '../transfer/errors.ts';
+import { hostIdentity } from '../transfer/host.ts';
 import { KvPool } from '../transfer/pool.ts';
+import { UcxNode, ucxBackend } from '../transfer/ucx.ts';
 import { DecodeEngine } from './decode.ts';
 import type { EngineCore } from './engine.ts';
 import type { EngineOptions } from './options.ts';
@@ -34,6 +37,30 @@ export interface EngineKeys extends KeyPair {
   curve: boolean;
 }
 
+/**
+ * The UCX node of `--kv-transport ucx` or `auto`; null for `shm`, and for `auto` where UCX is not
+ * there (said once: then KV moves only between engines of this host). `ucx` without UCX is an
+ * error that says why.
+ */
+function openUcx(opts: Readonly<EngineOptions>, log: Logger): UcxNode | null {
+  if (opts.kvTransport === 'shm') return null;
+  const backend = ucxBackend();
+  if (!backend.available) {
+    if (opts.kvTransport === 'ucx') {
+      throw new TransferError(
+        'TRANSFER_BACKEND_UNAVAILABLE',
+        `--kv-transport ucx: UCX is not available here (${backend.reason}); use --kv-transport shm for engines on one host`,
+      );
+    }
+    log.info(
+      { reason: backend.reason },
+      'no UCX here: KV moves only between engines on this host (shared memory)',
+    );
+    return null;
+  }
+  return UcxNode.open();
+}
+
 /** Starts the engine around `model` (the built-in one, or a llama.cpp model opened by the caller). */
 export function startEngine(
   opts: Readonly<EngineOptions>,
@@ -42,6 +69,8 @@ export function startEngine(
   model: EngineModel,
 ): RunningEngine {
   const incarnation = uuidv7();
+  // Before the pool: `--kv-transport ucx` without UCX leaves nothing behind in /dev/shm.
+  const ucx = openUcx(opts, log);
   const pool = KvPool.create({
     name: opts.poolName,
     pages: opts.pages,
@@ -50,6 +79,9 @@ export function startEngine(
     ...(opts.kvDevice === null ? {} : { device: opts.kvDevice }),
   });
   let transfer: TransferCore | null = null;
+  // A decode engine that may receive over UCX says so in its hello: its pool as a peer puts into it.
+  const kvRemote =
+    ucx && opts.role === 'decode' && pool.device === null ? ucx.register(pool) : null;
   let core: EngineCore;
   const bus: BusClient = new BusClient(
     {
@@ -76,6 +108,20 @@ export function startEngine(
         rooms: core.heldRooms(),
         faultInjection: opts.allowFaultInjection,
         ...(pool.device === null ? {} : { kvDevice: pool.device }),
+        host: hostIdentity(),
+        ...(kvRemote
+          ? {
+              kvRemote: {
+                transport: 'ucx' as const,
+                address: kvRemote.address,
+                rkey: kvRemote.rkey,
+                base: kvRemote.base,
+                pages: kvRemote.pages,
+                pageBytes: kvRemote.pageBytes,
+                epoch: kvRemote.epoch,
+              },
+            }
+          : {}),
         auth: signHello({ engine: opts.id, role: opts.role, incarnation }, keys, keys.serverKey),
       }),
       welcome: (w) => {
@@ -108,7 +154,7 @@ export function startEngine(
   };
   if (opts.role === 'prefill') {
     transfer = new NativeTransferCore({ threads: opts.transferThreads });
-    core = new PrefillEngine(opts, ports, model, log, pool, transfer);
+    core = new PrefillEngine(opts, ports, model, log, pool, transfer, ucx);
   } else {
     core = new DecodeEngine(opts, ports, model, log, pool);
   }
@@ -148,6 +194,7 @@ export function startEngine(
       clearInterval(heartbeat);
       await bus.close();
       await transfer?.close();
+      await ucx?.close();
       await model.close();
       pool.close();
       KvPool.unlink(pool.name);

@@ -29,6 +29,13 @@ export interface EngineOptions extends ModelOptions {
    * Engines of one stack may differ: the transfer core moves pages between any two kinds of pool.
    */
   kvDevice: number | null;
+  /**
+   * How KV reaches another engine's pool: `shm` (shared memory, the same host), `ucx` (UCX, any
+   * host), or `auto` (shared memory where the peer's pool is on this host, UCX where it is not,
+   * when UCX is available here). A decode engine that may receive over UCX registers its pool and
+   * says so in its hello.
+   */
+  kvTransport: 'auto' | 'shm' | 'ucx';
   /** Copy threads of the transfer core (prefill). */
   transferThreads: number;
   /** Rooms computing or transferring at once (prefill). */
@@ -58,6 +65,7 @@ export const ENGINE_DEFAULTS = Object.freeze({
   ...DEFAULT_MODEL_OPTIONS,
   pages: 4096,
   pageBytes: 4096,
+  kvTransport: 'auto' as 'auto' | 'shm' | 'ucx',
   transferThreads: 2,
   prefillConcurrency: 8,
   maxQueue: 10_000,
@@ -133,6 +141,10 @@ function nonEmpty(name: string, v: unknown): string {
   return v;
 }
 
+function badTransport(v: unknown): never {
+  throw new EngineOptionsError(`kvTransport must be auto, shm or ucx, got ${JSON.stringify(v)}`);
+}
+
 function badGpu(v: unknown): never {
   throw new EngineOptionsError(`gpu must be auto or cpu, got ${JSON.stringify(v)}`);
 }
@@ -183,6 +195,10 @@ export function resolveEngineOptions(input: Record<string, unknown>): Readonly<E
     kvBytesPerToken: kv,
     prefillUsPerToken: int('prefillUsPerToken', o.prefillUsPerToken, 0, 1_000_000),
     decodeUsPerToken: int('decodeUsPerToken', o.decodeUsPerToken, 0, 1_000_000),
+    kvTransport:
+      o.kvTransport === 'auto' || o.kvTransport === 'shm' || o.kvTransport === 'ucx'
+        ? o.kvTransport
+        : badTransport(o.kvTransport),
     transferThreads: int('transferThreads', o.transferThreads, 1, 64),
     prefillConcurrency: int('prefillConcurrency', o.prefillConcurrency, 1, 4096),
     maxQueue: int('maxQueue', o.maxQueue, 1, 10_000_000),

@@ -9,7 +9,9 @@ import type { JournalEvent } from '../journal/events.ts';
 import type { Logger } from '../log.ts';
 import { type EngineModel, KvImageError } from '../model/executor.ts';
 import type { Fault, TransferCore } from '../transfer/core.ts';
+import { hostIdentity } from '../transfer/host.ts';
 import { KvPool } from '../transfer/pool.ts';
+import type { UcxNode, UcxPoolDescriptor } from '../transfer/ucx.ts';
 import { EngineCore, type EnginePorts, type EngineRoom } from './engine.ts';
 import { roomKv } from './kv-pages.ts';
 import type { EngineOptions } from './options.ts';
@@ -29,6 +31,8 @@ export class PrefillEngine extends EngineCore {
     log: Logger,
     private readonly pool: KvPool,
     private readonly core: TransferCore,
+    /** Puts into pools on other hosts; null where UCX is not used (`--kv-transport shm`, or absent). */
+    private readonly ucx: UcxNode | null = null,
   ) {
     super(opts, ports, model, log);
   }
@@ -91,9 +95,9 @@ export class PrefillEngine extends EngineCore {
     // A migrated request's context is its prompt and what was already streamed.
     const tokens = this.contextTokens(room, 'waiting_for_input');
     if (!tokens) return;
-    const bootstrapped = await this.destination(room);
+    const bootstrapped = this.destination(room);
     if (!bootstrapped) return;
-    const { dst, dstPages, epoch } = bootstrapped;
+    const { dstPages } = bootstrapped;
     const need = this.pagesFor(tokens.length);
     if (need > dstPages.length) {
       this.fail(room, 'kv_exceeds_reservation', 'waiting_for_input');
@@ -139,15 +143,26 @@ export class PrefillEngine extends EngineCore {
     });
     this.transferring.set(v.room, Date.now());
     let result: Awaited<ReturnType<TransferCore['post']>>;
+    const pairs = pages.map((p, i) => [p, dstPages[i] as number] as const);
+    const deadlineMs = room.view.deadlinesMs.transferring;
     try {
-      result = await this.core.post({
-        room: v.room,
-        src: this.pool,
-        dst,
-        pairs: pages.map((p, i) => [p, dstPages[i] as number] as const),
-        deadlineMs: room.view.deadlinesMs.transferring,
-        epoch,
-      });
+      result =
+        bootstrapped.via === 'ucx'
+          ? await (this.ucx as UcxNode).post({
+              room: v.room,
+              src: this.pool,
+              dst: bootstrapped.peer,
+              pairs,
+              deadlineMs,
+            })
+          : await this.core.post({
+              room: v.room,
+              src: this.pool,
+              dst: bootstrapped.dst,
+              pairs,
+              deadlineMs,
+              epoch: bootstrapped.epoch,
+            });
     } finally {
       this.transferring.delete(v.room);
       this.transferTicks++;
@@ -157,6 +172,12 @@ export class PrefillEngine extends EngineCore {
         bytes: result.bytes,
         checksum: result.checksum,
         micros: result.micros,
+        transport:
+          bootstrapped.via === 'ucx'
+            ? 'ucx'
+            : this.pool.device !== null || bootstrapped.dst.device !== null
+              ? 'cuda'
+              : 'shm',
       });
     } else if (!(result.status === 'cancelled' && room.stopped)) {
       this.log.warn(
@@ -168,14 +189,56 @@ export class PrefillEngine extends EngineCore {
     room.stopped = true;
   }
 
-  /** The decode pool and pages from the room's committed `room.bootstrapped`. */
-  private async destination(
+  /**
+   * Where the room's KV goes, from its committed `room.bootstrapped`: the decode pool in shared
+   * memory when the decode engine is on this host (or `--kv-transport shm`), else its pool as a
+   * UCX peer — refused when the descriptor was registered under another epoch than the pages.
+   */
+  private destination(
     room: EngineRoom,
-  ): Promise<{ dst: KvPool; dstPages: number[]; epoch: number } | null> {
+  ):
+    | { via: 'shm'; dst: KvPool; dstPages: number[]; epoch: number }
+    | { via: 'ucx'; peer: UcxPoolDescriptor; dstPages: number[] }
+    | null {
     const b = room.bootstrap;
     if (!b) {
       this.fail(room, 'bootstrap_unknown', 'waiting_for_input');
       return null;
+    }
+    const elsewhere = b.peer?.host !== undefined && b.peer.host !== hostIdentity();
+    const t = this.opts.kvTransport;
+    if (t === 'ucx' || (t === 'auto' && elsewhere)) {
+      const remote = b.peer?.ucx;
+      if (!this.ucx || !remote) {
+        this.log.warn(
+          {
+            room: room.view.room,
+            decode: room.view.decodeEngine,
+            here: this.ucx !== null,
+            there: remote !== undefined,
+          },
+          'the decode engine is on another host and UCX is not there on both ends',
+        );
+        this.fail(room, 'kv_transport_unavailable', 'waiting_for_input');
+        return null;
+      }
+      if (remote.epoch !== b.epoch) {
+        // A restarted decode engine's new pool: what it registered before is not that pool.
+        this.fail(room, 'decode_pool_stale', 'waiting_for_input');
+        return null;
+      }
+      return {
+        via: 'ucx',
+        dstPages: b.pages,
+        peer: {
+          address: Buffer.from(remote.address),
+          rkey: Buffer.from(remote.rkey),
+          base: remote.base,
+          pages: remote.pages,
+          pageBytes: remote.pageBytes,
+          epoch: remote.epoch,
+        },
+      };
     }
     let dst = this.peers.get(b.pool);
     if (!dst || dst.epoch !== b.epoch) {
@@ -189,12 +252,15 @@ export class PrefillEngine extends EngineCore {
         return null;
       }
     }
-    return { dst, dstPages: b.pages, epoch: b.epoch };
+    return { via: 'shm', dst, dstPages: b.pages, epoch: b.epoch };
   }
 
   protected stop(room: EngineRoom): void {
     room.stopped = true;
-    if (this.transferring.has(room.view.room)) this.core.cancel(room.view.room);
+    if (this.transferring.has(room.view.room)) {
+      this.core.cancel(room.view.room);
+      this.ucx?.cancel(room.view.room);
+    }
     this.tryRelease(room);
   }
 
@@ -206,7 +272,8 @@ export class PrefillEngine extends EngineCore {
     const now = Date.now();
     let cancelled = 0;
     for (const [room, postedAt] of this.transferring) {
-      if (now - postedAt >= olderThanMs) cancelled += this.core.cancel(room) > 0 ? 1 : 0;
+      if (now - postedAt >= olderThanMs)
+        cancelled += this.core.cancel(room) + (this.ucx?.cancel(room) ?? 0) > 0 ? 1 : 0;
     }
     this.core.clearFaults();
     return cancelled;
@@ -214,9 +281,11 @@ export class PrefillEngine extends EngineCore {
 
   protected override applyFault(fault: Fault): void {
     this.core.inject(fault);
+    this.ucx?.inject(fault);
   }
 
   protected override clearFaults(): void {
     this.core.clearFaults();
+    this.ucx?.clearFaults();
   }
 }

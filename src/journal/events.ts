@@ -75,6 +75,10 @@ export const EVENT_SCHEMAS = {
       bytes: Count,
       checksum: Type.String({ pattern: '^[0-9a-f]{1,64}$' }),
       micros: Count,
+      /** What moved the bytes: shared memory, CUDA, or UCX (another host). Absent: before it was recorded. */
+      transport: Type.Optional(
+        Type.Union([Type.Literal('shm'), Type.Literal('cuda'), Type.Literal('ucx')]),
+      ),
     },
     strict,
   ),

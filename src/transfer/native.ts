@@ -103,6 +103,7 @@ export interface NativeAddon {
   ): null;
   ucxCancel(node: UcxHandle, room: string): number;
   ucxInject(node: UcxHandle, room: string, kind: NativeFaultKind, ms: number): void;
+  ucxClearFaults(node: UcxHandle): void;
   ucxClose(node: UcxHandle): void;
 }
 

@@ -142,6 +142,10 @@ export class UcxNode {
     native().ucxInject(this.live(), fault.room ?? '', fault.kind, fault.ms ?? 0);
   }
 
+  clearFaults(): void {
+    native().ucxClearFaults(this.live());
+  }
+
   /** Ends what is in flight (cancelled), waits for those completions, and stops the thread. */
   close(): Promise<void> {
     if (this.closing) return this.closing;

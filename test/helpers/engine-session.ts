@@ -64,6 +64,8 @@ export function engineSession(
     model: null,
     faultInjection: false,
     kvDevice: null,
+    host: null,
+    kvRemote: null,
     connectedAt: now - 60_000,
   };
   const parts: Array<Record<string, unknown>> = [identity, delivery, health, load].map(
