@@ -541,6 +541,17 @@ Napi::Value UcxInject(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// ucxCheckPeer(address, rkey): null when both unpack; else why. May abort the process on a
+// malformed address (UCX does): call it only in a throwaway process.
+Napi::Value UcxCheckPeer(const Napi::CallbackInfo& info) {
+  need(info, 2);
+  std::string address = bytesArg(info, 0, "the peer's worker address");
+  std::string rkey = bytesArg(info, 1, "the peer's remote key");
+  std::string error;
+  if (pdctl::ucxCheckPeer(address, rkey, &error)) return info.Env().Null();
+  return Napi::String::New(info.Env(), error);
+}
+
 Napi::Value UcxClearFaults(const Napi::CallbackInfo& info) {
   need(info, 1);
   ucxArg(info, 0)->node->clearFaults();
@@ -563,6 +574,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("ucxCancel", Napi::Function::New(env, UcxCancel));
   exports.Set("ucxInject", Napi::Function::New(env, UcxInject));
   exports.Set("ucxClearFaults", Napi::Function::New(env, UcxClearFaults));
+  exports.Set("ucxCheckPeer", Napi::Function::New(env, UcxCheckPeer));
   exports.Set("ucxClose", Napi::Function::New(env, UcxClose));
   exports.Set("poolCreate", Napi::Function::New(env, PoolCreate));
   exports.Set("poolOpen", Napi::Function::New(env, PoolOpen));

@@ -27,6 +27,11 @@ bool ucxAvailable(std::string* reason, std::string* version) {
   return false;
 }
 
+bool ucxCheckPeer(const std::string&, const std::string&, std::string* error) {
+  *error = kNoHeaders;
+  return false;
+}
+
 struct UcxNode::Impl {};
 UcxNode::UcxNode(Complete) { throw std::runtime_error(kNoHeaders); }
 UcxNode::~UcxNode() = default;
@@ -469,6 +474,66 @@ struct UcxNode::Impl {
     return result.get();
   }
 };
+
+bool ucxCheckPeer(const std::string& address, const std::string& rkey, std::string* error) {
+  const Loaded& l = loaded();
+  if (!l.ok) {
+    *error = l.reason;
+    return false;
+  }
+  const Ucx& u = l.ucx;
+  ucp_config_t* config = nullptr;
+  if (u.configRead(nullptr, nullptr, &config) != UCS_OK) {
+    *error = "ucp_config_read failed";
+    return false;
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_RMA;
+  ucp_context_h context = nullptr;
+  ucs_status_t s = u.initVersion(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &context);
+  u.configRelease(config);
+  if (s != UCS_OK) {
+    *error = std::string("ucp_init: ") + u.statusString(s);
+    return false;
+  }
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  ucp_worker_h worker = nullptr;
+  bool ok = false;
+  if ((s = u.workerCreate(context, &wp, &worker)) != UCS_OK) {
+    *error = std::string("ucp_worker_create: ") + u.statusString(s);
+  } else {
+    ucp_ep_params_t p{};
+    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    p.address = reinterpret_cast<const ucp_address_t*>(address.data());
+    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ucp_ep_h ep = nullptr;
+    if ((s = u.epCreate(worker, &p, &ep)) != UCS_OK) {
+      *error = std::string("the worker address does not unpack: ") + u.statusString(s);
+    } else {
+      ucp_rkey_h key = nullptr;
+      if ((s = u.epRkeyUnpack(ep, rkey.data(), &key)) != UCS_OK) {
+        *error = std::string("the remote key does not unpack: ") + u.statusString(s);
+      } else {
+        u.rkeyDestroy(key);
+        ok = true;
+      }
+      ucp_request_param_t cp{};
+      cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      ucs_status_ptr_t req = u.epCloseNbx(ep, &cp);
+      if (req != nullptr && !UCS_PTR_IS_ERR(req)) {
+        while (u.requestCheckStatus(req) == UCS_INPROGRESS) u.workerProgress(worker);
+        u.requestFree(req);
+      }
+    }
+    u.workerDestroy(worker);
+  }
+  u.cleanup(context);
+  return ok;
+}
 
 UcxNode::UcxNode(Complete complete) : impl_(std::make_unique<Impl>()) {
   const Loaded& l = loaded();

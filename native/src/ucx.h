@@ -48,6 +48,12 @@ struct UcxPeer {
   uint32_t pages = 0;
 };
 
+// Unpacks a peer's worker address and remote key with a context of its own, and closes it.
+// UCX aborts the process on a malformed address, so this is meant for a throwaway process
+// (src/transfer/ucx-check.ts): a descriptor from another engine is checked there before any
+// engine process uses it. False with *error for what UCX refused without aborting.
+bool ucxCheckPeer(const std::string& address, const std::string& rkey, std::string* error);
+
 class UcxNode {
  public:
   using Complete = std::function<void(TransferResult)>;

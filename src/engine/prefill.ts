@@ -11,7 +11,7 @@ import { type EngineModel, KvImageError } from '../model/executor.ts';
 import type { Fault, TransferCore } from '../transfer/core.ts';
 import { hostIdentity } from '../transfer/host.ts';
 import { KvPool } from '../transfer/pool.ts';
-import type { UcxNode, UcxPoolDescriptor } from '../transfer/ucx.ts';
+import { checkPeer, type UcxNode, type UcxPoolDescriptor } from '../transfer/ucx.ts';
 import { EngineCore, type EnginePorts, type EngineRoom } from './engine.ts';
 import { roomKv } from './kv-pages.ts';
 import type { EngineOptions } from './options.ts';
@@ -36,6 +36,9 @@ export class PrefillEngine extends EngineCore {
   ) {
     super(opts, ports, model, log);
   }
+
+  /** Verdicts on peers' UCX descriptors, by descriptor. */
+  private readonly peerChecks = new Map<string, Promise<string | null>>();
 
   queueDepths(): Record<string, number> {
     return {
@@ -95,7 +98,7 @@ export class PrefillEngine extends EngineCore {
     // A migrated request's context is its prompt and what was already streamed.
     const tokens = this.contextTokens(room, 'waiting_for_input');
     if (!tokens) return;
-    const bootstrapped = this.destination(room);
+    const bootstrapped = await this.destination(room);
     if (!bootstrapped) return;
     const { dstPages } = bootstrapped;
     const need = this.pagesFor(tokens.length);
@@ -194,12 +197,13 @@ export class PrefillEngine extends EngineCore {
    * memory when the decode engine is on this host (or `--kv-transport shm`), else its pool as a
    * UCX peer — refused when the descriptor was registered under another epoch than the pages.
    */
-  private destination(
+  private async destination(
     room: EngineRoom,
-  ):
+  ): Promise<
     | { via: 'shm'; dst: KvPool; dstPages: number[]; epoch: number }
     | { via: 'ucx'; peer: UcxPoolDescriptor; dstPages: number[] }
-    | null {
+    | null
+  > {
     const b = room.bootstrap;
     if (!b) {
       this.fail(room, 'bootstrap_unknown', 'waiting_for_input');
@@ -227,18 +231,24 @@ export class PrefillEngine extends EngineCore {
         this.fail(room, 'decode_pool_stale', 'waiting_for_input');
         return null;
       }
-      return {
-        via: 'ucx',
-        dstPages: b.pages,
-        peer: {
-          address: Buffer.from(remote.address),
-          rkey: Buffer.from(remote.rkey),
-          base: remote.base,
-          pages: remote.pages,
-          pageBytes: remote.pageBytes,
-          epoch: remote.epoch,
-        },
+      const peer: UcxPoolDescriptor = {
+        address: Buffer.from(remote.address),
+        rkey: Buffer.from(remote.rkey),
+        base: remote.base,
+        pages: remote.pages,
+        pageBytes: remote.pageBytes,
+        epoch: remote.epoch,
       };
+      const invalid = await this.checkedPeer(peer);
+      if (invalid !== null) {
+        this.log.warn(
+          { room: room.view.room, decode: room.view.decodeEngine, reason: invalid },
+          'the decode engine’s UCX descriptor is not usable; refused',
+        );
+        this.fail(room, 'decode_pool_invalid', 'waiting_for_input');
+        return null;
+      }
+      return { via: 'ucx', dstPages: b.pages, peer };
     }
     let dst = this.peers.get(b.pool);
     if (!dst || dst.epoch !== b.epoch) {
@@ -253,6 +263,21 @@ export class PrefillEngine extends EngineCore {
       }
     }
     return { via: 'shm', dst, dstPages: b.pages, epoch: b.epoch };
+  }
+
+  /**
+   * A peer's descriptor, checked once in a throwaway process (ucx.ts `checkPeer`) before this
+   * process hands its bytes to UCX; null when it is good, else why.
+   */
+  private checkedPeer(peer: UcxPoolDescriptor): Promise<string | null> {
+    const key = `${peer.address.toString('base64')}/${peer.rkey.toString('base64')}`;
+    let verdict = this.peerChecks.get(key);
+    if (!verdict) {
+      if (this.peerChecks.size >= 64) this.peerChecks.clear();
+      verdict = checkPeer(peer);
+      this.peerChecks.set(key, verdict);
+    }
+    return verdict;
   }
 
   protected stop(room: EngineRoom): void {

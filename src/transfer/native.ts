@@ -104,6 +104,11 @@ export interface NativeAddon {
   ucxCancel(node: UcxHandle, room: string): number;
   ucxInject(node: UcxHandle, room: string, kind: NativeFaultKind, ms: number): void;
   ucxClearFaults(node: UcxHandle): void;
+  /**
+   * Null when a peer's worker address and remote key unpack; else why. UCX aborts the process on
+   * a malformed address: call it only in a throwaway process (src/transfer/ucx-check.ts).
+   */
+  ucxCheckPeer(address: Buffer, rkey: Buffer): string | null;
   ucxClose(node: UcxHandle): void;
 }
 

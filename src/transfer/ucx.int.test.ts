@@ -3,11 +3,12 @@
  * transport (as between hosts; test/ucx-hosts.e2e.test.ts does it between test hosts). Skipped,
  * saying why, where UCX is absent — required under .ci/run (PDCTL_REQUIRE_TOOLS=ucx).
  */
+import { randomBytes } from 'node:crypto';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { requireTool } from '../../test/helpers/tools.ts';
 import { KvPool } from './pool.ts';
 import type { UcxPoolDescriptor } from './ucx.ts';
-import { UcxNode, ucxBackend } from './ucx.ts';
+import { checkPeer, UcxNode, ucxBackend } from './ucx.ts';
 
 // Between hosts UCX can only use the network: make it do so here too.
 process.env.UCX_TLS ??= 'tcp';
@@ -125,6 +126,27 @@ describe.skipIf(!backend.available)('UCX backend', () => {
     expect(['stalled', 'failed']).toContain(r.status);
     expect(r.error).toBeTruthy();
     expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
+  it('a malformed peer descriptor is found out in a throwaway process, never in this one', async () => {
+    const good = node().register(pool());
+    expect(await checkPeer(good)).toBeNull();
+    // UCX aborts a process that unpacks a malformed worker address: the check's process dies.
+    const garbage = await checkPeer({ address: randomBytes(64), rkey: good.rkey });
+    expect(garbage).toMatch(/aborted|does not unpack/);
+    const truncated = await checkPeer({ address: good.address.subarray(0, 12), rkey: good.rkey });
+    expect(truncated).not.toBeNull();
+    // And this process is still here, its node still moving pages.
+    const src = pool();
+    const dst = pool();
+    const r = await node().post({
+      room: 'room-after',
+      src,
+      dst: node().register(dst),
+      pairs: [[1, 2]],
+      deadlineMs: 5000,
+    });
+    expect(r.status).toBe('ok');
   });
 
   it('refuses bad input before anything is sent', async () => {

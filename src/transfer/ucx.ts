@@ -11,6 +11,8 @@
  * Where UCX is absent (no libucx, or an addon built without its headers), `UcxNode.open()` throws
  * TRANSFER_BACKEND_UNAVAILABLE and `ucxBackend()` says why.
  */
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { isValidId } from '../journal/events.ts';
 import { checkFault, type Fault, type TransferResult } from './core.ts';
 import { nativeCall, TransferError } from './errors.ts';
@@ -38,6 +40,55 @@ export interface UcxPostRequest {
   dst: UcxPoolDescriptor;
   pairs: ReadonlyArray<readonly [number, number]>;
   deadlineMs: number;
+}
+
+// From source (tests, `npm run`), the check runs through tsx like the rest; from dist/, as is.
+const FROM_SOURCE = import.meta.url.endsWith('.ts');
+const CHECK_SCRIPT = fileURLToPath(
+  new URL(`./ucx-check${FROM_SOURCE ? '.ts' : '.js'}`, import.meta.url),
+);
+const CHECK_TIMEOUT_MS = 10_000;
+
+/** ucx-check's exit code for a descriptor UCX refused without aborting. */
+export const REFUSED_EXIT = 3;
+
+/**
+ * Whether a peer's descriptor is one UCX can use, checked in a throwaway process: UCX aborts a
+ * process that unpacks a malformed worker address, and the descriptor came from another engine
+ * (a buggy or compromised one must not be able to kill this one). Null when it is good; else why.
+ */
+export function checkPeer(
+  peer: Pick<UcxPoolDescriptor, 'address' | 'rkey'>,
+): Promise<string | null> {
+  return new Promise((resolve) => {
+    const args = FROM_SOURCE ? ['--import', 'tsx', CHECK_SCRIPT] : [CHECK_SCRIPT];
+    const child = spawn(process.execPath, args, {
+      stdio: ['pipe', 'pipe', 'pipe'],
+      timeout: CHECK_TIMEOUT_MS,
+    });
+    let out = '';
+    let err = '';
+    child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr?.on('data', (d: Buffer) => (err += d.toString()));
+    child.once('error', (e) => resolve(`the check could not run: ${e.message}`));
+    child.once('close', (code, signal) => {
+      if (code === 0) resolve(null);
+      else if (code === REFUSED_EXIT) resolve(out.slice(0, 500));
+      else if (signal === 'SIGTERM') resolve(`UCX did not answer within ${CHECK_TIMEOUT_MS} ms`);
+      else if (signal !== null || /UCX +FATAL|backtrace/.test(err))
+        resolve(
+          `UCX aborted on it (${signal ?? `exit ${code}`}): a malformed worker address or key`,
+        );
+      else
+        resolve(`the check failed (exit ${code}): ${err.trim().split('\n').at(-1)?.slice(0, 300)}`);
+    });
+    child.stdin?.end(
+      JSON.stringify({
+        address: peer.address.toString('base64'),
+        rkey: peer.rkey.toString('base64'),
+      }),
+    );
+  });
 }
 
 /** Whether this process can use UCX, and why not. */
