@@ -134,6 +134,18 @@ describe.skipIf(why !== null)(`KV across test hosts${why ? ` (skipped: ${why})` 
           engines.map((e) => (e as ChildProcess & { errText: () => string }).errText()).join('\n'),
       );
     }
+    // Each engine says where it runs: two hosts, and the decode engine receives over UCX.
+    const listed = (
+      (await (await fetch(`${base}/v1/engines`)).json()) as {
+        engines: Array<{ id: string; host: string | null; kv_ucx: boolean }>;
+      }
+    ).engines.sort((x, y) => x.id.localeCompare(y.id));
+    expect(listed.map((e) => [e.id, e.kv_ucx])).toEqual([
+      ['decode-b', true],
+      ['prefill-a', false],
+    ]);
+    expect(listed[0]?.host).toBeTruthy();
+    expect(listed[0]?.host).not.toBe(listed[1]?.host);
     const model = new DeterministicModel();
     const prompts = Array.from({ length: 4 }, (_, i) => `the river runs north ${i} past the mill`);
     for (const prompt of prompts) {

@@ -314,6 +314,8 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
           live_rooms: s.load.liveRooms,
           pool: s.pool,
           kv_device: s.kvDevice,
+          host: s.host,
+          kv_ucx: s.kvRemote !== null,
           fault_injection: s.faultInjection,
           recovery: recovery?.ladder(s.engine) ?? null,
           restarts: recovery?.restarts(s.engine) ?? null,

@@ -136,6 +136,13 @@ export const EnginesBody = Type.Object({
       live_rooms: Type.Integer(),
       pool: Type.String(),
       kv_device: Nullable(Type.Integer()),
+      host: Nullable(
+        Type.String({
+          description:
+            'which host it runs on (boot id and /dev/shm device): engines with equal host share shared memory',
+        }),
+      ),
+      kv_ucx: Type.Boolean({ description: 'it receives KV over UCX from engines on other hosts' }),
       fault_injection: Type.Boolean(),
       recovery: Nullable(LadderView),
       restarts: Nullable(Type.Integer()),

@@ -3,9 +3,11 @@
  * heartbeat age, loop ticks, pages, rooms, and where each stands on the escalation ladder. The
  * live view is the control plane's (it is not in the journal), so this asks it over HTTP.
  */
+import { createHash } from 'node:crypto';
 import type { Command } from 'commander';
 import { UsageError } from '../errors.ts';
 import type { LadderView } from '../recovery/ladder.ts';
+import { backends } from '../transfer/pool.ts';
 import { EXIT, note, print, printJson } from './context.ts';
 import { ENGINE_ACTIONS, type EngineAction, engineAction } from './ops-commands.ts';
 import { callServer, DEFAULT_URL, errorOf, UnreachableError } from './server.ts';
@@ -28,6 +30,8 @@ interface EngineRow {
   fault_injection?: boolean;
   /** The CUDA device of its KV pages; null (or absent, from an older server): host memory. */
   kv_device?: number | null;
+  host?: string | null;
+  kv_ucx?: boolean;
 }
 
 export function registerEnginesCommand(program: Command): void {
@@ -98,8 +102,12 @@ export function registerEnginesCommand(program: Command): void {
             },
             {
               header: 'KV',
-              value: (e) => (typeof e.kv_device === 'number' ? `cuda:${e.kv_device}` : 'host'),
+              value: (e) =>
+                (typeof e.kv_device === 'number' ? `cuda:${e.kv_device}` : 'host') +
+                (e.kv_ucx ? '+ucx' : ''),
             },
+            // Engines with the same tag share shared memory; others move KV over UCX.
+            { header: 'HOST', value: (e) => (e.host ? hostTag(e.host) : '-') },
             { header: 'ROOMS', value: (e) => e.live_rooms, align: 'right' },
             { header: 'LADDER', value: (e) => e.recovery?.phase ?? '-' },
             {
@@ -118,6 +126,12 @@ export function registerEnginesCommand(program: Command): void {
             },
           ]),
         );
+        if (body.engines.length > 0 && !body.engines.some((e) => e.kv_ucx === true)) {
+          const ucx = backends().ucx;
+          note(
+            `KV moves through shared memory only: no engine receives over UCX (pdctl serve's own engines use --kv-transport shm; UCX on this machine: ${ucx.available ? ucx.reason : `unavailable — ${ucx.reason}`})`,
+          );
+        }
         const faulty = body.engines
           .filter((e) => e.fault_injection === true)
           .map((e) => e.id)
@@ -128,4 +142,9 @@ export function registerEnginesCommand(program: Command): void {
           );
       },
     );
+}
+
+/** A short tag of an engine's host identity: equal tags, one host (shared memory between them). */
+function hostTag(host: string): string {
+  return `h-${createHash('sha256').update(host).digest('hex').slice(0, 6)}`;
 }
