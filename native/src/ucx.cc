@@ -436,6 +436,12 @@ struct UcxNode::Impl {
         finish(jp, "cancelled");
         continue;
       }
+      if (!j.flushing && j.ep == nullptr) {
+        // Another transfer's stall closed the endpoint to this peer under it.
+        j.error = "the endpoint to the peer was closed (another transfer to it stalled)";
+        finish(jp, "failed");
+        continue;
+      }
       if (!j.flushing) {
         // Completion of a put only frees the source; the flush says the bytes are at the peer.
         ucp_request_param_t p{};
