@@ -1,19 +1,14 @@
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { firstWrongByte } from '../../test/helpers/page-pattern.ts';
 import { startPoolChild } from '../../test/helpers/pool-child-driver.ts';
+import { testPools } from '../../test/helpers/pools.ts';
 import { waitFor } from '../../test/helpers/wait.ts';
 import { rng } from '../journal/synth.ts';
 import { NativeTransferCore, type TransferCore } from './core.ts';
 import { TransferError } from './errors.ts';
 import { KvPool } from './pool.ts';
 
-let n = 0;
-const names: string[] = [];
-const pool = (pages = 64, pageBytes = 4096) => {
-  const name = `/pdctl-xfer-${process.pid}-${n++}`;
-  names.push(name);
-  return KvPool.create({ name, pages, pageBytes });
-};
+const { pool, names } = testPools('xfer');
 const cores: TransferCore[] = [];
 const core = (threads = 2) => {
   const c = new NativeTransferCore({ threads });
@@ -22,9 +17,6 @@ const core = (threads = 2) => {
 };
 afterEach(async () => {
   for (const c of cores.splice(0)) await c.close();
-});
-afterAll(() => {
-  for (const name of names) KvPool.unlink(name);
 });
 
 const fill = (p: KvPool) => {

@@ -4,9 +4,10 @@
  * saying why, where UCX is absent — required under .ci/run (PDCTL_REQUIRE_TOOLS=ucx).
  */
 import { randomBytes } from 'node:crypto';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
+import { testPools } from '../../test/helpers/pools.ts';
 import { requireTool } from '../../test/helpers/tools.ts';
-import { KvPool } from './pool.ts';
+import type { KvPool } from './pool.ts';
 import type { UcxPoolDescriptor } from './ucx.ts';
 import { checkPeer, UcxNode, ucxBackend } from './ucx.ts';
 
@@ -16,13 +17,7 @@ process.env.UCX_TLS ??= 'tcp';
 const backend = ucxBackend();
 requireTool('ucx', backend.available ? backend.reason : null, backend.reason);
 
-let n = 0;
-const names: string[] = [];
-const pool = (pages = 64, pageBytes = 4096) => {
-  const name = `/pdctl-ucx-${process.pid}-${n++}`;
-  names.push(name);
-  return KvPool.create({ name, pages, pageBytes });
-};
+const { pool } = testPools('ucx');
 const nodes: UcxNode[] = [];
 const node = () => {
   const u = UcxNode.open();
@@ -31,9 +26,6 @@ const node = () => {
 };
 afterEach(async () => {
   for (const u of nodes.splice(0)) await u.close();
-});
-afterAll(() => {
-  for (const name of names) KvPool.unlink(name);
 });
 
 const fill = (p: KvPool, seed: number) => {
