@@ -226,18 +226,24 @@ Napi::Value Backends(const Napi::CallbackInfo& info) {
   cuda.Set("available", r != nullptr);
   cuda.Set("reason", r ? r->library + ": " + std::to_string(r->devices) + " device(s)" : pdctl::cudaUnavailableReason());
   cuda.Set("devices", Napi::Number::New(env, r ? r->devices : 0));
-  Napi::Object ucx = Napi::Object::New(env);
-  std::string reason, version;
-  bool ucxOk = pdctl::ucxAvailable(&reason, &version);
-  ucx.Set("available", ucxOk);
-  ucx.Set("reason", ucxOk ? "UCX " + version : reason);
-  ucx.Set("version", ucxOk ? Napi::String::New(env, version) : env.Null());
   Napi::Object o = Napi::Object::New(env);
   o.Set("shm", true);
   o.Set("crc32cHardware", pdctl::crc32cHardware());
   o.Set("cuda", cuda);
-  o.Set("ucx", ucx);
   return o;
+}
+
+// The network backend: whether UCX loads here (it is loaded by this call, and only by a process
+// that asks: a process that never moves KV across hosts never has UCX in it).
+Napi::Value UcxBackend(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string reason, version;
+  bool ok = pdctl::ucxAvailable(&reason, &version);
+  Napi::Object ucx = Napi::Object::New(env);
+  ucx.Set("available", ok);
+  ucx.Set("reason", ok ? "UCX " + version : reason);
+  ucx.Set("version", ok ? Napi::String::New(env, version) : env.Null());
+  return ucx;
 }
 
 // ---- transfers ----------------------------------------------------------------------------
@@ -566,6 +572,7 @@ Napi::Value UcxClose(const Napi::CallbackInfo& info) {
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("ucxBackend", Napi::Function::New(env, UcxBackend));
   exports.Set("ucxCreate", Napi::Function::New(env, UcxCreate));
   exports.Set("ucxAddress", Napi::Function::New(env, UcxAddress));
   exports.Set("ucxRegister", Napi::Function::New(env, UcxRegister));

@@ -9,6 +9,8 @@
 #ifdef PDCTL_HAVE_UCX
 #include <dlfcn.h>
 #include <ucp/api/ucp.h>
+
+#include <cstdlib>
 #endif
 
 namespace pdctl {
@@ -92,6 +94,16 @@ void bind(void* lib, const char* name, Fn* out, std::string* missing) {
 
 Loaded load() {
   Loaded l;
+  // Loaded, UCX would by default install its own handlers for SIGSEGV, SIGBUS and friends and
+  // patch the process's mmap/munmap/brk and malloc (memory events for its registration cache).
+  // Inside Node both fight V8 (a `pdctl serve` that only asked backends() died in V8 code with
+  // UCX's handler on the stack). Its configuration is read when the libraries load, so it is set
+  // here first, over whatever the environment said: these puts do not need either.
+  setenv("UCX_HANDLE_ERRORS", "none", 1);
+  setenv("UCX_ERROR_SIGNALS", "", 1);
+  setenv("UCX_MEM_EVENTS", "no", 1);
+  setenv("UCX_MEM_MALLOC_HOOKS", "no", 1);
+  setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
   void* ucp = dlopen("libucp.so.0", RTLD_NOW | RTLD_GLOBAL);
   void* ucs = ucp ? dlopen("libucs.so.0", RTLD_NOW | RTLD_GLOBAL) : nullptr;
   if (!ucp || !ucs) {

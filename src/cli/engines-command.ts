@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import type { Command } from 'commander';
 import { UsageError } from '../errors.ts';
 import type { LadderView } from '../recovery/ladder.ts';
-import { backends } from '../transfer/pool.ts';
+import { ucxBackend } from '../transfer/ucx.ts';
 import { EXIT, note, print, printJson } from './context.ts';
 import { ENGINE_ACTIONS, type EngineAction, engineAction } from './ops-commands.ts';
 import { callServer, DEFAULT_URL, errorOf, UnreachableError } from './server.ts';
@@ -127,7 +127,7 @@ export function registerEnginesCommand(program: Command): void {
           ]),
         );
         if (body.engines.length > 0 && !body.engines.some((e) => e.kv_ucx === true)) {
-          const ucx = backends().ucx;
+          const ucx = ucxBackend();
           note(
             `KV moves through shared memory only: no engine receives over UCX (pdctl serve's own engines use --kv-transport shm; UCX on this machine: ${ucx.available ? ucx.reason : `unavailable — ${ucx.reason}`})`,
           );

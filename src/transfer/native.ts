@@ -25,8 +25,13 @@ export interface NativeBackends {
   crc32cHardware: boolean;
   /** `reason` names the library and device count, or says why there is no CUDA. */
   cuda: { available: boolean; reason: string; devices: number };
-  /** The network backend: `reason` names the UCX version, or says why there is none. */
-  ucx: { available: boolean; reason: string; version: string | null };
+}
+
+/** The network backend: `reason` names the UCX version, or says why there is none. */
+export interface NativeUcxBackend {
+  available: boolean;
+  reason: string;
+  version: string | null;
 }
 
 /** A UCX node (context, worker and its progress thread), as the addon knows it. */
@@ -80,6 +85,8 @@ export interface NativeAddon {
   engineClearFaults(engine: EngineHandle): void;
   engineStats(engine: EngineHandle): NativeTransferStats;
   engineClose(engine: EngineHandle): void;
+  /** Loads UCX (only a process that asks has it) and says whether it is usable, and why not. */
+  ucxBackend(): NativeUcxBackend;
   /** Throws TRANSFER_BACKEND_UNAVAILABLE (with the reason) where UCX cannot be set up. */
   ucxCreate(onComplete: (result: NativeTransferResult) => void): UcxHandle;
   /** The worker's address: what a peer needs to reach this node. */

@@ -17,7 +17,7 @@ import { isValidId } from '../journal/events.ts';
 import { checkFault, type Fault, type TransferResult } from './core.ts';
 import { nativeCall, TransferError } from './errors.ts';
 import { checkDeadline, flatPairs, InFlight } from './in-flight.ts';
-import { native, type UcxHandle } from './native.ts';
+import { type NativeUcxBackend, native, type UcxHandle } from './native.ts';
 import type { KvPool } from './pool.ts';
 
 /** What a peer needs to put into a registered pool; every field crosses the bus as it is. */
@@ -92,8 +92,8 @@ export function checkPeer(
 }
 
 /** Whether this process can use UCX, and why not. */
-export function ucxBackend(): { available: boolean; reason: string; version: string | null } {
-  return native().backends().ucx;
+export function ucxBackend(): NativeUcxBackend {
+  return native().ucxBackend();
 }
 
 function bad(message: string): TransferError {
