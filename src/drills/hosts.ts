@@ -198,10 +198,6 @@ export class TestHosts {
     return this.host(host).anchorPid;
   }
 
-  get names(): string[] {
-    return [...this.hosts.keys()];
-  }
-
   /** The address `host` has on its link to `peer` (what `peer` connects to). */
   address(host: string, peer: string): string {
     if (peer === 'self') {
