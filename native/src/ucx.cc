@@ -8,6 +8,11 @@
 
 #ifdef PDCTL_HAVE_UCX
 #include <dlfcn.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include <cerrno>
+#include <cstring>
 #include <ucp/api/ucp.h>
 
 #include <cstdlib>
@@ -65,6 +70,8 @@ struct Ucx {
   decltype(&ucp_worker_get_address) workerGetAddress;
   decltype(&ucp_worker_release_address) workerReleaseAddress;
   decltype(&ucp_worker_progress) workerProgress;
+  decltype(&ucp_worker_get_efd) workerGetEfd;
+  decltype(&ucp_worker_arm) workerArm;
   decltype(&ucp_ep_create) epCreate;
   decltype(&ucp_ep_close_nbx) epCloseNbx;
   decltype(&ucp_mem_map) memMap;
@@ -125,6 +132,8 @@ Loaded load() {
   bind(ucp, "ucp_worker_get_address", &u.workerGetAddress, &missing);
   bind(ucp, "ucp_worker_release_address", &u.workerReleaseAddress, &missing);
   bind(ucp, "ucp_worker_progress", &u.workerProgress, &missing);
+  bind(ucp, "ucp_worker_get_efd", &u.workerGetEfd, &missing);
+  bind(ucp, "ucp_worker_arm", &u.workerArm, &missing);
   bind(ucp, "ucp_ep_create", &u.epCreate, &missing);
   bind(ucp, "ucp_ep_close_nbx", &u.epCloseNbx, &missing);
   bind(ucp, "ucp_mem_map", &u.memMap, &missing);
@@ -190,7 +199,10 @@ struct UcxNode::Impl {
   Complete complete;
 
   std::mutex mu;
-  std::condition_variable cv;
+  // Wakes the thread for new commands, transfers, cancels and shutdown (an eventfd: a write made
+  // before the thread sleeps is not lost). The worker's own fd wakes it for network events.
+  int wakeFd = -1;
+  int workerFd = -1;
   std::deque<std::function<void()>> commands;  // run on the thread
   std::deque<std::unique_ptr<Job>> incoming;
   std::unordered_map<std::string, Fault> faults;
@@ -209,16 +221,46 @@ struct UcxNode::Impl {
 
   std::string status(ucs_status_t s) const { return u.statusString(s); }
 
+  void wake() {
+    uint64_t one = 1;
+    ssize_t n = write(wakeFd, &one, sizeof one);
+    (void)n;  // the counter is already non-zero when it cannot grow: the thread wakes either way
+  }
+
+  // Sleeps until there is something to do: a command (wakeFd), or a network event for the worker
+  // (its fd, armed). Over TCP a put into this node's pool lands only when this worker progresses,
+  // so a node that receives must wake when the data arrives, not on a timer.
+  void sleepUntilWork() {
+    while (u.workerProgress(worker) > 0) {
+    }
+    bool armed = false;
+    if (workerFd >= 0) {
+      ucs_status_t s = u.workerArm(worker);
+      if (s == UCS_ERR_BUSY) return;  // events came in meanwhile: progress them first
+      armed = s == UCS_OK;
+    }
+    pollfd fds[2] = {{wakeFd, POLLIN, 0}, {workerFd, POLLIN, 0}};
+    // Without a worker fd, a node that holds registered pools polls its worker every millisecond.
+    int timeoutMs = armed || registrations.empty() ? 50 : 1;
+    poll(fds, armed ? 2 : 1, timeoutMs);
+    uint64_t v;
+    while (read(wakeFd, &v, sizeof v) > 0) {
+    }
+  }
+
   void run() {
     for (;;) {
       std::deque<std::function<void()>> cmds;
       std::deque<std::unique_ptr<Job>> fresh;
       std::unordered_map<std::string, uint32_t> toCancel;
+      bool idle;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        idle = commands.empty() && incoming.empty() && cancels.empty() && active.empty() && !stopping;
+      }
+      if (idle) sleepUntilWork();
       {
         std::unique_lock<std::mutex> lock(mu);
-        if (commands.empty() && incoming.empty() && cancels.empty() && active.empty() && !stopping) {
-          cv.wait_for(lock, std::chrono::milliseconds(50));
-        }
         cmds.swap(commands);
         fresh.swap(incoming);
         toCancel.swap(cancels);
@@ -488,7 +530,7 @@ struct UcxNode::Impl {
       if (stopping) throw std::runtime_error("the UCX node is shut down");
       commands.push_back([task] { (*task)(); });
     }
-    cv.notify_one();
+    wake();
     return result.get();
   }
 };
@@ -564,7 +606,7 @@ UcxNode::UcxNode(Complete complete) : impl_(std::make_unique<Impl>()) {
   if (s != UCS_OK) throw std::runtime_error("ucp_config_read: " + std::string(u.statusString(s)));
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_RMA;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
   s = u.initVersion(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &m.context);
   u.configRelease(config);
   if (s != UCS_OK) throw std::runtime_error("ucp_init: " + std::string(u.statusString(s)));
@@ -586,6 +628,17 @@ UcxNode::UcxNode(Complete complete) : impl_(std::make_unique<Impl>()) {
   }
   address_.assign(reinterpret_cast<const char*>(address), length);
   u.workerReleaseAddress(m.worker, address);
+  m.wakeFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (m.wakeFd < 0) {
+    int e = errno;
+    u.workerDestroy(m.worker);
+    u.cleanup(m.context);
+    m.worker = nullptr;
+    m.context = nullptr;
+    throw std::runtime_error("eventfd: " + std::string(strerror(e)));
+  }
+  // Without one (a transport with no event fd) the thread polls instead: see sleepUntilWork.
+  if (u.workerGetEfd(m.worker, &m.workerFd) != UCS_OK) m.workerFd = -1;
   // From here on the worker belongs to the thread.
   m.thread = std::thread([&m] { m.run(); });
 }
@@ -654,7 +707,7 @@ void UcxNode::post(uint64_t id, std::string room, std::shared_ptr<Mapping> src, 
     m.inFlight[j->room]++;
     m.incoming.push_back(std::move(j));
   }
-  m.cv.notify_one();
+  m.wake();
 }
 
 uint32_t UcxNode::cancel(const std::string& room) {
@@ -667,7 +720,7 @@ uint32_t UcxNode::cancel(const std::string& room) {
     n = it->second;
     m.cancels[room]++;
   }
-  m.cv.notify_one();
+  m.wake();
   return n;
 }
 
@@ -702,10 +755,12 @@ void UcxNode::shutdown() {
     if (m.stopping) return;
     m.stopping = true;
   }
-  m.cv.notify_one();
+  m.wake();
   if (m.thread.joinable()) m.thread.join();
   if (m.worker) m.u.workerDestroy(m.worker);
   if (m.context) m.u.cleanup(m.context);
+  if (m.wakeFd >= 0) close(m.wakeFd);
+  m.wakeFd = -1;
   m.worker = nullptr;
   m.context = nullptr;
 }
