@@ -5,13 +5,25 @@
  * Where the addon finds CUDA and a device, the same for host→device, device→device and
  * device→host transfers against a bare cudaMemcpy (scripts/gpu-check.sh runs it so).
  *
- *   npm run bench:transfer                 # a table
- *   npm run bench:transfer -- --json       # one JSON object with stable keys
+ *   npm run bench:transfer                      # a table
+ *   npm run bench:transfer -- --json            # one JSON object with stable keys
+ *   npm run bench:transfer -- --transport ucx   # UCX between two test hosts (transfer-ucx.ts)
  */
 import { NativeTransferCore } from '../src/transfer/core.ts';
 import { native } from '../src/transfer/native.ts';
 import { KvPool } from '../src/transfer/pool.ts';
-import { asJson, say as log, percentile } from './args.ts';
+import { asJson, flag, say as log, percentile } from './args.ts';
+import { ucxBenchmark } from './transfer-ucx.ts';
+
+const transport = flag('--transport', 'shm');
+if (transport === 'ucx') {
+  await ucxBenchmark();
+  process.exit(0);
+}
+if (transport !== 'shm') {
+  process.stderr.write(`--transport must be shm (the default) or ucx, got ${transport}\n`);
+  process.exit(2);
+}
 
 const TOTAL_BYTES = 64 * 2 ** 20; // per pool
 const ROUNDS_BYTES = 1024 * 2 ** 20; // bytes moved per measurement

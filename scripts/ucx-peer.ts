@@ -1,12 +1,13 @@
 /**
- * The receiving side of a UCX transfer, run on a test host (test/ucx-hosts.e2e.test.ts): makes a
- * pool in its host's /dev/shm, registers it with a UCX node, prints the descriptor as one JSON line,
- * then answers `checksum P,P,…` (the CRC32C of those pages), `ls` (its /dev/shm) and `exit`.
+ * The receiving side of a UCX transfer, run on a test host (test/ucx-hosts.e2e.test.ts and
+ * `npm run bench:transfer -- --transport ucx`): makes a pool of PAGES × PAGE_BYTES in its host's
+ * /dev/shm, registers it with a UCX node, prints the descriptor as one JSON line, then answers
+ * `checksum P,P,…` (the CRC32C of those pages), `ls` (its /dev/shm) and `exit`.
  */
 import { readdirSync } from 'node:fs';
 import { createInterface } from 'node:readline';
-import { KvPool } from '../../src/transfer/pool.ts';
-import { UcxNode } from '../../src/transfer/ucx.ts';
+import { KvPool } from '../src/transfer/pool.ts';
+import { UcxNode } from '../src/transfer/ucx.ts';
 
 const [pages, pageBytes] = process.argv.slice(2).map(Number) as [number, number];
 const name = `/pdctl-ucx-peer-${process.pid}`;

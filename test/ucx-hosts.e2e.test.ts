@@ -50,7 +50,7 @@ describe.skipIf(why !== null)(`UCX between test hosts${why ? ` (skipped: ${why})
     const peer = hosts.spawn(
       'b',
       process.execPath,
-      ['--import', 'tsx', 'test/helpers/ucx-peer.ts', '64', '65536'],
+      ['--import', 'tsx', 'scripts/ucx-peer.ts', '64', '65536'],
       {
         cwd: ROOT,
         // Each test host has an interface per peer, each on a subnet of its own; UCX takes every

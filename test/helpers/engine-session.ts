@@ -66,6 +66,7 @@ export function engineSession(
     kvDevice: null,
     host: null,
     kvRemote: null,
+    kvSend: 'auto',
     connectedAt: now - 60_000,
   };
   const parts: Array<Record<string, unknown>> = [identity, delivery, health, load].map(
