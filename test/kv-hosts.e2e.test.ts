@@ -2,7 +2,9 @@
  * KV across hosts, the whole path: the control plane on test host c, a prefill engine on host a
  * and a decode engine on host b (each host its own network and /dev/shm; src/drills/hosts.ts).
  * Completions, streaming and not, are the model's own text, the journal says UCX moved every
- * room's KV, and neither engine's pool is visible on the other's host.
+ * room's KV, and neither engine's pool is visible on the other's host. Then a decode engine on
+ * host a joins: rooms take the same-host pair (shared memory); and a decode engine on host b that
+ * restarted (a new pool, registered again) receives over UCX what host a's cannot take.
  */
 import type { ChildProcess } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -25,6 +27,7 @@ afterEach(() => {
 });
 
 const HTTP_PORT = 18080;
+const ADMIN_TOKEN = 'kv-hosts-admin-token';
 const BUS_PORT = 15557;
 
 function pdctlOn(h: TestHosts, host: string, args: string[], env: NodeJS.ProcessEnv): ChildProcess {
@@ -49,7 +52,7 @@ describe.skipIf(why !== null)(`KV across test hosts${why ? ` (skipped: ${why})` 
     const data = tempDir('pdctl-kv-hosts-');
     const server = newKeyPair();
     writeFileSync(join(data, 'bus.key'), JSON.stringify(server), { mode: 0o600 });
-    const keys = { 'prefill-a': newKeyPair(), 'decode-b': newKeyPair() };
+    const keys = { 'prefill-a': newKeyPair(), 'decode-b': newKeyPair(), 'decode-a': newKeyPair() };
     const serve = pdctlOn(
       h,
       'c',
@@ -75,8 +78,10 @@ describe.skipIf(why !== null)(`KV across test hosts${why ? ` (skipped: ${why})` 
         `prefill-a=${keys['prefill-a'].publicKey}`,
         '--engine-key',
         `decode-b=${keys['decode-b'].publicKey}`,
+        '--engine-key',
+        `decode-a=${keys['decode-a'].publicKey}`,
       ],
-      {},
+      { PDCTL_ADMIN_TOKEN: ADMIN_TOKEN },
     );
     const base = `http://${h.address('c', 'self')}:${HTTP_PORT}`;
     await waitFor(
@@ -119,27 +124,42 @@ describe.skipIf(why !== null)(`KV across test hosts${why ? ` (skipped: ${why})` 
       engine('a', 'prefill', 'prefill-a', 'b'),
       engine('b', 'decode', 'decode-b', 'a'),
     ];
-    try {
-      await waitFor(
-        'both engines registered',
-        async () => {
-          const r = (await (await fetch(`${base}/v1/engines`)).json()) as { engines: unknown[] };
-          return r.engines.length === 2;
-        },
-        30_000,
-      );
-    } catch (err) {
-      throw new Error(
-        `${(err as Error).message}\nserve: ${(serve as ChildProcess & { errText: () => string }).errText()}\n` +
-          engines.map((e) => (e as ChildProcess & { errText: () => string }).errText()).join('\n'),
-      );
-    }
-    // Each engine says where it runs: two hosts, and the decode engine receives over UCX.
-    const listed = (
-      (await (await fetch(`${base}/v1/engines`)).json()) as {
-        engines: Array<{ id: string; host: string | null; kv_ucx: boolean }>;
+    const listEngines = async () =>
+      (
+        (await (await fetch(`${base}/v1/engines`)).json()) as {
+          engines: Array<{
+            id: string;
+            state: string;
+            incarnation: string;
+            host: string | null;
+            kv_ucx: boolean;
+            transfers: Record<string, number>;
+          }>;
+        }
+      ).engines.sort((x, y) => x.id.localeCompare(y.id));
+    /** Waits until the engines serving (and not draining) are exactly `ids`. */
+    const serving = async (what: string, ids: string[]) => {
+      try {
+        await waitFor(
+          what,
+          async () =>
+            JSON.stringify(
+              (await listEngines()).filter((e) => e.state === 'ready').map((e) => e.id),
+            ) === JSON.stringify(ids),
+          30_000,
+        );
+      } catch (err) {
+        throw new Error(
+          `${(err as Error).message}\nserve: ${(serve as ChildProcess & { errText: () => string }).errText()}\n` +
+            engines
+              .map((e) => (e as ChildProcess & { errText: () => string }).errText())
+              .join('\n'),
+        );
       }
-    ).engines.sort((x, y) => x.id.localeCompare(y.id));
+    };
+    await serving('both engines registered', ['decode-b', 'prefill-a']);
+    // Each engine says where it runs: two hosts, and the decode engine receives over UCX.
+    const listed = await listEngines();
     expect(listed.map((e) => [e.id, e.kv_ucx])).toEqual([
       ['decode-b', true],
       ['prefill-a', false],
@@ -147,8 +167,8 @@ describe.skipIf(why !== null)(`KV across test hosts${why ? ` (skipped: ${why})` 
     expect(listed[0]?.host).toBeTruthy();
     expect(listed[0]?.host).not.toBe(listed[1]?.host);
     const model = new DeterministicModel();
-    const prompts = Array.from({ length: 4 }, (_, i) => `the river runs north ${i} past the mill`);
-    for (const prompt of prompts) {
+    /** Completes `prompt`, checks the text is the model's own, and says which pair served it. */
+    const complete = async (prompt: string) => {
       const res = await fetch(`${base}/v1/completions`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
@@ -157,7 +177,17 @@ describe.skipIf(why !== null)(`KV across test hosts${why ? ` (skipped: ${why})` 
       const body = (await res.json()) as { choices: Array<{ text: string }> };
       expect(res.status, JSON.stringify(body)).toBe(200);
       expect(body.choices[0]?.text).toBe(generateInProcess(model, prompt, 12).text);
-    }
+      const room = res.headers.get('x-pdctl-room') as string;
+      const { events } = (await (await fetch(`${base}/v1/rooms/${room}`)).json()) as {
+        events: Array<{ type: string; data: { decodeEngine?: string; transport?: string } }>;
+      };
+      const created = events.find((e) => e.type === 'room.created')?.data;
+      const moved = events.find((e) => e.type === 'room.transfer_completed')?.data;
+      return [created?.decodeEngine, created?.transport, moved?.transport];
+    };
+    const prompts = Array.from({ length: 4 }, (_, i) => `the river runs north ${i} past the mill`);
+    for (const prompt of prompts)
+      expect(await complete(prompt)).toEqual(['decode-b', 'ucx', 'ucx']);
     const streamed = await fetch(`${base}/v1/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
@@ -189,5 +219,63 @@ describe.skipIf(why !== null)(`KV across test hosts${why ? ` (skipped: ${why})` 
     expect(onA).not.toMatch(/pdctl-decode-b-/);
     expect(onB).toMatch(/pdctl-decode-b-/);
     expect(onB).not.toMatch(/pdctl-prefill-a-/);
+
+    // A decode engine on host a joins: the same-host pair costs less, its KV moves in memory.
+    engines.push(engine('a', 'decode', 'decode-a', 'b'));
+    await serving('decode-a registered', ['decode-a', 'decode-b', 'prefill-a']);
+    for (const prompt of prompts.slice(0, 3))
+      expect(await complete(prompt)).toEqual(['decode-a', 'shm', 'shm']);
+    const tally = Object.fromEntries((await listEngines()).map((e) => [e.id, e.transfers]));
+    expect(Object.keys(tally['decode-a'] ?? {})).toEqual(['shm']);
+    expect(Object.keys(tally['decode-b'] ?? {})).toEqual(['ucx']);
+    expect(tally['prefill-a']?.ucx).toBeGreaterThanOrEqual(5);
+    expect(tally['prefill-a']?.shm).toBeGreaterThanOrEqual(3);
+    const metrics = await (await fetch(`${base}/metrics`)).text();
+    const count = (transport: string) =>
+      Number(
+        metrics.match(
+          new RegExp(
+            `^pdctl_transfers_total\\{status="ok",transport="${transport}"\\} (\\d+)$`,
+            'm',
+          ),
+        )?.[1] ?? 0,
+      );
+    expect(count('ucx')).toBeGreaterThanOrEqual(5);
+    expect(count('shm')).toBeGreaterThanOrEqual(3);
+    const table = await h.run('c', process.execPath, [
+      '--import',
+      'tsx',
+      `${ROOT}/src/cli/bin.ts`,
+      'engines',
+      '--url',
+      base,
+    ]);
+    expect(table.stdout).toMatch(/TRANSFERS/);
+    expect(table.stdout).toMatch(/decode-b .*\bucx:\d+/);
+    expect(table.stdout).toMatch(/prefill-a .*\bucx:\d+ shm:\d+|prefill-a .*\bshm:\d+ ucx:\d+/);
+
+    // decode-b restarts (a new pool, registered again) and decode-a drains: rooms go to the new
+    // decode-b over UCX, into the pool it registered this time.
+    const before = (await listEngines()).find((e) => e.id === 'decode-b')?.incarnation;
+    const old = engines[1] as ChildProcess;
+    process.kill(-(old.pid as number), 'SIGKILL');
+    engines[1] = engine('b', 'decode', 'decode-b', 'a');
+    const drain = await fetch(`${base}/v1/admin/engines/decode-a/commands`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN_TOKEN}` },
+      body: JSON.stringify({ command: 'drain', reason: 'kv-hosts test' }),
+    });
+    expect(drain.status).toBe(202);
+    await waitFor(
+      'decode-b back as a new incarnation',
+      async () => {
+        const d = (await listEngines()).find((e) => e.id === 'decode-b');
+        return d?.state === 'ready' && d.incarnation !== before;
+      },
+      30_000,
+    );
+    await serving('decode-a draining', ['decode-b', 'prefill-a']);
+    for (const prompt of prompts.slice(0, 2))
+      expect(await complete(prompt)).toEqual(['decode-b', 'ucx', 'ucx']);
   }, 120_000);
 });

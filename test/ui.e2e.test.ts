@@ -73,6 +73,11 @@ describe.runIf(hasChromium)('the live page in headless Chromium', () => {
     expect(
       await page.locator('#engines tr[data-engine="decode-0"] td.pages').textContent(),
     ).toMatch(/^\d+ \/ 4096$/);
+    // Both engines run on this machine: one host tag for the two.
+    const hostOf = (engine: string) =>
+      page.locator(`#engines tr[data-engine="${engine}"] td.host`).textContent();
+    expect(await hostOf('prefill-0')).toMatch(/^h-[0-9a-f]{6}$/);
+    expect(await hostOf('decode-0')).toBe(await hostOf('prefill-0'));
     await expect.poll(() => page.locator('#link').textContent()).toMatch(/^live · updated/);
     await expect
       .poll(() => page.locator('#ready').textContent(), { timeout: 10_000 })
@@ -116,6 +121,11 @@ describe.runIf(hasChromium)('the live page in headless Chromium', () => {
     await done;
     await page.locator(`#journal li[data-room="${room}"][data-type="room.completed"]`).waitFor();
     await page.locator(`#rooms tr[data-room="${room}"]`).waitFor({ state: 'detached' });
+    // Its KV moved through shared memory, and both of its engines count the transfer.
+    for (const engine of ['prefill-0', 'decode-0'])
+      await expect
+        .poll(() => page.locator(`#engines tr[data-engine="${engine}"] td.transfers`).textContent())
+        .toMatch(/^shm \d+$/);
     await page.click('#tab-recent');
     const row = page.locator(`#rooms tr[data-room="${room}"][data-state="completed"]`);
     await row.waitFor();

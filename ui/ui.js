@@ -136,6 +136,12 @@ function renderEngines(engines) {
           ),
           used === null ? `- / ${total}` : `${used} / ${total}`,
         ),
+        h(
+          'td',
+          { class: 'host', title: e.host ?? 'the engine did not say' },
+          (e.host_tag ?? '-') + (e.kv_ucx ? ' +ucx' : ''),
+        ),
+        h('td', { class: 'transfers muted' }, transfersText(e.transfers)),
         h('td', { class: 'num' }, e.live_rooms),
         h('td', { class: 'muted' }, queues || 'idle'),
         h('td', { class: 'num' }, e.restarts ?? e.recovery?.restarts ?? '-'),
@@ -144,7 +150,15 @@ function renderEngines(engines) {
     });
   body.replaceChildren(...rows);
   if (rows.length === 0)
-    body.replaceChildren(h('tr', {}, h('td', { colspan: 10, class: 'muted' }, 'no engines')));
+    body.replaceChildren(h('tr', {}, h('td', { colspan: 12, class: 'muted' }, 'no engines')));
+}
+
+/** "ucx 12 · shm 3": how the KV of an engine's rooms moved, most used first. */
+function transfersText(transfers) {
+  const parts = Object.entries(transfers ?? {})
+    .sort(([, a], [, b]) => b - a)
+    .map(([t, n]) => `${t} ${n}`);
+  return parts.length > 0 ? parts.join(' · ') : '-';
 }
 
 // ---- rooms ----

@@ -169,7 +169,12 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
     modelId: o.control.modelName,
     maxRoomsPerEngine: o.maxRoomsPerEngine ?? 512,
   });
-  await app.register(queryRoutes, { control: o.control, journal: o.journal, recovery: o.recovery });
+  await app.register(queryRoutes, {
+    control: o.control,
+    journal: o.journal,
+    recovery: o.recovery,
+    metrics: o.metrics,
+  });
   await app.register(healthRoutes, {
     control: o.control,
     canary: o.canary,

@@ -53,7 +53,11 @@ export class ApiMetrics {
   private readonly request: client.Histogram<'kind'>;
   private readonly promptTokens: client.Counter;
   private readonly responses: client.Counter<'route' | 'status'>;
-  private readonly transfers: client.Counter<'status'>;
+  private readonly transfers: client.Counter<'status' | 'transport'>;
+  /** How each live room's pair was to move its KV (`room.created.transport`), until it ends. */
+  private readonly plannedTransport = new Map<string, string>();
+  /** KV transfers each engine took part in since this process started, by transport. */
+  private readonly byEngine = new Map<string, Record<string, number>>();
   private readonly transferBytes: client.Counter;
   readonly canary: client.Counter<'outcome'>;
   /** Sets the gauges from the control plane's state; run at each scrape. */
@@ -118,8 +122,8 @@ export class ApiMetrics {
     });
     this.transfers = new client.Counter({
       name: 'pdctl_transfers_total',
-      help: 'KV transfers by outcome',
-      labelNames: ['status'],
+      help: 'KV transfers by outcome and transport (shm, cuda, ucx; unknown before it was recorded)',
+      labelNames: ['status', 'transport'],
       registers: [r],
     });
     this.transferBytes = new client.Counter({
@@ -296,15 +300,35 @@ export class ApiMetrics {
     }
     // A migrated room's prompt holds tokens already counted: only a request's first room counts.
     if (!before && after.migratedFrom === null) this.promptTokens.inc(after.promptTokens ?? 0);
-    if (after.terminalAt !== null && (!before || before.terminalAt === null)) {
-      this.ended.inc({ state: after.state, reason: after.reason ?? after.finishReason ?? 'none' });
-      if (after.state === 'failed' && after.reason?.startsWith('transfer_'))
-        this.transfers.inc({ status: after.reason.slice(9) });
+    if (ev.type === 'room.created') {
+      const planned = (ev.data as { transport?: string }).transport;
+      if (planned) this.plannedTransport.set(after.room, planned);
     }
     if (ev.type === 'room.transfer_completed') {
-      this.transfers.inc({ status: 'ok' });
-      this.transferBytes.inc((ev.data as { bytes: number }).bytes);
+      const { bytes, transport = 'unknown' } = ev.data as { bytes: number; transport?: string };
+      this.transfers.inc({ status: 'ok', transport });
+      this.transferBytes.inc(bytes);
+      for (const engine of new Set([after.prefillEngine, after.decodeEngine])) {
+        const tally = this.byEngine.get(engine) ?? {};
+        tally[transport] = (tally[transport] ?? 0) + 1;
+        this.byEngine.set(engine, tally);
+      }
     }
+    if (after.terminalAt !== null && (!before || before.terminalAt === null)) {
+      this.ended.inc({ state: after.state, reason: after.reason ?? after.finishReason ?? 'none' });
+      const failure = after.state === 'failed' ? transferFailure(after.reason) : null;
+      if (failure)
+        this.transfers.inc({
+          status: failure,
+          transport: this.plannedTransport.get(after.room) ?? 'unknown',
+        });
+      this.plannedTransport.delete(after.room);
+    }
+  }
+
+  /** KV transfers the engine took part in (either end) since this process started, by transport. */
+  transfersOf(engine: string): Record<string, number> {
+    return { ...(this.byEngine.get(engine) ?? {}) };
   }
 
   firstToken(ms: number): void {
@@ -330,6 +354,23 @@ export class ApiMetrics {
     return this.registry.metrics();
   }
 }
+
+/**
+ * The `status` a failed room's reason gives `pdctl_transfers_total`: each `transfer_*` failure
+ * (stalled, failed, corrupt, …), and the refusals of a pair whose KV could not move at all (no UCX
+ * on one end, a stale or malformed UCX descriptor). Null: the room failed for another reason.
+ */
+function transferFailure(reason: string | null): string | null {
+  if (!reason) return null;
+  if (reason.startsWith('transfer_')) return reason.slice('transfer_'.length);
+  return TRANSPORT_REFUSALS.has(reason) ? reason : null;
+}
+
+const TRANSPORT_REFUSALS = new Set([
+  'kv_transport_unavailable',
+  'decode_pool_stale',
+  'decode_pool_invalid',
+]);
 
 /** `GET /metrics`: the Prometheus text format. */
 export const metricsRoutes: FastifyPluginAsync<{ metrics: ApiMetrics }> = async (

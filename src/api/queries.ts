@@ -21,7 +21,9 @@ import {
 } from '../journal/store.ts';
 import type { RecoveryView } from '../recovery/view.ts';
 import { parseTime } from '../time.ts';
+import { hostTag } from '../transfer/host.ts';
 import { ApiError, roomNotFound } from './errors.ts';
+import type { ApiMetrics } from './metrics.ts';
 import { EnginesBody, Errors, LiveBody, RoomPageBody, StatsBody, TimelineBody } from './schemas.ts';
 
 const Str = Type.Optional(Type.String({ maxLength: 500 }));
@@ -74,12 +76,14 @@ export interface QueryDeps {
   journal: JournalStore;
   /** The escalation ladder's view of each engine; null when no stack supervises them. */
   recovery: RecoveryView | null;
+  /** Running counts (KV transfers per engine and transport); absent: not shown. */
+  metrics?: ApiMetrics;
 }
 
 /** `/v1/rooms`, `/v1/rooms/:room`, `/v1/journal`, `/v1/live`, `/v1/engines`, `/v1/stats`. */
 export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
   app,
-  { control, journal, recovery },
+  { control, journal, recovery, metrics },
 ) => {
   app.get<{ Querystring: Record<string, string | undefined> }>(
     '/v1/rooms',
@@ -315,7 +319,10 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
           pool: s.pool,
           kv_device: s.kvDevice,
           host: s.host,
+          host_tag: s.host === null ? null : hostTag(s.host),
           kv_ucx: s.kvRemote !== null,
+          kv_send: s.kvSend,
+          transfers: metrics?.transfersOf(s.engine) ?? {},
           fault_injection: s.faultInjection,
           recovery: recovery?.ladder(s.engine) ?? null,
           restarts: recovery?.restarts(s.engine) ?? null,

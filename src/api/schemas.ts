@@ -121,7 +121,7 @@ export const EnginesBody = Type.Object({
     Type.Object({
       id: Type.String(),
       role: Type.Union([Type.Literal('prefill'), Type.Literal('decode')]),
-      state: Type.String({ description: 'connecting, starting, serving, draining, …' }),
+      state: Type.String({ description: 'connecting, starting, ready, draining, stopped' }),
       pid: Type.Integer(),
       incarnation: Type.String(),
       connected_at: Type.Integer(),
@@ -142,7 +142,18 @@ export const EnginesBody = Type.Object({
             'which host it runs on (boot id and /dev/shm device): engines with equal host share shared memory',
         }),
       ),
+      host_tag: Nullable(
+        Type.String({ description: 'a short tag of `host` for people: equal tags, one host' }),
+      ),
       kv_ucx: Type.Boolean({ description: 'it receives KV over UCX from engines on other hosts' }),
+      kv_send: Type.Union([Type.Literal('shm'), Type.Literal('ucx'), Type.Literal('auto')], {
+        description:
+          'how it sends KV: shm (only to engines on its host), ucx (always), auto (shared memory on its host, UCX to others)',
+      }),
+      transfers: Type.Record(Type.String(), Type.Integer(), {
+        description:
+          'KV transfers it took part in since the control plane started, by transport (shm, cuda, ucx)',
+      }),
       fault_injection: Type.Boolean(),
       recovery: Nullable(LadderView),
       restarts: Nullable(Type.Integer()),

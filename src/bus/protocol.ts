@@ -123,6 +123,14 @@ export const ENGINE_MESSAGES = {
       /** A decode engine that can receive KV over UCX: its pool as a peer puts into it. */
       kvRemote: Type.Optional(KvRemoteWire),
       /**
+       * How a prefill engine sends KV: `shm` only to engines on its host (`--kv-transport shm`, or
+       * `auto` without UCX), `ucx` always over UCX, `auto` shared memory on its host and UCX to
+       * others. The control plane pairs it only with decode engines it can reach. Absent: `auto`.
+       */
+      kvSend: Type.Optional(
+        Type.Union([Type.Literal('shm'), Type.Literal('ucx'), Type.Literal('auto')]),
+      ),
+      /**
        * Proof that the sender holds an allowed key for this engine id (admission.ts). Optional in
        * the schema only so that a hello without it is answered with a clear refusal.
        */

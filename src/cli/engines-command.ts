@@ -3,10 +3,10 @@
  * heartbeat age, loop ticks, pages, rooms, and where each stands on the escalation ladder. The
  * live view is the control plane's (it is not in the journal), so this asks it over HTTP.
  */
-import { createHash } from 'node:crypto';
 import type { Command } from 'commander';
 import { UsageError } from '../errors.ts';
 import type { LadderView } from '../recovery/ladder.ts';
+import { hostTag } from '../transfer/host.ts';
 import { ucxBackend } from '../transfer/ucx.ts';
 import { EXIT, note, print, printJson } from './context.ts';
 import { ENGINE_ACTIONS, type EngineAction, engineAction } from './ops-commands.ts';
@@ -31,7 +31,10 @@ interface EngineRow {
   /** The CUDA device of its KV pages; null (or absent, from an older server): host memory. */
   kv_device?: number | null;
   host?: string | null;
+  host_tag?: string | null;
   kv_ucx?: boolean;
+  /** KV transfers it took part in since the control plane started, by transport. */
+  transfers?: Record<string, number>;
 }
 
 export function registerEnginesCommand(program: Command): void {
@@ -107,7 +110,19 @@ export function registerEnginesCommand(program: Command): void {
                 (e.kv_ucx ? '+ucx' : ''),
             },
             // Engines with the same tag share shared memory; others move KV over UCX.
-            { header: 'HOST', value: (e) => (e.host ? hostTag(e.host) : '-') },
+            {
+              header: 'HOST',
+              value: (e) => e.host_tag ?? (e.host ? hostTag(e.host) : '-'),
+            },
+            // How its rooms' KV moved: "ucx:12 shm:3" (either end of the transfer).
+            {
+              header: 'TRANSFERS',
+              value: (e) =>
+                Object.entries(e.transfers ?? {})
+                  .sort(([, a], [, b]) => b - a)
+                  .map(([t, n]) => `${t}:${n}`)
+                  .join(' ') || '-',
+            },
             { header: 'ROOMS', value: (e) => e.live_rooms, align: 'right' },
             { header: 'LADDER', value: (e) => e.recovery?.phase ?? '-' },
             {
@@ -142,9 +157,4 @@ export function registerEnginesCommand(program: Command): void {
           );
       },
     );
-}
-
-/** A short tag of an engine's host identity: equal tags, one host (shared memory between them). */
-function hostTag(host: string): string {
-  return `h-${createHash('sha256').update(host).digest('hex').slice(0, 6)}`;
 }

@@ -40,6 +40,7 @@ import { JournalOutage } from './journal-outage.ts';
 import { LoopLag } from './loop-lag.ts';
 import { Migrator } from './migration.ts';
 import { PageLedger } from './page-ledger.ts';
+import { choosePair, type Pair, unreachable } from './pairs.ts';
 import { EngineRegistry, type EngineSession } from './registry.ts';
 import { DEFAULT_STALL_POLICY, findStalls, type Stall, type StallPolicy } from './stalls.ts';
 import { RoomEndedError, RoomStream } from './streams.ts';
@@ -556,7 +557,7 @@ export class ControlPlane {
   // ── requests ─────────────────────────────────────────────────────────────────────────────
 
   /**
-   * Creates a room for the request on the least-loaded engine pair and returns its token stream.
+   * Creates a room for the request on the engine pair of lowest cost (control/pairs.ts) and returns its token stream.
    * Throws a ControlError (CONTROL_BAD_REQUEST, CONTROL_NO_ENGINES, CONTROL_CLOSED) when it
    * cannot; a journal that refuses the write fails the stream with CONTROL_JOURNAL_UNAVAILABLE.
    */
@@ -604,8 +605,7 @@ export class ControlPlane {
         `this model's context is ${context} tokens; the prompt has ${promptTokens} and max_tokens asks for ${maxTokens} more (${promptTokens + maxTokens}); shorten the prompt or ask for at most ${Math.max(0, context - promptTokens)} tokens`,
       );
     }
-    const prefill = this.pickFor('prefill', promptTokens, maxTokens);
-    const decode = this.pickFor('decode', promptTokens, maxTokens);
+    const pair = this.pickPair(promptTokens, maxTokens);
     const room = newRoomId();
     const stream = new RoomStream(room, promptTokens, Date.now());
     stream.trace = {
@@ -618,7 +618,7 @@ export class ControlPlane {
       ...(stop.length > 0 ? { stop } : {}),
       ...(request.sampling ? { sampling: request.sampling } : {}),
     };
-    this.createRoom(stream, room, req, promptTokens, prefill, decode, {
+    this.createRoom(stream, room, req, promptTokens, pair, {
       source: request.source ?? 'api',
     });
     const signal = request.signal;
@@ -638,20 +638,33 @@ export class ControlPlane {
   }
 
   /**
-   * The least loaded fresh engine of the role with the KV pages for `tokens` free now. Throws
-   * CONTROL_NO_ENGINES when the role has no fresh engine, CONTROL_BAD_REQUEST when none could
-   * ever hold the request, CONTROL_OVERLOADED (429) when one could but none can now.
+   * The pair for a new room (control/pairs.ts): fresh engines with the KV pages for `tokens` free
+   * now, of lowest cost. Throws CONTROL_NO_ENGINES when a role has no fresh engine or no pair can
+   * move KV, CONTROL_BAD_REQUEST when no engine could ever hold the request, CONTROL_OVERLOADED
+   * (429) when one could but none can now.
    */
-  private pickFor(
+  private pickPair(promptTokens: number, maxTokens: number): Pair {
+    const now = Date.now();
+    const fits = (s: EngineSession) =>
+      this.pages.fits(s, this.pages.pagesFor(s, promptTokens, maxTokens));
+    const prefills = this.registry.candidates('prefill', this.freshMs, now, fits);
+    const decodes = this.registry.candidates('decode', this.freshMs, now, fits);
+    const pair = choosePair(prefills, decodes);
+    if (pair) return pair;
+    if (prefills.length === 0) this.noneFor('prefill', promptTokens, maxTokens, now);
+    if (decodes.length === 0) this.noneFor('decode', promptTokens, maxTokens, now);
+    throw new ControlError('CONTROL_NO_ENGINES', unreachable(prefills, decodes));
+  }
+
+  /** Why no engine of the role can take the request (pickPair's refusals). */
+  private noneFor(
     role: 'prefill' | 'decode',
     promptTokens: number,
     maxTokens: number,
-  ): EngineSession {
+    now: number,
+  ): never {
     const freshMs = this.freshMs;
-    const now = Date.now();
     const need = (s: EngineSession) => this.pages.pagesFor(s, promptTokens, maxTokens);
-    const picked = this.registry.pick(role, freshMs, now, (s) => this.pages.fits(s, need(s)));
-    if (picked) return picked;
     const fresh = this.registry.fresh(role, freshMs, now);
     if (fresh.length === 0) {
       throw new ControlError(
@@ -684,8 +697,7 @@ export class ControlPlane {
     room: string,
     request: RoomRequest,
     promptTokens: number,
-    prefill: EngineSession,
-    decode: EngineSession,
+    { prefill, decode, transport }: Pair,
     o: { source: string; migratedFrom?: string },
   ): void {
     this.streams.set(room, stream);
@@ -705,6 +717,7 @@ export class ControlPlane {
           promptTokens,
           maxTokens: request.maxTokens,
           model: this.model.name,
+          transport,
           ...stream.trace,
           ...(o.migratedFrom ? { migratedFrom: o.migratedFrom } : {}),
           ...(this.options.deadlinesMs ? { deadlinesMs: this.options.deadlinesMs } : {}),

@@ -251,6 +251,7 @@ export class EngineLink {
       kvDevice: msg.kvDevice ?? null,
       host: msg.host ?? null,
       kvRemote: msg.kvRemote ?? null,
+      kvSend: msg.kvSend ?? 'auto',
       connectedAt: now,
       delivery: {
         live: false,

@@ -51,8 +51,9 @@ async function setup(limit = 2) {
     streams: new Map(),
     requests: new Map(),
     closing: () => false,
-    createRoom: (_stream, room, request, _tokens, prefill, _decode, o) =>
-      created.push({ room, request, prefill: prefill.engine, from: o.migratedFrom }),
+    createRoom: (_stream, room, request, _tokens, { prefill }, o) => {
+      created.push({ room, request, prefill: prefill.engine, from: o.migratedFrom });
+    },
     canHold: () => true,
   };
   const migrator = new Migrator(host, { limit, waitMs: 200, engineFreshMs: 3000 });

@@ -16,6 +16,7 @@ import type { AppendResult, JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import type { ModelInfo } from '../model/executor.ts';
 import { ControlError } from './errors.ts';
+import { choosePair, type Pair } from './pairs.ts';
 import type { EngineRegistry, EngineSession } from './registry.ts';
 import { RoomEndedError, type RoomStream } from './streams.ts';
 
@@ -47,8 +48,7 @@ export interface MigrationHost {
     room: string,
     request: RoomRequest,
     promptTokens: number,
-    prefill: EngineSession,
-    decode: EngineSession,
+    pair: Pair,
     o: { source: string; migratedFrom: string },
   ): void;
   /** Whether the engine has the KV pages free for a room of this size now. */
@@ -218,11 +218,14 @@ export class Migrator {
         stream.fail(new RoomEndedError(from.room, 'aborted', 'client_disconnect'));
         return;
       }
-      const prefill = host.registry.pick('prefill', engineFreshMs, Date.now(), usable);
-      const decode = host.registry.pick('decode', engineFreshMs, Date.now(), usable);
-      if (prefill && decode) {
+      const now = Date.now();
+      const pair = choosePair(
+        host.registry.candidates('prefill', engineFreshMs, now, usable),
+        host.registry.candidates('decode', engineFreshMs, now, usable),
+      );
+      if (pair) {
         stream.continueIn(to);
-        host.createRoom(stream, to, next, tokens, prefill, decode, {
+        host.createRoom(stream, to, next, tokens, pair, {
           source: 'migration',
           migratedFrom: from.room,
         });

@@ -1,7 +1,7 @@
 /**
  * The engines the control plane knows: who each is (role, incarnation, pool), which bus peer
  * speaks for it, what its last heartbeat said, and how many live rooms it has. Picking a pair for
- * a new room (least loaded, fresh heartbeat) happens here.
+ * a new room is control/pairs.ts's, among the candidates found here.
  */
 
 import type { EngineMessage, KvRemote } from '../bus/protocol.ts';
@@ -35,6 +35,8 @@ export interface EngineIdentity {
   readonly host: string | null;
   /** A decode engine's pool as a UCX peer puts into it; null: shared memory only. */
   readonly kvRemote: KvRemote | null;
+  /** How it sends KV (hello `kvSend`; control/pairs.ts): `auto` when it did not say. */
+  readonly kvSend: 'shm' | 'ucx' | 'auto';
   readonly connectedAt: number;
 }
 
@@ -128,20 +130,13 @@ export class EngineRegistry {
     );
   }
 
-  /** The least loaded engine of the role that heartbeated within `freshMs` (and passes `usable`). */
-  pick(
+  /** Engines of the role that may take a new room now: fresh (above) and passing `usable`. */
+  candidates(
     role: 'prefill' | 'decode',
     freshMs: number,
     now = Date.now(),
     usable: (s: EngineSession) => boolean = () => true,
-  ): EngineSession | null {
-    let best: EngineSession | null = null;
-    for (const s of this.sessions.values()) {
-      if (s.role !== role || !s.delivery.live || now - s.health.lastSeen > freshMs || !usable(s))
-        continue;
-      if (s.health.heartbeat?.state === 'draining') continue;
-      if (!best || s.load.liveRooms < best.load.liveRooms) best = s;
-    }
-    return best;
+  ): EngineSession[] {
+    return this.fresh(role, freshMs, now).filter(usable);
   }
 }

@@ -109,6 +109,7 @@ export function startEngine(
         faultInjection: opts.allowFaultInjection,
         ...(pool.device === null ? {} : { kvDevice: pool.device }),
         host: hostIdentity(),
+        kvSend: ucx === null ? 'shm' : opts.kvTransport,
         ...(kvRemote
           ? {
               kvRemote: {

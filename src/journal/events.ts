@@ -41,6 +41,13 @@ export const EVENT_SCHEMAS = {
       model: Type.Optional(Text),
       deadlinesMs: Type.Optional(Deadlines),
       migratedFrom: Type.Optional(Id),
+      /**
+       * How the pair was expected to move the room's KV when it was chosen (control/pairs.ts);
+       * `room.transfer_completed.transport` says what moved it. Absent: before it was recorded.
+       */
+      transport: Type.Optional(
+        Type.Union([Type.Literal('shm'), Type.Literal('cuda'), Type.Literal('ucx')]),
+      ),
       /** The HTTP request's `x-request-id` (given by the client, or made by the API). */
       requestId: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
       /** The client's W3C `traceparent`, when it sent a valid one. */

@@ -6,6 +6,7 @@
  * process sees. Engines send it in their hello; `--kv-transport auto` uses shared memory between
  * engines of equal identity and UCX between the others (docs/protocol.md, "Across hosts").
  */
+import { createHash } from 'node:crypto';
 import { readFileSync, statSync } from 'node:fs';
 
 let cached: string | null = null;
@@ -26,4 +27,9 @@ export function hostIdentity(): string {
   }
   cached = `${boot}:${shm}`;
   return cached;
+}
+
+/** A short tag of a host identity for people (`pdctl engines` HOST, /ui): equal tags, one host. */
+export function hostTag(host: string): string {
+  return `h-${createHash('sha256').update(host).digest('hex').slice(0, 6)}`;
 }

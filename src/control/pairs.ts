@@ -1,0 +1,94 @@
+/**
+ * Which prefill and decode engine serve a new room: the pair of lowest cost among the engines
+ * that may take it, where a pair's cost is its engines' live rooms plus what moving its KV costs.
+ * Engines on one host move KV through shared memory (or CUDA IPC); engines on two hosts move it
+ * over UCX, which costs `PAIR_COSTS.ucxRooms` more, and only when the prefill engine sends over
+ * UCX and the decode engine receives over it. A pair that cannot move KV at all is never chosen.
+ */
+
+import { hostTag } from '../transfer/host.ts';
+import type { EngineIdentity, EngineSession } from './registry.ts';
+
+/** How a pair's KV moves: shared memory, CUDA IPC (one host), or UCX (any two hosts). */
+export type PairTransport = 'shm' | 'cuda' | 'ucx';
+
+/**
+ * The price of a transport in live rooms. A UCX pair is chosen over a same-host pair only when
+ * the same-host pair carries more than this many live rooms more: over TCP a page takes several
+ * times as long as a shared-memory copy (docs/design.md §11), but an idle host should not sit idle
+ * while another queues.
+ */
+export const PAIR_COSTS: Readonly<Record<PairTransport, number>> = Object.freeze({
+  shm: 0,
+  cuda: 0,
+  ucx: 2,
+});
+
+/** Engines whose `host` is equal share shared memory; an engine that did not say is taken for any host. */
+export function sameHost(a: EngineIdentity, b: EngineIdentity): boolean {
+  return a.host === null || b.host === null || a.host === b.host;
+}
+
+/**
+ * How the prefill engine would move KV into the decode engine's pool, by the same rule the prefill
+ * engine applies (prefill.ts `destination`); null when it cannot (another host without UCX on
+ * both ends, or a sender held to shared memory).
+ */
+export function transportBetween(
+  prefill: EngineIdentity,
+  decode: EngineIdentity,
+): PairTransport | null {
+  const local = prefill.kvDevice !== null || decode.kvDevice !== null ? 'cuda' : 'shm';
+  switch (prefill.kvSend) {
+    case 'shm':
+      return sameHost(prefill, decode) ? local : null;
+    case 'ucx':
+      return decode.kvRemote ? 'ucx' : null;
+    default:
+      if (sameHost(prefill, decode)) return local;
+      return decode.kvRemote ? 'ucx' : null;
+  }
+}
+
+export interface Pair {
+  prefill: EngineSession;
+  decode: EngineSession;
+  transport: PairTransport;
+}
+
+/** The pair of lowest cost; of equal ones, the cheaper transport, then the first found. */
+export function choosePair(
+  prefills: readonly EngineSession[],
+  decodes: readonly EngineSession[],
+  costs: Readonly<Record<PairTransport, number>> = PAIR_COSTS,
+): Pair | null {
+  let best: Pair | null = null;
+  let bestCost = Number.POSITIVE_INFINITY;
+  for (const prefill of prefills) {
+    for (const decode of decodes) {
+      const transport = transportBetween(prefill, decode);
+      if (transport === null) continue;
+      const cost = prefill.load.liveRooms + decode.load.liveRooms + costs[transport];
+      if (
+        cost < bestCost ||
+        (cost === bestCost && best && costs[transport] < costs[best.transport])
+      ) {
+        best = { prefill, decode, transport };
+        bestCost = cost;
+      }
+    }
+  }
+  return best;
+}
+
+/** Why no pair of these engines can move KV: for the refusal's message. */
+export function unreachable(
+  prefills: readonly EngineSession[],
+  decodes: readonly EngineSession[],
+): string {
+  const hosts = (xs: readonly EngineSession[]) =>
+    [...new Set(xs.map((s) => `${s.engine}@${s.host === null ? '?' : hostTag(s.host)}`))].join(
+      ', ',
+    );
+  return `no prefill engine can move KV to a decode engine that has room: prefill ${hosts(prefills)}; decode ${hosts(decodes)} (engines on different hosts need UCX on both ends: --kv-transport auto or ucx, and a decode engine that receives over UCX)`;
+}

@@ -1,0 +1,84 @@
+import { describe, expect, it } from 'vitest';
+import { engineSession, type SessionOverrides } from '../../test/helpers/engine-session.ts';
+import type { KvRemote } from '../bus/protocol.ts';
+import { choosePair, PAIR_COSTS, transportBetween, unreachable } from './pairs.ts';
+
+const remote: KvRemote = {
+  transport: 'ucx',
+  address: new Uint8Array([1, 2, 3]),
+  rkey: new Uint8Array([4, 5]),
+  base: 4096,
+  pages: 10,
+  pageBytes: 4096,
+  epoch: 1,
+};
+
+const at = (
+  engine: string,
+  role: 'prefill' | 'decode',
+  host: string,
+  over: SessionOverrides = {},
+) => engineSession(engine, role, { host, ...over });
+
+describe('transportBetween', () => {
+  it('uses shared memory on one host and UCX between hosts, as the prefill engine will', () => {
+    const p = at('p0', 'prefill', 'A');
+    expect(transportBetween(p, at('d0', 'decode', 'A'))).toBe('shm');
+    expect(transportBetween(p, at('d1', 'decode', 'B', { kvRemote: remote }))).toBe('ucx');
+    expect(transportBetween(p, at('d2', 'decode', 'A', { kvDevice: 0 }))).toBe('cuda');
+  });
+
+  it('finds no way between hosts without UCX on both ends', () => {
+    expect(transportBetween(at('p0', 'prefill', 'A'), at('d1', 'decode', 'B'))).toBeNull();
+    const shmOnly = at('p0', 'prefill', 'A', { kvSend: 'shm' });
+    expect(transportBetween(shmOnly, at('d1', 'decode', 'B', { kvRemote: remote }))).toBeNull();
+    expect(transportBetween(shmOnly, at('d0', 'decode', 'A'))).toBe('shm');
+  });
+
+  it('sends over UCX on one host too when the prefill engine says ucx', () => {
+    const p = at('p0', 'prefill', 'A', { kvSend: 'ucx' });
+    expect(transportBetween(p, at('d0', 'decode', 'A', { kvRemote: remote }))).toBe('ucx');
+    expect(transportBetween(p, at('d0', 'decode', 'A'))).toBeNull();
+  });
+
+  it('takes an engine that did not say its host for any host', () => {
+    expect(transportBetween(at('p0', 'prefill', 'A'), engineSession('d0', 'decode'))).toBe('shm');
+  });
+});
+
+describe('choosePair', () => {
+  it('is least loaded per role when every pair is on one host', () => {
+    const ps = [at('p0', 'prefill', 'A', { liveRooms: 3 }), at('p1', 'prefill', 'A')];
+    const ds = [at('d0', 'decode', 'A'), at('d1', 'decode', 'A', { liveRooms: 1 })];
+    const pair = choosePair(ps, ds);
+    expect([pair?.prefill.engine, pair?.decode.engine, pair?.transport]).toEqual([
+      'p1',
+      'd0',
+      'shm',
+    ]);
+  });
+
+  it('keeps a room on one host until the cross-host pair is cheaper by more than its cost', () => {
+    const p = at('p0', 'prefill', 'A');
+    const local = at('dA', 'decode', 'A');
+    const far = at('dB', 'decode', 'B', { kvRemote: remote });
+    local.load.liveRooms = PAIR_COSTS.ucx;
+    expect(choosePair([p], [far, local])?.decode.engine).toBe('dA');
+    local.load.liveRooms = PAIR_COSTS.ucx + 1;
+    expect(choosePair([p], [local, far])).toMatchObject({ transport: 'ucx' });
+    expect(choosePair([p], [local, far])?.decode.engine).toBe('dB');
+  });
+
+  it('prefers the host pair that exists over a lighter pair that cannot move KV', () => {
+    const ps = [at('pA', 'prefill', 'A', { liveRooms: 5 }), at('pB', 'prefill', 'B')];
+    const ds = [at('dA', 'decode', 'A')];
+    expect(choosePair(ps, ds)?.prefill.engine).toBe('pA');
+  });
+
+  it('finds nothing, and says why, when no pair can move KV', () => {
+    const ps = [at('pA', 'prefill', 'A')];
+    const ds = [at('dB', 'decode', 'B')];
+    expect(choosePair(ps, ds)).toBeNull();
+    expect(unreachable(ps, ds)).toMatch(/pA@h-[0-9a-f]{6}.*dB@h-[0-9a-f]{6}.*UCX on both ends/);
+  });
+});
