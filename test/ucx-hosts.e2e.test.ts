@@ -131,5 +131,16 @@ describe.skipIf(why !== null)(`UCX between test hosts${why ? ` (skipped: ${why})
       });
     expect(healed.status, healed.error ?? '').toBe('ok');
     expect(await ask('checksum 5')).toBe(`checksum ${healed.checksum}`);
+
+    // Cut again under a live endpoint: puts posted into it cannot finish, and a cancel ends the
+    // transfer `cancelled` promptly instead of at its (far) deadline.
+    await hosts.setReach('b', false);
+    const pending = sender.post({ room: 'room-cancel', src, dst, pairs, deadlineMs: 60_000 });
+    await new Promise((r) => setTimeout(r, 100));
+    const cancelAt = Date.now();
+    expect(sender.cancel('room-cancel')).toBe(1);
+    const cancelled = await pending;
+    expect(cancelled.status, cancelled.error ?? '').toBe('cancelled');
+    expect(Date.now() - cancelAt).toBeLessThan(5000);
   }, 60_000);
 });

@@ -164,6 +164,9 @@ const Loaded& loaded() {
 using Clock = std::chrono::steady_clock;
 
 // Everything in flight for one transfer; touched only by the node's thread once queued.
+// How long puts already posted get to finish after their transfer is cancelled.
+constexpr auto kCancelGrace = std::chrono::milliseconds(250);
+
 struct Job {
   uint64_t id = 0;
   std::string room;
@@ -173,6 +176,7 @@ struct Job {
   Clock::time_point started, deadline, startAt;
   Fault fault;
   bool cancelled = false;  // asked to stop
+  Clock::time_point cancelledAt{};  // when: puts still out then have kCancelGrace to finish
   bool posted = false;     // puts posted
   bool flushing = false;
   ucp_ep_h ep = nullptr;
@@ -281,7 +285,10 @@ struct UcxNode::Impl {
         active.push_back(std::move(j));
       }
       for (auto& j : active) {
-        if (toCancel.count(j->room)) j->cancelled = true;
+        if (toCancel.count(j->room) && !j->cancelled) {
+          j->cancelled = true;
+          j->cancelledAt = Clock::now();
+        }
       }
       for (int i = 0; i < 64 && u.workerProgress(worker) > 0; i++) {
       }
@@ -475,6 +482,14 @@ struct UcxNode::Impl {
           continue;
         }
         finish(jp, "failed");
+        continue;
+      }
+      if (j.cancelled && !idle && now - j.cancelledAt >= kCancelGrace) {
+        // Cancelled, and the peer does not take what was posted (a cut link): a cancel is not
+        // left to wait for the deadline. The pages may be reused only once nothing is in flight.
+        dropEndpoint(j.peer.address);
+        settle(j);
+        finish(jp, "cancelled");
         continue;
       }
       if (now >= j.deadline && !idle) {
