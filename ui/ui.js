@@ -68,9 +68,15 @@ const badgeClass = (value) => {
   if (['failed', 'gave_up', 'not_ready', 'disconnected', 'aborted'].includes(value))
     return 'badge bad';
   if (
-    ['resetting', 'restarting', 'restarting_stack', 'draining', 'connecting', 'stalled'].includes(
-      value,
-    )
+    [
+      'resetting',
+      'restarting',
+      'restarting_stack',
+      'fenced',
+      'draining',
+      'connecting',
+      'stalled',
+    ].includes(value)
   )
     return 'badge warn';
   return 'badge info';

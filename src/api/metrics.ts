@@ -163,7 +163,7 @@ export class ApiMetrics {
     });
     const ladder = new client.Gauge({
       name: 'pdctl_engine_ladder',
-      help: 'Where each engine stands on the escalation ladder: 1 for its phase (ok, resetting, restarting, restarting_stack, gave_up)',
+      help: 'Where each engine stands on the escalation ladder: 1 for its phase (ok, resetting, restarting, restarting_stack, fenced, gave_up)',
       labelNames: ['engine', 'phase'],
       registers: [r],
     });

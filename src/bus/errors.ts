@@ -32,6 +32,13 @@ export const BUS_ERROR_CODES = [
    */
   'BUS_JOURNAL_BEHIND',
   /**
+   * The control plane declared this incarnation lost while its process may still run (silent past
+   * the limit: partitioned from the control plane, or hung) and moved its rooms to other engines.
+   * Nothing it holds is applied any more. Final: the engine exits, and its supervisor (systemd,
+   * the orchestrator) starts it again as a new incarnation.
+   */
+  'BUS_FENCED',
+  /**
    * The engine ran over a quota (docs/security.md: new incarnations of one engine id per minute);
    * retryable: the hello that was refused is sent again later.
    */

@@ -47,6 +47,11 @@ export interface BusServerHandlers {
   append(peer: PeerId, engine: string, msg: EngineMessage<'append'>): void;
   tokens(peer: PeerId, engine: string, msg: EngineMessage<'tokens'>): void;
   /**
+   * Why a peer that is not registered may never be again (its incarnation was fenced), or null.
+   * Its messages are then answered BUS_FENCED instead of being dropped or told to say hello.
+   */
+  fenced?(peer: PeerId): string | null;
+  /**
    * A peer ran over one of its quotas: its messages are dropped until it keeps within them. Called
    * once per episode (the first drop after 10 s within quota), with the engine it registered as.
    */
@@ -181,6 +186,17 @@ export class BusServer {
       }
       if (engine === undefined) {
         this.drops.record('not_registered', { peer: printablePeer(peer), kind: d.kind });
+        const fenced = this.handlers.fenced?.(peer) ?? null;
+        if (fenced !== null) {
+          // Heartbeats too: a fenced engine that only heartbeats must learn it, and exit.
+          this.send(peer, 'nack', {
+            eventId: null,
+            code: 'BUS_FENCED',
+            message: fenced,
+            retryable: false,
+          });
+          return;
+        }
         if (d.kind === 'append') {
           this.send(peer, 'nack', {
             eventId: (d.payload as EngineMessage<'append'>).eventId,

@@ -381,6 +381,7 @@ export class ControlPlane {
       append: (peer, engine, msg) => this.link.append(peer, engine, msg),
       tokens: (_peer, engine, msg) => this.onTokens(engine, msg),
       throttled: (_peer, engine, kind, quotas) => this.link.throttled(engine, kind, quotas),
+      fenced: (peer) => this.link.fencedPeer(peer),
     };
   }
 
@@ -760,6 +761,20 @@ export class ControlPlane {
     // every new room until its heartbeat went stale (seconds), each such room to be moved again.
     this.link.gone(engine, incarnation);
     return this.migrator.engineLost(engine, incarnation, reason);
+  }
+
+  /**
+   * Declares the engine's incarnation lost though its process may still run — silent past the
+   * limit, partitioned from this control plane or hung (the escalation ladder decides): its live
+   * rooms continue on healthy pairs as for a dead engine, and nothing from that incarnation is
+   * applied any more (engine-link.ts `fence`); it is told BUS_FENCED when it is heard from, exits,
+   * and rejoins as a new incarnation. False when that incarnation is no longer the registered one.
+   */
+  fence(engine: string, incarnation: string, reason: string): boolean {
+    if (!this.link.fence(engine, incarnation, reason)) return false;
+    this.options.log.error({ engine, incarnation, reason }, 'engine fenced: its rooms move');
+    void this.migrator.engineLost(engine, incarnation, reason);
+    return true;
   }
 
   private abandon(room: string, prefill: EngineSession, decode: EngineSession, err: Error): void {

@@ -126,6 +126,10 @@ export class EngineLink {
   bus!: BusServer;
   private readonly rejections = new RejectionBudget();
   private readonly registrations = new Map<string, TokenBucket>();
+  /** Incarnations declared lost while their process may live (`fence`), and why: never again. */
+  private readonly fencedIncarnations = new Map<string, string>();
+  /** Their bus connections, and why: what they send is answered BUS_FENCED. */
+  private readonly fencedPeers = new Map<PeerId, string>();
   private readonly throttles: ThrottleRecord;
   /** Sessions handed out so far (one per accepted hello). */
   private sessions = 0;
@@ -164,9 +168,41 @@ export class EngineLink {
     if (s && s.incarnation === incarnation) s.delivery.live = false;
   }
 
+  /**
+   * Declares the engine's incarnation lost though its process may live (control-plane.ts
+   * `fence`): no new room or event for it, its connection is dropped, and anything it sends from
+   * now on — appends, tokens, heartbeats, a hello of that incarnation — is answered BUS_FENCED,
+   * so it exits and comes back as a new incarnation.
+   */
+  fence(engine: string, incarnation: string, reason: string): boolean {
+    const s = this.deps.registry.get(engine);
+    if (!s || s.incarnation !== incarnation) return false;
+    const why = `engine ${engine} incarnation ${incarnation} was declared lost (${reason}) and its rooms moved; nothing it holds is applied: exit and start again`;
+    s.delivery.live = false;
+    this.bus.unregister(s.peer);
+    remember(this.fencedIncarnations, `${engine}/${incarnation}`, why);
+    remember(this.fencedPeers, s.peer, why);
+    return true;
+  }
+
+  /** Why this bus connection may not be registered again (its incarnation was fenced), or null. */
+  fencedPeer(peer: PeerId): string | null {
+    return this.fencedPeers.get(peer) ?? null;
+  }
+
   async hello(peer: PeerId, msg: EngineMessage<'hello'>): Promise<void> {
     this.deps.counters.hellos++;
     const log = this.deps.log;
+    const fenced = this.fencedIncarnations.get(`${msg.engine}/${msg.incarnation}`);
+    if (fenced !== undefined) {
+      this.bus.send(peer, 'nack', {
+        eventId: null,
+        code: 'BUS_FENCED',
+        message: fenced,
+        retryable: false,
+      });
+      return;
+    }
     if (msg.protocol !== PROTOCOL_VERSION) {
       this.bus.send(peer, 'nack', {
         eventId: null,
@@ -534,5 +570,16 @@ export class EngineLink {
         this.sendEvent(s, ev);
       }
     }
+  }
+}
+
+/** How many fenced incarnations and connections are remembered (the oldest are forgotten). */
+const FENCES_KEPT = 256;
+
+function remember<K>(m: Map<K, string>, key: K, why: string): void {
+  m.set(key, why);
+  if (m.size > FENCES_KEPT) {
+    const oldest = m.keys().next().value;
+    if (oldest !== undefined) m.delete(oldest);
   }
 }

@@ -9,6 +9,11 @@
  *   3. `restart_engine`: that one process is killed and respawned; it rejoins as a new incarnation.
  *   4. `restart_stack`: every engine process is restarted.
  *
+ * An engine this control plane did not start that falls silent (no heartbeat: its host was cut
+ * off, or the process hangs) cannot be reset or restarted from here: it is fenced instead
+ * (`fence_engine`) — its rooms move to healthy pairs and its incarnation is refused from then on,
+ * so that when it is heard from again it exits and its own supervisor starts it afresh.
+ *
  * Each rung is journaled as `recovery.action` (requested, then recovered or failed, with detectMs
  * and recoverMs), the incident opens with `engine.stalled` and closes with `engine.recovered`.
  * What counts as stalled is stalls.ts's (plus stale heartbeats, here). An engine that stalls the
@@ -58,8 +63,14 @@ export const DEFAULT_LADDER_POLICY: Readonly<LadderPolicy> = Object.freeze({
   relapseMs: 30_000,
 });
 
-export type LadderPhase = 'ok' | 'resetting' | 'restarting' | 'restarting_stack' | 'gave_up';
-export type LadderRung = 'reset_in_place' | 'restart_engine' | 'restart_stack';
+export type LadderPhase =
+  | 'ok'
+  | 'resetting'
+  | 'restarting'
+  | 'restarting_stack'
+  | 'fenced'
+  | 'gave_up';
+export type LadderRung = 'reset_in_place' | 'restart_engine' | 'restart_stack' | 'fence_engine';
 
 /** Where one engine stands on the ladder (`/v1/engines`, `pdctl engines`). */
 export interface LadderView {
@@ -105,7 +116,10 @@ export class EscalationLadder {
 
   constructor(
     /** What the ladder reads of the control plane, and the in-place reset it asks of it. */
-    private readonly control: Pick<ControlPlane, 'engines' | 'stalledEngines' | 'command'>,
+    private readonly control: Pick<
+      ControlPlane,
+      'engines' | 'stalledEngines' | 'command' | 'fence'
+    >,
     /** Where every rung is recorded (`recovery.action`, `engine.stalled`, …). */
     private readonly journal: Pick<JournalStore, 'append'>,
     private readonly supervisor: EngineSupervisor,
@@ -171,11 +185,7 @@ export class EscalationLadder {
   ): Omit<Stall, 'engine'> | null {
     const found = stalls.find((x) => x.engine === s.engine);
     if (found) return found;
-    if (
-      s.delivery.live &&
-      now - s.health.lastSeen > this.policy.heartbeatStaleMs &&
-      this.supervisor.pid(s.engine) !== undefined
-    )
+    if (s.delivery.live && now - s.health.lastSeen > this.policy.heartbeatStaleMs)
       return {
         kind: 'heartbeat',
         reason: `no heartbeat for ${now - s.health.lastSeen} ms`,
@@ -237,6 +247,16 @@ export class EscalationLadder {
           if (rung) acted.push(`${s.engine}:${rung}`);
           continue;
         }
+        if (st.kind === 'heartbeat' && this.supervisor.pid(s.engine) === undefined) {
+          // Silent, and not ours to signal: nothing reaches it, so its rooms move now.
+          this.log.error(
+            { engine: s.engine, reason: st.reason },
+            'engine silent and not started here; fencing it',
+          );
+          this.tryRung(s, l, 'fence_engine', now);
+          acted.push(`${s.engine}:fence_engine`);
+          continue;
+        }
         this.log.error(
           { engine: s.engine, reason: st.reason },
           'engine stalled; resetting it in place',
@@ -274,6 +294,14 @@ export class EscalationLadder {
         : from === 'restart_engine'
           ? 'restart_stack'
           : null;
+    if (from === 'fence_engine') {
+      this.giveUp(
+        s.engine,
+        l,
+        `fenced, and not back as a new incarnation within ${Math.round(this.policy.restartGraceMs / 1000)} s: check its host and its supervisor`,
+      );
+      return null;
+    }
     if (next === null) {
       this.giveUp(s.engine, l, 'every rung was tried');
       return null;
@@ -317,6 +345,11 @@ export class EscalationLadder {
         : commanded
           ? 'requested (command)'
           : 'could not reach the engine';
+    } else if (rung === 'fence_engine') {
+      l.phase = 'fenced';
+      outcome = this.control.fence(s.engine, s.incarnation, i.reason)
+        ? 'fenced: its rooms move to healthy pairs; it must rejoin as a new incarnation'
+        : 'it had already been replaced';
     } else {
       l.phase = rung === 'restart_engine' ? 'restarting' : 'restarting_stack';
       l.restarts++;

@@ -19,8 +19,10 @@ class Rig {
     engine: ENGINE,
     incarnation: 'i1',
     delivery: { live: true, session: 1 },
-    health: { beats: 5 },
+    health: { beats: 5, lastSeen: Number.NaN },
   };
+  /** Whether the engine is a process the supervisor started. */
+  supervised = true;
   stall: StallKind | null = null;
   readonly events: EventInput[] = [];
   readonly asked: string[] = [];
@@ -28,13 +30,18 @@ class Rig {
   now = 1_000_000;
 
   constructor() {
-    const control: Pick<ControlPlane, 'engines' | 'stalledEngines' | 'command'> = {
+    const control: Pick<ControlPlane, 'engines' | 'stalledEngines' | 'command' | 'fence'> = {
       engines: () => [this.session as unknown as EngineSession],
       stalledEngines: (): Stall[] =>
         this.stall
           ? [{ engine: ENGINE, kind: this.stall, reason: `${this.stall} stall`, since: this.now }]
           : [],
       command: () => false,
+      fence: (engine, incarnation) => {
+        this.asked.push(`fence ${engine} ${incarnation}`);
+        this.session.delivery.live = false;
+        return true;
+      },
     };
     const journal = {
       append: async (ev: EventInput) => {
@@ -43,7 +50,7 @@ class Rig {
       },
     };
     const supervisor = {
-      pid: () => 4242,
+      pid: () => (this.supervised ? 4242 : undefined),
       ids: () => ['prefill-0', 'decode-0'],
       signal: (id: string, sig: string) => {
         this.asked.push(`${sig} ${id}`);
@@ -62,6 +69,11 @@ class Rig {
     );
   }
 
+  /** Heartbeats on time (a new incarnation comes back live, beating). */
+  beat(): void {
+    this.session.health.lastSeen = this.now;
+  }
+
   tick(advanceMs = 250): string[] {
     this.now += advanceMs;
     return this.ladder.tick(this.now);
@@ -70,6 +82,8 @@ class Rig {
   /** The engine comes back: after an in-place reset a new session, after a restart a new process. */
   comesBack(how: 'session' | 'incarnation'): void {
     this.stall = null;
+    this.session.delivery.live = true;
+    if (!Number.isNaN(this.session.health.lastSeen)) this.beat();
     this.session.delivery.session++;
     if (how === 'incarnation') this.session.incarnation = `i${this.session.delivery.session}`;
   }
@@ -82,6 +96,38 @@ class Rig {
 }
 
 describe('EscalationLadder', () => {
+  it('fences a silent engine it did not start, and closes the incident when a new incarnation serves', () => {
+    const rig = new Rig();
+    rig.supervised = false;
+    rig.beat();
+    expect(rig.tick(4000)).toEqual([]);
+    // Past the heartbeat limit: nothing can reach it (no signal, no command), so its rooms move.
+    expect(rig.tick(1500)).toEqual(['prefill-0:fence_engine']);
+    expect(rig.asked).toEqual(['fence prefill-0 i1']);
+    expect(rig.ladder.view(ENGINE).phase).toBe('fenced');
+    expect(rig.actions()).toEqual([
+      'fence_engine: fenced: its rooms move to healthy pairs; it must rejoin as a new incarnation',
+    ]);
+    // The same incarnation beating again is not a recovery: only a new one is.
+    rig.beat();
+    rig.tick();
+    expect(rig.ladder.view(ENGINE).phase).toBe('fenced');
+    rig.comesBack('incarnation');
+    rig.tick();
+    expect(rig.ladder.view(ENGINE).phase).toBe('ok');
+  });
+
+  it('gives up on a fenced engine that does not come back, and says where to look', () => {
+    const rig = new Rig();
+    rig.supervised = false;
+    rig.beat();
+    expect(rig.tick(5500)).toEqual(['prefill-0:fence_engine']);
+    rig.tick(16_000);
+    const view = rig.ladder.view(ENGINE);
+    expect(view.phase).toBe('gave_up');
+    expect(view.lastOutcome).toMatch(/not back as a new incarnation within 15 s/);
+  });
+
   it('resets in place first, and a recovery closes the incident', () => {
     const rig = new Rig();
     rig.stall = 'transfer';
