@@ -40,7 +40,7 @@ import { JournalOutage } from './journal-outage.ts';
 import { LoopLag } from './loop-lag.ts';
 import { Migrator } from './migration.ts';
 import { PageLedger } from './page-ledger.ts';
-import { choosePair, type Pair, unreachable } from './pairs.ts';
+import { choosePair, isTransportFailure, type Pair, PairHealth, unreachable } from './pairs.ts';
 import { EngineRegistry, type EngineSession } from './registry.ts';
 import { DEFAULT_STALL_POLICY, findStalls, type Stall, type StallPolicy } from './stalls.ts';
 import { RoomEndedError, RoomStream } from './streams.ts';
@@ -135,6 +135,10 @@ export class ControlPlane {
    * that the next one from the same engine is judged after them, not before.
    */
   private readonly inFlight = new Map<string, { room: Room; appends: number }>();
+  /** Pairs whose KV could not move lately, passed over for a while (pairs.ts). */
+  private readonly pairHealth = new PairHealth();
+  private readonly pairAvoided = (prefill: string, decode: string) =>
+    this.pairHealth.avoid(prefill, decode);
   private subscription: Subscription | null = null;
   private readonly model: ModelInfo;
   private closing: Promise<void> | null = null;
@@ -219,6 +223,7 @@ export class ControlPlane {
         createRoom: (...args) => this.createRoom(...args),
         canHold: (s, promptTokens, maxTokens) =>
           this.pages.fits(s, this.pages.pagesFor(s, promptTokens, maxTokens)),
+        pairAvoided: this.pairAvoided,
       },
       {
         limit: options.migrationLimit ?? 2,
@@ -449,6 +454,10 @@ export class ControlPlane {
       }
     }
     if (ev.type === 'room.released' && ev.engine !== null) this.pages.release(room.room, ev.engine);
+    if (ev.type === 'room.transfer_completed')
+      this.pairHealth.moved(room.prefillEngine, room.decodeEngine);
+    else if (ev.type === 'room.failed' && isTransportFailure(room.reason))
+      this.pairHealth.failed(room.prefillEngine, room.decodeEngine, ev.ts);
     this.aborts.onCommitted(room, ev);
     if (isTerminal(room.state) && (!before || !isTerminal(before.state))) this.onTerminal(room);
     if (isTerminal(room.state) && releasedByBoth(room)) {
@@ -650,7 +659,7 @@ export class ControlPlane {
       this.pages.fits(s, this.pages.pagesFor(s, promptTokens, maxTokens));
     const prefills = this.registry.candidates('prefill', this.freshMs, now, fits);
     const decodes = this.registry.candidates('decode', this.freshMs, now, fits);
-    const pair = choosePair(prefills, decodes);
+    const pair = choosePair(prefills, decodes, this.pairAvoided);
     if (pair) return pair;
     if (prefills.length === 0) this.noneFor('prefill', promptTokens, maxTokens, now);
     if (decodes.length === 0) this.noneFor('decode', promptTokens, maxTokens, now);

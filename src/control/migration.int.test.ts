@@ -55,6 +55,7 @@ async function setup(limit = 2) {
       created.push({ room, request, prefill: prefill.engine, from: o.migratedFrom });
     },
     canHold: () => true,
+    pairAvoided: () => false,
   };
   const migrator = new Migrator(host, { limit, waitMs: 200, engineFreshMs: 3000 });
 

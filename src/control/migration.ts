@@ -53,6 +53,8 @@ export interface MigrationHost {
   ): void;
   /** Whether the engine has the KV pages free for a room of this size now. */
   canHold(s: EngineSession, promptTokens: number, maxTokens: number): boolean;
+  /** Whether the pair's KV could not move lately (pairs.ts PairHealth): taken only if no other. */
+  pairAvoided(prefill: string, decode: string): boolean;
 }
 
 /** One lost engine process: which engine, which incarnation of it, and why it is gone. */
@@ -222,6 +224,7 @@ export class Migrator {
       const pair = choosePair(
         host.registry.candidates('prefill', engineFreshMs, now, usable),
         host.registry.candidates('decode', engineFreshMs, now, usable),
+        host.pairAvoided,
       );
       if (pair) {
         stream.continueIn(to);

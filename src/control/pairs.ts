@@ -3,7 +3,9 @@
  * that may take it, where a pair's cost is its engines' live rooms plus what moving its KV costs.
  * Engines on one host move KV through shared memory (or CUDA IPC); engines on two hosts move it
  * over UCX, which costs `PAIR_COSTS.ucxRooms` more, and only when the prefill engine sends over
- * UCX and the decode engine receives over it. A pair that cannot move KV at all is never chosen.
+ * UCX and the decode engine receives over it. A pair that cannot move KV at all is never chosen,
+ * and one whose last transfer failed (a cut link between two hosts) is passed over for a while
+ * when another pair can take the room (PairHealth).
  */
 
 import { hostTag } from '../transfer/host.ts';
@@ -56,18 +58,34 @@ export interface Pair {
   transport: PairTransport;
 }
 
-/** The pair of lowest cost; of equal ones, the cheaper transport, then the first found. */
+/**
+ * The pair of lowest cost; of equal ones, the cheaper transport, then the first found. Pairs that
+ * `avoid` names are taken only when no other pair can move KV (so a healed link is tried again).
+ */
 export function choosePair(
   prefills: readonly EngineSession[],
   decodes: readonly EngineSession[],
+  avoid: (prefill: string, decode: string) => boolean = () => false,
   costs: Readonly<Record<PairTransport, number>> = PAIR_COSTS,
+): Pair | null {
+  return (
+    cheapest(prefills, decodes, costs, (p, d) => !avoid(p, d)) ??
+    cheapest(prefills, decodes, costs, () => true)
+  );
+}
+
+function cheapest(
+  prefills: readonly EngineSession[],
+  decodes: readonly EngineSession[],
+  costs: Readonly<Record<PairTransport, number>>,
+  allowed: (prefill: string, decode: string) => boolean,
 ): Pair | null {
   let best: Pair | null = null;
   let bestCost = Number.POSITIVE_INFINITY;
   for (const prefill of prefills) {
     for (const decode of decodes) {
       const transport = transportBetween(prefill, decode);
-      if (transport === null) continue;
+      if (transport === null || !allowed(prefill.engine, decode.engine)) continue;
       const cost = prefill.load.liveRooms + decode.load.liveRooms + costs[transport];
       if (
         cost < bestCost ||
@@ -91,4 +109,45 @@ export function unreachable(
       ', ',
     );
   return `no prefill engine can move KV to a decode engine that has room: prefill ${hosts(prefills)}; decode ${hosts(decodes)} (engines on different hosts need UCX on both ends: --kv-transport auto or ucx, and a decode engine that receives over UCX)`;
+}
+
+/**
+ * Pairs whose KV could not move lately: a transfer between them failed or stalled (a cut link
+ * between their hosts, a peer that does not take puts). Such a pair is avoided for `baseMs`,
+ * doubling with each failure in a row up to `maxMs`; a transfer that completes between them
+ * clears it. Kept by engine id, so a restarted engine inherits its pairs' record.
+ */
+export class PairHealth {
+  private readonly failing = new Map<string, { until: number; backoffMs: number }>();
+
+  constructor(
+    private readonly baseMs = 5000,
+    private readonly maxMs = 60_000,
+  ) {}
+
+  failed(prefill: string, decode: string, now = Date.now()): void {
+    const key = `${prefill}\u0000${decode}`;
+    const prev = this.failing.get(key);
+    const backoffMs = prev ? Math.min(this.maxMs, prev.backoffMs * 2) : this.baseMs;
+    this.failing.set(key, { until: now + backoffMs, backoffMs });
+  }
+
+  moved(prefill: string, decode: string): void {
+    this.failing.delete(`${prefill}\u0000${decode}`);
+  }
+
+  avoid(prefill: string, decode: string, now = Date.now()): boolean {
+    const f = this.failing.get(`${prefill}\u0000${decode}`);
+    return f !== undefined && now < f.until;
+  }
+}
+
+/** Room failure reasons that say the pair's KV could not move (not the engines' own faults). */
+export function isTransportFailure(reason: string | null): boolean {
+  return (
+    reason !== null &&
+    (reason.startsWith('transfer_') ||
+      reason === 'kv_transport_unavailable' ||
+      reason === 'decode_pool_invalid')
+  );
 }

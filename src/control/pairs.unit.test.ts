@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { engineSession, type SessionOverrides } from '../../test/helpers/engine-session.ts';
 import type { KvRemote } from '../bus/protocol.ts';
-import { choosePair, PAIR_COSTS, transportBetween, unreachable } from './pairs.ts';
+import { choosePair, PAIR_COSTS, PairHealth, transportBetween, unreachable } from './pairs.ts';
 
 const remote: KvRemote = {
   transport: 'ucx',
@@ -80,5 +80,37 @@ describe('choosePair', () => {
     const ds = [at('dB', 'decode', 'B')];
     expect(choosePair(ps, ds)).toBeNull();
     expect(unreachable(ps, ds)).toMatch(/pA@h-[0-9a-f]{6}.*dB@h-[0-9a-f]{6}.*UCX on both ends/);
+  });
+});
+
+describe('PairHealth', () => {
+  it('passes over a pair whose KV could not move while another can take the room', () => {
+    const health = new PairHealth(5000, 60_000);
+    const p = at('pA', 'prefill', 'A');
+    const local = at('dA', 'decode', 'A', { liveRooms: 9 });
+    const far = at('dB', 'decode', 'B', { kvRemote: remote });
+    const avoid = (x: string, y: string) => health.avoid(x, y, now);
+    let now = 1_000_000;
+    expect(choosePair([p], [local, far], avoid)?.decode.engine).toBe('dB');
+    health.failed('pA', 'dB', now);
+    expect(choosePair([p], [local, far], avoid)?.decode.engine).toBe('dA');
+    // With no other pair, the avoided one is still tried (the link may have healed).
+    expect(choosePair([p], [far], avoid)?.decode.engine).toBe('dB');
+    now += 5001;
+    expect(choosePair([p], [local, far], avoid)?.decode.engine).toBe('dB');
+  });
+
+  it('backs off longer for each failure in a row, and a completed transfer clears it', () => {
+    const health = new PairHealth(1000, 4000);
+    health.failed('p', 'd', 0);
+    health.failed('p', 'd', 0);
+    health.failed('p', 'd', 0);
+    health.failed('p', 'd', 0);
+    expect(health.avoid('p', 'd', 3999)).toBe(true);
+    expect(health.avoid('p', 'd', 4000)).toBe(false);
+    health.failed('p', 'd', 10_000);
+    health.moved('p', 'd');
+    expect(health.avoid('p', 'd', 10_001)).toBe(false);
+    expect(health.avoid('d', 'p', 0)).toBe(false);
   });
 });
