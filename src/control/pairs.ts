@@ -113,9 +113,9 @@ export function unreachable(
 
 /**
  * Pairs whose KV could not move lately: a transfer between them failed or stalled (a cut link
- * between their hosts, a peer that does not take puts). Such a pair is avoided for `baseMs`,
- * doubling with each failure in a row up to `maxMs`; a transfer that completes between them
- * clears it. Kept by engine id, so a restarted engine inherits its pairs' record.
+ * between their hosts, a peer that does not take puts). Such a pair is avoided for `baseMs`;
+ * failing again once that pause is over doubles it, up to `maxMs`; a transfer that completes
+ * between them clears it. Kept by engine id, so a restarted engine inherits its pairs' record.
  */
 export class PairHealth {
   private readonly failing = new Map<string, { until: number; backoffMs: number }>();
@@ -125,9 +125,12 @@ export class PairHealth {
     private readonly maxMs = 60_000,
   ) {}
 
+  /** A transfer between them failed: avoided from now, longer if it failed again after a pause. */
   failed(prefill: string, decode: string, now = Date.now()): void {
     const key = `${prefill}\u0000${decode}`;
     const prev = this.failing.get(key);
+    // Rooms caught by one cut fail together: the pause they started is not extended by each.
+    if (prev && now < prev.until) return;
     const backoffMs = prev ? Math.min(this.maxMs, prev.backoffMs * 2) : this.baseMs;
     this.failing.set(key, { until: now + backoffMs, backoffMs });
   }

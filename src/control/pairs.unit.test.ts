@@ -100,14 +100,20 @@ describe('PairHealth', () => {
     expect(choosePair([p], [local, far], avoid)?.decode.engine).toBe('dB');
   });
 
-  it('backs off longer for each failure in a row, and a completed transfer clears it', () => {
+  it('backs off longer for each failure after a pause, and a completed transfer clears it', () => {
     const health = new PairHealth(1000, 4000);
-    health.failed('p', 'd', 0);
-    health.failed('p', 'd', 0);
-    health.failed('p', 'd', 0);
-    health.failed('p', 'd', 0);
-    expect(health.avoid('p', 'd', 3999)).toBe(true);
-    expect(health.avoid('p', 'd', 4000)).toBe(false);
+    // Three rooms caught by one cut: one pause, not three doublings.
+    for (let i = 0; i < 3; i++) health.failed('p', 'd', 0);
+    expect(health.avoid('p', 'd', 999)).toBe(true);
+    expect(health.avoid('p', 'd', 1000)).toBe(false);
+    // Each failure after a pause doubles the next, up to the cap.
+    health.failed('p', 'd', 1000);
+    expect(health.avoid('p', 'd', 2999)).toBe(true);
+    health.failed('p', 'd', 3000);
+    health.failed('p', 'd', 7000);
+    health.failed('p', 'd', 11_000);
+    expect(health.avoid('p', 'd', 14_999)).toBe(true);
+    expect(health.avoid('p', 'd', 15_000)).toBe(false);
     health.failed('p', 'd', 10_000);
     health.moved('p', 'd');
     expect(health.avoid('p', 'd', 10_001)).toBe(false);

@@ -373,8 +373,8 @@ async function fullRestart(
 }
 
 /** Every drill ends with these. */
-async function commonInvariants(
-  ctx: DrillContext,
+export async function commonInvariants(
+  ctx: Pick<DrillContext, 'target' | 'check' | 'mark' | 'sleep'>,
   started: number,
   loads: Load[],
   excused: Array<{ from: number; to: number; why: string }>,

@@ -7,15 +7,18 @@
  * the others: a partition, on a kernel without netem or iptables.
  *
  * Addresses come from 198.18.0.0/15, the range set aside for benchmark tests (RFC 2544): link k
- * between hosts i < j is 198.18.k.0/30, i at .1 and j at .2; a link from this process's own
- * namespace to a host (`reach`) is 198.19.k.0/30, this side at .1. Nothing else is addressed.
+ * between hosts i < j is 198.18.k.0/30, i at .1 and j at .2 (inside the hosts' namespaces, so
+ * every set of hosts may use the same). A link from this process's own namespace to a host
+ * (`reach`) lives in the namespace every process shares: it takes a /30 of 198.19.0.0/16 no other
+ * set of hosts holds, claimed by its interface's name (`pdr-SLOT`), this side at .1.
+ * Nothing else is addressed.
  *
  * Needs root (namespaces, mounts) and iproute2; `testHostsUnavailable()` says why not, for a
  * test or drill to skip with the reason. Hosts left by a process that was killed are removed the
  * next time hosts are made (`sweepDeadTestHosts`).
  */
 import { type ChildProcess, execFileSync, type SpawnOptions, spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomInt } from 'node:crypto';
 import { isAlive } from '../pids.ts';
 
 /** Why test hosts cannot be made here, or null when they can. */
@@ -88,8 +91,7 @@ export class TestHosts {
       for (let i = 0; i < o.names.length; i++)
         for (let j = i + 1; j < o.names.length; j++)
           t.addLink(o.names[i] as string, o.names[j] as string, k++);
-      let r = 0;
-      for (const name of o.reach ?? []) t.addReach(name, r++);
+      for (const name of o.reach ?? []) t.addReach(name);
       await t.linksUp();
     } catch (err) {
       t.destroy();
@@ -180,17 +182,31 @@ export class TestHosts {
     this.links.push(link);
   }
 
-  private addReach(name: string, r: number): void {
+  private addReach(name: string): void {
     const ns = this.host(name).netns;
-    const dev = `pdr${randomBytes(4).toString('hex')}`;
-    const ours = `198.19.${r}.1`;
-    const theirs = `198.19.${r}.2`;
-    ip('link', 'add', dev, 'type', 'veth', 'peer', 'name', 'pd-reach', 'netns', ns);
-    ip('addr', 'add', `${ours}/30`, 'dev', dev);
-    ip('link', 'set', dev, 'up');
-    ip('-n', ns, 'addr', 'add', `${theirs}/30`, 'dev', 'pd-reach');
-    ip('-n', ns, 'link', 'set', 'pd-reach', 'up');
-    this.reached.set(name, { dev, ours, theirs });
+    // Test hosts made at once by other processes (tests side by side) share this namespace: a
+    // slot is claimed by creating its interface, which fails when another process holds it.
+    const start = randomInt(REACH_SLOTS);
+    for (let i = 0; i < REACH_SLOTS; i++) {
+      const slot = (start + i) % REACH_SLOTS;
+      const dev = `pdr-${slot}`;
+      try {
+        ip('link', 'add', dev, 'type', 'veth', 'peer', 'name', 'pd-reach', 'netns', ns);
+      } catch (err) {
+        if (/File exists/.test((err as Error).message)) continue;
+        throw err;
+      }
+      const at = slot * 4;
+      const ours = `198.19.${at >> 8}.${(at & 255) + 1}`;
+      const theirs = `198.19.${at >> 8}.${(at & 255) + 2}`;
+      this.reached.set(name, { dev, ours, theirs });
+      ip('addr', 'add', `${ours}/30`, 'dev', dev);
+      ip('link', 'set', dev, 'up');
+      ip('-n', ns, 'addr', 'add', `${theirs}/30`, 'dev', 'pd-reach');
+      ip('-n', ns, 'link', 'set', 'pd-reach', 'up');
+      return;
+    }
+    throw new Error('every /30 of 198.19.0.0/16 is taken by other test hosts');
   }
 
   /** The pid whose namespaces are the host's (`nsenter --target PID --mount --net`). */
@@ -385,6 +401,9 @@ export function sweepDeadTestHosts(): string[] {
   }
   return removed;
 }
+
+/** /30 subnets of 198.19.0.0/16, for links to test hosts from the shared namespace. */
+const REACH_SLOTS = 16_384;
 
 function ip(...args: string[]): void {
   try {

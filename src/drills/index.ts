@@ -4,6 +4,7 @@ import { controlPlaneFailover } from './control-plane-failover.ts';
 import type { DrillScenario } from './harness.ts';
 import { hostilePeer } from './hostile-peer.ts';
 import { killControlPlane } from './kill-control-plane.ts';
+import { partitionEngine, partitionKv } from './partition.ts';
 import {
   busLoopDeath,
   computeHang,
@@ -30,4 +31,6 @@ export const DRILLS: readonly DrillScenario[] = [
   kvCorruption,
   slowClient,
   journalUnwritable,
+  partitionKv,
+  partitionEngine,
 ];

@@ -74,13 +74,22 @@ export class RemoteTarget implements DrillTarget {
   private constructor(
     url: URL,
     private readonly token: string | null,
+    sameHost?: boolean,
   ) {
     this.base = url.origin;
-    this.sameHost = isThisHost(url.hostname);
+    this.sameHost = sameHost ?? isThisHost(url.hostname);
   }
 
   /** Connects to the server at `url`: it must answer `/v1/models` with the model it serves. */
-  static async connect(url: string, token: string | null): Promise<RemoteTarget> {
+  /**
+   * `sameHost`: the server's journal file and processes are this machine's although its address is
+   * not (test hosts: network namespaces sharing the file system); default: judged by the address.
+   */
+  static async connect(
+    url: string,
+    token: string | null,
+    o: { sameHost?: boolean } = {},
+  ): Promise<RemoteTarget> {
     let parsed: URL;
     try {
       parsed = new URL(url);
@@ -90,7 +99,7 @@ export class RemoteTarget implements DrillTarget {
         `--url must be an http(s) URL like http://127.0.0.1:8080, got "${url}"`,
       );
     }
-    const t = new RemoteTarget(parsed, token);
+    const t = new RemoteTarget(parsed, token, o.sameHost);
     const models = await t.get<{ data: Array<{ id: string }> }>('/v1/models');
     const first = models.data[0];
     if (!first) throw new TargetError(`${t.base}/v1/models lists no model`);

@@ -9,10 +9,11 @@
  *   3. `restart_engine`: that one process is killed and respawned; it rejoins as a new incarnation.
  *   4. `restart_stack`: every engine process is restarted.
  *
- * An engine this control plane did not start that falls silent (no heartbeat: its host was cut
- * off, or the process hangs) cannot be reset or restarted from here: it is fenced instead
- * (`fence_engine`) — its rooms move to healthy pairs and its incarnation is refused from then on,
- * so that when it is heard from again it exits and its own supervisor starts it afresh.
+ * An engine this control plane did not start cannot be restarted from here: where the ladder
+ * would restart it, it is fenced instead (`fence_engine`) — its rooms move to healthy pairs and
+ * its incarnation is refused from then on, so that when it is heard from again it exits and its
+ * own supervisor starts it afresh. One that falls silent (no heartbeat: its host was cut off, or
+ * the process hangs) is fenced at once, since no reset can reach it.
  *
  * Each rung is journaled as `recovery.action` (requested, then recovered or failed, with detectMs
  * and recoverMs), the incident opens with `engine.stalled` and closes with `engine.recovered`.
@@ -316,12 +317,10 @@ export class EscalationLadder {
       return null;
     }
     if (this.supervisor.pid(s.engine) === undefined) {
-      this.giveUp(
-        s.engine,
-        l,
-        'the engine is not a process this control plane started; restart it by hand',
-      );
-      return null;
+      // Not ours to restart: fenced instead — its rooms move, and its own supervisor restarts it
+      // when it is told (BUS_FENCED), or an operator does.
+      this.tryRung(s, l, 'fence_engine', now);
+      return 'fence_engine';
     }
     this.tryRung(s, l, next, now);
     return next;

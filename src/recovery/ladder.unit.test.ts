@@ -53,6 +53,7 @@ class Rig {
       pid: () => (this.supervised ? 4242 : undefined),
       ids: () => ['prefill-0', 'decode-0'],
       signal: (id: string, sig: string) => {
+        if (!this.supervised) return false;
         this.asked.push(`${sig} ${id}`);
         return true;
       },
@@ -199,5 +200,15 @@ describe('EscalationLadder', () => {
       'reset_in_place: failed: not serving 2000 ms after reset_in_place',
       'restart_engine: requested',
     ]);
+  });
+
+  it('an engine it did not start is fenced where it would be restarted', () => {
+    const rig = new Rig();
+    rig.supervised = false;
+    rig.stall = 'work';
+    expect(rig.tick()).toEqual(['prefill-0:reset_in_place']);
+    expect(rig.tick(2500)).toEqual(['prefill-0:fence_engine']);
+    expect(rig.asked).toEqual(['fence prefill-0 i1']);
+    expect(rig.ladder.view(ENGINE).phase).toBe('fenced');
   });
 });
