@@ -41,7 +41,9 @@ export function registerEnginesCommand(program: Command): void {
   program
     .command('engines')
     .description(
-      'The engines a running `pdctl serve` sees now: state, pid, heartbeat age, loop ticks, free pages, rooms, ' +
+      'The engines a running `pdctl serve` sees now: state, pid, heartbeat age, loop ticks, free pages, ' +
+        'KV (host memory or cuda:N, +ucx when it receives over UCX), HOST (equal tags share shared memory), ' +
+        'TRANSFERS (how its rooms’ KV moved: ucx:12 shm:3), rooms, ' +
         'the escalation ladder (ok, resetting, restarting, gave_up) with its resets and last outcome, and RESTARTS: how often ' +
         'its process was started again (after a crash, or by the ladder).',
     )
