@@ -163,10 +163,10 @@ const Loaded& loaded() {
 
 using Clock = std::chrono::steady_clock;
 
-// Everything in flight for one transfer; touched only by the node's thread once queued.
 // How long puts already posted get to finish after their transfer is cancelled.
 constexpr auto kCancelGrace = std::chrono::milliseconds(250);
 
+// Everything in flight for one transfer; touched only by the node's thread once queued.
 struct Job {
   uint64_t id = 0;
   std::string room;

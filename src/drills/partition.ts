@@ -303,6 +303,19 @@ async function runPartition(o: DrillRunOptions, kind: 'kv' | 'engine'): Promise<
       const back = await until(() => overUcx(healAt), 30_000, 100);
       recoveredAt = back?.ts ?? null;
       if (back) mark('KV over UCX from host a to host b again', back.ts);
+      // The cut's failures are counted where an alert would look.
+      const metrics = await (await fetch(`${base}/metrics`)).text();
+      const counted = [
+        ...metrics.matchAll(
+          /^pdctl_transfers_total\{status="(?!ok")([a-z_]+)",transport="ucx"\} (\d+)$/gm,
+        ),
+      ].reduce((n, m) => n + Number(m[2]), 0);
+      check({
+        name: 'the cut’s failed transfers counted in /metrics',
+        ok: counted >= failed.length && failed.length > 0,
+        figure: { counted, failedRooms: failed.length },
+        detail: 'pdctl_transfers_total{status≠"ok",transport="ucx"} (stalled, failed, …)',
+      });
       const rooms = await target.events('room.created', cutAt);
       const during = rooms.filter((e) => e.ts > (detectedAt ?? cutAt) && e.ts < healAt);
       const farDuring = during.filter((e) => e.data.decodeEngine === 'decode-b');
