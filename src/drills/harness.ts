@@ -25,7 +25,7 @@ import {
   type Invariant,
   type StateSample,
 } from './report.ts';
-import { type DrillTarget, LocalTarget } from './target.ts';
+import { type DrillTarget, type EngineView, LocalTarget } from './target.ts';
 
 export interface DrillContext {
   /** The stack under drill: one this process started, or a `pdctl serve` at `--url`. */
@@ -477,6 +477,19 @@ export async function commonInvariants(
     ok: next.ok,
     figure: { ms: next.ms },
     detail: next.ok ? 'canary room completed' : `${next.stage}: ${next.reason}`,
+  });
+}
+
+/** Which of `ids` kept their process — the same pid and incarnation — from `before` to `after`. */
+export function keptProcesses(
+  before: readonly EngineView[],
+  after: readonly EngineView[],
+  ids: readonly string[],
+): string[] {
+  return ids.filter((id) => {
+    const a = before.find((e) => e.id === id);
+    const b = after.find((e) => e.id === id);
+    return a !== undefined && b !== undefined && a.pid === b.pid && a.incarnation === b.incarnation;
   });
 }
 

@@ -14,7 +14,13 @@ import { Admission } from '../bus/admission.ts';
 import { selfCommand } from '../recovery/self.ts';
 import { EngineSupervisor } from '../recovery/supervisor.ts';
 import type { DrillRunOptions, DrillScenario } from './harness.ts';
-import { drillEngineArgs, drillServeArgs, freePort, noLeakedPages } from './harness.ts';
+import {
+  drillEngineArgs,
+  drillServeArgs,
+  freePort,
+  keptProcesses,
+  noLeakedPages,
+} from './harness.ts';
 import { Load, type RequestRecord } from './load.ts';
 import { sleep, until } from './poll.ts';
 import { RemoteTarget } from './remote-target.ts';
@@ -195,11 +201,7 @@ async function runKillControlPlane(o: DrillRunOptions): Promise<DrillReport> {
     await sleep(1500);
     await load.stop();
     const after = await target.engines();
-    const same = ids.filter((id) => {
-      const a = before.find((e) => e.id === id);
-      const b = after.find((e) => e.id === id);
-      return a && b && a.pid === b.pid && a.incarnation === b.incarnation;
-    });
+    const same = keptProcesses(before, after, ids);
     check({
       name: 'engines survived: reconnected, not restarted',
       ok: same.length === ids.length,

@@ -28,6 +28,7 @@ import {
   type DrillScenario,
   drillEngineArgs,
   drillServeArgs,
+  keptProcesses,
 } from './harness.ts';
 import { TestHosts, testHostsUnavailable } from './hosts.ts';
 import { Load } from './load.ts';
@@ -368,11 +369,7 @@ async function runPartition(o: DrillRunOptions, kind: 'kv' | 'engine'): Promise<
     await load.stop();
     const after = await target.engines();
     const healthy = ENGINES.map((e) => e.id).filter((id) => kind === 'kv' || id !== 'decode-b');
-    const kept = healthy.filter((id) => {
-      const a = before.find((e) => e.id === id);
-      const b = after.find((e) => e.id === id);
-      return a && b && a.incarnation === b.incarnation && a.pid === b.pid;
-    });
+    const kept = keptProcesses(before, after, healthy);
     check({
       name: 'engines on the healthy side not restarted',
       ok: kept.length === healthy.length,
