@@ -17,7 +17,13 @@ import { isTerminal } from '../journal/states.ts';
 import { selfCommand } from '../recovery/self.ts';
 import { EngineSupervisor } from '../recovery/supervisor.ts';
 import type { DrillRunOptions, DrillScenario } from './harness.ts';
-import { drillEngineArgs, drillServeArgs, freePort, noLeakedPages } from './harness.ts';
+import {
+  drillEngineArgs,
+  drillServeArgs,
+  freePort,
+  keptProcesses,
+  noLeakedPages,
+} from './harness.ts';
 import { Load, type RequestRecord } from './load.ts';
 import { sleep, until } from './poll.ts';
 import { RemoteTarget } from './remote-target.ts';
@@ -220,11 +226,7 @@ async function runFailover(o: DrillRunOptions): Promise<DrillReport> {
       const now = await newTarget.engines();
       return ids.every((id) => now.find((e) => e.id === id)?.live === true) && now;
     }, 15_000);
-    const same = ids.filter((id) => {
-      const x = before.find((e) => e.id === id);
-      const y = followed ? followed.find((e) => e.id === id) : undefined;
-      return x && y && x.pid === y.pid && x.incarnation === y.incarnation;
-    });
+    const same = keptProcesses(before, followed || [], ids);
     check({
       name: `${signal}: the engines followed the new leader`,
       ok: same.length === ids.length,
