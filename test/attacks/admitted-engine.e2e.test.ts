@@ -9,6 +9,8 @@ import { newKeyPair } from '../../src/bus/admission.ts';
 import { REGISTRATIONS_BURST } from '../../src/control/engine-link.ts';
 import type { RawEngine } from '../../src/drills/raw-engine.ts';
 import type { JournalEvent } from '../../src/journal/events.ts';
+import { KvPool } from '../../src/transfer/pool.ts';
+import { UcxNode, ucxBackend } from '../../src/transfer/ucx.ts';
 import { raw } from '../helpers/raw-peers.ts';
 import { collect, prompt, startTestStack, waitFor } from '../helpers/stack.ts';
 
@@ -165,5 +167,73 @@ describe('an admitted engine', () => {
     expect(throttled.length).toBe(1);
     // The journal grew by the clients' rooms and those few events, not by the flood.
     expect(events.length).toBeLessThan(12 * 14 + REGISTRATIONS_BURST + 10);
+  });
+});
+
+describe.skipIf(!ucxBackend().available)('an admitted decode engine across hosts', () => {
+  it('whose UCX descriptor is of another pool epoch than its pages is refused, never written', async () => {
+    // A prefill engine that puts over UCX to engines of other hosts; no decode engine of its own.
+    const stack = await startTestStack({
+      decodeEngines: 0,
+      engineArgs: ['--kv-transport', 'auto'],
+    });
+    const { control } = stack;
+    // A real pool, registered: the descriptor is a valid one, only of another epoch.
+    const pool = KvPool.create({
+      name: `/pdctl-stale-${process.pid}`,
+      pages: 64,
+      pageBytes: control.registry.get('prefill-0')?.pageBytes as number,
+      replace: true,
+    });
+    const node = UcxNode.open();
+    try {
+      const d = node.register(pool);
+      const keys = newKeyPair();
+      stack.admission.allow('decode-x', keys.publicKey);
+      const x = raw({
+        endpoint: control.endpoint,
+        engine: 'decode-x',
+        role: 'decode',
+        keys,
+        serverKey: stack.admission.server.publicKey,
+      });
+      await x.join({
+        pages: 64,
+        pageBytes: pool.pageBytes,
+        kv: { baseBytes: 0, bytesPerToken: 64, decodeGrows: true },
+        pool: pool.name,
+        epoch: pool.epoch,
+        host: 'another-host',
+        kvRemote: {
+          transport: 'ucx',
+          address: d.address,
+          rkey: d.rkey,
+          base: d.base,
+          pages: d.pages,
+          pageBytes: d.pageBytes,
+          epoch: d.epoch,
+        },
+      });
+      const out = collect(control.submit({ prompt: prompt(1, 8), maxTokens: 4 }));
+      const created = (await x.next('event')) as unknown as { payload: { event: JournalEvent } };
+      const room = created.payload.event.room as string;
+      expect(created.payload.event.type).toBe('room.created');
+      expect(created.payload.event.data.transport).toBe('ucx');
+      await x.append('e-1', 'room.bootstrap_started', room, {});
+      await x.append('e-2', 'room.bootstrapped', room, {
+        pages: [0, 1],
+        pool: pool.name,
+        epoch: pool.epoch + 1,
+      });
+      const { error } = await out;
+      expect(error?.message).toMatch(/decode_pool_stale/);
+      // Nothing was put into the pool the descriptor names.
+      for (const page of [0, 1]) expect(pool.page(page).every((b) => b === 0)).toBe(true);
+    } finally {
+      await node.close();
+      pool.close();
+      KvPool.unlink(pool.name);
+      await stack.stop();
+    }
   });
 });
