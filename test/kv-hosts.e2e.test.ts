@@ -3,7 +3,8 @@
  * and a decode engine on host b (each host its own network and /dev/shm; src/drills/hosts.ts).
  * Completions, streaming and not, are the model's own text, the journal says UCX moved every
  * room's KV, and neither engine's pool is visible on the other's host. Then a decode engine on
- * host a joins: rooms take the same-host pair (shared memory); and a decode engine on host b that
+ * host a joins: rooms take the same-host pair (shared memory); a prefill engine on host b joins:
+ * concurrent rooms spread over the two same-host pairs; and a decode engine on host b that
  * restarted (a new pool, registered again) receives over UCX what host a's cannot take.
  */
 import type { ChildProcess } from 'node:child_process';
@@ -46,13 +47,18 @@ function pdctlOn(h: TestHosts, host: string, args: string[], env: NodeJS.Process
 }
 
 describe.skipIf(why !== null)(`KV across test hosts${why ? ` (skipped: ${why})` : ''}`, () => {
-  it('control plane on c, prefill on a, decode on b: answers are the model’s, UCX moved the KV', async () => {
+  it('control plane on c, engines on a and b: answers are the model’s, UCX moves KV between hosts, same-host pairs first', async () => {
     hosts = await TestHosts.create({ names: ['a', 'b', 'c'], reach: ['c'] });
     const h = hosts;
     const data = tempDir('pdctl-kv-hosts-');
     const server = newKeyPair();
     writeFileSync(join(data, 'bus.key'), JSON.stringify(server), { mode: 0o600 });
-    const keys = { 'prefill-a': newKeyPair(), 'decode-b': newKeyPair(), 'decode-a': newKeyPair() };
+    const keys = {
+      'prefill-a': newKeyPair(),
+      'decode-b': newKeyPair(),
+      'decode-a': newKeyPair(),
+      'prefill-b': newKeyPair(),
+    };
     const serve = pdctlOn(
       h,
       'c',
@@ -80,6 +86,8 @@ describe.skipIf(why !== null)(`KV across test hosts${why ? ` (skipped: ${why})` 
         `decode-b=${keys['decode-b'].publicKey}`,
         '--engine-key',
         `decode-a=${keys['decode-a'].publicKey}`,
+        '--engine-key',
+        `prefill-b=${keys['prefill-b'].publicKey}`,
       ],
       { PDCTL_ADMIN_TOKEN: ADMIN_TOKEN },
     );
@@ -108,6 +116,9 @@ describe.skipIf(why !== null)(`KV across test hosts${why ? ` (skipped: ${why})` 
           `tcp://${h.address('c', host)}:${BUS_PORT}`,
           '--kv-transport',
           'auto',
+          // Rooms that last a few tens of ms, so that concurrent ones overlap.
+          '--decode-us-per-token',
+          '2000',
           '--log-level',
           'warn',
         ],
@@ -254,18 +265,43 @@ describe.skipIf(why !== null)(`KV across test hosts${why ? ` (skipped: ${why})` 
     expect(table.stdout).toMatch(/decode-b .*\bucx:\d+/);
     expect(table.stdout).toMatch(/prefill-a .*\bucx:\d+ shm:\d+|prefill-a .*\bshm:\d+ ucx:\d+/);
 
-    // decode-b restarts (a new pool, registered again) and decode-a drains: rooms go to the new
-    // decode-b over UCX, into the pool it registered this time.
+    // Both roles on both hosts: concurrent rooms spread over the two same-host pairs, and none
+    // moves its KV over UCX while a same-host pair has room.
+    engines.push(engine('b', 'prefill', 'prefill-b', 'a'));
+    await serving('prefill-b registered', ['decode-a', 'decode-b', 'prefill-a', 'prefill-b']);
+    const pairs = await Promise.all(
+      prompts.map(async (prompt) => {
+        const res = await fetch(`${base}/v1/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: model.name, prompt, max_tokens: 12 }),
+        });
+        const body = (await res.json()) as { choices: Array<{ text: string }> };
+        expect(body.choices[0]?.text).toBe(generateInProcess(model, prompt, 12).text);
+        const room = res.headers.get('x-pdctl-room') as string;
+        const { events } = (await (await fetch(`${base}/v1/rooms/${room}`)).json()) as {
+          events: Array<{ type: string; data: Record<string, string> }>;
+        };
+        const created = events.find((e) => e.type === 'room.created')?.data ?? {};
+        return `${created.prefillEngine}→${created.decodeEngine} ${created.transport}`;
+      }),
+    );
+    expect(new Set(pairs)).toEqual(new Set(['prefill-a→decode-a shm', 'prefill-b→decode-b shm']));
+
+    // decode-b restarts (a new pool, registered again), decode-a and prefill-b drain: rooms go
+    // from prefill-a to the new decode-b over UCX, into the pool it registered this time.
     const before = (await listEngines()).find((e) => e.id === 'decode-b')?.incarnation;
     const old = engines[1] as ChildProcess;
     process.kill(-(old.pid as number), 'SIGKILL');
     engines[1] = engine('b', 'decode', 'decode-b', 'a');
-    const drain = await fetch(`${base}/v1/admin/engines/decode-a/commands`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN_TOKEN}` },
-      body: JSON.stringify({ command: 'drain', reason: 'kv-hosts test' }),
-    });
-    expect(drain.status).toBe(202);
+    for (const id of ['decode-a', 'prefill-b']) {
+      const drain = await fetch(`${base}/v1/admin/engines/${id}/commands`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN_TOKEN}` },
+        body: JSON.stringify({ command: 'drain', reason: 'kv-hosts test' }),
+      });
+      expect(drain.status).toBe(202);
+    }
     await waitFor(
       'decode-b back as a new incarnation',
       async () => {
@@ -274,7 +310,7 @@ describe.skipIf(why !== null)(`KV across test hosts${why ? ` (skipped: ${why})` 
       },
       30_000,
     );
-    await serving('decode-a draining', ['decode-b', 'prefill-a']);
+    await serving('decode-a and prefill-b draining', ['decode-b', 'prefill-a']);
     for (const prompt of prompts.slice(0, 2))
       expect(await complete(prompt)).toEqual(['decode-b', 'ucx', 'ucx']);
   }, 120_000);
