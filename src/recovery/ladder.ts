@@ -110,7 +110,13 @@ interface EngineLadder {
   lastRecovery: { kind: StallKind; rung: LadderRung; at: number } | null;
 }
 
+/** A gap between two ladder ticks this long says the process was not running (see `tick`). */
+const NOT_LISTENING_MS = 1000;
+
 export class EscalationLadder {
+  /** When this process was last found to have not been running; heartbeats count from then. */
+  private listeningSince = 0;
+  private lastTickAt = 0;
   private readonly engines = new Map<string, EngineLadder>();
   private timer: NodeJS.Timeout | null = null;
   private readonly policy: LadderPolicy;
@@ -186,7 +192,10 @@ export class EscalationLadder {
   ): Omit<Stall, 'engine'> | null {
     const found = stalls.find((x) => x.engine === s.engine);
     if (found) return found;
-    if (s.delivery.live && now - s.health.lastSeen > this.policy.heartbeatStaleMs)
+    // Heartbeats are judged only from when this process was last seen listening: one that was
+    // stopped or blocked (SIGSTOP, a long pause) heard nothing, and no engine is to blame for it.
+    const heardSince = Math.max(s.health.lastSeen, this.listeningSince);
+    if (s.delivery.live && now - heardSince > this.policy.heartbeatStaleMs)
       return {
         kind: 'heartbeat',
         reason: `no heartbeat for ${now - s.health.lastSeen} ms`,
@@ -210,6 +219,12 @@ export class EscalationLadder {
 
   /** One pass over the engines; returns the rungs it tried, as `engine:rung`. */
   tick(now = Date.now()): string[] {
+    // Ticks come every 100 ms; a gap of a second (on the real clock) means this process did not
+    // run — it was stopped, or its event loop blocked — and heard no heartbeat meanwhile.
+    const real = Date.now();
+    if (this.lastTickAt !== 0 && real - this.lastTickAt > NOT_LISTENING_MS)
+      this.listeningSince = now;
+    this.lastTickAt = real;
     const acted: string[] = [];
     // One pass over the rooms for every engine, not one per engine.
     const stalls = this.control.stalledEngines(this.policy, now);

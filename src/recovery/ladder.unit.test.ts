@@ -3,7 +3,7 @@
  * supervisor are stand-ins that record what the ladder asked of them (the real ones, and the
  * engines they run, are exercised end to end in test/recovery.e2e.test.ts and the drills).
  */
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import type { ControlPlane } from '../control/control-plane.ts';
 import type { EngineSession } from '../control/registry.ts';
 import type { Stall, StallKind } from '../control/stalls.ts';
@@ -116,6 +116,27 @@ describe('EscalationLadder', () => {
     rig.comesBack('incarnation');
     rig.tick();
     expect(rig.ladder.view(ENGINE).phase).toBe('ok');
+  });
+
+  it('does not fence engines for heartbeats it missed while it was not running itself', () => {
+    vi.useFakeTimers();
+    try {
+      const rig = new Rig();
+      rig.supervised = false;
+      rig.beat();
+      vi.setSystemTime(rig.now);
+      expect(rig.tick(100)).toEqual([]);
+      // This process was stopped for 6 s (SIGSTOP, a long pause): its timer ran that late.
+      vi.advanceTimersByTime(6000);
+      expect(rig.tick(6000)).toEqual([]);
+      // Listening again, and still no heartbeat 5 s later: now the engine is silent.
+      vi.advanceTimersByTime(100);
+      expect(rig.tick(4000)).toEqual([]);
+      vi.advanceTimersByTime(100);
+      expect(rig.tick(1100)).toEqual(['prefill-0:fence_engine']);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('gives up on a fenced engine that does not come back, and says where to look', () => {
