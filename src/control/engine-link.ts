@@ -193,16 +193,6 @@ export class EngineLink {
   async hello(peer: PeerId, msg: EngineMessage<'hello'>): Promise<void> {
     this.deps.counters.hellos++;
     const log = this.deps.log;
-    const fenced = this.fencedIncarnations.get(`${msg.engine}/${msg.incarnation}`);
-    if (fenced !== undefined) {
-      this.bus.send(peer, 'nack', {
-        eventId: null,
-        code: 'BUS_FENCED',
-        message: fenced,
-        retryable: false,
-      });
-      return;
-    }
     if (msg.protocol !== PROTOCOL_VERSION) {
       this.bus.send(peer, 'nack', {
         eventId: null,
@@ -220,6 +210,17 @@ export class EngineLink {
         eventId: null,
         code: 'BUS_UNAUTHORIZED',
         message: verdict.reason,
+        retryable: false,
+      });
+      return;
+    }
+    // Told only to a sender that proved it holds the engine's key.
+    const fenced = this.fencedIncarnations.get(`${msg.engine}/${msg.incarnation}`);
+    if (fenced !== undefined) {
+      this.bus.send(peer, 'nack', {
+        eventId: null,
+        code: 'BUS_FENCED',
+        message: fenced,
         retryable: false,
       });
       return;
