@@ -47,10 +47,11 @@ export interface BusServerHandlers {
   append(peer: PeerId, engine: string, msg: EngineMessage<'append'>): void;
   tokens(peer: PeerId, engine: string, msg: EngineMessage<'tokens'>): void;
   /**
-   * Why a peer that is not registered may never be again (its incarnation was fenced), or null.
-   * Its messages are then answered BUS_FENCED instead of being dropped or told to say hello.
+   * Whether a peer that is not registered may never be again (its incarnation was fenced): null
+   * when not; else why, and whether to tell it now. Its messages are answered BUS_FENCED (at most
+   * once a second: a fenced peer flooding frames gets no answer to each) and otherwise dropped.
    */
-  fenced?(peer: PeerId): string | null;
+  fenced?(peer: PeerId): { reason: string; tell: boolean } | null;
   /**
    * A peer ran over one of its quotas: its messages are dropped until it keeps within them. Called
    * once per episode (the first drop after 10 s within quota), with the engine it registered as.
@@ -189,12 +190,13 @@ export class BusServer {
         const fenced = this.handlers.fenced?.(peer) ?? null;
         if (fenced !== null) {
           // Heartbeats too: a fenced engine that only heartbeats must learn it, and exit.
-          this.send(peer, 'nack', {
-            eventId: null,
-            code: 'BUS_FENCED',
-            message: fenced,
-            retryable: false,
-          });
+          if (fenced.tell)
+            this.send(peer, 'nack', {
+              eventId: null,
+              code: 'BUS_FENCED',
+              message: fenced.reason,
+              retryable: false,
+            });
           return;
         }
         if (d.kind === 'append') {

@@ -128,8 +128,8 @@ export class EngineLink {
   private readonly registrations = new Map<string, TokenBucket>();
   /** Incarnations declared lost while their process may live (`fence`), and why: never again. */
   private readonly fencedIncarnations = new Map<string, string>();
-  /** Their bus connections, and why: what they send is answered BUS_FENCED. */
-  private readonly fencedPeers = new Map<PeerId, string>();
+  /** Their bus connections, why, and when last told: what they send is answered BUS_FENCED. */
+  private readonly fencedPeers = new Map<PeerId, { reason: string; toldAt: number }>();
   private readonly throttles: ThrottleRecord;
   /** Sessions handed out so far (one per accepted hello). */
   private sessions = 0;
@@ -181,13 +181,20 @@ export class EngineLink {
     s.delivery.live = false;
     this.bus.unregister(s.peer);
     remember(this.fencedIncarnations, `${engine}/${incarnation}`, why);
-    remember(this.fencedPeers, s.peer, why);
+    remember(this.fencedPeers, s.peer, { reason: why, toldAt: 0 });
     return true;
   }
 
-  /** Why this bus connection may not be registered again (its incarnation was fenced), or null. */
-  fencedPeer(peer: PeerId): string | null {
-    return this.fencedPeers.get(peer) ?? null;
+  /**
+   * Whether this bus connection may not be registered again (its incarnation was fenced): why,
+   * and whether to tell it now — at most once a second, however many frames it sends.
+   */
+  fencedPeer(peer: PeerId, now = Date.now()): { reason: string; tell: boolean } | null {
+    const f = this.fencedPeers.get(peer);
+    if (!f) return null;
+    const tell = now - f.toldAt >= 1000;
+    if (tell) f.toldAt = now;
+    return { reason: f.reason, tell };
   }
 
   async hello(peer: PeerId, msg: EngineMessage<'hello'>): Promise<void> {
@@ -577,7 +584,7 @@ export class EngineLink {
 /** How many fenced incarnations and connections are remembered (the oldest are forgotten). */
 const FENCES_KEPT = 256;
 
-function remember<K>(m: Map<K, string>, key: K, why: string): void {
+function remember<K, V>(m: Map<K, V>, key: K, why: V): void {
   m.set(key, why);
   if (m.size > FENCES_KEPT) {
     const oldest = m.keys().next().value;

@@ -43,6 +43,9 @@ export const hostilePeer: DrillScenario = {
     unsupported:
       'it needs a key the stack admits, and only a stack the drill starts hands one out (against --url, malformed-frames shows that a stranger never gets in)',
   },
+  // The room aimed at is held in `transferring` (a stalled transfer) until the drill aborts it at
+  // the end: its deadline there must outlast every step, floods included, on a loaded machine.
+  stack: { deadlinesMs: { transferring: 60_000 } },
   async run(ctx) {
     if (!ctx.local) throw new Error('hostile-peer needs a stack the drill starts');
     const { control, admission, journal } = ctx.local.stack;
