@@ -88,6 +88,35 @@ describe('operator routes and admission', () => {
     });
     expect(http[1]).toMatchObject({ status: 400, room: null });
     expect(typeof http[0]?.ms).toBe('number');
+    // Over real HTTP too, where a stream writes its own head: its access line names its room.
+    const url = await app.listen({ host: '127.0.0.1', port: 0 });
+    try {
+      const streamed = await fetch(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-request-id': 'incident-43' },
+        body: JSON.stringify(completion({ stream: true }).payload),
+      });
+      await streamed.text();
+      const plainHttp = await fetch(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-request-id': 'incident-44' },
+        body: JSON.stringify(completion().payload),
+      });
+      await plainHttp.text();
+      await waitFor('their access lines', () =>
+        lines.some((l) => l.msg === 'http' && l.requestId === 'incident-44'),
+      );
+      for (const [rid, res] of [
+        ['incident-43', streamed],
+        ['incident-44', plainHttp],
+      ] as const)
+        expect(lines.find((l) => l.msg === 'http' && l.requestId === rid)).toMatchObject({
+          status: 200,
+          room: res.headers.get('x-pdctl-room'),
+        });
+    } finally {
+      await app.close();
+    }
   });
 
   it('an operator abort ends a stream with finish_reason "abort", the text so far, and why', async () => {

@@ -258,7 +258,7 @@ describe('pdctl refuses bad input with a clear message and the right exit code',
     [['journal', 'prune', '--older-than', 'a week'], /invalid --older-than/],
     [['journal', 'tail', '--type', 'room.nope'], /unknown event type "room.nope"/],
     [['journal', 'synth', '--rooms', 'many'], /--rooms must be an integer/],
-    [['room', 'not a room id'], /is not a room id/],
+    [['room', 'not a room id'], /is neither a room id nor a request id/],
     [['journal', 'bogus'], /unknown command/],
   ])('%j', async (args, message) => {
     const r = await pdctl([...args, ...J]);

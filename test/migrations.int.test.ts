@@ -44,6 +44,15 @@ describe('migrations', () => {
     it(`opens the schema ${m.version} fixture, migrates it to head (${headVersion()}) and keeps every event`, async () => {
       const path = `${dir}/${name}.db`;
       copyFileSync(`${FIXTURES}${name}.db`, path);
+      if (m.version < 3) {
+        // pdctl journaled a request id on room.created before schema 3 gave rooms the column
+        // (its fixtures were made without one): schema 3 takes it from there.
+        const db = new Database(path);
+        db.prepare(
+          `UPDATE events SET data = json_set(data, '$.requestId', 'req-' || room) WHERE type = 'room.created'`,
+        ).run();
+        db.close();
+      }
       const expected = JSON.parse(readFileSync(`${FIXTURES}${name}.json`, 'utf8'));
       const journal = await SqliteJournal.open({ path, create: false });
       try {
@@ -56,7 +65,8 @@ describe('migrations', () => {
           rejectedEvents: stats.rejectedEvents,
         }).toEqual(expected);
         expect((await journal.verify()).ok).toBe(true);
-        // Schema 2's origin: every room takes its room.created's source.
+        // Schema 2's origin: every room takes its room.created's source; schema 3's request id,
+        // its requestId (fixtures before schema 3 have none: null).
         const { rooms } = await journal.rooms({ limit: 10_000 });
         expect(rooms.length).toBe(expected.rooms);
         for (const r of rooms) {
@@ -64,6 +74,16 @@ describe('migrations', () => {
             (e) => e.type === 'room.created',
           );
           expect(r.origin, r.room).toBe(created?.source);
+          expect(r.requestId, r.room).toBe(
+            (created?.data as { requestId?: string } | undefined)?.requestId ?? null,
+          );
+        }
+        const api = rooms.filter((r) => r.origin === 'api');
+        expect(api.length).toBeGreaterThan(0);
+        for (const r of api) {
+          expect(r.requestId, r.room).toBe(`req-${r.migratedFrom ?? r.room}`);
+          const found = await journal.rooms({ requestId: r.requestId as string });
+          expect(found.rooms.map((x) => x.room)).toContain(r.room);
         }
         for (const ev of lifecycle('after-migration'))
           expect((await journal.append(ev)).status).toBe('applied');

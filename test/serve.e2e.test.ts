@@ -254,7 +254,7 @@ describe('the openai client against pdctl serve', () => {
     expect(one.stdout).toMatch(/room\.created/);
     const missing = await pdctl(['room', 'r-nosuchroom-000001', '--url', s.url]);
     expect(missing.code).toBe(1);
-    expect(missing.stdout).toMatch(/no room r-nosuchroom-000001 in http/);
+    expect(missing.stdout).toMatch(/no room and no request r-nosuchroom-000001 in http/);
     const down = await pdctl(['rooms', '--url', 'http://127.0.0.1:9']);
     expect(down.code).toBe(4);
     expect(down.stderr).toMatch(/cannot reach .*Is pdctl serve running there\? Pass --url\./);
@@ -273,6 +273,48 @@ describe('the openai client against pdctl serve', () => {
     expect(both.stderr).toMatch(
       /both PDCTL_URL and PDCTL_JOURNAL are set: pass --url or --journal/,
     );
+  });
+
+  it('a request id finds its room: /v1/rooms?request_id=, pdctl room <request-id>, pdctl rooms --request-id', async () => {
+    const rid = `incident-${Date.now()}/a:b`;
+    const res = await fetch(`${s.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-request-id': rid },
+      body: JSON.stringify({
+        model: MODEL,
+        prompt: 'the quiet harbor',
+        max_tokens: 3,
+        stream: true,
+      }),
+    });
+    expect(res.headers.get('x-request-id')).toBe(rid);
+    const room = res.headers.get('x-pdctl-room') as string;
+    await res.text();
+    const q = await get(`/v1/rooms?request_id=${encodeURIComponent(rid)}`);
+    expect(q.status).toBe(200);
+    expect(q.body.rooms).toEqual([expect.objectContaining({ room, requestId: rid })]);
+    expect((await get('/v1/rooms?request_id=no-such-request')).body.rooms).toEqual([]);
+    for (const where of [
+      ['--url', s.url],
+      ['--journal', `${s.dataDir}/journal.db`],
+    ]) {
+      const one = await pdctl(['room', rid, ...where], { env: { PDCTL_URL: '' } });
+      expect(one.code, one.stderr).toBe(0);
+      expect(one.stdout).toContain(`request ${rid}: room ${room}`);
+      expect(one.stdout).toMatch(new RegExp(`room ${room}: completed \\(3 tok, length\\)`));
+      const json = await pdctl(['room', rid, '--json', ...where], { env: { PDCTL_URL: '' } });
+      expect(JSON.parse(json.stdout)).toMatchObject({
+        request_id: rid,
+        rooms: [{ room: { room, requestId: rid } }],
+      });
+      const listed = await pdctl(['rooms', '--request-id', rid, '--json', ...where], {
+        env: { PDCTL_URL: '' },
+      });
+      expect(JSON.parse(listed.stdout).rooms.map((r: { room: string }) => r.room)).toEqual([room]);
+    }
+    const bad = await pdctl(['room', 'has spaces', '--url', s.url]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/neither a room id nor a request id/);
   });
 
   it('pdctl journal tail --url prints and follows a running stack’s journal', async () => {

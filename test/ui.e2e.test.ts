@@ -147,6 +147,33 @@ describe.runIf(hasChromium)('the live page in headless Chromium', () => {
       42,
     );
     await page.screenshot({ path: join(ARTEFACTS, 'ui-timeline.png'), fullPage: true });
+
+    // Found by its request id: the room listed and its timeline open, its request named; a long
+    // prompt's page numbers are cut short in the timeline.
+    const asked = await fetch(`${s.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-request-id': 'ticket-4711' },
+      body: JSON.stringify({
+        model: 'pdctl-deterministic-1',
+        prompt: 'many words '.repeat(400),
+        max_tokens: 2,
+      }),
+    });
+    expect(asked.status).toBe(200);
+    const askedRoom = asked.headers.get('x-pdctl-room') as string;
+    await page.fill('#room-search', 'ticket-4711');
+    await page.press('#room-search', 'Enter');
+    await page.locator(`#rooms tr[data-room="${askedRoom}"]`).waitFor();
+    await expect.poll(() => page.locator('#timeline-room').textContent()).toBe(askedRoom);
+    expect(await page.locator('#room-search-state').textContent()).toBe(
+      'request ticket-4711: 1 room',
+    );
+    expect(await page.locator('#timeline-summary').textContent()).toContain('ticket-4711');
+    const pages = await page
+      .locator('#timeline tr[data-type="room.bootstrapped"] td.data')
+      .textContent();
+    expect(pages).toMatch(/"pages":"\[0, 1, 2, 3, … \d+ in all\]"/);
+    expect(await page.locator('#rooms tbody tr').count()).toBe(1);
     expect(pageErrors).toEqual([]);
     expect(failedRequests).toEqual([]);
   });

@@ -169,7 +169,8 @@ function transfersText(transfers) {
 
 // ---- rooms ----
 
-const view = { tab: 'live', selected: null };
+/** `search`: what was typed in the find box, on the 'found' tab. */
+const view = { tab: 'live', selected: null, search: '' };
 
 function renderCounts(live) {
   $('#live-total').textContent = `${live.total} in flight`;
@@ -214,6 +215,7 @@ function renderRooms(rooms) {
 /** The tab's rooms: in flight (they came with the counts), or read from the journal. */
 async function roomsForTab(live) {
   if (view.tab === 'live') return live.rooms;
+  if (view.tab === 'found') return (await findRooms(view.search)).rooms;
   const q = view.tab === 'failed' ? '&state=failed,aborted' : '';
   return (await getJson(`/v1/rooms?limit=100${q}`)).rooms;
 }
@@ -226,9 +228,41 @@ for (const [id, tab] of [
   $(id).addEventListener('click', () => {
     view.tab = tab;
     for (const b of document.querySelectorAll('.tab')) b.classList.toggle('active', b === $(id));
+    $('#room-search').value = '';
+    $('#room-search-state').textContent = '';
     void poll();
   });
 }
+
+/**
+ * The rooms a typed id names: those of a request (its x-request-id; more than one when it
+ * migrated), else the room itself (a room id, or the completion id cmpl-<room> a client got).
+ */
+async function findRooms(text) {
+  const id = text.trim().replace(/^(?:chat)?cmpl-(r-.+)$/, '$1');
+  const q = `request_id=${encodeURIComponent(id)}&origin=all&limit=100`;
+  const byRequest = (await getJson(`/v1/rooms?${q}`)).rooms;
+  if (byRequest.length > 0) return { rooms: byRequest, what: `request ${id}` };
+  const one = await getJson(`/v1/rooms/${encodeURIComponent(id)}`, [200, 400, 404]);
+  return { rooms: one.room ? [one.room] : [], what: `room ${id}` };
+}
+
+$('#room-search').addEventListener('change', async () => {
+  const text = $('#room-search').value.trim();
+  if (!text) return;
+  view.tab = 'found';
+  view.search = text;
+  for (const b of document.querySelectorAll('.tab')) b.classList.remove('active');
+  const found = await findRooms(text);
+  $('#room-search-state').textContent =
+    found.rooms.length === 0
+      ? `nothing found for ${found.what}`
+      : `${found.what}: ${found.rooms.length === 1 ? '1 room' : `${found.rooms.length} rooms`}`;
+  renderRooms(found.rooms);
+  // The oldest room of the request is where it began.
+  const first = found.rooms.at(-1);
+  if (first) await openTimeline(first.room);
+});
 
 // ---- a room's timeline ----
 
@@ -262,6 +296,7 @@ async function renderTimeline(room) {
     field('tokens', r?.tokens),
     field('reason', r?.reason ?? r?.finishReason),
     field('origin', r?.origin),
+    field('request', r?.requestId),
     r?.migratedFrom ? field('migrated from', r.migratedFrom) : null,
     r?.migratedTo ? field('migrated to', r.migratedTo) : null,
   ];
@@ -298,9 +333,16 @@ async function renderTimeline(room) {
         h('td', { class: 'num' }, e.ts - t0),
         h('td', {}, e.type),
         h('td', {}, e.engine ?? '-'),
-        h('td', { class: 'data' }, JSON.stringify(e.data)),
+        h('td', { class: 'data' }, briefData(e.data)),
       ),
     ),
+  );
+}
+
+/** An event's data as JSON, long arrays (a room's page numbers) cut to their first few. */
+function briefData(data) {
+  return JSON.stringify(data, (_key, v) =>
+    Array.isArray(v) && v.length > 8 ? `[${v.slice(0, 4).join(', ')}, … ${v.length} in all]` : v,
   );
 }
 

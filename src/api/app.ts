@@ -11,6 +11,7 @@ import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Canary } from '../control/canary.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
+import { isRequestId } from '../journal/ids.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import type { RecoveryView } from '../recovery/view.ts';
@@ -22,6 +23,13 @@ import { openAiRoutes } from './openai.ts';
 import { queryRoutes } from './queries.ts';
 import { SHARED_SCHEMAS } from './schemas.ts';
 import { UI_CLIENT_HEADER, uiRoutes } from './ui.ts';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The room serving this request now (a completion, once submitted); null for others. */
+    room: (() => string) | null;
+  }
+}
 
 export interface ApiOptions {
   control: ControlPlane;
@@ -70,9 +78,6 @@ function boundedServer(o: ApiOptions) {
   };
 }
 
-/** An `x-request-id` taken as it is: printable, no spaces, at most 128 characters. */
-const REQUEST_ID = /^[\x21-\x7e]{1,128}$/;
-
 export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
   const app = Fastify({
     serverFactory: boundedServer(o),
@@ -84,7 +89,7 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
     // answer, in the access log, and journaled on the room it created.
     genReqId: (req) => {
       const given = req.headers['x-request-id'];
-      return typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
+      return typeof given === 'string' && isRequestId(given) ? given : randomUUID();
     },
   });
   // Answers are serialized as they are built: response schemas document and are tested against
@@ -117,13 +122,15 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
     },
   });
   await app.register(swaggerUi, { routePrefix: '/docs' });
+  app.decorateRequest('room', null);
   app.setErrorHandler((err, req, reply) => {
     const e = toApiError(err);
     // A refusal the service chose (503: journal unwritable, no engines) is a warning, once per
     // request, without a stack; anything else in 5xx is a bug worth the stack.
+    const about = { requestId: req.id, url: req.url, room: req.room?.() ?? null };
     if (e.status === 503)
-      o.log.warn({ url: req.url, code: e.code, reason: e.message }, 'request refused');
-    else if (e.status >= 500) o.log.error({ err, url: req.url }, 'request failed');
+      o.log.warn({ ...about, code: e.code, reason: e.message }, 'request refused');
+    else if (e.status >= 500) o.log.error({ ...about, err }, 'request failed');
     return sendError(reply, e);
   });
   app.setNotFoundHandler((req, reply) =>
@@ -156,7 +163,7 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
           url: req.url,
           status,
           ms: Math.round((performance.now() - started) * 10) / 10,
-          room: reply.raw.getHeader('x-pdctl-room') ?? null,
+          room: req.room?.() ?? null,
           client: req.ip,
         },
         'http',

@@ -297,6 +297,8 @@ async function serve(
     signal: ac.signal,
   });
   reply.header('x-pdctl-room', stream.room);
+  // The access line names the room serving the request when it ends (a migration moves it).
+  req.room = () => stream.current;
   // The socket closing before we finished is the client going away: abort the room now.
   let finished = false;
   reply.raw.on('close', () => {

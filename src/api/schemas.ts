@@ -61,6 +61,12 @@ export const RoomSchema = Type.Object(
     lastSeq: Type.Integer(),
     eventCount: Type.Integer(),
     origin: Type.String({ description: 'who created it: api, canary, migration, …' }),
+    requestId: Nullable(
+      Type.String({
+        description:
+          "the HTTP request it serves (the client's x-request-id, or the one the API made)",
+      }),
+    ),
   },
   { $id: 'Room', description: 'The projection of one room: the fold of its events' },
 );

@@ -3,9 +3,9 @@
 import type { Command } from 'commander';
 import { UsageError } from '../errors.ts';
 import { isValidId } from '../journal/events.ts';
-import { roomIdOf } from '../journal/ids.ts';
+import { isRequestId, roomIdOf } from '../journal/ids.ts';
 import { isRoomState, ROOM_STATES, type RoomState } from '../journal/states.ts';
-import { HIDDEN_ORIGINS, originFilter, type RoomFilter } from '../journal/store.ts';
+import { HIDDEN_ORIGINS, originFilter, type RoomFilter, type Timeline } from '../journal/store.ts';
 import { formatDuration, formatTs, parseTime } from '../time.ts';
 import { type CommonOptions, EXIT, note, openReader, print, printJson } from './context.ts';
 import { describeEvent, roomOutcome } from './describe.ts';
@@ -49,6 +49,7 @@ interface RoomsOptions extends CommonOptions, RemoteOption {
   state?: string;
   engine?: string;
   reason?: string;
+  requestId?: string;
   since?: string;
   until?: string;
   inFlightAt?: string;
@@ -79,6 +80,7 @@ export async function roomsCommand(opts: RoomsOptions): Promise<number> {
   if (opts.state) filter.state = parseStates(opts.state);
   if (opts.engine) filter.engine = opts.engine;
   if (opts.reason) filter.reason = opts.reason;
+  if (opts.requestId) filter.requestId = opts.requestId;
   if (opts.since) filter.since = parseTime(opts.since, now);
   if (opts.until) filter.until = parseTime(opts.until, now);
   if (opts.inFlightAt) filter.inFlightAt = parseTime(opts.inFlightAt, now);
@@ -127,70 +129,100 @@ export async function roomsCommand(opts: RoomsOptions): Promise<number> {
   }
 }
 
+/**
+ * `pdctl room <id>`: the room's timeline; an id that names no room but a request (its
+ * `x-request-id`) shows each room of that request, oldest first (more than one: it migrated).
+ */
 export async function roomCommand(id: string, opts: CommonOptions & RemoteOption): Promise<number> {
   const reader = roomReader(opts);
   try {
-    const t = await reader.timeline(id);
+    const t = isValidId(id) ? await reader.timeline(id) : { room: null, events: [], spans: [] };
+    if (!t.room && t.events.length === 0) {
+      const page = await reader.rooms({ requestId: id, limit: 100 });
+      const rooms = [...page.rooms].reverse();
+      if (rooms.length === 0) {
+        if (opts.json) printJson(t);
+        else
+          print(
+            `no room and no request ${id} in ${opts.url ?? opts.journal} (pruned, or never created)`,
+          );
+        return EXIT.problem;
+      }
+      const timelines = await Promise.all(rooms.map((r) => reader.timeline(r.room)));
+      if (opts.json) {
+        printJson({ request_id: id, rooms: timelines });
+        return EXIT.ok;
+      }
+      print(
+        `request ${id}: ${rooms.length === 1 ? 'room' : `${rooms.length} rooms`} ${rooms.map((r) => r.room).join(' → ')}\n`,
+      );
+      timelines.forEach((tl, i) => {
+        if (i > 0) print('');
+        printTimeline(tl.room?.room ?? '', tl);
+      });
+      return EXIT.ok;
+    }
     if (opts.json) {
       printJson(t);
       return t.room ? EXIT.ok : EXIT.problem;
     }
-    if (!t.room && t.events.length === 0) {
-      print(`no room ${id} in ${opts.url ?? opts.journal} (pruned, or never created)`);
-      return EXIT.problem;
-    }
-    const r = t.room;
-    if (r) {
-      const end = r.terminalAt ?? Date.now();
-      print(`room ${r.room}: ${r.state}${roomOutcome(r) ? ` (${roomOutcome(r)})` : ''}`);
-      print(`  pair      ${r.prefillEngine} → ${r.decodeEngine}`);
-      print(`  origin    ${r.origin}`);
-      print(`  created   ${formatTs(r.createdAt)}`);
-      print(
-        `  ${r.terminalAt ? 'ended    ' : 'running  '} ${r.terminalAt ? formatTs(r.terminalAt) : `for ${formatDuration(end - r.createdAt)}, deadline of ${r.state} at ${formatTs(r.deadlineAt)}`}`,
-      );
-      print(`  lifetime  ${formatDuration(end - r.createdAt)}`);
-      if (r.migratedFrom) print(`  migrated from ${r.migratedFrom}`);
-      if (r.abortRequestedAt !== null)
-        print(`  abort requested at ${formatTs(r.abortRequestedAt)} (${r.abortReason})`);
-      print(`  released  ${r.releasedBy.length ? r.releasedBy.join(', ') : 'none'}`);
-    } else {
-      print(`room ${id}: only rejected events (the room itself was never created)`);
-    }
-    const t0 = t.events[0]?.ts ?? 0;
-    print('\ntimeline');
-    print(
-      renderTable(t.events, [
-        { header: 'SEQ', value: (e) => e.seq, align: 'right' },
-        { header: 'TIME', value: (e) => formatTs(e.ts) },
-        { header: '+T', value: (e) => formatDuration(e.ts - t0), align: 'right' },
-        { header: 'EVENT', value: (e) => e.type },
-        { header: 'ENGINE', value: (e) => e.engine },
-        { header: 'DETAIL', value: (e) => describeEvent(e) },
-      ]),
-    );
-    if (t.spans.length) {
-      print('\ntime in each state');
-      print(
-        renderTable(t.spans, [
-          { header: 'STATE', value: (s) => s.state },
-          { header: 'ENTERED', value: (s) => formatTs(s.from) },
-          {
-            header: 'TIME',
-            value: (s) =>
-              s.ms === null
-                ? r?.terminalAt
-                  ? 'final'
-                  : `${formatDuration(Date.now() - s.from)} so far`
-                : formatDuration(s.ms),
-            align: 'right',
-          },
-        ]),
-      );
-    }
+    printTimeline(id, t);
     return EXIT.ok;
   } finally {
     reader.close();
+  }
+}
+
+/** One room's projection, its events and the time it spent in each state, as tables. */
+function printTimeline(id: string, t: Timeline): void {
+  const r = t.room;
+  if (r) {
+    const end = r.terminalAt ?? Date.now();
+    print(`room ${r.room}: ${r.state}${roomOutcome(r) ? ` (${roomOutcome(r)})` : ''}`);
+    print(`  pair      ${r.prefillEngine} → ${r.decodeEngine}`);
+    print(`  origin    ${r.origin}`);
+    print(`  created   ${formatTs(r.createdAt)}`);
+    print(
+      `  ${r.terminalAt ? 'ended    ' : 'running  '} ${r.terminalAt ? formatTs(r.terminalAt) : `for ${formatDuration(end - r.createdAt)}, deadline of ${r.state} at ${formatTs(r.deadlineAt)}`}`,
+    );
+    print(`  lifetime  ${formatDuration(end - r.createdAt)}`);
+    if (r.migratedFrom) print(`  migrated from ${r.migratedFrom}`);
+    if (r.abortRequestedAt !== null)
+      print(`  abort requested at ${formatTs(r.abortRequestedAt)} (${r.abortReason})`);
+    print(`  released  ${r.releasedBy.length ? r.releasedBy.join(', ') : 'none'}`);
+  } else {
+    print(`room ${id}: only rejected events (the room itself was never created)`);
+  }
+  const t0 = t.events[0]?.ts ?? 0;
+  print('\ntimeline');
+  print(
+    renderTable(t.events, [
+      { header: 'SEQ', value: (e) => e.seq, align: 'right' },
+      { header: 'TIME', value: (e) => formatTs(e.ts) },
+      { header: '+T', value: (e) => formatDuration(e.ts - t0), align: 'right' },
+      { header: 'EVENT', value: (e) => e.type },
+      { header: 'ENGINE', value: (e) => e.engine },
+      { header: 'DETAIL', value: (e) => describeEvent(e) },
+    ]),
+  );
+  if (t.spans.length) {
+    print('\ntime in each state');
+    print(
+      renderTable(t.spans, [
+        { header: 'STATE', value: (s) => s.state },
+        { header: 'ENTERED', value: (s) => formatTs(s.from) },
+        {
+          header: 'TIME',
+          value: (s) =>
+            s.ms === null
+              ? r?.terminalAt
+                ? 'final'
+                : `${formatDuration(Date.now() - s.from)} so far`
+              : formatDuration(s.ms),
+          align: 'right',
+        },
+      ]),
+    );
   }
 }
 
@@ -207,6 +239,10 @@ export function registerRoomCommands(
       .option(
         '--reason <reason>',
         'abort or failure reason, e.g. deadline_exceeded, client_disconnect',
+      )
+      .option(
+        '--request-id <id>',
+        'the rooms of one request (its x-request-id, or the one pdctl made)',
       )
       .option('--since <time>', 'rooms alive at or after this time')
       .option('--until <time>', 'rooms created at or before this time')
@@ -234,14 +270,19 @@ export function registerRoomCommands(
       .command('room')
       .argument(
         '<id>',
-        'room id, as printed by `pdctl rooms`, or the completion id a client got (cmpl-r-…)',
+        'room id, as printed by `pdctl rooms`, the completion id a client got (cmpl-r-…), or the request id (x-request-id) of its request',
       )
-      .description("one room's timeline: every event, and the time it spent in each state"),
+      .description(
+        "one room's timeline: every event, and the time it spent in each state; a request id shows each room of its request",
+      ),
   )
     .option('--url <url>', URL_HELP)
     .action(async (given: string, opts: CommonOptions & RemoteOption, cmd: Command) => {
       const id = roomIdOf(given);
-      if (!isValidId(id)) throw new UsageError(`"${given}" is not a room id`);
+      if (!isValidId(id) && !isRequestId(id))
+        throw new UsageError(
+          `"${given}" is neither a room id nor a request id (printable, no spaces, at most 128 characters)`,
+        );
       const o = targeted(opts, cmd);
       process.exitCode = await reading(() => roomCommand(id, o));
     });

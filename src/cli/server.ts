@@ -153,6 +153,7 @@ export function serverRoomReader(base: string): RoomReader {
       set('state', filter.state);
       set('engine', filter.engine);
       set('reason', filter.reason);
+      set('request_id', filter.requestId);
       set('since', filter.since);
       set('until', filter.until);
       set('in_flight_at', filter.inFlightAt);

@@ -166,7 +166,13 @@ export class Migrator {
       return;
     }
     host.log.warn(
-      { room: from.room, to, engine: loss.engine, streamed: stream.tokens },
+      {
+        room: from.room,
+        to,
+        engine: loss.engine,
+        streamed: stream.tokens,
+        requestId: stream.trace.requestId,
+      },
       'migrating room',
     );
     void this.redispatch(from, to, stream, next, loss);
@@ -235,7 +241,10 @@ export class Migrator {
         return;
       }
       if (Date.now() > deadline) {
-        host.log.error({ room: from.room, to }, 'no healthy engine pair to migrate to');
+        host.log.error(
+          { room: from.room, to, requestId: stream.trace.requestId },
+          'no healthy engine pair to migrate to',
+        );
         host.journal
           .append({
             type: 'recovery.action',

@@ -52,3 +52,11 @@ export function roomIdOf(id: string): string {
   const m = /^(?:chat)?cmpl-(r-.+)$/.exec(id);
   return m ? (m[1] as string) : id;
 }
+
+/** An `x-request-id` as pdctl takes it: printable ASCII, no spaces, at most 128 characters. */
+const REQUEST_ID = /^[\x21-\x7e]{1,128}$/;
+
+/** Whether a client's `x-request-id` is kept as it is (otherwise the API makes one). */
+export function isRequestId(value: string): boolean {
+  return REQUEST_ID.test(value);
+}

@@ -97,6 +97,10 @@ export function roomsQuery(filter: RoomFilter): Query & { limit: number } {
     where.push('reason = ?');
     params.push(filter.reason);
   }
+  if (filter.requestId !== undefined) {
+    where.push('request_id = ?');
+    params.push(filter.requestId);
+  }
   if (filter.until !== undefined) {
     where.push('created_at <= ?');
     params.push(filter.until);

@@ -48,6 +48,8 @@ export interface Room {
   eventCount: number;
   /** Who created it: the `source` of its `room.created` (`api`, `canary`, `migration`, …). */
   origin: string;
+  /** The HTTP request it serves (`room.created.requestId`); null when no request made it. */
+  requestId: string | null;
 }
 
 export type RejectReason =
@@ -132,6 +134,7 @@ function copy(r: Room): Room {
     lastSeq: r.lastSeq,
     eventCount: r.eventCount,
     origin: r.origin,
+    requestId: r.requestId,
   };
 }
 
@@ -188,6 +191,7 @@ function created(ev: ReducibleEvent): Room {
     lastSeq: ev.seq,
     eventCount: 1,
     origin: ev.source ?? 'unknown',
+    requestId: d.requestId ?? null,
   };
 }
 

@@ -35,6 +35,7 @@ export const ROOM_COLUMNS = [
   'last_seq',
   'event_count',
   'origin',
+  'request_id',
 ] as const;
 
 /**
@@ -102,6 +103,7 @@ export function roomToParams(r: Room): Array<string | number | null> {
     r.lastSeq,
     r.eventCount,
     r.origin,
+    r.requestId,
   ];
 }
 
@@ -143,6 +145,7 @@ export function rowToRoom(row: RoomRow): Room {
     lastSeq: row.last_seq as number,
     eventCount: row.event_count as number,
     origin: row.origin as string,
+    requestId: (row.request_id as string | null) ?? null,
   };
 }
 

@@ -51,6 +51,8 @@ export interface RoomFilter {
   inFlightAt?: number;
   /** Only rooms created by one of these (`room.created`'s source: `api`, `canary`, …). */
   origin?: string[];
+  /** Only the rooms of this HTTP request (its `x-request-id`): one, or a chain of migrations. */
+  requestId?: string;
   /** No rooms created by any of these: `['canary']` keeps health canaries out of a listing. */
   excludeOrigin?: string[];
   /** At most this many rooms (default 100, max 10 000). */

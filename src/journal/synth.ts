@@ -174,7 +174,15 @@ export function* synthEvents(
     incidents.find((x) => t >= x.from && t < x.from + 3000 && (x.engine === p || x.engine === d)) ??
     null;
 
-  const lifecycle = (room: string, t0: number, p: string, d: string, migratedFrom?: string) => {
+  // A request's id (x-request-id) is its first room's: a migrated continuation keeps it.
+  const lifecycle = (
+    room: string,
+    t0: number,
+    p: string,
+    d: string,
+    migratedFrom?: string,
+    requestId = `req-${room}`,
+  ) => {
     const out: EventInput[] = [];
     let t = t0;
     const at = (dt: number) => {
@@ -195,6 +203,7 @@ export function* synthEvents(
         promptTokens,
         maxTokens,
         model: 'pdctl-tiny',
+        requestId,
         ...(migratedFrom ? { migratedFrom } : {}),
       },
     });
@@ -409,7 +418,14 @@ export function* synthEvents(
       const others = opts.decode.filter((x) => x !== d);
       return {
         out,
-        follow: { room: to, from: room, t0: ti + 1, p, d: others.length ? pick(others) : d },
+        follow: {
+          room: to,
+          from: room,
+          t0: ti + 1,
+          p,
+          d: others.length ? pick(others) : d,
+          requestId,
+        },
       };
     }
     return { out, follow: null };
@@ -432,7 +448,14 @@ export function* synthEvents(
     while (job) {
       for (const ev of job.out) heap.push(ev);
       job = job.follow
-        ? lifecycle(job.follow.room, job.follow.t0, job.follow.p, job.follow.d, job.follow.from)
+        ? lifecycle(
+            job.follow.room,
+            job.follow.t0,
+            job.follow.p,
+            job.follow.d,
+            job.follow.from,
+            job.follow.requestId,
+          )
         : null;
     }
   }

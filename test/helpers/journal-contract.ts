@@ -441,10 +441,33 @@ export function journalContract(b: ContractBackend): void {
         expect(await ids({ ...originFilter('test,canary') })).toEqual(['a', 'b', 'c', 'k']);
         expect(await ids({ ...originFilter('all') })).toEqual(['a', 'b', 'c', 'k']);
         expect(() => originFilter('a b')).toThrow(/comma-separated list of room origins/);
-        const page1 = await j.rooms({ limit: 2, excludeOrigin: ['canary'] });
+        // Request id: the x-request-id on room.created; a migration's continuation has the same.
+        const asked = (room: string, ts: number, extra: Record<string, string>) =>
+          j.append({
+            type: 'room.created',
+            room,
+            source: 'test',
+            ts,
+            data: { prefillEngine: 'p0', decodeEngine: 'd0', ...extra },
+          });
+        await asked('q1', t0 + 200_001, { requestId: 'incident-7' });
+        await j.append({
+          type: 'room.migrated',
+          room: 'q1',
+          source: 'control',
+          ts: t0 + 200_002,
+          data: { toRoom: 'q2', reason: 'engine_lost' },
+        });
+        await asked('q2', t0 + 200_003, { requestId: 'incident-7', migratedFrom: 'q1' });
+        expect(await ids({ requestId: 'incident-7' })).toEqual(['q1', 'q2']);
+        expect((await j.rooms({ requestId: 'incident-7' })).rooms[0]?.requestId).toBe('incident-7');
+        expect(await ids({ requestId: 'nobody' })).toEqual([]);
+        expect((await j.timeline('k')).room?.requestId).toBeNull();
+        const page1 = await j.rooms({ limit: 2, excludeOrigin: ['canary'], until: t0 + 199_999 });
         const page2 = await j.rooms({
           limit: 2,
           excludeOrigin: ['canary'],
+          until: t0 + 199_999,
           cursor: page1.nextCursor as string,
         });
         expect([...page1.rooms, ...page2.rooms].map((r) => r.room)).toEqual(['c', 'b', 'a']);
