@@ -1,7 +1,9 @@
 /**
  * What ships in deploy/: the Prometheus recording and alerting rules checked and unit-tested by
  * promtool, and every series the rules and the Grafana dashboard read found in /metrics of a
- * running stack that served some traffic — with the labels they select and group by.
+ * running stack that served some traffic — with the labels they select and group by. And the
+ * alerts fire on series recorded from a real run: an engine killed three times, then the control
+ * plane gone.
  */
 import { spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -9,7 +11,8 @@ import { join } from 'node:path';
 import OpenAI from 'openai';
 import parsePrometheus from 'parse-prometheus-text-format';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parse as parseYaml } from 'yaml';
+import { parse as parseYaml, stringify as toYaml } from 'yaml';
+import { MetricsRecorder } from './helpers/prom-record.ts';
 import { type Served, serve } from './helpers/serve.ts';
 import { ROOT } from './helpers/spawn.ts';
 import { tempDir } from './helpers/tmp.ts';
@@ -130,8 +133,11 @@ describe('deploy/ as written', () => {
     const alerts = rules('alerts.yml');
     expect(alerts.length).toBeGreaterThan(10);
     for (const a of alerts) {
-      const runbook = a.annotations?.runbook ?? '';
-      expect(runbook, a.alert).toMatch(/^docs\/alerts\.md#/);
+      // Absolute once Prometheus has the external label pdctl_runbook_base (deploy/README.md).
+      const runbook = a.annotations?.runbook_url ?? '';
+      expect(runbook, a.alert).toMatch(
+        /^\{\{ \$externalLabels\.pdctl_runbook_base \}\}\/docs\/alerts\.md#/,
+      );
       expect(anchors, `${a.alert}: ${runbook}`).toContain(runbook.split('#')[1]);
       expect(docs, `docs/alerts.md names ${a.alert}`).toContain(a.alert as string);
     }
@@ -244,4 +250,122 @@ describe('every series deploy/ reads, in /metrics of a running stack', () => {
     const unread = exported.filter((n) => !read.has(n));
     expect(unread, 'series exported but on no dashboard panel or rule').toEqual([]);
   });
+});
+
+describe.runIf(hasPromtool)('alerts on series recorded from a real run', () => {
+  it('an engine killed three times raises PdctlEngineRestartLoop; a stopped control plane, PdctlControlPlaneDown', async () => {
+    const s = await serve(['--canary-interval-ms', '300']);
+    const rec = new MetricsRecorder(s.url);
+    let recording = true;
+    const recorder = (async () => {
+      while (recording) {
+        await rec.scrape();
+        await new Promise((r) => setTimeout(r, 300));
+      }
+    })();
+    const engine = async () =>
+      (
+        (await (await fetch(`${s.url}/v1/engines`)).json()) as {
+          engines: Array<{ id: string; pid: number; state: string }>;
+        }
+      ).engines.find((e) => e.id === 'decode-0');
+    try {
+      await waitFor('three scrapes', () => rec.scrapes.length >= 3);
+      for (let kill = 0; kill < 3; kill++) {
+        const before = await engine();
+        process.kill(before?.pid as number, 'SIGKILL');
+        await waitFor(
+          `decode-0 back after kill ${kill + 1}`,
+          async () => {
+            const now = await engine();
+            return now !== undefined && now.pid !== before?.pid && now.state === 'ready';
+          },
+          20_000,
+        );
+      }
+      const scraped = rec.scrapes.length;
+      await waitFor('two scrapes after the last restart', () => rec.scrapes.length >= scraped + 2);
+    } finally {
+      expect(await s.stop()).toBe(0);
+    }
+    const down = rec.scrapes.length;
+    await waitFor('eight failed scrapes', () => rec.scrapes.length >= down + 8, 20_000);
+    recording = false;
+    await recorder;
+
+    // Counters exist at 0 from the first scrape; labels carry codes, never free text.
+    const first = rec.scrapes.findIndex((x) => x !== null);
+    for (const series of [
+      'pdctl_engine_restarts_total{engine="decode-0",by="supervisor"}',
+      'pdctl_engine_exits_total{engine="decode-0",cause="killed"}',
+      'pdctl_http_responses_total{route="/v1/completions",status="503"}',
+      'pdctl_rooms_ended_total{state="migrated",reason="engine_lost"}',
+    ])
+      expect(rec.value(first, series), series).toBe(0);
+    const last = rec.lastAnswered();
+    expect(rec.value(last, 'pdctl_engine_restarts_total{engine="decode-0",by="supervisor"}')).toBe(
+      3,
+    );
+    expect(rec.value(last, 'pdctl_engine_exits_total{engine="decode-0",cause="killed"}')).toBe(3);
+    for (const x of rec.scrapes)
+      for (const key of x?.keys() ?? [])
+        for (const [, name, value] of key.matchAll(/(reason|outcome|cause|status)="([^"]*)"/g))
+          expect(value, `${name} in ${key}`).toMatch(/^[a-z0-9][a-z0-9_]*$/);
+
+    // promtool: each scrape one 15 s step; at the last answered scrape the restart loop fires,
+    // and once the control plane has not answered for over a minute, PdctlControlPlaneDown.
+    const instance = 'recorded:8080';
+    const at = (step: number) => `${step * 15}s`;
+    const dir = tempDir('pdctl-recorded-');
+    const file = join(dir, 'recorded.yml');
+    writeFileSync(
+      file,
+      toYaml({
+        rule_files: [join(PROM, 'rules.yml'), join(PROM, 'alerts.yml')],
+        evaluation_interval: '15s',
+        tests: [
+          {
+            interval: '15s',
+            input_series: rec.inputSeries('pdctl', instance),
+            alert_rule_test: [
+              {
+                eval_time: at(first),
+                alertname: 'PdctlEngineRestartLoop',
+                exp_alerts: [],
+              },
+              {
+                eval_time: at(last),
+                alertname: 'PdctlEngineRestartLoop',
+                exp_alerts: [
+                  {
+                    exp_labels: { severity: 'warning', job: 'pdctl', instance, engine: 'decode-0' },
+                    exp_annotations: {
+                      summary: `decode-0 on ${instance}: started again 3 or more times in 15 minutes`,
+                      runbook_url: '/docs/alerts.md#pdctlenginerestartloop',
+                    },
+                  },
+                ],
+              },
+              { eval_time: at(last), alertname: 'PdctlControlPlaneDown', exp_alerts: [] },
+              {
+                eval_time: at(rec.scrapes.length - 1),
+                alertname: 'PdctlControlPlaneDown',
+                exp_alerts: [
+                  {
+                    exp_labels: { severity: 'critical', job: 'pdctl', instance },
+                    exp_annotations: {
+                      summary: `pdctl control plane ${instance} in job pdctl does not answer scrapes: no request is served there`,
+                      runbook_url: '/docs/alerts.md#pdctlcontrolplanedown',
+                    },
+                  },
+                ],
+              },
+            ],
+          },
+        ],
+      }),
+    );
+    const r = spawnSync(promtool as string, ['test', 'rules', file], { encoding: 'utf8' });
+    expect(r.status, `${r.stdout}${r.stderr}\n(series in ${file})`).toBe(0);
+  }, 120_000);
 });

@@ -67,7 +67,8 @@ describe('engine restarts and lost connections', () => {
           continue;
         }
         migrated++;
-        expect(t.room.reason).toMatch(
+        expect(t.room.reason).toBe('engine_lost');
+        expect(t.events.find((e) => e.type === 'room.migrated')?.data.detail).toMatch(
           new RegExp(`^${id} lost: process \\d+ exited \\(SIGKILL\\)$`),
         );
         const next = await control.journal.timeline(t.room.migratedTo as string);

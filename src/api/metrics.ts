@@ -12,10 +12,42 @@ import type { ControlPlane } from '../control/control-plane.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import type { Room } from '../journal/reducer.ts';
 import { LIVE_STATES } from '../journal/states.ts';
+import { EXIT_CAUSES, RESTARTERS } from '../recovery/supervisor.ts';
 import type { RecoveryView } from '../recovery/view.ts';
+import { BoundedLabel } from './labels.ts';
 
 const STAGE_BUCKETS = [
   0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+];
+
+/**
+ * Label values exported at 0 from the start: a counter whose series appears only with its first
+ * event starts at 1, and `increase()` never sees that first one — the first failure of a kind is
+ * the one an alert must not miss.
+ */
+const KNOWN_ENDINGS: ReadonlyArray<readonly [state: string, reason: string]> = [
+  ['completed', 'length'],
+  ['completed', 'stop'],
+  ['aborted', 'client_disconnect'],
+  ['aborted', 'shutdown'],
+  ['failed', 'deadline_exceeded'],
+  ['failed', 'journal_unavailable'],
+  ['failed', 'orphaned_by_restart'],
+  ['failed', 'migration_limit_reached'],
+  ['failed', 'transfer_stalled'],
+  ['failed', 'kv_transport_unavailable'],
+  ['migrated', 'engine_lost'],
+];
+const COMPLETION_ROUTES = ['/v1/completions', '/v1/chat/completions'];
+const KNOWN_STATUSES = ['200', '400', '409', '429', '500', '503', '504'];
+const TRANSPORTS = ['shm', 'cuda', 'ucx'];
+const CANARY_OUTCOMES = [
+  'ok',
+  'failing_admission',
+  'failing_bootstrap',
+  'failing_prefill',
+  'failing_transfer',
+  'failing_decode',
 ];
 
 /**
@@ -59,7 +91,11 @@ export class ApiMetrics {
   /** KV transfers each engine took part in since this process started, by transport. */
   private readonly byEngine = new Map<string, Record<string, number>>();
   private readonly transferBytes: client.Counter;
-  readonly canary: client.Counter<'outcome'>;
+  private readonly canaryRuns: client.Counter<'outcome'>;
+  /** Bounded label values: a room's reason and a canary's outcome come from the journal. */
+  private readonly reasons = new BoundedLabel(KNOWN_ENDINGS.map(([, r]) => r));
+  private readonly outcomes = new BoundedLabel(CANARY_OUTCOMES);
+  private readonly statuses = new BoundedLabel(['ok']);
   /** Sets the gauges from the control plane's state; run at each scrape. */
   private readonly collect: () => void;
 
@@ -131,12 +167,17 @@ export class ApiMetrics {
       help: 'KV bytes transferred',
       registers: [r],
     });
-    this.canary = new client.Counter({
+    this.canaryRuns = new client.Counter({
       name: 'pdctl_canary_runs_total',
-      help: 'Canary rooms by outcome',
+      help: 'Canary rooms by outcome (ok, or failing_ and the stage it failed in)',
       labelNames: ['outcome'],
       registers: [r],
     });
+    for (const outcome of CANARY_OUTCOMES) this.canaryRuns.inc({ outcome }, 0);
+    for (const [state, reason] of KNOWN_ENDINGS) this.ended.inc({ state, reason }, 0);
+    for (const route of COMPLETION_ROUTES)
+      for (const status of KNOWN_STATUSES) this.responses.inc({ route, status }, 0);
+    for (const transport of TRANSPORTS) this.transfers.inc({ status: 'ok', transport }, 0);
     const live = new client.Gauge({
       name: 'pdctl_rooms_live',
       help: 'Rooms in each live state now',
@@ -203,6 +244,33 @@ export class ApiMetrics {
             [{ engine: s.engine, action: 'restart' }, view.restarts],
           ] as Array<[{ engine: string; action: string }, number]>;
         }),
+    );
+    // Every engine process exit and restart, the supervisor's and the ladder's: a crash loop
+    // shows here whoever restarts the engine.
+    totalCounter(
+      r,
+      'pdctl_engine_exits_total',
+      `Engine process exits by cause (${EXIT_CAUSES.join(', ')}), per engine this control plane started`,
+      ['engine', 'cause'],
+      () =>
+        [...(recovery?.tallies() ?? [])].flatMap(([engine, t]) =>
+          EXIT_CAUSES.map(
+            (cause) =>
+              [{ engine, cause }, t.exits[cause]] as [{ engine: string; cause: string }, number],
+          ),
+        ),
+    );
+    totalCounter(
+      r,
+      'pdctl_engine_restarts_total',
+      `Engine processes started again, by who (${RESTARTERS.join(', ')}), per engine`,
+      ['engine', 'by'],
+      () =>
+        [...(recovery?.tallies() ?? [])].flatMap(([engine, t]) =>
+          RESTARTERS.map(
+            (by) => [{ engine, by }, t.restarts[by]] as [{ engine: string; by: string }, number],
+          ),
+        ),
     );
     totalCounter(r, 'pdctl_journal_commits_total', 'Journal transactions committed', [], () => [
       [{}, control.journalHealth().commits],
@@ -315,15 +383,23 @@ export class ApiMetrics {
       }
     }
     if (after.terminalAt !== null && (!before || before.terminalAt === null)) {
-      this.ended.inc({ state: after.state, reason: after.reason ?? after.finishReason ?? 'none' });
+      this.ended.inc({
+        state: after.state,
+        reason: this.reasons.of(after.reason ?? after.finishReason),
+      });
       const failure = after.state === 'failed' ? transferFailure(after.reason) : null;
       if (failure)
         this.transfers.inc({
-          status: failure,
+          status: this.statuses.of(failure),
           transport: this.plannedTransport.get(after.room) ?? 'unknown',
         });
       this.plannedTransport.delete(after.room);
     }
+  }
+
+  /** A canary run ended: `ok`, or `failing_` and the stage it failed in. */
+  canary(ok: boolean, stage: string | null): void {
+    this.canaryRuns.inc({ outcome: this.outcomes.of(ok ? 'ok' : `failing_${stage ?? 'unknown'}`) });
   }
 
   /** KV transfers the engine took part in (either end) since this process started, by transport. */
@@ -342,6 +418,7 @@ export class ApiMetrics {
 
   /** An HTTP response finished (every route, streams included). */
   response(route: string, status: number): void {
+    // Routes are fastify's patterns (bounded); statuses are three digits.
     this.responses.inc({ route, status: String(status) });
   }
 

@@ -50,8 +50,7 @@ export async function startServing(o: ServingOptions): Promise<Serving> {
   const log = o.log;
   const canary = new Canary(control, log, o.canaryDeadlineMs ?? 2000);
   const metrics = new ApiMetrics(control, recovery);
-  canary.onResult = (r) =>
-    metrics.canary.inc({ outcome: r.ok ? 'ok' : `failing_${r.stage ?? 'unknown'}` });
+  canary.onResult = (r) => metrics.canary(r.ok, r.stage);
   const heartbeatStaleMs = o.api?.heartbeatStaleMs ?? 2000;
   const canaryStaleMs = o.api?.canaryStaleMs ?? 30_000;
   let app: FastifyInstance;

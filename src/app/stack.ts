@@ -148,6 +148,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
   const recovery: RecoveryView = {
     ladder: (engine) => ladder.view(engine),
     restarts: (engine) => engines.restarts(engine),
+    tallies: () => engines.talliesAll(),
   };
   if (options.restartStalled !== false) ladder.start();
   if (options.watchdog !== false) watchdog.start();

@@ -25,7 +25,7 @@ export function describeEvent(ev: JournalEvent): string {
     case 'room.failed':
       return `${d.reason} in ${d.stage}, detected by ${d.detectedBy}`;
     case 'room.migrated':
-      return `continues in ${d.toRoom}`;
+      return `continues in ${d.toRoom}${d.detail ? ` (${d.detail})` : d.reason ? ` (${d.reason})` : ''}`;
     case 'room.abort_requested':
       return String(d.reason);
     case 'room.released':

@@ -132,7 +132,7 @@ export function registerJournalCommands(
         '--since <time>',
         'window start: ISO-8601, an age (2h), a UTC clock time (03:10), unix ms',
       )
-      .requiredOption('--until <time>', 'window end (same forms; now for the present)')
+      .option('--until <time>', 'window end (same forms)', 'now')
       .requiredOption('--to <file>', 'where to write the exported journal')
       .option('--force', 'overwrite --to if it exists'),
   ).action(async (opts: ExportOptions) => {

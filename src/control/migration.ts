@@ -139,7 +139,12 @@ export class Migrator {
         room: from.room,
         source: 'control',
         eventId: `${from.room}:migrated`,
-        data: { toRoom: to, reason: `${loss.engine} lost: ${loss.reason}`, tokens: stream.tokens },
+        data: {
+          toRoom: to,
+          reason: 'engine_lost',
+          detail: `${loss.engine} lost: ${loss.reason}`,
+          tokens: stream.tokens,
+        },
       });
       status = res.status;
     } catch (err) {

@@ -111,8 +111,10 @@ export const EVENT_SCHEMAS = {
   'room.migrated': Type.Object(
     {
       toRoom: Id,
-      /** Why it moved (e.g. its decode engine's process exited). */
+      /** Why it moved, a code (`engine_lost`); older journals hold free text here. */
       reason: Type.Optional(Text),
+      /** What happened, in words: `decode-0 lost: process 4242 exited (SIGKILL)`. */
+      detail: Type.Optional(Text),
       /** Tokens already streamed to the client, which the new room continues after. */
       tokens: Type.Optional(Count),
     },

@@ -96,6 +96,32 @@ export interface SupervisorOptions {
   onExit?: (id: string, pid: number | undefined, status: ExitStatus, restarts: number) => void;
 }
 
+/**
+ * How an engine process ended, as a metric label: `killed` (SIGKILL: the OOM killer, kill -9),
+ * `signal` (any other signal), `error` (a non-zero exit code), `clean` (exit 0 on its own),
+ * `replaced` (pdctl killed it to start it again), `stopped` (pdctl was shutting down).
+ */
+export const EXIT_CAUSES = ['killed', 'signal', 'error', 'clean', 'replaced', 'stopped'] as const;
+export type ExitCause = (typeof EXIT_CAUSES)[number];
+
+/** Who started an engine again: the supervisor after an exit, or the escalation ladder. */
+export const RESTARTERS = ['supervisor', 'ladder'] as const;
+export type Restarter = (typeof RESTARTERS)[number];
+
+/** An engine's exits by cause and restarts by who, since this process started (every one at 0 first). */
+export interface EngineTallies {
+  exits: Record<ExitCause, number>;
+  restarts: Record<Restarter, number>;
+}
+
+function exitCause(status: ExitStatus, stopping: boolean): ExitCause {
+  if (stopping) return 'stopped';
+  if (status.expected) return 'replaced';
+  if (status.signal === 'SIGKILL') return 'killed';
+  if (status.signal) return 'signal';
+  return status.code === 0 ? 'clean' : 'error';
+}
+
 interface Child {
   spec: EngineSpec;
   process: ChildProcess;
@@ -116,11 +142,15 @@ export class EngineSupervisor {
   private readonly children = new Map<string, Child>();
   /** Unexpected exits per engine, newest last (unix ms), for the crash-loop cap. */
   private readonly crashes = new Map<string, number[]>();
+  private readonly tallies = new Map<string, EngineTallies>();
   private stopping = false;
 
   constructor(private readonly options: SupervisorOptions) {}
 
-  start(spec: EngineSpec, restarts = 0): ChildProcess {
+  /** Starts an engine process; `by`: who starts it again (absent: its first start). */
+  start(spec: EngineSpec, restarts = 0, by?: Restarter): ChildProcess {
+    const tally = this.tallyOf(spec.id);
+    if (by) tally.restarts[by]++;
     const self = selfCommand([
       'engine',
       '--role',
@@ -177,6 +207,7 @@ export class EngineSupervisor {
     try {
       const mine = entry?.process === child;
       const expected = this.stopping || (mine && entry?.replacing === true);
+      this.tallyOf(spec.id).exits[exitCause({ code, signal, expected }, this.stopping)]++;
       this.options.onExit?.(
         spec.id,
         child.pid,
@@ -212,7 +243,7 @@ export class EngineSupervisor {
     );
     setTimeout(() => {
       if (!this.stopping && this.children.get(spec.id)?.process === child)
-        this.start(spec, entry.restarts + 1);
+        this.start(spec, entry.restarts + 1, 'supervisor');
     }, delay).unref();
   }
 
@@ -228,7 +259,7 @@ export class EngineSupervisor {
     entry.process.kill('SIGKILL');
     await entry.exited;
     if (this.stopping) return undefined;
-    return this.start(entry.spec, entry.restarts + 1).pid;
+    return this.start(entry.spec, entry.restarts + 1, 'ladder').pid;
   }
 
   /** The engines this supervisor runs. */
@@ -244,6 +275,28 @@ export class EngineSupervisor {
   /** How many times this engine's process was started again (after a crash, or by the ladder). */
   restarts(id: string): number | null {
     return this.children.get(id)?.restarts ?? null;
+  }
+
+  /** Every engine this supervisor ever started, with its exits and restarts (a copy). */
+  talliesAll(): Map<string, EngineTallies> {
+    return new Map(
+      [...this.tallies].map(([id, t]) => [
+        id,
+        { exits: { ...t.exits }, restarts: { ...t.restarts } },
+      ]),
+    );
+  }
+
+  private tallyOf(id: string): EngineTallies {
+    let t = this.tallies.get(id);
+    if (!t) {
+      t = {
+        exits: Object.fromEntries(EXIT_CAUSES.map((c) => [c, 0])) as EngineTallies['exits'],
+        restarts: Object.fromEntries(RESTARTERS.map((r) => [r, 0])) as EngineTallies['restarts'],
+      };
+      this.tallies.set(id, t);
+    }
+    return t;
   }
 
   pid(id: string): number | undefined {
