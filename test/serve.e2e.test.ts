@@ -317,6 +317,53 @@ describe('the openai client against pdctl serve', () => {
     expect(bad.stderr).toMatch(/neither a room id nor a request id/);
   });
 
+  it('pdctl engines drain says so in refusals and readiness, and undrain takes the engine back', async () => {
+    const drained = await pdctl(['engines', 'drain', 'decode-0', '--url', s.url]);
+    expect(drained.code, drained.stderr).toBe(0);
+    await waitFor('not ready while decode-0 drains', async () => {
+      const r = await get('/health/ready');
+      return (
+        r.status === 503 &&
+        /0 taking rooms .*1 draining/.test(
+          (r.body.checks as Record<string, { detail: string }>).decode_engines?.detail ?? '',
+        )
+      );
+    });
+    const refused = await fetch(`${s.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, prompt: 'drained', max_tokens: 2 }),
+    });
+    expect(refused.status).toBe(503);
+    expect(
+      ((await refused.json()) as { error: { message: string; code: string } }).error,
+    ).toMatchObject({
+      code: 'no_engines',
+      message: expect.stringMatching(
+        /^every decode engine is draining \(decode-0\): none takes new rooms; `pdctl engines undrain decode-0`/,
+      ),
+    });
+    const back = await pdctl(['engines', 'undrain', 'decode-0', '--url', s.url]);
+    expect(back.code, back.stderr).toBe(0);
+    expect(back.stdout).toMatch(/undrain sent to decode-0: it takes new rooms again/);
+    await waitFor('ready again', async () => (await get('/health/ready')).status === 200);
+    const served = await client.completions.create({ model: MODEL, prompt: 'back', max_tokens: 2 });
+    expect(served.choices[0]?.finish_reason).toBe('length');
+  });
+
+  it('is ready with the background canary off (--canary-interval-ms 0), and says so', async () => {
+    await waitFor(
+      'ready',
+      async () => (await fetch(`${s.url}/health/ready`)).status === 200,
+      15_000,
+    );
+    const ready = await get('/health/ready');
+    expect(ready.body).toMatchObject({
+      status: 'ready',
+      checks: { canary: { ok: true, detail: expect.stringMatching(/^background canary off/) } },
+    });
+  });
+
   it('pdctl journal tail --url prints and follows a running stack’s journal', async () => {
     const made = await client.completions.create({ model: MODEL, prompt: 'tailed', max_tokens: 2 });
     const room = made.id.slice('cmpl-'.length);

@@ -217,7 +217,7 @@ export const adminRoutes: FastifyPluginAsync<AdminDeps> = async (
       schema: {
         tags: ['operations'],
         summary:
-          'Send a recovery command to an engine: abort_room, free_room, reset_transfer, drain, shutdown',
+          'Send a recovery command to an engine: abort_room, free_room, reset_transfer, drain, undrain, shutdown',
         body: Type.Object(
           {
             command: Type.Union(COMMANDS.map((c) => Type.Literal(c))),

@@ -43,6 +43,8 @@ export interface ApiOptions {
   heartbeatStaleMs?: number;
   /** `/health/ready` ignores a background canary older than this. Default 30 000. */
   canaryStaleMs?: number;
+  /** False when no background canary runs: readiness does not wait for one. */
+  canaryBackground?: boolean;
   log: Logger;
   version: string;
   /** Bearer token for abort and admin routes; null: loopback only. */
@@ -188,6 +190,7 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
     recovery: o.recovery,
     heartbeatStaleMs: o.heartbeatStaleMs ?? 2000,
     canaryStaleMs: o.canaryStaleMs ?? 30_000,
+    canaryBackground: o.canaryBackground ?? true,
   });
   await app.register(adminRoutes, { control: o.control, journal: o.journal, token: o.adminToken });
   await app.register(metricsRoutes, { metrics: o.metrics });

@@ -22,18 +22,34 @@ export interface HealthDeps {
   heartbeatStaleMs: number;
   /** A background canary older than this does not count. */
   canaryStaleMs: number;
+  /**
+   * False: no background canary runs (`--canary-interval-ms 0`), so readiness does not wait for
+   * one; the engine, loop and journal checks decide, and a failed `/health/deep` still counts.
+   */
+  canaryBackground?: boolean;
 }
 
 export function readiness(
   deps: HealthDeps,
   now = Date.now(),
 ): { ready: boolean; checks: Record<string, { ok: boolean; detail: string }> } {
-  const { control, canary } = deps;
+  const { control } = deps;
   const engines = control.engines();
-  const fresh = (role: string) =>
+  const heartbeating = (role: string) =>
     engines.filter(
       (s) => s.role === role && s.delivery.live && now - s.health.lastSeen <= deps.heartbeatStaleMs,
     );
+  // A draining engine heartbeats but takes no new rooms: it is not capacity.
+  const fresh = (role: string) =>
+    heartbeating(role).filter((s) => s.health.heartbeat?.state !== 'draining');
+  const engineCheck = (role: string) => {
+    const n = fresh(role).length;
+    const draining = heartbeating(role).length - n;
+    return {
+      ok: n > 0,
+      detail: `${n} taking rooms with a heartbeat in the last ${deps.heartbeatStaleMs} ms${draining > 0 ? `, ${draining} draining (pdctl engines undrain ENGINE)` : ''}`,
+    };
+  };
   const stalled = control.stalledEngines(undefined, now);
   // An engine the escalation ladder is working on is not ready, even once its symptom is gone:
   // it is ready again when the ladder has seen it serve (`engine.recovered`).
@@ -42,16 +58,9 @@ export function readiness(
     .filter((x) => x.view !== undefined && x.view.phase !== 'ok');
   const h = control.journalHealth();
   const bus = control.busStatus();
-  const last = canary.last;
   const checks = {
-    prefill_engines: {
-      ok: fresh('prefill').length > 0,
-      detail: `${fresh('prefill').length} with a heartbeat in the last ${deps.heartbeatStaleMs} ms`,
-    },
-    decode_engines: {
-      ok: fresh('decode').length > 0,
-      detail: `${fresh('decode').length} with a heartbeat in the last ${deps.heartbeatStaleMs} ms`,
-    },
+    prefill_engines: engineCheck('prefill'),
+    decode_engines: engineCheck('decode'),
     engine_loops: {
       ok: stalled.length === 0,
       detail:
@@ -80,17 +89,29 @@ export function readiness(
       ok: h.writable && h.state === 'ready',
       detail: h.writable ? `writable, ${h.commits} commits` : `not writable: ${h.lastError}`,
     },
-    canary: {
-      ok: last?.ok === true && now - last.at <= deps.canaryStaleMs,
-      detail:
-        last === null
-          ? 'no canary has run yet'
-          : last.ok
-            ? `ok in ${last.ms} ms, ${Math.round((now - last.at) / 1000)} s ago`
-            : `failing in ${last.stage}: ${last.reason}`,
-    },
+    canary: canaryCheck(deps, now),
   };
   return { ready: Object.values(checks).every((c) => c.ok), checks };
+}
+
+function canaryCheck(deps: HealthDeps, now: number): { ok: boolean; detail: string } {
+  const last = deps.canary.last;
+  const recentFailure = last !== null && !last.ok && now - last.at <= deps.canaryStaleMs;
+  if (deps.canaryBackground === false && !recentFailure)
+    return {
+      ok: true,
+      detail:
+        'background canary off (--canary-interval-ms 0): readiness rests on the checks above; GET /health/deep runs one',
+    };
+  return {
+    ok: last?.ok === true && now - last.at <= deps.canaryStaleMs,
+    detail:
+      last === null
+        ? 'no canary has run yet'
+        : last.ok
+          ? `ok in ${last.ms} ms, ${Math.round((now - last.at) / 1000)} s ago`
+          : `failing in ${last.stage}: ${last.reason}`,
+  };
 }
 
 /** The shortest deadline a client may give `/health/deep`, in ms. */

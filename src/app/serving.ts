@@ -53,6 +53,8 @@ export async function startServing(o: ServingOptions): Promise<Serving> {
   canary.onResult = (r) => metrics.canary(r.ok, r.stage);
   const heartbeatStaleMs = o.api?.heartbeatStaleMs ?? 2000;
   const canaryStaleMs = o.api?.canaryStaleMs ?? 30_000;
+  const canaryEvery = o.canaryIntervalMs ?? 5000;
+  const canaryBackground = canaryEvery > 0;
   let app: FastifyInstance;
   try {
     app = await buildApi({
@@ -67,6 +69,7 @@ export async function startServing(o: ServingOptions): Promise<Serving> {
       adminToken: o.api?.adminToken ?? null,
       heartbeatStaleMs,
       canaryStaleMs,
+      canaryBackground,
     });
   } catch (err) {
     await stack.stop();
@@ -91,11 +94,12 @@ export async function startServing(o: ServingOptions): Promise<Serving> {
     metrics,
     async listen(host, port) {
       const address = await app.listen({ host, port });
-      const every = o.canaryIntervalMs ?? 5000;
-      if (every > 0) canary.start(every);
+      if (canaryBackground) canary.start(canaryEvery);
       return address;
     },
-    ready: () => readiness({ control, canary, recovery, heartbeatStaleMs, canaryStaleMs }).ready,
+    ready: () =>
+      readiness({ control, canary, recovery, heartbeatStaleMs, canaryStaleMs, canaryBackground })
+        .ready,
     close,
   };
 }

@@ -215,6 +215,7 @@ export const COMMANDS = [
   'reset_in_place',
   'inject_fault',
   'drain',
+  'undrain',
   'shutdown',
 ] as const;
 export type CommandName = (typeof COMMANDS)[number];

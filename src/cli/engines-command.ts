@@ -49,7 +49,7 @@ export function registerEnginesCommand(program: Command): void {
     )
     .argument(
       '[action]',
-      `drain, reset or restart ENGINE (${Object.entries(ENGINE_ACTIONS)
+      `drain, undrain, reset or restart ENGINE (${Object.entries(ENGINE_ACTIONS)
         .map(([a, x]) => `${a}: ${x.does}`)
         .join('; ')})`,
     )
@@ -65,7 +65,7 @@ export function registerEnginesCommand(program: Command): void {
         if (action !== undefined) {
           if (!(action in ENGINE_ACTIONS))
             throw new UsageError(
-              `unknown action "${action}": pdctl engines [drain|reset|restart ENGINE]`,
+              `unknown action "${action}": pdctl engines [${Object.keys(ENGINE_ACTIONS).join('|')} ENGINE]`,
             );
           if (engine === undefined)
             throw new UsageError(`pdctl engines ${action} needs an engine id (see pdctl engines)`);

@@ -1,6 +1,6 @@
 /**
  * Operator actions on a running `pdctl serve`, over its admin API: `pdctl abort ROOM` and
- * `pdctl engines drain|reset|restart ENGINE` (the listing is engines-command.ts).
+ * `pdctl engines drain|undrain|reset|restart ENGINE` (the listing is engines-command.ts).
  */
 import type { Command } from 'commander';
 import { roomIdOf } from '../journal/ids.ts';
@@ -9,7 +9,11 @@ import { callServer, DEFAULT_URL, errorOf, UnreachableError } from './server.ts'
 
 /** What each engine action sends, and what it does. */
 export const ENGINE_ACTIONS = {
-  drain: { command: 'drain', does: 'takes no new rooms and finishes those it has' },
+  drain: {
+    command: 'drain',
+    does: 'takes no new rooms and finishes those it has (undrain takes it back)',
+  },
+  undrain: { command: 'undrain', does: 'takes new rooms again after a drain' },
   reset: {
     command: 'reset_in_place',
     does: 'resets its bus connection and transfer endpoint in place (the ladder’s first rung)',
@@ -66,7 +70,7 @@ export function registerAbortCommand(program: Command): void {
     });
 }
 
-/** `pdctl engines drain|reset|restart ENGINE`. */
+/** `pdctl engines drain|undrain|reset|restart ENGINE`. */
 export async function engineAction(
   action: EngineAction,
   engine: string,

@@ -677,9 +677,12 @@ export class ControlPlane {
     const need = (s: EngineSession) => this.pages.pagesFor(s, promptTokens, maxTokens);
     const fresh = this.registry.fresh(role, freshMs, now);
     if (fresh.length === 0) {
+      const draining = this.registry.draining(role, freshMs, now).map((s) => s.engine);
       throw new ControlError(
         'CONTROL_NO_ENGINES',
-        `no ${role} engine is registered with a heartbeat in the last ${freshMs} ms`,
+        draining.length > 0
+          ? `every ${role} engine is draining (${draining.join(', ')}): none takes new rooms; \`pdctl engines undrain ${draining[0]}\` takes one back`
+          : `no ${role} engine is registered with a heartbeat in the last ${freshMs} ms`,
       );
     }
     const largest = fresh.reduce((a, b) => (b.pages > a.pages ? b : a));

@@ -130,6 +130,17 @@ export class EngineRegistry {
     );
   }
 
+  /** Engines of the role that heartbeat within `freshMs` but drain: they take no new rooms. */
+  draining(role: 'prefill' | 'decode', freshMs: number, now = Date.now()): EngineSession[] {
+    return [...this.sessions.values()].filter(
+      (s) =>
+        s.role === role &&
+        s.delivery.live &&
+        now - s.health.lastSeen <= freshMs &&
+        s.health.heartbeat?.state === 'draining',
+    );
+  }
+
   /** Engines of the role that may take a new room now: fresh (above) and passing `usable`. */
   candidates(
     role: 'prefill' | 'decode',

@@ -310,7 +310,15 @@ export abstract class EngineCore {
         this.injectFault(cmd.reason ?? '', cmd.room);
         return;
       case 'drain':
+        if (this.state === 'ready') this.drainedByCommand = true;
         this.state = 'draining';
+        return;
+      case 'undrain':
+        // Only a drain an operator asked for: an engine draining to exit stays draining.
+        if (this.state === 'draining' && this.drainedByCommand) {
+          this.state = 'ready';
+          this.drainedByCommand = false;
+        } else this.log.warn({ state: this.state }, 'undrain ignored: not drained by a command');
         return;
       case 'shutdown':
         this.onShutdown?.();
@@ -379,9 +387,13 @@ export abstract class EngineCore {
 
   protected clearFaults(): void {}
 
+  /** Draining because an operator sent `drain` (an `undrain` takes it back), not to exit. */
+  private drainedByCommand = false;
+
   /** Stops taking rooms and resolves once every room is released (or after `timeoutMs`). */
   drain(timeoutMs: number): Promise<boolean> {
     this.state = 'draining';
+    this.drainedByCommand = false;
     return new Promise((resolve) => {
       const done = () => {
         clearTimeout(timer);
