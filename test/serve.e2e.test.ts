@@ -573,3 +573,74 @@ describe('the openai client against pdctl serve', () => {
     expect(await ui.text()).toMatch(/swagger-ui/i);
   });
 });
+
+describe('SIGTERM drains: the listener stays for requests in flight, new ones get 503', () => {
+  it('finishes a short stream, cuts a long one at the drain deadline with an error event, journals it aborted (shutdown)', async () => {
+    const t = await serve([
+      '--decode-us-per-token',
+      '20000',
+      '--canary-interval-ms',
+      '0',
+      '--drain-timeout-ms',
+      '2000',
+    ]);
+    const stream = (maxTokens: number) =>
+      fetch(`${t.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: MODEL,
+          prompt: 'drain me',
+          max_tokens: maxTokens,
+          stream: true,
+        }),
+      });
+    const long = await stream(1000);
+    const short = await stream(30);
+    const longRoom = long.headers.get('x-pdctl-room') as string;
+    const shortRoom = short.headers.get('x-pdctl-room') as string;
+    const longText = long.text();
+    const shortText = short.text();
+    await new Promise((r) => setTimeout(r, 100));
+    const exited = new Promise<number | null>((r) => t.child.once('exit', (code) => r(code)));
+    t.child.kill('SIGTERM');
+    // Still listening: not ready, and a new request is refused with Retry-After.
+    await waitFor('not ready', async () => (await fetch(`${t.url}/health/ready`)).status === 503);
+    const ready = (await (await fetch(`${t.url}/health/ready`)).json()) as {
+      checks: Record<string, { ok: boolean; detail: string }>;
+    };
+    expect(ready.checks.serving).toMatchObject({
+      ok: false,
+      detail: expect.stringMatching(/^shutting down for \d+ s: \d requests in flight finish/),
+    });
+    const refused = await fetch(`${t.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, prompt: 'too late', max_tokens: 2 }),
+    });
+    expect(refused.status).toBe(503);
+    expect(refused.headers.get('retry-after')).toBe('1');
+    expect(((await refused.json()) as { error: { code: string } }).error.code).toBe(
+      'shutting_down',
+    );
+    // The short stream finishes as usual; the long one ends with an error event, then [DONE].
+    expect(await shortText).toMatch(/"finish_reason":"length".*\n\ndata: \[DONE\]\n\n$/s);
+    const events = (await longText).split('\n\n').filter((e) => e.startsWith('data: '));
+    expect(events.at(-1)).toBe('data: [DONE]');
+    expect(JSON.parse((events.at(-2) as string).slice(6))).toMatchObject({
+      error: { code: 'shutdown', message: expect.stringMatching(/^pdctl is shutting down/) },
+    });
+    expect(await exited).toBe(0);
+    const journal = `${t.dataDir}/journal.db`;
+    const rooms = await pdctl(['rooms', '--journal', journal, '--json']);
+    const byId = new Map(
+      (
+        JSON.parse(rooms.stdout) as {
+          rooms: Array<{ room: string; state: string; reason: string }>;
+        }
+      ).rooms.map((r) => [r.room, r]),
+    );
+    expect(byId.get(longRoom)).toMatchObject({ state: 'aborted', reason: 'shutdown' });
+    expect(byId.get(shortRoom)).toMatchObject({ state: 'completed' });
+  }, 60_000);
+});

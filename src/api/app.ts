@@ -22,6 +22,7 @@ import { type ApiMetrics, metricsRoutes } from './metrics.ts';
 import { openAiRoutes } from './openai.ts';
 import { queryRoutes } from './queries.ts';
 import { SHARED_SCHEMAS } from './schemas.ts';
+import { ShutdownGate } from './shutdown.ts';
 import { UI_CLIENT_HEADER, uiRoutes } from './ui.ts';
 
 declare module 'fastify' {
@@ -60,6 +61,8 @@ export interface ApiOptions {
   requestTimeoutMs?: number;
   /** Open connections at most; more are closed as they arrive. Default 4096. */
   maxConnections?: number;
+  /** What a graceful shutdown closes (src/app/serving.ts drives it); default: a gate of its own. */
+  shutdown?: ShutdownGate;
 }
 
 /** The HTTP server behind fastify, with the limits that stop slow clients from holding it. */
@@ -172,11 +175,13 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
       );
     });
   });
+  const shutdown = o.shutdown ?? new ShutdownGate();
   await app.register(openAiRoutes, {
     control: o.control,
     metrics: o.metrics,
     modelId: o.control.modelName,
     maxRoomsPerEngine: o.maxRoomsPerEngine ?? 512,
+    shutdown,
   });
   await app.register(queryRoutes, {
     control: o.control,
@@ -191,6 +196,7 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
     heartbeatStaleMs: o.heartbeatStaleMs ?? 2000,
     canaryStaleMs: o.canaryStaleMs ?? 30_000,
     canaryBackground: o.canaryBackground ?? true,
+    shutdown,
   });
   await app.register(adminRoutes, { control: o.control, journal: o.journal, token: o.adminToken });
   await app.register(metricsRoutes, { metrics: o.metrics });

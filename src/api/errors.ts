@@ -45,6 +45,8 @@ export class ApiError extends Error {
         : 'invalid_request_error',
     readonly code: string | null = null,
     readonly param: string | null = null,
+    /** Seconds a client should wait before it retries (a `retry-after` header); 429s get 1. */
+    readonly retryAfterS: number | null = null,
   ) {
     super(message);
     this.name = 'ApiError';
@@ -122,6 +124,7 @@ export function toApiError(err: unknown): ApiError {
 }
 
 export function sendError(reply: FastifyReply, err: ApiError): FastifyReply {
-  if (err.status === 429) reply.header('retry-after', '1');
+  const retryAfter = err.retryAfterS ?? (err.status === 429 ? 1 : null);
+  if (retryAfter !== null) reply.header('retry-after', String(retryAfter));
   return reply.code(err.status).send(err.body());
 }

@@ -12,6 +12,7 @@ import type { ControlPlane } from '../control/control-plane.ts';
 import type { RecoveryView } from '../recovery/view.ts';
 import { ApiError } from './errors.ts';
 import { CanaryBody, Errors, ReadyBody } from './schemas.ts';
+import type { ShutdownGate } from './shutdown.ts';
 
 export interface HealthDeps {
   control: ControlPlane;
@@ -27,6 +28,8 @@ export interface HealthDeps {
    * one; the engine, loop and journal checks decide, and a failed `/health/deep` still counts.
    */
   canaryBackground?: boolean;
+  /** Set once the API shuts down: not ready from then on. */
+  shutdown?: ShutdownGate;
 }
 
 export function readiness(
@@ -90,6 +93,14 @@ export function readiness(
       detail: h.writable ? `writable, ${h.commits} commits` : `not writable: ${h.lastError}`,
     },
     canary: canaryCheck(deps, now),
+    ...(deps.shutdown?.closing
+      ? {
+          serving: {
+            ok: false,
+            detail: `shutting down for ${Math.round((now - (deps.shutdown.closingSince ?? now)) / 1000)} s: ${deps.shutdown.size} requests in flight finish, new ones get 503`,
+          },
+        }
+      : {}),
   };
   return { ready: Object.values(checks).every((c) => c.ok), checks };
 }

@@ -14,6 +14,7 @@ import type { ChatMessage, Sampling } from '../model/executor.ts';
 import { ApiError, toApiError } from './errors.ts';
 import type { ApiMetrics } from './metrics.ts';
 import { ChatCompletionResponse, CompletionResponse, Errors, ModelsBody } from './schemas.ts';
+import { SHUTDOWN_REASON, type ShutdownGate } from './shutdown.ts';
 
 /**
  * Sampling, honoured by a llama.cpp model (greedy when temperature is 0, OpenAI's default is 1);
@@ -159,6 +160,8 @@ export interface OpenAiDeps {
   modelId: string;
   /** Live rooms per decode engine beyond which requests get 429. */
   maxRoomsPerEngine: number;
+  /** Set when the API shuts down: new completions are refused, those in flight are tracked. */
+  shutdown: ShutdownGate;
 }
 
 /** `response` of a completion route: JSON, or server-sent events with `stream: true`. */
@@ -239,9 +242,21 @@ export const openAiRoutes: FastifyPluginAsync<OpenAiDeps> = async (app, deps) =>
 
 type Kind = 'text' | 'chat';
 
-/** A room that ended without completing: 409 when it was aborted, 503 when it failed. */
+/**
+ * A room that ended without completing: 409 when it was aborted, 503 when it failed or the
+ * server cut it at its shutdown's drain deadline (retry elsewhere).
+ */
 function roomEnded(err: RoomEndedError): ApiError {
   const message = `${err.message}; its timeline: GET /v1/rooms/${err.room}`;
+  if (err.state === 'aborted' && err.reason === SHUTDOWN_REASON)
+    return new ApiError(
+      503,
+      `pdctl is shutting down and cut this request at its drain deadline; retry it (room ${err.room})`,
+      'server_error',
+      'shutdown',
+      null,
+      1,
+    );
   return err.state === 'aborted'
     ? new ApiError(409, message, 'invalid_request_error', 'room_aborted')
     : new ApiError(503, message, 'server_error', `room_${err.state}`);
@@ -285,6 +300,15 @@ async function serve(
       'overloaded',
     );
   }
+  if (deps.shutdown.closing)
+    throw new ApiError(
+      503,
+      'pdctl is shutting down: requests in flight finish, new ones are refused; send it to another control plane',
+      'server_error',
+      'shutting_down',
+      null,
+      1,
+    );
   const ac = new AbortController();
   const started = performance.now();
   const stream = deps.control.submit({
@@ -299,6 +323,8 @@ async function serve(
   reply.header('x-pdctl-room', stream.room);
   // The access line names the room serving the request when it ends (a migration moves it).
   req.room = () => stream.current;
+  const leave = deps.shutdown.enter(() => stream.current);
+  reply.raw.once('close', leave);
   // The socket closing before we finished is the client going away: abort the room now.
   let finished = false;
   reply.raw.on('close', () => {
@@ -443,7 +469,11 @@ async function streamSse(
     o.onDone();
     if (raw.destroyed) {
       // The client is gone (its leaving is what aborted the room): nothing to tell it.
-    } else if (err instanceof RoomEndedError && err.state === 'aborted') {
+    } else if (
+      err instanceof RoomEndedError &&
+      err.state === 'aborted' &&
+      err.reason !== SHUTDOWN_REASON
+    ) {
       // Aborted by an operator (or a drill) mid-stream: the text so far is all there is, and the
       // stream ends as vLLM's and SGLang's do, with finish_reason "abort" — not an error that
       // blames the client. Why, and the room to look at, in pdctl fields.

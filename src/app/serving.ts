@@ -7,8 +7,12 @@ import type { FastifyInstance } from 'fastify';
 import { type ApiOptions, buildApi } from '../api/app.ts';
 import { readiness } from '../api/health.ts';
 import { ApiMetrics } from '../api/metrics.ts';
+import { SHUTDOWN_REASON, ShutdownGate } from '../api/shutdown.ts';
 import { Canary } from '../control/canary.ts';
 import { type Stack, type StackOptions, startStack } from './stack.ts';
+
+/** After the drain deadline: how long cut streams get to write their last event. */
+const CUT_GRACE_MS = 2000;
 
 export interface ServingOptions extends StackOptions {
   /** The HTTP side: admin token and limits (see ApiOptions). */
@@ -55,9 +59,11 @@ export async function startServing(o: ServingOptions): Promise<Serving> {
   const canaryStaleMs = o.api?.canaryStaleMs ?? 30_000;
   const canaryEvery = o.canaryIntervalMs ?? 5000;
   const canaryBackground = canaryEvery > 0;
+  const shutdown = new ShutdownGate();
   let app: FastifyInstance;
   try {
     app = await buildApi({
+      shutdown,
       ...o.api,
       control,
       journal,
@@ -79,8 +85,24 @@ export async function startServing(o: ServingOptions): Promise<Serving> {
   const close = (drainTimeoutMs = 15_000) => {
     closing ??= (async () => {
       canary.stop();
+      // The listener stays open while requests finish: new completions get 503 with
+      // Retry-After and readiness says why, so a load balancer moves traffic away.
+      shutdown.close();
+      if (!(await shutdown.idle(drainTimeoutMs))) {
+        // The drain deadline: the rooms still running are aborted as `shutdown` — their streams
+        // end with an error event saying so — and get a moment to say it before sockets close.
+        const rooms = shutdown.rooms();
+        log.warn(
+          { rooms: rooms.length, drainTimeoutMs },
+          'drain deadline: aborting the rooms in flight',
+        );
+        await Promise.all(
+          rooms.map((room) => control.abort(room, SHUTDOWN_REASON, 'control').catch(() => {})),
+        );
+        await shutdown.idle(CUT_GRACE_MS);
+      }
       const closed = app.close();
-      const cut = setTimeout(() => app.server.closeAllConnections(), drainTimeoutMs);
+      const cut = setTimeout(() => app.server.closeAllConnections(), CUT_GRACE_MS);
       await closed;
       clearTimeout(cut);
       await stack.stop();
@@ -98,8 +120,15 @@ export async function startServing(o: ServingOptions): Promise<Serving> {
       return address;
     },
     ready: () =>
-      readiness({ control, canary, recovery, heartbeatStaleMs, canaryStaleMs, canaryBackground })
-        .ready,
+      readiness({
+        control,
+        canary,
+        recovery,
+        heartbeatStaleMs,
+        canaryStaleMs,
+        canaryBackground,
+        shutdown,
+      }).ready,
     close,
   };
 }
