@@ -13,7 +13,12 @@ import { fillJournal, onSqlite, startTestStack, waitFor } from './helpers/stack.
 
 async function api(
   stack: Stack,
-  opts: { adminToken?: string | null; maxRoomsPerEngine?: number; log?: Logger } = {},
+  opts: {
+    adminToken?: string | null;
+    maxRoomsPerEngine?: number;
+    log?: Logger;
+    admissionWaitMs?: number;
+  } = {},
 ) {
   const canary = new Canary(stack.control, silentLogger, 2000);
   const metrics = new ApiMetrics(stack.control, stack.recovery);
@@ -27,6 +32,7 @@ async function api(
     version: 'test',
     adminToken: opts.adminToken ?? null,
     maxRoomsPerEngine: opts.maxRoomsPerEngine,
+    admissionWaitMs: opts.admissionWaitMs,
   });
   return { app, canary, metrics };
 }
@@ -246,7 +252,60 @@ describe('operator routes and admission', () => {
     expect(again.json()).toMatchObject({ error: { code: 'journal_unavailable' } });
     expect((await journal.stats()).rooms).toBe(rooms);
     await onSqlite(stack.journal).limitPagesForDrill(null);
+    // Both refusals are on the record: the 503's once the journal takes writes again.
+    await waitFor(
+      'the refusals journaled',
+      async () => Object.keys((await journal.stats()).refusalsByReason).length === 2,
+      10_000,
+    );
+    expect((await journal.stats()).refusalsByReason).toEqual({
+      overloaded: 1,
+      journal_unavailable: 1,
+    });
+    const [refused] = await journal.tail({ type: 'request.refused', limit: 10 });
+    expect(refused?.data).toMatchObject({
+      status: 429,
+      count: 1,
+      requestIds: [full.headers['x-request-id']],
+    });
     await app.close();
+  });
+
+  it('a request that finds no decode engine waits for its restart; past the wait it is refused, journaled and counted', async () => {
+    const stack = await startTestStack();
+    const { app } = await api(stack, { admissionWaitMs: 10_000 });
+    const decodeGone = () => stack.control.registry.fresh('decode', 3000).length === 0;
+    expect(stack.engines.signal('decode-0', 'SIGKILL')).toBe(true);
+    await waitFor('decode-0 gone', decodeGone);
+    const waited = await app.inject(completion());
+    expect(waited.statusCode, waited.body).toBe(200);
+
+    // Past the wait: refused, with how long it waited, and on the record.
+    const { app: brief, metrics } = await api(stack, { admissionWaitMs: 300 });
+    const restarts = stack.engines.restarts('decode-0');
+    await stack.engines.stop();
+    await waitFor('decode-0 gone again', decodeGone);
+    const ids = ['late-1', 'late-2', 'late-3'];
+    for (const id of ids) {
+      const res = await brief.inject({ ...completion(), headers: { 'x-request-id': id } });
+      expect(res.statusCode).toBe(503);
+      expect(res.json().error).toMatchObject({
+        code: 'no_engines',
+        message: expect.stringMatching(/\(waited 300 ms for one\)$/),
+      });
+    }
+    await waitFor(
+      'three refusals journaled',
+      async () => (await stack.journal.stats()).refusalsByReason.no_engines === 3,
+    );
+    const events = await stack.journal.tail({ type: 'request.refused', limit: 10 });
+    expect(events.flatMap((e) => e.data.requestIds as string[])).toEqual(ids);
+    expect(restarts).toBe(1);
+    expect(await metrics.text()).toMatch(
+      /^pdctl_requests_refused_total\{reason="no_engines"\} 3$/m,
+    );
+    await app.close();
+    await brief.close();
   });
 
   it('journals the canary verdict only when it changes', async () => {

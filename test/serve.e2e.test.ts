@@ -338,7 +338,7 @@ describe('the openai client against pdctl serve', () => {
     expect(
       ((await refused.json()) as { error: { message: string; code: string } }).error,
     ).toMatchObject({
-      code: 'no_engines',
+      code: 'engines_draining',
       message: expect.stringMatching(
         /^every decode engine is draining \(decode-0\): none takes new rooms; `pdctl engines undrain decode-0`/,
       ),

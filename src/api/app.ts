@@ -21,8 +21,23 @@ import { healthRoutes } from './health.ts';
 import { type ApiMetrics, metricsRoutes } from './metrics.ts';
 import { openAiRoutes } from './openai.ts';
 import { queryRoutes } from './queries.ts';
+import { RefusalLog } from './refusals.ts';
 import { SHARED_SCHEMAS } from './schemas.ts';
 import { ShutdownGate } from './shutdown.ts';
+
+/**
+ * A completion refused before a room existed: the codes of the service's refusals, not of a room
+ * that ended (`room_*`, `shutdown`) or of a request that was wrong (4xx but 429).
+ */
+function isRefusal(route: string | undefined, code: string | null): boolean {
+  return (
+    (route === '/v1/completions' || route === '/v1/chat/completions') &&
+    code !== null &&
+    !code.startsWith('room_') &&
+    code !== 'shutdown'
+  );
+}
+
 import { UI_CLIENT_HEADER, uiRoutes } from './ui.ts';
 
 declare module 'fastify' {
@@ -63,6 +78,15 @@ export interface ApiOptions {
   maxConnections?: number;
   /** What a graceful shutdown closes (src/app/serving.ts drives it); default: a gate of its own. */
   shutdown?: ShutdownGate;
+  /** Where refusals are journaled; default: one over the control plane's journal. */
+  refusals?: RefusalLog;
+  /**
+   * How long a completion that finds no engine of a role waits for one (an engine restart takes
+   * about 2 s) before it is refused. Default 3000; 0: refused at once.
+   */
+  admissionWaitMs?: number;
+  /** Completions waiting so at most; more are refused at once. Default 256. */
+  admissionQueue?: number;
 }
 
 /** The HTTP server behind fastify, with the limits that stop slow clients from holding it. */
@@ -128,11 +152,17 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
   });
   await app.register(swaggerUi, { routePrefix: '/docs' });
   app.decorateRequest('room', null);
+  const refusals = o.refusals ?? new RefusalLog((ev) => o.control.journal.append(ev), o.log);
   app.setErrorHandler((err, req, reply) => {
     const e = toApiError(err);
     // A refusal the service chose (503: journal unwritable, no engines) is a warning, once per
     // request, without a stack; anything else in 5xx is a bug worth the stack.
     const about = { requestId: req.id, url: req.url, room: req.room?.() ?? null };
+    // Refused before any room existed: on the record (the journal, and a counter by reason).
+    if ((e.status === 429 || e.status === 503) && isRefusal(req.routeOptions.url, e.code)) {
+      refusals.note(e.code as string, e.status, req.id, e.message);
+      o.metrics.refused(e.code as string);
+    }
     if (e.status === 503)
       o.log.warn({ ...about, code: e.code, reason: e.message }, 'request refused');
     else if (e.status >= 500) o.log.error({ ...about, err }, 'request failed');
@@ -182,6 +212,8 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
     modelId: o.control.modelName,
     maxRoomsPerEngine: o.maxRoomsPerEngine ?? 512,
     shutdown,
+    admissionWaitMs: o.admissionWaitMs ?? 3000,
+    admissionQueue: o.admissionQueue ?? 256,
   });
   await app.register(queryRoutes, {
     control: o.control,

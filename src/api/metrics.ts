@@ -41,6 +41,14 @@ const KNOWN_ENDINGS: ReadonlyArray<readonly [state: string, reason: string]> = [
 const COMPLETION_ROUTES = ['/v1/completions', '/v1/chat/completions'];
 const KNOWN_STATUSES = ['200', '400', '409', '429', '500', '503', '504'];
 const TRANSPORTS = ['shm', 'cuda', 'ucx'];
+/** What a completion refused before it had a room was told (its API error code). */
+const REFUSAL_REASONS = [
+  'no_engines',
+  'engines_draining',
+  'overloaded',
+  'journal_unavailable',
+  'shutting_down',
+];
 const CANARY_OUTCOMES = [
   'ok',
   'failing_admission',
@@ -96,6 +104,8 @@ export class ApiMetrics {
   private readonly reasons = new BoundedLabel(KNOWN_ENDINGS.map(([, r]) => r));
   private readonly outcomes = new BoundedLabel(CANARY_OUTCOMES);
   private readonly statuses = new BoundedLabel(['ok']);
+  private readonly refusals: client.Counter<'reason'>;
+  private readonly refusalReasons = new BoundedLabel(REFUSAL_REASONS);
   /** Sets the gauges from the control plane's state; run at each scrape. */
   private readonly collect: () => void;
 
@@ -174,6 +184,13 @@ export class ApiMetrics {
       registers: [r],
     });
     for (const outcome of CANARY_OUTCOMES) this.canaryRuns.inc({ outcome }, 0);
+    this.refusals = new client.Counter({
+      name: 'pdctl_requests_refused_total',
+      help: 'Completions refused before a room existed, by reason (each is also journaled: request.refused)',
+      labelNames: ['reason'],
+      registers: [r],
+    });
+    for (const reason of REFUSAL_REASONS) this.refusals.inc({ reason }, 0);
     for (const [state, reason] of KNOWN_ENDINGS) this.ended.inc({ state, reason }, 0);
     for (const route of COMPLETION_ROUTES)
       for (const status of KNOWN_STATUSES) this.responses.inc({ route, status }, 0);
@@ -395,6 +412,11 @@ export class ApiMetrics {
         });
       this.plannedTransport.delete(after.room);
     }
+  }
+
+  /** A completion was refused before it had a room (`reason`: its API error code). */
+  refused(reason: string): void {
+    this.refusals.inc({ reason: this.refusalReasons.of(reason) });
   }
 
   /** A canary run ended: `ok`, or `failing_` and the stage it failed in. */

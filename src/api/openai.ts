@@ -8,6 +8,7 @@ import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { ControlPlane } from '../control/control-plane.ts';
 import { MAX_TOKENS_LIMIT } from '../control/control-plane.ts';
+import { ControlError } from '../control/errors.ts';
 import { RoomEndedError, type RoomStream } from '../control/streams.ts';
 import type { CompletionResult } from '../control/types.ts';
 import type { ChatMessage, Sampling } from '../model/executor.ts';
@@ -162,6 +163,59 @@ export interface OpenAiDeps {
   maxRoomsPerEngine: number;
   /** Set when the API shuts down: new completions are refused, those in flight are tracked. */
   shutdown: ShutdownGate;
+  /** How long a completion that finds no engine of a role waits for one before it is refused. */
+  admissionWaitMs: number;
+  /** Completions waiting so at most; more are refused at once. */
+  admissionQueue: number;
+}
+
+/** How often a waiting completion looks for an engine again. */
+const ADMISSION_POLL_MS = 50;
+/** Completions waiting for an engine now, in this process (one API serves per process). */
+let waiting = 0;
+
+/**
+ * `submit()`, and when no engine of a role is there (one is restarting: about 2 s), again every
+ * 50 ms for up to `admissionWaitMs` — so that a request arriving during an engine restart is
+ * served a little later instead of refused. Bounded: past `admissionQueue` waiting completions,
+ * and for every other refusal, the error goes to the client at once.
+ */
+async function admitted(
+  deps: OpenAiDeps,
+  reply: FastifyReply,
+  submit: () => RoomStream,
+): Promise<RoomStream> {
+  const waitable = (err: unknown): err is ControlError =>
+    err instanceof ControlError &&
+    err.code === 'CONTROL_NO_ENGINES' &&
+    deps.admissionWaitMs > 0 &&
+    !deps.shutdown.closing;
+  const refused = (err: ControlError, why: string) =>
+    new ControlError(err.code, `${err.message} (${why})`);
+  try {
+    return submit();
+  } catch (err) {
+    if (!waitable(err)) throw err;
+    if (waiting >= deps.admissionQueue)
+      throw refused(err, `${waiting} requests already wait for one`);
+  }
+  waiting++;
+  try {
+    const deadline = Date.now() + deps.admissionWaitMs;
+    for (;;) {
+      await new Promise((r) => setTimeout(r, ADMISSION_POLL_MS));
+      if (reply.raw.destroyed)
+        throw new ApiError(499, 'the client left while waiting for an engine');
+      try {
+        return submit();
+      } catch (err) {
+        if (!waitable(err)) throw err;
+        if (Date.now() >= deadline) throw refused(err, `waited ${deps.admissionWaitMs} ms for one`);
+      }
+    }
+  } finally {
+    waiting--;
+  }
 }
 
 /** `response` of a completion route: JSON, or server-sent events with `stream: true`. */
@@ -311,15 +365,17 @@ async function serve(
     );
   const ac = new AbortController();
   const started = performance.now();
-  const stream = deps.control.submit({
-    ...input,
-    maxTokens,
-    stop: stops,
-    sampling: sampling(body),
-    requestId: req.id,
-    ...traceparentOf(req.headers.traceparent),
-    signal: ac.signal,
-  });
+  const stream = await admitted(deps, reply, () =>
+    deps.control.submit({
+      ...input,
+      maxTokens,
+      stop: stops,
+      sampling: sampling(body),
+      requestId: req.id,
+      ...traceparentOf(req.headers.traceparent),
+      signal: ac.signal,
+    }),
+  );
   reply.header('x-pdctl-room', stream.room);
   // The access line names the room serving the request when it ends (a migration moves it).
   req.room = () => stream.current;

@@ -38,6 +38,10 @@ export function describeEvent(ev: JournalEvent): string {
       return `${d.rooms} rooms, ${d.events} events ended before ${new Date(d.cutoffTs as number).toISOString()}`;
     case 'recovery.action':
       return `${d.action}: ${d.reason} → ${d.outcome}`;
+    case 'request.refused': {
+      const ids = d.requestIds as string[];
+      return `${d.count} × ${d.status} ${d.reason}${ids.length ? ` (requests ${ids.slice(0, 3).join(', ')}${(d.count as number) > 3 ? ', …' : ''})` : ''}: ${d.message}`;
+    }
     case 'engine.registered':
       return `${d.role}, incarnation ${d.incarnation}`;
     case 'engine.stalled':

@@ -142,6 +142,12 @@ export function registerServeCommand(program: Command): void {
       4096,
     )
     .option(
+      '--admission-wait-ms <n>',
+      'how long a request that finds no engine of a role (one restarting: about 2 s) waits for one before 503 no_engines; 0: at once',
+      intArg('--admission-wait-ms'),
+      3000,
+    )
+    .option(
       '--drain-timeout-ms <n>',
       'on SIGTERM, how long in-flight requests may take to finish',
       intArg('--drain-timeout-ms'),
@@ -252,6 +258,7 @@ export function registerServeCommand(program: Command): void {
             maxRoomsPerEngine: o.maxRoomsPerEngine as number,
             requestTimeoutMs: o.requestTimeoutMs as number,
             maxConnections: o.maxConnections as number,
+            admissionWaitMs: o.admissionWaitMs as number,
           },
         });
       } catch (err) {

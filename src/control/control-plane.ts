@@ -678,11 +678,14 @@ export class ControlPlane {
     const fresh = this.registry.fresh(role, freshMs, now);
     if (fresh.length === 0) {
       const draining = this.registry.draining(role, freshMs, now).map((s) => s.engine);
+      if (draining.length > 0)
+        throw new ControlError(
+          'CONTROL_ENGINES_DRAINING',
+          `every ${role} engine is draining (${draining.join(', ')}): none takes new rooms; \`pdctl engines undrain ${draining[0]}\` takes one back`,
+        );
       throw new ControlError(
         'CONTROL_NO_ENGINES',
-        draining.length > 0
-          ? `every ${role} engine is draining (${draining.join(', ')}): none takes new rooms; \`pdctl engines undrain ${draining[0]}\` takes one back`
-          : `no ${role} engine is registered with a heartbeat in the last ${freshMs} ms`,
+        `no ${role} engine is registered with a heartbeat in the last ${freshMs} ms`,
       );
     }
     const largest = fresh.reduce((a, b) => (b.pages > a.pages ? b : a));

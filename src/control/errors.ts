@@ -10,6 +10,8 @@ export const CONTROL_ERROR_CODES = [
   'CONTROL_OVERLOADED',
   /** No prefill or no decode engine is registered with a fresh heartbeat. */
   'CONTROL_NO_ENGINES',
+  /** Every engine of a role heartbeats but drains (`pdctl engines drain`): none takes new rooms. */
+  'CONTROL_ENGINES_DRAINING',
   /** The journal refused the write: nothing unjournaled is served. */
   'CONTROL_JOURNAL_UNAVAILABLE',
   /** The control plane is draining or closed. */

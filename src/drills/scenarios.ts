@@ -271,6 +271,9 @@ function killDrill(role: 'prefill' | 'decode'): DrillScenario {
       const killAt = Date.now();
       const oldPid = await ctx.target.signal(engine, 'SIGKILL');
       ctx.mark(`fault: SIGKILL ${engine} (pid ${oldPid}) with ${inFlight} rooms on it`);
+      // Clients that arrive while it is down: each waits for the restart (--admission-wait-ms)
+      // instead of being refused with no_engines.
+      const arrivals = ctx.load({ clients: 4, maxTokens: 8 });
       const back = await firstEvent(ctx, 'engine.registered', engine, killAt, 15_000);
       const backMs = back ? back.ts - killAt : Number.NaN;
       ctx.mark(
@@ -287,6 +290,18 @@ function killDrill(role: 'prefill' | 'decode'): DrillScenario {
         detail: 'kill → new incarnation registered (the supervisor restarts it)',
       });
       await ctx.sleep(1500);
+      const downUntil = back?.ts ?? Date.now();
+      const arrived = arrivals.records.filter((r) => r.startedAt <= downUntil);
+      const refused = arrived.filter((r) => r.outcome !== 'completed');
+      ctx.check({
+        name: 'requests arriving during the restart waited for it, none refused',
+        ok: arrived.length > 0 && refused.length === 0,
+        figure: { arrived: arrived.length, refused: refused.length },
+        detail:
+          refused.length === 0
+            ? `sent while ${engine} was down; admitted once it was back`
+            : errorsSeen(refused),
+      });
       const during = load.records.filter((r) => r.startedAt <= killAt && r.endedAt >= killAt);
       const failedDuring = during.filter((r) => r.outcome !== 'completed');
       const moved = await ctx.target.events('room.migrated', killAt);

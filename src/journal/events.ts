@@ -198,6 +198,28 @@ export const EVENT_SCHEMAS = {
     },
     open,
   ),
+  /**
+   * Requests refused before any room existed (no engines, every engine draining, overload, the
+   * journal refusing writes, shutting down): one event per reason per second at most, counting
+   * them, so that a flood of refusals cannot flood the journal.
+   */
+  'request.refused': Type.Object(
+    {
+      /** The API error code the clients got: `no_engines`, `overloaded`, … */
+      reason: Type.String({ pattern: '^[a-z][a-z0-9_]{0,63}$' }),
+      /** The HTTP status they got (429 or 503). */
+      status: Count,
+      count: Type.Integer({ minimum: 1 }),
+      /** The request ids (x-request-id) of the first ones, at most 20. */
+      requestIds: Type.Array(Type.String({ minLength: 1, maxLength: 128 }), { maxItems: 20 }),
+      /** What the first of them was told. */
+      message: Text,
+      /** When the first and the last of them were refused (unix ms). */
+      firstAt: Count,
+      lastAt: Count,
+    },
+    open,
+  ),
   'drill.started': Type.Object({ scenario: Text, clients: Type.Optional(Count) }, open),
   'drill.finished': Type.Object(
     {

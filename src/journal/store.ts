@@ -137,6 +137,8 @@ export interface JournalStats {
   byState: Partial<Record<RoomState, number>>;
   failuresByReason: Record<string, number>;
   abortsByReason: Record<string, number>;
+  /** Requests refused before they had a room (`request.refused`), summed by reason. */
+  refusalsByReason: Record<string, number>;
   rejectedEvents: number;
   eventsByType: Record<string, number>;
   consumers: Array<{ name: string; seq: number; updatedAt: number }>;

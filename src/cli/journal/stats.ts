@@ -45,9 +45,10 @@ export async function statsCommand(opts: StatsOptions): Promise<number> {
         ]),
       );
     }
-    for (const [title, table] of [
-      ['failures by reason', s.failuresByReason],
-      ['aborts by reason', s.abortsByReason],
+    for (const [title, table, unit] of [
+      ['failures by reason', s.failuresByReason, 'ROOMS'],
+      ['aborts by reason', s.abortsByReason, 'ROOMS'],
+      ['requests refused before a room, by reason', s.refusalsByReason, 'REQUESTS'],
     ] as const) {
       const rows = Object.entries(table);
       if (!rows.length) continue;
@@ -55,7 +56,7 @@ export async function statsCommand(opts: StatsOptions): Promise<number> {
       print(
         renderTable(rows, [
           { header: 'REASON', value: (r) => r[0] },
-          { header: 'ROOMS', value: (r) => r[1], align: 'right' },
+          { header: unit, value: (r) => r[1], align: 'right' },
         ]),
       );
     }

@@ -225,6 +225,14 @@ export class PgReader implements JournalReader {
         byState,
         failuresByReason: await reasons('failed'),
         abortsByReason: await reasons('aborted'),
+        refusalsByReason: Object.fromEntries(
+          (
+            await one<{ reason: string; n: number }>(
+              `SELECT data::jsonb ->> 'reason' AS reason, sum((data::jsonb ->> 'count')::bigint)::bigint AS n
+                 FROM events WHERE type = 'request.refused' GROUP BY 1 ORDER BY n DESC`,
+            )
+          ).map((r) => [r.reason, Number(r.n)]),
+        ),
         rejectedEvents: eventsByType['room.event_rejected'] ?? 0,
         eventsByType,
         consumers,

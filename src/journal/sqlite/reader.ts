@@ -191,6 +191,16 @@ export class SqliteReader implements JournalReader {
         byState,
         failuresByReason: reasons('failed'),
         abortsByReason: reasons('aborted'),
+        refusalsByReason: Object.fromEntries(
+          (
+            db
+              .prepare(
+                `SELECT json_extract(data, '$.reason') AS reason, sum(json_extract(data, '$.count')) AS n
+                   FROM events WHERE type = 'request.refused' GROUP BY reason ORDER BY n DESC`,
+              )
+              .all() as Array<{ reason: string; n: number }>
+          ).map((r) => [r.reason, r.n]),
+        ),
         rejectedEvents: eventsByType['room.event_rejected'] ?? 0,
         eventsByType,
         consumers,
