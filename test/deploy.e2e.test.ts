@@ -253,9 +253,10 @@ describe('every series deploy/ reads, in /metrics of a running stack', () => {
 });
 
 describe.runIf(hasPromtool)('alerts on series recorded from a real run', () => {
-  it('an engine killed three times raises PdctlEngineRestartLoop; a stopped control plane, PdctlControlPlaneDown', async () => {
+  it('an engine killed three times raises PdctlEngineRestartLoop; no decode capacity, PdctlNoDecodeEngine and PdctlCanaryFailing; a stopped control plane, PdctlControlPlaneDown', async () => {
     const s = await serve(['--canary-interval-ms', '300']);
     const rec = new MetricsRecorder(s.url);
+    let afterKills = 0;
     let recording = true;
     const recorder = (async () => {
       while (recording) {
@@ -285,6 +286,16 @@ describe.runIf(hasPromtool)('alerts on series recorded from a real run', () => {
       }
       const scraped = rec.scrapes.length;
       await waitFor('two scrapes after the last restart', () => rec.scrapes.length >= scraped + 2);
+      afterKills = rec.scrapes.length - 1;
+      // No decode capacity: decode-0 drains, every canary is refused. 36 scrapes: 9 minutes.
+      const drained = await fetch(`${s.url}/v1/admin/engines/decode-0/commands`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ command: 'drain', reason: 'test: no decode capacity' }),
+      });
+      expect(drained.status).toBe(202);
+      const drainedAt = rec.scrapes.length;
+      await waitFor('36 scrapes drained', () => rec.scrapes.length >= drainedAt + 36, 60_000);
     } finally {
       expect(await s.stop()).toBe(0);
     }
@@ -334,7 +345,7 @@ describe.runIf(hasPromtool)('alerts on series recorded from a real run', () => {
                 exp_alerts: [],
               },
               {
-                eval_time: at(last),
+                eval_time: at(afterKills),
                 alertname: 'PdctlEngineRestartLoop',
                 exp_alerts: [
                   {
@@ -342,6 +353,34 @@ describe.runIf(hasPromtool)('alerts on series recorded from a real run', () => {
                     exp_annotations: {
                       summary: `decode-0 on ${instance}: started again 3 or more times in 15 minutes`,
                       runbook_url: '/docs/alerts.md#pdctlenginerestartloop',
+                    },
+                  },
+                ],
+              },
+              { eval_time: at(afterKills), alertname: 'PdctlNoDecodeEngine', exp_alerts: [] },
+              { eval_time: at(afterKills), alertname: 'PdctlCanaryFailing', exp_alerts: [] },
+              {
+                eval_time: at(last),
+                alertname: 'PdctlNoDecodeEngine',
+                exp_alerts: [
+                  {
+                    exp_labels: { severity: 'critical', job: 'pdctl', instance, role: 'decode' },
+                    exp_annotations: {
+                      summary: `${instance}: no decode engine takes rooms (none heartbeats, or all drain)`,
+                      runbook_url: '/docs/alerts.md#pdctlnoengine',
+                    },
+                  },
+                ],
+              },
+              {
+                eval_time: at(last),
+                alertname: 'PdctlCanaryFailing',
+                exp_alerts: [
+                  {
+                    exp_labels: { severity: 'critical', job: 'pdctl', instance },
+                    exp_annotations: {
+                      summary: `${instance}: every health canary failed for 5 minutes`,
+                      runbook_url: '/docs/alerts.md#pdctlcanaryfailing',
                     },
                   },
                 ],

@@ -207,6 +207,12 @@ export class ApiMetrics {
       labelNames: ['engine', 'role'],
       registers: [r],
     });
+    const ready = new client.Gauge({
+      name: 'pdctl_engines_ready',
+      help: 'Engines of each role that take new rooms now: a fresh heartbeat, not draining (0: every request of that role is refused)',
+      labelNames: ['role'],
+      registers: [r],
+    });
     const freePages = new client.Gauge({
       name: 'pdctl_engine_free_pages',
       help: 'Free KV pages per engine (last heartbeat)',
@@ -345,6 +351,8 @@ export class ApiMetrics {
         if (counts.has(room.state)) counts.set(room.state, (counts.get(room.state) ?? 0) + 1);
       for (const [state, n] of counts) live.set({ state }, n);
       const now = Date.now();
+      for (const role of ['prefill', 'decode'] as const)
+        ready.set({ role }, control.registry.fresh(role, control.freshMs, now).length);
       stalled.reset();
       ladder.reset();
       for (const x of control.stalledEngines(undefined, now))

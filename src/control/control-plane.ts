@@ -152,7 +152,8 @@ export class ControlPlane {
   /** KV pages promised to rooms per engine: admission counts pages, not rooms. */
   readonly pages = new PageLedger((engine) => this.registry.get(engine));
   /** Engines heartbeating within this many ms get new rooms (`engineFreshMs`, default 3000). */
-  private readonly freshMs: number;
+  /** An engine whose last heartbeat is older than this gets no new rooms. */
+  readonly freshMs: number;
   private readonly roomListeners: Array<
     (before: Room | null, after: Room, ev: JournalEvent) => void
   > = [];
