@@ -351,6 +351,29 @@ describe('the openai client against pdctl serve', () => {
     expect(served.choices[0]?.finish_reason).toBe('length');
   });
 
+  it('refuses penalties the built-in model cannot honour, naming the parameter', async () => {
+    const res = await fetch(`${s.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, prompt: 'x', max_tokens: 2, frequency_penalty: 0.5 }),
+    });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: unknown }).error).toMatchObject({
+      param: 'frequency_penalty',
+      code: 'unsupported_parameter',
+      message: expect.stringMatching(/needs a model that samples/),
+    });
+    // Zero is what OpenAI clients send by default: accepted.
+    const zero = await client.completions.create({
+      model: MODEL,
+      prompt: 'x',
+      max_tokens: 2,
+      frequency_penalty: 0,
+      presence_penalty: 0,
+    });
+    expect(zero.choices[0]?.finish_reason).toBe('length');
+  });
+
   it('is ready with the background canary off (--canary-interval-ms 0), and says so', async () => {
     await waitFor(
       'ready',

@@ -4,6 +4,7 @@
  * Every response names its room (`x-pdctl-room`, and `id` = `cmpl-<room>`), so a bad answer leads
  * straight to its timeline. A client that goes away aborts its room at once.
  */
+import { randomInt } from 'node:crypto';
 import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { ControlPlane } from '../control/control-plane.ts';
@@ -18,22 +19,25 @@ import { ChatCompletionResponse, CompletionResponse, Errors, ModelsBody } from '
 import { SHUTDOWN_REASON, type ShutdownGate } from './shutdown.ts';
 
 /**
- * Sampling, honoured by a llama.cpp model (greedy when temperature is 0, OpenAI's default is 1);
- * the built-in deterministic model is always greedy. `top_k` is not OpenAI's but most servers'.
+ * Sampling as the OpenAI API defines it, honoured by a llama.cpp model: temperature 1, top_p 1
+ * and no top_k unless asked (`top_k` is not OpenAI's but most servers'), a seed drawn for each
+ * request that sends none, and the frequency and presence penalties. The built-in deterministic
+ * model's text is fixed: it refuses penalties rather than ignore them.
  */
+const Penalty = Type.Optional(Type.Union([Type.Number({ minimum: -2, maximum: 2 }), Type.Null()]));
 const SAMPLING = {
   temperature: Type.Optional(Type.Union([Type.Number({ minimum: 0, maximum: 2 }), Type.Null()])),
   top_p: Type.Optional(Type.Union([Type.Number({ exclusiveMinimum: 0, maximum: 1 }), Type.Null()])),
   top_k: Type.Optional(Type.Union([Type.Integer({ minimum: 0 }), Type.Null()])),
   seed: Type.Optional(Type.Union([Type.Integer({ minimum: 0, maximum: 0xffffffff }), Type.Null()])),
+  frequency_penalty: Penalty,
+  presence_penalty: Penalty,
 };
 
-/** Parameters no model here honours: accepted, ignored. */
+/** `user` is the client's label for its end user: accepted, not used. `logit_bias`: refused unless empty. */
 const IGNORED = {
-  presence_penalty: Type.Optional(Type.Number()),
-  frequency_penalty: Type.Optional(Type.Number()),
   user: Type.Optional(Type.String()),
-  logit_bias: Type.Optional(Type.Record(Type.String(), Type.Number())),
+  logit_bias: Type.Optional(Type.Union([Type.Record(Type.String(), Type.Number()), Type.Null()])),
 };
 
 const Stop = Type.Optional(
@@ -121,12 +125,32 @@ function traceparentOf(header: string | string[] | undefined): { traceparent?: s
 }
 
 /** The request's sampling, as the engines take it. */
-function sampling(body: CompletionRequest | ChatRequest): Sampling {
+function sampling(body: CompletionRequest | ChatRequest, samples: boolean): Sampling {
+  if (body.logit_bias && Object.keys(body.logit_bias).length > 0)
+    throw new ApiError(
+      400,
+      'logit_bias is not supported by pdctl; send the request without it',
+      'invalid_request_error',
+      'unsupported_parameter',
+      'logit_bias',
+    );
+  for (const name of ['frequency_penalty', 'presence_penalty'] as const)
+    if (!samples && (body[name] ?? 0) !== 0)
+      throw new ApiError(
+        400,
+        `${name} needs a model that samples; the built-in deterministic model's text is fixed (serve a llama.cpp model with --model)`,
+        'invalid_request_error',
+        'unsupported_parameter',
+        name,
+      );
   return {
     temperature: body.temperature ?? 1,
     ...(body.top_p == null ? {} : { topP: body.top_p }),
     ...(body.top_k == null ? {} : { topK: body.top_k }),
-    ...(body.seed == null ? {} : { seed: body.seed }),
+    // A request without a seed draws its own (journaled on room.created): never the clock's.
+    seed: body.seed ?? randomInt(0, 2 ** 31),
+    ...(body.frequency_penalty ? { frequencyPenalty: body.frequency_penalty } : {}),
+    ...(body.presence_penalty ? { presencePenalty: body.presence_penalty } : {}),
   };
 }
 
@@ -335,6 +359,7 @@ async function serve(
   }
   const maxTokens = body.max_completion_tokens ?? body.max_tokens ?? DEFAULT_MAX_TOKENS;
   const stops = body.stop == null ? [] : Array.isArray(body.stop) ? body.stop : [body.stop];
+  const asked = sampling(body, deps.control.modelInfo.samples);
   const health = deps.control.journalHealth();
   if (!health.writable || health.state !== 'ready') {
     // Nothing is served that the journal cannot record.
@@ -370,7 +395,7 @@ async function serve(
       ...input,
       maxTokens,
       stop: stops,
-      sampling: sampling(body),
+      sampling: asked,
       requestId: req.id,
       ...traceparentOf(req.headers.traceparent),
       signal: ac.signal,

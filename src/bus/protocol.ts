@@ -308,6 +308,8 @@ export const CONTROL_MESSAGES = {
                   topP: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1 })),
                   topK: Type.Optional(Type.Integer({ minimum: 0 })),
                   seed: Type.Optional(Type.Integer({ minimum: 0, maximum: 0xffffffff })),
+                  frequencyPenalty: Type.Optional(Type.Number({ minimum: -2, maximum: 2 })),
+                  presencePenalty: Type.Optional(Type.Number({ minimum: -2, maximum: 2 })),
                 },
                 strict,
               ),

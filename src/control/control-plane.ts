@@ -735,6 +735,7 @@ export class ControlPlane {
           maxTokens: request.maxTokens,
           model: this.model.name,
           transport,
+          ...(request.sampling ? { sampling: request.sampling } : {}),
           ...stream.trace,
           ...(o.migratedFrom ? { migratedFrom: o.migratedFrom } : {}),
           ...(this.options.deadlinesMs ? { deadlinesMs: this.options.deadlinesMs } : {}),

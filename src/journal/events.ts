@@ -50,6 +50,23 @@ export const EVENT_SCHEMAS = {
       ),
       /** The HTTP request's `x-request-id` (given by the client, or made by the API). */
       requestId: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
+      /**
+       * How its tokens are drawn (the API's request, with the seed it drew when the client sent
+       * none): the same sampling and seed give the same text, also in a migration's continuation.
+       */
+      sampling: Type.Optional(
+        Type.Object(
+          {
+            temperature: Type.Optional(Type.Number({ minimum: 0 })),
+            topP: Type.Optional(Type.Number()),
+            topK: Type.Optional(Count),
+            seed: Type.Optional(Count),
+            frequencyPenalty: Type.Optional(Type.Number()),
+            presencePenalty: Type.Optional(Type.Number()),
+          },
+          strict,
+        ),
+      ),
       /** The client's W3C `traceparent`, when it sent a valid one. */
       traceparent: Type.Optional(
         Type.String({ pattern: '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$' }),

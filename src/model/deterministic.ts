@@ -116,6 +116,7 @@ export class DeterministicModel implements ModelInfo, EngineModel {
   readonly format = null;
   readonly contextSize = null;
   readonly sendsTokens = false;
+  readonly samples = false;
   readonly slots = null;
   readonly kv: KvShape;
   readonly kvBytesPerToken: number;

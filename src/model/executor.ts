@@ -11,12 +11,21 @@
  * image and decodes in its own context. The engines treat both the same way.
  */
 
-/** Sampling a request asks for. Greedy when temperature is 0 or absent. */
+/**
+ * Sampling a request asks for, as the OpenAI API defines it. Greedy when temperature is 0 or
+ * absent. `topP` absent is 1 and `topK` absent is no limit (not llama.cpp's 0.95 and 40). The
+ * token at context position p is drawn with a seed made of `seed` and p, so that a room that
+ * continues a migrated one draws what the first would have drawn from there on.
+ */
 export interface Sampling {
   temperature?: number;
   topP?: number;
   topK?: number;
   seed?: number;
+  /** OpenAI's: a token's logit is lowered by this times its count in the recent context. */
+  frequencyPenalty?: number;
+  /** OpenAI's: a token's logit is lowered by this once it is in the recent context. */
+  presencePenalty?: number;
 }
 
 /** A chat message, as the API receives it. */
@@ -64,6 +73,8 @@ export interface ModelInfo {
   readonly contextSize: number | null;
   /** Whether rooms carry token ids to the engines (this tokenizer is the only one that runs). */
   readonly sendsTokens: boolean;
+  /** Whether it samples (temperature, top_p, penalties mean something); false: its text is fixed. */
+  readonly samples: boolean;
   tokenize(text: string): number[];
   /** A chat's prompt in the model's chat template, with its tokens. */
   chat(messages: readonly ChatMessage[]): { prompt: string; tokens: number[] };

@@ -110,14 +110,21 @@ describe('a llama.cpp model across prefill and decode engines', () => {
     await waitFor('pools back to capacity', () => poolsFull(control, done));
   });
 
-  it('a decode engine SIGKILLed mid-stream: the room continues on another pair with the same tokens', async () => {
+  it('a decode engine SIGKILLed mid-stream: the room continues on another pair with the same tokens, greedy and sampled with a seed', async () => {
     const { control, engines } = await startTestStack({
       model: tiny.info,
       engineArgs: tiny.args,
       decodeEngines: 2,
     });
-    for (const i of [0, 1]) {
-      const r = { prompt: llamaPrompt(i, 30 + i * 50), maxTokens: 700 };
+    // Round 2 samples (temperature 1, a seed): the continuation draws each token with its
+    // position's seed, so the text is the undisturbed run's.
+    const sampled = { temperature: 1, topP: 0.9, seed: 4242 };
+    for (const i of [0, 1, 2]) {
+      const r = {
+        prompt: llamaPrompt(i, 30 + i * 50),
+        maxTokens: i === 2 ? 300 : 700,
+        ...(i === 2 ? { sampling: sampled } : {}),
+      };
       const stream = control.submit(r);
       // Killed from the reader's loop, the moment enough tokens arrived: the tiny model decodes
       // hundreds of tokens a second, faster than a poll would notice.
@@ -125,12 +132,20 @@ describe('a llama.cpp model across prefill and decode engines', () => {
       let text = '';
       for await (const chunk of stream) {
         text += chunk.text;
-        if (victim === '' && stream.tokens >= 20 + i * 100) {
+        if (victim === '' && stream.tokens >= 20 + (i % 2) * 100) {
           victim = control.room(stream.current)?.decodeEngine as string;
           expect(engines.signal(victim, 'SIGKILL'), `round ${i}: ${victim}`).toBe(true);
         }
       }
-      const ref = await tiny.reference.generate(tiny.info.tokenize(r.prompt), r.maxTokens);
+      const ref = await tiny.reference.generate(
+        tiny.info.tokenize(r.prompt),
+        r.maxTokens,
+        r.sampling,
+      );
+      if (r.sampling) {
+        const greedy = await tiny.reference.generate(tiny.info.tokenize(r.prompt), r.maxTokens);
+        expect(ref.tokens, 'sampling draws other tokens than greedy').not.toEqual(greedy.tokens);
+      }
       expect(stream.ids).toEqual(ref.tokens);
       expect(text).toBe(ref.text);
       const t = await control.journal.timeline(stream.room);
@@ -140,7 +155,7 @@ describe('a llama.cpp model across prefill and decode engines', () => {
       expect(next.room?.decodeEngine).not.toBe(victim);
       // The new room was prefilled from the prompt and the tokens streamed before the kill.
       const moved = t.events.find((e) => e.type === 'room.migrated')?.data.tokens as number;
-      expect(moved).toBeGreaterThanOrEqual(20 + i * 100);
+      expect(moved).toBeGreaterThanOrEqual(20 + (i % 2) * 100);
       expect(next.room?.promptTokens).toBe(stream.promptTokens + moved);
       await waitFor(`${victim} back`, () => control.registry.get(victim)?.delivery.live === true);
     }

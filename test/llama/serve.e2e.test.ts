@@ -102,6 +102,56 @@ describe('pdctl serve --model', () => {
     expect(a.choices[0]?.text).not.toBe(greedy.text);
   });
 
+  it('draws a seed for each unseeded request (journaled), and honours frequency and presence penalties', async () => {
+    const prompt = llamaPrompt(5, 20);
+    // A hot temperature: the tiny model is peaked, and at 1 most seeds draw its greedy text.
+    const body = { model: MODEL, prompt, max_tokens: 24, temperature: 1.8 };
+    // Four at once without a seed: each draws its own, so their texts differ.
+    const four = await Promise.all(
+      [0, 1, 2, 3].map(() => client.completions.create(body).withResponse()),
+    );
+    const texts = new Set(four.map((r) => r.data.choices[0]?.text));
+    expect(texts.size).toBeGreaterThan(1);
+    // The seed each drew is on its room.created, and replays its text exactly.
+    const first = four[0] as (typeof four)[number];
+    const room = first.response.headers.get('x-pdctl-room') as string;
+    const t = (await (await fetch(`${s.url}/v1/rooms/${room}`)).json()) as {
+      events: Array<{ type: string; data: { sampling?: { seed: number; temperature: number } } }>;
+    };
+    const drawn = t.events.find((e) => e.type === 'room.created')?.data.sampling;
+    expect(drawn).toMatchObject({ temperature: 1.8, seed: expect.any(Number) });
+    const replay = await client.completions.create({ ...body, seed: drawn?.seed });
+    expect(replay.choices[0]?.text).toBe(first.data.choices[0]?.text);
+
+    // Penalties change what is drawn (the text stops repeating itself), exactly as the model
+    // does with them in-process.
+    const seeded = { ...body, max_tokens: 48, temperature: 1.5, seed: 99 };
+    const plain = await client.completions.create(seeded);
+    const penalized = await client.completions.create({
+      ...seeded,
+      frequency_penalty: 2,
+      presence_penalty: 2,
+    });
+    const tokens = tiny.info.tokenize(prompt);
+    const reference = { temperature: 1.5, seed: 99 };
+    const ref = await tiny.reference.generate(tokens, 48, reference);
+    const refPenalized = await tiny.reference.generate(tokens, 48, {
+      ...reference,
+      frequencyPenalty: 2,
+      presencePenalty: 2,
+    });
+    expect(refPenalized.text, 'the penalties change this text').not.toBe(ref.text);
+    expect(plain.choices[0]?.text).toBe(ref.text);
+    expect(penalized.choices[0]?.text).toBe(refPenalized.text);
+    const biased = await fetch(`${s.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ ...body, logit_bias: { '50': 10 } }),
+    });
+    expect(biased.status).toBe(400);
+    expect(((await biased.json()) as { error: { param: string } }).error.param).toBe('logit_bias');
+  });
+
   it('refuses a request beyond the context with context_length_exceeded, writing nothing', async () => {
     const prompt = llamaPrompt(4, 100);
     const promptTokens = tiny.info.tokenize(prompt).length;

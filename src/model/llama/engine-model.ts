@@ -63,16 +63,42 @@ function nowMicros(): number {
   return Number(process.hrtime.bigint() / 1000n);
 }
 
-/** node-llama-cpp's sampling options for a request's. */
-function evaluateOptions(s: Sampling): SequenceEvaluateOptions {
-  const temperature = s.temperature ?? 0;
-  if (temperature === 0) return { temperature: 0 };
+/** Recent context tokens the penalties count (llama.cpp's default window). */
+const PENALTY_WINDOW = 64;
+
+/**
+ * node-llama-cpp's options to draw the token at context position `position` after `context`:
+ * OpenAI's defaults (top_p 1, no top_k: node-llama-cpp would apply 0.95 and 40), no repeat
+ * penalty but the frequency and presence penalties asked for, and a seed of its own for the
+ * position, made of the request's seed — the same token at the same place, whichever room draws it.
+ */
+export function sampleOptions(s: Sampling, context: readonly number[]): SequenceEvaluateOptions {
+  const penalize = (s.frequencyPenalty ?? 0) !== 0 || (s.presencePenalty ?? 0) !== 0;
   return {
-    temperature,
-    ...(s.topP === undefined ? {} : { topP: s.topP }),
-    ...(s.topK === undefined ? {} : { topK: s.topK }),
-    ...(s.seed === undefined ? {} : { seed: s.seed }),
+    temperature: s.temperature ?? 0,
+    topP: s.topP ?? 1,
+    topK: s.topK ?? 0,
+    seed: positionSeed(s.seed ?? 0, context.length),
+    ...(penalize
+      ? {
+          repeatPenalty: {
+            punishTokens: context.slice(-PENALTY_WINDOW) as Token[],
+            maxPunishTokens: PENALTY_WINDOW,
+            penalty: 1,
+            frequencyPenalty: s.frequencyPenalty ?? 0,
+            presencePenalty: s.presencePenalty ?? 0,
+          },
+        }
+      : {}),
   };
+}
+
+/** A 31-bit seed for one position of one request (splitmix32 of the two). */
+export function positionSeed(seed: number, position: number): number {
+  let z = (Math.imul(seed | 0, 0x9e3779b1) + Math.imul(position | 0, 0x85ebca6b)) | 0;
+  z = Math.imul(z ^ (z >>> 16), 0x21f0aaad);
+  z = Math.imul(z ^ (z >>> 15), 0x735a2d97);
+  return (z ^ (z >>> 15)) >>> 1;
 }
 
 export class LlamaEngineModel implements EngineModel {
@@ -208,7 +234,11 @@ export class LlamaEngineModel implements EngineModel {
     context: readonly number[],
     sampling: Sampling,
   ): DecodeStream {
-    const it = seq.evaluate(input as Token[], evaluateOptions(sampling))[Symbol.asyncIterator]();
+    const it = (
+      (sampling.temperature ?? 0) === 0
+        ? seq.evaluate(input as Token[], { temperature: 0 })
+        : this.sampled(seq, input, context, sampling)
+    )[Symbol.asyncIterator]();
     const text = new TextStream(this.model, context);
     // Steps and the close run one after another: a close waits for the step in flight.
     let chain: Promise<unknown> = Promise.resolve();
@@ -239,6 +269,36 @@ export class LlamaEngineModel implements EngineModel {
         chain = done;
       },
     };
+  }
+
+  /**
+   * Tokens drawn one at a time, each with its position's seed (`sampleOptions`): a sampler made
+   * once per evaluation would draw from one random stream, and a room continuing a migrated one
+   * would start that stream again where the first room was cut.
+   */
+  private async *sampled(
+    seq: LlamaContextSequence,
+    input: readonly number[],
+    context: readonly number[],
+    sampling: Sampling,
+  ): AsyncGenerator<Token> {
+    const seen = [...context];
+    let next = [...input] as Token[];
+    for (;;) {
+      const last = next.length - 1;
+      const out = await seq.controlledEvaluate([
+        ...next.slice(0, last),
+        [
+          next[last] as Token,
+          { generateNext: { token: true, options: sampleOptions(sampling, seen) } },
+        ],
+      ]);
+      const token = out[last]?.next?.token;
+      if (token === undefined || token === null || this.model.isEogToken(token)) return;
+      yield token;
+      seen.push(token);
+      next = [token];
+    }
   }
 
   /**

@@ -33,6 +33,7 @@ export function roomContextSize(asked: number | null, trainContextSize: number):
 
 export class LlamaModelInfo implements ModelInfo {
   readonly sendsTokens = true;
+  readonly samples = true;
   readonly name: string;
   readonly format: string;
   readonly contextSize: number;
