@@ -18,13 +18,44 @@ export const silentLogger: Logger = {
 export const LOG_LEVELS = ['debug', 'info', 'warn', 'error', 'silent'] as const;
 export type LogLevel = (typeof LOG_LEVELS)[number];
 
+/** `json`: one pino JSON record per line; `pretty`: one short human line; `auto`: pretty on a terminal. */
+export const LOG_FORMATS = ['auto', 'json', 'pretty'] as const;
+export type LogFormat = (typeof LOG_FORMATS)[number];
+
 /**
- * A process logger: pino JSON lines on stderr (stdout stays for command output), with `name` on
- * every line (`control`, `engine`). On a terminal, one short human line per record instead.
+ * The format this process logs in: `PDCTL_LOG_FORMAT` (set by `--log-format`, and inherited by the
+ * engines a stack spawns, so that one stream has one format), else pretty on a terminal.
+ */
+function logFormat(): 'json' | 'pretty' {
+  const f = process.env.PDCTL_LOG_FORMAT;
+  if (f === 'json' || f === 'pretty') return f;
+  return process.stderr.isTTY ? 'pretty' : 'json';
+}
+
+/**
+ * A process logger on stderr (stdout stays for command output), with `name` on every line
+ * (`control`, `engine`): pino JSON lines with ISO-8601 times, or one short human line per record
+ * (`--log-format`, see logFormat).
  */
 export function processLogger(name: string, level: LogLevel = 'info', base: object = {}): Logger {
-  if (process.stderr.isTTY) return humanLogger(name, level, base);
-  return pino({ name, level, base: { pid: process.pid, ...base } }, pino.destination(2));
+  if (logFormat() === 'pretty') return humanLogger(name, level, base);
+  return pino(
+    { name, level, base: { pid: process.pid, ...base }, timestamp: pino.stdTimeFunctions.isoTime },
+    pino.destination(2),
+  );
+}
+
+/**
+ * A line for the operator whatever the log level (where it listens, what to run next), in the
+ * log's format: plain text for a human, a JSON record (`"msg"`) among JSON records — never a
+ * line of plain text in a stream a log shipper parses as JSON.
+ */
+export function announce(name: string, line: string): void {
+  if (logFormat() === 'pretty') process.stderr.write(`${line}\n`);
+  else
+    process.stderr.write(
+      `${JSON.stringify({ level: 30, time: new Date().toISOString(), pid: process.pid, name, msg: line })}\n`,
+    );
 }
 
 function humanLogger(name: string, level: LogLevel, base: object): Logger {

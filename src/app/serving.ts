@@ -89,7 +89,7 @@ export async function startServing(o: ServingOptions): Promise<Serving> {
   let closing: Promise<void> | null = null;
   const close = (drainTimeoutMs = 15_000) => {
     closing ??= (async () => {
-      canary.stop();
+      await canary.stop();
       // The listener stays open while requests finish: new completions get 503 with
       // Retry-After and readiness says why, so a load balancer moves traffic away.
       shutdown.close();

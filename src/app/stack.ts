@@ -126,7 +126,8 @@ export async function startStack(options: StackOptions): Promise<Stack> {
           },
         })
         .catch((err) => log.error({ err, engine: id }, 'could not journal engine.exited'));
-      if (!held) return;
+      // Stopping: every engine exits on purpose, and nothing is left to continue its rooms on.
+      if (!held || stopping) return;
       void control.engineLost(
         id,
         s.incarnation,

@@ -12,7 +12,7 @@ import {
   resolveEngineOptions,
 } from '../engine/options.ts';
 import { UsageError } from '../errors.ts';
-import { LOG_LEVELS, type Logger, type LogLevel, processLogger } from '../log.ts';
+import { LOG_FORMATS, LOG_LEVELS, type Logger, type LogLevel, processLogger } from '../log.ts';
 import { DeterministicModel } from '../model/deterministic.ts';
 import { type EngineModel, pagesFor } from '../model/executor.ts';
 import { TransferError } from '../transfer/errors.ts';
@@ -79,6 +79,14 @@ export function registerEngineCommand(program: Command): void {
     .addOption(
       new Option('--log-level <level>', 'log level').choices([...LOG_LEVELS]).default('info'),
     )
+    .addOption(
+      new Option(
+        '--log-format <format>',
+        'log lines: json (pino records, ISO times), pretty, auto (pretty on a terminal); env PDCTL_LOG_FORMAT',
+      )
+        .choices([...LOG_FORMATS])
+        .default(process.env.PDCTL_LOG_FORMAT ?? 'auto'),
+    )
     .addHelpText(
       'after',
       "\nKeys (required): PDCTL_CURVE_SERVER_KEY (the control plane's public key, printed by `pdctl serve`),\n" +
@@ -138,6 +146,7 @@ export function registerEngineCommand(program: Command): void {
       } catch (err) {
         throw new UsageError((err as Error).message);
       }
+      if (o.logFormat !== 'auto') process.env.PDCTL_LOG_FORMAT = o.logFormat as string;
       const log = processLogger('engine', o.logLevel as LogLevel, { engine: opts.id });
       const model = await openEngineModel(opts, log);
       if (model.slots !== null && o.pages === undefined) {

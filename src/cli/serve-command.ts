@@ -22,10 +22,10 @@ import { BusError } from '../bus/errors.ts';
 import { UsageError } from '../errors.ts';
 import { JournalError } from '../journal/errors.ts';
 import { DURABILITIES, type Durability } from '../journal/store.ts';
-import { LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
+import { announce, LOG_FORMATS, LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
 import { backends } from '../transfer/pool.ts';
 import { engineShapeArgs, engineShapeOptions, intArg } from './args.ts';
-import { note, VERSION } from './context.ts';
+import { VERSION } from './context.ts';
 import { openModelInfo, withThreads } from './model.ts';
 
 const env = process.env;
@@ -156,6 +156,14 @@ export function registerServeCommand(program: Command): void {
     .addOption(
       new Option('--log-level <level>', 'log level').choices([...LOG_LEVELS]).default('info'),
     )
+    .addOption(
+      new Option(
+        '--log-format <format>',
+        'log lines: json (pino records, ISO times), pretty (one short line each), auto (pretty on a terminal); env PDCTL_LOG_FORMAT',
+      )
+        .choices([...LOG_FORMATS])
+        .default('auto'),
+    )
     .addHelpText(
       'after',
       '\nAdmin routes (abort, recovery commands) need PDCTL_ADMIN_TOKEN as a bearer token when it is set, and answer\n' +
@@ -165,7 +173,11 @@ export function registerServeCommand(program: Command): void {
         '       -d \'{"model":"pdctl-deterministic-1","prompt":"the river","max_tokens":8}\'',
     )
     .action(async (o: Record<string, unknown>) => {
+      // Set for the engines it spawns too: one stream, one format.
+      if (o.logFormat !== 'auto') process.env.PDCTL_LOG_FORMAT = o.logFormat as string;
       const log = processLogger('control', o.logLevel as LogLevel);
+      /** Lines for the operator (where it listens, what to run next), in the log's format. */
+      const say = (line: string) => announce('serve', line);
       const journalPath =
         typeof o.journal === 'string' && o.journal !== ''
           ? isPostgresJournal(o.journal)
@@ -195,7 +207,7 @@ export function registerServeCommand(program: Command): void {
           throw new UsageError((err as Error).message);
         }
         if (entry.engine === '*') {
-          note(
+          say(
             `pdctl serve: WARNING --engine-key *=${entry.key.slice(0, 8)}… lets that key speak for any engine id not yet registered (docs/security.md); give each engine a key of its own unless every holder is trusted`,
           );
         }
@@ -219,7 +231,7 @@ export function registerServeCommand(program: Command): void {
                       standby: {
                         signal: standingBy.signal,
                         onWaiting: (leader) => {
-                          note(
+                          say(
                             `pdctl serve: standing by: ${shownJournal} is led by ${leader.holder} (term ${leader.term}); taking over when it dies, freezes (lease ${o.leaseMs} ms) or stops`,
                           );
                           log.info(
@@ -228,7 +240,7 @@ export function registerServeCommand(program: Command): void {
                           );
                         },
                         onUnreachable: (err) => {
-                          note(
+                          say(
                             `pdctl serve: standing by: ${err.message}; waiting for the database, then standing by again`,
                           );
                           log.warn({ err: err.message }, 'standby lost the journal database');
@@ -266,7 +278,7 @@ export function registerServeCommand(program: Command): void {
         if (err instanceof BusError && err.code === 'BUS_BIND_FAILED')
           throw new UsageError(err.message);
         if (standingBy.signal.aborted) {
-          note('pdctl serve: stopped while standing by');
+          say('pdctl serve: stopped while standing by');
           return;
         }
         throw err;
@@ -290,7 +302,7 @@ export function registerServeCommand(program: Command): void {
       );
       const startedMs = Math.round(process.uptime() * 1000);
       log.info({ startedMs, orphansFailed: control.orphansFailed }, 'started');
-      note(
+      say(
         `pdctl serve: listening on ${address} · bus ${control.endpoint} · journal ${shownJournal} · started in ${startedMs} ms`,
       );
       const { journal } = serving.stack;
@@ -302,38 +314,38 @@ export function registerServeCommand(program: Command): void {
       }
       if ('leadership' in journal) {
         const l = journal.leadership;
-        note(
+        say(
           `pdctl serve: leading the journal, term ${l.term} (${l.how === 'vacant' ? 'first leader' : `after ${l.previous}: ${l.how.replace('_', ' ')}`})`,
         );
       }
-      note(
+      say(
         `pdctl serve: live page ${address}/ui · metrics ${address}/metrics · API docs ${address}/docs`,
       );
-      note(
+      say(
         `pdctl serve: bus ${curve ? 'encrypted with CURVE' : 'NOT encrypted'}; engines started by hand need PDCTL_CURVE_SERVER_KEY='${admission.server.publicKey}' and --engine-key ID=PUBLIC here`,
       );
       if (o.insecureBus === true)
-        note(
+        say(
           'pdctl serve: --insecure-bus: bus traffic (prompts, tokens) crosses the network in clear text; use it only where no one else can reach the bus',
         );
       if (o.kvDevice !== undefined)
-        note(
+        say(
           `pdctl serve: KV pages in the memory of CUDA device ${o.kvDevice} (${backends().cuda.reason})`,
         );
       if (o.allowFaultInjection === true)
-        note(
+        say(
           'pdctl serve: fault injection is ON (--allow-fault-injection): `pdctl drill --url` may stall, hang or corrupt these engines; never in production',
         );
-      note(
+      say(
         `try:  curl -s ${address}/v1/completions -H 'content-type: application/json' -d '{"model":"${control.modelName}","prompt":"the river","max_tokens":8}'`,
       );
-      note(
+      say(
         `then: npx pdctl rooms --journal ${onPostgres ? "'$PDCTL_JOURNAL'" : journalPath}   ·   ${address}/health/ready   ·   ${address}/docs`,
       );
 
       const deposed = await new Promise<string | null>((resolve) => {
         const stop = (sig: string) => {
-          note(`pdctl serve: ${sig}: draining (at most ${o.drainTimeoutMs} ms)`);
+          say(`pdctl serve: ${sig}: draining (at most ${o.drainTimeoutMs} ms)`);
           resolve(null);
         };
         process.once('SIGTERM', () => stop('SIGTERM'));
@@ -343,7 +355,7 @@ export function registerServeCommand(program: Command): void {
         if ('onDeposed' in journal) journal.onDeposed((why) => resolve(why));
       });
       if (deposed !== null) {
-        note(
+        say(
           `pdctl serve: no longer leads the journal (${deposed}); stopping, exit 3 — restart it with --standby to follow the new leader`,
         );
         log.error({ why: deposed }, 'deposed: stopping');
@@ -353,7 +365,7 @@ export function registerServeCommand(program: Command): void {
       }
       // Stop taking requests; give the ones in flight until the drain timeout, then cut them.
       await serving.close(o.drainTimeoutMs as number);
-      note('pdctl serve: stopped');
+      say('pdctl serve: stopped');
     });
 }
 

@@ -39,6 +39,10 @@ export class Canary {
   onResult: ((r: CanaryResult) => void) | null = null;
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<CanaryResult> | null = null;
+  /** The room of the run in flight (the background's or a /health/deep probe's). */
+  private current: string | null = null;
+  /** Stopped for a shutdown: a run that ends now is neither recorded nor journaled. */
+  private stopped = false;
   /** The canary's own latest rooms (the last 64), so that drills can tell them from clients'. */
   readonly recentRooms = new Set<string>();
 
@@ -94,6 +98,7 @@ export class Canary {
     let stream: ReturnType<ControlPlane['submit']>;
     try {
       stream = this.control.submit({ prompt: 'canary', maxTokens: 1, source: 'canary' });
+      this.current = stream.room;
       this.recentRooms.add(stream.room);
       if (this.recentRooms.size > 64) {
         const oldest = this.recentRooms.values().next().value as string;
@@ -148,6 +153,7 @@ export class Canary {
     } finally {
       clearTimeout(timer);
       off();
+      this.current = null;
     }
   }
 
@@ -156,6 +162,7 @@ export class Canary {
     r: CanaryResult,
     pair: { prefillEngine: string; decodeEngine: string } | null = null,
   ): CanaryResult {
+    if (this.stopped) return r;
     const prev = this.last;
     this.last = r;
     this.control.noteCanary(pair, r.ok, r.stage, r.reason);
@@ -176,6 +183,7 @@ export class Canary {
 
   /** Runs every `intervalMs` in the background until stopped. */
   start(intervalMs: number): void {
+    this.stopped = false;
     const tick = () => {
       void this.run().finally(() => {
         if (this.timer) this.timer = setTimeout(tick, intervalMs);
@@ -184,8 +192,15 @@ export class Canary {
     this.timer = setTimeout(tick, 0);
   }
 
-  stop(): void {
+  /**
+   * Stops the background runs. For a shutdown: the room of a run in flight is aborted (`shutdown`)
+   * and awaited, so that no canary outlives the engines or reports them failing as they stop.
+   */
+  async stop(): Promise<void> {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
+    this.stopped = true;
+    if (this.current) await this.control.abort(this.current, 'shutdown', 'canary').catch(() => {});
+    await this.running?.catch(() => {});
   }
 }

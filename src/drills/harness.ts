@@ -184,7 +184,7 @@ export async function runDrill(scenario: DrillScenario, o: DrillRunOptions): Pro
     throw err;
   }
   // The API closes now; the stack stays up for the full-restart baseline.
-  canary.stop();
+  await canary.stop();
   await serving.app.close();
   const note = (what: string) => {
     report.timeline.push({ atMs: Date.now() - report.startedAt, what });
