@@ -12,9 +12,12 @@ import OpenAI from 'openai';
 import parsePrometheus from 'parse-prometheus-text-format';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml, stringify as toYaml } from 'yaml';
+import { startServing } from '../src/app/serving.ts';
+import { silentLogger } from '../src/log.ts';
 import { MetricsRecorder } from './helpers/prom-record.ts';
 import { type Served, serve } from './helpers/serve.ts';
 import { ROOT } from './helpers/spawn.ts';
+import { fillJournal, onSqlite } from './helpers/stack.ts';
 import { tempDir } from './helpers/tmp.ts';
 import { findTool, requireTool } from './helpers/tools.ts';
 import { waitFor } from './helpers/wait.ts';
@@ -253,10 +256,19 @@ describe('every series deploy/ reads, in /metrics of a running stack', () => {
 });
 
 describe.runIf(hasPromtool)('alerts on series recorded from a real run', () => {
-  it('an engine killed three times raises PdctlEngineRestartLoop; no decode capacity, PdctlNoDecodeEngine and PdctlCanaryFailing; a stopped control plane, PdctlControlPlaneDown', async () => {
-    const s = await serve(['--canary-interval-ms', '300']);
-    const rec = new MetricsRecorder(s.url);
-    let afterKills = 0;
+  it('an engine killed three times raises PdctlEngineRestartLoop; no decode capacity, PdctlNoDecodeEngine and PdctlCanaryFailing; a full journal disk, PdctlJournalNotWritable; a stopped control plane, PdctlControlPlaneDown', async () => {
+    // The serving stack of `pdctl serve`, in this process so that its journal's disk can fill.
+    const serving = await startServing({
+      journalPath: join(tempDir('pdctl-recorded-'), 'journal.db'),
+      durability: 'process',
+      log: silentLogger,
+      version: 'test',
+      canaryIntervalMs: 300,
+    });
+    const url = await serving.listen('127.0.0.1', 0);
+    const { engines, journal } = serving.stack;
+    const rec = new MetricsRecorder(url);
+    const marks = { afterKills: 0, drained: 0, full: 0 };
     let recording = true;
     const recorder = (async () => {
       while (recording) {
@@ -264,43 +276,42 @@ describe.runIf(hasPromtool)('alerts on series recorded from a real run', () => {
         await new Promise((r) => setTimeout(r, 300));
       }
     })();
-    const engine = async () =>
-      (
-        (await (await fetch(`${s.url}/v1/engines`)).json()) as {
-          engines: Array<{ id: string; pid: number; state: string }>;
-        }
-      ).engines.find((e) => e.id === 'decode-0');
+    const scrapes = async (n: number, what: string) => {
+      const from = rec.scrapes.length;
+      await waitFor(what, () => rec.scrapes.length >= from + n, 60_000);
+      return rec.scrapes.length - 1;
+    };
     try {
       await waitFor('three scrapes', () => rec.scrapes.length >= 3);
       for (let kill = 0; kill < 3; kill++) {
-        const before = await engine();
-        process.kill(before?.pid as number, 'SIGKILL');
+        const before = engines.pid('decode-0');
+        expect(engines.signal('decode-0', 'SIGKILL')).toBe(true);
         await waitFor(
           `decode-0 back after kill ${kill + 1}`,
-          async () => {
-            const now = await engine();
-            return now !== undefined && now.pid !== before?.pid && now.state === 'ready';
+          () => {
+            const s = serving.stack.control.registry.get('decode-0');
+            return s?.pid !== before && s?.health.heartbeat?.state === 'ready';
           },
           20_000,
         );
       }
-      const scraped = rec.scrapes.length;
-      await waitFor('two scrapes after the last restart', () => rec.scrapes.length >= scraped + 2);
-      afterKills = rec.scrapes.length - 1;
+      marks.afterKills = await scrapes(2, 'two scrapes after the last restart');
       // No decode capacity: decode-0 drains, every canary is refused. 36 scrapes: 9 minutes.
-      const drained = await fetch(`${s.url}/v1/admin/engines/decode-0/commands`, {
+      const drained = await fetch(`${url}/v1/admin/engines/decode-0/commands`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ command: 'drain', reason: 'test: no decode capacity' }),
       });
       expect(drained.status).toBe(202);
-      const drainedAt = rec.scrapes.length;
-      await waitFor('36 scrapes drained', () => rec.scrapes.length >= drainedAt + 36, 60_000);
+      marks.drained = await scrapes(36, '36 scrapes drained');
+      // The journal's disk is full: every commit fails.
+      await fillJournal(journal);
+      marks.full = await scrapes(6, 'six scrapes with the journal full');
+      await onSqlite(journal).limitPagesForDrill(null);
     } finally {
-      expect(await s.stop()).toBe(0);
+      await serving.close(0);
     }
-    const down = rec.scrapes.length;
-    await waitFor('eight failed scrapes', () => rec.scrapes.length >= down + 8, 20_000);
+    await scrapes(8, 'eight failed scrapes');
     recording = false;
     await recorder;
 
@@ -345,7 +356,7 @@ describe.runIf(hasPromtool)('alerts on series recorded from a real run', () => {
                 exp_alerts: [],
               },
               {
-                eval_time: at(afterKills),
+                eval_time: at(marks.afterKills),
                 alertname: 'PdctlEngineRestartLoop',
                 exp_alerts: [
                   {
@@ -357,10 +368,10 @@ describe.runIf(hasPromtool)('alerts on series recorded from a real run', () => {
                   },
                 ],
               },
-              { eval_time: at(afterKills), alertname: 'PdctlNoDecodeEngine', exp_alerts: [] },
-              { eval_time: at(afterKills), alertname: 'PdctlCanaryFailing', exp_alerts: [] },
+              { eval_time: at(marks.afterKills), alertname: 'PdctlNoDecodeEngine', exp_alerts: [] },
+              { eval_time: at(marks.afterKills), alertname: 'PdctlCanaryFailing', exp_alerts: [] },
               {
-                eval_time: at(last),
+                eval_time: at(marks.drained),
                 alertname: 'PdctlNoDecodeEngine',
                 exp_alerts: [
                   {
@@ -373,7 +384,7 @@ describe.runIf(hasPromtool)('alerts on series recorded from a real run', () => {
                 ],
               },
               {
-                eval_time: at(last),
+                eval_time: at(marks.drained),
                 alertname: 'PdctlCanaryFailing',
                 exp_alerts: [
                   {
@@ -381,6 +392,24 @@ describe.runIf(hasPromtool)('alerts on series recorded from a real run', () => {
                     exp_annotations: {
                       summary: `${instance}: every health canary failed for 5 minutes`,
                       runbook_url: '/docs/alerts.md#pdctlcanaryfailing',
+                    },
+                  },
+                ],
+              },
+              {
+                eval_time: at(marks.drained),
+                alertname: 'PdctlJournalNotWritable',
+                exp_alerts: [],
+              },
+              {
+                eval_time: at(marks.full),
+                alertname: 'PdctlJournalNotWritable',
+                exp_alerts: [
+                  {
+                    exp_labels: { severity: 'critical', job: 'pdctl', instance },
+                    exp_annotations: {
+                      summary: `${instance}: the room journal refuses writes; new requests get 503`,
+                      runbook_url: '/docs/alerts.md#pdctljournalnotwritable',
                     },
                   },
                 ],
