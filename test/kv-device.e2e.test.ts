@@ -49,11 +49,11 @@ describe('pdctl serve --kv-device', () => {
     expect(got.text).toBe(expected.text);
     // Both engines hold their pages in (the stand-in's) device memory: one allocation each.
     const engines = (await (await fetch(`${device.url}/v1/engines`)).json()) as {
-      engines: Array<{ pid: number; kv_device: number | null }>;
+      engines: Array<{ pid: number; kvDevice: number | null }>;
     };
     expect(engines.engines).toHaveLength(2);
     // Each engine says where its pages are (hello's kvDevice).
-    expect(engines.engines.map((e) => e.kv_device)).toEqual([0, 0]);
+    expect(engines.engines.map((e) => e.kvDevice)).toEqual([0, 0]);
     for (const { pid } of REAL ? [] : engines.engines) {
       expect(readdirSync('/dev/shm').some((f) => f.startsWith(`pdctl-fakecuda-${pid}-`))).toBe(
         true,

@@ -143,7 +143,7 @@ describe.skipIf(why !== null)(`KV across test hosts${why ? ` (skipped: ${why})` 
             state: string;
             incarnation: string;
             host: string | null;
-            kv_ucx: boolean;
+            kvUcx: boolean;
             transfers: Record<string, number>;
           }>;
         }
@@ -171,7 +171,7 @@ describe.skipIf(why !== null)(`KV across test hosts${why ? ` (skipped: ${why})` 
     await serving('both engines registered', ['decode-b', 'prefill-a']);
     // Each engine says where it runs: two hosts, and the decode engine receives over UCX.
     const listed = await listEngines();
-    expect(listed.map((e) => [e.id, e.kv_ucx])).toEqual([
+    expect(listed.map((e) => [e.id, e.kvUcx])).toEqual([
       ['decode-b', true],
       ['prefill-a', false],
     ]);

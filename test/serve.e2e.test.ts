@@ -494,11 +494,11 @@ describe('the openai client against pdctl serve', () => {
     ac.abort();
     const engines = (await get('/v1/engines')).body.engines as Array<{
       role: string;
-      total_pages: number;
-      kv_device: number | null;
+      totalPages: number;
+      kvDevice: number | null;
     }>;
     expect(engines.map((e) => e.role).sort()).toEqual(['decode', 'prefill']);
-    expect(engines.map((e) => e.kv_device)).toEqual([null, null]);
+    expect(engines.map((e) => e.kvDevice)).toEqual([null, null]);
     // `pdctl engines` reads the same view, with each engine's place on the escalation ladder.
     const table = await pdctl(['engines', '--url', s.url]);
     expect(table.code, table.stderr).toBe(0);

@@ -172,7 +172,7 @@ describe.runIf(hasChromium)('the live page in headless Chromium', () => {
     const pages = await page
       .locator('#timeline tr[data-type="room.bootstrapped"] td.data')
       .textContent();
-    expect(pages).toMatch(/"pages":"\[0, 1, 2, 3, … \d+ in all\]"/);
+    expect(pages).toMatch(/"pages":"\[\d+, \d+, \d+, \d+, … \d+ in all\]"/);
     expect(await page.locator('#rooms tbody tr').count()).toBe(1);
     expect(pageErrors).toEqual([]);
     expect(failedRequests).toEqual([]);

@@ -113,8 +113,8 @@ function renderEngines(engines) {
     .slice()
     .sort((a, b) => a.id.localeCompare(b.id))
     .map((e) => {
-      const total = e.total_pages ?? 0;
-      const used = e.free_pages === null ? null : total - e.free_pages;
+      const total = e.totalPages ?? 0;
+      const used = e.freePages === null ? null : total - e.freePages;
       const share = used === null || total === 0 ? 0 : used / total;
       const phase = e.recovery?.phase ?? '-';
       const queues = Object.entries(e.queues ?? {})
@@ -128,7 +128,7 @@ function renderEngines(engines) {
         h('td', {}, e.role),
         h('td', {}, h('span', { class: badgeClass(e.state) }, e.state)),
         h('td', { class: 'ladder' }, h('span', { class: badgeClass(phase) }, phase)),
-        h('td', { class: 'num' }, age(e.heartbeat_age_ms)),
+        h('td', { class: 'num' }, age(e.heartbeatAgeMs)),
         h(
           'td',
           { class: 'pages' },
@@ -145,10 +145,10 @@ function renderEngines(engines) {
         h(
           'td',
           { class: 'host', title: e.host ?? 'the engine did not say' },
-          (e.host_tag ?? '-') + (e.kv_ucx ? ' +ucx' : ''),
+          (e.hostTag ?? '-') + (e.kvUcx ? ' +ucx' : ''),
         ),
         h('td', { class: 'transfers muted' }, transfersText(e.transfers)),
-        h('td', { class: 'num' }, e.live_rooms),
+        h('td', { class: 'num' }, e.liveRooms),
         h('td', { class: 'muted' }, queues || 'idle'),
         h('td', { class: 'num' }, e.restarts ?? e.recovery?.restarts ?? '-'),
         h('td', { class: 'muted' }, e.recovery?.reason ?? e.recovery?.lastOutcome ?? ''),

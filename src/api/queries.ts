@@ -146,7 +146,7 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
       }
       if (q.cursor !== undefined) filter.cursor = q.cursor;
       const page = await journal.rooms(filter);
-      return { rooms: page.rooms, next_cursor: page.nextCursor };
+      return { rooms: page.rooms, nextCursor: page.nextCursor };
     },
   );
 
@@ -308,24 +308,24 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
           state: !s.delivery.live ? 'connecting' : (s.health.heartbeat?.state ?? 'starting'),
           pid: s.pid,
           incarnation: s.incarnation,
-          connected_at: s.connectedAt,
-          heartbeat_age_ms: now - s.health.lastSeen,
+          connectedAt: s.connectedAt,
+          heartbeatAgeMs: now - s.health.lastSeen,
           heartbeats: s.health.beats,
-          loop_ticks: s.health.heartbeat?.ticks ?? {},
+          loopTicks: s.health.heartbeat?.ticks ?? {},
           queues: s.health.heartbeat?.queues ?? {},
-          free_pages: s.health.heartbeat?.freePages ?? null,
-          total_pages: s.pages,
-          page_bytes: s.pageBytes,
-          rooms_held: s.health.heartbeat?.rooms ?? null,
-          live_rooms: s.load.liveRooms,
+          freePages: s.health.heartbeat?.freePages ?? null,
+          totalPages: s.pages,
+          pageBytes: s.pageBytes,
+          roomsHeld: s.health.heartbeat?.rooms ?? null,
+          liveRooms: s.load.liveRooms,
           pool: s.pool,
-          kv_device: s.kvDevice,
+          kvDevice: s.kvDevice,
           host: s.host,
-          host_tag: s.host === null ? null : hostTag(s.host),
-          kv_ucx: s.kvRemote !== null,
-          kv_send: s.kvSend,
+          hostTag: s.host === null ? null : hostTag(s.host),
+          kvUcx: s.kvRemote !== null,
+          kvSend: s.kvSend,
           transfers: metrics?.transfersOf(s.engine) ?? {},
-          fault_injection: s.faultInjection,
+          faultInjection: s.faultInjection,
           recovery: recovery?.ladder(s.engine) ?? null,
           restarts: recovery?.restarts(s.engine) ?? null,
         })),

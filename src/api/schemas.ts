@@ -87,7 +87,7 @@ export const EventSchema = Type.Object(
 
 export const RoomPageBody = Type.Object({
   rooms: Type.Array(Type.Ref('Room')),
-  next_cursor: Nullable(Type.String({ description: 'pass as ?cursor= for the next page' })),
+  nextCursor: Nullable(Type.String({ description: 'pass as ?cursor= for the next page' })),
 });
 
 export const LiveBody = Type.Object({
@@ -130,29 +130,29 @@ export const EnginesBody = Type.Object({
       state: Type.String({ description: 'connecting, starting, ready, draining, stopped' }),
       pid: Type.Integer(),
       incarnation: Type.String(),
-      connected_at: Type.Integer(),
-      heartbeat_age_ms: Type.Integer(),
+      connectedAt: Type.Integer(),
+      heartbeatAgeMs: Type.Integer(),
       heartbeats: Type.Integer(),
-      loop_ticks: Type.Record(Type.String(), Type.Integer()),
+      loopTicks: Type.Record(Type.String(), Type.Integer()),
       queues: Type.Record(Type.String(), Type.Integer()),
-      free_pages: Nullable(Type.Integer()),
-      total_pages: Type.Integer(),
-      page_bytes: Type.Integer(),
-      rooms_held: Nullable(Type.Integer()),
-      live_rooms: Type.Integer(),
+      freePages: Nullable(Type.Integer()),
+      totalPages: Type.Integer(),
+      pageBytes: Type.Integer(),
+      roomsHeld: Nullable(Type.Integer()),
+      liveRooms: Type.Integer(),
       pool: Type.String(),
-      kv_device: Nullable(Type.Integer()),
+      kvDevice: Nullable(Type.Integer()),
       host: Nullable(
         Type.String({
           description:
             'which host it runs on (boot id and /dev/shm device): engines with equal host share shared memory',
         }),
       ),
-      host_tag: Nullable(
+      hostTag: Nullable(
         Type.String({ description: 'a short tag of `host` for people: equal tags, one host' }),
       ),
-      kv_ucx: Type.Boolean({ description: 'it receives KV over UCX from engines on other hosts' }),
-      kv_send: Type.Union([Type.Literal('shm'), Type.Literal('ucx'), Type.Literal('auto')], {
+      kvUcx: Type.Boolean({ description: 'it receives KV over UCX from engines on other hosts' }),
+      kvSend: Type.Union([Type.Literal('shm'), Type.Literal('ucx'), Type.Literal('auto')], {
         description:
           'how it sends KV: shm (only to engines on its host), ucx (always), auto (shared memory on its host, UCX to others)',
       }),
@@ -160,7 +160,7 @@ export const EnginesBody = Type.Object({
         description:
           'KV transfers it took part in since the control plane started, by transport (shm, cuda, ucx)',
       }),
-      fault_injection: Type.Boolean(),
+      faultInjection: Type.Boolean(),
       recovery: Nullable(LadderView),
       restarts: Nullable(Type.Integer()),
     }),

@@ -19,20 +19,20 @@ interface EngineRow {
   state: string;
   pid: number;
   incarnation: string;
-  heartbeat_age_ms: number;
-  loop_ticks: Record<string, number>;
-  free_pages: number | null;
-  total_pages: number;
-  live_rooms: number;
+  heartbeatAgeMs: number;
+  loopTicks: Record<string, number>;
+  freePages: number | null;
+  totalPages: number;
+  liveRooms: number;
   recovery: LadderView | null;
   /** Times its process was started again, after a crash or by the ladder (null: not spawned here). */
   restarts?: number | null;
-  fault_injection?: boolean;
+  faultInjection?: boolean;
   /** The CUDA device of its KV pages; null (or absent, from an older server): host memory. */
-  kv_device?: number | null;
+  kvDevice?: number | null;
   host?: string | null;
-  host_tag?: string | null;
-  kv_ucx?: boolean;
+  hostTag?: string | null;
+  kvUcx?: boolean;
   /** KV transfers it took part in since the control plane started, by transport. */
   transfers?: Record<string, number>;
 }
@@ -98,23 +98,23 @@ export function registerEnginesCommand(program: Command): void {
             { header: 'ROLE', value: (e) => e.role },
             { header: 'STATE', value: (e) => e.state },
             { header: 'PID', value: (e) => e.pid, align: 'right' },
-            { header: 'HEARTBEAT', value: (e) => `${e.heartbeat_age_ms}ms`, align: 'right' },
-            { header: 'BUS TICKS', value: (e) => e.loop_ticks.bus ?? null, align: 'right' },
+            { header: 'HEARTBEAT', value: (e) => `${e.heartbeatAgeMs}ms`, align: 'right' },
+            { header: 'BUS TICKS', value: (e) => e.loopTicks.bus ?? null, align: 'right' },
             {
               header: 'FREE/PAGES',
-              value: (e) => `${e.free_pages ?? '?'}/${e.total_pages}`,
+              value: (e) => `${e.freePages ?? '?'}/${e.totalPages}`,
               align: 'right',
             },
             {
               header: 'KV',
               value: (e) =>
-                (typeof e.kv_device === 'number' ? `cuda:${e.kv_device}` : 'host') +
-                (e.kv_ucx ? '+ucx' : ''),
+                (typeof e.kvDevice === 'number' ? `cuda:${e.kvDevice}` : 'host') +
+                (e.kvUcx ? '+ucx' : ''),
             },
             // Engines with the same tag share shared memory; others move KV over UCX.
             {
               header: 'HOST',
-              value: (e) => e.host_tag ?? (e.host ? hostTag(e.host) : '-'),
+              value: (e) => e.hostTag ?? (e.host ? hostTag(e.host) : '-'),
             },
             // How its rooms' KV moved: "ucx:12 shm:3" (either end of the transfer).
             {
@@ -125,7 +125,7 @@ export function registerEnginesCommand(program: Command): void {
                   .map(([t, n]) => `${t}:${n}`)
                   .join(' ') || '-',
             },
-            { header: 'ROOMS', value: (e) => e.live_rooms, align: 'right' },
+            { header: 'ROOMS', value: (e) => e.liveRooms, align: 'right' },
             { header: 'LADDER', value: (e) => e.recovery?.phase ?? '-' },
             {
               header: 'RESETS',
@@ -143,14 +143,14 @@ export function registerEnginesCommand(program: Command): void {
             },
           ]),
         );
-        if (body.engines.length > 0 && !body.engines.some((e) => e.kv_ucx === true)) {
+        if (body.engines.length > 0 && !body.engines.some((e) => e.kvUcx === true)) {
           const ucx = ucxBackend();
           note(
             `KV moves through shared memory only: no engine receives over UCX (pdctl serve's own engines use --kv-transport shm; UCX on this machine: ${ucx.available ? ucx.reason : `unavailable — ${ucx.reason}`})`,
           );
         }
         const faulty = body.engines
-          .filter((e) => e.fault_injection === true)
+          .filter((e) => e.faultInjection === true)
           .map((e) => e.id)
           .sort();
         if (faulty.length > 0)

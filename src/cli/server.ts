@@ -161,11 +161,11 @@ export function serverRoomReader(base: string): RoomReader {
       set('origin', filter.origin ?? (filter.excludeOrigin ? undefined : 'all'));
       set('limit', filter.limit);
       set('cursor', filter.cursor);
-      const r = await get<{ rooms: RoomPage['rooms']; next_cursor: string | null }>(
+      const r = await get<{ rooms: RoomPage['rooms']; nextCursor: string | null }>(
         `/v1/rooms?${q}`,
       );
       if (r.status !== 200) throw new UsageError(errorOf(r.status, r.body));
-      return { rooms: r.body.rooms, nextCursor: r.body.next_cursor };
+      return { rooms: r.body.rooms, nextCursor: r.body.nextCursor };
     },
     async timeline(room: string): Promise<Timeline> {
       const r = await get<Timeline>(`/v1/rooms/${encodeURIComponent(room)}`);

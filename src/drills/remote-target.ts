@@ -45,12 +45,12 @@ interface EngineRow {
   state: string;
   pid: number;
   incarnation: string;
-  heartbeat_age_ms: number;
+  heartbeatAgeMs: number;
   /** Heartbeats on its current connection. */
   heartbeats: number;
-  free_pages: number | null;
-  total_pages: number;
-  fault_injection?: boolean;
+  freePages: number | null;
+  totalPages: number;
+  faultInjection?: boolean;
 }
 
 interface StatsBody {
@@ -120,10 +120,10 @@ export class RemoteTarget implements DrillTarget {
       pid: e.pid,
       incarnation: e.incarnation,
       live: e.state !== 'connecting',
-      heartbeatAgeMs: e.heartbeats > 0 ? e.heartbeat_age_ms : null,
-      freePages: e.free_pages,
-      totalPages: e.total_pages,
-      faultInjection: e.fault_injection === true,
+      heartbeatAgeMs: e.heartbeats > 0 ? e.heartbeatAgeMs : null,
+      freePages: e.freePages,
+      totalPages: e.totalPages,
+      faultInjection: e.faultInjection === true,
     }));
   }
 
@@ -165,9 +165,9 @@ export class RemoteTarget implements DrillTarget {
       // Every origin, canaries included, as a drill's own stack is read.
       const q = new URLSearchParams({ since: String(since), origin: 'all', limit: '10000' });
       if (cursor) q.set('cursor', cursor);
-      const page: { rooms: Room[]; next_cursor: string | null } = await this.get(`/v1/rooms?${q}`);
+      const page: { rooms: Room[]; nextCursor: string | null } = await this.get(`/v1/rooms?${q}`);
       for (const r of page.rooms) ids.push(r.room);
-      cursor = page.next_cursor;
+      cursor = page.nextCursor;
     } while (cursor);
     return ids;
   }
