@@ -11,10 +11,10 @@ import { join } from 'node:path';
 import OpenAI from 'openai';
 import parsePrometheus from 'parse-prometheus-text-format';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parse as parseYaml, stringify as toYaml } from 'yaml';
+import { parse as parseYaml } from 'yaml';
 import { startServing } from '../src/app/serving.ts';
 import { silentLogger } from '../src/log.ts';
-import { MetricsRecorder } from './helpers/prom-record.ts';
+import { at, MetricsRecorder, promtoolOnRecorded } from './helpers/prom-record.ts';
 import { type Served, serve } from './helpers/serve.ts';
 import { ROOT } from './helpers/spawn.ts';
 import { fillJournal, onSqlite } from './helpers/stack.ts';
@@ -337,103 +337,86 @@ describe.runIf(hasPromtool)('alerts on series recorded from a real run', () => {
     // promtool: each scrape one 15 s step; at the last answered scrape the restart loop fires,
     // and once the control plane has not answered for over a minute, PdctlControlPlaneDown.
     const instance = 'recorded:8080';
-    const at = (step: number) => `${step * 15}s`;
-    const dir = tempDir('pdctl-recorded-');
-    const file = join(dir, 'recorded.yml');
-    writeFileSync(
-      file,
-      toYaml({
-        rule_files: [join(PROM, 'rules.yml'), join(PROM, 'alerts.yml')],
-        evaluation_interval: '15s',
-        tests: [
+    const r = promtoolOnRecorded(promtool as string, rec.inputSeries('pdctl', instance), [
+      {
+        eval_time: at(first),
+        alertname: 'PdctlEngineRestartLoop',
+        exp_alerts: [],
+      },
+      {
+        eval_time: at(marks.afterKills),
+        alertname: 'PdctlEngineRestartLoop',
+        exp_alerts: [
           {
-            interval: '15s',
-            input_series: rec.inputSeries('pdctl', instance),
-            alert_rule_test: [
-              {
-                eval_time: at(first),
-                alertname: 'PdctlEngineRestartLoop',
-                exp_alerts: [],
-              },
-              {
-                eval_time: at(marks.afterKills),
-                alertname: 'PdctlEngineRestartLoop',
-                exp_alerts: [
-                  {
-                    exp_labels: { severity: 'warning', job: 'pdctl', instance, engine: 'decode-0' },
-                    exp_annotations: {
-                      summary: `decode-0 on ${instance}: started again 3 or more times in 15 minutes`,
-                      runbook_url: '/docs/alerts.md#pdctlenginerestartloop',
-                    },
-                  },
-                ],
-              },
-              { eval_time: at(marks.afterKills), alertname: 'PdctlNoDecodeEngine', exp_alerts: [] },
-              { eval_time: at(marks.afterKills), alertname: 'PdctlCanaryFailing', exp_alerts: [] },
-              {
-                eval_time: at(marks.drained),
-                alertname: 'PdctlNoDecodeEngine',
-                exp_alerts: [
-                  {
-                    exp_labels: { severity: 'critical', job: 'pdctl', instance, role: 'decode' },
-                    exp_annotations: {
-                      summary: `${instance}: no decode engine takes rooms (none heartbeats, or all drain)`,
-                      runbook_url: '/docs/alerts.md#pdctlnoengine',
-                    },
-                  },
-                ],
-              },
-              {
-                eval_time: at(marks.drained),
-                alertname: 'PdctlCanaryFailing',
-                exp_alerts: [
-                  {
-                    exp_labels: { severity: 'critical', job: 'pdctl', instance },
-                    exp_annotations: {
-                      summary: `${instance}: every health canary failed for 5 minutes`,
-                      runbook_url: '/docs/alerts.md#pdctlcanaryfailing',
-                    },
-                  },
-                ],
-              },
-              {
-                eval_time: at(marks.drained),
-                alertname: 'PdctlJournalNotWritable',
-                exp_alerts: [],
-              },
-              {
-                eval_time: at(marks.full),
-                alertname: 'PdctlJournalNotWritable',
-                exp_alerts: [
-                  {
-                    exp_labels: { severity: 'critical', job: 'pdctl', instance },
-                    exp_annotations: {
-                      summary: `${instance}: the room journal refuses writes; new requests get 503`,
-                      runbook_url: '/docs/alerts.md#pdctljournalnotwritable',
-                    },
-                  },
-                ],
-              },
-              { eval_time: at(last), alertname: 'PdctlControlPlaneDown', exp_alerts: [] },
-              {
-                eval_time: at(rec.scrapes.length - 1),
-                alertname: 'PdctlControlPlaneDown',
-                exp_alerts: [
-                  {
-                    exp_labels: { severity: 'critical', job: 'pdctl', instance },
-                    exp_annotations: {
-                      summary: `pdctl control plane ${instance} in job pdctl does not answer scrapes: no request is served there`,
-                      runbook_url: '/docs/alerts.md#pdctlcontrolplanedown',
-                    },
-                  },
-                ],
-              },
-            ],
+            exp_labels: { severity: 'warning', job: 'pdctl', instance, engine: 'decode-0' },
+            exp_annotations: {
+              summary: `decode-0 on ${instance}: started again 3 or more times in 15 minutes`,
+              runbook_url: '/docs/alerts.md#pdctlenginerestartloop',
+            },
           },
         ],
-      }),
-    );
-    const r = spawnSync(promtool as string, ['test', 'rules', file], { encoding: 'utf8' });
-    expect(r.status, `${r.stdout}${r.stderr}\n(series in ${file})`).toBe(0);
+      },
+      { eval_time: at(marks.afterKills), alertname: 'PdctlNoDecodeEngine', exp_alerts: [] },
+      { eval_time: at(marks.afterKills), alertname: 'PdctlCanaryFailing', exp_alerts: [] },
+      {
+        eval_time: at(marks.drained),
+        alertname: 'PdctlNoDecodeEngine',
+        exp_alerts: [
+          {
+            exp_labels: { severity: 'critical', job: 'pdctl', instance, role: 'decode' },
+            exp_annotations: {
+              summary: `${instance}: no decode engine takes rooms (none heartbeats, or all drain)`,
+              runbook_url: '/docs/alerts.md#pdctlnoengine',
+            },
+          },
+        ],
+      },
+      {
+        eval_time: at(marks.drained),
+        alertname: 'PdctlCanaryFailing',
+        exp_alerts: [
+          {
+            exp_labels: { severity: 'critical', job: 'pdctl', instance },
+            exp_annotations: {
+              summary: `${instance}: every health canary failed for 5 minutes`,
+              runbook_url: '/docs/alerts.md#pdctlcanaryfailing',
+            },
+          },
+        ],
+      },
+      {
+        eval_time: at(marks.drained),
+        alertname: 'PdctlJournalNotWritable',
+        exp_alerts: [],
+      },
+      {
+        eval_time: at(marks.full),
+        alertname: 'PdctlJournalNotWritable',
+        exp_alerts: [
+          {
+            exp_labels: { severity: 'critical', job: 'pdctl', instance },
+            exp_annotations: {
+              summary: `${instance}: the room journal refuses writes; new requests get 503`,
+              runbook_url: '/docs/alerts.md#pdctljournalnotwritable',
+            },
+          },
+        ],
+      },
+      { eval_time: at(last), alertname: 'PdctlControlPlaneDown', exp_alerts: [] },
+      {
+        eval_time: at(rec.scrapes.length - 1),
+        alertname: 'PdctlControlPlaneDown',
+        exp_alerts: [
+          {
+            exp_labels: { severity: 'critical', job: 'pdctl', instance },
+            exp_annotations: {
+              summary: `pdctl control plane ${instance} in job pdctl does not answer scrapes: no request is served there`,
+              runbook_url: '/docs/alerts.md#pdctlcontrolplanedown',
+            },
+          },
+        ],
+      },
+    ]);
+    expect(r.status, r.output).toBe(0);
   }, 120_000);
 });

@@ -10,12 +10,16 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { DrillReport } from '../src/drills/report.ts';
 import { freshDatabase, havePostgres, pgAdminUrl } from './helpers/postgres.ts';
+import { at, MetricsRecorder, promtoolOnRecorded } from './helpers/prom-record.ts';
 import { serve, startServe } from './helpers/serve.ts';
 import { pdctl, spawnTs } from './helpers/spawn.ts';
 import { tempDir } from './helpers/tmp.ts';
+import { findTool } from './helpers/tools.ts';
 import { waitFor } from './helpers/wait.ts';
 
 const enabled = havePostgres();
+/** promtool (Debian's prometheus package) checks an alert on the failover's recorded series. */
+const promtool = findTool('promtool');
 
 const completion = (url: string, prompt = 'the river') =>
   fetch(`${url}/v1/completions`, {
@@ -94,8 +98,24 @@ describe.runIf(enabled)('pdctl serve on a PostgreSQL journal', () => {
       const lease = ['--lease-ms', '1000'];
       const a = await serve(['--journal', journal, ...lease]);
       const b = startServe(['--journal', journal, '--standby', ...lease]);
+      // SIGKILL: both control planes' /metrics recorded as Prometheus would scrape them (b fails
+      // until it leads), for PdctlControlPlaneFailedOver on real series (promtool, below).
+      let bListens: string | null = null;
+      const recorded = signal === 'SIGKILL' && promtool !== null;
+      const recA = new MetricsRecorder(a.url);
+      const recB = new MetricsRecorder(() => bListens);
+      let recording = recorded;
+      const recorder = (async () => {
+        while (recording) {
+          await Promise.all([recA.scrape(), recB.scrape()]);
+          await new Promise((r) => setTimeout(r, 300));
+        }
+      })();
       try {
         await waitFor('the standby to stand by', () => /standing by/.test(b.stderr()), 30_000);
+        // Ten minutes of the leader in promtool's time before the fault (the rule compares the
+        // term with 10 minutes ago).
+        if (recorded) await waitFor('40 steps', () => recA.scrapes.length >= 40, 30_000);
         // Acknowledged work on the leader.
         const acked: string[] = [];
         for (let i = 0; i < 5; i++) {
@@ -120,6 +140,35 @@ describe.runIf(enabled)('pdctl serve on a PostgreSQL journal', () => {
         expect(readyMs).toBeLessThan(5000);
         const after = await completion(bUrl, 'after');
         expect(after.status).toBe(200);
+        if (recorded) {
+          bListens = bUrl;
+          const from = recB.scrapes.length;
+          await waitFor('12 steps of the new leader', () => recB.scrapes.length >= from + 12);
+          recording = false;
+          await recorder;
+          const last = recA.scrapes.length - 1;
+          const before = recA.lastAnswered();
+          const failedOver = {
+            exp_labels: { severity: 'warning', job: 'pdctl' },
+            exp_annotations: {
+              summary: 'pdctl: the control plane failed over; term 2 leads the journal now',
+              runbook_url: '/docs/alerts.md#pdctlcontrolplanefailedover',
+            },
+          };
+          const r = promtoolOnRecorded(
+            promtool as string,
+            [...recA.inputSeries('pdctl', 'a:8080'), ...recB.inputSeries('pdctl', 'b:8080')],
+            [
+              { eval_time: at(before), alertname: 'PdctlControlPlaneFailedOver', exp_alerts: [] },
+              {
+                eval_time: at(last),
+                alertname: 'PdctlControlPlaneFailedOver',
+                exp_alerts: [failedOver],
+              },
+            ],
+          );
+          expect(r.status, r.output).toBe(0);
+        }
         if (signal === 'SIGSTOP') {
           a.child.kill('SIGCONT');
           expect(await exited(a.child)).toBe(3);
@@ -133,6 +182,8 @@ describe.runIf(enabled)('pdctl serve on a PostgreSQL journal', () => {
         const verify = await pdctl(['journal', 'verify', '--journal', journal]);
         expect(verify.code).toBe(0);
       } finally {
+        recording = false;
+        await recorder;
         a.child.kill('SIGKILL');
         await b.stop();
       }
