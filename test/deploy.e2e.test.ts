@@ -263,7 +263,7 @@ describe.runIf(hasPromtool)('alerts on series recorded from a real run', () => {
       durability: 'process',
       log: silentLogger,
       version: 'test',
-      canaryIntervalMs: 300,
+      canaryIntervalMs: 150,
     });
     const url = await serving.listen('127.0.0.1', 0);
     const { engines, journal } = serving.stack;
@@ -273,7 +273,7 @@ describe.runIf(hasPromtool)('alerts on series recorded from a real run', () => {
     const recorder = (async () => {
       while (recording) {
         await rec.scrape();
-        await new Promise((r) => setTimeout(r, 300));
+        await new Promise((r) => setTimeout(r, 150));
       }
     })();
     const scrapes = async (n: number, what: string) => {

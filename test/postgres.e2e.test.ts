@@ -108,7 +108,7 @@ describe.runIf(enabled)('pdctl serve on a PostgreSQL journal', () => {
       const recorder = (async () => {
         while (recording) {
           await Promise.all([recA.scrape(), recB.scrape()]);
-          await new Promise((r) => setTimeout(r, 300));
+          await new Promise((r) => setTimeout(r, 150));
         }
       })();
       try {
