@@ -5,6 +5,7 @@
  * running are aborted with reason `shutdown`: each stream ends with a last error event that says
  * so, and the journal blames the shutdown, not the client. Only then does the listener close.
  */
+import { IdleWaiters } from '../idle.ts';
 /** The abort reason of a room cut at the shutdown's drain deadline. */
 export const SHUTDOWN_REASON = 'shutdown';
 
@@ -13,7 +14,7 @@ export class ShutdownGate {
   closingSince: number | null = null;
   /** Completions being served: the room each is in now (a migration moves it). */
   private readonly inflight = new Set<() => string>();
-  private idleWaiters: Array<() => void> = [];
+  private readonly idleWaiters = new IdleWaiters();
 
   get closing(): boolean {
     return this.closingSince !== null;
@@ -24,7 +25,7 @@ export class ShutdownGate {
     this.inflight.add(room);
     return () => {
       this.inflight.delete(room);
-      if (this.inflight.size === 0) for (const w of this.idleWaiters.splice(0)) w();
+      if (this.inflight.size === 0) this.idleWaiters.fire();
     };
   }
 
@@ -45,16 +46,6 @@ export class ShutdownGate {
   /** Resolves true once nothing is in flight, false when `ms` passed first. */
   idle(ms: number): Promise<boolean> {
     if (this.inflight.size === 0) return Promise.resolve(true);
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        resolve(true);
-      };
-      const timer = setTimeout(() => {
-        this.idleWaiters = this.idleWaiters.filter((w) => w !== done);
-        resolve(false);
-      }, ms);
-      this.idleWaiters.push(done);
-    });
+    return this.idleWaiters.wait(ms);
   }
 }

@@ -121,23 +121,21 @@ export class EngineRegistry {
 
   /** Engines of the role that heartbeated within `freshMs` and take new rooms (not draining). */
   fresh(role: 'prefill' | 'decode', freshMs: number, now = Date.now()): EngineSession[] {
-    return [...this.sessions.values()].filter(
-      (s) =>
-        s.role === role &&
-        s.delivery.live &&
-        now - s.health.lastSeen <= freshMs &&
-        s.health.heartbeat?.state !== 'draining',
+    return this.heartbeating(role, freshMs, now).filter(
+      (s) => s.health.heartbeat?.state !== 'draining',
     );
   }
 
   /** Engines of the role that heartbeat within `freshMs` but drain: they take no new rooms. */
   draining(role: 'prefill' | 'decode', freshMs: number, now = Date.now()): EngineSession[] {
+    return this.heartbeating(role, freshMs, now).filter(
+      (s) => s.health.heartbeat?.state === 'draining',
+    );
+  }
+
+  private heartbeating(role: 'prefill' | 'decode', freshMs: number, now: number): EngineSession[] {
     return [...this.sessions.values()].filter(
-      (s) =>
-        s.role === role &&
-        s.delivery.live &&
-        now - s.health.lastSeen <= freshMs &&
-        s.health.heartbeat?.state === 'draining',
+      (s) => s.role === role && s.delivery.live && now - s.health.lastSeen <= freshMs,
     );
   }
 

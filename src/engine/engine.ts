@@ -6,6 +6,7 @@
  */
 import type { AppendAck } from '../bus/client.ts';
 import type { ControlMessage, EngineMessage, RoomRequest } from '../bus/protocol.ts';
+import { IdleWaiters } from '../idle.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import { uuidv7 } from '../journal/ids.ts';
 import { type Room, reduce } from '../journal/reducer.ts';
@@ -68,7 +69,7 @@ export abstract class EngineCore {
   /** Events of the first replay still to arrive: applied without reacting (see onWelcome). */
   private replayLeft = 0;
   private welcomedOnce = false;
-  private idleWaiters: Array<() => void> = [];
+  private readonly idle = new IdleWaiters();
 
   constructor(
     protected readonly opts: Readonly<EngineOptions>,
@@ -394,22 +395,12 @@ export abstract class EngineCore {
   drain(timeoutMs: number): Promise<boolean> {
     this.state = 'draining';
     this.drainedByCommand = false;
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        resolve(true);
-      };
-      const timer = setTimeout(() => {
-        this.idleWaiters = this.idleWaiters.filter((w) => w !== done);
-        resolve(false);
-      }, timeoutMs);
-      this.idleWaiters.push(done);
-      this.notifyIdle();
-    });
+    const idle = this.idle.wait(timeoutMs);
+    this.notifyIdle();
+    return idle;
   }
 
   private notifyIdle(): void {
-    if (this.heldRooms().length > 0) return;
-    for (const w of this.idleWaiters.splice(0)) w();
+    if (this.heldRooms().length === 0) this.idle.fire();
   }
 }
