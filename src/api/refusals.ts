@@ -26,6 +26,8 @@ export class RefusalLog {
   private timer: NodeJS.Timeout | null = null;
   private flushing: Promise<void> | null = null;
   private seq = 0;
+  /** Closed: what the last flush could not write is not tried again. */
+  private closed = false;
 
   constructor(
     private readonly append: (ev: EventInput) => Promise<unknown>,
@@ -72,8 +74,9 @@ export class RefusalLog {
             });
           } catch (err) {
             this.keep(reason, p);
+            // One line, no stack: while the journal refuses writes this repeats every second.
             this.log.warn(
-              { err, reason, count: p.count },
+              { reason, count: p.count, error: (err as Error).message },
               'could not journal refusals; kept for later',
             );
           }
@@ -81,7 +84,7 @@ export class RefusalLog {
       );
     })().finally(() => {
       this.flushing = null;
-      if (this.pending.size > 0 && !this.timer) {
+      if (this.pending.size > 0 && !this.timer && !this.closed) {
         this.timer = setTimeout(() => {
           this.timer = null;
           void this.flush();
@@ -94,12 +97,11 @@ export class RefusalLog {
 
   /** Stops the timer and writes what is left (shutdown). */
   async close(): Promise<void> {
+    this.closed = true;
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
     await this.flushing;
     if (this.pending.size > 0) await this.flush();
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
   }
 
   /** Puts refusals the journal refused back with those gathered since. */

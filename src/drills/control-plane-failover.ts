@@ -148,7 +148,7 @@ async function runFailover(o: DrillRunOptions): Promise<DrillReport> {
     cp.stderr = '';
     cp.child = spawn(self.command, self.args, { stdio: ['ignore', 'ignore', 'pipe'], env });
     cp.child.stderr?.on('data', (d: Buffer) => {
-      cp.stderr = (cp.stderr + d.toString()).slice(-8000);
+      cp.stderr = (cp.stderr + d.toString()).slice(-64_000);
     });
   };
   const exited = (child: ChildProcess | null) =>
