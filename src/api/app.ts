@@ -153,6 +153,8 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
   await app.register(swaggerUi, { routePrefix: '/docs' });
   app.decorateRequest('room', null);
   const refusals = o.refusals ?? new RefusalLog((ev) => o.control.journal.append(ev), o.log);
+  // What is gathered is written when the API closes, while the journal is still open.
+  app.addHook('onClose', () => refusals.close());
   app.setErrorHandler((err, req, reply) => {
     const e = toApiError(err);
     // A refusal the service chose (503: journal unwritable, no engines) is a warning, once per

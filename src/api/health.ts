@@ -38,16 +38,10 @@ export function readiness(
 ): { ready: boolean; checks: Record<string, { ok: boolean; detail: string }> } {
   const { control } = deps;
   const engines = control.engines();
-  const heartbeating = (role: string) =>
-    engines.filter(
-      (s) => s.role === role && s.delivery.live && now - s.health.lastSeen <= deps.heartbeatStaleMs,
-    );
   // A draining engine heartbeats but takes no new rooms: it is not capacity.
-  const fresh = (role: string) =>
-    heartbeating(role).filter((s) => s.health.heartbeat?.state !== 'draining');
-  const engineCheck = (role: string) => {
-    const n = fresh(role).length;
-    const draining = heartbeating(role).length - n;
+  const engineCheck = (role: 'prefill' | 'decode') => {
+    const n = control.registry.fresh(role, deps.heartbeatStaleMs, now).length;
+    const draining = control.registry.draining(role, deps.heartbeatStaleMs, now).length;
     return {
       ok: n > 0,
       detail: `${n} taking rooms with a heartbeat in the last ${deps.heartbeatStaleMs} ms${draining > 0 ? `, ${draining} draining (pdctl engines undrain ENGINE)` : ''}`,

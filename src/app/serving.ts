@@ -7,7 +7,6 @@ import type { FastifyInstance } from 'fastify';
 import { type ApiOptions, buildApi } from '../api/app.ts';
 import { readiness } from '../api/health.ts';
 import { ApiMetrics } from '../api/metrics.ts';
-import { RefusalLog } from '../api/refusals.ts';
 import { SHUTDOWN_REASON, ShutdownGate } from '../api/shutdown.ts';
 import { Canary } from '../control/canary.ts';
 import { type Stack, type StackOptions, startStack } from './stack.ts';
@@ -63,12 +62,10 @@ export async function startServing(o: ServingOptions): Promise<Serving> {
   const canaryEvery = o.canaryIntervalMs ?? 5000;
   const canaryBackground = canaryEvery > 0;
   const shutdown = new ShutdownGate();
-  const refusals = new RefusalLog((ev) => control.journal.append(ev), log);
   let app: FastifyInstance;
   try {
     app = await buildApi({
       shutdown,
-      refusals,
       ...o.api,
       control,
       journal,
@@ -110,7 +107,6 @@ export async function startServing(o: ServingOptions): Promise<Serving> {
       const cut = setTimeout(() => app.server.closeAllConnections(), CUT_GRACE_MS);
       await closed;
       clearTimeout(cut);
-      await refusals.close().catch((err) => log.error({ err }, 'could not journal refusals'));
       await stack.stop();
     })();
     return closing;
