@@ -69,7 +69,7 @@ describe('aborts', () => {
     // Abort once the burst has spread over more than one stage.
     await waitFor(
       'rooms in more than one stage',
-      () => new Set(streams.map((s) => control.rooms.get(s.room)?.state)).size > 2,
+      () => new Set(streams.map((s) => control.room(s.room)?.state)).size > 2,
     );
     await Promise.all(streams.map((s) => control.abort(s.room, 'client_disconnect', 'test')));
     for (const out of await Promise.all(outs)) {

@@ -15,7 +15,6 @@ async function api(
   stack: Stack,
   opts: {
     adminToken?: string | null;
-    maxRoomsPerEngine?: number;
     log?: Logger;
     admissionWaitMs?: number;
   } = {},
@@ -31,7 +30,6 @@ async function api(
     log: opts.log ?? silentLogger,
     version: 'test',
     adminToken: opts.adminToken ?? null,
-    maxRoomsPerEngine: opts.maxRoomsPerEngine,
     admissionWaitMs: opts.admissionWaitMs,
   });
   return { app, canary, metrics };
@@ -130,10 +128,9 @@ describe('operator routes and admission', () => {
     const { app } = await api(stack, { adminToken: null });
     const pending = app.inject(completion({ max_tokens: 400, stream: true }));
     await waitFor('a room decoding with tokens out', () =>
-      [...stack.control.rooms.values()].some((r) => r.state === 'decoding'),
+      [...stack.control.liveRooms()].some((r) => r.state === 'decoding'),
     );
-    const room = [...stack.control.rooms.values()].find((r) => r.state === 'decoding')
-      ?.room as string;
+    const room = [...stack.control.liveRooms()].find((r) => r.state === 'decoding')?.room as string;
     await new Promise((r) => setTimeout(r, 100));
     const ok = await app.inject({
       method: 'POST',
@@ -163,10 +160,9 @@ describe('operator routes and admission', () => {
     const { app } = await api(stack, { adminToken: 's3cret' });
     const pending = app.inject(completion({ max_tokens: 400 }));
     await waitFor('a room decoding', () =>
-      [...stack.control.rooms.values()].some((r) => r.state === 'decoding'),
+      [...stack.control.liveRooms()].some((r) => r.state === 'decoding'),
     );
-    const room = [...stack.control.rooms.values()].find((r) => r.state === 'decoding')
-      ?.room as string;
+    const room = [...stack.control.liveRooms()].find((r) => r.state === 'decoding')?.room as string;
     expect((await app.inject({ method: 'POST', url: `/v1/rooms/${room}/abort` })).statusCode).toBe(
       401,
     );
@@ -226,16 +222,16 @@ describe('operator routes and admission', () => {
   });
 
   it('answers 429 with Retry-After when every decode engine is full, and 503 when the journal cannot be written', async () => {
-    const stack = await startTestStack({ engineArgs: ['--decode-us-per-token', '5000'] });
-    const { app } = await api(stack, { maxRoomsPerEngine: 2 });
+    const stack = await startTestStack({
+      engineArgs: ['--decode-us-per-token', '5000'],
+      maxRoomsPerEngine: 2,
+    });
+    const { app } = await api(stack);
     const first = [
       app.inject(completion({ max_tokens: 100 })),
       app.inject(completion({ max_tokens: 100 })),
     ];
-    await waitFor(
-      'two rooms live',
-      () => (stack.control.registry.get('decode-0')?.load.liveRooms ?? 0) >= 2,
-    );
+    await waitFor('two rooms live', () => (stack.control.engine('decode-0')?.liveRooms ?? 0) >= 2);
     const full = await app.inject(completion());
     expect(full.statusCode).toBe(429);
     expect(full.headers['retry-after']).toBe('1');
@@ -274,7 +270,8 @@ describe('operator routes and admission', () => {
   it('a request that finds no decode engine waits for its restart; past the wait it is refused, journaled and counted', async () => {
     const stack = await startTestStack();
     const { app } = await api(stack, { admissionWaitMs: 10_000 });
-    const decodeGone = () => stack.control.registry.fresh('decode', 3000).length === 0;
+    const decodeGone = () =>
+      !stack.control.engines().some((e) => e.role === 'decode' && e.takesRooms);
     expect(stack.engines.signal('decode-0', 'SIGKILL')).toBe(true);
     await waitFor('decode-0 gone', decodeGone);
     const waited = await app.inject(completion());

@@ -16,9 +16,7 @@ describe('engine drain', () => {
     );
     const outs = Promise.all(first.map(collect));
     await waitFor('rooms decoding on decode-0', () =>
-      [...control.rooms.values()].some(
-        (r) => r.state === 'decoding' && r.decodeEngine === 'decode-0',
-      ),
+      [...control.liveRooms()].some((r) => r.state === 'decoding' && r.decodeEngine === 'decode-0'),
     );
     const exited = engines.exited('decode-0');
     expect(engines.signal('decode-0', 'SIGTERM')).toBe(true);
@@ -55,10 +53,7 @@ describe('engine drain', () => {
     const { control } = await startTestStack({ engineEnv: { PDCTL_TRANSFER_FAULT: 'stall' } });
     const stuck = control.submit({ prompt: prompt(1, 10), maxTokens: 4 });
     const out = collect(stuck);
-    await waitFor(
-      'room transferring',
-      () => control.rooms.get(stuck.room)?.state === 'transferring',
-    );
+    await waitFor('room transferring', () => control.room(stuck.room)?.state === 'transferring');
     const t0 = Date.now();
     expect(control.command('prefill-0', 'reset_transfer', null, 'transfer stalled')).toBe(true);
     const o = await out;
@@ -74,7 +69,7 @@ describe('engine drain', () => {
     const ac = new AbortController();
     const s = control.submit({ prompt: prompt(4, 10), maxTokens: 200, signal: ac.signal });
     const out = collect(s);
-    await waitFor('room decoding', () => control.rooms.get(s.room)?.state === 'decoding');
+    await waitFor('room decoding', () => control.room(s.room)?.state === 'decoding');
     ac.abort();
     const o = await out;
     expect((o.error as RoomEndedError).state).toBe('aborted');
@@ -86,7 +81,7 @@ describe('engine drain', () => {
 
     const held = control.submit({ prompt: prompt(5, 10), maxTokens: 200 });
     void collect(held);
-    await waitFor('room decoding', () => control.rooms.get(held.room)?.state === 'decoding');
+    await waitFor('room decoding', () => control.room(held.room)?.state === 'decoding');
     expect(control.command('decode-0', 'free_room', held.room, 'operator')).toBe(true);
     await waitFor('decode-0 released the room', async () =>
       ((await control.journal.timeline(held.room)).room?.releasedBy ?? []).includes('decode-0'),

@@ -46,7 +46,7 @@ describe('engine restarts and lost connections', () => {
       const streams = requests.map((r) => control.submit(r));
       const outs = Promise.all(streams.map(collect));
       await waitFor(`a room in ${state}`, () =>
-        [...control.rooms.values()].some((r) => r.state === state),
+        [...control.liveRooms()].some((r) => r.state === state),
       );
       const oldPid = engines.pid(id);
       expect(engines.signal(id, 'SIGKILL')).toBe(true);
@@ -135,7 +135,7 @@ describe('engine restarts and lost connections', () => {
     );
     const outs = Promise.all(streams.map(collect));
     const decoding = (migrated: boolean) =>
-      [...control.rooms.values()].some(
+      [...control.liveRooms()].some(
         (r) => r.state === 'decoding' && (r.migratedFrom !== null) === migrated,
       );
     await waitFor('rooms decoding', () => decoding(false));
@@ -187,7 +187,7 @@ describe('engine restarts and lost connections', () => {
     const streams = requests.map((r) => control.submit(r));
     const outs = Promise.all(streams.map(collect));
     await waitFor('rooms decoding', () =>
-      [...control.rooms.values()].some((r) => r.state === 'decoding'),
+      [...control.liveRooms()].some((r) => r.state === 'decoding'),
     );
     const hellos = control.counters.hellos;
     proxy.cut();

@@ -78,8 +78,8 @@ describe('recovery', () => {
     });
     const stream = control.submit({ prompt: prompt(1, 10), maxTokens: 200 });
     const out = collect(stream);
-    await waitFor('the room decoding', () => control.rooms.get(stream.room)?.state === 'decoding');
-    const decodingSince = control.rooms.get(stream.room)?.stateSince as number;
+    await waitFor('the room decoding', () => control.room(stream.room)?.state === 'decoding');
+    const decodingSince = control.room(stream.room)?.stateSince as number;
     await fillJournal(journal);
     expect(control.journal.health().writable).toBe(false);
 
@@ -338,7 +338,8 @@ describe('recovery', () => {
 
   it('an engine the in-place reset cannot revive (SIGSTOP) is restarted, alone', async () => {
     const { control, engines, ladder } = await startTestStack({
-      ladder: { heartbeatStaleMs: 1500, resetGraceMs: 1000 },
+      liveness: { staleAfterMs: 1000, stalledAfterMs: 1500 },
+      ladder: { resetGraceMs: 1000 },
     });
     const stoppedPid = engines.pid('decode-0');
     const prefillPid = engines.pid('prefill-0');

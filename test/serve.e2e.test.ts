@@ -504,9 +504,9 @@ describe('the openai client against pdctl serve', () => {
     // `pdctl engines` reads the same view, with each engine's place on the escalation ladder.
     const table = await pdctl(['engines', '--url', s.url]);
     expect(table.code, table.stderr).toBe(0);
-    expect(table.stdout).toMatch(/^ENGINE\s+ROLE\s+STATE\s+PID/);
+    expect(table.stdout).toMatch(/^ENGINE\s+ROLE\s+STATUS\s+STATE\s+PID/);
     expect(table.stdout).toMatch(
-      /\nprefill-0\s+prefill\s+ready\s+\d+\s+\d+ms\s+\d+\s+\d+\/\d+\s+host\s+h-[0-9a-f]{6}\s+shm:\d+\s+\d+\s+ok\s+0\s+0/,
+      /\nprefill-0\s+prefill\s+live\s+ready\s+\d+\s+\d+ms\s+\d+\s+\d+\/\d+\s+host\s+h-[0-9a-f]{6}\s+shm:\d+\s+\d+\s+ok\s+0\s+0/,
     );
     const json = JSON.parse((await pdctl(['engines', '--url', s.url, '--json'])).stdout) as Array<{
       id: string;

@@ -75,6 +75,7 @@ const badgeClass = (value) => {
       'fenced',
       'draining',
       'connecting',
+      'stale',
       'stalled',
     ].includes(value)
   )
@@ -126,7 +127,11 @@ function renderEngines(engines) {
         { 'data-engine': e.id, 'data-phase': phase },
         h('td', {}, e.id),
         h('td', {}, e.role),
-        h('td', {}, h('span', { class: badgeClass(e.state) }, e.state)),
+        h(
+          'td',
+          { class: 'status', title: `the engine says: ${e.state}` },
+          h('span', { class: badgeClass(e.status) }, e.status),
+        ),
         h('td', { class: 'ladder' }, h('span', { class: badgeClass(phase) }, phase)),
         h('td', { class: 'num' }, age(e.heartbeatAgeMs)),
         h(

@@ -55,8 +55,6 @@ export interface ApiOptions {
   metrics: ApiMetrics;
   /** The escalation ladder's view of each engine; null when no stack supervises them. */
   recovery: RecoveryView | null;
-  /** `/health/ready` counts an engine whose last heartbeat is older than this as gone. Default 2000. */
-  heartbeatStaleMs?: number;
   /** `/health/ready` ignores a background canary older than this. Default 30 000. */
   canaryStaleMs?: number;
   /** False when no background canary runs: readiness does not wait for one. */
@@ -65,8 +63,6 @@ export interface ApiOptions {
   version: string;
   /** Bearer token for abort and admin routes; null: loopback only. */
   adminToken: string | null;
-  /** Live rooms per decode engine before 429. Default 512. */
-  maxRoomsPerEngine?: number;
   /** Largest request body, bytes. Default 1 MiB. */
   bodyLimit?: number;
   /**
@@ -212,7 +208,6 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
     control: o.control,
     metrics: o.metrics,
     modelId: o.control.modelName,
-    maxRoomsPerEngine: o.maxRoomsPerEngine ?? 512,
     shutdown,
     admissionWaitMs: o.admissionWaitMs ?? 3000,
     admissionQueue: o.admissionQueue ?? 256,
@@ -227,7 +222,6 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
     control: o.control,
     canary: o.canary,
     recovery: o.recovery,
-    heartbeatStaleMs: o.heartbeatStaleMs ?? 2000,
     canaryStaleMs: o.canaryStaleMs ?? 30_000,
     canaryBackground: o.canaryBackground ?? true,
     shutdown,

@@ -19,8 +19,6 @@ export interface HealthDeps {
   canary: Canary;
   /** The escalation ladder's view of each engine; null when no stack supervises them. */
   recovery: RecoveryView | null;
-  /** A heartbeat older than this makes an engine stale. */
-  heartbeatStaleMs: number;
   /** A background canary older than this does not count. */
   canaryStaleMs: number;
   /**
@@ -37,17 +35,19 @@ export function readiness(
   now = Date.now(),
 ): { ready: boolean; checks: Record<string, { ok: boolean; detail: string }> } {
   const { control } = deps;
-  const engines = control.engines();
-  // A draining engine heartbeats but takes no new rooms: it is not capacity.
+  const stalled = control.stalledEngines(undefined, now);
+  const engines = control.engines(now, stalled);
+  // Capacity is what routing uses (engine-view.ts `takesRooms`): a draining engine heartbeats
+  // but takes no new rooms.
   const engineCheck = (role: 'prefill' | 'decode') => {
-    const n = control.registry.fresh(role, deps.heartbeatStaleMs, now).length;
-    const draining = control.registry.draining(role, deps.heartbeatStaleMs, now).length;
+    const mine = engines.filter((e) => e.role === role);
+    const n = mine.filter((e) => e.takesRooms).length;
+    const draining = mine.filter((e) => e.status === 'draining').length;
     return {
       ok: n > 0,
-      detail: `${n} taking rooms with a heartbeat in the last ${deps.heartbeatStaleMs} ms${draining > 0 ? `, ${draining} draining (pdctl engines undrain ENGINE)` : ''}`,
+      detail: `${n} taking rooms with a heartbeat in the last ${control.liveness.staleAfterMs} ms${draining > 0 ? `, ${draining} draining (pdctl engines undrain ENGINE)` : ''}`,
     };
   };
-  const stalled = control.stalledEngines(undefined, now);
   // An engine the escalation ladder is working on is not ready, even once its symptom is gone:
   // it is ready again when the ladder has seen it serve (`engine.recovered`).
   const recovering = engines

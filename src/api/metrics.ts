@@ -314,7 +314,7 @@ export class ApiMetrics {
         control
           .engines()
           .flatMap((s) =>
-            Object.entries(s.health.heartbeat?.ticks ?? {}).map(
+            Object.entries(s.heartbeat?.ticks ?? {}).map(
               ([loop, n]) =>
                 [{ engine: s.engine, loop }, n] as [{ engine: string; loop: string }, number],
             ),
@@ -351,16 +351,17 @@ export class ApiMetrics {
         if (counts.has(room.state)) counts.set(room.state, (counts.get(room.state) ?? 0) + 1);
       for (const [state, n] of counts) live.set({ state }, n);
       const now = Date.now();
+      const found = control.stalledEngines(undefined, now);
+      const engines = control.engines(now, found);
       for (const role of ['prefill', 'decode'] as const)
-        ready.set({ role }, control.registry.fresh(role, control.freshMs, now).length);
+        ready.set({ role }, engines.filter((e) => e.role === role && e.takesRooms).length);
       stalled.reset();
       ladder.reset();
-      for (const x of control.stalledEngines(undefined, now))
-        stalled.set({ engine: x.engine, kind: x.kind }, 1);
-      for (const s of control.engines()) {
-        hbAge.set({ engine: s.engine, role: s.role }, (now - s.health.lastSeen) / 1000);
+      for (const x of found) stalled.set({ engine: x.engine, kind: x.kind }, 1);
+      for (const s of engines) {
+        hbAge.set({ engine: s.engine, role: s.role }, (now - s.lastSeen) / 1000);
         pages.set({ engine: s.engine }, s.pages);
-        const hb = s.health.heartbeat;
+        const hb = s.heartbeat;
         if (hb) {
           freePages.set({ engine: s.engine }, hb.freePages);
           for (const [queue, n] of Object.entries(hb.queues))

@@ -8,8 +8,8 @@ import { randomInt } from 'node:crypto';
 import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { ControlPlane } from '../control/control-plane.ts';
-import { MAX_TOKENS_LIMIT } from '../control/control-plane.ts';
 import { ControlError } from '../control/errors.ts';
+import { MAX_TOKENS_LIMIT } from '../control/options.ts';
 import { RoomEndedError, type RoomStream } from '../control/streams.ts';
 import type { CompletionResult } from '../control/types.ts';
 import type { ChatMessage, Sampling } from '../model/executor.ts';
@@ -183,8 +183,6 @@ export interface OpenAiDeps {
   control: ControlPlane;
   metrics: ApiMetrics;
   modelId: string;
-  /** Live rooms per decode engine beyond which requests get 429. */
-  maxRoomsPerEngine: number;
   /** Set when the API shuts down: new completions are refused, those in flight are tracked. */
   shutdown: ShutdownGate;
   /** How long a completion that finds no engine of a role waits for one before it is refused. */
@@ -368,15 +366,6 @@ async function serve(
       `the journal cannot be written (${health.lastError ?? health.state}); not taking new requests`,
       'server_error',
       'journal_unavailable',
-    );
-  }
-  const engines = deps.control.engines().filter((s) => s.role === 'decode' && s.delivery.live);
-  if (engines.length > 0 && engines.every((s) => s.load.liveRooms >= deps.maxRoomsPerEngine)) {
-    throw new ApiError(
-      429,
-      `every decode engine has ${deps.maxRoomsPerEngine} rooms in flight; retry shortly`,
-      'rate_limit_error',
-      'overloaded',
     );
   }
   if (deps.shutdown.closing)

@@ -5,6 +5,7 @@
  * name still reaches the client; objects whose content is open (event data, statistics) say so.
  */
 import { type TSchema, Type } from '@sinclair/typebox';
+import { ENGINE_STATUSES } from '../control/engine-view.ts';
 import { EVENT_TYPES } from '../journal/events.ts';
 import { ROOM_STATES } from '../journal/states.ts';
 
@@ -127,7 +128,17 @@ export const EnginesBody = Type.Object({
     Type.Object({
       id: Type.String(),
       role: Type.Union([Type.Literal('prefill'), Type.Literal('decode')]),
-      state: Type.String({ description: 'connecting, starting, ready, draining, stopped' }),
+      status: Type.Union(
+        ENGINE_STATUSES.map((x) => Type.Literal(x)),
+        {
+          description:
+            "the control plane's one verdict (docs/design.md §10): connecting, live (takes rooms), draining, stale (no heartbeat for the stale limit: no rooms), stalled (the ladder acts)",
+        },
+      ),
+      state: Type.String({
+        description:
+          'what the engine says of itself: connecting, starting, ready, draining, stopped',
+      }),
       pid: Type.Integer(),
       incarnation: Type.String(),
       connectedAt: Type.Integer(),

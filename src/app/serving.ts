@@ -19,11 +19,9 @@ export interface ServingOptions extends StackOptions {
   api?: Pick<
     ApiOptions,
     | 'adminToken'
-    | 'maxRoomsPerEngine'
     | 'bodyLimit'
     | 'requestTimeoutMs'
     | 'maxConnections'
-    | 'heartbeatStaleMs'
     | 'canaryStaleMs'
     | 'admissionWaitMs'
     | 'admissionQueue'
@@ -57,7 +55,6 @@ export async function startServing(o: ServingOptions): Promise<Serving> {
   const canary = new Canary(control, log, o.canaryDeadlineMs ?? 2000);
   const metrics = new ApiMetrics(control, recovery);
   canary.onResult = (r) => metrics.canary(r.ok, r.stage);
-  const heartbeatStaleMs = o.api?.heartbeatStaleMs ?? 2000;
   const canaryStaleMs = o.api?.canaryStaleMs ?? 30_000;
   const canaryEvery = o.canaryIntervalMs ?? 5000;
   const canaryBackground = canaryEvery > 0;
@@ -75,7 +72,6 @@ export async function startServing(o: ServingOptions): Promise<Serving> {
       log,
       version: o.version,
       adminToken: o.api?.adminToken ?? null,
-      heartbeatStaleMs,
       canaryStaleMs,
       canaryBackground,
     });
@@ -126,7 +122,6 @@ export async function startServing(o: ServingOptions): Promise<Serving> {
         control,
         canary,
         recovery,
-        heartbeatStaleMs,
         canaryStaleMs,
         canaryBackground,
         shutdown,

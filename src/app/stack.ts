@@ -4,7 +4,8 @@
  * (through serving.ts), the drills, the end-to-end tests and `bench:engines` all start it here.
  */
 import { Admission, needsCurve } from '../bus/admission.ts';
-import { ControlPlane, type ControlPlaneOptions } from '../control/control-plane.ts';
+import { ControlPlane } from '../control/control-plane.ts';
+import type { ControlPlaneOptions } from '../control/options.ts';
 import type { Durability } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { EscalationLadder, type LadderPolicy } from '../recovery/ladder.ts';
@@ -120,7 +121,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
             pid: pid ?? 0,
             code: status.code,
             signal: status.signal,
-            rooms: held ? s.load.liveRooms : 0,
+            rooms: held ? s.liveRooms : 0,
             restarts,
             expected: status.expected === true,
           },

@@ -16,6 +16,7 @@ import { Outbox } from './outbox.ts';
 import {
   type ControlKind,
   type ControlMessage,
+  type DropReason,
   type EngineKind,
   type EngineMessage,
   encodePayload,
@@ -59,6 +60,14 @@ export interface BusServerHandlers {
   throttled?(peer: PeerId, engine: string | null, kind: QuotaKind, quotas: PeerQuotaOptions): void;
 }
 
+export interface BusStatus {
+  endpoint: string;
+  loop: { ticks: number; restarts: number; running: boolean };
+  dropped: Partial<Record<DropReason, number>>;
+  outbox: number;
+  zapDenied: number;
+}
+
 export class BusServer {
   readonly drops: DropCounters;
   readonly loop: SupervisedLoop;
@@ -69,14 +78,15 @@ export class BusServer {
   private readonly registered = new Map<PeerId, string>();
   private readonly quotas: PeerQuotas;
   private zap: ZapHandler | null = null;
+  /** Set by `listen`: the receive loop starts only after. */
+  private handlers!: BusServerHandlers;
+  private listening = false;
   private closed = false;
   received = 0;
   endpoint = '';
 
-  private constructor(
-    private readonly options: BusServerOptions,
-    private readonly handlers: BusServerHandlers,
-  ) {
+  /** A server not yet bound: `listen` binds it and starts receiving. */
+  constructor(private readonly options: BusServerOptions) {
     const log = options.log;
     this.decoder = engineFrames(options.maxFrameBytes);
     this.drops = new DropCounters(log, 'bus');
@@ -104,22 +114,31 @@ export class BusServer {
   }
 
   static async bind(options: BusServerOptions, handlers: BusServerHandlers): Promise<BusServer> {
-    const server = new BusServer(options, handlers);
-    if (options.curve?.allow) server.zap = await ZapHandler.start(options.curve.allow, options.log);
+    const server = new BusServer(options);
+    await server.listen(handlers);
+    return server;
+  }
+
+  /** Binds the endpoint and hands every frame received from now on to `handlers`. */
+  async listen(handlers: BusServerHandlers): Promise<void> {
+    const { options } = this;
+    if (this.listening) throw new Error('the bus server is already listening');
+    this.listening = true;
+    this.handlers = handlers;
+    if (options.curve?.allow) this.zap = await ZapHandler.start(options.curve.allow, options.log);
     try {
-      await server.socket.bind(options.endpoint);
+      await this.socket.bind(options.endpoint);
     } catch (err) {
-      server.socket.close();
-      server.zap?.close();
+      this.socket.close();
+      this.zap?.close();
       throw new BusError(
         'BUS_BIND_FAILED',
         `cannot bind the bus on ${options.endpoint}: ${(err as Error).message}; pass another --bus endpoint (tcp://127.0.0.1:0 takes any free port, for engines that serve starts itself)`,
         { cause: err },
       );
     }
-    server.endpoint = server.socket.lastEndpoint ?? options.endpoint;
-    server.loop.start();
-    return server;
+    this.endpoint = this.socket.lastEndpoint ?? options.endpoint;
+    this.loop.start();
   }
 
   private async receive(loop: SupervisedLoop): Promise<void> {
@@ -244,6 +263,17 @@ export class BusServer {
   send<K extends ControlKind>(peer: PeerId, kind: K, payload: ControlMessage<K>): void {
     if (this.closed) return;
     this.outbox.push(Buffer.from(peer, 'latin1'), kind, encodePayload(payload));
+  }
+
+  /** The bus as operators see it: endpoint, receive loop, frames dropped by reason, outbox. */
+  status(): BusStatus {
+    return {
+      endpoint: this.endpoint,
+      loop: this.loop.stats(),
+      dropped: this.drops.snapshot(),
+      outbox: this.outboxDepth,
+      zapDenied: this.zapDenied,
+    };
   }
 
   get outboxDepth(): number {

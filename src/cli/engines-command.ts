@@ -1,5 +1,5 @@
 /**
- * `pdctl engines`: the engines a running `pdctl serve` sees now — role, state, pid, incarnation,
+ * `pdctl engines`: the engines a running `pdctl serve` sees now — role, status (the control plane's verdict), the state it reports, pid, incarnation,
  * heartbeat age, loop ticks, pages, rooms, and where each stands on the escalation ladder. The
  * live view is the control plane's (it is not in the journal), so this asks it over HTTP.
  */
@@ -16,6 +16,7 @@ import { renderTable } from './table.ts';
 interface EngineRow {
   id: string;
   role: string;
+  status: string;
   state: string;
   pid: number;
   incarnation: string;
@@ -96,6 +97,7 @@ export function registerEnginesCommand(program: Command): void {
           renderTable(body.engines, [
             { header: 'ENGINE', value: (e) => e.id },
             { header: 'ROLE', value: (e) => e.role },
+            { header: 'STATUS', value: (e) => e.status },
             { header: 'STATE', value: (e) => e.state },
             { header: 'PID', value: (e) => e.pid, align: 'right' },
             { header: 'HEARTBEAT', value: (e) => `${e.heartbeatAgeMs}ms`, align: 'right' },

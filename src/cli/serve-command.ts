@@ -263,11 +263,11 @@ export function registerServeCommand(program: Command): void {
           engineLogLevel: o.logLevel as string,
           restartStalled: o.restartStalled !== false,
           migrationLimit: o.migrationLimit as number,
+          maxRoomsPerEngine: o.maxRoomsPerEngine as number,
           canaryDeadlineMs: o.canaryDeadlineMs as number,
           canaryIntervalMs: o.canaryIntervalMs as number,
           api: {
             adminToken: env.PDCTL_ADMIN_TOKEN || null,
-            maxRoomsPerEngine: o.maxRoomsPerEngine as number,
             requestTimeoutMs: o.requestTimeoutMs as number,
             maxConnections: o.maxConnections as number,
             admissionWaitMs: o.admissionWaitMs as number,

@@ -4,7 +4,7 @@
  * engine is stalled.
  */
 import type { EngineMessage } from '../bus/protocol.ts';
-import type { EngineSession } from './registry.ts';
+import type { EngineSession } from './engine-session.ts';
 import { queuedWork } from './stalls.ts';
 
 /** Folds a heartbeat into the engine's health. */
@@ -47,4 +47,36 @@ export function recordCanaryFailed(s: EngineSession, why: string, now = Date.now
   if (h.canaryFailures === 0) h.canaryFailingSince = now;
   h.canaryFailures++;
   h.canaryReason = why;
+}
+
+/**
+ * A canary's verdict, for the engines its room ran on: a failure counts against the engine that
+ * owns the stage it stopped in (bootstrap and decode: the decode engine; prefill and transfer:
+ * the prefill engine); a success clears both. A failure nobody's engine is to blame for counts
+ * against none: the journal refused writes (`journalWritable` false), or the KV pool was full
+ * (load, not a broken engine).
+ */
+export function recordCanary(
+  session: (engine: string) => EngineSession | undefined,
+  room: { prefillEngine: string; decodeEngine: string },
+  verdict: { ok: boolean; stage: string | null; reason: string | null },
+  journalWritable: boolean,
+): void {
+  const { ok, stage, reason } = verdict;
+  if (ok) {
+    for (const id of [room.prefillEngine, room.decodeEngine]) {
+      const s = session(id);
+      if (s) recordCanaryPassed(s);
+    }
+    return;
+  }
+  if (!journalWritable || reason?.includes('kv_pool_full')) return;
+  const owner =
+    stage === 'prefill' || stage === 'transfer'
+      ? room.prefillEngine
+      : stage === 'bootstrap' || stage === 'decode'
+        ? room.decodeEngine
+        : null;
+  const s = owner === null ? undefined : session(owner);
+  if (s) recordCanaryFailed(s, `${stage}: ${reason ?? 'unknown'}`);
 }

@@ -7,20 +7,28 @@
 
 import type { Admission } from '../bus/admission.ts';
 import {
+  type CommandName,
   type EngineMessage,
   HEARTBEAT_MS,
   type KvRemote,
   PROTOCOL_VERSION,
-  type RoomRequest,
 } from '../bus/protocol.ts';
 import { type PeerQuotaOptions, type QuotaKind, TokenBucket } from '../bus/quotas.ts';
 import type { BusServer, PeerId } from '../bus/server.ts';
-import { JournalError } from '../journal/errors.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import type { Room } from '../journal/reducer.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
-import type { EngineRegistry, EngineSession } from './registry.ts';
+import type { EngineSession } from './engine-session.ts';
+import {
+  checkHello,
+  type HelloRefusal,
+  openSession,
+  REGISTRATION_EVERY_MS,
+  REGISTRATIONS_BURST,
+} from './hello.ts';
+import type { EngineRegistry } from './registry.ts';
+import type { RoomBook } from './room-book.ts';
 import { ThrottleRecord } from './throttles.ts';
 
 export interface ControlCounters {
@@ -32,8 +40,15 @@ export interface ControlCounters {
   hellos: number;
 }
 
+/** Every counter at zero. */
+export function zeroCounters(): ControlCounters {
+  return { appends: 0, nacks: 0, tokens: 0, tokensDropped: 0, delivered: 0, hellos: 0 };
+}
+
 export interface EngineLinkDeps {
   journal: JournalStore;
+  /** The bus, bound by the control plane once everything is built. */
+  bus: BusServer;
   /** Who may say hello as which engine. */
   admission: Admission;
   registry: EngineRegistry;
@@ -42,89 +57,20 @@ export interface EngineLinkDeps {
   counters: ControlCounters;
   log: Logger;
   /**
-   * The engines of a room, while the control plane still knows it (live, or ended recently): an
-   * engine appends only for rooms it holds.
+   * The rooms: whose each is (an engine appends only for its own), the request sent with a
+   * `room.created`, and whether an append would be refused given those still on their way.
    */
-  roomOwners(room: string): { prefillEngine: string; decodeEngine: string } | undefined;
-  /** The request behind a room, attached to its `room.created` for the prefill engine. */
-  request(room: string): RoomRequest | undefined;
-  /**
-   * Whether the journal would refuse this event from this engine now, as far as the view knows —
-   * the committed view plus the engine's appends still on their way to a commit (an engine sends
-   * `prefill_started` and `transfer_posted` back to back). False also records the event as on
-   * its way, until `settled`.
-   */
-  wouldReject(event: EngineMessage<'append'>['event'], engine: string): boolean;
-  /** An append that `wouldReject` let through has committed or failed. */
-  settled(room: string): void;
+  rooms: Pick<RoomBook, 'owners' | 'request' | 'project' | 'settled'>;
   /** Measures an append's latency. */
   timed<T>(p: Promise<T>): Promise<T>;
   /** An engine came back as a new incarnation: the old one's rooms are lost (migrate them). */
   replaced(engine: string, oldIncarnation: string): Promise<void>;
 }
 
-/** The room events each role sends (docs/protocol.md); anything else from it is refused. */
-export const ENGINE_APPENDS = {
-  prefill: [
-    'room.prefill_started',
-    'room.transfer_posted',
-    'room.transfer_completed',
-    'room.failed',
-    'room.released',
-  ],
-  decode: [
-    'room.bootstrap_started',
-    'room.bootstrapped',
-    'room.decode_started',
-    'room.completed',
-    'room.failed',
-    'room.released',
-  ],
-} as const;
-
-/**
- * An engine's event ids live in a namespace of their own, `engine:<id>/<its id>`, which no id the
- * control plane makes can enter (those start with a room id or are UUIDs): a peer can never occupy
- * the id of an abort or failure the control plane will append later.
- */
-export function engineEventId(engine: string, eventId: string): string {
-  return `engine:${engine}/${eventId}`;
-}
-
-/** Refused events an engine may have journaled per second (and in one burst) before they are only counted. */
-export const REJECTIONS_PER_SECOND = 50;
-const REJECTION_BURST = 500;
-
-/** A token bucket per engine for appends the journal would record as `room.event_rejected`. */
-class RejectionBudget {
-  private readonly buckets = new Map<string, { tokens: number; at: number }>();
-
-  /** False when `engine` has no budget left for another rejection. Appends that fit always pass. */
-  take(engine: string, rejection: boolean, now = Date.now()): boolean {
-    if (!rejection) return true;
-    const b = this.buckets.get(engine) ?? { tokens: REJECTION_BURST, at: now };
-    b.tokens = Math.min(REJECTION_BURST, b.tokens + ((now - b.at) / 1000) * REJECTIONS_PER_SECOND);
-    b.at = now;
-    this.buckets.set(engine, b);
-    if (b.tokens < 1) return false;
-    b.tokens -= 1;
-    return true;
-  }
-}
-
-/**
- * New incarnations one engine id may register: a burst, then one per this many ms. A real engine
- * is restarted a few times an hour at worst (the ladder caps restarts at 3 in 10 minutes); a
- * holder of its key that says hello as a new process over and over would otherwise add an
- * `engine.registered` and a replay of the engine's history each time.
- */
-export const REGISTRATIONS_BURST = 5;
-export const REGISTRATION_EVERY_MS = 10_000;
+type Backlog = Awaited<ReturnType<JournalStore['engineBacklog']>>;
 
 export class EngineLink {
-  /** Set once the bus is bound. */
-  bus!: BusServer;
-  private readonly rejections = new RejectionBudget();
+  private readonly bus: BusServer;
   private readonly registrations = new Map<string, TokenBucket>();
   /** Incarnations declared lost while their process may live (`fence`), and why: never again. */
   private readonly fencedIncarnations = new Map<string, string>();
@@ -135,6 +81,7 @@ export class EngineLink {
   private sessions = 0;
 
   constructor(private readonly deps: EngineLinkDeps) {
+    this.bus = deps.bus;
     this.throttles = new ThrottleRecord(deps.journal, deps.log);
   }
 
@@ -169,6 +116,23 @@ export class EngineLink {
   }
 
   /**
+   * Sends a command to a connected engine (see control-plane.ts `command`); false when it is
+   * not connected.
+   */
+  command(
+    engine: string,
+    command: CommandName,
+    room: string | null,
+    reason: string | null,
+  ): boolean {
+    const s = this.deps.registry.get(engine);
+    if (!s?.delivery.live) return false;
+    this.deps.log.info({ engine, command, room, reason }, 'command sent');
+    this.bus.send(s.peer, 'command', { command, room, reason });
+    return true;
+  }
+
+  /**
    * Declares the engine's incarnation lost though its process may live (control-plane.ts
    * `fence`): no new room or event for it, its connection is dropped, and anything it sends from
    * now on — appends, tokens, heartbeats, a hello of that incarnation — is answered BUS_FENCED,
@@ -197,204 +161,143 @@ export class EngineLink {
     return { reason: f.reason, tell };
   }
 
+  /**
+   * An engine says hello: the checks of hello.ts, then its session is registered, an earlier
+   * incarnation's rooms are migrated, and what it missed is replayed before live events flow.
+   */
   async hello(peer: PeerId, msg: EngineMessage<'hello'>): Promise<void> {
     this.deps.counters.hellos++;
-    const log = this.deps.log;
-    if (msg.protocol !== PROTOCOL_VERSION) {
-      this.bus.send(peer, 'nack', {
-        eventId: null,
-        code: 'BUS_PROTOCOL_MISMATCH',
-        message: `this control plane speaks protocol ${PROTOCOL_VERSION}, the engine ${msg.protocol}`,
-        retryable: false,
-      });
-      return;
-    }
     const prev = this.deps.registry.get(msg.engine);
-    const verdict = this.deps.admission.verify(msg, msg.auth, prev?.key ?? null);
+    const verdict = checkHello(msg, {
+      admission: this.deps.admission,
+      prev,
+      modelFormat: this.deps.modelFormat,
+      fenced: (engine, incarnation) => this.fencedIncarnations.get(`${engine}/${incarnation}`),
+      mayRegister: (engine) => this.mayRegister(engine, Date.now()),
+    });
     if (!verdict.ok) {
-      this.bus.drops.record('unauthorized', { engine: msg.engine, reason: verdict.reason });
-      this.bus.send(peer, 'nack', {
-        eventId: null,
-        code: 'BUS_UNAUTHORIZED',
-        message: verdict.reason,
-        retryable: false,
-      });
+      this.refuseHello(peer, msg, verdict.refusal);
       return;
     }
-    // Told only to a sender that proved it holds the engine's key.
-    const fenced = this.fencedIncarnations.get(`${msg.engine}/${msg.incarnation}`);
-    if (fenced !== undefined) {
-      this.bus.send(peer, 'nack', {
-        eventId: null,
-        code: 'BUS_FENCED',
-        message: fenced,
-        retryable: false,
-      });
-      return;
-    }
-    if (prev && prev.role !== msg.role) {
-      log.error(
-        { engine: msg.engine, was: prev.role, now: msg.role },
-        'engine id reused with another role; refused',
-      );
-      this.bus.send(peer, 'nack', {
-        eventId: null,
-        code: 'BUS_INVALID_EVENT',
-        message: `engine ${msg.engine} is registered as ${prev.role}; pick another --id`,
-        retryable: false,
-      });
-      return;
-    }
-    // Both ways: a control plane of the built-in model cannot drive llama.cpp engines either
-    // (they take token ids it does not send).
-    const format = this.deps.modelFormat;
-    if ((msg.model ?? null) !== format) {
-      log.warn(
-        { engine: msg.engine, model: msg.model, serving: format },
-        'engine of another model refused',
-      );
-      this.bus.send(peer, 'nack', {
-        eventId: null,
-        code: 'BUS_MODEL_MISMATCH',
-        message: `this control plane serves ${format ?? 'the built-in model'}; the engine runs ${msg.model ?? 'the built-in model'}: start both with the same --model and --sequences`,
-        retryable: false,
-      });
-      return;
-    }
-    const fresh = !prev || prev.incarnation !== msg.incarnation;
-    const now = Date.now();
-    if (fresh && !this.mayRegister(msg.engine, now)) {
+    const session = this.register(peer, msg, verdict.key, prev, verdict.fresh);
+    // Before the replay is read: the new process must see the old one's rooms as migrated.
+    if (prev && verdict.fresh) await this.deps.replaced(msg.engine, prev.incarnation);
+    const backlog = await this.backlog(session, msg);
+    // A newer hello from the same engine took over while we read.
+    if (!backlog || this.deps.registry.get(msg.engine) !== session) return;
+    if (this.journalBehind(peer, msg, backlog.headSeq)) return;
+    this.welcome(peer, session, msg, backlog);
+  }
+
+  private refuseHello(peer: PeerId, msg: EngineMessage<'hello'>, r: HelloRefusal): void {
+    if (r.drop === 'unauthorized')
+      this.bus.drops.record('unauthorized', { engine: msg.engine, reason: r.message });
+    if (r.drop === 'rate_limited')
       this.bus.drops.record('rate_limited', { engine: msg.engine, kind: 'hello' });
-      this.throttles.note(
-        msg.engine,
-        `more than ${REGISTRATIONS_BURST} new incarnations at once, or one per ${REGISTRATION_EVERY_MS / 1000} s`,
-        'hellos of new incarnations over the quota are refused (BUS_RATE_LIMITED); the registered one keeps serving',
-      );
-      this.bus.send(peer, 'nack', {
-        eventId: null,
-        code: 'BUS_RATE_LIMITED',
-        message: `engine ${msg.engine} registered more than ${REGISTRATIONS_BURST} new incarnations in a short time; this hello is refused, try again in ${REGISTRATION_EVERY_MS / 1000} s`,
-        retryable: true,
-      });
-      return;
-    }
-    const session: EngineSession = {
-      engine: msg.engine,
-      role: msg.role,
-      incarnation: msg.incarnation,
-      key: verdict.key,
-      pid: msg.pid,
-      peer,
-      pool: msg.pool,
-      epoch: msg.epoch,
-      pages: msg.pages,
-      pageBytes: msg.pageBytes,
-      kv: msg.kv ?? null,
-      model: msg.model ?? null,
-      faultInjection: msg.faultInjection === true,
-      kvDevice: msg.kvDevice ?? null,
-      host: msg.host ?? null,
-      kvRemote: msg.kvRemote ?? null,
-      kvSend: msg.kvSend ?? 'auto',
-      connectedAt: now,
-      delivery: {
-        live: false,
-        session: ++this.sessions,
-        nextN: 1,
-        broken: false,
-        sentSeq: 0,
-        lastDelivered: msg.lastSeq,
-        buffer: [],
-      },
-      health: {
-        lastSeen: now,
-        // The same process keeps its counters: its next heartbeat is compared with its last one.
-        heartbeat: fresh ? null : (prev?.health.heartbeat ?? null),
-        beats: 0,
-        owedSeq: 0,
-        behindSince: 0,
-        transferMovedAt: now,
-        // The same process (an in-place reset) keeps its loops' history: one that was frozen before
-        // the new connection is still frozen until its tick moves.
-        workMovedAt: fresh ? now : (prev?.health.workMovedAt ?? now),
-        progressAt: fresh ? now : (prev?.health.progressAt ?? now),
-        canaryFailures: 0,
-        canaryFailingSince: 0,
-        canaryReason: '',
-      },
-      load: {
-        liveRooms: prev?.load.liveRooms ?? 0,
-        // The same process keeps what was promised to its rooms; a new one starts empty.
-        reservedPages: fresh ? 0 : (prev?.load.reservedPages ?? 0),
-      },
-    };
+    if (r.log) this.deps.log.warn(r.log.fields, r.log.msg);
+    if (r.throttle) this.throttles.note(msg.engine, r.throttle.what, r.throttle.effect);
+    this.bus.send(peer, 'nack', {
+      eventId: null,
+      code: r.code,
+      message: r.message,
+      retryable: r.retryable,
+    });
+  }
+
+  /** Opens the admitted hello's session; a new incarnation is journaled `engine.registered`. */
+  private register(
+    peer: PeerId,
+    msg: EngineMessage<'hello'>,
+    key: string,
+    prev: EngineSession | undefined,
+    fresh: boolean,
+  ): EngineSession {
+    const { log } = this.deps;
+    const session = openSession(msg, peer, key, prev, fresh, ++this.sessions, Date.now());
     this.deps.registry.set(session);
     this.bus.register(peer, msg.engine);
-    if (fresh) {
-      log.info(
-        { engine: msg.engine, role: msg.role, incarnation: msg.incarnation, pid: msg.pid },
-        'engine registered',
-      );
-      this.deps.journal
-        .append({
-          type: 'engine.registered',
-          engine: msg.engine,
-          source: 'control',
-          data: {
-            role: msg.role,
-            incarnation: msg.incarnation,
-            pid: msg.pid,
-            pool: msg.pool,
-            pages: msg.pages,
-          },
-        })
-        .catch((err) =>
-          log.error({ err, engine: msg.engine }, 'could not journal engine.registered'),
-        );
-    } else {
+    if (!fresh) {
       log.info({ engine: msg.engine, lastSeq: msg.lastSeq }, 'engine reconnected');
+      return session;
     }
-    // Before the replay is read: the new process must see the old one's rooms as migrated.
-    if (prev && fresh) await this.deps.replaced(msg.engine, prev.incarnation);
-    let backlog: Awaited<ReturnType<JournalStore['engineBacklog']>>;
+    log.info(
+      { engine: msg.engine, role: msg.role, incarnation: msg.incarnation, pid: msg.pid },
+      'engine registered',
+    );
+    this.deps.journal
+      .append({
+        type: 'engine.registered',
+        engine: msg.engine,
+        source: 'control',
+        data: {
+          role: msg.role,
+          incarnation: msg.incarnation,
+          pid: msg.pid,
+          pool: msg.pool,
+          pages: msg.pages,
+        },
+      })
+      .catch((err) =>
+        log.error({ err, engine: msg.engine }, 'could not journal engine.registered'),
+      );
+    return session;
+  }
+
+  /** The engine's rooms' events after what it has applied; null (logged) when unreadable. */
+  private async backlog(
+    session: EngineSession,
+    msg: EngineMessage<'hello'>,
+  ): Promise<Backlog | null> {
     try {
-      backlog = await this.deps.journal.engineBacklog(msg.engine, msg.lastSeq);
+      return await this.deps.journal.engineBacklog(msg.engine, msg.lastSeq);
     } catch (err) {
-      log.error(
+      this.deps.log.error(
         { err, engine: msg.engine },
         'cannot read the engine’s backlog; it will say hello again',
       );
       session.delivery.buffer = [];
-      return;
+      return null;
     }
-    // A newer hello from the same engine took over while we read.
-    if (this.deps.registry.get(msg.engine) !== session) return;
-    if (msg.lastSeq > backlog.headSeq) {
-      // Reconciliation cannot diff against a journal that ends before the engine's history.
-      log.error(
-        { engine: msg.engine, engineSeq: msg.lastSeq, journalSeq: backlog.headSeq },
-        'engine has applied events past the end of the journal (restored or replaced?); told to rejoin fresh',
-      );
-      this.bus.send(peer, 'nack', {
-        eventId: null,
-        code: 'BUS_JOURNAL_BEHIND',
-        message: `this engine applied up to seq ${msg.lastSeq}, but the journal ends at seq ${backlog.headSeq}: it was restored or replaced; restart the engine so that it rejoins fresh`,
-        retryable: false,
-      });
-      this.deps.journal
-        .append({
-          type: 'recovery.action',
-          engine: msg.engine,
-          source: 'control',
-          data: {
-            action: 'reconcile',
-            reason: `engine at seq ${msg.lastSeq}, journal ends at ${backlog.headSeq}`,
-            outcome: 'engine told to rejoin as a fresh process',
-          },
-        })
-        .catch(() => {});
-      return;
-    }
+  }
+
+  /**
+   * The engine applied events past the end of the journal (restored or replaced?): reconciliation
+   * cannot diff against a journal that ends before the engine's history, so it is told to rejoin fresh.
+   */
+  private journalBehind(peer: PeerId, msg: EngineMessage<'hello'>, headSeq: number): boolean {
+    if (msg.lastSeq <= headSeq) return false;
+    this.deps.log.error(
+      { engine: msg.engine, engineSeq: msg.lastSeq, journalSeq: headSeq },
+      'engine has applied events past the end of the journal (restored or replaced?); told to rejoin fresh',
+    );
+    this.bus.send(peer, 'nack', {
+      eventId: null,
+      code: 'BUS_JOURNAL_BEHIND',
+      message: `this engine applied up to seq ${msg.lastSeq}, but the journal ends at seq ${headSeq}: it was restored or replaced; restart the engine so that it rejoins fresh`,
+      retryable: false,
+    });
+    this.deps.journal
+      .append({
+        type: 'recovery.action',
+        engine: msg.engine,
+        source: 'control',
+        data: {
+          action: 'reconcile',
+          reason: `engine at seq ${msg.lastSeq}, journal ends at ${headSeq}`,
+          outcome: 'engine told to rejoin as a fresh process',
+        },
+      })
+      .catch(() => {});
+    return true;
+  }
+
+  /** Welcomes the engine, replays its backlog and what arrived meanwhile, then goes live. */
+  private welcome(
+    peer: PeerId,
+    session: EngineSession,
+    msg: EngineMessage<'hello'>,
+    backlog: Backlog,
+  ): void {
     this.bus.send(peer, 'welcome', {
       protocol: PROTOCOL_VERSION,
       engine: msg.engine,
@@ -415,132 +318,16 @@ export class EngineLink {
     session.delivery.buffer = [];
     session.delivery.live = true;
     if (backlog.events.length > 0) {
-      log.info(
+      this.deps.log.info(
         { engine: msg.engine, events: backlog.events.length, from: msg.lastSeq },
         'replayed the engine’s rooms',
       );
     }
   }
 
-  /**
-   * Appends of one session must arrive as n = 1, 2, 3, … An append of an older session (it sat in
-   * a dead connection's queue) is dropped; a gap means one was lost, and taking the next would
-   * reorder the engine's events (transfer_posted before prefill_started): drop the rest and make
-   * the engine open a new session, which resends everything unacknowledged in order.
-   */
-  private inSequence(peer: PeerId, engine: string, msg: EngineMessage<'append'>): boolean {
-    const s = this.deps.registry.get(engine);
-    if (!s || msg.session !== s.delivery.session) {
-      this.bus.drops.record('stale_session', {
-        engine,
-        session: msg.session,
-        eventId: msg.eventId,
-      });
-      return false;
-    }
-    if (msg.n < s.delivery.nextN) return true; // a resend within the session: the journal dedupes it
-    if (msg.n > s.delivery.nextN || s.delivery.broken) {
-      this.bus.drops.record('out_of_order', { engine, expected: s.delivery.nextN, got: msg.n });
-      if (!s.delivery.broken) {
-        s.delivery.broken = true;
-        this.bus.send(peer, 'nack', {
-          eventId: null,
-          code: 'BUS_NOT_REGISTERED',
-          message: `append ${s.delivery.nextN} of session ${s.delivery.session} never arrived; say hello again`,
-          retryable: true,
-        });
-      }
-      return false;
-    }
-    s.delivery.nextN++;
-    return true;
-  }
-
-  append(peer: PeerId, engine: string, msg: EngineMessage<'append'>): void {
-    if (!this.inSequence(peer, engine, msg)) return;
-    const s = this.deps.registry.get(engine);
-    if (!s) return;
-    const { type, room, data } = msg.event;
-    const refuse = (message: string) => {
-      this.deps.counters.nacks++;
-      this.bus.send(peer, 'nack', {
-        eventId: msg.eventId,
-        code: 'BUS_INVALID_EVENT',
-        message,
-        retryable: false,
-      });
-    };
-    if (!(ENGINE_APPENDS[s.role] as readonly string[]).includes(type)) {
-      this.bus.drops.record('not_owner', { engine, type, room });
-      refuse(`a ${s.role} engine may not append ${type}`);
-      return;
-    }
-    const owners = this.deps.roomOwners(room);
-    const mine =
-      owners !== undefined &&
-      (s.role === 'prefill' ? owners.prefillEngine : owners.decodeEngine) === engine;
-    if (!mine) {
-      // Nothing is journaled for a room the engine never held: a peer cannot grow the journal
-      // with events about rooms that are not its own.
-      this.bus.drops.record('not_owner', { engine, type, room });
-      refuse(
-        owners
-          ? `room ${room} belongs to ${owners.prefillEngine} (prefill) and ${owners.decodeEngine} (decode), not to ${s.role} engine ${engine}`
-          : `room ${room} is not a room this control plane gave to ${engine}`,
-      );
-      return;
-    }
-    const rejected = this.deps.wouldReject(msg.event, engine);
-    if (!this.rejections.take(engine, rejected)) {
-      this.bus.drops.record('rate_limited', { engine, type, room });
-      refuse(
-        `${engine} sent more out-of-order events than the journal records (${REJECTIONS_PER_SECOND}/s); this one was not recorded`,
-      );
-      return;
-    }
-    this.deps.counters.appends++;
-    this.deps
-      .timed(
-        this.deps.journal.append({
-          type,
-          room,
-          engine,
-          source: `engine:${engine}`,
-          eventId: engineEventId(engine, msg.eventId),
-          data,
-        } as Parameters<JournalStore['append']>[0]),
-      )
-      .finally(() => {
-        if (!rejected) this.deps.settled(room);
-      })
-      .then(
-        (res) => {
-          const to = this.deps.registry.get(engine)?.peer ?? peer;
-          this.bus.send(to, 'ack', {
-            eventId: msg.eventId,
-            status: res.status,
-            original: res.status === 'duplicate' ? res.original : null,
-            seq: res.seq,
-            reason: res.status === 'rejected' ? res.reason : null,
-            detail: res.status === 'rejected' ? res.detail.slice(0, 1000) : null,
-          });
-        },
-        (err) => {
-          const e = JournalError.from(err);
-          const retryable = e.code !== 'JOURNAL_INVALID_EVENT';
-          this.deps.counters.nacks++;
-          this.bus.send(this.deps.registry.get(engine)?.peer ?? peer, 'nack', {
-            eventId: msg.eventId,
-            code: retryable ? 'BUS_JOURNAL_UNAVAILABLE' : 'BUS_INVALID_EVENT',
-            message: e.message.slice(0, 2000),
-            retryable,
-          });
-        },
-      );
-  }
-
   private sendEvent(session: EngineSession, ev: JournalEvent): void {
-    const request = ev.type === 'room.created' && ev.room ? this.deps.request(ev.room) : undefined;
+    const request =
+      ev.type === 'room.created' && ev.room ? this.deps.rooms.request(ev.room) : undefined;
     const payload = {
       event: ev,
       prevSeq: session.delivery.lastDelivered,

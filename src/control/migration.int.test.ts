@@ -1,23 +1,25 @@
 /**
  * Migration against a real journal: what it journals for a lost engine's rooms, and what the
  * client's stream sees, when a healthy pair is free, when none comes, and past the limit. The
- * control plane is stood in for by a host that folds committed events as the plane does; the
- * whole-stack migrations (SIGKILLed engines) are in test/engine-restart.e2e.test.ts.
+ * rooms are the control plane's own room book, folding every committed event, and new rooms go
+ * through its intake; only the bus and the engine processes are absent (the whole-stack
+ * migrations, SIGKILLed engines, are in test/engine-restart.e2e.test.ts).
  */
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { engineSession } from '../../test/helpers/engine-session.ts';
 import { tempDir } from '../../test/helpers/tmp.ts';
-import type { RoomRequest } from '../bus/protocol.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import { newRoomId } from '../journal/ids.ts';
-import { type Room, reduce } from '../journal/reducer.ts';
 import { SqliteJournal } from '../journal/sqlite/journal.ts';
 import { silentLogger } from '../log.ts';
 import { DeterministicModel } from '../model/deterministic.ts';
+import { DEFAULT_LIVENESS } from './engine-view.ts';
 import { ControlError } from './errors.ts';
-import { type MigrationHost, Migrator } from './migration.ts';
+import { Intake } from './intake.ts';
+import { Migrator } from './migration.ts';
 import { EngineRegistry } from './registry.ts';
+import { RoomBook } from './room-book.ts';
 import { RoomStream } from './streams.ts';
 
 const dir = tempDir('pdctl-migration-');
@@ -32,51 +34,63 @@ async function setup(limit = 2) {
     durability: 'process',
   });
   journals.push(journal);
-  const rooms = new Map<string, Room>();
+  const registry = new EngineRegistry();
+  const book = new RoomBook((engine) => registry.get(engine));
   const events: JournalEvent[] = [];
   journal.subscribe(0, (ev) => {
     events.push(ev);
-    if (ev.room === null) return;
-    const r = reduce(rooms.get(ev.room) ?? null, ev);
-    if (r.ok) rooms.set(ev.room, r.room);
+    book.fold(ev);
   });
-  const registry = new EngineRegistry();
-  const created: Array<{ room: string; request: RoomRequest; prefill: string; from: string }> = [];
-  const host: MigrationHost = {
+  const model = new DeterministicModel();
+  const intake = new Intake({
     journal,
     registry,
-    model: new DeterministicModel(),
-    log: silentLogger,
-    rooms,
-    streams: new Map(),
-    requests: new Map(),
-    closing: () => false,
-    createRoom: (_stream, room, request, _tokens, { prefill }, o) => {
-      created.push({ room, request, prefill: prefill.engine, from: o.migratedFrom });
-    },
-    canHold: () => true,
+    book,
+    model,
+    liveness: DEFAULT_LIVENESS,
+    maxRoomsPerEngine: 512,
     pairAvoided: () => false,
-  };
-  const migrator = new Migrator(host, { limit, waitMs: 200, engineFreshMs: 3000 });
+    timed: (p) => p,
+  });
+  const migrator = new Migrator(
+    { journal, model, log: silentLogger, book, intake, closing: () => false },
+    { limit, waitMs: 200 },
+  );
 
   /** A live room on p0/d0 that has streamed `text` (words of the model's), its client still reading. */
   const liveRoom = async (text: string) => {
     const room = newRoomId();
-    await journal.append({
-      type: 'room.created',
-      room,
-      source: 'api',
-      data: { prefillEngine: 'p0', decodeEngine: 'd0', promptTokens: 2, maxTokens: 8 },
-    });
     const stream = new RoomStream(room, 2, Date.now());
+    const [prefill, decode] = [registry.get('p0'), registry.get('d0')];
+    if (!prefill || !decode) throw new Error('p0 and d0 must be registered');
+    intake.create(
+      stream,
+      room,
+      { prompt: 'the river', maxTokens: 8 },
+      2,
+      {
+        prefill,
+        decode,
+        transport: 'shm',
+      },
+      { source: 'api' },
+    );
+    await stream.admitted;
     stream.push({ room, index: 0, text, tokens: 2 });
-    host.streams.set(room, stream);
-    (host.requests as Map<string, RoomRequest>).set(room, { prompt: 'the river', maxTokens: 8 });
-    await until(() => rooms.has(room));
     return { room, stream };
   };
+  /** The continuation rooms journaled, with the request sent along. */
+  const created = () =>
+    events
+      .filter((e) => e.type === 'room.created' && e.source === 'migration')
+      .map((e) => ({
+        room: e.room as string,
+        from: (e.data as { migratedFrom?: string }).migratedFrom,
+        prefill: (e.data as { prefillEngine: string }).prefillEngine,
+        request: book.request(e.room as string),
+      }));
   const typesOf = (room: string) => events.filter((e) => e.room === room).map((e) => e.type);
-  return { journal, registry, host, migrator, created, events, liveRoom, typesOf };
+  return { journal, registry, book, migrator, created, events, liveRoom, typesOf };
 }
 
 async function until(cond: () => boolean, ms = 5000): Promise<void> {
@@ -91,13 +105,14 @@ describe('Migrator', () => {
   it('continues a lost engine room on a healthy pair, with the prompt and the text streamed so far', async () => {
     const t = await setup();
     // p0's old incarnation is the lost one; p1 and d0 are healthy.
-    t.registry.set(engineSession('p0', 'prefill', { liveRooms: 0 }));
-    t.registry.set(engineSession('p1', 'prefill', { liveRooms: 5 }));
+    t.registry.set(engineSession('p0', 'prefill'));
+    t.registry.set(engineSession('p1', 'prefill'));
     t.registry.set(engineSession('d0', 'decode'));
     const { room, stream } = await t.liveRoom(' stone light');
+    expect([t.book.liveOn('p0'), t.book.liveOn('d0')]).toEqual([1, 1]);
     await t.migrator.engineLost('p0', 'p0-a', 'it exited');
-    await until(() => t.created.length === 1);
-    const [next] = t.created;
+    await until(() => t.created().length === 1);
+    const [next] = t.created();
     expect(next).toMatchObject({
       from: room,
       prefill: 'p1',
@@ -107,6 +122,8 @@ describe('Migrator', () => {
     expect(stream.migrations).toBe(1);
     await until(() => t.typesOf(room).includes('room.released'));
     expect(t.typesOf(room)).toEqual(['room.created', 'room.migrated', 'room.released']);
+    // The old room ended: it counts on no engine; the continuation counts on p1 and d0.
+    expect([t.book.liveOn('p0'), t.book.liveOn('p1'), t.book.liveOn('d0')]).toEqual([0, 1, 1]);
     const released = t.events.find((e) => e.room === room && e.type === 'room.released');
     expect(released?.engine).toBe('p0');
   });
@@ -123,7 +140,7 @@ describe('Migrator', () => {
     );
     expect(err).toBeInstanceOf(ControlError);
     expect((err as ControlError).code).toBe('CONTROL_NO_ENGINES');
-    expect(t.created).toEqual([]);
+    expect(t.created()).toEqual([]);
     await until(() => t.events.some((e) => e.type === 'recovery.action'));
     const action = t.events.find((e) => e.type === 'recovery.action');
     expect(action).toMatchObject({
@@ -137,7 +154,7 @@ describe('Migrator', () => {
 
   it('fails the room instead once the request has used its migrations', async () => {
     const t = await setup(1);
-    t.registry.set(engineSession('p1', 'prefill'));
+    t.registry.set(engineSession('p0', 'prefill'));
     t.registry.set(engineSession('d0', 'decode'));
     const { room, stream } = await t.liveRoom(' stone light');
     stream.continueIn(room); // as if it had migrated once already
@@ -145,6 +162,6 @@ describe('Migrator', () => {
     await until(() => t.typesOf(room).includes('room.failed'));
     const failed = t.events.find((e) => e.room === room && e.type === 'room.failed');
     expect(failed?.data).toMatchObject({ reason: 'migration_limit_reached', stage: 'created' });
-    expect(t.created).toEqual([]);
+    expect(t.created()).toEqual([]);
   });
 });

@@ -5,8 +5,8 @@
  * the client's stream goes on unbroken. Past the migration limit the room fails instead
  * (`migration_limit_reached`). Terminal rooms the lost engine never released are released for it.
  *
- * The control plane owns the rooms, streams and requests; this module reads them and asks the
- * plane to create the continuation room through `MigrationHost`.
+ * The room book holds the rooms, streams and requests; this module reads them, moves the stream,
+ * and creates the continuation room through intake.ts, as every room is created.
  */
 import { maxRequestTextBytes, type RoomRequest, requestTextBytes } from '../bus/protocol.ts';
 import { newRoomId } from '../journal/ids.ts';
@@ -15,9 +15,10 @@ import { isTerminal } from '../journal/states.ts';
 import type { AppendResult, JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import type { ModelInfo } from '../model/executor.ts';
+import type { EngineSession } from './engine-session.ts';
 import { ControlError } from './errors.ts';
-import { choosePair, type Pair } from './pairs.ts';
-import type { EngineRegistry, EngineSession } from './registry.ts';
+import type { Intake } from './intake.ts';
+import type { RoomBook } from './room-book.ts';
 import { RoomEndedError, type RoomStream } from './streams.ts';
 
 export interface MigrationOptions {
@@ -25,36 +26,21 @@ export interface MigrationOptions {
   limit: number;
   /** How long a migrating request waits for a healthy pair, in ms. */
   waitMs: number;
-  /** An engine whose last heartbeat is older than this gets no new rooms, in ms. */
-  engineFreshMs: number;
 }
 
-/** What migration needs of the control plane. */
-export interface MigrationHost {
+/** What migration needs of the control plane: the rooms, and the one path to a new room. */
+export interface MigrationDeps {
   readonly journal: Pick<JournalStore, 'append'>;
-  readonly registry: EngineRegistry;
   readonly model: ModelInfo;
   readonly log: Logger;
-  /** The live view of rooms, folded from committed events. */
-  readonly rooms: ReadonlyMap<string, Room>;
-  /** The client stream reading each room; migration moves a stream from one room to the next. */
-  readonly streams: Map<string, RoomStream>;
-  /** The request each live room serves. */
-  readonly requests: ReadonlyMap<string, RoomRequest>;
+  /** The rooms, their requests and client streams; migration moves a stream from room to room. */
+  readonly book: Pick<
+    RoomBook,
+    'live' | 'room' | 'stream' | 'request' | 'takeStream' | 'returnStream'
+  >;
+  /** Finds a pair with the pages free and journals the continuation's `room.created`. */
+  readonly intake: Pick<Intake, 'pairFor' | 'create'>;
   closing(): boolean;
-  /** Journals `room.created` for the continuation on the pair (the plane's own room creation). */
-  createRoom(
-    stream: RoomStream,
-    room: string,
-    request: RoomRequest,
-    promptTokens: number,
-    pair: Pair,
-    o: { source: string; migratedFrom: string },
-  ): void;
-  /** Whether the engine has the KV pages free for a room of this size now. */
-  canHold(s: EngineSession, promptTokens: number, maxTokens: number): boolean;
-  /** Whether the pair's KV could not move lately (pairs.ts PairHealth): taken only if no other. */
-  pairAvoided(prefill: string, decode: string): boolean;
 }
 
 /** One lost engine process: which engine, which incarnation of it, and why it is gone. */
@@ -66,7 +52,7 @@ interface Loss {
 
 export class Migrator {
   constructor(
-    private readonly host: MigrationHost,
+    private readonly host: MigrationDeps,
     private readonly options: MigrationOptions,
   ) {}
 
@@ -81,14 +67,14 @@ export class Migrator {
     const loss: Loss = { engine, incarnation, reason };
     const { limit } = this.options;
     const moves: Array<Promise<unknown>> = [];
-    for (const r of host.rooms.values()) {
+    for (const r of host.book.live()) {
       if (r.prefillEngine !== engine && r.decodeEngine !== engine) continue;
       if (isTerminal(r.state)) {
         moves.push(this.releaseLost(r.room, loss));
         continue;
       }
-      const stream = host.streams.get(r.room);
-      const request = host.requests.get(r.room);
+      const stream = host.book.stream(r.room);
+      const request = host.book.request(r.room);
       if (limit === 0 || !stream || stream.done || !request || r.abortRequestedAt !== null)
         continue;
       // The prompt plus what was streamed so far must fit in the new room's room.created event,
@@ -131,7 +117,7 @@ export class Migrator {
     const to = newRoomId();
     // The stream leaves the old room before its terminal event is folded, so that ending it does
     // not end the client's stream.
-    host.streams.delete(from.room);
+    host.book.takeStream(from.room);
     let status: AppendResult['status'] | 'unavailable';
     try {
       const res = await host.journal.append({
@@ -153,9 +139,7 @@ export class Migrator {
     }
     if (status !== 'applied') {
       // It ended first (or the journal refused): the stream ends as the room did.
-      const now = host.rooms.get(from.room);
-      if (now && !isTerminal(now.state)) host.streams.set(from.room, stream);
-      else
+      if (!host.book.returnStream(from.room, stream))
         stream.fail(
           new RoomEndedError(
             from.room,
@@ -190,7 +174,7 @@ export class Migrator {
    */
   private async releaseLost(room: string, loss: Loss): Promise<void> {
     const { host } = this;
-    const r = host.rooms.get(room);
+    const r = host.book.room(room);
     if (!r || r.releasedBy.includes(loss.engine)) return;
     await host.journal
       .append({
@@ -218,12 +202,11 @@ export class Migrator {
     loss: Loss,
   ): Promise<void> {
     const { host } = this;
-    const { engineFreshMs, waitMs } = this.options;
+    const { waitMs } = this.options;
     const tokens = host.model.contextTokens(next).length;
     const deadline = Date.now() + waitMs;
     const usable = (s: EngineSession) =>
-      !(s.engine === loss.engine && s.incarnation === loss.incarnation) &&
-      host.canHold(s, tokens, next.maxTokens);
+      !(s.engine === loss.engine && s.incarnation === loss.incarnation);
     for (;;) {
       if (host.closing() || stream.done) return;
       if (stream.cancelled) {
@@ -231,15 +214,10 @@ export class Migrator {
         stream.fail(new RoomEndedError(from.room, 'aborted', 'client_disconnect'));
         return;
       }
-      const now = Date.now();
-      const pair = choosePair(
-        host.registry.candidates('prefill', engineFreshMs, now, usable),
-        host.registry.candidates('decode', engineFreshMs, now, usable),
-        host.pairAvoided,
-      );
+      const { pair } = host.intake.pairFor(tokens, next.maxTokens, usable);
       if (pair) {
         stream.continueIn(to);
-        host.createRoom(stream, to, next, tokens, pair, {
+        host.intake.create(stream, to, next, tokens, pair, {
           source: 'migration',
           migratedFrom: from.room,
         });

@@ -9,7 +9,7 @@
  */
 
 import { hostTag } from '../transfer/host.ts';
-import type { EngineIdentity, EngineSession } from './registry.ts';
+import type { EngineIdentity, EngineSession } from './engine-session.ts';
 
 /** How a pair's KV moves: shared memory, CUDA IPC (one host), or UCX (any two hosts). */
 export type PairTransport = 'shm' | 'cuda' | 'ucx';
@@ -58,19 +58,31 @@ export interface Pair {
   transport: PairTransport;
 }
 
+/** How `choosePair` weighs pairs. */
+export interface PairWeights {
+  /** Pairs whose KV could not move lately (`PairHealth.avoid`): taken only when no other can. */
+  avoid?: (prefill: string, decode: string) => boolean;
+  /** Rooms not yet ended on an engine (room-book.ts `liveOn`): its load. */
+  roomsOn?: (engine: string) => number;
+  costs?: Readonly<Record<PairTransport, number>>;
+}
+
 /**
- * The pair of lowest cost; of equal ones, the cheaper transport, then the first found. Pairs that
- * `avoid` names are taken only when no other pair can move KV (so a healed link is tried again).
+ * The pair of lowest cost (rooms on both engines plus the transport's cost); of equal ones, the
+ * cheaper transport, then the first found. Pairs that `avoid` names are taken only when no other
+ * pair can move KV (so a healed link is tried again).
  */
 export function choosePair(
   prefills: readonly EngineSession[],
   decodes: readonly EngineSession[],
-  avoid: (prefill: string, decode: string) => boolean = () => false,
-  costs: Readonly<Record<PairTransport, number>> = PAIR_COSTS,
+  w: PairWeights = {},
 ): Pair | null {
+  const avoid = w.avoid ?? (() => false);
+  const roomsOn = w.roomsOn ?? (() => 0);
+  const costs = w.costs ?? PAIR_COSTS;
   return (
-    cheapest(prefills, decodes, costs, (p, d) => !avoid(p, d)) ??
-    cheapest(prefills, decodes, costs, () => true)
+    cheapest(prefills, decodes, costs, roomsOn, (p, d) => !avoid(p, d)) ??
+    cheapest(prefills, decodes, costs, roomsOn, () => true)
   );
 }
 
@@ -78,6 +90,7 @@ function cheapest(
   prefills: readonly EngineSession[],
   decodes: readonly EngineSession[],
   costs: Readonly<Record<PairTransport, number>>,
+  roomsOn: (engine: string) => number,
   allowed: (prefill: string, decode: string) => boolean,
 ): Pair | null {
   let best: Pair | null = null;
@@ -86,7 +99,7 @@ function cheapest(
     for (const decode of decodes) {
       const transport = transportBetween(prefill, decode);
       if (transport === null || !allowed(prefill.engine, decode.engine)) continue;
-      const cost = prefill.load.liveRooms + decode.load.liveRooms + costs[transport];
+      const cost = roomsOn(prefill.engine) + roomsOn(decode.engine) + costs[transport];
       if (
         cost < bestCost ||
         (cost === bestCost && best && costs[transport] < costs[best.transport])

@@ -46,11 +46,14 @@ describe('transportBetween', () => {
   });
 });
 
+/** Rooms per engine, as the room book would count them. */
+const rooms = (n: Record<string, number>) => (engine: string) => n[engine] ?? 0;
+
 describe('choosePair', () => {
   it('is least loaded per role when every pair is on one host', () => {
-    const ps = [at('p0', 'prefill', 'A', { liveRooms: 3 }), at('p1', 'prefill', 'A')];
-    const ds = [at('d0', 'decode', 'A'), at('d1', 'decode', 'A', { liveRooms: 1 })];
-    const pair = choosePair(ps, ds);
+    const ps = [at('p0', 'prefill', 'A'), at('p1', 'prefill', 'A')];
+    const ds = [at('d0', 'decode', 'A'), at('d1', 'decode', 'A')];
+    const pair = choosePair(ps, ds, { roomsOn: rooms({ p0: 3, d1: 1 }) });
     expect([pair?.prefill.engine, pair?.decode.engine, pair?.transport]).toEqual([
       'p1',
       'd0',
@@ -62,17 +65,17 @@ describe('choosePair', () => {
     const p = at('p0', 'prefill', 'A');
     const local = at('dA', 'decode', 'A');
     const far = at('dB', 'decode', 'B', { kvRemote: remote });
-    local.load.liveRooms = PAIR_COSTS.ucx;
-    expect(choosePair([p], [far, local])?.decode.engine).toBe('dA');
-    local.load.liveRooms = PAIR_COSTS.ucx + 1;
-    expect(choosePair([p], [local, far])).toMatchObject({ transport: 'ucx' });
-    expect(choosePair([p], [local, far])?.decode.engine).toBe('dB');
+    let roomsOn = rooms({ dA: PAIR_COSTS.ucx });
+    expect(choosePair([p], [far, local], { roomsOn })?.decode.engine).toBe('dA');
+    roomsOn = rooms({ dA: PAIR_COSTS.ucx + 1 });
+    expect(choosePair([p], [local, far], { roomsOn })).toMatchObject({ transport: 'ucx' });
+    expect(choosePair([p], [local, far], { roomsOn })?.decode.engine).toBe('dB');
   });
 
   it('prefers the host pair that exists over a lighter pair that cannot move KV', () => {
-    const ps = [at('pA', 'prefill', 'A', { liveRooms: 5 }), at('pB', 'prefill', 'B')];
+    const ps = [at('pA', 'prefill', 'A'), at('pB', 'prefill', 'B')];
     const ds = [at('dA', 'decode', 'A')];
-    expect(choosePair(ps, ds)?.prefill.engine).toBe('pA');
+    expect(choosePair(ps, ds, { roomsOn: rooms({ pA: 5 }) })?.prefill.engine).toBe('pA');
   });
 
   it('finds nothing, and says why, when no pair can move KV', () => {
@@ -87,17 +90,20 @@ describe('PairHealth', () => {
   it('passes over a pair whose KV could not move while another can take the room', () => {
     const health = new PairHealth(5000, 60_000);
     const p = at('pA', 'prefill', 'A');
-    const local = at('dA', 'decode', 'A', { liveRooms: 9 });
+    const local = at('dA', 'decode', 'A');
     const far = at('dB', 'decode', 'B', { kvRemote: remote });
-    const avoid = (x: string, y: string) => health.avoid(x, y, now);
+    const w = {
+      avoid: (x: string, y: string) => health.avoid(x, y, now),
+      roomsOn: rooms({ dA: 9 }),
+    };
     let now = 1_000_000;
-    expect(choosePair([p], [local, far], avoid)?.decode.engine).toBe('dB');
+    expect(choosePair([p], [local, far], w)?.decode.engine).toBe('dB');
     health.failed('pA', 'dB', now);
-    expect(choosePair([p], [local, far], avoid)?.decode.engine).toBe('dA');
+    expect(choosePair([p], [local, far], w)?.decode.engine).toBe('dA');
     // With no other pair, the avoided one is still tried (the link may have healed).
-    expect(choosePair([p], [far], avoid)?.decode.engine).toBe('dB');
+    expect(choosePair([p], [far], w)?.decode.engine).toBe('dB');
     now += 5001;
-    expect(choosePair([p], [local, far], avoid)?.decode.engine).toBe('dB');
+    expect(choosePair([p], [local, far], w)?.decode.engine).toBe('dB');
   });
 
   it('backs off longer for each failure after a pause, and a completed transfer clears it', () => {

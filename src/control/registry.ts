@@ -1,104 +1,12 @@
 /**
  * The engines the control plane knows: who each is (role, incarnation, pool), which bus peer
- * speaks for it, what its last heartbeat said, and how many live rooms it has. Picking a pair for
+ * speaks for it, what its last heartbeat said, and the pages promised to it. Picking a pair for
  * a new room is control/pairs.ts's, among the candidates found here.
  */
 
-import type { EngineMessage, KvRemote } from '../bus/protocol.ts';
-import type { PeerId } from '../bus/server.ts';
-import type { JournalEvent } from '../journal/events.ts';
-import type { KvShape } from '../model/executor.ts';
-
-/** Who an engine is, as its admitted hello said: fixed for the session (engine-link.ts writes it once). */
-export interface EngineIdentity {
-  readonly engine: string;
-  readonly role: 'prefill' | 'decode';
-  readonly incarnation: string;
-  /** The public key its hello was admitted with: a new incarnation must bring the same one. */
-  readonly key: string;
-  readonly pid: number;
-  /** The bus connection that speaks for it. */
-  readonly peer: PeerId;
-  readonly pool: string;
-  readonly epoch: number;
-  readonly pages: number;
-  readonly pageBytes: number;
-  /** How its KV takes pages, as its hello says; null: unknown, its pages are not counted. */
-  readonly kv: KvShape | null;
-  /** Its model and KV layout, as its hello says; null: the built-in model. */
-  readonly model: string | null;
-  /** It accepts `inject_fault` commands (drills). */
-  readonly faultInjection: boolean;
-  /** The CUDA device its pool's pages are on; null: host shared memory. */
-  readonly kvDevice: number | null;
-  /** Which host it runs on (hello `host`; src/transfer/host.ts); null: it did not say. */
-  readonly host: string | null;
-  /** A decode engine's pool as a UCX peer puts into it; null: shared memory only. */
-  readonly kvRemote: KvRemote | null;
-  /** How it sends KV (hello `kvSend`; control/pairs.ts): `auto` when it did not say. */
-  readonly kvSend: 'shm' | 'ucx' | 'auto';
-  readonly connectedAt: number;
-}
-
-/** The session's event stream to and from the engine: owned by engine-link.ts. */
-export interface EngineDelivery {
-  /** Events from the journal are sent only once replay for this hello is done. */
-  live: boolean;
-  /** This hello's append stream: its number, the next `n` expected, and whether a gap broke it. */
-  session: number;
-  nextN: number;
-  broken: boolean;
-  /** Highest seq covered for this engine (replay or live); later publishes skip anything at or below. */
-  sentSeq: number;
-  /** Seq of the last event actually sent to this engine: the next one's `prevSeq`. */
-  lastDelivered: number;
-  /** Live events that arrived while the replay was being read, sent right after it. */
-  buffer: JournalEvent[];
-}
-
-/**
- * What shows whether the engine works: heartbeats, progress, canaries. Written by
- * engine-health.ts (heartbeats, progress) and the canary's verdicts; read by stalls.ts.
- */
-export interface EngineHealth {
-  lastSeen: number;
-  heartbeat: EngineMessage<'heartbeat'> | null;
-  /** Heartbeats received in this session. */
-  beats: number;
-  /**
-   * The last event sent to it before its previous heartbeat (`lastDelivered` then), and since when
-   * it has been behind (0: it is not): the time of that previous heartbeat, once the next one
-   * shows the event still not applied. A healthy engine applies within a heartbeat; one whose bus
-   * loop stopped consuming stays behind.
-   */
-  owedSeq: number;
-  behindSince: number;
-  /** When the engine's transfer path last moved: a transfer completed, or none was in flight. */
-  transferMovedAt: number;
-  /** When its work loop last moved: its `work` tick changed, or nothing was queued for it. */
-  workMovedAt: number;
-  /** When it last showed progress: a transition of one of its rooms, a token, a work tick. */
-  progressAt: number;
-  /** Canaries in a row that failed in a stage it owns, since when, and the last one's reason. */
-  canaryFailures: number;
-  canaryFailingSince: number;
-  canaryReason: string;
-}
-
-/** What the control plane has given it: owned by the control plane and its page ledger. */
-export interface EngineLoad {
-  /** Live rooms assigned to this engine (kept by the control plane, not reported). */
-  liveRooms: number;
-  /** Pages promised to its rooms (page-ledger.ts): admitted, and not yet released by it. */
-  reservedPages: number;
-}
-
-/** One engine as the control plane knows it, split by who writes each part. */
-export interface EngineSession extends EngineIdentity {
-  readonly delivery: EngineDelivery;
-  readonly health: EngineHealth;
-  readonly load: EngineLoad;
-}
+import type { EngineSession } from './engine-session.ts';
+import { type EngineStatus, engineStatus, type LivenessPolicy } from './engine-view.ts';
+import { ControlError } from './errors.ts';
 
 export class EngineRegistry {
   private readonly sessions = new Map<string, EngineSession>();
@@ -119,33 +27,48 @@ export class EngineRegistry {
     return [...this.sessions.values()];
   }
 
-  /** Engines of the role that heartbeated within `freshMs` and take new rooms (not draining). */
-  fresh(role: 'prefill' | 'decode', freshMs: number, now = Date.now()): EngineSession[] {
-    return this.heartbeating(role, freshMs, now).filter(
-      (s) => s.health.heartbeat?.state !== 'draining',
-    );
+  /** Engines not heard from for `ms`. */
+  silent(ms: number, now = Date.now()): EngineSession[] {
+    return [...this.sessions.values()].filter((s) => now - s.health.lastSeen >= ms);
   }
 
-  /** Engines of the role that heartbeat within `freshMs` but drain: they take no new rooms. */
-  draining(role: 'prefill' | 'decode', freshMs: number, now = Date.now()): EngineSession[] {
-    return this.heartbeating(role, freshMs, now).filter(
-      (s) => s.health.heartbeat?.state === 'draining',
-    );
-  }
-
-  private heartbeating(role: 'prefill' | 'decode', freshMs: number, now: number): EngineSession[] {
+  /** Engines of the role whose status (engine-view.ts, by heartbeat) is `status` now. */
+  withStatus(
+    role: 'prefill' | 'decode',
+    status: EngineStatus,
+    policy: Readonly<LivenessPolicy>,
+    now = Date.now(),
+  ): EngineSession[] {
     return [...this.sessions.values()].filter(
-      (s) => s.role === role && s.delivery.live && now - s.health.lastSeen <= freshMs,
+      (s) => s.role === role && engineStatus(s, policy, now) === status,
     );
   }
 
-  /** Engines of the role that may take a new room now: fresh (above) and passing `usable`. */
+  /** Engines of the role that may take a new room now: live (above) and passing `usable`. */
   candidates(
     role: 'prefill' | 'decode',
-    freshMs: number,
+    policy: Readonly<LivenessPolicy>,
     now = Date.now(),
     usable: (s: EngineSession) => boolean = () => true,
   ): EngineSession[] {
-    return this.fresh(role, freshMs, now).filter(usable);
+    return this.withStatus(role, 'live', policy, now).filter(usable);
+  }
+
+  /** Resolves once `prefill` and `decode` engines are registered and past their replay. */
+  async waitFor(prefill: number, decode: number, timeoutMs: number): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const live = this.all().filter((s) => s.delivery.live);
+      const p = live.filter((s) => s.role === 'prefill').length;
+      const d = live.filter((s) => s.role === 'decode').length;
+      if (p >= prefill && d >= decode) return;
+      if (Date.now() > deadline) {
+        throw new ControlError(
+          'CONTROL_ENGINES_TIMEOUT',
+          `only ${p}/${prefill} prefill and ${d}/${decode} decode engines registered within ${timeoutMs} ms; check the engines' logs above`,
+        );
+      }
+      await new Promise((r) => setTimeout(r, 50));
+    }
   }
 }

@@ -6,7 +6,7 @@
  */
 import type { Room } from '../journal/reducer.ts';
 import type { RoomState } from '../journal/states.ts';
-import type { EngineSession } from './registry.ts';
+import type { EngineSession } from './engine-session.ts';
 
 /** Which detector saw it: a relapse of the same kind is escalated faster by the ladder. */
 export type StallKind = 'bus' | 'transfer' | 'work' | 'pile_up' | 'canary' | 'heartbeat';

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { engineSession, type SessionOverrides } from '../../test/helpers/engine-session.ts';
 import type { EventType } from '../journal/events.ts';
 import { type Room, reduce } from '../journal/reducer.ts';
-import type { EngineSession } from './registry.ts';
+import type { EngineSession } from './engine-session.ts';
 import { DEFAULT_STALL_POLICY, findStalls } from './stalls.ts';
 
 const NOW = 1_000_000;

@@ -3,6 +3,7 @@
  * that ends when `room.completed` is committed, or throws a `RoomEndedError` when the room is
  * aborted, failed or migrated. Chunks are delivered in index order; a repeated index is dropped.
  */
+import type { Room } from '../journal/reducer.ts';
 import type { CompletionResult, TokenChunk } from './types.ts';
 
 export class RoomEndedError extends Error {
@@ -118,6 +119,31 @@ export class RoomStream implements AsyncIterable<TokenChunk> {
     this.ended = { error };
     this.settle.reject(error);
     this.wake();
+  }
+
+  /**
+   * The room ended: the stream ends as it did. Tokens missing from a completed room's stream
+   * cannot happen if engines follow the protocol (chunks precede the completion on one
+   * connection); if it does, the client gets an error, never a silently shortened answer —
+   * returned, for the caller to log.
+   */
+  endAs(room: Room): string | null {
+    if (room.state === 'completed' && this.currentTokens !== room.tokens) {
+      const missing = `stream is missing ${(room.tokens ?? 0) - this.currentTokens} tokens`;
+      this.fail(new RoomEndedError(room.room, 'unavailable', missing));
+      return missing;
+    }
+    if (room.state === 'completed') this.complete(room.finishReason ?? 'length');
+    else
+      this.fail(
+        new RoomEndedError(
+          room.room,
+          room.state as 'aborted' | 'failed' | 'migrated',
+          room.reason ?? (room.state === 'migrated' ? `migrated to ${room.migratedTo}` : 'unknown'),
+          room.failedStage,
+        ),
+      );
+    return null;
   }
 
   get done(): boolean {

@@ -170,7 +170,8 @@ export async function runDrill(scenario: DrillScenario, o: DrillRunOptions): Pro
   const serving = await startServing({
     ...stackOptions,
     canaryIntervalMs: 1000,
-    api: { adminToken: null, maxRoomsPerEngine: Math.max(64, o.clients * 2), canaryStaleMs: 5000 },
+    maxRoomsPerEngine: Math.max(64, o.clients * 2),
+    api: { adminToken: null, canaryStaleMs: 5000 },
   });
   const { stack, canary } = serving;
   const log = o.log;

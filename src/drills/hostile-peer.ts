@@ -8,7 +8,7 @@
  * and its clients, alter no answer, and still abort a room whose ids were aimed at.
  */
 import { newKeyPair } from '../bus/admission.ts';
-import { REGISTRATIONS_BURST } from '../control/engine-link.ts';
+import { REGISTRATIONS_BURST } from '../control/hello.ts';
 import { isTerminal } from '../journal/states.ts';
 import type { DrillScenario } from './harness.ts';
 import { errorsSeen } from './load.ts';

@@ -149,9 +149,9 @@ export class LocalTarget implements DrillTarget {
       role: s.role,
       pid: s.pid,
       incarnation: s.incarnation,
-      live: s.delivery.live,
-      heartbeatAgeMs: s.health.beats > 0 ? now - s.health.lastSeen : null,
-      freePages: s.health.heartbeat?.freePages ?? null,
+      live: s.status !== 'connecting',
+      heartbeatAgeMs: s.beats > 0 ? now - s.lastSeen : null,
+      freePages: s.heartbeat?.freePages ?? null,
       totalPages: s.pages,
       faultInjection: s.faultInjection,
     }));

@@ -23,7 +23,7 @@
  * `gave_up` (an operator is needed; /health/ready stays red) until the engine is healthy again.
  */
 import type { ControlPlane } from '../control/control-plane.ts';
-import type { EngineSession } from '../control/registry.ts';
+import { type EngineView, heartbeatStall } from '../control/engine-view.ts';
 import {
   DEFAULT_STALL_POLICY,
   type Stall,
@@ -37,8 +37,6 @@ import type { EngineSupervisor } from './supervisor.ts';
 
 /** When an engine is stalled (stalls.ts), and how the ladder answers. */
 export interface LadderPolicy extends StallPolicy {
-  /** No heartbeat for this long (from a process that is still there) is stalled. Default 5000 ms. */
-  heartbeatStaleMs: number;
   /** How long the in-place reset has to bring the engine back. Default 2000 ms. */
   resetGraceMs: number;
   /** How long a restarted engine (or stack) has to come back. Default 15 s. */
@@ -56,7 +54,6 @@ export interface LadderPolicy extends StallPolicy {
 
 export const DEFAULT_LADDER_POLICY: Readonly<LadderPolicy> = Object.freeze({
   ...DEFAULT_STALL_POLICY,
-  heartbeatStaleMs: 5000,
   resetGraceMs: 2000,
   restartGraceMs: 15_000,
   maxRestarts: 3,
@@ -125,7 +122,7 @@ export class EscalationLadder {
     /** What the ladder reads of the control plane, and the in-place reset it asks of it. */
     private readonly control: Pick<
       ControlPlane,
-      'engines' | 'stalledEngines' | 'command' | 'fence'
+      'engines' | 'stalledEngines' | 'command' | 'fence' | 'liveness'
     >,
     /** Where every rung is recorded (`recovery.action`, `engine.stalled`, …). */
     private readonly journal: Pick<JournalStore, 'append'>,
@@ -186,7 +183,7 @@ export class EscalationLadder {
 
   /** Why the engine counts as stalled now, and since when (`stalls`: this tick's findings), or null. */
   private stalled(
-    s: EngineSession,
+    s: EngineView,
     now: number,
     stalls: readonly Stall[],
   ): Omit<Stall, 'engine'> | null {
@@ -194,27 +191,25 @@ export class EscalationLadder {
     if (found) return found;
     // Heartbeats are judged only from when this process was last seen listening: one that was
     // stopped or blocked (SIGSTOP, a long pause) heard nothing, and no engine is to blame for it.
-    const heardSince = Math.max(s.health.lastSeen, this.listeningSince);
-    if (s.delivery.live && now - heardSince > this.policy.heartbeatStaleMs)
-      return {
-        kind: 'heartbeat',
-        reason: `no heartbeat for ${now - s.health.lastSeen} ms`,
-        since: s.health.lastSeen,
-      };
-    return null;
+    // How old is too old is the control plane's one liveness policy (engine-view.ts).
+    return heartbeatStall(
+      { connected: s.status !== 'connecting', lastSeen: s.lastSeen },
+      this.control.liveness,
+      now,
+      this.listeningSince,
+    );
   }
 
   /** Serving again since the rung was tried: a newer hello, heartbeats on it, caught up. */
   private recovered(
-    s: EngineSession | undefined,
+    s: EngineView | undefined,
     i: Incident,
     now: number,
     stalls: readonly Stall[],
   ): boolean {
-    if (!s?.delivery.live || s.health.beats < 2 || this.stalled(s, now, stalls)) return false;
-    return i.rung === 'reset_in_place'
-      ? s.delivery.session !== i.session
-      : s.incarnation !== i.incarnation;
+    if (!s || s.status === 'connecting' || s.beats < 2 || this.stalled(s, now, stalls))
+      return false;
+    return i.rung === 'reset_in_place' ? s.session !== i.session : s.incarnation !== i.incarnation;
   }
 
   /** One pass over the engines; returns the rungs it tried, as `engine:rung`. */
@@ -228,7 +223,7 @@ export class EscalationLadder {
     const acted: string[] = [];
     // One pass over the rooms for every engine, not one per engine.
     const stalls = this.control.stalledEngines(this.policy, now);
-    for (const s of this.control.engines()) {
+    for (const s of this.control.engines(now, stalls)) {
       const l = this.ladder(s.engine);
       const i = l.incident;
       if (l.phase === 'ok') {
@@ -249,7 +244,7 @@ export class EscalationLadder {
           detectedAt: now,
           rung: 'reset_in_place',
           actedAt: now,
-          session: s.delivery.session,
+          session: s.session,
           incarnation: s.incarnation,
         };
         this.note({
@@ -299,7 +294,7 @@ export class EscalationLadder {
 
   /** Tries the rung above `from`; gives up when there is none, or no restart may be made. */
   private escalate(
-    s: EngineSession,
+    s: EngineView,
     l: EngineLadder,
     from: LadderRung,
     now: number,
@@ -341,11 +336,11 @@ export class EscalationLadder {
     return next;
   }
 
-  private tryRung(s: EngineSession, l: EngineLadder, rung: LadderRung, now: number): void {
+  private tryRung(s: EngineView, l: EngineLadder, rung: LadderRung, now: number): void {
     const i = l.incident as Incident;
     i.rung = rung;
     i.actedAt = now;
-    i.session = s.delivery.session;
+    i.session = s.session;
     i.incarnation = s.incarnation;
     let outcome: string;
     if (rung === 'reset_in_place') {

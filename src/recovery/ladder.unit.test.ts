@@ -5,7 +5,7 @@
  */
 import { describe, expect, it, vi } from 'vitest';
 import type { ControlPlane } from '../control/control-plane.ts';
-import type { EngineSession } from '../control/registry.ts';
+import { DEFAULT_LIVENESS, type EngineStatus, type EngineView } from '../control/engine-view.ts';
 import type { Stall, StallKind } from '../control/stalls.ts';
 import type { EventInput } from '../journal/events.ts';
 import { processLogger } from '../log.ts';
@@ -15,11 +15,14 @@ import type { EngineSupervisor } from './supervisor.ts';
 const ENGINE = 'prefill-0';
 
 class Rig {
+  /** The engine as the control plane's view shows it (only what the ladder reads). */
   session = {
     engine: ENGINE,
     incarnation: 'i1',
-    delivery: { live: true, session: 1 },
-    health: { beats: 5, lastSeen: Number.NaN },
+    status: 'live' as EngineStatus,
+    session: 1,
+    beats: 5,
+    lastSeen: Number.NaN,
   };
   /** Whether the engine is a process the supervisor started. */
   supervised = true;
@@ -30,8 +33,12 @@ class Rig {
   now = 1_000_000;
 
   constructor() {
-    const control: Pick<ControlPlane, 'engines' | 'stalledEngines' | 'command' | 'fence'> = {
-      engines: () => [this.session as unknown as EngineSession],
+    const control: Pick<
+      ControlPlane,
+      'engines' | 'stalledEngines' | 'command' | 'fence' | 'liveness'
+    > = {
+      liveness: DEFAULT_LIVENESS,
+      engines: () => [this.session as unknown as EngineView],
       stalledEngines: (): Stall[] =>
         this.stall
           ? [{ engine: ENGINE, kind: this.stall, reason: `${this.stall} stall`, since: this.now }]
@@ -39,7 +46,7 @@ class Rig {
       command: () => false,
       fence: (engine, incarnation) => {
         this.asked.push(`fence ${engine} ${incarnation}`);
-        this.session.delivery.live = false;
+        this.session.status = 'connecting';
         return true;
       },
     };
@@ -72,7 +79,7 @@ class Rig {
 
   /** Heartbeats on time (a new incarnation comes back live, beating). */
   beat(): void {
-    this.session.health.lastSeen = this.now;
+    this.session.lastSeen = this.now;
   }
 
   tick(advanceMs = 250): string[] {
@@ -83,10 +90,10 @@ class Rig {
   /** The engine comes back: after an in-place reset a new session, after a restart a new process. */
   comesBack(how: 'session' | 'incarnation'): void {
     this.stall = null;
-    this.session.delivery.live = true;
-    if (!Number.isNaN(this.session.health.lastSeen)) this.beat();
-    this.session.delivery.session++;
-    if (how === 'incarnation') this.session.incarnation = `i${this.session.delivery.session}`;
+    this.session.status = 'live';
+    if (!Number.isNaN(this.session.lastSeen)) this.beat();
+    this.session.session++;
+    if (how === 'incarnation') this.session.incarnation = `i${this.session.session}`;
   }
 
   actions(): string[] {

@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { newKeyPair } from '../../src/bus/admission.ts';
-import { REGISTRATIONS_BURST } from '../../src/control/engine-link.ts';
+import { REGISTRATIONS_BURST } from '../../src/control/hello.ts';
 import type { RawEngine } from '../../src/drills/raw-engine.ts';
 import type { JournalEvent } from '../../src/journal/events.ts';
 import { KvPool } from '../../src/transfer/pool.ts';

@@ -137,7 +137,7 @@ describe('bus admission', () => {
     // A live room of the real engines, held open by a long generation.
     const stream = control.submit({ prompt: prompt(3, 20), maxTokens: 2000 });
     const room = stream.room;
-    await waitFor('the room decoding', () => control.rooms.get(room)?.state === 'decoding');
+    await waitFor('the room decoding', () => control.room(room)?.state === 'decoding');
     const head = await control.journal.headSeq();
     // The ids the control plane will use to abort or fail this room.
     for (const id of [`${room}:aborted`, `${room}:orphaned`, `${room}:deadline:decoding`])

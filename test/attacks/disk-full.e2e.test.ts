@@ -24,7 +24,7 @@ describe('a full disk under a request in flight', () => {
     });
     const stream = control.submit({ prompt: prompt(4, 10), maxTokens: 200 });
     const out = collect(stream);
-    await waitFor('the room decoding', () => control.rooms.get(stream.room)?.state === 'decoding');
+    await waitFor('the room decoding', () => control.room(stream.room)?.state === 'decoding');
     await fillJournal(journal);
     const fullAt = Date.now();
     expect(control.journal.health().writable).toBe(false);

@@ -27,7 +27,7 @@ describe('engine processes', () => {
     const pool = control.registry.get('decode-0')?.pool as string;
     expect(existsSync(shm(pool))).toBe(true);
     const busy = control.submit({ prompt: prompt(2, 10), maxTokens: 400 });
-    await waitFor('decoding', () => control.rooms.get(busy.room)?.state === 'decoding');
+    await waitFor('decoding', () => control.room(busy.room)?.state === 'decoding');
     process.kill(pid, 'SIGKILL');
     await waitFor('engine.exited journaled', async () =>
       (await control.journal.tail({ type: 'engine.exited', engine: 'decode-0' })).some(

@@ -6,7 +6,7 @@ import type {
   EngineIdentity,
   EngineLoad,
   EngineSession,
-} from '../../src/control/registry.ts';
+} from '../../src/control/engine-session.ts';
 
 /** Any field of any part of a session, given flat: each goes to the part that owns it. */
 export type SessionOverrides = Partial<EngineIdentity & EngineDelivery & EngineHealth & EngineLoad>;
@@ -48,7 +48,7 @@ export function engineSession(
     canaryFailingSince: 0,
     canaryReason: '',
   };
-  const load: EngineLoad = { liveRooms: 0, reservedPages: 0 };
+  const load: EngineLoad = { reservedPages: 0 };
   const identity: EngineIdentity = {
     engine,
     role,

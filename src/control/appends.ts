@@ -1,0 +1,200 @@
+/**
+ * Appends from engines, on their way to the journal: each session's appends must arrive in order
+ * (n = 1, 2, 3, …), each role may append only its own room events, and only for rooms the control
+ * plane gave it; events the journal would refuse are recorded up to a budget, then only counted.
+ * The journal's answer goes back to the engine as an ack or nack (docs/protocol.md, "Ordering,
+ * replay and retries").
+ */
+import type { EngineMessage } from '../bus/protocol.ts';
+import type { BusServer, PeerId } from '../bus/server.ts';
+import { JournalError } from '../journal/errors.ts';
+import type { JournalStore } from '../journal/store.ts';
+import type { ControlCounters } from './engine-link.ts';
+import type { EngineRegistry } from './registry.ts';
+import type { RoomBook } from './room-book.ts';
+
+/** The room events each role sends (docs/protocol.md); anything else from it is refused. */
+export const ENGINE_APPENDS = {
+  prefill: [
+    'room.prefill_started',
+    'room.transfer_posted',
+    'room.transfer_completed',
+    'room.failed',
+    'room.released',
+  ],
+  decode: [
+    'room.bootstrap_started',
+    'room.bootstrapped',
+    'room.decode_started',
+    'room.completed',
+    'room.failed',
+    'room.released',
+  ],
+} as const;
+
+/**
+ * An engine's event ids live in a namespace of their own, `engine:<id>/<its id>`, which no id the
+ * control plane makes can enter (those start with a room id or are UUIDs): a peer can never occupy
+ * the id of an abort or failure the control plane will append later.
+ */
+export function engineEventId(engine: string, eventId: string): string {
+  return `engine:${engine}/${eventId}`;
+}
+
+/** Refused events an engine may have journaled per second (and in one burst) before they are only counted. */
+export const REJECTIONS_PER_SECOND = 50;
+const REJECTION_BURST = 500;
+
+/** A token bucket per engine for appends the journal would record as `room.event_rejected`. */
+class RejectionBudget {
+  private readonly buckets = new Map<string, { tokens: number; at: number }>();
+
+  /** False when `engine` has no budget left for another rejection. Appends that fit always pass. */
+  take(engine: string, rejection: boolean, now = Date.now()): boolean {
+    if (!rejection) return true;
+    const b = this.buckets.get(engine) ?? { tokens: REJECTION_BURST, at: now };
+    b.tokens = Math.min(REJECTION_BURST, b.tokens + ((now - b.at) / 1000) * REJECTIONS_PER_SECOND);
+    b.at = now;
+    this.buckets.set(engine, b);
+    if (b.tokens < 1) return false;
+    b.tokens -= 1;
+    return true;
+  }
+}
+
+export interface AppendRelayDeps {
+  journal: JournalStore;
+  bus: BusServer;
+  registry: EngineRegistry;
+  counters: ControlCounters;
+  /** Whose each room is, and whether an append would be refused given those on their way. */
+  rooms: Pick<RoomBook, 'owners' | 'project' | 'settled'>;
+  /** Measures an append's latency. */
+  timed<T>(p: Promise<T>): Promise<T>;
+}
+
+export class AppendRelay {
+  private readonly rejections = new RejectionBudget();
+  private readonly bus: BusServer;
+
+  constructor(private readonly deps: AppendRelayDeps) {
+    this.bus = deps.bus;
+  }
+
+  /**
+   * Appends of one session must arrive as n = 1, 2, 3, … An append of an older session (it sat in
+   * a dead connection's queue) is dropped; a gap means one was lost, and taking the next would
+   * reorder the engine's events (transfer_posted before prefill_started): drop the rest and make
+   * the engine open a new session, which resends everything unacknowledged in order.
+   */
+  private inSequence(peer: PeerId, engine: string, msg: EngineMessage<'append'>): boolean {
+    const s = this.deps.registry.get(engine);
+    if (!s || msg.session !== s.delivery.session) {
+      this.bus.drops.record('stale_session', {
+        engine,
+        session: msg.session,
+        eventId: msg.eventId,
+      });
+      return false;
+    }
+    if (msg.n < s.delivery.nextN) return true; // a resend within the session: the journal dedupes it
+    if (msg.n > s.delivery.nextN || s.delivery.broken) {
+      this.bus.drops.record('out_of_order', { engine, expected: s.delivery.nextN, got: msg.n });
+      if (!s.delivery.broken) {
+        s.delivery.broken = true;
+        this.bus.send(peer, 'nack', {
+          eventId: null,
+          code: 'BUS_NOT_REGISTERED',
+          message: `append ${s.delivery.nextN} of session ${s.delivery.session} never arrived; say hello again`,
+          retryable: true,
+        });
+      }
+      return false;
+    }
+    s.delivery.nextN++;
+    return true;
+  }
+
+  append(peer: PeerId, engine: string, msg: EngineMessage<'append'>): void {
+    if (!this.inSequence(peer, engine, msg)) return;
+    const s = this.deps.registry.get(engine);
+    if (!s) return;
+    const { type, room, data } = msg.event;
+    const refuse = (message: string) => {
+      this.deps.counters.nacks++;
+      this.bus.send(peer, 'nack', {
+        eventId: msg.eventId,
+        code: 'BUS_INVALID_EVENT',
+        message,
+        retryable: false,
+      });
+    };
+    if (!(ENGINE_APPENDS[s.role] as readonly string[]).includes(type)) {
+      this.bus.drops.record('not_owner', { engine, type, room });
+      refuse(`a ${s.role} engine may not append ${type}`);
+      return;
+    }
+    const owners = this.deps.rooms.owners(room);
+    const mine =
+      owners !== undefined &&
+      (s.role === 'prefill' ? owners.prefillEngine : owners.decodeEngine) === engine;
+    if (!mine) {
+      // Nothing is journaled for a room the engine never held: a peer cannot grow the journal
+      // with events about rooms that are not its own.
+      this.bus.drops.record('not_owner', { engine, type, room });
+      refuse(
+        owners
+          ? `room ${room} belongs to ${owners.prefillEngine} (prefill) and ${owners.decodeEngine} (decode), not to ${s.role} engine ${engine}`
+          : `room ${room} is not a room this control plane gave to ${engine}`,
+      );
+      return;
+    }
+    const rejected = !this.deps.rooms.project(msg.event, engine);
+    if (!this.rejections.take(engine, rejected)) {
+      this.bus.drops.record('rate_limited', { engine, type, room });
+      refuse(
+        `${engine} sent more out-of-order events than the journal records (${REJECTIONS_PER_SECOND}/s); this one was not recorded`,
+      );
+      return;
+    }
+    this.deps.counters.appends++;
+    this.deps
+      .timed(
+        this.deps.journal.append({
+          type,
+          room,
+          engine,
+          source: `engine:${engine}`,
+          eventId: engineEventId(engine, msg.eventId),
+          data,
+        } as Parameters<JournalStore['append']>[0]),
+      )
+      .finally(() => {
+        if (!rejected) this.deps.rooms.settled(room);
+      })
+      .then(
+        (res) => {
+          const to = this.deps.registry.get(engine)?.peer ?? peer;
+          this.bus.send(to, 'ack', {
+            eventId: msg.eventId,
+            status: res.status,
+            original: res.status === 'duplicate' ? res.original : null,
+            seq: res.seq,
+            reason: res.status === 'rejected' ? res.reason : null,
+            detail: res.status === 'rejected' ? res.detail.slice(0, 1000) : null,
+          });
+        },
+        (err) => {
+          const e = JournalError.from(err);
+          const retryable = e.code !== 'JOURNAL_INVALID_EVENT';
+          this.deps.counters.nacks++;
+          this.bus.send(this.deps.registry.get(engine)?.peer ?? peer, 'nack', {
+            eventId: msg.eventId,
+            code: retryable ? 'BUS_JOURNAL_UNAVAILABLE' : 'BUS_INVALID_EVENT',
+            message: e.message.slice(0, 2000),
+            retryable,
+          });
+        },
+      );
+  }
+}

@@ -1,0 +1,106 @@
+/**
+ * The control plane's options, and its defaults in one frozen object (as the engine's are, in
+ * src/engine/options.ts): what a caller leaves out is taken from `CONTROL_DEFAULTS`, once, in
+ * `resolveControlOptions`, and nowhere inline.
+ */
+import type { Admission } from '../bus/admission.ts';
+import { DEFAULT_MAX_FRAME_BYTES, maxRequestTextBytes } from '../bus/protocol.ts';
+import type { StateDeadlinesMs } from '../journal/states.ts';
+import type { JournalStore } from '../journal/store.ts';
+import type { Logger } from '../log.ts';
+import type { ModelInfo, Sampling } from '../model/executor.ts';
+
+/** What every control plane has a default for; units are in the names. */
+export interface ControlDefaults {
+  bus: string;
+  maxFrameBytes: number;
+  abortGraceMs: number;
+  migrationLimit: number;
+  migrationWaitMs: number;
+  journalOutageGraceMs: number;
+  maxRoomsPerEngine: number;
+  engineExpiryMs: number;
+  engineExpiryCheckMs: number;
+}
+
+export const CONTROL_DEFAULTS: Readonly<ControlDefaults> = Object.freeze({
+  /** Bus endpoint to bind: a free loopback port. */
+  bus: 'tcp://127.0.0.1:0',
+  maxFrameBytes: DEFAULT_MAX_FRAME_BYTES,
+  /** How long after `room.abort_requested` the room is marked aborted even without both releases. */
+  abortGraceMs: 2000,
+  /**
+   * Migrations per request: when an engine dies under a live client, its rooms continue on a
+   * healthy pair this many times; the next loss fails the request (`migration_limit_reached`).
+   * 0 turns migration off (the engine's replacement fails its rooms, `engine_restarted`).
+   */
+  migrationLimit: 2,
+  /** How long a migrating request waits for a healthy pair. */
+  migrationWaitMs: 15_000,
+  /**
+   * The journal has refused writes for this long: every request in flight is answered now (503,
+   * or an error event on a stream) instead of waiting out the outage, and its room is failed
+   * (`journal_unavailable`) once the journal takes writes again.
+   */
+  journalOutageGraceMs: 1000,
+  /**
+   * Rooms in flight per decode engine: past it on every decode engine, a request is refused
+   * (429 `overloaded`) whatever pages are free.
+   */
+  maxRoomsPerEngine: 512,
+  /** An engine silent this long with no live rooms leaves the registry. */
+  engineExpiryMs: 600_000,
+  /** How often silent engines are looked for. */
+  engineExpiryCheckMs: 60_000,
+});
+
+export interface ControlPlaneOptions extends Partial<ControlDefaults> {
+  /**
+   * The journal (any backend behind `JournalStore`), opened by the caller and owned from then on:
+   * `close()` drains it.
+   */
+  journal: JournalStore;
+  /**
+   * Who may join as which engine (bus/admission.ts): the control plane's key pair and the engine
+   * keys it allows. Every hello must prove it holds one.
+   */
+  admission: Admission;
+  /**
+   * CURVE on the bus (encryption; only allowed keys complete the handshake). Default: on unless the
+   * bus is `ipc://` in a private directory. False is `--insecure-bus`.
+   */
+  curve?: boolean;
+  /**
+   * When an engine counts as alive, stale or stalled (engine-view.ts); readiness, routing, the
+   * ladder and the API all read this one policy. Default `DEFAULT_LIVENESS`.
+   */
+  liveness?: Partial<import('./engine-view.ts').LivenessPolicy>;
+  /** Per-state deadlines for new rooms (defaults in src/journal/states.ts). */
+  deadlinesMs?: Partial<StateDeadlinesMs>;
+  /** Tokenizer for prompt sizes; must match the engines' model. Default: the built-in model. */
+  model?: ModelInfo;
+  log: Logger;
+  version: string;
+}
+
+export interface SubmitRequest {
+  prompt: string;
+  maxTokens: number;
+  /** Stop sequences (at most 4, 1–200 characters each): the decode engine stops at the first. */
+  stop?: string[];
+  /** The prompt's tokens when the caller has them (a chat in the model's template). */
+  tokens?: number[];
+  sampling?: Sampling;
+  signal?: AbortSignal;
+  /** Who asks, journaled as the `source` of `room.created`. Default `api`. */
+  source?: string;
+  /** The HTTP request's id and W3C traceparent, journaled on `room.created` (and its migrations'). */
+  requestId?: string;
+  traceparent?: string;
+}
+
+/** The longest prompt, in UTF-8 bytes: what fits in a `room.created` event on the bus. */
+export const MAX_PROMPT_BYTES = maxRequestTextBytes();
+
+/** Most tokens one completion may ask for. */
+export const MAX_TOKENS_LIMIT = 100_000;

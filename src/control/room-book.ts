@@ -1,0 +1,242 @@
+/**
+ * The room book: everything the control plane knows of each room from its admission until both
+ * engines have released it — the room as folded from committed events, the request behind it, the
+ * client stream reading it, the KV pages promised to it on each engine, and its engines' appends
+ * still on their way to a commit. Rooms that ended leave it, but their engines are remembered
+ * (bounded) so that late events from them are still theirs.
+ *
+ * Every change goes through a few verbs — `admit`, `abandon`, `fold`, `project`/`settled`, and
+ * the stream moves of a migration — so the rooms live on an engine are always the rooms that name
+ * it, never a count kept by hand. No bus, no journal, no timers: `room-book.unit.test.ts` drives
+ * it with events alone.
+ */
+import type { EngineMessage, RoomRequest } from '../bus/protocol.ts';
+import type { JournalEvent } from '../journal/events.ts';
+import { type Room, reduce } from '../journal/reducer.ts';
+import { isTerminal } from '../journal/states.ts';
+import { releasedByBoth } from './aborts.ts';
+import type { EngineSession } from './engine-session.ts';
+import { PageLedger } from './page-ledger.ts';
+import type { RoomStream } from './streams.ts';
+
+/** Ended rooms whose engines are remembered after they leave the book. */
+export const ENDED_ROOMS_KEPT = 50_000;
+
+/** The engines a room was given. */
+export interface RoomOwners {
+  readonly prefillEngine: string;
+  readonly decodeEngine: string;
+}
+
+/** What folding one committed event did. */
+export interface Folded {
+  before: Room | null;
+  room: Room;
+  /** The event ended the room (its first terminal state): its client stream, if any, left the book with it. */
+  ended: { stream: RoomStream | undefined } | null;
+}
+
+/** A room admitted on a pair before its `room.created` commits. */
+export interface Admitted {
+  stream: RoomStream;
+  request: RoomRequest;
+  promptTokens: number;
+  prefill: EngineSession;
+  decode: EngineSession;
+}
+
+export class RoomBook {
+  private readonly rooms = new Map<string, Room>();
+  private readonly ended = new Map<string, RoomOwners>();
+  private readonly requests = new Map<string, RoomRequest>();
+  private readonly streams = new Map<string, RoomStream>();
+  /**
+   * Rooms with engine appends on their way to a commit: the room as those appends leave it, so
+   * that the next one from the same engine is judged after them, not before.
+   */
+  private readonly ahead = new Map<string, { room: Room; appends: number }>();
+  /** The rooms not yet ended that name each engine: admitted, or live in the fold. */
+  private readonly onEngine = new Map<string, Set<string>>();
+  /** KV pages promised to rooms per engine: admission counts pages, not rooms. */
+  readonly pages: PageLedger;
+
+  constructor(
+    session: (engine: string) => EngineSession | undefined,
+    private readonly endedKept = ENDED_ROOMS_KEPT,
+  ) {
+    this.pages = new PageLedger(session);
+  }
+
+  // ── reads ────────────────────────────────────────────────────────────────────────────────
+
+  /** One room as folded; undefined before its `room.created` commits and once it left the book. */
+  room(id: string): Room | undefined {
+    return this.rooms.get(id);
+  }
+
+  /** Rooms in flight, and ended ones until both engines have released them. */
+  live(): IterableIterator<Room> {
+    return this.rooms.values();
+  }
+
+  /** The engines of a room while it is in the book, or recently ended: an engine appends only for its own. */
+  owners(room: string): RoomOwners | undefined {
+    return this.rooms.get(room) ?? this.ended.get(room);
+  }
+
+  /** The request behind a live room (sent to the prefill engine with its `room.created`). */
+  request(room: string): RoomRequest | undefined {
+    return this.requests.get(room);
+  }
+
+  /** The client stream reading a room; undefined when no client reads it (any more). */
+  stream(room: string): RoomStream | undefined {
+    return this.streams.get(room);
+  }
+
+  /** The rooms a client reads now. */
+  streaming(): IterableIterator<string> {
+    return this.streams.keys();
+  }
+
+  /** Takes every client stream out of the book (to end them all at shutdown). */
+  takeAllStreams(): RoomStream[] {
+    const all = [...this.streams.values()];
+    this.streams.clear();
+    return all;
+  }
+
+  /** Rooms not yet ended on this engine: admitted ones, and live ones the journal gave it. */
+  liveOn(engine: string): number {
+    return this.onEngine.get(engine)?.size ?? 0;
+  }
+
+  // ── admission ────────────────────────────────────────────────────────────────────────────
+
+  /** Rooms the journal shows in flight at start (before any engine says hello). */
+  load(rooms: Iterable<Room>): void {
+    for (const r of rooms) {
+      this.rooms.set(r.room, r);
+      if (!isTerminal(r.state)) this.index(r.room, r, true);
+    }
+  }
+
+  /**
+   * A room on its pair, before its `room.created` is appended: its stream and request are kept,
+   * it counts on both engines, and the KV pages it will take are promised on each.
+   */
+  admit(room: string, a: Admitted): void {
+    this.streams.set(room, a.stream);
+    this.requests.set(room, a.request);
+    this.index(room, { prefillEngine: a.prefill.engine, decodeEngine: a.decode.engine }, true);
+    const { maxTokens } = a.request;
+    for (const s of [a.prefill, a.decode])
+      this.pages.hold(room, s, this.pages.pagesFor(s, a.promptTokens, maxTokens));
+  }
+
+  /**
+   * The journal refused the admitted room's `room.created`: it never existed. Returns its
+   * stream (taken out of the book) for the caller to fail.
+   */
+  abandon(room: string, owners: RoomOwners): RoomStream | undefined {
+    this.index(room, owners, false);
+    this.pages.releaseAll(room);
+    this.requests.delete(room);
+    return this.takeStream(room);
+  }
+
+  // ── committed events ─────────────────────────────────────────────────────────────────────
+
+  /**
+   * Folds a committed room event (the one reducer of src/journal/reducer.ts). Null when the event
+   * is not a room's or the reducer refuses it. A release frees the engine's pages; the room's
+   * first terminal event ends its request and takes its stream out; once both engines have
+   * released an ended room it leaves the book.
+   */
+  fold(ev: JournalEvent): Folded | null {
+    if (ev.room === null || ev.type === 'room.event_rejected') return null;
+    const before = this.rooms.get(ev.room) ?? null;
+    const r = reduce(before, ev);
+    if (!r.ok) return null;
+    const room = r.room;
+    this.rooms.set(room.room, room);
+    if (ev.type === 'room.released' && ev.engine !== null) this.pages.release(room.room, ev.engine);
+    let ended: Folded['ended'] = null;
+    if (!isTerminal(room.state)) this.index(room.room, room, true);
+    else if (!before || !isTerminal(before.state)) {
+      this.index(room.room, room, false);
+      this.requests.delete(room.room);
+      ended = { stream: this.takeStream(room.room) };
+    }
+    if (isTerminal(room.state) && releasedByBoth(room)) this.leave(room);
+    return { before, room, ended };
+  }
+
+  // ── engine appends ───────────────────────────────────────────────────────────────────────
+
+  /**
+   * Whether the journal would take this event from this engine now, as far as the book knows —
+   * the committed room plus the engine's appends still on their way (an engine sends
+   * `prefill_started` and `transfer_posted` back to back). True also records it as on its way,
+   * until `settled`.
+   */
+  project(event: EngineMessage<'append'>['event'], engine: string): boolean {
+    const ahead = this.ahead.get(event.room);
+    const view = ahead?.room ?? this.rooms.get(event.room);
+    if (!view) return false;
+    const ev = { ...event, seq: 0, ts: Date.now(), engine } as JournalEvent;
+    const r = reduce(view, ev);
+    if (!r.ok) return false;
+    this.ahead.set(event.room, { room: r.room, appends: (ahead?.appends ?? 0) + 1 });
+    return true;
+  }
+
+  /** An append that `project` let through has committed or failed. */
+  settled(room: string): void {
+    const ahead = this.ahead.get(room);
+    if (ahead && --ahead.appends <= 0) this.ahead.delete(room);
+  }
+
+  // ── client streams (migration moves one from room to room) ──────────────────────────────
+
+  /** Takes the room's stream out of the book (a migration, or an answer the journal cannot record). */
+  takeStream(room: string): RoomStream | undefined {
+    const stream = this.streams.get(room);
+    this.streams.delete(room);
+    return stream;
+  }
+
+  /** Gives a taken stream back to a room that has not ended (its migration was not journaled). */
+  returnStream(room: string, stream: RoomStream): boolean {
+    const r = this.rooms.get(room);
+    if (!r || isTerminal(r.state)) return false;
+    this.streams.set(room, stream);
+    return true;
+  }
+
+  private leave(room: Room): void {
+    this.rooms.delete(room.room);
+    this.pages.releaseAll(room.room);
+    this.ended.set(room.room, {
+      prefillEngine: room.prefillEngine,
+      decodeEngine: room.decodeEngine,
+    });
+    if (this.ended.size > this.endedKept) {
+      const oldest = this.ended.keys().next().value;
+      if (oldest !== undefined) this.ended.delete(oldest);
+    }
+  }
+
+  private index(room: string, owners: RoomOwners, on: boolean): void {
+    for (const engine of [owners.prefillEngine, owners.decodeEngine]) {
+      const set = this.onEngine.get(engine);
+      if (on) {
+        if (set) set.add(room);
+        else this.onEngine.set(engine, new Set([room]));
+      } else if (set) {
+        set.delete(room);
+        if (set.size === 0) this.onEngine.delete(engine);
+      }
+    }
+  }
+}
