@@ -10,6 +10,12 @@ import client from 'prom-client';
 import { STAGE_OF } from '../control/canary.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
 import type { JournalEvent } from '../journal/events.ts';
+import {
+  FAILURE_REASONS,
+  isFailureReason,
+  MIGRATION_REASONS,
+  TRANSFER_FAILURES,
+} from '../journal/reasons.ts';
 import type { Room } from '../journal/reducer.ts';
 import { LIVE_STATES } from '../journal/states.ts';
 import { EXIT_CAUSES, RESTARTERS } from '../recovery/supervisor.ts';
@@ -30,14 +36,12 @@ const KNOWN_ENDINGS: ReadonlyArray<readonly [state: string, reason: string]> = [
   ['completed', 'stop'],
   ['aborted', 'client_disconnect'],
   ['aborted', 'shutdown'],
-  ['failed', 'deadline_exceeded'],
-  ['failed', 'journal_unavailable'],
-  ['failed', 'orphaned_by_restart'],
-  ['failed', 'migration_limit_reached'],
-  ['failed', 'transfer_stalled'],
-  ['failed', 'kv_transport_unavailable'],
-  ['migrated', 'engine_lost'],
+  // Every failure and migration reason of the list (journal/reasons.ts).
+  ...FAILURE_REASONS.map((r) => ['failed', r] as const),
+  ...MIGRATION_REASONS.map((r) => ['migrated', r] as const),
 ];
+/** A transfer's `status` label: `ok`, or the failure of the list it ended with (`transferFailure`). */
+const TRANSFER_STATUSES = ['ok', ...Object.keys(TRANSFER_FAILURES).map(transferStatus)];
 const COMPLETION_ROUTES = ['/v1/completions', '/v1/chat/completions'];
 const KNOWN_STATUSES = ['200', '400', '409', '429', '500', '503', '504'];
 const TRANSPORTS = ['shm', 'cuda', 'ucx'];
@@ -103,7 +107,7 @@ export class ApiMetrics {
   /** Bounded label values: a room's reason and a canary's outcome come from the journal. */
   private readonly reasons = new BoundedLabel(KNOWN_ENDINGS.map(([, r]) => r));
   private readonly outcomes = new BoundedLabel(CANARY_OUTCOMES);
-  private readonly statuses = new BoundedLabel(['ok']);
+  private readonly statuses = new BoundedLabel(TRANSFER_STATUSES);
   private readonly refusals: client.Counter<'reason'>;
   private readonly refusalReasons = new BoundedLabel(REFUSAL_REASONS);
   /** Sets the gauges from the control plane's state; run at each scrape. */
@@ -194,7 +198,8 @@ export class ApiMetrics {
     for (const [state, reason] of KNOWN_ENDINGS) this.ended.inc({ state, reason }, 0);
     for (const route of COMPLETION_ROUTES)
       for (const status of KNOWN_STATUSES) this.responses.inc({ route, status }, 0);
-    for (const transport of TRANSPORTS) this.transfers.inc({ status: 'ok', transport }, 0);
+    for (const transport of TRANSPORTS)
+      for (const status of TRANSFER_STATUSES) this.transfers.inc({ status, transport }, 0);
     const live = new client.Gauge({
       name: 'pdctl_rooms_live',
       help: 'Rooms in each live state now',
@@ -395,11 +400,11 @@ export class ApiMetrics {
     // A migrated room's prompt holds tokens already counted: only a request's first room counts.
     if (!before && after.migratedFrom === null) this.promptTokens.inc(after.promptTokens ?? 0);
     if (ev.type === 'room.created') {
-      const planned = (ev.data as { transport?: string }).transport;
+      const planned = ev.data.transport;
       if (planned) this.plannedTransport.set(after.room, planned);
     }
     if (ev.type === 'room.transfer_completed') {
-      const { bytes, transport = 'unknown' } = ev.data as { bytes: number; transport?: string };
+      const { bytes, transport = 'unknown' } = ev.data;
       this.transfers.inc({ status: 'ok', transport });
       this.transferBytes.inc(bytes);
       for (const engine of new Set([after.prefillEngine, after.decodeEngine])) {
@@ -464,21 +469,17 @@ export class ApiMetrics {
 }
 
 /**
- * The `status` a failed room's reason gives `pdctl_transfers_total`: each `transfer_*` failure
- * (stalled, failed, corrupt, …), and the refusals of a pair whose KV could not move at all (no UCX
- * on one end, a stale or malformed UCX descriptor). Null: the room failed for another reason.
+ * The `status` a failed room's reason gives `pdctl_transfers_total`: each failure of moving the KV
+ * (journal/reasons.ts `TRANSFER_FAILURES`). Null: the room failed for another reason.
  */
 function transferFailure(reason: string | null): string | null {
-  if (!reason) return null;
-  if (reason.startsWith('transfer_')) return reason.slice('transfer_'.length);
-  return TRANSPORT_REFUSALS.has(reason) ? reason : null;
+  return isFailureReason(reason) && TRANSFER_FAILURES[reason] ? transferStatus(reason) : null;
 }
 
-const TRANSPORT_REFUSALS = new Set([
-  'kv_transport_unavailable',
-  'decode_pool_stale',
-  'decode_pool_invalid',
-]);
+/** `transfer_stalled` → `stalled`; a refusal of the pair (`decode_pool_stale`) stays as it is. */
+function transferStatus(reason: string): string {
+  return reason.startsWith('transfer_') ? reason.slice('transfer_'.length) : reason;
+}
 
 /** `GET /metrics`: the Prometheus text format. */
 export const metricsRoutes: FastifyPluginAsync<{ metrics: ApiMetrics }> = async (

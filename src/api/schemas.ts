@@ -211,6 +211,11 @@ export const CanaryBody = Type.Object({
   stages: Type.Record(Type.String(), Type.Number()),
   stage: Nullable(Type.String({ description: 'where it stopped, when failing' })),
   reason: Nullable(Type.String()),
+  failure: Nullable(
+    Type.String({
+      description: "the canary room's failure reason (docs/design.md §3), when the room failed",
+    }),
+  ),
   at: Type.Integer(),
 });
 

@@ -3,59 +3,71 @@ import type { JournalEvent } from '../journal/events.ts';
 import type { Room } from '../journal/reducer.ts';
 import { formatDuration } from '../time.ts';
 
-type D = Record<string, unknown>;
-
 export function describeEvent(ev: JournalEvent): string {
-  const d = ev.data as D;
   switch (ev.type) {
-    case 'room.created':
+    case 'room.created': {
+      const d = ev.data;
       return `${d.prefillEngine} → ${d.decodeEngine}, prompt ${d.promptTokens ?? '?'} tok, max ${d.maxTokens ?? '?'}${d.migratedFrom ? `, migrated from ${d.migratedFrom}` : ''}${d.requestId ? `, request ${d.requestId}` : ''}`;
+    }
     case 'room.bootstrapped':
-      return `${(d.pages as unknown[]).length} pages reserved${d.epoch !== undefined ? `, epoch ${d.epoch}` : ''}`;
-    case 'room.transfer_posted':
+      return `${ev.data.pages.length} pages reserved${ev.data.epoch !== undefined ? `, epoch ${ev.data.epoch}` : ''}`;
+    case 'room.transfer_posted': {
+      const d = ev.data;
       return d.pairs !== undefined
         ? `${d.pairs} page pairs${d.bytes !== undefined ? `, ${d.bytes} B` : ''}`
         : '';
-    case 'room.transfer_completed':
-      return `${d.bytes} B in ${formatDuration((d.micros as number) / 1000)}, checksum ${d.checksum}`;
+    }
+    case 'room.transfer_completed': {
+      const d = ev.data;
+      return `${d.bytes} B in ${formatDuration(d.micros / 1000)}, checksum ${d.checksum}`;
+    }
     case 'room.completed':
-      return `${d.tokens} tokens, ${d.finishReason}`;
+      return `${ev.data.tokens} tokens, ${ev.data.finishReason}`;
     case 'room.aborted':
-      return `${d.reason} (from ${d.source})`;
+      return `${ev.data.reason} (from ${ev.data.source})`;
     case 'room.failed':
-      return `${d.reason} in ${d.stage}, detected by ${d.detectedBy}`;
-    case 'room.migrated':
+      return `${ev.data.reason} in ${ev.data.stage}, detected by ${ev.data.detectedBy}`;
+    case 'room.migrated': {
+      const d = ev.data;
       return `continues in ${d.toRoom}${d.detail ? ` (${d.detail})` : d.reason ? ` (${d.reason})` : ''}`;
+    }
     case 'room.abort_requested':
-      return String(d.reason);
+      return ev.data.reason;
     case 'room.released':
-      return `${ev.engine} freed ${d.pages !== undefined ? `${d.pages} pages` : 'its pages'}`;
-    case 'room.event_rejected':
+      return `${ev.engine} freed ${ev.data.pages !== undefined ? `${ev.data.pages} pages` : 'its pages'}`;
+    case 'room.event_rejected': {
+      const d = ev.data;
       return `${d.eventType} rejected: ${d.reason}${d.state ? ` (room was ${d.state})` : ''}`;
-    case 'journal.opened':
+    }
+    case 'journal.opened': {
+      const d = ev.data;
       return `schema ${d.schemaVersion}, durability ${d.durability}, pid ${d.pid}, pdctl ${d.version}`;
-    case 'journal.pruned':
-      return `${d.rooms} rooms, ${d.events} events ended before ${new Date(d.cutoffTs as number).toISOString()}`;
+    }
+    case 'journal.pruned': {
+      const d = ev.data;
+      return `${d.rooms} rooms, ${d.events} events ended before ${new Date(d.cutoffTs).toISOString()}`;
+    }
     case 'recovery.action':
-      return `${d.action}: ${d.reason} → ${d.outcome}`;
+      return `${ev.data.action}: ${ev.data.reason} → ${ev.data.outcome}`;
     case 'request.refused': {
-      const ids = d.requestIds as string[];
-      return `${d.count} × ${d.status} ${d.reason}${ids.length ? ` (requests ${ids.slice(0, 3).join(', ')}${(d.count as number) > 3 ? ', …' : ''})` : ''}: ${d.message}`;
+      const d = ev.data;
+      const ids = d.requestIds;
+      return `${d.count} × ${d.status} ${d.reason}${ids.length ? ` (requests ${ids.slice(0, 3).join(', ')}${d.count > 3 ? ', …' : ''})` : ''}: ${d.message}`;
     }
     case 'engine.registered':
-      return `${d.role}, incarnation ${d.incarnation}`;
+      return `${ev.data.role}, incarnation ${ev.data.incarnation}`;
     case 'engine.stalled':
     case 'engine.lost':
     case 'engine.recovered':
     case 'engine.restarted': {
-      const { reason, ...rest } = d;
+      const { reason, ...rest } = ev.data;
       const extra = Object.entries(rest).map(
         ([k, v]) => `${k} ${typeof v === 'string' ? v : JSON.stringify(v)}`,
       );
       return [String(reason), ...extra].join(', ');
     }
     default: {
-      const s = JSON.stringify(d);
+      const s = JSON.stringify(ev.data);
       return s === '{}' ? '' : s.length > 100 ? `${s.slice(0, 97)}...` : s;
     }
   }

@@ -4,6 +4,7 @@
  * `/health/deep` returns, and what `/health/ready` requires of its last background run. Its verdict
  * is journaled (`canary.changed`) only when it changes.
  */
+import { isFailureReason, type RoomFailureReason } from '../journal/reasons.ts';
 import type { RoomState } from '../journal/states.ts';
 import type { Logger } from '../log.ts';
 import type { ControlPlane } from './control-plane.ts';
@@ -30,6 +31,8 @@ export interface CanaryResult {
   /** Where it stopped, and why, when not ok. */
   stage: string | null;
   reason: string | null;
+  /** The room's failure reason (journal/reasons.ts), when the room failed. */
+  failure: RoomFailureReason | null;
   at: number;
 }
 
@@ -86,6 +89,7 @@ export class Canary {
       stages: CanaryResult['stages'],
       stage: string | null,
       reason: string | null,
+      failure: RoomFailureReason | null = null,
     ): CanaryResult => ({
       ok,
       room,
@@ -93,6 +97,7 @@ export class Canary {
       stages,
       stage,
       reason,
+      failure,
       at: started,
     });
     let stream: ReturnType<ControlPlane['submit']>;
@@ -149,7 +154,14 @@ export class Canary {
         e instanceof RoomEndedError
           ? (STAGE_OF[(e.stage ?? state) as RoomState] ?? e.stage)
           : STAGE_OF[state];
-      return { result: result(false, stream.room, stages, stage ?? null, e.message), pair };
+      const failure =
+        e instanceof RoomEndedError && e.state === 'failed' && isFailureReason(e.reason)
+          ? e.reason
+          : null;
+      return {
+        result: result(false, stream.room, stages, stage ?? null, e.message, failure),
+        pair,
+      };
     } finally {
       clearTimeout(timer);
       off();
@@ -165,7 +177,7 @@ export class Canary {
     if (this.stopped) return r;
     const prev = this.last;
     this.last = r;
-    this.control.noteCanary(pair, r.ok, r.stage, r.reason);
+    this.control.noteCanary(pair, r);
     this.onResult?.(r);
     if (!prev || prev.ok !== r.ok) {
       if (r.ok) this.log.info({ room: r.room, ms: r.ms }, 'canary ok');

@@ -19,7 +19,12 @@ import { DeterministicModel } from '../model/deterministic.ts';
 import type { ModelInfo } from '../model/executor.ts';
 import { Aborts } from './aborts.ts';
 import { AppendRelay } from './appends.ts';
-import { recordCanary, recordHeartbeat, recordProgress } from './engine-health.ts';
+import {
+  type CanaryVerdict,
+  recordCanary,
+  recordHeartbeat,
+  recordProgress,
+} from './engine-health.ts';
 import { type ControlCounters, EngineLink, zeroCounters } from './engine-link.ts';
 import { DEFAULT_LIVENESS, type EngineView, type LivenessPolicy, viewsOf } from './engine-view.ts';
 import { ControlError } from './errors.ts';
@@ -364,14 +369,9 @@ export class ControlPlane {
   }
 
   /** A canary's verdict on the engines its room ran on (engine-health.ts `recordCanary`). */
-  noteCanary(
-    room: RoomOwners | null,
-    ok: boolean,
-    stage: string | null,
-    reason: string | null,
-  ): void {
+  noteCanary(room: RoomOwners | null, verdict: CanaryVerdict): void {
     const writable = this.journal.health().writable;
-    if (room) recordCanary((id) => this.registry.get(id), room, { ok, stage, reason }, writable);
+    if (room) recordCanary((id) => this.registry.get(id), room, verdict, writable);
   }
 
   /** Resolves once `prefill` and `decode` engines are registered and live. */

@@ -4,6 +4,7 @@
  * engine is stalled.
  */
 import type { EngineMessage } from '../bus/protocol.ts';
+import type { RoomFailureReason } from '../journal/reasons.ts';
 import type { EngineSession } from './engine-session.ts';
 import { queuedWork } from './stalls.ts';
 
@@ -49,17 +50,25 @@ export function recordCanaryFailed(s: EngineSession, why: string, now = Date.now
   h.canaryReason = why;
 }
 
+/** What a canary found: whether it passed, where it stopped, why, and its room's failure code. */
+export interface CanaryVerdict {
+  ok: boolean;
+  stage: string | null;
+  reason: string | null;
+  failure: RoomFailureReason | null;
+}
+
 /**
  * A canary's verdict, for the engines its room ran on: a failure counts against the engine that
  * owns the stage it stopped in (bootstrap and decode: the decode engine; prefill and transfer:
  * the prefill engine); a success clears both. A failure nobody's engine is to blame for counts
  * against none: the journal refused writes (`journalWritable` false), or the KV pool was full
- * (load, not a broken engine).
+ * (`kv_pool_full`: load, not a broken engine).
  */
 export function recordCanary(
   session: (engine: string) => EngineSession | undefined,
   room: { prefillEngine: string; decodeEngine: string },
-  verdict: { ok: boolean; stage: string | null; reason: string | null },
+  verdict: CanaryVerdict,
   journalWritable: boolean,
 ): void {
   const { ok, stage, reason } = verdict;
@@ -70,7 +79,7 @@ export function recordCanary(
     }
     return;
   }
-  if (!journalWritable || reason?.includes('kv_pool_full')) return;
+  if (!journalWritable || verdict.failure === 'kv_pool_full') return;
   const owner =
     stage === 'prefill' || stage === 'transfer'
       ? room.prefillEngine

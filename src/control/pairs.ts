@@ -8,6 +8,7 @@
  * when another pair can take the room (PairHealth).
  */
 
+import { isFailureReason, TRANSFER_FAILURES } from '../journal/reasons.ts';
 import { hostTag } from '../transfer/host.ts';
 import type { EngineIdentity, EngineSession } from './engine-session.ts';
 
@@ -158,12 +159,7 @@ export class PairHealth {
   }
 }
 
-/** Room failure reasons that say the pair's KV could not move (not the engines' own faults). */
+/** Room failures that say the pair's link could not move KV (journal/reasons.ts `TRANSFER_FAILURES`). */
 export function isTransportFailure(reason: string | null): boolean {
-  return (
-    reason !== null &&
-    (reason.startsWith('transfer_') ||
-      reason === 'kv_transport_unavailable' ||
-      reason === 'decode_pool_invalid')
-  );
+  return isFailureReason(reason) && TRANSFER_FAILURES[reason]?.link === true;
 }

@@ -36,7 +36,8 @@ function ev(
   engine: string | null = null,
 ): JournalEvent {
   seq++;
-  return { seq, ts: 1_000_000 + seq, type, room, engine, source: 'test', eventId: `e${seq}`, data };
+  const envelope = { seq, ts: 1_000_000 + seq, room, engine, source: 'test', eventId: `e${seq}` };
+  return { ...envelope, type, data } as JournalEvent;
 }
 
 const created = (room: string, decode = 'd0') =>

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { engineSession, type SessionOverrides } from '../../test/helpers/engine-session.ts';
 import type { EventType } from '../journal/events.ts';
-import { type Room, reduce } from '../journal/reducer.ts';
+import { type ReducibleEvent, type Room, reduce } from '../journal/reducer.ts';
 import type { EngineSession } from './engine-session.ts';
 import { DEFAULT_STALL_POLICY, findStalls } from './stalls.ts';
 
@@ -25,7 +25,14 @@ function room(id: string, steps: EventType[], at: number): Room {
         : type === 'room.bootstrapped'
           ? { pages: [1] }
           : {};
-    const res = reduce(r, { seq: ++seq, ts: at, type, room: id, engine: null, data });
+    const res = reduce(r, {
+      seq: ++seq,
+      ts: at,
+      type,
+      room: id,
+      engine: null,
+      data,
+    } as ReducibleEvent);
     if (!res.ok) throw new Error(`${type}: ${res.detail}`);
     r = res.room;
   }

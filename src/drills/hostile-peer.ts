@@ -9,6 +9,7 @@
  */
 import { newKeyPair } from '../bus/admission.ts';
 import { REGISTRATIONS_BURST } from '../control/hello.ts';
+import type { JournalEventOf } from '../journal/events.ts';
 import { isTerminal } from '../journal/states.ts';
 import type { DrillScenario } from './harness.ts';
 import { errorsSeen } from './load.ts';
@@ -239,8 +240,7 @@ export const hostilePeer: DrillScenario = {
       const sinceFlood = (await journal.tail({ limit: 5000 })).filter((e) => e.seq > floodHead);
       const fromGuest = sinceFlood.filter((e) => e.engine === 'guest-d');
       const throttles = fromGuest.filter(
-        (e) =>
-          e.type === 'recovery.action' && (e.data as { action?: string }).action === 'throttle',
+        (e) => e.type === 'recovery.action' && e.data.action === 'throttle',
       );
       ctx.check({
         name: 'the flooding engine is throttled and journaled once; the journal does not grow with the flood',
@@ -255,7 +255,7 @@ export const hostilePeer: DrillScenario = {
         detail: `${throttles.length} throttle record(s) and ${fromGuest.length} events of guest-d since the flood began`,
       });
       const resets = sinceFlood.filter(
-        (e) =>
+        (e): e is JournalEventOf<'recovery.action'> =>
           e.type === 'recovery.action' &&
           e.engine !== null &&
           healthy.includes(e.engine) &&
@@ -270,9 +270,7 @@ export const hostilePeer: DrillScenario = {
         detail:
           resets.length === 0
             ? 'the stall detector saw a busy control plane, not wedged engines'
-            : resets
-                .map((e) => `${e.engine}: ${(e.data as { reason?: string }).reason}`)
-                .join('; '),
+            : resets.map((e) => `${e.engine}: ${e.data.reason}`).join('; '),
       });
 
       // The control plane's own abort of the targeted room still ends it.

@@ -19,7 +19,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Admission } from '../bus/admission.ts';
 import { ENGINE_APPENDS } from '../control/appends.ts';
-import type { JournalEvent } from '../journal/events.ts';
+import type { JournalEvent, JournalEventOf } from '../journal/events.ts';
 import { selfCommand } from '../recovery/self.ts';
 import { ucxBackend } from '../transfer/ucx.ts';
 import {
@@ -271,7 +271,7 @@ async function runPartition(o: DrillRunOptions, kind: 'kv' | 'engine'): Promise<
     load = new Load({ base, model: target.model, clients: o.clients, maxTokens: 48 }).start();
     const overUcx = async (since: number) =>
       (await target.events('room.transfer_completed', since)).find(
-        (e) => (e.data as { transport?: string }).transport === 'ucx',
+        (e) => e.data.transport === 'ucx',
       ) ?? null;
     const first = await until(() => overUcx(started), 30_000, 100);
     if (!first) throw new Error('no room moved its KV over UCX from host a to host b within 30 s');
@@ -296,7 +296,7 @@ async function runPartition(o: DrillRunOptions, kind: 'kv' | 'engine'): Promise<
     if (kind === 'kv') {
       // Detected: the first room the cut failed; recovered: KV over UCX again after the heal.
       const failed = (await target.events('room.failed', cutAt)).filter((e) =>
-        String((e.data as { reason?: string }).reason).startsWith('transfer_'),
+        e.data.reason.startsWith('transfer_'),
       );
       failed.sort((x, y) => x.seq - y.seq);
       detectedAt = failed[0]?.ts ?? null;
@@ -328,10 +328,10 @@ async function runPartition(o: DrillRunOptions, kind: 'kv' | 'engine'): Promise<
           'after a transfer to decode-b failed, new rooms take host a’s pair (at most a probe or two try the cut pair)',
       });
     } else {
-      const fenced = (await until(async () => {
+      const fenced = await until(async () => {
         const xs = await target.events('recovery.action', cutAt, 'decode-b');
         return xs.find((e) => e.data.action === 'fence_engine') ?? null;
-      }, 5000)) as JournalEvent | null;
+      }, 5000);
       detectedAt = fenced?.ts ?? null;
       if (fenced) mark(`decode-b fenced: ${String(fenced.data.reason)}`, fenced.ts);
       const rejoined = await until(async () => {
@@ -412,10 +412,10 @@ async function runPartition(o: DrillRunOptions, kind: 'kv' | 'engine'): Promise<
   return report(drillPassed(invariants, o.strictTargets));
 }
 
-function failedReasons(events: JournalEvent[]): string {
+function failedReasons(events: JournalEventOf<'room.failed'>[]): string {
   const by = new Map<string, number>();
   for (const e of events) {
-    const r = String((e.data as { reason?: string }).reason);
+    const r = e.data.reason;
     by.set(r, (by.get(r) ?? 0) + 1);
   }
   return [...by].map(([r, n]) => `${n}× ${r}`).join(', ');

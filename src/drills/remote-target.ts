@@ -12,7 +12,12 @@ import { existsSync, readFileSync } from 'node:fs';
 import { networkInterfaces } from 'node:os';
 import { isPostgresJournal, openJournalReader, redactJournalUrl } from '../app/journal.ts';
 import type { CommandName } from '../bus/protocol.ts';
-import { EVENT_TYPES, type EventType, type JournalEvent } from '../journal/events.ts';
+import {
+  EVENT_TYPES,
+  type EventType,
+  type JournalEvent,
+  type JournalEventOf,
+} from '../journal/events.ts';
 import { type Room, reduce } from '../journal/reducer.ts';
 import { LIVE_STATES } from '../journal/states.ts';
 import type { JournalStats, Timeline, VerifyReport } from '../journal/store.ts';
@@ -139,14 +144,18 @@ export class RemoteTarget implements DrillTarget {
     }));
   }
 
-  async events(type: EventType, since: number, engine?: string): Promise<JournalEvent[]> {
+  async events<T extends EventType>(
+    type: T,
+    since: number,
+    engine?: string,
+  ): Promise<JournalEventOf<T>[]> {
     const q = new URLSearchParams({ type, since: String(since), limit: '10000' });
     if (engine !== undefined) q.set('engine', engine);
     const text = await this.text(`/v1/journal?${q}`);
     return text
       .split('\n')
       .filter((l) => l.trim() !== '')
-      .map((l) => JSON.parse(l) as JournalEvent);
+      .map((l) => JSON.parse(l) as JournalEventOf<T>);
   }
 
   async timeline(room: string): Promise<Timeline> {

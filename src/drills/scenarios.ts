@@ -7,7 +7,7 @@
 import { connect } from 'node:net';
 import * as zmq from 'zeromq';
 import { hostileFrames } from '../bus/hostile.ts';
-import type { JournalEvent } from '../journal/events.ts';
+import type { EventType, JournalEventOf } from '../journal/events.ts';
 import type { DrillContext, DrillScenario, RemoteNeeds } from './harness.ts';
 import { errorsSeen, type RequestRecord } from './load.ts';
 import { until } from './poll.ts';
@@ -24,13 +24,13 @@ const DETECT_TARGET_MS = { bus: 1000, transfer: 1500 } as const;
 const RECOVER_TARGET_MS = 1000;
 
 /** The first event of `type` for `engine` at or after `since`, polling up to `timeoutMs`. */
-async function firstEvent(
+async function firstEvent<T extends EventType>(
   ctx: DrillContext,
-  type: JournalEvent['type'],
+  type: T,
   engine: string,
   since: number,
   timeoutMs: number,
-): Promise<JournalEvent | null> {
+): Promise<JournalEventOf<T> | null> {
   return until(
     async () => (await ctx.target.events(type, since, engine)).find((e) => e.ts >= since),
     timeoutMs,

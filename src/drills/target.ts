@@ -10,7 +10,7 @@ import type { Stack } from '../app/stack.ts';
 import type { CommandName } from '../bus/protocol.ts';
 import type { Canary } from '../control/canary.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
-import type { EventData, EventInput, EventType, JournalEvent } from '../journal/events.ts';
+import type { EventData, EventInput, EventType, JournalEventOf } from '../journal/events.ts';
 import { isTerminal, type RoomState } from '../journal/states.ts';
 import type { Timeline, VerifyReport } from '../journal/store.ts';
 
@@ -68,7 +68,11 @@ export interface DrillTarget {
   /** Rooms not yet terminal. */
   liveRooms(): Promise<LiveRoom[]>;
   /** Journal events of `type` at or after `since` (unix ms), oldest first. */
-  events(type: EventType, since: number, engine?: string): Promise<JournalEvent[]>;
+  events<T extends EventType>(
+    type: T,
+    since: number,
+    engine?: string,
+  ): Promise<JournalEventOf<T>[]>;
   timeline(room: string): Promise<Timeline>;
   /** Every room alive at some point since `since` (unix ms). */
   roomsSince(since: number): Promise<string[]>;
@@ -168,7 +172,11 @@ export class LocalTarget implements DrillTarget {
       }));
   }
 
-  events(type: EventType, since: number, engine?: string): Promise<JournalEvent[]> {
+  events<T extends EventType>(
+    type: T,
+    since: number,
+    engine?: string,
+  ): Promise<JournalEventOf<T>[]> {
     return this.journal.tail({ type, engine, since, limit: 10_000, order: 'oldest' });
   }
 

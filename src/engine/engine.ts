@@ -7,8 +7,9 @@
 import type { AppendAck } from '../bus/client.ts';
 import type { ControlMessage, EngineMessage, RoomRequest } from '../bus/protocol.ts';
 import { IdleWaiters } from '../idle.ts';
-import type { JournalEvent } from '../journal/events.ts';
+import type { EventData, JournalEvent, RoomEventType } from '../journal/events.ts';
 import { uuidv7 } from '../journal/ids.ts';
+import type { RoomFailureReason } from '../journal/reasons.ts';
 import { type Room, reduce } from '../journal/reducer.ts';
 import { isTerminal, type RoomState } from '../journal/states.ts';
 import type { Logger } from '../log.ts';
@@ -196,7 +197,7 @@ export abstract class EngineCore {
     if (ev.type === 'room.transfer_completed') room.transferDone = true;
     else if (ev.type === 'room.released' && ev.engine !== this.id) room.peerReleased = true;
     else if (ev.type === 'room.bootstrapped') {
-      const d = ev.data as { pages: number[]; pool?: string; epoch?: number };
+      const d = ev.data;
       room.bootstrap = { pages: d.pages, pool: d.pool ?? '', epoch: d.epoch ?? 0, peer: kvPeer };
     }
   }
@@ -247,7 +248,7 @@ export abstract class EngineCore {
     this.tryRelease(room);
   }
 
-  protected fail(room: EngineRoom, reason: string, stage: RoomState): void {
+  protected fail(room: EngineRoom, reason: RoomFailureReason, stage: RoomState): void {
     this.log.warn({ room: room.view.room, reason, stage }, 'failing room');
     void this.append(room, 'room.failed', { reason, stage, detectedBy: `engine:${this.id}` });
     this.stop(room);
@@ -255,10 +256,10 @@ export abstract class EngineCore {
   }
 
   /** Appends an event for the room; resolves with the ack, or null when the bus refused it. */
-  protected async append(
+  protected async append<T extends RoomEventType>(
     room: EngineRoom,
-    type: string,
-    data: Record<string, unknown>,
+    type: T,
+    data: EventData<T>,
   ): Promise<AppendAck | null> {
     try {
       return await this.ports.append(uuidv7(), { type, room: room.view.room, data });

@@ -120,8 +120,7 @@ export class CommitQueue {
     }
     if (ev.type === 'room.created') {
       // Stored data is self-contained: replay never depends on this build's default deadlines.
-      const d = ev.data as { deadlinesMs?: Parameters<typeof resolveDeadlines>[0] };
-      ev.data = { ...ev.data, deadlinesMs: resolveDeadlines(d.deadlinesMs) };
+      ev.data = { ...ev.data, deadlinesMs: resolveDeadlines(ev.data.deadlinesMs) };
     }
     return new Promise((resolve, reject) => {
       this.queue.push({ ev, resolve, reject });

@@ -6,6 +6,7 @@ import { type Static, type TObject, Type } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
 import { JournalError } from './errors.ts';
 import { uuidv7 } from './ids.ts';
+import type { RoomFailureReason, RoomMigrationReason } from './reasons.ts';
 import { LIVE_STATES, ROOM_STATES } from './states.ts';
 
 const ID_PATTERN = '^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$';
@@ -119,7 +120,8 @@ export const EVENT_SCHEMAS = {
   'room.aborted': Type.Object({ reason: Text, source: Text }, strict),
   'room.failed': Type.Object(
     {
-      reason: Text,
+      /** One of journal/reasons.ts; another is recorded as text, never refused (nothing is lost). */
+      reason: Type.Unsafe<RoomFailureReason>(Text),
       stage: Type.Union(ROOM_STATES.map((s) => Type.Literal(s))),
       detectedBy: Text,
     },
@@ -128,8 +130,8 @@ export const EVENT_SCHEMAS = {
   'room.migrated': Type.Object(
     {
       toRoom: Id,
-      /** Why it moved, a code (`engine_lost`); older journals hold free text here. */
-      reason: Type.Optional(Text),
+      /** Why it moved, a code of journal/reasons.ts (`engine_lost`); older journals hold free text here. */
+      reason: Type.Optional(Type.Unsafe<RoomMigrationReason>(Text)),
       /** What happened, in words: `decode-0 lost: process 4242 exited (SIGKILL)`. */
       detail: Type.Optional(Text),
       /** Tokens already streamed to the client, which the new room continues after. */
@@ -272,20 +274,31 @@ export type EventInput = {
   };
 }[EventType];
 
-/** An event as committed to the journal. */
-export interface JournalEvent {
+/** What every committed event has besides its type and data. */
+interface Envelope {
   seq: number;
   ts: number;
-  type: EventType;
   room: string | null;
   engine: string | null;
   source: string;
   eventId: string;
-  data: Record<string, unknown>;
 }
 
+/**
+ * An event as committed to the journal: a union over `EVENT_SCHEMAS`, so that a reader narrows
+ * by `type` and gets that type's data, with no cast.
+ */
+export type JournalEvent = {
+  [T in EventType]: Envelope & { type: T; data: EventData<T> };
+}[EventType];
+
+/** A committed event of one type. */
+export type JournalEventOf<T extends EventType> = Extract<JournalEvent, { type: T }>;
+
 /** A validated event waiting for its sequence number. */
-export type PendingEvent = Omit<JournalEvent, 'seq'>;
+export type PendingEvent = {
+  [T in EventType]: Omit<Envelope, 'seq'> & { type: T; data: EventData<T> };
+}[EventType];
 
 type Checker = {
   Check(v: unknown): boolean;
@@ -370,13 +383,14 @@ export function validateEvent(input: unknown, options: { internal?: boolean } = 
     const where = first?.path ? `data${first.path.replaceAll('/', '.')}` : 'data';
     throw invalid(`${type}: ${where} ${first?.message ?? 'is invalid'}`);
   }
+  // The checker above is what makes the data this type's: the one place it is asserted.
   return {
     ts: ts as number,
-    type: type as EventType,
+    type,
     room: room as string | null,
     engine: engine as string | null,
     source,
     eventId: eventId as string,
-    data: data as Record<string, unknown>,
-  };
+    data,
+  } as PendingEvent;
 }

@@ -2,7 +2,7 @@
  * The pure room reducer: `(room, event) → room | rejection`. Shared by the journal writer, the
  * verifier, the engines and the tests. It imports nothing but the state table and event types.
  */
-import type { EventData, JournalEvent, RoomEventType } from './events.ts';
+import type { JournalEvent, RoomEventType } from './events.ts';
 import {
   isTerminal,
   type LiveState,
@@ -71,11 +71,11 @@ export type ReduceResult =
 
 /** The event the reducer needs: a committed event, or one about to be (seq may be provisional). */
 /** What the reducer reads of an event; `source` only of `room.created` (the room's origin). */
-export type ReducibleEvent = Pick<
-  JournalEvent,
-  'seq' | 'ts' | 'type' | 'room' | 'engine' | 'data'
-> &
-  Partial<Pick<JournalEvent, 'source'>>;
+export type ReducibleEvent = JournalEvent extends infer E
+  ? E extends JournalEvent
+    ? Pick<E, 'seq' | 'ts' | 'type' | 'room' | 'engine' | 'data'> & Partial<Pick<E, 'source'>>
+    : never
+  : never;
 
 /** Forward steps of docs/design.md §3: event → [the state it must be in, the state it leads to]. */
 const FORWARD: Partial<
@@ -157,8 +157,8 @@ function enter(next: Room, state: RoomState, ts: number): Room {
   return next;
 }
 
-function created(ev: ReducibleEvent): Room {
-  const d = ev.data as EventData<'room.created'>;
+function created(ev: Extract<ReducibleEvent, { type: 'room.created' }>): Room {
+  const d = ev.data;
   const deadlinesMs = resolveDeadlines(d.deadlinesMs);
   return {
     room: ev.room as string,
@@ -202,7 +202,7 @@ function created(ev: ReducibleEvent): Room {
  */
 export function reduce(room: Room | null, ev: ReducibleEvent): ReduceResult {
   const type = ev.type;
-  if (type === 'room.created') {
+  if (ev.type === 'room.created') {
     if (room) return reject('room_exists', room.state, `room ${room.room} already exists`);
     return { ok: true, room: created(ev) };
   }
@@ -225,24 +225,24 @@ export function reduce(room: Room | null, ev: ReducibleEvent): ReduceResult {
     return reject('room_terminal', state, `room ${room.room} is already ${state}`);
   }
 
-  switch (type) {
+  switch (ev.type) {
     case 'room.abort_requested': {
       const next = touched(room, ev);
       if (room.abortRequestedAt === null) {
         next.abortRequestedAt = ev.ts;
-        next.abortReason = (ev.data as EventData<'room.abort_requested'>).reason;
+        next.abortReason = ev.data.reason;
       }
       return { ok: true, room: next };
     }
     case 'room.aborted': {
-      const d = ev.data as EventData<'room.aborted'>;
+      const d = ev.data;
       const next = enter(touched(room, ev), 'aborted', ev.ts);
       next.reason = d.reason;
       next.abortSource = d.source;
       return { ok: true, room: next };
     }
     case 'room.failed': {
-      const d = ev.data as EventData<'room.failed'>;
+      const d = ev.data;
       const next = enter(touched(room, ev), 'failed', ev.ts);
       next.reason = d.reason;
       next.failedStage = d.stage;
@@ -250,7 +250,7 @@ export function reduce(room: Room | null, ev: ReducibleEvent): ReduceResult {
       return { ok: true, room: next };
     }
     case 'room.migrated': {
-      const d = ev.data as EventData<'room.migrated'>;
+      const d = ev.data;
       if (d.toRoom === room.room) {
         return reject('invalid_migration', state, 'a room cannot migrate to itself');
       }
@@ -280,15 +280,15 @@ export function reduce(room: Room | null, ev: ReducibleEvent): ReduceResult {
     );
   }
   const next = enter(touched(room, ev), to, ev.ts);
-  if (type === 'room.bootstrapped') {
-    next.kvPages = (ev.data as EventData<'room.bootstrapped'>).pages.length;
-  } else if (type === 'room.transfer_completed') {
-    const d = ev.data as EventData<'room.transfer_completed'>;
+  if (ev.type === 'room.bootstrapped') {
+    next.kvPages = ev.data.pages.length;
+  } else if (ev.type === 'room.transfer_completed') {
+    const d = ev.data;
     next.transferBytes = d.bytes;
     next.transferMicros = d.micros;
     next.checksum = d.checksum;
-  } else if (type === 'room.completed') {
-    const d = ev.data as EventData<'room.completed'>;
+  } else if (ev.type === 'room.completed') {
+    const d = ev.data;
     next.tokens = d.tokens;
     next.finishReason = d.finishReason;
   }

@@ -15,7 +15,8 @@ function ev(
   ts = 1000 + seq,
 ): ReducibleEvent {
   seq++;
-  return { seq, ts, type, room, engine, data };
+  // A builder of arbitrary events (the tests feed the reducer wrong ones on purpose).
+  return { seq, ts, type, room, engine, data } as ReducibleEvent;
 }
 
 const CREATED = { prefillEngine: 'p0', decodeEngine: 'd0' };
@@ -195,7 +196,8 @@ describe('reduce, properties over random event sequences', () => {
         const events: ReducibleEvent[] = raw.map((r, i) => {
           ts += r.dt;
           const engine = r.type === 'room.released' && r.engine === null ? 'd0' : r.engine;
-          return { seq: i + 1, ts, type: r.type, room: r.room, engine, data: DATA[r.type] ?? {} };
+          const data = DATA[r.type] ?? {};
+          return { seq: i + 1, ts, type: r.type, room: r.room, engine, data } as ReducibleEvent;
         });
         const live = new Map<string, Room>();
         const applied: ReducibleEvent[] = [];

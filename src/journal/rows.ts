@@ -160,6 +160,10 @@ export interface EventRow {
   data: string;
 }
 
+/**
+ * A stored row as the event it is: the read boundary, where a row's type and data are taken as
+ * the schema's (every event was validated against it when appended).
+ */
 export function rowToEvent(row: EventRow): JournalEvent {
   return {
     seq: row.seq,
@@ -169,6 +173,6 @@ export function rowToEvent(row: EventRow): JournalEvent {
     engine: row.engine,
     source: row.source,
     eventId: row.event_id,
-    data: JSON.parse(row.data) as Record<string, unknown>,
-  };
+    data: JSON.parse(row.data),
+  } as JournalEvent;
 }

@@ -3,7 +3,7 @@
  * composition root (`src/app/`) and the journal administration commands talks to this interface,
  * never to SQLite (`npm run arch` checks it), so that another backend can stand behind it.
  */
-import type { EventInput, EventType, JournalEvent } from './events.ts';
+import type { EventInput, EventType, JournalEvent, JournalEventOf } from './events.ts';
 import type { RejectReason, Room } from './reducer.ts';
 import type { RoomState } from './states.ts';
 
@@ -103,10 +103,10 @@ export interface Timeline {
   spans: StateSpan[];
 }
 
-export interface TailFilter {
+export interface TailFilter<T extends EventType = EventType> {
   /** Only events with seq greater than this. */
   afterSeq?: number;
-  type?: EventType | EventType[];
+  type?: T | T[];
   room?: string;
   engine?: string;
   /** Only events at or after this time (unix ms). */
@@ -224,7 +224,8 @@ export interface JournalReader {
   timeline(room: string): Promise<Timeline>;
   rooms(filter: RoomFilter): Promise<RoomPage>;
   perMinute(window: { since: number; until: number }): Promise<MinuteCount[]>;
-  tail(filter: TailFilter): Promise<JournalEvent[]>;
+  /** Events by the filter; with `type`, typed as that type's events. */
+  tail<T extends EventType = EventType>(filter: TailFilter<T>): Promise<JournalEventOf<T>[]>;
   stats(): Promise<JournalStats>;
   /** What `prune` would delete: terminal rooms that ended before the cut-off, and their events. */
   countPrunable(cutoffTs: number): Promise<{ rooms: number; events: number }>;

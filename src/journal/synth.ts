@@ -6,6 +6,7 @@
  */
 import type { EventInput } from './events.ts';
 import { newRoomId } from './ids.ts';
+import type { RoomFailureReason } from './reasons.ts';
 import { DEFAULT_STATE_DEADLINES_MS, LIVE_STATES, type LiveState } from './states.ts';
 
 export interface SynthOptions {
@@ -94,28 +95,29 @@ class Heap {
   }
 }
 
-const FAILURES: Record<LiveState, Array<[reason: string, detectedBy: string]>> = {
-  created: [['no_engine_pair', 'control_plane']],
+/** How a room in each state fails, with reasons of journal/reasons.ts and who finds it. */
+const FAILURES: Record<LiveState, Array<[reason: RoomFailureReason, detectedBy: string]>> = {
+  created: [['deadline_exceeded', 'watchdog']],
   bootstrapping: [
-    ['kv_pool_exhausted', 'decode_engine'],
+    ['kv_pool_full', 'decode_engine'],
     ['deadline_exceeded', 'watchdog'],
   ],
   waiting_for_input: [
     ['deadline_exceeded', 'watchdog'],
-    ['prefill_engine_lost', 'watchdog'],
+    ['engine_restarted', 'prefill_engine'],
   ],
   prefilling: [
-    ['prefill_engine_lost', 'watchdog'],
+    ['engine_restarted', 'prefill_engine'],
     ['prefill_error', 'prefill_engine'],
   ],
   transferring: [
     ['transfer_stalled', 'transfer_core'],
     ['kv_checksum_mismatch', 'decode_engine'],
-    ['epoch_mismatch', 'transfer_core'],
+    ['transfer_epoch_mismatch', 'transfer_core'],
   ],
-  transferred: [['decode_engine_lost', 'watchdog']],
+  transferred: [['engine_restarted', 'decode_engine']],
   decoding: [
-    ['decode_engine_lost', 'watchdog'],
+    ['engine_restarted', 'decode_engine'],
     ['deadline_exceeded', 'watchdog'],
   ],
 };
@@ -384,8 +386,9 @@ export function* synthEvents(
       });
       release();
     } else if (outcome === 'fail') {
-      const [reason, detectedBy] = stall
-        ? [`${stall.role}_engine_stalled`, 'watchdog']
+      // A stalled engine's rooms outstay their deadline: the watchdog fails them.
+      const [reason, detectedBy]: [RoomFailureReason, string] = stall
+        ? ['deadline_exceeded', 'watchdog']
         : pick(FAILURES[state]);
       // The watchdog fails the room at its state's deadline, or when recovery ends the stall.
       const wait = stall

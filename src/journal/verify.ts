@@ -41,14 +41,15 @@ export class JournalFold {
   lastSeq = 0;
   readonly inconsistent: VerifyReport['inconsistent'] = [];
   readonly problems: string[] = [];
-  private readonly ev: ReducibleEvent = {
+  /** One event object, rewritten from each row (the read boundary) and folded as its type. */
+  private readonly ev = {
     seq: 0,
     ts: 0,
-    type: 'room.created',
-    room: null,
-    engine: null,
+    type: 'room.created' as EventType,
+    room: null as string | null,
+    engine: null as string | null,
     source: '',
-    data: {},
+    data: EMPTY as unknown,
   };
 
   /** Folds one page of rows; the pages come in seq order. */
@@ -68,8 +69,8 @@ export class JournalFold {
       ev.room = room;
       ev.engine = engine;
       ev.source = source;
-      ev.data = DATA_UNUSED.has(type) ? EMPTY : (JSON.parse(data) as Record<string, unknown>);
-      const r = reduce(this.rooms.get(room) ?? null, ev);
+      ev.data = DATA_UNUSED.has(type) ? EMPTY : JSON.parse(data);
+      const r = reduce(this.rooms.get(room) ?? null, ev as ReducibleEvent);
       if (r.ok) this.rooms.set(room, r.room);
       else if (this.inconsistent.length < MAX_LISTED) {
         this.inconsistent.push({ seq, reason: `${r.reason}: ${r.detail}` });

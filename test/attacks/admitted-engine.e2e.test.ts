@@ -216,9 +216,10 @@ describe.skipIf(!ucxBackend().available)('an admitted decode engine across hosts
       });
       const out = collect(control.submit({ prompt: prompt(1, 8), maxTokens: 4 }));
       const created = (await x.next('event')) as unknown as { payload: { event: JournalEvent } };
-      const room = created.payload.event.room as string;
-      expect(created.payload.event.type).toBe('room.created');
-      expect(created.payload.event.data.transport).toBe('ucx');
+      const ev = created.payload.event;
+      const room = ev.room as string;
+      if (ev.type !== 'room.created') throw new Error(`got ${ev.type}, not room.created`);
+      expect(ev.data.transport).toBe('ucx');
       await x.append('e-1', 'room.bootstrap_started', room, {});
       await x.append('e-2', 'room.bootstrapped', room, {
         pages: [0, 1],

@@ -96,10 +96,16 @@ describe('KV pool admission', () => {
   it('a canary that found a full pool never counts against the engine', async () => {
     const { control } = await startTestStack();
     const pair = { prefillEngine: 'prefill-0', decodeEngine: 'decode-0' };
-    for (let i = 0; i < 5; i++)
-      control.noteCanary(pair, false, 'bootstrap', 'kv_pool_full: no 2 free pages');
+    const full = {
+      ok: false,
+      stage: 'bootstrap',
+      reason: 'room r failed: kv_pool_full (in bootstrapping)',
+      failure: 'kv_pool_full' as const,
+    };
+    for (let i = 0; i < 5; i++) control.noteCanary(pair, full);
     expect(control.registry.get('decode-0')?.health.canaryFailures).toBe(0);
-    control.noteCanary(pair, false, 'bootstrap', 'deadline');
+    const late = 'no progress past bootstrapping within 2000 ms';
+    control.noteCanary(pair, { ok: false, stage: 'bootstrap', reason: late, failure: null });
     expect(control.registry.get('decode-0')?.health.canaryFailures).toBe(1);
   });
 });

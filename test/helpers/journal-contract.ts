@@ -8,6 +8,7 @@
 import { describe, expect, it } from 'vitest';
 import { JournalError } from '../../src/journal/errors.ts';
 import type { JournalEvent } from '../../src/journal/events.ts';
+import type { RoomFailureReason } from '../../src/journal/reasons.ts';
 import { LIVE_STATES } from '../../src/journal/states.ts';
 import { type Durability, type JournalStore, originFilter } from '../../src/journal/store.ts';
 import { created, lifecycle } from './events.ts';
@@ -286,7 +287,8 @@ export function journalContract(b: ContractBackend): void {
           data: { prefillEngine: 'p0', decodeEngine: 'd0', deadlinesMs: { decoding: 5 } },
         });
         const [ev] = await j.readFrom(0, 1);
-        expect(ev?.data.deadlinesMs).toMatchObject({ created: 2000, decoding: 5 });
+        if (ev?.type !== 'room.created') throw new Error(`read ${ev?.type}, not room.created`);
+        expect(ev.data.deadlinesMs).toMatchObject({ created: 2000, decoding: 5 });
       } finally {
         await j.drain();
       }
@@ -404,7 +406,7 @@ export function journalContract(b: ContractBackend): void {
       const j = await fresh();
       try {
         const t0 = 1_700_000_000_000;
-        const fail = (room: string, ts: number, reason: string) =>
+        const fail = (room: string, ts: number, reason: RoomFailureReason) =>
           j.append({
             type: 'room.failed',
             room,
@@ -416,16 +418,14 @@ export function journalContract(b: ContractBackend): void {
         await j.append(created('b', t0 + 1000));
         await fail('a', t0 + 61_000, 'deadline_exceeded');
         await j.append(created('c', t0 + 62_000));
-        await fail('b', t0 + 63_000, 'kv_pool_exhausted');
+        await fail('b', t0 + 63_000, 'kv_pool_full');
         const at = async (t: number) =>
           (await j.rooms({ inFlightAt: t })).rooms.map((r) => r.room).sort();
         expect(await at(t0 + 500)).toEqual(['a']);
         expect(await at(t0 + 61_500)).toEqual(['b']);
         expect(await at(t0 + 64_000)).toEqual(['c']);
         expect(
-          (await j.rooms({ state: 'failed', reason: 'kv_pool_exhausted' })).rooms.map(
-            (r) => r.room,
-          ),
+          (await j.rooms({ state: 'failed', reason: 'kv_pool_full' })).rooms.map((r) => r.room),
         ).toEqual(['b']);
         expect(
           (await j.rooms({ engine: 'd0', since: t0 + 62_500 })).rooms.map((r) => r.room).sort(),
@@ -488,7 +488,7 @@ export function journalContract(b: ContractBackend): void {
           {
             minute: t0 - (t0 % 60_000) + 60_000,
             state: 'failed',
-            reason: 'kv_pool_exhausted',
+            reason: 'kv_pool_full',
             count: 1,
           },
         ]);

@@ -3,7 +3,7 @@
  * with each other (verify, an engine's backlog) run in one REPEATABLE READ transaction.
  */
 import pg from 'pg';
-import type { JournalEvent } from '../events.ts';
+import type { EventType, JournalEvent, JournalEventOf } from '../events.ts';
 import {
   backlogParams,
   backlogSql,
@@ -142,11 +142,12 @@ export class PgReader implements JournalReader {
     return minuteCounts(await this.query(perMinuteQuery(window, "(data::json ->> 'reason')")));
   }
 
-  async tail(filter: TailFilter): Promise<JournalEvent[]> {
+  async tail<T extends EventType = EventType>(filter: TailFilter<T>): Promise<JournalEventOf<T>[]> {
     const q = tailQuery(filter);
     const rows = await this.query<EventRow>(q);
     if (q.newest) rows.reverse();
-    return rows.map(rowToEvent);
+    // Rows of the filter's types only: what rowToEvent made is that type's event.
+    return rows.map(rowToEvent) as JournalEventOf<T>[];
   }
 
   stats(): Promise<JournalStats> {

@@ -4,7 +4,7 @@
  */
 import { statSync } from 'node:fs';
 import type Database from 'better-sqlite3';
-import type { JournalEvent } from '../events.ts';
+import type { EventType, JournalEvent, JournalEventOf } from '../events.ts';
 import {
   backlogParams,
   backlogSql,
@@ -117,8 +117,9 @@ export class SqliteReader implements JournalReader {
     return rows.map(rowToEvent);
   }
 
-  tail(filter: TailFilter): Promise<JournalEvent[]> {
-    return this.read(() => this.tailSync(filter));
+  tail<T extends EventType = EventType>(filter: TailFilter<T>): Promise<JournalEventOf<T>[]> {
+    // Rows of the filter's types only: what rowToEvent made is that type's event.
+    return this.read(() => this.tailSync(filter) as JournalEventOf<T>[]);
   }
 
   stats(): Promise<JournalStats> {

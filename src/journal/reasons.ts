@@ -1,0 +1,72 @@
+/**
+ * Why a room failed or moved: one list, part of the interface (docs/design.md §3). Engines, the
+ * control plane, the watchdog, the canary and the metrics' labels all take their reasons from here,
+ * so a reason outside the list is a type error where it is written. The journal still records a
+ * reason it does not know (one from a newer engine, or an older journal's): refusing it would lose
+ * the failure, so readers treat an unknown one as text.
+ */
+
+/** `room.failed.reason`: each one, and what it means to an operator. */
+export const ROOM_FAILURE_REASONS = {
+  // ── found by the control plane and the watchdog ──
+  deadline_exceeded: 'the room stayed in one state past its deadline (the watchdog failed it)',
+  journal_unavailable: 'the journal refused writes past the grace; the client was answered 503',
+  orphaned_by_restart: 'the control plane that held its client restarted',
+  migration_limit_reached: 'its engines were lost more often than --migration-limit allows',
+  too_large_to_migrate: 'prompt plus streamed text no longer fits one room.created on the bus',
+  generated_tokens_unknown: 'its engine lost, the token ids streamed so far were not all known',
+  // ── found by an engine: its own work ──
+  engine_restarted: 'its engine restarted with the room in a stage it cannot resume',
+  engine_draining: 'its engine was draining and takes no new rooms',
+  request_unavailable: 'the request (prompt) did not reach the engine',
+  request_unusable: 'the engine could not use the request (a malformed prompt or tokens)',
+  prefill_queue_full: "the prefill engine's queue was full",
+  prefill_error: 'the model failed while computing the prompt',
+  decode_error: 'the model failed while generating',
+  kv_pool_full: "no free KV pages in the engine's pool (load, not a fault)",
+  kv_exceeds_reservation: 'the prompt took more KV pages than were reserved for it',
+  kv_checksum_mismatch: "the KV that arrived does not match the prefill engine's checksum",
+  kv_image_invalid: 'the KV image that arrived cannot be loaded by the model',
+  bootstrap_unknown: 'the prefill engine never saw the decode side bootstrap',
+  // ── found by an engine: moving the KV between the pair ──
+  transfer_stalled: 'the KV transfer made no progress within its deadline',
+  transfer_failed: 'the KV transfer failed (the transport reported an error)',
+  transfer_cancelled: 'the KV transfer was cancelled (a reset, or the room stopped)',
+  transfer_epoch_mismatch: "the decode engine's pool was replaced under the transfer",
+  kv_transport_unavailable: 'no transport joins the pair (different hosts, no UCX on one end)',
+  decode_pool_stale: "the decode engine's pool descriptor is from an older incarnation",
+  decode_pool_invalid: "the decode engine's UCX pool descriptor could not be used",
+  decode_pool_unavailable: "the decode engine's pool could not be opened",
+} as const;
+
+export type RoomFailureReason = keyof typeof ROOM_FAILURE_REASONS;
+export const FAILURE_REASONS = Object.keys(ROOM_FAILURE_REASONS) as RoomFailureReason[];
+
+/**
+ * The failures of moving a room's KV between its pair, each counted by `pdctl_transfers_total`
+ * (its `status` label: the reason without `transfer_`). `link`: the pair's link is to blame, not
+ * either engine — control/pairs.ts passes over that pair for a while. A stale pool descriptor is
+ * not the link's fault: the decode engine restarted, and its next hello brings a fresh one.
+ */
+export const TRANSFER_FAILURES: Readonly<Partial<Record<RoomFailureReason, { link: boolean }>>> =
+  Object.freeze({
+    transfer_stalled: { link: true },
+    transfer_failed: { link: true },
+    transfer_cancelled: { link: true },
+    transfer_epoch_mismatch: { link: true },
+    kv_transport_unavailable: { link: true },
+    decode_pool_invalid: { link: true },
+    decode_pool_stale: { link: false },
+  });
+
+/** `room.migrated.reason`. */
+export const ROOM_MIGRATION_REASONS = {
+  engine_lost: 'an engine of its pair exited, came back as a new process, or was fenced',
+} as const;
+export type RoomMigrationReason = keyof typeof ROOM_MIGRATION_REASONS;
+export const MIGRATION_REASONS = Object.keys(ROOM_MIGRATION_REASONS) as RoomMigrationReason[];
+
+/** Whether a failure reason is one of the list (a reader's check on what the journal holds). */
+export function isFailureReason(reason: string | null): reason is RoomFailureReason {
+  return reason !== null && Object.hasOwn(ROOM_FAILURE_REASONS, reason);
+}
