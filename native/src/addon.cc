@@ -248,8 +248,8 @@ Napi::Value UcxBackend(const Napi::CallbackInfo& info) {
 
 // ---- transfers ----------------------------------------------------------------------------
 
-struct EngineHolder {
-  std::unique_ptr<pdctl::TransferEngine> engine;
+struct WorkersHolder {
+  std::unique_ptr<pdctl::TransferWorkers> workers;
   Napi::ThreadSafeFunction tsfn;
   int inFlight = 0;      // JS thread only: the tsfn keeps the event loop alive while > 0
   bool closed = false;   // JS thread only
@@ -268,31 +268,31 @@ Napi::Object resultObject(Napi::Env env, const pdctl::TransferResult& r) {
 }
 
 // Shared by the JS handle and the thread-safe function: whichever goes last frees the holder.
-using EngineRef = std::shared_ptr<EngineHolder>;
+using WorkersRef = std::shared_ptr<WorkersHolder>;
 
 // Runs on the JS thread for every completion.
-void settled(EngineHolder* h, Napi::Env env) {
+void settled(WorkersHolder* h, Napi::Env env) {
   if (--h->inFlight == 0 && !h->closed) h->tsfn.Unref(env);
 }
 
-EngineHolder* engineArg(const Napi::CallbackInfo& info, size_t i) {
-  if (!info[i].IsExternal()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "not a transfer engine handle");
-  EngineHolder* h = info[i].As<Napi::External<EngineRef>>().Data()->get();
-  if (h->closed) throwCoded(info.Env(), "TRANSFER_ENGINE_CLOSED", "the transfer engine is closed");
+WorkersHolder* workersArg(const Napi::CallbackInfo& info, size_t i) {
+  if (!info[i].IsExternal()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "not a transfer workers handle");
+  WorkersHolder* h = info[i].As<Napi::External<WorkersRef>>().Data()->get();
+  if (h->closed) throwCoded(info.Env(), "TRANSFER_WORKERS_CLOSED", "the transfer workers are closed");
   return h;
 }
 
-Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
+Napi::Value WorkersCreate(const Napi::CallbackInfo& info) {
   need(info, 2);
   auto threads = static_cast<unsigned>(uintArg(info, 0, 64, "threads"));
   if (threads == 0) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "threads must be at least 1");
   if (!info[1].IsFunction()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "onComplete must be a function");
-  auto shared = std::make_shared<EngineHolder>();
-  EngineHolder* h = shared.get();
+  auto shared = std::make_shared<WorkersHolder>();
+  WorkersHolder* h = shared.get();
   h->tsfn = Napi::ThreadSafeFunction::New(info.Env(), info[1].As<Napi::Function>(), "pdctl-transfer", 0, 1,
-                                          [](Napi::Env, EngineRef* ref) { delete ref; }, new EngineRef(shared));
+                                          [](Napi::Env, WorkersRef* ref) { delete ref; }, new WorkersRef(shared));
   h->tsfn.Unref(info.Env());
-  h->engine = std::make_unique<pdctl::TransferEngine>(threads, [h](pdctl::TransferResult r) {
+  h->workers = std::make_unique<pdctl::TransferWorkers>(threads, [h](pdctl::TransferResult r) {
     // Worker thread: hand the result to the JS thread. The queue is unbounded, so this never blocks.
     h->tsfn.NonBlockingCall(new pdctl::TransferResult(std::move(r)),
                             [h](Napi::Env env, Napi::Function cb, pdctl::TransferResult* data) {
@@ -301,11 +301,11 @@ Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
                               cb.Call({resultObject(env, *owned)});
                             });
   });
-  return Napi::External<EngineRef>::New(info.Env(), new EngineRef(shared), [](Napi::Env, EngineRef* ref) {
+  return Napi::External<WorkersRef>::New(info.Env(), new WorkersRef(shared), [](Napi::Env, WorkersRef* ref) {
     // Collected without close(): stop the workers and let the thread-safe function go.
-    EngineHolder* holder = ref->get();
+    WorkersHolder* holder = ref->get();
     if (!holder->closed) {
-      holder->engine->shutdown();
+      holder->workers->shutdown();
       holder->closed = true;
       holder->tsfn.Release();
     }
@@ -313,9 +313,9 @@ Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   });
 }
 
-Napi::Value EnginePost(const Napi::CallbackInfo& info) {
+Napi::Value WorkersPost(const Napi::CallbackInfo& info) {
   need(info, 8);
-  EngineHolder* h = engineArg(info, 0);
+  WorkersHolder* h = workersArg(info, 0);
   uint64_t id = uintArg(info, 1, uint64_t{1} << 53, "id");
   if (!info[2].IsString()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "room must be a string");
   std::string room = info[2].As<Napi::String>().Utf8Value();
@@ -338,18 +338,18 @@ Napi::Value EnginePost(const Napi::CallbackInfo& info) {
   uint64_t epoch = uintArg(info, 6, uint64_t{1} << 53, "epoch");
   auto deadlineMs = static_cast<uint32_t>(uintArg(info, 7, 24u * 3600u * 1000u, "deadlineMs"));
   pdctl::TransferResult immediate;
-  if (!h->engine->post(id, std::move(room), src, dst, std::move(pairs), epoch, deadlineMs, &immediate)) {
+  if (!h->workers->post(id, std::move(room), src, dst, std::move(pairs), epoch, deadlineMs, &immediate)) {
     return resultObject(info.Env(), immediate);
   }
   if (h->inFlight++ == 0) h->tsfn.Ref(info.Env());
   return info.Env().Null();
 }
 
-Napi::Value EngineCancel(const Napi::CallbackInfo& info) {
+Napi::Value WorkersCancel(const Napi::CallbackInfo& info) {
   need(info, 2);
-  EngineHolder* h = engineArg(info, 0);
+  WorkersHolder* h = workersArg(info, 0);
   if (!info[1].IsString()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "room must be a string");
-  return Napi::Number::New(info.Env(), h->engine->cancel(info[1].As<Napi::String>().Utf8Value()));
+  return Napi::Number::New(info.Env(), h->workers->cancel(info[1].As<Napi::String>().Utf8Value()));
 }
 
 // (handle, room, kind, ms) → the fault; arguments 1 to 3.
@@ -367,23 +367,23 @@ pdctl::Fault faultArgs(const Napi::CallbackInfo& info) {
   return f;
 }
 
-Napi::Value EngineInject(const Napi::CallbackInfo& info) {
+Napi::Value WorkersInject(const Napi::CallbackInfo& info) {
   need(info, 4);
-  EngineHolder* h = engineArg(info, 0);
+  WorkersHolder* h = workersArg(info, 0);
   pdctl::Fault f = faultArgs(info);
-  h->engine->inject(info[1].As<Napi::String>().Utf8Value(), f);
+  h->workers->inject(info[1].As<Napi::String>().Utf8Value(), f);
   return info.Env().Undefined();
 }
 
-Napi::Value EngineClearFaults(const Napi::CallbackInfo& info) {
+Napi::Value WorkersClearFaults(const Napi::CallbackInfo& info) {
   need(info, 1);
-  engineArg(info, 0)->engine->clearFaults();
+  workersArg(info, 0)->workers->clearFaults();
   return info.Env().Undefined();
 }
 
-Napi::Value EngineStats(const Napi::CallbackInfo& info) {
+Napi::Value WorkersStats(const Napi::CallbackInfo& info) {
   need(info, 1);
-  pdctl::TransferStats s = engineArg(info, 0)->engine->stats();
+  pdctl::TransferStats s = workersArg(info, 0)->workers->stats();
   Napi::Env env = info.Env();
   Napi::Object o = Napi::Object::New(env);
   o.Set("bytes", Napi::Number::New(env, static_cast<double>(s.bytes)));
@@ -399,12 +399,12 @@ Napi::Value EngineStats(const Napi::CallbackInfo& info) {
 
 // Cancels what is queued or running and joins the workers; their completions still arrive
 // (as `cancelled`) before the thread-safe function is released.
-Napi::Value EngineClose(const Napi::CallbackInfo& info) {
+Napi::Value WorkersClose(const Napi::CallbackInfo& info) {
   need(info, 1);
-  if (!info[0].IsExternal()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "not a transfer engine handle");
-  EngineHolder* h = info[0].As<Napi::External<EngineRef>>().Data()->get();
+  if (!info[0].IsExternal()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "not a transfer workers handle");
+  WorkersHolder* h = info[0].As<Napi::External<WorkersRef>>().Data()->get();
   if (h->closed) return info.Env().Undefined();
-  h->engine->shutdown();
+  h->workers->shutdown();
   h->closed = true;
   h->tsfn.Release();
   return info.Env().Undefined();
@@ -423,7 +423,7 @@ using UcxRef = std::shared_ptr<UcxHolder>;
 UcxHolder* ucxArg(const Napi::CallbackInfo& info, size_t i) {
   if (!info[i].IsExternal()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "not a UCX node handle");
   UcxHolder* h = info[i].As<Napi::External<UcxRef>>().Data()->get();
-  if (h->closed) throwCoded(info.Env(), "TRANSFER_ENGINE_CLOSED", "the UCX node is closed");
+  if (h->closed) throwCoded(info.Env(), "TRANSFER_WORKERS_CLOSED", "the UCX node is closed");
   return h;
 }
 
@@ -596,13 +596,13 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("crc32c", Napi::Function::New(env, Crc32c));
   exports.Set("backends", Napi::Function::New(env, Backends));
   exports.Set("memcpyNanos", Napi::Function::New(env, MemcpyNanos));
-  exports.Set("engineCreate", Napi::Function::New(env, EngineCreate));
-  exports.Set("enginePost", Napi::Function::New(env, EnginePost));
-  exports.Set("engineCancel", Napi::Function::New(env, EngineCancel));
-  exports.Set("engineInject", Napi::Function::New(env, EngineInject));
-  exports.Set("engineClearFaults", Napi::Function::New(env, EngineClearFaults));
-  exports.Set("engineStats", Napi::Function::New(env, EngineStats));
-  exports.Set("engineClose", Napi::Function::New(env, EngineClose));
+  exports.Set("workersCreate", Napi::Function::New(env, WorkersCreate));
+  exports.Set("workersPost", Napi::Function::New(env, WorkersPost));
+  exports.Set("workersCancel", Napi::Function::New(env, WorkersCancel));
+  exports.Set("workersInject", Napi::Function::New(env, WorkersInject));
+  exports.Set("workersClearFaults", Napi::Function::New(env, WorkersClearFaults));
+  exports.Set("workersStats", Napi::Function::New(env, WorkersStats));
+  exports.Set("workersClose", Napi::Function::New(env, WorkersClose));
   return exports;
 }
 

@@ -20,13 +20,13 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-TransferEngine::TransferEngine(unsigned threads, Complete complete) : complete_(std::move(complete)) {
+TransferWorkers::TransferWorkers(unsigned threads, Complete complete) : complete_(std::move(complete)) {
   for (unsigned i = 0; i < threads; i++) workers_.emplace_back([this] { work(); });
 }
 
-TransferEngine::~TransferEngine() { shutdown(); }
+TransferWorkers::~TransferWorkers() { shutdown(); }
 
-void TransferEngine::shutdown() {
+void TransferWorkers::shutdown() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return;
@@ -40,7 +40,7 @@ void TransferEngine::shutdown() {
   workers_.clear();
 }
 
-bool TransferEngine::post(uint64_t id, std::string room, std::shared_ptr<Mapping> src, std::shared_ptr<Mapping> dst,
+bool TransferWorkers::post(uint64_t id, std::string room, std::shared_ptr<Mapping> src, std::shared_ptr<Mapping> dst,
                           std::vector<std::pair<uint32_t, uint32_t>> pairs, uint64_t epoch, uint32_t deadlineMs,
                           TransferResult* immediate) {
   if (dst->retired() || dst->header().epoch != epoch) {
@@ -53,7 +53,7 @@ bool TransferEngine::post(uint64_t id, std::string room, std::shared_ptr<Mapping
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) {
-      *immediate = {id, room, "cancelled", 0, 0, 0, "the transfer engine is closed"};
+      *immediate = {id, room, "cancelled", 0, 0, 0, "the transfer workers are closed"};
       count(immediate->status);
       return false;
     }
@@ -68,7 +68,7 @@ bool TransferEngine::post(uint64_t id, std::string room, std::shared_ptr<Mapping
   return true;
 }
 
-uint32_t TransferEngine::cancel(const std::string& room) {
+uint32_t TransferWorkers::cancel(const std::string& room) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = byRoom_.find(room);
   if (it == byRoom_.end()) return 0;
@@ -79,17 +79,17 @@ uint32_t TransferEngine::cancel(const std::string& room) {
   return n;
 }
 
-void TransferEngine::inject(const std::string& room, Fault fault) {
+void TransferWorkers::inject(const std::string& room, Fault fault) {
   std::lock_guard<std::mutex> lock(mu_);
   faults_[room] = fault;
 }
 
-void TransferEngine::clearFaults() {
+void TransferWorkers::clearFaults() {
   std::lock_guard<std::mutex> lock(mu_);
   faults_.clear();
 }
 
-TransferStats TransferEngine::stats() const {
+TransferStats TransferWorkers::stats() const {
   TransferStats s;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -105,7 +105,7 @@ TransferStats TransferEngine::stats() const {
   return s;
 }
 
-void TransferEngine::count(const std::string& status) {
+void TransferWorkers::count(const std::string& status) {
   if (status == "ok") ok_++;
   else if (status == "cancelled") cancelled_++;
   else if (status == "stalled") stalled_++;
@@ -113,7 +113,7 @@ void TransferEngine::count(const std::string& status) {
   else failed_++;
 }
 
-void TransferEngine::forget(const Job& job) {
+void TransferWorkers::forget(const Job& job) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = byRoom_.find(job.room);
   if (it == byRoom_.end()) return;
@@ -122,7 +122,7 @@ void TransferEngine::forget(const Job& job) {
   if (flags.empty()) byRoom_.erase(it);
 }
 
-void TransferEngine::work() {
+void TransferWorkers::work() {
   for (;;) {
     Job job;
     {
@@ -146,7 +146,7 @@ void TransferEngine::work() {
   }
 }
 
-TransferResult TransferEngine::run(Job& job) {
+TransferResult TransferWorkers::run(Job& job) {
   TransferResult r{job.id, job.room, "ok", 0, 0, 0, ""};
   const uint64_t srcBytes = job.src->header().pageBytes;
   const uint64_t dstBytes = job.dst->header().pageBytes;
@@ -223,7 +223,7 @@ TransferResult TransferEngine::run(Job& job) {
   return finish("ok");
 }
 
-const char* TransferEngine::copyOnDevice(const Job& job, const std::vector<Segment>& segments, uint32_t* crc,
+const char* TransferWorkers::copyOnDevice(const Job& job, const std::vector<Segment>& segments, uint32_t* crc,
                                          uint64_t* moved, const std::function<const char*()>& interrupted,
                                          std::string* error) {
   const CudaRuntime* r = cudaRuntime();

@@ -3,7 +3,7 @@
 // that ends in `stalled`, cancel by room, an epoch check at post and at completion, and an exact
 // room tag on its completion.
 //
-// Threads: post() and cancel() run on the JS thread; copies run on the engine's workers and
+// Threads: post() and cancel() run on the JS thread; copies run on the workers' threads and
 // touch only the job they took and the mappings it holds (shared_ptr, so a pool closed meanwhile
 // stays mapped). Completions go back through a callback the owner supplies (addon.cc sends them
 // through a thread-safe function to the JS thread).
@@ -50,14 +50,14 @@ struct TransferStats {
   uint64_t ok = 0, cancelled = 0, stalled = 0, epochMismatch = 0, failed = 0;
 };
 
-class TransferEngine {
+class TransferWorkers {
  public:
   using Complete = std::function<void(TransferResult)>;
 
-  TransferEngine(unsigned threads, Complete complete);
-  ~TransferEngine();
-  TransferEngine(const TransferEngine&) = delete;
-  TransferEngine& operator=(const TransferEngine&) = delete;
+  TransferWorkers(unsigned threads, Complete complete);
+  ~TransferWorkers();
+  TransferWorkers(const TransferWorkers&) = delete;
+  TransferWorkers& operator=(const TransferWorkers&) = delete;
 
   // Queues a transfer; returns false with a result to deliver at once if it cannot start
   // (epoch mismatch). Pairs are (source page, destination page), already range-checked.

@@ -188,7 +188,7 @@ describe('NativeTransferCore', () => {
     await c.close();
     await expect(
       c.post({ room: 'r', src, dst, pairs: [[0, 0]], deadlineMs: 10 }),
-    ).rejects.toMatchObject({ code: 'TRANSFER_ENGINE_CLOSED' });
+    ).rejects.toMatchObject({ code: 'TRANSFER_WORKERS_CLOSED' });
   });
 });
 

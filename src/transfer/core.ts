@@ -8,10 +8,10 @@ import { isValidId } from '../journal/events.ts';
 import { TransferError } from './errors.ts';
 import { checkDeadline, flatPairs, InFlight, type TransferResult, toResult } from './in-flight.ts';
 import {
-  type EngineHandle,
   type NativeTransferResult,
   type NativeTransferStats,
   native,
+  type WorkersHandle,
 } from './native.ts';
 import type { KvPool } from './pool.ts';
 
@@ -82,7 +82,7 @@ export function parseFault(
 }
 
 export class NativeTransferCore implements TransferCore {
-  private readonly engine: EngineHandle;
+  private readonly workers: WorkersHandle;
   private readonly inFlight = new InFlight();
   private closing: Promise<void> | null = null;
 
@@ -92,22 +92,22 @@ export class NativeTransferCore implements TransferCore {
     if (!Number.isInteger(threads) || threads < 1 || threads > 64) {
       throw bad(`threads must be an integer from 1 to 64, got ${threads}`);
     }
-    this.engine = native().engineCreate(threads, (r) => this.inFlight.completed(r));
+    this.workers = native().workersCreate(threads, (r) => this.inFlight.completed(r));
     const fault = parseFault(process.env.PDCTL_TRANSFER_FAULT);
     if (fault) this.inject(fault);
   }
 
-  private live(): EngineHandle {
+  private live(): WorkersHandle {
     if (this.closing)
-      throw new TransferError('TRANSFER_ENGINE_CLOSED', 'the transfer core is closed');
-    return this.engine;
+      throw new TransferError('TRANSFER_WORKERS_CLOSED', 'the transfer core is closed');
+    return this.workers;
   }
 
   post(request: TransferRequest): Promise<TransferResult> {
     let id: number;
     let immediate: NativeTransferResult | null;
     try {
-      const engine = this.live();
+      const workers = this.live();
       const { room, src, dst, pairs, deadlineMs } = request;
       if (!isValidId(room)) throw bad(`room must be a room id, got ${JSON.stringify(room)}`);
       if (src.closed || dst.closed)
@@ -126,8 +126,8 @@ export class NativeTransferCore implements TransferCore {
       if (!Number.isSafeInteger(epoch) || epoch < 0)
         throw bad(`epoch must be a pool epoch, got ${epoch}`);
       id = this.inFlight.id();
-      immediate = native().enginePost(
-        engine,
+      immediate = native().workersPost(
+        workers,
         id,
         room,
         src.handleForTransfer(),
@@ -145,7 +145,7 @@ export class NativeTransferCore implements TransferCore {
 
   cancel(room: string): number {
     if (typeof room !== 'string') throw bad('room must be a string');
-    return native().engineCancel(this.live(), room);
+    return native().workersCancel(this.live(), room);
   }
 
   release(room: string): Promise<void> {
@@ -154,22 +154,22 @@ export class NativeTransferCore implements TransferCore {
 
   inject(fault: Fault): void {
     checkFault(fault);
-    native().engineInject(this.live(), fault.room ?? '', fault.kind, fault.ms ?? 0);
+    native().workersInject(this.live(), fault.room ?? '', fault.kind, fault.ms ?? 0);
   }
 
   clearFaults(): void {
-    native().engineClearFaults(this.live());
+    native().workersClearFaults(this.live());
   }
 
   stats(): TransferStats {
-    return { ...native().engineStats(this.live()), inFlight: this.inFlight.size };
+    return { ...native().workersStats(this.live()), inFlight: this.inFlight.size };
   }
 
   close(): Promise<void> {
     if (this.closing) return this.closing;
     const inFlight = this.inFlight.releaseAll();
     // Cancels everything and joins the workers; their completions still arrive, as `cancelled`.
-    native().engineClose(this.engine);
+    native().workersClose(this.workers);
     this.closing = inFlight;
     return this.closing;
   }

@@ -7,7 +7,7 @@ export const TRANSFER_ERROR_CODES = [
   'TRANSFER_POOL_NOT_FOUND',
   'TRANSFER_POOL_CORRUPT',
   'TRANSFER_POOL_CLOSED',
-  'TRANSFER_ENGINE_CLOSED',
+  'TRANSFER_WORKERS_CLOSED',
   /** A device pool was asked for where CUDA, or that device, is not available. */
   'TRANSFER_BACKEND_UNAVAILABLE',
   'TRANSFER_SYSTEM',

@@ -68,10 +68,10 @@ export interface NativeAddon {
    */
   memcpyNanos(src: PoolHandle, dst: PoolHandle, bytes: number, rounds: number): number;
   /** `onComplete` is called on the JS thread for every transfer that was queued. */
-  engineCreate(threads: number, onComplete: (result: NativeTransferResult) => void): EngineHandle;
+  workersCreate(threads: number, onComplete: (result: NativeTransferResult) => void): WorkersHandle;
   /** Null when queued; a result when the transfer could not start (epoch mismatch, closed). */
-  enginePost(
-    engine: EngineHandle,
+  workersPost(
+    workers: WorkersHandle,
     id: number,
     room: string,
     src: PoolHandle,
@@ -80,11 +80,11 @@ export interface NativeAddon {
     epoch: number,
     deadlineMs: number,
   ): NativeTransferResult | null;
-  engineCancel(engine: EngineHandle, room: string): number;
-  engineInject(engine: EngineHandle, room: string, kind: NativeFaultKind, ms: number): void;
-  engineClearFaults(engine: EngineHandle): void;
-  engineStats(engine: EngineHandle): NativeTransferStats;
-  engineClose(engine: EngineHandle): void;
+  workersCancel(workers: WorkersHandle, room: string): number;
+  workersInject(workers: WorkersHandle, room: string, kind: NativeFaultKind, ms: number): void;
+  workersClearFaults(workers: WorkersHandle): void;
+  workersStats(workers: WorkersHandle): NativeTransferStats;
+  workersClose(workers: WorkersHandle): void;
   /** Loads UCX (only a process that asks has it) and says whether it is usable, and why not. */
   ucxBackend(): NativeUcxBackend;
   /** Throws TRANSFER_BACKEND_UNAVAILABLE (with the reason) where UCX cannot be set up. */
@@ -119,8 +119,8 @@ export interface NativeAddon {
   ucxClose(node: UcxHandle): void;
 }
 
-/** A transfer engine (worker threads), as the addon knows it. */
-export type EngineHandle = { readonly __brand: 'EngineHandle' };
+/** The transfer core's pool of copy threads, as the addon knows it (not an inference engine). */
+export type WorkersHandle = { readonly __brand: 'WorkersHandle' };
 
 export type NativeFaultKind = 'none' | 'stall' | 'delay' | 'corrupt' | 'fail';
 

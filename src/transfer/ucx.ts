@@ -207,7 +207,7 @@ export class UcxNode {
   }
 
   private live(): UcxHandle {
-    if (this.closing) throw new TransferError('TRANSFER_ENGINE_CLOSED', 'the UCX node is closed');
+    if (this.closing) throw new TransferError('TRANSFER_WORKERS_CLOSED', 'the UCX node is closed');
     return this.node;
   }
 }
