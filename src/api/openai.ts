@@ -358,16 +358,6 @@ async function serve(
   const maxTokens = body.max_completion_tokens ?? body.max_tokens ?? DEFAULT_MAX_TOKENS;
   const stops = body.stop == null ? [] : Array.isArray(body.stop) ? body.stop : [body.stop];
   const asked = sampling(body, deps.control.modelInfo.samples);
-  const health = deps.control.journalHealth();
-  if (!health.writable || health.state !== 'ready') {
-    // Nothing is served that the journal cannot record.
-    throw new ApiError(
-      503,
-      `the journal cannot be written (${health.lastError ?? health.state}); not taking new requests`,
-      'server_error',
-      'journal_unavailable',
-    );
-  }
   if (deps.shutdown.closing)
     throw new ApiError(
       503,

@@ -76,7 +76,7 @@ export function checkRequest(request: SubmitRequest, model: ModelInfo): CheckedR
 }
 
 export interface IntakeDeps {
-  journal: Pick<JournalStore, 'append'>;
+  journal: Pick<JournalStore, 'append' | 'health'>;
   registry: EngineRegistry;
   book: RoomBook;
   model: ModelInfo;
@@ -101,6 +101,14 @@ export class Intake {
    */
   submit(request: SubmitRequest, abort: (room: string) => Promise<unknown>): RoomStream {
     const { sent, promptTokens, stop } = checkRequest(request, this.deps.model);
+    const health = this.deps.journal.health();
+    if (!health.writable || health.state !== 'ready') {
+      // Nothing is served that the journal cannot record.
+      throw new ControlError(
+        'CONTROL_JOURNAL_UNAVAILABLE',
+        `the journal cannot be written (${health.lastError ?? health.state}); not taking new requests`,
+      );
+    }
     const { maxTokens, requestId, traceparent, sampling, signal } = request;
     const pair = this.pick(promptTokens, maxTokens);
     const room = newRoomId();
