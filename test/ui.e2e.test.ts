@@ -76,6 +76,10 @@ describe.runIf(hasChromium)('the live page in headless Chromium', () => {
     // Both engines run on this machine: one host tag for the two.
     const hostOf = (engine: string) =>
       page.locator(`#engines tr[data-engine="${engine}"] td.host`).textContent();
+    // The control plane's one status of each engine, with what the engine says of itself on hover.
+    const status = page.locator('#engines tr[data-engine="decode-0"] td.status');
+    await expect.poll(() => status.textContent()).toBe('live');
+    expect(await status.getAttribute('title')).toBe('the engine says: ready');
     expect(await hostOf('prefill-0')).toMatch(/^h-[0-9a-f]{6}$/);
     expect(await hostOf('decode-0')).toBe(await hostOf('prefill-0'));
     await expect.poll(() => page.locator('#link').textContent()).toMatch(/^live · updated/);

@@ -150,7 +150,7 @@ export class ControlPlane {
       await cp.bus.listen(cp.handlers());
       const every = (ms: number, f: () => void) => cp.timers.push(setInterval(f, ms).unref());
       every(cp.options.engineExpiryCheckMs, () => cp.expireEngines());
-      every(250, () => cp.outage.tick());
+      every(cp.options.outageCheckMs, () => cp.outage.tick());
       cp.loopLag.start();
     } catch (err) {
       cp.subscription?.close();

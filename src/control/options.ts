@@ -21,6 +21,7 @@ export interface ControlDefaults {
   maxRoomsPerEngine: number;
   engineExpiryMs: number;
   engineExpiryCheckMs: number;
+  outageCheckMs: number;
 }
 
 export const CONTROL_DEFAULTS: Readonly<ControlDefaults> = Object.freeze({
@@ -52,6 +53,8 @@ export const CONTROL_DEFAULTS: Readonly<ControlDefaults> = Object.freeze({
   engineExpiryMs: 600_000,
   /** How often silent engines are looked for. */
   engineExpiryCheckMs: 60_000,
+  /** How often the journal-outage answerer looks at the journal's health. */
+  outageCheckMs: 250,
 });
 
 export interface ControlPlaneOptions extends Partial<ControlDefaults> {
