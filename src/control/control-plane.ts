@@ -118,7 +118,6 @@ export class ControlPlane {
       log: o.log,
       admission: o.admission,
       rooms: book,
-      timed,
       replaced: (engine, old) => this.engineLost(engine, old, 'it came back as a new incarnation'),
     });
     this.appends = new AppendRelay({ journal, bus, registry, counters, rooms: book, timed });

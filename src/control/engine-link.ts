@@ -1,8 +1,8 @@
 /**
- * The control plane's side of each engine's connection: accepting a hello and replaying what the
- * engine missed, taking its appends in order and relaying them to the journal, and delivering
- * committed events to it in seq order with their `prevSeq` (docs/protocol.md, "Ordering, replay
- * and retries").
+ * The control plane's side of each engine's connection: accepting a hello (the checks of
+ * hello.ts) and replaying what the engine missed, delivering committed events to it in seq order
+ * with their `prevSeq` (docs/protocol.md, "Ordering, replay and retries"), commands, and fencing
+ * an incarnation declared lost. What engines send back is appends.ts's and tokens.ts's.
  */
 
 import type { Admission } from '../bus/admission.ts';
@@ -56,13 +56,8 @@ export interface EngineLinkDeps {
   modelFormat: string | null;
   counters: ControlCounters;
   log: Logger;
-  /**
-   * The rooms: whose each is (an engine appends only for its own), the request sent with a
-   * `room.created`, and whether an append would be refused given those still on their way.
-   */
-  rooms: Pick<RoomBook, 'owners' | 'request' | 'project' | 'settled'>;
-  /** Measures an append's latency. */
-  timed<T>(p: Promise<T>): Promise<T>;
+  /** The rooms: the request sent to a prefill engine with its `room.created`. */
+  rooms: Pick<RoomBook, 'request'>;
   /** An engine came back as a new incarnation: the old one's rooms are lost (migrate them). */
   replaced(engine: string, oldIncarnation: string): Promise<void>;
 }
@@ -194,7 +189,7 @@ export class EngineLink {
       this.bus.drops.record('unauthorized', { engine: msg.engine, reason: r.message });
     if (r.drop === 'rate_limited')
       this.bus.drops.record('rate_limited', { engine: msg.engine, kind: 'hello' });
-    if (r.log) this.deps.log.warn(r.log.fields, r.log.msg);
+    if (r.log) this.deps.log[r.log.level](r.log.fields, r.log.msg);
     if (r.throttle) this.throttles.note(msg.engine, r.throttle.what, r.throttle.effect);
     this.bus.send(peer, 'nack', {
       eventId: null,

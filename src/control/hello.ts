@@ -28,8 +28,8 @@ export interface HelloRefusal {
   retryable: boolean;
   /** Counted as a dropped frame of this reason. */
   drop?: 'unauthorized' | 'rate_limited';
-  /** Logged (warn), with these fields. */
-  log?: { msg: string; fields: Record<string, unknown> };
+  /** Logged, at this level, with these fields. */
+  log?: { level: 'warn' | 'error'; msg: string; fields: Record<string, unknown> };
   /** Journaled once per engine per minute as a throttle. */
   throttle?: { what: string; effect: string };
 }
@@ -108,6 +108,7 @@ function keepsItsRole(msg: Hello, ctx: HelloContext): HelloRefusal | null {
     message: `engine ${msg.engine} is registered as ${was}; pick another --id`,
     retryable: false,
     log: {
+      level: 'error',
       msg: 'engine id reused with another role; refused',
       fields: { engine: msg.engine, was, now: msg.role },
     },
@@ -127,6 +128,7 @@ function runsThisModel(msg: Hello, ctx: HelloContext): HelloRefusal | null {
     message: `this control plane serves ${format ?? 'the built-in model'}; the engine runs ${msg.model ?? 'the built-in model'}: start both with the same --model and --sequences`,
     retryable: false,
     log: {
+      level: 'warn',
       msg: 'engine of another model refused',
       fields: { engine: msg.engine, model: msg.model, serving: format },
     },
