@@ -237,6 +237,7 @@ export class ControlPlane {
     else if (ev.type === 'room.failed' && isTransportFailure(room.reason))
       this.pairHealth.failed(room.prefillEngine, room.decodeEngine, ev.ts);
     this.aborts.onCommitted(room, ev);
+    if (folded.admittedOn) void this.migrator.created(room, folded.admittedOn);
     if (!ended) return;
     this.aborts.onTerminal(room.room);
     const missing = ended.stream?.endAs(room);

@@ -37,9 +37,12 @@ async function setup(limit = 2) {
   const registry = new EngineRegistry();
   const book = new RoomBook((engine) => registry.get(engine));
   const events: JournalEvent[] = [];
+  // What the control plane does with each commit that concerns migration (control-plane.ts).
+  let migrator: Migrator | null = null;
   journal.subscribe(0, (ev) => {
     events.push(ev);
-    book.fold(ev);
+    const f = book.fold(ev);
+    if (f?.admittedOn) void migrator?.created(f.room, f.admittedOn);
   });
   const model = new DeterministicModel();
   const intake = new Intake({
@@ -52,7 +55,7 @@ async function setup(limit = 2) {
     pairAvoided: () => false,
     timed: (p) => p,
   });
-  const migrator = new Migrator(
+  migrator = new Migrator(
     { journal, model, log: silentLogger, book, intake, closing: () => false },
     { limit, waitMs: 200 },
   );
@@ -90,7 +93,7 @@ async function setup(limit = 2) {
         request: book.request(e.room as string),
       }));
   const typesOf = (room: string) => events.filter((e) => e.room === room).map((e) => e.type);
-  return { journal, registry, book, migrator, created, events, liveRoom, typesOf };
+  return { journal, registry, book, intake, migrator, created, events, liveRoom, typesOf };
 }
 
 async function until(cond: () => boolean, ms = 5000): Promise<void> {
@@ -126,6 +129,35 @@ describe('Migrator', () => {
     expect([t.book.liveOn('p0'), t.book.liveOn('p1'), t.book.liveOn('d0')]).toEqual([0, 1, 1]);
     const released = t.events.find((e) => e.room === room && e.type === 'room.released');
     expect(released?.engine).toBe('p0');
+  });
+
+  it('moves a room whose room.created was still on its way to the journal when its engine was lost', async () => {
+    const t = await setup();
+    t.registry.set(engineSession('p0', 'prefill'));
+    t.registry.set(engineSession('p1', 'prefill'));
+    t.registry.set(engineSession('d0', 'decode'));
+    const [p0, d0] = [t.registry.get('p0'), t.registry.get('d0')];
+    if (!p0 || !d0) throw new Error('registered above');
+    const room = newRoomId();
+    const stream = new RoomStream(room, 2, Date.now());
+    const request = { prompt: 'the river', maxTokens: 8 };
+    t.intake.create(
+      stream,
+      room,
+      request,
+      2,
+      { prefill: p0, decode: d0, transport: 'shm' },
+      { source: 'api' },
+    );
+    // The append is queued, not committed: the lost engine's rooms, as the book shows them now,
+    // do not include it.
+    expect(t.book.room(room)).toBeUndefined();
+    await t.migrator.engineLost('p0', 'p0-a', 'it exited');
+    await until(() => t.created().length === 1);
+    expect(t.created()[0]).toMatchObject({ from: room, prefill: 'p1' });
+    await until(() => t.typesOf(room).includes('room.released'));
+    expect(t.typesOf(room)).toEqual(['room.created', 'room.migrated', 'room.released']);
+    expect(stream.current).toBe(t.created()[0]?.room);
   });
 
   it('fails the stream and journals why when no healthy pair comes within the wait', async () => {

@@ -50,7 +50,21 @@ interface Loss {
   reason: string;
 }
 
+/** Lost incarnations remembered (the oldest are forgotten): rooms committed late find theirs here. */
+const LOST_KEPT = 256;
+
+function remember(m: Map<string, Loss>, key: string, loss: Loss): void {
+  m.set(key, loss);
+  if (m.size > LOST_KEPT) {
+    const oldest = m.keys().next().value;
+    if (oldest !== undefined) m.delete(oldest);
+  }
+}
+
 export class Migrator {
+  /** Incarnations lost (`engine/incarnation`), and how. */
+  private readonly lost = new Map<string, Loss>();
+
   constructor(
     private readonly host: MigrationDeps,
     private readonly options: MigrationOptions,
@@ -65,46 +79,60 @@ export class Migrator {
     const { host } = this;
     if (host.closing()) return;
     const loss: Loss = { engine, incarnation, reason };
-    const { limit } = this.options;
+    remember(this.lost, `${engine}/${incarnation}`, loss);
     const moves: Array<Promise<unknown>> = [];
     for (const r of host.book.live()) {
       if (r.prefillEngine !== engine && r.decodeEngine !== engine) continue;
-      if (isTerminal(r.state)) {
-        moves.push(this.releaseLost(r.room, loss));
-        continue;
-      }
-      const stream = host.book.stream(r.room);
-      const request = host.book.request(r.room);
-      if (limit === 0 || !stream || stream.done || !request || r.abortRequestedAt !== null)
-        continue;
-      // The prompt plus what was streamed so far must fit in the new room's room.created event,
-      // and a model that is sent token ids needs every generated one.
-      const next = continuation(request, stream);
-      const tooLarge = requestTextBytes(next) > maxRequestTextBytes();
-      const idsMissing =
-        next.tokens !== undefined && stream.currentIds.length !== stream.currentTokens;
-      if (stream.migrations >= limit || tooLarge || idsMissing) {
-        const reason = tooLarge
-          ? 'too_large_to_migrate'
-          : idsMissing
-            ? 'generated_tokens_unknown'
-            : 'migration_limit_reached';
-        moves.push(
-          host.journal
-            .append({
-              type: 'room.failed',
-              room: r.room,
-              source: 'control',
-              eventId: `${r.room}:migration-limit`,
-              data: { reason, stage: r.state, detectedBy: 'control' },
-            })
-            .catch((err) => host.log.error({ err, room: r.room }, 'could not fail a room')),
-        );
-        continue;
-      }
-      moves.push(this.migrate(r, stream, next, loss));
+      const move = this.lose(r, loss);
+      if (move) moves.push(move);
     }
     await Promise.all(moves);
+  }
+
+  /**
+   * A room's `room.created` committed after the incarnation it was admitted on was lost (it was on
+   * its way to the journal when the engine went, so `engineLost` did not see it): it moves now,
+   * as the lost engine's other rooms did, instead of waiting out its deadline.
+   */
+  created(room: Room, admittedOn: { prefill: string; decode: string }): Promise<unknown> | null {
+    const loss =
+      this.lost.get(`${room.prefillEngine}/${admittedOn.prefill}`) ??
+      this.lost.get(`${room.decodeEngine}/${admittedOn.decode}`);
+    return loss && !this.host.closing() ? this.lose(room, loss) : null;
+  }
+
+  /** What becomes of one room of a lost engine: released, failed, migrated, or left (null). */
+  private lose(r: Room, loss: Loss): Promise<unknown> | null {
+    const { host } = this;
+    const { limit } = this.options;
+    if (isTerminal(r.state)) return this.releaseLost(r.room, loss);
+    const stream = host.book.stream(r.room);
+    const request = host.book.request(r.room);
+    if (limit === 0 || !stream || stream.done || !request || r.abortRequestedAt !== null)
+      return null;
+    // The prompt plus what was streamed so far must fit in the new room's room.created event,
+    // and a model that is sent token ids needs every generated one.
+    const next = continuation(request, stream);
+    const tooLarge = requestTextBytes(next) > maxRequestTextBytes();
+    const idsMissing =
+      next.tokens !== undefined && stream.currentIds.length !== stream.currentTokens;
+    if (stream.migrations >= limit || tooLarge || idsMissing) {
+      const reason = tooLarge
+        ? 'too_large_to_migrate'
+        : idsMissing
+          ? 'generated_tokens_unknown'
+          : 'migration_limit_reached';
+      return host.journal
+        .append({
+          type: 'room.failed',
+          room: r.room,
+          source: 'control',
+          eventId: `${r.room}:migration-limit`,
+          data: { reason, stage: r.state, detectedBy: 'control' },
+        })
+        .catch((err) => host.log.error({ err, room: r.room }, 'could not fail a room'));
+    }
+    return this.migrate(r, stream, next, loss);
   }
 
   private async migrate(

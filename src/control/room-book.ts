@@ -34,6 +34,8 @@ export interface Folded {
   room: Room;
   /** The event ended the room (its first terminal state): its client stream, if any, left the book with it. */
   ended: { stream: RoomStream | undefined } | null;
+  /** A `room.created` of a room admitted here: the engine incarnations it was admitted on. */
+  admittedOn: { prefill: string; decode: string } | null;
 }
 
 /** A room admitted on a pair before its `room.created` commits. */
@@ -55,6 +57,8 @@ export class RoomBook {
    * that the next one from the same engine is judged after them, not before.
    */
   private readonly ahead = new Map<string, { room: Room; appends: number }>();
+  /** Rooms admitted here whose `room.created` has not committed: the incarnations of their pair. */
+  private readonly admitted = new Map<string, { prefill: string; decode: string }>();
   /** The rooms not yet ended that name each engine: admitted, or live in the fold. */
   private readonly onEngine = new Map<string, Set<string>>();
   /** KV pages promised to rooms per engine: admission counts pages, not rooms. */
@@ -128,6 +132,7 @@ export class RoomBook {
   admit(room: string, a: Admitted): void {
     this.streams.set(room, a.stream);
     this.requests.set(room, a.request);
+    this.admitted.set(room, { prefill: a.prefill.incarnation, decode: a.decode.incarnation });
     this.index(room, { prefillEngine: a.prefill.engine, decodeEngine: a.decode.engine }, true);
     const { maxTokens } = a.request;
     for (const s of [a.prefill, a.decode])
@@ -142,6 +147,7 @@ export class RoomBook {
     this.index(room, owners, false);
     this.pages.releaseAll(room);
     this.requests.delete(room);
+    this.admitted.delete(room);
     return this.takeStream(room);
   }
 
@@ -160,6 +166,8 @@ export class RoomBook {
     if (!r.ok) return null;
     const room = r.room;
     this.rooms.set(room.room, room);
+    const admittedOn = ev.type === 'room.created' ? (this.admitted.get(room.room) ?? null) : null;
+    if (admittedOn) this.admitted.delete(room.room);
     if (ev.type === 'room.released' && ev.engine !== null) this.pages.release(room.room, ev.engine);
     let ended: Folded['ended'] = null;
     if (!isTerminal(room.state)) this.index(room.room, room, true);
@@ -169,7 +177,7 @@ export class RoomBook {
       ended = { stream: this.takeStream(room.room) };
     }
     if (isTerminal(room.state) && releasedByBoth(room)) this.leave(room);
-    return { before, room, ended };
+    return { before, room, ended, admittedOn };
   }
 
   // ── engine appends ───────────────────────────────────────────────────────────────────────
