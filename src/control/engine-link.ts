@@ -19,6 +19,7 @@ import type { JournalEvent } from '../journal/events.ts';
 import type { Room } from '../journal/reducer.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
+import { BoundedMap } from './bounded-map.ts';
 import type { EngineSession } from './engine-session.ts';
 import {
   checkHello,
@@ -64,13 +65,18 @@ export interface EngineLinkDeps {
 
 type Backlog = Awaited<ReturnType<JournalStore['engineBacklog']>>;
 
+/** How many fenced incarnations and connections are remembered (the oldest are forgotten). */
+const FENCES_KEPT = 256;
+
 export class EngineLink {
   private readonly bus: BusServer;
   private readonly registrations = new Map<string, TokenBucket>();
   /** Incarnations declared lost while their process may live (`fence`), and why: never again. */
-  private readonly fencedIncarnations = new Map<string, string>();
+  private readonly fencedIncarnations = new BoundedMap<string, string>(FENCES_KEPT);
   /** Their bus connections, why, and when last told: what they send is answered BUS_FENCED. */
-  private readonly fencedPeers = new Map<PeerId, { reason: string; toldAt: number }>();
+  private readonly fencedPeers = new BoundedMap<PeerId, { reason: string; toldAt: number }>(
+    FENCES_KEPT,
+  );
   private readonly throttles: ThrottleRecord;
   /** Sessions handed out so far (one per accepted hello). */
   private sessions = 0;
@@ -139,8 +145,8 @@ export class EngineLink {
     const why = `engine ${engine} incarnation ${incarnation} was declared lost (${reason}) and its rooms moved; nothing it holds is applied: exit and start again`;
     s.delivery.live = false;
     this.bus.unregister(s.peer);
-    remember(this.fencedIncarnations, `${engine}/${incarnation}`, why);
-    remember(this.fencedPeers, s.peer, { reason: why, toldAt: 0 });
+    this.fencedIncarnations.set(`${engine}/${incarnation}`, why);
+    this.fencedPeers.set(s.peer, { reason: why, toldAt: 0 });
     return true;
   }
 
@@ -360,16 +366,5 @@ export class EngineLink {
         this.sendEvent(s, ev);
       }
     }
-  }
-}
-
-/** How many fenced incarnations and connections are remembered (the oldest are forgotten). */
-const FENCES_KEPT = 256;
-
-function remember<K, V>(m: Map<K, V>, key: K, why: V): void {
-  m.set(key, why);
-  if (m.size > FENCES_KEPT) {
-    const oldest = m.keys().next().value;
-    if (oldest !== undefined) m.delete(oldest);
   }
 }

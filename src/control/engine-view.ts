@@ -67,27 +67,25 @@ export interface EngineView
 /**
  * The one rule: connecting until its replay is done; stalled when a stall was found or its
  * heartbeat is older than `stalledAfterMs`; stale past `staleAfterMs`; draining when it says so;
- * live otherwise. `heardSince` is when the control plane was last able to hear (a process that
- * was paused heard nothing, and no engine is to blame for it): age counts from the later of the two.
+ * live otherwise.
  */
 export function engineStatus(
   s: Pick<EngineSession, 'delivery' | 'health'>,
   policy: Readonly<LivenessPolicy>,
   now: number,
   stall: Omit<Stall, 'engine'> | null = null,
-  heardSince = 0,
 ): EngineStatus {
   if (!s.delivery.live) return 'connecting';
-  if (stall) return 'stalled';
-  const age = now - Math.max(s.health.lastSeen, heardSince);
-  if (age > policy.stalledAfterMs) return 'stalled';
+  const age = now - s.health.lastSeen;
+  if (stall || age > policy.stalledAfterMs) return 'stalled';
   if (age > policy.staleAfterMs) return 'stale';
   return s.health.heartbeat?.state === 'draining' ? 'draining' : 'live';
 }
 
 /**
  * A heartbeat older than `stalledAfterMs`, from an engine past its replay, is itself a stall.
- * `heardSince`: when this process was last able to hear (see `engineStatus`).
+ * `heardSince`: when this process was last able to hear (the ladder's: a process that was paused
+ * heard nothing, and no engine is to blame for it); silence counts from the later of the two.
  */
 export function heartbeatStall(
   e: { connected: boolean; lastSeen: number },

@@ -15,6 +15,7 @@ import { isTerminal } from '../journal/states.ts';
 import type { AppendResult, JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import type { ModelInfo } from '../model/executor.ts';
+import { BoundedMap } from './bounded-map.ts';
 import type { EngineSession } from './engine-session.ts';
 import { ControlError } from './errors.ts';
 import type { Intake } from './intake.ts';
@@ -53,17 +54,9 @@ interface Loss {
 /** Lost incarnations remembered (the oldest are forgotten): rooms committed late find theirs here. */
 const LOST_KEPT = 256;
 
-function remember(m: Map<string, Loss>, key: string, loss: Loss): void {
-  m.set(key, loss);
-  if (m.size > LOST_KEPT) {
-    const oldest = m.keys().next().value;
-    if (oldest !== undefined) m.delete(oldest);
-  }
-}
-
 export class Migrator {
   /** Incarnations lost (`engine/incarnation`), and how. */
-  private readonly lost = new Map<string, Loss>();
+  private readonly lost = new BoundedMap<string, Loss>(LOST_KEPT);
 
   constructor(
     private readonly host: MigrationDeps,
@@ -79,7 +72,7 @@ export class Migrator {
     const { host } = this;
     if (host.closing()) return;
     const loss: Loss = { engine, incarnation, reason };
-    remember(this.lost, `${engine}/${incarnation}`, loss);
+    this.lost.set(`${engine}/${incarnation}`, loss);
     const moves: Array<Promise<unknown>> = [];
     for (const r of host.book.live()) {
       if (r.prefillEngine !== engine && r.decodeEngine !== engine) continue;

@@ -15,6 +15,7 @@ import type { JournalEvent } from '../journal/events.ts';
 import { type Room, reduce } from '../journal/reducer.ts';
 import { isTerminal } from '../journal/states.ts';
 import { releasedByBoth } from './aborts.ts';
+import { BoundedMap } from './bounded-map.ts';
 import type { EngineSession } from './engine-session.ts';
 import { PageLedger } from './page-ledger.ts';
 import type { RoomStream } from './streams.ts';
@@ -49,7 +50,7 @@ export interface Admitted {
 
 export class RoomBook {
   private readonly rooms = new Map<string, Room>();
-  private readonly ended = new Map<string, RoomOwners>();
+  private readonly ended: BoundedMap<string, RoomOwners>;
   private readonly requests = new Map<string, RoomRequest>();
   private readonly streams = new Map<string, RoomStream>();
   /**
@@ -66,8 +67,9 @@ export class RoomBook {
 
   constructor(
     session: (engine: string) => EngineSession | undefined,
-    private readonly endedKept = ENDED_ROOMS_KEPT,
+    endedKept = ENDED_ROOMS_KEPT,
   ) {
+    this.ended = new BoundedMap(endedKept);
     this.pages = new PageLedger(session);
   }
 
@@ -229,10 +231,6 @@ export class RoomBook {
       prefillEngine: room.prefillEngine,
       decodeEngine: room.decodeEngine,
     });
-    if (this.ended.size > this.endedKept) {
-      const oldest = this.ended.keys().next().value;
-      if (oldest !== undefined) this.ended.delete(oldest);
-    }
   }
 
   private index(room: string, owners: RoomOwners, on: boolean): void {
