@@ -9,7 +9,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import client from 'prom-client';
 import { STAGE_OF } from '../control/canary.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
-import type { JournalEvent } from '../journal/events.ts';
+import type { JournalEvent, JournalEventOf } from '../journal/events.ts';
 import {
   FAILURE_REASONS,
   isFailureReason,
@@ -103,6 +103,9 @@ export class ApiMetrics {
   /** KV transfers each engine took part in since this process started, by transport. */
   private readonly byEngine = new Map<string, Record<string, number>>();
   private readonly transferBytes: client.Counter;
+  /** Prefix blocks of each room's context (`room.created.prefixBlocks`), until its KV is posted. */
+  private readonly prefixBlocks = new Map<string, number>();
+  private readonly blocks: client.Counter<'outcome'>;
   private readonly canaryRuns: client.Counter<'outcome'>;
   /** Bounded label values: a room's reason and a canary's outcome come from the journal. */
   private readonly reasons = new BoundedLabel(KNOWN_ENDINGS.map(([, r]) => r));
@@ -181,6 +184,13 @@ export class ApiMetrics {
       help: 'KV bytes transferred',
       registers: [r],
     });
+    this.blocks = new client.Counter({
+      name: 'pdctl_prefix_blocks_total',
+      help: 'Prefix blocks of rooms prefilled: hit (KV reused from the prefill engine cache), missed (computed), stored and evicted by the caches',
+      labelNames: ['outcome'],
+      registers: [r],
+    });
+    for (const outcome of ['hit', 'missed', 'stored', 'evicted']) this.blocks.inc({ outcome }, 0);
     this.canaryRuns = new client.Counter({
       name: 'pdctl_canary_runs_total',
       help: 'Canary rooms by outcome (ok, or failing_ and the stage it failed in)',
@@ -305,6 +315,13 @@ export class ApiMetrics {
     ]);
     totalCounter(
       r,
+      'pdctl_prefix_blocks_refused_total',
+      'Prefix blocks engines said they stored that were not theirs to store (not blocks of the room, beyond their cache, or a block size the control plane does not use): never indexed',
+      [],
+      () => [[{}, control.counters.blocksRefused]],
+    );
+    totalCounter(
+      r,
       'pdctl_generation_tokens_total',
       'Tokens streamed to clients (canary rooms included)',
       [],
@@ -402,7 +419,10 @@ export class ApiMetrics {
     if (ev.type === 'room.created') {
       const planned = ev.data.transport;
       if (planned) this.plannedTransport.set(after.room, planned);
+      if (ev.data.prefixBlocks) this.prefixBlocks.set(after.room, ev.data.prefixBlocks);
     }
+    if (ev.type === 'room.prefill_started' || ev.type === 'room.transfer_posted')
+      this.onBlocks(after.room, ev);
     if (ev.type === 'room.transfer_completed') {
       const { bytes, transport = 'unknown' } = ev.data;
       this.transfers.inc({ status: 'ok', transport });
@@ -425,7 +445,23 @@ export class ApiMetrics {
           transport: this.plannedTransport.get(after.room) ?? 'unknown',
         });
       this.plannedTransport.delete(after.room);
+      this.prefixBlocks.delete(after.room);
     }
+  }
+
+  /** What a prefill engine's cache did for a room. */
+  private onBlocks(
+    room: string,
+    ev: JournalEventOf<'room.prefill_started'> | JournalEventOf<'room.transfer_posted'>,
+  ): void {
+    this.blocks.inc({ outcome: 'evicted' }, ev.data.evictedBlocks?.length ?? 0);
+    if (ev.type !== 'room.transfer_posted') return;
+    const { reusedBlocks = 0, storedBlocks = [] } = ev.data;
+    this.blocks.inc({ outcome: 'stored' }, storedBlocks.length);
+    this.blocks.inc({ outcome: 'hit' }, reusedBlocks);
+    const all = this.prefixBlocks.get(room);
+    if (all !== undefined) this.blocks.inc({ outcome: 'missed' }, Math.max(0, all - reusedBlocks));
+    this.prefixBlocks.delete(room);
   }
 
   /** A completion was refused before it had a room (`reason`: its API error code). */

@@ -10,7 +10,7 @@ import { Packr } from 'msgpackr';
 import { BUS_ERROR_CODES } from './errors.ts';
 
 /** Bumped on any change an engine of the previous version could not follow. */
-export const PROTOCOL_VERSION = 3;
+export const PROTOCOL_VERSION = 4;
 
 /**
  * How often an engine heartbeats (its default, and what a welcome suggests): a wedged bus loop is
@@ -131,6 +131,13 @@ export const ENGINE_MESSAGES = {
         Type.Union([Type.Literal('shm'), Type.Literal('ucx'), Type.Literal('auto')]),
       ),
       /**
+       * A prefill engine that keeps a prefix cache (engine/prefix-cache.ts): its block size in
+       * tokens and the most blocks it can hold. Absent: it keeps none.
+       */
+      prefix: Type.Optional(
+        Type.Object({ blockTokens: Type.Integer({ minimum: 1 }), capacityBlocks: Count }, strict),
+      ),
+      /**
        * Proof that the sender holds an allowed key for this engine id (admission.ts). Optional in
        * the schema only so that a hello without it is answered with a clear refusal.
        */
@@ -152,7 +159,10 @@ export const ENGINE_MESSAGES = {
       /** Receive/work loop tick counters: a counter that stops moving is a frozen loop. */
       ticks: Type.Record(Type.String({ maxLength: 64 }), Count),
       queues: Type.Record(Type.String({ maxLength: 64 }), Count),
+      /** Pages a new room could have: free ones and those of cached prefix blocks. */
       freePages: Count,
+      /** Prefix blocks its cache holds (prefill engines with one). */
+      cachedBlocks: Type.Optional(Count),
       rooms: Count,
       lastSeq: Seq,
       /** `draining`: finishing its rooms before exiting; it gets no new ones. */

@@ -80,6 +80,17 @@ export function engineShapeOptions(c: Command, per = ''): Command {
       'KV pool pages in the memory of CUDA device <n>, moved GPU to GPU (default: host shared memory)',
       intArg('--kv-device'),
     )
+    .option(
+      '--kv-block-tokens <n>',
+      `tokens per prefix block: the unit prefill engines cache and the router counts; the control plane and every engine need the same`,
+      intArg('--kv-block-tokens', 1),
+      ENGINE_DEFAULTS.kvBlockTokens,
+    )
+    .option(
+      '--prefix-cache-pages <n>',
+      `KV pool pages${per} a prefill engine keeps computed prompt blocks in, for rooms whose prompt starts the same (default: a quarter of the pool; 0: none; rooms take the pages back when they need them)`,
+      intArg('--prefix-cache-pages'),
+    )
     .addOption(
       new Option(
         '--kv-transport <mode>',
@@ -108,5 +119,7 @@ export function engineShapeArgs(o: Record<string, unknown>): string[] {
     String(o.decodeUsPerToken),
     ...(o.kvDevice === undefined ? [] : ['--kv-device', String(o.kvDevice)]),
     ...given('--kv-transport', o.kvTransport),
+    ...given('--kv-block-tokens', o.kvBlockTokens),
+    ...given('--prefix-cache-pages', o.prefixCachePages),
   ];
 }

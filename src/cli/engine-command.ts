@@ -115,6 +115,8 @@ export function registerEngineCommand(program: Command): void {
           kvTransport: o.kvTransport ?? ENGINE_DEFAULTS.kvTransport,
           transferThreads: o.transferThreads,
           prefillConcurrency: o.prefillConcurrency,
+          kvBlockTokens: o.kvBlockTokens,
+          prefixCachePages: o.prefixCachePages ?? null,
           chunkTokens: o.chunkTokens,
           heartbeatMs: o.heartbeatMs,
           drainTimeoutMs: o.drainTimeoutMs,

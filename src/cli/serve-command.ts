@@ -19,6 +19,8 @@ import {
   parseEngineKey,
 } from '../bus/admission.ts';
 import { BusError } from '../bus/errors.ts';
+import { CONTROL_DEFAULTS } from '../control/options.ts';
+import { ROUTER_POLICIES, type RouterPolicy } from '../control/routing/router.ts';
 import { UsageError } from '../errors.ts';
 import { JournalError } from '../journal/errors.ts';
 import { DURABILITIES, type Durability } from '../journal/store.ts';
@@ -102,6 +104,14 @@ export function registerServeCommand(program: Command): void {
       'rooms in flight per decode engine before 429',
       intArg('--max-rooms-per-engine', 1),
       512,
+    )
+    .addOption(
+      new Option(
+        '--router <policy>',
+        "how a new room's engines are chosen: kv (the prefill engine holding most of its prompt's prefix blocks, against the prefill queued on it; docs/design.md §12), least-loaded (fewest rooms), round-robin",
+      )
+        .choices([...ROUTER_POLICIES])
+        .default(CONTROL_DEFAULTS.router),
     )
     .option(
       '--canary-interval-ms <n>',
@@ -264,6 +274,8 @@ export function registerServeCommand(program: Command): void {
           restartStalled: o.restartStalled !== false,
           migrationLimit: o.migrationLimit as number,
           maxRoomsPerEngine: o.maxRoomsPerEngine as number,
+          router: o.router as RouterPolicy,
+          kvBlockTokens: o.kvBlockTokens as number,
           canaryDeadlineMs: o.canaryDeadlineMs as number,
           canaryIntervalMs: o.canaryIntervalMs as number,
           api: {

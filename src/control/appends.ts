@@ -12,6 +12,7 @@ import type { JournalStore } from '../journal/store.ts';
 import type { ControlCounters } from './engine-link.ts';
 import type { EngineRegistry } from './registry.ts';
 import type { RoomBook } from './room-book.ts';
+import type { Router } from './routing/router.ts';
 
 /** The room events each role sends (docs/protocol.md); anything else from it is refused. */
 export const ENGINE_APPENDS = {
@@ -68,7 +69,9 @@ export interface AppendRelayDeps {
   registry: EngineRegistry;
   counters: ControlCounters;
   /** Whose each room is, and whether an append would be refused given those on their way. */
-  rooms: Pick<RoomBook, 'owners' | 'project' | 'settled'>;
+  book: Pick<RoomBook, 'owners' | 'project' | 'settled'>;
+  /** Vets the prefix blocks an engine says it stored or evicted (routing/router.ts `vet`). */
+  router: Pick<Router, 'vet'>;
   /** Measures an append's latency. */
   timed<T>(p: Promise<T>): Promise<T>;
 }
@@ -134,7 +137,7 @@ export class AppendRelay {
       refuse(`a ${s.role} engine may not append ${type}`);
       return;
     }
-    const owners = this.deps.rooms.owners(room);
+    const owners = this.deps.book.owners(room);
     const mine =
       owners !== undefined &&
       (s.role === 'prefill' ? owners.prefillEngine : owners.decodeEngine) === engine;
@@ -149,7 +152,7 @@ export class AppendRelay {
       );
       return;
     }
-    const rejected = !this.deps.rooms.project(msg.event, engine);
+    const rejected = !this.deps.book.project(msg.event, engine);
     if (!this.rejections.take(engine, rejected)) {
       this.bus.drops.record('rate_limited', { engine, type, room });
       refuse(
@@ -158,6 +161,8 @@ export class AppendRelay {
       return;
     }
     this.deps.counters.appends++;
+    const vetted = this.deps.router.vet(s, room, data);
+    this.deps.counters.blocksRefused += vetted.refused;
     this.deps
       .timed(
         this.deps.journal.append({
@@ -166,11 +171,11 @@ export class AppendRelay {
           engine,
           source: `engine:${engine}`,
           eventId: engineEventId(engine, msg.eventId),
-          data,
+          data: vetted.data,
         } as Parameters<JournalStore['append']>[0]),
       )
       .finally(() => {
-        if (!rejected) this.deps.rooms.settled(room);
+        if (!rejected) this.deps.book.settled(room);
       })
       .then(
         (res) => {

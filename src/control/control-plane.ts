@@ -30,7 +30,7 @@ import { DEFAULT_LIVENESS, type EngineView, type LivenessPolicy, viewsOf } from 
 import { ControlError } from './errors.ts';
 import { Intake } from './intake.ts';
 import { JournalOutage } from './journal-outage.ts';
-import { Listeners } from './listeners.ts';
+import { Listeners, timing } from './listeners.ts';
 import { LoopLag } from './loop-lag.ts';
 import { Migrator } from './migration.ts';
 import {
@@ -43,6 +43,7 @@ import { failOrphans, roomsInFlight } from './orphans.ts';
 import { isTransportFailure, PairHealth } from './pairs.ts';
 import { EngineRegistry } from './registry.ts';
 import { RoomBook, type RoomOwners } from './room-book.ts';
+import { Router } from './routing/router.ts';
 import { DEFAULT_STALL_POLICY, findStalls, type Stall, type StallPolicy } from './stalls.ts';
 import { RoomEndedError, type RoomStream } from './streams.ts';
 import { relayTokens } from './tokens.ts';
@@ -59,6 +60,8 @@ export class ControlPlane {
   /** When an engine is live, stale or stalled: one policy for readiness, routing and the ladder. */
   readonly liveness: Readonly<LivenessPolicy>;
   readonly bus: BusServer;
+  /** Chooses each new room's pair, by the prefix index folded from the journal. */
+  readonly router: Router;
   /** Rooms the previous control plane left in flight, failed at this start (`orphaned_by_restart`). */
   orphansFailed = 0;
   private readonly options: Resolved;
@@ -99,8 +102,9 @@ export class ControlPlane {
       maxFrameBytes: o.maxFrameBytes,
       log: o.log,
     });
-    const timed = <T>(p: Promise<T>) => this.timed(p);
-    const { registry, book, counters, bus } = this;
+    const timed = timing(this.appendTimes);
+    this.router = new Router({ policy: o.router, blockTokens: o.kvBlockTokens });
+    const { registry, book, counters, bus, router } = this;
     this.outage = new JournalOutage({
       journal,
       streaming: () => book.streaming(),
@@ -120,7 +124,7 @@ export class ControlPlane {
       rooms: book,
       replaced: (engine, old) => this.engineLost(engine, old, 'it came back as a new incarnation'),
     });
-    this.appends = new AppendRelay({ journal, bus, registry, counters, rooms: book, timed });
+    this.appends = new AppendRelay({ journal, bus, registry, counters, book, router, timed });
     this.intake = new Intake({
       journal,
       registry,
@@ -129,6 +133,7 @@ export class ControlPlane {
       liveness: this.liveness,
       maxRoomsPerEngine: o.maxRoomsPerEngine,
       pairAvoided: (p, d) => this.pairHealth.avoid(p, d),
+      router,
       ...(o.deadlinesMs ? { deadlinesMs: o.deadlinesMs } : {}),
       timed,
     });
@@ -144,7 +149,9 @@ export class ControlPlane {
     try {
       const orphans = await roomsInFlight(journal);
       cp.book.load(orphans);
-      cp.subscription = journal.subscribe(await journal.headSeq(), (ev) => cp.onCommitted(ev));
+      const head = await journal.headSeq();
+      await cp.router.rebuild(journal, head);
+      cp.subscription = journal.subscribe(head, (ev) => cp.onCommitted(ev));
       cp.orphansFailed = await failOrphans(journal, orphans, cp.log);
       await cp.bus.listen(cp.handlers());
       const every = (ms: number, f: () => void) => cp.timers.push(setInterval(f, ms).unref());
@@ -224,6 +231,7 @@ export class ControlPlane {
   /** A committed event: folded into the book, then handed to the engines, listeners and aborts. */
   private onCommitted(ev: JournalEvent): void {
     const folded = this.book.fold(ev);
+    this.router.fold(ev, folded?.ended != null);
     if (!folded) return;
     const { before, room, ended } = folded;
     if (ev.engine !== null && room.state !== before?.state) {
@@ -277,14 +285,6 @@ export class ControlPlane {
   /** Called with the append-to-commit time of every control-plane append (metrics). */
   onAppendCommitted(listener: (ms: number) => void): () => void {
     return this.appendTimes.add(listener);
-  }
-
-  private timed<T>(p: Promise<T>): Promise<T> {
-    const t0 = performance.now();
-    return p.then((v) => {
-      this.appendTimes.emit(performance.now() - t0);
-      return v;
-    });
   }
 
   // ── requests ─────────────────────────────────────────────────────────────────────────────

@@ -39,11 +39,21 @@ export interface ControlCounters {
   tokensDropped: number;
   delivered: number;
   hellos: number;
+  /** Prefix block names engines said they stored that were not theirs to store (appends.ts). */
+  blocksRefused: number;
 }
 
 /** Every counter at zero. */
 export function zeroCounters(): ControlCounters {
-  return { appends: 0, nacks: 0, tokens: 0, tokensDropped: 0, delivered: 0, hellos: 0 };
+  return {
+    appends: 0,
+    nacks: 0,
+    tokens: 0,
+    tokensDropped: 0,
+    delivered: 0,
+    hellos: 0,
+    blocksRefused: 0,
+  };
 }
 
 export interface EngineLinkDeps {
@@ -236,6 +246,7 @@ export class EngineLink {
           pid: msg.pid,
           pool: msg.pool,
           pages: msg.pages,
+          ...(msg.prefix ? { prefix: msg.prefix } : {}),
         },
       })
       .catch((err) =>

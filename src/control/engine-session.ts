@@ -36,6 +36,8 @@ export interface EngineIdentity {
   readonly kvRemote: KvRemote | null;
   /** How it sends KV (hello `kvSend`; control/pairs.ts): `auto` when it did not say. */
   readonly kvSend: 'shm' | 'ucx' | 'auto';
+  /** A prefill engine's prefix cache (hello `prefix`): block size and most blocks; null: none. */
+  readonly prefix: { blockTokens: number; capacityBlocks: number } | null;
   readonly connectedAt: number;
 }
 

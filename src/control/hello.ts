@@ -182,6 +182,7 @@ export function openSession(
     host: msg.host ?? null,
     kvRemote: msg.kvRemote ?? null,
     kvSend: msg.kvSend ?? 'auto',
+    prefix: msg.prefix ?? null,
     connectedAt: now,
     delivery: {
       live: false,

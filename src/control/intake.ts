@@ -9,19 +9,23 @@ import { DEFAULT_MAX_FRAME_BYTES, type RoomRequest, requestTextBytes } from '../
 import { newRoomId } from '../journal/ids.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { ModelInfo } from '../model/executor.ts';
+import { blockNames } from '../model/prefix-blocks.ts';
 import type { EngineSession } from './engine-session.ts';
 import type { LivenessPolicy } from './engine-view.ts';
 import { ControlError } from './errors.ts';
 import { MAX_PROMPT_BYTES, MAX_TOKENS_LIMIT, type SubmitRequest } from './options.ts';
-import { choosePair, type Pair, unreachable } from './pairs.ts';
+import { type Pair, unreachable } from './pairs.ts';
 import type { EngineRegistry } from './registry.ts';
 import type { RoomBook } from './room-book.ts';
+import type { Router } from './routing/router.ts';
 import { RoomStream } from './streams.ts';
 
 /** A request as checked: what is sent to the engines and how large it is. */
 export interface CheckedRequest {
   /** The prompt, and its token ids where the model is sent them. */
   sent: { prompt: string; tokens?: number[] };
+  /** The prompt's token ids, as the model's tokenizer makes them. */
+  tokens: number[];
   promptTokens: number;
   stop: string[];
 }
@@ -72,7 +76,7 @@ export function checkRequest(request: SubmitRequest, model: ModelInfo): CheckedR
       `this model's context is ${context} tokens; the prompt has ${promptTokens} and max_tokens asks for ${maxTokens} more (${promptTokens + maxTokens}); shorten the prompt or ask for at most ${Math.max(0, context - promptTokens)} tokens`,
     );
   }
-  return { sent, promptTokens, stop };
+  return { sent, tokens, promptTokens, stop };
 }
 
 export interface IntakeDeps {
@@ -87,6 +91,8 @@ export interface IntakeDeps {
   pairAvoided(prefill: string, decode: string): boolean;
   /** Deadlines journaled on each new room (journal/states.ts), when not the defaults. */
   deadlinesMs?: Record<string, number>;
+  /** Chooses pairs (routing/router.ts) and knows the blocks engines hold. */
+  router: Router;
   /** Measures an append's latency. */
   timed<T>(p: Promise<T>): Promise<T>;
 }
@@ -100,7 +106,7 @@ export class Intake {
    * migration, not the first).
    */
   submit(request: SubmitRequest, abort: (room: string) => Promise<unknown>): RoomStream {
-    const { sent, promptTokens, stop } = checkRequest(request, this.deps.model);
+    const { sent, tokens, promptTokens, stop } = checkRequest(request, this.deps.model);
     const health = this.deps.journal.health();
     if (!health.writable || health.state !== 'ready') {
       // Nothing is served that the journal cannot record.
@@ -110,7 +116,8 @@ export class Intake {
       );
     }
     const { maxTokens, requestId, traceparent, sampling, signal } = request;
-    const pair = this.pick(promptTokens, maxTokens);
+    const names = blockNames(tokens, this.deps.router.o.blockTokens);
+    const pair = this.pick(promptTokens, maxTokens, names);
     const room = newRoomId();
     const stream = new RoomStream(room, promptTokens, Date.now());
     stream.trace = { ...(requestId ? { requestId } : {}), ...(traceparent ? { traceparent } : {}) };
@@ -120,7 +127,7 @@ export class Intake {
       ...(stop.length > 0 ? { stop } : {}),
       ...(sampling ? { sampling } : {}),
     };
-    this.create(stream, room, req, promptTokens, pair, { source: request.source ?? 'api' });
+    this.create(stream, room, req, promptTokens, pair, { source: request.source ?? 'api', names });
     if (signal) {
       const onAbort = () => {
         stream.cancelled = true;
@@ -136,14 +143,16 @@ export class Intake {
   }
 
   /**
-   * The pair for a new room: live engines (engine-view.ts) with the KV pages free now, of lowest
-   * cost, passing `usable`. Null when none.
+   * The pair for a new room whose context has the block names `names`: the router's choice
+   * among live engines (engine-view.ts) with the KV pages free now, passing `usable`. Null when
+   * none.
    */
   pairFor(
     promptTokens: number,
     maxTokens: number,
     usable: (s: EngineSession) => boolean = () => true,
     now = Date.now(),
+    names: readonly string[] = [],
   ): { pair: Pair | null; prefills: EngineSession[]; decodes: EngineSession[] } {
     const { registry, book, liveness } = this.deps;
     const fits = (s: EngineSession) =>
@@ -152,7 +161,7 @@ export class Intake {
       book.pages.fits(s, book.pages.pagesFor(s, promptTokens, maxTokens));
     const prefills = registry.candidates('prefill', liveness, now, fits);
     const decodes = registry.candidates('decode', liveness, now, fits);
-    const pair = choosePair(prefills, decodes, {
+    const pair = this.deps.router.choose(prefills, decodes, names, promptTokens, {
       avoid: this.deps.pairAvoided,
       roomsOn: (engine) => book.liveOn(engine),
     });
@@ -170,9 +179,15 @@ export class Intake {
    * CONTROL_BAD_REQUEST when no engine could ever hold the request, CONTROL_OVERLOADED (429) when
    * one could but none can now (no pages free, or every decode engine at its room cap).
    */
-  pick(promptTokens: number, maxTokens: number): Pair {
+  pick(promptTokens: number, maxTokens: number, names: readonly string[] = []): Pair {
     const now = Date.now();
-    const { pair, prefills, decodes } = this.pairFor(promptTokens, maxTokens, undefined, now);
+    const { pair, prefills, decodes } = this.pairFor(
+      promptTokens,
+      maxTokens,
+      undefined,
+      now,
+      names,
+    );
     if (pair) return pair;
     if (prefills.length === 0) this.noneFor('prefill', promptTokens, maxTokens, now);
     if (decodes.length === 0) this.noneFor('decode', promptTokens, maxTokens, now);
@@ -227,9 +242,10 @@ export class Intake {
   }
 
   /**
-   * Admits the stream's request on the pair into the room book and journals its `room.created`;
-   * a journal that refuses it takes the room out again and fails the stream
-   * (CONTROL_JOURNAL_UNAVAILABLE).
+   * Admits the stream's request on the pair into the room book and the router's queue, and
+   * journals its `room.created` with the prefix blocks the router expects the prefill engine to
+   * hold; a journal that refuses it takes the room out again and fails the stream
+   * (CONTROL_JOURNAL_UNAVAILABLE). `names`: the context's block names (made here when absent).
    */
   create(
     stream: RoomStream,
@@ -237,12 +253,17 @@ export class Intake {
     request: RoomRequest,
     promptTokens: number,
     { prefill, decode, transport }: Pair,
-    o: { source: string; migratedFrom?: string },
+    o: { source: string; migratedFrom?: string; names?: readonly string[] },
   ): void {
-    const { book, deadlinesMs } = this.deps;
+    const { book, deadlinesMs, router } = this.deps;
+    const names = o.names ?? this.namesOf(request);
     book.admit(room, { stream, request, promptTokens, prefill, decode });
+    const expected = router.admitted(room, prefill.engine, names, promptTokens);
     const owners = { prefillEngine: prefill.engine, decodeEngine: decode.engine };
-    const abandon = (err: Error) => book.abandon(room, owners)?.fail(err);
+    const abandon = (err: Error) => {
+      router.forget(room);
+      book.abandon(room, owners)?.fail(err);
+    };
     this.deps
       .timed(
         this.deps.journal.append({
@@ -255,6 +276,7 @@ export class Intake {
             maxTokens: request.maxTokens,
             model: this.deps.model.name,
             transport,
+            ...(names.length > 0 ? { prefixBlocks: names.length, expectedBlocks: expected } : {}),
             ...(request.sampling ? { sampling: request.sampling } : {}),
             ...stream.trace,
             ...(o.migratedFrom ? { migratedFrom: o.migratedFrom } : {}),
@@ -279,5 +301,14 @@ export class Intake {
             ),
           ),
       );
+  }
+
+  /** The block names of a request's context (a migration's continuation includes what was generated). */
+  private namesOf(request: RoomRequest): string[] {
+    try {
+      return blockNames(this.deps.model.contextTokens(request), this.deps.router.o.blockTokens);
+    } catch {
+      return [];
+    }
   }
 }

@@ -31,3 +31,14 @@ export class Listeners<A extends unknown[]> {
     }
   }
 }
+
+/** Wraps promises so that each one's time to settle (ms) is told to `listeners` when it resolves. */
+export function timing(listeners: Listeners<[ms: number]>): <T>(p: Promise<T>) => Promise<T> {
+  return <T>(p: Promise<T>) => {
+    const t0 = performance.now();
+    return p.then((v) => {
+      listeners.emit(performance.now() - t0);
+      return v;
+    });
+  };
+}

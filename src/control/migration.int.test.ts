@@ -20,6 +20,7 @@ import { Intake } from './intake.ts';
 import { Migrator } from './migration.ts';
 import { EngineRegistry } from './registry.ts';
 import { RoomBook } from './room-book.ts';
+import { Router } from './routing/router.ts';
 import { RoomStream } from './streams.ts';
 
 const dir = tempDir('pdctl-migration-');
@@ -53,6 +54,7 @@ async function setup(limit = 2) {
     liveness: DEFAULT_LIVENESS,
     maxRoomsPerEngine: 512,
     pairAvoided: () => false,
+    router: new Router({ policy: 'least-loaded', blockTokens: 64 }),
     timed: (p) => p,
   });
   migrator = new Migrator(

@@ -9,6 +9,7 @@ import type { StateDeadlinesMs } from '../journal/states.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import type { ModelInfo, Sampling } from '../model/executor.ts';
+import type { RouterPolicy } from './routing/router.ts';
 
 /** What every control plane has a default for; units are in the names. */
 export interface ControlDefaults {
@@ -22,6 +23,8 @@ export interface ControlDefaults {
   engineExpiryMs: number;
   engineExpiryCheckMs: number;
   outageCheckMs: number;
+  router: RouterPolicy;
+  kvBlockTokens: number;
 }
 
 export const CONTROL_DEFAULTS: Readonly<ControlDefaults> = Object.freeze({
@@ -55,6 +58,10 @@ export const CONTROL_DEFAULTS: Readonly<ControlDefaults> = Object.freeze({
   engineExpiryCheckMs: 60_000,
   /** How often the journal-outage answerer looks at the journal's health. */
   outageCheckMs: 250,
+  /** How a new room's pair is chosen (routing/router.ts): by prefix overlap against load. */
+  router: 'kv' as RouterPolicy,
+  /** Tokens per prefix block: the engines' `--kv-block-tokens` must be the same. */
+  kvBlockTokens: 64,
 });
 
 export interface ControlPlaneOptions extends Partial<ControlDefaults> {

@@ -1,6 +1,7 @@
 /**
  * Which prefill and decode engine serve a new room: the pair of lowest cost among the engines
- * that may take it, where a pair's cost is its engines' live rooms plus what moving its KV costs.
+ * that may take it, where a pair's cost is its prefill engine's (the router's, routing/router.ts;
+ * its live rooms by default), its decode engine's live rooms, and what moving its KV costs.
  * Engines on one host move KV through shared memory (or CUDA IPC); engines on two hosts move it
  * over UCX, which costs `PAIR_COSTS.ucxRooms` more, and only when the prefill engine sends over
  * UCX and the decode engine receives over it. A pair that cannot move KV at all is never chosen,
@@ -65,11 +66,14 @@ export interface PairWeights {
   avoid?: (prefill: string, decode: string) => boolean;
   /** Rooms not yet ended on an engine (room-book.ts `liveOn`): its load. */
   roomsOn?: (engine: string) => number;
+  /** A prefill engine's cost (routing/router.ts); default its `roomsOn`. */
+  prefillCost?: (engine: string) => number;
   costs?: Readonly<Record<PairTransport, number>>;
 }
 
 /**
- * The pair of lowest cost (rooms on both engines plus the transport's cost); of equal ones, the
+ * The pair of lowest cost (the prefill engine's cost, rooms on the decode engine, and the
+ * transport's cost); of equal ones, the
  * cheaper transport, then the first found. Pairs that `avoid` names are taken only when no other
  * pair can move KV (so a healed link is tried again).
  */
@@ -80,27 +84,35 @@ export function choosePair(
 ): Pair | null {
   const avoid = w.avoid ?? (() => false);
   const roomsOn = w.roomsOn ?? (() => 0);
+  const prefillCost = w.prefillCost ?? roomsOn;
   const costs = w.costs ?? PAIR_COSTS;
+  const weigh = { costs, roomsOn, prefillCost };
   return (
-    cheapest(prefills, decodes, costs, roomsOn, (p, d) => !avoid(p, d)) ??
-    cheapest(prefills, decodes, costs, roomsOn, () => true)
+    cheapest(prefills, decodes, weigh, (p, d) => !avoid(p, d)) ??
+    cheapest(prefills, decodes, weigh, () => true)
   );
 }
 
 function cheapest(
   prefills: readonly EngineSession[],
   decodes: readonly EngineSession[],
-  costs: Readonly<Record<PairTransport, number>>,
-  roomsOn: (engine: string) => number,
+  w: {
+    costs: Readonly<Record<PairTransport, number>>;
+    roomsOn: (engine: string) => number;
+    prefillCost: (engine: string) => number;
+  },
   allowed: (prefill: string, decode: string) => boolean,
 ): Pair | null {
+  const { costs, roomsOn } = w;
+  const prefillCosts = new Map(prefills.map((p) => [p.engine, w.prefillCost(p.engine)]));
   let best: Pair | null = null;
   let bestCost = Number.POSITIVE_INFINITY;
   for (const prefill of prefills) {
     for (const decode of decodes) {
       const transport = transportBetween(prefill, decode);
       if (transport === null || !allowed(prefill.engine, decode.engine)) continue;
-      const cost = roomsOn(prefill.engine) + roomsOn(decode.engine) + costs[transport];
+      const cost =
+        (prefillCosts.get(prefill.engine) as number) + roomsOn(decode.engine) + costs[transport];
       if (
         cost < bestCost ||
         (cost === bestCost && best && costs[transport] < costs[best.transport])

@@ -85,6 +85,11 @@ export abstract class EngineCore {
     return this.opts.id;
   }
 
+  /** Pages a new room could have now (what the heartbeat reports free). */
+  freePages(): number {
+    return this.allocator.free;
+  }
+
   /** Rooms this engine still holds pages or work for: what hello reports. */
   heldRooms(): string[] {
     return [...this.rooms.values()].filter((r) => !r.released).map((r) => r.view.room);

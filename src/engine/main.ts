@@ -110,6 +110,14 @@ export function startEngine(
         ...(pool.device === null ? {} : { kvDevice: pool.device }),
         host: hostIdentity(),
         kvSend: ucx === null ? 'shm' : opts.kvTransport,
+        ...(core instanceof PrefillEngine && core.cache
+          ? {
+              prefix: {
+                blockTokens: core.cache.o.blockTokens,
+                capacityBlocks: core.cache.capacityBlocks,
+              },
+            }
+          : {}),
         ...(kvRemote
           ? {
               kvRemote: {
@@ -172,7 +180,8 @@ export function startEngine(
         resets: bus.resets,
       },
       queues: { ...core.queueDepths(), outbox: bus.outboxDepth, unacked: bus.unacked },
-      freePages: core.allocator.free,
+      freePages: core.freePages(),
+      ...(core instanceof PrefillEngine && core.cache ? { cachedBlocks: core.cache.size } : {}),
       rooms: core.rooms.size,
       lastSeq: core.lastSeq,
       state: core.state === 'stopped' ? 'draining' : core.state,

@@ -42,6 +42,16 @@ export interface EngineOptions extends ModelOptions {
   prefillConcurrency: number;
   /** Rooms waiting for prefill beyond which new ones fail with `prefill_queue_full`. */
   maxQueue: number;
+  /**
+   * Tokens per prefix block (model/prefix-blocks.ts): the unit a prefill engine caches and the
+   * router counts. Every engine and the control plane of a stack need the same.
+   */
+  kvBlockTokens: number;
+  /**
+   * Pool pages a prefill engine may keep cached prefix blocks in (engine/prefix-cache.ts); null: a
+   * quarter of the pool; 0: no prefix cache. Rooms come first: cached blocks give their pages up.
+   */
+  prefixCachePages: number | null;
   /** Tokens per streamed chunk (decode). */
   chunkTokens: number;
   heartbeatMs: number;
@@ -69,6 +79,8 @@ export const ENGINE_DEFAULTS = Object.freeze({
   transferThreads: 2,
   prefillConcurrency: 8,
   maxQueue: 10_000,
+  kvBlockTokens: 64,
+  prefixCachePages: null as number | null,
   chunkTokens: 4,
   heartbeatMs: HEARTBEAT_MS,
   drainTimeoutMs: 30_000,
@@ -185,11 +197,12 @@ export function resolveEngineOptions(input: Record<string, unknown>): Readonly<E
       `kvBytesPerToken (${kv}) must be a multiple of 4 that divides pageBytes (${pageBytes})`,
     );
   }
+  const pages = int('pages', o.pages, 1, 1 << 24);
   const options: EngineOptions = {
     id: o.id,
     role: o.role,
     control: o.control,
-    pages: int('pages', o.pages, 1, 1 << 24),
+    pages,
     pageBytes,
     poolName: typeof o.poolName === 'string' ? o.poolName : defaultPoolName(o.id, process.pid),
     kvBytesPerToken: kv,
@@ -202,6 +215,9 @@ export function resolveEngineOptions(input: Record<string, unknown>): Readonly<E
     transferThreads: int('transferThreads', o.transferThreads, 1, 64),
     prefillConcurrency: int('prefillConcurrency', o.prefillConcurrency, 1, 4096),
     maxQueue: int('maxQueue', o.maxQueue, 1, 10_000_000),
+    kvBlockTokens: int('kvBlockTokens', o.kvBlockTokens, 1, 1 << 16),
+    prefixCachePages:
+      o.prefixCachePages === null ? null : int('prefixCachePages', o.prefixCachePages, 0, pages),
     chunkTokens: int('chunkTokens', o.chunkTokens, 1, 4096),
     heartbeatMs: int('heartbeatMs', o.heartbeatMs, 50, 60_000),
     drainTimeoutMs: int('drainTimeoutMs', o.drainTimeoutMs, 0, 3_600_000),
@@ -214,6 +230,11 @@ export function resolveEngineOptions(input: Record<string, unknown>): Readonly<E
     gpu: o.gpu === 'auto' || o.gpu === 'cpu' ? o.gpu : badGpu(o.gpu),
   };
   return Object.freeze(options);
+}
+
+/** Pool pages the prefix cache may hold: `prefixCachePages`, or a quarter of the pool. */
+export function prefixCacheBudget(o: Pick<EngineOptions, 'pages' | 'prefixCachePages'>): number {
+  return o.prefixCachePages ?? Math.floor(o.pages / 4);
 }
 
 /**

@@ -7,14 +7,16 @@
  */
 import type { JournalEvent } from '../journal/events.ts';
 import type { Logger } from '../log.ts';
-import { type EngineModel, KvImageError } from '../model/executor.ts';
+import { type EngineModel, KvImageError, type PositionalKv } from '../model/executor.ts';
+import { blockNames } from '../model/prefix-blocks.ts';
 import type { Fault, TransferCore } from '../transfer/core.ts';
 import { hostIdentity } from '../transfer/host.ts';
 import { KvPool } from '../transfer/pool.ts';
 import { checkPeer, type UcxNode, type UcxPoolDescriptor } from '../transfer/ucx.ts';
 import { EngineCore, type EnginePorts, type EngineRoom } from './engine.ts';
-import { roomKv } from './kv-pages.ts';
-import type { EngineOptions } from './options.ts';
+import { type RoomKv, roomKv } from './kv-pages.ts';
+import { type EngineOptions, prefixCacheBudget } from './options.ts';
+import { PrefixCache } from './prefix-cache.ts';
 
 export class PrefillEngine extends EngineCore {
   private readonly queue: EngineRoom[] = [];
@@ -35,6 +37,24 @@ export class PrefillEngine extends EngineCore {
     private readonly ucx: UcxNode | null = null,
   ) {
     super(opts, ports, model, log);
+    const budgetPages = prefixCacheBudget(opts);
+    if (model.positionalKv && budgetPages > 0) {
+      const pagesPerBlock = this.pagesFor(opts.kvBlockTokens);
+      if (pagesPerBlock <= budgetPages)
+        this.cache = new PrefixCache(this.allocator, {
+          blockTokens: opts.kvBlockTokens,
+          pagesPerBlock,
+          budgetPages,
+        });
+    }
+  }
+
+  /** Blocks of prompts computed here (prefix-cache.ts); null: none kept (a model whose KV is not positional, or no budget). */
+  readonly cache: PrefixCache | null = null;
+
+  /** Pages a room could have now: free ones, and those of cached blocks it may evict. */
+  override freePages(): number {
+    return this.allocator.free + (this.cache?.evictablePages ?? 0);
   }
 
   /** Verdicts on peers' UCX descriptors, by descriptor. */
@@ -106,35 +126,97 @@ export class PrefillEngine extends EngineCore {
       this.fail(room, 'kv_exceeds_reservation', 'waiting_for_input');
       return;
     }
-    const pages = this.allocator.reserve(v.room, need);
-    if (!pages) {
-      this.fail(room, 'kv_pool_full', 'waiting_for_input');
-      return;
-    }
-    room.pages = pages;
-    void this.append(room, 'room.prefill_started', {});
-    // Let the outbox send it before the compute holds this thread: the journal's prefilling must
-    // begin when the compute does, and an abort must find the room in it.
-    await new Promise<void>((r) => setImmediate(r));
-    const kv = roomKv(this.pool, pages, 'empty');
-    let computed: Awaited<ReturnType<EngineModel['prefill']>>;
+    const cache = this.cache;
+    const names = cache ? blockNames(tokens, cache.o.blockTokens) : [];
+    const hits = cache?.pin(v.room, names) ?? [];
     try {
-      computed = await this.model.prefill(tokens, kv.pages, async () => {
-        if (this.computeHung) await this.computeAllowed();
-        this.workTicks++;
-        await new Promise<void>((r) => setImmediate(r));
-        return !room.stopped;
+      let pages = this.allocator.reserve(v.room, need);
+      // Rooms first: a pool that cached blocks have filled gives their pages up.
+      const evicted = !pages && cache ? cache.evictFor(need) : [];
+      if (evicted.length > 0) pages = this.allocator.reserve(v.room, need);
+      if (!pages) {
+        this.fail(room, 'kv_pool_full', 'waiting_for_input');
+        return;
+      }
+      room.pages = pages;
+      void this.append(
+        room,
+        'room.prefill_started',
+        evicted.length > 0 ? { evictedBlocks: evicted } : {},
+      );
+      // Let the outbox send it before the compute holds this thread: the journal's prefilling must
+      // begin when the compute does, and an abort must find the room in it.
+      await new Promise<void>((r) => setImmediate(r));
+      const kv = roomKv(this.pool, pages, 'empty');
+      const reused = this.restore(hits, kv);
+      cache?.unpin(v.room);
+      let computed: Awaited<ReturnType<EngineModel['prefill']>>;
+      try {
+        computed = await this.model.prefill(
+          tokens,
+          kv.pages,
+          async () => {
+            if (this.computeHung) await this.computeAllowed();
+            this.workTicks++;
+            await new Promise<void>((r) => setImmediate(r));
+            return !room.stopped;
+          },
+          reused,
+        );
+      } catch (err) {
+        if (!(err instanceof KvImageError)) throw err;
+        this.log.warn({ room: v.room, err: err.message }, 'KV does not fit the reserved pages');
+        this.fail(room, 'kv_exceeds_reservation', 'prefilling');
+        return;
+      }
+      if (computed === null || room.stopped) return;
+      kv.store();
+      const kept = this.keep(names, kv);
+      await this.transfer(room, bootstrapped, pages, computed.micros, {
+        ...(names.length > 0 ? { reusedBlocks: hits.length } : {}),
+        ...(kept.stored.length > 0 ? { storedBlocks: kept.stored } : {}),
+        ...(kept.evicted.length > 0 ? { evictedBlocks: kept.evicted } : {}),
       });
-    } catch (err) {
-      if (!(err instanceof KvImageError)) throw err;
-      this.log.warn({ room: v.room, err: err.message }, 'KV does not fit the reserved pages');
-      this.fail(room, 'kv_exceeds_reservation', 'prefilling');
-      return;
+    } finally {
+      cache?.unpin(v.room);
     }
-    if (computed === null) return;
-    const computeMicros = computed.micros;
-    if (room.stopped) return;
-    kv.store();
+  }
+
+  /** Copies the KV of cached blocks into the room's pages; returns the positions restored. */
+  private restore(hits: readonly number[][], kv: RoomKv): number {
+    const copy = this.model.positionalKv as PositionalKv;
+    const b = this.opts.kvBlockTokens;
+    hits.forEach((pages, i) => {
+      copy.copy(roomKv(this.pool, pages, 'load').pages, 0, kv.pages, i * b, b);
+    });
+    return hits.length * b;
+  }
+
+  /** Keeps the room's blocks the cache lacks (within its budget); returns the names stored and evicted. */
+  private keep(names: readonly string[], kv: RoomKv): { stored: string[]; evicted: string[] } {
+    if (!this.cache || names.length === 0) return { stored: [], evicted: [] };
+    const copy = this.model.positionalKv as PositionalKv;
+    const b = this.opts.kvBlockTokens;
+    const { stored, evicted } = this.cache.store(names);
+    for (const s of stored) {
+      const block = roomKv(this.pool, s.pages, 'empty');
+      copy.copy(kv.pages, s.index * b, block.pages, 0, b);
+      block.store();
+    }
+    return { stored: stored.map((s) => s.name), evicted };
+  }
+
+  /** Posts the room's KV to the decode engine's pages and journals how that went. */
+  private async transfer(
+    room: EngineRoom,
+    bootstrapped: NonNullable<Awaited<ReturnType<PrefillEngine['destination']>>>,
+    pages: readonly number[],
+    computeMicros: number,
+    blocks: { reusedBlocks?: number; storedBlocks?: string[]; evictedBlocks?: string[] },
+  ): Promise<void> {
+    const v = room.view;
+    const need = pages.length;
+    const { dstPages } = bootstrapped;
     // Not awaited: the pages written belong to the decode engine from its committed
     // `room.bootstrapped` until this engine releases the room (docs/protocol.md, rule 7), so the
     // transfer cannot land in pages freed for another room, and an abort committed meanwhile
@@ -143,6 +225,7 @@ export class PrefillEngine extends EngineCore {
       pairs: need,
       bytes: need * this.opts.pageBytes,
       computeMicros,
+      ...blocks,
     });
     this.transferring.set(v.room, Date.now());
     let result: Awaited<ReturnType<TransferCore['post']>>;

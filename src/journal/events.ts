@@ -22,6 +22,9 @@ const Count = Type.Integer({ minimum: 0 });
 const strict = { additionalProperties: false } as const;
 const open = { additionalProperties: true } as const;
 
+/** Prefix block names (model/prefix-blocks.ts), as engines report what their caches hold. */
+const BlockNames = Type.Array(Type.String({ pattern: '^[0-9a-f]{32}$' }), { maxItems: 1 << 16 });
+
 const Deadlines = Type.Partial(
   Type.Object(
     Object.fromEntries(LIVE_STATES.map((s) => [s, Type.Integer({ minimum: 1 })])) as Record<
@@ -49,6 +52,13 @@ export const EVENT_SCHEMAS = {
       transport: Type.Optional(
         Type.Union([Type.Literal('shm'), Type.Literal('cuda'), Type.Literal('ucx')]),
       ),
+      /** Full prefix blocks of the room's context (model/prefix-blocks.ts). */
+      prefixBlocks: Type.Optional(Count),
+      /**
+       * Leading blocks of those the router expected the prefill engine to hold when it chose it
+       * (routing/router.ts); `room.transfer_posted.reusedBlocks` says how many it really reused.
+       */
+      expectedBlocks: Type.Optional(Count),
       /** The HTTP request's `x-request-id` (given by the client, or made by the API). */
       requestId: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
       /**
@@ -85,13 +95,25 @@ export const EVENT_SCHEMAS = {
     },
     strict,
   ),
-  'room.prefill_started': Type.Object({}, strict),
+  'room.prefill_started': Type.Object(
+    {
+      /** Prefix blocks the prefill engine evicted to find the room its pages. */
+      evictedBlocks: Type.Optional(BlockNames),
+    },
+    strict,
+  ),
   'room.transfer_posted': Type.Object(
     {
       pairs: Type.Optional(Count),
       bytes: Type.Optional(Count),
       /** Microseconds the model spent computing the KV. */
       computeMicros: Type.Optional(Count),
+      /** Leading blocks of the room's context whose KV came from the engine's prefix cache. */
+      reusedBlocks: Type.Optional(Count),
+      /** Blocks of the room's context the engine's prefix cache holds from now on. */
+      storedBlocks: Type.Optional(BlockNames),
+      /** Blocks its cache let go to make room for those. */
+      evictedBlocks: Type.Optional(BlockNames),
     },
     strict,
   ),

@@ -15,6 +15,7 @@ import type {
   KvShape,
   ModelInfo,
   ModelRequest,
+  PositionalKv,
 } from './executor.ts';
 import { KvImageError } from './executor.ts';
 import { WORDS } from './words.ts';
@@ -121,6 +122,14 @@ export class DeterministicModel implements ModelInfo, EngineModel {
   readonly kv: KvShape;
   readonly kvBytesPerToken: number;
   private readonly options: ModelOptions;
+  /** A position's KV is a function of the tokens up to it: a copied prefix is that prefix's KV. */
+  readonly positionalKv: PositionalKv = {
+    copy: (from, fromAt, to, toAt, count) => {
+      const src = new KvSpan(from, this.kvBytesPerToken);
+      const dst = new KvSpan(to, this.kvBytesPerToken);
+      for (let i = 0; i < count; i++) dst.at(toAt + i).set(src.at(fromAt + i));
+    },
+  };
 
   constructor(options: Partial<ModelOptions> = {}) {
     this.options = { ...DEFAULT_MODEL_OPTIONS, ...options };
@@ -206,11 +215,15 @@ export class DeterministicModel implements ModelInfo, EngineModel {
     return { token, text: ` ${WORDS[token]}`, micros: nowMicros() - start };
   }
 
-  /** Prefill in slices of 512 tokens, back to the event loop between them. */
+  /**
+   * Prefill in slices of 512 tokens, back to the event loop between them; the first `reused`
+   * positions' KV is in the pages already.
+   */
   async prefill(
     tokens: readonly number[],
     pages: readonly Uint8Array[],
     between: Between,
+    reused = 0,
   ): Promise<{ bytes: number; micros: number } | null> {
     const span = new KvSpan(pages, this.kvBytesPerToken);
     if (tokens.length > span.capacityTokens) {
@@ -218,8 +231,10 @@ export class DeterministicModel implements ModelInfo, EngineModel {
         `${tokens.length} tokens of KV do not fit the room's ${span.capacityTokens}`,
       );
     }
+    if (!Number.isInteger(reused) || reused < 0 || reused > tokens.length)
+      throw new RangeError(`reused must be from 0 to ${tokens.length} positions, got ${reused}`);
     let micros = 0;
-    for (let from = 0; from < tokens.length; from += SLICE_TOKENS) {
+    for (let from = reused; from < tokens.length; from += SLICE_TOKENS) {
       if (!(await between())) return null;
       micros += this.prefillSpan(tokens, span, from, Math.min(tokens.length, from + SLICE_TOKENS));
     }

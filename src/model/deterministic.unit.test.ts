@@ -73,3 +73,35 @@ describe('the built-in deterministic model', () => {
     expect(() => new DeterministicModel({ decodeUsPerToken: -1 })).toThrow(/decodeUsPerToken/);
   });
 });
+
+describe('the built-in model with a cached prefix', () => {
+  const model = new DeterministicModel();
+  const prompt = (tail: string) =>
+    `${Array.from({ length: 40 }, (_, i) => `shared${i}`).join(' ')} ${tail}`;
+
+  it('gives the same KV and words when a prefix computed for another prompt is copied in', async () => {
+    const a = model.tokenize(prompt('first question'));
+    const b = model.tokenize(prompt('second question entirely'));
+    const page = () => [new Uint8Array(4096), new Uint8Array(4096)];
+    const pagesA = page();
+    await model.prefill(a, pagesA, async () => true);
+    // 32 shared positions from a's pages, the rest computed: as if b had been computed cold.
+    const warm = page();
+    model.positionalKv.copy(pagesA, 0, warm, 0, 32);
+    await model.prefill(b, warm, async () => true, 32);
+    const cold = page();
+    await model.prefill(b, cold, async () => true);
+    expect(
+      Buffer.compare(Buffer.from(warm[0] as Uint8Array), Buffer.from(cold[0] as Uint8Array)),
+    ).toBe(0);
+    const words = async (pages: Uint8Array[]) => {
+      const s = await model.startDecode(b, pages);
+      let text = '';
+      for (let i = 0; i < 16; i++) text += (s.next() as { text: string }).text;
+      return text;
+    };
+    const text = await words(warm);
+    expect(text).toBe(await words(cold));
+    expect(text).toBe(generateInProcess(model, prompt('second question entirely'), 16).text);
+  });
+});

@@ -117,14 +117,24 @@ export interface EngineModel {
   contextTokens(request: ModelRequest): number[];
   /**
    * Computes the KV of `tokens` into `pages` (views of the pool, or host copies of a device
-   * pool's). Resolves with the bytes written and the compute time, or null when `between` said
-   * the room stopped. Throws a KvImageError when the pages cannot hold it.
+   * pool's); the KV of the first `reused` positions is there already (a cached prefix, copied in
+   * with `positionalKv`), and only the rest is computed. Resolves with the bytes written and the
+   * compute time, or null when `between` said the room stopped. Throws a KvImageError when the
+   * pages cannot hold it.
    */
   prefill(
     tokens: readonly number[],
     pages: readonly Uint8Array[],
     between: Between,
+    reused?: number,
   ): Promise<{ bytes: number; micros: number } | null>;
+  /**
+   * Present where the model's KV lies in the pool position by position (the built-in model): the
+   * KV of a run of positions can be copied from one list of pages to another, which is how a
+   * prefill engine keeps blocks of prompts it computed and puts them back (engine/prefix-cache.ts).
+   * Absent: the engine keeps no prefix cache in its pool.
+   */
+  readonly positionalKv?: PositionalKv;
   /** Starts decoding after `tokens` from the KV that arrived in `pages`. */
   startDecode(
     tokens: readonly number[],
@@ -132,6 +142,18 @@ export interface EngineModel {
     sampling: Sampling,
   ): Promise<DecodeStream>;
   close(): Promise<void>;
+}
+
+/** Copies the KV of positions between page lists (see `EngineModel.positionalKv`). */
+export interface PositionalKv {
+  /** Copies positions `[fromAt, fromAt + count)` of `from` to `[toAt, toAt + count)` of `to`. */
+  copy(
+    from: readonly Uint8Array[],
+    fromAt: number,
+    to: readonly Uint8Array[],
+    toAt: number,
+    count: number,
+  ): void;
 }
 
 /** KV that does not fit the room's pages, or an image that is not one (a bug, or bad memory). */

@@ -67,6 +67,7 @@ export function engineSession(
     host: null,
     kvRemote: null,
     kvSend: 'auto',
+    prefix: null,
     connectedAt: now - 60_000,
   };
   const parts: Array<Record<string, unknown>> = [identity, delivery, health, load].map(
