@@ -4,6 +4,7 @@
  * a request to the engine holding its prefix, and a reused prefix gives exactly the cold text.
  */
 import { describe, expect, it } from 'vitest';
+import { prefixPerMinute } from '../src/cli/journal/stats.ts';
 import { PrefixIndex } from '../src/control/routing/prefix-index.ts';
 import type { JournalEventOf } from '../src/journal/events.ts';
 import { DeterministicModel, generateInProcess } from '../src/model/deterministic.ts';
@@ -68,5 +69,42 @@ describe('prefix cache and kv routing', () => {
       expect(rebuilt.overlap(engine, names)).toBe(control.router.index.overlap(engine, names));
     }
     expect(control.router.index.overlap(first.data.prefillEngine, names)).toBe(names.length);
+
+    // `pdctl journal stats --per-minute` reads the same figures from the journal.
+    const minutes = await prefixPerMinute(journal, {
+      since: Date.now() - 60_000,
+      until: Date.now() + 1,
+    });
+    const sum = (k: 'rooms' | 'blocks' | 'expected' | 'reused') =>
+      minutes.reduce((n, m) => n + m[k], 0);
+    expect(sum('rooms')).toBe(3);
+    expect(sum('reused')).toBe(2 * shared);
+    expect(sum('expected')).toBe(2 * shared);
+    expect(sum('blocks')).toBe(
+      asks.reduce((n, ask) => n + blockNames(model.tokenize(`${system} ${ask}`), 64).length, 0),
+    );
+  }, 60_000);
+
+  it('gives rooms the pages of cached blocks when the pool is full of them, and says so in the journal', async () => {
+    // A prefill pool of 16 pages that the cache may fill entirely: rooms must take pages back.
+    const { control, journal } = await startTestStack({
+      engineArgs: ['--pages', '16', '--prefix-cache-pages', '16'],
+    });
+    // Prompts of 2 to 8 pages: the cache keeps their blocks while pages are free, and a larger
+    // room later finds fewer free pages than it needs.
+    for (let i = 0; i < 8; i++) {
+      const text = prompt(100 + i, 100 + 50 * i);
+      const out = await collect(control.submit({ prompt: text, maxTokens: 4 }));
+      expect(out.error).toBeNull();
+      expect(out.text).toBe(generateInProcess(model, text, 4).text);
+    }
+    const started = await journal.tail({ type: 'room.prefill_started', limit: 100 });
+    const evicted = started.flatMap((e) => e.data.evictedBlocks ?? []);
+    expect(evicted.length).toBeGreaterThan(0);
+    // What was evicted left the index; the engine holds at most what its pool does.
+    const prefill = control.engines().find((e) => e.role === 'prefill')?.engine as string;
+    for (const name of evicted.slice(-3))
+      expect(control.router.index.holds(prefill, name)).toBe(false);
+    expect(control.router.index.blocksOn(prefill)).toBeLessThanOrEqual(16);
   }, 60_000);
 });

@@ -7,15 +7,28 @@ export function describeEvent(ev: JournalEvent): string {
   switch (ev.type) {
     case 'room.created': {
       const d = ev.data;
-      return `${d.prefillEngine} → ${d.decodeEngine}, prompt ${d.promptTokens ?? '?'} tok, max ${d.maxTokens ?? '?'}${d.migratedFrom ? `, migrated from ${d.migratedFrom}` : ''}${d.requestId ? `, request ${d.requestId}` : ''}`;
+      const prefix =
+        d.prefixBlocks !== undefined
+          ? `, prefix ${d.prefixBlocks} blocks (${d.expectedBlocks ?? 0} expected cached)`
+          : '';
+      return `${d.prefillEngine} → ${d.decodeEngine}, prompt ${d.promptTokens ?? '?'} tok, max ${d.maxTokens ?? '?'}${prefix}${d.migratedFrom ? `, migrated from ${d.migratedFrom}` : ''}${d.requestId ? `, request ${d.requestId}` : ''}`;
     }
+    case 'room.prefill_started':
+      return ev.data.evictedBlocks ? `evicted ${ev.data.evictedBlocks.length} cached blocks` : '';
     case 'room.bootstrapped':
       return `${ev.data.pages.length} pages reserved${ev.data.epoch !== undefined ? `, epoch ${ev.data.epoch}` : ''}`;
     case 'room.transfer_posted': {
       const d = ev.data;
-      return d.pairs !== undefined
-        ? `${d.pairs} page pairs${d.bytes !== undefined ? `, ${d.bytes} B` : ''}`
-        : '';
+      const blocks = [
+        d.reusedBlocks !== undefined ? `reused ${d.reusedBlocks} cached blocks` : '',
+        d.storedBlocks ? `stored ${d.storedBlocks.length}` : '',
+        d.evictedBlocks ? `evicted ${d.evictedBlocks.length}` : '',
+      ].filter((s) => s !== '');
+      const pages =
+        d.pairs !== undefined
+          ? [`${d.pairs} page pairs${d.bytes !== undefined ? `, ${d.bytes} B` : ''}`]
+          : [];
+      return [...pages, ...blocks].join(', ');
     }
     case 'room.transfer_completed': {
       const d = ev.data;

@@ -2,7 +2,7 @@
 
 import type { Command } from 'commander';
 import { UsageError } from '../errors.ts';
-import { isValidId } from '../journal/events.ts';
+import { isValidId, type JournalEvent } from '../journal/events.ts';
 import { isRequestId, roomIdOf } from '../journal/ids.ts';
 import { isRoomState, ROOM_STATES, type RoomState } from '../journal/states.ts';
 import { HIDDEN_ORIGINS, originFilter, type RoomFilter, type Timeline } from '../journal/store.ts';
@@ -186,6 +186,8 @@ function printTimeline(id: string, t: Timeline): void {
       `  ${r.terminalAt ? 'ended    ' : 'running  '} ${r.terminalAt ? formatTs(r.terminalAt) : `for ${formatDuration(end - r.createdAt)}, deadline of ${r.state} at ${formatTs(r.deadlineAt)}`}`,
     );
     print(`  lifetime  ${formatDuration(end - r.createdAt)}`);
+    const prefix = prefixOf(t.events);
+    if (prefix) print(`  prefix    ${prefix}`);
     if (r.migratedFrom) print(`  migrated from ${r.migratedFrom}`);
     if (r.abortRequestedAt !== null)
       print(`  abort requested at ${formatTs(r.abortRequestedAt)} (${r.abortReason})`);
@@ -286,4 +288,23 @@ export function registerRoomCommands(
       const o = targeted(opts, cmd);
       process.exitCode = await reading(() => roomCommand(id, o));
     });
+}
+
+/** What the router expected of the prefill engine's prefix cache for a room, and what it reused. */
+function prefixOf(events: readonly JournalEvent[]): string | null {
+  let blocks: number | undefined;
+  let expected = 0;
+  let reused: string | null = null;
+  for (const e of events) {
+    if (e.type === 'room.created') {
+      blocks = e.data.prefixBlocks;
+      expected = e.data.expectedBlocks ?? 0;
+    } else if (e.type === 'room.transfer_posted')
+      reused =
+        e.data.reusedBlocks === undefined
+          ? 'none reused (its prefill engine keeps no cache)'
+          : `${e.data.reusedBlocks} reused`;
+  }
+  if (blocks === undefined) return null;
+  return `${blocks} blocks: ${expected} expected cached, ${reused ?? 'not prefilled yet'}`;
 }

@@ -1,5 +1,6 @@
-/** `pdctl journal stats`: counts by state and reason, and per-minute transitions. */
+/** `pdctl journal stats`: counts by state and reason, and per-minute transitions and prefix hits. */
 
+import type { JournalReader } from '../../journal/store.ts';
 import { formatTs, parseTime } from '../../time.ts';
 import { type CommonOptions, EXIT, openReader, print, printJson } from '../context.ts';
 import { renderTable } from '../table.ts';
@@ -22,8 +23,9 @@ export async function statsCommand(opts: StatsOptions): Promise<number> {
         }
       : null;
     const minutes = window ? await reader.perMinute(window) : null;
+    const prefix = window ? await prefixPerMinute(reader, window) : null;
     if (opts.json) {
-      printJson(minutes ? { ...s, perMinute: minutes } : s);
+      printJson(minutes ? { ...s, perMinute: minutes, prefixPerMinute: prefix } : s);
       return EXIT.ok;
     }
     print(
@@ -95,8 +97,98 @@ export async function statsCommand(opts: StatsOptions): Promise<number> {
           ]),
         );
     }
+    if (prefix?.length) {
+      print(
+        '\nprefix blocks per minute (rooms whose KV was posted; hit rate: blocks reused of blocks)',
+      );
+      print(
+        renderTable(prefix, [
+          { header: 'MINUTE', value: (m) => formatTs(m.minute).slice(0, 16) },
+          { header: 'ROOMS', value: (m) => m.rooms, align: 'right' },
+          { header: 'BLOCKS', value: (m) => m.blocks, align: 'right' },
+          { header: 'EXPECTED', value: (m) => m.expected, align: 'right' },
+          { header: 'REUSED', value: (m) => m.reused, align: 'right' },
+          { header: 'HIT RATE', value: (m) => percent(m.reused, m.blocks), align: 'right' },
+          { header: 'EVICTED', value: (m) => m.evicted, align: 'right' },
+        ]),
+      );
+    }
     return EXIT.ok;
   } finally {
     reader.close();
   }
+}
+
+/** One minute of prefix reuse: rooms whose KV was posted in it, and their blocks. */
+export interface PrefixMinute {
+  minute: number;
+  rooms: number;
+  /** Full prefix blocks of those rooms' contexts. */
+  blocks: number;
+  /** Blocks the router expected their prefill engines to hold. */
+  expected: number;
+  /** Blocks the engines reused. */
+  reused: number;
+  /** Blocks the caches evicted. */
+  evicted: number;
+}
+
+/** Rooms are counted in the minute their KV was posted; their `room.created` may be up to this much earlier. */
+const CREATED_BEFORE_MS = 10 * 60_000;
+const PAGE = 10_000;
+
+/**
+ * Prefix reuse per minute in a window, from `room.created` (blocks, expected) and
+ * `room.transfer_posted` (reused, evicted); `room.prefill_started` evictions count too.
+ */
+export async function prefixPerMinute(
+  reader: JournalReader,
+  window: { since: number; until: number },
+): Promise<PrefixMinute[]> {
+  const created = new Map<string, { blocks: number; expected: number }>();
+  const minutes = new Map<number, PrefixMinute>();
+  const at = (ts: number) => {
+    const minute = Math.floor(ts / 60_000) * 60_000;
+    let m = minutes.get(minute);
+    if (!m) {
+      m = { minute, rooms: 0, blocks: 0, expected: 0, reused: 0, evicted: 0 };
+      minutes.set(minute, m);
+    }
+    return m;
+  };
+  let afterSeq = 0;
+  for (;;) {
+    const page = await reader.tail({
+      type: ['room.created', 'room.prefill_started', 'room.transfer_posted'],
+      since: window.since - CREATED_BEFORE_MS,
+      afterSeq,
+      order: 'oldest',
+      limit: PAGE,
+    });
+    for (const ev of page) {
+      if (ev.ts >= window.until) break;
+      if (ev.type === 'room.created') {
+        const { prefixBlocks, expectedBlocks } = ev.data;
+        if (prefixBlocks !== undefined && ev.room)
+          created.set(ev.room, { blocks: prefixBlocks, expected: expectedBlocks ?? 0 });
+        continue;
+      }
+      if (ev.ts < window.since) continue;
+      const m = at(ev.ts);
+      m.evicted += ev.data.evictedBlocks?.length ?? 0;
+      if (ev.type !== 'room.transfer_posted') continue;
+      const c = ev.room ? created.get(ev.room) : undefined;
+      m.rooms++;
+      m.blocks += c?.blocks ?? 0;
+      m.expected += c?.expected ?? 0;
+      m.reused += ev.data.reusedBlocks ?? 0;
+    }
+    if (page.length < PAGE || (page.at(-1)?.ts ?? 0) >= window.until) break;
+    afterSeq = page.at(-1)?.seq ?? afterSeq;
+  }
+  return [...minutes.values()].sort((a, b) => a.minute - b.minute);
+}
+
+function percent(part: number, whole: number): string {
+  return whole === 0 ? '-' : `${((100 * part) / whole).toFixed(1)} %`;
 }
