@@ -61,6 +61,20 @@ function openUcx(opts: Readonly<EngineOptions>, log: Logger): UcxNode | null {
   return UcxNode.open();
 }
 
+/** A prefill engine's prefix cache as its hello announces it (protocol.ts `hello.prefix`). */
+function prefixHello(core: EngineCore): {
+  prefix?: { blockTokens: number; capacityBlocks: number };
+} {
+  const p = core instanceof PrefillEngine ? core.prefixCache() : null;
+  return p ? { prefix: { blockTokens: p.blockTokens, capacityBlocks: p.capacityBlocks } } : {};
+}
+
+/** The blocks a prefill engine's prefix cache holds, for its heartbeat. */
+function cachedBlocks(core: EngineCore): { cachedBlocks?: number } {
+  const p = core instanceof PrefillEngine ? core.prefixCache() : null;
+  return p ? { cachedBlocks: p.blocks } : {};
+}
+
 /** Starts the engine around `model` (the built-in one, or a llama.cpp model opened by the caller). */
 export function startEngine(
   opts: Readonly<EngineOptions>,
@@ -110,14 +124,7 @@ export function startEngine(
         ...(pool.device === null ? {} : { kvDevice: pool.device }),
         host: hostIdentity(),
         kvSend: ucx === null ? 'shm' : opts.kvTransport,
-        ...(core instanceof PrefillEngine && core.cache
-          ? {
-              prefix: {
-                blockTokens: core.cache.o.blockTokens,
-                capacityBlocks: core.cache.capacityBlocks,
-              },
-            }
-          : {}),
+        ...prefixHello(core),
         ...(kvRemote
           ? {
               kvRemote: {
@@ -181,7 +188,7 @@ export function startEngine(
       },
       queues: { ...core.queueDepths(), outbox: bus.outboxDepth, unacked: bus.unacked },
       freePages: core.freePages(),
-      ...(core instanceof PrefillEngine && core.cache ? { cachedBlocks: core.cache.size } : {}),
+      ...cachedBlocks(core),
       rooms: core.rooms.size,
       lastSeq: core.lastSeq,
       state: core.state === 'stopped' ? 'draining' : core.state,

@@ -51,6 +51,25 @@ export class PrefillEngine extends EngineCore {
 
   /** Blocks of prompts computed here (prefix-cache.ts); null: none kept (a model whose KV is not positional, or no budget). */
   readonly cache: PrefixCache | null = null;
+  /** Blocks of what the model runtime holds (`heldPrefixes`, llama.cpp) as last reported to the journal. */
+  private readonly reported = new Set<string>();
+
+  /**
+   * The prefix blocks this engine keeps, as its hello announces them: in its pool (the built-in
+   * model), or in its model runtime's sequences (llama.cpp); null when it keeps none.
+   */
+  prefixCache(): { blockTokens: number; capacityBlocks: number; blocks: number } | null {
+    const blockTokens = this.opts.kvBlockTokens;
+    if (this.cache)
+      return { blockTokens, capacityBlocks: this.cache.capacityBlocks, blocks: this.cache.size };
+    if (!this.model.heldPrefixes) return null;
+    const tokens = (this.model.slots ?? 1) * (this.model.contextSize ?? 0);
+    return {
+      blockTokens,
+      capacityBlocks: Math.floor(tokens / blockTokens),
+      blocks: this.reported.size,
+    };
+  }
 
   /** Pages a room could have now: free ones, and those of cached blocks it may evict. */
   override freePages(): number {
@@ -127,7 +146,8 @@ export class PrefillEngine extends EngineCore {
       return;
     }
     const cache = this.cache;
-    const names = cache ? blockNames(tokens, cache.o.blockTokens) : [];
+    const named = cache !== null || this.model.heldPrefixes !== undefined;
+    const names = named ? blockNames(tokens, this.opts.kvBlockTokens) : [];
     const hits = cache?.pin(v.room, names) ?? [];
     try {
       let pages = this.allocator.reserve(v.room, need);
@@ -171,9 +191,12 @@ export class PrefillEngine extends EngineCore {
       }
       if (computed === null || room.stopped) return;
       kv.store();
-      const kept = this.keep(names, kv);
+      const kept = cache ? this.keep(names, kv) : this.held(names);
+      const reusedBlocks = cache
+        ? hits.length
+        : Math.floor((computed.reused ?? 0) / this.opts.kvBlockTokens);
       await this.transfer(room, bootstrapped, pages, computed.micros, {
-        ...(names.length > 0 ? { reusedBlocks: hits.length } : {}),
+        ...(names.length > 0 ? { reusedBlocks } : {}),
         ...(kept.stored.length > 0 ? { storedBlocks: kept.stored } : {}),
         ...(kept.evicted.length > 0 ? { evictedBlocks: kept.evicted } : {}),
       });
@@ -204,6 +227,22 @@ export class PrefillEngine extends EngineCore {
       block.store();
     }
     return { stored: stored.map((s) => s.name), evicted };
+  }
+
+  /**
+   * What the model runtime holds now against what was last reported: the room's blocks it holds
+   * that were not reported (blocks of other rooms are theirs to report), and every reported block
+   * it no longer holds.
+   */
+  private held(names: readonly string[]): { stored: string[]; evicted: string[] } {
+    const prefixes = this.model.heldPrefixes?.();
+    if (!prefixes) return { stored: [], evicted: [] };
+    const now = new Set(prefixes.flatMap((t) => blockNames(t, this.opts.kvBlockTokens)));
+    const evicted = [...this.reported].filter((n) => !now.has(n));
+    for (const n of evicted) this.reported.delete(n);
+    const stored = names.filter((n) => now.has(n) && !this.reported.has(n));
+    for (const n of stored) this.reported.add(n);
+    return { stored, evicted };
   }
 
   /** Posts the room's KV to the decode engine's pages and journals how that went. */

@@ -118,16 +118,23 @@ export interface EngineModel {
   /**
    * Computes the KV of `tokens` into `pages` (views of the pool, or host copies of a device
    * pool's); the KV of the first `reused` positions is there already (a cached prefix, copied in
-   * with `positionalKv`), and only the rest is computed. Resolves with the bytes written and the
-   * compute time, or null when `between` said the room stopped. Throws a KvImageError when the
-   * pages cannot hold it.
+   * with `positionalKv`), and only the rest is computed. Resolves with the bytes written, the
+   * compute time and, for a model that reuses prefixes itself (`heldPrefixes`), the positions it
+   * reused; or null when `between` said the room stopped. Throws a KvImageError when the pages
+   * cannot hold it.
    */
   prefill(
     tokens: readonly number[],
     pages: readonly Uint8Array[],
     between: Between,
     reused?: number,
-  ): Promise<{ bytes: number; micros: number } | null>;
+  ): Promise<{ bytes: number; micros: number; reused?: number } | null>;
+  /**
+   * Present where the model runtime keeps what it evaluated and reuses the longest prefix it holds
+   * in the next prefill (llama.cpp: a prefill engine's sequences keep their tokens between rooms):
+   * the token lists it holds now, which the engine names as blocks for the router's index.
+   */
+  heldPrefixes?(): number[][];
   /**
    * Present where the model's KV lies in the pool position by position (the built-in model): the
    * KV of a run of positions can be copied from one list of pages to another, which is how a

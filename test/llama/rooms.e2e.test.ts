@@ -40,6 +40,30 @@ describe('a llama.cpp model across prefill and decode engines', () => {
     }
   });
 
+  it('reuses the prefix a sequence holds: a prompt that continues an earlier one computes only the rest, token for token as a cold run', async () => {
+    const { control } = await startTestStack({ model: tiny.info, engineArgs: tiny.args });
+    const base = llamaPrompt(3, 300);
+    const body = tiny.info.tokenize(base).length - 1; // what the first room's sequence keeps
+    const prompts = [base, `${base} ${llamaPrompt(9, 40)}`, `${base} ${llamaPrompt(11, 60)}`];
+    for (const [i, prompt] of prompts.entries()) {
+      const stream = control.submit({ prompt, maxTokens: 24 });
+      const out = await collect(stream);
+      expect(out.error).toBeNull();
+      const ref = await tiny.reference.generate(tiny.info.tokenize(prompt), 24);
+      expect(stream.ids, `prompt ${i}`).toEqual(ref.tokens);
+      const t = await control.journal.timeline(stream.room);
+      const created = t.events.find((e) => e.type === 'room.created');
+      const posted = t.events.find((e) => e.type === 'room.transfer_posted');
+      if (created?.type !== 'room.created' || posted?.type !== 'room.transfer_posted')
+        throw new Error('the room has no room.created or room.transfer_posted');
+      const blocks = i === 0 ? 0 : Math.floor(body / 64);
+      expect(blocks === 0 || blocks >= 4).toBe(true);
+      // The router expected the blocks the first room's sequence keeps, and the engine reused them.
+      expect(created.data.expectedBlocks, `prompt ${i}`).toBe(blocks);
+      expect(posted.data.reusedBlocks, `prompt ${i}`).toBe(blocks);
+    }
+  });
+
   it('runs as many rooms at once as it has sequences, and queues the rest', async () => {
     const { control } = await startTestStack({ model: tiny.info, engineArgs: tiny.args });
     const requests = Array.from({ length: 24 }, (_, i) => ({

@@ -4,6 +4,10 @@
  * sequence's state (its KV cache) and writes it into the room's pages as a KV image; the transfer
  * core moves the pages; decode loads the image into a sequence of its own context, evaluates the
  * last token and generates on, every room's next token asked for at once (llama.cpp batches them).
+ *
+ * A sequence keeps what a prefill evaluated when it is given back, and the next prefill takes the
+ * free sequence holding the longest prefix of its tokens, erases the rest and evaluates only what
+ * follows (`heldPrefixes` tells the engine what the sequences hold, for the router's index).
  */
 import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
@@ -107,6 +111,8 @@ export class LlamaEngineModel implements EngineModel {
   readonly slots: number;
   readonly contextSize: number;
   private readonly free: LlamaContextSequence[];
+  /** Every sequence of the context, free or not. */
+  private readonly all: readonly LlamaContextSequence[];
   private readonly waiting: Array<(s: LlamaContextSequence) => void> = [];
   /** Streams being closed: the context is disposed only once they are. */
   private readonly closing = new Set<Promise<unknown>>();
@@ -124,7 +130,8 @@ export class LlamaEngineModel implements EngineModel {
     this.format = llamaFormat(o.modelPath, o.sequences);
     this.slots = o.sequences;
     this.contextSize = context.contextSize;
-    this.free = sequences;
+    this.free = [...sequences];
+    this.all = sequences;
   }
 
   static async open(o: LlamaEngineOptions): Promise<LlamaEngineModel> {
@@ -156,8 +163,41 @@ export class LlamaEngineModel implements EngineModel {
     return new Promise((resolve) => this.waiting.push(resolve));
   }
 
-  private async giveBack(s: LlamaContextSequence): Promise<void> {
-    await s.clearHistory();
+  /** The free sequence holding the longest prefix of `tokens`, and how long that prefix is. */
+  private acquireFor(
+    tokens: readonly number[],
+  ): Promise<{ seq: LlamaContextSequence; held: number }> {
+    if (this.free.length === 0)
+      return this.acquire().then((seq) => ({ seq, held: this.common(seq, tokens) }));
+    let best = 0;
+    let held = -1;
+    for (const [i, s] of this.free.entries()) {
+      const n = this.common(s, tokens);
+      if (n > held) [best, held] = [i, n];
+    }
+    const [seq] = this.free.splice(best, 1) as [LlamaContextSequence];
+    return Promise.resolve({ seq, held });
+  }
+
+  private common(seq: LlamaContextSequence, tokens: readonly number[]): number {
+    const held = seq.contextTokens;
+    const n = Math.min(held.length, tokens.length);
+    let i = 0;
+    while (i < n && held[i] === tokens[i]) i++;
+    return i;
+  }
+
+  /**
+   * What the sequences hold for the next prefills to reuse (those of a prefill engine keep their
+   * tokens between rooms).
+   */
+  heldPrefixes(): number[][] {
+    return this.all.map((s) => [...s.contextTokens]);
+  }
+
+  /** Gives a sequence back; `keep`: with what it evaluated (a prefill's), for the next to reuse. */
+  private async giveBack(s: LlamaContextSequence, keep = false): Promise<void> {
+    if (!keep) await s.clearHistory();
     const next = this.waiting.shift();
     if (next) next(s);
     else this.free.push(s);
@@ -171,13 +211,17 @@ export class LlamaEngineModel implements EngineModel {
     tokens: readonly number[],
     pages: readonly Uint8Array[],
     between: Between,
-  ): Promise<{ bytes: number; micros: number } | null> {
-    const seq = await this.acquire();
+  ): Promise<{ bytes: number; micros: number; reused: number } | null> {
+    // Every token but the last: decode evaluates it, and generates from its logits.
+    const body = tokens.slice(0, -1) as Token[];
+    const { seq, held } = await this.acquireFor(body);
+    let kept = false;
     try {
       let micros = 0;
-      // Every token but the last: decode evaluates it, and generates from its logits.
-      const body = tokens.slice(0, -1) as Token[];
-      for (let from = 0; from < body.length; from += SLICE_TOKENS) {
+      const reused = Math.min(held, body.length);
+      if (seq.nextTokenIndex > reused)
+        await seq.eraseContextTokenRanges([{ start: reused, end: seq.nextTokenIndex }]);
+      for (let from = reused; from < body.length; from += SLICE_TOKENS) {
         if (!(await between())) return null;
         const t0 = nowMicros();
         await seq.evaluateWithoutGeneratingNewTokens(body.slice(from, from + SLICE_TOKENS));
@@ -189,12 +233,14 @@ export class LlamaEngineModel implements EngineModel {
       try {
         await seq.saveStateToFile(file);
         const bytes = writeKvImage(pages, readFileSync(file));
-        return { bytes, micros: micros + nowMicros() - t0 };
+        kept = true;
+        return { bytes, micros: micros + nowMicros() - t0, reused };
       } finally {
         rmSync(file, { force: true });
       }
     } finally {
-      await this.giveBack(seq);
+      // A prefill that did not finish leaves its sequence with tokens it may not hold whole.
+      await this.giveBack(seq, kept);
     }
   }
 
