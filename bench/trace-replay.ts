@@ -36,6 +36,7 @@ import { join } from 'node:path';
 import { openJournalReader } from '../src/app/journal.ts';
 import { newKeyPair } from '../src/bus/admission.ts';
 import { prefixPerMinute } from '../src/cli/journal/stats.ts';
+import { CONTROL_DEFAULTS } from '../src/control/options.ts';
 import { ROUTER_POLICIES, type RouterPolicy } from '../src/control/routing/router.ts';
 import { DETERMINISTIC_MODEL_NAME } from '../src/model/deterministic.ts';
 import { argv, asJson, flag, percentile, say } from './args.ts';
@@ -54,6 +55,7 @@ const PAGES = Number(flag('--pages', String(CACHE_PAGES + 8192)));
 const TTFT_SLO_MS = Number(flag('--ttft-slo-ms', '1000'));
 const TPOT_SLO_MS = Number(flag('--tpot-slo-ms', '50'));
 const RESTART = !argv.includes('--no-restart');
+const OVERLAP_WEIGHT = flag('--overlap-weight', String(CONTROL_DEFAULTS.routerOverlapWeight));
 const ROUTERS = flag('--routers', ROUTER_POLICIES.join(',')).split(',') as RouterPolicy[];
 /** Tokens of one trace block (Mooncake's are 512). */
 const TRACE_BLOCK = 512;
@@ -236,6 +238,7 @@ async function replay(router: RouterPolicy, trace: readonly TraceRequest[]): Pro
     ...['--port', String(httpPort), '--bus', `tcp://127.0.0.1:${busPort}`],
     ...['--prefill', '0', '--decode', '0', '--data-dir', dir, '--durability', 'process'],
     ...['--router', router, '--kv-block-tokens', String(BLOCK), '--canary-interval-ms', '0'],
+    ...['--router-overlap-weight', OVERLAP_WEIGHT],
     ...['--log-level', 'warn', '--engine-key', `*=${engineKey.publicKey}`],
   ];
   let serve = pdctl(serveArgs);

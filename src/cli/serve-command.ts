@@ -114,6 +114,19 @@ export function registerServeCommand(program: Command): void {
         .default(CONTROL_DEFAULTS.router),
     )
     .option(
+      '--router-overlap-weight <w>',
+      'under --router kv: how much a prompt token to compute weighs against one already queued on the engine (above 1: requests stay with the engine holding their prefix against longer queues there)',
+      (v: string) => {
+        const w = Number(v);
+        if (!/^\d+(\.\d+)?$/.test(v) || w <= 0 || w > 1000)
+          throw new UsageError(
+            `--router-overlap-weight must be a number above 0, at most 1000, got "${v}"`,
+          );
+        return w;
+      },
+      CONTROL_DEFAULTS.routerOverlapWeight,
+    )
+    .option(
       '--canary-interval-ms <n>',
       'background canary period (0: off)',
       intArg('--canary-interval-ms'),
@@ -275,6 +288,7 @@ export function registerServeCommand(program: Command): void {
           migrationLimit: o.migrationLimit as number,
           maxRoomsPerEngine: o.maxRoomsPerEngine as number,
           router: o.router as RouterPolicy,
+          routerOverlapWeight: o.routerOverlapWeight as number,
           kvBlockTokens: o.kvBlockTokens as number,
           canaryDeadlineMs: o.canaryDeadlineMs as number,
           canaryIntervalMs: o.canaryIntervalMs as number,

@@ -103,7 +103,8 @@ export class ControlPlane {
       log: o.log,
     });
     const timed = timing(this.appendTimes);
-    this.router = new Router({ policy: o.router, blockTokens: o.kvBlockTokens });
+    const { router: policy, kvBlockTokens: blockTokens, routerOverlapWeight: overlapWeight } = o;
+    this.router = new Router({ policy, blockTokens, overlapWeight });
     const { registry, book, counters, bus, router } = this;
     this.outage = new JournalOutage({
       journal,

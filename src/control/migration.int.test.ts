@@ -54,7 +54,7 @@ async function setup(limit = 2) {
     liveness: DEFAULT_LIVENESS,
     maxRoomsPerEngine: 512,
     pairAvoided: () => false,
-    router: new Router({ policy: 'least-loaded', blockTokens: 64 }),
+    router: new Router({ policy: 'least-loaded', blockTokens: 64, overlapWeight: 1 }),
     timed: (p) => p,
   });
   migrator = new Migrator(

@@ -24,6 +24,7 @@ export interface ControlDefaults {
   engineExpiryCheckMs: number;
   outageCheckMs: number;
   router: RouterPolicy;
+  routerOverlapWeight: number;
   kvBlockTokens: number;
 }
 
@@ -60,6 +61,8 @@ export const CONTROL_DEFAULTS: Readonly<ControlDefaults> = Object.freeze({
   outageCheckMs: 250,
   /** How a new room's pair is chosen (routing/router.ts): by prefix overlap against load. */
   router: 'kv' as RouterPolicy,
+  /** Under `kv`: a token to compute against a token queued (routing/router.ts). */
+  routerOverlapWeight: 2,
   /** Tokens per prefix block: the engines' `--kv-block-tokens` must be the same. */
   kvBlockTokens: 64,
 });

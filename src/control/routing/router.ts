@@ -5,13 +5,14 @@
  *   blocks, weighed against the prefill work already queued on it. Its cost, in units of this
  *   request's prefill, is
  *
- *       (OVERLAP_WEIGHT × tokens it would compute + tokens queued for prefill on it) / prompt tokens
+ *       (overlap weight (2) × tokens it would compute + tokens queued for prefill on it) / prompt tokens
  *
  *   where the tokens it would compute are the prompt less the leading blocks the prefix index
  *   says it holds (prefix-index.ts), and the tokens queued are those of the rooms routed to it
  *   whose KV is not posted yet, less the blocks each expected to hit. An idle engine that must
- *   compute the whole prompt costs 1; one that holds all of it costs 0; a busy one with every
- *   block costs what its queue does. NVIDIA Dynamo's KV router weighs overlap against load the
+ *   compute the whole prompt costs the weight; one that holds all of it costs 0; a busy one with
+ *   every block costs what its queue does, so it keeps the request until its queue is longer than
+ *   the weight times the prefill the prefix saves. NVIDIA Dynamo's KV router weighs overlap against load the
  *   same way (overlap weight × blocks to prefill + active blocks).
  * - `least-loaded`: the prefill engine with the fewest live rooms (pdctl before the index).
  * - `round-robin`: prefill and decode engines in turn, whatever they hold or carry.
@@ -31,13 +32,16 @@ const NAME = /^[0-9a-f]{32}$/;
 export const ROUTER_POLICIES = ['kv', 'least-loaded', 'round-robin'] as const;
 export type RouterPolicy = (typeof ROUTER_POLICIES)[number];
 
-/** How much a token to compute weighs against a token already queued (Dynamo's default is 1). */
-export const OVERLAP_WEIGHT = 1;
-
 export interface RouterOptions {
   policy: RouterPolicy;
   /** Tokens per prefix block: the control plane's and every engine's must be equal. */
   blockTokens: number;
+  /**
+   * How much a token to compute weighs against a token already queued (`--router-overlap-weight`,
+   * CONTROL_DEFAULTS: 2; Dynamo's is 1): above 1, a request stays with the engine holding its
+   * prefix against a longer queue there (docs/benchmarks.md, "A production trace").
+   */
+  overlapWeight: number;
 }
 
 /** A room routed to a prefill engine, until its KV is posted. */
@@ -92,7 +96,8 @@ export class Router {
   /** The `kv` policy's cost of a prefill engine for this request (see the file's comment). */
   cost(engine: string, names: readonly string[], promptTokens: number): number {
     const compute = promptTokens - this.held.overlap(engine, names) * this.o.blockTokens;
-    return (OVERLAP_WEIGHT * compute + (this.queued.get(engine) ?? 0)) / Math.max(1, promptTokens);
+    const w = this.o.overlapWeight;
+    return (w * compute + (this.queued.get(engine) ?? 0)) / Math.max(1, promptTokens);
   }
 
   /**

@@ -28,7 +28,7 @@ const noAvoid = { avoid: () => false, roomsOn: () => 0 };
 
 describe('router', () => {
   it('kv: sends a request to the engine holding its prefix, unless that engine has more queued than the prefix saves', () => {
-    const r = new Router({ policy: 'kv', blockTokens: 64 });
+    const r = new Router({ policy: 'kv', blockTokens: 64, overlapWeight: 1 });
     r.fold(ev('engine.registered', 'p1', { role: 'prefill', incarnation: 'a' }), false);
     r.fold(ev('room.transfer_posted', 'p1', { storedBlocks: names(0, 4) }, 2), false);
     const req = names(0, 5);
@@ -49,7 +49,7 @@ describe('router', () => {
 
   it('least-loaded and round-robin ignore what engines hold', () => {
     const held = (policy: 'least-loaded' | 'round-robin') => {
-      const r = new Router({ policy, blockTokens: 64 });
+      const r = new Router({ policy, blockTokens: 64, overlapWeight: 1 });
       r.fold(ev('room.transfer_posted', 'p1', { storedBlocks: names(0, 4) }), false);
       return r;
     };
@@ -67,7 +67,7 @@ describe('router', () => {
   });
 
   it('vets what engines say they stored: only blocks of the room, within the cache, of this block size', () => {
-    const r = new Router({ policy: 'kv', blockTokens: 64 });
+    const r = new Router({ policy: 'kv', blockTokens: 64, overlapWeight: 1 });
     r.admitted('room1', 'p0', names(0, 3), 200);
     const data = {
       pairs: 1,
