@@ -23,6 +23,11 @@
  *   (16384: the working set of the first 600 requests of the conversation trace fits), `--pages`.
  * - `--ttft-slo-ms` (1000) and `--tpot-slo-ms` (50): a request meets its SLO when both hold.
  * - `--routers` (kv,least-loaded,round-robin), `--no-restart`.
+ * - `--journal postgres`: each replay on a PostgreSQL journal (a new database on the server
+ *   `--postgres-url` or PDCTL_TEST_POSTGRES names, else a throwaway cluster) with a standby
+ *   control plane, and the kill midway is a failover: the leader is SIGKILLed, the standby takes
+ *   over, the engines (given both) and the client follow it. Default `sqlite`: the control plane
+ *   is killed and started again on the same file.
  *
  * Baseline: the trace's own bound on prefix reuse (the share of blocks whose prefix appeared
  * earlier in the trace: a perfect router with infinite caches), computed here from the same
@@ -30,17 +35,17 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { openJournalReader } from '../src/app/journal.ts';
+import { drillPostgres, openJournalReader } from '../src/app/journal.ts';
 import { newKeyPair } from '../src/bus/admission.ts';
 import { prefixPerMinute } from '../src/cli/journal/stats.ts';
 import { CONTROL_DEFAULTS } from '../src/control/options.ts';
 import { ROUTER_POLICIES, type RouterPolicy } from '../src/control/routing/router.ts';
+import { freePort } from '../src/drills/harness.ts';
 import { DETERMINISTIC_MODEL_NAME } from '../src/model/deterministic.ts';
 import { argv, asJson, flag, percentile, say } from './args.ts';
-import { hitRateBound, readTrace, type TraceRequest } from './trace.ts';
+import { hitRateBound, readTrace, TraceError, type TraceRequest } from './trace.ts';
 
 const TRACE = flag('--trace', '');
 const REQUESTS = Number(flag('--requests', 'Infinity'));
@@ -55,6 +60,8 @@ const PAGES = Number(flag('--pages', String(CACHE_PAGES + 8192)));
 const TTFT_SLO_MS = Number(flag('--ttft-slo-ms', '1000'));
 const TPOT_SLO_MS = Number(flag('--tpot-slo-ms', '50'));
 const RESTART = !argv.includes('--no-restart');
+const JOURNAL = flag('--journal', 'sqlite');
+const PG_URL = flag('--postgres-url', process.env.PDCTL_TEST_POSTGRES ?? '') || undefined;
 const OVERLAP_WEIGHT = flag('--overlap-weight', String(CONTROL_DEFAULTS.routerOverlapWeight));
 const ROUTERS = flag('--routers', ROUTER_POLICIES.join(',')).split(',') as RouterPolicy[];
 /** Tokens of one trace block (Mooncake's are 512). */
@@ -74,6 +81,8 @@ for (const [name, v] of [
   ['--requests', REQUESTS],
 ] as const)
   if (!(v > 0)) usage(`${name} must be a positive number, got ${flag(name, '')}`);
+if (JOURNAL !== 'sqlite' && JOURNAL !== 'postgres')
+  usage(`--journal must be sqlite or postgres, got ${JOURNAL}`);
 if (BLOCK < 1) usage(`--length-scale ${LENGTH_SCALE} makes blocks of less than one token`);
 for (const r of ROUTERS)
   if (!(ROUTER_POLICIES as readonly string[]).includes(r))
@@ -88,17 +97,6 @@ function blockText(id: number): string {
 
 function promptOf(r: TraceRequest): string {
   return r.hashIds.map(blockText).join(' ');
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 function pdctl(args: string[], env: NodeJS.ProcessEnv = {}): ChildProcess {
@@ -133,8 +131,11 @@ interface Sample {
   error: string | null;
 }
 
-/** One streamed completion, timed from its scheduled arrival; retried while the server is down. */
-async function complete(base: string, r: TraceRequest, due: number): Promise<Sample> {
+/**
+ * One streamed completion, timed from its scheduled arrival; retried while no control plane
+ * answers, on each of `bases` in turn (a leader and its standby).
+ */
+async function complete(bases: readonly string[], r: TraceRequest, due: number): Promise<Sample> {
   const body = JSON.stringify({
     model: DETERMINISTIC_MODEL_NAME,
     prompt: promptOf(r),
@@ -143,7 +144,8 @@ async function complete(base: string, r: TraceRequest, due: number): Promise<Sam
   });
   let res: Response | null = null;
   const giveUp = performance.now() + 20_000;
-  while (!res) {
+  for (let attempt = 0; !res; attempt++) {
+    const base = bases[attempt % bases.length] as string;
     try {
       res = await fetch(`${base}/v1/completions`, {
         method: 'POST',
@@ -152,7 +154,7 @@ async function complete(base: string, r: TraceRequest, due: number): Promise<Sam
       });
     } catch (err) {
       if (performance.now() > giveUp) return fail(`unreachable: ${(err as Error).message}`);
-      await new Promise((r) => setTimeout(r, 100));
+      await new Promise((r) => setTimeout(r, 100 / bases.length));
     }
   }
   if (res.status !== 200) return fail(`HTTP ${res.status}: ${(await res.text()).slice(0, 200)}`);
@@ -227,27 +229,44 @@ interface RouterResult {
 }
 
 async function replay(router: RouterPolicy, trace: readonly TraceRequest[]): Promise<RouterResult> {
-  const dir = mkdtempSync(join(tmpdir(), 'pdctl-trace-'));
   const server = newKeyPair();
-  writeFileSync(join(dir, 'bus.key'), JSON.stringify(server), { mode: 0o600 });
   const engineKey = newKeyPair();
-  const [httpPort, busPort] = [await freePort(), await freePort()];
-  const base = `http://127.0.0.1:${httpPort}`;
-  const serveArgs = [
-    'serve',
-    ...['--port', String(httpPort), '--bus', `tcp://127.0.0.1:${busPort}`],
-    ...['--prefill', '0', '--decode', '0', '--data-dir', dir, '--durability', 'process'],
-    ...['--router', router, '--kv-block-tokens', String(BLOCK), '--canary-interval-ms', '0'],
-    ...['--router-overlap-weight', OVERLAP_WEIGHT],
-    ...['--log-level', 'warn', '--engine-key', `*=${engineKey.publicKey}`],
-  ];
-  let serve = pdctl(serveArgs);
+  // Control planes: the one started first, and with --journal postgres its standby, each with its
+  // own data directory (holding the same bus key) and ports.
+  const pg =
+    JOURNAL === 'postgres'
+      ? await drillPostgres(PG_URL, `pdctl_trace_${router.replace('-', '_')}_${process.pid}`)
+      : null;
+  const planes = await Promise.all(
+    (pg ? ['leader', 'standby'] : ['only']).map(async (role) => {
+      const dir = mkdtempSync(join(tmpdir(), 'pdctl-trace-'));
+      writeFileSync(join(dir, 'bus.key'), JSON.stringify(server), { mode: 0o600 });
+      const [http, bus] = [await freePort(), await freePort()];
+      const args = [
+        'serve',
+        ...['--port', String(http), '--bus', `tcp://127.0.0.1:${bus}`],
+        ...['--prefill', '0', '--decode', '0', '--data-dir', dir, '--durability', 'process'],
+        ...['--router', router, '--kv-block-tokens', String(BLOCK), '--canary-interval-ms', '0'],
+        ...['--router-overlap-weight', OVERLAP_WEIGHT],
+        ...['--log-level', 'warn', '--engine-key', `*=${engineKey.publicKey}`],
+        ...(pg ? ['--journal', pg.url, '--lease-ms', '1000'] : []),
+        ...(role === 'standby' ? ['--standby'] : []),
+      ];
+      return { dir, args, base: `http://127.0.0.1:${http}`, bus: `tcp://127.0.0.1:${bus}` };
+    }),
+  );
+  const [first] = planes as [(typeof planes)[number]];
+  const bases = planes.map((p) => p.base);
+  let leader = first;
+  let serve = pdctl(first.args);
+  // Started once the first leads: a standby that finds no leader takes the lead itself.
+  let standby: ChildProcess | null = null;
   const engines: ChildProcess[] = [];
   const engine = (role: 'prefill' | 'decode', id: string) =>
     pdctl(
       [
         'engine',
-        ...['--role', role, '--id', id, '--control', `tcp://127.0.0.1:${busPort}`],
+        ...['--role', role, '--id', id, '--control', planes.map((p) => p.bus).join(',')],
         ...['--pages', String(PAGES), '--kv-block-tokens', String(BLOCK)],
         ...['--prefix-cache-pages', String(CACHE_PAGES)],
         ...['--prefill-us-per-token', String(PREFILL_US)],
@@ -260,6 +279,7 @@ async function replay(router: RouterPolicy, trace: readonly TraceRequest[]): Pro
       },
     );
   const allLive = async () => {
+    const base = leader.base;
     const res = await fetch(`${base}/v1/engines`);
     const body = (await res.json()) as { engines: Array<{ status: string }> };
     return (
@@ -268,7 +288,8 @@ async function replay(router: RouterPolicy, trace: readonly TraceRequest[]): Pro
     );
   };
   try {
-    await waitFor('pdctl serve', async () => (await fetch(`${base}/health`)).ok, 60_000);
+    await waitFor('pdctl serve', async () => (await fetch(`${first.base}/health`)).ok, 60_000);
+    if (planes[1]) standby = pdctl(planes[1].args);
     for (let i = 0; i < PREFILL; i++) engines.push(engine('prefill', `prefill-${i}`));
     for (let i = 0; i < DECODE; i++) engines.push(engine('decode', `decode-${i}`));
     await waitFor('every engine live', allLive, 60_000);
@@ -284,10 +305,15 @@ async function replay(router: RouterPolicy, trace: readonly TraceRequest[]): Pro
           const at = Date.now();
           serve.kill('SIGKILL');
           await new Promise((r) => serve.once('exit', r));
-          serve = pdctl(serveArgs);
+          // SQLite: the same control plane again on its file; PostgreSQL: the standby takes over.
+          const failover = standby !== null && planes[1] !== undefined;
+          if (standby && planes[1]) [serve, leader, standby] = [standby, planes[1], null];
+          else serve = pdctl(first.args);
           await waitFor('the control plane back with every engine', allLive, 60_000);
           restart = { at, back: Date.now() };
-          say(`  ${router}: control plane killed and back in ${restart.back - at} ms`);
+          say(
+            `  ${router}: control plane killed; ${failover ? 'the standby led' : 'it was back'} with every engine in ${restart.back - at} ms`,
+          );
         })()
       : Promise.resolve();
     let done = 0;
@@ -296,27 +322,25 @@ async function replay(router: RouterPolicy, trace: readonly TraceRequest[]): Pro
         const due = t0 + r.timestamp * TIME_SCALE;
         const wait = due - performance.now();
         if (wait > 1) await new Promise((res) => setTimeout(res, wait));
-        const s = await complete(base, r, due);
+        const s = await complete(bases, r, due);
         if (++done % 100 === 0) say(`  ${router}: ${done}/${trace.length} requests answered`);
         return s;
       }),
     );
     await restarting;
     const wallSeconds = (performance.now() - t0) / 1000;
-    for (const e of engines) e.kill('SIGTERM');
-    serve.kill('SIGTERM');
+    const all = [...engines, serve, ...(standby ? [standby] : [])];
+    for (const c of all) c.kill('SIGTERM');
     await Promise.all(
-      [...engines, serve].map((c) =>
-        c.exitCode !== null ? null : new Promise((r) => c.once('exit', r)),
-      ),
+      all.map((c) => (c.exitCode !== null ? null : new Promise((r) => c.once('exit', r)))),
     );
 
-    const journal = openJournalReader(join(dir, 'journal.db'));
+    const journal = openJournalReader(pg ? pg.url : join(first.dir, 'journal.db'));
     try {
-      const all = await prefixPerMinute(journal, { since: wall0, until: Date.now() + 1 });
-      const sum = (ms: typeof all, k: 'blocks' | 'reused' | 'expected') =>
+      const minutes = await prefixPerMinute(journal, { since: wall0, until: Date.now() + 1 });
+      const sum = (ms: typeof minutes, k: 'blocks' | 'reused' | 'expected') =>
         ms.reduce((n, m) => n + m[k], 0);
-      const rate = (ms: typeof all) => sum(ms, 'reused') / Math.max(1, sum(ms, 'blocks'));
+      const rate = (ms: typeof minutes) => sum(ms, 'reused') / Math.max(1, sum(ms, 'blocks'));
       let restartFigures: RouterResult['restart'] = null;
       if (restart) {
         const { at, back } = restart as { at: number; back: number };
@@ -342,9 +366,9 @@ async function replay(router: RouterPolicy, trace: readonly TraceRequest[]): Pro
       ).length;
       return {
         router,
-        hitRate: rate(all),
-        expectedRate: sum(all, 'expected') / Math.max(1, sum(all, 'blocks')),
-        prefillTokens: promptTokens - sum(all, 'reused') * BLOCK,
+        hitRate: rate(minutes),
+        expectedRate: sum(minutes, 'expected') / Math.max(1, sum(minutes, 'blocks')),
+        prefillTokens: promptTokens - sum(minutes, 'reused') * BLOCK,
         ttftMsP50: percentile(ttft, 50),
         ttftMsP99: percentile(ttft, 99),
         itlMsP50: percentile(itl, 50),
@@ -358,12 +382,18 @@ async function replay(router: RouterPolicy, trace: readonly TraceRequest[]): Pro
       journal.close();
     }
   } finally {
-    for (const c of [...engines, serve]) if (c.exitCode === null) c.kill('SIGKILL');
-    rmSync(dir, { recursive: true, force: true });
+    for (const c of [...engines, serve, ...(standby ? [standby] : [])])
+      if (c.exitCode === null) c.kill('SIGKILL');
+    for (const p of planes) rmSync(p.dir, { recursive: true, force: true });
+    pg?.dispose();
   }
 }
 
-const trace = await readTrace(TRACE, REQUESTS);
+const trace = await readTrace(TRACE, REQUESTS).catch((err: Error) => {
+  if (err instanceof TraceError || (err as NodeJS.ErrnoException).code === 'ENOENT')
+    usage(err.message);
+  throw err;
+});
 const bound = hitRateBound(trace);
 const tokens = trace.reduce((n, r) => n + r.hashIds.length * BLOCK, 0);
 say(
@@ -374,7 +404,7 @@ for (const router of ROUTERS) routers.push(await replay(router, trace));
 
 if (asJson) {
   process.stdout.write(
-    `${JSON.stringify({ hitRateBound: bound.bound, tokens, requests: trace.length, blockTokens: BLOCK, routers }, null, 2)}\n`,
+    `${JSON.stringify({ hitRateBound: bound.bound, tokens, requests: trace.length, blockTokens: BLOCK, journal: JOURNAL, routers }, null, 2)}\n`,
   );
 } else {
   const rr = routers.find((r) => r.router === 'round-robin');
@@ -422,7 +452,7 @@ if (asJson) {
     `| ${cells.map((c, i) => c.padEnd(widths[i] as number)).join(' | ')} |`;
   process.stdout.write(
     [
-      `${trace.length} requests, ${tokens} prompt tokens in blocks of ${BLOCK}; the trace's hit-rate bound ${pct(bound.bound)} (${idealTokens} prefill tokens with infinite caches and a perfect router); SLO: TTFT ≤ ${TTFT_SLO_MS} ms and TPOT ≤ ${TPOT_SLO_MS} ms`,
+      `${trace.length} requests, ${tokens} prompt tokens in blocks of ${BLOCK}; the trace's hit-rate bound ${pct(bound.bound)} (${idealTokens} prefill tokens with infinite caches and a perfect router); SLO: TTFT ≤ ${TTFT_SLO_MS} ms and TPOT ≤ ${TPOT_SLO_MS} ms; ${JOURNAL === 'postgres' ? 'PostgreSQL journal, the leader killed midway and its standby taking over' : 'SQLite journal, the control plane killed midway and started again'}`,
       line(header),
       line(widths.map((w) => '-'.repeat(w))),
       ...rows.map(line),

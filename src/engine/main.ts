@@ -65,13 +65,13 @@ function openUcx(opts: Readonly<EngineOptions>, log: Logger): UcxNode | null {
 function prefixHello(core: EngineCore): {
   prefix?: { blockTokens: number; capacityBlocks: number };
 } {
-  const p = core instanceof PrefillEngine ? core.prefixCache() : null;
+  const p = core instanceof PrefillEngine ? core.prefixes?.announce() : undefined;
   return p ? { prefix: { blockTokens: p.blockTokens, capacityBlocks: p.capacityBlocks } } : {};
 }
 
 /** The blocks a prefill engine's prefix cache holds, for its heartbeat. */
 function cachedBlocks(core: EngineCore): { cachedBlocks?: number } {
-  const p = core instanceof PrefillEngine ? core.prefixCache() : null;
+  const p = core instanceof PrefillEngine ? core.prefixes?.announce() : undefined;
   return p ? { cachedBlocks: p.blocks } : {};
 }
 

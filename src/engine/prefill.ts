@@ -7,16 +7,15 @@
  */
 import type { JournalEvent } from '../journal/events.ts';
 import type { Logger } from '../log.ts';
-import { type EngineModel, KvImageError, type PositionalKv } from '../model/executor.ts';
-import { blockNames } from '../model/prefix-blocks.ts';
+import { type EngineModel, KvImageError } from '../model/executor.ts';
 import type { Fault, TransferCore } from '../transfer/core.ts';
 import { hostIdentity } from '../transfer/host.ts';
 import { KvPool } from '../transfer/pool.ts';
 import { checkPeer, type UcxNode, type UcxPoolDescriptor } from '../transfer/ucx.ts';
 import { EngineCore, type EnginePorts, type EngineRoom } from './engine.ts';
-import { type RoomKv, roomKv } from './kv-pages.ts';
+import { roomKv } from './kv-pages.ts';
 import { type EngineOptions, prefixCacheBudget } from './options.ts';
-import { PrefixCache } from './prefix-cache.ts';
+import { type BlockReport, PrefixReuse } from './prefix-reuse.ts';
 
 export class PrefillEngine extends EngineCore {
   private readonly queue: EngineRoom[] = [];
@@ -37,43 +36,22 @@ export class PrefillEngine extends EngineCore {
     private readonly ucx: UcxNode | null = null,
   ) {
     super(opts, ports, model, log);
-    const budgetPages = prefixCacheBudget(opts);
-    if (model.positionalKv && budgetPages > 0) {
-      const pagesPerBlock = this.pagesFor(opts.kvBlockTokens);
-      if (pagesPerBlock <= budgetPages)
-        this.cache = new PrefixCache(this.allocator, {
-          blockTokens: opts.kvBlockTokens,
-          pagesPerBlock,
-          budgetPages,
-        });
-    }
+    this.prefixes = PrefixReuse.for({
+      model,
+      pool,
+      allocator: this.allocator,
+      blockTokens: opts.kvBlockTokens,
+      budgetPages: prefixCacheBudget(opts),
+      pagesPerBlock: this.pagesFor(opts.kvBlockTokens),
+    });
   }
 
-  /** Blocks of prompts computed here (prefix-cache.ts); null: none kept (a model whose KV is not positional, or no budget). */
-  readonly cache: PrefixCache | null = null;
-  /** Blocks of what the model runtime holds (`heldPrefixes`, llama.cpp) as last reported to the journal. */
-  private readonly reported = new Set<string>();
-
-  /**
-   * The prefix blocks this engine keeps, as its hello announces them: in its pool (the built-in
-   * model), or in its model runtime's sequences (llama.cpp); null when it keeps none.
-   */
-  prefixCache(): { blockTokens: number; capacityBlocks: number; blocks: number } | null {
-    const blockTokens = this.opts.kvBlockTokens;
-    if (this.cache)
-      return { blockTokens, capacityBlocks: this.cache.capacityBlocks, blocks: this.cache.size };
-    if (!this.model.heldPrefixes) return null;
-    const tokens = (this.model.slots ?? 1) * (this.model.contextSize ?? 0);
-    return {
-      blockTokens,
-      capacityBlocks: Math.floor(tokens / blockTokens),
-      blocks: this.reported.size,
-    };
-  }
+  /** What it reuses of prompts computed before (prefix-reuse.ts); null: nothing. */
+  readonly prefixes: PrefixReuse | null;
 
   /** Pages a room could have now: free ones, and those of cached blocks it may evict. */
   override freePages(): number {
-    return this.allocator.free + (this.cache?.evictablePages ?? 0);
+    return this.allocator.free + (this.prefixes?.evictablePages ?? 0);
   }
 
   /** Verdicts on peers' UCX descriptors, by descriptor. */
@@ -145,14 +123,12 @@ export class PrefillEngine extends EngineCore {
       this.fail(room, 'kv_exceeds_reservation', 'waiting_for_input');
       return;
     }
-    const cache = this.cache;
-    const named = cache !== null || this.model.heldPrefixes !== undefined;
-    const names = named ? blockNames(tokens, this.opts.kvBlockTokens) : [];
-    const hits = cache?.pin(v.room, names) ?? [];
+    const prefixes = this.prefixes;
+    const { names, hits } = prefixes?.begin(v.room, tokens) ?? { names: [], hits: [] };
     try {
       let pages = this.allocator.reserve(v.room, need);
       // Rooms first: a pool that cached blocks have filled gives their pages up.
-      const evicted = !pages && cache ? cache.evictFor(need) : [];
+      const evicted = pages ? [] : (prefixes?.evictFor(need) ?? []);
       if (evicted.length > 0) pages = this.allocator.reserve(v.room, need);
       if (!pages) {
         this.fail(room, 'kv_pool_full', 'waiting_for_input');
@@ -168,8 +144,7 @@ export class PrefillEngine extends EngineCore {
       // begin when the compute does, and an abort must find the room in it.
       await new Promise<void>((r) => setImmediate(r));
       const kv = roomKv(this.pool, pages, 'empty');
-      const reused = this.restore(hits, kv);
-      cache?.unpin(v.room);
+      const reused = prefixes?.restore(v.room, hits, kv) ?? 0;
       let computed: Awaited<ReturnType<EngineModel['prefill']>>;
       try {
         computed = await this.model.prefill(
@@ -191,58 +166,11 @@ export class PrefillEngine extends EngineCore {
       }
       if (computed === null || room.stopped) return;
       kv.store();
-      const kept = cache ? this.keep(names, kv) : this.held(names);
-      const reusedBlocks = cache
-        ? hits.length
-        : Math.floor((computed.reused ?? 0) / this.opts.kvBlockTokens);
-      await this.transfer(room, bootstrapped, pages, computed.micros, {
-        ...(names.length > 0 ? { reusedBlocks } : {}),
-        ...(kept.stored.length > 0 ? { storedBlocks: kept.stored } : {}),
-        ...(kept.evicted.length > 0 ? { evictedBlocks: kept.evicted } : {}),
-      });
+      const blocks = prefixes?.finish(names, hits, kv, computed.reused ?? 0) ?? {};
+      await this.transfer(room, bootstrapped, pages, computed.micros, blocks);
     } finally {
-      cache?.unpin(v.room);
+      prefixes?.unpin(v.room);
     }
-  }
-
-  /** Copies the KV of cached blocks into the room's pages; returns the positions restored. */
-  private restore(hits: readonly number[][], kv: RoomKv): number {
-    const copy = this.model.positionalKv as PositionalKv;
-    const b = this.opts.kvBlockTokens;
-    hits.forEach((pages, i) => {
-      copy.copy(roomKv(this.pool, pages, 'load').pages, 0, kv.pages, i * b, b);
-    });
-    return hits.length * b;
-  }
-
-  /** Keeps the room's blocks the cache lacks (within its budget); returns the names stored and evicted. */
-  private keep(names: readonly string[], kv: RoomKv): { stored: string[]; evicted: string[] } {
-    if (!this.cache || names.length === 0) return { stored: [], evicted: [] };
-    const copy = this.model.positionalKv as PositionalKv;
-    const b = this.opts.kvBlockTokens;
-    const { stored, evicted } = this.cache.store(names);
-    for (const s of stored) {
-      const block = roomKv(this.pool, s.pages, 'empty');
-      copy.copy(kv.pages, s.index * b, block.pages, 0, b);
-      block.store();
-    }
-    return { stored: stored.map((s) => s.name), evicted };
-  }
-
-  /**
-   * What the model runtime holds now against what was last reported: the room's blocks it holds
-   * that were not reported (blocks of other rooms are theirs to report), and every reported block
-   * it no longer holds.
-   */
-  private held(names: readonly string[]): { stored: string[]; evicted: string[] } {
-    const prefixes = this.model.heldPrefixes?.();
-    if (!prefixes) return { stored: [], evicted: [] };
-    const now = new Set(prefixes.flatMap((t) => blockNames(t, this.opts.kvBlockTokens)));
-    const evicted = [...this.reported].filter((n) => !now.has(n));
-    for (const n of evicted) this.reported.delete(n);
-    const stored = names.filter((n) => now.has(n) && !this.reported.has(n));
-    for (const n of stored) this.reported.add(n);
-    return { stored, evicted };
   }
 
   /** Posts the room's KV to the decode engine's pages and journals how that went. */
@@ -251,7 +179,7 @@ export class PrefillEngine extends EngineCore {
     bootstrapped: NonNullable<Awaited<ReturnType<PrefillEngine['destination']>>>,
     pages: readonly number[],
     computeMicros: number,
-    blocks: { reusedBlocks?: number; storedBlocks?: string[]; evictedBlocks?: string[] },
+    blocks: BlockReport,
   ): Promise<void> {
     const v = room.view;
     const need = pages.length;
