@@ -88,7 +88,7 @@ export function engineShapeOptions(c: Command, per = ''): Command {
     )
     .option(
       '--prefix-cache-pages <n>',
-      `KV pool pages${per} a prefill engine keeps computed prompt blocks in, for rooms whose prompt starts the same (default: a quarter of the pool; 0: none; rooms take the pages back when they need them). With --model, the sequences keep prompts instead (docs/model.md)`,
+      `KV pool pages${per} a prefill engine keeps computed prompt blocks in, for rooms whose prompt starts the same (default: a quarter of the pool; 0: none; rooms take the pages back when they need them). With --model, the sequences keep prompts instead, and 0 turns that off too (docs/model.md)`,
       intArg('--prefix-cache-pages'),
     )
     .addOption(

@@ -186,6 +186,8 @@ async function openEngineModel(opts: Readonly<EngineOptions>, log: Logger): Prom
       contextSize: opts.contextSize,
       threads: opts.threads,
       gpu: opts.gpu,
+      // `--prefix-cache-pages 0`: no prefix reuse, in the sequences either.
+      keepPrefixes: opts.prefixCachePages !== 0,
     });
     log.info(
       {

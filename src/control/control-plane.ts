@@ -119,6 +119,7 @@ export class ControlPlane {
       bus,
       registry,
       modelFormat: this.model.format,
+      blockTokens: o.kvBlockTokens,
       counters,
       log: o.log,
       admission: o.admission,

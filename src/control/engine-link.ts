@@ -65,6 +65,8 @@ export interface EngineLinkDeps {
   registry: EngineRegistry;
   /** The model the engines must run (`ModelInfo.format`); null: any. */
   modelFormat: string | null;
+  /** Tokens per prefix block (`--kv-block-tokens`): an engine announcing another is told off in the log. */
+  blockTokens: number;
   counters: ControlCounters;
   log: Logger;
   /** The rooms: the request sent to a prefill engine with its `room.created`. */
@@ -235,6 +237,15 @@ export class EngineLink {
       { engine: msg.engine, role: msg.role, incarnation: msg.incarnation, pid: msg.pid },
       'engine registered',
     );
+    if (msg.prefix && msg.prefix.blockTokens !== this.deps.blockTokens)
+      log.warn(
+        {
+          engine: msg.engine,
+          engineBlockTokens: msg.prefix.blockTokens,
+          blockTokens: this.deps.blockTokens,
+        },
+        `its prefix blocks are ${msg.prefix.blockTokens} tokens and this control plane's ${this.deps.blockTokens}: the blocks it reports are refused (pdctl_prefix_blocks_refused_total) and it gets no cache hits; start both with the same --kv-block-tokens`,
+      );
     this.deps.journal
       .append({
         type: 'engine.registered',

@@ -43,7 +43,8 @@ export class PrefixReuse {
 
   /**
    * The engine's prefix reuse: a pool cache of `budgetPages` (`pagesPerBlock` pages a block)
-   * where the model's KV is positional, the runtime's where it keeps prefixes; null: neither.
+   * where the model's KV is positional, the runtime's where it keeps prefixes; null: neither, or
+   * a budget of 0 (`--prefix-cache-pages 0` turns reuse off for both).
    */
   static for(o: {
     model: EngineModel;
@@ -58,7 +59,9 @@ export class PrefixReuse {
       const cache = new PrefixCache(o.allocator, { blockTokens, pagesPerBlock, budgetPages });
       return new PrefixReuse(model, pool, blockTokens, cache);
     }
-    return model.heldPrefixes ? new PrefixReuse(model, pool, blockTokens, null) : null;
+    return model.heldPrefixes && budgetPages > 0
+      ? new PrefixReuse(model, pool, blockTokens, null)
+      : null;
   }
 
   announce(): PrefixAnnounce {

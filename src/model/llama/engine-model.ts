@@ -36,6 +36,8 @@ import { TextStream } from './text.ts';
 export interface LlamaEngineOptions extends LlamaModelOptions {
   /** CPU threads of the context; 0: llama.cpp's default (all cores). */
   threads: number;
+  /** Sequences keep what a prefill evaluated for the next to reuse; default true. */
+  keepPrefixes?: boolean;
 }
 
 /** Prompt tokens evaluated between two checks that the room still runs. */
@@ -113,6 +115,7 @@ export class LlamaEngineModel implements EngineModel {
   private readonly free: LlamaContextSequence[];
   /** Every sequence of the context, free or not. */
   private readonly all: readonly LlamaContextSequence[];
+  private readonly keepPrefixes: boolean;
   private readonly waiting: Array<(s: LlamaContextSequence) => void> = [];
   /** Streams being closed: the context is disposed only once they are. */
   private readonly closing = new Set<Promise<unknown>>();
@@ -132,6 +135,7 @@ export class LlamaEngineModel implements EngineModel {
     this.contextSize = context.contextSize;
     this.free = [...sequences];
     this.all = sequences;
+    this.keepPrefixes = o.keepPrefixes ?? true;
   }
 
   static async open(o: LlamaEngineOptions): Promise<LlamaEngineModel> {
@@ -197,7 +201,7 @@ export class LlamaEngineModel implements EngineModel {
 
   /** Gives a sequence back; `keep`: with what it evaluated (a prefill's), for the next to reuse. */
   private async giveBack(s: LlamaContextSequence, keep = false): Promise<void> {
-    if (!keep) await s.clearHistory();
+    if (!keep || !this.keepPrefixes) await s.clearHistory();
     const next = this.waiting.shift();
     if (next) next(s);
     else this.free.push(s);
