@@ -249,3 +249,25 @@ export interface JournalStore extends JournalReader {
   /** Waits for every pending append (at most `timeoutMs`), then closes. Idempotent. */
   drain(options?: { timeoutMs?: number }): Promise<void>;
 }
+
+/** Events a page of `eachEvent` reads at once (`tail` allows at most 10,000). */
+const EACH_PAGE = 5000;
+
+/**
+ * Calls `each` for every event `filter` selects, oldest first, reading page by page, until the
+ * events run out or `each` returns false (true: go on).
+ */
+export async function eachEvent<T extends EventType>(
+  reader: Pick<JournalReader, 'tail'>,
+  filter: Omit<TailFilter<T>, 'order' | 'limit'>,
+  each: (ev: JournalEventOf<T>) => boolean,
+): Promise<void> {
+  let afterSeq = filter.afterSeq ?? 0;
+  for (;;) {
+    const page = await reader.tail({ ...filter, afterSeq, order: 'oldest', limit: EACH_PAGE });
+    for (const ev of page) if (!each(ev)) return;
+    const last = page.at(-1);
+    if (page.length < EACH_PAGE || !last) return;
+    afterSeq = last.seq;
+  }
+}

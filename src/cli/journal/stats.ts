@@ -1,6 +1,6 @@
 /** `pdctl journal stats`: counts by state and reason, and per-minute transitions and prefix hits. */
 
-import type { JournalReader } from '../../journal/store.ts';
+import { eachEvent, type JournalReader } from '../../journal/store.ts';
 import { formatTs, parseTime } from '../../time.ts';
 import { type CommonOptions, EXIT, openReader, print, printJson } from '../context.ts';
 import { renderTable } from '../table.ts';
@@ -135,7 +135,6 @@ export interface PrefixMinute {
 
 /** Rooms are counted in the minute their KV was posted; their `room.created` may be up to this much earlier. */
 const CREATED_BEFORE_MS = 10 * 60_000;
-const PAGE = 10_000;
 
 /**
  * Prefix reuse per minute in a window, from `room.created` (blocks, expected) and
@@ -156,36 +155,26 @@ export async function prefixPerMinute(
     }
     return m;
   };
-  let afterSeq = 0;
-  for (;;) {
-    const page = await reader.tail({
-      type: ['room.created', 'room.prefill_started', 'room.transfer_posted'],
-      since: window.since - CREATED_BEFORE_MS,
-      afterSeq,
-      order: 'oldest',
-      limit: PAGE,
-    });
-    for (const ev of page) {
-      if (ev.ts >= window.until) break;
-      if (ev.type === 'room.created') {
-        const { prefixBlocks, expectedBlocks } = ev.data;
-        if (prefixBlocks !== undefined && ev.room)
-          created.set(ev.room, { blocks: prefixBlocks, expected: expectedBlocks ?? 0 });
-        continue;
-      }
-      if (ev.ts < window.since) continue;
-      const m = at(ev.ts);
-      m.evicted += ev.data.evictedBlocks?.length ?? 0;
-      if (ev.type !== 'room.transfer_posted') continue;
-      const c = ev.room ? created.get(ev.room) : undefined;
-      m.rooms++;
-      m.blocks += c?.blocks ?? 0;
-      m.expected += c?.expected ?? 0;
-      m.reused += ev.data.reusedBlocks ?? 0;
+  const types = ['room.created', 'room.prefill_started', 'room.transfer_posted'] as const;
+  await eachEvent(reader, { type: [...types], since: window.since - CREATED_BEFORE_MS }, (ev) => {
+    if (ev.ts >= window.until) return false;
+    if (ev.type === 'room.created') {
+      const { prefixBlocks, expectedBlocks } = ev.data;
+      if (prefixBlocks !== undefined && ev.room)
+        created.set(ev.room, { blocks: prefixBlocks, expected: expectedBlocks ?? 0 });
+      return true;
     }
-    if (page.length < PAGE || (page.at(-1)?.ts ?? 0) >= window.until) break;
-    afterSeq = page.at(-1)?.seq ?? afterSeq;
-  }
+    if (ev.ts < window.since) return true;
+    const m = at(ev.ts);
+    m.evicted += ev.data.evictedBlocks?.length ?? 0;
+    if (ev.type !== 'room.transfer_posted') return true;
+    const c = ev.room ? created.get(ev.room) : undefined;
+    m.rooms++;
+    m.blocks += c?.blocks ?? 0;
+    m.expected += c?.expected ?? 0;
+    m.reused += ev.data.reusedBlocks ?? 0;
+    return true;
+  });
   return [...minutes.values()].sort((a, b) => a.minute - b.minute);
 }
 

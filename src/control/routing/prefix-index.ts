@@ -8,7 +8,7 @@
  * control plane routes on the same knowledge as the one before it.
  */
 import type { JournalEvent } from '../../journal/events.ts';
-import type { JournalReader } from '../../journal/store.ts';
+import { eachEvent, type JournalReader } from '../../journal/store.ts';
 
 /** Event types the index folds. */
 export const INDEX_EVENTS = [
@@ -21,9 +21,6 @@ interface Holdings {
   incarnation: string | null;
   blocks: Set<string>;
 }
-
-/** Events read per page while rebuilding. */
-const PAGE = 5000;
 
 export class PrefixIndex {
   private readonly engines = new Map<string, Holdings>();
@@ -77,32 +74,16 @@ export class PrefixIndex {
   static async rebuild(journal: JournalReader, untilSeq: number): Promise<PrefixIndex> {
     const index = new PrefixIndex();
     const last = new Map<string, number>();
-    await pages(journal, ['engine.registered'], 0, untilSeq, (ev) => {
-      if (ev.engine) last.set(ev.engine, ev.seq);
+    await eachEvent(journal, { type: 'engine.registered' }, (ev) => {
+      if (ev.engine && ev.seq <= untilSeq) last.set(ev.engine, ev.seq);
+      return ev.seq < untilSeq;
     });
     if (last.size === 0) return index;
-    const from = Math.min(...last.values()) - 1;
-    await pages(journal, [...INDEX_EVENTS], from, untilSeq, (ev) => index.fold(ev));
+    const afterSeq = Math.min(...last.values()) - 1;
+    await eachEvent(journal, { type: [...INDEX_EVENTS], afterSeq }, (ev) => {
+      if (ev.seq <= untilSeq) index.fold(ev);
+      return ev.seq < untilSeq;
+    });
     return index;
-  }
-}
-
-/** Calls `each` for every event of `types` with seq in (afterSeq, untilSeq], oldest first. */
-async function pages(
-  journal: JournalReader,
-  types: Array<(typeof INDEX_EVENTS)[number]>,
-  afterSeq: number,
-  untilSeq: number,
-  each: (ev: JournalEvent) => void,
-): Promise<void> {
-  let after = afterSeq;
-  for (;;) {
-    const page = await journal.tail({ type: types, afterSeq: after, order: 'oldest', limit: PAGE });
-    for (const ev of page) {
-      if (ev.seq > untilSeq) return;
-      each(ev);
-    }
-    if (page.length < PAGE) return;
-    after = (page.at(-1) as JournalEvent).seq;
   }
 }
