@@ -21,6 +21,9 @@
  *   `--decode-us-per-token` (0) the built-in model's compute (40 µs a token: prompts 8 times
  *   shorter than the trace's take about as long to prefill as a GPU takes for the real ones); `--cache-pages` per prefill engine
  *   (16384: the working set of the first 600 requests of the conversation trace fits), `--pages`.
+ * - `--prefill-compute` (device): each prefill engine's compute time is waited on a simulated
+ *   device of its own, as on a fleet where every engine has its GPU; `spin` spends it on the CPU
+ *   instead, which every engine here shares (model/deterministic.ts).
  * - `--ttft-slo-ms` (1000) and `--tpot-slo-ms` (50): a request meets its SLO when both hold.
  * - `--routers` (kv,least-loaded,round-robin), `--no-restart`.
  * - `--journal postgres`: each replay on a PostgreSQL journal (a new database on the server
@@ -54,6 +57,7 @@ const LENGTH_SCALE = Number(flag('--length-scale', '0.125'));
 const PREFILL = Number(flag('--prefill', '4'));
 const DECODE = Number(flag('--decode', '2'));
 const PREFILL_US = Number(flag('--prefill-us-per-token', '40'));
+const PREFILL_COMPUTE = flag('--prefill-compute', 'device');
 const DECODE_US = Number(flag('--decode-us-per-token', '0'));
 const CACHE_PAGES = Number(flag('--cache-pages', '16384'));
 const PAGES = Number(flag('--pages', String(CACHE_PAGES + 8192)));
@@ -83,6 +87,8 @@ for (const [name, v] of [
   if (!(v > 0)) usage(`${name} must be a positive number, got ${flag(name, '')}`);
 if (JOURNAL !== 'sqlite' && JOURNAL !== 'postgres')
   usage(`--journal must be sqlite or postgres, got ${JOURNAL}`);
+if (PREFILL_COMPUTE !== 'device' && PREFILL_COMPUTE !== 'spin')
+  usage(`--prefill-compute must be device or spin, got ${PREFILL_COMPUTE}`);
 if (BLOCK < 1) usage(`--length-scale ${LENGTH_SCALE} makes blocks of less than one token`);
 for (const r of ROUTERS)
   if (!(ROUTER_POLICIES as readonly string[]).includes(r))
@@ -269,7 +275,7 @@ async function replay(router: RouterPolicy, trace: readonly TraceRequest[]): Pro
         ...['--role', role, '--id', id, '--control', planes.map((p) => p.bus).join(',')],
         ...['--pages', String(PAGES), '--kv-block-tokens', String(BLOCK)],
         ...['--prefix-cache-pages', String(CACHE_PAGES)],
-        ...['--prefill-us-per-token', String(PREFILL_US)],
+        ...['--prefill-us-per-token', String(PREFILL_US), '--prefill-compute', PREFILL_COMPUTE],
         ...['--decode-us-per-token', String(DECODE_US), '--log-level', 'warn'],
       ],
       {
@@ -404,7 +410,7 @@ for (const router of ROUTERS) routers.push(await replay(router, trace));
 
 if (asJson) {
   process.stdout.write(
-    `${JSON.stringify({ hitRateBound: bound.bound, tokens, requests: trace.length, blockTokens: BLOCK, journal: JOURNAL, routers }, null, 2)}\n`,
+    `${JSON.stringify({ hitRateBound: bound.bound, tokens, requests: trace.length, blockTokens: BLOCK, prefillUsPerToken: PREFILL_US, prefillCompute: PREFILL_COMPUTE, journal: JOURNAL, routers }, null, 2)}\n`,
   );
 } else {
   const rr = routers.find((r) => r.router === 'round-robin');
@@ -452,7 +458,7 @@ if (asJson) {
     `| ${cells.map((c, i) => c.padEnd(widths[i] as number)).join(' | ')} |`;
   process.stdout.write(
     [
-      `${trace.length} requests, ${tokens} prompt tokens in blocks of ${BLOCK}; the trace's hit-rate bound ${pct(bound.bound)} (${idealTokens} prefill tokens with infinite caches and a perfect router); SLO: TTFT ≤ ${TTFT_SLO_MS} ms and TPOT ≤ ${TPOT_SLO_MS} ms; ${JOURNAL === 'postgres' ? 'PostgreSQL journal, the leader killed midway and its standby taking over' : 'SQLite journal, the control plane killed midway and started again'}`,
+      `${trace.length} requests, ${tokens} prompt tokens in blocks of ${BLOCK}; prefill ${PREFILL_US} µs a token (${PREFILL_COMPUTE === 'device' ? 'a simulated device per engine' : 'spun on the CPU'}); the trace's hit-rate bound ${pct(bound.bound)} (${idealTokens} prefill tokens with infinite caches and a perfect router); SLO: TTFT ≤ ${TTFT_SLO_MS} ms and TPOT ≤ ${TPOT_SLO_MS} ms; ${JOURNAL === 'postgres' ? 'PostgreSQL journal, the leader killed midway and its standby taking over' : 'SQLite journal, the control plane killed midway and started again'}`,
       line(header),
       line(widths.map((w) => '-'.repeat(w))),
       ...rows.map(line),

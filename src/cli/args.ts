@@ -69,6 +69,14 @@ export function engineShapeOptions(c: Command, per = ''): Command {
       intArg('--prefill-us-per-token'),
       ENGINE_DEFAULTS.prefillUsPerToken,
     )
+    .addOption(
+      new Option(
+        '--prefill-compute <how>',
+        "model: how the prefill compute time is spent: spin keeps this CPU busy; device stands in for a GPU of the engine's own (prefill waits for it, one slice at a time, and the CPU stays free)",
+      )
+        .choices(['spin', 'device'])
+        .default(ENGINE_DEFAULTS.prefillCompute),
+    )
     .option(
       '--decode-us-per-token <n>',
       'model: compute per decode step (µs)',
@@ -117,6 +125,7 @@ export function engineShapeArgs(o: Record<string, unknown>): string[] {
     String(o.prefillUsPerToken),
     '--decode-us-per-token',
     String(o.decodeUsPerToken),
+    ...given('--prefill-compute', o.prefillCompute),
     ...(o.kvDevice === undefined ? [] : ['--kv-device', String(o.kvDevice)]),
     ...given('--kv-transport', o.kvTransport),
     ...given('--kv-block-tokens', o.kvBlockTokens),

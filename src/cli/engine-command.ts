@@ -111,6 +111,7 @@ export function registerEngineCommand(program: Command): void {
           kvBytesPerToken: o.kvBytesPerToken,
           prefillUsPerToken: o.prefillUsPerToken,
           decodeUsPerToken: o.decodeUsPerToken,
+          prefillCompute: o.prefillCompute,
           kvDevice: o.kvDevice ?? null,
           kvTransport: o.kvTransport ?? ENGINE_DEFAULTS.kvTransport,
           transferThreads: o.transferThreads,

@@ -62,7 +62,7 @@ export const CONTROL_DEFAULTS: Readonly<ControlDefaults> = Object.freeze({
   /** How a new room's pair is chosen (routing/router.ts): by prefix overlap against load. */
   router: 'kv' as RouterPolicy,
   /** Under `kv`: a token to compute against a token queued (routing/router.ts). */
-  routerOverlapWeight: 2,
+  routerOverlapWeight: 4,
   /** Tokens per prefix block: the engines' `--kv-block-tokens` must be the same. */
   kvBlockTokens: 64,
 });

@@ -6,7 +6,11 @@
 import { availableParallelism } from 'node:os';
 import { HEARTBEAT_MS } from '../bus/protocol.ts';
 import { isValidId } from '../journal/events.ts';
-import { DEFAULT_MODEL_OPTIONS, type ModelOptions } from '../model/deterministic.ts';
+import {
+  DEFAULT_MODEL_OPTIONS,
+  type ModelOptions,
+  PREFILL_COMPUTE,
+} from '../model/deterministic.ts';
 import { defaultPoolName } from '../transfer/pool.ts';
 
 export type EngineRole = 'prefill' | 'decode';
@@ -157,6 +161,10 @@ function badTransport(v: unknown): never {
   throw new EngineOptionsError(`kvTransport must be auto, shm or ucx, got ${JSON.stringify(v)}`);
 }
 
+function oneOf(name: string, choices: readonly string[], v: unknown): never {
+  throw new EngineOptionsError(`${name} must be ${choices.join(' or ')}, got ${JSON.stringify(v)}`);
+}
+
 function badGpu(v: unknown): never {
   throw new EngineOptionsError(`gpu must be auto or cpu, got ${JSON.stringify(v)}`);
 }
@@ -208,6 +216,9 @@ export function resolveEngineOptions(input: Record<string, unknown>): Readonly<E
     kvBytesPerToken: kv,
     prefillUsPerToken: int('prefillUsPerToken', o.prefillUsPerToken, 0, 1_000_000),
     decodeUsPerToken: int('decodeUsPerToken', o.decodeUsPerToken, 0, 1_000_000),
+    prefillCompute: PREFILL_COMPUTE.includes(o.prefillCompute as never)
+      ? (o.prefillCompute as EngineOptions['prefillCompute'])
+      : oneOf('prefillCompute', PREFILL_COMPUTE, o.prefillCompute),
     kvTransport:
       o.kvTransport === 'auto' || o.kvTransport === 'shm' || o.kvTransport === 'ucx'
         ? o.kvTransport

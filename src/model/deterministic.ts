@@ -51,15 +51,27 @@ const SLICE_TOKENS = 512;
 export interface ModelOptions {
   /** KV bytes written per token; a multiple of 4 that divides the page size. Default 64. */
   kvBytesPerToken: number;
-  /** Busy compute per prompt token in prefill, in microseconds. Default 0. */
+  /** Compute per prompt token in prefill, in microseconds. Default 0. */
   prefillUsPerToken: number;
+  /**
+   * How prefill's compute time is spent: `spin` keeps this process's CPU busy for it (default);
+   * `device` stands in for an accelerator of the engine's own — each slice of prefill holds the
+   * engine's one simulated device that long, slices of concurrent rooms queue for it in turn, and
+   * the CPU stays free. `device` is what a fleet of separate GPUs looks like on a machine whose
+   * few cores every engine shares (bench/trace-replay.ts).
+   */
+  prefillCompute: PrefillCompute;
   /** Busy compute per decode step, in microseconds (on top of reading the KV). Default 0. */
   decodeUsPerToken: number;
 }
 
+export const PREFILL_COMPUTE = ['spin', 'device'] as const;
+export type PrefillCompute = (typeof PREFILL_COMPUTE)[number];
+
 export const DEFAULT_MODEL_OPTIONS: Readonly<ModelOptions> = Object.freeze({
   kvBytesPerToken: 64,
   prefillUsPerToken: 0,
+  prefillCompute: 'spin' as PrefillCompute,
   decodeUsPerToken: 0,
 });
 
@@ -143,6 +155,11 @@ export class DeterministicModel implements ModelInfo, EngineModel {
         throw new Error(`${key} must be from 0 to 1000000 microseconds, got ${v}`);
       }
     }
+    if (!PREFILL_COMPUTE.includes(this.options.prefillCompute)) {
+      throw new Error(
+        `prefillCompute must be spin or device, got ${JSON.stringify(this.options.prefillCompute)}`,
+      );
+    }
     this.kvBytesPerToken = k;
     this.kv = { baseBytes: 0, bytesPerToken: k, decodeGrows: true };
   }
@@ -190,8 +207,21 @@ export class DeterministicModel implements ModelInfo, EngineModel {
     const start = nowMicros();
     let prev = from === 0 ? FNV_OFFSET : lastWord(kv.at(from - 1));
     for (let p = from; p < to; p++) prev = this.writeKv(kv, p, tokens[p] as number, prev);
-    spin((to - from) * this.options.prefillUsPerToken);
+    if (this.options.prefillCompute === 'spin') spin((to - from) * this.options.prefillUsPerToken);
     return nowMicros() - start;
+  }
+
+  /** When the simulated device (`prefillCompute: 'device'`) is free, in ms of performance.now(). */
+  private deviceFreeAt = 0;
+
+  /** Holds the simulated device for `micros`, after the slices queued for it before. */
+  private async onDevice(micros: number): Promise<number> {
+    if (micros <= 0) return 0;
+    const now = performance.now();
+    this.deviceFreeAt = Math.max(now, this.deviceFreeAt) + micros / 1000;
+    const wait = this.deviceFreeAt - now;
+    await new Promise((r) => setTimeout(r, wait));
+    return micros;
   }
 
   /**
@@ -236,7 +266,10 @@ export class DeterministicModel implements ModelInfo, EngineModel {
     let micros = 0;
     for (let from = reused; from < tokens.length; from += SLICE_TOKENS) {
       if (!(await between())) return null;
-      micros += this.prefillSpan(tokens, span, from, Math.min(tokens.length, from + SLICE_TOKENS));
+      const to = Math.min(tokens.length, from + SLICE_TOKENS);
+      micros += this.prefillSpan(tokens, span, from, to);
+      if (this.options.prefillCompute === 'device')
+        micros += await this.onDevice((to - from) * this.options.prefillUsPerToken);
     }
     if (!(await between())) return null;
     return { bytes: tokens.length * this.kvBytesPerToken, micros };

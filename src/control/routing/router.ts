@@ -5,7 +5,7 @@
  *   blocks, weighed against the prefill work already queued on it. Its cost, in units of this
  *   request's prefill, is
  *
- *       (overlap weight (2) × tokens it would compute + tokens queued for prefill on it) / prompt tokens
+ *       (overlap weight (4) × tokens it would compute + tokens queued for prefill on it) / prompt tokens
  *
  *   where the tokens it would compute are the prompt less the leading blocks the prefix index
  *   says it holds (prefix-index.ts), and the tokens queued are those of the rooms routed to it
@@ -38,7 +38,7 @@ export interface RouterOptions {
   blockTokens: number;
   /**
    * How much a token to compute weighs against a token already queued (`--router-overlap-weight`,
-   * CONTROL_DEFAULTS: 2; Dynamo's is 1): above 1, a request stays with the engine holding its
+   * CONTROL_DEFAULTS: 4; Dynamo's is 1): above 1, a request stays with the engine holding its
    * prefix against a longer queue there (docs/benchmarks.md, "A production trace").
    */
   overlapWeight: number;
