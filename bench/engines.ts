@@ -125,6 +125,8 @@ interface Row {
   cpuBusyPct: number;
   /** CPU time the machine spent per room completed: all cores, all processes. */
   cpuMsPerRoom: number;
+  /** Median commits in sequence behind a room's decode (control/commit-depth.ts); null: none counted. */
+  commitsP50: number | null;
 }
 
 /** A DEALER that echoes every message back; run with `node -e` (argv: zeromq's path, endpoint). */
@@ -277,6 +279,20 @@ try {
         }
         return events;
       };
+      /** The control plane's count of rooms by the commits in sequence behind their decode. */
+      const depths = () => [...control.book.depths.firstTokens];
+      /** The median of those counts since `before` was taken. */
+      const medianDepth = (before: number[]): number | null => {
+        const counts = depths().map((n, d) => n - (before[d] ?? 0));
+        const total = counts.reduce((a, b) => a + b, 0);
+        let seen = 0;
+        if (total === 0) return null;
+        for (const [d, n] of counts.entries()) {
+          seen += n;
+          if (seen * 2 >= total) return d;
+        }
+        return null;
+      };
       /** One row from the rooms timed (room → ms seen by the caller, and when it was submitted). */
       const row = async (
         concurrency: number | string,
@@ -285,6 +301,7 @@ try {
         elapsed: number,
         failed: number,
         cpuBefore: ReturnType<typeof machineCpu>,
+        depthsBefore: number[],
       ) => {
         const cpuNow = machineCpu();
         const busyMs = cpuNow.busy - cpuBefore.busy;
@@ -322,6 +339,7 @@ try {
           failed,
           cpuBusyPct: Math.round((100 * busyMs) / Math.max(1, busyMs + idleMs)),
           cpuMsPerRoom: r2(busyMs / Math.max(1, times.size)),
+          commitsP50: medianDepth(depthsBefore),
         });
         return { byRoom, roomsPerSec };
       };
@@ -333,6 +351,7 @@ try {
         let failed = 0;
         const end = performance.now() + SECONDS * 1000;
         const cpuBefore = machineCpu();
+        const depthsBefore = depths();
         const started = performance.now();
         const client = async (c: number) => {
           for (let i = 0; performance.now() < end; i++) {
@@ -356,6 +375,7 @@ try {
           elapsed,
           failed,
           cpuBefore,
+          depthsBefore,
         );
         capacity = Math.max(capacity, roomsPerSec);
         if (concurrency === 1 && setting.name === NEAR_ZERO)
@@ -372,6 +392,7 @@ try {
       const fromSeq = await control.journal.headSeq();
       let failed = 0;
       const cpuBefore = machineCpu();
+      const depthsBefore = depths();
       const started = performance.now();
       await atRate(rate, SECONDS, async (i) => {
         const t = performance.now();
@@ -391,6 +412,7 @@ try {
         (performance.now() - started) / 1000,
         failed,
         cpuBefore,
+        depthsBefore,
       );
     } finally {
       await stack.stop();
@@ -415,15 +437,15 @@ if (asJson) {
     `pdctl engines benchmark — ${cpus().length} cores, node ${process.version}, durability ${DURABILITY}, ${SECONDS}s per cell,`,
     `1 prefill + 1 decode engine, prompt ${PROMPT_WORDS} tokens, ${MAX_TOKENS} tokens out. Baseline: the same model in-process.`,
     '',
-    '| model setting | concurrent | rooms | rooms/s | in-process rooms/s | ratio | room p50 ms | room p99 ms | compute p50 ms | added p50 ms | added p99 ms | failed | CPU busy % | CPU ms/room |',
-    '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+    '| model setting | concurrent | rooms | rooms/s | in-process rooms/s | ratio | room p50 ms | room p99 ms | compute p50 ms | added p50 ms | added p99 ms | failed | CPU busy % | CPU ms/room | commits p50 |',
+    '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
     ...rows.map(
       (r) =>
-        `| ${r.setting} | ${r.concurrency} | ${r.rooms} | ${r.roomsPerSec} | ${r.inProcessRoomsPerSec} | ${r.ratio} | ${r.roomMsP50} | ${r.roomMsP99} | ${r.computeMsP50} | ${r.addedMsP50} | ${r.addedMsP99} | ${r.failed} | ${r.cpuBusyPct} | ${r.cpuMsPerRoom} |`,
+        `| ${r.setting} | ${r.concurrency} | ${r.rooms} | ${r.roomsPerSec} | ${r.inProcessRoomsPerSec} | ${r.ratio} | ${r.roomMsP50} | ${r.roomMsP99} | ${r.computeMsP50} | ${r.addedMsP50} | ${r.addedMsP99} | ${r.failed} | ${r.cpuBusyPct} | ${r.cpuMsPerRoom} | ${r.commitsP50 ?? '-'} |`,
     ),
     '',
     `Near-zero compute: lone-room added p50 ${lone?.addedMsP50} ms (target ≤ 2.5)${loneNoFsync ? `, ${loneNoFsync.addedMsP50} ms with commits that do not wait for the disk` : ''}${open ? `; open-loop added p99 ${open.addedMsP99} ms = ${openP99InLoneP50}× the lone-room p50 (target ≤ 3)` : ''}.`,
-    `The bus's floor in this run: a bare ZeroMQ round trip between two processes (loopback, no CURVE, 1 ms apart) takes ${bus.p50Ms} ms p50 and ${bus.cpuMs} ms of CPU; a lone room's path holds at least 3 engine round trips and 4 commits.`,
+    `The bus's floor in this run: a bare ZeroMQ round trip between two processes (loopback, no CURVE, 1 ms apart) takes ${bus.p50Ms} ms p50 and ${bus.cpuMs} ms of CPU; a lone room's decode starts behind ${lone?.commitsP50 ?? '-'} commits in sequence (target 2: docs/critical-path.md), each with a bus hop on either side.`,
     ...(open
       ? [
           `CPU per room, near-zero compute: ${rows
@@ -443,7 +465,9 @@ if (asJson) {
     'added = room time seen by the caller minus the model compute the engines journaled for that room',
     '(queueing behind other rooms on this CPU-only model counts as added). CPU busy and CPU ms/room count every',
     'process on the machine (this one with the control plane, both engines) over the cell. Open loop: rooms sent at half the',
-    'capacity the closed-loop cells measured, on schedule. Targets: lone-room added p50 ≤ 2.5 ms; open-loop added',
+    "capacity the closed-loop cells measured, on schedule. commits p50: the median, over the cell's rooms, of the journal",
+    "commits in sequence behind a room's decode, as the control plane counted them from the events engines said they acted on.",
+    'Targets: lone-room added p50 ≤ 2.5 ms; open-loop added',
     'p99 ≤ 3× the lone-room added p50; ≥ 1,000 rooms/s with near-zero compute.',
   ];
   process.stdout.write(`${out.join('\n')}\n`);

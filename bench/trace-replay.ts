@@ -17,9 +17,11 @@
  *   ids' blocks (its input_length rounded up to whole blocks, times the scale); max_tokens is
  *   output_length × scale, at least 1.
  * - `--time-scale` (0.5): a request arrives at its trace timestamp × this (0.5: twice as fast).
- * - `--prefill` 4, `--decode` 2 engines; `--prefill-us-per-token` (40) and
- *   `--decode-us-per-token` (0) the built-in model's compute (40 µs a token: prompts 8 times
- *   shorter than the trace's take about as long to prefill as a GPU takes for the real ones); `--cache-pages` per prefill engine
+ * - `--prefill` 4, `--decode` 2 engines; `--prefill-us-per-token` (200) and
+ *   `--decode-us-per-token` (0) the built-in model's compute (200 µs a token of the scaled
+ *   prompts: the prefill devices are about half busy at the scaled arrival rate, where a router's
+ *   choices show in queueing; at 40 they are a tenth busy and TTFT is the stack's own overhead
+ *   on this machine's two cores, the same for every router); `--cache-pages` per prefill engine
  *   (16384: the working set of the first 600 requests of the conversation trace fits), `--pages`.
  * - `--prefill-compute` (device): each prefill engine's compute time is waited on a simulated
  *   device of its own, as on a fleet where every engine has its GPU; `spin` spends it on the CPU
@@ -56,7 +58,7 @@ const TIME_SCALE = Number(flag('--time-scale', '0.5'));
 const LENGTH_SCALE = Number(flag('--length-scale', '0.125'));
 const PREFILL = Number(flag('--prefill', '4'));
 const DECODE = Number(flag('--decode', '2'));
-const PREFILL_US = Number(flag('--prefill-us-per-token', '40'));
+const PREFILL_US = Number(flag('--prefill-us-per-token', '200'));
 const PREFILL_COMPUTE = flag('--prefill-compute', 'device');
 const DECODE_US = Number(flag('--decode-us-per-token', '0'));
 const CACHE_PAGES = Number(flag('--cache-pages', '16384'));
@@ -230,6 +232,8 @@ interface RouterResult {
   sloAttainment: number;
   goodput: number;
   errors: number;
+  /** What went wrong with the requests that failed, and how many of each (messages cut at 80). */
+  errorKinds: Record<string, number>;
   /** Hit rate in the minute before the control plane was killed, and the minute after it was back. */
   restart: { hitRateBefore: number; hitRateAfter: number; downMs: number } | null;
 }
@@ -382,6 +386,11 @@ async function replay(router: RouterPolicy, trace: readonly TraceRequest[]): Pro
         sloAttainment: met / trace.length,
         goodput: met / wallSeconds,
         errors: samples.filter((s) => s.error !== null).length,
+        errorKinds: samples.reduce<Record<string, number>>((kinds, s) => {
+          if (s.error !== null)
+            kinds[s.error.slice(0, 80)] = (kinds[s.error.slice(0, 80)] ?? 0) + 1;
+          return kinds;
+        }, {}),
         restart: restartFigures,
       };
     } finally {
@@ -462,6 +471,14 @@ if (asJson) {
       line(header),
       line(widths.map((w) => '-'.repeat(w))),
       ...rows.map(line),
+      ...routers
+        .filter((r) => r.errors > 0)
+        .map(
+          (r) =>
+            `${r.router}: ${Object.entries(r.errorKinds)
+              .map(([e, n]) => `${n} × ${e}`)
+              .join('; ')}`,
+        ),
       '',
     ].join('\n'),
   );

@@ -80,6 +80,10 @@ describe('engines end to end', () => {
     }
     expect(used.prefill.size).toBe(2);
     expect(used.decode.size).toBe(2);
+    // Protocol 4: every first token is behind created, bootstrapped and transfer_completed.
+    const depths = control.book.depths.firstTokens;
+    expect(depths[3]).toBeGreaterThanOrEqual(200);
+    expect(depths.reduce((a, b) => a + b, 0)).toBe(depths[3]);
     expect((await journal.stats()).rejectedEvents).toBe(0);
     expect(control.bus.drops.snapshot()).toEqual({});
   });

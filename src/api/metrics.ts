@@ -8,6 +8,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import client from 'prom-client';
 import { STAGE_OF } from '../control/canary.ts';
+import { MAX_COUNTED_DEPTH } from '../control/commit-depth.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
 import type { JournalEvent, JournalEventOf } from '../journal/events.ts';
 import {
@@ -319,6 +320,16 @@ export class ApiMetrics {
       'Prefix blocks engines said they stored that were not theirs to store (not blocks of the room, beyond their cache, or a block size the control plane does not use): never indexed',
       [],
       () => [[{}, control.counters.blocksRefused]],
+    );
+    totalCounter(
+      r,
+      'pdctl_first_token_commits_total',
+      `Rooms by the journal commits in sequence behind their first token (docs/critical-path.md); ${MAX_COUNTED_DEPTH} counts that many or more`,
+      ['commits'],
+      () =>
+        control.book.depths.firstTokens.flatMap((n, d) =>
+          d === 0 ? [] : [[{ commits: String(d) }, n] as [{ commits: string }, number]],
+        ),
     );
     totalCounter(
       r,

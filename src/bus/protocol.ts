@@ -10,7 +10,7 @@ import { Packr } from 'msgpackr';
 import { BUS_ERROR_CODES } from './errors.ts';
 
 /** Bumped on any change an engine of the previous version could not follow. */
-export const PROTOCOL_VERSION = 4;
+export const PROTOCOL_VERSION = 5;
 
 /**
  * How often an engine heartbeats (its default, and what a welcome suggests): a wedged bus loop is
@@ -184,7 +184,17 @@ export const ENGINE_MESSAGES = {
       n: Type.Integer({ minimum: 1 }),
       /** `type`, `room`, `data` of the event; engine and source are set by the control plane. */
       event: Type.Object(
-        { type: Short, room: Id, data: Type.Record(Type.String(), Type.Unknown()) },
+        {
+          type: Short,
+          room: Id,
+          data: Type.Record(Type.String(), Type.Unknown()),
+          /**
+           * The seq of the committed event whose arrival started the work this append reports
+           * (not journaled: the control plane counts commits in sequence with it). Absent when no
+           * event started it (a release, a failure a timer found, a room resumed after a restart).
+           */
+          cause: Type.Optional(Seq),
+        },
         strict,
       ),
     },

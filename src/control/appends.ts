@@ -69,7 +69,7 @@ export interface AppendRelayDeps {
   registry: EngineRegistry;
   counters: ControlCounters;
   /** Whose each room is, and whether an append would be refused given those on their way. */
-  book: Pick<RoomBook, 'owners' | 'project' | 'settled'>;
+  book: Pick<RoomBook, 'owners' | 'project' | 'settled' | 'depths'>;
   /** Vets the prefix blocks an engine says it stored or evicted (routing/router.ts `vet`). */
   router: Pick<Router, 'vet'>;
   /** Measures an append's latency. */
@@ -161,6 +161,8 @@ export class AppendRelay {
       return;
     }
     this.deps.counters.appends++;
+    const eventId = engineEventId(engine, msg.eventId);
+    if (!rejected) this.deps.book.depths.arrived(room, eventId, msg.event.cause);
     const vetted = this.deps.router.vet(s, room, data);
     this.deps.counters.blocksRefused += vetted.refused;
     this.deps
@@ -170,7 +172,7 @@ export class AppendRelay {
           room,
           engine,
           source: `engine:${engine}`,
-          eventId: engineEventId(engine, msg.eventId),
+          eventId,
           data: vetted.data,
         } as Parameters<JournalStore['append']>[0]),
       )

@@ -16,6 +16,7 @@ import { type Room, reduce } from '../journal/reducer.ts';
 import { isTerminal } from '../journal/states.ts';
 import { releasedByBoth } from './aborts.ts';
 import { BoundedMap } from './bounded-map.ts';
+import { CommitDepth } from './commit-depth.ts';
 import type { EngineSession } from './engine-session.ts';
 import { PageLedger } from './page-ledger.ts';
 import type { RoomStream } from './streams.ts';
@@ -64,6 +65,8 @@ export class RoomBook {
   private readonly onEngine = new Map<string, Set<string>>();
   /** KV pages promised to rooms per engine: admission counts pages, not rooms. */
   readonly pages: PageLedger;
+  /** The commits in sequence behind each room's first token (commit-depth.ts). */
+  readonly depths = new CommitDepth();
 
   constructor(
     session: (engine: string) => EngineSession | undefined,
@@ -168,6 +171,7 @@ export class RoomBook {
     if (!r.ok) return null;
     const room = r.room;
     this.rooms.set(room.room, room);
+    this.depths.committed(ev);
     const admittedOn = ev.type === 'room.created' ? (this.admitted.get(room.room) ?? null) : null;
     if (admittedOn) this.admitted.delete(room.room);
     if (ev.type === 'room.released' && ev.engine !== null) this.pages.release(room.room, ev.engine);
@@ -177,6 +181,7 @@ export class RoomBook {
       this.index(room.room, room, false);
       this.requests.delete(room.room);
       ended = { stream: this.takeStream(room.room) };
+      this.depths.forget(room.room);
     }
     if (isTerminal(room.state) && releasedByBoth(room)) this.leave(room);
     return { before, room, ended, admittedOn };

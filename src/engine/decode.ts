@@ -81,10 +81,12 @@ export class DecodeEngine extends EngineCore {
     return { decoding: this.running.size };
   }
 
-  protected react(room: EngineRoom, ev: JournalEvent): void {
-    if (room.view.decodeEngine !== this.id) return;
+  protected react(room: EngineRoom, ev: JournalEvent): boolean {
+    if (room.view.decodeEngine !== this.id) return false;
     if (ev.type === 'room.created') this.bootstrap(room);
     else if (ev.type === 'room.transfer_completed') this.startDecoding(room);
+    else return false;
+    return true;
   }
 
   protected resume(room: EngineRoom): void {

@@ -47,6 +47,11 @@ export interface EngineRoom {
     epoch: number;
     peer: ControlMessage<'event'>['kvPeer'] | null;
   } | null;
+  /**
+   * The seq of the committed event this engine last started work on for the room (`react` said it
+   * acted): its appends name it as their `cause`, so the control plane counts commits in sequence.
+   */
+  cause: number | null;
 }
 
 export type EngineState = 'starting' | 'ready' | 'draining' | 'stopped';
@@ -177,7 +182,12 @@ export abstract class EngineCore {
     if (silent) return;
     if (ev.type === 'room.abort_requested' || isTerminal(room.view.state)) this.stop(room);
     else if (room.stopped) this.tryRelease(room);
-    else this.react(room, ev);
+    else {
+      // Set before react runs: the appends it makes at once name this event too.
+      const before = room.cause;
+      room.cause = ev.seq;
+      if (!this.react(room, ev)) room.cause = before;
+    }
     this.forgetIfDone(room);
   }
 
@@ -191,6 +201,7 @@ export abstract class EngineCore {
       transferDone: false,
       peerReleased: false,
       bootstrap: null,
+      cause: null,
     };
   }
 
@@ -226,8 +237,8 @@ export abstract class EngineCore {
   /** After a welcome that is not the first: resend what may have died with the connection. */
   protected onReconnected(): void {}
 
-  /** React to a committed event of a live room. */
-  protected abstract react(room: EngineRoom, ev: JournalEvent): void;
+  /** React to a committed event of a live room; true when it started work on it. */
+  protected abstract react(room: EngineRoom, ev: JournalEvent): boolean;
   /** After a restart's replay: carry on with a live room, or fail it. */
   protected abstract resume(room: EngineRoom): void;
   /** Stop the room's work (abort or terminal); call `tryRelease` when nothing is left running. */
@@ -267,7 +278,13 @@ export abstract class EngineCore {
     data: EventData<T>,
   ): Promise<AppendAck | null> {
     try {
-      return await this.ports.append(uuidv7(), { type, room: room.view.room, data });
+      const cause = room.cause ?? undefined;
+      return await this.ports.append(uuidv7(), {
+        type,
+        room: room.view.room,
+        data,
+        ...(cause !== undefined ? { cause } : {}),
+      });
     } catch (err) {
       this.log.error({ room: room.view.room, type, err }, 'append refused');
       return null;

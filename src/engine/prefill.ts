@@ -65,9 +65,10 @@ export class PrefillEngine extends EngineCore {
     };
   }
 
-  protected react(room: EngineRoom, ev: JournalEvent): void {
-    if (room.view.prefillEngine !== this.id) return;
-    if (ev.type === 'room.bootstrapped') this.enqueue(room);
+  protected react(room: EngineRoom, ev: JournalEvent): boolean {
+    if (room.view.prefillEngine !== this.id || ev.type !== 'room.bootstrapped') return false;
+    this.enqueue(room);
+    return true;
   }
 
   protected resume(room: EngineRoom): void {
