@@ -25,6 +25,7 @@ import type { Durability } from '../src/journal/store.ts';
 import { silentLogger } from '../src/log.ts';
 import { DeterministicModel, generateInProcess } from '../src/model/deterministic.ts';
 import { argv, asJson, atRate, flag, percentile, say } from './args.ts';
+import { inlineWriter } from './inline-writer.ts';
 
 const SECONDS = Number(flag('--seconds', '3'));
 const DURABILITY = flag('--durability', 'power') as Durability;
@@ -189,6 +190,7 @@ async function busRoundTrip(count: number): Promise<{ p50Ms: number; cpuMs: numb
 
 const rows: Row[] = [];
 const r2 = (x: number) => Number(x.toFixed(2));
+const r3 = (x: number) => Number(x.toFixed(3));
 
 /** One step of a lone room: from one journal event to the next, as the journal timed them. */
 interface Step {
@@ -230,6 +232,13 @@ function breakdown(
 say('bus floor: 1,000 bare ZeroMQ round trips between two processes …');
 const bus = await busRoundTrip(1000);
 const dir = mkdtempSync(join(tmpdir(), 'pdctl-bench-engines-'));
+say('journal floor: one-event commits at power, the writer inline (no queue, no thread) …');
+/**
+ * The floor of the redesigned path (docs/critical-path.md), measured in this run: two bus round
+ * trips and two commits of the journal's writer inline.
+ */
+const inlineCommitMs = r3(1000 / inlineWriter(dir, 1, null).oneEventPerSec);
+const floorMs = r3(2 * bus.p50Ms + 2 * inlineCommitMs);
 try {
   for (const setting of SETTINGS) {
     // Baseline: the model's own compute for the same requests, in this process, one at a time.
@@ -427,10 +436,13 @@ const loneNoFsync = rows.find((r) => r.setting.startsWith(`${NEAR_ZERO},`) && r.
 const open = rows.find((r) => r.setting === NEAR_ZERO && String(r.concurrency).startsWith('open'));
 /** The open-loop p99 in lone-room p50s (near-zero compute): target ≤ 3. */
 const openP99InLoneP50 = lone && open ? r2(open.addedMsP99 / lone.addedMsP50) : null;
+/** The lone-room added p50 and the open-loop added p99 in floors (target for the lone room: ≤ 2). */
+const loneInFloors = lone ? r2(lone.addedMsP50 / floorMs) : null;
+const openP99InFloors = open ? r2(open.addedMsP99 / floorMs) : null;
 
 if (asJson) {
   process.stdout.write(
-    `${JSON.stringify({ bench: 'engines', cores: cpus().length, node: process.version, durability: DURABILITY, seconds: SECONDS, promptWords: PROMPT_WORDS, maxTokens: MAX_TOKENS, rows, loneRoomSteps: steps, openP99InLoneP50, busRoundTrip: bus }, null, 2)}\n`,
+    `${JSON.stringify({ bench: 'engines', cores: cpus().length, node: process.version, durability: DURABILITY, seconds: SECONDS, promptWords: PROMPT_WORDS, maxTokens: MAX_TOKENS, rows, loneRoomSteps: steps, openP99InLoneP50, busRoundTrip: bus, floor: { ms: floorMs, inlineCommitMs, busRoundTripMs: bus.p50Ms }, loneInFloors, openP99InFloors }, null, 2)}\n`,
   );
 } else {
   const out = [
@@ -446,6 +458,7 @@ if (asJson) {
     '',
     `Near-zero compute: lone-room added p50 ${lone?.addedMsP50} ms (target ≤ 2.5)${loneNoFsync ? `, ${loneNoFsync.addedMsP50} ms with commits that do not wait for the disk` : ''}${open ? `; open-loop added p99 ${open.addedMsP99} ms = ${openP99InLoneP50}× the lone-room p50 (target ≤ 3)` : ''}.`,
     `The bus's floor in this run: a bare ZeroMQ round trip between two processes (loopback, no CURVE, 1 ms apart) takes ${bus.p50Ms} ms p50 and ${bus.cpuMs} ms of CPU; a lone room's decode starts behind ${lone?.commitsP50 ?? '-'} commits in sequence (target 2: docs/critical-path.md), each with a bus hop on either side.`,
+    `The floor of a path of 2 commits, measured in this run: 2 bus round trips + 2 one-event commits of the journal writer inline at power (${inlineCommitMs} ms each) = ${floorMs} ms. Lone-room added p50 = ${loneInFloors ?? '-'}× the floor (target ≤ 2)${openP99InFloors !== null ? `; open-loop added p99 = ${openP99InFloors}× the floor` : ''}.`,
     ...(open
       ? [
           `CPU per room, near-zero compute: ${rows

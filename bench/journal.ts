@@ -17,20 +17,18 @@ import {
   openSync,
   readFileSync,
   rmSync,
-  statSync,
   writeSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { type PendingEvent, validateEvent } from '../src/journal/events.ts';
 import { uuidv7 } from '../src/journal/ids.ts';
 import { SqliteJournal } from '../src/journal/sqlite/journal.ts';
 import { MIGRATIONS_DIR } from '../src/journal/sqlite/migrate.ts';
 import { foldJournal, verifyJournal } from '../src/journal/sqlite/verify.ts';
-import { executeOp, openWriter } from '../src/journal/sqlite/writer-exec.ts';
 import { completedRoomEvents, synthEvents } from '../src/journal/synth.ts';
 import { type AppendRun, appendRun } from './append-run.ts';
+import { inlineWriter } from './inline-writer.ts';
 import { postgresBench } from './journal-postgres.ts';
 
 const args = process.argv.slice(2);
@@ -126,77 +124,6 @@ function fdatasyncLoop(seconds: number, pages = 1): number {
   return perSec;
 }
 
-/** Room lifecycles, validated as the queue validates them, `rooms` of them interleaved by step. */
-function lifecycleBatches(rooms: number, events: number): PendingEvent[][] {
-  const batches: PendingEvent[][] = [];
-  for (let r = 0, n = 0; n < events; r += rooms) {
-    const lives = Array.from({ length: rooms }, (_, i) => completedRoomEvents(`r-${r + i}`));
-    for (let step = 0; step < (lives[0]?.length ?? 0); step++) {
-      batches.push(lives.map((life) => validateEvent(life[step])));
-      n += rooms;
-    }
-  }
-  return batches;
-}
-
-/**
- * The writer's own work with nothing around it: its code (BatchWriter: reduce, insert the event,
- * write the room's row, commit) on this thread at `power` — no queue, no thread hop, no promises.
- *
- * - `frames`: WAL frames one single-event commit writes (the WAL's growth over 500 commits of room
- *   lifecycles, checkpoints off meanwhile; a frame is a page and its 24-byte header).
- * - `oneEventPerSec`: single-event commits per second, WAL checkpoints as the writer runs them —
- *   what a single appender could reach if the journal cost nothing but SQLite.
- * - `batchPerSec`: events per second in batches of `batch` events of as many rooms — the same for
- *   the 256-appender run, whose average batch is about that size.
- */
-function inlineWriter(
-  seconds: number,
-  batch: number,
-): { frames: number; pageSize: number; oneEventPerSec: number; batchPerSec: number } {
-  const open = (name: string) =>
-    openWriter({
-      path: join(dir, name),
-      durability: 'power',
-      roomCacheSize: 50_000,
-      create: true,
-      role: 'writer',
-    });
-  const w = open('inline-one.db');
-  const pageSize = w.db.pragma('page_size', { simple: true }) as number;
-  const singles = lifecycleBatches(1, 100_000);
-  let i = 0;
-  const append = () => executeOp(w, { op: 'append', events: singles[i++] as PendingEvent[] });
-  for (let k = 0; k < 100; k++) append(); // past the first pages of every table and index
-  w.db.pragma('wal_autocheckpoint = 0'); // the WAL only grows while it is measured
-  const walPath = `${join(dir, 'inline-one.db')}-wal`;
-  const before = statSync(walPath).size;
-  for (let k = 0; k < 500; k++) append();
-  const frames = (statSync(walPath).size - before) / (pageSize + 24) / 500;
-  w.db.pragma('wal_checkpoint(TRUNCATE)');
-  w.db.pragma('wal_autocheckpoint = 1000'); // as the writer runs at power: SQLite's default
-  let n = 0;
-  const t = performance.now();
-  while (performance.now() - t < seconds * 1000 && i < singles.length) {
-    append();
-    n++;
-  }
-  const oneEventPerSec = Math.round(n / ((performance.now() - t) / 1000));
-  executeOp(w, { op: 'close' });
-
-  const wb = open('inline-batch.db');
-  const batches = lifecycleBatches(batch, 100_000);
-  const tb = performance.now();
-  let events = 0;
-  for (const b of batches) {
-    executeOp(wb, { op: 'append', events: b });
-    events += b.length;
-  }
-  const batchPerSec = Math.round(events / ((performance.now() - tb) / 1000));
-  executeOp(wb, { op: 'close' });
-  return { frames: Number(frames.toFixed(2)), pageSize, oneEventPerSec, batchPerSec };
-}
-
 async function replayRun() {
   const path = join(dir, 'replay.db');
   const journal = await SqliteJournal.open({ path });
@@ -264,7 +191,7 @@ const fdatasyncPerSec = [0, 1, 2]
   .map(() => fdatasyncLoop(quick ? 0.5 : 1))
   .sort((a, b) => a - b)[1] as number;
 log('the writer inline (no queue, no thread): one-event commits, then batches of 256');
-const inline = inlineWriter(quick ? 1 : 2, 256);
+const inline = inlineWriter(dir, quick ? 1 : 2, 256);
 log(`a loop of ${Math.round(inline.frames)} page writes + fdatasync, median of 3`);
 const rawFramesPages = Math.round(inline.frames);
 const rawFramesPerSec = [0, 1, 2]
@@ -330,7 +257,7 @@ const result = {
     rawFramesToFdatasync: Number((rawFramesPerSec / fdatasyncPerSec).toFixed(3)),
     inlineBatch: 256,
     inlineBatchPerSec: inline.batchPerSec,
-    inlineBatchToBare: Number((inline.batchPerSec / (bare.power as number)).toFixed(3)),
+    inlineBatchToBare: Number(((inline.batchPerSec ?? 0) / (bare.power as number)).toFixed(3)),
   },
   replay,
 };
