@@ -84,6 +84,9 @@ describe('engines end to end', () => {
     const depths = control.book.depths.firstTokens;
     expect(depths[3]).toBeGreaterThanOrEqual(200);
     expect(depths.reduce((a, b) => a + b, 0)).toBe(depths[3]);
+    // The control plane's page map agreed with both decode engines, and holds nothing now.
+    expect(control.book.decodePages.conflicts).toBe(0);
+    for (const engine of used.decode) expect(control.book.decodePages.heldOn(engine)).toBe(0);
     expect((await journal.stats()).rejectedEvents).toBe(0);
     expect(control.bus.drops.snapshot()).toEqual({});
   });

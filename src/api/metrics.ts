@@ -333,6 +333,13 @@ export class ApiMetrics {
     );
     totalCounter(
       r,
+      'pdctl_page_map_conflicts_total',
+      "Pages a decode engine reserved while the control plane's page map still held them for another room (docs/critical-path.md): 0 unless engine and control plane disagree about a pool",
+      [],
+      () => [[{}, control.book.decodePages.conflicts]],
+    );
+    totalCounter(
+      r,
       'pdctl_generation_tokens_total',
       'Tokens streamed to clients (canary rooms included)',
       [],

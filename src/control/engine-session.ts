@@ -1,7 +1,7 @@
 /**
  * One engine as the control plane holds it, split by who writes each part: its identity (the
  * admitted hello), its event stream (engine-link.ts), its health (engine-health.ts) and the pages
- * promised to it (page-ledger.ts). Everything outside src/control/ reads engine-view.ts instead.
+ * promised to it (pages/page-ledger.ts). Everything outside src/control/ reads engine-view.ts instead.
  */
 import type { EngineMessage, KvRemote } from '../bus/protocol.ts';
 import type { PeerId } from '../bus/server.ts';
@@ -91,7 +91,7 @@ export interface EngineHealth {
  * book's, room-book.ts `liveOn`).
  */
 export interface EngineLoad {
-  /** Pages promised to its rooms (page-ledger.ts): admitted, and not yet released by it. */
+  /** Pages promised to its rooms (pages/page-ledger.ts): admitted, and not yet released by it. */
   reservedPages: number;
 }
 

@@ -59,7 +59,7 @@ export interface EngineView
       heartbeat: Readonly<EngineMessage<'heartbeat'>> | null;
       /** Rooms not yet ended on it (room-book.ts). */
       liveRooms: number;
-      /** KV pages promised to its rooms (page-ledger.ts). */
+      /** KV pages promised to its rooms (pages/page-ledger.ts). */
       reservedPages: number;
       canaryFailures: number;
     }> {}

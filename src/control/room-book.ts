@@ -18,7 +18,8 @@ import { releasedByBoth } from './aborts.ts';
 import { BoundedMap } from './bounded-map.ts';
 import { CommitDepth } from './commit-depth.ts';
 import type { EngineSession } from './engine-session.ts';
-import { PageLedger } from './page-ledger.ts';
+import { PageLedger } from './pages/page-ledger.ts';
+import { PageMap } from './pages/page-map.ts';
 import type { RoomStream } from './streams.ts';
 
 /** Ended rooms whose engines are remembered after they leave the book. */
@@ -65,6 +66,8 @@ export class RoomBook {
   private readonly onEngine = new Map<string, Set<string>>();
   /** KV pages promised to rooms per engine: admission counts pages, not rooms. */
   readonly pages: PageLedger;
+  /** The pages each decode engine holds for each room, folded from the journal (pages/page-map.ts). */
+  readonly decodePages = new PageMap();
   /** The commits in sequence behind each room's first token (commit-depth.ts). */
   readonly depths = new CommitDepth();
 
@@ -165,6 +168,7 @@ export class RoomBook {
    * released an ended room it leaves the book.
    */
   fold(ev: JournalEvent): Folded | null {
+    this.decodePages.fold(ev);
     if (ev.room === null || ev.type === 'room.event_rejected') return null;
     const before = this.rooms.get(ev.room) ?? null;
     const r = reduce(before, ev);

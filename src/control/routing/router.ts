@@ -157,7 +157,8 @@ export class Router {
     let taken = 0;
     names(
       'storedBlocks',
-      (n) => cache && taken++ < (p?.capacityBlocks ?? 0) && this.isBlockOf(room, n),
+      // A name that is not the room's does not use up the cache's capacity.
+      (n) => cache && this.isBlockOf(room, n) && taken++ < (p?.capacityBlocks ?? 0),
     );
     return { data: out, refused };
   }

@@ -86,6 +86,13 @@ describe('router', () => {
       r.vet({ prefix: { blockTokens: 64, capacityBlocks: 1 } }, 'room1', data).data.storedBlocks,
     ).toEqual([name(0)]);
     expect(r.vet({ prefix }, 'room2', data).data.storedBlocks).toBeUndefined();
+    // Names that are not the room's do not use up the capacity left for those that are.
+    const two = { prefix: { blockTokens: 64, capacityBlocks: 2 } };
+    const foreignFirst = { storedBlocks: [name(7), name(8), name(0), name(1)] };
+    expect(r.vet(two, 'room1', foreignFirst)).toEqual({
+      data: { storedBlocks: [name(0), name(1)] },
+      refused: 2,
+    });
     expect(r.vet({ prefix: null }, 'room1', data).refused).toBe(6);
     expect(r.vet({ prefix: { blockTokens: 16, capacityBlocks: 100 } }, 'room1', data).data).toEqual(
       { pairs: 1 },

@@ -6,8 +6,8 @@
  * (429); one no engine could ever hold is refused (400). Engines that do not say how their KV
  * takes pages (`kv` in their hello) are not counted.
  */
-import { pagesFor } from '../model/executor.ts';
-import type { EngineSession } from './engine-session.ts';
+import { pagesFor } from '../../model/executor.ts';
+import type { EngineSession } from '../engine-session.ts';
 
 interface Hold {
   engine: string;
