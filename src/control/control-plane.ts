@@ -153,6 +153,7 @@ export class ControlPlane {
       cp.book.load(orphans);
       const head = await journal.headSeq();
       await cp.router.rebuild(journal, head);
+      await cp.book.decodePages.rebuild(journal, orphans, head);
       cp.subscription = journal.subscribe(head, (ev) => cp.onCommitted(ev));
       cp.orphansFailed = await failOrphans(journal, orphans, cp.log);
       await cp.bus.listen(cp.handlers());

@@ -8,11 +8,13 @@
  * reserves while the map still holds it for another room is a conflict, counted
  * (`pdctl_page_map_conflicts_total`). None is possible if the argument of the redesign holds — an
  * engine frees a page before its `room.released`, the map only once that commits — and a run
- * without conflicts is the evidence for letting the map choose the pages itself. It starts empty:
- * rooms in flight when the control plane started are not in it, so it can miss a conflict on
- * their pages but never report a false one.
+ * without conflicts is the evidence for letting the map choose the pages itself. A control plane
+ * rebuilds it at start (and so after a PostgreSQL failover) from the journal: the pages of the
+ * rooms then in flight, in the pools of the decode engines' latest incarnations.
  */
-import type { JournalEvent } from '../../journal/events.ts';
+import type { JournalEvent, JournalEventOf } from '../../journal/events.ts';
+import type { Room } from '../../journal/reducer.ts';
+import { eachEvent, type JournalReader } from '../../journal/store.ts';
 
 /** One conflict: a page reserved for `room` while the map held it for `heldBy`. */
 export interface PageConflict {
@@ -40,6 +42,34 @@ export class PageMap {
   /** Pages the map holds for rooms on this engine. */
   heldOn(engine: string): number {
     return this.pools.get(engine)?.owner.size ?? 0;
+  }
+
+  /**
+   * The map as the journal has it up to `untilSeq` for `rooms`, the rooms in flight then (from
+   * the projection): where each decode engine's pool began, then the `room.bootstrapped` of every
+   * room its decode engine has not released — the only pages a room can hold — in seq order.
+   */
+  async rebuild(
+    journal: Pick<JournalReader, 'tail'>,
+    rooms: readonly Room[],
+    untilSeq: number,
+  ): Promise<void> {
+    // Where each engine's current pool began: the first registration of its latest incarnation
+    // (an engine says hello again to every new control plane, under the same incarnation).
+    const began = new Map<string, JournalEventOf<'engine.registered'>>();
+    await eachEvent(journal, { type: 'engine.registered' }, (ev) => {
+      const seen = ev.engine === null ? undefined : began.get(ev.engine);
+      if (ev.engine && ev.seq <= untilSeq && seen?.data.incarnation !== ev.data.incarnation)
+        began.set(ev.engine, ev);
+      return ev.seq < untilSeq;
+    });
+    const events: JournalEvent[] = [...began.values()];
+    for (const room of rooms) {
+      if (room.kvPages === null || room.releasedBy.includes(room.decodeEngine)) continue;
+      const [b] = await journal.tail({ room: room.room, type: 'room.bootstrapped', limit: 1 });
+      if (b && b.seq <= untilSeq) events.push(b);
+    }
+    for (const ev of events.sort((a, b) => a.seq - b.seq)) this.fold(ev);
   }
 
   /** Folds one committed event (others are ignored); returns the conflicts it found. */

@@ -1,0 +1,93 @@
+/**
+ * The page map rebuilt from a real journal, as a control plane does at start: the pages of the
+ * rooms in flight, in the pools of the decode engines' latest incarnations.
+ */
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { tempDir } from '../../../test/helpers/tmp.ts';
+import type { EventInput } from '../../journal/events.ts';
+import { newRoomId } from '../../journal/ids.ts';
+import { SqliteJournal } from '../../journal/sqlite/journal.ts';
+import { completedRoomEvents } from '../../journal/synth.ts';
+import { roomsInFlight } from '../orphans.ts';
+import { PageMap } from './page-map.ts';
+
+const dir = tempDir('pdctl-page-map-');
+const journals: SqliteJournal[] = [];
+afterEach(async () => {
+  for (const j of journals.splice(0)) await j.drain();
+});
+
+const registered = (
+  engine: string,
+  incarnation: string,
+  role: 'prefill' | 'decode' = 'decode',
+): EventInput => ({
+  type: 'engine.registered',
+  engine,
+  source: 'control',
+  data: { role, incarnation },
+});
+
+/** A room's events, its decode pages set to `pages`, cut after `upTo` events (10: completed). */
+function room(id: string, pages: number[], upTo: number): EventInput[] {
+  return completedRoomEvents(id)
+    .slice(0, upTo)
+    .map((e) => (e.type === 'room.bootstrapped' ? { ...e, data: { pages } } : e));
+}
+
+async function journalOf(events: EventInput[]) {
+  const journal = await SqliteJournal.open({
+    path: join(dir, `${newRoomId()}.db`),
+    durability: 'process',
+  });
+  journals.push(journal);
+  const live = new PageMap();
+  journal.subscribe(0, (ev) => live.fold(ev));
+  for (const e of events) expect((await journal.append(e)).status).toBe('applied');
+  const rebuilt = new PageMap();
+  await rebuilt.rebuild(journal, await roomsInFlight(journal), await journal.headSeq());
+  return { live, rebuilt };
+}
+
+describe('the page map rebuilt from the journal', () => {
+  it('holds the pages of the rooms in flight, as the map that folded every event does', async () => {
+    const { live, rebuilt } = await journalOf([
+      registered('d0', 'i1'),
+      registered('p0', 'j1', 'prefill'),
+      ...room('r1', [0, 1, 2, 3], 3), // bootstrapped, in flight
+      ...room('r2', [4, 5], 10), // completed, released
+      ...room('r3', [6], 1), // created only
+      // A new control plane: the engines say hello again under the same incarnations.
+      registered('d0', 'i1'),
+      ...room('r4', [6, 7], 5), // in flight, bootstrapped after the second hello
+    ]);
+    expect(live.heldOn('d0')).toBe(6);
+    expect(rebuilt.heldOn('d0')).toBe(6);
+    expect(rebuilt.conflicts).toBe(0);
+    // A page of a room in flight, reserved for another room, is a conflict for the rebuilt map too.
+    const [conflict] = rebuilt.fold({
+      seq: 1_000,
+      ts: 0,
+      type: 'room.bootstrapped',
+      room: 'r5',
+      engine: 'd0',
+      source: 'd0',
+      eventId: 'x',
+      data: { pages: [2] },
+    } as never);
+    expect(conflict).toMatchObject({ page: 2, room: 'r5', heldBy: 'r1' });
+  });
+
+  it('drops the pages of a pool its decode engine has replaced', async () => {
+    const { live, rebuilt } = await journalOf([
+      registered('d0', 'i1'),
+      ...room('r1', [0, 1, 2, 3], 3),
+      registered('d0', 'i2'), // restarted: a new, empty pool
+      ...room('r2', [0, 1], 3),
+    ]);
+    expect(live.heldOn('d0')).toBe(2);
+    expect(rebuilt.heldOn('d0')).toBe(2);
+    expect(rebuilt.conflicts).toBe(0);
+  });
+});
