@@ -137,7 +137,11 @@ describe('bus admission', () => {
     // A live room of the real engines, held open by a long generation.
     const stream = control.submit({ prompt: prompt(3, 20), maxTokens: 2000 });
     const room = stream.room;
-    await waitFor('the room decoding', () => control.room(room)?.state === 'decoding');
+    // Decoding, and released by its prefill engine: nothing more of it is journaled until it ends.
+    await waitFor('the room decoding, its prefill engine done with it', () => {
+      const r = control.room(room);
+      return r?.state === 'decoding' && r.releasedBy.includes(r.prefillEngine);
+    });
     const head = await control.journal.headSeq();
     // The ids the control plane will use to abort or fail this room.
     for (const id of [`${room}:aborted`, `${room}:orphaned`, `${room}:deadline:decoding`])
