@@ -3,6 +3,7 @@ import { resolve } from 'node:path';
 import { type Command, Option } from 'commander';
 import { ENGINE_DEFAULTS } from '../engine/options.ts';
 import { UsageError } from '../errors.ts';
+import { PREFILL_COMPUTE } from '../model/deterministic.ts';
 
 /** A commander argParser for an integer flag of at least `min` (default 0). */
 export function intArg(name: string, min = 0): (v: string) => number {
@@ -74,7 +75,7 @@ export function engineShapeOptions(c: Command, per = ''): Command {
         '--prefill-compute <how>',
         "model: how the prefill compute time is spent: spin keeps this CPU busy; device stands in for a GPU of the engine's own (prefill waits for it, one slice at a time, and the CPU stays free)",
       )
-        .choices(['spin', 'device'])
+        .choices([...PREFILL_COMPUTE])
         .default(ENGINE_DEFAULTS.prefillCompute),
     )
     .option(

@@ -165,10 +165,6 @@ function oneOf(name: string, choices: readonly string[], v: unknown): never {
   throw new EngineOptionsError(`${name} must be ${choices.join(' or ')}, got ${JSON.stringify(v)}`);
 }
 
-function badGpu(v: unknown): never {
-  throw new EngineOptionsError(`gpu must be auto or cpu, got ${JSON.stringify(v)}`);
-}
-
 /** Fills defaults, checks every field, and freezes. Unknown keys name the closest valid one. */
 export function resolveEngineOptions(input: Record<string, unknown>): Readonly<EngineOptions> {
   for (const key of Object.keys(input)) {
@@ -238,7 +234,7 @@ export function resolveEngineOptions(input: Record<string, unknown>): Readonly<E
     sequences: int('sequences', o.sequences, 1, 256),
     contextSize: o.contextSize === null ? null : int('contextSize', o.contextSize, 16, 1 << 20),
     threads: int('threads', o.threads, 0, 1024),
-    gpu: o.gpu === 'auto' || o.gpu === 'cpu' ? o.gpu : badGpu(o.gpu),
+    gpu: o.gpu === 'auto' || o.gpu === 'cpu' ? o.gpu : oneOf('gpu', ['auto', 'cpu'], o.gpu),
   };
   return Object.freeze(options);
 }
