@@ -257,7 +257,7 @@ export class Intake {
   ): void {
     const { book, deadlinesMs, router } = this.deps;
     const names = o.names ?? this.namesOf(request);
-    book.admit(room, { stream, request, promptTokens, prefill, decode });
+    const reservation = book.admit(room, { stream, request, promptTokens, prefill, decode });
     const expected = router.admitted(room, prefill.engine, names, promptTokens);
     const owners = { prefillEngine: prefill.engine, decodeEngine: decode.engine };
     const abandon = (err: Error) => {
@@ -281,6 +281,7 @@ export class Intake {
             ...stream.trace,
             ...(o.migratedFrom ? { migratedFrom: o.migratedFrom } : {}),
             ...(deadlinesMs ? { deadlinesMs } : {}),
+            ...(reservation ? { reservation } : {}),
           },
         }),
       )

@@ -11,7 +11,7 @@
  * it with events alone.
  */
 import type { EngineMessage, RoomRequest } from '../bus/protocol.ts';
-import type { JournalEvent } from '../journal/events.ts';
+import type { EventData, JournalEvent } from '../journal/events.ts';
 import { type Room, reduce } from '../journal/reducer.ts';
 import { isTerminal } from '../journal/states.ts';
 import { releasedByBoth } from './aborts.ts';
@@ -40,6 +40,9 @@ export interface Folded {
   /** A `room.created` of a room admitted here: the engine incarnations it was admitted on. */
   admittedOn: { prefill: string; decode: string } | null;
 }
+
+/** The decode pages a room was given at admission (`room.created.reservation`). */
+export type Reservation = NonNullable<EventData<'room.created'>['reservation']>;
 
 /** A room admitted on a pair before its `room.created` commits. */
 export interface Admitted {
@@ -135,9 +138,11 @@ export class RoomBook {
 
   /**
    * A room on its pair, before its `room.created` is appended: its stream and request are kept,
-   * it counts on both engines, and the KV pages it will take are promised on each.
+   * it counts on both engines, and the KV pages it will take are promised on each. Returns the
+   * decode pages chosen for it, for its `room.created` (undefined: the decode engine chooses, as
+   * when it does not say how its KV takes pages).
    */
-  admit(room: string, a: Admitted): void {
+  admit(room: string, a: Admitted): Reservation | undefined {
     this.streams.set(room, a.stream);
     this.requests.set(room, a.request);
     this.admitted.set(room, { prefill: a.prefill.incarnation, decode: a.decode.incarnation });
@@ -145,6 +150,11 @@ export class RoomBook {
     const { maxTokens } = a.request;
     for (const s of [a.prefill, a.decode])
       this.pages.hold(room, s, this.pages.pagesFor(s, a.promptTokens, maxTokens));
+    const d = a.decode;
+    const count = this.pages.pagesFor(d, a.promptTokens, maxTokens);
+    const pages = count > 0 ? this.decodePages.reserve(room, d, count) : null;
+    if (!pages) return undefined;
+    return { decode: { pages, pool: d.pool, epoch: d.epoch, incarnation: d.incarnation } };
   }
 
   /**
@@ -154,6 +164,7 @@ export class RoomBook {
   abandon(room: string, owners: RoomOwners): RoomStream | undefined {
     this.index(room, owners, false);
     this.pages.releaseAll(room);
+    this.decodePages.unreserve(room, owners.decodeEngine);
     this.requests.delete(room);
     this.admitted.delete(room);
     return this.takeStream(room);

@@ -73,6 +73,8 @@ export class DecodeEngine extends EngineCore {
     model: EngineModel,
     log: Logger,
     private readonly pool: KvPool,
+    /** This process's incarnation: a reservation made for another one is not for its pool. */
+    private readonly incarnation: string,
   ) {
     super(opts, ports, model, log);
   }
@@ -99,20 +101,44 @@ export class DecodeEngine extends EngineCore {
 
   /**
    * `room.bootstrap_started` and `room.bootstrapped` leave in the same turn, so the control plane
-   * commits them in one transaction: one round trip on the room's critical path, not two. The
-   * pages are this engine's own until `room.bootstrapped` is committed — nothing else uses them
-   * before — so reserving them before the commit is safe. An abort committed first reaches this
-   * engine before the acks, and stop() frees them; a refusal for any other reason frees them too.
+   * commits them in one transaction. The pages are the ones the control plane reserved in
+   * `room.created` (this engine claims exactly those) or, without a reservation, chosen here;
+   * they are this engine's own from then on. An abort committed first reaches this engine before
+   * the acks, and stop() frees them; a refusal for any other reason frees them too.
    */
   private bootstrap(room: EngineRoom): void {
+    const r = room.reservation;
+    if (r && r.incarnation !== this.incarnation) {
+      // Reserved in the pool of this engine's last process (it restarted while the room was
+      // admitted): as lost as a room past `created`. The control plane migrates it.
+      this.fail(room, 'engine_restarted', 'created');
+      return;
+    }
     void this.append(room, 'room.bootstrap_started', {});
     // Pages for the prompt's KV, and for every token decode may add where it decodes in the pool.
     const prompt = room.view.promptTokens ?? 0;
     const total = prompt + (this.model.kv.decodeGrows ? (room.view.maxTokens ?? 0) : 0);
-    const pages = this.allocator.reserve(room.view.room, this.pagesFor(total));
-    if (!pages) {
-      this.fail(room, 'kv_pool_full', 'bootstrapping');
-      return;
+    const count = this.pagesFor(total);
+    let pages: number[] | null;
+    if (r) {
+      const refused = this.refusal(room, r, count);
+      if (refused) {
+        // The control plane's page map and this pool disagree: by docs/critical-path.md that
+        // cannot happen, so it is logged as the defect it is, and the room fails cleanly.
+        this.log.error(
+          { room: room.view.room, reservation: r, refused },
+          'kv reservation refused: the control plane reserved pages this pool cannot give',
+        );
+        this.fail(room, 'kv_reservation_refused', 'bootstrapping');
+        return;
+      }
+      pages = [...r.pages];
+    } else {
+      pages = this.allocator.reserve(room.view.room, count);
+      if (!pages) {
+        this.fail(room, 'kv_pool_full', 'bootstrapping');
+        return;
+      }
     }
     room.pages = pages;
     void this.append(room, 'room.bootstrapped', {
@@ -124,6 +150,19 @@ export class DecodeEngine extends EngineCore {
       room.stopped = true;
       this.tryRelease(room);
     });
+  }
+
+  /** Claims the reserved pages for the room; null when it holds them, else why it cannot. */
+  private refusal(
+    room: EngineRoom,
+    r: NonNullable<EngineRoom['reservation']>,
+    count: number,
+  ): string | null {
+    if (r.pool !== this.pool.name || r.epoch !== this.pool.epoch)
+      return `reserved in pool ${r.pool} epoch ${r.epoch}, this is ${this.pool.name} epoch ${this.pool.epoch}`;
+    if (r.pages.length !== count)
+      return `${r.pages.length} pages reserved, the room takes ${count} here`;
+    return this.allocator.claim(room.view.room, r.pages);
   }
 
   private startDecoding(room: EngineRoom): void {

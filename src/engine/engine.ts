@@ -26,6 +26,8 @@ export interface EnginePorts {
   resync(): void;
 }
 
+type Reservation = NonNullable<EventData<'room.created'>['reservation']>;
+
 export interface EngineRoom {
   view: Room;
   request: RoomRequest | null;
@@ -47,6 +49,8 @@ export interface EngineRoom {
     epoch: number;
     peer: ControlMessage<'event'>['kvPeer'] | null;
   } | null;
+  /** The decode pages the control plane reserved in `room.created`; null: this engine chooses. */
+  reservation: Reservation['decode'] | null;
   /**
    * The seq of the committed event this engine last started work on for the room (`react` said it
    * acted): its appends name it as their `cause`, so the control plane counts commits in sequence.
@@ -201,6 +205,7 @@ export abstract class EngineCore {
       transferDone: false,
       peerReleased: false,
       bootstrap: null,
+      reservation: null,
       cause: null,
     };
   }
@@ -210,7 +215,8 @@ export abstract class EngineCore {
     ev: JournalEvent,
     kvPeer: ControlMessage<'event'>['kvPeer'] | null,
   ): void {
-    if (ev.type === 'room.transfer_completed') room.transferDone = true;
+    if (ev.type === 'room.created') room.reservation = ev.data.reservation?.decode ?? null;
+    else if (ev.type === 'room.transfer_completed') room.transferDone = true;
     else if (ev.type === 'room.released' && ev.engine !== this.id) room.peerReleased = true;
     else if (ev.type === 'room.bootstrapped') {
       const d = ev.data;

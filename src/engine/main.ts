@@ -172,7 +172,7 @@ export function startEngine(
     transfer = new NativeTransferCore({ threads: opts.transferThreads });
     core = new PrefillEngine(opts, ports, model, log, pool, transfer, ucx);
   } else {
-    core = new DecodeEngine(opts, ports, model, log, pool);
+    core = new DecodeEngine(opts, ports, model, log, pool, incarnation);
   }
 
   let beats = 0;

@@ -82,6 +82,28 @@ export const EVENT_SCHEMAS = {
       traceparent: Type.Optional(
         Type.String({ pattern: '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$' }),
       ),
+      /**
+       * The decode pages the control plane chose for the room (control/pages/page-map.ts), in the
+       * pool of that incarnation of the decode engine: it claims exactly these, or fails the room
+       * `kv_reservation_refused`. Absent: the decode engine chooses (protocol 5 and before, or an
+       * engine whose pool the control plane does not know).
+       */
+      reservation: Type.Optional(
+        Type.Object(
+          {
+            decode: Type.Object(
+              {
+                pages: Type.Array(Count, { minItems: 1, maxItems: 1 << 20 }),
+                pool: Type.String({ minLength: 1, maxLength: 255 }),
+                epoch: Count,
+                incarnation: Text,
+              },
+              strict,
+            ),
+          },
+          strict,
+        ),
+      ),
     },
     strict,
   ),

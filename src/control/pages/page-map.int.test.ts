@@ -29,11 +29,19 @@ const registered = (
   data: { role, incarnation },
 });
 
-/** A room's events, its decode pages set to `pages`, cut after `upTo` events (10: completed). */
-function room(id: string, pages: number[], upTo: number): EventInput[] {
+/**
+ * A room's events, its decode pages set to `pages`, cut after `upTo` events (10: completed);
+ * `reserved`: the pages are the control plane's reservation in `room.created` (protocol 6).
+ */
+function room(id: string, pages: number[], upTo: number, reserved?: string): EventInput[] {
+  const reservation = { decode: { pages, pool: '/d0', epoch: 1, incarnation: reserved ?? '' } };
   return completedRoomEvents(id)
     .slice(0, upTo)
-    .map((e) => (e.type === 'room.bootstrapped' ? { ...e, data: { pages } } : e));
+    .map((e) => {
+      if (e.type === 'room.bootstrapped') return { ...e, data: { pages } };
+      if (e.type === 'room.created' && reserved) return { ...e, data: { ...e.data, reservation } };
+      return e;
+    });
 }
 
 async function journalOf(events: EventInput[]) {
@@ -89,5 +97,20 @@ describe('the page map rebuilt from the journal', () => {
     expect(live.heldOn('d0')).toBe(2);
     expect(rebuilt.heldOn('d0')).toBe(2);
     expect(rebuilt.conflicts).toBe(0);
+  });
+
+  it('holds the reservations of rooms not yet bootstrapped, and chooses around them', async () => {
+    const { live, rebuilt } = await journalOf([
+      registered('d0', 'i1'),
+      ...room('r1', [0, 1], 3, 'i1'), // reserved and bootstrapped
+      ...room('r2', [2, 3, 4], 1, 'i1'), // reserved only
+      ...room('r3', [5], 10, 'i1'), // completed, released
+    ]);
+    expect(live.heldOn('d0')).toBe(5);
+    expect(rebuilt.heldOn('d0')).toBe(5);
+    expect(rebuilt.conflicts).toBe(0);
+    expect(rebuilt.reserve('r4', { engine: 'd0', incarnation: 'i1', pages: 8 }, 3)).toEqual([
+      5, 6, 7,
+    ]);
   });
 });

@@ -1,0 +1,169 @@
+/**
+ * A decode engine given the control plane's reservation in `room.created` (protocol 6): it claims
+ * exactly those pages, or fails the room with the reason an operator can act on. The engine runs
+ * in this process with a real shared-memory pool and the built-in model; only the bus is replaced
+ * by a recorder of what the engine appends (the control plane's side is tested in control/).
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import type { AppendAck } from '../bus/client.ts';
+import type { EngineMessage } from '../bus/protocol.ts';
+import type { JournalEvent } from '../journal/events.ts';
+import { silentLogger } from '../log.ts';
+import { DeterministicModel } from '../model/deterministic.ts';
+import { pagesFor } from '../model/executor.ts';
+import { KvPool } from '../transfer/pool.ts';
+import { DecodeEngine } from './decode.ts';
+import { resolveEngineOptions } from './options.ts';
+
+const INCARNATION = 'inc-1';
+const PAGES = 16;
+const pools: KvPool[] = [];
+afterEach(() => {
+  for (const p of pools.splice(0)) {
+    p.close();
+    KvPool.unlink(p.name);
+  }
+});
+
+type Appended = EngineMessage<'append'>['event'];
+
+function engine() {
+  const opts = resolveEngineOptions({
+    id: 'd0',
+    role: 'decode',
+    control: 'ipc:///nowhere',
+    pages: PAGES,
+    pageBytes: 4096,
+  });
+  const pool = KvPool.create({
+    name: `/pdctl-test-reserve-${process.pid}-${pools.length}`,
+    pages: PAGES,
+    pageBytes: 4096,
+    replace: true,
+  });
+  pools.push(pool);
+  const model = new DeterministicModel();
+  const appended: Appended[] = [];
+  let seq = 0;
+  const ports = {
+    append: async (eventId: string, event: Appended): Promise<AppendAck> => {
+      appended.push(event);
+      return {
+        eventId,
+        status: 'applied',
+        original: null,
+        seq: 1000 + appended.length,
+        reason: null,
+        detail: null,
+      };
+    },
+    tokens: () => {},
+    resync: () => {},
+  };
+  const core = new DecodeEngine(opts, ports, model, silentLogger, pool, INCARNATION);
+  core.onWelcome({
+    protocol: 6,
+    engine: 'd0',
+    incarnation: INCARNATION,
+    session: 1,
+    replayFrom: 0,
+    replayEvents: 0,
+    heartbeatMs: 250,
+  });
+  /** The pages a room of `promptTokens` and `maxTokens` takes in this pool. */
+  const need = (promptTokens: number, maxTokens: number) =>
+    pagesFor(model.kv, 4096, promptTokens + (model.kv.decodeGrows ? maxTokens : 0));
+  const created = (room: string, reservation?: Record<string, unknown>) => {
+    seq++;
+    core.onEvent({
+      prevSeq: seq - 1,
+      event: {
+        seq,
+        ts: Date.now(),
+        type: 'room.created',
+        room,
+        engine: null,
+        source: 'api',
+        eventId: `e${seq}`,
+        data: {
+          prefillEngine: 'p0',
+          decodeEngine: 'd0',
+          promptTokens: 100,
+          maxTokens: 8,
+          ...(reservation ? { reservation: { decode: reservation } } : {}),
+        },
+      } as JournalEvent,
+    } as never);
+  };
+  const reserved = (pages: number[], o: Record<string, unknown> = {}) => ({
+    pages,
+    pool: pool.name,
+    epoch: pool.epoch,
+    incarnation: INCARNATION,
+    ...o,
+  });
+  const of = (room: string) => appended.filter((e) => e.room === room);
+  return { core, appended, created, reserved, need, of, pool };
+}
+
+const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
+
+describe('a decode engine given a reservation', () => {
+  it('holds exactly the reserved pages and names them in room.bootstrapped', async () => {
+    const e = engine();
+    const n = e.need(100, 8);
+    expect(n).toBeGreaterThan(0);
+    e.created('r1', e.reserved(range(PAGES - n, n)));
+    await Promise.resolve();
+    expect(e.of('r1').map((x) => x.type)).toEqual(['room.bootstrap_started', 'room.bootstrapped']);
+    expect(e.of('r1')[1]?.data).toEqual({
+      pages: range(PAGES - n, n),
+      pool: e.pool.name,
+      epoch: e.pool.epoch,
+    });
+    expect(e.core.allocator.pagesOf('r1')).toEqual(range(PAGES - n, n));
+    // A room without a reservation (protocol 5's way) gets the engine's own choice, around them.
+    e.created('r2');
+    expect(e.of('r2')[1]?.data).toMatchObject({ pages: range(0, n) });
+    expect(e.core.freePages()).toBe(PAGES - 2 * n);
+  });
+
+  it('refuses pages it holds, pages outside the pool, another pool or epoch, another count: kv_reservation_refused, nothing held', async () => {
+    const e = engine();
+    const n = e.need(100, 8);
+    e.created('held', e.reserved(range(0, n)));
+    const bad: Array<[string, ReturnType<typeof e.reserved>]> = [
+      ['r-taken', e.reserved(range(0, n))],
+      ['r-outside', e.reserved(range(PAGES - n + 1, n))],
+      ['r-pool', e.reserved(range(n, n), { pool: '/pdctl-other' })],
+      ['r-epoch', e.reserved(range(n, n), { epoch: e.pool.epoch + 1 })],
+      ['r-count', e.reserved(range(n, n + 1))],
+    ];
+    for (const [room, r] of bad) e.created(room, r);
+    await new Promise((r) => setImmediate(r));
+    for (const [room] of bad) {
+      const failed = e.of(room).find((x) => x.type === 'room.failed');
+      expect(failed?.data, room).toMatchObject({
+        reason: 'kv_reservation_refused',
+        stage: 'bootstrapping',
+      });
+      expect(e.of(room).find((x) => x.type === 'room.released')?.data, room).toEqual({ pages: 0 });
+      expect(
+        e.of(room).some((x) => x.type === 'room.bootstrapped'),
+        room,
+      ).toBe(false);
+    }
+    expect(e.core.allocator.rooms()).toEqual(['held']);
+    expect(e.core.freePages()).toBe(PAGES - n);
+  });
+
+  it('fails a room reserved in the pool of an earlier process as engine_restarted, before bootstrapping', () => {
+    const e = engine();
+    e.created('r1', e.reserved([0], { incarnation: 'inc-0' }));
+    expect(e.of('r1').map((x) => [x.type, x.data])).toEqual([
+      ['room.failed', { reason: 'engine_restarted', stage: 'created', detectedBy: 'engine:d0' }],
+      ['room.released', { pages: 0 }],
+    ]);
+    expect(e.core.freePages()).toBe(PAGES);
+  });
+});
