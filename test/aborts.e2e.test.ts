@@ -32,12 +32,23 @@ async function expectAborted(control: ControlPlane, room: string): Promise<Journ
 describe('aborts', () => {
   it('ends a room aborted from every live state, then serves the next room normally', async () => {
     // Prefill slower still (400 ms for 50 words), so that the abort lands in prefilling even when
-    // a loaded 2-core CI machine delays its commit.
+    // a loaded 2-core CI machine delays its commit. One prefill engine computing one room at a
+    // time: a room admitted behind another waits in its queue, acknowledged by its decode engine
+    // (`waiting_for_input`) — otherwise the prefill engine starts on `room.created` (protocol 7)
+    // and the room rests in no state between.
     const { control } = await startTestStack({
       ...SLOW,
-      engineArgs: ['--prefill-us-per-token', '8000', '--decode-us-per-token', '20000'],
+      prefillEngines: 1,
+      engineArgs: [
+        ...['--prefill-us-per-token', '8000', '--decode-us-per-token', '20000'],
+        ...['--prefill-concurrency', '1'],
+      ],
     });
     for (const [i, state] of RESTING_STATES.entries()) {
+      const ahead =
+        state === 'waiting_for_input'
+          ? collect(control.submit({ prompt: prompt(50 + i, 50), maxTokens: 1 }))
+          : null;
       const stream = control.submit({ prompt: prompt(i, 50), maxTokens: 50 });
       const sub = control.journal.subscribe(await control.journal.headSeq(), (ev) => {
         if (ev.room === stream.room && ev.type === ENTERED_BY[state]) {
@@ -51,6 +62,7 @@ describe('aborts', () => {
       expect((out.error as RoomEndedError).reason).toBe('drill_abort');
       const events = await expectAborted(control, stream.room);
       expect(stateAtAbort(events), `abort meant for ${state}`).toBe(state);
+      expect((await ahead)?.error ?? null).toBeNull();
     }
     const next = await collect(control.submit({ prompt: prompt(99, 10), maxTokens: 3 }));
     expect(next.error).toBeNull();

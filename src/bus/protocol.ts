@@ -10,7 +10,7 @@ import { Packr } from 'msgpackr';
 import { BUS_ERROR_CODES } from './errors.ts';
 
 /** Bumped on any change an engine of the previous version could not follow. */
-export const PROTOCOL_VERSION = 6;
+export const PROTOCOL_VERSION = 7;
 
 /**
  * How often an engine heartbeats (its default, and what a welcome suggests): a wedged bus loop is

@@ -10,7 +10,6 @@ import {
   type CommandName,
   type EngineMessage,
   HEARTBEAT_MS,
-  type KvRemote,
   PROTOCOL_VERSION,
 } from '../bus/protocol.ts';
 import { type PeerQuotaOptions, type QuotaKind, TokenBucket } from '../bus/quotas.ts';
@@ -28,6 +27,7 @@ import {
   REGISTRATION_EVERY_MS,
   REGISTRATIONS_BURST,
 } from './hello.ts';
+import { kvPeerFor } from './kv-peer.ts';
 import type { EngineRegistry } from './registry.ts';
 import type { RoomBook } from './room-book.ts';
 import { ThrottleRecord } from './throttles.ts';
@@ -355,26 +355,11 @@ export class EngineLink {
       event: ev,
       prevSeq: session.delivery.lastDelivered,
       ...(request ? { request } : {}),
-      ...(ev.type === 'room.bootstrapped' && session.role === 'prefill'
-        ? { kvPeer: this.kvPeer(ev.engine) }
-        : {}),
+      ...(session.role === 'prefill' ? kvPeerFor(ev, this.deps.registry) : {}),
     };
     session.delivery.lastDelivered = ev.seq;
     this.bus.send(session.peer, 'event', payload);
     this.deps.counters.delivered++;
-  }
-
-  /**
-   * Where a room's decode engine runs, and how a prefill engine on another host reaches its pool:
-   * what the prefill engine needs with `room.bootstrapped` to pick the transport (docs/protocol.md,
-   * "Across hosts"). Without a host (an engine that did not say), it is taken for the prefill's.
-   */
-  private kvPeer(decodeEngine: string | null): { host?: string; ucx?: KvRemote } {
-    const d = decodeEngine === null ? undefined : this.deps.registry.get(decodeEngine);
-    return {
-      ...(d?.host ? { host: d.host } : {}),
-      ...(d?.kvRemote ? { ucx: d.kvRemote } : {}),
-    };
   }
 
   deliver(room: Room, ev: JournalEvent): void {

@@ -7,7 +7,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import type { AppendAck } from '../bus/client.ts';
 import type { EngineMessage } from '../bus/protocol.ts';
-import type { JournalEvent } from '../journal/events.ts';
 import { silentLogger } from '../log.ts';
 import { DeterministicModel } from '../model/deterministic.ts';
 import { pagesFor } from '../model/executor.ts';
@@ -73,28 +72,24 @@ function engine() {
   /** The pages a room of `promptTokens` and `maxTokens` takes in this pool. */
   const need = (promptTokens: number, maxTokens: number) =>
     pagesFor(model.kv, 4096, promptTokens + (model.kv.decodeGrows ? maxTokens : 0));
-  const created = (room: string, reservation?: Record<string, unknown>) => {
+  /** Delivers a committed event, as the control plane does. */
+  const deliver = (type: string, room: string, engine: string | null, data: object) => {
     seq++;
     core.onEvent({
       prevSeq: seq - 1,
-      event: {
-        seq,
-        ts: Date.now(),
-        type: 'room.created',
-        room,
-        engine: null,
-        source: 'api',
-        eventId: `e${seq}`,
-        data: {
-          prefillEngine: 'p0',
-          decodeEngine: 'd0',
-          promptTokens: 100,
-          maxTokens: 8,
-          ...(reservation ? { reservation: { decode: reservation } } : {}),
-        },
-      } as JournalEvent,
-    } as never);
+      event: { seq, ts: Date.now(), type, room, engine, source: 't', eventId: `e${seq}`, data },
+    } as never as Parameters<DecodeEngine['onEvent']>[0]);
   };
+  const created = (room: string, reservation?: Record<string, unknown>) =>
+    deliver('room.created', room, null, {
+      prefillEngine: 'p0',
+      decodeEngine: 'd0',
+      promptTokens: 100,
+      maxTokens: 8,
+      ...(reservation ? { reservation: { decode: reservation } } : {}),
+    });
+  /** The prefill engine released the room: nothing can write into its decode pages any more. */
+  const prefillReleased = (room: string) => deliver('room.released', room, 'p0', { pages: 1 });
   const reserved = (pages: number[], o: Record<string, unknown> = {}) => ({
     pages,
     pool: pool.name,
@@ -103,7 +98,7 @@ function engine() {
     ...o,
   });
   const of = (room: string) => appended.filter((e) => e.room === room);
-  return { core, appended, created, reserved, need, of, pool };
+  return { core, appended, created, prefillReleased, reserved, need, of, pool };
 }
 
 const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
@@ -142,6 +137,10 @@ describe('a decode engine given a reservation', () => {
     for (const [room, r] of bad) e.created(room, r);
     await new Promise((r) => setImmediate(r));
     for (const [room] of bad) {
+      // It releases the room only once the prefill engine has: from room.created on, that engine
+      // may be writing into the reserved pages (protocol 7, rule 7).
+      expect(e.of(room).some((x) => x.type === 'room.released')).toBe(false);
+      e.prefillReleased(room);
       const failed = e.of(room).find((x) => x.type === 'room.failed');
       expect(failed?.data, room).toMatchObject({
         reason: 'kv_reservation_refused',
@@ -160,6 +159,7 @@ describe('a decode engine given a reservation', () => {
   it('fails a room reserved in the pool of an earlier process as engine_restarted, before bootstrapping', () => {
     const e = engine();
     e.created('r1', e.reserved([0], { incarnation: 'inc-0' }));
+    e.prefillReleased('r1');
     expect(e.of('r1').map((x) => [x.type, x.data])).toEqual([
       ['room.failed', { reason: 'engine_restarted', stage: 'created', detectedBy: 'engine:d0' }],
       ['room.released', { pages: 0 }],

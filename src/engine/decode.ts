@@ -1,9 +1,10 @@
 /**
- * The decode role: reserve pages for a new room (or fail it cleanly when the pool is full),
- * verify the KV that arrived against the transfer's checksum, then decode step by step, streaming
- * token chunks, and complete the room. Its pages are freed only when no transfer can still be
- * writing into them: before the prefill posted one, after it completed, or once the prefill engine
- * has released the room.
+ * The decode role: claim the pages the control plane reserved for a new room (or, without a
+ * reservation, choose them; fail it cleanly when that cannot be), verify the KV that arrived
+ * against the transfer's checksum, then decode step by step, streaming token chunks, and complete
+ * the room. Its pages are freed only when no transfer can still be writing into them: before they
+ * were named in a committed event, after the transfer completed, or once the prefill engine has
+ * released the room.
  */
 import { wasApplied } from '../bus/client.ts';
 import type { EngineMessage } from '../bus/protocol.ts';
@@ -345,9 +346,11 @@ export class DecodeEngine extends EngineCore {
   }
 
   /**
-   * Once `room.bootstrapped` is committed the prefill engine may write into the pages it named —
-   * it does not wait for any commit of its own before the transfer — so they are freed only after
-   * the transfer completed or the prefill engine released the room (or is known to be gone).
+   * Once the pages are named in a committed event — the reservation of `room.created` (protocol
+   * 7), or else `room.bootstrapped` — the prefill engine may write into them: it waits for no
+   * commit of its own before the transfer. So they are freed only after the transfer completed or
+   * the prefill engine released the room (or is known to be gone), even when this engine failed
+   * the room before claiming them.
    */
   protected canFree(room: EngineRoom): boolean {
     return room.bootstrap === null || room.transferDone || room.peerReleased;

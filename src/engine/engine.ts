@@ -40,8 +40,11 @@ export interface EngineRoom {
   transferDone: boolean;
   peerReleased: boolean;
   /**
-   * From the committed `room.bootstrapped`: where the KV goes, and (`peer`, attached by the control
-   * plane) the decode engine's host and, when it can receive over UCX, its pool as a peer.
+   * Where the KV goes, from the committed `room.created`'s reservation (or, without one, the
+   * committed `room.bootstrapped`), and (`peer`, attached by the control plane) the decode
+   * engine's host and, when it can receive over UCX, its pool as a peer. From then on the prefill
+   * engine may write into those pages: the decode engine keeps them until the transfer completed
+   * or the prefill engine released the room (docs/protocol.md, rule 7).
    */
   bootstrap: {
     pages: number[];
@@ -215,10 +218,14 @@ export abstract class EngineCore {
     ev: JournalEvent,
     kvPeer: ControlMessage<'event'>['kvPeer'] | null,
   ): void {
-    if (ev.type === 'room.created') room.reservation = ev.data.reservation?.decode ?? null;
-    else if (ev.type === 'room.transfer_completed') room.transferDone = true;
+    if (ev.type === 'room.created') {
+      const r = ev.data.reservation?.decode ?? null;
+      room.reservation = r;
+      // The reserved pages are where the KV goes from this commit on (protocol 7).
+      if (r) room.bootstrap = { pages: r.pages, pool: r.pool, epoch: r.epoch, peer: kvPeer };
+    } else if (ev.type === 'room.transfer_completed') room.transferDone = true;
     else if (ev.type === 'room.released' && ev.engine !== this.id) room.peerReleased = true;
-    else if (ev.type === 'room.bootstrapped') {
+    else if (ev.type === 'room.bootstrapped' && room.bootstrap === null) {
       const d = ev.data;
       room.bootstrap = { pages: d.pages, pool: d.pool ?? '', epoch: d.epoch ?? 0, peer: kvPeer };
     }

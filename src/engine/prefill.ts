@@ -1,9 +1,10 @@
 /**
- * The prefill role: once a room is bootstrapped (committed), compute its KV into pages of this
- * engine's pool, post the transfer into the decode engine's pages, and report how it ended. No
- * step waits for its own event's commit: the decode engine keeps the pages its committed
- * `room.bootstrapped` named until this engine releases the room, so a transfer always lands in
- * pages reserved for it, and an abort stops the work wherever it is.
+ * The prefill role: once a room's decode pages are known — reserved in its committed
+ * `room.created` (protocol 7), or else named by its committed `room.bootstrapped` — compute its KV
+ * into pages of this engine's pool, post the transfer into the decode engine's pages, and report
+ * how it ended. No step waits for its own event's commit: the decode engine keeps those pages
+ * until this engine releases the room, so a transfer always lands in pages reserved for it, and
+ * an abort stops the work wherever it is.
  */
 import type { JournalEvent } from '../journal/events.ts';
 import type { Logger } from '../log.ts';
@@ -65,8 +66,12 @@ export class PrefillEngine extends EngineCore {
     };
   }
 
+  /** Starts on the event that tells it where the KV goes: reserved in `room.created`, or bootstrapped. */
   protected react(room: EngineRoom, ev: JournalEvent): boolean {
-    if (room.view.prefillEngine !== this.id || ev.type !== 'room.bootstrapped') return false;
+    if (room.view.prefillEngine !== this.id) return false;
+    const reserved = room.reservation !== null;
+    if (ev.type === 'room.created' ? !reserved : ev.type !== 'room.bootstrapped' || reserved)
+      return false;
     this.enqueue(room);
     return true;
   }
@@ -74,14 +79,15 @@ export class PrefillEngine extends EngineCore {
   protected resume(room: EngineRoom): void {
     if (room.view.prefillEngine !== this.id) return;
     const s = room.view.state;
-    if (s === 'created' || s === 'bootstrapping') return;
-    if (s === 'waiting_for_input') this.enqueue(room);
+    if (s === 'created' || s === 'bootstrapping') {
+      if (room.reservation !== null) this.enqueue(room);
+    } else if (s === 'waiting_for_input') this.enqueue(room);
     else if (s === 'prefilling' || s === 'transferring') this.fail(room, 'engine_restarted', s);
   }
 
   private enqueue(room: EngineRoom): void {
     if (this.queue.length >= this.opts.maxQueue) {
-      this.fail(room, 'prefill_queue_full', 'waiting_for_input');
+      this.fail(room, 'prefill_queue_full', room.view.state);
       return;
     }
     this.queue.push(room);
@@ -110,18 +116,18 @@ export class PrefillEngine extends EngineCore {
   private async run(room: EngineRoom): Promise<void> {
     const v = room.view;
     if (!room.request) {
-      this.fail(room, 'request_unavailable', 'waiting_for_input');
+      this.fail(room, 'request_unavailable', v.state);
       return;
     }
     // A migrated request's context is its prompt and what was already streamed.
-    const tokens = this.contextTokens(room, 'waiting_for_input');
+    const tokens = this.contextTokens(room, v.state);
     if (!tokens) return;
     const bootstrapped = await this.destination(room);
     if (!bootstrapped) return;
     const { dstPages } = bootstrapped;
     const need = this.pagesFor(tokens.length);
     if (need > dstPages.length) {
-      this.fail(room, 'kv_exceeds_reservation', 'waiting_for_input');
+      this.fail(room, 'kv_exceeds_reservation', v.state);
       return;
     }
     const prefixes = this.prefixes;
@@ -132,7 +138,7 @@ export class PrefillEngine extends EngineCore {
       const evicted = pages ? [] : (prefixes?.evictFor(need) ?? []);
       if (evicted.length > 0) pages = this.allocator.reserve(v.room, need);
       if (!pages) {
-        this.fail(room, 'kv_pool_full', 'waiting_for_input');
+        this.fail(room, 'kv_pool_full', v.state);
         return;
       }
       room.pages = pages;
@@ -185,8 +191,8 @@ export class PrefillEngine extends EngineCore {
     const v = room.view;
     const need = pages.length;
     const { dstPages } = bootstrapped;
-    // Not awaited: the pages written belong to the decode engine from its committed
-    // `room.bootstrapped` until this engine releases the room (docs/protocol.md, rule 7), so the
+    // Not awaited: the pages written belong to the decode engine from the commit that named them
+    // until this engine releases the room (docs/protocol.md, rule 7), so the
     // transfer cannot land in pages freed for another room, and an abort committed meanwhile
     // cancels it (stop). The commit of this event is no longer a round trip on the room's path.
     void this.append(room, 'room.transfer_posted', {
@@ -244,7 +250,7 @@ export class PrefillEngine extends EngineCore {
   }
 
   /**
-   * Where the room's KV goes, from its committed `room.bootstrapped`: the decode pool in shared
+   * Where the room's KV goes (`room.bootstrap`: reserved, or bootstrapped): the decode pool in shared
    * memory when the decode engine is on this host (or `--kv-transport shm`), else its pool as a
    * UCX peer — refused when the descriptor was registered under another epoch than the pages.
    */
@@ -257,7 +263,7 @@ export class PrefillEngine extends EngineCore {
   > {
     const b = room.bootstrap;
     if (!b) {
-      this.fail(room, 'bootstrap_unknown', 'waiting_for_input');
+      this.fail(room, 'bootstrap_unknown', room.view.state);
       return null;
     }
     const elsewhere = b.peer?.host !== undefined && b.peer.host !== hostIdentity();
@@ -274,12 +280,12 @@ export class PrefillEngine extends EngineCore {
           },
           'the decode engine is on another host and UCX is not there on both ends',
         );
-        this.fail(room, 'kv_transport_unavailable', 'waiting_for_input');
+        this.fail(room, 'kv_transport_unavailable', room.view.state);
         return null;
       }
       if (remote.epoch !== b.epoch) {
         // A restarted decode engine's new pool: what it registered before is not that pool.
-        this.fail(room, 'decode_pool_stale', 'waiting_for_input');
+        this.fail(room, 'decode_pool_stale', room.view.state);
         return null;
       }
       const peer: UcxPoolDescriptor = {
@@ -296,7 +302,7 @@ export class PrefillEngine extends EngineCore {
           { room: room.view.room, decode: room.view.decodeEngine, reason: invalid },
           'the decode engine’s UCX descriptor is not usable; refused',
         );
-        this.fail(room, 'decode_pool_invalid', 'waiting_for_input');
+        this.fail(room, 'decode_pool_invalid', room.view.state);
         return null;
       }
       return { via: 'ucx', dstPages: b.pages, peer };
@@ -309,7 +315,7 @@ export class PrefillEngine extends EngineCore {
         this.peers.set(b.pool, dst);
       } catch (err) {
         this.log.warn({ room: room.view.room, pool: b.pool, err }, 'cannot open the decode pool');
-        this.fail(room, 'decode_pool_unavailable', 'waiting_for_input');
+        this.fail(room, 'decode_pool_unavailable', room.view.state);
         return null;
       }
     }

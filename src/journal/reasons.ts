@@ -24,8 +24,7 @@ export const ROOM_FAILURE_REASONS = {
   prefill_error: 'the model failed while computing the prompt',
   decode_error: 'the model failed while generating',
   kv_pool_full: "no free KV pages in the engine's pool (load, not a fault)",
-  kv_reservation_refused:
-    "the decode engine's pool disagreed with the pages the control plane reserved (a defect: see its log)",
+  kv_reservation_refused: 'the decode pool disagreed with the pages reserved in `room.created`',
   kv_exceeds_reservation: 'the prompt took more KV pages than were reserved for it',
   kv_checksum_mismatch: "the KV that arrived does not match the prefill engine's checksum",
   kv_image_invalid: 'the KV image that arrived cannot be loaded by the model',

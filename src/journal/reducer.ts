@@ -77,17 +77,48 @@ export type ReducibleEvent = JournalEvent extends infer E
     : never
   : never;
 
-/** Forward steps of docs/design.md §3: event → [the state it must be in, the state it leads to]. */
-const FORWARD: Partial<
-  Record<RoomEventType, readonly [RoomState, RoomState, 'prefill' | 'decode']>
-> = {
-  'room.bootstrap_started': ['created', 'bootstrapping', 'decode'],
-  'room.bootstrapped': ['bootstrapping', 'waiting_for_input', 'decode'],
-  'room.prefill_started': ['waiting_for_input', 'prefilling', 'prefill'],
-  'room.transfer_posted': ['prefilling', 'transferring', 'prefill'],
-  'room.transfer_completed': ['transferring', 'transferred', 'prefill'],
-  'room.decode_started': ['transferred', 'decoding', 'decode'],
-  'room.completed': ['decoding', 'completed', 'decode'],
+/** One forward step of docs/design.md §3. */
+interface Step {
+  /** The states the room must be in. */
+  from: readonly RoomState[];
+  /** The state it leads to. */
+  to: RoomState;
+  role: 'prefill' | 'decode';
+  /**
+   * States past `to` in which the event is taken without moving the room: the decode engine's
+   * acknowledgement of its reserved pages, when the prefill engine started on `room.created`
+   * (protocol 7) and the room moved on before the acknowledgement committed.
+   */
+  after?: readonly RoomState[];
+}
+
+/** Past `waiting_for_input`, before the decode engine's own `room.decode_started`. */
+const BEFORE_DECODE: readonly RoomState[] = ['prefilling', 'transferring', 'transferred'];
+
+const FORWARD: Partial<Record<RoomEventType, Step>> = {
+  'room.bootstrap_started': {
+    from: ['created'],
+    to: 'bootstrapping',
+    role: 'decode',
+    after: BEFORE_DECODE,
+  },
+  'room.bootstrapped': {
+    from: ['bootstrapping'],
+    to: 'waiting_for_input',
+    role: 'decode',
+    after: BEFORE_DECODE,
+  },
+  // On `room.created` when the control plane reserved the decode pages (protocol 7); else once
+  // they are bootstrapped.
+  'room.prefill_started': {
+    from: ['created', 'bootstrapping', 'waiting_for_input'],
+    to: 'prefilling',
+    role: 'prefill',
+  },
+  'room.transfer_posted': { from: ['prefilling'], to: 'transferring', role: 'prefill' },
+  'room.transfer_completed': { from: ['transferring'], to: 'transferred', role: 'prefill' },
+  'room.decode_started': { from: ['transferred'], to: 'decoding', role: 'decode' },
+  'room.completed': { from: ['decoding'], to: 'completed', role: 'decode' },
 };
 
 function reject(
@@ -267,9 +298,14 @@ export function reduce(room: Room | null, ev: ReducibleEvent): ReduceResult {
 
   const step = FORWARD[type as RoomEventType];
   if (!step) return reject('illegal_transition', state, `${type} does not apply to rooms`);
-  const [from, to, role] = step;
-  if (state !== from) {
-    return reject('illegal_transition', state, `${type} needs state ${from}, room is ${state}`);
+  const { from, to, role } = step;
+  const moves = from.includes(state);
+  if (!moves && !step.after?.includes(state)) {
+    return reject(
+      'illegal_transition',
+      state,
+      `${type} needs state ${from.join(' or ')}, room is ${state}`,
+    );
   }
   const owner = role === 'prefill' ? room.prefillEngine : room.decodeEngine;
   if (ev.engine !== null && ev.engine !== owner) {
@@ -279,7 +315,7 @@ export function reduce(room: Room | null, ev: ReducibleEvent): ReduceResult {
       `${type} must come from ${role} engine ${owner}, not ${ev.engine}`,
     );
   }
-  const next = enter(touched(room, ev), to, ev.ts);
+  const next = moves ? enter(touched(room, ev), to, ev.ts) : touched(room, ev);
   if (ev.type === 'room.bootstrapped') {
     next.kvPages = ev.data.pages.length;
   } else if (ev.type === 'room.transfer_completed') {

@@ -61,8 +61,11 @@ export function resolveDeadlines(partial: Partial<StateDeadlinesMs> | undefined)
 }
 
 /**
- * The events of a room that completes undisturbed, in order — each engine's `room.released`
- * aside. Each waits for the one before: this is the room's critical path.
+ * The events of a room that completes undisturbed, in the order of the state table — each
+ * engine's `room.released` aside. With the decode pages reserved in `room.created` (protocol 7)
+ * the prefill engine starts on that commit, and the decode engine's `room.bootstrap_started` and
+ * `room.bootstrapped` may commit anywhere before its `room.decode_started`: the room's critical
+ * path is `room.created` → prefill → `room.transfer_completed` → decode.
  */
 export const ROOM_PATH = [
   'room.created',

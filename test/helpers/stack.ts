@@ -98,8 +98,31 @@ export function poolsFull(control: ControlPlane, since: number): boolean {
   );
 }
 
-/** The events of a room that completed undisturbed, in order (its two `room.released` aside). */
-export const HAPPY_PATH: string[] = [...ROOM_PATH];
+/** The events of a room that completed undisturbed (its two `room.released` aside). */
+const HAPPY_PATH: readonly string[] = ROOM_PATH;
+
+/**
+ * Whether a room's event types (its releases aside) are the happy path: every event once,
+ * `room.created` first and `room.completed` last, and each engine's own events in the path's
+ * order. The decode engine's acknowledgement (`room.bootstrap_started`, `room.bootstrapped`) may
+ * commit anywhere before its `room.decode_started` — the prefill engine starts on `room.created`
+ * (protocol 7) — so the two engines' events interleave.
+ */
+export function isHappyPath(types: readonly string[]): boolean {
+  const t = types.filter((x) => x !== 'room.released');
+  const inOrder = (xs: readonly string[]) => {
+    const seen = t.filter((x) => xs.includes(x));
+    return seen.length === xs.length && seen.every((x, i) => x === xs[i]);
+  };
+  return (
+    t.length === HAPPY_PATH.length &&
+    t[0] === 'room.created' &&
+    t.at(-1) === 'room.completed' &&
+    inOrder(['room.bootstrap_started', 'room.bootstrapped', 'room.decode_started']) &&
+    inOrder(['room.prefill_started', 'room.transfer_posted', 'room.transfer_completed']) &&
+    inOrder(['room.transfer_completed', 'room.decode_started'])
+  );
+}
 
 /** Readable prompts of `words` words, different for each `seed`. */
 export function prompt(seed: number, words: number): string {
