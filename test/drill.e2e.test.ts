@@ -37,6 +37,7 @@ const figure = (r: DrillReport, name: string) => r.invariants.find((i) => i.name
 /** Every drill ends with these, after its own. */
 const COMMON = [
   'every room terminal within its deadlines',
+  'every decode reservation claimed',
   'every answer served is the right one',
   'no answered request missing from the journal',
   'zero leaked pages',

@@ -27,8 +27,11 @@ import { tempDir } from './helpers/tmp.ts';
 
 describe('recovery', () => {
   it('the watchdog fails a room stuck past its deadline, and the engine frees it when it wakes', async () => {
+    // Both engines frozen: the room stays in created (its prefill engine would otherwise start on
+    // room.created and the room wait for decode in transferred).
     const { control, engines, watchdog } = await startTestStack({ deadlinesMs: { created: 300 } });
     engines.signal('decode-0', 'SIGSTOP');
+    engines.signal('prefill-0', 'SIGSTOP');
     const t0 = Date.now();
     const out = await collect(control.submit({ prompt: prompt(1, 10), maxTokens: 4 }));
     const took = Date.now() - t0;
@@ -58,6 +61,7 @@ describe('recovery', () => {
     expect(watchdog.stats.lastDetectMs).toBeLessThan(1000);
 
     engines.signal('decode-0', 'SIGCONT');
+    engines.signal('prefill-0', 'SIGCONT');
     await waitFor(
       'both engines released the failed room',
       async () => (await control.journal.timeline(out.room)).room?.releasedBy.length === 2,

@@ -45,6 +45,8 @@ export interface BusClientHandlers {
   welcome(msg: ControlMessage<'welcome'>): void;
   event(msg: ControlMessage<'event'>): void;
   command(msg: ControlMessage<'command'>): void;
+  /** A room's KV arrived (a hint before its commit; decode engines). */
+  kvArrived?(msg: ControlMessage<'kv_arrived'>): void;
   /** The control plane refused this engine for good (a non-retryable nack to its hello). */
   refused?(msg: ControlMessage<'nack'>): void;
 }
@@ -409,6 +411,9 @@ export class BusClient {
         return;
       case 'command':
         this.handlers.command(payload as ControlMessage<'command'>);
+        return;
+      case 'kv_arrived':
+        this.handlers.kvArrived?.(payload as ControlMessage<'kv_arrived'>);
         return;
     }
   }

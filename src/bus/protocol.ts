@@ -291,8 +291,9 @@ export const CONTROL_MESSAGES = {
        */
       prevSeq: Seq,
       /**
-       * On `room.bootstrapped`, to its prefill engine: where the decode engine runs and, when it
-       * can receive over UCX, its pool as a peer puts into it (from the decode engine's hello).
+       * On `room.created` with a reservation and on `room.bootstrapped`, to its prefill engine:
+       * where the decode engine runs and, when it can receive over UCX, its pool as a peer puts
+       * into it (from the decode engine's hello).
        */
       kvPeer: Type.Optional(
         Type.Object(
@@ -338,6 +339,20 @@ export const CONTROL_MESSAGES = {
           strict,
         ),
       ),
+    },
+    strict,
+  ),
+  /**
+   * To a room's decode engine, when its prefill engine's `room.transfer_completed` reached the
+   * control plane (before it commits): the bytes are in the reserved pages. A hint, not an event
+   * — nothing is journaled for it. The decode engine may verify the checksum, load the KV and
+   * compute the first token, but holds the token until the event commits (protocol 7).
+   */
+  kv_arrived: Type.Object(
+    {
+      room: Id,
+      bytes: Count,
+      checksum: Short,
     },
     strict,
   ),

@@ -118,6 +118,22 @@ export class AppendRelay {
     return true;
   }
 
+  /**
+   * The bytes are in the decode pages, as far as the prefill engine says: the decode engine hears
+   * it now, while the event commits, so that it can load the KV and compute the first token in
+   * the meantime — holding it until the commit (protocol 7, docs/critical-path.md). A decode
+   * engine not yet caught up (replaying) is not told: it acts on the committed event.
+   */
+  private kvArrived(decodeEngine: string, room: string, data: Record<string, unknown>): void {
+    const { bytes, checksum } = data;
+    // Not yet validated (the journal does that): a malformed one is simply not hinted.
+    if (!Number.isSafeInteger(bytes) || (bytes as number) < 0) return;
+    if (typeof checksum !== 'string' || checksum.length === 0 || checksum.length > 200) return;
+    const d = this.deps.registry.get(decodeEngine);
+    if (!d?.delivery.live) return;
+    this.bus.send(d.peer, 'kv_arrived', { room, bytes: bytes as number, checksum });
+  }
+
   append(peer: PeerId, engine: string, msg: EngineMessage<'append'>): void {
     if (!this.inSequence(peer, engine, msg)) return;
     const s = this.deps.registry.get(engine);
@@ -163,6 +179,8 @@ export class AppendRelay {
     this.deps.counters.appends++;
     const eventId = engineEventId(engine, msg.eventId);
     if (!rejected) this.deps.book.depths.arrived(room, eventId, msg.event.cause);
+    if (!rejected && msg.event.type === 'room.transfer_completed')
+      this.kvArrived(owners.decodeEngine, room, msg.event.data);
     const vetted = this.deps.router.vet(s, room, data);
     this.deps.counters.blocksRefused += vetted.refused;
     this.deps

@@ -425,6 +425,8 @@ export async function commonInvariants(
         : ''),
   });
 
+  check(reservationsCheck(timelines));
+
   const records = loads.flatMap((l) => l.records);
   const completed = records.filter((r) => r.outcome === 'completed');
   check(answersCheck(records, target.model));
@@ -479,6 +481,38 @@ export async function commonInvariants(
     figure: { ms: next.ms },
     detail: next.ok ? 'canary room completed' : `${next.stage}: ${next.reason}`,
   });
+}
+
+/**
+ * Protocol 7's path, judged from the journal: no decode engine refused the pages the control plane
+ * reserved (`kv_reservation_refused` is a defect: the page map and a pool disagreed), and the
+ * hidden cost of speculation — first tokens a decode engine computed on the `kv_arrived` hint and
+ * threw away because the room ended before its transfer committed — per 1,000 rooms.
+ */
+function reservationsCheck(
+  timelines: ReadonlyArray<Awaited<ReturnType<DrillTarget['timeline']>>>,
+): Invariant {
+  const rooms = timelines.filter((t) => t.room);
+  const refused = rooms.filter((t) => t.room?.reason === 'kv_reservation_refused');
+  let wasted = 0;
+  for (const t of rooms)
+    for (const e of t.events)
+      if (e.type === 'room.released') wasted += Number(e.data.speculativeTokens ?? 0);
+  const per1000 = rooms.length === 0 ? 0 : Number(((wasted / rooms.length) * 1000).toFixed(1));
+  return {
+    name: 'every decode reservation claimed',
+    ok: refused.length === 0,
+    figure: { rooms: rooms.length, refused: refused.length, wastedFirstTokensPer1000: per1000 },
+    detail:
+      refused.length === 0
+        ? `no room failed kv_reservation_refused; ${wasted} first tokens computed on a hint and thrown away`
+        : `rooms ${refused
+            .map((t) => t.room?.room)
+            .slice(0, 5)
+            .join(
+              ', ',
+            )} failed kv_reservation_refused: the page map and a decode pool disagreed (see that engine's error log)`,
+  };
 }
 
 /** Which of `ids` kept their process — the same pid and incarnation — from `before` to `after`. */

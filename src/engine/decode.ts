@@ -7,7 +7,7 @@
  * released the room.
  */
 import { wasApplied } from '../bus/client.ts';
-import type { EngineMessage } from '../bus/protocol.ts';
+import type { ControlMessage, EngineMessage } from '../bus/protocol.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import type { Logger } from '../log.ts';
 import {
@@ -46,6 +46,12 @@ interface Decoding {
   tail: string;
   /** A stop sequence appeared, or the model ended the text: `finishReason: stop`. */
   stopped: boolean;
+  /**
+   * Started on the `kv_arrived` hint (its checksum) and held: nothing leaves this engine — no
+   * `room.decode_started`, no tokens, no completion — until `room.transfer_completed` commits.
+   * Null once it did (or when it started on the commit).
+   */
+  held: { checksum: string; chunks: Array<EngineMessage<'tokens'>>; finished: boolean } | null;
 }
 
 /** Whether `tail` (text so far, its last `longest - 1` characters and the newest step) holds a stop. */
@@ -67,6 +73,8 @@ export class DecodeEngine extends EngineCore {
    */
   private readonly sentChunks = new Map<string, EngineMessage<'tokens'>[]>();
   private scheduled = false;
+  /** First tokens computed on a hint and thrown away, per room, until its release says so. */
+  private readonly wasted = new Map<string, number>();
 
   constructor(
     opts: Readonly<EngineOptions>,
@@ -87,9 +95,48 @@ export class DecodeEngine extends EngineCore {
   protected react(room: EngineRoom, ev: JournalEvent): boolean {
     if (room.view.decodeEngine !== this.id) return false;
     if (ev.type === 'room.created') this.bootstrap(room);
-    else if (ev.type === 'room.transfer_completed') this.startDecoding(room);
-    else return false;
+    else if (ev.type === 'room.transfer_completed') {
+      const d = this.running.get(room.view.room);
+      if (d?.held) this.confirm(d);
+      else this.startDecoding(room, null);
+    } else return false;
     return true;
+  }
+
+  /**
+   * The prefill engine's `room.transfer_completed` reached the control plane (not yet committed):
+   * verify the KV and compute the first token now, holding it (docs/critical-path.md, step 3).
+   */
+  override onKvArrived(msg: ControlMessage<'kv_arrived'>): void {
+    const room = this.rooms.get(msg.room);
+    if (!room || room.view.decodeEngine !== this.id || room.stopped || room.transferDone) return;
+    if (this.running.has(msg.room)) return;
+    this.startDecoding(room, msg.checksum);
+  }
+
+  /** The transfer committed: what was held goes out, and decoding goes on. */
+  private confirm(d: Decoding): void {
+    const { room } = d;
+    const held = d.held as NonNullable<Decoding['held']>;
+    if (held.checksum !== room.view.checksum) {
+      // The commit says other bytes than the hint did: start again from the committed event.
+      this.discard(d);
+      this.startDecoding(room, null);
+      return;
+    }
+    d.held = null;
+    void this.append(room, 'room.decode_started', {});
+    for (const chunk of held.chunks) this.send(chunk);
+    if (held.finished) this.complete(d);
+    else this.schedule();
+  }
+
+  /** Speculative work thrown away: its tokens are counted on the room's release. */
+  private discard(d: Decoding): void {
+    const room = d.room.view.room;
+    this.running.delete(room);
+    d.stream?.close();
+    if (d.generated > 0) this.wasted.set(room, (this.wasted.get(room) ?? 0) + d.generated);
   }
 
   protected resume(room: EngineRoom): void {
@@ -166,28 +213,43 @@ export class DecodeEngine extends EngineCore {
     return this.allocator.claim(room.view.room, r.pages);
   }
 
-  private startDecoding(room: EngineRoom): void {
+  /**
+   * Verifies the KV that arrived and starts decoding: on the committed `room.transfer_completed`
+   * (`hint` null), or held on the `kv_arrived` hint's checksum — then a mismatch or an unusable
+   * request only means no speculation: the committed event decides.
+   */
+  private startDecoding(room: EngineRoom, hint: string | null): void {
     const pages = room.pages;
     const v = room.view;
     if (!pages || room.stopped) return;
     if (!room.request) {
-      this.fail(room, 'request_unavailable', 'transferred');
+      if (hint === null) this.fail(room, 'request_unavailable', 'transferred');
       return;
     }
     const promptTokens = v.promptTokens ?? 0;
     const sent = pages.slice(0, this.pagesFor(promptTokens));
     const checksum = this.pool.checksumPages(sent);
-    if (checksum !== v.checksum) {
+    const expected = hint ?? v.checksum;
+    if (checksum !== expected) {
+      if (hint !== null) return;
       this.log.warn(
-        { room: v.room, expected: v.checksum, got: checksum },
+        { room: v.room, expected, got: checksum },
         'KV checksum mismatch after transfer',
       );
       this.fail(room, 'kv_checksum_mismatch', 'transferred');
       return;
     }
-    const tokens = this.contextTokens(room, 'transferred');
+    let tokens: number[] | null;
+    if (hint === null) tokens = this.contextTokens(room, 'transferred');
+    else {
+      try {
+        tokens = this.model.contextTokens(room.request);
+      } catch {
+        return;
+      }
+    }
     if (!tokens) return;
-    void this.append(room, 'room.decode_started', {});
+    if (hint === null) void this.append(room, 'room.decode_started', {});
     const d: Decoding = {
       room,
       stream: null,
@@ -203,6 +265,7 @@ export class DecodeEngine extends EngineCore {
       // After a migration, a stop may begin in the text streamed before it.
       tail: room.request.generated ?? '',
       stopped: false,
+      held: hint === null ? null : { checksum: hint, chunks: [], finished: false },
     };
     this.running.set(v.room, d);
     const kv = roomKv(this.pool, pages, 'load');
@@ -219,6 +282,8 @@ export class DecodeEngine extends EngineCore {
       (err: unknown) => {
         if (this.running.get(v.room) !== d) return;
         this.running.delete(v.room);
+        // Held: the committed event starts it again, and fails it if it fails again.
+        if (d.held) return;
         const bad = err instanceof KvImageError;
         this.log.warn(
           { room: v.room, err: (err as Error).message },
@@ -253,6 +318,8 @@ export class DecodeEngine extends EngineCore {
     for (const d of [...this.running.values()]) {
       if (performance.now() > budgetEnd) break;
       if (d.pending || !d.stream) continue;
+      // Held on the hint: the first token only, until the transfer commits.
+      if (d.held && (d.generated >= 1 || d.held.finished)) continue;
       // Round robin across passes: a room that had its step goes to the back.
       this.running.delete(d.room.view.room);
       if (d.room.stopped) continue;
@@ -286,6 +353,11 @@ export class DecodeEngine extends EngineCore {
   }
 
   private decodeFailed(d: Decoding, err: unknown): void {
+    if (d.held) {
+      // Held on the hint: the committed event starts it again, and fails it if it fails again.
+      this.discard(d);
+      return;
+    }
     this.log.error({ room: d.room.view.room, err }, 'decode step failed');
     this.running.delete(d.room.view.room);
     d.stream?.close();
@@ -313,23 +385,35 @@ export class DecodeEngine extends EngineCore {
         tokens: d.chunkTokens,
         ids: d.chunkIds,
       };
-      const kept = this.sentChunks.get(chunk.room);
-      if (kept) kept.push(chunk);
-      else this.sentChunks.set(chunk.room, [chunk]);
-      this.ports.tokens(chunk);
+      if (d.held) d.held.chunks.push(chunk);
+      else this.send(chunk);
       d.chunk = '';
       d.chunkTokens = 0;
       d.chunkIds = [];
     }
-    if (finished) {
-      this.running.delete(d.room.view.room);
+    if (!finished) return;
+    if (d.held) {
+      d.held.finished = true;
       d.stream?.close();
-      void this.append(d.room, 'room.completed', {
-        tokens: d.generated,
-        finishReason: d.stopped ? 'stop' : 'length',
-        computeMicros: d.computeMicros,
-      });
-    }
+      d.stream = null;
+    } else this.complete(d);
+  }
+
+  private send(chunk: EngineMessage<'tokens'>): void {
+    const kept = this.sentChunks.get(chunk.room);
+    if (kept) kept.push(chunk);
+    else this.sentChunks.set(chunk.room, [chunk]);
+    this.ports.tokens(chunk);
+  }
+
+  private complete(d: Decoding): void {
+    this.running.delete(d.room.view.room);
+    d.stream?.close();
+    void this.append(d.room, 'room.completed', {
+      tokens: d.generated,
+      finishReason: d.stopped ? 'stop' : 'length',
+      computeMicros: d.computeMicros,
+    });
   }
 
   protected override onReconnected(): void {
@@ -338,11 +422,21 @@ export class DecodeEngine extends EngineCore {
 
   protected stop(room: EngineRoom): void {
     room.stopped = true;
-    this.running.get(room.view.room)?.stream?.close();
-    this.running.delete(room.view.room);
+    const d = this.running.get(room.view.room);
+    if (d?.held) this.discard(d);
+    else {
+      d?.stream?.close();
+      this.running.delete(room.view.room);
+    }
     // Ended (its completion was committed after every chunk) or abandoned: nothing to resend.
     this.sentChunks.delete(room.view.room);
     this.tryRelease(room);
+  }
+
+  protected override released(room: EngineRoom): { speculativeTokens?: number } {
+    const n = this.wasted.get(room.view.room);
+    this.wasted.delete(room.view.room);
+    return n ? { speculativeTokens: n } : {};
   }
 
   /**

@@ -250,6 +250,14 @@ export abstract class EngineCore {
   /** After a welcome that is not the first: resend what may have died with the connection. */
   protected onReconnected(): void {}
 
+  /** What the role adds to a room's `room.released`. */
+  protected released(_room: EngineRoom): { speculativeTokens?: number } {
+    return {};
+  }
+
+  /** A room's KV arrived, before its commit (decode engines act on it; docs/protocol.md). */
+  onKvArrived(_msg: ControlMessage<'kv_arrived'>): void {}
+
   /** React to a committed event of a live room; true when it started work on it. */
   protected abstract react(room: EngineRoom, ev: JournalEvent): boolean;
   /** After a restart's replay: carry on with a live room, or fail it. */
@@ -265,7 +273,7 @@ export abstract class EngineCore {
     room.released = true;
     const pages = this.allocator.release(room.view.room);
     room.pages = null;
-    void this.append(room, 'room.released', { pages });
+    void this.append(room, 'room.released', { pages, ...this.released(room) });
     this.forgetIfDone(room);
   }
 

@@ -149,6 +149,7 @@ export function startEngine(
       },
       event: (m) => core.onEvent(m),
       command: (c) => core.onCommand(c),
+      kvArrived: (m) => core.onKvArrived(m),
       refused: (nack) => {
         // Nothing this process holds can be reconciled (another protocol, or a journal that
         // ends before our history): exit, so that a fresh process — the supervisor's, systemd's,

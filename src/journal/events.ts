@@ -184,7 +184,17 @@ export const EVENT_SCHEMAS = {
     strict,
   ),
   'room.abort_requested': Type.Object({ reason: Text }, strict),
-  'room.released': Type.Object({ pages: Type.Optional(Count) }, strict),
+  'room.released': Type.Object(
+    {
+      pages: Type.Optional(Count),
+      /**
+       * A decode engine's first tokens for the room computed on the `kv_arrived` hint and thrown
+       * away: the room ended before its `room.transfer_completed` committed (protocol 7).
+       */
+      speculativeTokens: Type.Optional(Count),
+    },
+    strict,
+  ),
   'room.event_rejected': Type.Object(
     {
       eventType: Text,

@@ -88,12 +88,16 @@ describe('a llama.cpp model across prefill and decode engines', () => {
   });
 
   it('aborts a room in every live state; its sequences and pages are free for the next rooms', async () => {
-    const { control } = await startTestStack({
+    const { control, engines } = await startTestStack({
       model: tiny.info,
       engineArgs: [...tiny.args, '--allow-fault-injection'],
       restartStalled: false,
     });
     for (const [i, state] of RESTING_STATES.entries()) {
+      // The prefill engine starts on room.created (protocol 7): a room rests in
+      // waiting_for_input only while it has not, so it is held (SIGSTOP) until the abort is in.
+      const held = state === 'waiting_for_input';
+      if (held) engines.signal('prefill-0', 'SIGSTOP');
       // A hung compute holds the room in prefilling or decoding, a delayed transfer in
       // transferring, until the abort is in.
       const [hang, fault] =
@@ -108,11 +112,14 @@ describe('a llama.cpp model across prefill and decode engines', () => {
       const stream = control.submit({ prompt: llamaPrompt(i, 40), maxTokens: 200 });
       const sub = control.journal.subscribe(await control.journal.headSeq(), (ev) => {
         if (ev.room === stream.room && ev.type === ENTERED_BY[state]) {
-          void control.abort(stream.room, 'drill_abort', 'test');
+          void control
+            .abort(stream.room, 'drill_abort', 'test')
+            .finally(() => held && engines.signal('prefill-0', 'SIGCONT'));
         }
       });
       const out = await collect(stream);
       sub.close();
+      if (held) engines.signal('prefill-0', 'SIGCONT');
       if (hang) control.command(hang, 'inject_fault', null, 'none');
       expect((out.error as RoomEndedError).state, state).toBe('aborted');
       await waitFor(`room aborted in ${state} released by both engines`, async () => {

@@ -1,0 +1,284 @@
+/**
+ * A decode engine on the path of protocol 7: it claims exactly the pages the control plane
+ * reserved in `room.created` (or fails the room with the reason an operator can act on), and on
+ * the `kv_arrived` hint computes the first token but lets nothing out until the transfer commits.
+ * The engine runs in this process with a real shared-memory pool and the built-in model; only the
+ * bus is replaced by a recorder of what the engine appends and streams (the control plane's side
+ * is tested in control/ and end to end).
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import type { AppendAck } from '../bus/client.ts';
+import type { EngineMessage, EngineMessage as Msg } from '../bus/protocol.ts';
+import { silentLogger } from '../log.ts';
+import { DeterministicModel, generateInProcess } from '../model/deterministic.ts';
+import { pagesFor } from '../model/executor.ts';
+import { KvPool } from '../transfer/pool.ts';
+import { DecodeEngine } from './decode.ts';
+import { roomKv } from './kv-pages.ts';
+import { resolveEngineOptions } from './options.ts';
+
+const INCARNATION = 'inc-1';
+const PAGES = 16;
+const pools: KvPool[] = [];
+afterEach(() => {
+  for (const p of pools.splice(0)) {
+    p.close();
+    KvPool.unlink(p.name);
+  }
+});
+
+type Appended = EngineMessage<'append'>['event'];
+
+function engine() {
+  const opts = resolveEngineOptions({
+    id: 'd0',
+    role: 'decode',
+    control: 'ipc:///nowhere',
+    pages: PAGES,
+    pageBytes: 4096,
+  });
+  const pool = KvPool.create({
+    name: `/pdctl-test-reserve-${process.pid}-${pools.length}`,
+    pages: PAGES,
+    pageBytes: 4096,
+    replace: true,
+  });
+  pools.push(pool);
+  const model = new DeterministicModel();
+  const appended: Appended[] = [];
+  const streamed: Array<Msg<'tokens'>> = [];
+  let seq = 0;
+  const ports = {
+    append: async (eventId: string, event: Appended): Promise<AppendAck> => {
+      appended.push(event);
+      return {
+        eventId,
+        status: 'applied',
+        original: null,
+        seq: 1000 + appended.length,
+        reason: null,
+        detail: null,
+      };
+    },
+    tokens: (t: Msg<'tokens'>) => {
+      streamed.push(t);
+    },
+    resync: () => {},
+  };
+  const core = new DecodeEngine(opts, ports, model, silentLogger, pool, INCARNATION);
+  core.onWelcome({
+    protocol: 6,
+    engine: 'd0',
+    incarnation: INCARNATION,
+    session: 1,
+    replayFrom: 0,
+    replayEvents: 0,
+    heartbeatMs: 250,
+  });
+  /** The pages a room of `promptTokens` and `maxTokens` takes in this pool. */
+  const need = (promptTokens: number, maxTokens: number) =>
+    pagesFor(model.kv, 4096, promptTokens + (model.kv.decodeGrows ? maxTokens : 0));
+  /** Delivers a committed event, as the control plane does. */
+  const deliver = (
+    type: string,
+    room: string,
+    engine: string | null,
+    data: object,
+    request?: object,
+  ) => {
+    seq++;
+    core.onEvent({
+      prevSeq: seq - 1,
+      event: { seq, ts: Date.now(), type, room, engine, source: 't', eventId: `e${seq}`, data },
+      ...(request ? { request } : {}),
+    } as never as Parameters<DecodeEngine['onEvent']>[0]);
+  };
+  const created = (room: string, reservation?: Record<string, unknown>) =>
+    deliver(
+      'room.created',
+      room,
+      null,
+      {
+        prefillEngine: 'p0',
+        decodeEngine: 'd0',
+        promptTokens: PROMPT.length,
+        maxTokens: 8,
+        ...(reservation ? { reservation: { decode: reservation } } : {}),
+      },
+      { prompt: PROMPT_TEXT, maxTokens: 8 },
+    );
+  /** What the prefill engine does: the prompt's KV computed into the room's decode pages. */
+  const prefillInto = async (pages: number[]) => {
+    const sent = pages.slice(0, pagesFor(model.kv, 4096, PROMPT.length));
+    const kv = roomKv(pool, sent, 'empty');
+    await model.prefill(PROMPT, kv.pages, async () => true);
+    kv.store();
+    return pool.checksumPages(sent);
+  };
+  /** The prefill engine's transfer committed, with the checksum it computed. */
+  const transferCompleted = (room: string, checksum: string) => {
+    deliver('room.prefill_started', room, 'p0', {});
+    deliver('room.transfer_posted', room, 'p0', { pairs: 1 });
+    deliver('room.transfer_completed', room, 'p0', { bytes: 4096, checksum, micros: 1 });
+  };
+  /** The prefill engine released the room: nothing can write into its decode pages any more. */
+  const prefillReleased = (room: string) => deliver('room.released', room, 'p0', { pages: 1 });
+  const reserved = (pages: number[], o: Record<string, unknown> = {}) => ({
+    pages,
+    pool: pool.name,
+    epoch: pool.epoch,
+    incarnation: INCARNATION,
+    ...o,
+  });
+  const of = (room: string) => appended.filter((e) => e.room === room);
+  return {
+    core,
+    deliver,
+    appended,
+    streamed,
+    created,
+    prefillInto,
+    transferCompleted,
+    prefillReleased,
+    reserved,
+    need,
+    of,
+    pool,
+  };
+}
+
+const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
+const PROMPT_TEXT = 'the quiet harbor at night keeps its lights on for the late boats';
+const PROMPT = new DeterministicModel().contextTokens({ prompt: PROMPT_TEXT });
+const settle = () => new Promise((r) => setTimeout(r, 50));
+
+describe('a decode engine given a reservation', () => {
+  it('holds exactly the reserved pages and names them in room.bootstrapped', async () => {
+    const e = engine();
+    const n = e.need(PROMPT.length, 8);
+    expect(n).toBeGreaterThan(0);
+    e.created('r1', e.reserved(range(PAGES - n, n)));
+    await Promise.resolve();
+    expect(e.of('r1').map((x) => x.type)).toEqual(['room.bootstrap_started', 'room.bootstrapped']);
+    expect(e.of('r1')[1]?.data).toEqual({
+      pages: range(PAGES - n, n),
+      pool: e.pool.name,
+      epoch: e.pool.epoch,
+    });
+    expect(e.core.allocator.pagesOf('r1')).toEqual(range(PAGES - n, n));
+    // A room without a reservation (protocol 5's way) gets the engine's own choice, around them.
+    e.created('r2');
+    expect(e.of('r2')[1]?.data).toMatchObject({ pages: range(0, n) });
+    expect(e.core.freePages()).toBe(PAGES - 2 * n);
+  });
+
+  it('refuses pages it holds, pages outside the pool, another pool or epoch, another count: kv_reservation_refused, nothing held', async () => {
+    const e = engine();
+    const n = e.need(PROMPT.length, 8);
+    e.created('held', e.reserved(range(0, n)));
+    const bad: Array<[string, ReturnType<typeof e.reserved>]> = [
+      ['r-taken', e.reserved(range(0, n))],
+      ['r-outside', e.reserved(range(PAGES - n + 1, n))],
+      ['r-pool', e.reserved(range(n, n), { pool: '/pdctl-other' })],
+      ['r-epoch', e.reserved(range(n, n), { epoch: e.pool.epoch + 1 })],
+      ['r-count', e.reserved(range(n, n + 1))],
+    ];
+    for (const [room, r] of bad) e.created(room, r);
+    await new Promise((r) => setImmediate(r));
+    for (const [room] of bad) {
+      // It releases the room only once the prefill engine has: from room.created on, that engine
+      // may be writing into the reserved pages (protocol 7, rule 7).
+      expect(e.of(room).some((x) => x.type === 'room.released')).toBe(false);
+      e.prefillReleased(room);
+      const failed = e.of(room).find((x) => x.type === 'room.failed');
+      expect(failed?.data, room).toMatchObject({
+        reason: 'kv_reservation_refused',
+        stage: 'bootstrapping',
+      });
+      expect(e.of(room).find((x) => x.type === 'room.released')?.data, room).toEqual({ pages: 0 });
+      expect(
+        e.of(room).some((x) => x.type === 'room.bootstrapped'),
+        room,
+      ).toBe(false);
+    }
+    expect(e.core.allocator.rooms()).toEqual(['held']);
+    expect(e.core.freePages()).toBe(PAGES - n);
+  });
+
+  it('fails a room reserved in the pool of an earlier process as engine_restarted, before bootstrapping', () => {
+    const e = engine();
+    e.created('r1', e.reserved([0], { incarnation: 'inc-0' }));
+    e.prefillReleased('r1');
+    expect(e.of('r1').map((x) => [x.type, x.data])).toEqual([
+      ['room.failed', { reason: 'engine_restarted', stage: 'created', detectedBy: 'engine:d0' }],
+      ['room.released', { pages: 0 }],
+    ]);
+    expect(e.core.freePages()).toBe(PAGES);
+  });
+});
+
+describe('a decode engine told the KV arrived before the transfer commits', () => {
+  const started = (e: ReturnType<typeof engine>, room: string) =>
+    e.of(room).some((x) => x.type === 'room.decode_started');
+
+  it('computes the first token on the hint, holds it, and lets it out once the transfer commits', async () => {
+    const e = engine();
+    const pages = range(0, e.need(PROMPT.length, 8));
+    e.created('r1', e.reserved(pages));
+    const checksum = await e.prefillInto(pages);
+    e.core.onKvArrived({ room: 'r1', bytes: 4096, checksum });
+    await settle();
+    expect(started(e, 'r1')).toBe(false);
+    expect(e.streamed).toEqual([]);
+    e.transferCompleted('r1', checksum);
+    await settle();
+    expect(started(e, 'r1')).toBe(true);
+    const completed = e.of('r1').find((x) => x.type === 'room.completed');
+    expect(completed?.data).toMatchObject({ tokens: 8 });
+    // The same text as a room decoded without the hint.
+    const text = e.streamed.map((t) => t.text).join('');
+    expect(text).toBe(generateInProcess(new DeterministicModel(), PROMPT_TEXT, 8).text);
+    // Its own events commit; nothing was thrown away.
+    e.deliver('room.decode_started', 'r1', 'd0', {});
+    e.deliver('room.completed', 'r1', 'd0', { tokens: 8, finishReason: 'length' });
+    expect(e.of('r1').find((x) => x.type === 'room.released')?.data).toEqual({
+      pages: pages.length,
+    });
+  });
+
+  it('throws the first token away when the room ends before the commit, and says so on its release', async () => {
+    const e = engine();
+    const pages = range(0, e.need(PROMPT.length, 8));
+    e.created('r1', e.reserved(pages));
+    const checksum = await e.prefillInto(pages);
+    e.core.onKvArrived({ room: 'r1', bytes: 4096, checksum });
+    await settle();
+    // An abort committed before the transfer: the room ends aborted.
+    e.deliver('room.aborted', 'r1', null, { reason: 'client_disconnect', source: 'client' });
+    e.prefillReleased('r1');
+    expect(e.streamed).toEqual([]);
+    expect(started(e, 'r1')).toBe(false);
+    expect(e.of('r1').find((x) => x.type === 'room.released')?.data).toEqual({
+      pages: pages.length,
+      speculativeTokens: 1,
+    });
+  });
+
+  it('ignores a hint whose checksum the pages do not match: the committed event decides', async () => {
+    const e = engine();
+    const pages = range(0, e.need(PROMPT.length, 8));
+    e.created('r1', e.reserved(pages));
+    const checksum = await e.prefillInto(pages);
+    e.core.onKvArrived({ room: 'r1', bytes: 4096, checksum: 'not-the-checksum' });
+    await settle();
+    e.transferCompleted('r1', checksum);
+    await settle();
+    expect(e.of('r1').find((x) => x.type === 'room.completed')?.data).toMatchObject({ tokens: 8 });
+    // Its own events commit; nothing was thrown away.
+    e.deliver('room.decode_started', 'r1', 'd0', {});
+    e.deliver('room.completed', 'r1', 'd0', { tokens: 8, finishReason: 'length' });
+    expect(e.of('r1').find((x) => x.type === 'room.released')?.data).toEqual({
+      pages: pages.length,
+    });
+  });
+});
