@@ -11,6 +11,7 @@
  *   npm run bench:engines -- --json        # one JSON object with stable keys
  *   npm run bench:engines -- --seconds 5 --durability process
  *   npm run bench:engines -- --lone        # only the lone rooms and the steps: a quick A/B of a change
+ *   npm run bench:engines -- --hosts [--tree DIR]  # a lone room across test hosts (engines-hosts.ts)
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -25,7 +26,14 @@ import type { Durability } from '../src/journal/store.ts';
 import { silentLogger } from '../src/log.ts';
 import { DeterministicModel, generateInProcess } from '../src/model/deterministic.ts';
 import { argv, asJson, atRate, flag, percentile, say } from './args.ts';
+import { ECHO } from './bus-echo.ts';
 import { inlineWriter } from './inline-writer.ts';
+
+if (argv.includes('--hosts')) {
+  // The lone room across test hosts, before/after trees side by side (engines-hosts.ts).
+  await import('./engines-hosts.ts');
+  process.exit(0);
+}
 
 const SECONDS = Number(flag('--seconds', '3'));
 const DURABILITY = flag('--durability', 'power') as Durability;
@@ -129,15 +137,6 @@ interface Row {
   /** Median commits in sequence behind a room's decode (control/commit-depth.ts); null: none counted. */
   commitsP50: number | null;
 }
-
-/** A DEALER that echoes every message back; run with `node -e` (argv: zeromq's path, endpoint). */
-const ECHO = `const zmq = require(process.argv[1]);
-(async () => {
-  const d = new zmq.Dealer({ linger: 0 });
-  d.connect(process.argv[2]);
-  await d.send('ready');
-  for await (const [m] of d) await d.send(m);
-})();`;
 
 /**
  * The bus's floor on this machine, measured in the same run: bare ZeroMQ round trips between this

@@ -11,6 +11,7 @@
  *   npm run bench:model                     # a table
  *   npm run bench:model -- --json           # one JSON object with stable keys
  *   npm run bench:model -- --embedding 512 --layers 8 --rounds 5
+ *   npm run bench:model -- --concurrency 1 --rounds 40   # TTFT of a lone room, more rounds
  *   npm run bench:model -- --gpu auto      # node-llama-cpp's CUDA build, where there is a GPU
  */
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -33,7 +34,13 @@ const PROMPT_WORDS = Number(flag('--prompt-words', '256'));
 const MAX_TOKENS = Number(flag('--max-tokens', '64'));
 const GPU = flag('--gpu', 'cpu') === 'auto' ? 'auto' : 'cpu';
 const SEQUENCES = 8;
-const CONCURRENCY = [1, 8];
+const CONCURRENCY = flag('--concurrency', '1,8').split(',').map(Number);
+if (CONCURRENCY.some((c) => !Number.isInteger(c) || c < 1 || c > SEQUENCES)) {
+  process.stderr.write(
+    `--concurrency takes counts of rooms from 1 to ${SEQUENCES}, comma-separated, e.g. 1,8\n`,
+  );
+  process.exit(2);
+}
 const CONTEXT = 1024;
 /** One thread per engine and for the baseline: each engine process computes on one core. */
 const THREADS = 1;

@@ -294,8 +294,25 @@ export class DecodeEngine extends EngineCore {
     );
   }
 
+  /**
+   * Whether the room can take a step now: not waiting on the model, and not held on a hint past
+   * its first token (a hold ends with the commit, which schedules a pass).
+   */
+  private canStep(d: Decoding): d is Decoding & { stream: DecodeStream } {
+    return !d.pending && d.stream !== null && !(d.held && (d.generated >= 1 || d.held.finished));
+  }
+
+  private anyCanStep(): boolean {
+    for (const d of this.running.values()) if (this.canStep(d)) return true;
+    return false;
+  }
+
+  /**
+   * A pass on the next turn, when a room can take a step: rooms waiting on the model or held
+   * schedule one when that ends, so an engine with nothing to step does not spin.
+   */
   private schedule(): void {
-    if (this.scheduled || this.running.size === 0) return;
+    if (this.scheduled || !this.anyCanStep()) return;
     this.scheduled = true;
     const go = () => {
       if (this.computeHung) {
@@ -317,9 +334,8 @@ export class DecodeEngine extends EngineCore {
     const budgetEnd = performance.now() + PASS_BUDGET_MS;
     for (const d of [...this.running.values()]) {
       if (performance.now() > budgetEnd) break;
-      if (d.pending || !d.stream) continue;
-      // Held on the hint: the first token only, until the transfer commits.
-      if (d.held && (d.generated >= 1 || d.held.finished)) continue;
+      // Waiting on the model, or held on the hint past the first token until the transfer commits.
+      if (!this.canStep(d)) continue;
       // Round robin across passes: a room that had its step goes to the back.
       this.running.delete(d.room.view.room);
       if (d.room.stopped) continue;
