@@ -309,9 +309,11 @@ describe('operator routes and admission', () => {
     const stack = await startTestStack();
     const { canary } = await api(stack);
     for (let i = 0; i < 3; i++) expect((await canary.run()).ok).toBe(true);
+    // The prefill engine starts on room.created (protocol 7): a frozen decode engine holds the
+    // canary where decode owns it, with its KV transferred.
     stack.engines.signal('decode-0', 'SIGSTOP');
-    const stuck = await canary.run(300);
-    expect(stuck).toMatchObject({ ok: false, stage: 'bootstrap' });
+    const stuck = await canary.run(1000);
+    expect(stuck).toMatchObject({ ok: false, stage: 'decode' });
     stack.engines.signal('decode-0', 'SIGCONT');
     await waitFor('canary ok again', async () => (await canary.run()).ok);
     // The verdict is journaled after the run returns: wait for the third.

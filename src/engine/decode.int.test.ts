@@ -221,13 +221,28 @@ describe('a decode engine told the KV arrived before the transfer commits', () =
   const started = (e: ReturnType<typeof engine>, room: string) =>
     e.of(room).some((x) => x.type === 'room.decode_started');
 
-  it('computes the first token on the hint, holds it, and lets it out once the transfer commits', async () => {
+  /** Room r1 reserved, its KV computed into its pages, and the hint sent (naming `hint` as its checksum, if given). */
+  async function hinted(hint?: string) {
     const e = engine();
     const pages = range(0, e.need(PROMPT.length, 8));
     e.created('r1', e.reserved(pages));
     const checksum = await e.prefillInto(pages);
-    e.core.onKvArrived({ room: 'r1', bytes: 4096, checksum });
+    e.core.onKvArrived({ room: 'r1', bytes: 4096, checksum: hint ?? checksum });
     await settle();
+    return { e, pages, checksum };
+  }
+
+  /** Its own events commit; it releases the room, and says nothing was thrown away. */
+  function expectCleanRelease(e: ReturnType<typeof engine>, pages: number[]): void {
+    e.deliver('room.decode_started', 'r1', 'd0', {});
+    e.deliver('room.completed', 'r1', 'd0', { tokens: 8, finishReason: 'length' });
+    expect(e.of('r1').find((x) => x.type === 'room.released')?.data).toEqual({
+      pages: pages.length,
+    });
+  }
+
+  it('computes the first token on the hint, holds it, and lets it out once the transfer commits', async () => {
+    const { e, pages, checksum } = await hinted();
     expect(started(e, 'r1')).toBe(false);
     expect(e.streamed).toEqual([]);
     e.transferCompleted('r1', checksum);
@@ -238,21 +253,11 @@ describe('a decode engine told the KV arrived before the transfer commits', () =
     // The same text as a room decoded without the hint.
     const text = e.streamed.map((t) => t.text).join('');
     expect(text).toBe(generateInProcess(new DeterministicModel(), PROMPT_TEXT, 8).text);
-    // Its own events commit; nothing was thrown away.
-    e.deliver('room.decode_started', 'r1', 'd0', {});
-    e.deliver('room.completed', 'r1', 'd0', { tokens: 8, finishReason: 'length' });
-    expect(e.of('r1').find((x) => x.type === 'room.released')?.data).toEqual({
-      pages: pages.length,
-    });
+    expectCleanRelease(e, pages);
   });
 
   it('throws the first token away when the room ends before the commit, and says so on its release', async () => {
-    const e = engine();
-    const pages = range(0, e.need(PROMPT.length, 8));
-    e.created('r1', e.reserved(pages));
-    const checksum = await e.prefillInto(pages);
-    e.core.onKvArrived({ room: 'r1', bytes: 4096, checksum });
-    await settle();
+    const { e, pages } = await hinted();
     // An abort committed before the transfer: the room ends aborted.
     e.deliver('room.aborted', 'r1', null, { reason: 'client_disconnect', source: 'client' });
     e.prefillReleased('r1');
@@ -265,20 +270,10 @@ describe('a decode engine told the KV arrived before the transfer commits', () =
   });
 
   it('ignores a hint whose checksum the pages do not match: the committed event decides', async () => {
-    const e = engine();
-    const pages = range(0, e.need(PROMPT.length, 8));
-    e.created('r1', e.reserved(pages));
-    const checksum = await e.prefillInto(pages);
-    e.core.onKvArrived({ room: 'r1', bytes: 4096, checksum: 'not-the-checksum' });
-    await settle();
+    const { e, pages, checksum } = await hinted('not-the-checksum');
     e.transferCompleted('r1', checksum);
     await settle();
     expect(e.of('r1').find((x) => x.type === 'room.completed')?.data).toMatchObject({ tokens: 8 });
-    // Its own events commit; nothing was thrown away.
-    e.deliver('room.decode_started', 'r1', 'd0', {});
-    e.deliver('room.completed', 'r1', 'd0', { tokens: 8, finishReason: 'length' });
-    expect(e.of('r1').find((x) => x.type === 'room.released')?.data).toEqual({
-      pages: pages.length,
-    });
+    expectCleanRelease(e, pages);
   });
 });

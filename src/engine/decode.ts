@@ -449,7 +449,7 @@ export class DecodeEngine extends EngineCore {
     this.tryRelease(room);
   }
 
-  protected override released(room: EngineRoom): { speculativeTokens?: number } {
+  protected override releaseData(room: EngineRoom): { speculativeTokens?: number } {
     const n = this.wasted.get(room.view.room);
     this.wasted.delete(room.view.room);
     return n ? { speculativeTokens: n } : {};

@@ -251,7 +251,7 @@ export abstract class EngineCore {
   protected onReconnected(): void {}
 
   /** What the role adds to a room's `room.released`. */
-  protected released(_room: EngineRoom): { speculativeTokens?: number } {
+  protected releaseData(_room: EngineRoom): { speculativeTokens?: number } {
     return {};
   }
 
@@ -273,7 +273,7 @@ export abstract class EngineCore {
     room.released = true;
     const pages = this.allocator.release(room.view.room);
     room.pages = null;
-    void this.append(room, 'room.released', { pages, ...this.released(room) });
+    void this.append(room, 'room.released', { pages, ...this.releaseData(room) });
     this.forgetIfDone(room);
   }
 

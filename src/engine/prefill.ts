@@ -69,9 +69,8 @@ export class PrefillEngine extends EngineCore {
   /** Starts on the event that tells it where the KV goes: reserved in `room.created`, or bootstrapped. */
   protected react(room: EngineRoom, ev: JournalEvent): boolean {
     if (room.view.prefillEngine !== this.id) return false;
-    const reserved = room.reservation !== null;
-    if (ev.type === 'room.created' ? !reserved : ev.type !== 'room.bootstrapped' || reserved)
-      return false;
+    const startsOn = room.reservation !== null ? 'room.created' : 'room.bootstrapped';
+    if (ev.type !== startsOn) return false;
     this.enqueue(room);
     return true;
   }
@@ -192,9 +191,9 @@ export class PrefillEngine extends EngineCore {
     const need = pages.length;
     const { dstPages } = bootstrapped;
     // Not awaited: the pages written belong to the decode engine from the commit that named them
-    // until this engine releases the room (docs/protocol.md, rule 7), so the
-    // transfer cannot land in pages freed for another room, and an abort committed meanwhile
-    // cancels it (stop). The commit of this event is no longer a round trip on the room's path.
+    // until this engine releases the room (docs/protocol.md, rule 7), so the transfer cannot land
+    // in pages freed for another room, and an abort committed meanwhile cancels it (stop). The
+    // commit of this event is no longer a round trip on the room's path.
     void this.append(room, 'room.transfer_posted', {
       pairs: need,
       bytes: need * this.opts.pageBytes,
