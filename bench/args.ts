@@ -22,6 +22,21 @@ export function percentile(sorted: ArrayLike<number>, p: number): number {
 }
 
 /**
+ * The median of a histogram given as counts by bucket (`counts[b]`: how many fell in bucket b): the
+ * bucket where half the total is reached; null when it is empty.
+ */
+export function medianBucket(counts: readonly number[]): number | null {
+  const total = counts.reduce((a, b) => a + b, 0);
+  if (total === 0) return null;
+  let seen = 0;
+  for (const [bucket, n] of counts.entries()) {
+    seen += n;
+    if (seen * 2 >= total) return bucket;
+  }
+  return null;
+}
+
+/**
  * Calls `send(i, due)` for request i at its due time, `rate` a second for `seconds`, without
  * waiting for answers; resolves when every returned promise has settled.
  */

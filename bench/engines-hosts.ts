@@ -19,9 +19,10 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { newKeyPair } from '../src/bus/admission.ts';
 import { TestHosts, testHostsUnavailable } from '../src/drills/hosts.ts';
+import { until } from '../src/drills/poll.ts';
 import { DETERMINISTIC_MODEL_NAME } from '../src/model/deterministic.ts';
 import { ucxBackend } from '../src/transfer/ucx.ts';
-import { argv, asJson, flag, percentile, say } from './args.ts';
+import { argv, asJson, flag, medianBucket, percentile, say } from './args.ts';
 import { ECHO } from './bus-echo.ts';
 import { inlineWriter } from './inline-writer.ts';
 
@@ -111,13 +112,10 @@ function pdctl(tree: string, host: string, args: string[], env: NodeJS.ProcessEn
   return child;
 }
 
-async function until(what: string, ok: () => Promise<boolean>, ms = 60_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await ok().catch(() => false)) return;
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  throw new Error(`timed out waiting for ${what}`);
+/** Waits until `ok` holds, or throws naming `what` after a minute. */
+async function ready(what: string, ok: () => Promise<boolean>): Promise<void> {
+  if (!(await until(() => ok().catch(() => false), 60_000, 200)))
+    throw new Error(`timed out waiting for ${what}`);
 }
 
 /** One stack of `tree`: serve on c, its prefill engine on a, its decode engine on b. */
@@ -143,7 +141,7 @@ async function startStack(tree: string, n: number): Promise<Stack> {
     ),
   ];
   const base = `http://${hosts.address('c', 'self')}:${http}`;
-  await until(`pdctl serve of ${tree}`, async () => (await fetch(`${base}/health`)).ok);
+  await ready(`pdctl serve of ${tree}`, async () => (await fetch(`${base}/health`)).ok);
   for (const [role, host, peer] of [
     ['prefill', 'a', 'b'],
     ['decode', 'b', 'a'],
@@ -174,7 +172,7 @@ async function startStack(tree: string, n: number): Promise<Stack> {
       ),
     );
   }
-  await until(`both engines of ${tree} ready`, async () => {
+  await ready(`both engines of ${tree} ready`, async () => {
     const { engines } = (await (await fetch(`${base}/v1/engines`)).json()) as {
       engines: Array<{ state: string }>;
     };
@@ -248,25 +246,13 @@ async function lone(s: Stack, count: number, offset: number, into: Sample): Prom
 }
 
 /** The first-token commit depths the control plane counted (its metric), as counts by depth. */
-async function commitDepths(s: Stack): Promise<Map<number, number>> {
+async function commitDepths(s: Stack): Promise<number[]> {
   const text = await (await fetch(`${s.base}/metrics`)).text();
-  const out = new Map<number, number>();
+  const counts: number[] = [];
   for (const m of text.matchAll(/^pdctl_first_token_commits_total\{commits="(\d+)"\} (\d+)/gm))
-    out.set(Number(m[1]), Number(m[2]));
-  return out;
+    counts[Number(m[1])] = Number(m[2]);
+  return Array.from(counts, (n) => n ?? 0);
 }
-
-const median = (counts: Map<number, number>): number | null => {
-  const all = [...counts].sort((a, b) => a[0] - b[0]);
-  const total = all.reduce((n, [, c]) => n + c, 0);
-  if (total === 0) return null;
-  let seen = 0;
-  for (const [depth, c] of all) {
-    seen += c;
-    if (seen * 2 >= total) return depth;
-  }
-  return null;
-};
 
 try {
   say('floor: ZeroMQ round trips between hosts a and c, and one-event commits inline at power …');
@@ -329,7 +315,7 @@ try {
       addedMsP50: p50,
       addedMsP99: Number(percentile(ms, 99).toFixed(2)),
       inFloors: Number((p50 / floorMs).toFixed(2)),
-      commitsP50: median(await commitDepths(s)),
+      commitsP50: medianBucket(await commitDepths(s)),
       stepsMeanMs: Object.fromEntries(
         [...sample.steps].map(([k, v]) => [k, Number((v.ms / Math.max(1, v.rooms)).toFixed(3))]),
       ),

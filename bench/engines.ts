@@ -25,7 +25,7 @@ import { ROOM_PATH } from '../src/journal/states.ts';
 import type { Durability } from '../src/journal/store.ts';
 import { silentLogger } from '../src/log.ts';
 import { DeterministicModel, generateInProcess } from '../src/model/deterministic.ts';
-import { argv, asJson, atRate, flag, percentile, say } from './args.ts';
+import { argv, asJson, atRate, flag, medianBucket, percentile, say } from './args.ts';
 import { ECHO } from './bus-echo.ts';
 import { inlineWriter } from './inline-writer.ts';
 
@@ -306,17 +306,8 @@ try {
       /** The control plane's count of rooms by the commits in sequence behind their decode. */
       const depths = () => [...control.book.depths.firstTokens];
       /** The median of those counts since `before` was taken. */
-      const medianDepth = (before: number[]): number | null => {
-        const counts = depths().map((n, d) => n - (before[d] ?? 0));
-        const total = counts.reduce((a, b) => a + b, 0);
-        let seen = 0;
-        if (total === 0) return null;
-        for (const [d, n] of counts.entries()) {
-          seen += n;
-          if (seen * 2 >= total) return d;
-        }
-        return null;
-      };
+      const medianDepth = (before: number[]): number | null =>
+        medianBucket(depths().map((n, d) => n - (before[d] ?? 0)));
       /** One row from the rooms timed (room → ms seen by the caller, and when it was submitted). */
       const row = async (
         concurrency: number | string,

@@ -11,7 +11,7 @@
  * it with events alone.
  */
 import type { EngineMessage, RoomRequest } from '../bus/protocol.ts';
-import type { EventData, JournalEvent } from '../journal/events.ts';
+import type { JournalEvent, RoomReservation } from '../journal/events.ts';
 import { type Room, reduce } from '../journal/reducer.ts';
 import { isTerminal } from '../journal/states.ts';
 import { releasedByBoth } from './aborts.ts';
@@ -40,9 +40,6 @@ export interface Folded {
   /** A `room.created` of a room admitted here: the engine incarnations it was admitted on. */
   admittedOn: { prefill: string; decode: string } | null;
 }
-
-/** The decode pages a room was given at admission (`room.created.reservation`). */
-export type Reservation = NonNullable<EventData<'room.created'>['reservation']>;
 
 /** A room admitted on a pair before its `room.created` commits. */
 export interface Admitted {
@@ -142,16 +139,16 @@ export class RoomBook {
    * decode pages chosen for it, for its `room.created` (undefined: the decode engine chooses, as
    * when it does not say how its KV takes pages).
    */
-  admit(room: string, a: Admitted): Reservation | undefined {
+  admit(room: string, a: Admitted): RoomReservation | undefined {
     this.streams.set(room, a.stream);
     this.requests.set(room, a.request);
     this.admitted.set(room, { prefill: a.prefill.incarnation, decode: a.decode.incarnation });
     this.index(room, { prefillEngine: a.prefill.engine, decodeEngine: a.decode.engine }, true);
-    const { maxTokens } = a.request;
-    for (const s of [a.prefill, a.decode])
-      this.pages.hold(room, s, this.pages.pagesFor(s, a.promptTokens, maxTokens));
+    const need = (s: EngineSession) => this.pages.pagesFor(s, a.promptTokens, a.request.maxTokens);
     const d = a.decode;
-    const count = this.pages.pagesFor(d, a.promptTokens, maxTokens);
+    const count = need(d);
+    this.pages.hold(room, a.prefill, need(a.prefill));
+    this.pages.hold(room, d, count);
     const pages = count > 0 ? this.decodePages.reserve(room, d, count) : null;
     if (!pages) return undefined;
     return { decode: { pages, pool: d.pool, epoch: d.epoch, incarnation: d.incarnation } };

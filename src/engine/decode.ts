@@ -463,6 +463,6 @@ export class DecodeEngine extends EngineCore {
    * the room before claiming them.
    */
   protected canFree(room: EngineRoom): boolean {
-    return room.bootstrap === null || room.transferDone || room.peerReleased;
+    return room.kvTarget === null || room.transferDone || room.peerReleased;
   }
 }

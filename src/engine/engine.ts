@@ -7,7 +7,7 @@
 import type { AppendAck } from '../bus/client.ts';
 import type { ControlMessage, EngineMessage, RoomRequest } from '../bus/protocol.ts';
 import { IdleWaiters } from '../idle.ts';
-import type { EventData, JournalEvent, RoomEventType } from '../journal/events.ts';
+import type { EventData, JournalEvent, RoomEventType, RoomReservation } from '../journal/events.ts';
 import { uuidv7 } from '../journal/ids.ts';
 import type { RoomFailureReason } from '../journal/reasons.ts';
 import { type Room, reduce } from '../journal/reducer.ts';
@@ -25,8 +25,6 @@ export interface EnginePorts {
   /** Say hello again (with our lastSeq): we missed an event and need the replay from there. */
   resync(): void;
 }
-
-type Reservation = NonNullable<EventData<'room.created'>['reservation']>;
 
 export interface EngineRoom {
   view: Room;
@@ -46,14 +44,14 @@ export interface EngineRoom {
    * engine may write into those pages: the decode engine keeps them until the transfer completed
    * or the prefill engine released the room (docs/protocol.md, rule 7).
    */
-  bootstrap: {
+  kvTarget: {
     pages: number[];
     pool: string;
     epoch: number;
     peer: ControlMessage<'event'>['kvPeer'] | null;
   } | null;
   /** The decode pages the control plane reserved in `room.created`; null: this engine chooses. */
-  reservation: Reservation['decode'] | null;
+  reservation: RoomReservation['decode'] | null;
   /**
    * The seq of the committed event this engine last started work on for the room (`react` said it
    * acted): its appends name it as their `cause`, so the control plane counts commits in sequence.
@@ -207,7 +205,7 @@ export abstract class EngineCore {
       pages: null,
       transferDone: false,
       peerReleased: false,
-      bootstrap: null,
+      kvTarget: null,
       reservation: null,
       cause: null,
     };
@@ -222,12 +220,12 @@ export abstract class EngineCore {
       const r = ev.data.reservation?.decode ?? null;
       room.reservation = r;
       // The reserved pages are where the KV goes from this commit on (protocol 7).
-      if (r) room.bootstrap = { pages: r.pages, pool: r.pool, epoch: r.epoch, peer: kvPeer };
+      if (r) room.kvTarget = { pages: r.pages, pool: r.pool, epoch: r.epoch, peer: kvPeer };
     } else if (ev.type === 'room.transfer_completed') room.transferDone = true;
     else if (ev.type === 'room.released' && ev.engine !== this.id) room.peerReleased = true;
-    else if (ev.type === 'room.bootstrapped' && room.bootstrap === null) {
+    else if (ev.type === 'room.bootstrapped' && room.kvTarget === null) {
       const d = ev.data;
-      room.bootstrap = { pages: d.pages, pool: d.pool ?? '', epoch: d.epoch ?? 0, peer: kvPeer };
+      room.kvTarget = { pages: d.pages, pool: d.pool ?? '', epoch: d.epoch ?? 0, peer: kvPeer };
     }
   }
 

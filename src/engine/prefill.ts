@@ -249,7 +249,7 @@ export class PrefillEngine extends EngineCore {
   }
 
   /**
-   * Where the room's KV goes (`room.bootstrap`: reserved, or bootstrapped): the decode pool in shared
+   * Where the room's KV goes (`room.kvTarget`: reserved, or bootstrapped): the decode pool in shared
    * memory when the decode engine is on this host (or `--kv-transport shm`), else its pool as a
    * UCX peer — refused when the descriptor was registered under another epoch than the pages.
    */
@@ -260,7 +260,7 @@ export class PrefillEngine extends EngineCore {
     | { via: 'ucx'; peer: UcxPoolDescriptor; dstPages: number[] }
     | null
   > {
-    const b = room.bootstrap;
+    const b = room.kvTarget;
     if (!b) {
       this.fail(room, 'bootstrap_unknown', room.view.state);
       return null;

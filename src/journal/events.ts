@@ -309,6 +309,8 @@ export type EventData<T extends EventType> = Static<(typeof EVENT_SCHEMAS)[T]>;
 export const EVENT_TYPES = Object.keys(EVENT_SCHEMAS) as EventType[];
 
 export type RoomEventType = Extract<EventType, `room.${string}`>;
+/** The pages the control plane reserved for a room in its `room.created` (protocol 6). */
+export type RoomReservation = NonNullable<EventData<'room.created'>['reservation']>;
 
 /** Event types whose envelope must name a room, and which the reducer folds. */
 export function isRoomEventType(type: string): type is RoomEventType {
