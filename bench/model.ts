@@ -5,6 +5,13 @@
  * process with the same model, prompts, sequences and threads, measured in the same run. Also the
  * KV bytes one room moves and the transfer's share of its time to first token.
  *
+ * Three stacks run one after the other, each against the baseline measured in its own rounds:
+ * the engines as `pdctl serve` starts them (`--prefix-reuse auto`), with reuse forced on
+ * (`--prefix-reuse on`), and with it off (`--prefix-cache-pages 0`); and two sets of prompts:
+ * distinct ones, and ones sharing their first `--shared-words` words (a system prompt). The default
+ * must never be slower than reuse off: at 8 concurrent, prefills continuing from what their
+ * sequences held once took three times as long (docs/benchmarks.md, "bench:model").
+ *
  * The model is a generated GGUF (src/model/tiny-gguf.ts) wider and deeper than the test one, so
  * that a token costs compute the way a real model's does (about a millisecond here).
  *
@@ -13,6 +20,7 @@
  *   npm run bench:model -- --embedding 512 --layers 8 --rounds 5
  *   npm run bench:model -- --concurrency 1 --rounds 40   # TTFT of a lone room, more rounds
  *   npm run bench:model -- --gpu auto      # node-llama-cpp's CUDA build, where there is a GPU
+ *   npm run bench:model -- --prompts shared --shared-words 224   # only prompts sharing 224 words
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
@@ -35,6 +43,13 @@ const MAX_TOKENS = Number(flag('--max-tokens', '64'));
 const GPU = flag('--gpu', 'cpu') === 'auto' ? 'auto' : 'cpu';
 const SEQUENCES = 8;
 const CONCURRENCY = flag('--concurrency', '1,8').split(',').map(Number);
+const SHARED_WORDS = Number(flag('--shared-words', '192'));
+const PROMPT_SETS = flag('--prompts', 'distinct,shared').split(',') as PromptSet[];
+type PromptSet = 'distinct' | 'shared';
+if (PROMPT_SETS.some((p) => p !== 'distinct' && p !== 'shared')) {
+  process.stderr.write('--prompts takes distinct, shared or both, comma-separated\n');
+  process.exit(2);
+}
 if (CONCURRENCY.some((c) => !Number.isInteger(c) || c < 1 || c > SEQUENCES)) {
   process.stderr.write(
     `--concurrency takes counts of rooms from 1 to ${SEQUENCES}, comma-separated, e.g. 1,8\n`,
@@ -53,22 +68,30 @@ interface Run {
 
 interface Row {
   concurrency: number;
+  prompts: PromptSet;
+  /** The engines' flags: as serve starts them, with prefix reuse forced on, or off. */
+  engines: 'default' | 'reuse on' | 'reuse off';
   inProcessTokensPerSec: number;
   pdctlTokensPerSec: number;
   ratio: number;
   inProcessTtftMsP50: number;
   pdctlTtftMsP50: number;
+  /** pdctl's TTFT p50 over in-process's. */
+  ttftRatio: number;
+  /** Prefix blocks a room's prefill reused (p50); null where the engines name no blocks. */
+  reusedBlocksP50: number | null;
   kvBytesPerRoom: number;
   transferMsP50: number;
   transferShareOfTtft: number;
   failed: number;
 }
 
-function promptOf(i: number): string {
-  return Array.from(
-    { length: PROMPT_WORDS },
-    (_, k) => WORDS[(i * 31 + k * 7 + (k >> 3)) % WORDS.length],
-  ).join(' ');
+/** Prompt `i`; `shared`: its first SHARED_WORDS words are every prompt's. */
+function promptOf(i: number, set: PromptSet): string {
+  return Array.from({ length: PROMPT_WORDS }, (_, k) => {
+    const from = set === 'shared' && k < SHARED_WORDS ? 0 : i;
+    return WORDS[(from * 31 + k * 7 + (k >> 3)) % WORDS.length];
+  }).join(' ');
 }
 
 function median(values: number[]): number {
@@ -98,6 +121,46 @@ async function firstChunk(stream: RoomStream, t0: number): Promise<{ ttft: numbe
   }
 }
 
+/** What the rooms of one stack and row moved and reused, as their journal says. */
+function rooms() {
+  return {
+    kvBytes: [] as number[],
+    transferMs: [] as number[],
+    reusedBlocks: [] as number[],
+    failed: 0,
+  };
+}
+
+/** One round of `texts` at once through `stack`, its rooms' journal facts added to `into`. */
+async function throughStack(
+  stack: Awaited<ReturnType<typeof startStack>>,
+  texts: string[],
+  into: ReturnType<typeof rooms>,
+): Promise<Run> {
+  const t0 = performance.now();
+  const streams = texts.map((prompt) =>
+    stack.control.submit({ prompt, maxTokens: MAX_TOKENS, source: 'bench' }),
+  );
+  const firsts = await Promise.all(streams.map((s) => firstChunk(s, t0)));
+  const wallMs = performance.now() - t0;
+  into.failed += firsts.filter((f) => !f.ok).length;
+  for (const s of streams) {
+    const t = await stack.control.journal.timeline(s.room);
+    const moved = t.events.find((e) => e.type === 'room.transfer_completed');
+    const posted = t.events.find((e) => e.type === 'room.transfer_posted');
+    if (posted && typeof posted.data.reusedBlocks === 'number')
+      into.reusedBlocks.push(posted.data.reusedBlocks);
+    if (!moved) continue;
+    into.kvBytes.push(moved.data.bytes as number);
+    into.transferMs.push((moved.data.micros as number) / 1000);
+  }
+  return {
+    tokens: streams.reduce((n, s) => n + s.tokens, 0),
+    wallMs,
+    ttftMs: firsts.map((f) => f.ttft),
+  };
+}
+
 const dir = mkdtempSync(join(tmpdir(), 'pdctl-bench-model-'));
 const rows: Row[] = [];
 try {
@@ -114,78 +177,87 @@ try {
   say(
     `model: ${EMBEDDING}-wide, ${LAYERS} layers, ${fileBytes} bytes; KV ${model.kv.bytesPerToken} bytes/token`,
   );
-  const stack = await startStack({
-    journalPath: join(dir, 'journal.db'),
-    durability: 'power',
-    log: silentLogger,
-    version: 'bench',
-    model: info,
-    engineArgs: [...llamaEngineFlags({ ...shape, threads: THREADS }), '--chunk-tokens', '1'],
-    restartStalled: false,
-  });
+  const engineArgs = [...llamaEngineFlags({ ...shape, threads: THREADS }), '--chunk-tokens', '1'];
+  const stack = (name: string, extra: string[]) =>
+    startStack({
+      journalPath: join(dir, `${name}.db`),
+      durability: 'power',
+      log: silentLogger,
+      version: 'bench',
+      model: info,
+      engineArgs: [...engineArgs, ...extra],
+      restartStalled: false,
+    });
+  // One stack at a time (two control planes cannot share a process: ZeroMQ's ZAP endpoint), each
+  // against the in-process baseline measured in its own rounds.
+  const configs = [
+    ['default', []],
+    ['reuse on', ['--prefix-reuse', 'on']],
+    ['reuse off', ['--prefix-cache-pages', '0']],
+  ] as const;
   try {
-    for (const concurrency of CONCURRENCY) {
-      const base: Run[] = [];
-      const pd: Run[] = [];
-      const kvBytes: number[] = [];
-      const transferMs: number[] = [];
-      let failed = 0;
-      for (let round = 0; round < ROUNDS; round++) {
-        const texts = Array.from({ length: concurrency }, (_, i) => promptOf(round * 100 + i));
-        // Alternate which goes first, so that neither always runs on a warmer machine.
-        const order = round % 2 === 0 ? ['base', 'pd'] : ['pd', 'base'];
-        for (const which of order) {
-          if (which === 'base') {
-            base.push(
-              await inProcess(
-                model,
-                texts.map((t) => info.tokenize(t)),
-              ),
-            );
-            continue;
-          }
-          const t0 = performance.now();
-          const streams = texts.map((prompt) =>
-            stack.control.submit({ prompt, maxTokens: MAX_TOKENS, source: 'bench' }),
-          );
-          const firsts = await Promise.all(streams.map((s) => firstChunk(s, t0)));
-          const wallMs = performance.now() - t0;
-          failed += firsts.filter((f) => !f.ok).length;
-          pd.push({
-            tokens: streams.reduce((n, s) => n + s.tokens, 0),
-            wallMs,
-            ttftMs: firsts.map((f) => f.ttft),
-          });
-          for (const s of streams) {
-            const t = await stack.control.journal.timeline(s.room);
-            const moved = t.events.find((e) => e.type === 'room.transfer_completed');
-            if (!moved) continue;
-            kvBytes.push(moved.data.bytes as number);
-            transferMs.push((moved.data.micros as number) / 1000);
+    for (const [engines, extra] of configs) {
+      const running = await stack(engines.replace(' ', '-'), [...extra]);
+      try {
+        for (const concurrency of CONCURRENCY) {
+          for (const set of PROMPT_SETS) {
+            rows.push(await row(running, engines, concurrency, set));
           }
         }
-        say(`  ${concurrency} concurrent: round ${round + 1}/${ROUNDS}`);
+      } finally {
+        await running.stop();
       }
-      const tps = (runs: Run[]) => median(runs.map((r) => (r.tokens * 1000) / r.wallMs));
-      const ttft = (runs: Run[]) => median(runs.flatMap((r) => r.ttftMs));
-      const pdTtft = ttft(pd);
-      rows.push({
-        concurrency,
-        inProcessTokensPerSec: Math.round(tps(base)),
-        pdctlTokensPerSec: Math.round(tps(pd)),
-        ratio: Number((tps(pd) / tps(base)).toFixed(3)),
-        inProcessTtftMsP50: Number(ttft(base).toFixed(1)),
-        pdctlTtftMsP50: Number(pdTtft.toFixed(1)),
-        kvBytesPerRoom: Math.round(median(kvBytes)),
-        transferMsP50: Number(median(transferMs).toFixed(3)),
-        transferShareOfTtft: Number((median(transferMs) / pdTtft).toFixed(4)),
-        failed,
-      });
     }
   } finally {
-    await stack.stop();
     await model.close();
     await info.close();
+  }
+
+  /** One row: ROUNDS rounds of `concurrency` prompts of `set`, in-process and through `running`. */
+  async function row(
+    running: Awaited<ReturnType<typeof startStack>>,
+    engines: Row['engines'],
+    concurrency: number,
+    set: PromptSet,
+  ): Promise<Row> {
+    const base: Run[] = [];
+    const pd: Run[] = [];
+    const r = rooms();
+    for (let round = 0; round < ROUNDS; round++) {
+      const texts = Array.from({ length: concurrency }, (_, i) => promptOf(round * 100 + i, set));
+      // Alternate which goes first, so that neither always runs on a warmer machine.
+      const order = round % 2 === 0 ? ['base', 'pd'] : ['pd', 'base'];
+      for (const which of order) {
+        if (which === 'base') {
+          base.push(
+            await inProcess(
+              model,
+              texts.map((t) => info.tokenize(t)),
+            ),
+          );
+        } else pd.push(await throughStack(running, texts, r));
+      }
+      say(`  ${engines}, ${concurrency} concurrent, ${set} prompts: round ${round + 1}/${ROUNDS}`);
+    }
+    const tps = (runs: Run[]) => median(runs.map((x) => (x.tokens * 1000) / x.wallMs));
+    const ttft = (runs: Run[]) => median(runs.flatMap((x) => x.ttftMs));
+    const pdTtft = ttft(pd);
+    return {
+      concurrency,
+      prompts: set,
+      engines,
+      inProcessTokensPerSec: Math.round(tps(base)),
+      pdctlTokensPerSec: Math.round(tps(pd)),
+      ratio: Number((tps(pd) / tps(base)).toFixed(3)),
+      inProcessTtftMsP50: Number(ttft(base).toFixed(1)),
+      pdctlTtftMsP50: Number(pdTtft.toFixed(1)),
+      ttftRatio: Number((pdTtft / ttft(base)).toFixed(3)),
+      reusedBlocksP50: r.reusedBlocks.length > 0 ? median(r.reusedBlocks) : null,
+      kvBytesPerRoom: Math.round(median(r.kvBytes)),
+      transferMsP50: Number(median(r.transferMs).toFixed(3)),
+      transferShareOfTtft: Number((median(r.transferMs) / pdTtft).toFixed(4)),
+      failed: r.failed,
+    };
   }
 } finally {
   rmSync(dir, { recursive: true, force: true });
@@ -193,22 +265,22 @@ try {
 
 if (asJson) {
   process.stdout.write(
-    `${JSON.stringify({ bench: 'model', cores: cpus().length, node: process.version, gpu: GPU, embedding: EMBEDDING, layers: LAYERS, rounds: ROUNDS, promptWords: PROMPT_WORDS, maxTokens: MAX_TOKENS, sequences: SEQUENCES, threads: THREADS, rows }, null, 2)}\n`,
+    `${JSON.stringify({ bench: 'model', cores: cpus().length, node: process.version, gpu: GPU, embedding: EMBEDDING, layers: LAYERS, rounds: ROUNDS, promptWords: PROMPT_WORDS, sharedWords: SHARED_WORDS, maxTokens: MAX_TOKENS, sequences: SEQUENCES, threads: THREADS, rows }, null, 2)}\n`,
   );
 } else {
   const out = [
     `pdctl model benchmark — ${cpus().length} cores, node ${process.version}, llama.cpp ${GPU === 'cpu' ? 'CPU' : 'GPU if any'}; a generated llama model ${EMBEDDING} wide, ${LAYERS} layers,`,
-    `prompt ${PROMPT_WORDS} words, ${MAX_TOKENS} tokens out, ${SEQUENCES} sequences, ${THREADS} thread per engine; median of ${ROUNDS} rounds.`,
-    'pdctl: 1 prefill + 1 decode engine. Baseline: node-llama-cpp in this process, same model, sequences, threads.',
+    `prompt ${PROMPT_WORDS} words (shared: the first ${SHARED_WORDS} the same in every prompt), ${MAX_TOKENS} tokens out, ${SEQUENCES} sequences, ${THREADS} thread per engine; median of ${ROUNDS} rounds.`,
+    'pdctl: 1 prefill + 1 decode engine, as serve starts them (default: --prefix-reuse auto), with --prefix-reuse on, and with --prefix-cache-pages 0 (reuse off). Baseline: node-llama-cpp in this process, same model, sequences, threads.',
     '',
-    '| concurrent | in-process tok/s | pdctl tok/s | ratio | in-process TTFT p50 ms | pdctl TTFT p50 ms | KV bytes/room | transfer p50 ms | transfer / TTFT | failed |',
-    '|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+    '| concurrent | prompts | engines | in-process tok/s | pdctl tok/s | ratio | in-process TTFT p50 ms | pdctl TTFT p50 ms | TTFT / in-process | reused blocks p50 | KV bytes/room | transfer p50 ms | transfer / TTFT | failed |',
+    '|--:|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
     ...rows.map(
       (r) =>
-        `| ${r.concurrency} | ${r.inProcessTokensPerSec} | ${r.pdctlTokensPerSec} | ${r.ratio} | ${r.inProcessTtftMsP50} | ${r.pdctlTtftMsP50} | ${r.kvBytesPerRoom} | ${r.transferMsP50} | ${(r.transferShareOfTtft * 100).toFixed(2)} % | ${r.failed} |`,
+        `| ${r.concurrency} | ${r.prompts} | ${r.engines} | ${r.inProcessTokensPerSec} | ${r.pdctlTokensPerSec} | ${r.ratio} | ${r.inProcessTtftMsP50} | ${r.pdctlTtftMsP50} | ${r.ttftRatio} | ${r.reusedBlocksP50 ?? '–'} | ${r.kvBytesPerRoom} | ${r.transferMsP50} | ${(r.transferShareOfTtft * 100).toFixed(2)} % | ${r.failed} |`,
     ),
     '',
-    'Goals: ratio ≥ 0.8 at 8 concurrent; transfer < 5 % of TTFT.',
+    'Goals: ratio ≥ 0.8 at 8 concurrent; transfer < 5 % of TTFT; no default row slower than its reuse-off row.',
   ];
   process.stdout.write(`${out.join('\n')}\n`);
 }

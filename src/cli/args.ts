@@ -4,6 +4,7 @@ import { type Command, Option } from 'commander';
 import { ENGINE_DEFAULTS } from '../engine/options.ts';
 import { UsageError } from '../errors.ts';
 import { PREFILL_COMPUTE } from '../model/deterministic.ts';
+import { PREFIX_REUSE_MODES } from '../model/prefix-blocks.ts';
 
 /** A commander argParser for an integer flag of at least `min` (default 0). */
 export function intArg(name: string, min = 0): (v: string) => number {
@@ -102,6 +103,14 @@ export function engineShapeOptions(c: Command, per = ''): Command {
     )
     .addOption(
       new Option(
+        '--prefix-reuse <when>',
+        "with --model: whether a prefill engine's sequences keep prompts for the next prompt that starts the same to continue from. auto: only where the model's check at start finds continuing cheaper than computing again (llama.cpp's flash attention on a CPU is not: docs/model.md); on; off",
+      )
+        .choices([...PREFIX_REUSE_MODES])
+        .default(ENGINE_DEFAULTS.prefixReuse),
+    )
+    .addOption(
+      new Option(
         '--kv-transport <mode>',
         'how KV reaches another engine: shm (shared memory, one host), ucx (UCX, any host), auto (shared memory on this host, UCX to others where UCX is installed). Default: auto for pdctl engine; shm for the engines pdctl serve spawns, which are all on its host',
       ).choices(['auto', 'shm', 'ucx']),
@@ -131,5 +140,6 @@ export function engineShapeArgs(o: Record<string, unknown>): string[] {
     ...given('--kv-transport', o.kvTransport),
     ...given('--kv-block-tokens', o.kvBlockTokens),
     ...given('--prefix-cache-pages', o.prefixCachePages),
+    ...given('--prefix-reuse', o.prefixReuse),
   ];
 }

@@ -118,6 +118,7 @@ export function registerEngineCommand(program: Command): void {
           prefillConcurrency: o.prefillConcurrency,
           kvBlockTokens: o.kvBlockTokens,
           prefixCachePages: o.prefixCachePages ?? null,
+          prefixReuse: o.prefixReuse,
           chunkTokens: o.chunkTokens,
           heartbeatMs: o.heartbeatMs,
           drainTimeoutMs: o.drainTimeoutMs,
@@ -187,8 +188,10 @@ async function openEngineModel(opts: Readonly<EngineOptions>, log: Logger): Prom
       contextSize: opts.contextSize,
       threads: opts.threads,
       gpu: opts.gpu,
-      // `--prefix-cache-pages 0`: no prefix reuse, in the sequences either.
-      keepPrefixes: opts.prefixCachePages !== 0,
+      // Only a prefill engine's sequences keep prompts; `--prefix-cache-pages 0` turns that off too.
+      prefixReuse:
+        opts.role === 'prefill' && opts.prefixCachePages !== 0 ? opts.prefixReuse : 'off',
+      minReuseTokens: opts.kvBlockTokens,
     });
     log.info(
       {
@@ -196,6 +199,8 @@ async function openEngineModel(opts: Readonly<EngineOptions>, log: Logger): Prom
         contextSize: model.contextSize,
         kvBytesPerToken: model.kv.bytesPerToken,
         kvBaseBytes: model.kv.baseBytes,
+        prefixReuse: model.heldPrefixes !== undefined,
+        ...(model.continuation ? { continuation: model.continuation } : {}),
         ms: Date.now() - started,
       },
       'model loaded',

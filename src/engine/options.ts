@@ -11,6 +11,7 @@ import {
   type ModelOptions,
   PREFILL_COMPUTE,
 } from '../model/deterministic.ts';
+import { PREFIX_REUSE_MODES, type PrefixReuseMode } from '../model/prefix-blocks.ts';
 import { defaultPoolName } from '../transfer/pool.ts';
 
 export type EngineRole = 'prefill' | 'decode';
@@ -56,6 +57,12 @@ export interface EngineOptions extends ModelOptions {
    * quarter of the pool; 0: no prefix cache. Rooms come first: cached blocks give their pages up.
    */
   prefixCachePages: number | null;
+  /**
+   * llama.cpp: whether a prefill engine's sequences keep prompts for the next to continue from;
+   * `auto`: where the model's check at start finds continuing cheaper than computing again.
+   * `prefixCachePages: 0` turns it off whatever this says.
+   */
+  prefixReuse: PrefixReuseMode;
   /** Tokens per streamed chunk (decode). */
   chunkTokens: number;
   heartbeatMs: number;
@@ -85,6 +92,7 @@ export const ENGINE_DEFAULTS = Object.freeze({
   maxQueue: 10_000,
   kvBlockTokens: 64,
   prefixCachePages: null as number | null,
+  prefixReuse: 'auto' as PrefixReuseMode,
   chunkTokens: 4,
   heartbeatMs: HEARTBEAT_MS,
   drainTimeoutMs: 30_000,
@@ -225,6 +233,9 @@ export function resolveEngineOptions(input: Record<string, unknown>): Readonly<E
     kvBlockTokens: int('kvBlockTokens', o.kvBlockTokens, 1, 1 << 16),
     prefixCachePages:
       o.prefixCachePages === null ? null : int('prefixCachePages', o.prefixCachePages, 0, pages),
+    prefixReuse: PREFIX_REUSE_MODES.includes(o.prefixReuse as never)
+      ? (o.prefixReuse as PrefixReuseMode)
+      : oneOf('prefixReuse', PREFIX_REUSE_MODES, o.prefixReuse),
     chunkTokens: int('chunkTokens', o.chunkTokens, 1, 4096),
     heartbeatMs: int('heartbeatMs', o.heartbeatMs, 50, 60_000),
     drainTimeoutMs: int('drainTimeoutMs', o.drainTimeoutMs, 0, 3_600_000),

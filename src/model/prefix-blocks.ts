@@ -43,3 +43,10 @@ export function sharedBlocks(a: readonly string[], b: readonly string[]): number
   while (i < n && a[i] === b[i]) i++;
   return i;
 }
+
+/**
+ * Whether a model runtime that keeps prefixes itself (llama.cpp's sequences) reuses them: `auto`
+ * where continuing a held prefix measures cheaper than computing it again, `on`, or `off`.
+ */
+export const PREFIX_REUSE_MODES = ['auto', 'on', 'off'] as const;
+export type PrefixReuseMode = (typeof PREFIX_REUSE_MODES)[number];

@@ -41,7 +41,11 @@ describe('a llama.cpp model across prefill and decode engines', () => {
   });
 
   it('reuses the prefix a sequence holds: a prompt that continues an earlier one computes only the rest, token for token as a cold run', async () => {
-    const { control } = await startTestStack({ model: tiny.info, engineArgs: tiny.args });
+    // On: `auto` keeps no prompts where continuing costs more than computing (a CPU, docs/model.md).
+    const { control } = await startTestStack({
+      model: tiny.info,
+      engineArgs: [...tiny.args, '--prefix-reuse', 'on'],
+    });
     const base = llamaPrompt(3, 300);
     const body = tiny.info.tokenize(base).length - 1; // what the first room's sequence keeps
     const prompts = [base, `${base} ${llamaPrompt(9, 40)}`, `${base} ${llamaPrompt(11, 60)}`];

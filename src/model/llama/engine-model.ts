@@ -5,9 +5,13 @@
  * core moves the pages; decode loads the image into a sequence of its own context, evaluates the
  * last token and generates on, every room's next token asked for at once (llama.cpp batches them).
  *
- * A sequence keeps what a prefill evaluated when it is given back, and the next prefill takes the
- * free sequence holding the longest prefix of its tokens, erases the rest and evaluates only what
- * follows (`heldPrefixes` tells the engine what the sequences hold, for the router's index).
+ * Where prefix reuse is on (`prefixReuse`), a sequence keeps what a prefill evaluated when it is
+ * given back, and the next prefill takes the free sequence holding the longest prefix of its
+ * tokens (at least `minReuseTokens`), erases the rest and evaluates only what follows
+ * (`heldPrefixes` tells the engine what the sequences hold, for the router's index). A prefill that
+ * finds no such prefix starts on an empty sequence. `auto` turns reuse on only where the runtime
+ * continues a sequence cheaper than it computes the whole prompt again: llama.cpp's flash attention
+ * on a CPU does not (docs/model.md, "Prefix reuse").
  */
 import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
@@ -28,6 +32,7 @@ import {
   type ModelRequest,
   type Sampling,
 } from '../executor.ts';
+import type { PrefixReuseMode } from '../prefix-blocks.ts';
 import { KV_IMAGE_HEADER_BYTES, readKvImage, writeKvImage } from './kv-image.ts';
 import { type LlamaModelOptions, roomContextSize } from './model-info.ts';
 import { llamaFormat, llamaRuntime } from './runtime.ts';
@@ -36,9 +41,28 @@ import { TextStream } from './text.ts';
 export interface LlamaEngineOptions extends LlamaModelOptions {
   /** CPU threads of the context; 0: llama.cpp's default (all cores). */
   threads: number;
-  /** Sequences keep what a prefill evaluated for the next to reuse; default true. */
-  keepPrefixes?: boolean;
+  /**
+   * Whether sequences keep what a prefill evaluated for the next to reuse: `on`, `off` (the
+   * default), or `auto`: on only where `continuationCheck` at open finds continuing pays.
+   */
+  prefixReuse?: PrefixReuseMode;
+  /** The shortest held prefix worth continuing from (a prefix block); default 1. */
+  minReuseTokens?: number;
 }
+
+/**
+ * What `auto` measured at open: the time to evaluate `CHECK_TOKENS` tokens on an empty sequence,
+ * and to evaluate the last `CHECK_CONTINUED` of them on a sequence holding the rest. Continuing
+ * pays when it costs less than half of computing them all.
+ */
+export interface ContinuationCheck {
+  coldMs: number;
+  continueMs: number;
+  pays: boolean;
+}
+
+const CHECK_TOKENS = 192;
+const CHECK_CONTINUED = 32;
 
 /** Prompt tokens evaluated between two checks that the room still runs. */
 const SLICE_TOKENS = 256;
@@ -115,7 +139,17 @@ export class LlamaEngineModel implements EngineModel {
   private readonly free: LlamaContextSequence[];
   /** Every sequence of the context, free or not. */
   private readonly all: readonly LlamaContextSequence[];
+  /** Sequences keep what prefills evaluated (prefix reuse is on). */
   private readonly keepPrefixes: boolean;
+  private readonly minReuseTokens: number;
+  /** When each sequence was last given back, for choosing which to overwrite. */
+  private readonly usedAt = new Map<LlamaContextSequence, number>();
+  private uses = 0;
+  /**
+   * Present where prefix reuse is on: the token lists the sequences hold, which the engine names
+   * as blocks for the router's index.
+   */
+  readonly heldPrefixes?: () => number[][];
   private readonly waiting: Array<(s: LlamaContextSequence) => void> = [];
   /** Streams being closed: the context is disposed only once they are. */
   private readonly closing = new Set<Promise<unknown>>();
@@ -128,6 +162,8 @@ export class LlamaEngineModel implements EngineModel {
     private readonly dir: string,
     o: LlamaEngineOptions,
     sequences: LlamaContextSequence[],
+    /** What `auto` measured at open; null: not measured (`on` or `off`). */
+    readonly continuation: ContinuationCheck | null,
   ) {
     this.name = basename(o.modelPath);
     this.format = llamaFormat(o.modelPath, o.sequences);
@@ -135,7 +171,10 @@ export class LlamaEngineModel implements EngineModel {
     this.contextSize = context.contextSize;
     this.free = [...sequences];
     this.all = sequences;
-    this.keepPrefixes = o.keepPrefixes ?? true;
+    this.keepPrefixes =
+      o.prefixReuse === 'on' || (o.prefixReuse === 'auto' && continuation?.pays === true);
+    this.minReuseTokens = Math.max(1, o.minReuseTokens ?? 1);
+    if (this.keepPrefixes) this.heldPrefixes = () => this.all.map((s) => [...s.contextTokens]);
   }
 
   static async open(o: LlamaEngineOptions): Promise<LlamaEngineModel> {
@@ -150,8 +189,10 @@ export class LlamaEngineModel implements EngineModel {
     });
     const sequences = Array.from({ length: o.sequences }, () => context.getSequence());
     const dir = stateDir();
-    const kv = await calibrate(model, sequences[0] as LlamaContextSequence, dir);
-    return new LlamaEngineModel(model, context, kv, dir, o, sequences);
+    const first = sequences[0] as LlamaContextSequence;
+    const kv = await calibrate(model, first, dir);
+    const check = o.prefixReuse === 'auto' ? await continuationCheck(model, first) : null;
+    return new LlamaEngineModel(model, context, kv, dir, o, sequences, check);
   }
 
   contextTokens(request: ModelRequest): number[] {
@@ -167,20 +208,31 @@ export class LlamaEngineModel implements EngineModel {
     return new Promise((resolve) => this.waiting.push(resolve));
   }
 
-  /** The free sequence holding the longest prefix of `tokens`, and how long that prefix is. */
-  private acquireFor(
+  /**
+   * A sequence for a prefill of `tokens`, and how many of them it holds: the free sequence holding
+   * the longest prefix of at least `minReuseTokens`; else the one given back longest ago, emptied.
+   * A sequence continued from a prefix it holds costs no more than an empty one only where reuse
+   * is on (`continuationCheck`); otherwise every free sequence is empty.
+   */
+  private async acquireFor(
     tokens: readonly number[],
   ): Promise<{ seq: LlamaContextSequence; held: number }> {
-    if (this.free.length === 0)
-      return this.acquire().then((seq) => ({ seq, held: this.common(seq, tokens) }));
-    let best = 0;
-    let held = -1;
-    for (const [i, s] of this.free.entries()) {
-      const n = this.common(s, tokens);
-      if (n > held) [best, held] = [i, n];
+    let pick: { seq: LlamaContextSequence; held: number } | null = null;
+    if (this.keepPrefixes) {
+      for (const seq of this.free) {
+        const held = this.common(seq, tokens);
+        if (held >= this.minReuseTokens && held > (pick?.held ?? 0)) pick = { seq, held };
+      }
     }
-    const [seq] = this.free.splice(best, 1) as [LlamaContextSequence];
-    return Promise.resolve({ seq, held });
+    if (!pick) {
+      const oldest = [...this.free].sort(
+        (a, b) => (this.usedAt.get(a) ?? 0) - (this.usedAt.get(b) ?? 0),
+      )[0];
+      if (oldest) pick = { seq: oldest, held: 0 };
+    }
+    if (!pick) return { seq: await this.acquire(), held: 0 };
+    this.free.splice(this.free.indexOf(pick.seq), 1);
+    return pick;
   }
 
   private common(seq: LlamaContextSequence, tokens: readonly number[]): number {
@@ -191,17 +243,10 @@ export class LlamaEngineModel implements EngineModel {
     return i;
   }
 
-  /**
-   * What the sequences hold for the next prefills to reuse (those of a prefill engine keep their
-   * tokens between rooms).
-   */
-  heldPrefixes(): number[][] {
-    return this.all.map((s) => [...s.contextTokens]);
-  }
-
   /** Gives a sequence back; `keep`: with what it evaluated (a prefill's), for the next to reuse. */
   private async giveBack(s: LlamaContextSequence, keep = false): Promise<void> {
     if (!keep || !this.keepPrefixes) await s.clearHistory();
+    this.usedAt.set(s, ++this.uses);
     const next = this.waiting.shift();
     if (next) next(s);
     else this.free.push(s);
@@ -223,7 +268,10 @@ export class LlamaEngineModel implements EngineModel {
     try {
       let micros = 0;
       const reused = Math.min(held, body.length);
-      if (seq.nextTokenIndex > reused)
+      // What it holds past the prefix is erased; a sequence with no prefix worth continuing from
+      // is emptied whole: continuing from even one held token costs as much as any continuation.
+      if (reused === 0 && seq.nextTokenIndex > 0) await seq.clearHistory();
+      else if (seq.nextTokenIndex > reused)
         await seq.eraseContextTokenRanges([{ start: reused, end: seq.nextTokenIndex }]);
       for (let from = reused; from < body.length; from += SLICE_TOKENS) {
         if (!(await between())) return null;
@@ -424,4 +472,40 @@ async function calibrate(
     );
   }
   return { baseBytes: base + KV_IMAGE_HEADER_BYTES, bytesPerToken: perToken, decodeGrows: false };
+}
+
+/**
+ * Whether continuing a sequence from a prefix it holds costs less than computing the whole prompt
+ * again, measured on `seq` (empty before and after): the time to evaluate CHECK_TOKENS tokens on it
+ * empty against the time to evaluate the last CHECK_CONTINUED of them after the rest, the best of
+ * two runs each. llama.cpp's flash attention on a CPU continues a sequence several times slower per
+ * token than it evaluates an empty one, so there reuse costs more than it saves.
+ */
+async function continuationCheck(
+  model: LlamaModel,
+  seq: LlamaContextSequence,
+): Promise<ContinuationCheck> {
+  const vocab = model.tokenize('the quick brown fox jumps over the lazy dog');
+  const tokens = Array.from({ length: CHECK_TOKENS }, (_, i) => vocab[i % vocab.length] as Token);
+  const held = tokens.slice(0, CHECK_TOKENS - CHECK_CONTINUED);
+  const rest = tokens.slice(CHECK_TOKENS - CHECK_CONTINUED);
+  const timed = async (run: () => Promise<void>): Promise<number> => {
+    const t0 = performance.now();
+    await run();
+    return performance.now() - t0;
+  };
+  let coldMs = Number.POSITIVE_INFINITY;
+  let continueMs = Number.POSITIVE_INFINITY;
+  for (let round = 0; round < 2; round++) {
+    coldMs = Math.min(coldMs, await timed(() => seq.evaluateWithoutGeneratingNewTokens(tokens)));
+    await seq.clearHistory();
+    await seq.evaluateWithoutGeneratingNewTokens(held);
+    continueMs = Math.min(
+      continueMs,
+      await timed(() => seq.evaluateWithoutGeneratingNewTokens(rest)),
+    );
+    await seq.clearHistory();
+  }
+  const round = (ms: number) => Math.round(ms * 100) / 100;
+  return { coldMs: round(coldMs), continueMs: round(continueMs), pays: continueMs < coldMs / 2 };
 }
