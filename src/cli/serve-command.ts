@@ -415,7 +415,8 @@ function loadServerKeys(path: string): KeyPair {
   }
   const keys = newKeyPair();
   try {
-    mkdirSync(dirname(path), { recursive: true });
+    // The data directory is its owner's alone, as the journal in it (journal/sqlite/privacy.ts).
+    mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
     writeFileSync(path, `${JSON.stringify(keys, null, 2)}\n`, { mode: 0o600, flag: 'wx' });
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;

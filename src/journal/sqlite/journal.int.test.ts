@@ -1,8 +1,11 @@
+import { chmodSync, statSync } from 'node:fs';
+import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { created } from '../../../test/helpers/events.ts';
 import { journalContract } from '../../../test/helpers/journal-contract.ts';
 import { tempDir } from '../../../test/helpers/tmp.ts';
+import { silentLogger } from '../../log.ts';
 import { SqliteJournal } from './journal.ts';
 
 const dir = tempDir('pdctl-journal-');
@@ -144,4 +147,48 @@ describe('SqliteJournal when the disk is full', () => {
       }
     },
   );
+});
+
+describe('SqliteJournal file modes', () => {
+  it("creates its directory 0700 and its files 0600 (SQLite's -wal and -shm follow the file)", async () => {
+    const path = `${dir}/private-${n++}/data/journal.db`;
+    const j = await SqliteJournal.open({ path });
+    try {
+      await j.append(created('private-room'));
+      const mode = (p: string) => statSync(p).mode & 0o777;
+      expect(mode(dirname(path))).toBe(0o700);
+      expect(mode(dirname(dirname(path)))).toBe(0o700);
+      for (const f of [path, `${path}-wal`, `${path}-shm`])
+        expect([f, mode(f)]).toEqual([f, 0o600]);
+    } finally {
+      await j.close();
+    }
+  });
+
+  it('reports a journal others can read, with the fix, and leaves its modes as they were', async () => {
+    const path = `${dir}/shared-${n++}.db`;
+    await (await SqliteJournal.open({ path })).close();
+    chmodSync(path, 0o644);
+    const warnings: Array<{ obj: object; msg: string }> = [];
+    const logger = {
+      ...silentLogger,
+      warn: (obj: object, msg: string) => warnings.push({ obj, msg }),
+    };
+    const j = await SqliteJournal.open({ path, logger });
+    try {
+      const w = warnings.find((x) => x.msg.includes('readable by other users'));
+      expect(w?.msg).toContain(`chmod 600 ${path}`);
+      // SQLite gave the -wal and -shm it made on this open the file's mode.
+      expect(w?.obj).toMatchObject({
+        readableByOthers: [`${path} (0644)`, `${path}-wal (0644)`, `${path}-shm (0644)`],
+      });
+      expect(statSync(path).mode & 0o777).toBe(0o644);
+    } finally {
+      await j.close();
+    }
+    chmodSync(path, 0o600);
+    warnings.length = 0;
+    await (await SqliteJournal.open({ path, logger })).close();
+    expect(warnings.filter((x) => x.msg.includes('readable by other users'))).toEqual([]);
+  });
 });

@@ -3,8 +3,7 @@
  * reads on a read-only connection. Appends that arrive in one event-loop turn share one
  * transaction; while a transaction is committing, new appends gather into the next one.
  */
-import { existsSync, mkdirSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { existsSync } from 'node:fs';
 import type { Logger } from '../../log.ts';
 import { silentLogger } from '../../log.ts';
 import { checkAfterSeq, checkCursor, checkPrune } from '../checks.ts';
@@ -22,6 +21,7 @@ import type {
 } from '../store.ts';
 import { SubscriptionHub } from '../subscriptions.ts';
 import { DEFAULT_DURABILITY } from './open.ts';
+import { makeJournalDir, sharedJournal } from './privacy.ts';
 import { SqliteReader } from './reader.ts';
 import { acquireWriterLock, type WriterLock } from './writer-lock.ts';
 import type { WriterInit } from './writer-protocol.ts';
@@ -101,7 +101,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
           `no journal at ${options.path}; pass --journal PATH to name one`,
         );
       }
-      mkdirSync(dirname(options.path), { recursive: true });
+      makeJournalDir(options.path);
     }
     const lock = acquireWriterLock(options.path);
     let journal: SqliteJournal | null = null;
@@ -112,6 +112,12 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
       lock.release();
       throw err;
     }
+    const shared = sharedJournal(options.path);
+    if (shared)
+      log.warn(
+        { journal: options.path, readableByOthers: shared.shared, fix: shared.fix },
+        `the journal is readable by other users of this machine (it holds request ids, trace context and timings); pdctl left it as it is — to fix: ${shared.fix}`,
+      );
     try {
       journal = new SqliteJournal(options, started.writer, started.headSeq, log, lock);
     } catch (err) {

@@ -7,7 +7,6 @@ import {
   constants,
   copyFileSync,
   existsSync,
-  mkdirSync,
   mkdtempSync,
   rmSync,
   statSync,
@@ -19,6 +18,7 @@ import { JournalError } from '../errors.ts';
 import type { Durability } from '../store.ts';
 import { headVersion, migrate, schemaVersion } from './migrate.ts';
 import { checkBeforeWriting } from './precheck.ts';
+import { makeJournalDir, makePrivate } from './privacy.ts';
 
 /**
  * `power`: with group commit one fsync covers a whole batch, the fsync runs on the writer thread,
@@ -113,14 +113,15 @@ function writable(path: string): boolean {
 export function openDatabase(opts: OpenDatabaseOptions): Database.Database {
   const { path } = opts;
   const readonly = opts.readonly ?? false;
-  if (!existsSync(path)) {
+  const created = !existsSync(path);
+  if (created) {
     if (readonly || !opts.create) {
       throw new JournalError(
         'JOURNAL_NOT_FOUND',
         `no journal at ${path}; pass --journal PATH to name one (pdctl serve creates ./data/journal.db)`,
       );
     }
-    mkdirSync(dirname(path), { recursive: true });
+    makeJournalDir(path);
   }
   // A writer checks the file without writing to it first: a damaged or foreign journal is left
   // byte for byte as it was, its -wal and -shm too (precheck.ts).
@@ -144,6 +145,7 @@ export function openDatabase(opts: OpenDatabaseOptions): Database.Database {
       readonly: readonly && !queryOnly,
       fileMustExist: readonly || !opts.create,
     });
+    if (created) makePrivate(path);
     if (queryOnly) db.pragma('query_only = 1');
     if (readonly && !queryOnly && !writable(path)) db = readableOnReadOnlyMedia(db, path);
   } catch (err) {

@@ -57,7 +57,7 @@ export function acquireWriterLock(journalPath: string): WriterLock {
   };
   for (let attempt = 0; attempt < 2; attempt++) {
     try {
-      const fd = openSync(lockPath, 'wx');
+      const fd = openSync(lockPath, 'wx', 0o600);
       writeSync(fd, JSON.stringify(me));
       closeSync(fd);
       heldHere.add(key);
