@@ -39,6 +39,13 @@ export const BUS_ERROR_CODES = [
    */
   'BUS_FENCED',
   /**
+   * A `hello` naming a KV pool (by name) or a UCX descriptor (worker address) that another
+   * registered engine holds: each belongs to one engine incarnation, and pages reserved in one
+   * pool for two engines' rooms would be written by both. Final: the engine exits; start it with
+   * its own pool.
+   */
+  'BUS_IDENTITY_CONFLICT',
+  /**
    * The engine ran over a quota (docs/security.md: new incarnations of one engine id per minute);
    * retryable: the hello that was refused is sent again later.
    */

@@ -187,6 +187,7 @@ export class EngineLink {
       modelFormat: this.deps.modelFormat,
       fenced: (engine, incarnation) => this.fencedIncarnations.get(`${engine}/${incarnation}`),
       mayRegister: (engine) => this.mayRegister(engine, Date.now()),
+      others: (engine) => this.deps.registry.all().filter((s) => s.engine !== engine),
     });
     if (!verdict.ok) {
       this.refuseHello(peer, msg, verdict.refusal);

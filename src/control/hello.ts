@@ -1,7 +1,8 @@
 /**
  * The hello handshake's checks, in the order they run: an engine is registered only when it speaks
  * this protocol, proves it holds an allowed key, is not a fenced incarnation, keeps its role,
- * runs this control plane's model, and is within its quota of new incarnations. Each check is a
+ * runs this control plane's model, names a KV pool and UCX descriptor no other engine holds, and
+ * is within its quota of new incarnations. Each check is a
  * function of the hello and what the control plane knows; the first that fails says why, as the
  * nack the engine is sent (engine-link.ts sends it, registers the session, and replays).
  */
@@ -45,6 +46,8 @@ export interface HelloContext {
   fenced(engine: string, incarnation: string): string | undefined;
   /** Whether the engine may register one more new incarnation now (takes from its quota). */
   mayRegister(engine: string): boolean;
+  /** The other engines registered now (another engine id): their pools and descriptors are theirs. */
+  others(engine: string): readonly Pick<EngineSession, 'engine' | 'incarnation' | 'pool' | 'kvRemote'>[];
 }
 
 type Hello = EngineMessage<'hello'>;
@@ -72,7 +75,7 @@ export function checkHello(msg: Hello, ctx: HelloContext): HelloVerdict {
   }
   // Told only to a sender that proved it holds the engine's key.
   const fresh = !ctx.prev || ctx.prev.incarnation !== msg.incarnation;
-  for (const check of [notFenced, keepsItsRole, runsThisModel]) {
+  for (const check of [notFenced, keepsItsRole, runsThisModel, ownsItsKv]) {
     const r = check(msg, ctx);
     if (r) return { ok: false, refusal: r };
   }
@@ -133,6 +136,36 @@ function runsThisModel(msg: Hello, ctx: HelloContext): HelloRefusal | null {
       fields: { engine: msg.engine, model: msg.model, serving: format },
     },
   };
+}
+
+/**
+ * A pool and its UCX descriptor belong to one engine incarnation: a hello naming a pool or a
+ * worker address another registered engine holds would have the control plane reserve pages of
+ * one pool for two engines' rooms (docs/security.md, "An engine that holds a valid key").
+ */
+function ownsItsKv(msg: Hello, ctx: HelloContext): HelloRefusal | null {
+  const address = msg.kvRemote ? Buffer.from(msg.kvRemote.address) : null;
+  for (const o of ctx.others(msg.engine)) {
+    const what =
+      o.pool === msg.pool
+        ? `KV pool ${msg.pool}`
+        : address && o.kvRemote && address.equals(Buffer.from(o.kvRemote.address))
+          ? 'UCX worker address'
+          : null;
+    if (!what) continue;
+    return {
+      check: 'owns its KV pool',
+      code: 'BUS_IDENTITY_CONFLICT',
+      message: `the ${what} this engine names is engine ${o.engine}'s (incarnation ${o.incarnation}); each pool and UCX descriptor belongs to one engine: start it with a pool of its own`,
+      retryable: false,
+      log: {
+        level: 'error',
+        msg: "engine named another engine's KV pool or UCX descriptor; refused",
+        fields: { engine: msg.engine, pool: msg.pool, holder: o.engine, what },
+      },
+    };
+  }
+  return null;
 }
 
 function withinRegistrationQuota(msg: Hello, ctx: HelloContext): HelloRefusal | null {

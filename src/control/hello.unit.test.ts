@@ -37,6 +37,7 @@ function context(over: Partial<HelloContext> = {}): HelloContext {
     modelFormat: null,
     fenced: () => undefined,
     mayRegister: () => true,
+    others: () => [],
     ...over,
   };
 }
@@ -95,6 +96,15 @@ describe('checkHello', () => {
       'BUS_MODEL_MISMATCH',
     ],
     [
+      'owns its KV pool',
+      () =>
+        checkHello(
+          hello(),
+          context({ others: () => [engineSession('d0', 'decode', { pool: '/p0' })] }),
+        ),
+      'BUS_IDENTITY_CONFLICT',
+    ],
+    [
       'within its registration quota',
       () => checkHello(hello(), context({ prev: registered(), mayRegister: () => false })),
       'BUS_RATE_LIMITED',
@@ -105,6 +115,28 @@ describe('checkHello', () => {
     if (verdict.ok) return;
     expect(verdict.refusal).toMatchObject({ check, code });
     expect(verdict.refusal.message.length).toBeGreaterThan(10);
+  });
+
+  it("refuses a hello naming another engine's UCX worker address, and admits its own pool and address", () => {
+    const kvRemote = {
+      transport: 'ucx' as const,
+      address: new Uint8Array([1, 2, 3]),
+      rkey: new Uint8Array([4]),
+      base: 0,
+      pages: 8,
+      pageBytes: 4096,
+      epoch: 1,
+    };
+    const holder = engineSession('d0', 'decode', { pool: '/d0', kvRemote });
+    const taken = checkHello(hello({ kvRemote }), context({ others: () => [holder] }));
+    expect(taken.ok === false && taken.refusal).toMatchObject({
+      code: 'BUS_IDENTITY_CONFLICT',
+      message: expect.stringContaining("UCX worker address this engine names is engine d0's"),
+    });
+    const own = { ...kvRemote, address: new Uint8Array([9, 9]) };
+    expect(checkHello(hello({ kvRemote: own }), context({ others: () => [holder] })).ok).toBe(
+      true,
+    );
   });
 
   it('tells only a holder of the key that its incarnation is fenced', () => {

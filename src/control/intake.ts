@@ -155,8 +155,10 @@ export class Intake {
     names: readonly string[] = [],
   ): { pair: Pair | null; prefills: EngineSession[]; decodes: EngineSession[] } {
     const { registry, book, liveness } = this.deps;
+    // An engine with no pages cannot hold a room's KV, whatever it says of its KV's shape.
     const fits = (s: EngineSession) =>
       usable(s) &&
+      s.pages > 0 &&
       this.hasRoom(s) &&
       book.pages.fits(s, book.pages.pagesFor(s, promptTokens, maxTokens));
     const prefills = registry.candidates('prefill', liveness, now, fits);

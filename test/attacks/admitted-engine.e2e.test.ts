@@ -237,3 +237,80 @@ describe.skipIf(!ucxBackend().available)('an admitted decode engine across hosts
     }
   });
 });
+
+describe('an admitted engine claiming what it does not hold', () => {
+  it("that names another engine's KV pool is refused at hello, journaled nothing and given no room", async () => {
+    const stack = await startTestStack();
+    const { control } = stack;
+    try {
+      const d0 = control.registry.get('decode-0');
+      if (!d0) throw new Error('no decode-0');
+      const head = await control.journal.headSeq();
+      const keys = newKeyPair();
+      stack.admission.allow('decode-x', keys.publicKey);
+      const x = raw({
+        endpoint: control.endpoint,
+        engine: 'decode-x',
+        role: 'decode',
+        keys,
+        serverKey: stack.admission.server.publicKey,
+      });
+      await x.sayHello({
+        pages: d0.pages,
+        pageBytes: d0.pageBytes,
+        kv: d0.kv,
+        pool: d0.pool,
+        epoch: d0.epoch,
+      });
+      const nack = (await x.next('nack')) as unknown as {
+        payload: { code: string; message: string };
+      };
+      expect(nack.payload.code).toBe('BUS_IDENTITY_CONFLICT');
+      expect(nack.payload.message).toContain("engine decode-0's");
+      expect(control.registry.get('decode-x')).toBeUndefined();
+      const outs = await Promise.all(
+        Array.from({ length: 8 }, (_, i) =>
+          collect(control.submit({ prompt: prompt(400 + i, 10), maxTokens: 4 })),
+        ),
+      );
+      for (const o of outs) expect(o.error).toBeNull();
+      const registered = await control.journal.tail({ type: 'engine.registered', limit: 100 });
+      expect(registered.filter((e) => e.seq > head && e.engine === 'decode-x')).toEqual([]);
+      x.close();
+    } finally {
+      await stack.stop();
+    }
+  });
+
+  it('with no pages is never given a room, though it is live and idle and says nothing of its KV', async () => {
+    const stack = await startTestStack();
+    const { control } = stack;
+    try {
+      const keys = newKeyPair();
+      stack.admission.allow('prefill-x', keys.publicKey);
+      const x = raw({
+        endpoint: control.endpoint,
+        engine: 'prefill-x',
+        role: 'prefill',
+        keys,
+        serverKey: stack.admission.server.publicKey,
+      });
+      // No `kv` in its hello: the pages a room takes on it cannot be counted.
+      await x.join({ pages: 0, pool: '/raw-prefill-x' });
+      expect(control.registry.get('prefill-x')?.delivery.live).toBe(true);
+      const streams = Array.from({ length: 8 }, (_, i) =>
+        control.submit({ prompt: prompt(500 + i, 10), maxTokens: 4 }),
+      );
+      const outs = await Promise.all(streams.map((s) => collect(s)));
+      for (const o of outs) expect(o.error).toBeNull();
+      for (const s of streams) {
+        const t = await control.journal.timeline(s.room);
+        expect(t.room?.prefillEngine).toBe('prefill-0');
+      }
+      await expect(x.next('event', 300)).rejects.toThrow(/no event/);
+      x.close();
+    } finally {
+      await stack.stop();
+    }
+  });
+});
