@@ -154,4 +154,44 @@ describe('every answer matches the OpenAPI document', () => {
     );
     expect(missing.status).toBe(404);
   });
+
+  it('an operator cordons an engine and uncordons it: no room for it meanwhile, and both journaled', async () => {
+    const { control } = serving.stack;
+    const cordon = (engine: string) =>
+      check('POST', `/v1/admin/engines/:engine/cordon`, `/v1/admin/engines/${engine}/cordon`, {
+        reason: 'inspect its GPU',
+      });
+    const uncordon = (engine: string) =>
+      check('POST', `/v1/admin/engines/:engine/uncordon`, `/v1/admin/engines/${engine}/uncordon`);
+    const pid = control.registry.get('prefill-0')?.pid;
+    expect((await cordon('prefill-0')).status).toBe(202);
+    expect((await cordon('prefill-0')).status).toBe(409);
+    expect((await cordon('prefill-9')).status).toBe(404);
+    const engines = await check('GET', '/v1/engines', '/v1/engines');
+    const p0 = (engines.json.engines as Array<{ id: string; cordon: unknown }>).find(
+      (e) => e.id === 'prefill-0',
+    );
+    expect(p0?.cordon).toMatchObject({ reason: 'inspect its GPU', by: 'operator', evidence: null });
+    const ready = (await (await fetch(`${base}/health/ready`)).json()) as {
+      checks: Record<string, { ok: boolean; detail: string }>;
+    };
+    expect(ready.checks.cordoned_engines?.detail).toContain('prefill-0 cordoned by the operator');
+    expect(ready.checks.prefill_engines?.ok).toBe(false);
+    expect(() => control.submit({ prompt: 'no prefill engine takes it', maxTokens: 2 })).toThrow(
+      'every prefill engine is cordoned (prefill-0): none takes new rooms; `pdctl engines uncordon prefill-0` takes one back',
+    );
+    expect((await uncordon('prefill-0')).status).toBe(202);
+    expect((await uncordon('prefill-0')).status).toBe(409);
+    const out = control.submit({ prompt: 'taken again', maxTokens: 2 });
+    await out.result;
+    expect(control.registry.get('prefill-0')?.pid).toBe(pid);
+    const journaled = await control.journal.tail({
+      type: ['engine.cordoned', 'engine.uncordoned'],
+      engine: 'prefill-0',
+    });
+    expect(journaled.map((e) => [e.type, e.data.by])).toEqual([
+      ['engine.cordoned', 'operator'],
+      ['engine.uncordoned', 'operator'],
+    ]);
+  });
 });

@@ -231,7 +231,11 @@ describe('every series deploy/ reads, in /metrics of a running stack', () => {
     }
     const labelsOf = (family: string) => labelNames.get(family) ?? new Set<string>();
     // Healthy, no series is expected to be empty but these: they have samples only in trouble.
-    const onlyInTrouble = new Set(['pdctl_engine_stalled', 'pdctl_bus_dropped_frames_total']);
+    const onlyInTrouble = new Set([
+      'pdctl_engine_stalled',
+      'pdctl_engine_cordoned',
+      'pdctl_bus_dropped_frames_total',
+    ]);
     const read = new Set<string>();
     for (const expr of allExprs) {
       const mine = seriesIn(expr).map(familyOf);

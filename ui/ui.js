@@ -73,6 +73,7 @@ const badgeClass = (value) => {
       'restarting',
       'restarting_stack',
       'fenced',
+      'cordoned',
       'draining',
       'connecting',
       'stale',
@@ -129,8 +130,14 @@ function renderEngines(engines) {
         h('td', {}, e.role),
         h(
           'td',
-          { class: 'status', title: `the engine says: ${e.state}` },
+          {
+            class: 'status',
+            title: e.cordon
+              ? `cordoned by the ${e.cordon.by}: ${e.cordon.reason}${e.cordon.evidence ? ` — ${e.cordon.evidence}` : ''}; pdctl engines uncordon ${e.id}`
+              : `the engine says: ${e.state}`,
+          },
           h('span', { class: badgeClass(e.status) }, e.status),
+          e.cordon ? h('span', { class: badgeClass('cordoned') }, 'cordoned') : null,
         ),
         h('td', { class: 'ladder' }, h('span', { class: badgeClass(phase) }, phase)),
         h('td', { class: 'num' }, age(e.heartbeatAgeMs)),

@@ -145,7 +145,10 @@ export interface AdminDeps {
   token: string | null;
 }
 
-/** `POST /v1/rooms/:room/abort`, `POST /v1/admin/engines/:engine/commands`. */
+/**
+ * `POST /v1/rooms/:room/abort`, `POST /v1/admin/engines/:engine/commands`, and
+ * `POST /v1/admin/engines/:engine/cordon|uncordon`.
+ */
 export const adminRoutes: FastifyPluginAsync<AdminDeps> = async (
   app,
   { control, journal, token },
@@ -271,4 +274,73 @@ export const adminRoutes: FastifyPluginAsync<AdminDeps> = async (
       return reply.code(202).send({ engine: req.params.engine, command, room: room ?? null });
     },
   );
+
+  for (const action of ['cordon', 'uncordon'] as const) {
+    app.post<{ Params: { engine: string }; Body: { reason?: unknown } | undefined }>(
+      `/v1/admin/engines/:engine/${action}`,
+      {
+        onRequest: async (req) => authorize(req, token),
+        schema: {
+          tags: ['operations'],
+          summary:
+            action === 'cordon'
+              ? 'Cordon an engine: no new rooms, whatever incarnation registers, until uncordoned; the rooms it has finish there and its process is left as it is, for inspection (journaled engine.cordoned). The ladder cordons an engine a restart did not cure, and also moves its rooms and fences it. Optional body: {"reason": "..."}'
+              : 'Uncordon an engine: it takes new rooms again (journaled engine.uncordoned). Optional body: {"reason": "..."}',
+          security: [{ bearer: [] }],
+          params: Type.Object({ engine: Type.String() }),
+          response: {
+            202: Type.Object({ engine: Type.String(), command: Type.String() }),
+            ...Errors,
+          },
+        },
+      },
+      async (req, reply) => {
+        const { engine } = req.params;
+        const reason = (req.body ?? {}).reason ?? 'operator';
+        if (typeof reason !== 'string' || reason.length === 0 || reason.length > 200)
+          throw new ApiError(
+            400,
+            'reason must be a string of 1 to 200 characters',
+            'invalid_request_error',
+            'invalid_parameter',
+            'reason',
+          );
+        const cordons = control.registry.cordons;
+        const deps = {
+          journal,
+          log: req.log,
+          liveOn: (e: string) => control.book.liveOn(e),
+          fence: (e: string, inc: string, why: string) => control.fence(e, inc, why),
+        };
+        if (action === 'cordon') {
+          const s = control.registry.get(engine);
+          if (!s && !cordons.has(engine))
+            throw new ApiError(
+              404,
+              `engine ${engine} is not registered`,
+              'invalid_request_error',
+              'engine_not_found',
+              'engine',
+            );
+          // Not fenced: an operator's cordon leaves the process and its rooms alone.
+          if (!(await cordons.cordon(deps, engine, null, reason, 'operator')))
+            throw new ApiError(
+              409,
+              `engine ${engine} is already cordoned`,
+              'invalid_request_error',
+              'engine_cordoned',
+              'engine',
+            );
+        } else if (!(await cordons.uncordon(deps, engine, reason)))
+          throw new ApiError(
+            409,
+            `engine ${engine} is not cordoned`,
+            'invalid_request_error',
+            'engine_not_cordoned',
+            'engine',
+          );
+        return reply.code(202).send({ engine, command: action });
+      },
+    );
+  }
 };

@@ -49,10 +49,12 @@ export function readiness(
     };
   };
   // An engine the escalation ladder is working on is not ready, even once its symptom is gone:
-  // it is ready again when the ladder has seen it serve (`engine.recovered`).
+  // it is ready again when the ladder has seen it serve (`engine.recovered`). A cordoned one is
+  // out of service by design: named below, never a reason to pull the fleet out of rotation.
   const recovering = engines
     .map((s) => ({ engine: s.engine, view: deps.recovery?.ladder(s.engine) }))
-    .filter((x) => x.view !== undefined && x.view.phase !== 'ok');
+    .filter((x) => x.view !== undefined && x.view.phase !== 'ok' && x.view.phase !== 'cordoned');
+  const cordons = [...control.registry.cordons.all()];
   const h = control.journalHealth();
   const bus = control.busStatus();
   const checks = {
@@ -75,6 +77,18 @@ export function readiness(
                 x.view?.phase === 'gave_up'
                   ? `${x.engine}: the ladder gave up, an operator is needed (${x.view.lastOutcome})`
                   : `${x.engine}: ${x.view?.phase} (${x.view?.reason})`,
+              )
+              .join('; '),
+    },
+    cordoned_engines: {
+      ok: true,
+      detail:
+        cordons.length === 0
+          ? 'no engine cordoned'
+          : cordons
+              .map(
+                ([id, c]) =>
+                  `${id} cordoned by the ${c.by} (${c.reason}): no rooms until \`pdctl engines uncordon ${id}\``,
               )
               .join('; '),
     },

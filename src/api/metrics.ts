@@ -243,8 +243,14 @@ export class ApiMetrics {
     });
     const ladder = new client.Gauge({
       name: 'pdctl_engine_ladder',
-      help: 'Where each engine stands on the escalation ladder: 1 for its phase (ok, resetting, restarting, restarting_stack, fenced, gave_up)',
+      help: 'Where each engine stands on the escalation ladder: 1 for its phase (ok, resetting, restarting, restarting_stack, fenced, cordoned, gave_up)',
       labelNames: ['engine', 'phase'],
+      registers: [r],
+    });
+    const cordoned = new client.Gauge({
+      name: 'pdctl_engine_cordoned',
+      help: 'Engines cordoned now (no new rooms until `pdctl engines uncordon`), by who cordoned them (ladder, operator)',
+      labelNames: ['engine', 'by'],
       registers: [r],
     });
     const batch = new client.Gauge({
@@ -398,6 +404,9 @@ export class ApiMetrics {
       stalled.reset();
       ladder.reset();
       for (const x of found) stalled.set({ engine: x.engine, kind: x.kind }, 1);
+      cordoned.reset();
+      for (const [engine, c] of control.registry.cordons.all())
+        cordoned.set({ engine, by: c.by }, 1);
       for (const s of engines) {
         hbAge.set({ engine: s.engine, role: s.role }, (now - s.lastSeen) / 1000);
         pages.set({ engine: s.engine }, s.pages);

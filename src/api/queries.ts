@@ -329,6 +329,7 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
           faultInjection: s.faultInjection,
           recovery: recovery?.ladder(s.engine) ?? null,
           restarts: recovery?.restarts(s.engine) ?? null,
+          cordon: s.cordon,
         })),
       };
     },

@@ -174,6 +174,20 @@ export const EnginesBody = Type.Object({
       faultInjection: Type.Boolean(),
       recovery: Nullable(LadderView),
       restarts: Nullable(Type.Integer()),
+      cordon: Nullable(
+        Type.Object(
+          {
+            reason: Type.String(),
+            by: Type.String({ description: 'ladder or operator' }),
+            evidence: Nullable(Type.String()),
+            at: Type.Integer(),
+          },
+          {
+            description:
+              'why it takes no new rooms until `pdctl engines uncordon` (null: not cordoned)',
+          },
+        ),
+      ),
     }),
   ),
 });

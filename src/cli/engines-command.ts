@@ -36,6 +36,8 @@ interface EngineRow {
   kvUcx?: boolean;
   /** KV transfers it took part in since the control plane started, by transport. */
   transfers?: Record<string, number>;
+  /** Why it takes no new rooms until uncordoned (absent from an older server). */
+  cordon?: { reason: string; by: string; evidence: string | null; at: number } | null;
 }
 
 export function registerEnginesCommand(program: Command): void {
@@ -45,7 +47,7 @@ export function registerEnginesCommand(program: Command): void {
       'The engines a running `pdctl serve` sees now: state, pid, heartbeat age, loop ticks, free pages, ' +
         'KV (host memory or cuda:N, +ucx when it receives over UCX), HOST (equal tags share shared memory), ' +
         'TRANSFERS (how its rooms’ KV moved: ucx:12 shm:3), rooms, ' +
-        'the escalation ladder (ok, resetting, restarting, gave_up) with its resets and last outcome, and RESTARTS: how often ' +
+        'the escalation ladder (ok, resetting, restarting, cordoned, gave_up) with its resets and last outcome, and RESTARTS: how often ' +
         'its process was started again (after a crash, or by the ladder).',
     )
     .argument(
@@ -97,7 +99,8 @@ export function registerEnginesCommand(program: Command): void {
           renderTable(body.engines, [
             { header: 'ENGINE', value: (e) => e.id },
             { header: 'ROLE', value: (e) => e.role },
-            { header: 'STATUS', value: (e) => e.status },
+            // A cordoned engine heartbeats like any other, but takes no room.
+            { header: 'STATUS', value: (e) => (e.cordon ? `${e.status},cordoned` : e.status) },
             { header: 'STATE', value: (e) => e.state },
             { header: 'PID', value: (e) => e.pid, align: 'right' },
             { header: 'HEARTBEAT', value: (e) => `${e.heartbeatAgeMs}ms`, align: 'right' },
@@ -151,6 +154,10 @@ export function registerEnginesCommand(program: Command): void {
             `KV moves through shared memory only: no engine receives over UCX (pdctl serve's own engines use --kv-transport shm; UCX on this machine: ${ucx.available ? ucx.reason : `unavailable — ${ucx.reason}`})`,
           );
         }
+        for (const e of body.engines.filter((x) => x.cordon))
+          print(
+            `\n${e.id} is cordoned by the ${e.cordon?.by} since ${new Date(e.cordon?.at ?? 0).toISOString()}: ${e.cordon?.reason}${e.cordon?.evidence ? ` — ${e.cordon.evidence}` : ''}. It takes no rooms until \`pdctl engines uncordon ${e.id}\``,
+          );
         const faulty = body.engines
           .filter((e) => e.faultInjection === true)
           .map((e) => e.id)

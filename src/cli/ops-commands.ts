@@ -1,6 +1,7 @@
 /**
  * Operator actions on a running `pdctl serve`, over its admin API: `pdctl abort ROOM` and
- * `pdctl engines drain|undrain|reset|restart ENGINE` (the listing is engines-command.ts).
+ * `pdctl engines drain|undrain|reset|restart|cordon|uncordon ENGINE` (the listing is
+ * engines-command.ts).
  */
 import type { Command } from 'commander';
 import { roomIdOf } from '../journal/ids.ts';
@@ -22,6 +23,12 @@ export const ENGINE_ACTIONS = {
     command: 'shutdown',
     does: 'finishes its rooms and exits; pdctl serve (or the supervisor that runs it) starts it again',
   },
+  // Not bus commands: the control plane's own (POST /v1/admin/engines/ENGINE/cordon|uncordon).
+  cordon: {
+    command: 'cordon',
+    does: 'takes no new rooms, whatever incarnation registers, until uncordoned; the rooms it has finish there and its process is left alone, for inspection',
+  },
+  uncordon: { command: 'uncordon', does: 'takes new rooms again after a cordon' },
 } as const;
 
 export type EngineAction = keyof typeof ENGINE_ACTIONS;
@@ -70,24 +77,27 @@ export function registerAbortCommand(program: Command): void {
     });
 }
 
-/** `pdctl engines drain|undrain|reset|restart ENGINE`. */
+/** `pdctl engines drain|undrain|reset|restart|cordon|uncordon ENGINE`. */
 export async function engineAction(
   action: EngineAction,
   engine: string,
   o: { url: string; json?: boolean },
 ): Promise<number> {
   const { command, does } = ENGINE_ACTIONS[action];
+  const reason = `pdctl engines ${action}`;
+  const own = command === 'cordon' || command === 'uncordon';
   return reach(`engines ${action}`, async () => {
     const r = await callServer<{ engine: string; command: string }>(
       o.url,
-      `/v1/admin/engines/${encodeURIComponent(engine)}/commands`,
-      { method: 'POST', body: { command, reason: `pdctl engines ${action}` } },
+      `/v1/admin/engines/${encodeURIComponent(engine)}/${own ? command : 'commands'}`,
+      { method: 'POST', body: own ? { reason } : { command, reason } },
     );
     if (r.status !== 202) {
       note(`pdctl engines ${action}: ${errorOf(r.status, r.body)}`);
       return EXIT.problem;
     }
     if (o.json) printJson(r.body);
+    else if (own) print(`${engine} ${command}ed: it ${does}; watch it with pdctl engines`);
     else print(`${command} sent to ${engine}: it ${does}; watch it with pdctl engines`);
     return EXIT.ok;
   });

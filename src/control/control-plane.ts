@@ -154,6 +154,7 @@ export class ControlPlane {
       const head = await journal.headSeq();
       await cp.router.rebuild(journal, head);
       await cp.book.decodePages.rebuild(journal, orphans, head);
+      await cp.registry.cordons.rebuild(journal, head);
       cp.subscription = journal.subscribe(head, (ev) => cp.onCommitted(ev));
       cp.orphansFailed = await failOrphans(journal, orphans, cp.log);
       await cp.bus.listen(cp.handlers());
@@ -179,7 +180,9 @@ export class ControlPlane {
 
   /** Every engine it knows, as frozen views with their status (engine-view.ts). */
   engines(now = Date.now(), stalls = this.stalledEngines(DEFAULT_STALL_POLICY, now)): EngineView[] {
-    return viewsOf(this.registry.all(), (id) => this.book.liveOn(id), this.liveness, now, stalls);
+    const { registry, book, liveness } = this;
+    const cordonOf = (id: string) => registry.cordons.of(id);
+    return viewsOf(registry.all(), (id) => book.liveOn(id), liveness, now, stalls, cordonOf);
   }
 
   /** One engine's view; undefined when it is not registered. */
@@ -269,11 +272,8 @@ export class ControlPlane {
 
   /** Forgets engines silent for `engineExpiryMs` that hold no live room (the registry stays bounded). */
   expireEngines(now = Date.now()): string[] {
-    const { engineExpiryMs } = this.options;
-    const gone = this.registry
-      .silent(engineExpiryMs, now)
-      .filter((s) => this.book.liveOn(s.engine) === 0)
-      .map((s) => s.engine);
+    const silent = this.registry.silent(this.options.engineExpiryMs, now);
+    const gone = silent.filter((s) => this.book.liveOn(s.engine) === 0).map((s) => s.engine);
     for (const engine of gone) this.forgetEngine(engine);
     if (gone.length > 0)
       this.log.info({ engines: gone }, 'forgot engines long silent with no rooms');

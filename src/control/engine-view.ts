@@ -16,6 +16,7 @@
  * capacity, and turns red on the stall in its own check.
  */
 import type { EngineMessage } from '../bus/protocol.ts';
+import type { Cordon } from './cordons.ts';
 import type { EngineIdentity, EngineSession } from './engine-session.ts';
 import type { Stall } from './stalls.ts';
 
@@ -46,8 +47,13 @@ export interface EngineView
   extends Omit<EngineIdentity, 'peer' | 'key'>,
     Readonly<{
       status: EngineStatus;
-      /** Whether new rooms go to it: live by its heartbeat (`engineStatus` without the stall). */
+      /**
+       * Whether new rooms go to it: live by its heartbeat (`engineStatus` without the stall), and
+       * not cordoned.
+       */
       takesRooms: boolean;
+      /** Why it takes no new rooms until uncordoned (cordons.ts); null when it is not cordoned. */
+      cordon: Cordon | null;
       /** Why it is stalled (a stall of stalls.ts, or its heartbeat), when it is. */
       stall: Omit<Stall, 'engine'> | null;
       /** This hello's session number: a reset in place opens a new one. */
@@ -109,10 +115,11 @@ export function viewsOf(
   policy: Readonly<LivenessPolicy>,
   now: number,
   stalls: readonly Stall[],
+  cordonOf: (engine: string) => Cordon | null = () => null,
 ): EngineView[] {
   return sessions.map((s) => {
     const found = stalls.find((x) => x.engine === s.engine) ?? null;
-    return viewOf(s, liveOn(s.engine), policy, now, found);
+    return viewOf(s, liveOn(s.engine), policy, now, found, cordonOf(s.engine));
   });
 }
 
@@ -123,6 +130,7 @@ export function viewOf(
   policy: Readonly<LivenessPolicy>,
   now: number,
   found: Omit<Stall, 'engine'> | null,
+  cordon: Cordon | null = null,
 ): EngineView {
   const stall =
     found ??
@@ -131,7 +139,8 @@ export function viewOf(
   return Object.freeze({
     ...identity,
     status: engineStatus(s, policy, now, stall),
-    takesRooms: engineStatus(s, policy, now) === 'live',
+    takesRooms: cordon === null && engineStatus(s, policy, now) === 'live',
+    cordon,
     stall,
     session: delivery.session,
     beats: health.beats,

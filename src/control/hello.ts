@@ -47,7 +47,9 @@ export interface HelloContext {
   /** Whether the engine may register one more new incarnation now (takes from its quota). */
   mayRegister(engine: string): boolean;
   /** The other engines registered now (another engine id): their pools and descriptors are theirs. */
-  others(engine: string): readonly Pick<EngineSession, 'engine' | 'incarnation' | 'pool' | 'kvRemote'>[];
+  others(
+    engine: string,
+  ): readonly Pick<EngineSession, 'engine' | 'incarnation' | 'pool' | 'kvRemote'>[];
 }
 
 type Hello = EngineMessage<'hello'>;

@@ -134,9 +134,7 @@ describe('checkHello', () => {
       message: expect.stringContaining("UCX worker address this engine names is engine d0's"),
     });
     const own = { ...kvRemote, address: new Uint8Array([9, 9]) };
-    expect(checkHello(hello({ kvRemote: own }), context({ others: () => [holder] })).ok).toBe(
-      true,
-    );
+    expect(checkHello(hello({ kvRemote: own }), context({ others: () => [holder] })).ok).toBe(true);
   });
 
   it('tells only a holder of the key that its incarnation is fenced', () => {

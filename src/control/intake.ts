@@ -206,7 +206,15 @@ export class Intake {
     const { registry, book, liveness } = this.deps;
     const { pages } = book;
     const need = (s: EngineSession) => pages.pagesFor(s, promptTokens, maxTokens);
-    const live = registry.withStatus(role, 'live', liveness, now);
+    const heartbeating = registry.withStatus(role, 'live', liveness, now);
+    const live = heartbeating.filter((s) => !registry.cordons.has(s.engine));
+    if (live.length === 0 && heartbeating.length > 0) {
+      const cordoned = heartbeating.map((s) => s.engine);
+      throw new ControlError(
+        'CONTROL_NO_ENGINES',
+        `every ${role} engine is cordoned (${cordoned.join(', ')}): none takes new rooms; \`pdctl engines uncordon ${cordoned[0]}\` takes one back`,
+      );
+    }
     if (live.length === 0) {
       const draining = registry.withStatus(role, 'draining', liveness, now).map((s) => s.engine);
       if (draining.length > 0)

@@ -1,15 +1,19 @@
 /**
  * The engines the control plane knows: who each is (role, incarnation, pool), which bus peer
  * speaks for it, what its last heartbeat said, and the pages promised to it. Picking a pair for
- * a new room is control/pairs.ts's, among the candidates found here.
+ * a new room is control/pairs.ts's, among the candidates found here; a cordoned engine (cordons.ts)
+ * is never one.
  */
 
+import { Cordons } from './cordons.ts';
 import type { EngineSession } from './engine-session.ts';
 import { type EngineStatus, engineStatus, type LivenessPolicy } from './engine-view.ts';
 import { ControlError } from './errors.ts';
 
 export class EngineRegistry {
   private readonly sessions = new Map<string, EngineSession>();
+  /** Engines that take no new rooms until an operator uncordons them, registered or not. */
+  readonly cordons = new Cordons();
 
   get(engine: string): EngineSession | undefined {
     return this.sessions.get(engine);
@@ -44,14 +48,16 @@ export class EngineRegistry {
     );
   }
 
-  /** Engines of the role that may take a new room now: live (above) and passing `usable`. */
+  /** Engines of the role that may take a new room now: live (above), not cordoned, passing `usable`. */
   candidates(
     role: 'prefill' | 'decode',
     policy: Readonly<LivenessPolicy>,
     now = Date.now(),
     usable: (s: EngineSession) => boolean = () => true,
   ): EngineSession[] {
-    return this.withStatus(role, 'live', policy, now).filter(usable);
+    return this.withStatus(role, 'live', policy, now).filter(
+      (s) => !this.cordons.has(s.engine) && usable(s),
+    );
   }
 
   /** Resolves once `prefill` and `decode` engines are registered and past their replay. */

@@ -226,6 +226,24 @@ export const EVENT_SCHEMAS = {
     open,
   ),
   'engine.restarted': Type.Object({ reason: Text }, open),
+  /**
+   * The engine takes no new rooms until an operator uncordons it: the ladder's top rung for one
+   * faulty engine (or an operator's). Its rooms in flight moved to healthy pairs and that
+   * incarnation was fenced; later incarnations register, cordoned, for inspection.
+   */
+  'engine.cordoned': Type.Object(
+    {
+      reason: Text,
+      /** `ladder` or `operator`. */
+      by: Text,
+      /** Why the fault is the engine's own and not what the engines share (the ladder's). */
+      evidence: Type.Optional(Text),
+      /** Its live rooms when it was cordoned. */
+      rooms: Type.Optional(Count),
+    },
+    open,
+  ),
+  'engine.uncordoned': Type.Object({ reason: Text, by: Text }, open),
   /** An engine process the supervisor ran has exited, however it ended. */
   'engine.exited': Type.Object(
     {
@@ -379,6 +397,8 @@ const NEEDS_ENGINE = new Set<string>([
   'engine.recovered',
   'engine.restarted',
   'engine.exited',
+  'engine.cordoned',
+  'engine.uncordoned',
 ]);
 
 function invalid(message: string): JournalError {

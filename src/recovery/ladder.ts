@@ -7,7 +7,11 @@
  *      transfers; the process and its model stay up (SIGHUP from the supervisor, which reaches an
  *      engine whose receive loop is dead; a `reset_in_place` command for engines not ours).
  *   3. `restart_engine`: that one process is killed and respawned; it rejoins as a new incarnation.
- *   4. `restart_stack`: every engine process is restarted.
+ *   4. `cordon_engine` when the evidence names that engine alone: it takes no new rooms until an
+ *      operator uncordons it, its rooms move to healthy pairs and its incarnation is fenced (the
+ *      supervisor starts it again, cordoned, for inspection) — one faulty engine never costs the
+ *      fleet a restart. `restart_stack` — every engine process restarted — only when the evidence
+ *      implicates what the engines share: `sharedStalls` engines stalled within `sharedWindowMs`.
  *
  * An engine this control plane did not start cannot be restarted from here: where the ladder
  * would restart it, it is fenced instead (`fence_engine`) — its rooms move to healthy pairs and
@@ -50,6 +54,13 @@ export interface LadderPolicy extends StallPolicy {
    * place forever. Default 30 s.
    */
   relapseMs: number;
+  /**
+   * The top rung restarts every engine only when this many engines (this one included) stalled
+   * within `sharedWindowMs`: then the fault is likelier in what they share (the bus, this host,
+   * the control plane) than in one of them. Otherwise the engine is cordoned. Default 2 in 60 s.
+   */
+  sharedStalls: number;
+  sharedWindowMs: number;
 }
 
 export const DEFAULT_LADDER_POLICY: Readonly<LadderPolicy> = Object.freeze({
@@ -59,6 +70,8 @@ export const DEFAULT_LADDER_POLICY: Readonly<LadderPolicy> = Object.freeze({
   maxRestarts: 3,
   restartWindowMs: 600_000,
   relapseMs: 30_000,
+  sharedStalls: 2,
+  sharedWindowMs: 60_000,
 });
 
 export type LadderPhase =
@@ -67,8 +80,14 @@ export type LadderPhase =
   | 'restarting'
   | 'restarting_stack'
   | 'fenced'
+  | 'cordoned'
   | 'gave_up';
-export type LadderRung = 'reset_in_place' | 'restart_engine' | 'restart_stack' | 'fence_engine';
+export type LadderRung =
+  | 'reset_in_place'
+  | 'restart_engine'
+  | 'cordon_engine'
+  | 'restart_stack'
+  | 'fence_engine';
 
 /** Where one engine stands on the ladder (`/v1/engines`, `pdctl engines`). */
 export interface LadderView {
@@ -94,6 +113,8 @@ interface Incident {
   /** The engine's session and incarnation when the rung was tried: recovery means a newer one. */
   session: number;
   incarnation: string;
+  /** Why the top rung chose what it did (`cordon_engine` or `restart_stack`). */
+  evidence: string | null;
 }
 
 interface EngineLadder {
@@ -122,7 +143,7 @@ export class EscalationLadder {
     /** What the ladder reads of the control plane, and the in-place reset it asks of it. */
     private readonly control: Pick<
       ControlPlane,
-      'engines' | 'stalledEngines' | 'command' | 'fence' | 'liveness'
+      'engines' | 'stalledEngines' | 'command' | 'fence' | 'liveness' | 'registry' | 'book'
     >,
     /** Where every rung is recorded (`recovery.action`, `engine.stalled`, …). */
     private readonly journal: Pick<JournalStore, 'append'>,
@@ -246,6 +267,7 @@ export class EscalationLadder {
           actedAt: now,
           session: s.session,
           incarnation: s.incarnation,
+          evidence: null,
         };
         this.note({
           type: 'engine.stalled',
@@ -281,7 +303,7 @@ export class EscalationLadder {
         this.closeIncident(s.engine, l, i, now);
         continue;
       }
-      if (l.phase === 'gave_up') continue;
+      if (l.phase === 'gave_up' || l.phase === 'cordoned') continue;
       const grace =
         i.rung === 'reset_in_place' ? this.policy.resetGraceMs : this.policy.restartGraceMs;
       if (now - i.actedAt < grace) continue;
@@ -299,12 +321,13 @@ export class EscalationLadder {
     from: LadderRung,
     now: number,
   ): LadderRung | null {
-    const next: LadderRung | null =
-      from === 'reset_in_place'
-        ? 'restart_engine'
-        : from === 'restart_engine'
-          ? 'restart_stack'
-          : null;
+    const i = l.incident as Incident;
+    let next: LadderRung | null = from === 'reset_in_place' ? 'restart_engine' : null;
+    if (from === 'restart_engine') {
+      const shared = this.sharedEvidence(s.engine, now);
+      i.evidence = shared.evidence;
+      next = shared.shared ? 'restart_stack' : 'cordon_engine';
+    }
     if (from === 'fence_engine') {
       this.giveUp(
         s.engine,
@@ -316,6 +339,10 @@ export class EscalationLadder {
     if (next === null) {
       this.giveUp(s.engine, l, 'every rung was tried');
       return null;
+    }
+    if (next === 'cordon_engine') {
+      this.tryRung(s, l, next, now);
+      return next;
     }
     const recent = l.restartTimes.filter((t) => now - t < this.policy.restartWindowMs);
     if (recent.length >= this.policy.maxRestarts) {
@@ -336,6 +363,32 @@ export class EscalationLadder {
     return next;
   }
 
+  /**
+   * Whether the evidence implicates what the engines share: `sharedStalls` engines (this one
+   * included) stalled within `sharedWindowMs` — an incident opened, or one closed, in that window.
+   */
+  private sharedEvidence(engine: string, now: number): { shared: boolean; evidence: string } {
+    const { sharedStalls, sharedWindowMs } = this.policy;
+    const recent = [...this.engines.entries()]
+      .filter(
+        ([id, l]) =>
+          id === engine ||
+          (l.incident !== null && now - l.incident.detectedAt <= sharedWindowMs) ||
+          (l.lastRecovery !== null && now - l.lastRecovery.at <= sharedWindowMs),
+      )
+      .map(([id]) => id);
+    const window = `${Math.round(sharedWindowMs / 1000)} s`;
+    return recent.length >= sharedStalls
+      ? {
+          shared: true,
+          evidence: `${recent.length} engines stalled within ${window} (${recent.join(', ')}): the fault is likelier in what they share`,
+        }
+      : {
+          shared: false,
+          evidence: `${engine} alone stalled within ${window}, and a restart did not cure it: the fault is its own`,
+        };
+  }
+
   private tryRung(s: EngineView, l: EngineLadder, rung: LadderRung, now: number): void {
     const i = l.incident as Incident;
     i.rung = rung;
@@ -354,6 +407,19 @@ export class EscalationLadder {
         : commanded
           ? 'requested (command)'
           : 'could not reach the engine';
+    } else if (rung === 'cordon_engine') {
+      l.phase = 'cordoned';
+      const { control, journal, log } = this;
+      const deps = {
+        journal,
+        log,
+        liveOn: (e: string) => control.book.liveOn(e),
+        fence: (e: string, inc: string, why: string) => control.fence(e, inc, why),
+      };
+      void control.registry.cordons
+        .cordon(deps, s.engine, s.incarnation, i.reason, 'ladder', i.evidence)
+        .catch((err) => log.error({ err, engine: s.engine }, 'could not journal the cordon'));
+      outcome = `cordoned: no new rooms, its rooms move to healthy pairs, its incarnation fenced; \`pdctl engines uncordon ${s.engine}\` takes it back`;
     } else if (rung === 'fence_engine') {
       l.phase = 'fenced';
       outcome = this.control.fence(s.engine, s.incarnation, i.reason)
@@ -376,7 +442,13 @@ export class EscalationLadder {
       type: 'recovery.action',
       engine: s.engine,
       source: 'watchdog',
-      data: { action: rung, reason: i.reason, outcome, detectMs: i.detectedAt - i.beganAt },
+      data: {
+        action: rung,
+        reason: i.reason,
+        outcome,
+        detectMs: i.detectedAt - i.beganAt,
+        ...(i.evidence ? { evidence: i.evidence } : {}),
+      },
     });
   }
 

@@ -5,6 +5,7 @@
  */
 import { describe, expect, it, vi } from 'vitest';
 import type { ControlPlane } from '../control/control-plane.ts';
+import { Cordons } from '../control/cordons.ts';
 import { DEFAULT_LIVENESS, type EngineStatus, type EngineView } from '../control/engine-view.ts';
 import type { Stall, StallKind } from '../control/stalls.ts';
 import type { EventInput } from '../journal/events.ts';
@@ -27,6 +28,10 @@ class Rig {
   /** Whether the engine is a process the supervisor started. */
   supervised = true;
   stall: StallKind | null = null;
+  /** decode-0, stalled when `otherStall` is set (it heartbeats on time otherwise). */
+  other = { ...this.session, engine: 'decode-0', lastSeen: Number.NaN };
+  otherStall: StallKind | null = null;
+  readonly cordons = new Cordons();
   readonly events: EventInput[] = [];
   readonly asked: string[] = [];
   readonly ladder: EscalationLadder;
@@ -35,14 +40,27 @@ class Rig {
   constructor() {
     const control: Pick<
       ControlPlane,
-      'engines' | 'stalledEngines' | 'command' | 'fence' | 'liveness'
+      'engines' | 'stalledEngines' | 'command' | 'fence' | 'liveness' | 'registry' | 'book'
     > = {
       liveness: DEFAULT_LIVENESS,
-      engines: () => [this.session as unknown as EngineView],
-      stalledEngines: (): Stall[] =>
-        this.stall
+      engines: () => [this.session, this.other] as unknown as EngineView[],
+      stalledEngines: (): Stall[] => [
+        ...(this.stall
           ? [{ engine: ENGINE, kind: this.stall, reason: `${this.stall} stall`, since: this.now }]
-          : [],
+          : []),
+        ...(this.otherStall
+          ? [
+              {
+                engine: 'decode-0',
+                kind: this.otherStall,
+                reason: `${this.otherStall} stall`,
+                since: this.now,
+              },
+            ]
+          : []),
+      ],
+      registry: { cordons: this.cordons } as unknown as ControlPlane['registry'],
+      book: { liveOn: () => 3 } as unknown as ControlPlane['book'],
       command: () => false,
       fence: (engine, incarnation) => {
         this.asked.push(`fence ${engine} ${incarnation}`);
@@ -174,7 +192,7 @@ describe('EscalationLadder', () => {
     ]);
   });
 
-  it('an engine that wedges the same way again soon starts a rung higher each time, then is given up on', () => {
+  it('an engine that wedges the same way again soon starts a rung higher each time, and alone is cordoned — no other engine restarted', async () => {
     const rig = new Rig();
     rig.stall = 'work';
     expect(rig.tick()).toEqual(['prefill-0:reset_in_place']);
@@ -190,16 +208,58 @@ describe('EscalationLadder', () => {
     rig.comesBack('incarnation');
     rig.tick();
     rig.stall = 'work';
-    expect(rig.tick(5_000)).toEqual(['prefill-0:restart_stack']);
-    expect(rig.asked.slice(-2)).toEqual(['restart prefill-0', 'restart decode-0']);
+    expect(rig.tick(5_000)).toEqual(['prefill-0:cordon_engine']);
+    // Its rooms move and its incarnation is fenced; decode-0, healthy, is left alone.
+    expect(rig.asked.slice(-1)).toEqual([`fence prefill-0 ${rig.session.incarnation}`]);
+    expect(rig.asked.filter((a) => a.includes('decode-0'))).toEqual([]);
+    expect(rig.ladder.view(ENGINE).phase).toBe('cordoned');
+    await new Promise((r) => setImmediate(r));
+    const cordoned = rig.events.find((e) => e.type === 'engine.cordoned');
+    expect(cordoned).toMatchObject({
+      engine: ENGINE,
+      data: {
+        by: 'ladder',
+        rooms: 3,
+        evidence:
+          'prefill-0 alone stalled within 60 s, and a restart did not cure it: the fault is its own',
+      },
+    });
+    expect(rig.cordons.of(ENGINE)?.by).toBe('ladder');
+    // Still stalled: nothing more is tried on a cordoned engine.
+    expect(rig.tick(20_000)).toEqual([]);
+    // A new incarnation that serves closes the incident; the engine stays cordoned.
     rig.comesBack('incarnation');
     rig.tick();
+    expect(rig.ladder.view(ENGINE).phase).toBe('ok');
+    expect(rig.cordons.has(ENGINE)).toBe(true);
+  });
+
+  it('restarts every engine only when another engine stalled in the same window, and says why', () => {
+    const rig = new Rig();
     rig.stall = 'work';
-    expect(rig.tick(5_000)).toEqual([]);
-    expect(rig.ladder.view(ENGINE)).toMatchObject({
-      phase: 'gave_up',
-      lastOutcome: 'gave up: every rung was tried',
-    });
+    expect(rig.tick()).toEqual(['prefill-0:reset_in_place']);
+    rig.comesBack('session');
+    rig.tick();
+    rig.stall = 'work';
+    expect(rig.tick(10_000)).toEqual(['prefill-0:restart_engine']);
+    rig.comesBack('incarnation');
+    rig.tick();
+    // decode-0 stalls too: what they share is suspect.
+    rig.otherStall = 'bus';
+    expect(rig.tick()).toEqual(['decode-0:reset_in_place']);
+    rig.stall = 'work';
+    const before = rig.asked.length;
+    expect(rig.tick(5_000)).toContain('prefill-0:restart_stack');
+    expect(rig.asked.slice(before)).toEqual(
+      expect.arrayContaining(['restart prefill-0', 'restart decode-0']),
+    );
+    const stack = rig.events.find(
+      (e) => e.type === 'recovery.action' && e.data.action === 'restart_stack',
+    );
+    expect((stack?.data as { evidence?: string } | undefined)?.evidence).toBe(
+      '2 engines stalled within 60 s (prefill-0, decode-0): the fault is likelier in what they share',
+    );
+    expect(rig.cordons.all().size).toBe(0);
   });
 
   it('a different stall, or the same one long after, starts again from the in-place reset', () => {
