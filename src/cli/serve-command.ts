@@ -153,6 +153,12 @@ export function registerServeCommand(program: Command): void {
       2,
     )
     .option(
+      '--retry-limit <n>',
+      'times one request is tried again on another engine pair when its room failed before any token reached the client (a failed prefill or transfer, a checksum mismatch, a refused reservation), the engine to blame left out; journaled as room.created retriedFrom (0: never; the client gets the failure)',
+      intArg('--retry-limit'),
+      1,
+    )
+    .option(
       '--request-timeout-ms <n>',
       'how long a client may take to send a whole request (headers and body); slower ones are cut off',
       intArg('--request-timeout-ms', 100),
@@ -286,6 +292,7 @@ export function registerServeCommand(program: Command): void {
           engineLogLevel: o.logLevel as string,
           restartStalled: o.restartStalled !== false,
           migrationLimit: o.migrationLimit as number,
+          retryLimit: o.retryLimit as number,
           maxRoomsPerEngine: o.maxRoomsPerEngine as number,
           router: o.router as RouterPolicy,
           routerOverlapWeight: o.routerOverlapWeight as number,

@@ -141,7 +141,7 @@ export class ControlPlane {
     });
     const { model, intake, log } = this;
     const closing = () => this.closing !== null;
-    const limits = { limit: o.migrationLimit, waitMs: o.migrationWaitMs };
+    const limits = { limit: o.migrationLimit, waitMs: o.migrationWaitMs, retryLimit: o.retryLimit };
     this.migrator = new Migrator({ journal, model, log, book, intake, closing }, limits);
   }
 
@@ -180,9 +180,7 @@ export class ControlPlane {
 
   /** Every engine it knows, as frozen views with their status (engine-view.ts). */
   engines(now = Date.now(), stalls = this.stalledEngines(DEFAULT_STALL_POLICY, now)): EngineView[] {
-    const { registry, book, liveness } = this;
-    const cordonOf = (id: string) => registry.cordons.of(id);
-    return viewsOf(registry.all(), (id) => book.liveOn(id), liveness, now, stalls, cordonOf);
+    return viewsOf(this.registry, (id) => this.book.liveOn(id), this.liveness, now, stalls);
   }
 
   /** One engine's view; undefined when it is not registered. */
@@ -254,6 +252,7 @@ export class ControlPlane {
     if (folded.admittedOn) void this.migrator.created(room, folded.admittedOn);
     if (!ended) return;
     this.aborts.onTerminal(room.room);
+    if (ended.stream && this.migrator.retry(room, ended.stream, ended.request)) return;
     const missing = ended.stream?.endAs(room);
     if (missing)
       this.log.error(

@@ -108,18 +108,17 @@ export function heartbeatStall(
   };
 }
 
-/** The frozen views of these sessions, with the stalls found now. */
+/** The frozen views of the registry's sessions, with the stalls found now and its cordons. */
 export function viewsOf(
-  sessions: readonly EngineSession[],
+  registry: { all(): EngineSession[]; cordons: { of(engine: string): Cordon | null } },
   liveOn: (engine: string) => number,
   policy: Readonly<LivenessPolicy>,
   now: number,
   stalls: readonly Stall[],
-  cordonOf: (engine: string) => Cordon | null = () => null,
 ): EngineView[] {
-  return sessions.map((s) => {
+  return registry.all().map((s) => {
     const found = stalls.find((x) => x.engine === s.engine) ?? null;
-    return viewOf(s, liveOn(s.engine), policy, now, found, cordonOf(s.engine));
+    return viewOf(s, liveOn(s.engine), policy, now, found, registry.cordons.of(s.engine));
   });
 }
 

@@ -263,7 +263,7 @@ export class Intake {
     request: RoomRequest,
     promptTokens: number,
     { prefill, decode, transport }: Pair,
-    o: { source: string; migratedFrom?: string; names?: readonly string[] },
+    o: { source: string; migratedFrom?: string; retriedFrom?: string; names?: readonly string[] },
   ): void {
     const { book, deadlinesMs, router } = this.deps;
     const names = o.names ?? this.namesOf(request);
@@ -290,6 +290,7 @@ export class Intake {
             ...(request.sampling ? { sampling: request.sampling } : {}),
             ...stream.trace,
             ...(o.migratedFrom ? { migratedFrom: o.migratedFrom } : {}),
+            ...(o.retriedFrom ? { retriedFrom: o.retriedFrom } : {}),
             ...(deadlinesMs ? { deadlinesMs } : {}),
             ...(reservation ? { reservation } : {}),
           },

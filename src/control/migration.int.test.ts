@@ -59,7 +59,7 @@ async function setup(limit = 2) {
   });
   migrator = new Migrator(
     { journal, model, log: silentLogger, book, intake, closing: () => false },
-    { limit, waitMs: 200 },
+    { limit, waitMs: 200, retryLimit: 1 },
   );
 
   /** A live room on p0/d0 that has streamed `text` (words of the model's), its client still reading. */

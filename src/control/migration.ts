@@ -5,11 +5,17 @@
  * the client's stream goes on unbroken. Past the migration limit the room fails instead
  * (`migration_limit_reached`). Terminal rooms the lost engine never released are released for it.
  *
+ * Retry is its sibling: a room that failed before any token reached its client, for a reason
+ * another pair may not share (reasons.ts `FAILURE_BLAME`), is continued the same way as a new
+ * room (`retriedFrom`) on a pair without the engine to blame, up to `retryLimit` times a request.
+ * The client sees one answer; none of the failed room's reached it, so none is sent twice.
+ *
  * The room book holds the rooms, streams and requests; this module reads them, moves the stream,
  * and creates the continuation room through intake.ts, as every room is created.
  */
 import { maxRequestTextBytes, type RoomRequest, requestTextBytes } from '../bus/protocol.ts';
 import { newRoomId } from '../journal/ids.ts';
+import { FAILURE_BLAME, isFailureReason } from '../journal/reasons.ts';
 import type { Room } from '../journal/reducer.ts';
 import { isTerminal } from '../journal/states.ts';
 import type { AppendResult, JournalStore } from '../journal/store.ts';
@@ -25,8 +31,10 @@ import { RoomEndedError, type RoomStream } from './streams.ts';
 export interface MigrationOptions {
   /** Migrations per request; 0 turns migration off. */
   limit: number;
-  /** How long a migrating request waits for a healthy pair, in ms. */
+  /** How long a migrating (or retried) request waits for a healthy pair, in ms. */
   waitMs: number;
+  /** Retries per request of a room that failed before its first token; 0 turns retry off. */
+  retryLimit: number;
 }
 
 /** What migration needs of the control plane: the rooms, and the one path to a new room. */
@@ -175,6 +183,8 @@ export class Migrator {
       stream.complete('length');
       return;
     }
+    const usable = (s: EngineSession) =>
+      !(s.engine === loss.engine && s.incarnation === loss.incarnation);
     host.log.warn(
       {
         room: from.room,
@@ -185,7 +195,67 @@ export class Migrator {
       },
       'migrating room',
     );
-    void this.redispatch(from, to, stream, next, loss);
+    void this.redispatch(from, to, stream, next, usable, `${loss.engine} lost: ${loss.reason}`);
+  }
+
+  /**
+   * A room that failed before any token reached its client: its request goes on as a new room on
+   * a pair without the engine to blame, when the reason allows and the request has retries left.
+   * True when it took the stream (the caller must not end it).
+   */
+  retry(room: Room, stream: RoomStream, request: RoomRequest | undefined): boolean {
+    const { host } = this;
+    const reason = room.reason;
+    if (room.state !== 'failed' || !isFailureReason(reason) || !FAILURE_BLAME[reason].retry)
+      return false;
+    if (!request || stream.done || stream.cancelled || stream.tokens > 0) return false;
+    if (stream.retries >= this.options.retryLimit || room.abortRequestedAt !== null) return false;
+    // A canary probes its engines: tried elsewhere, it would hide what it found.
+    if (host.closing() || room.origin === 'canary') return false;
+    const { prefillEngine: p, decodeEngine: d } = room;
+    // Whom to leave out: the engine to blame; for a fault of the pair (or of whichever engine
+    // reported it), both where another pair of both exists, else one of them — never the same pair.
+    const blame = FAILURE_BLAME[reason].blame;
+    const choices =
+      blame === 'prefill'
+        ? [[p]]
+        : blame === 'decode'
+          ? [[d]]
+          : blame === 'none'
+            ? [[]]
+            : [[p, d], [p], [d]];
+    // No such pair now (one engine of a role, or every other one full): the client gets the
+    // failure at once rather than after a wait.
+    const tokens = host.model.contextTokens(request).length;
+    const blamed = choices
+      .map((c) => new Set(c))
+      .find((c) => host.intake.pairFor(tokens, request.maxTokens, (s) => !c.has(s.engine)).pair);
+    if (!blamed) return false;
+    const usable = (s: EngineSession) => !blamed.has(s.engine);
+    const to = newRoomId();
+    host.log.warn(
+      { room: room.room, to, reason, blamed: [...blamed], requestId: stream.trace.requestId },
+      'room failed before its first token; trying the request again on another pair',
+    );
+    host.journal
+      .append({
+        type: 'recovery.action',
+        room: room.room,
+        source: 'control',
+        data: {
+          action: 'retry_room',
+          reason,
+          outcome: `tried again as ${to}${blamed.size > 0 ? `, without ${[...blamed].join(' and ')}` : ''}`,
+          stage: room.failedStage ?? undefined,
+        },
+      })
+      .catch((err) => host.log.error({ err, room: room.room }, 'could not journal a retry'));
+    void this.redispatch(room, to, stream, request, usable, `${room.room} failed: ${reason}`, {
+      retriedFrom: room.room,
+      // The client is answered with the room's own failure when no pair takes the request.
+      otherwise: () => stream.endAs(room),
+    });
+    return true;
   }
 
   /**
@@ -214,20 +284,24 @@ export class Migrator {
       );
   }
 
-  /** Creates the migrated request's new room once a healthy pair (not the lost engine) is free. */
+  /**
+   * Creates the request's new room once a pair of `usable` engines is free: a migration's
+   * continuation (`retry` absent) or a retried request's (`retry.retriedFrom`). `why`: what
+   * happened to `from`, for the record when no pair comes.
+   */
   private async redispatch(
     from: Room,
     to: string,
     stream: RoomStream,
     next: RoomRequest,
-    loss: Loss,
+    usable: (s: EngineSession) => boolean,
+    why: string,
+    retry?: { retriedFrom: string; otherwise: () => void },
   ): Promise<void> {
     const { host } = this;
     const { waitMs } = this.options;
     const tokens = host.model.contextTokens(next).length;
     const deadline = Date.now() + waitMs;
-    const usable = (s: EngineSession) =>
-      !(s.engine === loss.engine && s.incarnation === loss.incarnation);
     for (;;) {
       if (host.closing() || stream.done) return;
       if (stream.cancelled) {
@@ -237,17 +311,25 @@ export class Migrator {
       }
       const { pair } = host.intake.pairFor(tokens, next.maxTokens, usable);
       if (pair) {
-        stream.continueIn(to);
-        host.intake.create(stream, to, next, tokens, pair, {
-          source: 'migration',
-          migratedFrom: from.room,
-        });
+        stream.continueIn(to, retry ? 'retry' : 'migration');
+        host.intake.create(
+          stream,
+          to,
+          next,
+          tokens,
+          pair,
+          retry
+            ? { source: 'retry', retriedFrom: retry.retriedFrom }
+            : { source: 'migration', migratedFrom: from.room },
+        );
         return;
       }
       if (Date.now() > deadline) {
         host.log.error(
           { room: from.room, to, requestId: stream.trace.requestId },
-          'no healthy engine pair to migrate to',
+          retry
+            ? 'no other engine pair to try the request on'
+            : 'no healthy engine pair to migrate to',
         );
         host.journal
           .append({
@@ -255,12 +337,16 @@ export class Migrator {
             room: from.room,
             source: 'control',
             data: {
-              action: 'migrate_room',
-              reason: `${loss.engine} lost: ${loss.reason}`,
+              action: retry ? 'retry_room' : 'migrate_room',
+              reason: why,
               outcome: `failed: no healthy engine pair within ${waitMs} ms; ${to} never created`,
             },
           })
           .catch(() => {});
+        if (retry) {
+          retry.otherwise();
+          return;
+        }
         stream.fail(
           new ControlError(
             'CONTROL_NO_ENGINES',

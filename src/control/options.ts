@@ -18,6 +18,7 @@ export interface ControlDefaults {
   abortGraceMs: number;
   migrationLimit: number;
   migrationWaitMs: number;
+  retryLimit: number;
   journalOutageGraceMs: number;
   maxRoomsPerEngine: number;
   engineExpiryMs: number;
@@ -42,6 +43,12 @@ export const CONTROL_DEFAULTS: Readonly<ControlDefaults> = Object.freeze({
   migrationLimit: 2,
   /** How long a migrating request waits for a healthy pair. */
   migrationWaitMs: 15_000,
+  /**
+   * Times one request is tried again on another pair when its room failed before any token
+   * reached the client, for a reason another pair may not share (reasons.ts FAILURE_BLAME); 0:
+   * never (the client gets the failure).
+   */
+  retryLimit: 1,
   /**
    * The journal has refused writes for this long: every request in flight is answered now (503,
    * or an error event on a stream) instead of waiting out the outage, and its room is failed

@@ -35,8 +35,11 @@ export interface RoomOwners {
 export interface Folded {
   before: Room | null;
   room: Room;
-  /** The event ended the room (its first terminal state): its client stream, if any, left the book with it. */
-  ended: { stream: RoomStream | undefined } | null;
+  /**
+   * The event ended the room (its first terminal state): its client stream and request, if any,
+   * left the book with it.
+   */
+  ended: { stream: RoomStream | undefined; request: RoomRequest | undefined } | null;
   /** A `room.created` of a room admitted here: the engine incarnations it was admitted on. */
   admittedOn: { prefill: string; decode: string } | null;
 }
@@ -191,8 +194,8 @@ export class RoomBook {
     if (!isTerminal(room.state)) this.index(room.room, room, true);
     else if (!before || !isTerminal(before.state)) {
       this.index(room.room, room, false);
+      ended = { stream: this.takeStream(room.room), request: this.requests.get(room.room) };
       this.requests.delete(room.room);
-      ended = { stream: this.takeStream(room.room) };
       this.depths.forget(room.room);
     }
     if (isTerminal(room.state) && releasedByBoth(room)) this.leave(room);

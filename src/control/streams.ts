@@ -36,6 +36,8 @@ export class RoomStream implements AsyncIterable<TokenChunk> {
   cancelled = false;
   /** Migrations so far, and where the current room's chunks and tokens start. */
   migrations = 0;
+  /** Rooms of this request that failed before its first token and were tried again (migration.ts). */
+  retries = 0;
   private indexBase = 0;
   private tokensBase = 0;
   private idsBase = 0;
@@ -62,10 +64,11 @@ export class RoomStream implements AsyncIterable<TokenChunk> {
     this.admitted.catch(() => {});
   }
 
-  /** The request goes on in `room` (a migration): its chunks continue this stream's. */
-  continueIn(room: string): void {
+  /** The request goes on in `room` (a migration, or a retry): its chunks continue this stream's. */
+  continueIn(room: string, as: 'migration' | 'retry' = 'migration'): void {
     this.current = room;
-    this.migrations++;
+    if (as === 'retry') this.retries++;
+    else this.migrations++;
     this.indexBase = this.nextIndex;
     this.tokensBase = this.tokens;
     this.idsBase = this.ids.length;

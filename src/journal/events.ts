@@ -45,6 +45,8 @@ export const EVENT_SCHEMAS = {
       model: Type.Optional(Text),
       deadlinesMs: Type.Optional(Deadlines),
       migratedFrom: Type.Optional(Id),
+      /** The room of the same request that failed before its first token, tried again as this one. */
+      retriedFrom: Type.Optional(Id),
       /**
        * How the pair was expected to move the room's KV when it was chosen (control/pairs.ts);
        * `room.transfer_completed.transport` says what moved it. Absent: before it was recorded.

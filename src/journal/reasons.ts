@@ -44,6 +44,46 @@ export type RoomFailureReason = keyof typeof ROOM_FAILURE_REASONS;
 export const FAILURE_REASONS = Object.keys(ROOM_FAILURE_REASONS) as RoomFailureReason[];
 
 /**
+ * Whose fault each failure is — what outlier detection counts against an engine — and whether a
+ * request that failed so before any token reached its client is tried again on another pair.
+ * `prefill`/`decode`: that engine of the room; `pair`: either, or the link between them (counted
+ * against both, and each engine measured against its role's peers); `reporter`: the engine that
+ * appended it; `none`: no engine (load, the control plane, the client, the journal).
+ */
+export type FailureBlame = 'prefill' | 'decode' | 'pair' | 'reporter' | 'none';
+export const FAILURE_BLAME: Readonly<
+  Record<RoomFailureReason, { blame: FailureBlame; retry: boolean }>
+> = Object.freeze({
+  deadline_exceeded: { blame: 'none', retry: true },
+  journal_unavailable: { blame: 'none', retry: false },
+  orphaned_by_restart: { blame: 'none', retry: false },
+  migration_limit_reached: { blame: 'none', retry: false },
+  too_large_to_migrate: { blame: 'none', retry: false },
+  generated_tokens_unknown: { blame: 'none', retry: false },
+  engine_restarted: { blame: 'reporter', retry: true },
+  engine_draining: { blame: 'none', retry: true },
+  request_unavailable: { blame: 'reporter', retry: true },
+  request_unusable: { blame: 'none', retry: false },
+  prefill_queue_full: { blame: 'none', retry: true },
+  prefill_error: { blame: 'prefill', retry: true },
+  decode_error: { blame: 'decode', retry: true },
+  kv_pool_full: { blame: 'none', retry: true },
+  kv_reservation_refused: { blame: 'decode', retry: true },
+  kv_exceeds_reservation: { blame: 'prefill', retry: true },
+  kv_checksum_mismatch: { blame: 'pair', retry: true },
+  kv_image_invalid: { blame: 'pair', retry: true },
+  bootstrap_unknown: { blame: 'pair', retry: true },
+  transfer_stalled: { blame: 'pair', retry: true },
+  transfer_failed: { blame: 'pair', retry: true },
+  transfer_cancelled: { blame: 'pair', retry: true },
+  transfer_epoch_mismatch: { blame: 'pair', retry: true },
+  kv_transport_unavailable: { blame: 'pair', retry: true },
+  decode_pool_stale: { blame: 'decode', retry: true },
+  decode_pool_invalid: { blame: 'decode', retry: true },
+  decode_pool_unavailable: { blame: 'decode', retry: true },
+});
+
+/**
  * The failures of moving a room's KV between its pair, each counted by `pdctl_transfers_total`
  * (its `status` label: the reason without `transfer_`). `link`: the pair's link is to blame, not
  * either engine — control/pairs.ts passes over that pair for a while. A stale pool descriptor is
