@@ -296,7 +296,7 @@ export const adminRoutes: FastifyPluginAsync<AdminDeps> = async (
       },
       async (req, reply) => {
         const { engine } = req.params;
-        const reason = (req.body ?? {}).reason ?? 'operator';
+        const reason = req.body?.reason ?? 'operator';
         if (typeof reason !== 'string' || reason.length === 0 || reason.length > 200)
           throw new ApiError(
             400,
