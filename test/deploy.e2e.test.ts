@@ -234,6 +234,7 @@ describe('every series deploy/ reads, in /metrics of a running stack', () => {
     const onlyInTrouble = new Set([
       'pdctl_engine_stalled',
       'pdctl_engine_cordoned',
+      'pdctl_engine_ejected',
       'pdctl_bus_dropped_frames_total',
     ]);
     const read = new Set<string>();

@@ -253,6 +253,23 @@ describe('a room that fails before its first token', () => {
     expect(actions.filter((a) => a.data.action === 'retry_room')).toHaveLength(retried.length);
     // Each request took one room or two: a retried one is never tried a second time.
     expect(created.length).toBe(requests.length + retried.length);
+    // Its rooms failing far more often than prefill-0's, prefill-1 is out of rotation: the next
+    // requests all go to prefill-0 (decode-0, the only decode engine, is never ejected).
+    await waitFor('prefill-1 ejected', () => control.registry.ejections.has('prefill-1'));
+    const [ejected] = await control.journal.tail({ type: 'engine.ejected' });
+    expect(ejected).toMatchObject({ engine: 'prefill-1', data: { peersFailureRate: 0 } });
+    expect(control.registry.ejections.has('decode-0')).toBe(false);
+    const head = await control.journal.headSeq();
+    const later = await Promise.all(
+      Array.from({ length: 6 }, (_, i) =>
+        collect(control.submit({ prompt: prompt(750 + i, 12), maxTokens: 6 })),
+      ),
+    );
+    for (const o of later) expect(o.error).toBeNull();
+    const after = await control.journal.tail({ type: 'room.created', afterSeq: head, limit: 100 });
+    expect(after.filter((e) => e.source !== 'canary').map((e) => e.data.prefillEngine)).toEqual(
+      Array(6).fill('prefill-0'),
+    );
   });
 
   it('reaches its client as the failure it was with --retry-limit 0', async () => {
@@ -260,6 +277,7 @@ describe('a room that fails before its first token', () => {
       prefillEngines: 2,
       engineArgs: ['--allow-fault-injection'],
       retryLimit: 0,
+      outlierEjection: false,
     });
     expect(control.command('prefill-1', 'inject_fault', null, 'corrupt')).toBe(true);
     await new Promise((r) => setTimeout(r, 200));

@@ -74,6 +74,7 @@ const badgeClass = (value) => {
       'restarting_stack',
       'fenced',
       'cordoned',
+      'ejected',
       'draining',
       'connecting',
       'stale',
@@ -138,6 +139,9 @@ function renderEngines(engines) {
           },
           h('span', { class: badgeClass(e.status) }, e.status),
           e.cordon ? h('span', { class: badgeClass('cordoned') }, 'cordoned') : null,
+          e.ejection
+            ? h('span', { class: badgeClass('ejected'), title: e.ejection.reason }, 'ejected')
+            : null,
         ),
         h('td', { class: 'ladder' }, h('span', { class: badgeClass(phase) }, phase)),
         h('td', { class: 'num' }, age(e.heartbeatAgeMs)),

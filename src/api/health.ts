@@ -55,6 +55,7 @@ export function readiness(
     .map((s) => ({ engine: s.engine, view: deps.recovery?.ladder(s.engine) }))
     .filter((x) => x.view !== undefined && x.view.phase !== 'ok' && x.view.phase !== 'cordoned');
   const cordons = [...control.registry.cordons.all()];
+  const ejections = [...control.registry.ejections.all()];
   const h = control.journalHealth();
   const bus = control.busStatus();
   const checks = {
@@ -89,6 +90,18 @@ export function readiness(
               .map(
                 ([id, c]) =>
                   `${id} cordoned by the ${c.by} (${c.reason}): no rooms until \`pdctl engines uncordon ${id}\``,
+              )
+              .join('; '),
+    },
+    ejected_engines: {
+      ok: true,
+      detail:
+        ejections.length === 0
+          ? 'no engine ejected as an outlier'
+          : ejections
+              .map(
+                ([id, e]) =>
+                  `${id} ejected (${e.reason}): no rooms until a canary through it passes, tried from ${new Date(e.until).toISOString()}`,
               )
               .join('; '),
     },

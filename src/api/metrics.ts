@@ -247,6 +247,12 @@ export class ApiMetrics {
       labelNames: ['engine', 'phase'],
       registers: [r],
     });
+    const ejected = new client.Gauge({
+      name: 'pdctl_engine_ejected',
+      help: 'Engines out of rotation now as outliers (no rooms until a canary through them passes)',
+      labelNames: ['engine'],
+      registers: [r],
+    });
     const cordoned = new client.Gauge({
       name: 'pdctl_engine_cordoned',
       help: 'Engines cordoned now (no new rooms until `pdctl engines uncordon`), by who cordoned them (ladder, operator)',
@@ -404,6 +410,8 @@ export class ApiMetrics {
       stalled.reset();
       ladder.reset();
       for (const x of found) stalled.set({ engine: x.engine, kind: x.kind }, 1);
+      ejected.reset();
+      for (const [engine] of control.registry.ejections.all()) ejected.set({ engine }, 1);
       cordoned.reset();
       for (const [engine, c] of control.registry.cordons.all())
         cordoned.set({ engine, by: c.by }, 1);

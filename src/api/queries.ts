@@ -330,6 +330,7 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
           recovery: recovery?.ladder(s.engine) ?? null,
           restarts: recovery?.restarts(s.engine) ?? null,
           cordon: s.cordon,
+          ejection: s.ejection,
         })),
       };
     },

@@ -174,6 +174,20 @@ export const EnginesBody = Type.Object({
       faultInjection: Type.Boolean(),
       recovery: Nullable(LadderView),
       restarts: Nullable(Type.Integer()),
+      ejection: Nullable(
+        Type.Object(
+          {
+            reason: Type.String(),
+            since: Type.Integer(),
+            until: Type.Integer({ description: 'when a canary through it may first be tried' }),
+            times: Type.Integer(),
+          },
+          {
+            description:
+              'why it is out of rotation as an outlier until a canary through it passes (null: in rotation)',
+          },
+        ),
+      ),
       cordon: Nullable(
         Type.Object(
           {

@@ -9,6 +9,7 @@ import type { ControlPlaneOptions } from '../control/options.ts';
 import type { Durability } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { EscalationLadder, type LadderPolicy } from '../recovery/ladder.ts';
+import { OutlierDetector, type OutlierPolicy } from '../recovery/outliers.ts';
 import { EngineSupervisor, removeDeadEnginePools } from '../recovery/supervisor.ts';
 import type { RecoveryView } from '../recovery/view.ts';
 import { Watchdog } from '../recovery/watchdog.ts';
@@ -65,6 +66,12 @@ export interface StackOptions extends Omit<ControlPlaneOnDisk, 'admission'> {
    */
   restartStalled?: boolean;
   ladder?: Partial<LadderPolicy>;
+  /**
+   * Take engines whose rooms keep failing by their fault out of rotation until a canary through
+   * them passes (recovery/outliers.ts). Default true.
+   */
+  outlierEjection?: boolean;
+  outliers?: Partial<OutlierPolicy>;
 }
 
 export interface Stack {
@@ -76,6 +83,7 @@ export interface Stack {
   engines: EngineSupervisor;
   watchdog: Watchdog;
   ladder: EscalationLadder;
+  outliers: OutlierDetector;
   /** The ladder's view and restart count of each engine, for the API and `pdctl engines`. */
   recovery: RecoveryView;
   engineIds: { prefill: string[]; decode: string[] };
@@ -147,6 +155,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
   for (const id of ids.decode) engines.start({ id, role: 'decode', args });
   const watchdog = new Watchdog(control, journal, log);
   const ladder = new EscalationLadder(control, journal, engines, log, options.ladder);
+  const outliers = new OutlierDetector(control, journal, log, options.outliers);
   const recovery: RecoveryView = {
     ladder: (engine) => ladder.view(engine),
     restarts: (engine) => engines.restarts(engine),
@@ -154,11 +163,13 @@ export async function startStack(options: StackOptions): Promise<Stack> {
   };
   if (options.restartStalled !== false) ladder.start();
   if (options.watchdog !== false) watchdog.start();
+  if (options.outlierEjection !== false) outliers.start();
   let stopping: Promise<void> | null = null;
   const stop = () => {
     stopping ??= (async () => {
       watchdog.stop();
       ladder.stop();
+      outliers.stop();
       await engines.stop();
       await control.close();
     })();
@@ -181,6 +192,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     engines,
     watchdog,
     ladder,
+    outliers,
     recovery,
     engineIds: ids,
     stop,

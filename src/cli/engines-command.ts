@@ -36,6 +36,8 @@ interface EngineRow {
   kvUcx?: boolean;
   /** KV transfers it took part in since the control plane started, by transport. */
   transfers?: Record<string, number>;
+  /** Why it is out of rotation as an outlier (absent from an older server). */
+  ejection?: { reason: string; since: number; until: number; times: number } | null;
   /** Why it takes no new rooms until uncordoned (absent from an older server). */
   cordon?: { reason: string; by: string; evidence: string | null; at: number } | null;
 }
@@ -100,7 +102,13 @@ export function registerEnginesCommand(program: Command): void {
             { header: 'ENGINE', value: (e) => e.id },
             { header: 'ROLE', value: (e) => e.role },
             // A cordoned engine heartbeats like any other, but takes no room.
-            { header: 'STATUS', value: (e) => (e.cordon ? `${e.status},cordoned` : e.status) },
+            {
+              header: 'STATUS',
+              value: (e) =>
+                [e.status, e.cordon ? 'cordoned' : null, e.ejection ? 'ejected' : null]
+                  .filter(Boolean)
+                  .join(','),
+            },
             { header: 'STATE', value: (e) => e.state },
             { header: 'PID', value: (e) => e.pid, align: 'right' },
             { header: 'HEARTBEAT', value: (e) => `${e.heartbeatAgeMs}ms`, align: 'right' },
@@ -157,6 +165,10 @@ export function registerEnginesCommand(program: Command): void {
         for (const e of body.engines.filter((x) => x.cordon))
           print(
             `\n${e.id} is cordoned by the ${e.cordon?.by} since ${new Date(e.cordon?.at ?? 0).toISOString()}: ${e.cordon?.reason}${e.cordon?.evidence ? ` — ${e.cordon.evidence}` : ''}. It takes no rooms until \`pdctl engines uncordon ${e.id}\``,
+          );
+        for (const e of body.engines.filter((x) => x.ejection))
+          print(
+            `\n${e.id} is ejected as an outlier (${e.ejection?.times}× so far): ${e.ejection?.reason}. It takes no rooms until a canary through it passes, tried from ${new Date(e.ejection?.until ?? 0).toISOString()}`,
           );
         const faulty = body.engines
           .filter((e) => e.faultInjection === true)

@@ -143,6 +143,10 @@ export function registerServeCommand(program: Command): void {
       'detect a stalled engine but do not take it up the escalation ladder (to watch a wedge)',
     )
     .option(
+      '--no-outlier-ejection',
+      'keep engines whose rooms keep failing by their fault in rotation (by default they get no rooms until a canary through them passes: docs/design.md §9)',
+    )
+    .option(
       '--allow-fault-injection',
       'let its engines accept inject_fault commands, for `pdctl drill --url` against this stack (never in production)',
     )
@@ -291,6 +295,7 @@ export function registerServeCommand(program: Command): void {
           engineArgs,
           engineLogLevel: o.logLevel as string,
           restartStalled: o.restartStalled !== false,
+          outlierEjection: o.outlierEjection !== false,
           migrationLimit: o.migrationLimit as number,
           retryLimit: o.retryLimit as number,
           maxRoomsPerEngine: o.maxRoomsPerEngine as number,

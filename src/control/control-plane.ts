@@ -40,7 +40,7 @@ import {
   type SubmitRequest,
 } from './options.ts';
 import { failOrphans, roomsInFlight } from './orphans.ts';
-import { isTransportFailure, PairHealth } from './pairs.ts';
+import { isPairFailure, PairHealth } from './pairs.ts';
 import { EngineRegistry } from './registry.ts';
 import { RoomBook, type RoomOwners } from './room-book.ts';
 import { Router } from './routing/router.ts';
@@ -246,7 +246,7 @@ export class ControlPlane {
     this.roomEvents.emit(before, room, ev);
     if (ev.type === 'room.transfer_completed')
       this.pairHealth.moved(room.prefillEngine, room.decodeEngine);
-    else if (ev.type === 'room.failed' && isTransportFailure(room.reason))
+    else if (ev.type === 'room.failed' && isPairFailure(room.reason))
       this.pairHealth.failed(room.prefillEngine, room.decodeEngine, ev.ts);
     this.aborts.onCommitted(room, ev);
     if (folded.admittedOn) void this.migrator.created(room, folded.admittedOn);

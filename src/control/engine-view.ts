@@ -17,6 +17,7 @@
  */
 import type { EngineMessage } from '../bus/protocol.ts';
 import type { Cordon } from './cordons.ts';
+import type { Ejection } from './ejections.ts';
 import type { EngineIdentity, EngineSession } from './engine-session.ts';
 import type { Stall } from './stalls.ts';
 
@@ -49,11 +50,13 @@ export interface EngineView
       status: EngineStatus;
       /**
        * Whether new rooms go to it: live by its heartbeat (`engineStatus` without the stall), and
-       * not cordoned.
+       * neither cordoned nor ejected.
        */
       takesRooms: boolean;
       /** Why it takes no new rooms until uncordoned (cordons.ts); null when it is not cordoned. */
       cordon: Cordon | null;
+      /** Why it is out of rotation as an outlier (ejections.ts); null when it is not. */
+      ejection: Ejection | null;
       /** Why it is stalled (a stall of stalls.ts, or its heartbeat), when it is. */
       stall: Omit<Stall, 'engine'> | null;
       /** This hello's session number: a reset in place opens a new one. */
@@ -110,7 +113,11 @@ export function heartbeatStall(
 
 /** The frozen views of the registry's sessions, with the stalls found now and its cordons. */
 export function viewsOf(
-  registry: { all(): EngineSession[]; cordons: { of(engine: string): Cordon | null } },
+  registry: {
+    all(): EngineSession[];
+    cordons: { of(engine: string): Cordon | null };
+    ejections: { of(engine: string): Ejection | null };
+  },
   liveOn: (engine: string) => number,
   policy: Readonly<LivenessPolicy>,
   now: number,
@@ -118,7 +125,11 @@ export function viewsOf(
 ): EngineView[] {
   return registry.all().map((s) => {
     const found = stalls.find((x) => x.engine === s.engine) ?? null;
-    return viewOf(s, liveOn(s.engine), policy, now, found, registry.cordons.of(s.engine));
+    const out = {
+      cordon: registry.cordons.of(s.engine),
+      ejection: registry.ejections.of(s.engine),
+    };
+    return viewOf(s, liveOn(s.engine), policy, now, found, out);
   });
 }
 
@@ -129,7 +140,7 @@ export function viewOf(
   policy: Readonly<LivenessPolicy>,
   now: number,
   found: Omit<Stall, 'engine'> | null,
-  cordon: Cordon | null = null,
+  out: { cordon: Cordon | null; ejection: Ejection | null } = { cordon: null, ejection: null },
 ): EngineView {
   const stall =
     found ??
@@ -138,8 +149,8 @@ export function viewOf(
   return Object.freeze({
     ...identity,
     status: engineStatus(s, policy, now, stall),
-    takesRooms: cordon === null && engineStatus(s, policy, now) === 'live',
-    cordon,
+    takesRooms: !out.cordon && !out.ejection && engineStatus(s, policy, now) === 'live',
+    ...out,
     stall,
     session: delivery.session,
     beats: health.beats,

@@ -117,7 +117,7 @@ export class Intake {
     }
     const { maxTokens, requestId, traceparent, sampling, signal } = request;
     const names = blockNames(tokens, this.deps.router.o.blockTokens);
-    const pair = this.pick(promptTokens, maxTokens, names);
+    const pair = this.pick(promptTokens, maxTokens, names, request.probe ?? null);
     const room = newRoomId();
     const stream = new RoomStream(room, promptTokens, Date.now());
     stream.trace = { ...(requestId ? { requestId } : {}), ...(traceparent ? { traceparent } : {}) };
@@ -153,6 +153,7 @@ export class Intake {
     usable: (s: EngineSession) => boolean = () => true,
     now = Date.now(),
     names: readonly string[] = [],
+    probe: string | null = null,
   ): { pair: Pair | null; prefills: EngineSession[]; decodes: EngineSession[] } {
     const { registry, book, liveness } = this.deps;
     // An engine with no pages cannot hold a room's KV, whatever it says of its KV's shape.
@@ -161,8 +162,8 @@ export class Intake {
       s.pages > 0 &&
       this.hasRoom(s) &&
       book.pages.fits(s, book.pages.pagesFor(s, promptTokens, maxTokens));
-    const prefills = registry.candidates('prefill', liveness, now, fits);
-    const decodes = registry.candidates('decode', liveness, now, fits);
+    const prefills = registry.candidates('prefill', liveness, now, fits, probe);
+    const decodes = registry.candidates('decode', liveness, now, fits, probe);
     const pair = this.deps.router.choose(prefills, decodes, names, promptTokens, {
       avoid: this.deps.pairAvoided,
       roomsOn: (engine) => book.liveOn(engine),
@@ -181,7 +182,12 @@ export class Intake {
    * CONTROL_BAD_REQUEST when no engine could ever hold the request, CONTROL_OVERLOADED (429) when
    * one could but none can now (no pages free, or every decode engine at its room cap).
    */
-  pick(promptTokens: number, maxTokens: number, names: readonly string[] = []): Pair {
+  pick(
+    promptTokens: number,
+    maxTokens: number,
+    names: readonly string[] = [],
+    probe: string | null = null,
+  ): Pair {
     const now = Date.now();
     const { pair, prefills, decodes } = this.pairFor(
       promptTokens,
@@ -189,6 +195,7 @@ export class Intake {
       undefined,
       now,
       names,
+      probe,
     );
     if (pair) return pair;
     if (prefills.length === 0) this.noneFor('prefill', promptTokens, maxTokens, now);

@@ -114,6 +114,11 @@ export interface SubmitRequest {
   signal?: AbortSignal;
   /** Who asks, journaled as the `source` of `room.created`. Default `api`. */
   source?: string;
+  /**
+   * A canary for this engine (recovery/outliers.ts): the room goes through it, ejected or not,
+   * and through no other engine of its role.
+   */
+  probe?: string;
   /** The HTTP request's id and W3C traceparent, journaled on `room.created` (and its migrations'). */
   requestId?: string;
   traceparent?: string;

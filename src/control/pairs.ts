@@ -9,7 +9,7 @@
  * when another pair can take the room (PairHealth).
  */
 
-import { isFailureReason, TRANSFER_FAILURES } from '../journal/reasons.ts';
+import { FAILURE_BLAME, isFailureReason, TRANSFER_FAILURES } from '../journal/reasons.ts';
 import { hostTag } from '../transfer/host.ts';
 import type { EngineIdentity, EngineSession } from './engine-session.ts';
 
@@ -171,7 +171,15 @@ export class PairHealth {
   }
 }
 
-/** Room failures that say the pair's link could not move KV (journal/reasons.ts `TRANSFER_FAILURES`). */
-export function isTransportFailure(reason: string | null): boolean {
-  return isFailureReason(reason) && TRANSFER_FAILURES[reason]?.link === true;
+/**
+ * Room failures that say the pair could not move KV right: its link could not move it
+ * (journal/reasons.ts `TRANSFER_FAILURES`), or what arrived was wrong (`FAILURE_BLAME` `pair`: a
+ * checksum mismatch, an image the model cannot load). The pair is passed over for a while
+ * (PairHealth); which engine of it is the outlier, recovery/outliers.ts finds.
+ */
+export function isPairFailure(reason: string | null): boolean {
+  return (
+    isFailureReason(reason) &&
+    (TRANSFER_FAILURES[reason]?.link === true || FAILURE_BLAME[reason].blame === 'pair')
+  );
 }

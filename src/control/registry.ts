@@ -2,10 +2,11 @@
  * The engines the control plane knows: who each is (role, incarnation, pool), which bus peer
  * speaks for it, what its last heartbeat said, and the pages promised to it. Picking a pair for
  * a new room is control/pairs.ts's, among the candidates found here; a cordoned engine (cordons.ts)
- * is never one.
+ * is never one, nor an ejected one (ejections.ts) but for the canary that may bring it back.
  */
 
 import { Cordons } from './cordons.ts';
+import { Ejections } from './ejections.ts';
 import type { EngineSession } from './engine-session.ts';
 import { type EngineStatus, engineStatus, type LivenessPolicy } from './engine-view.ts';
 import { ControlError } from './errors.ts';
@@ -14,6 +15,8 @@ export class EngineRegistry {
   private readonly sessions = new Map<string, EngineSession>();
   /** Engines that take no new rooms until an operator uncordons them, registered or not. */
   readonly cordons = new Cordons();
+  /** Engines out of rotation as outliers until a canary through them passes. */
+  readonly ejections = new Ejections();
 
   get(engine: string): EngineSession | undefined {
     return this.sessions.get(engine);
@@ -48,15 +51,22 @@ export class EngineRegistry {
     );
   }
 
-  /** Engines of the role that may take a new room now: live (above), not cordoned, passing `usable`. */
+  /**
+   * Engines of the role that may take a new room now: live (above), not cordoned, not ejected,
+   * passing `usable`. `probe`: a canary for this engine, ejected or not — for its role, only it.
+   */
   candidates(
     role: 'prefill' | 'decode',
     policy: Readonly<LivenessPolicy>,
     now = Date.now(),
     usable: (s: EngineSession) => boolean = () => true,
+    probe: string | null = null,
   ): EngineSession[] {
-    return this.withStatus(role, 'live', policy, now).filter(
-      (s) => !this.cordons.has(s.engine) && usable(s),
+    const probed = probe === null ? undefined : this.sessions.get(probe);
+    return this.withStatus(role, 'live', policy, now).filter((s) =>
+      probed?.role === role
+        ? s === probed && !this.cordons.has(s.engine) && usable(s)
+        : !this.cordons.has(s.engine) && !this.ejections.has(s.engine) && usable(s),
     );
   }
 

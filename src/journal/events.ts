@@ -246,6 +246,26 @@ export const EVENT_SCHEMAS = {
     open,
   ),
   'engine.uncordoned': Type.Object({ reason: Text, by: Text }, open),
+  /**
+   * Out of rotation as an outlier (recovery/outliers.ts): its rooms failed, by the reasons that
+   * blame it, in a row or far more often than its role's peers'. No room goes to it until a
+   * canary through it passes, tried from `ejectedMs` on.
+   */
+  'engine.ejected': Type.Object(
+    {
+      reason: Text,
+      /** Times it was ejected since the control plane started (each lasts longer). */
+      times: Count,
+      ejectedMs: Count,
+      consecutiveFailures: Count,
+      /** Of its last rooms counted, the share that failed by its fault; and its peers'. */
+      failureRate: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
+      peersFailureRate: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
+    },
+    open,
+  ),
+  /** Back in rotation: a canary through it passed. */
+  'engine.returned': Type.Object({ reason: Text, canaryRoom: Type.Optional(Id) }, open),
   /** An engine process the supervisor ran has exited, however it ended. */
   'engine.exited': Type.Object(
     {
@@ -401,6 +421,8 @@ const NEEDS_ENGINE = new Set<string>([
   'engine.exited',
   'engine.cordoned',
   'engine.uncordoned',
+  'engine.ejected',
+  'engine.returned',
 ]);
 
 function invalid(message: string): JournalError {

@@ -1,0 +1,295 @@
+/**
+ * Outlier ejection (after Envoy's): an engine whose rooms keep failing by its own fault is taken
+ * out of rotation before the ladder would see anything wrong — it may heartbeat and consume
+ * perfectly while every KV transfer it makes arrives corrupted. It reads committed room outcomes
+ * (the reasons list says whose fault each failure is: journal/reasons.ts `FAILURE_BLAME`):
+ *
+ *   - `consecutiveFailures` rooms in a row failed, blamed on the engine itself (`prefill`,
+ *     `decode`, or the engine that reported it); or
+ *   - of its last `windowRooms` rooms (at least `minRooms`), a share of at least `failureRate`
+ *     failed by its fault or its pair's, and its role's peers failed at most half as often over
+ *     theirs — a fault of the pair counts against both engines, and the comparison with the peers
+ *     tells which one it was.
+ *
+ * An ejected engine gets no room (the registry's `ejections`) until a canary through it passes —
+ * tried `ejectedMs` after the ejection, which doubles with each ejection (from `baseEjectionMs`,
+ * at most `maxEjectionMs`); a canary that fails ejects it again, longer. Never more than
+ * `maxEjectedShare` of a role's engines are out (cordoned or ejected) at once, at least one kept,
+ * so a fault in what they share cannot empty a role. Each ejection and return is journaled
+ * (`engine.ejected`, `engine.returned`) and shown in `/metrics`, `/ui` and `pdctl engines`.
+ */
+import type { ControlPlane } from '../control/control-plane.ts';
+import type { JournalEvent } from '../journal/events.ts';
+import { FAILURE_BLAME, isFailureReason } from '../journal/reasons.ts';
+import type { Room } from '../journal/reducer.ts';
+import { isTerminal } from '../journal/states.ts';
+import type { JournalStore } from '../journal/store.ts';
+import type { Logger } from '../log.ts';
+
+export interface OutlierPolicy {
+  consecutiveFailures: number;
+  windowRooms: number;
+  minRooms: number;
+  failureRate: number;
+  baseEjectionMs: number;
+  maxEjectionMs: number;
+  maxEjectedShare: number;
+  /** How long a canary through an ejected engine has to pass. */
+  probeDeadlineMs: number;
+}
+
+export const DEFAULT_OUTLIER_POLICY: Readonly<OutlierPolicy> = Object.freeze({
+  consecutiveFailures: 5,
+  windowRooms: 20,
+  minRooms: 5,
+  failureRate: 0.5,
+  baseEjectionMs: 10_000,
+  maxEjectionMs: 300_000,
+  maxEjectedShare: 0.5,
+  probeDeadlineMs: 5000,
+});
+
+interface Record {
+  /** Its last rooms' outcomes, newest last: true for a failure counted against it. */
+  outcomes: boolean[];
+  /** Failures blamed on itself in a row. */
+  consecutive: number;
+  /** Why its last failed room failed. */
+  lastReason: string;
+  times: number;
+  probing: boolean;
+}
+
+export class OutlierDetector {
+  private readonly engines = new Map<string, Record>();
+  /** The canaries sent through ejected engines: their outcome is the probe's, not a count. */
+  private readonly probes = new Set<string>();
+  private timer: NodeJS.Timeout | null = null;
+  private off: (() => void) | null = null;
+  private readonly policy: OutlierPolicy;
+
+  constructor(
+    private readonly control: Pick<ControlPlane, 'registry' | 'onRoomEvent' | 'submit' | 'abort'>,
+    private readonly journal: Pick<JournalStore, 'append'>,
+    private readonly log: Logger,
+    policy: Partial<OutlierPolicy> = {},
+  ) {
+    this.policy = { ...DEFAULT_OUTLIER_POLICY, ...policy };
+  }
+
+  start(intervalMs = 250): void {
+    if (this.timer) return;
+    this.off = this.control.onRoomEvent((before, after, ev) => this.fold(before, after, ev));
+    this.timer = setInterval(() => this.tick(), intervalMs);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    this.off?.();
+    this.off = null;
+  }
+
+  private record(engine: string): Record {
+    let r = this.engines.get(engine);
+    if (!r) {
+      r = { outcomes: [], consecutive: 0, times: 0, probing: false, lastReason: 'unknown' };
+      this.engines.set(engine, r);
+    }
+    return r;
+  }
+
+  /** A committed room event: a room's end counts for or against the engines it ran on. */
+  fold(before: Room | null, after: Room, ev: JournalEvent): void {
+    if (!isTerminal(after.state) || (before !== null && isTerminal(before.state))) return;
+    if (this.probes.has(after.room)) return;
+    const { prefillEngine: p, decodeEngine: d } = after;
+    if (after.state === 'completed') {
+      this.count(p, false, false);
+      this.count(d, false, false);
+      return;
+    }
+    if (after.state !== 'failed' || !isFailureReason(after.reason)) return;
+    const blame = FAILURE_BLAME[after.reason].blame;
+    const own = (e: string) => this.count(e, true, true, after.reason);
+    if (blame === 'prefill') own(p);
+    else if (blame === 'decode') own(d);
+    else if (blame === 'reporter' && ev.engine !== null) own(ev.engine);
+    else if (blame === 'pair') {
+      this.count(p, true, false, after.reason);
+      this.count(d, true, false, after.reason);
+    }
+  }
+
+  /**
+   * One outcome of `engine`'s; `own`: a failure blamed on it alone (it extends its streak). The
+   * engines of its role are judged again: a peer's outcome is evidence too.
+   */
+  private count(engine: string, failed: boolean, own: boolean, reason: string | null = null): void {
+    const r = this.record(engine);
+    r.outcomes.push(failed);
+    if (r.outcomes.length > this.policy.windowRooms) r.outcomes.shift();
+    r.consecutive = failed ? (own ? r.consecutive + 1 : r.consecutive) : 0;
+    if (failed) r.lastReason = reason ?? 'unknown';
+    for (const e of [engine, ...this.peers(engine)]) {
+      const x = this.engines.get(e);
+      if (x?.outcomes.at(-1) === true) this.judge(e, x, x.lastReason);
+    }
+  }
+
+  private rate(outcomes: readonly boolean[]): number {
+    return outcomes.filter(Boolean).length / outcomes.length;
+  }
+
+  /** Ejects the engine when the evidence says it is the outlier and its role can spare it. */
+  private judge(engine: string, r: Record, reason: string, now = Date.now()): void {
+    const { registry } = this.control;
+    if (registry.ejections.has(engine) || registry.cordons.has(engine)) return;
+    const { consecutiveFailures, minRooms, failureRate } = this.policy;
+    let why: string | null = null;
+    const rate = r.outcomes.length >= minRooms ? this.rate(r.outcomes) : null;
+    const peers = this.peers(engine).flatMap((e) => this.engines.get(e)?.outcomes ?? []);
+    const peersRate = peers.length >= minRooms ? this.rate(peers) : null;
+    if (r.consecutive >= consecutiveFailures)
+      why = `${r.consecutive} rooms in a row failed by its fault (last: ${reason})`;
+    else if (rate !== null && peersRate !== null && rate >= failureRate && peersRate <= rate / 2)
+      why = `${pct(rate)} of its last ${r.outcomes.length} rooms failed (last: ${reason}), against ${pct(peersRate)} of its role's peers'`;
+    if (why === null || !this.canSpare(engine)) return;
+    this.eject(engine, r, why, now, { rate, peersRate });
+  }
+
+  /** The other registered engines of the engine's role. */
+  private peers(engine: string): string[] {
+    const all = this.control.registry.all();
+    const role = all.find((s) => s.engine === engine)?.role;
+    return all.filter((s) => s.role === role && s.engine !== engine).map((s) => s.engine);
+  }
+
+  /** Whether one more engine of its role may be out without passing `maxEjectedShare`. */
+  private canSpare(engine: string): boolean {
+    const { registry } = this.control;
+    const role = [engine, ...this.peers(engine)];
+    const out = role.filter((e) => registry.ejections.has(e) || registry.cordons.has(e)).length;
+    const most = Math.floor(role.length * this.policy.maxEjectedShare);
+    if (out + 1 <= most && out + 1 < role.length) return true;
+    this.log.warn(
+      { engine, out, engines: role.length },
+      'outlier left in rotation: ejecting it would take out more of its role than allowed',
+    );
+    return false;
+  }
+
+  private eject(
+    engine: string,
+    r: Record,
+    reason: string,
+    now: number,
+    rates: { rate: number | null; peersRate: number | null },
+  ): void {
+    r.times++;
+    const ejectedMs = Math.min(
+      this.policy.maxEjectionMs,
+      this.policy.baseEjectionMs * 2 ** (r.times - 1),
+    );
+    this.control.registry.ejections.set(engine, {
+      reason,
+      since: now,
+      until: now + ejectedMs,
+      times: r.times,
+    });
+    this.log.error(
+      { engine, reason, ejectedMs, times: r.times },
+      'engine ejected as an outlier: no rooms until a canary through it passes',
+    );
+    this.note({
+      type: 'engine.ejected',
+      engine,
+      source: 'control',
+      data: {
+        reason,
+        times: r.times,
+        ejectedMs,
+        consecutiveFailures: r.consecutive,
+        ...(rates.rate !== null ? { failureRate: round(rates.rate) } : {}),
+        ...(rates.peersRate !== null ? { peersFailureRate: round(rates.peersRate) } : {}),
+      },
+    });
+  }
+
+  /** Every ejected engine whose time is up gets a canary through it. */
+  tick(now = Date.now()): void {
+    for (const [engine, e] of this.control.registry.ejections.all()) {
+      const r = this.record(engine);
+      if (e.until <= now && !r.probing) void this.probe(engine, r);
+    }
+  }
+
+  private async probe(engine: string, r: Record): Promise<void> {
+    r.probing = true;
+    let room: string | null = null;
+    let failure: string | null = null;
+    try {
+      const stream = this.control.submit({
+        prompt: 'canary',
+        maxTokens: 1,
+        source: 'canary',
+        probe: engine,
+      });
+      room = stream.room;
+      this.probes.add(room);
+      let timer: NodeJS.Timeout | undefined;
+      const deadline = new Promise<'deadline'>((resolve) => {
+        timer = setTimeout(() => resolve('deadline'), this.policy.probeDeadlineMs);
+      });
+      const outcome = await Promise.race([stream.result.then(() => 'ok' as const), deadline]);
+      clearTimeout(timer);
+      if (outcome === 'deadline') {
+        failure = `no answer within ${this.policy.probeDeadlineMs} ms`;
+        void this.control.abort(stream.room, 'canary_deadline', 'canary').catch(() => {});
+      }
+    } catch (err) {
+      failure = (err as Error).message;
+    } finally {
+      r.probing = false;
+      if (room) this.probes.delete(room);
+    }
+    const { ejections } = this.control.registry;
+    if (!ejections.has(engine)) return;
+    if (failure === null) {
+      ejections.delete(engine);
+      r.outcomes = [];
+      r.consecutive = 0;
+      this.log.warn(
+        { engine, canaryRoom: room },
+        'ejected engine back in rotation: its canary passed',
+      );
+      this.note({
+        type: 'engine.returned',
+        engine,
+        source: 'control',
+        data: { reason: 'a canary through it passed', ...(room ? { canaryRoom: room } : {}) },
+      });
+      return;
+    }
+    ejections.delete(engine);
+    this.eject(engine, r, `its canary failed: ${failure}`, Date.now(), {
+      rate: null,
+      peersRate: null,
+    });
+  }
+
+  private note(event: Parameters<JournalStore['append']>[0]): void {
+    this.journal
+      .append(event)
+      .catch((err) => this.log.error({ err, event: event.type }, 'could not journal an ejection'));
+  }
+}
+
+function pct(x: number): string {
+  return `${Math.round(x * 100)} %`;
+}
+
+function round(x: number): number {
+  return Math.round(x * 1000) / 1000;
+}

@@ -1,0 +1,159 @@
+/**
+ * Outlier ejection's decisions on committed room outcomes, with a real registry and stand-ins for
+ * the control plane's events and canaries (the whole path, through real engines, is in
+ * test/attacks/ and `pdctl drill bad-engine`).
+ */
+import { describe, expect, it } from 'vitest';
+import { engineSession } from '../../test/helpers/engine-session.ts';
+import type { ControlPlane } from '../control/control-plane.ts';
+import { EngineRegistry } from '../control/registry.ts';
+import type { EventInput, JournalEvent } from '../journal/events.ts';
+import type { Room } from '../journal/reducer.ts';
+import { silentLogger } from '../log.ts';
+import { OutlierDetector } from './outliers.ts';
+
+type Listener = (before: Room | null, after: Room, ev: JournalEvent) => void;
+
+class Rig {
+  readonly registry = new EngineRegistry();
+  readonly events: EventInput[] = [];
+  readonly probes: string[] = [];
+  /** How the next canary ends: null passes, a string fails with it. */
+  canary: string | null = null;
+  private listener: Listener | null = null;
+  private n = 0;
+  readonly detector: OutlierDetector;
+
+  constructor(prefills = ['prefill-0', 'prefill-1'], decodes = ['decode-0']) {
+    for (const e of prefills) this.registry.set(engineSession(e, 'prefill'));
+    for (const e of decodes) this.registry.set(engineSession(e, 'decode'));
+    const control = {
+      registry: this.registry,
+      onRoomEvent: (l: Listener) => {
+        this.listener = l;
+        return () => {};
+      },
+      submit: (req: { probe?: string }) => {
+        this.probes.push(req.probe ?? '');
+        const room = `r-probe-${this.probes.length}`;
+        const fail = this.canary;
+        return {
+          room,
+          result: fail === null ? Promise.resolve({}) : Promise.reject(new Error(fail)),
+        };
+      },
+      abort: async () => ({}),
+    } as unknown as Pick<ControlPlane, 'registry' | 'onRoomEvent' | 'submit' | 'abort'>;
+    const journal = {
+      append: async (ev: EventInput) => {
+        this.events.push(ev);
+        return { status: 'applied' as const, seq: this.events.length, eventId: '', state: null };
+      },
+    };
+    this.detector = new OutlierDetector(control, journal, silentLogger);
+    this.detector.start(60_000);
+  }
+
+  /** A room on `p`/`d` that ended `state` (a failure for `reason`), appended by `engine`. */
+  end(p: string, d: string, state: 'completed' | 'failed', reason: string | null = null): void {
+    const room = {
+      room: `r-${++this.n}`,
+      prefillEngine: p,
+      decodeEngine: d,
+      state,
+      reason,
+      origin: 'api',
+    };
+    const before = { ...room, state: 'decoding' } as unknown as Room;
+    const ev = {
+      type: `room.${state}`,
+      engine: reason === 'prefill_error' ? p : d,
+    } as JournalEvent;
+    this.listener?.(before, room as unknown as Room, ev);
+  }
+
+  ejected(): Array<[string, Record<string, unknown>]> {
+    return this.events
+      .filter((e) => e.type === 'engine.ejected')
+      .map((e) => [String(e.engine), e.data as Record<string, unknown>]);
+  }
+}
+
+describe('OutlierDetector', () => {
+  it('ejects the prefill engine whose transfers all fail while its peer succeeds, and not their one decode engine', () => {
+    const rig = new Rig();
+    for (let i = 0; i < 6; i++) {
+      rig.end('prefill-0', 'decode-0', 'completed');
+      rig.end('prefill-1', 'decode-0', 'failed', 'kv_checksum_mismatch');
+    }
+    expect(rig.ejected()).toEqual([
+      [
+        'prefill-1',
+        expect.objectContaining({
+          reason:
+            "100 % of its last 5 rooms failed (last: kv_checksum_mismatch), against 0 % of its role's peers'",
+          failureRate: 1,
+          peersFailureRate: 0,
+          times: 1,
+          ejectedMs: 10_000,
+        }),
+      ],
+    ]);
+    expect(rig.registry.ejections.has('prefill-1')).toBe(true);
+    expect(rig.registry.ejections.has('decode-0')).toBe(false);
+    // Out of rotation: no room goes to it, but a canary for it does.
+    const live = { staleAfterMs: 3000, stalledAfterMs: 5000 };
+    expect(rig.registry.candidates('prefill', live).map((s) => s.engine)).toEqual(['prefill-0']);
+    expect(
+      rig.registry
+        .candidates('prefill', live, Date.now(), () => true, 'prefill-1')
+        .map((s) => s.engine),
+    ).toEqual(['prefill-1']);
+  });
+
+  it('ejects an engine on its fifth failure in a row of its own', () => {
+    const rig = new Rig();
+    for (let i = 0; i < 4; i++) rig.end('prefill-1', 'decode-0', 'failed', 'prefill_error');
+    expect(rig.ejected()).toEqual([]);
+    rig.end('prefill-1', 'decode-0', 'failed', 'prefill_error');
+    expect(rig.ejected()[0]?.[1]).toMatchObject({
+      reason: '5 rooms in a row failed by its fault (last: prefill_error)',
+      consecutiveFailures: 5,
+    });
+  });
+
+  it('never takes out more than half of a role, nor its last engine: a fault they share ejects one at most', () => {
+    const rig = new Rig(['prefill-0', 'prefill-1'], ['decode-0']);
+    for (let i = 0; i < 8; i++) {
+      rig.end('prefill-0', 'decode-0', 'failed', 'prefill_error');
+      rig.end('prefill-1', 'decode-0', 'failed', 'prefill_error');
+    }
+    expect(rig.ejected().map(([e]) => e)).toEqual(['prefill-0']);
+    expect(rig.registry.ejections.all().size).toBe(1);
+  });
+
+  it('brings an engine back when a canary through it passes, and ejects it longer when one fails', async () => {
+    const rig = new Rig();
+    for (let i = 0; i < 5; i++) rig.end('prefill-1', 'decode-0', 'failed', 'prefill_error');
+    const first = rig.registry.ejections.of('prefill-1');
+    if (!first) throw new Error('not ejected');
+    rig.detector.tick(first.until - 1);
+    expect(rig.probes).toEqual([]);
+    rig.canary = 'prefill_error';
+    rig.detector.tick(first.until);
+    await new Promise((r) => setImmediate(r));
+    expect(rig.probes).toEqual(['prefill-1']);
+    const second = rig.registry.ejections.of('prefill-1');
+    expect(second).toMatchObject({ times: 2, reason: 'its canary failed: prefill_error' });
+    expect(rig.ejected()[1]?.[1]).toMatchObject({ ejectedMs: 20_000, times: 2 });
+    rig.canary = null;
+    rig.detector.tick(second?.until ?? 0);
+    await new Promise((r) => setImmediate(r));
+    expect(rig.registry.ejections.has('prefill-1')).toBe(false);
+    expect(rig.events.at(-1)).toMatchObject({
+      type: 'engine.returned',
+      engine: 'prefill-1',
+      data: { reason: 'a canary through it passed', canaryRoom: 'r-probe-2' },
+    });
+  });
+});
