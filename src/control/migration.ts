@@ -246,6 +246,7 @@ export class Migrator {
           action: 'retry_room',
           reason,
           outcome: `tried again as ${to}${blamed.size > 0 ? `, without ${[...blamed].join(' and ')}` : ''}`,
+          toRoom: to,
           stage: room.failedStage ?? undefined,
         },
       })

@@ -431,25 +431,43 @@ export async function commonInvariants(
   const completed = records.filter((r) => r.outcome === 'completed');
   check(answersCheck(records, target.model));
   // Acknowledged work is in the journal: every request answered in full has its room completed.
-  // A migrated request's journal record is its chain of rooms: each migrated to the next, the
-  // last completed.
+  // A migrated or retried request's journal record is its chain of rooms: each migrated to the
+  // next (`room.migrated.toRoom`) or failed before its first token and tried again
+  // (`recovery.action` `retry_room`, `toRoom`), the last completed.
   const missing: string[] = [];
   let migrated = 0;
+  let retried = 0;
   for (const r of completed) {
     let t = r.room ? await target.timeline(r.room) : null;
-    for (let hops = 0; t?.room?.state === 'migrated' && t.room.migratedTo && hops < 10; hops++) {
-      migrated++;
-      t = await target.timeline(t.room.migratedTo);
+    for (let hops = 0; t?.room && hops < 10; hops++) {
+      const retry = t.events.find(
+        (e) => e.type === 'recovery.action' && e.data.action === 'retry_room',
+      );
+      const next =
+        t.room.state === 'migrated'
+          ? t.room.migratedTo
+          : t.room.state === 'failed'
+            ? ((retry?.data as { toRoom?: string } | undefined)?.toRoom ?? null)
+            : null;
+      if (!next) break;
+      if (t.room.state === 'migrated') migrated++;
+      else retried++;
+      t = await target.timeline(next);
     }
     if (t?.room?.state !== 'completed') missing.push(r.room ?? '(no room id)');
   }
   check({
     name: 'no answered request missing from the journal',
     ok: missing.length === 0,
-    figure: { answered: completed.length, missing: missing.length, migrations: migrated },
+    figure: {
+      answered: completed.length,
+      missing: missing.length,
+      migrations: migrated,
+      retries: retried,
+    },
     detail:
       missing.length === 0
-        ? 'each has its room (or the last of its migrated rooms) completed'
+        ? 'each has its room (or the last of its migrated or retried rooms) completed'
         : missing.slice(0, 5).join(', '),
   });
 

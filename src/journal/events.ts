@@ -293,6 +293,10 @@ export const EVENT_SCHEMAS = {
       recoverMs: Type.Optional(Count),
       /** The room state involved, when the action is about one room. */
       stage: Type.Optional(Text),
+      /** `retry_room`: the room the request was tried again as. */
+      toRoom: Type.Optional(Id),
+      /** The ladder's top rung: why it cordoned the engine, or restarted every one. */
+      evidence: Type.Optional(Text),
     },
     open,
   ),
