@@ -218,6 +218,18 @@ describe('pdctl drill', () => {
     expect(figure(disk, 'new work refused with 503 while unwritable')?.refused).toBe(10);
   }, 300_000);
 
+  it('bad-engine: the corrupting prefill engine ejected, the relapsing decode engine cordoned, the impostor and the empty engine kept out; no healthy engine restarted, no client failed', async () => {
+    const r = await drill('bad-engine', '--clients', '4', '--no-baseline');
+    expect(figure(r, 'no healthy engine restarted')?.restarted).toBe(0);
+    expect(figure(r, "the engine naming another's pool refused")?.code).toBe(
+      'BUS_IDENTITY_CONFLICT',
+    );
+    expect(Number(figure(r, 'the journal says who was blamed and why')?.retried)).toBeGreaterThan(
+      0,
+    );
+    expect(names(r).slice(-COMMON.length)).toEqual(COMMON);
+  }, 120_000);
+
   it('--url: drills a running pdctl serve through its HTTP API, and says what it cannot do there', async () => {
     const s = await serve([
       '--allow-fault-injection',

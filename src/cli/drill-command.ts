@@ -28,6 +28,8 @@ interface DrillFlags {
   model?: string;
   sequences: number;
   logLevel: LogLevel;
+  outlierEjection: boolean;
+  retryLimit?: number;
 }
 
 export function registerDrillCommand(program: Command): void {
@@ -68,6 +70,15 @@ export function registerDrillCommand(program: Command): void {
     .option('--json', 'the report as one JSON object (`all`: an array)')
     .option('--report <file>', 'also write a self-contained HTML report with a timeline chart')
     .option('--no-baseline', 'skip timing a full-stack restart after each drill')
+    .option(
+      '--no-outlier-ejection',
+      'the stacks the drills start keep outliers in rotation (to measure what ejection is worth: docs/benchmarks.md)',
+    )
+    .option(
+      '--retry-limit <n>',
+      'retries of a room that failed before its first token, in the stacks the drills start (default 1; 0: none)',
+      intArg('--retry-limit'),
+    )
     .option(
       '--strict-targets',
       'fail the drill when a timing target (time to detect, recover, ready) is missed, not only an invariant',
@@ -155,6 +166,10 @@ async function drillLocal(chosen: readonly DrillScenario[], o: DrillFlags): Prom
       model: o.model === undefined ? null : { path: resolve(o.model), sequences: o.sequences },
       strictTargets: o.strictTargets === true,
       progress: note,
+      stack: {
+        outlierEjection: o.outlierEjection !== false,
+        ...(o.retryLimit === undefined ? {} : { retryLimit: o.retryLimit }),
+      },
     });
     reports.push(report);
     if (!o.json) print(`${renderReport(report)}\n`);

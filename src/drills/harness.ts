@@ -113,6 +113,8 @@ export interface DrillRunOptions {
   journalEvents?: number;
   /** Serve this llama.cpp model (a GGUF file) instead of the built-in one. */
   model?: { path: string; sequences: number } | null;
+  /** Options for the stacks the drills start, over each scenario's (`--no-outlier-ejection`, `--retry-limit`). */
+  stack?: Partial<StackOptions>;
 }
 
 /** Engine flags every drill stack gets: faults may be injected, and the model costs some time. */
@@ -165,6 +167,7 @@ export async function runDrill(scenario: DrillScenario, o: DrillRunOptions): Pro
     engineLogLevel: 'warn',
     ...(model ? { model } : {}),
     ...scenario.stack,
+    ...o.stack,
     engineArgs: drillEngineArgs(o, scenario.engineArgs),
   };
   const serving = await startServing({

@@ -1,5 +1,6 @@
 /** Every drill `pdctl drill` knows, by name. */
 import { abortCascade } from './abort-cascade.ts';
+import { badEngine } from './bad-engine.ts';
 import { controlPlaneFailover } from './control-plane-failover.ts';
 import type { DrillScenario } from './harness.ts';
 import { hostilePeer } from './hostile-peer.ts';
@@ -33,4 +34,5 @@ export const DRILLS: readonly DrillScenario[] = [
   journalUnwritable,
   partitionKv,
   partitionEngine,
+  badEngine,
 ];

@@ -28,6 +28,7 @@ export interface RawEngineOptions {
 
 export class RawEngine {
   readonly socket: zmq.Dealer;
+  private beats = 0;
   private readonly decoder = controlFrames();
   private readonly inbox: Reply[] = [];
   readonly incarnation: string;
@@ -95,6 +96,22 @@ export class RawEngine {
     await this.socket.send([
       'append',
       encode({ eventId, session: this.session, n: ++this.n, event: { type, room, data } }),
+    ]);
+  }
+
+  /** A heartbeat as an idle engine sends one (every 250 ms keeps it live); its loops tick. */
+  async heartbeat(freePages = 0): Promise<void> {
+    const n = ++this.beats;
+    await this.socket.send([
+      'heartbeat',
+      encode({
+        ticks: { bus: n, work: n, transfer: n },
+        queues: {},
+        freePages,
+        rooms: 0,
+        lastSeq: 0,
+        state: 'ready',
+      }),
     ]);
   }
 

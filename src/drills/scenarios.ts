@@ -24,7 +24,7 @@ const DETECT_TARGET_MS = { bus: 1000, transfer: 1500 } as const;
 const RECOVER_TARGET_MS = 1000;
 
 /** The first event of `type` for `engine` at or after `since`, polling up to `timeoutMs`. */
-async function firstEvent<T extends EventType>(
+export async function firstEvent<T extends EventType>(
   ctx: DrillContext,
   type: T,
   engine: string,
@@ -108,7 +108,7 @@ async function ladderOutcome(
     ctx.recoveredInPlace({ detectMs, recoverMs });
 }
 
-async function enginePids(ctx: DrillContext): Promise<Record<string, number>> {
+export async function enginePids(ctx: DrillContext): Promise<Record<string, number>> {
   return Object.fromEntries((await ctx.target.engines()).map((e) => [e.id, e.pid]));
 }
 
@@ -120,7 +120,7 @@ function victim(ctx: DrillContext, role: 'prefill' | 'decode'): string {
 }
 
 /** A drill fault through the engine's `inject_fault` command. */
-async function injectFault(ctx: DrillContext, engine: string, spec: string): Promise<void> {
+export async function injectFault(ctx: DrillContext, engine: string, spec: string): Promise<void> {
   if (!(await ctx.target.command(engine, 'inject_fault', spec)))
     throw new Error(`could not inject ${spec}: engine ${engine} is not connected`);
 }
