@@ -137,6 +137,20 @@ function authorize(req: FastifyRequest, token: string | null): void {
   }
 }
 
+/** The `reason` of an operator's optional JSON body (`operator` when absent), or a 400. */
+function operatorReason(body: unknown): string {
+  const reason = (body as { reason?: unknown } | null | undefined)?.reason ?? 'operator';
+  if (typeof reason !== 'string' || reason.length === 0 || reason.length > 200)
+    throw new ApiError(
+      400,
+      'reason must be a string of 1 to 200 characters',
+      'invalid_request_error',
+      'invalid_parameter',
+      'reason',
+    );
+  return reason;
+}
+
 export interface AdminDeps {
   control: ControlPlane;
   /** Where operator commands are recorded (`recovery.action`). */
@@ -176,17 +190,7 @@ export const adminRoutes: FastifyPluginAsync<AdminDeps> = async (
     },
     async (req, reply) => {
       const room = roomIdOf(req.params.room);
-      const body = (req.body ?? {}) as { reason?: unknown };
-      const reason = body.reason ?? 'operator';
-      if (typeof reason !== 'string' || reason.length === 0 || reason.length > 200) {
-        throw new ApiError(
-          400,
-          'reason must be a string of 1 to 200 characters',
-          'invalid_request_error',
-          'invalid_parameter',
-          'reason',
-        );
-      }
+      const reason = operatorReason(req.body);
       if (!isValidId(room))
         throw new ApiError(
           400,
@@ -296,15 +300,7 @@ export const adminRoutes: FastifyPluginAsync<AdminDeps> = async (
       },
       async (req, reply) => {
         const { engine } = req.params;
-        const reason = req.body?.reason ?? 'operator';
-        if (typeof reason !== 'string' || reason.length === 0 || reason.length > 200)
-          throw new ApiError(
-            400,
-            'reason must be a string of 1 to 200 characters',
-            'invalid_request_error',
-            'invalid_parameter',
-            'reason',
-          );
+        const reason = operatorReason(req.body);
         const cordons = control.registry.cordons;
         const deps = {
           journal,

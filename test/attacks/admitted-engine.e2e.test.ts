@@ -19,17 +19,22 @@ type Stack = Awaited<ReturnType<typeof startTestStack>>;
 /** A pool of no pages: admitted, but never picked for a client's room. */
 const NO_PAGES = { pages: 0, kv: { baseBytes: 0, bytesPerToken: 64, decodeGrows: true } };
 
-/** A guest engine with a key of its own, allowed for its id only, and a pool of no pages. */
-async function guest(stack: Stack, engine = 'guest-d'): Promise<RawEngine> {
+/** A raw engine with a key of its own, allowed for its id only; it has not said hello yet. */
+function admitted(stack: Stack, engine: string, role: 'prefill' | 'decode'): RawEngine {
   const keys = newKeyPair();
   stack.admission.allow(engine, keys.publicKey);
-  const g = raw({
+  return raw({
     endpoint: stack.control.endpoint,
     engine,
-    role: 'decode',
+    role,
     keys,
     serverKey: stack.admission.server.publicKey,
   });
+}
+
+/** A guest engine with a key of its own, allowed for its id only, and a pool of no pages. */
+async function guest(stack: Stack, engine = 'guest-d'): Promise<RawEngine> {
+  const g = admitted(stack, engine, 'decode');
   await g.join(NO_PAGES);
   return g;
 }
@@ -191,15 +196,7 @@ describe.skipIf(!ucxBackend().available)('an admitted decode engine across hosts
     const node = UcxNode.open();
     try {
       const d = node.register(pool);
-      const keys = newKeyPair();
-      stack.admission.allow('decode-x', keys.publicKey);
-      const x = raw({
-        endpoint: control.endpoint,
-        engine: 'decode-x',
-        role: 'decode',
-        keys,
-        serverKey: stack.admission.server.publicKey,
-      });
+      const x = admitted(stack, 'decode-x', 'decode');
       await x.join({
         pages: 64,
         pageBytes: pool.pageBytes,
@@ -246,15 +243,7 @@ describe('an admitted engine claiming what it does not hold', () => {
       const d0 = control.registry.get('decode-0');
       if (!d0) throw new Error('no decode-0');
       const head = await control.journal.headSeq();
-      const keys = newKeyPair();
-      stack.admission.allow('decode-x', keys.publicKey);
-      const x = raw({
-        endpoint: control.endpoint,
-        engine: 'decode-x',
-        role: 'decode',
-        keys,
-        serverKey: stack.admission.server.publicKey,
-      });
+      const x = admitted(stack, 'decode-x', 'decode');
       await x.sayHello({
         pages: d0.pages,
         pageBytes: d0.pageBytes,
@@ -286,15 +275,7 @@ describe('an admitted engine claiming what it does not hold', () => {
     const stack = await startTestStack();
     const { control } = stack;
     try {
-      const keys = newKeyPair();
-      stack.admission.allow('prefill-x', keys.publicKey);
-      const x = raw({
-        endpoint: control.endpoint,
-        engine: 'prefill-x',
-        role: 'prefill',
-        keys,
-        serverKey: stack.admission.server.publicKey,
-      });
+      const x = admitted(stack, 'prefill-x', 'prefill');
       // No `kv` in its hello: the pages a room takes on it cannot be counted.
       await x.join({ pages: 0, pool: '/raw-prefill-x' });
       expect(control.registry.get('prefill-x')?.delivery.live).toBe(true);
