@@ -54,7 +54,7 @@ export function registerEnginesCommand(program: Command): void {
     )
     .argument(
       '[action]',
-      `drain, undrain, reset or restart ENGINE (${Object.entries(ENGINE_ACTIONS)
+      `${Object.keys(ENGINE_ACTIONS).join(', ')} ENGINE (${Object.entries(ENGINE_ACTIONS)
         .map(([a, x]) => `${a}: ${x.does}`)
         .join('; ')})`,
     )
