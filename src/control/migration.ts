@@ -213,17 +213,11 @@ export class Migrator {
     // A canary probes its engines: tried elsewhere, it would hide what it found.
     if (host.closing() || room.origin === 'canary') return false;
     const { prefillEngine: p, decodeEngine: d } = room;
-    // Whom to leave out: the engine to blame; for a fault of the pair (or of whichever engine
-    // reported it), both where another pair of both exists, else one of them — never the same pair.
+    // Whom to leave out: the engine to blame; otherwise (a fault of the pair, of whichever engine
+    // reported it, or of no engine in particular: an overdue room) both where another pair of
+    // both exists, else one of them. Never the same pair: it failed the room once.
     const blame = FAILURE_BLAME[reason].blame;
-    const choices =
-      blame === 'prefill'
-        ? [[p]]
-        : blame === 'decode'
-          ? [[d]]
-          : blame === 'none'
-            ? [[]]
-            : [[p, d], [p], [d]];
+    const choices = blame === 'prefill' ? [[p]] : blame === 'decode' ? [[d]] : [[p, d], [p], [d]];
     // No such pair now (one engine of a role, or every other one full): the client gets the
     // failure at once rather than after a wait.
     const tokens = host.model.contextTokens(request).length;

@@ -200,7 +200,7 @@ describe('RoomBook: migration', () => {
     const moved = book.fold(
       ev('room.migrated', 'r1', { toRoom: 'r2', reason: 'engine_lost', tokens: 0 }),
     );
-    expect(moved?.ended).toEqual({ stream: undefined });
+    expect(moved?.ended).toMatchObject({ stream: undefined });
     expect(stream?.done).toBe(false);
     // It cannot go back to a room that ended; it goes on in the continuation's admission.
     expect(book.returnStream('r1', stream as RoomStream)).toBe(false);

@@ -61,7 +61,7 @@ export interface ContinuationCheck {
   pays: boolean;
 }
 
-const CHECK_TOKENS = 192;
+const CHECK_TOKENS = 128;
 const CHECK_CONTINUED = 32;
 
 /** Prompt tokens evaluated between two checks that the room still runs. */
