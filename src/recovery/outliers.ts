@@ -217,9 +217,19 @@ export class OutlierDetector {
     });
   }
 
-  /** Every ejected engine whose time is up gets a canary through it. */
+  /**
+   * Every ejected engine whose time is up gets a canary through it; one the registry forgot (long
+   * silent with no rooms) is no longer out of rotation, it is gone.
+   */
   tick(now = Date.now()): void {
-    for (const [engine, e] of this.control.registry.ejections.all()) {
+    const { registry } = this.control;
+    for (const [engine, e] of registry.ejections.all()) {
+      if (!registry.get(engine)) {
+        registry.ejections.delete(engine);
+        this.engines.delete(engine);
+        this.log.info({ engine }, 'ejected engine forgotten by the registry: ejection dropped');
+        continue;
+      }
       const r = this.record(engine);
       if (e.until <= now && !r.probing) void this.probe(engine, r);
     }

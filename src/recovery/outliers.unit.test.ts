@@ -156,4 +156,14 @@ describe('OutlierDetector', () => {
       data: { reason: 'a canary through it passed', canaryRoom: 'r-probe-2' },
     });
   });
+
+  it('drops the ejection of an engine the registry forgot', () => {
+    const rig = new Rig();
+    for (let i = 0; i < 5; i++) rig.end('prefill-1', 'decode-0', 'failed', 'prefill_error');
+    expect(rig.registry.ejections.has('prefill-1')).toBe(true);
+    rig.registry.delete('prefill-1');
+    rig.detector.tick(Date.now());
+    expect(rig.registry.ejections.has('prefill-1')).toBe(false);
+    expect(rig.probes).toEqual([]);
+  });
 });
