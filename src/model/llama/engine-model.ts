@@ -210,9 +210,9 @@ export class LlamaEngineModel implements EngineModel {
 
   /**
    * A sequence for a prefill of `tokens`, and how many of them it holds: the free sequence holding
-   * the longest prefix of at least `minReuseTokens`; else the one given back longest ago, emptied.
-   * A sequence continued from a prefix it holds costs no more than an empty one only where reuse
-   * is on (`continuationCheck`); otherwise every free sequence is empty.
+   * the longest prefix of at least `minReuseTokens`; else the one given back longest ago (the
+   * prefill empties it). Free sequences hold prompts only where reuse is on; a sequence waited for
+   * when none is free counts as holding nothing.
    */
   private async acquireFor(
     tokens: readonly number[],
