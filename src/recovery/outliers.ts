@@ -66,6 +66,8 @@ export class OutlierDetector {
   private readonly probes = new Set<string>();
   private timer: NodeJS.Timeout | null = null;
   private off: (() => void) | null = null;
+  /** When each outlier that could not be spared was last logged (once a minute at most). */
+  private readonly unspared = new Map<string, number>();
   private readonly policy: OutlierPolicy;
 
   constructor(
@@ -173,10 +175,14 @@ export class OutlierDetector {
     const out = role.filter((e) => registry.ejections.has(e) || registry.cordons.has(e)).length;
     const most = Math.floor(role.length * this.policy.maxEjectedShare);
     if (out + 1 <= most && out + 1 < role.length) return true;
-    this.log.warn(
-      { engine, out, engines: role.length },
-      'outlier left in rotation: ejecting it would take out more of its role than allowed',
-    );
+    const now = Date.now();
+    if (now - (this.unspared.get(engine) ?? 0) >= 60_000) {
+      this.unspared.set(engine, now);
+      this.log.warn(
+        { engine, out, engines: role.length },
+        'outlier left in rotation: ejecting it would take out more of its role than allowed',
+      );
+    }
     return false;
   }
 
