@@ -172,7 +172,10 @@ describe.runIf(hasChromium)('the live page in headless Chromium', () => {
     expect(await page.locator('#room-search-state').textContent()).toBe(
       'request ticket-4711: 1 room',
     );
-    expect(await page.locator('#timeline-summary').textContent()).toContain('ticket-4711');
+    // The summary is filled when the room's record arrives, after its id is shown.
+    await expect
+      .poll(() => page.locator('#timeline-summary').textContent())
+      .toContain('ticket-4711');
     const pages = await page
       .locator('#timeline tr[data-type="room.bootstrapped"] td.data')
       .textContent();
