@@ -36,6 +36,8 @@ interface Run {
   toUs: number;
   rooms: number;
   wallMs: number;
+  /** The profiled run's process: its main thread is the control plane's. */
+  pid: number;
 }
 
 if (process.env.PDCTL_PROFILE_DIR === undefined) {
@@ -91,7 +93,7 @@ async function profiledRooms(dir: string): Promise<Run> {
       await control.submit({ prompt: prompt(1000 + i), maxTokens: 16 }).result;
     const wallMs = performance.now() - t0;
     const toUs = Number(process.hrtime.bigint() / 1000n);
-    return { dir, fromUs, toUs, rooms: ROOMS, wallMs };
+    return { dir, fromUs, toUs, rooms: ROOMS, wallMs, pid: process.pid };
   } finally {
     await stack.stop();
     rmSync(journalDir, { recursive: true, force: true });
@@ -182,16 +184,11 @@ function processOf(file: string, profile: CpuProfile, benchPid: number): string 
 
 function report(run: Run): void {
   const files = readdirSync(run.dir).filter((f) => f.endsWith('.cpuprofile'));
-  // The bench's own process wrote the profile with the most threads; engines one each.
-  const pids = files.map((f) => /^CPU\.\d+\.\d+\.(\d+)\./.exec(f)?.[1]).filter(Boolean) as string[];
-  const counts = new Map<string, number>();
-  for (const p of pids) counts.set(p, (counts.get(p) ?? 0) + 1);
-  const benchPid = Number([...counts].sort((a, b) => b[1] - a[1])[0]?.[0]);
   const columns = new Map<string, Map<string, number>>();
   const functions = new Map<string, Map<string, number>>();
   for (const f of files) {
     const profile = JSON.parse(readFileSync(join(run.dir, f), 'utf8')) as CpuProfile;
-    const name = processOf(f, profile, benchPid);
+    const name = processOf(f, profile, run.pid);
     const fns = functions.get(name) ?? new Map<string, number>();
     functions.set(name, fns);
     const sum = summarize(profile, run.fromUs, run.toUs, fns);

@@ -302,12 +302,7 @@ export const adminRoutes: FastifyPluginAsync<AdminDeps> = async (
         const { engine } = req.params;
         const reason = operatorReason(req.body);
         const cordons = control.registry.cordons;
-        const deps = {
-          journal,
-          log: req.log,
-          liveOn: (e: string) => control.book.liveOn(e),
-          fence: (e: string, inc: string, why: string) => control.fence(e, inc, why),
-        };
+        const deps = { journal, log: req.log, control };
         if (action === 'cordon') {
           const s = control.registry.get(engine);
           if (!s && !cordons.has(engine))

@@ -16,8 +16,10 @@ describe('Cordons', () => {
       const deps: CordonDeps = {
         journal,
         log: silentLogger,
-        liveOn: (e) => (e === 'decode-1' ? 4 : 0),
-        fence: (e, inc) => fenced.push(`${e}/${inc}`) > 0,
+        control: {
+          book: { liveOn: (e) => (e === 'decode-1' ? 4 : 0) },
+          fence: (e, inc) => fenced.push(`${e}/${inc}`) > 0,
+        },
       };
       const live = new Cordons();
       expect(await live.cordon(deps, 'decode-1', 'i7', 'work stall', 'ladder', 'alone')).toBe(true);

@@ -22,14 +22,16 @@ export interface Cordon {
   at: number;
 }
 
-/** What cordoning needs of the control plane: the rooms on an engine, and fencing. */
+/** What cordoning needs: where it is journaled and logged, and of the control plane. */
 export interface CordonDeps {
   journal: Pick<JournalStore, 'append'>;
   log: Logger;
-  /** Live rooms on the engine now. */
-  liveOn(engine: string): number;
-  /** Moves the incarnation's rooms and refuses it from now on; false when it is not registered. */
-  fence(engine: string, incarnation: string, reason: string): boolean;
+  control: {
+    /** The rooms: how many are live on the engine now. */
+    book: { liveOn(engine: string): number };
+    /** Moves the incarnation's rooms and refuses it from now on; false when it is not registered. */
+    fence(engine: string, incarnation: string, reason: string): boolean;
+  };
 }
 
 /**
@@ -66,13 +68,13 @@ export class Cordons {
     evidence: string | null = null,
   ): Promise<boolean> {
     if (this.byEngine.has(engine)) return false;
-    const rooms = deps.liveOn(engine);
+    const rooms = deps.control.book.liveOn(engine);
     this.byEngine.set(engine, { reason, by, evidence, at: Date.now() });
     deps.log.error(
       { engine, reason, by, evidence, rooms },
       'engine cordoned: it takes no new rooms and its rooms move; `pdctl engines uncordon` brings it back',
     );
-    if (incarnation !== null) deps.fence(engine, incarnation, `cordoned: ${reason}`);
+    if (incarnation !== null) deps.control.fence(engine, incarnation, `cordoned: ${reason}`);
     await deps.journal.append({
       type: 'engine.cordoned',
       engine,

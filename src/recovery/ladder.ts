@@ -410,14 +410,8 @@ export class EscalationLadder {
     } else if (rung === 'cordon_engine') {
       l.phase = 'cordoned';
       const { control, journal, log } = this;
-      const deps = {
-        journal,
-        log,
-        liveOn: (e: string) => control.book.liveOn(e),
-        fence: (e: string, inc: string, why: string) => control.fence(e, inc, why),
-      };
       void control.registry.cordons
-        .cordon(deps, s.engine, s.incarnation, i.reason, 'ladder', i.evidence)
+        .cordon({ journal, log, control }, s.engine, s.incarnation, i.reason, 'ladder', i.evidence)
         .catch((err) => log.error({ err, engine: s.engine }, 'could not journal the cordon'));
       outcome = `cordoned: no new rooms, its rooms move to healthy pairs, its incarnation fenced; \`pdctl engines uncordon ${s.engine}\` takes it back`;
     } else if (rung === 'fence_engine') {
