@@ -1,9 +1,12 @@
 /**
  * `npm run bench:transfer -- --transport ucx`: the UCX backend between two test hosts (network
  * namespaces joined by a veth pair, src/drills/hosts.ts) against `ucx_perftest` between the same
- * two hosts, interleaved in one run: put bandwidth for 64 KiB and 1 MiB pages, and the latency of
- * one 64 KiB page. The receiver (scripts/ucx-peer.ts) runs on host b, the sender
- * (bench/ucx-sender.ts) on host a. Needs root, `ip`, UCX and ucx_perftest (Debian `ucx-utils`).
+ * two hosts, interleaved in one run: bandwidth for 64 KiB and 1 MiB pages against its matching
+ * two-sided test (`tag_sync_bw`: synchronous tagged sends, as pdctl's), and the latency of one
+ * 64 KiB page against `tag_sync_lat`. Both run with the UCX settings pdctl's addon sets
+ * (UCX_TCP_PUT_ENABLE=n). The receiver (scripts/ucx-peer.ts) runs on host b and posts the
+ * receives, the sender (bench/ucx-sender.ts) on host a. Needs root, `ip`, UCX and ucx_perftest
+ * (Debian `ucx-utils`).
  */
 import type { ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -16,6 +19,10 @@ const POOL_BYTES = 64 * 2 ** 20;
 const BYTES_PER_MEASUREMENT = 512 * 2 ** 20;
 const ROUNDS = 3;
 const LATENCY_TRANSFERS = 2000;
+/** Transfers in flight in the bandwidth measurement, each a slice of the pool (bench/ucx-sender.ts). */
+const SLICES = 16;
+/** Each transfer's message: a room of 64 pages of 64 KiB, or 4 of 1 MiB. */
+const MESSAGE_BYTES = POOL_BYTES / SLICES;
 /** ucx_perftest's MB is 2^20 bytes; GB/s here is 10^9 bytes a second, as in the shm table. */
 const PERFTEST_MB = 2 ** 20;
 
@@ -47,6 +54,7 @@ export async function ucxBenchmark(): Promise<void> {
   const env = (host: 'a' | 'b') => ({
     ...process.env,
     UCX_TLS: process.env.UCX_TLS ?? 'tcp',
+    UCX_TCP_PUT_ENABLE: 'n',
     UCX_NET_DEVICES: hosts.device(host, host === 'a' ? 'b' : 'a'),
   });
   const rows: UcxRow[] = [];
@@ -91,14 +99,20 @@ export async function ucxBenchmark(): Promise<void> {
       };
       const ours: number[] = [];
       const theirs: number[] = [];
-      const iterations = BYTES_PER_MEASUREMENT / pageBytes;
+      const iterations = BYTES_PER_MEASUREMENT / MESSAGE_BYTES;
       for (let round = 0; round < ROUNDS; round++) {
         say(
           `${pageBytes / 1024} KiB pages, round ${round + 1}/${ROUNDS}: ucx_perftest, then pdctl`,
         );
-        const p = await perftest(hosts, env, 'ucp_put_bw', pageBytes, iterations);
+        // The matching test: synchronous tagged messages of the same size as pdctl's (a slice).
+        const p = await perftest(hosts, env, 'tag_sync_bw', MESSAGE_BYTES, iterations);
         theirs.push((p.bandwidthMBps * PERFTEST_MB) / 1e9);
+        // The receiver posts every round's receives first, as a decode engine does at bootstrap.
+        receiver.stdin?.write(
+          `rounds ${BYTES_PER_MEASUREMENT / POOL_BYTES} ${SLICES} ${pages / SLICES}\n`,
+        );
         ours.push((await ask<{ gbPerSec: number }>(`bw ${BYTES_PER_MEASUREMENT}`)).gbPerSec);
+        expectLine(await fromReceiver(), 'rounds done');
       }
       const gbPerSec = median(ours);
       const perftestGbPerSec = median(theirs);
@@ -111,9 +125,11 @@ export async function ucxBenchmark(): Promise<void> {
       });
       if (pageBytes === 65536) {
         say(`single 64 KiB page latency: ${LATENCY_TRANSFERS} transfers each`);
-        const p = await perftest(hosts, env, 'ucp_put_lat', pageBytes, LATENCY_TRANSFERS);
-        say(`ucx_perftest put_lat p50 ${p.p50Micros} µs; now pdctl`);
+        const p = await perftest(hosts, env, 'tag_sync_lat', pageBytes, LATENCY_TRANSFERS);
+        say(`ucx_perftest tag_sync_lat p50 ${p.p50Micros} µs; now pdctl`);
+        receiver.stdin?.write(`singles ${LATENCY_TRANSFERS}\n`);
         const o = await ask<{ p50Micros: number; p99Micros: number }>(`lat ${LATENCY_TRANSFERS}`);
+        expectLine(await fromReceiver(), 'singles done');
         latency = {
           p50Micros: round2(o.p50Micros),
           p99Micros: round2(o.p99Micros),
@@ -140,9 +156,9 @@ export async function ucxBenchmark(): Promise<void> {
   }
   const size = (b: number) => (b >= 2 ** 20 ? `${b / 2 ** 20} MiB` : `${b / 1024} KiB`);
   const out = [
-    `pdctl transfer benchmark, UCX (UCX_TLS=${result.ucxTls}) from test host a to test host b — ${BYTES_PER_MEASUREMENT / 2 ** 20} MiB per measurement, median of ${ROUNDS} interleaved rounds`,
+    `pdctl transfer benchmark, UCX (UCX_TLS=${result.ucxTls}) from test host a to test host b — ${BYTES_PER_MEASUREMENT / 2 ** 20} MiB per measurement in ${size(MESSAGE_BYTES)} rooms (${SLICES} in flight, the receiver's pages scattered), median of ${ROUNDS} interleaved rounds`,
     '',
-    '| page size | pdctl UCX GB/s | ucx_perftest put_bw GB/s | ratio | rounds (pdctl / perftest) |',
+    `| page size | pdctl UCX GB/s | ucx_perftest tag_sync_bw GB/s (${size(MESSAGE_BYTES)} messages) | ratio | rounds (pdctl / perftest) |`,
     '|---:|---:|---:|---:|---|',
     ...rows.map(
       (r) =>
@@ -150,7 +166,7 @@ export async function ucxBenchmark(): Promise<void> {
     ),
     '',
     latency
-      ? `single 64 KiB page, post → completion (put + flush, a round trip): p50 ${latency.p50Micros} µs, p99 ${latency.p99Micros} µs; ucx_perftest put_lat p50 ${latency.perftestP50Micros} µs (half a round trip)`
+      ? `single 64 KiB page, post → completion (a synchronous send: matched by the receiver, a round trip): p50 ${latency.p50Micros} µs, p99 ${latency.p99Micros} µs; ucx_perftest tag_sync_lat p50 ${latency.perftestP50Micros} µs (half a round trip)`
       : '',
   ];
   process.stdout.write(`${out.join('\n')}\n`);
@@ -160,7 +176,7 @@ export async function ucxBenchmark(): Promise<void> {
 async function perftest(
   hosts: TestHosts,
   env: (h: 'a' | 'b') => NodeJS.ProcessEnv,
-  test: 'ucp_put_bw' | 'ucp_put_lat',
+  test: 'tag_sync_bw' | 'tag_sync_lat',
   size: number,
   iterations: number,
 ): Promise<{ p50Micros: number; bandwidthMBps: number }> {
@@ -178,6 +194,7 @@ async function perftest(
       'env',
       `UCX_TLS=${env('a').UCX_TLS}`,
       `UCX_NET_DEVICES=${env('a').UCX_NET_DEVICES}`,
+      'UCX_TCP_PUT_ENABLE=n',
       'ucx_perftest',
       hosts.address('b', 'a'),
       '-p',
@@ -240,6 +257,10 @@ function lines(child: ChildProcess): () => Promise<string> {
       return Promise.reject(new Error(`exited ${child.exitCode}: ${err.trim()}`));
     return new Promise((ok, fail) => waiting.push({ ok, fail }));
   };
+}
+
+function expectLine(line: string, want: string): void {
+  if (line !== want) throw new Error(`the receiver said "${line}", not "${want}"`);
 }
 
 function exited(child: ChildProcess): Promise<void> {

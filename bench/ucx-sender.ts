@@ -1,9 +1,10 @@
 /**
  * The sending side of `npm run bench:transfer -- --transport ucx`, run on test host a: reads the
  * receiver's descriptor (scripts/ucx-peer.ts, one JSON line) from stdin, then answers each command
- * with one JSON line:
- *   bw BYTES     GB/s of UcxNode.post moving BYTES, 16 transfers in flight, each a slice of the pool
- *   lat N        p50/p99 µs of N single-page transfers, one at a time, post → completion
+ * with one JSON line (the receiver has posted the matching receives: `rounds`, `singles`):
+ *   bw BYTES     GB/s of UcxNode.post moving BYTES, 16 transfers always in flight, each a slice of
+ *                the pool, sent round after round (`bench-ROUND-k`)
+ *   lat N        p50/p99 µs of N single-page transfers (`lat-i`), one at a time, post → matched
  *   exit
  */
 import { createInterface } from 'node:readline';
@@ -17,8 +18,6 @@ const first = await lines.next();
 const desc = JSON.parse(String(first.value)) as Record<string, string | number>;
 const dst: UcxPoolDescriptor = {
   address: Buffer.from(desc.address as string, 'base64'),
-  rkey: Buffer.from(desc.rkey as string, 'base64'),
-  base: desc.base as number,
   pageBytes: desc.pageBytes as number,
   pages: desc.pages as number,
   epoch: desc.epoch as number,
@@ -45,28 +44,28 @@ try {
   KvPool.unlink(name);
 }
 
+/**
+ * 16 lanes, each sending its slice of the pool round after round (`bench-ROUND-k`): always 16
+ * messages in flight, as ucx_perftest keeps its window full.
+ */
 async function bandwidth(bytes: number) {
-  const perTransfer = Math.max(1, src.pages / 16);
+  const lanes = 16;
+  const perTransfer = Math.max(1, src.pages / lanes);
   const rounds = Math.max(1, Math.round(bytes / (src.pages * src.pageBytes)));
+  const lane = async (k: number) => {
+    for (let round = 0; round < rounds; round++) {
+      const r = await node.post({
+        room: `bench-${round}-${k}`,
+        src,
+        pages: Array.from({ length: perTransfer }, (_, i) => k * perTransfer + i),
+        dst,
+        deadlineMs: 60_000,
+      });
+      if (r.status !== 'ok') throw new Error(`transfer ${r.status}: ${r.error ?? ''}`);
+    }
+  };
   const t0 = process.hrtime.bigint();
-  for (let round = 0; round < rounds; round++) {
-    const results = await Promise.all(
-      Array.from({ length: Math.ceil(src.pages / perTransfer) }, (_, k) =>
-        node.post({
-          room: `bench-${k}`,
-          src,
-          dst,
-          pairs: Array.from({ length: perTransfer }, (_, i) => {
-            const p = k * perTransfer + i;
-            return [p, p] as [number, number];
-          }),
-          deadlineMs: 60_000,
-        }),
-      ),
-    );
-    const bad = results.find((r) => r.status !== 'ok');
-    if (bad) throw new Error(`transfer ${bad.status}: ${bad.error ?? ''}`);
-  }
+  await Promise.all(Array.from({ length: lanes }, (_, k) => lane(k)));
   const ns = Number(process.hrtime.bigint() - t0);
   return { gbPerSec: (rounds * src.pages * src.pageBytes) / ns };
 }
@@ -76,10 +75,10 @@ async function latency(n: number) {
   for (let i = 0; i < n; i++) {
     const t = process.hrtime.bigint();
     const r = await node.post({
-      room: 'bench-latency',
+      room: `lat-${i}`,
       src,
+      pages: [i % src.pages],
       dst,
-      pairs: [[i % src.pages, (i * 3) % dst.pages]],
       deadlineMs: 10_000,
     });
     if (r.status !== 'ok') throw new Error(`transfer ${r.status}: ${r.error ?? ''}`);

@@ -1,7 +1,7 @@
 /**
- * KV across hosts, the transfer alone: this process puts pages over UCX's TCP transport into a
- * pool on test host b (src/drills/hosts.ts: its own network and /dev/shm), which checks the
- * CRC32C of what arrived. A partition of the link mid-transfer ends the transfer within its
+ * KV across hosts, the transfer alone: this process sends pages over UCX's TCP transport into
+ * the receives a node on test host b posted in its pool (src/drills/hosts.ts: its own network and
+ * /dev/shm), which checks the CRC32C of what arrived. A partition of the link mid-transfer ends the transfer within its
  * deadline; healed, the next one goes through.
  */
 import type { ChildProcess } from 'node:child_process';
@@ -76,8 +76,6 @@ describe.skipIf(why !== null)(`UCX between test hosts${why ? ` (skipped: ${why})
     const desc = JSON.parse(first) as Record<string, string | number>;
     const dst: UcxPoolDescriptor = {
       address: Buffer.from(desc.address as string, 'base64'),
-      rkey: Buffer.from(desc.rkey as string, 'base64'),
-      base: desc.base as number,
       pageBytes: desc.pageBytes as number,
       pages: desc.pages as number,
       epoch: desc.epoch as number,
@@ -98,44 +96,44 @@ describe.skipIf(why !== null)(`UCX between test hosts${why ? ` (skipped: ${why})
     const sender = UcxNode.open();
     delete process.env.UCX_NET_DEVICES;
     cleanups.push(() => sender.close());
-    const pairs = Array.from({ length: 48 }, (_, i) => [i, 63 - i] as [number, number]);
-    const r = await sender.post({ room: 'room-hosts', src, dst, pairs, deadlineMs: 10_000 });
+    /** Host b posts the room's receive into `to`; this process sends `from` there. */
+    const move = async (room: string, from: number[], to: number[], deadlineMs: number) => {
+      expect(await ask(`recv ${room} ${to.join(',')}`)).toBe(`posted ${room}`);
+      return sender.post({ room, src, pages: from, dst, deadlineMs });
+    };
+    const from = Array.from({ length: 48 }, (_, i) => i);
+    const to = from.map((i) => 63 - i);
+    const r = await move('room-hosts', from, to, 10_000);
     expect(r.status, r.error ?? '').toBe('ok');
     expect(r.bytes).toBe(48 * 65536);
-    expect(await ask(`checksum ${pairs.map(([, d]) => d).join(',')}`)).toBe(
-      `checksum ${r.checksum}`,
-    );
+    expect(await next()).toBe('received room-hosts ok');
+    expect(await ask(`checksum ${to.join(',')}`)).toBe(`checksum ${r.checksum}`);
 
-    // Cut this process off from b: the transfer ends within its deadline, never hangs.
+    // Cut this process off from b: the transfer ends within its deadline, never hangs; b's
+    // receive stays posted until it is cancelled.
     await hosts.setReach('b', false);
     const cutAt = Date.now();
-    const cut = await sender.post({ room: 'room-cut', src, dst, pairs, deadlineMs: 1500 });
+    const cut = await move('room-cut', from, to, 1500);
     expect(['stalled', 'failed']).toContain(cut.status);
     expect(Date.now() - cutAt).toBeLessThan(8000);
+    expect(await ask('cancel room-cut')).toBe('cancelled room-cut 1');
+    expect(await next()).toBe('received room-cut cancelled');
     await hosts.setReach('b', true);
-    let healed = await sender.post({
-      room: 'room-healed',
-      src,
-      dst,
-      pairs: [[5, 5]],
-      deadlineMs: 10_000,
-    });
+    let healed = await move('room-healed', [5], [5], 10_000);
     // The endpoint the cut broke is dropped; the next transfer makes a new one.
-    if (healed.status !== 'ok')
-      healed = await sender.post({
-        room: 'room-healed-2',
-        src,
-        dst,
-        pairs: [[5, 5]],
-        deadlineMs: 10_000,
-      });
+    if (healed.status !== 'ok') {
+      expect(await ask('cancel room-healed')).toBe('cancelled room-healed 1');
+      expect(await next()).toBe('received room-healed cancelled');
+      healed = await move('room-healed-2', [5], [5], 10_000);
+    }
     expect(healed.status, healed.error ?? '').toBe('ok');
+    expect(await next()).toMatch(/^received room-healed(-2)? ok$/);
     expect(await ask('checksum 5')).toBe(`checksum ${healed.checksum}`);
 
-    // Cut again under a live endpoint: puts posted into it cannot finish, and a cancel ends the
-    // transfer `cancelled` promptly instead of at its (far) deadline.
+    // Cut again under a live endpoint: the message cannot finish, and a cancel ends the send
+    // `cancelled` promptly instead of at its (far) deadline.
     await hosts.setReach('b', false);
-    const pending = sender.post({ room: 'room-cancel', src, dst, pairs, deadlineMs: 60_000 });
+    const pending = move('room-cancel', from, to, 60_000);
     await new Promise((r) => setTimeout(r, 100));
     const cancelAt = Date.now();
     expect(sender.cancel('room-cancel')).toBe(1);

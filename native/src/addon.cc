@@ -410,7 +410,7 @@ Napi::Value WorkersClose(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// ---- UCX: puts into a pool on another host ---------------------------------------------------
+// ---- UCX: a room's pages to a pool on another host, as tagged messages ---------------------------------------------------
 
 struct UcxHolder {
   std::unique_ptr<pdctl::UcxNode> node;
@@ -477,57 +477,53 @@ Napi::Value UcxAddress(const Napi::CallbackInfo& info) {
   return Napi::Buffer<uint8_t>::Copy(info.Env(), reinterpret_cast<const uint8_t*>(a.data()), a.size());
 }
 
-Napi::Value UcxRegister(const Napi::CallbackInfo& info) {
-  need(info, 2);
-  UcxHolder* h = ucxArg(info, 0);
-  const Holder& pool = held(info, 1);
-  pdctl::UcxRegistration r;
-  try {
-    r = h->node->registerPool(pool);
-  } catch (const std::exception& e) {
-    throwCoded(info.Env(), "TRANSFER_SYSTEM", e.what());
+// The pages of a send or receive: each in range, none twice (a message writes each page once).
+std::vector<uint32_t> ucxPagesArg(const Napi::CallbackInfo& info, size_t i, const pdctl::Mapping& pool) {
+  auto list = pageListArg(info, i);
+  std::vector<uint32_t> pages(list.ElementLength());
+  std::vector<bool> seen(pool.header().pages, false);
+  for (size_t k = 0; k < pages.size(); k++) {
+    uint32_t p = list[k];
+    if (p >= pool.header().pages) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "a page is out of range");
+    if (seen[p]) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "a page is named twice");
+    seen[p] = true;
+    pages[k] = p;
   }
-  Napi::Env env = info.Env();
-  Napi::Object o = Napi::Object::New(env);
-  o.Set("id", Napi::Number::New(env, static_cast<double>(r.id)));
-  o.Set("base", Napi::Number::New(env, static_cast<double>(r.base)));
-  o.Set("rkey", Napi::Buffer<uint8_t>::Copy(env, reinterpret_cast<const uint8_t*>(r.rkey.data()), r.rkey.size()));
-  return o;
+  if (pages.empty()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "no pages");
+  return pages;
 }
 
-Napi::Value UcxUnregister(const Napi::CallbackInfo& info) {
-  need(info, 2);
-  ucxArg(info, 0)->node->unregister(uintArg(info, 1, uint64_t{1} << 53, "id"));
-  return info.Env().Undefined();
-}
-
-// ucxPost(node, id, room, srcPool, address, rkey, base, pageBytes, pages, pairs, deadlineMs)
+// ucxPost(node, id, room, epoch, srcPool, address, pages, deadlineMs)
 Napi::Value UcxPost(const Napi::CallbackInfo& info) {
-  need(info, 11);
+  need(info, 8);
   UcxHolder* h = ucxArg(info, 0);
   uint64_t id = uintArg(info, 1, uint64_t{1} << 53, "id");
   if (!info[2].IsString()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "room must be a string");
   std::string room = info[2].As<Napi::String>().Utf8Value();
-  const Holder& src = held(info, 3);
-  pdctl::UcxPeer peer;
-  peer.address = bytesArg(info, 4, "the peer's worker address");
-  peer.rkey = bytesArg(info, 5, "the peer's remote key");
-  peer.base = uintArg(info, 6, uint64_t{1} << 53, "base");
-  peer.pageBytes = uintArg(info, 7, uint64_t{1} << 40, "pageBytes");
-  peer.pages = static_cast<uint32_t>(uintArg(info, 8, UINT32_MAX, "pages"));
-  auto flat = pageListArg(info, 9);
-  if (flat.ElementLength() % 2 != 0) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "pairs must have an even length");
-  std::vector<std::pair<uint32_t, uint32_t>> pairs;
-  pairs.reserve(flat.ElementLength() / 2);
-  for (size_t i = 0; i < flat.ElementLength(); i += 2) {
-    uint32_t s = flat[i], d = flat[i + 1];
-    if (s >= src->header().pages || d >= peer.pages) {
-      throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "a page pair is out of range");
-    }
-    pairs.emplace_back(s, d);
+  uint64_t epoch = uintArg(info, 3, uint64_t{1} << 53, "epoch");
+  const Holder& src = held(info, 4);
+  std::string address = bytesArg(info, 5, "the peer's worker address");
+  std::vector<uint32_t> pages = ucxPagesArg(info, 6, *src);
+  auto deadlineMs = static_cast<uint32_t>(uintArg(info, 7, 24u * 3600u * 1000u, "deadlineMs"));
+  h->node->post(id, std::move(room), epoch, src, std::move(address), std::move(pages), deadlineMs);
+  if (h->inFlight++ == 0) h->tsfn.Ref(info.Env());
+  return info.Env().Null();
+}
+
+// ucxReceive(node, id, room, epoch, dstPool, pages)
+Napi::Value UcxReceive(const Napi::CallbackInfo& info) {
+  need(info, 6);
+  UcxHolder* h = ucxArg(info, 0);
+  uint64_t id = uintArg(info, 1, uint64_t{1} << 53, "id");
+  if (!info[2].IsString()) throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "room must be a string");
+  std::string room = info[2].As<Napi::String>().Utf8Value();
+  uint64_t epoch = uintArg(info, 3, uint64_t{1} << 53, "epoch");
+  const Holder& dst = held(info, 4);
+  if (dst->onDevice()) {
+    throwCoded(info.Env(), "TRANSFER_BAD_ARGUMENT", "UCX receives into a device pool are not supported");
   }
-  auto deadlineMs = static_cast<uint32_t>(uintArg(info, 10, 24u * 3600u * 1000u, "deadlineMs"));
-  h->node->post(id, std::move(room), src, std::move(peer), std::move(pairs), deadlineMs);
+  std::vector<uint32_t> pages = ucxPagesArg(info, 5, *dst);
+  h->node->receive(id, std::move(room), epoch, dst, std::move(pages));
   if (h->inFlight++ == 0) h->tsfn.Ref(info.Env());
   return info.Env().Null();
 }
@@ -547,14 +543,13 @@ Napi::Value UcxInject(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// ucxCheckPeer(address, rkey): null when both unpack; else why. May abort the process on a
-// malformed address (UCX does): call it only in a throwaway process.
+// ucxCheckPeer(address): null when an endpoint to it can be made; else why. May abort the process
+// on a malformed address (UCX does): call it only in a throwaway process.
 Napi::Value UcxCheckPeer(const Napi::CallbackInfo& info) {
-  need(info, 2);
+  need(info, 1);
   std::string address = bytesArg(info, 0, "the peer's worker address");
-  std::string rkey = bytesArg(info, 1, "the peer's remote key");
   std::string error;
-  if (pdctl::ucxCheckPeer(address, rkey, &error)) return info.Env().Null();
+  if (pdctl::ucxCheckPeer(address, &error)) return info.Env().Null();
   return Napi::String::New(info.Env(), error);
 }
 
@@ -575,9 +570,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("ucxBackend", Napi::Function::New(env, UcxBackend));
   exports.Set("ucxCreate", Napi::Function::New(env, UcxCreate));
   exports.Set("ucxAddress", Napi::Function::New(env, UcxAddress));
-  exports.Set("ucxRegister", Napi::Function::New(env, UcxRegister));
-  exports.Set("ucxUnregister", Napi::Function::New(env, UcxUnregister));
   exports.Set("ucxPost", Napi::Function::New(env, UcxPost));
+  exports.Set("ucxReceive", Napi::Function::New(env, UcxReceive));
   exports.Set("ucxCancel", Napi::Function::New(env, UcxCancel));
   exports.Set("ucxInject", Napi::Function::New(env, UcxInject));
   exports.Set("ucxClearFaults", Napi::Function::New(env, UcxClearFaults));

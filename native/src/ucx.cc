@@ -20,6 +20,19 @@
 
 namespace pdctl {
 
+uint64_t ucxRoomTag(const std::string& room, uint64_t epoch) {
+  // FNV-1a over the room id, a zero byte, then the epoch's eight bytes.
+  uint64_t h = 14695981039346656037ull;
+  auto mix = [&h](uint8_t b) {
+    h ^= b;
+    h *= 1099511628211ull;
+  };
+  for (unsigned char c : room) mix(c);
+  mix(0);
+  for (int i = 0; i < 8; i++) mix(static_cast<uint8_t>(epoch >> (8 * i)));
+  return h;
+}
+
 #ifndef PDCTL_HAVE_UCX
 
 namespace {
@@ -34,7 +47,7 @@ bool ucxAvailable(std::string* reason, std::string* version) {
   return false;
 }
 
-bool ucxCheckPeer(const std::string&, const std::string&, std::string* error) {
+bool ucxCheckPeer(const std::string&, std::string* error) {
   *error = kNoHeaders;
   return false;
 }
@@ -42,10 +55,9 @@ bool ucxCheckPeer(const std::string&, const std::string&, std::string* error) {
 struct UcxNode::Impl {};
 UcxNode::UcxNode(Complete) { throw std::runtime_error(kNoHeaders); }
 UcxNode::~UcxNode() = default;
-UcxRegistration UcxNode::registerPool(std::shared_ptr<Mapping>) { throw std::runtime_error(kNoHeaders); }
-void UcxNode::unregister(uint64_t) {}
-void UcxNode::post(uint64_t, std::string, std::shared_ptr<Mapping>, UcxPeer, std::vector<std::pair<uint32_t, uint32_t>>,
+void UcxNode::post(uint64_t, std::string, uint64_t, std::shared_ptr<Mapping>, std::string, std::vector<uint32_t>,
                    uint32_t) {}
+void UcxNode::receive(uint64_t, std::string, uint64_t, std::shared_ptr<Mapping>, std::vector<uint32_t>) {}
 uint32_t UcxNode::cancel(const std::string&) { return 0; }
 void UcxNode::inject(const std::string&, Fault) {}
 void UcxNode::clearFaults() {}
@@ -74,14 +86,10 @@ struct Ucx {
   decltype(&ucp_worker_arm) workerArm;
   decltype(&ucp_ep_create) epCreate;
   decltype(&ucp_ep_close_nbx) epCloseNbx;
-  decltype(&ucp_mem_map) memMap;
-  decltype(&ucp_mem_unmap) memUnmap;
-  decltype(&ucp_rkey_pack) rkeyPack;
-  decltype(&ucp_rkey_buffer_release) rkeyBufferRelease;
-  decltype(&ucp_ep_rkey_unpack) epRkeyUnpack;
-  decltype(&ucp_rkey_destroy) rkeyDestroy;
-  decltype(&ucp_put_nbx) putNbx;
-  decltype(&ucp_ep_flush_nbx) epFlushNbx;
+  decltype(&ucp_tag_send_sync_nbx) tagSendSyncNbx;
+  decltype(&ucp_tag_recv_nbx) tagRecvNbx;
+  decltype(&ucp_tag_recv_request_test) tagRecvRequestTest;
+  decltype(&ucp_request_cancel) requestCancel;
   decltype(&ucp_request_check_status) requestCheckStatus;
   decltype(&ucp_request_free) requestFree;
   decltype(&ucs_status_string) statusString;
@@ -105,12 +113,15 @@ Loaded load() {
   // patch the process's mmap/munmap/brk and malloc (memory events for its registration cache).
   // Inside Node both fight V8 (a `pdctl serve` that only asked backends() died in V8 code with
   // UCX's handler on the stack). Its configuration is read when the libraries load, so it is set
-  // here first, over whatever the environment said: these puts do not need either.
+  // here first, over whatever the environment said: these transfers do not need either.
   setenv("UCX_HANDLE_ERRORS", "none", 1);
   setenv("UCX_ERROR_SIGNALS", "", 1);
   setenv("UCX_MEM_EVENTS", "no", 1);
   setenv("UCX_MEM_MALLOC_HOOKS", "no", 1);
   setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
+  // UCX's TCP transport writes a peer's zero-copy put wherever its header says. Off, this node
+  // never offers it to peers (so a peer's UCP never uses it against this one) nor uses it.
+  setenv("UCX_TCP_PUT_ENABLE", "n", 1);
   void* ucp = dlopen("libucp.so.0", RTLD_NOW | RTLD_GLOBAL);
   void* ucs = ucp ? dlopen("libucs.so.0", RTLD_NOW | RTLD_GLOBAL) : nullptr;
   if (!ucp || !ucs) {
@@ -136,14 +147,10 @@ Loaded load() {
   bind(ucp, "ucp_worker_arm", &u.workerArm, &missing);
   bind(ucp, "ucp_ep_create", &u.epCreate, &missing);
   bind(ucp, "ucp_ep_close_nbx", &u.epCloseNbx, &missing);
-  bind(ucp, "ucp_mem_map", &u.memMap, &missing);
-  bind(ucp, "ucp_mem_unmap", &u.memUnmap, &missing);
-  bind(ucp, "ucp_rkey_pack", &u.rkeyPack, &missing);
-  bind(ucp, "ucp_rkey_buffer_release", &u.rkeyBufferRelease, &missing);
-  bind(ucp, "ucp_ep_rkey_unpack", &u.epRkeyUnpack, &missing);
-  bind(ucp, "ucp_rkey_destroy", &u.rkeyDestroy, &missing);
-  bind(ucp, "ucp_put_nbx", &u.putNbx, &missing);
-  bind(ucp, "ucp_ep_flush_nbx", &u.epFlushNbx, &missing);
+  bind(ucp, "ucp_tag_send_sync_nbx", &u.tagSendSyncNbx, &missing);
+  bind(ucp, "ucp_tag_recv_nbx", &u.tagRecvNbx, &missing);
+  bind(ucp, "ucp_tag_recv_request_test", &u.tagRecvRequestTest, &missing);
+  bind(ucp, "ucp_request_cancel", &u.requestCancel, &missing);
   bind(ucp, "ucp_request_check_status", &u.requestCheckStatus, &missing);
   bind(ucp, "ucp_request_free", &u.requestFree, &missing);
   bind(ucs, "ucs_status_string", &u.statusString, &missing);
@@ -163,29 +170,61 @@ const Loaded& loaded() {
 
 using Clock = std::chrono::steady_clock;
 
-// How long puts already posted get to finish after their transfer is cancelled.
+// How long a send already posted gets to finish after it is cancelled.
 constexpr auto kCancelGrace = std::chrono::milliseconds(250);
 
-// Everything in flight for one transfer; touched only by the node's thread once queued.
+// One send or receive; touched only by the node's thread once queued.
 struct Job {
+  bool receive = false;
   uint64_t id = 0;
   std::string room;
-  std::shared_ptr<Mapping> src;
-  UcxPeer peer;
-  std::vector<std::pair<uint32_t, uint32_t>> pairs;
-  Clock::time_point started, deadline, startAt;
+  uint64_t tag = 0;
+  std::shared_ptr<Mapping> pool;  // the source pool of a send, the destination of a receive
+  std::string address;            // a send's peer worker
+  std::vector<uint32_t> pages;    // in message order
+  Clock::time_point started, deadline, startAt;  // a receive has no deadline: cancel ends it
   Fault fault;
-  bool cancelled = false;  // asked to stop
-  Clock::time_point cancelledAt{};  // when: puts still out then have kCancelGrace to finish
-  bool posted = false;     // puts posted
-  bool flushing = false;
+  bool cancelled = false;           // asked to stop
+  Clock::time_point cancelledAt{};  // when: a send still out then has kCancelGrace to finish
+  bool cancelAsked = false;         // a receive's ucp_request_cancel was called
+  bool posted = false;
   ucp_ep_h ep = nullptr;
-  ucp_rkey_h rkey = nullptr;
-  std::vector<void*> requests;  // puts (or the flush) in flight
+  std::vector<ucp_dt_iov_t> iov;   // the message's runs of consecutive pages
+  void* request = nullptr;         // in flight; null once it ended
+  ucp_tag_recv_info_t info{};      // a receive's: what arrived
+  bool done = false;               // the request ended (status in `ended`)
+  ucs_status_t ended = UCS_OK;
   std::vector<uint8_t> corrupted;  // the first page, altered, for a `corrupt` fault
   TransferResult result;
-  std::string error;  // the first error seen; the job fails with it once its requests ended
+  std::string error;  // the first error seen; the job fails with it once its request ended
 };
+
+// Runs of consecutive pages as an iov; `first` replaces the first page when given.
+std::vector<ucp_dt_iov_t> runs(Mapping& pool, const std::vector<uint32_t>& pages, uint8_t* first) {
+  const size_t pageBytes = pool.header().pageBytes;
+  std::vector<ucp_dt_iov_t> iov;
+  for (size_t i = 0; i < pages.size(); i++) {
+    uint8_t* at = i == 0 && first ? first : pool.page(pages[i]);
+    bool joins = i > 0 && !(i == 1 && first) && pages[i] == pages[i - 1] + 1;
+    if (joins) iov.back().length += pageBytes;
+    else iov.push_back({at, pageBytes});
+  }
+  return iov;
+}
+
+// The datatype, buffer and count of a message over `iov`: contiguous when it is one run.
+void describe(std::vector<ucp_dt_iov_t>& iov, ucp_request_param_t* p, void** buffer, size_t* count) {
+  p->op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+  if (iov.size() == 1) {
+    p->datatype = ucp_dt_make_contig(1);
+    *buffer = iov[0].buffer;
+    *count = iov[0].length;
+  } else {
+    p->datatype = ucp_dt_make_iov();
+    *buffer = iov.data();
+    *count = iov.size();
+  }
+}
 
 }  // namespace
 
@@ -203,23 +242,21 @@ struct UcxNode::Impl {
   Complete complete;
 
   std::mutex mu;
-  // Wakes the thread for new commands, transfers, cancels and shutdown (an eventfd: a write made
-  // before the thread sleeps is not lost). The worker's own fd wakes it for network events.
+  // Wakes the thread for new work, cancels and shutdown (an eventfd: a write made before the
+  // thread sleeps is not lost). The worker's own fd wakes it for network events.
   int wakeFd = -1;
   int workerFd = -1;
-  std::deque<std::function<void()>> commands;  // run on the thread
   std::deque<std::unique_ptr<Job>> incoming;
   std::unordered_map<std::string, Fault> faults;
   std::unordered_map<std::string, uint32_t> cancels;  // room → cancel requests not yet applied
-  std::unordered_map<std::string, uint32_t> inFlight;  // room → transfers posted, not completed
+  std::unordered_map<std::string, uint32_t> inFlight;  // room → sends and receives not completed
   bool stopping = false;
   std::thread thread;
 
   // Thread only.
+  Clock::time_point stoppedAt{};
   std::vector<std::unique_ptr<Job>> active;
   std::unordered_map<std::string, ucp_ep_h> endpoints;  // by peer address
-  std::unordered_map<uint64_t, ucp_mem_h> registrations;
-  uint64_t nextRegistration = 1;
 
   std::atomic<uint64_t> bytes{0}, queued{0}, running{0}, ok{0}, cancelled{0}, stalled{0}, failed{0};
 
@@ -231,9 +268,13 @@ struct UcxNode::Impl {
     (void)n;  // the counter is already non-zero when it cannot grow: the thread wakes either way
   }
 
-  // Sleeps until there is something to do: a command (wakeFd), or a network event for the worker
-  // (its fd, armed). Over TCP a put into this node's pool lands only when this worker progresses,
-  // so a node that receives must wake when the data arrives, not on a timer.
+  // Whether the job only waits on the network: a posted receive not being cancelled. (A send is
+  // not: its thread keeps progressing it — armed waits missed send-side events, 50 ms a page.)
+  static bool waiting(const Job& j) { return j.receive && j.posted && !j.cancelled && !j.done; }
+
+  // Sleeps until there is something to do: new work (wakeFd), or a network event for the worker
+  // (its fd, armed). Over TCP a message to this node lands only when this worker progresses, so a
+  // node that receives must wake when the data arrives, not on a timer.
   void sleepUntilWork() {
     while (u.workerProgress(worker) > 0) {
     }
@@ -244,8 +285,8 @@ struct UcxNode::Impl {
       armed = s == UCS_OK;
     }
     pollfd fds[2] = {{wakeFd, POLLIN, 0}, {workerFd, POLLIN, 0}};
-    // Without a worker fd, a node that holds registered pools polls its worker every millisecond.
-    int timeoutMs = armed || registrations.empty() ? 50 : 1;
+    // Without a worker fd, a node with receives posted polls its worker every millisecond.
+    int timeoutMs = armed || active.empty() ? 50 : 1;
     poll(fds, armed ? 2 : 1, timeoutMs);
     uint64_t v;
     while (read(wakeFd, &v, sizeof v) > 0) {
@@ -254,21 +295,23 @@ struct UcxNode::Impl {
 
   void run() {
     for (;;) {
-      std::deque<std::function<void()>> cmds;
       std::deque<std::unique_ptr<Job>> fresh;
       std::unordered_map<std::string, uint32_t> toCancel;
       bool idle;
       {
         std::lock_guard<std::mutex> lock(mu);
-        idle = commands.empty() && incoming.empty() && cancels.empty() && active.empty() && !stopping;
+        idle = incoming.empty() && cancels.empty() && !stopping;
       }
+      for (auto& j : active) idle = idle && waiting(*j);
       if (idle) sleepUntilWork();
       {
         std::unique_lock<std::mutex> lock(mu);
-        cmds.swap(commands);
         fresh.swap(incoming);
         toCancel.swap(cancels);
-        if (stopping && cmds.empty() && fresh.empty() && active.empty()) break;
+        if (stopping && fresh.empty() && active.empty()) break;
+        // A receive a peer is still writing into may not end; past a grace, the worker goes with it.
+        if (stopping && stoppedAt != Clock::time_point{} && Clock::now() - stoppedAt > 4 * kCancelGrace) break;
+        if (stopping && stoppedAt == Clock::time_point{}) stoppedAt = Clock::now();
         if (stopping) {
           for (auto& j : fresh) j->cancelled = true;
           for (auto& j : active) j->cancelled = true;
@@ -277,8 +320,7 @@ struct UcxNode::Impl {
       // Shutting down: whatever a peer has not taken is not waited for.
       if (stopping)
         for (auto& j : active)
-          if (!j->requests.empty()) dropEndpoint(j->peer.address);
-      for (auto& c : cmds) c();
+          if (!j->receive && j->request) dropEndpoint(j->address);
       for (auto& j : fresh) {
         queued--;
         running++;
@@ -296,8 +338,6 @@ struct UcxNode::Impl {
     }
     for (auto& [addr, ep] : endpoints) closeEndpoint(ep, true);
     endpoints.clear();
-    for (auto& [id, memh] : registrations) u.memUnmap(context, memh);
-    registrations.clear();
   }
 
   void closeEndpoint(ucp_ep_h ep, bool force) {
@@ -341,85 +381,82 @@ struct UcxNode::Impl {
     closeEndpoint(ep, true);
   }
 
-  // Starts a job's puts; false with job.error when it cannot start.
+  // Starts a send; false with job.error when it cannot start.
   bool start(Job& j) {
-    const uint64_t pageBytes = j.src->header().pageBytes;
-    if (j.src->onDevice()) {
-      j.error = "UCX puts from a device pool are not supported; keep KV in host memory across hosts";
-      return false;
-    }
-    if (j.peer.pageBytes != pageBytes) {
-      j.error = "source and destination pools have different page sizes";
+    const uint64_t pageBytes = j.pool->header().pageBytes;
+    if (j.pool->onDevice()) {
+      j.error = "UCX sends from a device pool are not supported; keep KV in host memory across hosts";
       return false;
     }
     uint32_t crc = 0;
-    for (auto& [s, d] : j.pairs) crc = crc32c(crc, j.src->page(s), pageBytes);
+    for (uint32_t page : j.pages) crc = crc32c(crc, j.pool->page(page), pageBytes);
     j.result.checksum = crc;
-    j.ep = endpoint(j.peer.address, &j.error);
+    j.result.bytes = j.pages.size() * pageBytes;
+    j.ep = endpoint(j.address, &j.error);
     if (!j.ep) return false;
-    ucs_status_t s = u.epRkeyUnpack(j.ep, j.peer.rkey.data(), &j.rkey);
-    if (s != UCS_OK) {
-      j.error = "the peer's remote key does not unpack (" + status(s) + "): stale or malformed";
-      return false;
-    }
-    if (j.fault.kind == FaultKind::Corrupt && !j.pairs.empty()) {
-      const uint8_t* first = j.src->page(j.pairs[0].first);
+    if (j.fault.kind == FaultKind::Corrupt && !j.pages.empty()) {
+      const uint8_t* first = j.pool->page(j.pages[0]);
       j.corrupted.assign(first, first + pageBytes);
       j.corrupted[0] ^= 0xFF;
     }
+    j.iov = runs(*j.pool, j.pages, j.corrupted.empty() ? nullptr : j.corrupted.data());
     ucp_request_param_t p{};
-    for (size_t i = 0, n = j.pairs.size(); i < n;) {
-      size_t k = i + 1;
-      while (k < n && j.pairs[k].first == j.pairs[k - 1].first + 1 && j.pairs[k].second == j.pairs[k - 1].second + 1) k++;
-      const uint8_t* from = j.src->page(j.pairs[i].first);
-      size_t len = (k - i) * pageBytes;
-      uint64_t remote = j.peer.base + static_cast<uint64_t>(j.pairs[i].second) * pageBytes;
-      if (i == 0 && !j.corrupted.empty()) {
-        ucs_status_ptr_t r = u.putNbx(j.ep, j.corrupted.data(), pageBytes, remote, j.rkey, &p);
-        if (!track(j, r)) return false;
-        from += pageBytes;
-        len -= pageBytes;
-        remote += pageBytes;
-      }
-      if (len > 0) {
-        ucs_status_ptr_t r = u.putNbx(j.ep, from, len, remote, j.rkey, &p);
-        if (!track(j, r)) return false;
-      }
-      j.result.bytes += (k - i) * pageBytes;
-      i = k;
-    }
+    void* buffer;
+    size_t count;
+    describe(j.iov, &p, &buffer, &count);
+    // Synchronous: it completes once the receiver matched it to the receive it posted.
+    ucs_status_ptr_t r = u.tagSendSyncNbx(j.ep, buffer, count, j.tag, &p);
     j.posted = true;
-    return true;
+    return track(j, r, "ucp_tag_send_sync_nbx");
   }
 
-  bool track(Job& j, ucs_status_ptr_t r) {
+  // Posts a receive into the room's pages, never anywhere else.
+  void postReceive(Job& j) {
+    j.iov = runs(*j.pool, j.pages, nullptr);
+    ucp_request_param_t p{};
+    void* buffer;
+    size_t count;
+    describe(j.iov, &p, &buffer, &count);
+    // Always a request, even for a message already here: ucp_tag_recv_request_test says its length.
+    p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    ucs_status_ptr_t r = u.tagRecvNbx(worker, buffer, count, j.tag, ~ucp_tag_t{0}, &p);
+    j.posted = true;
+    track(j, r, "ucp_tag_recv_nbx");
+  }
+
+  bool track(Job& j, ucs_status_ptr_t r, const char* what) {
     if (UCS_PTR_IS_ERR(r)) {
-      j.error = "ucp_put_nbx: " + status(UCS_PTR_STATUS(r));
+      j.error = std::string(what) + ": " + status(UCS_PTR_STATUS(r));
+      j.done = true;
+      j.ended = UCS_PTR_STATUS(r);
       return false;
     }
-    if (r != nullptr) j.requests.push_back(r);
+    j.request = r;
+    j.done = r == nullptr;
     return true;
   }
 
-  // Drops finished requests; the first error is kept. True when none is left.
+  // Whether the job's request ended; then `ended` (and a receive's `info`) say how.
   bool settle(Job& j) {
-    std::vector<void*> left;
-    for (void* r : j.requests) {
-      ucs_status_t s = u.requestCheckStatus(r);
-      if (s == UCS_INPROGRESS) {
-        left.push_back(r);
-        continue;
-      }
-      if (s != UCS_OK && j.error.empty()) j.error = status(s);
-      u.requestFree(r);
+    if (j.done) return true;
+    if (j.request == nullptr) {  // never posted
+      j.done = true;
+      j.ended = UCS_ERR_CANCELED;
+      return true;
     }
-    j.requests.swap(left);
-    return j.requests.empty();
+    ucs_status_t s = j.receive ? u.tagRecvRequestTest(j.request, &j.info) : u.requestCheckStatus(j.request);
+    if (s == UCS_INPROGRESS) return false;
+    u.requestFree(j.request);
+    j.request = nullptr;
+    j.done = true;
+    j.ended = s;
+    return true;
   }
 
   void finish(std::unique_ptr<Job>& j, const char* what) {
-    if (j->rkey) u.rkeyDestroy(j->rkey);
-    j->rkey = nullptr;
+    // A send whose endpoint was closed under it: UCX frees the request when it ends.
+    if (j->request && !j->receive) u.requestFree(j->request);
+    j->request = nullptr;
     TransferResult r = std::move(j->result);
     r.id = j->id;
     r.room = j->room;
@@ -447,87 +484,90 @@ struct UcxNode::Impl {
     j.reset();
   }
 
+  // A receive: posted at once, and it ends only when its request did — a cancel asks UCX, which
+  // may still be writing a matched message into the pages: they are free only after that.
+  void stepReceive(std::unique_ptr<Job>& jp) {
+    Job& j = *jp;
+    if (!j.posted) {
+      if (j.cancelled) return finish(jp, "cancelled");
+      postReceive(j);
+    }
+    if (j.cancelled && !j.done && !j.cancelAsked) {
+      u.requestCancel(worker, j.request);
+      j.cancelAsked = true;
+    }
+    if (!settle(j)) return;
+    const uint64_t expected = j.pages.size() * j.pool->header().pageBytes;
+    if (j.ended == UCS_ERR_CANCELED || (j.cancelled && j.ended == UCS_OK && j.info.length != expected))
+      return finish(jp, "cancelled");
+    if (j.ended == UCS_ERR_MESSAGE_TRUNCATED) {
+      j.error = "a message longer than the " + std::to_string(expected) +
+                " bytes of the room's pages arrived; UCX kept it out of them";
+      return finish(jp, "failed");
+    }
+    if (j.ended != UCS_OK) {
+      if (j.error.empty()) j.error = status(j.ended);
+      return finish(jp, "failed");
+    }
+    if (j.info.length != expected) {
+      j.error = "received " + std::to_string(j.info.length) + " bytes, the room's pages hold " +
+                std::to_string(expected);
+      return finish(jp, "failed");
+    }
+    // No checksum here: the decode engine verifies the pages itself against the committed one.
+    j.result.bytes = expected;
+    finish(jp, "ok");
+  }
+
+  void stepSend(std::unique_ptr<Job>& jp, Clock::time_point now) {
+    Job& j = *jp;
+    if (!j.posted) {
+      if (j.cancelled) return finish(jp, "cancelled");
+      if (j.fault.kind == FaultKind::Fail) {
+        j.error = "injected failure";
+        return finish(jp, "failed");
+      }
+      if (now >= j.deadline) {
+        j.error = "the message was not sent before the deadline";
+        return finish(jp, "stalled");
+      }
+      if (j.fault.kind == FaultKind::Stall || now < j.startAt) return;
+      if (!start(j)) {
+        // What was posted must end before the pages may be reused: drop the endpoint.
+        if (j.request) dropEndpoint(j.address);
+        settle(j);
+        return finish(jp, "failed");
+      }
+    }
+    if (settle(j)) {
+      if (j.cancelled) return finish(jp, "cancelled");
+      if (j.ended != UCS_OK) {
+        if (j.error.empty()) j.error = status(j.ended);
+        return finish(jp, "failed");
+      }
+      return finish(jp, "ok");
+    }
+    if (j.cancelled && now - j.cancelledAt >= kCancelGrace) {
+      // Cancelled, and the peer does not take the message (a cut link): a cancel is not left to
+      // wait for the deadline. The pages may be reused only once nothing is in flight.
+      dropEndpoint(j.address);
+      settle(j);
+      return finish(jp, "cancelled");
+    }
+    if (now >= j.deadline) {
+      // The peer did not match the message (no receive posted) or does not take the bytes.
+      j.error = "the receiver did not take the message before the deadline";
+      dropEndpoint(j.address);
+      settle(j);
+      return finish(jp, "stalled");
+    }
+  }
+
   void step() {
     const auto now = Clock::now();
     for (auto& jp : active) {
-      Job& j = *jp;
-      if (!j.posted) {
-        if (j.cancelled) {
-          finish(jp, "cancelled");
-          continue;
-        }
-        if (j.fault.kind == FaultKind::Fail) {
-          j.error = "injected failure";
-          finish(jp, "failed");
-          continue;
-        }
-        if (now >= j.deadline) {
-          j.error = "no put was posted before the deadline";
-          finish(jp, "stalled");
-          continue;
-        }
-        if (j.fault.kind == FaultKind::Stall || now < j.startAt) continue;
-        if (!start(j)) {
-          // What was posted must end before the pages may be reused: drop the endpoint.
-          if (!j.requests.empty()) dropEndpoint(j.peer.address);
-          settle(j);
-          finish(jp, "failed");
-        }
-        continue;
-      }
-      bool idle = settle(j);
-      if (!j.error.empty()) {
-        if (!idle) {
-          dropEndpoint(j.peer.address);
-          continue;
-        }
-        finish(jp, "failed");
-        continue;
-      }
-      if (j.cancelled && !idle && now - j.cancelledAt >= kCancelGrace) {
-        // Cancelled, and the peer does not take what was posted (a cut link): a cancel is not
-        // left to wait for the deadline. The pages may be reused only once nothing is in flight.
-        dropEndpoint(j.peer.address);
-        settle(j);
-        finish(jp, "cancelled");
-        continue;
-      }
-      if (now >= j.deadline && !idle) {
-        // The peer does not take the bytes: end every request on it.
-        j.error = "the puts did not complete before the deadline";
-        dropEndpoint(j.peer.address);
-        settle(j);
-        finish(jp, "stalled");
-        continue;
-      }
-      if (!idle) continue;
-      if (j.cancelled) {
-        finish(jp, "cancelled");
-        continue;
-      }
-      if (!j.flushing && j.ep == nullptr) {
-        // Another transfer's stall closed the endpoint to this peer under it.
-        j.error = "the endpoint to the peer was closed (another transfer to it stalled)";
-        finish(jp, "failed");
-        continue;
-      }
-      if (!j.flushing) {
-        // Completion of a put only frees the source; the flush says the bytes are at the peer.
-        ucp_request_param_t p{};
-        ucs_status_ptr_t r = u.epFlushNbx(j.ep, &p);
-        if (!track(j, r)) {
-          finish(jp, "failed");
-          continue;
-        }
-        j.flushing = true;
-        if (r != nullptr) continue;
-      }
-      if (now >= j.deadline) {
-        j.error = "the flush did not complete before the deadline";
-        finish(jp, "stalled");
-        continue;
-      }
-      finish(jp, "ok");
+      if (jp->receive) stepReceive(jp);
+      else stepSend(jp, now);
     }
     std::vector<std::unique_ptr<Job>> still;
     for (auto& j : active)
@@ -535,22 +575,22 @@ struct UcxNode::Impl {
     active.swap(still);
   }
 
-  // Runs `fn` on the node's thread and waits for it.
-  template <typename T>
-  T onThread(std::function<T()> fn) {
-    auto task = std::make_shared<std::packaged_task<T()>>(std::move(fn));
-    std::future<T> result = task->get_future();
+  void queue(std::unique_ptr<Job> j) {
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (stopping) throw std::runtime_error("the UCX node is shut down");
-      commands.push_back([task] { (*task)(); });
+      auto f = faults.find(j->room);
+      if (f == faults.end()) f = faults.find("");
+      if (!j->receive && f != faults.end()) j->fault = f->second;
+      if (j->fault.kind == FaultKind::Delay) j->startAt += std::chrono::milliseconds(j->fault.ms);
+      queued++;
+      inFlight[j->room]++;
+      incoming.push_back(std::move(j));
     }
     wake();
-    return result.get();
   }
 };
 
-bool ucxCheckPeer(const std::string& address, const std::string& rkey, std::string* error) {
+bool ucxCheckPeer(const std::string& address, std::string* error) {
   const Loaded& l = loaded();
   if (!l.ok) {
     *error = l.reason;
@@ -564,7 +604,7 @@ bool ucxCheckPeer(const std::string& address, const std::string& rkey, std::stri
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_RMA;
+  params.features = UCP_FEATURE_TAG;
   ucp_context_h context = nullptr;
   ucs_status_t s = u.initVersion(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &context);
   u.configRelease(config);
@@ -588,13 +628,7 @@ bool ucxCheckPeer(const std::string& address, const std::string& rkey, std::stri
     if ((s = u.epCreate(worker, &p, &ep)) != UCS_OK) {
       *error = std::string("the worker address does not unpack: ") + u.statusString(s);
     } else {
-      ucp_rkey_h key = nullptr;
-      if ((s = u.epRkeyUnpack(ep, rkey.data(), &key)) != UCS_OK) {
-        *error = std::string("the remote key does not unpack: ") + u.statusString(s);
-      } else {
-        u.rkeyDestroy(key);
-        ok = true;
-      }
+      ok = true;
       ucp_request_param_t cp{};
       cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
       cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
@@ -621,7 +655,8 @@ UcxNode::UcxNode(Complete complete) : impl_(std::make_unique<Impl>()) {
   if (s != UCS_OK) throw std::runtime_error("ucp_config_read: " + std::string(u.statusString(s)));
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+  // No UCP_FEATURE_RMA: a peer's put or get through UCP is not executed here.
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   s = u.initVersion(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &m.context);
   u.configRelease(config);
   if (s != UCS_OK) throw std::runtime_error("ucp_init: " + std::string(u.statusString(s)));
@@ -660,69 +695,32 @@ UcxNode::UcxNode(Complete complete) : impl_(std::make_unique<Impl>()) {
 
 UcxNode::~UcxNode() { shutdown(); }
 
-UcxRegistration UcxNode::registerPool(std::shared_ptr<Mapping> pool) {
-  if (pool->onDevice()) throw std::runtime_error("UCX registration of device pools is not supported");
-  Impl& m = *impl_;
-  return m.onThread<UcxRegistration>([&m, pool]() {
-    const Ucx& u = m.u;
-    ucp_mem_map_params_t p{};
-    p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-    p.address = pool->page(0);
-    p.length = static_cast<size_t>(pool->header().pages) * pool->header().pageBytes;
-    ucp_mem_h memh = nullptr;
-    ucs_status_t s = u.memMap(m.context, &p, &memh);
-    if (s != UCS_OK) throw std::runtime_error("ucp_mem_map: " + m.status(s));
-    void* packed = nullptr;
-    size_t size = 0;
-    s = u.rkeyPack(m.context, memh, &packed, &size);
-    if (s != UCS_OK) {
-      u.memUnmap(m.context, memh);
-      throw std::runtime_error("ucp_rkey_pack: " + m.status(s));
-    }
-    UcxRegistration r;
-    r.id = m.nextRegistration++;
-    r.base = reinterpret_cast<uint64_t>(pool->page(0));
-    r.rkey.assign(static_cast<const char*>(packed), size);
-    u.rkeyBufferRelease(packed);
-    m.registrations.emplace(r.id, memh);
-    return r;
-  });
-}
-
-void UcxNode::unregister(uint64_t id) {
-  Impl& m = *impl_;
-  m.onThread<bool>([&m, id]() {
-    auto it = m.registrations.find(id);
-    if (it == m.registrations.end()) return false;
-    m.u.memUnmap(m.context, it->second);
-    m.registrations.erase(it);
-    return true;
-  });
-}
-
-void UcxNode::post(uint64_t id, std::string room, std::shared_ptr<Mapping> src, UcxPeer peer,
-                   std::vector<std::pair<uint32_t, uint32_t>> pairs, uint32_t deadlineMs) {
-  Impl& m = *impl_;
+void UcxNode::post(uint64_t id, std::string room, uint64_t epoch, std::shared_ptr<Mapping> src, std::string address,
+                   std::vector<uint32_t> pages, uint32_t deadlineMs) {
   auto j = std::make_unique<Job>();
   j->id = id;
+  j->tag = ucxRoomTag(room, epoch);
   j->room = std::move(room);
-  j->src = std::move(src);
-  j->peer = std::move(peer);
-  j->pairs = std::move(pairs);
+  j->pool = std::move(src);
+  j->address = std::move(address);
+  j->pages = std::move(pages);
   j->started = Clock::now();
   j->deadline = j->started + std::chrono::milliseconds(deadlineMs);
   j->startAt = j->started;
-  {
-    std::lock_guard<std::mutex> lock(m.mu);
-    auto f = m.faults.find(j->room);
-    if (f == m.faults.end()) f = m.faults.find("");
-    if (f != m.faults.end()) j->fault = f->second;
-    if (j->fault.kind == FaultKind::Delay) j->startAt += std::chrono::milliseconds(j->fault.ms);
-    m.queued++;
-    m.inFlight[j->room]++;
-    m.incoming.push_back(std::move(j));
-  }
-  m.wake();
+  impl_->queue(std::move(j));
+}
+
+void UcxNode::receive(uint64_t id, std::string room, uint64_t epoch, std::shared_ptr<Mapping> dst,
+                      std::vector<uint32_t> pages) {
+  auto j = std::make_unique<Job>();
+  j->receive = true;
+  j->id = id;
+  j->tag = ucxRoomTag(room, epoch);
+  j->room = std::move(room);
+  j->pool = std::move(dst);
+  j->pages = std::move(pages);
+  j->started = Clock::now();
+  impl_->queue(std::move(j));
 }
 
 uint32_t UcxNode::cancel(const std::string& room) {

@@ -1,23 +1,26 @@
-// The UCX network backend of the transfer core: one-sided puts of a room's pages into a pool on
-// another host (docs/design.md §6). UCX (libucp, libucs) is loaded at run time with dlopen, as the
-// CUDA runtime is, so the addon builds and runs where UCX is absent; its headers are needed at
-// build time (Debian libucx-dev) — without them the backend is compiled out and says so.
+// The UCX network backend of the transfer core: a room's pages to a pool on another host, as
+// two-sided tagged messages (docs/design.md §6). UCX (libucp, libucs) is loaded at run time with
+// dlopen, as the CUDA runtime is, so the addon builds and runs where UCX is absent; its headers
+// are needed at build time (Debian libucx-dev) — without them the backend is compiled out and says so.
 //
-// Shape (NIXL's backend verbs): a node is one UCX context and worker per process. `registerPool`
-// maps a pool's memory once and returns the remote key a peer needs; `address` is the worker
-// address a peer connects to. `post` puts (source page, destination page) runs into a peer's pool
-// and completes only after a flush: the bytes are at the destination. Each transfer has a
-// deadline that ends it `stalled`, `cancel(room)`, and a CRC32C of the source bytes in pair order.
+// The receiver decides where bytes land. A node is one UCX context and worker per process, made
+// without UCX's RMA feature: no memory is registered, no remote key exists, and a put or get a
+// peer sends through UCP is never executed (docs/security.md, "The KV network"). `receive` posts a
+// tagged receive into the pages a room reserved, its tag derived from the room and the pool's
+// epoch; `post` sends a room's source pages as one synchronous tagged message to a peer's worker
+// address, and completes once the receiver matched it. A message longer than the pages posted is
+// truncated by UCX, never written past them. Each send has a deadline that ends it `stalled`;
+// `cancel(room)` ends sends and receives; a send carries the CRC32C of the source bytes in page
+// order (a receive none: the receiver verifies its pages against the sender's committed one).
 //
 // Threads: the worker is created in UCS_THREAD_MODE_SINGLE and touched only by the node's own
-// progress thread; the JS thread hands it commands through a queue (and waits for the few that
-// return a value: registration). Completions go back through the callback the owner supplies.
+// progress thread; the JS thread hands it work through a queue. Completions go back through the
+// callback the owner supplies.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -34,25 +37,15 @@ namespace pdctl {
 // Whether UCX can be used here, and why not ("" when it can); the version that loaded.
 bool ucxAvailable(std::string* reason, std::string* version);
 
-struct UcxRegistration {
-  uint64_t id = 0;       // for unregister
-  uint64_t base = 0;     // the address of page 0 in the registering process
-  std::string rkey;      // packed remote key (bytes)
-};
+// The tag of a room's KV message: the room id and the receiving pool's epoch, hashed. Both ends
+// derive it; a receive matches only this tag, every bit of it.
+uint64_t ucxRoomTag(const std::string& room, uint64_t epoch);
 
-struct UcxPeer {
-  std::string address;   // the peer worker's address (bytes)
-  std::string rkey;      // its pool's packed remote key (bytes)
-  uint64_t base = 0;     // the address of its page 0
-  uint64_t pageBytes = 0;
-  uint32_t pages = 0;
-};
-
-// Unpacks a peer's worker address and remote key with a context of its own, and closes it.
-// UCX aborts the process on a malformed address, so this is meant for a throwaway process
-// (src/transfer/ucx-check.ts): a descriptor from another engine is checked there before any
-// engine process uses it. False with *error for what UCX refused without aborting.
-bool ucxCheckPeer(const std::string& address, const std::string& rkey, std::string* error);
+// Connects to a peer's worker address with a context of its own, and closes it. UCX aborts the
+// process on a malformed address, so this is meant for a throwaway process
+// (src/transfer/ucx-check.ts): an address from another engine is checked there before any engine
+// process uses it. False with *error for what UCX refused without aborting.
+bool ucxCheckPeer(const std::string& address, std::string* error);
 
 class UcxNode {
  public:
@@ -65,12 +58,15 @@ class UcxNode {
   UcxNode& operator=(const UcxNode&) = delete;
 
   const std::string& address() const { return address_; }
-  // Maps a pool's pages for remote access; throws std::runtime_error on failure.
-  UcxRegistration registerPool(std::shared_ptr<Mapping> pool);
-  void unregister(uint64_t id);
-  // Queues a put of `pairs` (source page, destination page) from `src` into the peer's pool.
-  void post(uint64_t id, std::string room, std::shared_ptr<Mapping> src, UcxPeer peer,
-            std::vector<std::pair<uint32_t, uint32_t>> pairs, uint32_t deadlineMs);
+  // Queues a send of `pages` of `src`, in that order, to the peer worker at `address`: the
+  // room's message under the tag of (room, epoch). Completes once the receiver matched it.
+  void post(uint64_t id, std::string room, uint64_t epoch, std::shared_ptr<Mapping> src, std::string address,
+            std::vector<uint32_t> pages, uint32_t deadlineMs);
+  // Posts a receive of the room's message into `pages` of `dst`, in that order. Completes `ok`
+  // when exactly that many bytes arrived, `failed` on any other length, `cancelled` by cancel().
+  void receive(uint64_t id, std::string room, uint64_t epoch, std::shared_ptr<Mapping> dst,
+               std::vector<uint32_t> pages);
+  // Ends the room's sends and receives; returns how many were in flight.
   uint32_t cancel(const std::string& room);
   void inject(const std::string& room, Fault fault);
   void clearFaults();

@@ -10,7 +10,7 @@ import { Packr } from 'msgpackr';
 import { BUS_ERROR_CODES } from './errors.ts';
 
 /** Bumped on any change an engine of the previous version could not follow. */
-export const PROTOCOL_VERSION = 7;
+export const PROTOCOL_VERSION = 8;
 
 /**
  * How often an engine heartbeats (its default, and what a welcome suggests): a wedged bus loop is
@@ -57,17 +57,15 @@ const Short = Type.String({ minLength: 1, maxLength: 200 });
 const Role = Type.Union([Type.Literal('prefill'), Type.Literal('decode')]);
 const strict = { additionalProperties: false } as const;
 
-/** What a peer needs to put into a pool over UCX (src/transfer/ucx.ts, `UcxPoolDescriptor`). */
+/** What a peer needs to send a room's KV to a pool over UCX (src/transfer/ucx.ts, `UcxPoolDescriptor`). */
 const KvRemoteWire = Type.Object(
   {
     transport: Type.Literal('ucx'),
+    /** The engine's UCX worker address: where a room's KV message is sent (protocol 8). */
     address: Type.Uint8Array({ minByteLength: 1, maxByteLength: 65536 }),
-    rkey: Type.Uint8Array({ minByteLength: 1, maxByteLength: 65536 }),
-    /** The address of page 0 in the engine's process. */
-    base: Type.Integer({ minimum: 0 }),
     pages: Count,
     pageBytes: Count,
-    /** The pool epoch it was registered under. */
+    /** The epoch of the pool that receives: part of each room's message tag. */
     epoch: Count,
   },
   strict,
@@ -120,7 +118,7 @@ export const ENGINE_MESSAGES = {
        * device of /dev/shm, docs/protocol.md "Across hosts"). Absent: taken for the control plane's.
        */
       host: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
-      /** A decode engine that can receive KV over UCX: its pool as a peer puts into it. */
+      /** A decode engine that can receive KV over UCX: where a room's KV message is sent. */
       kvRemote: Type.Optional(KvRemoteWire),
       /**
        * How a prefill engine sends KV: `shm` only to engines on its host (`--kv-transport shm`, or
@@ -292,8 +290,8 @@ export const CONTROL_MESSAGES = {
       prevSeq: Seq,
       /**
        * On `room.created` with a reservation and on `room.bootstrapped`, to its prefill engine:
-       * where the decode engine runs and, when it can receive over UCX, its pool as a peer puts
-       * into it (from the decode engine's hello).
+       * where the decode engine runs and, when it can receive over UCX, where the room's KV is
+       * sent (from the decode engine's hello).
        */
       kvPeer: Type.Optional(
         Type.Object(

@@ -32,7 +32,7 @@ export interface EngineIdentity {
   readonly kvDevice: number | null;
   /** Which host it runs on (hello `host`; src/transfer/host.ts); null: it did not say. */
   readonly host: string | null;
-  /** A decode engine's pool as a UCX peer puts into it; null: shared memory only. */
+  /** Where a UCX peer sends a decode engine's rooms' KV; null: shared memory only. */
   readonly kvRemote: KvRemote | null;
   /** How it sends KV (hello `kvSend`; control/pairs.ts): `auto` when it did not say. */
   readonly kvSend: 'shm' | 'ucx' | 'auto';

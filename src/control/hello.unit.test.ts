@@ -121,8 +121,6 @@ describe('checkHello', () => {
     const kvRemote = {
       transport: 'ucx' as const,
       address: new Uint8Array([1, 2, 3]),
-      rkey: new Uint8Array([4]),
-      base: 0,
       pages: 8,
       pageBytes: 4096,
       epoch: 1,

@@ -6,8 +6,6 @@ import { choosePair, PAIR_COSTS, PairHealth, transportBetween, unreachable } fro
 const remote: KvRemote = {
   transport: 'ucx',
   address: new Uint8Array([1, 2, 3]),
-  rkey: new Uint8Array([4, 5]),
-  base: 4096,
   pages: 10,
   pageBytes: 4096,
   epoch: 1,

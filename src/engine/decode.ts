@@ -17,6 +17,7 @@ import {
   KvImageError,
 } from '../model/executor.ts';
 import type { KvPool } from '../transfer/pool.ts';
+import type { UcxNode } from '../transfer/ucx.ts';
 import { EngineCore, type EnginePorts, type EngineRoom } from './engine.ts';
 import { roomKv } from './kv-pages.ts';
 import type { EngineOptions } from './options.ts';
@@ -75,6 +76,11 @@ export class DecodeEngine extends EngineCore {
   private scheduled = false;
   /** First tokens computed on a hint and thrown away, per room, until its release says so. */
   private readonly wasted = new Map<string, number>();
+  /**
+   * The UCX receives posted into rooms' reserved pages, until each ended: the KV is verified only
+   * after its receive ended, and the pages are freed only then (UCX may be writing into them).
+   */
+  private readonly receiving = new Map<string, Promise<void>>();
 
   constructor(
     opts: Readonly<EngineOptions>,
@@ -84,6 +90,8 @@ export class DecodeEngine extends EngineCore {
     private readonly pool: KvPool,
     /** This process's incarnation: a reservation made for another one is not for its pool. */
     private readonly incarnation: string,
+    /** Receives rooms' KV from prefill engines on other hosts; null where UCX is not used. */
+    private readonly ucx: UcxNode | null = null,
   ) {
     super(opts, ports, model, log);
   }
@@ -96,9 +104,14 @@ export class DecodeEngine extends EngineCore {
     if (room.view.decodeEngine !== this.id) return false;
     if (ev.type === 'room.created') this.bootstrap(room);
     else if (ev.type === 'room.transfer_completed') {
-      const d = this.running.get(room.view.room);
-      if (d?.held) this.confirm(d);
-      else this.startDecoding(room, null);
+      // The KV came another way than the pair was expected to use: no message is coming.
+      if (ev.data.transport !== 'ucx' && this.receiving.has(room.view.room))
+        this.ucx?.cancel(room.view.room);
+      this.afterReceive(room, () => {
+        const d = this.running.get(room.view.room);
+        if (d?.held) this.confirm(d);
+        else this.startDecoding(room, null);
+      });
     } else return false;
     return true;
   }
@@ -111,7 +124,47 @@ export class DecodeEngine extends EngineCore {
     const room = this.rooms.get(msg.room);
     if (!room || room.view.decodeEngine !== this.id || room.stopped || room.transferDone) return;
     if (this.running.has(msg.room)) return;
-    this.startDecoding(room, msg.checksum);
+    this.afterReceive(room, () => {
+      if (!this.running.has(msg.room) && !room.transferDone) this.startDecoding(room, msg.checksum);
+    });
+  }
+
+  /**
+   * Runs `then` once the room's UCX receive (if one is posted) ended: its bytes are all in the
+   * pages, or never will be — the checksum then says which. At once when there is none.
+   */
+  private afterReceive(room: EngineRoom, then: () => void): void {
+    const pending = this.receiving.get(room.view.room);
+    if (!pending) then();
+    else void pending.then(() => then());
+  }
+
+  /**
+   * Posts the UCX receive of the room's KV into the pages its prompt takes: the prefill engine on
+   * another host sends there, and nowhere else in this process can it write.
+   */
+  private receiveKv(room: EngineRoom, pages: number[]): void {
+    const ucx = this.ucx as UcxNode;
+    const id = room.view.room;
+    const done = ucx.receive({ room: id, pool: this.pool, pages }).then(
+      (r) => {
+        if (r.status !== 'ok' && !room.stopped)
+          this.log.warn(
+            { room: id, status: r.status, error: r.error },
+            'the KV receive did not complete; the checksum decides',
+          );
+      },
+      (err: unknown) =>
+        this.log.warn(
+          { room: id, err: (err as Error).message },
+          'the KV receive could not be posted',
+        ),
+    );
+    this.receiving.set(id, done);
+    void done.then(() => {
+      this.receiving.delete(id);
+      if (room.stopped) this.tryRelease(room);
+    });
   }
 
   /** The transfer committed: what was held goes out, and decoding goes on. */
@@ -189,6 +242,8 @@ export class DecodeEngine extends EngineCore {
       }
     }
     room.pages = pages;
+    if (room.transport === 'ucx' && this.ucx)
+      this.receiveKv(room, pages.slice(0, this.pagesFor(prompt)));
     void this.append(room, 'room.bootstrapped', {
       pages,
       pool: this.pool.name,
@@ -446,7 +501,14 @@ export class DecodeEngine extends EngineCore {
     }
     // Ended (its completion was committed after every chunk) or abandoned: nothing to resend.
     this.sentChunks.delete(room.view.room);
+    if (this.receiving.has(room.view.room)) this.ucx?.cancel(room.view.room);
     this.tryRelease(room);
+  }
+
+  /** The prefill engine is gone: no message is coming, so the receive is cancelled first. */
+  protected override forceRelease(room: EngineRoom): void {
+    if (this.receiving.has(room.view.room)) this.ucx?.cancel(room.view.room);
+    super.forceRelease(room);
   }
 
   protected override releaseData(room: EngineRoom): { speculativeTokens?: number } {
@@ -463,6 +525,7 @@ export class DecodeEngine extends EngineCore {
    * the room before claiming them.
    */
   protected canFree(room: EngineRoom): boolean {
+    if (this.receiving.has(room.view.room)) return false;
     return room.kvTarget === null || room.transferDone || room.peerReleased;
   }
 }

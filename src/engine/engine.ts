@@ -40,7 +40,7 @@ export interface EngineRoom {
   /**
    * Where the KV goes, from the committed `room.created`'s reservation (or, without one, the
    * committed `room.bootstrapped`), and (`peer`, attached by the control plane) the decode
-   * engine's host and, when it can receive over UCX, its pool as a peer. From then on the prefill
+   * engine's host and, when it can receive over UCX, its worker address. From then on the prefill
    * engine may write into those pages: the decode engine keeps them until the transfer completed
    * or the prefill engine released the room (docs/protocol.md, rule 7).
    */
@@ -52,6 +52,8 @@ export interface EngineRoom {
   } | null;
   /** The decode pages the control plane reserved in `room.created`; null: this engine chooses. */
   reservation: RoomReservation['decode'] | null;
+  /** How `room.created` expected the pair to move the KV (control/pairs.ts); null: not recorded. */
+  transport: 'shm' | 'cuda' | 'ucx' | null;
   /**
    * The seq of the committed event this engine last started work on for the room (`react` said it
    * acted): its appends name it as their `cause`, so the control plane counts commits in sequence.
@@ -207,6 +209,7 @@ export abstract class EngineCore {
       peerReleased: false,
       kvTarget: null,
       reservation: null,
+      transport: null,
       cause: null,
     };
   }
@@ -219,6 +222,7 @@ export abstract class EngineCore {
     if (ev.type === 'room.created') {
       const r = ev.data.reservation?.decode ?? null;
       room.reservation = r;
+      room.transport = ev.data.transport ?? null;
       // The reserved pages are where the KV goes from this commit on (protocol 7).
       if (r) room.kvTarget = { pages: r.pages, pool: r.pool, epoch: r.epoch, peer: kvPeer };
     } else if (ev.type === 'room.transfer_completed') room.transferDone = true;

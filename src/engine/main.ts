@@ -93,9 +93,9 @@ export function startEngine(
     ...(opts.kvDevice === null ? {} : { device: opts.kvDevice }),
   });
   let transfer: TransferCore | null = null;
-  // A decode engine that may receive over UCX says so in its hello: its pool as a peer puts into it.
+  // A decode engine that may receive over UCX says so in its hello: where a room's KV is sent.
   const kvRemote =
-    ucx && opts.role === 'decode' && pool.device === null ? ucx.register(pool) : null;
+    ucx && opts.role === 'decode' && pool.device === null ? ucx.describe(pool) : null;
   let core: EngineCore;
   const bus: BusClient = new BusClient(
     {
@@ -127,15 +127,7 @@ export function startEngine(
         ...prefixHello(core),
         ...(kvRemote
           ? {
-              kvRemote: {
-                transport: 'ucx' as const,
-                address: kvRemote.address,
-                rkey: kvRemote.rkey,
-                base: kvRemote.base,
-                pages: kvRemote.pages,
-                pageBytes: kvRemote.pageBytes,
-                epoch: kvRemote.epoch,
-              },
+              kvRemote: { transport: 'ucx' as const, ...kvRemote },
             }
           : {}),
         auth: signHello({ engine: opts.id, role: opts.role, incarnation }, keys, keys.serverKey),
@@ -173,7 +165,7 @@ export function startEngine(
     transfer = new NativeTransferCore({ threads: opts.transferThreads });
     core = new PrefillEngine(opts, ports, model, log, pool, transfer, ucx);
   } else {
-    core = new DecodeEngine(opts, ports, model, log, pool, incarnation);
+    core = new DecodeEngine(opts, ports, model, log, pool, incarnation, kvRemote ? ucx : null);
   }
 
   let beats = 0;

@@ -37,7 +37,7 @@ export interface EngineOptions extends ModelOptions {
   /**
    * How KV reaches another engine's pool: `shm` (shared memory, the same host), `ucx` (UCX, any
    * host), or `auto` (shared memory where the peer's pool is on this host, UCX where it is not,
-   * when UCX is available here). A decode engine that may receive over UCX registers its pool and
+   * when UCX is available here). A decode engine that may receive over UCX opens a UCX node and
    * says so in its hello.
    */
   kvTransport: 'auto' | 'shm' | 'ucx';

@@ -202,7 +202,6 @@ export class PrefillEngine extends EngineCore {
     });
     this.transferring.set(v.room, Date.now());
     let result: Awaited<ReturnType<TransferCore['post']>>;
-    const pairs = pages.map((p, i) => [p, dstPages[i] as number] as const);
     const deadlineMs = room.view.deadlinesMs.transferring;
     try {
       result =
@@ -210,15 +209,15 @@ export class PrefillEngine extends EngineCore {
           ? await (this.ucx as UcxNode).post({
               room: v.room,
               src: this.pool,
+              pages,
               dst: bootstrapped.peer,
-              pairs,
               deadlineMs,
             })
           : await this.core.post({
               room: v.room,
               src: this.pool,
               dst: bootstrapped.dst,
-              pairs,
+              pairs: pages.map((p, i) => [p, dstPages[i] as number] as const),
               deadlineMs,
               epoch: bootstrapped.epoch,
             });
@@ -250,8 +249,9 @@ export class PrefillEngine extends EngineCore {
 
   /**
    * Where the room's KV goes (`room.kvTarget`: reserved, or bootstrapped): the decode pool in shared
-   * memory when the decode engine is on this host (or `--kv-transport shm`), else its pool as a
-   * UCX peer — refused when the descriptor was registered under another epoch than the pages.
+   * memory when the decode engine is on this host (or `--kv-transport shm`), else its UCX worker,
+   * which posted a receive into the reserved pages — refused when its hello's pool epoch is not
+   * the reservation's (the receive is tagged with that epoch).
    */
   private async destination(
     room: EngineRoom,
@@ -289,8 +289,6 @@ export class PrefillEngine extends EngineCore {
       }
       const peer: UcxPoolDescriptor = {
         address: Buffer.from(remote.address),
-        rkey: Buffer.from(remote.rkey),
-        base: remote.base,
         pages: remote.pages,
         pageBytes: remote.pageBytes,
         epoch: remote.epoch,
@@ -326,7 +324,7 @@ export class PrefillEngine extends EngineCore {
    * process hands its bytes to UCX; null when it is good, else why.
    */
   private checkedPeer(peer: UcxPoolDescriptor): Promise<string | null> {
-    const key = `${peer.address.toString('base64')}/${peer.rkey.toString('base64')}`;
+    const key = peer.address.toString('base64');
     let verdict = this.peerChecks.get(key);
     if (!verdict) {
       if (this.peerChecks.size >= 64) this.peerChecks.clear();

@@ -91,31 +91,37 @@ export interface NativeAddon {
   ucxCreate(onComplete: (result: NativeTransferResult) => void): UcxHandle;
   /** The worker's address: what a peer needs to reach this node. */
   ucxAddress(node: UcxHandle): Buffer;
-  /** Maps a host pool's pages for remote puts: its packed remote key and the address of page 0. */
-  ucxRegister(node: UcxHandle, pool: PoolHandle): { id: number; base: number; rkey: Buffer };
-  ucxUnregister(node: UcxHandle, id: number): void;
-  /** Queues puts of `pairs` from `src` into the peer's registered pool; completes through onComplete. */
+  /**
+   * Queues a send of `pages` of `src`, in that order, to the peer worker at `address`: one tagged
+   * message under the tag of (room, epoch); it completes once the receiver matched it.
+   */
   ucxPost(
     node: UcxHandle,
     id: number,
     room: string,
+    epoch: number,
     src: PoolHandle,
     address: Buffer,
-    rkey: Buffer,
-    base: number,
-    pageBytes: number,
-    pages: number,
-    pairs: Uint32Array,
+    pages: Uint32Array,
     deadlineMs: number,
+  ): null;
+  /** Posts a receive of the room's message into `pages` of `dst`; completes through onComplete. */
+  ucxReceive(
+    node: UcxHandle,
+    id: number,
+    room: string,
+    epoch: number,
+    dst: PoolHandle,
+    pages: Uint32Array,
   ): null;
   ucxCancel(node: UcxHandle, room: string): number;
   ucxInject(node: UcxHandle, room: string, kind: NativeFaultKind, ms: number): void;
   ucxClearFaults(node: UcxHandle): void;
   /**
-   * Null when a peer's worker address and remote key unpack; else why. UCX aborts the process on
-   * a malformed address: call it only in a throwaway process (src/transfer/ucx-check.ts).
+   * Null when an endpoint to a peer's worker address can be made; else why. UCX aborts the
+   * process on a malformed address: call it only in a throwaway process (src/transfer/ucx-check.ts).
    */
-  ucxCheckPeer(address: Buffer, rkey: Buffer): string | null;
+  ucxCheckPeer(address: Buffer): string | null;
   ucxClose(node: UcxHandle): void;
 }
 

@@ -1,12 +1,17 @@
 /**
- * The network backend of the transfer core (docs/design.md §6): one-sided UCX puts of a room's
- * pages into a pool on another host. A node is one UCX context and worker per process, driven by
- * its own progress thread in the addon. The receiving side registers its pool once
- * (`register`) and publishes what a peer needs — its worker `address`, the pool's remote key and
- * the address of page 0 — and the sending side `post`s (source page, destination page) pairs
- * against that description. A transfer completes only after a flush: the bytes are at the
- * destination. Each has a deadline that ends it `stalled`, `cancel(room)`, and the CRC32C of the
- * source bytes in pair order, which the receiving side compares with its own pages.
+ * The network backend of the transfer core (docs/design.md §6): a room's pages to a pool on
+ * another host, as two-sided UCX tagged messages — the receiver decides where the bytes land. A
+ * node is one UCX context and worker per process, made without UCX's RMA feature, driven by its
+ * own progress thread in the addon: no memory is registered for peers, no remote key exists, and
+ * no peer names an address in this process (docs/security.md, "The KV network").
+ *
+ * The receiving side publishes its worker `address` (`describe`) and, for each room, posts a
+ * `receive` into the pages it reserved for it; the sending side `post`s the room's source pages
+ * to that address. Both derive the message's tag from the room id and the receiving pool's
+ * epoch. A send completes once the receiver matched it, or ends `stalled` at its deadline; a
+ * receive completes `ok` only when exactly the room's bytes arrived, and `cancel(room)` ends
+ * either. A send carries the CRC32C of the source bytes in page order; a receive carries none (its
+ * `checksum` is 0): the receiver computes its pages' own against the sender's committed one.
  *
  * Where UCX is absent (no libucx, or an addon built without its headers), `UcxNode.open()` throws
  * TRANSFER_BACKEND_UNAVAILABLE and `ucxBackend()` says why.
@@ -16,30 +21,34 @@ import { fileURLToPath } from 'node:url';
 import { isValidId } from '../journal/events.ts';
 import { checkFault, type Fault, type TransferResult } from './core.ts';
 import { nativeCall, TransferError } from './errors.ts';
-import { checkDeadline, flatPairs, InFlight } from './in-flight.ts';
+import { checkDeadline, InFlight } from './in-flight.ts';
 import { type NativeUcxBackend, native, type UcxHandle } from './native.ts';
 import type { KvPool } from './pool.ts';
 
-/** What a peer needs to put into a registered pool; every field crosses the bus as it is. */
+/** What a peer needs to send a room's KV to this node's pool; every field crosses the bus as it is. */
 export interface UcxPoolDescriptor {
-  /** The peer worker's address. */
+  /** The receiving worker's address. */
   address: Buffer;
-  /** The pool's packed remote key. */
-  rkey: Buffer;
-  /** The address of page 0 in the peer's process. */
-  base: number;
   pageBytes: number;
   pages: number;
-  /** The pool's epoch when it was registered: a re-created pool is registered anew. */
+  /** The pool's epoch: part of each room's tag, so a re-created pool takes no message meant for the old. */
   epoch: number;
 }
 
 export interface UcxPostRequest {
   room: string;
   src: KvPool;
+  /** Source pages, in the order the receiver's pages take them. */
+  pages: readonly number[];
   dst: UcxPoolDescriptor;
-  pairs: ReadonlyArray<readonly [number, number]>;
   deadlineMs: number;
+}
+
+export interface UcxReceiveRequest {
+  room: string;
+  pool: KvPool;
+  /** The pages reserved for the room, in the order the message fills them. */
+  pages: readonly number[];
 }
 
 // From source (tests, `npm run`), the check runs through tsx like the rest; from dist/, as is.
@@ -57,9 +66,7 @@ export const REFUSED_EXIT = 3;
  * process that unpacks a malformed worker address, and the descriptor came from another engine
  * (a buggy or compromised one must not be able to kill this one). Null when it is good; else why.
  */
-export function checkPeer(
-  peer: Pick<UcxPoolDescriptor, 'address' | 'rkey'>,
-): Promise<string | null> {
+export function checkPeer(peer: Pick<UcxPoolDescriptor, 'address'>): Promise<string | null> {
   return new Promise((resolve) => {
     const args = FROM_SOURCE ? ['--import', 'tsx', CHECK_SCRIPT] : [CHECK_SCRIPT];
     const child = spawn(process.execPath, args, {
@@ -82,12 +89,7 @@ export function checkPeer(
       else
         resolve(`the check failed (exit ${code}): ${err.trim().split('\n').at(-1)?.slice(0, 300)}`);
     });
-    child.stdin?.end(
-      JSON.stringify({
-        address: peer.address.toString('base64'),
-        rkey: peer.rkey.toString('base64'),
-      }),
-    );
+    child.stdin?.end(JSON.stringify({ address: peer.address.toString('base64') }));
   });
 }
 
@@ -100,8 +102,24 @@ function bad(message: string): TransferError {
   return new TransferError('TRANSFER_BAD_ARGUMENT', message);
 }
 
+function checkRoom(room: string): void {
+  if (!isValidId(room)) throw bad(`room must be a room id, got ${JSON.stringify(room)}`);
+}
+
+/** The pages as the addon takes them: integers in the pool, none twice, at least one. */
+function pageList(pages: readonly number[], pool: KvPool): Uint32Array {
+  if (pages.length === 0) throw bad('no pages');
+  const seen = new Set<number>();
+  for (const p of pages) {
+    if (!Number.isInteger(p) || p < 0 || p >= pool.pages)
+      throw bad(`page ${p} is not in pool ${pool.name} (${pool.pages} pages)`);
+    if (seen.has(p)) throw bad(`page ${p} is named twice`);
+    seen.add(p);
+  }
+  return Uint32Array.from(pages);
+}
+
 export class UcxNode {
-  private readonly registered = new Map<KvPool, number>();
   private closing: Promise<void> | null = null;
 
   private constructor(
@@ -121,54 +139,43 @@ export class UcxNode {
     return native().ucxAddress(this.live());
   }
 
-  /** Registers a host pool for puts from peers; the descriptor is what a peer posts against. */
-  register(pool: KvPool): UcxPoolDescriptor {
+  /** What a peer needs to send rooms' KV into `pool` through this node. */
+  describe(pool: KvPool): UcxPoolDescriptor {
     if (pool.device !== null)
-      throw bad(`pool ${pool.name} is on a CUDA device: UCX puts need a host pool`);
-    const r = nativeCall(() => native().ucxRegister(this.live(), pool.handleForTransfer()));
-    this.registered.set(pool, r.id);
+      throw bad(`pool ${pool.name} is on a CUDA device: UCX receives need a host pool`);
     return {
       address: this.address,
-      rkey: r.rkey,
-      base: r.base,
       pageBytes: pool.pageBytes,
       pages: pool.pages,
       epoch: pool.epoch,
     };
   }
 
-  unregister(pool: KvPool): void {
-    const id = this.registered.get(pool);
-    if (id === undefined) return;
-    this.registered.delete(pool);
-    native().ucxUnregister(this.live(), id);
-  }
-
+  /** Sends the room's source pages to the peer; resolves once the peer matched the message. */
   post(request: UcxPostRequest): Promise<TransferResult> {
     let id: number;
     try {
-      const { room, src, dst, pairs, deadlineMs } = request;
-      if (!isValidId(room)) throw bad(`room must be a room id, got ${JSON.stringify(room)}`);
+      const { room, src, pages, dst, deadlineMs } = request;
+      checkRoom(room);
       if (src.closed) throw new TransferError('TRANSFER_POOL_CLOSED', `pool ${src.name} is closed`);
       if (src.pageBytes !== dst.pageBytes)
         throw bad(
           `page sizes differ: ${src.name} has ${src.pageBytes} B pages, the peer ${dst.pageBytes} B`,
         );
-      const flat = flatPairs(pairs, src.pages, dst.pages);
+      if (pages.length > dst.pages)
+        throw bad(`${pages.length} pages do not fit the peer's pool of ${dst.pages}`);
       checkDeadline(deadlineMs);
+      const list = pageList(pages, src);
       id = this.inFlight.id();
       nativeCall(() =>
         native().ucxPost(
           this.live(),
           id,
           room,
+          dst.epoch,
           src.handleForTransfer(),
           dst.address,
-          dst.rkey,
-          dst.base,
-          dst.pageBytes,
-          dst.pages,
-          flat,
+          list,
           deadlineMs,
         ),
       );
@@ -178,7 +185,30 @@ export class UcxNode {
     return this.inFlight.track(id, request.room);
   }
 
-  /** Cancels the room's transfers; puts already posted finish first, then it completes `cancelled`. */
+  /**
+   * Posts a receive of the room's message into `pages` of `pool`: the only bytes a peer can
+   * write into this process. Resolves `ok` when exactly the room's bytes arrived, `failed` on any
+   * other message under its tag, `cancelled` by cancel(room); until then the pages are UCX's.
+   */
+  receive(request: UcxReceiveRequest): Promise<TransferResult> {
+    let id: number;
+    try {
+      const { room, pool, pages } = request;
+      checkRoom(room);
+      if (pool.closed)
+        throw new TransferError('TRANSFER_POOL_CLOSED', `pool ${pool.name} is closed`);
+      const list = pageList(pages, pool);
+      id = this.inFlight.id();
+      nativeCall(() =>
+        native().ucxReceive(this.live(), id, room, pool.epoch, pool.handleForTransfer(), list),
+      );
+    } catch (err) {
+      return Promise.reject(TransferError.from(err));
+    }
+    return this.inFlight.track(id, request.room);
+  }
+
+  /** Cancels the room's sends and receives; each completes `cancelled` once UCX let go of its pages. */
   cancel(room: string): number {
     return native().ucxCancel(this.live(), room);
   }

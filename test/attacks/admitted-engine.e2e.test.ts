@@ -186,7 +186,7 @@ describe.skipIf(!ucxBackend().available)('an admitted decode engine across hosts
       engineArgs: ['--kv-transport', 'auto'],
     });
     const { control } = stack;
-    // A real pool, registered: the descriptor is a valid one, only of another epoch.
+    // A real pool and UCX node: the descriptor is a valid one, only of another epoch.
     const pool = KvPool.create({
       name: `/pdctl-stale-${process.pid}`,
       pages: 64,
@@ -195,7 +195,7 @@ describe.skipIf(!ucxBackend().available)('an admitted decode engine across hosts
     });
     const node = UcxNode.open();
     try {
-      const d = node.register(pool);
+      const d = node.describe(pool);
       const x = admitted(stack, 'decode-x', 'decode');
       await x.join({
         pages: 64,
@@ -204,15 +204,7 @@ describe.skipIf(!ucxBackend().available)('an admitted decode engine across hosts
         pool: pool.name,
         epoch: pool.epoch + 1,
         host: 'another-host',
-        kvRemote: {
-          transport: 'ucx',
-          address: d.address,
-          rkey: d.rkey,
-          base: d.base,
-          pages: d.pages,
-          pageBytes: d.pageBytes,
-          epoch: d.epoch,
-        },
+        kvRemote: { transport: 'ucx', ...d },
       });
       const out = collect(control.submit({ prompt: prompt(1, 8), maxTokens: 4 }));
       const created = (await x.next('event')) as unknown as { payload: { event: JournalEvent } };
