@@ -336,6 +336,13 @@ struct UcxNode::Impl {
       }
       step();
     }
+    // Receives a peer was still writing into when the grace ran out: their owners hear
+    // `cancelled` (the worker, destroyed next, takes their requests with it).
+    for (auto& j : active) {
+      if (j->error.empty()) j->error = "the UCX node shut down while the message was arriving";
+      finish(j, "cancelled");
+    }
+    active.clear();
     for (auto& [addr, ep] : endpoints) closeEndpoint(ep, true);
     endpoints.clear();
   }
