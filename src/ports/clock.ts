@@ -1,0 +1,154 @@
+/**
+ * The clock port (issue 41): what a module needs of time — the wall clock for journal
+ * timestamps, a monotonic clock for durations, and timers — behind one interface with two
+ * adapters. `systemClock` is the process's own; `VirtualClock` is the simulator's, where time
+ * moves only when the caller advances it and timers fire in a fixed order, so a run is a pure
+ * function of its seed. A module takes a `Clock` instead of calling `Date.now()`, `setTimeout`
+ * or `performance.now()` itself.
+ */
+import { performance } from 'node:perf_hooks';
+
+/** A scheduled timer; `unref` lets the process exit while it is pending (no-op when virtual). */
+export interface Timer {
+  unref(): Timer;
+}
+
+export interface Clock {
+  /** Wall-clock milliseconds since the Unix epoch (what the journal's `ts` records). */
+  now(): number;
+  /** Monotonic milliseconds, for durations: never goes back. */
+  monotonic(): number;
+  setTimeout(fn: () => void, ms: number): Timer;
+  setInterval(fn: () => void, ms: number): Timer;
+  /** Cancels a timeout or an interval; a timer already fired or cleared is ignored. */
+  clear(timer: Timer | undefined | null): void;
+}
+
+/** The process's clock: Date.now(), performance.now() and Node's timers. */
+export const systemClock: Clock = Object.freeze({
+  now: () => Date.now(),
+  monotonic: () => performance.now(),
+  setTimeout: (fn: () => void, ms: number): Timer => setTimeout(fn, ms),
+  setInterval: (fn: () => void, ms: number): Timer => setInterval(fn, ms),
+  clear: (timer: Timer | undefined | null) => {
+    if (timer) clearTimeout(timer as NodeJS.Timeout);
+  },
+});
+
+interface Scheduled {
+  at: number;
+  /** Scheduling order: of timers due at the same time, the one set first fires first. */
+  order: number;
+  fn: () => void;
+  /** Milliseconds between firings of an interval; null for a timeout. */
+  every: number | null;
+  handle: VirtualTimer;
+}
+
+class VirtualTimer implements Timer {
+  cleared = false;
+  unref(): Timer {
+    return this;
+  }
+}
+
+/**
+ * Time that moves only when told. `advance(ms)` fires every timer due up to the new time in
+ * order of due time, then of scheduling; a timer set while firing, due within the window, fires
+ * in the same call. Timer callbacks that throw are not caught: a simulation stops at the first.
+ */
+export class VirtualClock implements Clock {
+  private time: number;
+  private readonly startedAt: number;
+  private readonly queue: Scheduled[] = [];
+  private nextOrder = 0;
+
+  /** `start`: the wall-clock time the run begins at (a fixed one keeps traces comparable). */
+  constructor(start = Date.UTC(2026, 0, 1)) {
+    if (!Number.isFinite(start)) throw new RangeError(`start must be a finite time, got ${start}`);
+    this.time = start;
+    this.startedAt = start;
+  }
+
+  now(): number {
+    return this.time;
+  }
+
+  monotonic(): number {
+    return this.time - this.startedAt;
+  }
+
+  setTimeout(fn: () => void, ms: number): Timer {
+    return this.schedule(fn, ms, null);
+  }
+
+  setInterval(fn: () => void, ms: number): Timer {
+    return this.schedule(fn, ms, Math.max(1, delay(ms)));
+  }
+
+  clear(timer: Timer | undefined | null): void {
+    if (!(timer instanceof VirtualTimer) || timer.cleared) return;
+    timer.cleared = true;
+    const i = this.queue.findIndex((s) => s.handle === timer);
+    if (i >= 0) this.queue.splice(i, 1);
+  }
+
+  /** Timers set and not yet fired or cleared. */
+  get pending(): number {
+    return this.queue.length;
+  }
+
+  /** When the next timer is due; null when none is set. */
+  nextAt(): number | null {
+    return this.queue[0]?.at ?? null;
+  }
+
+  /** Moves time forward by `ms`, firing what falls due on the way; returns how many fired. */
+  advance(ms: number): number {
+    if (!(ms >= 0) || !Number.isFinite(ms))
+      throw new RangeError(`advance takes a finite number of ms ≥ 0, got ${ms}`);
+    const until = this.time + ms;
+    let fired = 0;
+    for (let next = this.queue[0]; next && next.at <= until; next = this.queue[0]) {
+      this.queue.shift();
+      this.time = next.at;
+      if (next.every !== null)
+        this.insert({ ...next, at: next.at + next.every, order: this.nextOrder++ });
+      else next.handle.cleared = true;
+      fired++;
+      next.fn();
+    }
+    this.time = until;
+    return fired;
+  }
+
+  /** Jumps to the next timer and fires everything due then; false when none is set. */
+  runNext(): boolean {
+    const at = this.nextAt();
+    if (at === null) return false;
+    this.advance(at - this.time);
+    return true;
+  }
+
+  private schedule(fn: () => void, ms: number, every: number | null): Timer {
+    const handle = new VirtualTimer();
+    this.insert({ at: this.time + delay(ms), order: this.nextOrder++, fn, every, handle });
+    return handle;
+  }
+
+  private insert(s: Scheduled): void {
+    // Sorted by (at, order); timers are few, and the search keeps the order exact.
+    let i = this.queue.length;
+    while (i > 0) {
+      const prev = this.queue[i - 1] as Scheduled;
+      if (prev.at < s.at || (prev.at === s.at && prev.order < s.order)) break;
+      i--;
+    }
+    this.queue.splice(i, 0, s);
+  }
+}
+
+/** Node's rule for a delay: anything not a number ≥ 1 (NaN, negative, 0) is 1 ms. */
+function delay(ms: number): number {
+  return Number.isFinite(ms) && ms >= 1 ? Math.floor(ms) : 1;
+}
