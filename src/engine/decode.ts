@@ -135,8 +135,18 @@ export class DecodeEngine extends EngineCore {
    */
   private afterReceive(room: EngineRoom, then: () => void): void {
     const pending = this.receiving.get(room.view.room);
-    if (!pending) then();
-    else void pending.then(() => then());
+    if (!pending) {
+      then();
+      return;
+    }
+    // Its appends answer the event that asked for them, whatever arrived meanwhile.
+    const cause = room.cause;
+    void pending.then(() => {
+      const latest = room.cause;
+      room.cause = cause;
+      then();
+      room.cause = latest;
+    });
   }
 
   /**

@@ -20,7 +20,10 @@ describe('seeded random', () => {
     for (let i = 0; i < 100_000; i++) {
       const x = r.next();
       if (!(x >= 0 && x < 1)) outside++;
-      else buckets[Math.floor(x * 10)]++;
+      else {
+        const k = Math.floor(x * 10);
+        buckets[k] = (buckets[k] as number) + 1;
+      }
     }
     expect(outside).toBe(0);
     // Each tenth gets 10,000 ± 5 % (a fair generator misses that with vanishing odds).
