@@ -45,7 +45,8 @@ function encodeCursor(room: Room): string {
   return Buffer.from(JSON.stringify([room.createdAt, room.room])).toString('base64url');
 }
 
-function decodeCursor(cursor: string): [number, string] {
+/** The (createdAt, room) a page cursor stands for; JOURNAL_BAD_QUERY for one no journal returned. */
+export function decodeCursor(cursor: string): [number, string] {
   try {
     const v = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as unknown;
     if (Array.isArray(v) && typeof v[0] === 'number' && typeof v[1] === 'string')

@@ -1,8 +1,8 @@
 /**
  * The journal's contract, run against every backend (src/journal/sqlite/journal.int.test.ts,
- * src/journal/postgres/journal.int.test.ts): append, group commit, rejection records,
- * idempotent event ids, validation, subscriptions, cursors, retention and queries behave the same
- * on SQLite and PostgreSQL. What only one backend has (a writer thread, a full disk, leadership)
+ * src/journal/postgres/journal.int.test.ts, src/journal/memory/journal.unit.test.ts): append,
+ * group commit, rejection records, idempotent event ids, validation, subscriptions, cursors,
+ * retention and queries behave the same on SQLite, PostgreSQL and in memory. What only one backend has (a writer thread, a full disk, leadership)
  * is tested beside it.
  */
 import { describe, expect, it } from 'vitest';

@@ -1,0 +1,134 @@
+/**
+ * What an in-memory journal keeps as if on disk (issue 41): the committed events, the rooms
+ * projection, the consumer cursors and who holds the writer. It outlives the `MemoryJournal` that
+ * writes it — a journal closed, crashed or drained and opened again finds exactly what committed
+ * — and it changes only when a commit applies, all of a batch at once, as a transaction does.
+ */
+import { idConflict, type Outcome, rejectionData } from '../commit-queue.ts';
+import type { JournalEvent, PendingEvent } from '../events.ts';
+import { type Room, reduce } from '../reducer.ts';
+
+export class MemoryDisk {
+  /** Committed events in seq order (retention deletes whole rooms' events from it). */
+  readonly events: JournalEvent[] = [];
+  readonly byEventId = new Map<string, JournalEvent>();
+  readonly rooms = new Map<string, Room>();
+  readonly consumers = new Map<string, { seq: number; updatedAt: number }>();
+  /** The last seq given out: seqs are never reused, even after retention. */
+  lastSeq = 0;
+  /** The journal that writes it now, if any (one writer at a time, as with a file's lock). */
+  writer: object | null = null;
+  /** Bytes the committed events take as JSON: the journal's size, for `stats`. */
+  bytes = 0;
+
+  /** A name for messages and `stats().path`. */
+  constructor(readonly name: string) {}
+
+  /**
+   * Applies a batch as one transaction — reduce, store, project — and says how each event went,
+   * as every backend's writer does (commit-queue.ts `Outcome`). Nothing of it is visible until
+   * all of it is.
+   */
+  commit(batch: PendingEvent[]): Outcome[] {
+    const overlay = new Map<string, Room>();
+    const added: JournalEvent[] = [];
+    const ids = new Map<string, JournalEvent>();
+    let seq = this.lastSeq;
+    const outcomes: Outcome[] = batch.map((ev): Outcome => {
+      const held = ids.get(ev.eventId) ?? this.byEventId.get(ev.eventId);
+      if (held) {
+        const rejected = held.type === 'room.event_rejected';
+        const eventType = rejected ? (held.data as { eventType: string }).eventType : held.type;
+        const conflict = idConflict(ev, {
+          seq: held.seq,
+          storedType: held.type,
+          room: held.room,
+          source: held.source,
+          eventType,
+        });
+        return conflict === null ? [2, held.seq, rejected] : [3, held.seq, conflict];
+      }
+      const store = (type: string, data: unknown): JournalEvent => {
+        const stored = { ...ev, seq: ++seq, type, data: copy(data) } as JournalEvent;
+        added.push(stored);
+        ids.set(ev.eventId, stored);
+        return stored;
+      };
+      if (ev.room === null || !ev.type.startsWith('room.'))
+        return [0, store(ev.type, ev.data).seq, null];
+      const before = overlay.get(ev.room) ?? this.rooms.get(ev.room) ?? null;
+      const result = reduce(before, { ...ev, seq: 0 });
+      if (!result.ok) {
+        const record = rejectionData(ev, result.reason, result.state);
+        const stored = store('room.event_rejected', record);
+        return [1, stored.seq, result.reason, result.state, result.detail];
+      }
+      const stored = store(ev.type, ev.data);
+      result.room.lastSeq = stored.seq;
+      overlay.set(ev.room, result.room);
+      return [0, stored.seq, result.room.state];
+    });
+    // The commit: everything at once.
+    for (const ev of added) {
+      this.events.push(ev);
+      this.byEventId.set(ev.eventId, ev);
+      this.bytes += JSON.stringify(ev).length;
+    }
+    for (const [name, room] of overlay) this.rooms.set(name, room);
+    this.lastSeq = seq;
+    return outcomes;
+  }
+
+  /** Committed events with seq > afterSeq, oldest first, at most `limit`. */
+  readFrom(afterSeq: number, limit: number): JournalEvent[] {
+    const from = this.indexAfter(afterSeq);
+    return this.events.slice(from, from + limit).map(copyEvent);
+  }
+
+  /** The index of the first event with seq > afterSeq. */
+  indexAfter(afterSeq: number): number {
+    let lo = 0;
+    let hi = this.events.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if ((this.events[mid] as JournalEvent).seq <= afterSeq) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  }
+
+  /** The newest committed seq still held (0 when none is). */
+  headSeq(): number {
+    return this.events.at(-1)?.seq ?? 0;
+  }
+
+  /** Deletes whole rooms and their events (retention); returns the events deleted. */
+  deleteRooms(names: readonly string[]): number {
+    const gone = new Set(names);
+    for (const name of names) this.rooms.delete(name);
+    let deleted = 0;
+    let kept = 0;
+    for (const ev of this.events) {
+      if (ev.room !== null && gone.has(ev.room)) {
+        deleted++;
+        this.byEventId.delete(ev.eventId);
+        this.bytes -= JSON.stringify(ev).length;
+      } else this.events[kept++] = ev;
+    }
+    this.events.length = kept;
+    return deleted;
+  }
+}
+
+/** What a reader gets is its own, as a row read from a database is: never the stored object. */
+export function copyEvent(ev: JournalEvent): JournalEvent {
+  return { ...ev, data: copy(ev.data) } as JournalEvent;
+}
+
+export function copyRoom(room: Room): Room {
+  return { ...room, releasedBy: [...room.releasedBy], deadlinesMs: { ...room.deadlinesMs } };
+}
+
+function copy<T>(data: T): T {
+  return JSON.parse(JSON.stringify(data)) as T;
+}

@@ -1,0 +1,86 @@
+/**
+ * The in-memory journal: the contract every backend keeps (test/helpers/journal-contract.ts),
+ * then what only it has — commit latency on a virtual clock, refused writes, a crash that loses
+ * what had not committed.
+ */
+import { describe, expect, it } from 'vitest';
+import { created, lifecycle } from '../../../test/helpers/events.ts';
+import { journalContract } from '../../../test/helpers/journal-contract.ts';
+import { VirtualClock } from '../../ports/clock.ts';
+import { MemoryDisk } from './disk.ts';
+import { MemoryJournal } from './journal.ts';
+
+const disks = new Map<string, MemoryDisk>();
+let n = 0;
+const place = async () => {
+  const name = `memory-${n++}`;
+  disks.set(name, new MemoryDisk(name));
+  return name;
+};
+
+journalContract({
+  name: 'in-memory',
+  fresh: async () => MemoryJournal.open({ disk: new MemoryDisk(`memory-${n++}`) }),
+  place,
+  open: async (name) => MemoryJournal.open({ disk: disks.get(name) as MemoryDisk }),
+  countCommitted: async (j, seq) =>
+    (j as unknown as { disk: MemoryDisk }).disk.events.filter((e) => e.seq <= seq).length,
+});
+
+describe('in-memory journal faults', () => {
+  it('commits after its latency on the clock, a turn’s appends in one transaction', async () => {
+    const clock = new VirtualClock();
+    const disk = new MemoryDisk('latency');
+    const j = MemoryJournal.open({ disk, clock, commitMs: 5 });
+    const acks = Promise.all(['a', 'b', 'c'].map((r) => j.append(created(r))));
+    await new Promise((r) => setImmediate(r));
+    expect(disk.events).toHaveLength(0);
+    expect(j.health().pending).toBe(3);
+    clock.advance(4);
+    expect(disk.events).toHaveLength(0);
+    clock.advance(1);
+    expect((await acks).map((a) => a.status)).toEqual(['applied', 'applied', 'applied']);
+    expect(disk.events.map((e) => e.room)).toEqual(['a', 'b', 'c']);
+    expect(j.health()).toMatchObject({ commits: 1, lastBatchSize: 3, committedSeq: 3 });
+    await j.drain();
+  });
+
+  it('refuses writes whole while told to, then takes them again', async () => {
+    const disk = new MemoryDisk('full');
+    const j = MemoryJournal.open({ disk });
+    await j.append(created('first'));
+    j.refuseWrites('no space left on the simulated disk');
+    await expect(j.append(created('refused'))).rejects.toMatchObject({
+      code: 'JOURNAL_WRITE_FAILED',
+      message: expect.stringContaining('no space left'),
+    });
+    expect(j.health().writable).toBe(false);
+    expect(disk.events).toHaveLength(1);
+    j.refuseWrites(null);
+    expect((await j.append(created('again'))).status).toBe('applied');
+    expect(j.health().writable).toBe(true);
+    await j.drain();
+  });
+
+  it('a crash loses what had not committed, keeps what had, and frees the writer', async () => {
+    const clock = new VirtualClock();
+    const disk = new MemoryDisk('crash');
+    const j = MemoryJournal.open({ disk, clock, commitMs: 10 });
+    const kept = j.append(created('kept'));
+    await new Promise((r) => setImmediate(r));
+    clock.advance(10);
+    expect((await kept).status).toBe('applied');
+    const lost = j.append(created('lost'));
+    await new Promise((r) => setImmediate(r));
+    j.crash();
+    await expect(lost).rejects.toMatchObject({ code: 'JOURNAL_CLOSED' });
+    clock.advance(100);
+    expect(disk.events.map((e) => e.room)).toEqual(['kept']);
+    const again = MemoryJournal.open({ disk, clock });
+    expect(await again.headSeq()).toBe(1);
+    for (const ev of lifecycle('after', 'prefill-0', 'decode-0').slice(0, 2))
+      expect((await again.append(ev)).status).toBe('applied');
+    expect((await again.verify()).ok).toBe(true);
+    await again.drain();
+  });
+});
