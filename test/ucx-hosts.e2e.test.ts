@@ -4,12 +4,12 @@
  * /dev/shm), which checks the CRC32C of what arrived. A partition of the link mid-transfer ends the transfer within its
  * deadline; healed, the next one goes through.
  */
-import type { ChildProcess } from 'node:child_process';
 import { afterEach, describe, expect, it } from 'vitest';
 import { TestHosts, testHostsUnavailable } from '../src/drills/hosts.ts';
 import { KvPool } from '../src/transfer/pool.ts';
 import { UcxNode, type UcxPoolDescriptor, ucxBackend } from '../src/transfer/ucx.ts';
 import { ROOT } from './helpers/spawn.ts';
+import { firstLine, peerLines } from './helpers/ucx-peer.ts';
 
 process.env.UCX_TLS ??= 'tcp';
 const why = testHostsUnavailable() ?? (ucxBackend().available ? null : ucxBackend().reason);
@@ -21,28 +21,6 @@ afterEach(async () => {
   hosts?.destroy();
   hosts = null;
 });
-
-/** Lines from a child's stdout, one at a time. */
-function lines(child: ChildProcess): () => Promise<string> {
-  const queue: string[] = [];
-  const waiting: Array<(l: string) => void> = [];
-  let buf = '';
-  child.stdout?.on('data', (d: Buffer) => {
-    buf += d.toString();
-    for (let i = buf.indexOf('\n'); i >= 0; i = buf.indexOf('\n')) {
-      const l = buf.slice(0, i);
-      buf = buf.slice(i + 1);
-      const w = waiting.shift();
-      if (w) w(l);
-      else queue.push(l);
-    }
-  });
-  return () => {
-    const l = queue.shift();
-    if (l !== undefined) return Promise.resolve(l);
-    return new Promise((r) => waiting.push(r));
-  };
-}
 
 describe.skipIf(why !== null)(`UCX between test hosts${why ? ` (skipped: ${why})` : ''}`, () => {
   it('moves pages to another host, verified there; a partition ends a transfer in time; healed, it works', async () => {
@@ -59,20 +37,14 @@ describe.skipIf(why !== null)(`UCX between test hosts${why ? ` (skipped: ${why})
         stdio: ['pipe', 'pipe', 'pipe'],
       },
     );
-    let err = '';
-    peer.stderr?.on('data', (d: Buffer) => (err += d.toString()));
-    const next = lines(peer);
+    const lines = peerLines(peer);
+    const next = lines.next;
     const ask = async (cmd: string) => {
       peer.stdin?.write(`${cmd}\n`);
       return next();
     };
     cleanups.push(() => peer.stdin?.write('exit\n'));
-    const first = await Promise.race([
-      next(),
-      new Promise<string>((_, reject) =>
-        peer.once('exit', (c) => reject(new Error(`peer exited ${c}: ${err}`))),
-      ),
-    ]);
+    const first = await firstLine(peer, lines);
     const desc = JSON.parse(first) as Record<string, string | number>;
     const dst: UcxPoolDescriptor = {
       address: Buffer.from(desc.address as string, 'base64'),

@@ -20,6 +20,7 @@ import { ucxBackend } from '../../src/transfer/ucx.ts';
 import { ROOT } from '../helpers/spawn.ts';
 import { tempDir } from '../helpers/tmp.ts';
 import { findTool, requireTool } from '../helpers/tools.ts';
+import { firstLine, peerLines } from '../helpers/ucx-peer.ts';
 
 const why = testHostsUnavailable() ?? (ucxBackend().available ? null : ucxBackend().reason);
 const headers = findTool('ucp.h', ['/usr/include/ucp/api/ucp.h']);
@@ -30,38 +31,6 @@ afterEach(() => {
   hosts?.destroy();
   hosts = null;
 });
-
-/**
- * Lines from a child's stdout, one at a time; UCX's own log lines (it writes them to stdout) go
- * to `ucxLog` instead.
- */
-function lines(
-  child: import('node:child_process').ChildProcess,
-  ucxLog: string[],
-): () => Promise<string> {
-  const queue: string[] = [];
-  const waiting: Array<(l: string) => void> = [];
-  let buf = '';
-  child.stdout?.on('data', (d: Buffer) => {
-    buf += d.toString();
-    for (let i = buf.indexOf('\n'); i >= 0; i = buf.indexOf('\n')) {
-      const l = buf.slice(0, i);
-      buf = buf.slice(i + 1);
-      if (/\bUCX +[A-Z]+ /.test(l)) {
-        ucxLog.push(l);
-        continue;
-      }
-      const w = waiting.shift();
-      if (w) w(l);
-      else queue.push(l);
-    }
-  });
-  return () => {
-    const l = queue.shift();
-    if (l !== undefined) return Promise.resolve(l);
-    return new Promise((r) => waiting.push(r));
-  };
-}
 
 /** The start address of the first mapping in /proc/PID/maps whose path matches. */
 function mappingStart(pid: number, path: RegExp): bigint {
@@ -98,20 +67,12 @@ describe.skipIf(why !== null || !buildable)(
           stdio: ['pipe', 'pipe', 'pipe'],
         },
       );
-      let err = '';
-      victim.stderr?.on('data', (d: Buffer) => (err += d.toString()));
-      const ucxLog: string[] = [];
-      const next = lines(victim, ucxLog);
+      const lines = peerLines(victim);
       const ask = (cmd: string) => {
         victim.stdin?.write(`${cmd}\n`);
-        return next();
+        return lines.next();
       };
-      const first = await Promise.race([
-        next(),
-        new Promise<string>((_, reject) =>
-          victim.once('exit', (c) => reject(new Error(`victim exited ${c}: ${err}`))),
-        ),
-      ]);
+      const first = await firstLine(victim, lines);
       const desc = JSON.parse(first) as { address: string; rkey?: string; pool: string };
       // The test host's pid namespace is this one's: its pid is the victim's own.
       const pid = victim.pid as number;
@@ -142,7 +103,7 @@ describe.skipIf(why !== null || !buildable)(
       expect(attempt.put).not.toBe('OK');
       expect(attempt.get).not.toBe('OK');
       // The victim's UCX dropped the request: it has no handler for remote memory access.
-      expect(ucxLog.join('\n')).toMatch(/no handler installed/);
+      expect(lines.ucxLog.join('\n')).toMatch(/no handler installed/);
       // And the victim is still there, answering.
       expect(await ask('ls')).toContain(desc.pool.slice(1));
       victim.stdin?.write('exit\n');
