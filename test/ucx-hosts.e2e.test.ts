@@ -8,8 +8,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { TestHosts, testHostsUnavailable } from '../src/drills/hosts.ts';
 import { KvPool } from '../src/transfer/pool.ts';
 import { UcxNode, type UcxPoolDescriptor, ucxBackend } from '../src/transfer/ucx.ts';
-import { ROOT } from './helpers/spawn.ts';
-import { firstLine, peerLines } from './helpers/ucx-peer.ts';
+import { firstLine, peerLines, spawnUcxPeer } from './helpers/ucx-peer.ts';
 
 process.env.UCX_TLS ??= 'tcp';
 const why = testHostsUnavailable() ?? (ucxBackend().available ? null : ucxBackend().reason);
@@ -25,18 +24,7 @@ afterEach(async () => {
 describe.skipIf(why !== null)(`UCX between test hosts${why ? ` (skipped: ${why})` : ''}`, () => {
   it('moves pages to another host, verified there; a partition ends a transfer in time; healed, it works', async () => {
     hosts = await TestHosts.create({ names: ['a', 'b'], reach: ['b'] });
-    const peer = hosts.spawn(
-      'b',
-      process.execPath,
-      ['--import', 'tsx', 'scripts/ucx-peer.ts', '64', '65536'],
-      {
-        cwd: ROOT,
-        // Each test host has an interface per peer, each on a subnet of its own; UCX takes every
-        // interface to be on one fabric, so it is told which one reaches the other side.
-        env: { ...process.env, UCX_TLS: 'tcp', UCX_NET_DEVICES: hosts.device('b', 'self') },
-        stdio: ['pipe', 'pipe', 'pipe'],
-      },
-    );
+    const peer = spawnUcxPeer(hosts, 'b', 'self', 64, 65536);
     const lines = peerLines(peer);
     const next = lines.next;
     const ask = async (cmd: string) => {

@@ -20,7 +20,7 @@ import { ucxBackend } from '../../src/transfer/ucx.ts';
 import { ROOT } from '../helpers/spawn.ts';
 import { tempDir } from '../helpers/tmp.ts';
 import { findTool, requireTool } from '../helpers/tools.ts';
-import { firstLine, peerLines } from '../helpers/ucx-peer.ts';
+import { firstLine, peerLines, spawnUcxPeer } from '../helpers/ucx-peer.ts';
 
 const why = testHostsUnavailable() ?? (ucxBackend().available ? null : ucxBackend().reason);
 const headers = findTool('ucp.h', ['/usr/include/ucp/api/ucp.h']);
@@ -57,16 +57,7 @@ describe.skipIf(why !== null || !buildable)(
         '-lucs',
       ]);
       hosts = await TestHosts.create({ names: ['a', 'b'] });
-      const victim = hosts.spawn(
-        'b',
-        process.execPath,
-        ['--import', 'tsx', 'scripts/ucx-peer.ts', '16', '4096'],
-        {
-          cwd: ROOT,
-          env: { ...process.env, UCX_TLS: 'tcp', UCX_NET_DEVICES: hosts.device('b', 'a') },
-          stdio: ['pipe', 'pipe', 'pipe'],
-        },
-      );
+      const victim = spawnUcxPeer(hosts, 'b', 'a', 16, 4096);
       const lines = peerLines(victim);
       const ask = (cmd: string) => {
         victim.stdin?.write(`${cmd}\n`);

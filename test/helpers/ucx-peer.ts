@@ -1,9 +1,35 @@
 /**
- * Driving scripts/ucx-peer.ts (a UCX receiving node on a test host) from a test: its stdout one
- * line at a time — UCX's own log lines, which UCX writes to stdout, kept apart — and its first
+ * Driving scripts/ucx-peer.ts (a UCX receiving node on a test host) from a test: starting it, its
+ * stdout one line at a time — UCX's own log lines, which UCX writes to stdout, kept apart — and its first
  * line, the descriptor, or the reason it exited instead.
  */
 import type { ChildProcess } from 'node:child_process';
+import type { TestHosts } from '../../src/drills/hosts.ts';
+import { ROOT } from './spawn.ts';
+
+/**
+ * Starts scripts/ucx-peer.ts on test host `on` with a pool of `pages` × `pageBytes`, UCX over TCP
+ * on the interface that reaches `toward`: each test host has an interface per peer, each on a
+ * subnet of its own, and UCX takes every interface to be on one fabric.
+ */
+export function spawnUcxPeer(
+  hosts: TestHosts,
+  on: string,
+  toward: string,
+  pages: number,
+  pageBytes: number,
+): ChildProcess {
+  return hosts.spawn(
+    on,
+    process.execPath,
+    ['--import', 'tsx', 'scripts/ucx-peer.ts', String(pages), String(pageBytes)],
+    {
+      cwd: ROOT,
+      env: { ...process.env, UCX_TLS: 'tcp', UCX_NET_DEVICES: hosts.device(on, toward) },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    },
+  );
+}
 
 export interface PeerLines {
   /** The next line the peer printed that is not UCX's own. */
