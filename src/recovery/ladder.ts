@@ -37,6 +37,7 @@ import {
 import type { EventInput } from '../journal/events.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
+import { type Clock, systemClock, type Timer } from '../ports/clock.ts';
 import type { EngineSupervisor } from './supervisor.ts';
 
 /** When an engine is stalled (stalls.ts), and how the ladder answers. */
@@ -136,7 +137,7 @@ export class EscalationLadder {
   private listeningSince = 0;
   private lastTickAt = 0;
   private readonly engines = new Map<string, EngineLadder>();
-  private timer: NodeJS.Timeout | null = null;
+  private timer: Timer | null = null;
   private readonly policy: LadderPolicy;
 
   constructor(
@@ -150,6 +151,7 @@ export class EscalationLadder {
     private readonly supervisor: EngineSupervisor,
     private readonly log: Logger,
     policy: Partial<LadderPolicy> = {},
+    private readonly clock: Clock = systemClock,
   ) {
     this.policy = { ...DEFAULT_LADDER_POLICY, ...policy };
   }
@@ -157,12 +159,11 @@ export class EscalationLadder {
   /** Every 100 ms: a stall is acted on within a tenth of a second of being seen. */
   start(intervalMs = 100): void {
     if (this.timer) return;
-    this.timer = setInterval(() => this.tick(), intervalMs);
-    this.timer.unref();
+    this.timer = this.clock.setInterval(() => this.tick(), intervalMs).unref();
   }
 
   stop(): void {
-    if (this.timer) clearInterval(this.timer);
+    this.clock.clear(this.timer);
     this.timer = null;
   }
 
@@ -234,10 +235,10 @@ export class EscalationLadder {
   }
 
   /** One pass over the engines; returns the rungs it tried, as `engine:rung`. */
-  tick(now = Date.now()): string[] {
+  tick(now = this.clock.now()): string[] {
     // Ticks come every 100 ms; a gap of a second (on the real clock) means this process did not
     // run — it was stopped, or its event loop blocked — and heard no heartbeat meanwhile.
-    const real = Date.now();
+    const real = this.clock.now();
     if (this.lastTickAt !== 0 && real - this.lastTickAt > NOT_LISTENING_MS)
       this.listeningSince = now;
     this.lastTickAt = real;

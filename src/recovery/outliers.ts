@@ -25,6 +25,7 @@ import type { Room } from '../journal/reducer.ts';
 import { isTerminal } from '../journal/states.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
+import { type Clock, systemClock, type Timer } from '../ports/clock.ts';
 
 export interface OutlierPolicy {
   consecutiveFailures: number;
@@ -64,7 +65,7 @@ export class OutlierDetector {
   private readonly engines = new Map<string, Record>();
   /** The canaries sent through ejected engines: their outcome is the probe's, not a count. */
   private readonly probes = new Set<string>();
-  private timer: NodeJS.Timeout | null = null;
+  private timer: Timer | null = null;
   private off: (() => void) | null = null;
   /** When each outlier that could not be spared was last logged (once a minute at most). */
   private readonly unspared = new Map<string, number>();
@@ -75,6 +76,7 @@ export class OutlierDetector {
     private readonly journal: Pick<JournalStore, 'append'>,
     private readonly log: Logger,
     policy: Partial<OutlierPolicy> = {},
+    private readonly clock: Clock = systemClock,
   ) {
     this.policy = { ...DEFAULT_OUTLIER_POLICY, ...policy };
   }
@@ -82,12 +84,11 @@ export class OutlierDetector {
   start(intervalMs = 250): void {
     if (this.timer) return;
     this.off = this.control.onRoomEvent((before, after, ev) => this.fold(before, after, ev));
-    this.timer = setInterval(() => this.tick(), intervalMs);
-    this.timer.unref();
+    this.timer = this.clock.setInterval(() => this.tick(), intervalMs).unref();
   }
 
   stop(): void {
-    if (this.timer) clearInterval(this.timer);
+    this.clock.clear(this.timer);
     this.timer = null;
     this.off?.();
     this.off = null;
@@ -145,7 +146,7 @@ export class OutlierDetector {
   }
 
   /** Ejects the engine when the evidence says it is the outlier and its role can spare it. */
-  private judge(engine: string, r: Record, reason: string, now = Date.now()): void {
+  private judge(engine: string, r: Record, reason: string, now = this.clock.now()): void {
     const { registry } = this.control;
     if (registry.ejections.has(engine) || registry.cordons.has(engine)) return;
     const { consecutiveFailures, minRooms, failureRate } = this.policy;
@@ -227,7 +228,7 @@ export class OutlierDetector {
    * Every ejected engine whose time is up gets a canary through it; one the registry forgot (long
    * silent with no rooms) is no longer out of rotation, it is gone.
    */
-  tick(now = Date.now()): void {
+  tick(now = this.clock.now()): void {
     const { registry } = this.control;
     for (const [engine, e] of registry.ejections.all()) {
       if (!registry.get(engine)) {
@@ -254,12 +255,12 @@ export class OutlierDetector {
       });
       room = stream.room;
       this.probes.add(room);
-      let timer: NodeJS.Timeout | undefined;
+      let timer: Timer | undefined;
       const deadline = new Promise<'deadline'>((resolve) => {
-        timer = setTimeout(() => resolve('deadline'), this.policy.probeDeadlineMs);
+        timer = this.clock.setTimeout(() => resolve('deadline'), this.policy.probeDeadlineMs);
       });
       const outcome = await Promise.race([stream.result.then(() => 'ok' as const), deadline]);
-      clearTimeout(timer);
+      this.clock.clear(timer);
       if (outcome === 'deadline') {
         failure = `no answer within ${this.policy.probeDeadlineMs} ms`;
         void this.control.abort(stream.room, 'canary_deadline', 'canary').catch(() => {});
@@ -289,7 +290,7 @@ export class OutlierDetector {
       return;
     }
     ejections.delete(engine);
-    this.eject(engine, r, `its canary failed: ${failure}`, Date.now(), {
+    this.eject(engine, r, `its canary failed: ${failure}`, this.clock.now(), {
       rate: null,
       peersRate: null,
     });

@@ -11,6 +11,7 @@ import type { ControlPlane } from '../control/control-plane.ts';
 import type { Room } from '../journal/reducer.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
+import { type Clock, systemClock, type Timer } from '../ports/clock.ts';
 
 export interface WatchdogStats {
   ticks: number;
@@ -23,7 +24,7 @@ export interface WatchdogStats {
 }
 
 export class Watchdog {
-  private timer: NodeJS.Timeout | null = null;
+  private timer: Timer | null = null;
   /** Rooms whose failure was appended and not yet seen committed. */
   private readonly failing = new Set<string>();
   readonly stats: WatchdogStats = { ticks: 0, failed: 0, lastDetectMs: null, endedUnrecorded: 0 };
@@ -37,21 +38,21 @@ export class Watchdog {
     private readonly log: Logger,
     /** How often rooms are checked. Default 100 ms: detection within a tick of the deadline. */
     private readonly intervalMs = 100,
+    private readonly clock: Clock = systemClock,
   ) {}
 
   start(): void {
     if (this.timer) return;
-    this.timer = setInterval(() => this.tick(), this.intervalMs);
-    this.timer.unref();
+    this.timer = this.clock.setInterval(() => this.tick(), this.intervalMs).unref();
   }
 
   stop(): void {
-    if (this.timer) clearInterval(this.timer);
+    this.clock.clear(this.timer);
     this.timer = null;
   }
 
   /** One pass over the live rooms; returns the rooms it failed. */
-  tick(now = Date.now()): string[] {
+  tick(now = this.clock.now()): string[] {
     this.stats.ticks++;
     const failed: string[] = [];
     for (const room of this.control.liveRooms()) {
@@ -114,7 +115,7 @@ export class Watchdog {
           this.stats.endedUnrecorded++;
         }
         // While the journal is down every tick fails again: one line per 5 s, with the count.
-        const at = Date.now();
+        const at = this.clock.now();
         if (at - this.unjournaledLoggedAt < 5000) {
           this.unjournaledNotLogged++;
           return;

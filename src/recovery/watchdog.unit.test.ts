@@ -1,0 +1,95 @@
+/**
+ * The watchdog given a journal and a clock it does not own — the in-memory journal and a virtual
+ * clock (issue 41): no SQLite, no sockets, no real timers. Given rooms, when time passes, then
+ * what it journaled.
+ */
+import { describe, expect, it } from 'vitest';
+import { created } from '../../test/helpers/events.ts';
+import { MemoryDisk } from '../journal/memory/disk.ts';
+import { MemoryJournal } from '../journal/memory/journal.ts';
+import { isTerminal } from '../journal/states.ts';
+import { silentLogger } from '../log.ts';
+import { VirtualClock } from '../ports/clock.ts';
+import { Watchdog } from './watchdog.ts';
+
+const T0 = Date.UTC(2026, 11, 3);
+
+/** Lets the journal's commits (one event-loop turn each) and their callbacks run. */
+const settle = async () => {
+  for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
+};
+
+function given(...rooms: string[]) {
+  const clock = new VirtualClock(T0);
+  const disk = new MemoryDisk('watchdog');
+  const journal = MemoryJournal.open({ disk, clock });
+  const unrecorded: string[] = [];
+  const watchdog = new Watchdog(
+    {
+      liveRooms: () => [...disk.rooms.values()].filter((r) => !isTerminal(r.state)).values(),
+      endUnrecorded: (room) => {
+        unrecorded.push(room);
+        return true;
+      },
+    },
+    journal,
+    silentLogger,
+    100,
+    clock,
+  );
+  const ready = Promise.all(rooms.map((r) => journal.append(created(r, T0))));
+  return { clock, disk, journal, watchdog, unrecorded, ready };
+}
+
+describe('the watchdog, on a virtual clock and the in-memory journal', () => {
+  it('fails a room that overstays its state once, when the clock passes its deadline, and journals why', async () => {
+    const { clock, disk, journal, watchdog, ready } = given('r-late');
+    await ready;
+    const deadline = disk.rooms.get('r-late')?.deadlineAt as number;
+    expect(deadline).toBeGreaterThan(T0);
+    watchdog.start();
+    clock.advance(deadline - T0 - 1);
+    await settle();
+    expect(disk.rooms.get('r-late')?.state).toBe('created');
+    clock.advance(100);
+    await settle();
+    clock.advance(1000);
+    await settle();
+    expect(disk.rooms.get('r-late')).toMatchObject({
+      state: 'failed',
+      reason: 'deadline_exceeded',
+    });
+    const failed = await journal.tail({ type: 'room.failed', room: 'r-late' });
+    expect(failed.map((e) => e.data)).toEqual([
+      { reason: 'deadline_exceeded', stage: 'created', detectedBy: 'watchdog' },
+    ]);
+    const actions = await journal.tail({ type: 'recovery.action', room: 'r-late' });
+    expect(actions.map((e) => e.data)).toEqual([
+      expect.objectContaining({ action: 'fail_overdue_room', outcome: 'room failed' }),
+    ]);
+    const detectMs = actions.map((e) => (e.data as { detectMs?: number }).detectMs);
+    expect(detectMs[0]).toBeLessThanOrEqual(100);
+    expect(watchdog.stats.failed).toBe(1);
+    watchdog.stop();
+    await journal.drain();
+  });
+
+  it('while the journal refuses writes, answers the client at once and fails the room when it can', async () => {
+    const { clock, disk, journal, watchdog, unrecorded, ready } = given('r-outage');
+    await ready;
+    const deadline = disk.rooms.get('r-outage')?.deadlineAt as number;
+    journal.refuseWrites('the simulated disk is full');
+    watchdog.start();
+    clock.advance(deadline - T0 + 100);
+    await settle();
+    expect(unrecorded).toEqual(['r-outage']);
+    expect(disk.rooms.get('r-outage')?.state).toBe('created');
+    journal.refuseWrites(null);
+    clock.advance(100);
+    await settle();
+    expect(disk.rooms.get('r-outage')?.state).toBe('failed');
+    expect(watchdog.stats.endedUnrecorded).toBe(1);
+    watchdog.stop();
+    await journal.drain();
+  });
+});
