@@ -4,10 +4,93 @@
  * deadline. Once the outage has lasted the grace period, each such client is answered now; when
  * writes return, those rooms are failed in the journal (`journal_unavailable`) so their engines
  * free them (docs/incident.md, rule 2).
+ *
+ * Decided apart from done (issue 41): `decideOutage` is a pure function of what the control plane
+ * sees at a tick — it returns the next state and the commands to run — and `JournalOutage` runs
+ * them and feeds their outcomes back through `outageRecorded`. Its tests are given/when/then on
+ * data (journal-outage.unit.test.ts): no journal, no clock.
  */
 import type { Room } from '../journal/reducer.ts';
-import { isTerminal } from '../journal/states.ts';
+import { isTerminal, type RoomState } from '../journal/states.ts';
 import type { JournalStore } from '../journal/store.ts';
+
+export interface OutageState {
+  /** Since when the journal refuses writes (0: it takes them). */
+  readonly since: number;
+  /** Rooms whose clients were answered during an outage: failed in the journal once it can. */
+  readonly unrecorded: ReadonlySet<string>;
+  /** Their failures are being appended now: none is tried again until that ends. */
+  readonly failing: boolean;
+}
+
+export const NO_OUTAGE: OutageState = Object.freeze({
+  since: 0,
+  unrecorded: new Set<string>(),
+  failing: false,
+});
+
+/** What the control plane sees at a tick. */
+export interface OutageTick {
+  now: number;
+  writable: boolean;
+  lastError: string | null;
+  graceMs: number;
+  /** Rooms whose clients are reading now. */
+  streaming: readonly string[];
+  /** The state of each unrecorded room now; absent: it left the control plane's view. */
+  stateOf: (room: string) => RoomState | undefined;
+}
+
+export type OutageCommand =
+  /** Answer the room's client now, with `reason`. */
+  | { kind: 'end_stream'; room: string; reason: string }
+  /** Fail these rooms in the journal (`journal_unavailable`), each at its stage. */
+  | { kind: 'record_failures'; rooms: ReadonlyArray<{ room: string; stage: RoomState }> };
+
+/** One tick: the next state, and what to do. */
+export function decideOutage(
+  s: OutageState,
+  t: OutageTick,
+): { state: OutageState; commands: OutageCommand[] } {
+  const commands: OutageCommand[] = [];
+  let since = s.since;
+  if (!t.writable) {
+    if (since === 0) since = t.now;
+    if (t.now - since >= t.graceMs) {
+      const reason = `the journal has refused writes for ${t.now - since} ms (${t.lastError ?? 'commit failed'}); this request cannot be completed, and its room will be failed in the journal once it can be written`;
+      for (const room of t.streaming) commands.push({ kind: 'end_stream', room, reason });
+    }
+  } else since = 0;
+  // Tried on every tick until it commits: the attempt is also what finds the disk has room again
+  // (nothing else may be committing). Rooms that ended meanwhile need nothing.
+  const unrecorded = new Set<string>();
+  const rooms: Array<{ room: string; stage: RoomState }> = [];
+  for (const room of s.unrecorded) {
+    const stage = t.stateOf(room);
+    if (stage === undefined || isTerminal(stage)) continue;
+    unrecorded.add(room);
+    rooms.push({ room, stage });
+  }
+  const record = rooms.length > 0 && !s.failing;
+  if (record) commands.push({ kind: 'record_failures', rooms });
+  return { state: { since, unrecorded, failing: s.failing || record }, commands };
+}
+
+/** What running the commands came to: clients answered, failures committed (or not). */
+export function outageRecorded(
+  s: OutageState,
+  o:
+    | { kind: 'streams_ended'; rooms: readonly string[] }
+    | { kind: 'failures_recorded'; rooms: readonly string[] },
+): OutageState {
+  const unrecorded = new Set(s.unrecorded);
+  if (o.kind === 'streams_ended') {
+    for (const room of o.rooms) unrecorded.add(room);
+    return { ...s, unrecorded };
+  }
+  for (const room of o.rooms) unrecorded.delete(room);
+  return { ...s, unrecorded, failing: false };
+}
 
 export interface OutageDeps {
   journal: Pick<JournalStore, 'append' | 'health'>;
@@ -21,60 +104,53 @@ export interface OutageDeps {
   graceMs: number;
 }
 
+/** Runs `decideOutage` on the control plane's tick, and does what it says. */
 export class JournalOutage {
-  /** Since when the journal refuses writes (0: it takes them). */
-  private since = 0;
-  /** Rooms whose clients were answered during an outage: failed in the journal once it can. */
-  private readonly unrecorded = new Set<string>();
-  private failing = false;
+  private state: OutageState = NO_OUTAGE;
 
   constructor(private readonly deps: OutageDeps) {}
 
   /** One look at the journal; the control plane calls it every 250 ms. */
   tick(now = Date.now()): void {
-    const health = this.deps.journal.health();
-    if (!health.writable) {
-      if (this.since === 0) this.since = now;
-      if (now - this.since >= this.deps.graceMs) {
-        const reason = `the journal has refused writes for ${now - this.since} ms (${health.lastError ?? 'commit failed'}); this request cannot be completed, and its room will be failed in the journal once it can be written`;
-        for (const room of [...this.deps.streaming()])
-          if (this.deps.endStream(room, reason)) this.unrecorded.add(room);
-      }
-    } else {
-      this.since = 0;
+    const { journal, streaming, endStream, roomNow, graceMs } = this.deps;
+    const health = journal.health();
+    const decided = decideOutage(this.state, {
+      now,
+      writable: health.writable,
+      lastError: health.lastError,
+      graceMs,
+      streaming: [...streaming()],
+      stateOf: (room) => roomNow(room)?.state,
+    });
+    this.state = decided.state;
+    const ended: string[] = [];
+    for (const c of decided.commands) {
+      if (c.kind === 'end_stream') {
+        if (endStream(c.room, c.reason)) ended.push(c.room);
+      } else void this.recordFailures(c.rooms);
     }
-    // Tried on every tick until it commits: the attempt is also what finds the disk has room
-    // again (nothing else may be committing).
-    if (this.unrecorded.size > 0 && !this.failing) void this.failUnrecorded();
+    if (ended.length > 0)
+      this.state = outageRecorded(this.state, { kind: 'streams_ended', rooms: ended });
   }
 
-  /** Fails in the journal the rooms whose clients were answered during an outage. */
-  private async failUnrecorded(): Promise<void> {
-    this.failing = true;
-    try {
-      await Promise.all(
-        [...this.unrecorded].map(async (room) => {
-          const r = this.deps.roomNow(room);
-          if (!r || isTerminal(r.state)) {
-            this.unrecorded.delete(room);
-            return;
-          }
-          try {
-            await this.deps.journal.append({
-              type: 'room.failed',
-              room,
-              source: 'control',
-              eventId: `${room}:journal-outage`,
-              data: { reason: 'journal_unavailable', stage: r.state, detectedBy: 'control' },
-            });
-            this.unrecorded.delete(room);
-          } catch {
-            // Still refused: the next tick tries again.
-          }
-        }),
-      );
-    } finally {
-      this.failing = false;
-    }
+  private async recordFailures(rooms: ReadonlyArray<{ room: string; stage: RoomState }>) {
+    const recorded: string[] = [];
+    await Promise.all(
+      rooms.map(async ({ room, stage }) => {
+        try {
+          await this.deps.journal.append({
+            type: 'room.failed',
+            room,
+            source: 'control',
+            eventId: `${room}:journal-outage`,
+            data: { reason: 'journal_unavailable', stage, detectedBy: 'control' },
+          });
+          recorded.push(room);
+        } catch {
+          // Still refused: the next tick tries again.
+        }
+      }),
+    );
+    this.state = outageRecorded(this.state, { kind: 'failures_recorded', rooms: recorded });
   }
 }

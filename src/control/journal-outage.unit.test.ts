@@ -1,0 +1,73 @@
+/**
+ * The journal-outage decisions, given/when/then on data (issue 41): what the control plane sees
+ * at a tick in, the next state and the commands out. No journal, no clock, no control plane.
+ */
+import { describe, expect, it } from 'vitest';
+import type { RoomState } from '../journal/states.ts';
+import { decideOutage, NO_OUTAGE, type OutageTick, outageRecorded } from './journal-outage.ts';
+
+const tick = (over: Partial<OutageTick> = {}): OutageTick => ({
+  now: 10_000,
+  writable: true,
+  lastError: null,
+  graceMs: 1000,
+  streaming: [],
+  stateOf: () => 'decoding',
+  ...over,
+});
+
+describe('decideOutage', () => {
+  it('given a writable journal, does nothing', () => {
+    const { state, commands } = decideOutage(NO_OUTAGE, tick({ streaming: ['r1'] }));
+    expect(commands).toEqual([]);
+    expect(state.since).toBe(0);
+  });
+
+  it('given writes refused, answers nobody within the grace, then every reading client', () => {
+    const down = tick({ writable: false, lastError: 'SQLITE_FULL', streaming: ['r1', 'r2'] });
+    const first = decideOutage(NO_OUTAGE, down);
+    expect(first.commands).toEqual([]);
+    expect(first.state.since).toBe(10_000);
+    const later = decideOutage(first.state, { ...down, now: 11_000 });
+    expect(later.commands.map((c) => c.kind)).toEqual(['end_stream', 'end_stream']);
+    expect(later.commands[0]).toMatchObject({
+      room: 'r1',
+      reason: expect.stringContaining('refused writes for 1000 ms (SQLITE_FULL)'),
+    });
+  });
+
+  it('when clients were answered, records their rooms failed at their stage once writes return, one attempt at a time', () => {
+    const answered = outageRecorded(
+      { ...NO_OUTAGE, since: 5000 },
+      { kind: 'streams_ended', rooms: ['r1', 'r2', 'r3'] },
+    );
+    const stages: Record<string, RoomState> = { r1: 'decoding', r2: 'completed', r3: 'prefilling' };
+    const back = decideOutage(answered, tick({ stateOf: (r) => stages[r] }));
+    // r2 ended meanwhile: nothing to record for it.
+    expect(back.commands).toEqual([
+      {
+        kind: 'record_failures',
+        rooms: [
+          { room: 'r1', stage: 'decoding' },
+          { room: 'r3', stage: 'prefilling' },
+        ],
+      },
+    ]);
+    expect(back.state).toMatchObject({ since: 0, failing: true });
+    // While that attempt runs, no second one starts.
+    expect(decideOutage(back.state, tick({ stateOf: (r) => stages[r] })).commands).toEqual([]);
+    // r3 was refused again: the next tick tries it alone.
+    const after = outageRecorded(back.state, { kind: 'failures_recorded', rooms: ['r1'] });
+    expect([...after.unrecorded]).toEqual(['r3']);
+    expect(decideOutage(after, tick({ stateOf: (r) => stages[r] })).commands).toEqual([
+      { kind: 'record_failures', rooms: [{ room: 'r3', stage: 'prefilling' }] },
+    ]);
+  });
+
+  it('forgets a room that left the control plane’s view', () => {
+    const answered = outageRecorded(NO_OUTAGE, { kind: 'streams_ended', rooms: ['gone'] });
+    const { state, commands } = decideOutage(answered, tick({ stateOf: () => undefined }));
+    expect(commands).toEqual([]);
+    expect(state.unrecorded.size).toBe(0);
+  });
+});
