@@ -18,6 +18,7 @@ const LAYERS = [
   ['api', 6, '^src/api/'],
   ['app', 7, '^src/app/'],
   ['drills', 8, '^src/drills/'],
+  ['sim', 8, '^src/sim/'],
   ['cli', 9, '^src/cli/'],
 ];
 
