@@ -262,6 +262,19 @@ export class CommitQueue {
     for (const w of this.idleWaiters.splice(0)) w();
   }
 
+  /** Journals a prune that deleted anything (`journal.pruned`, from `retention`), every backend alike. */
+  async recordPruned(cutoffTs: number, p: { rooms: number; events: number }): Promise<void> {
+    if (p.rooms === 0) return;
+    await this.enqueue(
+      {
+        type: 'journal.pruned',
+        source: 'retention',
+        data: { cutoffTs, rooms: p.rooms, events: p.events },
+      },
+      true,
+    );
+  }
+
   health(): Omit<JournalHealth, 'state' | 'writerRestarts' | 'term'> {
     return {
       writable: this.writable,

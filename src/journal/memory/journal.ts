@@ -178,16 +178,7 @@ export class MemoryJournal extends MemoryReader implements JournalStore {
       result.rooms += chunk.length;
       result.batches++;
     }
-    if (result.rooms > 0) {
-      await this.queue.enqueue(
-        {
-          type: 'journal.pruned',
-          source: 'retention',
-          data: { cutoffTs: opts.cutoffTs, rooms: result.rooms, events: result.events },
-        },
-        true,
-      );
-    }
+    await this.queue.recordPruned(opts.cutoffTs, result);
     return result;
   }
 

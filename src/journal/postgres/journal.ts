@@ -399,16 +399,7 @@ export class PgJournal extends PgReader implements JournalStore {
       total.events += chunk.events;
       total.batches += 1;
     }
-    if (total.rooms > 0) {
-      await this.queue.enqueue(
-        {
-          type: 'journal.pruned',
-          source: 'retention',
-          data: { cutoffTs: opts.cutoffTs, rooms: total.rooms, events: total.events },
-        },
-        true,
-      );
-    }
+    await this.queue.recordPruned(opts.cutoffTs, total);
     return { cutoffTs: opts.cutoffTs, ...total };
   }
 

@@ -208,13 +208,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
     const chunkRooms = checkPrune(opts);
     const reply = await this.writer.run({ op: 'prune', cutoffTs: opts.cutoffTs, chunkRooms });
     const p = reply.prune ?? { rooms: 0, events: 0, batches: 0 };
-    if (p.rooms > 0) {
-      await this.appendInternal({
-        type: 'journal.pruned',
-        source: 'retention',
-        data: { cutoffTs: opts.cutoffTs, rooms: p.rooms, events: p.events },
-      });
-    }
+    await this.queue.recordPruned(opts.cutoffTs, p);
     return { cutoffTs: opts.cutoffTs, ...p };
   }
 
