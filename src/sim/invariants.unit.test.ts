@@ -1,0 +1,76 @@
+import { describe, expect, it } from 'vitest';
+import { lifecycle } from '../../test/helpers/events.ts';
+import type { JournalEvent } from '../journal/events.ts';
+import { MemoryDisk } from '../journal/memory/disk.ts';
+import { MemoryJournal } from '../journal/memory/journal.ts';
+import { liveness, safety } from './invariants.ts';
+
+/** Committed events of whole rooms, through a real journal (the reducer has passed on each). */
+async function committed(rooms: string[]) {
+  const disk = new MemoryDisk('invariants');
+  const journal = MemoryJournal.open({ disk });
+  for (const room of rooms) for (const ev of lifecycle(room, 'p0', 'd0')) await journal.append(ev);
+  await journal.drain();
+  const stateOf = (room: string) => disk.rooms.get(room)?.state;
+  return { events: disk.events.map((e) => ({ ...e })) as JournalEvent[], stateOf };
+}
+
+/** The events with `ev` put in at `index`, seqs renumbered in order. */
+function splice(events: JournalEvent[], index: number, ev: Partial<JournalEvent>) {
+  const out = [...events];
+  out.splice(index, 0, { ...(events[index - 1] as JournalEvent), ...ev } as JournalEvent);
+  return out.map((e, i) => ({ ...e, seq: i + 1 }) as JournalEvent);
+}
+
+const names = (vs: Array<{ invariant: string }>) => vs.map((v) => v.invariant);
+
+describe('the journal invariants', () => {
+  it('hold for rooms a real journal committed from start to release', async () => {
+    const { events, stateOf } = await committed(['a', 'b', 'c']);
+    expect(events.length).toBeGreaterThan(20);
+    expect(safety(events)).toEqual([]);
+    expect(liveness(events, stateOf)).toEqual([]);
+  });
+
+  it('name what breaks safety, with the seq and room', async () => {
+    const { events } = await committed(['a']);
+    const end = events.findIndex((e) => e.type === 'room.completed');
+    const twice = splice(events, end + 1, { type: 'room.completed' } as Partial<JournalEvent>);
+    expect(safety(twice)).toEqual([
+      expect.objectContaining({ invariant: 'nothing_after_end', room: 'a', seq: end + 2 }),
+    ]);
+    const released = events.findIndex((e) => e.type === 'room.released');
+    const again = splice(events, released + 1, events[released] as JournalEvent);
+    expect(names(safety(again))).toEqual(['release_once']);
+    const stranger = splice(events, released + 1, {
+      ...(events[released] as JournalEvent),
+      engine: 'p9',
+    });
+    expect(names(safety(stranger))).toEqual(['release_by_pair']);
+    const recreated = splice(events, 1, events[0] as JournalEvent);
+    expect(names(safety(recreated))).toEqual(['created_once']);
+    const backwards = events.map((e, i) => (i === 3 ? { ...e, seq: 1 } : e)) as JournalEvent[];
+    expect(names(safety(backwards))).toEqual(['seq_order']);
+  });
+
+  it('name what breaks liveness once the run settled: a room that never ended, a release missing', async () => {
+    const { events, stateOf } = await committed(['a', 'b']);
+    const unended = (room: string) => (room === 'a' ? 'decoding' : stateOf(room));
+    expect(liveness(events, unended)).toEqual([
+      expect.objectContaining({
+        invariant: 'every_room_ends',
+        room: 'a',
+        detail: 'still decoding',
+      }),
+    ]);
+    const lastRelease = events.findLastIndex((e) => e.type === 'room.released' && e.room === 'b');
+    const unreleased = events.filter((_, i) => i !== lastRelease);
+    expect(liveness(unreleased, stateOf)).toEqual([
+      expect.objectContaining({
+        invariant: 'every_room_released',
+        room: 'b',
+        detail: 'completed, never released by d0',
+      }),
+    ]);
+  });
+});
