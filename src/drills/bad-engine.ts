@@ -59,13 +59,7 @@ export const badEngine: StackScenario = {
     const d0 = control.registry.get(bad[0] as string);
     if (!d0) throw new Error(`${bad[0]} is not registered`);
     const impostor = admitted(ctx, 'decode-impostor', 'decode');
-    await impostor.sayHello({
-      pages: d0.pages,
-      pageBytes: d0.pageBytes,
-      kv: d0.kv,
-      pool: d0.pool,
-      epoch: d0.epoch,
-    });
+    await impostor.sayHelloClaiming(d0);
     const nack = (await impostor.next('nack').catch(() => null)) as {
       payload: { code: string };
     } | null;

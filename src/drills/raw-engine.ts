@@ -7,6 +7,7 @@ import { encode } from 'msgpackr';
 import * as zmq from 'zeromq';
 import { connectionRoutingId, type KeyPair, signHello } from '../bus/admission.ts';
 import { controlFrames, PROTOCOL_VERSION } from '../bus/protocol.ts';
+import type { EngineSession } from '../control/engine-session.ts';
 
 export type Reply = ReturnType<ReturnType<typeof controlFrames>['decode']>;
 
@@ -77,6 +78,14 @@ export class RawEngine {
 
   async sayHello(over: Record<string, unknown> = {}): Promise<void> {
     await this.socket.send(['hello', encode(this.hello(over))]);
+  }
+
+  /** Says hello naming another engine's KV pool as its own (its size, layout, name and epoch). */
+  async sayHelloClaiming(
+    other: Pick<EngineSession, 'pages' | 'pageBytes' | 'kv' | 'pool' | 'epoch'>,
+  ): Promise<void> {
+    const { pages, pageBytes, kv, pool, epoch } = other;
+    await this.sayHello({ pages, pageBytes, kv, pool, epoch });
   }
 
   /** Says hello and waits for the welcome; remembers its session for `append`. */

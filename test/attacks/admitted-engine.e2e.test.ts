@@ -236,13 +236,7 @@ describe('an admitted engine claiming what it does not hold', () => {
       if (!d0) throw new Error('no decode-0');
       const head = await control.journal.headSeq();
       const x = admitted(stack, 'decode-x', 'decode');
-      await x.sayHello({
-        pages: d0.pages,
-        pageBytes: d0.pageBytes,
-        kv: d0.kv,
-        pool: d0.pool,
-        epoch: d0.epoch,
-      });
+      await x.sayHelloClaiming(d0);
       const nack = (await x.next('nack')) as unknown as {
         payload: { code: string; message: string };
       };
