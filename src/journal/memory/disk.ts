@@ -18,8 +18,6 @@ export class MemoryDisk {
   lastSeq = 0;
   /** The journal that writes it now, if any (one writer at a time, as with a file's lock). */
   writer: object | null = null;
-  /** Bytes the committed events take as JSON: the journal's size, for `stats`. */
-  bytes = 0;
 
   /** A name for messages and `stats().path`. */
   constructor(readonly name: string) {}
@@ -72,7 +70,6 @@ export class MemoryDisk {
     for (const ev of added) {
       this.events.push(ev);
       this.byEventId.set(ev.eventId, ev);
-      this.bytes += JSON.stringify(ev).length;
     }
     for (const [name, room] of overlay) this.rooms.set(name, room);
     this.lastSeq = seq;
@@ -112,7 +109,6 @@ export class MemoryDisk {
       if (ev.room !== null && gone.has(ev.room)) {
         deleted++;
         this.byEventId.delete(ev.eventId);
-        this.bytes -= JSON.stringify(ev).length;
       } else this.events[kept++] = ev;
     }
     this.events.length = kept;

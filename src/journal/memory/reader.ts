@@ -161,9 +161,12 @@ export class MemoryReader implements JournalReader {
     const eventsByType: Record<string, number> = {};
     const refusalsByReason: Record<string, number> = {};
     let firstTs: number | null = null;
+    // The journal's size: what its committed events take as JSON.
+    let bytes = 0;
     let lastTs: number | null = null;
     for (const ev of disk.events) {
       eventsByType[ev.type] = (eventsByType[ev.type] ?? 0) + 1;
+      bytes += JSON.stringify(ev).length;
       firstTs = firstTs === null ? ev.ts : Math.min(firstTs, ev.ts);
       lastTs = lastTs === null ? ev.ts : Math.max(lastTs, ev.ts);
       if (ev.type === 'request.refused') {
@@ -189,7 +192,7 @@ export class MemoryReader implements JournalReader {
       consumers: [...disk.consumers]
         .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
         .map(([name, c]) => ({ name, seq: c.seq, updatedAt: c.updatedAt })),
-      fileBytes: disk.bytes,
+      fileBytes: bytes,
     });
   }
 
