@@ -39,26 +39,28 @@ say(
 );
 const list = (arg = '') => arg.split(',').map(Number);
 
-/** Every round's receives posted at once (rounds reuse the pages), resolved when all ended. */
-async function rounds(n: number, k: number, each: number): Promise<void> {
-  const all = Array.from({ length: n * k }, (_, j) =>
-    node.receive({
-      room: `bench-${Math.floor(j / k)}-${j % k}`,
-      pool,
-      // Reversed within the slice: every page a piece of its own, as a room's scattered pages.
-      pages: Array.from({ length: each }, (_, p) => (j % k) * each + (each - 1 - p)),
-    }),
-  );
-  const bad = (await Promise.all(all)).find((r) => r.status !== 'ok');
+/** Posts every receive at once; resolves when all ended `ok`, throws on the first that did not. */
+async function receiveAll(receives: Array<{ room: string; pages: number[] }>): Promise<void> {
+  const results = await Promise.all(receives.map((r) => node.receive({ ...r, pool })));
+  const bad = results.find((r) => r.status !== 'ok');
   if (bad) throw new Error(`receive ${bad.status}: ${bad.error ?? ''}`);
 }
 
-async function singles(n: number): Promise<void> {
-  const all = Array.from({ length: n }, (_, i) =>
-    node.receive({ room: `lat-${i}`, pool, pages: [(i * 3) % pool.pages] }),
+/** Every round's receives (rounds reuse the pages). */
+function rounds(n: number, k: number, each: number): Promise<void> {
+  return receiveAll(
+    Array.from({ length: n * k }, (_, j) => ({
+      room: `bench-${Math.floor(j / k)}-${j % k}`,
+      // Reversed within the slice: every page a piece of its own, as a room's scattered pages.
+      pages: Array.from({ length: each }, (_, p) => (j % k) * each + (each - 1 - p)),
+    })),
   );
-  const bad = (await Promise.all(all)).find((r) => r.status !== 'ok');
-  if (bad) throw new Error(`receive ${bad.status}: ${bad.error ?? ''}`);
+}
+
+function singles(n: number): Promise<void> {
+  return receiveAll(
+    Array.from({ length: n }, (_, i) => ({ room: `lat-${i}`, pages: [(i * 3) % pool.pages] })),
+  );
 }
 
 for await (const line of createInterface({ input: process.stdin })) {
