@@ -14,6 +14,7 @@ import { DeterministicModel, generateInProcess } from '../src/model/deterministi
 import { EngineSupervisor } from '../src/recovery/supervisor.ts';
 import {
   collect,
+  committed,
   isHappyPath,
   poolsFull,
   prompt,
@@ -255,8 +256,9 @@ describe('a room that fails before its first token', () => {
     expect(created.length).toBe(requests.length + retried.length);
     // Its rooms failing far more often than prefill-0's, prefill-1 is out of rotation: the next
     // requests all go to prefill-0 (decode-0, the only decode engine, is never ejected).
+    // The registry takes it out of rotation at once; the journal says so once its commit lands.
     await waitFor('prefill-1 ejected', () => control.registry.ejections.has('prefill-1'));
-    const [ejected] = await control.journal.tail({ type: 'engine.ejected' });
+    const ejected = await committed(control.journal, { type: 'engine.ejected' });
     expect(ejected).toMatchObject({ engine: 'prefill-1', data: { peersFailureRate: 0 } });
     expect(control.registry.ejections.has('decode-0')).toBe(false);
     const head = await control.journal.headSeq();

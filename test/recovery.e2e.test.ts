@@ -16,6 +16,7 @@ import { silentLogger } from '../src/log.ts';
 import { EngineSupervisor } from '../src/recovery/supervisor.ts';
 import {
   collect,
+  committed,
   fillJournal,
   onSqlite,
   poolsFull,
@@ -381,7 +382,10 @@ describe('recovery', () => {
     // so it is cordoned (once every engine was restarted here).
     engines.signal('decode-0', 'SIGSTOP');
     await waitFor('decode-0 cordoned', () => control.registry.cordons.has('decode-0'), 10_000);
-    const [cordoned] = await control.journal.tail({ type: 'engine.cordoned', engine: 'decode-0' });
+    const cordoned = await committed(control.journal, {
+      type: 'engine.cordoned',
+      engine: 'decode-0',
+    });
     expect(cordoned?.data).toMatchObject({
       by: 'ladder',
       evidence: expect.stringContaining('decode-0 alone stalled'),

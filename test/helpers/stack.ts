@@ -8,7 +8,7 @@ import { ROOM_PATH } from '../../src/journal/states.ts';
 import { silentLogger } from '../../src/log.ts';
 import { tempDir } from './tmp.ts';
 
-export { waitFor } from './wait.ts';
+export { committed, waitFor } from './wait.ts';
 
 const running = new Set<Stack>();
 afterEach(async () => {

@@ -1,3 +1,6 @@
+import type { EventType, JournalEventOf } from '../../src/journal/events.ts';
+import type { JournalReader, TailFilter } from '../../src/journal/store.ts';
+
 /** Polling in tests: wait until something holds, instead of sleeping and hoping it did. */
 export async function waitFor(
   what: string,
@@ -11,4 +14,26 @@ export async function waitFor(
       throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await new Promise((r) => setTimeout(r, everyMs));
   }
+}
+
+/**
+ * The newest event the filter matches, once the journal committed one. State kept in memory (a
+ * cordon, an ejection) changes before its event commits: a test that saw the state waits here
+ * before it reads the journal.
+ */
+export async function committed<T extends EventType>(
+  journal: Pick<JournalReader, 'tail'>,
+  filter: TailFilter<T>,
+  timeoutMs = 10_000,
+): Promise<JournalEventOf<T>> {
+  let found: JournalEventOf<T> | undefined;
+  await waitFor(
+    `${String(filter.type)} committed`,
+    async () => {
+      [found] = await journal.tail({ ...filter, limit: 1 });
+      return found !== undefined;
+    },
+    timeoutMs,
+  );
+  return found as JournalEventOf<T>;
 }
