@@ -196,9 +196,13 @@ export class Admission {
  * messages to the connection its hello came on; the ROUTER never gives that routing id to a
  * second connection while the first lives, and nobody else can guess the next one.
  */
-export function connectionRoutingId(engine: string, incarnation: string): string {
+export function connectionRoutingId(
+  engine: string,
+  incarnation: string,
+  nonce: string = randomBytes(12).toString('hex'),
+): string {
   const who = `${engine}/${incarnation}`.slice(0, 200);
-  return `${who}/${randomBytes(12).toString('hex')}`;
+  return `${who}/${nonce}`;
 }
 
 export function newKeyPair(): KeyPair {

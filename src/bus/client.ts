@@ -4,9 +4,9 @@
  * plane stores a retried event once, by its event id), and hands committed events and commands to
  * the engine. Like the server, its receive loop is supervised and never dies on a bad frame.
  */
-import * as zmq from 'zeromq';
 import type { Logger } from '../log.ts';
-import { checkKey, connectionRoutingId } from './admission.ts';
+import { type Clock, systemClock, type Timer } from '../ports/clock.ts';
+import { connectionRoutingId } from './admission.ts';
 import type { CurveClientKeys } from './curve.ts';
 import { DropCounters } from './drops.ts';
 import { BusError } from './errors.ts';
@@ -20,6 +20,7 @@ import {
   type EngineMessage,
   encodePayload,
 } from './protocol.ts';
+import { type BusTransport, type DealerSocket, zmqTransport } from './transport.ts';
 
 export interface BusClientOptions {
   /**
@@ -37,6 +38,12 @@ export interface BusClientOptions {
   /** Resend hello this often until welcomed (ms). Default 1000. */
   helloRetryMs?: number;
   log: Logger;
+  /** Default: ZeroMQ. The simulator's is an in-memory network (memory/network.ts). */
+  transport?: BusTransport;
+  /** Default: the process's clock. */
+  clock?: Clock;
+  /** The secret part of each connection's routing id. Default: 96 random bits from the OS. */
+  nonce?: () => string;
 }
 
 export interface BusClientHandlers {
@@ -69,14 +76,15 @@ interface PendingAppend {
   event: AppendEvent;
   resolve(ack: AppendAck): void;
   reject(err: BusError): void;
-  retryTimer: NodeJS.Timeout | null;
+  retryTimer: Timer | null;
 }
 
 export class BusClient {
   readonly drops: DropCounters;
   /** The current connection's receive loop; `reset` replaces it (its tick count carries over). */
   loop: SupervisedLoop;
-  private socket: zmq.Dealer;
+  private socket: DealerSocket;
+  private readonly clock: Clock;
   private outbox: Outbox;
   private readonly decoder;
   /** Bumped by `reset`: each generation has its own socket, routing id and receive loop. */
@@ -86,7 +94,7 @@ export class BusClient {
   private reconnectedAt = 0;
   resets = 0;
   private readonly pending = new Map<string, PendingAppend>();
-  private helloTimer: NodeJS.Timeout | null = null;
+  private helloTimer: Timer | null = null;
   private closed = false;
   /** Set by the freeze drill: the receive loop stops reading, the process lives on. */
   private frozen: Promise<void> | null = null;
@@ -101,50 +109,50 @@ export class BusClient {
   /** Which of `endpoints` this connection goes to, and times the client moved on to the next. */
   private at = 0;
   failovers = 0;
-  private failoverTimer: NodeJS.Timeout | null = null;
+  private failoverTimer: Timer | null = null;
 
   constructor(
     private readonly options: BusClientOptions,
     private readonly handlers: BusClientHandlers,
   ) {
+    this.clock = options.clock ?? systemClock;
     this.decoder = controlFrames(options.maxFrameBytes);
-    this.drops = new DropCounters(options.log, `engine ${options.engine} bus`);
+    this.drops = new DropCounters(
+      options.log,
+      `engine ${options.engine} bus`,
+      undefined,
+      this.clock,
+    );
     this.socket = this.openSocket();
-    this.outbox = new Outbox(this.socket, options.log, 'engine bus');
-    this.loop = new SupervisedLoop('bus.receive', (loop) => this.receive(loop), options.log);
+    this.outbox = this.newOutbox();
+    this.loop = this.newLoop();
   }
 
-  private openSocket(): zmq.Dealer {
+  private openSocket(): DealerSocket {
     const options = this.options;
-    const socket = new zmq.Dealer({
-      routingId: connectionRoutingId(options.engine, options.incarnation),
-      heartbeatInterval: 1000,
+    return (options.transport ?? zmqTransport).dealer({
+      routingId: connectionRoutingId(options.engine, options.incarnation, options.nonce?.()),
       // With a standby to go to, a silent (frozen) leader is given up sooner.
-      heartbeatTimeout: options.endpoints.length > 1 ? 2000 : 5000,
-      reconnectInterval: 100,
-      reconnectMaxInterval: 1000,
-      linger: 0,
-      maxMessageSize: 256 << 20,
-      sendHighWaterMark: 100_000,
+      heartbeatTimeoutMs: options.endpoints.length > 1 ? 2000 : 5000,
+      ...(options.curve ? { curve: options.curve } : {}),
     });
-    if (options.curve) {
-      socket.curveServerKey = checkKey('control plane public key', options.curve.serverKey);
-      socket.curvePublicKey = checkKey('engine public key', options.curve.publicKey);
-      socket.curveSecretKey = checkKey('engine secret key', options.curve.secretKey);
-    }
-    return socket;
   }
 
-  /**
-   * Connection events, read with our own loop: zeromq.js's `events.on()` runs a loop of its own
-   * whose rejection on socket close is never caught, which would crash the process.
-   */
-  private async watch(socket: zmq.Dealer): Promise<void> {
-    const events = socket.events;
+  private newOutbox(): Outbox {
+    return new Outbox(this.socket, this.options.log, 'engine bus', undefined, this.clock);
+  }
+
+  private newLoop(): SupervisedLoop {
+    const { log } = this.options;
+    return new SupervisedLoop('bus.receive', (loop) => this.receive(loop), log, 100, this.clock);
+  }
+
+  /** Connection events, read one at a time while this socket is the current one. */
+  private async watch(socket: DealerSocket): Promise<void> {
     while (!this.closed && socket === this.socket) {
-      let ev: Awaited<ReturnType<typeof events.receive>>;
+      let ev: Awaited<ReturnType<DealerSocket['nextEvent']>>;
       try {
-        ev = await events.receive();
+        ev = await socket.nextEvent();
       } catch {
         return;
       }
@@ -176,8 +184,8 @@ export class BusClient {
    */
   private armFailover(): void {
     if (this.options.endpoints.length < 2 || this.closed) return;
-    if (this.failoverTimer) clearTimeout(this.failoverTimer);
-    this.failoverTimer = setTimeout(() => {
+    this.clock.clear(this.failoverTimer);
+    this.failoverTimer = this.clock.setTimeout(() => {
       this.failoverTimer = null;
       if (this.welcomed || this.closed) return;
       const from = this.endpoint;
@@ -199,8 +207,8 @@ export class BusClient {
    * fallback in case no handshake event comes, and the retry of a hello no welcome answered.
    */
   private helloOnceConnected(): void {
-    if (this.helloTimer) clearTimeout(this.helloTimer);
-    this.helloTimer = setTimeout(() => {
+    this.clock.clear(this.helloTimer);
+    this.helloTimer = this.clock.setTimeout(() => {
       this.helloTimer = null;
       if (!this.welcomed) this.sayHello();
     }, this.options.helloRetryMs ?? 1000);
@@ -229,12 +237,12 @@ export class BusClient {
     if (this.closed) return;
     this.generation++;
     this.handshaken = false;
-    this.reconnectedAt = Date.now();
+    this.reconnectedAt = this.clock.now();
     const old = { socket: this.socket, loop: this.loop };
     this.welcomed = false;
     this.socket = this.openSocket();
-    this.outbox = new Outbox(this.socket, this.options.log, 'engine bus');
-    this.loop = new SupervisedLoop('bus.receive', (loop) => this.receive(loop), this.options.log);
+    this.outbox = this.newOutbox();
+    this.loop = this.newLoop();
     this.loop.ticks = old.loop.ticks;
     // A frozen loop (drill) is released; it sees its loop stopped and its socket closed, and ends.
     this.frozen = null;
@@ -270,7 +278,7 @@ export class BusClient {
       });
       return;
     }
-    const now = Date.now();
+    const now = this.clock.now();
     if (now - this.handshakeLoggedAt < HANDSHAKE_LOG_EVERY_MS) return;
     this.handshakeLoggedAt = now;
     this.options.log.warn(
@@ -309,10 +317,12 @@ export class BusClient {
     }
     // At most one new socket per RECONNECT_MIN_MS, however fast connections drop.
     const socket = this.socket;
-    const wait = Math.max(0, this.reconnectedAt + RECONNECT_MIN_MS - Date.now());
-    setTimeout(() => {
-      if (this.socket === socket) void this.reconnectTo();
-    }, wait).unref();
+    const wait = Math.max(0, this.reconnectedAt + RECONNECT_MIN_MS - this.clock.now());
+    this.clock
+      .setTimeout(() => {
+        if (this.socket === socket) void this.reconnectTo();
+      }, wait)
+      .unref();
   }
 
   /** Sends hello now and again every helloRetryMs until a welcome arrives. */
@@ -358,11 +368,11 @@ export class BusClient {
       case 'welcome': {
         const w = payload as ControlMessage<'welcome'>;
         this.welcomed = true;
-        if (this.failoverTimer) clearTimeout(this.failoverTimer);
+        this.clock.clear(this.failoverTimer);
         this.failoverTimer = null;
         this.session = w.session;
         this.nextN = 1;
-        if (this.helloTimer) clearTimeout(this.helloTimer);
+        this.clock.clear(this.helloTimer);
         this.helloTimer = null;
         this.handlers.welcome(w);
         // Appends never acknowledged may have been lost with the old connection: send them all
@@ -378,7 +388,7 @@ export class BusClient {
           return;
         }
         this.pending.delete(ack.eventId);
-        if (p.retryTimer) clearTimeout(p.retryTimer);
+        this.clock.clear(p.retryTimer);
         p.resolve(ack);
         return;
       }
@@ -395,7 +405,7 @@ export class BusClient {
           // Not registered (or a gap in our append stream): a new session resends everything.
           if (nack.code === 'BUS_NOT_REGISTERED') this.sayHello();
           else if (!p.retryTimer) {
-            p.retryTimer = setTimeout(() => {
+            p.retryTimer = this.clock.setTimeout(() => {
               p.retryTimer = null;
               if (this.pending.has(p.eventId) && this.welcomed) this.sendAppend(p);
             }, 250);
@@ -467,10 +477,10 @@ export class BusClient {
     if (this.closed) return Promise.resolve();
     this.closed = true;
     this.thaw();
-    if (this.helloTimer) clearTimeout(this.helloTimer);
-    if (this.failoverTimer) clearTimeout(this.failoverTimer);
+    this.clock.clear(this.helloTimer);
+    this.clock.clear(this.failoverTimer);
     for (const p of this.pending.values()) {
-      if (p.retryTimer) clearTimeout(p.retryTimer);
+      this.clock.clear(p.retryTimer);
       p.reject(
         new BusError('BUS_CLOSED', 'the bus client closed before the append was acknowledged'),
       );

@@ -4,6 +4,7 @@
  * flood the log or slow the loop that receives it.
  */
 import type { Logger } from '../log.ts';
+import { type Clock, systemClock } from '../ports/clock.ts';
 import type { DropReason } from './protocol.ts';
 
 export class DropCounters {
@@ -16,11 +17,12 @@ export class DropCounters {
     private readonly where: string,
     /** At most one log line per reason per this many ms. */
     private readonly logEveryMs = 5_000,
+    private readonly clock: Clock = systemClock,
   ) {}
 
   record(reason: DropReason, context: Record<string, unknown>): void {
     this.counts.set(reason, (this.counts.get(reason) ?? 0) + 1);
-    const now = Date.now();
+    const now = this.clock.now();
     const last = this.lastLog.get(reason) ?? 0;
     if (now - last < this.logEveryMs) {
       this.suppressed.set(reason, (this.suppressed.get(reason) ?? 0) + 1);

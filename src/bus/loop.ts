@@ -5,6 +5,7 @@
  * loop that is alive but stuck shows as a counter that stopped moving (docs/incident.md).
  */
 import type { Logger } from '../log.ts';
+import { type Clock, systemClock } from '../ports/clock.ts';
 
 export interface LoopStats {
   ticks: number;
@@ -24,6 +25,7 @@ export class SupervisedLoop {
     private readonly body: (loop: SupervisedLoop) => Promise<void>,
     private readonly log: Logger,
     private readonly backoffMs = 100,
+    private readonly clock: Clock = systemClock,
   ) {}
 
   start(): void {
@@ -55,7 +57,7 @@ export class SupervisedLoop {
       }
       this.running = false;
       this.restarts++;
-      await new Promise((r) => setTimeout(r, this.backoffMs));
+      await new Promise<void>((r) => this.clock.setTimeout(r, this.backoffMs));
     }
     this.running = false;
   }

@@ -6,6 +6,7 @@
  * frame: under load that is one send instead of dozens, which is most of the bus's CPU.
  */
 import type { Logger } from '../log.ts';
+import { type Clock, systemClock } from '../ports/clock.ts';
 import { BATCH_KIND, encodeBatch } from './protocol.ts';
 
 type Sendable = { send(msg: Array<Buffer | string>): Promise<void>; closed: boolean };
@@ -35,6 +36,7 @@ export class Outbox {
     private readonly where: string,
     /** Messages kept when the peer is slow; beyond this the oldest are dropped (counted). */
     private readonly limit = 1_000_000,
+    private readonly clock: Clock = systemClock,
   ) {}
 
   get depth(): number {
@@ -49,7 +51,7 @@ export class Outbox {
     this.queue.push({ peer, kind, payload });
     if (!this.sending && !this.scheduled) {
       this.scheduled = true;
-      setImmediate(() => {
+      this.clock.defer(() => {
         this.scheduled = false;
         void this.pump();
       });

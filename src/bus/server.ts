@@ -5,9 +5,8 @@
  * sends can stop the receive loop: bad frames are counted, logged at a rate limit, and dropped or
  * nacked, and the loop runs under a supervisor.
  */
-import * as zmq from 'zeromq';
 import type { Logger } from '../log.ts';
-import { checkKey } from './admission.ts';
+import { type Clock, systemClock } from '../ports/clock.ts';
 import { type CurveServerKeys, ZapHandler } from './curve.ts';
 import { DropCounters } from './drops.ts';
 import { BusError } from './errors.ts';
@@ -23,6 +22,7 @@ import {
   engineFrames,
 } from './protocol.ts';
 import { type PeerQuotaOptions, PeerQuotas, type QuotaKind } from './quotas.ts';
+import { type BusTransport, type RouterSocket, zmqTransport } from './transport.ts';
 
 export interface BusServerOptions {
   /** `tcp://127.0.0.1:0` picks a free port; `ipc:///path` for a Unix socket. */
@@ -31,6 +31,10 @@ export interface BusServerOptions {
   maxFrameBytes?: number;
   curve?: CurveServerKeys;
   log: Logger;
+  /** Default: ZeroMQ. The simulator's is an in-memory network (memory/network.ts). */
+  transport?: BusTransport;
+  /** Default: the process's clock. */
+  clock?: Clock;
 }
 
 /**
@@ -71,7 +75,8 @@ export interface BusStatus {
 export class BusServer {
   readonly drops: DropCounters;
   readonly loop: SupervisedLoop;
-  private readonly socket: zmq.Router;
+  private readonly socket: RouterSocket;
+  private readonly clock: Clock;
   private readonly outbox: Outbox;
   private readonly decoder;
   /** Peers that said hello and were accepted, and the engine each one is. */
@@ -88,29 +93,28 @@ export class BusServer {
   /** A server not yet bound: `listen` binds it and starts receiving. */
   constructor(private readonly options: BusServerOptions) {
     const log = options.log;
+    const clock = options.clock ?? systemClock;
+    this.clock = clock;
     this.decoder = engineFrames(options.maxFrameBytes);
-    this.drops = new DropCounters(log, 'bus');
+    this.drops = new DropCounters(log, 'bus', undefined, clock);
     this.quotas = new PeerQuotas();
+    const { curve } = options;
     // libzmq's own cap sits far above ours so that oversized frames reach us and are counted,
-    // while a multi-gigabyte frame still cannot exhaust memory. Handover stays off: with it on,
-    // any peer that connects under a live engine's routing id takes its messages over.
-    this.socket = new zmq.Router({
-      mandatory: true,
-      handover: false,
+    // while a multi-gigabyte frame still cannot exhaust memory.
+    this.socket = (options.transport ?? zmqTransport).router({
       maxMessageSize: Math.max(64 << 20, this.decoder.maxFrameBytes * 4),
-      heartbeatInterval: 1000,
-      heartbeatTimeout: 5000,
-      linger: 0,
-      sendHighWaterMark: 100_000,
+      ...(curve
+        ? {
+            curve: {
+              secretKey: curve.secretKey,
+              publicKey: curve.publicKey,
+              zapDomain: curve.allow !== undefined,
+            },
+          }
+        : {}),
     });
-    if (options.curve) {
-      this.socket.curveServer = true;
-      this.socket.curveSecretKey = checkKey('curve secret key', options.curve.secretKey);
-      this.socket.curvePublicKey = checkKey('curve public key', options.curve.publicKey);
-      if (options.curve.allow) this.socket.zapDomain = 'pdctl';
-    }
-    this.outbox = new Outbox(this.socket, log, 'bus');
-    this.loop = new SupervisedLoop('bus.receive', (loop) => this.receive(loop), log);
+    this.outbox = new Outbox(this.socket, log, 'bus', undefined, clock);
+    this.loop = new SupervisedLoop('bus.receive', (loop) => this.receive(loop), log, 100, clock);
   }
 
   static async bind(options: BusServerOptions, handlers: BusServerHandlers): Promise<BusServer> {
@@ -178,7 +182,7 @@ export class BusServer {
   }
 
   private charge(peer: PeerId, count: number, hellos: number): boolean {
-    const verdict = this.quotas.admit(peer, count, hellos);
+    const verdict = this.quotas.admit(peer, count, hellos, this.clock.now());
     if (verdict.ok) return true;
     const engine = this.registered.get(peer) ?? null;
     this.drops.record('rate_limited', { peer: printablePeer(peer), engine, quota: verdict.kind });

@@ -5,6 +5,8 @@
  * COMMIT, publishes to subscribers, counts and logs failures, and waits for idleness on drain.
  */
 import type { Logger } from '../log.ts';
+import { type Clock, systemClock } from '../ports/clock.ts';
+import { type Ids, systemIds } from '../ports/ids.ts';
 import { JournalError } from './errors.ts';
 import { type JournalEvent, type PendingEvent, validateEvent } from './events.ts';
 import type { RejectReason } from './reducer.ts';
@@ -71,6 +73,10 @@ export interface CommitQueueOptions {
   log: Logger;
   /** Where the journal is, for messages (a file path or a redacted URL). */
   where: string;
+  /** Stamps events and paces flushes. Default: the process's clock. */
+  clock?: Clock;
+  /** Names events appended without an id. Default: the process's ids. */
+  ids?: Ids;
 }
 
 interface Waiting {
@@ -99,10 +105,14 @@ export class CommitQueue {
   private commits = 0;
   private lastBatchSize = 0;
   private readonly idleWaiters: Array<() => void> = [];
+  private readonly clock: Clock;
+  private readonly ids: Ids;
 
   constructor(options: CommitQueueOptions, headSeq: number) {
     this.o = options;
     this.committedSeq = headSeq;
+    this.clock = options.clock ?? systemClock;
+    this.ids = options.ids ?? systemIds;
   }
 
   /** Validates and queues one event; resolves once its transaction has committed. */
@@ -114,7 +124,7 @@ export class CommitQueue {
     }
     let ev: PendingEvent;
     try {
-      ev = validateEvent(input, { internal });
+      ev = validateEvent(input, { internal, clock: this.clock, ids: this.ids });
     } catch (err) {
       return Promise.reject(err);
     }
@@ -132,7 +142,7 @@ export class CommitQueue {
   kick(): void {
     if (this.flushScheduled || this.inFlight >= this.o.maxInFlight) return;
     this.flushScheduled = true;
-    setImmediate(() => {
+    this.clock.defer(() => {
       this.flushScheduled = false;
       this.flush();
     });
@@ -161,7 +171,7 @@ export class CommitQueue {
     this.inFlightEvents -= batch.length;
     if (!this.writable) {
       this.o.log.warn(
-        { failedForMs: Date.now() - this.failedSince, failedCommits: this.failuresUnlogged },
+        { failedForMs: this.clock.now() - this.failedSince, failedCommits: this.failuresUnlogged },
         'journal writable again',
       );
       this.failuresUnlogged = 0;
@@ -230,7 +240,7 @@ export class CommitQueue {
       // commits one while this thread prepares the other, instead of the two taking turns.
       const half = batch.length >> 1;
       resolve(0, half);
-      setImmediate(() => resolve(half, batch.length));
+      this.clock.defer(() => resolve(half, batch.length));
     } else {
       resolve(0, batch.length);
     }
@@ -239,7 +249,7 @@ export class CommitQueue {
   private fail(batch: Waiting[], err: unknown): void {
     this.inFlight--;
     this.inFlightEvents -= batch.length;
-    const now = Date.now();
+    const now = this.clock.now();
     if (this.writable) this.failedSince = now;
     const message = (err as Error).message;
     // The first failure, another error, then at most one line per 5 s while it lasts.
@@ -293,17 +303,17 @@ export class CommitQueue {
   async drain(timeoutMs: number): Promise<boolean> {
     if (this.state === 'ready') this.state = 'draining';
     if (this.inFlight === 0 && this.queue.length === 0) return true;
-    let timer: NodeJS.Timeout | undefined;
+    let timer: ReturnType<Clock['setTimeout']> | undefined;
     const idle = await Promise.race([
       new Promise<true>((resolve) => {
         this.idleWaiters.push(() => resolve(true));
         this.kick();
       }),
       new Promise<false>((resolve) => {
-        timer = setTimeout(() => resolve(false), timeoutMs);
+        timer = this.clock.setTimeout(() => resolve(false), timeoutMs);
       }),
     ]);
-    clearTimeout(timer);
+    this.clock.clear(timer);
     if (!idle) {
       this.o.log.error(
         { pending: this.queue.length + this.inFlightEvents, timeoutMs },

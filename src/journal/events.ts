@@ -4,8 +4,9 @@
  */
 import { type Static, type TObject, Type } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
+import { type Clock, systemClock } from '../ports/clock.ts';
+import { type Ids, systemIds } from '../ports/ids.ts';
 import { JournalError } from './errors.ts';
-import { uuidv7 } from './ids.ts';
 import type { RoomFailureReason, RoomMigrationReason } from './reasons.ts';
 import { LIVE_STATES, ROOM_STATES } from './states.ts';
 
@@ -437,7 +438,16 @@ function invalid(message: string): JournalError {
  * Validates an event at the boundary and fills `ts` and `eventId`. Throws a `JournalError` with
  * code `JOURNAL_INVALID_EVENT` whose message names the field that is wrong.
  */
-export function validateEvent(input: unknown, options: { internal?: boolean } = {}): PendingEvent {
+export function validateEvent(
+  input: unknown,
+  options: {
+    internal?: boolean;
+    /** Stamps `ts` on an event without one. Default: the process's clock. */
+    clock?: Clock;
+    /** Names an event without an `eventId`. Default: the process's ids. */
+    ids?: Ids;
+  } = {},
+): PendingEvent {
   if (typeof input !== 'object' || input === null) throw invalid('event must be an object');
   const ev = input as Record<string, unknown>;
   const type = ev.type;
@@ -471,12 +481,12 @@ export function validateEvent(input: unknown, options: { internal?: boolean } = 
     throw invalid(`${type}: source must be a non-empty string of at most 200 characters`);
   }
   let eventId = ev.eventId;
-  if (eventId === undefined || eventId === null) eventId = uuidv7();
+  if (eventId === undefined || eventId === null) eventId = (options.ids ?? systemIds).uuid();
   else if (typeof eventId !== 'string' || eventId.length === 0 || eventId.length > 400) {
     throw invalid(`${type}: eventId must be a non-empty string of at most 400 characters`);
   }
   let ts = ev.ts;
-  if (ts === undefined || ts === null) ts = Date.now();
+  if (ts === undefined || ts === null) ts = (options.clock ?? systemClock).now();
   else if (typeof ts !== 'number' || !Number.isSafeInteger(ts) || ts < 0) {
     throw invalid(`${type}: ts must be unix milliseconds (a non-negative integer)`);
   }

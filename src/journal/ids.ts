@@ -1,47 +1,17 @@
 /**
- * Time-ordered identifiers. Event ids and room ids are keys of B-tree indexes that every append
- * writes; ids that grow with time land on the right edge of the tree, while random UUIDs touch a
- * random page per insert, which costs more as the index outgrows the cache (bench/journal.ts
- * prints the bare-loop figure for both).
+ * Ids made by the process's id source (ports/ids.ts). A part that a simulated run uses takes an
+ * `Ids` of its own instead, so that its ids follow from the run's seed.
  */
-import { randomFillSync } from 'node:crypto';
-
-/** Random bytes drawn in bulk: one syscall per 512 ids instead of one per id. */
-const pool = Buffer.alloc(4096);
-let poolOffset = pool.length;
-
-let lastMs = 0;
-let counter = 0;
+import { systemIds } from '../ports/ids.ts';
 
 /** A UUIDv7 (RFC 9562): 48-bit unix ms, then a 12-bit counter for order within one ms, then random bits. */
-export function uuidv7(now: number = Date.now()): string {
-  if (now > lastMs) {
-    lastMs = now;
-    counter = 0;
-  } else {
-    counter++;
-    if (counter > 0xfff) {
-      lastMs++;
-      counter = 0;
-    }
-  }
-  const ms = lastMs.toString(16).padStart(12, '0');
-  if (poolOffset + 8 > pool.length) {
-    randomFillSync(pool);
-    poolOffset = 0;
-  }
-  pool[poolOffset] = ((pool[poolOffset] as number) & 0x3f) | 0x80;
-  const tail = pool.toString('hex', poolOffset, poolOffset + 8);
-  poolOffset += 8;
-  return `${ms.slice(0, 8)}-${ms.slice(8, 12)}-7${counter.toString(16).padStart(3, '0')}-${tail.slice(0, 4)}-${tail.slice(4, 16)}`;
+export function uuidv7(now?: number): string {
+  return systemIds.uuid(now);
 }
 
-let roomCounter = 0;
-
 /** A short, sortable room id such as `r-mf3k2a9x-0001c4`: base-36 ms, then a per-process counter. */
-export function newRoomId(now: number = Date.now()): string {
-  roomCounter = (roomCounter + 1) % 0x1000000;
-  return `r-${now.toString(36)}-${roomCounter.toString(16).padStart(6, '0')}`;
+export function newRoomId(now?: number): string {
+  return systemIds.room(now);
 }
 
 /**

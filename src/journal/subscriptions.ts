@@ -3,6 +3,7 @@
  * then live, with no gap and no duplicate. Backend-neutral: it needs only a reader of committed
  * events (synchronous for SQLite, a query for PostgreSQL) and the stream of live commits.
  */
+import { type Clock, systemClock } from '../ports/clock.ts';
 import type { JournalEvent } from './events.ts';
 import type { EventListener, Subscription } from './store.ts';
 
@@ -34,6 +35,7 @@ export class SubscriptionHub {
       limit: number,
     ) => JournalEvent[] | Promise<JournalEvent[]>,
     private readonly onListenerError: (err: unknown, event: JournalEvent) => void,
+    private readonly clock: Clock = systemClock,
   ) {}
 
   get size(): number {
@@ -50,7 +52,7 @@ export class SubscriptionHub {
       overflowed: false,
     };
     this.subs.add(sub);
-    setImmediate(() => void this.catchUp(sub));
+    this.clock.defer(() => void this.catchUp(sub));
     return {
       close: () => {
         sub.closed = true;
@@ -73,12 +75,12 @@ export class SubscriptionHub {
       chunk = await this.readFrom(sub.lastSeq, CHUNK);
     } catch (err) {
       this.onListenerError(err, { seq: sub.lastSeq } as JournalEvent);
-      setTimeout(() => void this.catchUp(sub), 100);
+      this.clock.setTimeout(() => void this.catchUp(sub), 100);
       return;
     }
     for (const ev of chunk) this.deliver(sub, ev);
     if (chunk.length === CHUNK || sub.overflowed) {
-      setImmediate(() => void this.catchUp(sub));
+      this.clock.defer(() => void this.catchUp(sub));
       return;
     }
     const held = sub.held;

@@ -20,6 +20,11 @@ export interface Clock {
   monotonic(): number;
   setTimeout(fn: () => void, ms: number): Timer;
   setInterval(fn: () => void, ms: number): Timer;
+  /**
+   * Runs `fn` on the next turn, after the I/O of this one (Node's `setImmediate`): how a module
+   * yields without waiting. Virtual: due now, after every timer already due now.
+   */
+  defer(fn: () => void): void;
   /** Cancels a timeout or an interval; a timer already fired or cleared is ignored. */
   clear(timer: Timer | undefined | null): void;
 }
@@ -30,6 +35,7 @@ export const systemClock: Clock = Object.freeze({
   monotonic: () => performance.now(),
   setTimeout: (fn: () => void, ms: number): Timer => setTimeout(fn, ms),
   setInterval: (fn: () => void, ms: number): Timer => setInterval(fn, ms),
+  defer: (fn: () => void) => void setImmediate(fn),
   clear: (timer: Timer | undefined | null) => {
     if (timer) clearTimeout(timer as NodeJS.Timeout);
   },
@@ -86,6 +92,11 @@ export class VirtualClock implements Clock {
     return this.schedule(fn, ms, Math.max(1, delay(ms)));
   }
 
+  defer(fn: () => void): void {
+    const handle = new VirtualTimer();
+    this.insert({ at: this.time, order: this.nextOrder++, fn, every: null, handle });
+  }
+
   clear(timer: Timer | undefined | null): void {
     if (!(timer instanceof VirtualTimer) || timer.cleared) return;
     timer.cleared = true;
@@ -109,17 +120,28 @@ export class VirtualClock implements Clock {
       throw new RangeError(`advance takes a finite number of ms ≥ 0, got ${ms}`);
     const until = this.time + ms;
     let fired = 0;
-    for (let next = this.queue[0]; next && next.at <= until; next = this.queue[0]) {
-      this.queue.shift();
-      this.time = next.at;
-      if (next.every !== null)
-        this.insert({ ...next, at: next.at + next.every, order: this.nextOrder++ });
-      else next.handle.cleared = true;
+    while ((this.queue[0]?.at ?? Number.POSITIVE_INFINITY) <= until) {
+      this.step();
       fired++;
-      next.fn();
     }
     this.time = until;
     return fired;
+  }
+
+  /**
+   * Fires the one timer due first, moving time to it; false when none is set. What a simulator
+   * drives its run with: between two timers it lets the promises the first one settled run, as
+   * Node does between two callbacks.
+   */
+  step(): boolean {
+    const next = this.queue.shift();
+    if (!next) return false;
+    this.time = next.at;
+    if (next.every !== null)
+      this.insert({ ...next, at: next.at + next.every, order: this.nextOrder++ });
+    else next.handle.cleared = true;
+    next.fn();
+    return true;
   }
 
   /** Jumps to the next timer and fires everything due then; false when none is set. */

@@ -74,3 +74,24 @@ describe('systemClock', () => {
     expect(systemClock.monotonic()).toBeGreaterThan(t0);
   });
 });
+
+describe('VirtualClock.step and defer', () => {
+  it('fires one timer per step, a deferred callback after the timers already due now', () => {
+    const clock = new VirtualClock(0);
+    const fired: string[] = [];
+    clock.setTimeout(() => {
+      fired.push(`t@${clock.now()}`);
+      clock.defer(() => fired.push(`deferred@${clock.now()}`));
+      clock.setTimeout(() => fired.push(`later@${clock.now()}`), 1);
+    }, 5);
+    clock.setTimeout(() => fired.push(`u@${clock.now()}`), 5);
+    expect(clock.step()).toBe(true);
+    expect(fired).toEqual(['t@5']);
+    clock.step();
+    clock.step();
+    expect(fired).toEqual(['t@5', 'u@5', 'deferred@5']);
+    clock.step();
+    expect(fired).toEqual(['t@5', 'u@5', 'deferred@5', 'later@6']);
+    expect(clock.step()).toBe(false);
+  });
+});

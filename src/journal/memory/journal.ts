@@ -15,6 +15,7 @@
 import type { Logger } from '../../log.ts';
 import { silentLogger } from '../../log.ts';
 import { type Clock, systemClock } from '../../ports/clock.ts';
+import type { Ids } from '../../ports/ids.ts';
 import { checkAfterSeq, checkCursor, checkPrune } from '../checks.ts';
 import { CommitQueue, type Outcome } from '../commit-queue.ts';
 import { JournalError } from '../errors.ts';
@@ -36,6 +37,8 @@ export interface MemoryJournalOptions {
   /** How long a transaction takes to commit, in ms of `clock`. Default 0: at once. */
   commitMs?: number;
   clock?: Clock;
+  /** Names events appended without an id. Default: the process's ids. */
+  ids?: Ids;
   /** Most events in one transaction. Default 4096. */
   maxBatch?: number;
   logger?: Logger;
@@ -63,6 +66,7 @@ export class MemoryJournal extends MemoryReader implements JournalStore {
       (afterSeq, limit) => this.disk.readFrom(afterSeq, limit),
       (err, ev) =>
         log.error({ err, seq: ev.seq }, 'journal subscriber threw; it keeps receiving events'),
+      this.clock,
     );
     this.queue = new CommitQueue(
       {
@@ -72,6 +76,8 @@ export class MemoryJournal extends MemoryReader implements JournalStore {
         hub: this.hub,
         log,
         where: options.disk.name,
+        clock: this.clock,
+        ...(options.ids ? { ids: options.ids } : {}),
       },
       options.disk.headSeq(),
     );
