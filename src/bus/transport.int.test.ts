@@ -99,15 +99,7 @@ describe('the in-memory network', () => {
       for (;;) received.push(((await r.receive())[2] as Buffer).toString());
     };
     void read().catch(() => {});
-    const settle = async (ms: number) => {
-      const until = clock.now() + ms;
-      while ((clock.nextAt() ?? Number.POSITIVE_INFINITY) <= until) {
-        clock.step();
-        await new Promise((res) => setImmediate(res));
-      }
-      clock.advance(until - clock.now());
-      await new Promise((res) => setImmediate(res));
-    };
+    const settle = (ms: number) => clock.run(ms);
     await settle(10);
     expect(events).toEqual(['handshake']);
     net.partition('cp', 'e0');

@@ -10,6 +10,7 @@ import type { Room } from '../journal/reducer.ts';
 import { isTerminal } from '../journal/states.ts';
 import type { AppendResult, JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
+import { type Clock, systemClock, type Timer } from '../ports/clock.ts';
 
 /** Both engines of the room's pair have journaled `room.released`. */
 export function releasedByBoth(room: Room): boolean {
@@ -19,7 +20,7 @@ export function releasedByBoth(room: Room): boolean {
 }
 
 export class Aborts {
-  private readonly timers = new Map<string, NodeJS.Timeout>();
+  private readonly timers = new Map<string, Timer>();
   /** Who asked for each pending abort (the `source` of its room.abort_requested). */
   private readonly sources = new Map<string, string>();
 
@@ -30,6 +31,7 @@ export class Aborts {
     private readonly log: Logger,
     /** How long after the request the room is aborted even without both releases. */
     private readonly graceMs = 2000,
+    private readonly clock: Clock = systemClock,
   ) {}
 
   /** Journals the AbortReq; engines stop and release, then the room is marked aborted. */
@@ -48,20 +50,19 @@ export class Aborts {
 
   /** The room ended (however): nothing is pending for it any more. */
   onTerminal(room: string): void {
-    const timer = this.timers.get(room);
-    if (timer) clearTimeout(timer);
+    this.clock.clear(this.timers.get(room));
     this.timers.delete(room);
     this.sources.delete(room);
   }
 
   close(): void {
-    for (const t of this.timers.values()) clearTimeout(t);
+    for (const t of this.timers.values()) this.clock.clear(t);
     this.timers.clear();
   }
 
   private schedule(room: Room, ev: JournalEvent): void {
     const source = ev.source;
-    const timer = setTimeout(() => {
+    const timer = this.clock.setTimeout(() => {
       this.timers.delete(room.room);
       const now = this.roomNow(room.room);
       if (now && !isTerminal(now.state)) this.appendAborted(now, source);

@@ -5,11 +5,13 @@
  * The journal's answer goes back to the engine as an ack or nack (docs/protocol.md, "Ordering,
  * replay and retries").
  */
+
 import type { EngineMessage } from '../bus/protocol.ts';
 import type { BusServer, PeerId } from '../bus/server.ts';
 import { JournalError } from '../journal/errors.ts';
 import type { JournalStore } from '../journal/store.ts';
-import type { ControlCounters } from './engine-link.ts';
+import type { Clock } from '../ports/clock.ts';
+import type { ControlCounters } from './bus.ts';
 import type { EngineRegistry } from './registry.ts';
 import type { RoomBook } from './room-book.ts';
 import type { Router } from './routing/router.ts';
@@ -51,7 +53,7 @@ class RejectionBudget {
   private readonly buckets = new Map<string, { tokens: number; at: number }>();
 
   /** False when `engine` has no budget left for another rejection. Appends that fit always pass. */
-  take(engine: string, rejection: boolean, now = Date.now()): boolean {
+  take(engine: string, rejection: boolean, now: number): boolean {
     if (!rejection) return true;
     const b = this.buckets.get(engine) ?? { tokens: REJECTION_BURST, at: now };
     b.tokens = Math.min(REJECTION_BURST, b.tokens + ((now - b.at) / 1000) * REJECTIONS_PER_SECOND);
@@ -74,6 +76,7 @@ export interface AppendRelayDeps {
   router: Pick<Router, 'vet'>;
   /** Measures an append's latency. */
   timed<T>(p: Promise<T>): Promise<T>;
+  clock: Clock;
 }
 
 export class AppendRelay {
@@ -169,7 +172,7 @@ export class AppendRelay {
       return;
     }
     const rejected = !this.deps.book.project(msg.event, engine);
-    if (!this.rejections.take(engine, rejected)) {
+    if (!this.rejections.take(engine, rejected, this.deps.clock.now())) {
       this.bus.drops.record('rate_limited', { engine, type, room });
       refuse(
         `${engine} sent more out-of-order events than the journal records (${REJECTIONS_PER_SECOND}/s); this one was not recorded`,

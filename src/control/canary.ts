@@ -4,9 +4,11 @@
  * `/health/deep` returns, and what `/health/ready` requires of its last background run. Its verdict
  * is journaled (`canary.changed`) only when it changes.
  */
+
 import { isFailureReason, type RoomFailureReason } from '../journal/reasons.ts';
 import type { RoomState } from '../journal/states.ts';
 import type { Logger } from '../log.ts';
+import type { Clock, Timer } from '../ports/clock.ts';
 import type { ControlPlane } from './control-plane.ts';
 import { RoomEndedError } from './streams.ts';
 
@@ -40,7 +42,7 @@ export class Canary {
   last: CanaryResult | null = null;
   /** Called with every result (metrics count each run; the journal only changes). */
   onResult: ((r: CanaryResult) => void) | null = null;
-  private timer: NodeJS.Timeout | null = null;
+  private timer: Timer | null = null;
   private running: Promise<CanaryResult> | null = null;
   /** The room of the run in flight (the background's or a /health/deep probe's). */
   private current: string | null = null;
@@ -53,6 +55,7 @@ export class Canary {
     private readonly control: ControlPlane,
     private readonly log: Logger,
     private readonly deadlineMs = 2000,
+    private readonly clock: Clock = control.clock,
   ) {}
 
   /**
@@ -82,7 +85,7 @@ export class Canary {
     result: CanaryResult;
     pair: { prefillEngine: string; decodeEngine: string } | null;
   }> {
-    const started = Date.now();
+    const started = this.clock.now();
     const result = (
       ok: boolean,
       room: string | null,
@@ -93,7 +96,7 @@ export class Canary {
     ): CanaryResult => ({
       ok,
       room,
-      ms: Date.now() - started,
+      ms: this.clock.now() - started,
       stages,
       stage,
       reason,
@@ -127,9 +130,9 @@ export class Canary {
         stages[from] = after.stateSince - (entered.get(from) ?? after.stateSince);
       if (to && from !== to) entered.set(to, after.stateSince);
     });
-    let timer: NodeJS.Timeout | undefined;
+    let timer: Timer | undefined;
     const deadline = new Promise<'deadline'>((r) => {
-      timer = setTimeout(() => r('deadline'), deadlineMs);
+      timer = this.clock.setTimeout(() => r('deadline'), deadlineMs);
     });
     try {
       const outcome = await Promise.race([stream.result, deadline]);
@@ -163,7 +166,7 @@ export class Canary {
         pair,
       };
     } finally {
-      clearTimeout(timer);
+      this.clock.clear(timer);
       off();
       this.current = null;
     }
@@ -198,10 +201,10 @@ export class Canary {
     this.stopped = false;
     const tick = () => {
       void this.run().finally(() => {
-        if (this.timer) this.timer = setTimeout(tick, intervalMs);
+        if (this.timer) this.timer = this.clock.setTimeout(tick, intervalMs);
       });
     };
-    this.timer = setTimeout(tick, 0);
+    this.timer = this.clock.setTimeout(tick, 0);
   }
 
   /**
@@ -209,7 +212,7 @@ export class Canary {
    * and awaited, so that no canary outlives the engines or reports them failing as they stop.
    */
   async stop(): Promise<void> {
-    if (this.timer) clearTimeout(this.timer);
+    this.clock.clear(this.timer);
     this.timer = null;
     this.stopped = true;
     if (this.current) await this.control.abort(this.current, 'shutdown', 'canary').catch(() => {});

@@ -8,24 +8,26 @@
  * composition root (src/app/) builds the stack on.
  */
 
-import { needsCurve } from '../bus/admission.ts';
 import type { CommandName } from '../bus/protocol.ts';
-import { BusServer, type BusServerHandlers, type BusStatus } from '../bus/server.ts';
+import type { BusServer, BusServerHandlers, BusStatus } from '../bus/server.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import type { Room } from '../journal/reducer.ts';
 import type { AppendResult, JournalHealth, JournalStore, Subscription } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { DeterministicModel } from '../model/deterministic.ts';
 import type { ModelInfo } from '../model/executor.ts';
+import { type Clock, systemClock, type Timer } from '../ports/clock.ts';
+import { systemIds } from '../ports/ids.ts';
 import { Aborts } from './aborts.ts';
 import { AppendRelay } from './appends.ts';
+import { type ControlCounters, openBus, zeroCounters } from './bus.ts';
 import {
   type CanaryVerdict,
   recordCanary,
   recordHeartbeat,
   recordProgress,
 } from './engine-health.ts';
-import { type ControlCounters, EngineLink, zeroCounters } from './engine-link.ts';
+import { EngineLink } from './engine-link.ts';
 import { DEFAULT_LIVENESS, type EngineView, type LivenessPolicy, viewsOf } from './engine-view.ts';
 import { ControlError } from './errors.ts';
 import { Intake } from './intake.ts';
@@ -52,11 +54,13 @@ type Resolved = ControlDefaults & ControlPlaneOptions;
 type RoomListener = (before: Room | null, after: Room, ev: JournalEvent) => void;
 
 export class ControlPlane {
-  readonly registry = new EngineRegistry();
-  readonly book = new RoomBook((engine) => this.registry.get(engine));
+  readonly registry: EngineRegistry;
+  readonly book: RoomBook;
   readonly counters: ControlCounters = zeroCounters();
   /** When this process's own loop was last blocked: stall evidence counts only after it. */
-  readonly loopLag = new LoopLag();
+  readonly loopLag: LoopLag;
+  /** Time and timers of the control plane and of what watches it (ports/clock.ts). */
+  readonly clock: Clock;
   /** When an engine is live, stale or stalled: one policy for readiness, routing and the ladder. */
   readonly liveness: Readonly<LivenessPolicy>;
   readonly bus: BusServer;
@@ -78,7 +82,7 @@ export class ControlPlane {
   private readonly outage: JournalOutage;
   private readonly roomEvents: Listeners<Parameters<RoomListener>>;
   private readonly appendTimes: Listeners<[ms: number]>;
-  private readonly timers: NodeJS.Timeout[] = [];
+  private readonly timers: Timer[] = [];
   private subscription: Subscription | null = null;
   private closing: Promise<void> | null = null;
 
@@ -87,22 +91,19 @@ export class ControlPlane {
     options: ControlPlaneOptions,
   ) {
     const o = { ...CONTROL_DEFAULTS, ...options } as Resolved;
+    const { clock = systemClock, ids = systemIds } = o;
+    this.clock = clock;
+    this.registry = new EngineRegistry(clock);
+    this.book = new RoomBook((engine) => this.registry.get(engine), undefined, clock);
+    this.loopLag = new LoopLag(undefined, undefined, clock);
     this.options = o;
     this.log = o.log;
     this.model = o.model ?? new DeterministicModel();
     this.roomEvents = new Listeners(o.log, 'room listener');
     this.appendTimes = new Listeners(o.log, 'append listener');
     this.liveness = Object.freeze({ ...DEFAULT_LIVENESS, ...o.liveness });
-    this.bus = new BusServer({
-      endpoint: o.bus,
-      curve:
-        (o.curve ?? needsCurve(o.bus))
-          ? { ...o.admission.server, allow: (key) => o.admission.knows(key) }
-          : undefined,
-      maxFrameBytes: o.maxFrameBytes,
-      log: o.log,
-    });
-    const timed = timing(this.appendTimes);
+    this.bus = openBus(o, clock);
+    const timed = timing(this.appendTimes, clock);
     const { router: policy, kvBlockTokens: blockTokens, routerOverlapWeight: overlapWeight } = o;
     this.router = new Router({ policy, blockTokens, overlapWeight });
     const { registry, book, counters, bus, router } = this;
@@ -113,36 +114,41 @@ export class ControlPlane {
       roomNow: (room) => book.room(room),
       graceMs: o.journalOutageGraceMs,
     });
-    this.aborts = new Aborts(journal, (room) => book.room(room), o.log, o.abortGraceMs);
-    this.link = new EngineLink({
+    this.aborts = new Aborts(journal, (room) => book.room(room), o.log, o.abortGraceMs, clock);
+    // What most parts are built on; each takes what its deps name.
+    const common = {
       journal,
       bus,
       registry,
+      counters,
+      book,
+      router,
+      timed,
+      clock,
+      ids,
+      log: o.log,
+    };
+    this.link = new EngineLink({
+      ...common,
       modelFormat: this.model.format,
       blockTokens: o.kvBlockTokens,
-      counters,
-      log: o.log,
       admission: o.admission,
       rooms: book,
       replaced: (engine, old) => this.engineLost(engine, old, 'it came back as a new incarnation'),
     });
-    this.appends = new AppendRelay({ journal, bus, registry, counters, book, router, timed });
+    this.appends = new AppendRelay(common);
     this.intake = new Intake({
-      journal,
-      registry,
-      book,
+      ...common,
       model: this.model,
       liveness: this.liveness,
       maxRoomsPerEngine: o.maxRoomsPerEngine,
-      pairAvoided: (p, d) => this.pairHealth.avoid(p, d),
-      router,
+      pairAvoided: (p, d) => this.pairHealth.avoid(p, d, clock.now()),
       ...(o.deadlinesMs ? { deadlinesMs: o.deadlinesMs } : {}),
-      timed,
     });
-    const { model, intake, log } = this;
+    const { model, intake } = this;
     const closing = () => this.closing !== null;
     const limits = { limit: o.migrationLimit, waitMs: o.migrationWaitMs, retryLimit: o.retryLimit };
-    this.migrator = new Migrator({ journal, model, log, book, intake, closing }, limits);
+    this.migrator = new Migrator({ ...common, model, intake, closing }, limits);
   }
 
   static async start(options: ControlPlaneOptions): Promise<ControlPlane> {
@@ -158,9 +164,10 @@ export class ControlPlane {
       cp.subscription = journal.subscribe(head, (ev) => cp.onCommitted(ev));
       cp.orphansFailed = await failOrphans(journal, orphans, cp.log);
       await cp.bus.listen(cp.handlers());
-      const every = (ms: number, f: () => void) => cp.timers.push(setInterval(f, ms).unref());
+      const every = (ms: number, f: () => void) =>
+        cp.timers.push(cp.clock.setInterval(f, ms).unref());
       every(cp.options.engineExpiryCheckMs, () => cp.expireEngines());
-      every(cp.options.outageCheckMs, () => cp.outage.tick());
+      every(cp.options.outageCheckMs, () => cp.outage.tick(cp.clock.now()));
       cp.loopLag.start();
     } catch (err) {
       cp.subscription?.close();
@@ -179,12 +186,12 @@ export class ControlPlane {
   // ── what the API, recovery and drills read (nothing else of the control plane is theirs) ──
 
   /** Every engine it knows, as frozen views with their status (engine-view.ts). */
-  engines(now = Date.now(), stalls = this.stalledEngines(DEFAULT_STALL_POLICY, now)): EngineView[] {
+  engines(now = this.clock.now(), stalls = this.stalledEngines(undefined, now)): EngineView[] {
     return viewsOf(this.registry, (id) => this.book.liveOn(id), this.liveness, now, stalls);
   }
 
   /** One engine's view; undefined when it is not registered. */
-  engine(id: string, now = Date.now()): EngineView | undefined {
+  engine(id: string, now = this.clock.now()): EngineView | undefined {
     return this.engines(now).find((e) => e.engine === id);
   }
 
@@ -223,7 +230,7 @@ export class ControlPlane {
       hello: (peer, msg) => void this.link.hello(peer, msg),
       heartbeat: (_peer, engine, msg) => {
         const s = this.registry.get(engine);
-        if (s) recordHeartbeat(s, msg);
+        if (s) recordHeartbeat(s, msg, this.clock.now());
       },
       append: (peer, engine, msg) => this.appends.append(peer, engine, msg),
       tokens: (_peer, engine, msg) => relayTokens(this, engine, msg),
@@ -240,7 +247,7 @@ export class ControlPlane {
     const { before, room, ended } = folded;
     if (ev.engine !== null && room.state !== before?.state) {
       const s = this.registry.get(ev.engine);
-      if (s) recordProgress(s);
+      if (s) recordProgress(s, this.clock.now());
     }
     this.link.deliver(room, ev);
     this.roomEvents.emit(before, room, ev);
@@ -263,20 +270,12 @@ export class ControlPlane {
 
   /** Drops an engine from the registry and the bus (it must say hello again to come back). */
   forgetEngine(engine: string): void {
-    const s = this.registry.get(engine);
-    if (!s) return;
-    this.registry.delete(engine);
-    this.bus.unregister(s.peer);
+    this.link.forget(engine);
   }
 
   /** Forgets engines silent for `engineExpiryMs` that hold no live room (the registry stays bounded). */
-  expireEngines(now = Date.now()): string[] {
-    const silent = this.registry.silent(this.options.engineExpiryMs, now);
-    const gone = silent.filter((s) => this.book.liveOn(s.engine) === 0).map((s) => s.engine);
-    for (const engine of gone) this.forgetEngine(engine);
-    if (gone.length > 0)
-      this.log.info({ engines: gone }, 'forgot engines long silent with no rooms');
-    return gone;
+  expireEngines(now = this.clock.now()): string[] {
+    return this.link.expire(this.options.engineExpiryMs, now);
   }
 
   /** Called for every committed room event the control plane folds (metrics, canaries). */
@@ -363,7 +362,7 @@ export class ControlPlane {
    * consumes nothing — the wedge of docs/incident.md —, a frozen transfer core or work loop, rooms
    * piling up on it, canaries failing on it). Used by the escalation ladder and the views.
    */
-  stalledEngines(policy: StallPolicy = DEFAULT_STALL_POLICY, now = Date.now()): Stall[] {
+  stalledEngines(policy: StallPolicy = DEFAULT_STALL_POLICY, now = this.clock.now()): Stall[] {
     return findStalls(this.registry.all(), this.book.live(), policy, now, {
       journalWritable: this.journal.health().writable,
       lateAt: this.loopLag.lateAt,
@@ -373,7 +372,8 @@ export class ControlPlane {
   /** A canary's verdict on the engines its room ran on (engine-health.ts `recordCanary`). */
   noteCanary(room: RoomOwners | null, verdict: CanaryVerdict): void {
     const writable = this.journal.health().writable;
-    if (room) recordCanary((id) => this.registry.get(id), room, verdict, writable);
+    if (room)
+      recordCanary((id) => this.registry.get(id), room, verdict, writable, this.clock.now());
   }
 
   /** Resolves once `prefill` and `decode` engines are registered and live. */
@@ -384,7 +384,7 @@ export class ControlPlane {
   /** Fails every open stream, stops the bus and drains the journal. Idempotent. */
   close(): Promise<void> {
     this.closing ??= (async () => {
-      for (const t of this.timers) clearInterval(t);
+      for (const t of this.timers) this.clock.clear(t);
       this.loopLag.stop();
       this.aborts.close();
       for (const s of this.book.takeAllStreams())

@@ -8,9 +8,11 @@
  * the engine's rooms finish there, and its process is left as it is. Both ends are journaled (`engine.cordoned`, `engine.uncordoned`),
  * and a control plane rebuilds the set from them at start (so also after a failover).
  */
+
 import type { JournalEventOf } from '../journal/events.ts';
 import { eachEvent, type JournalReader, type JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
+import { type Clock, systemClock } from '../ports/clock.ts';
 
 /** Why and since when an engine is cordoned. */
 export interface Cordon {
@@ -41,6 +43,8 @@ export interface CordonDeps {
 export class Cordons {
   private readonly byEngine = new Map<string, Cordon>();
 
+  constructor(private readonly clock: Clock = systemClock) {}
+
   /** Why the engine is cordoned; null when it is not. */
   of(engine: string): Cordon | null {
     return this.byEngine.get(engine) ?? null;
@@ -69,7 +73,7 @@ export class Cordons {
   ): Promise<boolean> {
     if (this.byEngine.has(engine)) return false;
     const rooms = deps.control.book.liveOn(engine);
-    this.byEngine.set(engine, { reason, by, evidence, at: Date.now() });
+    this.byEngine.set(engine, { reason, by, evidence, at: this.clock.now() });
     deps.log.error(
       { engine, reason, by, evidence, rooms },
       'engine cordoned: it takes no new rooms and its rooms move; `pdctl engines uncordon` brings it back',

@@ -12,7 +12,7 @@ import { queuedWork } from './stalls.ts';
 export function recordHeartbeat(
   s: EngineSession,
   msg: EngineMessage<'heartbeat'>,
-  now = Date.now(),
+  now: number,
 ): void {
   const h = s.health;
   // Events sent before the previous heartbeat and still not applied: the engine has been behind
@@ -33,7 +33,7 @@ export function recordHeartbeat(
 }
 
 /** The engine showed progress: a transition of one of its rooms, or a token. */
-export function recordProgress(s: EngineSession, now = Date.now()): void {
+export function recordProgress(s: EngineSession, now: number): void {
   s.health.progressAt = now;
 }
 
@@ -43,7 +43,7 @@ export function recordCanaryPassed(s: EngineSession): void {
 }
 
 /** A canary failed in a stage the engine owns. */
-export function recordCanaryFailed(s: EngineSession, why: string, now = Date.now()): void {
+export function recordCanaryFailed(s: EngineSession, why: string, now: number): void {
   const h = s.health;
   if (h.canaryFailures === 0) h.canaryFailingSince = now;
   h.canaryFailures++;
@@ -70,6 +70,7 @@ export function recordCanary(
   room: { prefillEngine: string; decodeEngine: string },
   verdict: CanaryVerdict,
   journalWritable: boolean,
+  now: number,
 ): void {
   const { ok, stage, reason } = verdict;
   if (ok) {
@@ -87,5 +88,5 @@ export function recordCanary(
         ? room.decodeEngine
         : null;
   const s = owner === null ? undefined : session(owner);
-  if (s) recordCanaryFailed(s, `${stage}: ${reason ?? 'unknown'}`);
+  if (s) recordCanaryFailed(s, `${stage}: ${reason ?? 'unknown'}`, now);
 }

@@ -18,7 +18,9 @@ import type { JournalEvent } from '../journal/events.ts';
 import type { Room } from '../journal/reducer.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
+import type { Clock } from '../ports/clock.ts';
 import { BoundedMap } from './bounded-map.ts';
+import type { ControlCounters } from './bus.ts';
 import type { EngineSession } from './engine-session.ts';
 import {
   checkHello,
@@ -31,30 +33,6 @@ import { kvPeerFor } from './kv-peer.ts';
 import type { EngineRegistry } from './registry.ts';
 import type { RoomBook } from './room-book.ts';
 import { ThrottleRecord } from './throttles.ts';
-
-export interface ControlCounters {
-  appends: number;
-  nacks: number;
-  tokens: number;
-  tokensDropped: number;
-  delivered: number;
-  hellos: number;
-  /** Prefix block names engines said they stored that were not theirs to store (appends.ts). */
-  blocksRefused: number;
-}
-
-/** Every counter at zero. */
-export function zeroCounters(): ControlCounters {
-  return {
-    appends: 0,
-    nacks: 0,
-    tokens: 0,
-    tokensDropped: 0,
-    delivered: 0,
-    hellos: 0,
-    blocksRefused: 0,
-  };
-}
 
 export interface EngineLinkDeps {
   journal: JournalStore;
@@ -69,10 +47,11 @@ export interface EngineLinkDeps {
   blockTokens: number;
   counters: ControlCounters;
   log: Logger;
-  /** The rooms: the request sent to a prefill engine with its `room.created`. */
-  rooms: Pick<RoomBook, 'request'>;
+  /** The rooms: the request sent to a prefill engine with its `room.created`, and who holds rooms. */
+  rooms: Pick<RoomBook, 'request' | 'liveOn'>;
   /** An engine came back as a new incarnation: the old one's rooms are lost (migrate them). */
   replaced(engine: string, oldIncarnation: string): Promise<void>;
+  clock: Clock;
 }
 
 type Backlog = Awaited<ReturnType<JournalStore['engineBacklog']>>;
@@ -95,7 +74,7 @@ export class EngineLink {
 
   constructor(private readonly deps: EngineLinkDeps) {
     this.bus = deps.bus;
-    this.throttles = new ThrottleRecord(deps.journal, deps.log);
+    this.throttles = new ThrottleRecord(deps.journal, deps.log, deps.clock);
   }
 
   /** A peer ran over a bus quota (quotas.ts): journaled once per engine per minute. */
@@ -162,11 +141,29 @@ export class EngineLink {
     return true;
   }
 
+  /** Drops an engine from the registry and the bus (it must say hello again to come back). */
+  forget(engine: string): void {
+    const s = this.deps.registry.get(engine);
+    if (!s) return;
+    this.deps.registry.delete(engine);
+    this.bus.unregister(s.peer);
+  }
+
+  /** Forgets engines silent for `ms` that hold no live room; returns them. */
+  expire(ms: number, now: number): string[] {
+    const silent = this.deps.registry.silent(ms, now);
+    const gone = silent.filter((s) => this.deps.rooms.liveOn(s.engine) === 0).map((s) => s.engine);
+    for (const engine of gone) this.forget(engine);
+    if (gone.length > 0)
+      this.deps.log.info({ engines: gone }, 'forgot engines long silent with no rooms');
+    return gone;
+  }
+
   /**
    * Whether this bus connection may not be registered again (its incarnation was fenced): why,
    * and whether to tell it now — at most once a second, however many frames it sends.
    */
-  fencedPeer(peer: PeerId, now = Date.now()): { reason: string; tell: boolean } | null {
+  fencedPeer(peer: PeerId, now = this.deps.clock.now()): { reason: string; tell: boolean } | null {
     const f = this.fencedPeers.get(peer);
     if (!f) return null;
     const tell = now - f.toldAt >= 1000;
@@ -186,7 +183,8 @@ export class EngineLink {
       prev,
       modelFormat: this.deps.modelFormat,
       fenced: (engine, incarnation) => this.fencedIncarnations.get(`${engine}/${incarnation}`),
-      mayRegister: (engine) => this.mayRegister(engine, Date.now()),
+      mayRegister: (engine) => this.mayRegister(engine, this.deps.clock.now()),
+      now: this.deps.clock.now(),
       others: (engine) => this.deps.registry.all().filter((s) => s.engine !== engine),
     });
     if (!verdict.ok) {
@@ -227,7 +225,15 @@ export class EngineLink {
     fresh: boolean,
   ): EngineSession {
     const { log } = this.deps;
-    const session = openSession(msg, peer, key, prev, fresh, ++this.sessions, Date.now());
+    const session = openSession(
+      msg,
+      peer,
+      key,
+      prev,
+      fresh,
+      ++this.sessions,
+      this.deps.clock.now(),
+    );
     this.deps.registry.set(session);
     this.bus.register(peer, msg.engine);
     if (!fresh) {

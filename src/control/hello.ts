@@ -50,6 +50,8 @@ export interface HelloContext {
   others(
     engine: string,
   ): readonly Pick<EngineSession, 'engine' | 'incarnation' | 'pool' | 'kvRemote'>[];
+  /** The control plane's time, which the hello's proof must be near. Default: the process's. */
+  now?: number;
 }
 
 type Hello = EngineMessage<'hello'>;
@@ -62,7 +64,7 @@ export type HelloVerdict =
 export function checkHello(msg: Hello, ctx: HelloContext): HelloVerdict {
   const refused = speaksThisProtocol(msg);
   if (refused) return { ok: false, refusal: refused };
-  const proof = ctx.admission.verify(msg, msg.auth, ctx.prev?.key ?? null);
+  const proof = ctx.admission.verify(msg, msg.auth, ctx.prev?.key ?? null, ctx.now);
   if (!proof.ok) {
     return {
       ok: false,

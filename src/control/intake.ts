@@ -5,11 +5,13 @@
  * maps to a status (400, 429, 503) — there is no other place that turns a request away.
  * Migration creates its continuation rooms through `create` too.
  */
+
 import { DEFAULT_MAX_FRAME_BYTES, type RoomRequest, requestTextBytes } from '../bus/protocol.ts';
-import { newRoomId } from '../journal/ids.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { ModelInfo } from '../model/executor.ts';
 import { blockNames } from '../model/prefix-blocks.ts';
+import type { Clock } from '../ports/clock.ts';
+import type { Ids } from '../ports/ids.ts';
 import type { EngineSession } from './engine-session.ts';
 import type { LivenessPolicy } from './engine-view.ts';
 import { ControlError } from './errors.ts';
@@ -95,6 +97,8 @@ export interface IntakeDeps {
   router: Router;
   /** Measures an append's latency. */
   timed<T>(p: Promise<T>): Promise<T>;
+  clock: Clock;
+  ids: Ids;
 }
 
 export class Intake {
@@ -118,8 +122,9 @@ export class Intake {
     const { maxTokens, requestId, traceparent, sampling, signal } = request;
     const names = blockNames(tokens, this.deps.router.o.blockTokens);
     const pair = this.pick(promptTokens, maxTokens, names, request.probe ?? null);
-    const room = newRoomId();
-    const stream = new RoomStream(room, promptTokens, Date.now());
+    const { clock } = this.deps;
+    const room = this.deps.ids.room();
+    const stream = new RoomStream(room, promptTokens, clock.now(), clock);
     stream.trace = { ...(requestId ? { requestId } : {}), ...(traceparent ? { traceparent } : {}) };
     const req: RoomRequest = {
       ...sent,
@@ -151,7 +156,7 @@ export class Intake {
     promptTokens: number,
     maxTokens: number,
     usable: (s: EngineSession) => boolean = () => true,
-    now = Date.now(),
+    now = this.deps.clock.now(),
     names: readonly string[] = [],
     probe: string | null = null,
   ): { pair: Pair | null; prefills: EngineSession[]; decodes: EngineSession[] } {
@@ -188,7 +193,7 @@ export class Intake {
     names: readonly string[] = [],
     probe: string | null = null,
   ): Pair {
-    const now = Date.now();
+    const now = this.deps.clock.now();
     const { pair, prefills, decodes } = this.pairFor(
       promptTokens,
       maxTokens,

@@ -3,6 +3,7 @@
  * each called in turn. One that throws is logged and the rest still hear it.
  */
 import type { Logger } from '../log.ts';
+import { type Clock, systemClock } from '../ports/clock.ts';
 
 export class Listeners<A extends unknown[]> {
   private readonly all: Array<(...args: A) => void> = [];
@@ -33,11 +34,14 @@ export class Listeners<A extends unknown[]> {
 }
 
 /** Wraps promises so that each one's time to settle (ms) is told to `listeners` when it resolves. */
-export function timing(listeners: Listeners<[ms: number]>): <T>(p: Promise<T>) => Promise<T> {
+export function timing(
+  listeners: Listeners<[ms: number]>,
+  clock: Clock = systemClock,
+): <T>(p: Promise<T>) => Promise<T> {
   return <T>(p: Promise<T>) => {
-    const t0 = performance.now();
+    const t0 = clock.monotonic();
     return p.then((v) => {
-      listeners.emit(performance.now() - t0);
+      listeners.emit(clock.monotonic() - t0);
       return v;
     });
   };

@@ -6,24 +6,26 @@
  * `everyMs` and notes when it ran late gives the detectors the last moment the control plane was
  * not listening: evidence against an engine counts only from then on (stalls.ts).
  */
+import { type Clock, systemClock, type Timer } from '../ports/clock.ts';
+
 export class LoopLag {
   /** The last time (unix ms) the loop was seen blocked for longer than `lateMs`; 0: never. */
   lateAt = 0;
   /** The longest block seen, in ms (for logs and tests). */
   worstMs = 0;
-  private timer: NodeJS.Timeout | null = null;
+  private timer: Timer | null = null;
   private last = 0;
 
   constructor(
     private readonly everyMs = 25,
     private readonly lateMs = 100,
+    private readonly clock: Clock = systemClock,
   ) {}
 
   start(): void {
     if (this.timer) return;
-    this.last = Date.now();
-    this.timer = setInterval(() => this.tick(Date.now()), this.everyMs);
-    this.timer.unref();
+    this.last = this.clock.now();
+    this.timer = this.clock.setInterval(() => this.tick(this.clock.now()), this.everyMs).unref();
   }
 
   /** One timer run at `now`: late if it came more than `lateMs` after it was due. */
@@ -37,7 +39,7 @@ export class LoopLag {
   }
 
   stop(): void {
-    if (this.timer) clearInterval(this.timer);
+    this.clock.clear(this.timer);
     this.timer = null;
   }
 }

@@ -5,6 +5,7 @@
  * through its intake; only the bus and the engine processes are absent (the whole-stack
  * migrations, SIGKILLed engines, are in test/engine-restart.e2e.test.ts).
  */
+
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { engineSession } from '../../test/helpers/engine-session.ts';
@@ -14,6 +15,8 @@ import { newRoomId } from '../journal/ids.ts';
 import { SqliteJournal } from '../journal/sqlite/journal.ts';
 import { silentLogger } from '../log.ts';
 import { DeterministicModel } from '../model/deterministic.ts';
+import { systemClock } from '../ports/clock.ts';
+import { systemIds } from '../ports/ids.ts';
 import { DEFAULT_LIVENESS } from './engine-view.ts';
 import { ControlError } from './errors.ts';
 import { Intake } from './intake.ts';
@@ -56,9 +59,20 @@ async function setup(limit = 2) {
     pairAvoided: () => false,
     router: new Router({ policy: 'least-loaded', blockTokens: 64, overlapWeight: 1 }),
     timed: (p) => p,
+    clock: systemClock,
+    ids: systemIds,
   });
   migrator = new Migrator(
-    { journal, model, log: silentLogger, book, intake, closing: () => false },
+    {
+      journal,
+      model,
+      log: silentLogger,
+      book,
+      intake,
+      closing: () => false,
+      clock: systemClock,
+      ids: systemIds,
+    },
     { limit, waitMs: 200, retryLimit: 1 },
   );
 

@@ -13,14 +13,16 @@
  * The room book holds the rooms, streams and requests; this module reads them, moves the stream,
  * and creates the continuation room through intake.ts, as every room is created.
  */
+
 import { maxRequestTextBytes, type RoomRequest, requestTextBytes } from '../bus/protocol.ts';
-import { newRoomId } from '../journal/ids.ts';
 import { FAILURE_BLAME, isFailureReason } from '../journal/reasons.ts';
 import type { Room } from '../journal/reducer.ts';
 import { isTerminal } from '../journal/states.ts';
 import type { AppendResult, JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import type { ModelInfo } from '../model/executor.ts';
+import type { Clock } from '../ports/clock.ts';
+import type { Ids } from '../ports/ids.ts';
 import { BoundedMap } from './bounded-map.ts';
 import type { EngineSession } from './engine-session.ts';
 import { ControlError } from './errors.ts';
@@ -50,6 +52,9 @@ export interface MigrationDeps {
   /** Finds a pair with the pages free and journals the continuation's `room.created`. */
   readonly intake: Pick<Intake, 'pairFor' | 'create'>;
   closing(): boolean;
+  readonly clock: Clock;
+  /** Names the room a request continues in. */
+  readonly ids: Ids;
 }
 
 /** One lost engine process: which engine, which incarnation of it, and why it is gone. */
@@ -143,7 +148,7 @@ export class Migrator {
     loss: Loss,
   ): Promise<void> {
     const { host } = this;
-    const to = newRoomId();
+    const to = this.host.ids.room();
     // The stream leaves the old room before its terminal event is folded, so that ending it does
     // not end the client's stream.
     host.book.takeStream(from.room);
@@ -226,7 +231,7 @@ export class Migrator {
       .find((c) => host.intake.pairFor(tokens, request.maxTokens, (s) => !c.has(s.engine)).pair);
     if (!blamed) return false;
     const usable = (s: EngineSession) => !blamed.has(s.engine);
-    const to = newRoomId();
+    const to = this.host.ids.room();
     host.log.warn(
       { room: room.room, to, reason, blamed: [...blamed], requestId: stream.trace.requestId },
       'room failed before its first token; trying the request again on another pair',
@@ -296,7 +301,7 @@ export class Migrator {
     const { host } = this;
     const { waitMs } = this.options;
     const tokens = host.model.contextTokens(next).length;
-    const deadline = Date.now() + waitMs;
+    const deadline = host.clock.now() + waitMs;
     for (;;) {
       if (host.closing() || stream.done) return;
       if (stream.cancelled) {
@@ -319,7 +324,7 @@ export class Migrator {
         );
         return;
       }
-      if (Date.now() > deadline) {
+      if (host.clock.now() > deadline) {
         host.log.error(
           { room: from.room, to, requestId: stream.trace.requestId },
           retry
@@ -350,7 +355,7 @@ export class Migrator {
         );
         return;
       }
-      await new Promise((r) => setTimeout(r, 50));
+      await new Promise<void>((r) => host.clock.setTimeout(r, 50));
     }
   }
 }

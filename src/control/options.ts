@@ -5,10 +5,13 @@
  */
 import type { Admission } from '../bus/admission.ts';
 import { DEFAULT_MAX_FRAME_BYTES, maxRequestTextBytes } from '../bus/protocol.ts';
+import type { BusTransport } from '../bus/transport.ts';
 import type { StateDeadlinesMs } from '../journal/states.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import type { ModelInfo, Sampling } from '../model/executor.ts';
+import type { Clock } from '../ports/clock.ts';
+import type { Ids } from '../ports/ids.ts';
 import type { RouterPolicy } from './routing/router.ts';
 
 /** What every control plane has a default for; units are in the names. */
@@ -101,6 +104,12 @@ export interface ControlPlaneOptions extends Partial<ControlDefaults> {
   model?: ModelInfo;
   log: Logger;
   version: string;
+  /** Time and timers. Default: the process's clock; the simulator's is virtual (ports/clock.ts). */
+  clock?: Clock;
+  /** Room ids. Default: the process's (ports/ids.ts). */
+  ids?: Ids;
+  /** The bus's sockets. Default: ZeroMQ (bus/transport.ts). */
+  transport?: BusTransport;
 }
 
 export interface SubmitRequest {

@@ -152,7 +152,7 @@ export class PairHealth {
   ) {}
 
   /** A transfer between them failed: avoided from now, longer if it failed again after a pause. */
-  failed(prefill: string, decode: string, now = Date.now()): void {
+  failed(prefill: string, decode: string, now: number): void {
     const key = `${prefill}\u0000${decode}`;
     const prev = this.failing.get(key);
     // Rooms caught by one cut fail together: the pause they started is not extended by each.
@@ -165,7 +165,7 @@ export class PairHealth {
     this.failing.delete(`${prefill}\u0000${decode}`);
   }
 
-  avoid(prefill: string, decode: string, now = Date.now()): boolean {
+  avoid(prefill: string, decode: string, now: number): boolean {
     const f = this.failing.get(`${prefill}\u0000${decode}`);
     return f !== undefined && now < f.until;
   }

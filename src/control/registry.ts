@@ -5,6 +5,7 @@
  * is never one, nor an ejected one (ejections.ts) but for the canary that may bring it back.
  */
 
+import { type Clock, systemClock } from '../ports/clock.ts';
 import { Cordons } from './cordons.ts';
 import { Ejections } from './ejections.ts';
 import type { EngineSession } from './engine-session.ts';
@@ -14,9 +15,13 @@ import { ControlError } from './errors.ts';
 export class EngineRegistry {
   private readonly sessions = new Map<string, EngineSession>();
   /** Engines that take no new rooms until an operator uncordons them, registered or not. */
-  readonly cordons = new Cordons();
+  readonly cordons: Cordons;
   /** Engines out of rotation as outliers until a canary through them passes. */
   readonly ejections = new Ejections();
+
+  constructor(readonly clock: Clock = systemClock) {
+    this.cordons = new Cordons(clock);
+  }
 
   get(engine: string): EngineSession | undefined {
     return this.sessions.get(engine);
@@ -35,7 +40,7 @@ export class EngineRegistry {
   }
 
   /** Engines not heard from for `ms`. */
-  silent(ms: number, now = Date.now()): EngineSession[] {
+  silent(ms: number, now = this.clock.now()): EngineSession[] {
     return [...this.sessions.values()].filter((s) => now - s.health.lastSeen >= ms);
   }
 
@@ -44,7 +49,7 @@ export class EngineRegistry {
     role: 'prefill' | 'decode',
     status: EngineStatus,
     policy: Readonly<LivenessPolicy>,
-    now = Date.now(),
+    now = this.clock.now(),
   ): EngineSession[] {
     return [...this.sessions.values()].filter(
       (s) => s.role === role && engineStatus(s, policy, now) === status,
@@ -58,7 +63,7 @@ export class EngineRegistry {
   candidates(
     role: 'prefill' | 'decode',
     policy: Readonly<LivenessPolicy>,
-    now = Date.now(),
+    now = this.clock.now(),
     usable: (s: EngineSession) => boolean = () => true,
     probe: string | null = null,
   ): EngineSession[] {
@@ -72,19 +77,19 @@ export class EngineRegistry {
 
   /** Resolves once `prefill` and `decode` engines are registered and past their replay. */
   async waitFor(prefill: number, decode: number, timeoutMs: number): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
+    const deadline = this.clock.now() + timeoutMs;
     for (;;) {
       const live = this.all().filter((s) => s.delivery.live);
       const p = live.filter((s) => s.role === 'prefill').length;
       const d = live.filter((s) => s.role === 'decode').length;
       if (p >= prefill && d >= decode) return;
-      if (Date.now() > deadline) {
+      if (this.clock.now() > deadline) {
         throw new ControlError(
           'CONTROL_ENGINES_TIMEOUT',
           `only ${p}/${prefill} prefill and ${d}/${decode} decode engines registered within ${timeoutMs} ms; check the engines' logs above`,
         );
       }
-      await new Promise((r) => setTimeout(r, 50));
+      await new Promise<void>((r) => this.clock.setTimeout(r, 50));
     }
   }
 }

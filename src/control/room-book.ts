@@ -10,10 +10,12 @@
  * it, never a count kept by hand. No bus, no journal, no timers: `room-book.unit.test.ts` drives
  * it with events alone.
  */
+
 import type { EngineMessage, RoomRequest } from '../bus/protocol.ts';
 import type { JournalEvent, RoomReservation } from '../journal/events.ts';
 import { type Room, reduce } from '../journal/reducer.ts';
 import { isTerminal } from '../journal/states.ts';
+import { type Clock, systemClock } from '../ports/clock.ts';
 import { releasedByBoth } from './aborts.ts';
 import { BoundedMap } from './bounded-map.ts';
 import { CommitDepth } from './commit-depth.ts';
@@ -77,6 +79,7 @@ export class RoomBook {
   constructor(
     session: (engine: string) => EngineSession | undefined,
     endedKept = ENDED_ROOMS_KEPT,
+    private readonly clock: Clock = systemClock,
   ) {
     this.ended = new BoundedMap(endedKept);
     this.pages = new PageLedger(session);
@@ -214,7 +217,7 @@ export class RoomBook {
     const ahead = this.ahead.get(event.room);
     const view = ahead?.room ?? this.rooms.get(event.room);
     if (!view) return false;
-    const ev = { ...event, seq: 0, ts: Date.now(), engine } as JournalEvent;
+    const ev = { ...event, seq: 0, ts: this.clock.now(), engine } as JournalEvent;
     const r = reduce(view, ev);
     if (!r.ok) return false;
     this.ahead.set(event.room, { room: r.room, appends: (ahead?.appends ?? 0) + 1 });

@@ -3,7 +3,9 @@
  * that ends when `room.completed` is committed, or throws a `RoomEndedError` when the room is
  * aborted, failed or migrated. Chunks are delivered in index order; a repeated index is dropped.
  */
+
 import type { Room } from '../journal/reducer.ts';
+import { type Clock, systemClock } from '../ports/clock.ts';
 import type { CompletionResult, TokenChunk } from './types.ts';
 
 export class RoomEndedError extends Error {
@@ -55,6 +57,7 @@ export class RoomStream implements AsyncIterable<TokenChunk> {
     readonly room: string,
     readonly promptTokens: number,
     readonly startedAt: number,
+    private readonly clock: Pick<Clock, 'now'> = systemClock,
   ) {
     this.result = new Promise((resolve, reject) => (this.settle = { resolve, reject }));
     this.current = room;
@@ -103,7 +106,7 @@ export class RoomStream implements AsyncIterable<TokenChunk> {
       tokens: this.tokens,
       promptTokens: this.promptTokens,
       finishReason,
-      ms: Date.now() - this.startedAt,
+      ms: this.clock.now() - this.startedAt,
     };
     this.admit.resolve();
     this.ended = { result };

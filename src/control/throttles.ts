@@ -3,8 +3,10 @@
  * `recovery.action` per engine per minute, however many of its messages were dropped — so that a
  * flood is on the record without the record growing with the flood (docs/security.md).
  */
+
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
+import { type Clock, systemClock } from '../ports/clock.ts';
 
 /** At most one journaled throttle per engine (or per unregistered peer) in this window. */
 export const THROTTLE_JOURNAL_EVERY_MS = 60_000;
@@ -17,10 +19,11 @@ export class ThrottleRecord {
   constructor(
     private readonly journal: JournalStore,
     private readonly log: Logger,
+    private readonly clock: Clock = systemClock,
   ) {}
 
   /** Records that `engine` (null: a peer that has not registered) was throttled, once a window. */
-  note(engine: string | null, reason: string, outcome: string, now = Date.now()): void {
+  note(engine: string | null, reason: string, outcome: string, now = this.clock.now()): void {
     const key = engine ?? UNREGISTERED_KEY;
     const last = this.journaledAt.get(key);
     if (last !== undefined && now - last < THROTTLE_JOURNAL_EVERY_MS) return;

@@ -7,8 +7,8 @@
  */
 import type { DropReason, EngineMessage } from '../bus/protocol.ts';
 import type { BusServer } from '../bus/server.ts';
+import type { ControlCounters } from './bus.ts';
 import { recordProgress } from './engine-health.ts';
-import type { ControlCounters } from './engine-link.ts';
 import type { EngineRegistry } from './registry.ts';
 import type { RoomBook } from './room-book.ts';
 
@@ -32,7 +32,7 @@ export function relayTokens(d: TokenRelayDeps, engine: string, msg: EngineMessag
         ? null
         : 'duplicate';
   const s = owns && stream ? d.registry.get(engine) : undefined;
-  if (s) recordProgress(s);
+  if (s) recordProgress(s, d.registry.clock.now());
   if (dropped === null) {
     d.counters.tokens += msg.tokens;
     return;

@@ -176,7 +176,7 @@ export class OutlierDetector {
     const out = role.filter((e) => registry.ejections.has(e) || registry.cordons.has(e)).length;
     const most = Math.floor(role.length * this.policy.maxEjectedShare);
     if (out + 1 <= most && out + 1 < role.length) return true;
-    const now = Date.now();
+    const now = this.clock.now();
     if (now - (this.unspared.get(engine) ?? 0) >= 60_000) {
       this.unspared.set(engine, now);
       this.log.warn(

@@ -14,11 +14,6 @@ import { Watchdog } from './watchdog.ts';
 
 const T0 = Date.UTC(2026, 11, 3);
 
-/** Lets the journal's commits (one event-loop turn each) and their callbacks run. */
-const settle = async () => {
-  for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
-};
-
 function given(...rooms: string[]) {
   const clock = new VirtualClock(T0);
   const disk = new MemoryDisk('watchdog');
@@ -27,7 +22,9 @@ function given(...rooms: string[]) {
   const watchdog = new Watchdog(
     {
       liveRooms: () => [...disk.rooms.values()].filter((r) => !isTerminal(r.state)).values(),
+      // As the control plane's: the client's stream is ended once; after that there is none.
       endUnrecorded: (room) => {
+        if (unrecorded.includes(room)) return false;
         unrecorded.push(room);
         return true;
       },
@@ -37,7 +34,9 @@ function given(...rooms: string[]) {
     100,
     clock,
   );
-  const ready = Promise.all(rooms.map((r) => journal.append(created(r, T0))));
+  const appended = Promise.all(rooms.map((r) => journal.append(created(r, T0))));
+  // The journal commits on the clock: it runs for the appends to be taken.
+  const ready = clock.run(0).then(() => appended);
   return { clock, disk, journal, watchdog, unrecorded, ready };
 }
 
@@ -48,13 +47,10 @@ describe('the watchdog, on a virtual clock and the in-memory journal', () => {
     const deadline = disk.rooms.get('r-late')?.deadlineAt as number;
     expect(deadline).toBeGreaterThan(T0);
     watchdog.start();
-    clock.advance(deadline - T0 - 1);
-    await settle();
+    await clock.run(deadline - T0 - 1);
     expect(disk.rooms.get('r-late')?.state).toBe('created');
-    clock.advance(100);
-    await settle();
-    clock.advance(1000);
-    await settle();
+    await clock.run(100);
+    await clock.run(1000);
     expect(disk.rooms.get('r-late')).toMatchObject({
       state: 'failed',
       reason: 'deadline_exceeded',
@@ -80,13 +76,11 @@ describe('the watchdog, on a virtual clock and the in-memory journal', () => {
     const deadline = disk.rooms.get('r-outage')?.deadlineAt as number;
     journal.refuseWrites('the simulated disk is full');
     watchdog.start();
-    clock.advance(deadline - T0 + 100);
-    await settle();
+    await clock.run(deadline - T0 + 100);
     expect(unrecorded).toEqual(['r-outage']);
     expect(disk.rooms.get('r-outage')?.state).toBe('created');
     journal.refuseWrites(null);
-    clock.advance(100);
-    await settle();
+    await clock.run(100);
     expect(disk.rooms.get('r-outage')?.state).toBe('failed');
     expect(watchdog.stats.endedUnrecorded).toBe(1);
     watchdog.stop();
