@@ -65,7 +65,14 @@ function engine() {
     },
     resync: () => {},
   };
-  const core = new DecodeEngine(opts, ports, model, silentLogger, pool, INCARNATION);
+  const core = new DecodeEngine({
+    opts,
+    ports,
+    model,
+    log: silentLogger,
+    pool,
+    incarnation: INCARNATION,
+  });
   core.onWelcome({
     protocol: 6,
     engine: 'd0',

@@ -9,18 +9,11 @@
 import { wasApplied } from '../bus/client.ts';
 import type { ControlMessage, EngineMessage } from '../bus/protocol.ts';
 import type { JournalEvent } from '../journal/events.ts';
-import type { Logger } from '../log.ts';
-import {
-  type DecodeStep,
-  type DecodeStream,
-  type EngineModel,
-  KvImageError,
-} from '../model/executor.ts';
-import type { KvPool } from '../transfer/pool.ts';
+import { type DecodeStep, type DecodeStream, KvImageError } from '../model/executor.ts';
+import type { PagePool } from '../transfer/page-pool.ts';
 import type { UcxNode } from '../transfer/ucx.ts';
-import { EngineCore, type EnginePorts, type EngineRoom } from './engine.ts';
+import { EngineCore, type EngineParts, type EngineRoom } from './engine.ts';
 import { roomKv } from './kv-pages.ts';
-import type { EngineOptions } from './options.ts';
 
 /**
  * Longest stretch of decode steps between two returns to the event loop, in ms: with a heavy model
@@ -65,6 +58,13 @@ function stopIn(d: Decoding, step: string): boolean {
   return hit;
 }
 
+export interface DecodeParts extends EngineParts {
+  /** This engine's pool: the pages rooms' KV is received into. */
+  pool: PagePool;
+  incarnation: string;
+  ucx?: UcxNode | null;
+}
+
 export class DecodeEngine extends EngineCore {
   private readonly running = new Map<string, Decoding>();
   /**
@@ -82,18 +82,17 @@ export class DecodeEngine extends EngineCore {
    */
   private readonly receiving = new Map<string, Promise<void>>();
 
-  constructor(
-    opts: Readonly<EngineOptions>,
-    ports: EnginePorts,
-    model: EngineModel,
-    log: Logger,
-    private readonly pool: KvPool,
-    /** This process's incarnation: a reservation made for another one is not for its pool. */
-    private readonly incarnation: string,
-    /** Receives rooms' KV from prefill engines on other hosts; null where UCX is not used. */
-    private readonly ucx: UcxNode | null = null,
-  ) {
-    super(opts, ports, model, log);
+  private readonly pool: PagePool;
+  /** This process's incarnation: a reservation made for another one is not for its pool. */
+  private readonly incarnation: string;
+  /** Receives rooms' KV from prefill engines on other hosts; null where UCX is not used. */
+  private readonly ucx: UcxNode | null;
+
+  constructor(parts: DecodeParts) {
+    super(parts);
+    this.pool = parts.pool;
+    this.incarnation = parts.incarnation;
+    this.ucx = parts.ucx ?? null;
   }
 
   queueDepths(): Record<string, number> {
@@ -381,13 +380,13 @@ export class DecodeEngine extends EngineCore {
     this.scheduled = true;
     const go = () => {
       if (this.computeHung) {
-        setTimeout(go, 20);
+        this.clock.setTimeout(go, 20);
         return;
       }
       this.scheduled = false;
       this.pass();
     };
-    setImmediate(go);
+    this.clock.defer(go);
   }
 
   /**
@@ -396,9 +395,9 @@ export class DecodeEngine extends EngineCore {
    */
   private pass(): void {
     this.workTicks++;
-    const budgetEnd = performance.now() + PASS_BUDGET_MS;
+    const budgetEnd = this.clock.monotonic() + PASS_BUDGET_MS;
     for (const d of [...this.running.values()]) {
-      if (performance.now() > budgetEnd) break;
+      if (this.clock.monotonic() > budgetEnd) break;
       // Waiting on the model, or held on the hint past the first token until the transfer commits.
       if (!this.canStep(d)) continue;
       // Round robin across passes: a room that had its step goes to the back.

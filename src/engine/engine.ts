@@ -8,12 +8,13 @@ import type { AppendAck } from '../bus/client.ts';
 import type { ControlMessage, EngineMessage, RoomRequest } from '../bus/protocol.ts';
 import { IdleWaiters } from '../idle.ts';
 import type { EventData, JournalEvent, RoomEventType, RoomReservation } from '../journal/events.ts';
-import { uuidv7 } from '../journal/ids.ts';
 import type { RoomFailureReason } from '../journal/reasons.ts';
 import { type Room, reduce } from '../journal/reducer.ts';
 import { isTerminal, type RoomState } from '../journal/states.ts';
 import type { Logger } from '../log.ts';
 import { type EngineModel, pagesFor } from '../model/executor.ts';
+import { type Clock, systemClock } from '../ports/clock.ts';
+import { type Ids, systemIds } from '../ports/ids.ts';
 import { type Fault, parseFault } from '../transfer/core.ts';
 import { PageAllocator } from './allocator.ts';
 import type { EngineOptions } from './options.ts';
@@ -24,6 +25,18 @@ export interface EnginePorts {
   tokens(msg: EngineMessage<'tokens'>): void;
   /** Say hello again (with our lastSeq): we missed an event and need the replay from there. */
   resync(): void;
+}
+
+/** What every engine is built from; the roles add their pools and transports. */
+export interface EngineParts {
+  opts: Readonly<EngineOptions>;
+  ports: EnginePorts;
+  model: EngineModel;
+  log: Logger;
+  /** Default: the process's clock; the simulator's is virtual (ports/clock.ts). */
+  clock?: Clock;
+  /** Event ids. Default: the process's (ports/ids.ts). */
+  ids?: Ids;
 }
 
 export interface EngineRoom {
@@ -83,14 +96,21 @@ export abstract class EngineCore {
   private replayLeft = 0;
   private welcomedOnce = false;
   private readonly idle = new IdleWaiters();
+  protected readonly opts: Readonly<EngineOptions>;
+  protected readonly ports: EnginePorts;
+  protected readonly model: EngineModel;
+  protected readonly log: Logger;
+  protected readonly clock: Clock;
+  private readonly ids: Ids;
 
-  constructor(
-    protected readonly opts: Readonly<EngineOptions>,
-    protected readonly ports: EnginePorts,
-    protected readonly model: EngineModel,
-    protected readonly log: Logger,
-  ) {
-    this.allocator = new PageAllocator(opts.pages);
+  constructor(parts: EngineParts) {
+    this.opts = parts.opts;
+    this.ports = parts.ports;
+    this.model = parts.model;
+    this.log = parts.log;
+    this.clock = parts.clock ?? systemClock;
+    this.ids = parts.ids ?? systemIds;
+    this.allocator = new PageAllocator(parts.opts.pages);
   }
 
   get id(): string {
@@ -302,7 +322,7 @@ export abstract class EngineCore {
   ): Promise<AppendAck | null> {
     try {
       const cause = room.cause ?? undefined;
-      return await this.ports.append(uuidv7(), {
+      return await this.ports.append(this.ids.uuid(), {
         type,
         room: room.view.room,
         data,
@@ -378,7 +398,7 @@ export abstract class EngineCore {
 
   /** Resolves once the compute may go on (at once, unless a drill hung it). */
   protected async computeAllowed(): Promise<void> {
-    while (this.computeHung) await new Promise((r) => setTimeout(r, 20));
+    while (this.computeHung) await new Promise<void>((r) => this.clock.setTimeout(r, 20));
   }
 
   /** Set by the composition root: what a `shutdown` command does. */

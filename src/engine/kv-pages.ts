@@ -5,7 +5,7 @@
  * before the transfer moves them GPU to GPU. (A GPU model would write device memory itself.)
  */
 
-import type { KvPool } from '../transfer/pool.ts';
+import type { PagePool } from '../transfer/page-pool.ts';
 
 export interface RoomKv {
   pages: readonly Uint8Array[];
@@ -13,7 +13,7 @@ export interface RoomKv {
   store(): void;
 }
 
-export function roomKv(pool: KvPool, pages: readonly number[], start: 'empty' | 'load'): RoomKv {
+export function roomKv(pool: PagePool, pages: readonly number[], start: 'empty' | 'load'): RoomKv {
   if (pool.device === null) return { pages: pages.map((p) => pool.page(p)), store: () => {} };
   const copies = pages.map((p) =>
     start === 'load' ? pool.read(p) : new Uint8Array(pool.pageBytes),

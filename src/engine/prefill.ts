@@ -7,16 +7,29 @@
  * an abort stops the work wherever it is.
  */
 import type { JournalEvent } from '../journal/events.ts';
-import type { Logger } from '../log.ts';
 import { type EngineModel, KvImageError } from '../model/executor.ts';
 import type { Fault, TransferCore } from '../transfer/core.ts';
 import { hostIdentity } from '../transfer/host.ts';
+import type { PagePool, PoolOpener } from '../transfer/page-pool.ts';
 import { KvPool } from '../transfer/pool.ts';
 import { checkPeer, type UcxNode, type UcxPoolDescriptor } from '../transfer/ucx.ts';
-import { EngineCore, type EnginePorts, type EngineRoom } from './engine.ts';
+import { EngineCore, type EngineParts, type EngineRoom } from './engine.ts';
 import { roomKv } from './kv-pages.ts';
-import { type EngineOptions, prefixCacheBudget } from './options.ts';
+import { prefixCacheBudget } from './options.ts';
 import { type BlockReport, PrefixReuse } from './prefix-reuse.ts';
+
+export interface PrefillParts extends EngineParts {
+  /** This engine's pool: where rooms' KV is computed. */
+  pool: PagePool;
+  /** Moves pages into decode pools on this host. */
+  core: TransferCore;
+  /** Puts into pools on other hosts; null where UCX is not used (`--kv-transport shm`, or absent). */
+  ucx?: UcxNode | null;
+  /** Opens a decode engine's pool by name. Default: shared memory of this host (`KvPool.open`). */
+  openPool?: PoolOpener;
+  /** This engine's host (transfer/host.ts). Default: the machine's. */
+  host?: string;
+}
 
 export class PrefillEngine extends EngineCore {
   private readonly queue: EngineRoom[] = [];
@@ -24,19 +37,22 @@ export class PrefillEngine extends EngineCore {
   /** Rooms with a transfer in flight, and when it was posted. */
   private readonly transferring = new Map<string, number>();
   /** Decode pools by shared-memory name, opened on first use and reopened on a new epoch. */
-  private readonly peers = new Map<string, KvPool>();
+  private readonly peers = new Map<string, PagePool>();
 
-  constructor(
-    opts: Readonly<EngineOptions>,
-    ports: EnginePorts,
-    model: EngineModel,
-    log: Logger,
-    private readonly pool: KvPool,
-    private readonly core: TransferCore,
-    /** Puts into pools on other hosts; null where UCX is not used (`--kv-transport shm`, or absent). */
-    private readonly ucx: UcxNode | null = null,
-  ) {
-    super(opts, ports, model, log);
+  private readonly pool: PagePool;
+  private readonly core: TransferCore;
+  private readonly ucx: UcxNode | null;
+  private readonly openPool: PoolOpener;
+  private readonly host: string;
+
+  constructor(parts: PrefillParts) {
+    super(parts);
+    const { opts, model, pool } = parts;
+    this.pool = pool;
+    this.core = parts.core;
+    this.ucx = parts.ucx ?? null;
+    this.openPool = parts.openPool ?? ((name) => KvPool.open(name));
+    this.host = parts.host ?? hostIdentity();
     this.prefixes = PrefixReuse.for({
       model,
       pool,
@@ -148,7 +164,7 @@ export class PrefillEngine extends EngineCore {
       );
       // Let the outbox send it before the compute holds this thread: the journal's prefilling must
       // begin when the compute does, and an abort must find the room in it.
-      await new Promise<void>((r) => setImmediate(r));
+      await new Promise<void>((r) => this.clock.defer(r));
       const kv = roomKv(this.pool, pages, 'empty');
       const reused = prefixes?.restore(v.room, hits, kv) ?? 0;
       let computed: Awaited<ReturnType<EngineModel['prefill']>>;
@@ -159,7 +175,7 @@ export class PrefillEngine extends EngineCore {
           async () => {
             if (this.computeHung) await this.computeAllowed();
             this.workTicks++;
-            await new Promise<void>((r) => setImmediate(r));
+            await new Promise<void>((r) => this.clock.defer(r));
             return !room.stopped;
           },
           reused,
@@ -200,7 +216,7 @@ export class PrefillEngine extends EngineCore {
       computeMicros,
       ...blocks,
     });
-    this.transferring.set(v.room, Date.now());
+    this.transferring.set(v.room, this.clock.now());
     let result: Awaited<ReturnType<TransferCore['post']>>;
     const deadlineMs = room.view.deadlinesMs.transferring;
     try {
@@ -256,7 +272,7 @@ export class PrefillEngine extends EngineCore {
   private async destination(
     room: EngineRoom,
   ): Promise<
-    | { via: 'shm'; dst: KvPool; dstPages: number[]; epoch: number }
+    | { via: 'shm'; dst: PagePool; dstPages: number[]; epoch: number }
     | { via: 'ucx'; peer: UcxPoolDescriptor; dstPages: number[] }
     | null
   > {
@@ -265,7 +281,7 @@ export class PrefillEngine extends EngineCore {
       this.fail(room, 'bootstrap_unknown', room.view.state);
       return null;
     }
-    const elsewhere = b.peer?.host !== undefined && b.peer.host !== hostIdentity();
+    const elsewhere = b.peer?.host !== undefined && b.peer.host !== this.host;
     const t = this.opts.kvTransport;
     if (t === 'ucx' || (t === 'auto' && elsewhere)) {
       const remote = b.peer?.ucx;
@@ -308,7 +324,7 @@ export class PrefillEngine extends EngineCore {
     if (!dst || dst.epoch !== b.epoch) {
       try {
         dst?.close();
-        dst = KvPool.open(b.pool);
+        dst = this.openPool(b.pool);
         this.peers.set(b.pool, dst);
       } catch (err) {
         this.log.warn({ room: room.view.room, pool: b.pool, err }, 'cannot open the decode pool');
@@ -348,7 +364,7 @@ export class PrefillEngine extends EngineCore {
   }
 
   override resetTransfer(olderThanMs = 0): number {
-    const now = Date.now();
+    const now = this.clock.now();
     let cancelled = 0;
     for (const [room, postedAt] of this.transferring) {
       if (now - postedAt >= olderThanMs)

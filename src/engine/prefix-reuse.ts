@@ -8,7 +8,7 @@
 
 import type { EngineModel, PositionalKv } from '../model/executor.ts';
 import { blockNames } from '../model/prefix-blocks.ts';
-import type { KvPool } from '../transfer/pool.ts';
+import type { PagePool } from '../transfer/page-pool.ts';
 import type { PageAllocator } from './allocator.ts';
 import { type RoomKv, roomKv } from './kv-pages.ts';
 import { PrefixCache } from './prefix-cache.ts';
@@ -35,7 +35,7 @@ export class PrefixReuse {
 
   private constructor(
     private readonly model: EngineModel,
-    private readonly pool: KvPool,
+    private readonly pool: PagePool,
     readonly blockTokens: number,
     /** Blocks in the pool; null where the model runtime keeps prefixes itself. */
     private readonly cache: PrefixCache | null,
@@ -48,7 +48,7 @@ export class PrefixReuse {
    */
   static for(o: {
     model: EngineModel;
-    pool: KvPool;
+    pool: PagePool;
     allocator: PageAllocator;
     blockTokens: number;
     budgetPages: number;

@@ -7,6 +7,7 @@
  * the next word from what it read, so KV that was corrupted in transfer yields different text. Same
  * prompt and settings give the same words, which is how tests and drills check a completion.
  */
+import { type Clock, systemClock } from '../ports/clock.ts';
 import type {
   Between,
   ChatMessage,
@@ -143,7 +144,15 @@ export class DeterministicModel implements ModelInfo, EngineModel {
     },
   };
 
-  constructor(options: Partial<ModelOptions> = {}) {
+  /**
+   * `clock`: where compute time is read and the simulated device waits. Default: the process's
+   * (compute timed by hrtime); the simulator's virtual clock makes compute take no time but the
+   * device's, so a run's figures follow from its seed.
+   */
+  constructor(
+    options: Partial<ModelOptions> = {},
+    private readonly clock: Clock | null = null,
+  ) {
     this.options = { ...DEFAULT_MODEL_OPTIONS, ...options };
     const k = this.options.kvBytesPerToken;
     if (!Number.isInteger(k) || k < 4 || k % 4 !== 0 || k > 1 << 20) {
@@ -204,23 +213,28 @@ export class DeterministicModel implements ModelInfo, EngineModel {
    * already be written). Returns compute microseconds.
    */
   prefillSpan(tokens: readonly number[], kv: KvSpan, from = 0, to = tokens.length): number {
-    const start = nowMicros();
+    const start = this.micros();
     let prev = from === 0 ? FNV_OFFSET : lastWord(kv.at(from - 1));
     for (let p = from; p < to; p++) prev = this.writeKv(kv, p, tokens[p] as number, prev);
     if (this.options.prefillCompute === 'spin') spin((to - from) * this.options.prefillUsPerToken);
-    return nowMicros() - start;
+    return this.micros() - start;
   }
 
-  /** When the simulated device (`prefillCompute: 'device'`) is free, in ms of performance.now(). */
+  private micros(): number {
+    return this.clock === null ? nowMicros() : Math.round(this.clock.monotonic() * 1000);
+  }
+
+  /** When the simulated device (`prefillCompute: 'device'`) is free, in ms of the clock's monotonic time. */
   private deviceFreeAt = 0;
 
   /** Holds the simulated device for `micros`, after the slices queued for it before. */
   private async onDevice(micros: number): Promise<number> {
     if (micros <= 0) return 0;
-    const now = performance.now();
+    const clock = this.clock ?? systemClock;
+    const now = clock.monotonic();
     this.deviceFreeAt = Math.max(now, this.deviceFreeAt) + micros / 1000;
     const wait = this.deviceFreeAt - now;
-    await new Promise((r) => setTimeout(r, wait));
+    await new Promise<void>((r) => clock.setTimeout(r, wait));
     return micros;
   }
 
@@ -229,7 +243,7 @@ export class DeterministicModel implements ModelInfo, EngineModel {
    * token's KV at `position`, and returns the token, its text and compute microseconds.
    */
   decodeStep(kv: KvSpan, position: number): { token: number; text: string; micros: number } {
-    const start = nowMicros();
+    const start = this.micros();
     // "Attention": one pass over every KV byte of the context.
     let h = FNV_OFFSET;
     for (let p = 0; p < position; p++) {
@@ -242,7 +256,7 @@ export class DeterministicModel implements ModelInfo, EngineModel {
     const token = h % WORDS.length;
     this.writeKv(kv, position, token, last);
     spin(this.options.decodeUsPerToken);
-    return { token, text: ` ${WORDS[token]}`, micros: nowMicros() - start };
+    return { token, text: ` ${WORDS[token]}`, micros: this.micros() - start };
   }
 
   /**

@@ -13,14 +13,15 @@ import {
   native,
   type WorkersHandle,
 } from './native.ts';
-import type { KvPool } from './pool.ts';
+import type { PagePool } from './page-pool.ts';
+import { nativePool } from './pool.ts';
 
 export type { TransferResult, TransferStatus } from './in-flight.ts';
 
 export interface TransferRequest {
   room: string;
-  src: KvPool;
-  dst: KvPool;
+  src: PagePool;
+  dst: PagePool;
   /** (source page, destination page); runs contiguous on both sides are copied as one range. */
   pairs: ReadonlyArray<readonly [number, number]>;
   /** Past this the transfer ends as `stalled`. */
@@ -130,8 +131,8 @@ export class NativeTransferCore implements TransferCore {
         workers,
         id,
         room,
-        src.handleForTransfer(),
-        dst.handleForTransfer(),
+        nativePool(src).handleForTransfer(),
+        nativePool(dst).handleForTransfer(),
         flat,
         epoch,
         deadlineMs,

@@ -11,6 +11,7 @@
  */
 import { nativeCall, TransferError } from './errors.ts';
 import { native, type PoolHandle } from './native.ts';
+import type { PagePool } from './page-pool.ts';
 
 /** POSIX shared-memory names: one leading slash, then at most 200 of these characters. */
 const NAME_RE = /^\/[A-Za-z0-9._-]{1,200}$/;
@@ -49,7 +50,7 @@ function checkName(name: unknown): asserts name is string {
   }
 }
 
-export class KvPool {
+export class KvPool implements PagePool {
   readonly name: string;
   readonly pages: number;
   readonly pageBytes: number;
@@ -189,6 +190,14 @@ export class KvPool {
     native().poolClose(this.handle);
     this.handle = null;
   }
+}
+
+/** The pool as the native transfer core and UCX need it: a `KvPool`, or an error that says so. */
+export function nativePool(pool: PagePool): KvPool {
+  if (pool instanceof KvPool) return pool;
+  throw bad(
+    `pool ${pool.name} is not in shared memory or on a device: the native transfer core cannot move its pages`,
+  );
 }
 
 /** CRC32C of bytes, as 8 hex digits; `software` forces the table path (for tests). */

@@ -23,7 +23,8 @@ import { checkFault, type Fault, type TransferResult } from './core.ts';
 import { nativeCall, TransferError } from './errors.ts';
 import { checkDeadline, InFlight } from './in-flight.ts';
 import { type NativeUcxBackend, native, type UcxHandle } from './native.ts';
-import type { KvPool } from './pool.ts';
+import type { PagePool } from './page-pool.ts';
+import { nativePool } from './pool.ts';
 
 /** What a peer needs to send a room's KV to this node's pool; every field crosses the bus as it is. */
 export interface UcxPoolDescriptor {
@@ -37,7 +38,7 @@ export interface UcxPoolDescriptor {
 
 export interface UcxPostRequest {
   room: string;
-  src: KvPool;
+  src: PagePool;
   /** Source pages, in the order the receiver's pages take them. */
   pages: readonly number[];
   dst: UcxPoolDescriptor;
@@ -46,7 +47,7 @@ export interface UcxPostRequest {
 
 export interface UcxReceiveRequest {
   room: string;
-  pool: KvPool;
+  pool: PagePool;
   /** The pages reserved for the room, in the order the message fills them. */
   pages: readonly number[];
 }
@@ -107,7 +108,7 @@ function checkRoom(room: string): void {
 }
 
 /** The pages as the addon takes them: integers in the pool, none twice, at least one. */
-function pageList(pages: readonly number[], pool: KvPool): Uint32Array {
+function pageList(pages: readonly number[], pool: PagePool): Uint32Array {
   if (pages.length === 0) throw bad('no pages');
   const seen = new Set<number>();
   for (const p of pages) {
@@ -140,7 +141,7 @@ export class UcxNode {
   }
 
   /** What a peer needs to send rooms' KV into `pool` through this node. */
-  describe(pool: KvPool): UcxPoolDescriptor {
+  describe(pool: PagePool): UcxPoolDescriptor {
     if (pool.device !== null)
       throw bad(`pool ${pool.name} is on a CUDA device: UCX receives need a host pool`);
     return {
@@ -173,7 +174,7 @@ export class UcxNode {
           id,
           room,
           dst.epoch,
-          src.handleForTransfer(),
+          nativePool(src).handleForTransfer(),
           dst.address,
           list,
           deadlineMs,
@@ -200,7 +201,14 @@ export class UcxNode {
       const list = pageList(pages, pool);
       id = this.inFlight.id();
       nativeCall(() =>
-        native().ucxReceive(this.live(), id, room, pool.epoch, pool.handleForTransfer(), list),
+        native().ucxReceive(
+          this.live(),
+          id,
+          room,
+          pool.epoch,
+          nativePool(pool).handleForTransfer(),
+          list,
+        ),
       );
     } catch (err) {
       return Promise.reject(TransferError.from(err));
