@@ -165,6 +165,37 @@ export class VirtualClock implements Clock {
     return fired;
   }
 
+  /**
+   * Runs the clock, one timer at a time with the promises between, until `promise` settles; then
+   * settles as it did. Rejects when no timer is left to fire before it settles (nothing can ever
+   * settle it: a deadlock of the simulated run), or once `limitMs` of virtual time has passed.
+   */
+  async runUntil<T>(promise: Promise<T>, limitMs = Number.POSITIVE_INFINITY): Promise<T> {
+    let settled = false;
+    const watched = promise.then(
+      (v) => {
+        settled = true;
+        return v;
+      },
+      (err) => {
+        settled = true;
+        throw err;
+      },
+    );
+    watched.catch(() => {});
+    const until = this.time + limitMs;
+    await turn();
+    while (!settled) {
+      const next = this.queue[0];
+      if (!next)
+        throw new Error('deadlock: nothing is left to run, and the awaited work never ended');
+      if (next.at > until) throw new Error(`still waiting after ${limitMs} ms of virtual time`);
+      this.step();
+      await turn();
+    }
+    return watched;
+  }
+
   /** Jumps to the next timer and fires everything due then; false when none is set. */
   runNext(): boolean {
     const at = this.nextAt();

@@ -1,0 +1,163 @@
+/**
+ * One seed of the simulator (issue 41, items 3 and 4): a fleet, a seeded workload played against
+ * it by simulated clients, then the checks — the journal's safety and liveness invariants, every
+ * client's text against the reference model's, and nothing left in flight — and a hash of the
+ * trace the run committed, which is the same every time the seed runs.
+ */
+import { createHash } from 'node:crypto';
+import type { RoomStream } from '../control/streams.ts';
+import type { JournalEvent } from '../journal/events.ts';
+import type { Logger } from '../log.ts';
+import { DeterministicModel, generateInProcess } from '../model/deterministic.ts';
+import { Fleet, type FleetOptions } from './fleet.ts';
+import { liveness, safety, type Violation } from './invariants.ts';
+import { type ClientRequest, type WorkloadOptions, workload } from './workload.ts';
+
+export interface SeedOptions {
+  seed: number;
+  /** Requests of the workload. Default 200. */
+  rooms?: number;
+  workload?: Partial<WorkloadOptions>;
+  fleet?: Omit<FleetOptions, 'seed' | 'log'>;
+  log?: Logger;
+  /** Return the committed events with the report (to write the trace of a failing seed). */
+  keepTrace?: boolean;
+}
+
+/** What one client saw. */
+export interface ClientOutcome {
+  request: ClientRequest;
+  text: string;
+  error: string | null;
+  finishReason: string | null;
+}
+
+export interface SeedReport {
+  seed: number;
+  rooms: number;
+  /** Clients answered whole, ended by their own abort or disconnect, and failed. */
+  completed: number;
+  ended: number;
+  failed: number;
+  events: number;
+  virtualMs: number;
+  wallMs: number;
+  /** SHA-256 of the committed trace (every event, in seq order). */
+  traceHash: string;
+  violations: Violation[];
+  /** The committed events, with `keepTrace`. */
+  trace?: readonly JournalEvent[];
+}
+
+/** How long after the last client the run goes on, for releases and the watchdog's deadlines. */
+const SETTLE_MS = 10_000;
+
+export async function runSeed(options: SeedOptions): Promise<SeedReport> {
+  const wallStart = performance.now();
+  const fleet = await Fleet.start({
+    ...options.fleet,
+    seed: options.seed,
+    ...(options.log ? { log: options.log } : {}),
+  });
+  const { clock, control } = fleet;
+  const requests = workload(fleet.random.fork('workload'), {
+    ...options.workload,
+    requests: options.rooms ?? options.workload?.requests ?? 200,
+  });
+  const start = clock.now();
+  const clients = requests.map(
+    (request) =>
+      new Promise<ClientOutcome>((resolve) => {
+        clock.setTimeout(() => void client(fleet, request).then(resolve), request.at);
+      }),
+  );
+  const outcomes = await clock.runUntil(Promise.all(clients), 3_600_000);
+  await clock.run(SETTLE_MS);
+  const events = fleet.disk.events;
+  const violations = [
+    ...safety(events),
+    ...liveness(events, (room) => fleet.disk.rooms.get(room)?.state),
+    ...answers(outcomes),
+  ];
+  const virtualMs = clock.now() - start;
+  await fleet.stop();
+  const count = (f: (o: ClientOutcome) => boolean) => outcomes.filter(f).length;
+  return {
+    seed: options.seed,
+    rooms: requests.length,
+    completed: count((o) => o.error === null && o.request.action === null),
+    ended: count((o) => o.request.action !== null),
+    failed: count((o) => o.error !== null && o.request.action === null),
+    events: events.length,
+    virtualMs,
+    wallMs: performance.now() - wallStart,
+    traceHash: traceHash(events),
+    violations,
+    ...(options.keepTrace ? { trace: events } : {}),
+  };
+}
+
+/** A client: submits, reads its answer (streamed or whole), and aborts or leaves if it is one that does. */
+async function client(fleet: Fleet, request: ClientRequest): Promise<ClientOutcome> {
+  const outcome: ClientOutcome = { request, text: '', error: null, finishReason: null };
+  const leave = new AbortController();
+  let stream: RoomStream;
+  try {
+    stream = fleet.control.submit({
+      prompt: request.prompt,
+      maxTokens: request.maxTokens,
+      signal: leave.signal,
+      requestId: request.id,
+    });
+  } catch (err) {
+    outcome.error = (err as Error).message;
+    return outcome;
+  }
+  const act = request.action;
+  if (act) {
+    fleet.clock.setTimeout(() => {
+      if (act.kind === 'disconnect') leave.abort();
+      else void fleet.control.abort(stream.current, 'client_abort', 'api').catch(() => {});
+    }, act.afterMs);
+  }
+  try {
+    if (request.stream) for await (const c of stream) outcome.text += c.text;
+    const result = await stream.result;
+    if (!request.stream) outcome.text = result.text;
+    outcome.finishReason = result.finishReason;
+  } catch (err) {
+    if (request.stream) outcome.error = (err as Error).message;
+    else outcome.error = (err as Error).message;
+  }
+  return outcome;
+}
+
+const reference = new DeterministicModel();
+
+/**
+ * Every client's text against the reference model's for its request: whole when answered, a
+ * prefix of it when the client left or the room ended early (no token duplicated, missing, or
+ * from another room).
+ */
+export function answers(outcomes: readonly ClientOutcome[]): Violation[] {
+  const out: Violation[] = [];
+  for (const o of outcomes) {
+    const want = generateInProcess(reference, o.request.prompt, o.request.maxTokens).text;
+    const whole = o.error === null && o.request.action === null;
+    const ok = whole ? o.text === want : want.startsWith(o.text);
+    if (!ok)
+      out.push({
+        invariant: whole ? 'answer_is_the_models' : 'answer_is_a_prefix_of_the_models',
+        room: null,
+        seq: 0,
+        detail: `${o.request.id}: got ${JSON.stringify(o.text.slice(0, 80))}, the model says ${JSON.stringify(want.slice(0, 80))}`,
+      });
+  }
+  return out;
+}
+
+function traceHash(events: readonly JournalEvent[]): string {
+  const h = createHash('sha256');
+  for (const e of events) h.update(`${JSON.stringify(e)}\n`);
+  return h.digest('hex');
+}

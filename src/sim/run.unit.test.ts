@@ -1,0 +1,79 @@
+/**
+ * The simulator end to end (issue 41): the whole fleet in this process on seeds fixed here, every
+ * invariant checked, and each seed's trace the same on every run.
+ */
+import { describe, expect, it } from 'vitest';
+import { answers, runSeed } from './run.ts';
+import { parseSearch, SimUsageError } from './search.ts';
+
+describe('a simulated fleet', () => {
+  it('serves every seed of a fixed set with every invariant holding', async () => {
+    for (const seed of [1, 2, 3, 4]) {
+      const r = await runSeed({ seed, rooms: 120 });
+      expect(r.violations, `seed ${seed}`).toEqual([]);
+      expect(r.completed + r.ended, `seed ${seed}`).toBe(120);
+      expect(r.failed, `seed ${seed}`).toBe(0);
+      // Every room left a trail: created, the work, its end, two releases.
+      expect(r.events).toBeGreaterThan(120 * 8);
+    }
+  });
+
+  it('runs a seed the same way twice, and another seed another way', async () => {
+    const [a, b, c] = await Promise.all([
+      runSeed({ seed: 42, rooms: 60 }),
+      runSeed({ seed: 42, rooms: 60 }),
+      runSeed({ seed: 43, rooms: 60 }),
+    ]);
+    expect(a.traceHash).toBe(b.traceHash);
+    expect(a.events).toBe(b.events);
+    expect(c.traceHash).not.toBe(a.traceHash);
+  });
+
+  it('names an answer that is not the model’s, or not a prefix of it for a client that left', () => {
+    const request = {
+      id: 'sim-000001',
+      at: 0,
+      prompt: 'alpha beta',
+      prefix: null,
+      maxTokens: 3,
+      stream: true,
+      action: null,
+    };
+    const wrong = answers([
+      { request, text: ' nothing like it', error: null, finishReason: 'length' },
+    ]);
+    expect(wrong).toEqual([expect.objectContaining({ invariant: 'answer_is_the_models' })]);
+    const left = answers([
+      {
+        request: { ...request, action: { kind: 'disconnect' as const, afterMs: 5 } },
+        text: ' nothing like it',
+        error: 'aborted',
+        finishReason: null,
+      },
+    ]);
+    expect(left).toEqual([
+      expect.objectContaining({ invariant: 'answer_is_a_prefix_of_the_models' }),
+    ]);
+  });
+});
+
+describe('npm run sim', () => {
+  it('expands its flags, and refuses bad ones saying what is wrong', () => {
+    expect(
+      parseSearch(['--seed', '7', '--seeds', '3', '--minutes', '2', '--rate', '10'], () => 1),
+    ).toEqual({
+      seed: 7,
+      seeds: 3,
+      rooms: 1200,
+      rate: 10,
+      out: 'sim-traces',
+    });
+    expect(parseSearch([], () => 99)).toMatchObject({ seed: 99, seeds: 1, rooms: 200 });
+    expect(() => parseSearch(['--seeds', '0'], () => 1)).toThrow(
+      /--seeds must be a whole number ≥ 1/,
+    );
+    expect(() => parseSearch(['--rooms', '5', '--minutes', '1'], () => 1)).toThrow(/not both/);
+    expect(() => parseSearch(['--bogus'], () => 1)).toThrow(SimUsageError);
+    expect(() => parseSearch(['--faults', 'partition'], () => 1)).toThrow(/only 'none'/);
+  });
+});

@@ -1,0 +1,161 @@
+/**
+ * `npm run sim` (issue 41, item 3): runs seeds of the simulator and says, for each, what it ran
+ * and whether every invariant held. A seed that breaks one prints the invariant, the seed, the
+ * commit and the one command that replays it exactly, and writes the trace it committed.
+ */
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { runSeed, type SeedReport } from './run.ts';
+
+export interface SearchOptions {
+  /** The first seed, and how many seeds from it. */
+  seed: number;
+  seeds: number;
+  rooms: number;
+  /** Mean arrivals per second of virtual time. */
+  rate: number;
+  /** Where the traces of failing seeds go. */
+  out: string;
+}
+
+export const SIM_USAGE = `usage: npm run sim -- [options]
+
+Runs the whole fleet (a control plane, 2 prefill and 2 decode engines) in one process on a
+virtual clock, with a seeded workload, and checks every invariant of docs/simulation.md.
+
+  --seed S       the first seed (default: a new one, printed)
+  --seeds N      how many seeds, from S on (default 1); the long search is --seeds 10000
+  --rooms N      requests per seed (default 200)
+  --minutes M    instead of --rooms: M minutes of virtual traffic at --rate
+  --rate R       requests per second of virtual time (default 50)
+  --faults LIST  faults to inject; only 'none' exists yet
+  --out DIR      where traces of failing seeds are written (default sim-traces)
+  --help         this text`;
+
+export class SimUsageError extends Error {
+  override name = 'SimUsageError';
+}
+
+function whole(name: string, text: string | undefined, fallback: number, min: number): number {
+  if (text === undefined) return fallback;
+  const v = Number(text);
+  if (!Number.isSafeInteger(v) || v < min)
+    throw new SimUsageError(
+      `--${name} must be a whole number ≥ ${min}, got ${JSON.stringify(text)}`,
+    );
+  return v;
+}
+
+/** The options of a command line; throws SimUsageError saying what is wrong. */
+export function parseSearch(argv: string[], newSeed: () => number): SearchOptions | 'help' {
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    values = parseArgs({
+      args: argv,
+      options: {
+        seed: { type: 'string' },
+        seeds: { type: 'string' },
+        rooms: { type: 'string' },
+        minutes: { type: 'string' },
+        rate: { type: 'string' },
+        faults: { type: 'string' },
+        out: { type: 'string' },
+        help: { type: 'boolean' },
+      },
+      strict: true,
+    }).values;
+  } catch (err) {
+    throw new SimUsageError(`${(err as Error).message}\n\n${SIM_USAGE}`);
+  }
+  if (values.help) return 'help';
+  const faults = (values.faults as string | undefined) ?? 'none';
+  if (faults !== 'none')
+    throw new SimUsageError(
+      `--faults ${faults}: no faults are simulated yet (only 'none'); the fault-free fleet is what runs`,
+    );
+  const rate = Number(values.rate ?? 50);
+  if (!(rate > 0 && Number.isFinite(rate)))
+    throw new SimUsageError(
+      `--rate must be a number of requests per second above 0, got ${values.rate}`,
+    );
+  if (values.rooms !== undefined && values.minutes !== undefined)
+    throw new SimUsageError('give --rooms or --minutes, not both');
+  const minutes = values.minutes === undefined ? null : Number(values.minutes);
+  if (minutes !== null && !(minutes > 0 && Number.isFinite(minutes)))
+    throw new SimUsageError(`--minutes must be a number above 0, got ${values.minutes}`);
+  return {
+    seed: whole('seed', values.seed as string | undefined, newSeed(), 0),
+    seeds: whole('seeds', values.seeds as string | undefined, 1, 1),
+    rooms:
+      minutes === null
+        ? whole('rooms', values.rooms as string | undefined, 200, 1)
+        : Math.max(1, Math.round(minutes * 60 * rate)),
+    rate,
+    out: (values.out as string | undefined) ?? 'sim-traces',
+  };
+}
+
+function commit(): string {
+  try {
+    return execFileSync('git', ['rev-parse', '--short', 'HEAD'], {
+      stdio: ['ignore', 'pipe', 'ignore'],
+    })
+      .toString()
+      .trim();
+  } catch {
+    return 'unknown';
+  }
+}
+
+/** Runs the seeds; returns the exit code (1 when a seed broke an invariant). */
+export async function search(o: SearchOptions, print: (line: string) => void): Promise<number> {
+  const at = commit();
+  print(
+    `pdctl sim at ${at}: seeds ${o.seed}..${o.seed + o.seeds - 1}, ${o.rooms} rooms each at ${o.rate}/s, faults none, fleet 1 control plane + 2 prefill + 2 decode`,
+  );
+  let failed = 0;
+  let rooms = 0;
+  let wallMs = 0;
+  let virtualMs = 0;
+  for (let seed = o.seed; seed < o.seed + o.seeds; seed++) {
+    let r: SeedReport;
+    try {
+      r = await runSeed({ seed, rooms: o.rooms, workload: { perSecond: o.rate }, keepTrace: true });
+    } catch (err) {
+      failed++;
+      print(`seed ${seed}: the run itself failed: ${(err as Error).stack ?? err}`);
+      print(
+        `  replay: npm run sim -- --seed ${seed} --rooms ${o.rooms} --rate ${o.rate}  (commit ${at})`,
+      );
+      continue;
+    }
+    rooms += r.rooms;
+    wallMs += r.wallMs;
+    virtualMs += r.virtualMs;
+    const line = `seed ${seed}: ${r.rooms} rooms (${r.completed} answered, ${r.ended} left by their clients, ${r.failed} failed), ${r.events} events, ${(r.virtualMs / 1000).toFixed(1)} s virtual in ${(r.wallMs / 1000).toFixed(2)} s, trace ${r.traceHash.slice(0, 16)}`;
+    if (r.violations.length === 0) {
+      if (o.seeds <= 20 || seed === o.seed + o.seeds - 1 || (seed - o.seed) % 100 === 0)
+        print(`${line}: ok`);
+      continue;
+    }
+    failed++;
+    const file = join(o.out, `seed-${seed}.jsonl`);
+    mkdirSync(o.out, { recursive: true });
+    writeFileSync(file, (r.trace ?? []).map((e) => JSON.stringify(e)).join('\n'));
+    print(`${line}: BROKE ${r.violations.length} invariant(s)`);
+    for (const v of r.violations.slice(0, 10))
+      print(
+        `  ${v.invariant}${v.room ? ` room ${v.room}` : ''}${v.seq ? ` seq ${v.seq}` : ''}: ${v.detail}`,
+      );
+    print(`  trace: ${file}`);
+    print(
+      `  replay: npm run sim -- --seed ${seed} --rooms ${o.rooms} --rate ${o.rate}  (commit ${at})`,
+    );
+  }
+  print(
+    `${o.seeds - failed}/${o.seeds} seeds held every invariant; ${rooms} rooms at ${(rooms / (wallMs / 1000)).toFixed(0)} rooms per wall second, virtual time ${(virtualMs / wallMs).toFixed(0)}× wall time`,
+  );
+  return failed === 0 ? 0 : 1;
+}
