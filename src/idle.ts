@@ -1,15 +1,19 @@
+import { type Clock, systemClock } from './ports/clock.ts';
+
 /** Waiting for "nothing left in flight" (a drain): each waiter ends at the signal or its timeout. */
 export class IdleWaiters {
   private waiters: Array<() => void> = [];
+
+  constructor(private readonly clock: Clock = systemClock) {}
 
   /** Resolves true when `fire()` is called, false once `ms` passed first. */
   wait(ms: number): Promise<boolean> {
     return new Promise((resolve) => {
       const done = () => {
-        clearTimeout(timer);
+        this.clock.clear(timer);
         resolve(true);
       };
-      const timer = setTimeout(() => {
+      const timer = this.clock.setTimeout(() => {
         this.waiters = this.waiters.filter((w) => w !== done);
         resolve(false);
       }, ms);

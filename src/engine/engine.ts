@@ -95,7 +95,7 @@ export abstract class EngineCore {
   /** Events of the first replay still to arrive: applied without reacting (see onWelcome). */
   private replayLeft = 0;
   private welcomedOnce = false;
-  private readonly idle = new IdleWaiters();
+  private readonly idle: IdleWaiters;
   protected readonly opts: Readonly<EngineOptions>;
   protected readonly ports: EnginePorts;
   protected readonly model: EngineModel;
@@ -110,6 +110,7 @@ export abstract class EngineCore {
     this.log = parts.log;
     this.clock = parts.clock ?? systemClock;
     this.ids = parts.ids ?? systemIds;
+    this.idle = new IdleWaiters(this.clock);
     this.allocator = new PageAllocator(parts.opts.pages);
   }
 

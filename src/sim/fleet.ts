@@ -129,6 +129,8 @@ export class Fleet {
       kvTransport: 'shm',
       prefillUsPerToken: options.prefillUsPerToken ?? 20,
       prefillCompute: 'device',
+      // A run's end drains every engine: one that holds a room by then is reported, not waited for.
+      drainTimeoutMs: 5000,
     });
     const pool = this.pools.create(opts.poolName, opts.pages, opts.pageBytes);
     const model = new DeterministicModel(opts, clock);

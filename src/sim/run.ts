@@ -80,7 +80,16 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
     ...answers(outcomes),
   ];
   const virtualMs = clock.now() - start;
-  await fleet.stop();
+  try {
+    await fleet.stop();
+  } catch (err) {
+    violations.push({
+      invariant: 'fleet_stops',
+      room: null,
+      seq: 0,
+      detail: `the engines and control plane did not stop: ${(err as Error).message}`,
+    });
+  }
   const count = (f: (o: ClientOutcome) => boolean) => outcomes.filter(f).length;
   return {
     seed: options.seed,

@@ -143,7 +143,7 @@ export async function search(o: SearchOptions, print: (line: string) => void): P
     failed++;
     const file = join(o.out, `seed-${seed}.jsonl`);
     mkdirSync(o.out, { recursive: true });
-    writeFileSync(file, (r.trace ?? []).map((e) => JSON.stringify(e)).join('\n'));
+    writeFileSync(file, (r.trace ?? []).map((e) => `${JSON.stringify(e)}\n`).join(''));
     print(`${line}: BROKE ${r.violations.length} invariant(s)`);
     for (const v of r.violations.slice(0, 10))
       print(
