@@ -21,12 +21,15 @@ export interface OutageState {
   readonly unrecorded: ReadonlySet<string>;
   /** Their failures are being appended now: none is tried again until that ends. */
   readonly failing: boolean;
+  /** A probe of the journal is being appended now. */
+  readonly probing: boolean;
 }
 
 export const NO_OUTAGE: OutageState = Object.freeze({
   since: 0,
   unrecorded: new Set<string>(),
   failing: false,
+  probing: false,
 });
 
 /** What the control plane sees at a tick. */
@@ -45,7 +48,13 @@ export type OutageCommand =
   /** Answer the room's client now, with `reason`. */
   | { kind: 'end_stream'; room: string; reason: string }
   /** Fail these rooms in the journal (`journal_unavailable`), each at its stage. */
-  | { kind: 'record_failures'; rooms: ReadonlyArray<{ room: string; stage: RoomState }> };
+  | { kind: 'record_failures'; rooms: ReadonlyArray<{ room: string; stage: RoomState }> }
+  /**
+   * Append one `recovery.action` (`journal_writable`): the journal says it takes writes again only
+   * once a commit succeeds, and with no failure left to record and every request refused, nothing
+   * else would ever try one. It commits once — when the disk has room again — and says so.
+   */
+  | { kind: 'probe'; since: number; lastError: string | null };
 
 /** One tick: the next state, and what to do. */
 export function decideOutage(
@@ -73,7 +82,12 @@ export function decideOutage(
   }
   const record = rooms.length > 0 && !s.failing;
   if (record) commands.push({ kind: 'record_failures', rooms });
-  return { state: { since, unrecorded, failing: s.failing || record }, commands };
+  const probe = !t.writable && !record && !s.failing && !s.probing;
+  if (probe) commands.push({ kind: 'probe', since, lastError: t.lastError });
+  return {
+    state: { since, unrecorded, failing: s.failing || record, probing: s.probing || probe },
+    commands,
+  };
 }
 
 /** What running the commands came to: clients answered, failures committed (or not). */
@@ -81,8 +95,10 @@ export function outageRecorded(
   s: OutageState,
   o:
     | { kind: 'streams_ended'; rooms: readonly string[] }
-    | { kind: 'failures_recorded'; rooms: readonly string[] },
+    | { kind: 'failures_recorded'; rooms: readonly string[] }
+    | { kind: 'probed' },
 ): OutageState {
+  if (o.kind === 'probed') return { ...s, probing: false };
   const unrecorded = new Set(s.unrecorded);
   if (o.kind === 'streams_ended') {
     for (const room of o.rooms) unrecorded.add(room);
@@ -111,7 +127,7 @@ export class JournalOutage {
   constructor(private readonly deps: OutageDeps) {}
 
   /** One look at the journal; the control plane calls it every 250 ms. */
-  tick(now = Date.now()): void {
+  tick(now: number): void {
     const { journal, streaming, endStream, roomNow, graceMs } = this.deps;
     const health = journal.health();
     const decided = decideOutage(this.state, {
@@ -127,10 +143,29 @@ export class JournalOutage {
     for (const c of decided.commands) {
       if (c.kind === 'end_stream') {
         if (endStream(c.room, c.reason)) ended.push(c.room);
-      } else void this.recordFailures(c.rooms);
+      } else if (c.kind === 'probe') void this.probe(now, c.since, c.lastError);
+      else void this.recordFailures(c.rooms);
     }
     if (ended.length > 0)
       this.state = outageRecorded(this.state, { kind: 'streams_ended', rooms: ended });
+  }
+
+  private async probe(now: number, since: number, lastError: string | null): Promise<void> {
+    try {
+      await this.deps.journal.append({
+        type: 'recovery.action',
+        source: 'control',
+        data: {
+          action: 'journal_writable',
+          reason: `the journal refused writes from ${new Date(since).toISOString()} (${lastError ?? 'commit failed'})`,
+          outcome: 'writes taken again',
+          recoverMs: Math.max(0, now - since),
+        },
+      });
+    } catch {
+      // Still refused: the next tick tries again.
+    }
+    this.state = outageRecorded(this.state, { kind: 'probed' });
   }
 
   private async recordFailures(rooms: ReadonlyArray<{ room: string; stage: RoomState }>) {

@@ -26,7 +26,8 @@ describe('decideOutage', () => {
   it('given writes refused, answers nobody within the grace, then every reading client', () => {
     const down = tick({ writable: false, lastError: 'SQLITE_FULL', streaming: ['r1', 'r2'] });
     const first = decideOutage(NO_OUTAGE, down);
-    expect(first.commands).toEqual([]);
+    // Nothing to record: the journal is probed (below); no client is answered yet.
+    expect(first.commands.map((c) => c.kind)).toEqual(['probe']);
     expect(first.state.since).toBe(10_000);
     const later = decideOutage(first.state, { ...down, now: 11_000 });
     expect(later.commands.map((c) => c.kind)).toEqual(['end_stream', 'end_stream']);
@@ -69,5 +70,22 @@ describe('decideOutage', () => {
     const { state, commands } = decideOutage(answered, tick({ stateOf: () => undefined }));
     expect(commands).toEqual([]);
     expect(state.unrecorded.size).toBe(0);
+  });
+
+  it('given writes refused and nothing to record, probes the journal, one probe at a time, until one commits', () => {
+    // Found by the simulator (seed 1, --faults disk-full): every request was refused while the
+    // journal said it was not writable, and nothing else appended to find out it was again.
+    const down = tick({ writable: false, lastError: 'SQLITE_FULL' });
+    const first = decideOutage(NO_OUTAGE, down);
+    expect(first.commands).toEqual([{ kind: 'probe', since: 10_000, lastError: 'SQLITE_FULL' }]);
+    expect(first.state.probing).toBe(true);
+    expect(decideOutage(first.state, { ...down, now: 10_250 }).commands).toEqual([]);
+    // That probe was refused: the next tick probes again.
+    const refused = outageRecorded(first.state, { kind: 'probed' });
+    expect(decideOutage(refused, { ...down, now: 10_500 }).commands).toEqual([
+      { kind: 'probe', since: 10_000, lastError: 'SQLITE_FULL' },
+    ]);
+    // A probe committed: the journal is writable, and nothing more is probed.
+    expect(decideOutage(refused, tick({ now: 10_750 })).commands).toEqual([]);
   });
 });

@@ -20,6 +20,7 @@ import { type Random, seeded } from '../ports/random.ts';
 import { Watchdog } from '../recovery/watchdog.ts';
 import { MemoryTransferCore } from '../transfer/memory/core.ts';
 import { MemoryPools } from '../transfer/memory/pool.ts';
+import { ProcessClock } from './process.ts';
 
 export interface FleetOptions {
   seed: number;
@@ -47,10 +48,20 @@ export interface SimEngine {
   id: string;
   role: 'prefill' | 'decode';
   engine: WiredEngine;
+  /** The process's clock: killing or freezing the process goes through it. */
+  process: ProcessClock;
+  incarnation: string;
+  pid: number;
+  /** Prefill: its transfer core, where transfer faults are injected. */
+  transfer: MemoryTransferCore | null;
 }
+
+/** How long the simulated supervisor waits before it starts a killed engine again. */
+const RESTART_MS = 500;
 
 export class Fleet {
   readonly engines = new Map<string, SimEngine>();
+  private nextPid = 1000;
   private constructor(
     readonly seed: number,
     readonly clock: VirtualClock,
@@ -117,7 +128,8 @@ export class Fleet {
 
   /** Starts an engine process on its own simulated host. */
   startEngine(id: string, role: 'prefill' | 'decode'): SimEngine {
-    const { clock, options } = this;
+    const { options } = this;
+    const clock = new ProcessClock(this.clock);
     const random = this.random.fork(`engine ${id} ${this.engines.has(id) ? 'again' : ''}`);
     const opts = resolveEngineOptions({
       id,
@@ -141,17 +153,19 @@ export class Fleet {
       curve: false,
     };
     const transfer = role === 'prefill' ? new MemoryTransferCore(clock) : null;
+    const incarnation = ids.uuid();
+    const pid = this.nextPid++;
     const engine = wireEngine({
       opts,
       log: this.log,
       keys,
       model,
-      incarnation: ids.uuid(),
+      incarnation,
       pool,
       transfer,
       ucx: null,
       kvRemote: null,
-      pid: 1000 + this.engines.size,
+      pid,
       host: 'sim',
       kvSend: 'shm',
       openPool: (name) => this.pools.open(name),
@@ -166,18 +180,55 @@ export class Fleet {
         this.pools.unlink(opts.poolName);
       },
     });
-    const sim = { id, role, engine };
+    const sim = { id, role, engine, process: clock, incarnation, pid, transfer };
     this.engines.set(id, sim);
     return sim;
+  }
+
+  /**
+   * SIGKILL: the engine's process and sockets end at once. As `pdctl serve`'s supervisor does, the
+   * exit is journaled and its rooms continue elsewhere at once, and the engine is started again
+   * after RESTART_MS, as a new incarnation with a new pool.
+   */
+  kill(id: string): void {
+    const sim = this.engines.get(id);
+    if (!sim || !sim.process.alive) return;
+    sim.process.kill();
+    this.network.kill(id);
+    const rooms = this.control.engine(id)?.liveRooms ?? 0;
+    void this.journal
+      .append({
+        type: 'engine.exited',
+        engine: id,
+        source: 'supervisor',
+        data: { pid: sim.pid, code: null, signal: 'SIGKILL', rooms, restarts: 0, expected: false },
+      })
+      .catch(() => {});
+    void this.control.engineLost(id, sim.incarnation, 'process exited (SIGKILL)');
+    this.clock.setTimeout(() => this.startEngine(id, sim.role), RESTART_MS);
+  }
+
+  /** SIGSTOP: nothing of the engine runs, and nothing reaches it or leaves it, until `thaw`. */
+  freeze(id: string): void {
+    const sim = this.engines.get(id);
+    if (!sim) return;
+    sim.process.freeze();
+    this.network.partition('control', id);
+  }
+
+  /** SIGCONT. */
+  thaw(id: string): void {
+    const sim = this.engines.get(id);
+    if (!sim) return;
+    this.network.heal('control', id);
+    sim.process.thaw();
   }
 
   /** Stops the engines (they drain), then the control plane, running the clock meanwhile. */
   async stop(): Promise<void> {
     this.watchdog.stop();
-    await this.clock.runUntil(
-      Promise.all([...this.engines.values()].map((e) => e.engine.stop('the run ended'))),
-      60_000,
-    );
+    const live = [...this.engines.values()].filter((e) => e.process.alive);
+    await this.clock.runUntil(Promise.all(live.map((e) => e.engine.stop('the run ended'))), 60_000);
     await this.clock.runUntil(this.control.close(), 60_000);
   }
 }

@@ -9,6 +9,13 @@ import type { RoomStream } from '../control/streams.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import type { Logger } from '../log.ts';
 import { DeterministicModel, generateInProcess } from '../model/deterministic.ts';
+import {
+  type FaultKind,
+  type PlannedFault,
+  planFaults,
+  scheduleFaults,
+  touched,
+} from './faults.ts';
 import { Fleet, type FleetOptions } from './fleet.ts';
 import { liveness, safety, type Violation } from './invariants.ts';
 import { type ClientRequest, type WorkloadOptions, workload } from './workload.ts';
@@ -22,6 +29,8 @@ export interface SeedOptions {
   log?: Logger;
   /** Return the committed events with the report (to write the trace of a failing seed). */
   keepTrace?: boolean;
+  /** The kinds of fault the seed draws its faults from (faults.ts). Default: none. */
+  faults?: readonly FaultKind[];
 }
 
 /** What one client saw. */
@@ -47,6 +56,8 @@ export interface SeedReport {
   violations: Violation[];
   /** The committed events, with `keepTrace`. */
   trace?: readonly JournalEvent[];
+  /** The faults the seed injected. */
+  faults: PlannedFault[];
 }
 
 /** How long after the last client the run goes on, for releases and the watchdog's deadlines. */
@@ -65,6 +76,13 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
     requests: options.rooms ?? options.workload?.requests ?? 200,
   });
   const start = clock.now();
+  const span = requests.at(-1)?.at ?? 0;
+  const engines = {
+    prefill: [...fleet.engines.values()].filter((e) => e.role === 'prefill').map((e) => e.id),
+    decode: [...fleet.engines.values()].filter((e) => e.role === 'decode').map((e) => e.id),
+  };
+  const faults = planFaults(fleet.random.fork('faults'), options.faults ?? [], engines, span);
+  scheduleFaults(fleet, faults);
   const clients = requests.map(
     (request) =>
       new Promise<ClientOutcome>((resolve) => {
@@ -73,11 +91,27 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
   );
   const outcomes = await clock.runUntil(Promise.all(clients), 3_600_000);
   await clock.run(SETTLE_MS);
+  // Every fault is healed by now: the fleet must serve new requests, whole.
+  const after = await clock.runUntil(
+    Promise.all(AFTER_HEAL.map((request) => client(fleet, request))),
+    60_000,
+  );
+  await clock.run(SETTLE_MS);
   const events = fleet.disk.events;
   const violations = [
     ...safety(events),
     ...liveness(events, (room) => fleet.disk.rooms.get(room)?.state),
     ...answers(outcomes),
+    ...answers(after),
+    ...spared(events, touched(faults), faults.length > 0, outcomes),
+    ...after
+      .filter((o) => o.error !== null)
+      .map((o) => ({
+        invariant: 'served_after_heal',
+        room: null,
+        seq: 0,
+        detail: `${o.request.id} failed once every fault was healed: ${o.error}`,
+      })),
   ];
   const virtualMs = clock.now() - start;
   try {
@@ -103,6 +137,7 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
     traceHash: traceHash(events),
     violations,
     ...(options.keepTrace ? { trace: events } : {}),
+    faults,
   };
 }
 
@@ -139,6 +174,60 @@ async function client(fleet: Fleet, request: ClientRequest): Promise<ClientOutco
     else outcome.error = (err as Error).message;
   }
   return outcome;
+}
+
+/** The requests sent once the run settled, every fault healed. */
+const AFTER_HEAL: readonly ClientRequest[] = Array.from({ length: 4 }, (_, i) => ({
+  id: `after-heal-${i}`,
+  at: 0,
+  prompt: `the fleet after every fault is healed answers request ${i}`,
+  prefix: null,
+  maxTokens: 8,
+  stream: i % 2 === 0,
+  action: null,
+}));
+
+/**
+ * The engines no fault touched: started once, never exited. And with no fault at all, no client
+ * whose request failed.
+ */
+function spared(
+  events: readonly JournalEvent[],
+  hit: ReadonlySet<string>,
+  anyFault: boolean,
+  outcomes: readonly ClientOutcome[],
+): Violation[] {
+  const out: Violation[] = [];
+  const starts = new Map<string, number>();
+  for (const ev of events) {
+    if (ev.engine === null || hit.has(ev.engine)) continue;
+    if (ev.type === 'engine.registered') starts.set(ev.engine, (starts.get(ev.engine) ?? 0) + 1);
+    if (ev.type === 'engine.exited')
+      out.push({
+        invariant: 'untouched_engine_spared',
+        room: null,
+        seq: ev.seq,
+        detail: `${ev.engine} exited, though no fault hit it`,
+      });
+  }
+  for (const [engine, n] of starts)
+    if (n > 1)
+      out.push({
+        invariant: 'untouched_engine_spared',
+        room: null,
+        seq: 0,
+        detail: `${engine} registered ${n} incarnations, though no fault hit it`,
+      });
+  if (!anyFault)
+    for (const o of outcomes)
+      if (o.error !== null && o.request.action === null)
+        out.push({
+          invariant: 'no_failure_without_fault',
+          room: null,
+          seq: 0,
+          detail: `${o.request.id}: ${o.error}`,
+        });
+  return out;
 }
 
 const reference = new DeterministicModel();

@@ -7,6 +7,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { FAULT_KINDS, type FaultKind, parseFaults } from './faults.ts';
 import { runSeed, type SeedReport } from './run.ts';
 
 export interface SearchOptions {
@@ -18,6 +19,8 @@ export interface SearchOptions {
   rate: number;
   /** Where the traces of failing seeds go. */
   out: string;
+  /** The kinds of fault each seed draws from. */
+  faults: FaultKind[];
 }
 
 export const SIM_USAGE = `usage: npm run sim -- [options]
@@ -30,7 +33,8 @@ virtual clock, with a seeded workload, and checks every invariant of docs/simula
   --rooms N      requests per seed (default 200)
   --minutes M    instead of --rooms: M minutes of virtual traffic at --rate
   --rate R       requests per second of virtual time (default 50)
-  --faults LIST  faults to inject; only 'none' exists yet
+  --faults LIST  what each seed draws its faults from: comma-separated kinds, all, or none
+                 (default); kinds: ${FAULT_KINDS.join(', ')}
   --out DIR      where traces of failing seeds are written (default sim-traces)
   --help         this text`;
 
@@ -70,11 +74,12 @@ export function parseSearch(argv: string[], newSeed: () => number): SearchOption
     throw new SimUsageError(`${(err as Error).message}\n\n${SIM_USAGE}`);
   }
   if (values.help) return 'help';
-  const faults = (values.faults as string | undefined) ?? 'none';
-  if (faults !== 'none')
-    throw new SimUsageError(
-      `--faults ${faults}: no faults are simulated yet (only 'none'); the fault-free fleet is what runs`,
-    );
+  let faults: FaultKind[];
+  try {
+    faults = parseFaults((values.faults as string | undefined) ?? 'none');
+  } catch (err) {
+    throw new SimUsageError(`--faults: ${(err as Error).message}`);
+  }
   const rate = Number(values.rate ?? 50);
   if (!(rate > 0 && Number.isFinite(rate)))
     throw new SimUsageError(
@@ -94,7 +99,14 @@ export function parseSearch(argv: string[], newSeed: () => number): SearchOption
         : Math.max(1, Math.round(minutes * 60 * rate)),
     rate,
     out: (values.out as string | undefined) ?? 'sim-traces',
+    faults,
   };
+}
+
+/** The one command that runs `seed` again exactly. */
+function replay(seed: number, o: SearchOptions): string {
+  const faults = o.faults.length === 0 ? '' : ` --faults ${o.faults.join(',')}`;
+  return `npm run sim -- --seed ${seed} --rooms ${o.rooms} --rate ${o.rate}${faults}`;
 }
 
 function commit(): string {
@@ -113,7 +125,7 @@ function commit(): string {
 export async function search(o: SearchOptions, print: (line: string) => void): Promise<number> {
   const at = commit();
   print(
-    `pdctl sim at ${at}: seeds ${o.seed}..${o.seed + o.seeds - 1}, ${o.rooms} rooms each at ${o.rate}/s, faults none, fleet 1 control plane + 2 prefill + 2 decode`,
+    `pdctl sim at ${at}: seeds ${o.seed}..${o.seed + o.seeds - 1}, ${o.rooms} rooms each at ${o.rate}/s, faults ${o.faults.length === 0 ? 'none' : o.faults.join(',')}, fleet 1 control plane + 2 prefill + 2 decode`,
   );
   let failed = 0;
   let rooms = 0;
@@ -122,19 +134,27 @@ export async function search(o: SearchOptions, print: (line: string) => void): P
   for (let seed = o.seed; seed < o.seed + o.seeds; seed++) {
     let r: SeedReport;
     try {
-      r = await runSeed({ seed, rooms: o.rooms, workload: { perSecond: o.rate }, keepTrace: true });
+      r = await runSeed({
+        seed,
+        rooms: o.rooms,
+        workload: { perSecond: o.rate },
+        faults: o.faults,
+        keepTrace: true,
+      });
     } catch (err) {
       failed++;
       print(`seed ${seed}: the run itself failed: ${(err as Error).stack ?? err}`);
-      print(
-        `  replay: npm run sim -- --seed ${seed} --rooms ${o.rooms} --rate ${o.rate}  (commit ${at})`,
-      );
+      print(`  replay: ${replay(seed, o)}  (commit ${at})`);
       continue;
     }
     rooms += r.rooms;
     wallMs += r.wallMs;
     virtualMs += r.virtualMs;
-    const line = `seed ${seed}: ${r.rooms} rooms (${r.completed} answered, ${r.ended} left by their clients, ${r.failed} failed), ${r.events} events, ${(r.virtualMs / 1000).toFixed(1)} s virtual in ${(r.wallMs / 1000).toFixed(2)} s, trace ${r.traceHash.slice(0, 16)}`;
+    const injected = r.faults.map(
+      (f) =>
+        `${f.kind}${f.target ? ` ${f.target}` : ''} at ${(f.at / 1000).toFixed(1)} s for ${(f.forMs / 1000).toFixed(1)} s`,
+    );
+    const line = `seed ${seed}: ${injected.length > 0 ? `[${injected.join('; ')}] ` : ''}${r.rooms} rooms (${r.completed} answered, ${r.ended} left by their clients, ${r.failed} failed), ${r.events} events, ${(r.virtualMs / 1000).toFixed(1)} s virtual in ${(r.wallMs / 1000).toFixed(2)} s, trace ${r.traceHash.slice(0, 16)}`;
     if (r.violations.length === 0) {
       if (o.seeds <= 20 || seed === o.seed + o.seeds - 1 || (seed - o.seed) % 100 === 0)
         print(`${line}: ok`);
@@ -150,9 +170,7 @@ export async function search(o: SearchOptions, print: (line: string) => void): P
         `  ${v.invariant}${v.room ? ` room ${v.room}` : ''}${v.seq ? ` seq ${v.seq}` : ''}: ${v.detail}`,
       );
     print(`  trace: ${file}`);
-    print(
-      `  replay: npm run sim -- --seed ${seed} --rooms ${o.rooms} --rate ${o.rate}  (commit ${at})`,
-    );
+    print(`  replay: ${replay(seed, o)}  (commit ${at})`);
   }
   print(
     `${o.seeds - failed}/${o.seeds} seeds held every invariant; ${rooms} rooms at ${(rooms / (wallMs / 1000)).toFixed(0)} rooms per wall second, virtual time ${(virtualMs / wallMs).toFixed(0)}× wall time`,

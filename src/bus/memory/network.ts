@@ -104,6 +104,7 @@ export class MemoryNetwork {
   private readonly links = new Map<string, LinkSpec>();
   private readonly listeners = new Map<string, MemoryRouter>();
   private readonly connections = new Set<Connection>();
+  private readonly sockets = new Map<string, Set<MemoryRouter | MemoryDealer>>();
   private nextConnection = 1;
   private nextPort = 1;
   /** Messages moved, lost and duplicated, for a run's report. */
@@ -117,10 +118,22 @@ export class MemoryNetwork {
 
   /** The sockets of one host (a process of the fleet). */
   host(name: string): BusTransport {
-    return {
-      router: (spec) => new MemoryRouter(this, name, spec),
-      dealer: (spec) => new MemoryDealer(this, name, spec),
+    const track = <S extends MemoryRouter | MemoryDealer>(socket: S): S => {
+      const all = this.sockets.get(name) ?? new Set();
+      all.add(socket);
+      this.sockets.set(name, all);
+      return socket;
     };
+    return {
+      router: (spec) => track(new MemoryRouter(this, name, spec)),
+      dealer: (spec) => track(new MemoryDealer(this, name, spec)),
+    };
+  }
+
+  /** The host's process died: its sockets close at once, and its peers see their connections end. */
+  kill(name: string): void {
+    for (const socket of this.sockets.get(name) ?? []) socket.close();
+    this.sockets.delete(name);
   }
 
   link(a: string, b: string): LinkSpec {

@@ -1,0 +1,118 @@
+/**
+ * Seeded faults (issue 41, item 3): which faults a run injects, into what, when and for how long,
+ * drawn from the seed; each one healed before the run settles, so that liveness can be checked
+ * after. What each does to the fleet is the adapters' (fleet.ts, bus/memory/network.ts,
+ * journal/memory/, transfer/memory/).
+ */
+import type { Random } from '../ports/random.ts';
+import type { Fleet } from './fleet.ts';
+
+export const FAULT_KINDS = [
+  /** The link between the control plane and an engine is down (a cut cable, a dead switch port). */
+  'partition',
+  /** An engine's process is SIGKILLed; its supervisor starts it again. */
+  'kill',
+  /** An engine's process is SIGSTOPped, then SIGCONTed. */
+  'freeze',
+  /** The journal refuses writes (a full disk), then takes them again. */
+  'disk-full',
+  /** A prefill engine's transfers make no progress. */
+  'transfer-stall',
+  /** A prefill engine's transfers arrive with a byte flipped. */
+  'transfer-corrupt',
+] as const;
+
+export type FaultKind = (typeof FAULT_KINDS)[number];
+
+export interface PlannedFault {
+  kind: FaultKind;
+  /** The engine it hits; null for the journal. */
+  target: string | null;
+  /** When it starts, in ms after the workload's start, and how long it lasts. */
+  at: number;
+  forMs: number;
+}
+
+/** The faults of a run: a list of kinds, `all`, or `none`; throws a RangeError naming a bad one. */
+export function parseFaults(text: string): FaultKind[] {
+  if (text === 'none' || text === '') return [];
+  if (text === 'all') return [...FAULT_KINDS];
+  const kinds = text.split(',').map((k) => k.trim());
+  for (const k of kinds)
+    if (!FAULT_KINDS.includes(k as FaultKind))
+      throw new RangeError(
+        `unknown fault ${JSON.stringify(k)}; the faults are ${FAULT_KINDS.join(', ')}, all or none`,
+      );
+  return kinds as FaultKind[];
+}
+
+/**
+ * One to three faults of the given kinds, each starting within the first 70% of `spanMs` and
+ * lasting 0.5 to 8 s — either side of the bus's 5 s heartbeat timeout.
+ */
+export function planFaults(
+  random: Random,
+  kinds: readonly FaultKind[],
+  engines: { prefill: readonly string[]; decode: readonly string[] },
+  spanMs: number,
+): PlannedFault[] {
+  if (kinds.length === 0) return [];
+  const count = random.between(1, 3);
+  return Array.from({ length: count }, () => {
+    const kind = random.pick(kinds);
+    const target =
+      kind === 'disk-full'
+        ? null
+        : kind.startsWith('transfer-')
+          ? random.pick(engines.prefill)
+          : random.pick([...engines.prefill, ...engines.decode]);
+    return {
+      kind,
+      target,
+      at: Math.round(random.next() * spanMs * 0.7),
+      forMs: random.between(500, 8000),
+    };
+  }).sort((a, b) => a.at - b.at);
+}
+
+/** Sets the clock's timers that start each fault at its time and heal it after its span. */
+export function scheduleFaults(fleet: Fleet, plan: readonly PlannedFault[]): void {
+  const { clock } = fleet;
+  for (const f of plan) {
+    clock.setTimeout(() => {
+      const heal = start(fleet, f);
+      clock.setTimeout(heal, f.forMs);
+    }, f.at);
+  }
+}
+
+/** Starts the fault; returns what heals it. */
+function start(fleet: Fleet, f: PlannedFault): () => void {
+  const target = f.target as string;
+  switch (f.kind) {
+    case 'partition':
+      fleet.network.partition('control', target);
+      return () => fleet.network.heal('control', target);
+    case 'kill':
+      fleet.kill(target);
+      return () => {};
+    case 'freeze':
+      fleet.freeze(target);
+      return () => fleet.thaw(target);
+    case 'disk-full':
+      fleet.journal.refuseWrites('the simulated disk is full');
+      return () => fleet.journal.refuseWrites(null);
+    case 'transfer-stall':
+    case 'transfer-corrupt': {
+      // The engine may have been killed and started again since: the live one takes the fault.
+      const core = () => fleet.engines.get(target)?.transfer;
+      core()?.inject({ kind: f.kind === 'transfer-stall' ? 'stall' : 'corrupt' });
+      return () => core()?.clearFaults();
+    }
+  }
+}
+
+/** The engines a plan touches: only these may be restarted, fenced or lose rooms. */
+export function touched(plan: readonly PlannedFault[]): Set<string> {
+  return new Set(plan.flatMap((f) => (f.target === null ? [] : [f.target])));
+}
