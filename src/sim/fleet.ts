@@ -192,7 +192,7 @@ export class Fleet {
    */
   kill(id: string): void {
     const sim = this.engines.get(id);
-    if (!sim || !sim.process.alive) return;
+    if (!sim?.process.alive) return;
     sim.process.kill();
     this.network.kill(id);
     const rooms = this.control.engine(id)?.liveRooms ?? 0;

@@ -48,7 +48,11 @@ export class ProcessClock implements Clock {
     const t = this.base.setInterval(() => {
       // A stopped process's interval fires once when it goes on, not once per missed period.
       if (this.frozen) {
-        if (!due) this.overdue.push(() => ((due = false), fn()));
+        if (!due)
+          this.overdue.push(() => {
+            due = false;
+            fn();
+          });
         due = true;
         return;
       }

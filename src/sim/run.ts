@@ -70,7 +70,7 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
     seed: options.seed,
     ...(options.log ? { log: options.log } : {}),
   });
-  const { clock, control } = fleet;
+  const { clock } = fleet;
   const requests = workload(fleet.random.fork('workload'), {
     ...options.workload,
     requests: options.rooms ?? options.workload?.requests ?? 200,
