@@ -21,16 +21,21 @@ interface Seen {
   decode: string;
   terminalSeq: number | null;
   released: Set<string>;
+  /** The decode pages reserved in its `room.created`, as `pool/epoch/page` keys. */
+  pages: string[];
 }
 
 /**
  * Safety, over committed events in seq order: seqs only grow; a room is created once and ends at
  * most once; after its end only releases follow; each engine of its pair releases it at most once,
- * and no other engine does.
+ * and no other engine does; no decode page is reserved for a room while another room holds it
+ * (from its `room.created` until its decode engine's release).
  */
 export function safety(events: readonly JournalEvent[]): Violation[] {
   const out: Violation[] = [];
   const rooms = new Map<string, Seen>();
+  /** Decode pages held now (`pool/epoch/page`), and by which room. */
+  const held = new Map<string, string>();
   let last = 0;
   for (const ev of events) {
     const broke = (invariant: string, detail: string) =>
@@ -41,14 +46,25 @@ export function safety(events: readonly JournalEvent[]): Violation[] {
       continue;
     const r = rooms.get(ev.room);
     if (ev.type === 'room.created') {
-      if (r) broke('created_once', `room ${ev.room} created again`);
-      else
-        rooms.set(ev.room, {
-          prefill: ev.data.prefillEngine,
-          decode: ev.data.decodeEngine,
-          terminalSeq: null,
-          released: new Set(),
-        });
+      if (r) {
+        broke('created_once', `room ${ev.room} created again`);
+        continue;
+      }
+      const d = ev.data.reservation?.decode;
+      const pages = d ? d.pages.map((p) => `${d.pool}/${d.epoch}/${p}`) : [];
+      for (const page of pages) {
+        const other = held.get(page);
+        if (other !== undefined)
+          broke('decode_page_reserved_once', `page ${page} reserved while ${other} holds it`);
+        else held.set(page, ev.room);
+      }
+      rooms.set(ev.room, {
+        prefill: ev.data.prefillEngine,
+        decode: ev.data.decodeEngine,
+        terminalSeq: null,
+        released: new Set(),
+        pages,
+      });
       continue;
     }
     if (!r) {
@@ -61,6 +77,8 @@ export function safety(events: readonly JournalEvent[]): Violation[] {
         broke('release_by_pair', `${engine} released a room of ${r.prefill} and ${r.decode}`);
       else if (r.released.has(engine)) broke('release_once', `${engine} released it twice`);
       r.released.add(engine);
+      if (engine === r.decode)
+        for (const page of r.pages) if (held.get(page) === ev.room) held.delete(page);
       continue;
     }
     if (r.terminalSeq !== null) {

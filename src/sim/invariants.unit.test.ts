@@ -53,6 +53,43 @@ describe('the journal invariants', () => {
     expect(names(safety(backwards))).toEqual(['seq_order']);
   });
 
+  it('name a decode page reserved for a room while another room holds it', () => {
+    let seq = 0;
+    const ev = (type: string, room: string, engine: string | null, data: object) =>
+      ({
+        seq: ++seq,
+        ts: 0,
+        type,
+        room,
+        engine,
+        source: 'test',
+        eventId: `e${seq}`,
+        data,
+      }) as JournalEvent;
+    const created = (room: string, pages: number[]) =>
+      ev('room.created', room, null, {
+        prefillEngine: 'p0',
+        decodeEngine: 'd0',
+        reservation: { decode: { pool: '/d0', epoch: 1, pages, incarnation: 'i' } },
+      });
+    const events = [
+      created('a', [1, 2]),
+      created('b', [3]),
+      // Page 2 is still a's: its decode engine has not released it.
+      created('c', [2, 4]),
+      ev('room.released', 'a', 'p0', {}),
+      // a's prefill engine released it, its decode engine not yet: still a's.
+      created('d', [1]),
+      ev('room.released', 'a', 'd0', {}),
+      // Now it is free.
+      created('e', [1, 2]),
+    ];
+    expect(safety(events)).toEqual([
+      expect.objectContaining({ invariant: 'decode_page_reserved_once', room: 'c', seq: 3 }),
+      expect.objectContaining({ invariant: 'decode_page_reserved_once', room: 'd', seq: 5 }),
+    ]);
+  });
+
   it('name what breaks liveness once the run settled: a room that never ended, a release missing', async () => {
     const { events, stateOf } = await committed(['a', 'b']);
     const unended = (room: string) => (room === 'a' ? 'decoding' : stateOf(room));

@@ -39,6 +39,8 @@ export interface ClientOutcome {
   text: string;
   error: string | null;
   finishReason: string | null;
+  /** A chunk that reached the client while its room's KV transfer was not committed: which state. */
+  early?: string;
 }
 
 export interface SeedReport {
@@ -165,7 +167,14 @@ async function client(fleet: Fleet, request: ClientRequest): Promise<ClientOutco
     }, act.afterMs);
   }
   try {
-    if (request.stream) for await (const c of stream) outcome.text += c.text;
+    if (request.stream)
+      for await (const c of stream) {
+        outcome.text += c.text;
+        // No virtual time passes between the chunk's relay and this read (the clock moves only
+        // between timers): the journal is as it was when the control plane relayed it.
+        const state = fleet.disk.rooms.get(stream.current)?.state ?? 'not created';
+        if (BEFORE_KV.has(state)) outcome.early ??= `${stream.current} ${state}`;
+      }
     const result = await stream.result;
     if (!request.stream) outcome.text = result.text;
     outcome.finishReason = result.finishReason;
@@ -175,6 +184,16 @@ async function client(fleet: Fleet, request: ClientRequest): Promise<ClientOutco
   }
   return outcome;
 }
+
+/** States of a room before its KV transfer committed: nothing may reach its client then. */
+const BEFORE_KV = new Set([
+  'not created',
+  'created',
+  'bootstrapping',
+  'waiting_for_input',
+  'prefilling',
+  'transferring',
+]);
 
 /** The requests sent once the run settled, every fault healed. */
 const AFTER_HEAL: readonly ClientRequest[] = Array.from({ length: 4 }, (_, i) => ({
@@ -240,6 +259,13 @@ const reference = new DeterministicModel();
 export function answers(outcomes: readonly ClientOutcome[]): Violation[] {
   const out: Violation[] = [];
   for (const o of outcomes) {
+    if (o.early)
+      out.push({
+        invariant: 'streamed_only_committed',
+        room: null,
+        seq: 0,
+        detail: `${o.request.id} was sent tokens of room ${o.early}: before its KV transfer was committed`,
+      });
     const want = generateInProcess(reference, o.request.prompt, o.request.maxTokens).text;
     const whole = o.error === null && o.request.action === null;
     const ok = whole ? o.text === want : want.startsWith(o.text);

@@ -55,6 +55,10 @@ describe('a simulated fleet', () => {
     expect(left).toEqual([
       expect.objectContaining({ invariant: 'answer_is_a_prefix_of_the_models' }),
     ]);
+    const early = answers([
+      { request, text: '', error: 'x', finishReason: null, early: 'r-1 transferring' },
+    ]);
+    expect(early.map((v) => v.invariant)).toContain('streamed_only_committed');
   });
 });
 
