@@ -85,6 +85,8 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
   };
   const faults = planFaults(fleet.random.fork('faults'), options.faults ?? [], engines, span);
   scheduleFaults(fleet, faults);
+  const book: Violation[] = [];
+  watchBook(fleet, book);
   const clients = requests.map(
     (request) =>
       new Promise<ClientOutcome>((resolve) => {
@@ -106,6 +108,7 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
     ...answers(outcomes),
     ...answers(after),
     ...spared(events, touched(faults), faults.length > 0, outcomes),
+    ...book,
     ...after
       .filter((o) => o.error !== null)
       .map((o) => ({
@@ -183,6 +186,30 @@ async function client(fleet: Fleet, request: ClientRequest): Promise<ClientOutco
     else outcome.error = (err as Error).message;
   }
   return outcome;
+}
+
+/**
+ * The control plane's room book against the journal's own fold (the in-memory disk's), checked
+ * between timers: commits are published in the step that makes them, so at that point the book
+ * has folded every committed event, and every room it shows must be as the journal has it, whole
+ * (the reducer's every field).
+ */
+export function watchBook(fleet: Fleet, out: Violation[]): void {
+  fleet.clock.setInterval(() => {
+    for (const room of fleet.control.liveRooms()) {
+      const folded = fleet.disk.rooms.get(room.room);
+      const a = JSON.stringify(room);
+      const b = JSON.stringify(folded ?? null);
+      if (a === b || out.length >= 10) continue;
+      out.push({
+        invariant: 'book_equals_journal',
+        room: room.room,
+        seq: 0,
+        detail: `at ${fleet.clock.monotonic()} ms the control plane shows ${a.slice(0, 300)}; the journal folds ${b.slice(0, 300)}`,
+      });
+    }
+    // Rooms live for a few ms of virtual time: look often enough to see them in every state.
+  }, 2);
 }
 
 /** States of a room before its KV transfer committed: nothing may reach its client then. */

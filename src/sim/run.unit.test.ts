@@ -4,7 +4,9 @@
  */
 import { describe, expect, it } from 'vitest';
 import { FAULT_KINDS } from './faults.ts';
-import { answers, runSeed } from './run.ts';
+import { Fleet } from './fleet.ts';
+import type { Violation } from './invariants.ts';
+import { answers, runSeed, watchBook } from './run.ts';
 import { parseSearch, SimUsageError } from './search.ts';
 
 describe('a simulated fleet', () => {
@@ -59,6 +61,28 @@ describe('a simulated fleet', () => {
       { request, text: '', error: 'x', finishReason: null, early: 'r-1 transferring' },
     ]);
     expect(early.map((v) => v.invariant)).toContain('streamed_only_committed');
+  });
+});
+
+describe('the room book check', () => {
+  it('names a room the control plane shows otherwise than the journal folds it', async () => {
+    const fleet = await Fleet.start({ seed: 9 });
+    const found: Violation[] = [];
+    watchBook(fleet, found);
+    const stream = fleet.control.submit({ prompt: 'alpha beta gamma', maxTokens: 30 });
+    await fleet.clock.runUntil(stream.admitted);
+    await fleet.clock.run(10);
+    expect(found).toEqual([]);
+    // What a defect in the book would look like: its view of a live room off the journal's.
+    const shown = fleet.control.room(stream.room);
+    if (shown) shown.prefillEngine = 'prefill-9';
+    await fleet.clock.run(4);
+    expect(found.length).toBeGreaterThan(0);
+    for (const v of found)
+      expect(v).toMatchObject({ invariant: 'book_equals_journal', room: stream.room });
+    expect(found[0]?.detail).toContain('"prefillEngine":"prefill-9"');
+    await fleet.clock.runUntil(stream.result.catch(() => null));
+    await fleet.stop();
   });
 });
 
