@@ -66,7 +66,9 @@ class VirtualTimer implements Timer {
 export class VirtualClock implements Clock {
   private time: number;
   private readonly startedAt: number;
-  private readonly queue: Scheduled[] = [];
+  /** A binary heap by (at, order); a cleared timer stays in it until it comes up, and is skipped. */
+  private readonly heap: Scheduled[] = [];
+  private live = 0;
   private nextOrder = 0;
 
   /** `start`: the wall-clock time the run begins at (a fixed one keeps traces comparable). */
@@ -100,18 +102,17 @@ export class VirtualClock implements Clock {
   clear(timer: Timer | undefined | null): void {
     if (!(timer instanceof VirtualTimer) || timer.cleared) return;
     timer.cleared = true;
-    const i = this.queue.findIndex((s) => s.handle === timer);
-    if (i >= 0) this.queue.splice(i, 1);
+    this.live--;
   }
 
   /** Timers set and not yet fired or cleared. */
   get pending(): number {
-    return this.queue.length;
+    return this.live;
   }
 
   /** When the next timer is due; null when none is set. */
   nextAt(): number | null {
-    return this.queue[0]?.at ?? null;
+    return this.peek()?.at ?? null;
   }
 
   /** Moves time forward by `ms`, firing what falls due on the way; returns how many fired. */
@@ -120,7 +121,7 @@ export class VirtualClock implements Clock {
       throw new RangeError(`advance takes a finite number of ms ≥ 0, got ${ms}`);
     const until = this.time + ms;
     let fired = 0;
-    while ((this.queue[0]?.at ?? Number.POSITIVE_INFINITY) <= until) {
+    while ((this.peek()?.at ?? Number.POSITIVE_INFINITY) <= until) {
       this.step();
       fired++;
     }
@@ -134,12 +135,17 @@ export class VirtualClock implements Clock {
    * Node does between two callbacks.
    */
   step(): boolean {
-    const next = this.queue.shift();
+    const next = this.peek();
     if (!next) return false;
+    this.pop();
     this.time = next.at;
-    if (next.every !== null)
+    if (next.every !== null) {
+      this.live--;
       this.insert({ ...next, at: next.at + next.every, order: this.nextOrder++ });
-    else next.handle.cleared = true;
+    } else {
+      next.handle.cleared = true;
+      this.live--;
+    }
     next.fn();
     return true;
   }
@@ -156,7 +162,7 @@ export class VirtualClock implements Clock {
     const until = this.time + ms;
     let fired = 0;
     await turn();
-    while ((this.queue[0]?.at ?? Number.POSITIVE_INFINITY) <= until) {
+    while ((this.peek()?.at ?? Number.POSITIVE_INFINITY) <= until) {
       this.step();
       fired++;
       await turn();
@@ -186,7 +192,7 @@ export class VirtualClock implements Clock {
     const until = this.time + limitMs;
     await turn();
     while (!settled) {
-      const next = this.queue[0];
+      const next = this.peek();
       if (!next)
         throw new Error('deadlock: nothing is left to run, and the awaited work never ended');
       if (next.at > until) throw new Error(`still waiting after ${limitMs} ms of virtual time`);
@@ -211,15 +217,46 @@ export class VirtualClock implements Clock {
   }
 
   private insert(s: Scheduled): void {
-    // Sorted by (at, order); timers are few, and the search keeps the order exact.
-    let i = this.queue.length;
-    while (i > 0) {
-      const prev = this.queue[i - 1] as Scheduled;
-      if (prev.at < s.at || (prev.at === s.at && prev.order < s.order)) break;
-      i--;
+    const h = this.heap;
+    h.push(s);
+    this.live++;
+    for (let i = h.length - 1; i > 0; ) {
+      const parent = (i - 1) >> 1;
+      if (!before(s, h[parent] as Scheduled)) break;
+      h[i] = h[parent] as Scheduled;
+      h[parent] = s;
+      i = parent;
     }
-    this.queue.splice(i, 0, s);
   }
+
+  /** The timer due first, dropping cleared ones off the top. */
+  private peek(): Scheduled | undefined {
+    while (this.heap.length > 0 && (this.heap[0] as Scheduled).handle.cleared) this.pop();
+    return this.heap[0];
+  }
+
+  private pop(): void {
+    const h = this.heap;
+    const last = h.pop() as Scheduled;
+    if (h.length === 0) return;
+    h[0] = last;
+    for (let i = 0; ; ) {
+      const l = 2 * i + 1;
+      const r = l + 1;
+      let least = i;
+      if (l < h.length && before(h[l] as Scheduled, h[least] as Scheduled)) least = l;
+      if (r < h.length && before(h[r] as Scheduled, h[least] as Scheduled)) least = r;
+      if (least === i) break;
+      h[i] = h[least] as Scheduled;
+      h[least] = last;
+      i = least;
+    }
+  }
+}
+
+/** Which of two timers fires first: the one due first, then the one set first. */
+function before(a: Scheduled, b: Scheduled): boolean {
+  return a.at < b.at || (a.at === b.at && a.order < b.order);
 }
 
 /** One turn of the real event loop: every promise settled so far has run its callbacks. */

@@ -71,17 +71,17 @@ describe('the room book check', () => {
     watchBook(fleet, found);
     const stream = fleet.control.submit({ prompt: 'alpha beta gamma', maxTokens: 30 });
     await fleet.clock.runUntil(stream.admitted);
-    await fleet.clock.run(10);
     expect(found).toEqual([]);
-    // What a defect in the book would look like: its view of a live room off the journal's.
+    // What a defect in the book would look like: its view of a live room off the journal's. The
+    // room's next commit shows it.
     const shown = fleet.control.room(stream.room);
+    expect(shown?.state).toBe('created');
     if (shown) shown.prefillEngine = 'prefill-9';
-    await fleet.clock.run(4);
+    await fleet.clock.runUntil(stream.result.catch(() => null));
     expect(found.length).toBeGreaterThan(0);
     for (const v of found)
       expect(v).toMatchObject({ invariant: 'book_equals_journal', room: stream.room });
     expect(found[0]?.detail).toContain('"prefillEngine":"prefill-9"');
-    await fleet.clock.runUntil(stream.result.catch(() => null));
     await fleet.stop();
   });
 });
