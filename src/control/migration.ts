@@ -172,8 +172,12 @@ export class Migrator {
       status = 'unavailable';
     }
     if (status !== 'applied') {
-      // It ended first (or the journal refused): the stream ends as the room did.
-      if (!host.book.returnStream(from.room, stream))
+      // It ended first (its end was committing when the engine went), or the journal refused:
+      // the stream ends as the room did — a room that completed answers its client whole.
+      if (host.book.returnStream(from.room, stream)) return;
+      const ended = host.book.room(from.room);
+      if (ended && isTerminal(ended.state)) stream.endAs(ended);
+      else
         stream.fail(
           new RoomEndedError(
             from.room,

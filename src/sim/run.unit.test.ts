@@ -98,6 +98,19 @@ describe('a simulated fleet under seeded faults', () => {
   });
 });
 
+describe('a simulated fleet whose engines are killed', () => {
+  it('answers every client whose room was completing as its engine died', async () => {
+    // Seeds 13 and 40: an engine was killed in the millisecond its room's room.completed was
+    // committing; the migration lost the race to that end and failed the client's stream, though
+    // its room had completed (migration.ts now ends the stream as the room did).
+    for (const seed of [13, 40]) {
+      const r = await runSeed({ seed, rooms: 200, faults: ['kill'] });
+      expect(r.violations, `seed ${seed}`).toEqual([]);
+      expect(r.failed, `seed ${seed}`).toBe(0);
+    }
+  });
+});
+
 describe('npm run sim', () => {
   it('expands its flags, and refuses bad ones saying what is wrong', () => {
     expect(
