@@ -10,7 +10,7 @@ import type { Fleet } from './fleet.ts';
 export const FAULT_KINDS = [
   /** The link between the control plane and an engine is down (a cut cable, a dead switch port). */
   'partition',
-  /** An engine's process is SIGKILLed; its supervisor starts it again. */
+  /** An engine's process is SIGKILLed; its supervisor starts it again when the fault ends. */
   'kill',
   /** An engine's process is SIGSTOPped, then SIGCONTed. */
   'freeze',
@@ -94,7 +94,8 @@ function start(fleet: Fleet, f: PlannedFault): () => void {
       fleet.network.partition('control', target);
       return () => fleet.network.heal('control', target);
     case 'kill':
-      fleet.kill(target);
+      // Its span is how long the new process takes to come up (a model load).
+      fleet.kill(target, f.forMs);
       return () => {};
     case 'freeze':
       fleet.freeze(target);

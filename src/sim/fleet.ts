@@ -56,9 +56,6 @@ export interface SimEngine {
   transfer: MemoryTransferCore | null;
 }
 
-/** How long the simulated supervisor waits before it starts a killed engine again. */
-const RESTART_MS = 500;
-
 export class Fleet {
   readonly engines = new Map<string, SimEngine>();
   private nextPid = 1000;
@@ -188,9 +185,9 @@ export class Fleet {
   /**
    * SIGKILL: the engine's process and sockets end at once. As `pdctl serve`'s supervisor does, the
    * exit is journaled and its rooms continue elsewhere at once, and the engine is started again
-   * after RESTART_MS, as a new incarnation with a new pool.
+   * `restartMs` later (its model loading), as a new incarnation with a new pool.
    */
-  kill(id: string): void {
+  kill(id: string, restartMs = 500): void {
     const sim = this.engines.get(id);
     if (!sim?.process.alive) return;
     sim.process.kill();
@@ -205,7 +202,7 @@ export class Fleet {
       })
       .catch(() => {});
     void this.control.engineLost(id, sim.incarnation, 'process exited (SIGKILL)');
-    this.clock.setTimeout(() => this.startEngine(id, sim.role), RESTART_MS);
+    this.clock.setTimeout(() => this.startEngine(id, sim.role), restartMs);
   }
 
   /** SIGSTOP: nothing of the engine runs, and nothing reaches it or leaves it, until `thaw`. */

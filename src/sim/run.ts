@@ -42,6 +42,8 @@ export interface ClientOutcome {
   finishReason: string | null;
   /** A chunk that reached the client while its room's KV transfer was not committed: which state. */
   early?: string;
+  /** The control plane took the request (it got a room); false: refused at once. */
+  admitted?: boolean;
 }
 
 export interface SeedReport {
@@ -181,6 +183,7 @@ async function client(fleet: Fleet, request: ClientRequest): Promise<ClientOutco
         signal: leave.signal,
         requestId: request.id,
       });
+      outcome.admitted = true;
       break;
     } catch (err) {
       const noEngine = err instanceof ControlError && err.code === 'CONTROL_NO_ENGINES';
@@ -301,16 +304,36 @@ function spared(
         seq: 0,
         detail: `${engine} registered ${n} incarnations, though no fault hit it`,
       });
-  // A killed engine is restarted and its rooms move: with no other fault, no client may fail.
-  const invariant = !anyFault
-    ? 'no_failure_without_fault'
-    : onlyKills
-      ? 'kill_loses_no_stream'
-      : null;
-  if (invariant !== null)
+  // A killed engine's rooms move at once, and it comes back: with no other fault, no client that
+  // got a room fails, and no room waits out a deadline. (A request that came while every engine
+  // of a role was down is refused: that is no defect.)
+  if (!anyFault)
     for (const o of outcomes)
       if (o.error !== null && o.request.action === null)
-        out.push({ invariant, room: null, seq: 0, detail: `${o.request.id}: ${o.error}` });
+        out.push({
+          invariant: 'no_failure_without_fault',
+          room: null,
+          seq: 0,
+          detail: `${o.request.id}: ${o.error}`,
+        });
+  if (anyFault && onlyKills) {
+    for (const o of outcomes)
+      if (o.error !== null && o.request.action === null && o.admitted)
+        out.push({
+          invariant: 'kill_loses_no_stream',
+          room: null,
+          seq: 0,
+          detail: `${o.request.id}: ${o.error}`,
+        });
+    for (const ev of events)
+      if (ev.type === 'room.failed' && ev.data.reason === 'deadline_exceeded')
+        out.push({
+          invariant: 'kill_leaves_no_room_waiting',
+          room: ev.room,
+          seq: ev.seq,
+          detail: `failed deadline_exceeded in ${ev.data.stage}`,
+        });
+  }
   return out;
 }
 
