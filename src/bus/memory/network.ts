@@ -291,10 +291,32 @@ function framesOf(frames: Frames): Buffer[] {
   return frames.map((f) => (typeof f === 'string' ? Buffer.from(f) : Buffer.from(f)));
 }
 
-export class MemoryRouter implements RouterSocket {
-  readonly peers = new Map<string, Connection>();
+/** What both socket kinds share: the messages waiting to be received, and closing once. */
+abstract class MemorySocket {
   private readonly inbox = new Inbox<Buffer[]>();
   closed = false;
+
+  receive(): Promise<Buffer[]> {
+    return this.inbox.take();
+  }
+
+  deliver(frames: Buffer[]): void {
+    this.inbox.push(frames);
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.inbox.close();
+    this.ended();
+  }
+
+  /** What closing ends beside the inbox: the socket's connections. */
+  protected abstract ended(): void;
+}
+
+export class MemoryRouter extends MemorySocket implements RouterSocket {
+  readonly peers = new Map<string, Connection>();
   lastEndpoint: string | null = null;
 
   constructor(
@@ -302,6 +324,7 @@ export class MemoryRouter implements RouterSocket {
     readonly host: string,
     spec: RouterSpec,
   ) {
+    super();
     if (spec.curve)
       throw new Error('the in-memory network has no CURVE: run the simulated bus without it');
   }
@@ -318,36 +341,24 @@ export class MemoryRouter implements RouterSocket {
     this.network.carry(c, 'down', rest);
   }
 
-  receive(): Promise<Buffer[]> {
-    return this.inbox.take();
-  }
-
-  deliver(frames: Buffer[]): void {
-    this.inbox.push(frames);
-  }
-
-  close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.inbox.close();
+  protected ended(): void {
     this.network.unbind(this);
   }
 }
 
-export class MemoryDealer implements DealerSocket {
+export class MemoryDealer extends MemorySocket implements DealerSocket {
   connection: Connection | null = null;
-  private readonly inbox = new Inbox<Buffer[]>();
   private readonly events = new Inbox<DealerEvent>();
   /** Sent before the connection: it leaves once connected, as ZeroMQ's queue does. */
   private readonly queued: Buffer[][] = [];
   private endpoint: string | null = null;
-  closed = false;
 
   constructor(
     private readonly network: MemoryNetwork,
     readonly host: string,
     readonly spec: DealerSpec,
   ) {
+    super();
     if (spec.curve)
       throw new Error('the in-memory network has no CURVE: run the simulated bus without it');
   }
@@ -362,10 +373,6 @@ export class MemoryDealer implements DealerSocket {
     const message = framesOf(frames);
     if (this.connection) this.network.carry(this.connection, 'up', message);
     else this.queued.push(message);
-  }
-
-  receive(): Promise<Buffer[]> {
-    return this.inbox.take();
   }
 
   nextEvent(): Promise<DealerEvent> {
@@ -386,14 +393,7 @@ export class MemoryDealer implements DealerSocket {
     if (this.endpoint !== null) this.network.dial(this, this.endpoint);
   }
 
-  deliver(frames: Buffer[]): void {
-    this.inbox.push(frames);
-  }
-
-  close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.inbox.close();
+  protected ended(): void {
     this.events.close();
     if (this.connection) this.network.drop(this.connection);
   }
