@@ -125,7 +125,7 @@ function commit(): string {
 export async function search(o: SearchOptions, print: (line: string) => void): Promise<number> {
   const at = commit();
   print(
-    `pdctl sim at ${at}: seeds ${o.seed}..${o.seed + o.seeds - 1}, ${o.rooms} rooms each at ${o.rate}/s, faults ${o.faults.length === 0 ? 'none' : o.faults.join(',')}, fleet 1 control plane + 2 prefill + 2 decode`,
+    `pdctl sim at ${at}: ${o.seeds === 1 ? `seed ${o.seed}` : `seeds ${o.seed}..${o.seed + o.seeds - 1}`}, ${o.rooms} rooms each at ${o.rate}/s, faults ${o.faults.length === 0 ? 'none' : o.faults.join(',')}, fleet 1 control plane + 2 prefill + 2 decode`,
   );
   let failed = 0;
   let rooms = 0;
