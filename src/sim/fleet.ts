@@ -30,7 +30,7 @@ export interface FleetOptions {
   /** KV pages per engine, and bytes per page. Default 2048 and 1024. */
   pages?: number;
   pageBytes?: number;
-  /** How long a journal commit takes, in ms. Default 1. */
+  /** How long a journal commit takes, in ms. Default: drawn for each commit from 1 to 5. */
   commitMs?: number;
   /** How every link behaves to begin with. Default: 1–2 ms each way, nothing lost. */
   link?: Partial<LinkSpec>;
@@ -82,7 +82,9 @@ export class Fleet {
     const network = new MemoryNetwork(clock, random.fork('network'), { ...link, ...options.link });
     const disk = new MemoryDisk(`sim-${options.seed}`);
     const ids = seededIds(clock, random.fork('control ids'));
-    const journal = MemoryJournal.open({ disk, clock, ids, commitMs: options.commitMs ?? 1 });
+    const disks = random.fork('disk');
+    const commitMs = options.commitMs ?? (() => disks.between(1, 5));
+    const journal = MemoryJournal.open({ disk, clock, ids, commitMs });
     const log = options.log ?? silentLogger;
     const admission = new Admission();
     const control = await clock.runUntil(

@@ -34,8 +34,11 @@ import { MemoryReader, prunable } from './reader.ts';
 
 export interface MemoryJournalOptions {
   disk: MemoryDisk;
-  /** How long a transaction takes to commit, in ms of `clock`. Default 0: at once. */
-  commitMs?: number;
+  /**
+   * How long a transaction takes to commit, in ms of `clock`: a number, or a function drawn once
+   * per transaction (a disk whose fsync varies). Default 0: at once.
+   */
+  commitMs?: number | (() => number);
   clock?: Clock;
   /** Names events appended without an id. Default: the process's ids. */
   ids?: Ids;
@@ -48,7 +51,7 @@ export class MemoryJournal extends MemoryReader implements JournalStore {
   private readonly hub: SubscriptionHub;
   private readonly queue: CommitQueue;
   private readonly clock: Clock;
-  private readonly commitMs: number;
+  private readonly commitMs: () => number;
   private refused: string | null = null;
   /** Commits waiting out their latency: a crash drops them. */
   private readonly committing = new Set<{
@@ -61,7 +64,8 @@ export class MemoryJournal extends MemoryReader implements JournalStore {
     super(options.disk);
     const log = options.logger ?? silentLogger;
     this.clock = options.clock ?? systemClock;
-    this.commitMs = options.commitMs ?? 0;
+    const commitMs = options.commitMs ?? 0;
+    this.commitMs = typeof commitMs === 'number' ? () => commitMs : commitMs;
     this.hub = new SubscriptionHub(
       (afterSeq, limit) => this.disk.readFrom(afterSeq, limit),
       (err, ev) =>
@@ -91,8 +95,9 @@ export class MemoryJournal extends MemoryReader implements JournalStore {
         'JOURNAL_BUSY',
         `journal ${disk.name} has a writer already; one writer at a time`,
       );
-    if (!(Number.isFinite(options.commitMs ?? 0) && (options.commitMs ?? 0) >= 0))
-      throw new RangeError(`commitMs must be a number of ms ≥ 0, got ${options.commitMs}`);
+    const fixed = options.commitMs;
+    if (typeof fixed === 'number' && !(Number.isFinite(fixed) && fixed >= 0))
+      throw new RangeError(`commitMs must be a number of ms ≥ 0, got ${fixed}`);
     const journal = new MemoryJournal(options);
     disk.writer = journal;
     return journal;
@@ -126,7 +131,8 @@ export class MemoryJournal extends MemoryReader implements JournalStore {
         );
       return this.disk.commit(events);
     };
-    if (this.commitMs === 0) {
+    const ms = this.commitMs();
+    if (ms === 0) {
       try {
         return Promise.resolve(apply());
       } catch (err) {
@@ -142,7 +148,7 @@ export class MemoryJournal extends MemoryReader implements JournalStore {
           } catch (err) {
             reject(err);
           }
-        }, this.commitMs),
+        }, ms),
         fail: reject,
       };
       this.committing.add(entry);

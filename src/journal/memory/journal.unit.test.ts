@@ -45,6 +45,23 @@ describe('in-memory journal faults', () => {
     await j.drain();
   });
 
+  it('draws each transaction’s latency when given a function (a disk whose fsync varies)', async () => {
+    const clock = new VirtualClock();
+    const disk = new MemoryDisk('jitter');
+    const latencies = [3, 1];
+    const j = MemoryJournal.open({ disk, clock, commitMs: () => latencies.shift() ?? 1 });
+    const first = j.append(created('a'));
+    await clock.run(2);
+    expect(disk.events).toHaveLength(0);
+    await clock.run(1);
+    expect((await first).status).toBe('applied');
+    const second = j.append(created('b'));
+    await clock.run(1);
+    expect((await second).status).toBe('applied');
+    expect(disk.events.map((e) => e.room)).toEqual(['a', 'b']);
+    await j.drain();
+  });
+
   it('refuses writes whole while told to, then takes them again', async () => {
     const disk = new MemoryDisk('full');
     const j = MemoryJournal.open({ disk });
