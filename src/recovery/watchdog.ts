@@ -23,6 +23,34 @@ export interface WatchdogStats {
   endedUnrecorded: number;
 }
 
+/** A room past its state's deadline, and what the watchdog does with it. */
+export interface Overdue {
+  room: Room;
+  /** How long after its deadline it was noticed, in ms. */
+  lateMs: number;
+  /** The deadline of the state it overstayed, in ms. */
+  allowedMs: number;
+}
+
+/**
+ * The watchdog's decision at one tick (issue 41: decided apart from done): the live rooms past
+ * their state's deadline at `now`, but for those whose failure is already on its way to the
+ * journal. A pure function of what it is given; `Watchdog` appends the failures.
+ */
+export function decideOverdue(
+  rooms: Iterable<Room>,
+  now: number,
+  failing: ReadonlySet<string>,
+): Overdue[] {
+  const out: Overdue[] = [];
+  for (const room of rooms) {
+    if (room.deadlineAt === null || room.deadlineAt > now || failing.has(room.room)) continue;
+    const allowedMs = room.deadlinesMs[room.state as keyof Room['deadlinesMs']];
+    out.push({ room, lateMs: now - room.deadlineAt, allowedMs });
+  }
+  return out;
+}
+
 export class Watchdog {
   private timer: Timer | null = null;
   /** Rooms whose failure was appended and not yet seen committed. */
@@ -54,19 +82,12 @@ export class Watchdog {
   /** One pass over the live rooms; returns the rooms it failed. */
   tick(now = this.clock.now()): string[] {
     this.stats.ticks++;
-    const failed: string[] = [];
-    for (const room of this.control.liveRooms()) {
-      if (room.deadlineAt === null || room.deadlineAt > now || this.failing.has(room.room))
-        continue;
-      this.fail(room, now);
-      failed.push(room.room);
-    }
-    return failed;
+    const overdue = decideOverdue(this.control.liveRooms(), now, this.failing);
+    for (const o of overdue) this.fail(o);
+    return overdue.map((o) => o.room.room);
   }
 
-  private fail(room: Room, now: number): void {
-    const late = now - (room.deadlineAt as number);
-    const allowed = room.deadlinesMs[room.state as keyof Room['deadlinesMs']];
+  private fail({ room, lateMs: late, allowedMs: allowed }: Overdue): void {
     this.failing.add(room.room);
     this.stats.failed++;
     this.stats.lastDetectMs = late;

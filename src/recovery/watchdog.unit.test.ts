@@ -5,12 +5,14 @@
  */
 import { describe, expect, it } from 'vitest';
 import { created } from '../../test/helpers/events.ts';
+import type { JournalEvent } from '../journal/events.ts';
 import { MemoryDisk } from '../journal/memory/disk.ts';
 import { MemoryJournal } from '../journal/memory/journal.ts';
-import { isTerminal } from '../journal/states.ts';
+import { type Room, reduce } from '../journal/reducer.ts';
+import { DEFAULT_STATE_DEADLINES_MS, isTerminal } from '../journal/states.ts';
 import { silentLogger } from '../log.ts';
 import { VirtualClock } from '../ports/clock.ts';
-import { Watchdog } from './watchdog.ts';
+import { decideOverdue, Watchdog } from './watchdog.ts';
 
 const T0 = Date.UTC(2026, 11, 3);
 
@@ -85,5 +87,42 @@ describe('the watchdog, on a virtual clock and the in-memory journal', () => {
     expect(watchdog.stats.endedUnrecorded).toBe(1);
     watchdog.stop();
     await journal.drain();
+  });
+});
+
+/** A room as the journal folds its `room.created` at `ts`. */
+function createdAt(id: string, ts: number): Room {
+  const ev = {
+    seq: 1,
+    ts,
+    type: 'room.created',
+    room: id,
+    engine: null,
+    source: 'test',
+    eventId: id,
+    data: { prefillEngine: 'p0', decodeEngine: 'd0', deadlinesMs: DEFAULT_STATE_DEADLINES_MS },
+  } as JournalEvent;
+  const folded = reduce(null, ev);
+  if (!folded.ok) throw new Error(folded.detail);
+  return folded.room;
+}
+
+describe('decideOverdue: given rooms and a time, which to fail (no journal, no clock)', () => {
+  const allowed = DEFAULT_STATE_DEADLINES_MS.created;
+
+  it('given rooms within their deadline, fails none; past it, each with how late and its deadline', () => {
+    const rooms = [createdAt('early', T0), createdAt('late', T0 - allowed - 40)];
+    expect(decideOverdue(rooms, T0 + 10, new Set())).toEqual([
+      { room: rooms[1], lateMs: 50, allowedMs: allowed },
+    ]);
+    expect(decideOverdue(rooms, T0 + allowed, new Set()).map((o) => o.room.room)).toEqual([
+      'early',
+      'late',
+    ]);
+  });
+
+  it('when a room’s failure is already on its way to the journal, does not fail it again', () => {
+    const rooms = [createdAt('late', T0 - allowed - 1)];
+    expect(decideOverdue(rooms, T0, new Set(['late']))).toEqual([]);
   });
 });
