@@ -214,8 +214,7 @@ async function client(fleet: Fleet, request: ClientRequest): Promise<ClientOutco
     if (!request.stream) outcome.text = result.text;
     outcome.finishReason = result.finishReason;
   } catch (err) {
-    if (request.stream) outcome.error = (err as Error).message;
-    else outcome.error = (err as Error).message;
+    outcome.error = (err as Error).message;
   }
   return outcome;
 }
