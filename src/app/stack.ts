@@ -8,6 +8,7 @@ import { ControlPlane } from '../control/control-plane.ts';
 import type { ControlPlaneOptions } from '../control/options.ts';
 import type { Durability } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
+import { engineExited } from '../recovery/exits.ts';
 import { EscalationLadder, type LadderPolicy } from '../recovery/ladder.ts';
 import { OutlierDetector, type OutlierPolicy } from '../recovery/outliers.ts';
 import { EngineSupervisor, removeDeadEnginePools } from '../recovery/supervisor.ts';
@@ -116,33 +117,15 @@ export async function startStack(options: StackOptions): Promise<Stack> {
           data: { action: 'give_up', reason, outcome: 'not restarted; an operator is needed' },
         })
         .catch((err) => log.error({ err, engine: id }, 'could not journal the give-up')),
-    // A dead engine's rooms continue elsewhere at once, not when its replacement says hello.
-    onExit: (id, pid, status, restarts) => {
-      const s = control.engine(id);
-      const held = s && s.pid === pid;
-      journal
-        .append({
-          type: 'engine.exited',
-          engine: id,
-          source: 'supervisor',
-          data: {
-            pid: pid ?? 0,
-            code: status.code,
-            signal: status.signal,
-            rooms: held ? s.liveRooms : 0,
-            restarts,
-            expected: status.expected === true,
-          },
-        })
-        .catch((err) => log.error({ err, engine: id }, 'could not journal engine.exited'));
-      // Stopping: every engine exits on purpose, and nothing is left to continue its rooms on.
-      if (!held || stopping) return;
-      void control.engineLost(
-        id,
-        s.incarnation,
-        `process ${pid} exited (${status.signal ?? `code ${status.code}`})`,
-      );
-    },
+    // Stopping: every engine exits on purpose, and nothing is left to continue its rooms on.
+    onExit: (engine, pid, status, restarts) =>
+      engineExited(
+        control,
+        journal,
+        log,
+        { engine, pid: pid ?? null, restarts, ...status, expected: status.expected === true },
+        !stopping,
+      ),
   });
   const ids = {
     prefill: Array.from({ length: options.prefillEngines ?? 1 }, (_, i) => `prefill-${i}`),

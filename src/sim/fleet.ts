@@ -17,6 +17,7 @@ import { DeterministicModel } from '../model/deterministic.ts';
 import { VirtualClock } from '../ports/clock.ts';
 import { seededIds } from '../ports/ids.ts';
 import { type Random, seeded } from '../ports/random.ts';
+import { engineExited } from '../recovery/exits.ts';
 import { Watchdog } from '../recovery/watchdog.ts';
 import { MemoryTransferCore } from '../transfer/memory/core.ts';
 import { MemoryPools } from '../transfer/memory/pool.ts';
@@ -194,16 +195,14 @@ export class Fleet {
     if (!sim?.process.alive) return;
     sim.process.kill();
     this.network.kill(id);
-    const rooms = this.control.engine(id)?.liveRooms ?? 0;
-    void this.journal
-      .append({
-        type: 'engine.exited',
-        engine: id,
-        source: 'supervisor',
-        data: { pid: sim.pid, code: null, signal: 'SIGKILL', rooms, restarts: 0, expected: false },
-      })
-      .catch(() => {});
-    void this.control.engineLost(id, sim.incarnation, 'process exited (SIGKILL)');
+    engineExited(this.control, this.journal, this.log, {
+      engine: id,
+      pid: sim.pid,
+      code: null,
+      signal: 'SIGKILL',
+      restarts: 0,
+      expected: false,
+    });
     this.clock.setTimeout(() => this.startEngine(id, sim.role), restartMs);
   }
 
