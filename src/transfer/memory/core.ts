@@ -24,6 +24,7 @@ import { TransferError } from '../errors.ts';
 import {
   checkDeadline,
   flatPairs,
+  InFlight,
   type TransferResult,
   type TransferStatus,
 } from '../in-flight.ts';
@@ -45,8 +46,9 @@ interface Running {
 }
 
 export class MemoryTransferCore implements TransferCore {
-  private readonly running = new Set<Running>();
-  private readonly releaseWaiters = new Map<string, Array<() => void>>();
+  /** The promise of each posted transfer and its room's `release`, as the native core keeps them. */
+  private readonly inFlight = new InFlight();
+  private readonly running = new Map<number, Running>();
   private readonly faults: Fault[] = [];
   private readonly counts = {
     bytes: 0,
@@ -70,7 +72,7 @@ export class MemoryTransferCore implements TransferCore {
 
   post(request: TransferRequest): Promise<TransferResult> {
     try {
-      return Promise.resolve(this.start(request));
+      return this.start(request);
     } catch (err) {
       return Promise.reject(TransferError.from(err));
     }
@@ -94,78 +96,65 @@ export class MemoryTransferCore implements TransferCore {
     const bytes = count * src.pageBytes;
     const started = this.clock.monotonic();
     const fault = this.faults.find((f) => f.room === undefined || f.room === room) ?? null;
-    return new Promise((resolve) => {
-      const entry: Running = {
-        room,
-        timer: null as unknown as Timer,
-        finish: (status, error = null) => {
-          if (!this.running.delete(entry)) return;
-          this.clock.clear(entry.timer);
-          let checksum = '00000000';
-          if (status === 'ok') {
-            const moved = new Uint8Array(bytes);
-            for (let i = 0; i < count; i++) {
-              const page = src.page(pairs[2 * i] as number);
-              moved.set(page, i * src.pageBytes);
-              dst.page(pairs[2 * i + 1] as number).set(page);
-            }
-            checksum = crc32c(moved);
-            if (fault?.kind === 'corrupt') {
-              const first = dst.page(pairs[1] as number);
-              first[0] = (first[0] as number) ^ 0xff;
-            }
-            this.counts.bytes += bytes;
+    const id = this.inFlight.id();
+    const result = this.inFlight.track(id, room);
+    const entry: Running = {
+      room,
+      timer: null as unknown as Timer,
+      finish: (status, error = null) => {
+        if (!this.running.delete(id)) return;
+        this.clock.clear(entry.timer);
+        let checksum = 0;
+        if (status === 'ok') {
+          const moved = new Uint8Array(bytes);
+          for (let i = 0; i < count; i++) {
+            const page = src.page(pairs[2 * i] as number);
+            moved.set(page, i * src.pageBytes);
+            dst.page(pairs[2 * i + 1] as number).set(page);
           }
-          this.count(status);
-          resolve({
-            room,
-            status,
-            bytes: status === 'ok' ? bytes : 0,
-            micros: Math.round((this.clock.monotonic() - started) * 1000),
-            checksum,
-            error,
-          });
-          this.released(room);
-        },
-      };
-      this.running.add(entry);
-      if (dst.retired || dst.epoch !== epoch) {
-        entry.timer = this.clock.setTimeout(
-          () =>
-            entry.finish(
-              'epoch_mismatch',
-              'the destination pool was re-created since the transfer was prepared',
-            ),
-          0,
-        );
-        return;
-      }
-      const takes =
-        this.latencyMs + bytes / this.bytesPerMs + (fault?.kind === 'delay' ? (fault.ms ?? 0) : 0);
-      if (fault?.kind === 'stall' || takes > deadlineMs) {
-        entry.timer = this.clock.setTimeout(
-          () => entry.finish('stalled', 'no progress before the deadline'),
-          deadlineMs,
-        );
-      } else if (fault?.kind === 'fail') {
-        entry.timer = this.clock.setTimeout(
-          () => entry.finish('failed', 'injected failure'),
-          this.latencyMs,
-        );
-      } else {
-        entry.timer = this.clock.setTimeout(() => entry.finish('ok'), takes);
-      }
-    });
-  }
-
-  private count(status: TransferStatus): void {
-    if (status === 'epoch_mismatch') this.counts.epochMismatch++;
-    else this.counts[status]++;
+          checksum = Number.parseInt(crc32c(moved), 16);
+          if (fault?.kind === 'corrupt') {
+            const first = dst.page(pairs[1] as number);
+            first[0] = (first[0] as number) ^ 0xff;
+          }
+          this.counts.bytes += bytes;
+        }
+        if (status === 'epoch_mismatch') this.counts.epochMismatch++;
+        else this.counts[status]++;
+        const micros = Math.round((this.clock.monotonic() - started) * 1000);
+        this.inFlight.completed({
+          id,
+          room,
+          status,
+          bytes: status === 'ok' ? bytes : 0,
+          micros,
+          checksum,
+          error,
+        });
+      },
+    };
+    this.running.set(id, entry);
+    const at = (ms: number, status: TransferStatus, error: string | null = null) => {
+      entry.timer = this.clock.setTimeout(() => entry.finish(status, error), ms);
+    };
+    const takes =
+      this.latencyMs + bytes / this.bytesPerMs + (fault?.kind === 'delay' ? (fault.ms ?? 0) : 0);
+    if (dst.retired || dst.epoch !== epoch)
+      at(
+        0,
+        'epoch_mismatch',
+        'the destination pool was re-created since the transfer was prepared',
+      );
+    else if (fault?.kind === 'stall' || takes > deadlineMs)
+      at(deadlineMs, 'stalled', 'no progress before the deadline');
+    else if (fault?.kind === 'fail') at(this.latencyMs, 'failed', 'injected failure');
+    else at(takes, 'ok');
+    return result;
   }
 
   cancel(room: string): number {
     let n = 0;
-    for (const r of [...this.running]) {
+    for (const r of [...this.running.values()]) {
       if (r.room !== room) continue;
       r.finish('cancelled', 'cancelled');
       n++;
@@ -174,18 +163,7 @@ export class MemoryTransferCore implements TransferCore {
   }
 
   release(room: string): Promise<void> {
-    if (![...this.running].some((r) => r.room === room)) return Promise.resolve();
-    return new Promise((resolve) => {
-      const waiters = this.releaseWaiters.get(room) ?? [];
-      waiters.push(resolve);
-      this.releaseWaiters.set(room, waiters);
-    });
-  }
-
-  private released(room: string): void {
-    if ([...this.running].some((r) => r.room === room)) return;
-    for (const w of this.releaseWaiters.get(room) ?? []) w();
-    this.releaseWaiters.delete(room);
+    return this.inFlight.release(room);
   }
 
   inject(fault: Fault): void {
@@ -198,12 +176,13 @@ export class MemoryTransferCore implements TransferCore {
   }
 
   stats(): TransferStats {
-    return { ...this.counts, queued: 0, running: this.running.size, inFlight: this.running.size };
+    const running = this.running.size;
+    return { ...this.counts, queued: 0, running, inFlight: this.inFlight.size };
   }
 
   async close(): Promise<void> {
     this.closed = true;
-    for (const r of [...this.running]) r.finish('cancelled', 'the transfer core closed');
+    for (const r of [...this.running.values()]) r.finish('cancelled', 'the transfer core closed');
   }
 }
 
