@@ -117,12 +117,7 @@ export class BusClient {
   ) {
     this.clock = options.clock ?? systemClock;
     this.decoder = controlFrames(options.maxFrameBytes);
-    this.drops = new DropCounters(
-      options.log,
-      `engine ${options.engine} bus`,
-      undefined,
-      this.clock,
-    );
+    this.drops = new DropCounters(options.log, `engine ${options.engine} bus`, this.clock);
     this.socket = this.openSocket();
     this.outbox = this.newOutbox();
     this.loop = this.newLoop();
@@ -139,7 +134,7 @@ export class BusClient {
   }
 
   private newOutbox(): Outbox {
-    return new Outbox(this.socket, this.options.log, 'engine bus', undefined, this.clock);
+    return new Outbox(this.socket, this.options.log, 'engine bus', this.clock);
   }
 
   private newLoop(): SupervisedLoop {

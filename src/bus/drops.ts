@@ -15,9 +15,9 @@ export class DropCounters {
   constructor(
     private readonly log: Logger,
     private readonly where: string,
+    private readonly clock: Clock = systemClock,
     /** At most one log line per reason per this many ms. */
     private readonly logEveryMs = 5_000,
-    private readonly clock: Clock = systemClock,
   ) {}
 
   record(reason: DropReason, context: Record<string, unknown>): void {

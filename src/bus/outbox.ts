@@ -34,9 +34,9 @@ export class Outbox {
     private readonly socket: Sendable,
     private readonly log: Logger,
     private readonly where: string,
+    private readonly clock: Clock = systemClock,
     /** Messages kept when the peer is slow; beyond this the oldest are dropped (counted). */
     private readonly limit = 1_000_000,
-    private readonly clock: Clock = systemClock,
   ) {}
 
   get depth(): number {

@@ -96,7 +96,7 @@ export class BusServer {
     const clock = options.clock ?? systemClock;
     this.clock = clock;
     this.decoder = engineFrames(options.maxFrameBytes);
-    this.drops = new DropCounters(log, 'bus', undefined, clock);
+    this.drops = new DropCounters(log, 'bus', clock);
     this.quotas = new PeerQuotas();
     const { curve } = options;
     // libzmq's own cap sits far above ours so that oversized frames reach us and are counted,
@@ -113,7 +113,7 @@ export class BusServer {
           }
         : {}),
     });
-    this.outbox = new Outbox(this.socket, log, 'bus', undefined, clock);
+    this.outbox = new Outbox(this.socket, log, 'bus', clock);
     this.loop = new SupervisedLoop('bus.receive', (loop) => this.receive(loop), log, 100, clock);
   }
 

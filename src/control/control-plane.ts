@@ -94,8 +94,8 @@ export class ControlPlane {
     const { clock = systemClock, ids = systemIds } = o;
     this.clock = clock;
     this.registry = new EngineRegistry(clock);
-    this.book = new RoomBook((engine) => this.registry.get(engine), undefined, clock);
-    this.loopLag = new LoopLag(undefined, undefined, clock);
+    this.book = new RoomBook((engine) => this.registry.get(engine), clock);
+    this.loopLag = new LoopLag(clock);
     this.options = o;
     this.log = o.log;
     this.model = o.model ?? new DeterministicModel();

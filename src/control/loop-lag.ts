@@ -17,9 +17,9 @@ export class LoopLag {
   private last = 0;
 
   constructor(
+    private readonly clock: Clock = systemClock,
     private readonly everyMs = 25,
     private readonly lateMs = 100,
-    private readonly clock: Clock = systemClock,
   ) {}
 
   start(): void {

@@ -1,9 +1,10 @@
 import { describe, expect, it } from 'vitest';
+import { systemClock } from '../ports/clock.ts';
 import { LoopLag } from './loop-lag.ts';
 
 describe('LoopLag', () => {
   it('notes when its timer ran late, and by how much', () => {
-    const lag = new LoopLag(25, 100);
+    const lag = new LoopLag(systemClock, 25, 100);
     lag.tick(0);
     lag.tick(25);
     lag.tick(140); // 90 ms late: within the slack

@@ -78,8 +78,8 @@ export class RoomBook {
 
   constructor(
     session: (engine: string) => EngineSession | undefined,
-    endedKept = ENDED_ROOMS_KEPT,
     private readonly clock: Clock = systemClock,
+    endedKept = ENDED_ROOMS_KEPT,
   ) {
     this.ended = new BoundedMap(endedKept);
     this.pages = new PageLedger(session);

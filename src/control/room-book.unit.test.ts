@@ -9,6 +9,7 @@ import { engineSession } from '../../test/helpers/engine-session.ts';
 import type { EngineMessage, RoomRequest } from '../bus/protocol.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import type { Room } from '../journal/reducer.ts';
+import { systemClock } from '../ports/clock.ts';
 import type { EngineSession } from './engine-session.ts';
 import { RoomBook } from './room-book.ts';
 import { RoomEndedError, RoomStream } from './streams.ts';
@@ -154,7 +155,7 @@ describe('RoomBook: a room ends', () => {
   });
 
   it('remembers the engines of a bounded number of ended rooms', () => {
-    const book = new RoomBook(fleet(), 2);
+    const book = new RoomBook(fleet(), systemClock, 2);
     for (const r of ['a', 'b', 'c']) {
       book.fold(created(r));
       book.fold(ev('room.failed', r, { reason: 'x', stage: 'created', detectedBy: 'control' }));

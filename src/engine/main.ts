@@ -71,6 +71,11 @@ export function startEngine(
     replace: true,
     ...(opts.kvDevice === null ? {} : { device: opts.kvDevice }),
   });
+  /** The pool leaves /dev/shm with the process, however it ends. */
+  const dropPool = () => {
+    pool.close();
+    KvPool.unlink(pool.name);
+  };
   const transfer =
     opts.role === 'prefill' ? new NativeTransferCore({ threads: opts.transferThreads }) : null;
   // A decode engine that may receive over UCX says so in its hello: where a room's KV is sent.
@@ -90,16 +95,14 @@ export function startEngine(
     host: hostIdentity(),
     kvSend: ucx === null ? 'shm' : opts.kvTransport,
     refused: () => {
-      pool.close();
-      KvPool.unlink(pool.name);
+      dropPool();
       process.exit(1);
     },
     release: async () => {
       await transfer?.close();
       await ucx?.close();
       await model.close();
-      pool.close();
-      KvPool.unlink(pool.name);
+      dropPool();
     },
   });
   // The in-place rung arrives as SIGHUP from the supervisor (works even when the receive loop is
@@ -115,8 +118,7 @@ export function startEngine(
     setInterval(() => {
       if (process.ppid !== parent || !isAlive(parent)) {
         log.warn({ parent }, 'parent process is gone; exiting');
-        pool.close();
-        KvPool.unlink(pool.name);
+        dropPool();
         process.exit(1);
       }
     }, 500).unref();

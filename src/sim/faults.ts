@@ -113,7 +113,7 @@ function start(fleet: Fleet, f: PlannedFault): () => void {
   }
 }
 
-/** The engines a plan touches: only these may be restarted, fenced or lose rooms. */
+/** The engines a plan touches: only these may exit, or come back as a new incarnation. */
 export function touched(plan: readonly PlannedFault[]): Set<string> {
   return new Set(plan.flatMap((f) => (f.target === null ? [] : [f.target])));
 }

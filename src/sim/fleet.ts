@@ -130,7 +130,9 @@ export class Fleet {
   startEngine(id: string, role: 'prefill' | 'decode'): SimEngine {
     const { options } = this;
     const clock = new ProcessClock(this.clock);
-    const random = this.random.fork(`engine ${id} ${this.engines.has(id) ? 'again' : ''}`);
+    const pid = this.nextPid++;
+    // Each process of the engine draws its own ids and nonces: its pid tells them apart.
+    const random = this.random.fork(`engine ${id} ${pid}`);
     const opts = resolveEngineOptions({
       id,
       role,
@@ -154,7 +156,6 @@ export class Fleet {
     };
     const transfer = role === 'prefill' ? new MemoryTransferCore(clock) : null;
     const incarnation = ids.uuid();
-    const pid = this.nextPid++;
     const engine = wireEngine({
       opts,
       log: this.log,
