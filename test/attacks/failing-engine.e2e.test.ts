@@ -1,0 +1,88 @@
+/**
+ * Issue 40, item 2, played as an admitted engine that fails every room would: prefill-1 corrupts
+ * every KV transfer it makes. Each of its rooms fails before its first token, is tried again on a
+ * pair without it, and every client gets one whole answer; prefill-1 is ejected and the next
+ * requests all go to prefill-0. With the retry and the ejection off, the failures reach the clients.
+ */
+import { describe, expect, it } from 'vitest';
+import { DeterministicModel, generateInProcess } from '../../src/model/deterministic.ts';
+import { collect, committed, prompt, startTestStack, waitFor } from '../helpers/stack.ts';
+
+describe('a room that fails before its first token', () => {
+  it('is tried again on another pair, the engine to blame left out: every client gets one whole answer, and the journal links the rooms', async () => {
+    const { control } = await startTestStack({
+      prefillEngines: 2,
+      engineArgs: ['--allow-fault-injection'],
+    });
+    // Every transfer prefill-1 makes arrives corrupted: each of its rooms fails kv_checksum_mismatch.
+    expect(control.command('prefill-1', 'inject_fault', null, 'corrupt')).toBe(true);
+    await new Promise((r) => setTimeout(r, 200));
+    const requests = Array.from({ length: 16 }, (_, i) => ({
+      prompt: prompt(700 + i, 12),
+      maxTokens: 6,
+    }));
+    const streams = requests.map((r) => control.submit(r));
+    const outs = await Promise.all(streams.map(collect));
+    const model = new DeterministicModel();
+    for (const [i, o] of outs.entries()) {
+      const r = requests[i] as (typeof requests)[number];
+      expect(o.error).toBeNull();
+      expect(o.text).toBe(generateInProcess(model, r.prompt, r.maxTokens).text);
+    }
+    const created = await control.journal.tail({ type: 'room.created', limit: 100 });
+    const retried = created.filter((e) => e.data.retriedFrom !== undefined);
+    expect(retried.length).toBeGreaterThan(0);
+    for (const e of retried) {
+      const failed = await control.journal.timeline(e.data.retriedFrom as string);
+      expect(failed.room).toMatchObject({ state: 'failed', reason: 'kv_checksum_mismatch' });
+      expect(failed.room?.prefillEngine).toBe('prefill-1');
+      // A fault of the pair: the retry left one of its engines out (the only decode engine stays).
+      expect(e.data.prefillEngine).toBe('prefill-0');
+      expect(e.data.decodeEngine).toBe('decode-0');
+      expect(e.source).toBe('retry');
+    }
+    const actions = await control.journal.tail({ type: 'recovery.action', limit: 100 });
+    expect(actions.filter((a) => a.data.action === 'retry_room')).toHaveLength(retried.length);
+    // Each request took one room or two: a retried one is never tried a second time.
+    expect(created.length).toBe(requests.length + retried.length);
+    // Its rooms failing far more often than prefill-0's, prefill-1 is out of rotation: the next
+    // requests all go to prefill-0 (decode-0, the only decode engine, is never ejected).
+    // The registry takes it out of rotation at once; the journal says so once its commit lands.
+    await waitFor('prefill-1 ejected', () => control.registry.ejections.has('prefill-1'));
+    const ejected = await committed(control.journal, { type: 'engine.ejected' });
+    expect(ejected).toMatchObject({ engine: 'prefill-1', data: { peersFailureRate: 0 } });
+    expect(control.registry.ejections.has('decode-0')).toBe(false);
+    const head = await control.journal.headSeq();
+    const later = await Promise.all(
+      Array.from({ length: 6 }, (_, i) =>
+        collect(control.submit({ prompt: prompt(750 + i, 12), maxTokens: 6 })),
+      ),
+    );
+    for (const o of later) expect(o.error).toBeNull();
+    const after = await control.journal.tail({ type: 'room.created', afterSeq: head, limit: 100 });
+    expect(after.filter((e) => e.source !== 'canary').map((e) => e.data.prefillEngine)).toEqual(
+      Array(6).fill('prefill-0'),
+    );
+  });
+
+  it('reaches its client as the failure it was with --retry-limit 0', async () => {
+    const { control } = await startTestStack({
+      prefillEngines: 2,
+      engineArgs: ['--allow-fault-injection'],
+      retryLimit: 0,
+      outlierEjection: false,
+    });
+    expect(control.command('prefill-1', 'inject_fault', null, 'corrupt')).toBe(true);
+    await new Promise((r) => setTimeout(r, 200));
+    const outs = await Promise.all(
+      Array.from({ length: 12 }, (_, i) =>
+        collect(control.submit({ prompt: prompt(800 + i, 12), maxTokens: 6 })),
+      ),
+    );
+    const failed = outs.filter((o) => o.error !== null);
+    expect(failed.length).toBeGreaterThan(0);
+    for (const o of failed) expect(o.error?.message).toMatch(/kv_checksum_mismatch/);
+    const created = await control.journal.tail({ type: 'room.created', limit: 100 });
+    expect(created.filter((e) => e.data.retriedFrom !== undefined)).toEqual([]);
+  });
+});
