@@ -278,8 +278,16 @@ export class EngineLink {
     session: EngineSession,
     msg: EngineMessage<'hello'>,
   ): Promise<Backlog | null> {
+    // A process that applied nothing yet and just joined needs its live rooms; one reconnecting
+    // needs everything of its rooms since it joined, whatever it applied.
+    const joined = session.delivery.joinedSeq;
+    const afterSeq = Math.max(msg.lastSeq, joined ?? 0);
     try {
-      return await this.deps.journal.engineBacklog(msg.engine, msg.lastSeq);
+      return await this.deps.journal.engineBacklog(
+        msg.engine,
+        afterSeq,
+        joined === null && msg.lastSeq === 0,
+      );
     } catch (err) {
       this.deps.log.error(
         { err, engine: msg.engine },
@@ -339,6 +347,7 @@ export class EngineLink {
     });
     for (const ev of backlog.events) this.sendEvent(session, ev);
     session.delivery.sentSeq = backlog.headSeq;
+    session.delivery.joinedSeq ??= backlog.headSeq;
     for (const ev of session.delivery.buffer) {
       if (ev.seq > session.delivery.sentSeq) {
         this.sendEvent(session, ev);

@@ -55,6 +55,12 @@ export interface EngineDelivery {
   lastDelivered: number;
   /** Live events that arrived while the replay was being read, sent right after it. */
   buffer: JournalEvent[];
+  /**
+   * The journal's head when this incarnation was first welcomed (null until then): a reconnect of
+   * the same process has had everything of its rooms up to it, and must get everything after it,
+   * terminal rooms too — even when it applied no event yet (`lastSeq` 0).
+   */
+  joinedSeq: number | null;
 }
 
 /**

@@ -229,6 +229,7 @@ export function openSession(
       sentSeq: 0,
       lastDelivered: msg.lastSeq,
       buffer: [],
+      joinedSeq: fresh ? null : (prev?.delivery.joinedSeq ?? null),
     },
     health: {
       lastSeen: now,

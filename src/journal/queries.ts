@@ -210,9 +210,9 @@ export function minuteCounts(
 }
 
 /** Events of an engine's rooms an engine that says hello has missed (`JournalReader.engineBacklog`). */
-export function backlogSql(afterSeq: number): string {
+export function backlogSql(liveOnly: boolean): string {
   // Live rooms have a deadline (rooms_live_deadline); a fresh engine needs only theirs.
-  return afterSeq === 0
+  return liveOnly
     ? `SELECT e.* FROM events e WHERE e.room IN (SELECT room FROM rooms WHERE deadline_at IS NOT NULL
          AND (prefill_engine = ? OR decode_engine = ?))
        AND e.type <> 'room.event_rejected' AND e.seq <= ? ORDER BY e.seq`
@@ -225,6 +225,7 @@ export function backlogParams(
   engine: string,
   afterSeq: number,
   headSeq: number,
+  liveOnly: boolean,
 ): Array<string | number> {
-  return afterSeq === 0 ? [engine, engine, headSeq] : [afterSeq, headSeq, engine, engine];
+  return liveOnly ? [engine, engine, headSeq] : [afterSeq, headSeq, engine, engine];
 }

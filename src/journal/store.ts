@@ -216,10 +216,11 @@ export interface EngineBacklog {
 export interface JournalReader {
   readFrom(afterSeq: number, limit: number): Promise<JournalEvent[]>;
   /**
-   * What an engine that says hello has missed. `afterSeq` 0 (a fresh engine): every event of its
-   * rooms that are not terminal. Otherwise: every event of its rooms after `afterSeq`.
+   * What an engine that says hello has missed. `liveOnly` (a fresh engine, by default when
+   * `afterSeq` is 0): every event of its rooms that are not terminal. Otherwise: every event of
+   * its rooms after `afterSeq` — terminal ones too, which a reconnecting engine must release.
    */
-  engineBacklog(engine: string, afterSeq: number): Promise<EngineBacklog>;
+  engineBacklog(engine: string, afterSeq: number, liveOnly?: boolean): Promise<EngineBacklog>;
   headSeq(): Promise<number>;
   timeline(room: string): Promise<Timeline>;
   rooms(filter: RoomFilter): Promise<RoomPage>;

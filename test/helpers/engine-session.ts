@@ -33,6 +33,7 @@ export function engineSession(
     broken: false,
     sentSeq: 0,
     lastDelivered: 0,
+    joinedSeq: 0,
     buffer: [],
   };
   const health: EngineHealth = {

@@ -402,6 +402,39 @@ export function journalContract(b: ContractBackend): void {
   });
 
   describe(`${b.name} journal: queries`, () => {
+    it("gives an engine's backlog: a fresh engine its live rooms, a reconnecting one its rooms after a seq, ended ones too", async () => {
+      const j = await fresh();
+      try {
+        await j.append(created('ended'));
+        await j.append(created('live'));
+        await j.append({
+          type: 'room.failed',
+          room: 'ended',
+          source: 'watchdog',
+          data: { reason: 'deadline_exceeded', stage: 'created', detectedBy: 'watchdog' },
+        });
+        await j.append({
+          type: 'room.created',
+          room: 'other',
+          source: 'test',
+          data: { prefillEngine: 'p1', decodeEngine: 'd1' },
+        });
+        const rooms = async (afterSeq: number, liveOnly?: boolean) => {
+          const b = await j.engineBacklog('d0', afterSeq, liveOnly);
+          expect(b.headSeq).toBe(4);
+          return b.events.map((e) => `${e.seq} ${e.room}`);
+        };
+        expect(await rooms(0)).toEqual(['2 live']);
+        // Found by the simulator (--faults control-freeze): an engine that reconnected having
+        // applied nothing was sent nothing of the rooms that ended meanwhile, and never released them.
+        expect(await rooms(0, false)).toEqual(['1 ended', '2 live', '3 ended']);
+        expect(await rooms(1)).toEqual(['2 live', '3 ended']);
+        expect(await rooms(3, true)).toEqual(['2 live']);
+      } finally {
+        await j.drain();
+      }
+    });
+
     it('answers rooms in flight at T, filters, pages and per-minute counts', async () => {
       const j = await fresh();
       try {

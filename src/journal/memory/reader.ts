@@ -31,7 +31,11 @@ export class MemoryReader implements JournalReader {
     return Promise.resolve(this.disk.readFrom(afterSeq, limit));
   }
 
-  engineBacklog(engine: string, afterSeq: number): Promise<EngineBacklog> {
+  engineBacklog(
+    engine: string,
+    afterSeq: number,
+    liveOnly = afterSeq === 0,
+  ): Promise<EngineBacklog> {
     const { disk } = this;
     const headSeq = disk.headSeq();
     const ofEngine = (r: Room | undefined) =>
@@ -40,7 +44,7 @@ export class MemoryReader implements JournalReader {
       if (ev.type === 'room.event_rejected' || ev.room === null || ev.seq > headSeq) return false;
       const room = disk.rooms.get(ev.room);
       // A fresh engine needs the live rooms only (those with a deadline).
-      if (afterSeq === 0) return ofEngine(room) && room?.deadlineAt !== null;
+      if (liveOnly) return ofEngine(room) && room?.deadlineAt !== null;
       return ev.seq > afterSeq && ofEngine(room);
     });
     return Promise.resolve({ events: events.map(copyEvent), headSeq });

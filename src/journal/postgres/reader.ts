@@ -103,13 +103,17 @@ export class PgReader implements JournalReader {
     return rows.map(rowToEvent);
   }
 
-  engineBacklog(engine: string, afterSeq: number): Promise<EngineBacklog> {
+  engineBacklog(
+    engine: string,
+    afterSeq: number,
+    liveOnly = afterSeq === 0,
+  ): Promise<EngineBacklog> {
     return this.snapshot(async (c) => {
       const headSeq = await headOf(c);
       const rows = (
         await c.query<EventRow>(
-          numbered(backlogSql(afterSeq)),
-          backlogParams(engine, afterSeq, headSeq),
+          numbered(backlogSql(liveOnly)),
+          backlogParams(engine, afterSeq, headSeq, liveOnly),
         )
       ).rows;
       return { events: rows.map(rowToEvent), headSeq };

@@ -64,15 +64,19 @@ export class SqliteReader implements JournalReader {
     return this.read(() => this.readFromSync(afterSeq, limit));
   }
 
-  engineBacklog(engine: string, afterSeq: number): Promise<EngineBacklog> {
+  engineBacklog(
+    engine: string,
+    afterSeq: number,
+    liveOnly = afterSeq === 0,
+  ): Promise<EngineBacklog> {
     return this.read(() => {
       const headSeq = this.db
         .prepare('SELECT coalesce(max(seq), 0) FROM events')
         .pluck()
         .get() as number;
       const rows = this.db
-        .prepare(backlogSql(afterSeq))
-        .all(...backlogParams(engine, afterSeq, headSeq)) as EventRow[];
+        .prepare(backlogSql(liveOnly))
+        .all(...backlogParams(engine, afterSeq, headSeq, liveOnly)) as EventRow[];
       return { events: rows.map(rowToEvent), headSeq };
     });
   }
