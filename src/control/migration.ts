@@ -66,6 +66,8 @@ interface Loss {
 
 /** Lost incarnations remembered (the oldest are forgotten): rooms committed late find theirs here. */
 const LOST_KEPT = 256;
+/** How often a lost engine's release the journal refused is tried again. */
+const RELEASE_RETRY_MS = 1000;
 
 export class Migrator {
   /** Incarnations lost (`engine/incarnation`), and how. */
@@ -265,27 +267,30 @@ export class Migrator {
   /**
    * A terminal room the lost engine never released: its pages went with its process, so the
    * control plane journals the release for it — which lets the surviving engine free its side
-   * (no transfer can still be writing into it) and the room leave the live view.
+   * (no transfer can still be writing into it) and the room leave the live view. A release the
+   * journal refused (a full disk) is tried again every `RELEASE_RETRY_MS` until it commits: no
+   * one else would ever release it, and the room would stay in the live view for good.
    */
   private async releaseLost(room: string, loss: Loss): Promise<void> {
     const { host } = this;
     const r = host.book.room(room);
-    if (!r || r.releasedBy.includes(loss.engine)) return;
-    await host.journal
-      .append({
+    if (!r || r.releasedBy.includes(loss.engine) || host.closing()) return;
+    try {
+      await host.journal.append({
         type: 'room.released',
         room,
         engine: loss.engine,
         source: 'control',
         eventId: `${room}:released:${loss.engine}:${loss.incarnation}`,
         data: {},
-      })
-      .catch((err) =>
-        host.log.error(
-          { err, room, engine: loss.engine },
-          'could not release a lost engine’s room',
-        ),
+      });
+    } catch (err) {
+      host.log.error(
+        { err, room, engine: loss.engine, retryInMs: RELEASE_RETRY_MS },
+        'could not release a lost engine’s room; trying again',
       );
+      host.clock.setTimeout(() => void this.releaseLost(room, loss), RELEASE_RETRY_MS).unref();
+    }
   }
 
   /**
