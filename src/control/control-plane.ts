@@ -46,7 +46,7 @@ import { isPairFailure, PairHealth } from './pairs.ts';
 import { EngineRegistry } from './registry.ts';
 import { RoomBook, type RoomOwners } from './room-book.ts';
 import { Router } from './routing/router.ts';
-import { DEFAULT_STALL_POLICY, findStalls, type Stall, type StallPolicy } from './stalls.ts';
+import { DEFAULT_STALL_POLICY, findStalls, type Stall } from './stalls.ts';
 import { RoomEndedError, type RoomStream } from './streams.ts';
 import { relayTokens } from './tokens.ts';
 
@@ -358,14 +358,15 @@ export class ControlPlane {
   }
 
   /**
-   * Engines that stopped working while alive, why, and since when (stalls.ts: a bus loop that
-   * consumes nothing — the wedge of docs/incident.md —, a frozen transfer core or work loop, rooms
-   * piling up on it, canaries failing on it). Used by the escalation ladder and the views.
+   * Engines that stopped working while alive, why, and since when (stalls.ts). Evidence counts
+   * only from the last time this control plane could not hear them or move their rooms: its loop
+   * blocked, the journal refusing writes, or `lateAt` (the caller's own gap: the ladder's, after a
+   * SIGSTOP). Used by the escalation ladder and the views.
    */
-  stalledEngines(policy: StallPolicy = DEFAULT_STALL_POLICY, now = this.clock.now()): Stall[] {
+  stalledEngines(policy = DEFAULT_STALL_POLICY, now = this.clock.now(), lateAt = 0): Stall[] {
     return findStalls(this.registry.all(), this.book.live(), policy, now, {
       journalWritable: this.journal.health().writable,
-      lateAt: this.loopLag.lateAt,
+      lateAt: Math.max(this.loopLag.lateAt, this.outage.refusedAt, lateAt),
     });
   }
 

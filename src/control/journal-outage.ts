@@ -17,6 +17,11 @@ import type { JournalStore } from '../journal/store.ts';
 export interface OutageState {
   /** Since when the journal refuses writes (0: it takes them). */
   readonly since: number;
+  /**
+   * The last tick that found the journal refusing writes (0: none yet). Engines waiting on it
+   * moved nothing meanwhile, so evidence against them counts only from then (stalls.ts).
+   */
+  readonly refusedAt: number;
   /** Rooms whose clients were answered during an outage: failed in the journal once it can. */
   readonly unrecorded: ReadonlySet<string>;
   /** Their failures are being appended now: none is tried again until that ends. */
@@ -27,6 +32,7 @@ export interface OutageState {
 
 export const NO_OUTAGE: OutageState = Object.freeze({
   since: 0,
+  refusedAt: 0,
   unrecorded: new Set<string>(),
   failing: false,
   probing: false,
@@ -63,8 +69,10 @@ export function decideOutage(
 ): { state: OutageState; commands: OutageCommand[] } {
   const commands: OutageCommand[] = [];
   let since = s.since;
+  let refusedAt = s.refusedAt;
   if (!t.writable) {
     if (since === 0) since = t.now;
+    refusedAt = t.now;
     if (t.now - since >= t.graceMs) {
       const reason = `the journal has refused writes for ${t.now - since} ms (${t.lastError ?? 'commit failed'}); this request cannot be completed, and its room will be failed in the journal once it can be written`;
       for (const room of t.streaming) commands.push({ kind: 'end_stream', room, reason });
@@ -85,7 +93,13 @@ export function decideOutage(
   const probe = !t.writable && !record && !s.failing && !s.probing;
   if (probe) commands.push({ kind: 'probe', since, lastError: t.lastError });
   return {
-    state: { since, unrecorded, failing: s.failing || record, probing: s.probing || probe },
+    state: {
+      since,
+      refusedAt,
+      unrecorded,
+      failing: s.failing || record,
+      probing: s.probing || probe,
+    },
     commands,
   };
 }
@@ -125,6 +139,11 @@ export class JournalOutage {
   private state: OutageState = NO_OUTAGE;
 
   constructor(private readonly deps: OutageDeps) {}
+
+  /** The last time the journal was found refusing writes (unix ms); 0: never. */
+  get refusedAt(): number {
+    return this.state.refusedAt;
+  }
 
   /** One look at the journal; the control plane calls it every 250 ms. */
   tick(now: number): void {

@@ -88,4 +88,16 @@ describe('decideOutage', () => {
     // A probe committed: the journal is writable, and nothing more is probed.
     expect(decideOutage(refused, tick({ now: 10_750 })).commands).toEqual([]);
   });
+
+  it('given writes refused, remembers the last tick that saw it after they return: engines waiting on the journal are not blamed', () => {
+    // Found by the simulator (--faults disk-full, seeds 23 and 31): the moment the journal took
+    // writes again, every engine whose rooms had waited on it looked stalled, and the ladder
+    // reset them all.
+    const down = decideOutage(NO_OUTAGE, tick({ writable: false, now: 10_000 }));
+    const still = decideOutage(down.state, tick({ writable: false, now: 12_000 }));
+    expect(still.state.refusedAt).toBe(12_000);
+    const back = decideOutage(still.state, tick({ now: 12_250 }));
+    expect(back.state).toMatchObject({ since: 0, refusedAt: 12_000 });
+    expect(decideOutage(back.state, tick({ now: 60_000 })).state.refusedAt).toBe(12_000);
+  });
 });

@@ -38,7 +38,7 @@ import type { EventInput } from '../journal/events.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { type Clock, systemClock, type Timer } from '../ports/clock.ts';
-import type { EngineSupervisor } from './supervisor.ts';
+import type { Supervisor } from './supervisor.ts';
 
 /** When an engine is stalled (stalls.ts), and how the ladder answers. */
 export interface LadderPolicy extends StallPolicy {
@@ -129,8 +129,13 @@ interface EngineLadder {
   lastRecovery: { kind: StallKind; rung: LadderRung; at: number } | null;
 }
 
-/** A gap between two ladder ticks this long says the process was not running (see `tick`). */
-const NOT_LISTENING_MS = 1000;
+/**
+ * A gap between two ladder ticks this long says the process was not running (see `tick`). Shorter
+ * than the shortest window of evidence a detector needs (a bus loop 500 ms behind, stalls.ts):
+ * a pause long enough to make any detector fire is one the ladder notices itself. (At 1 s, the
+ * simulator found a control plane stopped for 0.8 s resetting two healthy engines on SIGCONT.)
+ */
+const NOT_LISTENING_MS = 400;
 
 export class EscalationLadder {
   /** When this process was last found to have not been running; heartbeats count from then. */
@@ -148,7 +153,7 @@ export class EscalationLadder {
     >,
     /** Where every rung is recorded (`recovery.action`, `engine.stalled`, …). */
     private readonly journal: Pick<JournalStore, 'append'>,
-    private readonly supervisor: EngineSupervisor,
+    private readonly supervisor: Supervisor,
     private readonly log: Logger,
     policy: Partial<LadderPolicy> = {},
     private readonly clock: Clock = systemClock,
@@ -159,6 +164,8 @@ export class EscalationLadder {
   /** Every 100 ms: a stall is acted on within a tenth of a second of being seen. */
   start(intervalMs = 100): void {
     if (this.timer) return;
+    // A pause before the first tick is one too.
+    this.lastTickAt = this.clock.now();
     this.timer = this.clock.setInterval(() => this.tick(), intervalMs).unref();
   }
 
@@ -236,15 +243,16 @@ export class EscalationLadder {
 
   /** One pass over the engines; returns the rungs it tried, as `engine:rung`. */
   tick(now = this.clock.now()): string[] {
-    // Ticks come every 100 ms; a gap of a second (on the real clock) means this process did not
-    // run — it was stopped, or its event loop blocked — and heard no heartbeat meanwhile.
+    // Ticks come every 100 ms; a gap of 400 ms (on the real clock) means this process did not
+    // run — it was stopped, or its event loop blocked — and heard nothing meanwhile: heartbeats
+    // and every stall detector's evidence count from now.
     const real = this.clock.now();
     if (this.lastTickAt !== 0 && real - this.lastTickAt > NOT_LISTENING_MS)
       this.listeningSince = now;
     this.lastTickAt = real;
     const acted: string[] = [];
     // One pass over the rooms for every engine, not one per engine.
-    const stalls = this.control.stalledEngines(this.policy, now);
+    const stalls = this.control.stalledEngines(this.policy, now, this.listeningSince);
     for (const s of this.control.engines(now, stalls)) {
       const l = this.ladder(s.engine);
       const i = l.incident;

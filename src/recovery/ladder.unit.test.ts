@@ -11,7 +11,7 @@ import type { Stall, StallKind } from '../control/stalls.ts';
 import type { EventInput } from '../journal/events.ts';
 import { processLogger } from '../log.ts';
 import { EscalationLadder } from './ladder.ts';
-import type { EngineSupervisor } from './supervisor.ts';
+import type { Supervisor } from './supervisor.ts';
 
 const ENGINE = 'prefill-0';
 
@@ -31,6 +31,8 @@ class Rig {
   /** decode-0, stalled when `otherStall` is set (it heartbeats on time otherwise). */
   other = { ...this.session, engine: 'decode-0', lastSeen: Number.NaN };
   otherStall: StallKind | null = null;
+  /** What the ladder last told the detectors of its own gaps (stalledEngines' `lateAt`). */
+  lateAt = -1;
   readonly cordons = new Cordons();
   readonly events: EventInput[] = [];
   readonly asked: string[] = [];
@@ -44,21 +46,24 @@ class Rig {
     > = {
       liveness: DEFAULT_LIVENESS,
       engines: () => [this.session, this.other] as unknown as EngineView[],
-      stalledEngines: (): Stall[] => [
-        ...(this.stall
-          ? [{ engine: ENGINE, kind: this.stall, reason: `${this.stall} stall`, since: this.now }]
-          : []),
-        ...(this.otherStall
-          ? [
-              {
-                engine: 'decode-0',
-                kind: this.otherStall,
-                reason: `${this.otherStall} stall`,
-                since: this.now,
-              },
-            ]
-          : []),
-      ],
+      stalledEngines: (_policy, _now, lateAt = 0): Stall[] => {
+        this.lateAt = lateAt;
+        return [
+          ...(this.stall
+            ? [{ engine: ENGINE, kind: this.stall, reason: `${this.stall} stall`, since: this.now }]
+            : []),
+          ...(this.otherStall
+            ? [
+                {
+                  engine: 'decode-0',
+                  kind: this.otherStall,
+                  reason: `${this.otherStall} stall`,
+                  since: this.now,
+                },
+              ]
+            : []),
+        ];
+      },
       registry: { cordons: this.cordons } as unknown as ControlPlane['registry'],
       book: { liveOn: () => 3 } as unknown as ControlPlane['book'],
       command: () => false,
@@ -74,19 +79,19 @@ class Rig {
         return { status: 'applied' as const, seq: this.events.length, eventId: '', state: null };
       },
     };
-    const supervisor = {
+    const supervisor: Supervisor = {
       pid: () => (this.supervised ? 4242 : undefined),
       ids: () => ['prefill-0', 'decode-0'],
-      signal: (id: string, sig: string) => {
+      signal: (id, sig) => {
         if (!this.supervised) return false;
         this.asked.push(`${sig} ${id}`);
         return true;
       },
-      restartNow: async (id: string) => {
+      restartNow: async (id) => {
         this.asked.push(`restart ${id}`);
         return 4343;
       },
-    } as unknown as EngineSupervisor;
+    };
     this.ladder = new EscalationLadder(
       control,
       journal,
@@ -159,6 +164,28 @@ describe('EscalationLadder', () => {
       expect(rig.tick(4000)).toEqual([]);
       vi.advanceTimersByTime(100);
       expect(rig.tick(1100)).toEqual(['prefill-0:fence_engine']);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('counts every detector’s evidence only from after a pause of its own, half a second or more', () => {
+    // Found by the simulator (--faults control-freeze, seed 54): a control plane stopped for 0.8 s
+    // judged its engines' bus loops on SIGCONT by what it had not heard while stopped, and reset
+    // two healthy engines in place.
+    vi.useFakeTimers();
+    try {
+      const rig = new Rig();
+      rig.beat();
+      vi.setSystemTime(rig.now);
+      rig.tick(100);
+      expect(rig.lateAt).toBe(0);
+      vi.advanceTimersByTime(100);
+      rig.tick(100);
+      expect(rig.lateAt).toBe(0);
+      vi.advanceTimersByTime(800);
+      rig.tick(800);
+      expect(rig.lateAt).toBe(rig.now);
     } finally {
       vi.useRealTimers();
     }

@@ -138,7 +138,23 @@ export interface ExitStatus {
   expected?: boolean;
 }
 
-export class EngineSupervisor {
+/**
+ * What the escalation ladder asks of whoever runs the engine processes (the supervisor port):
+ * `pdctl serve`'s `EngineSupervisor` over child processes, the simulator's fleet over simulated
+ * ones (sim/fleet.ts).
+ */
+export interface Supervisor {
+  /** The engine's current process, if this supervisor runs it. */
+  pid(id: string): number | undefined;
+  /** Sends a signal to the engine's process; false if there is none. */
+  signal(id: string, sig: NodeJS.Signals): boolean;
+  /** The engines it runs. */
+  ids(): string[];
+  /** Kills the engine's process and starts it again; resolves with the new pid. */
+  restartNow(id: string): Promise<number | undefined>;
+}
+
+export class EngineSupervisor implements Supervisor {
   private readonly children = new Map<string, Child>();
   /** Unexpected exits per engine, newest last (unix ms), for the crash-loop cap. */
   private readonly crashes = new Map<string, number[]>();

@@ -20,13 +20,15 @@ export const FAULT_KINDS = [
   'transfer-stall',
   /** A prefill engine's transfers arrive with a byte flipped. */
   'transfer-corrupt',
+  /** The control plane's process is SIGSTOPped, then SIGCONTed (with its embedded journal). */
+  'control-freeze',
 ] as const;
 
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
 export interface PlannedFault {
   kind: FaultKind;
-  /** The engine it hits; null for the journal. */
+  /** The engine it hits; null for the journal and the control plane. */
   target: string | null;
   /** When it starts, in ms after the workload's start, and how long it lasts. */
   at: number;
@@ -61,7 +63,7 @@ export function planFaults(
   return Array.from({ length: count }, () => {
     const kind = random.pick(kinds);
     const target =
-      kind === 'disk-full'
+      kind === 'disk-full' || kind === 'control-freeze'
         ? null
         : kind.startsWith('transfer-')
           ? random.pick(engines.prefill)
@@ -91,8 +93,8 @@ function start(fleet: Fleet, f: PlannedFault): () => void {
   const target = f.target as string;
   switch (f.kind) {
     case 'partition':
-      fleet.network.partition('control', target);
-      return () => fleet.network.heal('control', target);
+      fleet.cut(target);
+      return () => fleet.mend(target);
     case 'kill':
       // Its span is how long the new process takes to come up (a model load).
       fleet.kill(target, f.forMs);
@@ -100,6 +102,9 @@ function start(fleet: Fleet, f: PlannedFault): () => void {
     case 'freeze':
       fleet.freeze(target);
       return () => fleet.thaw(target);
+    case 'control-freeze':
+      fleet.freezeControl();
+      return () => fleet.thawControl();
     case 'disk-full':
       fleet.journal.refuseWrites('the simulated disk is full');
       return () => fleet.journal.refuseWrites(null);

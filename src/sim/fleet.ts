@@ -1,9 +1,13 @@
 /**
- * A whole fleet in one process (issue 41, item 1): the real control plane, watchdog and engine
- * cores (prefill and decode on the deterministic model), unchanged, on the simulator's adapters
- * of every port — a virtual clock, seeded randomness and ids, the in-memory journal, network,
- * KV pools and transfer core. Nothing here reads the machine's clock or randomness, so a fleet
- * started from a seed runs the same way every time.
+ * A whole fleet in one process (issue 41, item 1): the real control plane, watchdog, escalation
+ * ladder and engine cores (prefill and decode on the deterministic model), unchanged, on the
+ * simulator's adapters of every port — a virtual clock, seeded randomness and ids, the in-memory
+ * journal, network, KV pools and transfer core, and the fleet itself as the ladder's supervisor
+ * of engine processes. Nothing here reads the machine's clock or randomness, so a fleet started
+ * from a seed runs the same way every time.
+ *
+ * The control plane is a process too (`controlProcess`): its timers, its journal's commits (the
+ * journal is embedded, as SQLite is) and the clients' requests to it wait while it is frozen.
  */
 import { Admission } from '../bus/admission.ts';
 import { type LinkSpec, MemoryNetwork } from '../bus/memory/network.ts';
@@ -18,6 +22,8 @@ import { VirtualClock } from '../ports/clock.ts';
 import { seededIds } from '../ports/ids.ts';
 import { type Random, seeded } from '../ports/random.ts';
 import { engineExited } from '../recovery/exits.ts';
+import { EscalationLadder } from '../recovery/ladder.ts';
+import type { Supervisor } from '../recovery/supervisor.ts';
 import { Watchdog } from '../recovery/watchdog.ts';
 import { MemoryTransferCore } from '../transfer/memory/core.ts';
 import { MemoryPools } from '../transfer/memory/pool.ts';
@@ -44,6 +50,8 @@ export interface FleetOptions {
 const CONTROL_ENDPOINT = 'tcp://control:5557';
 /** The virtual time a fleet starts at. */
 const EPOCH = Date.UTC(2026, 0, 1);
+/** How long a restarted engine takes to come back (its model loading), unless a fault says. */
+const RESTART_MS = 500;
 
 export interface SimEngine {
   id: string;
@@ -55,14 +63,25 @@ export interface SimEngine {
   pid: number;
   /** Prefill: its transfer core, where transfer faults are injected. */
   transfer: MemoryTransferCore | null;
+  /** Times the engine was started again before this process. */
+  restarts: number;
+  /** SIGSTOPped. */
+  frozen: boolean;
 }
 
-export class Fleet {
+export class Fleet implements Supervisor {
   readonly engines = new Map<string, SimEngine>();
   private nextPid = 1000;
+  /** Why each engine's link to the control plane is down (faults, frozen processes): it is up at 0. */
+  private readonly cuts = new Map<string, number>();
+  /** Freezes of the control plane not yet ended. */
+  private controlFrozen = 0;
+  private stopping = false;
+  readonly ladder: EscalationLadder;
   private constructor(
     readonly seed: number,
     readonly clock: VirtualClock,
+    readonly controlProcess: ProcessClock,
     readonly random: Random,
     readonly network: MemoryNetwork,
     readonly disk: MemoryDisk,
@@ -73,11 +92,15 @@ export class Fleet {
     private readonly admission: Admission,
     private readonly options: FleetOptions,
     private readonly log: Logger,
-  ) {}
+  ) {
+    // The ladder's supervisor is this fleet: it signals, kills and restarts simulated engines.
+    this.ladder = new EscalationLadder(control, journal, this, log, {}, controlProcess);
+  }
 
   /** Starts the control plane and its engines, and runs the clock until every engine is live. */
   static async start(options: FleetOptions): Promise<Fleet> {
     const clock = new VirtualClock(EPOCH);
+    const controlProcess = new ProcessClock(clock);
     const random = seeded(options.seed);
     const link = { delayMs: [1, 2] as const, loss: 0, duplicate: 0, reorder: 0, up: true };
     const network = new MemoryNetwork(clock, random.fork('network'), { ...link, ...options.link });
@@ -85,7 +108,7 @@ export class Fleet {
     const ids = seededIds(clock, random.fork('control ids'));
     const disks = random.fork('disk');
     const commitMs = options.commitMs ?? (() => disks.between(1, 5));
-    const journal = MemoryJournal.open({ disk, clock, ids, commitMs });
+    const journal = MemoryJournal.open({ disk, clock: controlProcess, ids, commitMs });
     const log = options.log ?? silentLogger;
     const admission = new Admission();
     const control = await clock.runUntil(
@@ -96,17 +119,18 @@ export class Fleet {
         version: 'sim',
         bus: CONTROL_ENDPOINT,
         curve: false,
-        clock,
+        clock: controlProcess,
         ids,
         transport: network.host('control'),
-        model: new DeterministicModel({}, clock),
+        model: new DeterministicModel({}, controlProcess),
       }),
     );
-    const watchdog = new Watchdog(control, journal, log, 100, clock);
+    const watchdog = new Watchdog(control, journal, log, 100, controlProcess);
     watchdog.start();
     const fleet = new Fleet(
       options.seed,
       clock,
+      controlProcess,
       random,
       network,
       disk,
@@ -118,6 +142,7 @@ export class Fleet {
       options,
       log,
     );
+    fleet.ladder.start();
     const prefill = options.prefill ?? 2;
     const decode = options.decode ?? 2;
     for (let i = 0; i < prefill; i++) fleet.startEngine(`prefill-${i}`, 'prefill');
@@ -127,7 +152,7 @@ export class Fleet {
   }
 
   /** Starts an engine process on its own simulated host. */
-  startEngine(id: string, role: 'prefill' | 'decode'): SimEngine {
+  startEngine(id: string, role: 'prefill' | 'decode', restarts = 0): SimEngine {
     const { options } = this;
     const clock = new ProcessClock(this.clock);
     const pid = this.nextPid++;
@@ -181,7 +206,17 @@ export class Fleet {
         this.pools.unlink(opts.poolName);
       },
     });
-    const sim = { id, role, engine, process: clock, incarnation, pid, transfer };
+    const sim = {
+      id,
+      role,
+      engine,
+      process: clock,
+      incarnation,
+      pid,
+      transfer,
+      restarts,
+      frozen: false,
+    };
     this.engines.set(id, sim);
     return sim;
   }
@@ -191,41 +226,137 @@ export class Fleet {
    * exit is journaled and its rooms continue elsewhere at once, and the engine is started again
    * `restartMs` later (its model loading), as a new incarnation with a new pool.
    */
-  kill(id: string, restartMs = 500): void {
-    const sim = this.engines.get(id);
-    if (!sim?.process.alive) return;
-    sim.process.kill();
-    this.network.kill(id);
-    engineExited(this.control, this.journal, this.log, {
-      engine: id,
-      pid: sim.pid,
-      code: null,
-      signal: 'SIGKILL',
-      restarts: 0,
-      expected: false,
-    });
-    this.clock.setTimeout(() => this.startEngine(id, sim.role), restartMs);
+  kill(id: string, restartMs = RESTART_MS): void {
+    this.end(id, false, restartMs);
   }
 
   /** SIGSTOP: nothing of the engine runs, and nothing reaches it or leaves it, until `thaw`. */
   freeze(id: string): void {
     const sim = this.engines.get(id);
-    if (!sim) return;
+    if (!sim?.process.alive || sim.frozen) return;
+    sim.frozen = true;
     sim.process.freeze();
-    this.network.partition('control', id);
+    this.cut(id);
   }
 
   /** SIGCONT. */
   thaw(id: string): void {
     const sim = this.engines.get(id);
-    if (!sim) return;
-    this.network.heal('control', id);
+    if (!sim?.frozen) return;
+    sim.frozen = false;
+    this.mend(id);
     sim.process.thaw();
+  }
+
+  /**
+   * SIGSTOP to the control plane: its timers, commits, messages and clients' requests wait. Freezes
+   * that overlap hold it until the last of them ends.
+   */
+  freezeControl(): void {
+    if (this.controlFrozen++ > 0) return;
+    this.controlProcess.freeze();
+    for (const id of this.engines.keys()) this.cut(id);
+  }
+
+  /** SIGCONT to the control plane: what fell due meanwhile runs at once, as for a real process. */
+  thawControl(): void {
+    if (this.controlFrozen === 0 || --this.controlFrozen > 0) return;
+    for (const id of this.engines.keys()) this.mend(id);
+    this.controlProcess.thaw();
+  }
+
+  /**
+   * Runs `fn` in the control plane's process: now, or once it runs again if it is stopped (a
+   * client's request or disconnect waits in its socket meanwhile).
+   */
+  inControl(fn: () => void): void {
+    if (this.controlFrozen > 0) this.controlProcess.defer(fn);
+    else fn();
+  }
+
+  /** Takes the link between the control plane and the engine down for one more reason. */
+  cut(id: string): void {
+    const n = this.cuts.get(id) ?? 0;
+    this.cuts.set(id, n + 1);
+    if (n === 0) this.network.partition('control', id);
+  }
+
+  /** Ends one reason the link is down; it is up again once none is left. */
+  mend(id: string): void {
+    const n = this.cuts.get(id) ?? 0;
+    if (n === 0) return;
+    this.cuts.set(id, n - 1);
+    if (n === 1) this.network.heal('control', id);
+  }
+
+  // ── the supervisor port (recovery/supervisor.ts), for the ladder ──
+
+  pid(id: string): number | undefined {
+    const sim = this.engines.get(id);
+    return sim?.process.alive ? sim.pid : undefined;
+  }
+
+  /** SIGHUP resets the engine in place (once it runs: a stopped process takes it at SIGCONT). */
+  signal(id: string, sig: NodeJS.Signals): boolean {
+    const sim = this.engines.get(id);
+    if (!sim?.process.alive) return false;
+    if (sig === 'SIGKILL') this.kill(id);
+    else if (sig === 'SIGHUP') sim.process.defer(() => sim.engine.resetInPlace('SIGHUP'));
+    else return false;
+    return true;
+  }
+
+  ids(): string[] {
+    return [...this.engines.keys()];
+  }
+
+  restartNow(id: string): Promise<number | undefined> {
+    const sim = this.engines.get(id);
+    if (!sim?.process.alive || this.stopping) return Promise.resolve(undefined);
+    return new Promise((resolve) => this.end(id, true, RESTART_MS, resolve));
+  }
+
+  /** The engine's process ends (SIGKILL); `expected`: the ladder replaced it. */
+  private end(
+    id: string,
+    expected: boolean,
+    restartMs: number,
+    restarted?: (pid: number | undefined) => void,
+  ): void {
+    const sim = this.engines.get(id);
+    if (!sim?.process.alive) {
+      restarted?.(undefined);
+      return;
+    }
+    sim.process.kill();
+    this.network.kill(id);
+    // A stopped process dies too: its replacement is not stopped.
+    if (sim.frozen) {
+      sim.frozen = false;
+      this.mend(id);
+    }
+    // The supervisor is the control plane's process (`pdctl serve`): it hears the exit when it runs.
+    this.controlProcess.defer(() =>
+      engineExited(this.control, this.journal, this.log, {
+        engine: id,
+        pid: sim.pid,
+        code: null,
+        signal: 'SIGKILL',
+        restarts: sim.restarts,
+        expected,
+      }),
+    );
+    this.clock.setTimeout(() => {
+      const next = this.stopping ? undefined : this.startEngine(id, sim.role, sim.restarts + 1);
+      restarted?.(next?.pid);
+    }, restartMs);
   }
 
   /** Stops the engines (they drain), then the control plane, running the clock meanwhile. */
   async stop(): Promise<void> {
+    this.stopping = true;
     this.watchdog.stop();
+    this.ladder.stop();
     const live = [...this.engines.values()].filter((e) => e.process.alive);
     await this.clock.runUntil(Promise.all(live.map((e) => e.engine.stop('the run ended'))), 60_000);
     await this.clock.runUntil(this.control.close(), 60_000);

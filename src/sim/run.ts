@@ -176,6 +176,7 @@ async function client(fleet: Fleet, request: ClientRequest): Promise<ClientOutco
   // there (one is restarting), ask again every 50 ms for up to 3 s.
   const giveUpAt = fleet.clock.now() + 3000;
   for (;;) {
+    await new Promise<void>((r) => fleet.inControl(r));
     try {
       stream = fleet.control.submit({
         prompt: request.prompt,
@@ -196,10 +197,14 @@ async function client(fleet: Fleet, request: ClientRequest): Promise<ClientOutco
   }
   const act = request.action;
   if (act) {
-    fleet.clock.setTimeout(() => {
-      if (act.kind === 'disconnect') leave.abort();
-      else void fleet.control.abort(stream.current, 'client_abort', 'api').catch(() => {});
-    }, act.afterMs);
+    fleet.clock.setTimeout(
+      () =>
+        fleet.inControl(() => {
+          if (act.kind === 'disconnect') leave.abort();
+          else void fleet.control.abort(stream.current, 'client_abort', 'api').catch(() => {});
+        }),
+      act.afterMs,
+    );
   }
   try {
     if (request.stream)
@@ -271,9 +276,12 @@ const AFTER_HEAL: readonly ClientRequest[] = Array.from({ length: 4 }, (_, i) =>
   action: null,
 }));
 
+/** What the journal says was done to an engine that was at fault: none may name an untouched one. */
+const BLAMED = new Set(['engine.exited', 'engine.lost', 'engine.stalled', 'engine.cordoned']);
+
 /**
- * The engines no fault touched: started once, never exited. And with no fault at all, no client
- * whose request failed.
+ * The engines no fault touched: started once, never exited, stalled, lost or cordoned. And with
+ * no fault at all, no client whose request failed.
  */
 function spared(
   events: readonly JournalEvent[],
@@ -287,12 +295,12 @@ function spared(
   for (const ev of events) {
     if (ev.engine === null || hit.has(ev.engine)) continue;
     if (ev.type === 'engine.registered') starts.set(ev.engine, (starts.get(ev.engine) ?? 0) + 1);
-    if (ev.type === 'engine.exited')
+    if (BLAMED.has(ev.type))
       out.push({
         invariant: 'untouched_engine_spared',
         room: null,
         seq: ev.seq,
-        detail: `${ev.engine} exited, though no fault hit it`,
+        detail: `${ev.type} ${ev.engine} (${JSON.stringify(ev.data).slice(0, 200)}), though no fault hit it`,
       });
   }
   for (const [engine, n] of starts)
