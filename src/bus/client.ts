@@ -91,6 +91,12 @@ export class BusClient {
   private generation = 0;
   /** Whether this generation's socket completed a handshake (the ROUTER knows its routing id). */
   private handshaken = false;
+  /**
+   * A hello said on this socket before its handshake: it waits in the socket's queue, and one is
+   * enough. Resent every second instead, a control plane back after N seconds got N hellos at
+   * once, throttled them, and its ladder reset every engine in place (found by the simulator).
+   */
+  private helloQueued = false;
   private reconnectedAt = 0;
   resets = 0;
   private readonly pending = new Map<string, PendingAppend>();
@@ -232,6 +238,7 @@ export class BusClient {
     if (this.closed) return;
     this.generation++;
     this.handshaken = false;
+    this.helloQueued = false;
     this.reconnectedAt = this.clock.now();
     const old = { socket: this.socket, loop: this.loop };
     this.welcomed = false;
@@ -324,6 +331,11 @@ export class BusClient {
   sayHello(): void {
     if (this.closed) return;
     this.welcomed = false;
+    if (!this.handshaken && this.helloQueued) {
+      this.helloOnceConnected();
+      return;
+    }
+    this.helloQueued ||= !this.handshaken;
     this.send('hello', this.handlers.hello());
     this.helloOnceConnected();
   }
