@@ -41,7 +41,7 @@ import {
   type ControlPlaneOptions,
   type SubmitRequest,
 } from './options.ts';
-import { failOrphans, roomsInFlight } from './orphans.ts';
+import { failOrphans, roomsAwaitingRelease, roomsInFlight } from './orphans.ts';
 import { isPairFailure, PairHealth } from './pairs.ts';
 import { EngineRegistry } from './registry.ts';
 import { RoomBook, type RoomOwners } from './room-book.ts';
@@ -156,10 +156,11 @@ export class ControlPlane {
     const cp = new ControlPlane(journal, options);
     try {
       const orphans = await roomsInFlight(journal);
-      cp.book.load(orphans);
+      const left = [...orphans, ...(await roomsAwaitingRelease(journal))];
+      cp.book.load(left);
       const head = await journal.headSeq();
       await cp.router.rebuild(journal, head);
-      await cp.book.decodePages.rebuild(journal, orphans, head);
+      await cp.book.decodePages.rebuild(journal, left, head);
       await cp.registry.cordons.rebuild(journal, head);
       cp.subscription = journal.subscribe(head, (ev) => cp.onCommitted(ev));
       cp.orphansFailed = await failOrphans(journal, orphans, cp.log);
@@ -358,10 +359,9 @@ export class ControlPlane {
   }
 
   /**
-   * Engines that stopped working while alive, why, and since when (stalls.ts). Evidence counts
-   * only from the last time this control plane could not hear them or move their rooms: its loop
-   * blocked, the journal refusing writes, or `lateAt` (the caller's own gap: the ladder's, after a
-   * SIGSTOP). Used by the escalation ladder and the views.
+   * Engines stalled while alive, why, and since when (stalls.ts), on evidence from after the last
+   * time this control plane could not hear them or move their rooms: its loop blocked, the journal
+   * refusing writes, or `lateAt` (the caller's own gap: the ladder's, after a SIGSTOP).
    */
   stalledEngines(policy = DEFAULT_STALL_POLICY, now = this.clock.now(), lateAt = 0): Stall[] {
     return findStalls(this.registry.all(), this.book.live(), policy, now, {

@@ -3,18 +3,49 @@
  * their clients' connections. They are loaded into the room book, then failed
  * (`orphaned_by_restart`, in the stage they were in); engines that survived free their pages
  * when the failure reaches them.
+ *
+ * Rooms that ended but that an engine has not released yet are loaded too: a release that was
+ * on its way when the previous control plane died is sent again by its engine, and must find
+ * its room (before, it was refused `not_owner` and never journaled); and the decode pages such a
+ * room still holds are not reserved again (found by the simulator, `--faults control-kill`).
  */
 import type { Room } from '../journal/reducer.ts';
-import { LIVE_STATES } from '../journal/states.ts';
-import type { JournalStore } from '../journal/store.ts';
+import { LIVE_STATES, TERMINAL_STATES } from '../journal/states.ts';
+import type { JournalStore, RoomFilter } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 
+/**
+ * How long before the journal's last event a room may have ended and still wait for a release:
+ * an engine releases a room within milliseconds of its end, or of its transfer's deadline.
+ */
+const RELEASE_WINDOW_MS = 5 * 60_000;
+
 /** Every room the journal shows in flight. */
-export async function roomsInFlight(journal: Pick<JournalStore, 'rooms'>): Promise<Room[]> {
+export function roomsInFlight(journal: Pick<JournalStore, 'rooms'>): Promise<Room[]> {
+  return allRooms(journal, { state: [...LIVE_STATES] });
+}
+
+/** Rooms that ended shortly before the journal's last event, and that an engine has not released. */
+export async function roomsAwaitingRelease(
+  journal: Pick<JournalStore, 'rooms' | 'headSeq' | 'readFrom'>,
+): Promise<Room[]> {
+  const head = await journal.headSeq();
+  const [last] = head > 0 ? await journal.readFrom(head - 1, 1) : [];
+  if (!last) return [];
+  const ended = await allRooms(journal, {
+    state: [...TERMINAL_STATES],
+    since: last.ts - RELEASE_WINDOW_MS,
+  });
+  return ended.filter(
+    (r) => !r.releasedBy.includes(r.prefillEngine) || !r.releasedBy.includes(r.decodeEngine),
+  );
+}
+
+async function allRooms(journal: Pick<JournalStore, 'rooms'>, filter: RoomFilter) {
   const rooms: Room[] = [];
   let cursor: string | undefined;
   do {
-    const page = await journal.rooms({ state: [...LIVE_STATES], limit: 10_000, cursor });
+    const page = await journal.rooms({ ...filter, limit: 10_000, cursor, excludeOrigin: [] });
     rooms.push(...page.rooms);
     cursor = page.nextCursor ?? undefined;
   } while (cursor);
