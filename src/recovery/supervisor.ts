@@ -138,6 +138,11 @@ export interface ExitStatus {
   expected?: boolean;
 }
 
+/** How long an engine that exited on its own waits to be started again: 200 ms, doubling, up to 5 s. */
+export function restartDelayMs(restarts: number): number {
+  return Math.min(5_000, 200 * 2 ** Math.min(restarts, 5));
+}
+
 /**
  * What the escalation ladder asks of whoever runs the engine processes (the supervisor port):
  * `pdctl serve`'s `EngineSupervisor` over child processes, the simulator's fleet over simulated
@@ -252,7 +257,7 @@ export class EngineSupervisor implements Supervisor {
       this.options.onGiveUp?.(spec.id, reason);
       return;
     }
-    const delay = Math.min(5_000, 200 * 2 ** Math.min(entry.restarts, 5));
+    const delay = restartDelayMs(entry.restarts);
     this.options.log.error(
       { engine: spec.id, pid: child.pid, code, signal, restartInMs: delay },
       'engine process exited; restarting it',

@@ -22,6 +22,16 @@ export const FAULT_KINDS = [
   'transfer-corrupt',
   /** The control plane's process is SIGSTOPped, then SIGCONTed (with its embedded journal). */
   'control-freeze',
+  /**
+   * An engine that hangs whenever it runs (a faulty device): SIGSTOPped, and again a second after
+   * each restart, until the fault ends — the relapse the ladder must cordon, not the fleet restart.
+   */
+  'relapse',
+  /**
+   * The control plane's process is SIGKILLed — its journal's commits in flight are lost — and
+   * started again on the same journal when the fault's span ends; its engines live on.
+   */
+  'control-kill',
 ] as const;
 
 export type FaultKind = (typeof FAULT_KINDS)[number];
@@ -50,7 +60,8 @@ export function parseFaults(text: string): FaultKind[] {
 
 /**
  * One to three faults of the given kinds, each starting within the first 70% of `spanMs` and
- * lasting 0.5 to 8 s — either side of the bus's 5 s heartbeat timeout.
+ * lasting 0.5 to 8 s — either side of the bus's 5 s heartbeat timeout — except a relapse, which
+ * lasts 15 to 30 s: long enough for the ladder to restart the engine and see it hang again.
  */
 export function planFaults(
   random: Random,
@@ -63,7 +74,7 @@ export function planFaults(
   return Array.from({ length: count }, () => {
     const kind = random.pick(kinds);
     const target =
-      kind === 'disk-full' || kind === 'control-freeze'
+      kind === 'disk-full' || kind.startsWith('control-')
         ? null
         : kind.startsWith('transfer-')
           ? random.pick(engines.prefill)
@@ -72,7 +83,7 @@ export function planFaults(
       kind,
       target,
       at: Math.round(random.next() * spanMs * 0.7),
-      forMs: random.between(500, 8000),
+      forMs: kind === 'relapse' ? random.between(15_000, 30_000) : random.between(500, 8000),
     };
   }).sort((a, b) => a.at - b.at);
 }
@@ -102,12 +113,35 @@ function start(fleet: Fleet, f: PlannedFault): () => void {
     case 'freeze':
       fleet.freeze(target);
       return () => fleet.thaw(target);
-    case 'control-freeze':
+    case 'relapse': {
+      let on = true;
+      fleet.freeze(target);
+      const off = fleet.onStarted(target, () =>
+        fleet.clock.setTimeout(() => {
+          if (on) fleet.freeze(target);
+        }, 1000),
+      );
+      return () => {
+        on = false;
+        off();
+        fleet.thaw(target);
+      };
+    }
+    case 'control-freeze': {
+      // A freeze of a process that was killed meanwhile ended with it.
+      const process = fleet.controlGeneration;
       fleet.freezeControl();
-      return () => fleet.thawControl();
+      return () => {
+        if (fleet.controlGeneration === process) fleet.thawControl();
+      };
+    }
+    case 'control-kill':
+      // Its span is how long the new process takes to come up.
+      fleet.killControl(f.forMs);
+      return () => {};
     case 'disk-full':
-      fleet.journal.refuseWrites('the simulated disk is full');
-      return () => fleet.journal.refuseWrites(null);
+      fleet.refuseWrites('the simulated disk is full');
+      return () => fleet.refuseWrites(null);
     case 'transfer-stall':
     case 'transfer-corrupt': {
       // The engine may have been killed and started again since: the live one takes the fault.

@@ -23,7 +23,7 @@ import { seededIds } from '../ports/ids.ts';
 import { type Random, seeded } from '../ports/random.ts';
 import { engineExited } from '../recovery/exits.ts';
 import { EscalationLadder } from '../recovery/ladder.ts';
-import type { Supervisor } from '../recovery/supervisor.ts';
+import { restartDelayMs, type Supervisor } from '../recovery/supervisor.ts';
 import { Watchdog } from '../recovery/watchdog.ts';
 import { MemoryTransferCore } from '../transfer/memory/core.ts';
 import { MemoryPools } from '../transfer/memory/pool.ts';
@@ -53,6 +53,14 @@ const EPOCH = Date.UTC(2026, 0, 1);
 /** How long a restarted engine takes to come back (its model loading), unless a fault says. */
 const RESTART_MS = 500;
 
+function deferred(): { promise: Promise<void>; resolve: () => void } {
+  let resolve = () => {};
+  const promise = new Promise<void>((r) => {
+    resolve = r;
+  });
+  return { promise, resolve };
+}
+
 export interface SimEngine {
   id: string;
   role: 'prefill' | 'decode';
@@ -69,86 +77,176 @@ export interface SimEngine {
   frozen: boolean;
 }
 
+/** One process of the control plane: its clock, its embedded journal, and what runs in it. */
+interface SimControl {
+  process: ProcessClock;
+  journal: MemoryJournal;
+  control: ControlPlane;
+  watchdog: Watchdog;
+  ladder: EscalationLadder;
+}
+
 export class Fleet implements Supervisor {
   readonly engines = new Map<string, SimEngine>();
   private nextPid = 1000;
   /** Why each engine's link to the control plane is down (faults, frozen processes): it is up at 0. */
   private readonly cuts = new Map<string, number>();
+  private readonly startListeners = new Map<string, Set<(sim: SimEngine) => void>>();
+  private readonly controlListeners = new Set<() => void>();
   /** Freezes of the control plane not yet ended. */
   private controlFrozen = 0;
+  /** Why the disk refuses writes (a fault), for every journal opened on it; null: it takes them. */
+  private diskFull: string | null = null;
   private stopping = false;
-  readonly ladder: EscalationLadder;
+  /** Control-plane processes started so far. */
+  private generation = 0;
+  private current: SimControl | null;
+  /** Settles when the control plane's current process dies (its clients' connections reset). */
+  private died: { promise: Promise<void>; resolve: () => void } = deferred();
+
   private constructor(
     readonly seed: number,
     readonly clock: VirtualClock,
-    readonly controlProcess: ProcessClock,
     readonly random: Random,
     readonly network: MemoryNetwork,
     readonly disk: MemoryDisk,
-    readonly journal: MemoryJournal,
-    readonly control: ControlPlane,
-    readonly watchdog: Watchdog,
     private readonly pools: MemoryPools,
     private readonly admission: Admission,
     private readonly options: FleetOptions,
     private readonly log: Logger,
   ) {
-    // The ladder's supervisor is this fleet: it signals, kills and restarts simulated engines.
-    this.ladder = new EscalationLadder(control, journal, this, log, {}, controlProcess);
+    this.current = null;
   }
 
   /** Starts the control plane and its engines, and runs the clock until every engine is live. */
   static async start(options: FleetOptions): Promise<Fleet> {
     const clock = new VirtualClock(EPOCH);
-    const controlProcess = new ProcessClock(clock);
     const random = seeded(options.seed);
     const link = { delayMs: [1, 2] as const, loss: 0, duplicate: 0, reorder: 0, up: true };
     const network = new MemoryNetwork(clock, random.fork('network'), { ...link, ...options.link });
-    const disk = new MemoryDisk(`sim-${options.seed}`);
-    const ids = seededIds(clock, random.fork('control ids'));
-    const disks = random.fork('disk');
-    const commitMs = options.commitMs ?? (() => disks.between(1, 5));
-    const journal = MemoryJournal.open({ disk, clock: controlProcess, ids, commitMs });
-    const log = options.log ?? silentLogger;
-    const admission = new Admission();
-    const control = await clock.runUntil(
-      ControlPlane.start({
-        journal,
-        admission,
-        log,
-        version: 'sim',
-        bus: CONTROL_ENDPOINT,
-        curve: false,
-        clock: controlProcess,
-        ids,
-        transport: network.host('control'),
-        model: new DeterministicModel({}, controlProcess),
-      }),
-    );
-    const watchdog = new Watchdog(control, journal, log, 100, controlProcess);
-    watchdog.start();
     const fleet = new Fleet(
       options.seed,
       clock,
-      controlProcess,
       random,
       network,
-      disk,
-      journal,
-      control,
-      watchdog,
+      new MemoryDisk(`sim-${options.seed}`),
       new MemoryPools(),
-      admission,
+      new Admission(),
       options,
-      log,
+      options.log ?? silentLogger,
     );
-    fleet.ladder.start();
+    await clock.runUntil(fleet.startControl());
     const prefill = options.prefill ?? 2;
     const decode = options.decode ?? 2;
     for (let i = 0; i < prefill; i++) fleet.startEngine(`prefill-${i}`, 'prefill');
     for (let i = 0; i < decode; i++) fleet.startEngine(`decode-${i}`, 'decode');
-    await clock.runUntil(control.waitForEngines(prefill, decode, 10_000));
+    await clock.runUntil(fleet.control.waitForEngines(prefill, decode, 10_000));
     return fleet;
+  }
+
+  /**
+   * A control-plane process: the journal opened on the fleet's disk (it is embedded, as SQLite
+   * is), `ControlPlane.start` on it, the watchdog and the ladder — whose supervisor is this fleet.
+   */
+  private async startControl(): Promise<void> {
+    const { clock, random, options, log } = this;
+    const process = new ProcessClock(clock);
+    // A restarted control plane draws from streams of its own, as a new process would.
+    const n = this.generation++;
+    const ids = seededIds(clock, random.fork(n === 0 ? 'control ids' : `control ids ${n}`));
+    const disks = random.fork(n === 0 ? 'disk' : `disk ${n}`);
+    const commitMs = options.commitMs ?? (() => disks.between(1, 5));
+    const journal = MemoryJournal.open({ disk: this.disk, clock: process, ids, commitMs });
+    journal.refuseWrites(this.diskFull);
+    const control = await ControlPlane.start({
+      journal,
+      admission: this.admission,
+      log,
+      version: 'sim',
+      bus: CONTROL_ENDPOINT,
+      curve: false,
+      clock: process,
+      ids,
+      transport: this.network.host('control'),
+      model: new DeterministicModel({}, process),
+    });
+    const watchdog = new Watchdog(control, journal, log, 100, process);
+    watchdog.start();
+    const ladder = new EscalationLadder(control, journal, this, log, {}, process);
+    ladder.start();
+    this.current = { process, journal, control, watchdog, ladder };
+    for (const started of this.controlListeners) started();
+  }
+
+  private get live(): SimControl {
+    if (!this.current) throw new Error('the control plane is not running');
+    return this.current;
+  }
+
+  /** The control plane's current process (the last one, while it is down). */
+  get control(): ControlPlane {
+    return this.live.control;
+  }
+
+  get journal(): MemoryJournal {
+    return this.live.journal;
+  }
+
+  get controlProcess(): ProcessClock {
+    return this.live.process;
+  }
+
+  get ladder(): EscalationLadder {
+    return this.live.ladder;
+  }
+
+  /** Which control-plane process this is: 1 for the first, one more for each restart. */
+  get controlGeneration(): number {
+    return this.generation;
+  }
+
+  /** Whether the control plane's process is up (not between a kill and its restart). */
+  get controlUp(): boolean {
+    return this.live.process.alive;
+  }
+
+  /** Settles when the control plane's current process dies. */
+  get controlDied(): Promise<void> {
+    return this.died.promise;
+  }
+
+  /** Calls `fn` each time a control-plane process has started (after the first). */
+  onControlStarted(fn: () => void): void {
+    this.controlListeners.add(fn);
+  }
+
+  /** The disk refuses writes with `why` (a full disk), for this journal and the next; null: it takes them. */
+  refuseWrites(why: string | null): void {
+    this.diskFull = why;
+    this.live.journal.refuseWrites(why);
+  }
+
+  /**
+   * SIGKILL of the control plane (deployed apart from its engines, which live on): its timers and
+   * sockets end at once, and its journal's commits in flight are lost; what committed stays on
+   * the disk. It starts again `restartMs` later on that disk, and the engines reconnect.
+   */
+  killControl(restartMs: number): void {
+    const c = this.live;
+    if (!c.process.alive) return;
+    // A stopped process dies too: the new one is not stopped.
+    if (this.controlFrozen > 0) {
+      this.controlFrozen = 0;
+      for (const id of this.engines.keys()) this.mend(id);
+    }
+    c.process.kill();
+    this.network.kill('control');
+    c.journal.crash();
+    this.died.resolve();
+    this.died = deferred();
+    this.clock.setTimeout(() => {
+      if (!this.stopping) void this.startControl();
+    }, restartMs);
   }
 
   /** Starts an engine process on its own simulated host. */
@@ -199,7 +297,8 @@ export class Fleet implements Supervisor {
       ids,
       transport: this.network.host(id),
       nonce: () => Array.from({ length: 24 }, () => random.int(16).toString(16)).join(''),
-      refused: () => void engine.stop('refused by the control plane'),
+      // As `pdctl engine` does: it exits (code 1), and its supervisor starts it again.
+      refused: () => this.end(id, { pid, code: 1, restartMs: restartDelayMs(restarts) }),
       release: async () => {
         await transfer?.close();
         pool.close();
@@ -218,7 +317,16 @@ export class Fleet implements Supervisor {
       frozen: false,
     };
     this.engines.set(id, sim);
+    for (const started of this.startListeners.get(id) ?? []) started(sim);
     return sim;
+  }
+
+  /** Calls `fn` each time a process of the engine starts; returns what stops it. */
+  onStarted(id: string, fn: (sim: SimEngine) => void): () => void {
+    const all = this.startListeners.get(id) ?? new Set();
+    all.add(fn);
+    this.startListeners.set(id, all);
+    return () => all.delete(fn);
   }
 
   /**
@@ -227,7 +335,7 @@ export class Fleet implements Supervisor {
    * `restartMs` later (its model loading), as a new incarnation with a new pool.
    */
   kill(id: string, restartMs = RESTART_MS): void {
-    this.end(id, false, restartMs);
+    this.end(id, { restartMs });
   }
 
   /** SIGSTOP: nothing of the engine runs, and nothing reaches it or leaves it, until `thaw`. */
@@ -253,7 +361,7 @@ export class Fleet implements Supervisor {
    * that overlap hold it until the last of them ends.
    */
   freezeControl(): void {
-    if (this.controlFrozen++ > 0) return;
+    if (!this.controlUp || this.controlFrozen++ > 0) return;
     this.controlProcess.freeze();
     for (const id of this.engines.keys()) this.cut(id);
   }
@@ -313,18 +421,28 @@ export class Fleet implements Supervisor {
   restartNow(id: string): Promise<number | undefined> {
     const sim = this.engines.get(id);
     if (!sim?.process.alive || this.stopping) return Promise.resolve(undefined);
-    return new Promise((resolve) => this.end(id, true, RESTART_MS, resolve));
+    return new Promise((resolve) =>
+      this.end(id, { expected: true, restartMs: RESTART_MS, restarted: resolve }),
+    );
   }
 
-  /** The engine's process ends (SIGKILL); `expected`: the ladder replaced it. */
+  /**
+   * The engine's process ends — SIGKILL, or exit `code` on its own (only if `pid` is still the
+   * engine's process) — and starts again `restartMs` later. `expected`: the ladder replaced it.
+   */
   private end(
     id: string,
-    expected: boolean,
-    restartMs: number,
-    restarted?: (pid: number | undefined) => void,
+    how: {
+      restartMs: number;
+      expected?: boolean;
+      pid?: number;
+      code?: number;
+      restarted?: (pid: number | undefined) => void;
+    },
   ): void {
+    const { restartMs, expected = false, restarted } = how;
     const sim = this.engines.get(id);
-    if (!sim?.process.alive) {
+    if (!sim?.process.alive || (how.pid !== undefined && how.pid !== sim.pid)) {
       restarted?.(undefined);
       return;
     }
@@ -340,8 +458,8 @@ export class Fleet implements Supervisor {
       engineExited(this.control, this.journal, this.log, {
         engine: id,
         pid: sim.pid,
-        code: null,
-        signal: 'SIGKILL',
+        code: how.code ?? null,
+        signal: how.code === undefined ? 'SIGKILL' : null,
         restarts: sim.restarts,
         expected,
       }),
@@ -355,8 +473,8 @@ export class Fleet implements Supervisor {
   /** Stops the engines (they drain), then the control plane, running the clock meanwhile. */
   async stop(): Promise<void> {
     this.stopping = true;
-    this.watchdog.stop();
-    this.ladder.stop();
+    this.live.watchdog.stop();
+    this.live.ladder.stop();
     const live = [...this.engines.values()].filter((e) => e.process.alive);
     await this.clock.runUntil(Promise.all(live.map((e) => e.engine.stop('the run ended'))), 60_000);
     await this.clock.runUntil(this.control.close(), 60_000);
