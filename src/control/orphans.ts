@@ -52,12 +52,19 @@ async function allRooms(journal: Pick<JournalStore, 'rooms'>, filter: RoomFilter
   return rooms;
 }
 
-/** Fails the orphans and journals the recovery action; returns how many there were. */
+/**
+ * Fails the orphans and journals the recovery action; returns how many there were. A journal that
+ * refuses writes (a full disk) does not stop the control plane from starting: the orphans it could
+ * not fail stay in the room book, and the watchdog fails them past their deadlines once it can
+ * (before, `pdctl serve` on a full disk with rooms left in flight exited at start: found by the
+ * simulator).
+ */
 export async function failOrphans(
   journal: Pick<JournalStore, 'append'>,
   orphans: readonly Room[],
   log: Logger,
 ): Promise<number> {
+  let refused = 0;
   await Promise.all(
     orphans.map((r) =>
       journal
@@ -68,19 +75,27 @@ export async function failOrphans(
           eventId: `${r.room}:orphaned`,
           data: { reason: 'orphaned_by_restart', stage: r.state, detectedBy: 'control' },
         })
-        .catch((err) => log.error({ err, room: r.room }, 'could not fail an orphaned room')),
+        .catch((err) => {
+          refused++;
+          log.error({ err, room: r.room }, 'could not fail an orphaned room; the watchdog will');
+        }),
     ),
   );
   if (orphans.length === 0) return 0;
   log.warn({ rooms: orphans.length }, 'failed rooms left in flight by the previous control plane');
-  await journal.append({
-    type: 'recovery.action',
-    source: 'control',
-    data: {
-      action: 'fail_orphaned_rooms',
-      reason: 'control plane restarted',
-      outcome: `${orphans.length} rooms failed`,
-    },
-  });
+  await journal
+    .append({
+      type: 'recovery.action',
+      source: 'control',
+      data: {
+        action: 'fail_orphaned_rooms',
+        reason: 'control plane restarted',
+        outcome:
+          refused === 0
+            ? `${orphans.length} rooms failed`
+            : `${orphans.length - refused} rooms failed; ${refused} left to the watchdog (the journal refused them)`,
+      },
+    })
+    .catch((err) => log.error({ err }, 'could not journal the orphaned rooms’ recovery'));
   return orphans.length;
 }
