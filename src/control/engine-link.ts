@@ -31,6 +31,7 @@ import {
 } from './hello.ts';
 import { kvPeerFor } from './kv-peer.ts';
 import type { EngineRegistry } from './registry.ts';
+import { type Backlog, backlogFor, diedUnseen } from './rejoin.ts';
 import type { RoomBook } from './room-book.ts';
 import { ThrottleRecord } from './throttles.ts';
 
@@ -53,8 +54,6 @@ export interface EngineLinkDeps {
   replaced(engine: string, oldIncarnation: string): Promise<void>;
   clock: Clock;
 }
-
-type Backlog = Awaited<ReturnType<JournalStore['engineBacklog']>>;
 
 /** How many fenced incarnations and connections are remembered (the oldest are forgotten). */
 const FENCES_KEPT = 256;
@@ -191,10 +190,14 @@ export class EngineLink {
       this.refuseHello(peer, msg, verdict.refusal);
       return;
     }
-    const session = this.register(peer, msg, verdict.key, prev, verdict.fresh);
+    const { session, registered } = this.register(peer, msg, verdict.key, prev, verdict.fresh);
     // Before the replay is read: the new process must see the old one's rooms as migrated.
     if (prev && verdict.fresh) await this.deps.replaced(msg.engine, prev.incarnation);
-    const backlog = await this.backlog(session, msg);
+    else if (registered) {
+      const old = await diedUnseen(this.deps, msg.engine, msg.incarnation, registered);
+      if (old) await this.deps.replaced(msg.engine, old);
+    }
+    const backlog = await backlogFor(this.deps, session, msg);
     // A newer hello from the same engine took over while we read.
     if (!backlog || this.deps.registry.get(msg.engine) !== session) return;
     if (this.journalBehind(peer, msg, backlog.headSeq)) return;
@@ -216,14 +219,17 @@ export class EngineLink {
     });
   }
 
-  /** Opens the admitted hello's session; a new incarnation is journaled `engine.registered`. */
+  /**
+   * Opens the admitted hello's session; a new incarnation is journaled `engine.registered`, and
+   * `registered` is its seq — when this control plane had no session of the engine before.
+   */
   private register(
     peer: PeerId,
     msg: EngineMessage<'hello'>,
     key: string,
     prev: EngineSession | undefined,
     fresh: boolean,
-  ): EngineSession {
+  ): { session: EngineSession; registered: Promise<number> | null } {
     const { log } = this.deps;
     const session = openSession(
       msg,
@@ -238,7 +244,7 @@ export class EngineLink {
     this.bus.register(peer, msg.engine);
     if (!fresh) {
       log.info({ engine: msg.engine, lastSeq: msg.lastSeq }, 'engine reconnected');
-      return session;
+      return { session, registered: null };
     }
     log.info(
       { engine: msg.engine, role: msg.role, incarnation: msg.incarnation, pid: msg.pid },
@@ -253,7 +259,7 @@ export class EngineLink {
         },
         `its prefix blocks are ${msg.prefix.blockTokens} tokens and this control plane's ${this.deps.blockTokens}: the blocks it reports are refused (pdctl_prefix_blocks_refused_total) and it gets no cache hits; start both with the same --kv-block-tokens`,
       );
-    this.deps.journal
+    const registered = this.deps.journal
       .append({
         type: 'engine.registered',
         engine: msg.engine,
@@ -267,35 +273,11 @@ export class EngineLink {
           ...(msg.prefix ? { prefix: msg.prefix } : {}),
         },
       })
-      .catch((err) =>
-        log.error({ err, engine: msg.engine }, 'could not journal engine.registered'),
-      );
-    return session;
-  }
-
-  /** The engine's rooms' events after what it has applied; null (logged) when unreadable. */
-  private async backlog(
-    session: EngineSession,
-    msg: EngineMessage<'hello'>,
-  ): Promise<Backlog | null> {
-    // A process that applied nothing yet and just joined needs its live rooms; one reconnecting
-    // needs everything of its rooms since it joined, whatever it applied.
-    const joined = session.delivery.joinedSeq;
-    const afterSeq = Math.max(msg.lastSeq, joined ?? 0);
-    try {
-      return await this.deps.journal.engineBacklog(
-        msg.engine,
-        afterSeq,
-        joined === null && msg.lastSeq === 0,
-      );
-    } catch (err) {
-      this.deps.log.error(
-        { err, engine: msg.engine },
-        'cannot read the engine’s backlog; it will say hello again',
-      );
-      session.delivery.buffer = [];
-      return null;
-    }
+      .then((r) => r.seq);
+    registered.catch((err) =>
+      log.error({ err, engine: msg.engine }, 'could not journal engine.registered'),
+    );
+    return { session, registered: prev ? null : registered };
   }
 
   /**
