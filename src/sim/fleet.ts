@@ -244,9 +244,18 @@ export class Fleet implements Supervisor {
     c.journal.crash();
     this.died.resolve();
     this.died = deferred();
-    this.clock.setTimeout(() => {
-      if (!this.stopping) void this.startControl();
-    }, restartMs);
+    this.clock.setTimeout(() => this.restartControl(), restartMs);
+  }
+
+  /** Why a control plane failed to start (each is a defect); its supervisor tries again a second later. */
+  readonly controlStartFailures: string[] = [];
+
+  private restartControl(): void {
+    if (this.stopping) return;
+    this.startControl().catch((err: Error) => {
+      this.controlStartFailures.push(err.message);
+      this.clock.setTimeout(() => this.restartControl(), 1000);
+    });
   }
 
   /** Starts an engine process on its own simulated host. */

@@ -124,6 +124,12 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
       outcomes,
     ),
     ...book,
+    ...fleet.controlStartFailures.map((why) => ({
+      invariant: 'control_plane_starts',
+      room: null,
+      seq: 0,
+      detail: `a control plane did not start on the journal its predecessor left: ${why}`,
+    })),
     ...after
       .filter((o) => o.error !== null)
       .map((o) => ({

@@ -160,6 +160,22 @@ describe('a simulated fleet whose control plane is killed and started again', ()
   });
 });
 
+describe('a simulated fleet under every fault there is', () => {
+  it('settles what a control plane that died left behind', async () => {
+    // Under --faults all (the kinds up to control-kill):
+    // 41: an engine killed while no control plane ran came back as a new process; the new control
+    //   plane never declared the old one lost, so its room was never released for it, and the
+    //   surviving decode engine held its pages for good (`every_room_released`; rejoin.ts);
+    // 167: a control plane started on a full disk with rooms left in flight threw at start
+    //   (`control_plane_starts`; orphans.ts `failOrphans`).
+    const kinds = FAULT_KINDS.slice(0, FAULT_KINDS.indexOf('control-kill') + 1);
+    for (const seed of [41, 167]) {
+      const r = await runSeed({ seed, rooms: 200, faults: kinds });
+      expect(r.violations, `seed ${seed}`).toEqual([]);
+    }
+  });
+});
+
 describe('a simulated fleet whose engines are killed', () => {
   it('answers every client whose room was completing as its engine died', async () => {
     // Seeds 13 and 40: an engine was killed in the millisecond its room's room.completed was
