@@ -7,7 +7,7 @@
  */
 /** [layer, rank, path]: a layer may import from lower ranks; layers of one rank are siblings. */
 const LAYERS = [
-  ['base', 0, '^src/((errors|log|pids|time)\\.ts$|ports/)'],
+  ['base', 0, '^src/((errors|log|net|pids|time)\\.ts$|ports/)'],
   ['journal', 1, '^src/journal/'],
   ['transfer', 2, '^src/transfer/'],
   ['model', 2, '^src/model/'],

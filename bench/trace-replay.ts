@@ -47,8 +47,8 @@ import { newKeyPair } from '../src/bus/admission.ts';
 import { prefixPerMinute } from '../src/cli/journal/stats.ts';
 import { CONTROL_DEFAULTS } from '../src/control/options.ts';
 import { ROUTER_POLICIES, type RouterPolicy } from '../src/control/routing/router.ts';
-import { freePort } from '../src/drills/harness.ts';
 import { DETERMINISTIC_MODEL_NAME } from '../src/model/deterministic.ts';
+import { freePort } from '../src/net.ts';
 import { argv, asJson, flag, percentile, say } from './args.ts';
 import { hitRateBound, readTrace, TraceError, type TraceRequest } from './trace.ts';
 

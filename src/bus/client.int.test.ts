@@ -4,10 +4,10 @@
  * control plane register an engine and at once take it for a reconnection; and a control plane
  * that comes up late does not find a hello for every retry waiting in the socket.
  */
-import { createServer } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { waitFor } from '../../test/helpers/wait.ts';
 import { silentLogger } from '../log.ts';
+import { freePort } from '../net.ts';
 import { newKeyPair } from './admission.ts';
 import { BusClient } from './client.ts';
 import { type EngineMessage, PROTOCOL_VERSION } from './protocol.ts';
@@ -70,18 +70,6 @@ async function hellosOnConnect(curve: boolean): Promise<number> {
   // Anything queued before the connection would have arrived with it.
   await new Promise((r) => setTimeout(r, 300));
   return hellos;
-}
-
-/** A loopback port free a moment ago. */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 describe('the engine bus client', () => {

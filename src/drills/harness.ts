@@ -1,11 +1,3 @@
-/**
- * What every drill shares: a stack with the serving API in front of it, a sampler of room states
- * for the report's chart, a timeline of what the drill did, and the invariants every scenario ends
- * with — every room terminal within its deadlines, zero leaked pages, `journal verify` passing,
- * the next request served — plus, for comparison, the time a full-stack restart takes, measured
- * in the same run.
- */
-import { createServer } from 'node:net';
 import { startServing } from '../app/serving.ts';
 import { type Stack, type StackOptions, startStack } from '../app/stack.ts';
 import { Canary } from '../control/canary.ts';
@@ -618,16 +610,4 @@ function answersCheck(records: RequestRecord[], model: string): Invariant {
             .slice(0, 5)
             .join(', ')}`,
   };
-}
-
-/** A TCP port free on loopback now, for a process the drill starts (its HTTP or bus). */
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const port = (srv.address() as { port: number }).port;
-      srv.close(() => resolve(port));
-    });
-  });
 }

@@ -11,16 +11,11 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { openJournalReader } from '../app/journal.ts';
 import { Admission } from '../bus/admission.ts';
+import { freePort } from '../net.ts';
 import { selfCommand } from '../recovery/self.ts';
 import { EngineSupervisor } from '../recovery/supervisor.ts';
 import type { DrillRunOptions, DrillScenario } from './harness.ts';
-import {
-  drillEngineArgs,
-  drillServeArgs,
-  freePort,
-  keptProcesses,
-  noLeakedPages,
-} from './harness.ts';
+import { drillEngineArgs, drillServeArgs, keptProcesses, noLeakedPages } from './harness.ts';
 import { Load, type RequestRecord } from './load.ts';
 import { sleep, until } from './poll.ts';
 import { RemoteTarget } from './remote-target.ts';
