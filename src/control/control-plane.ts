@@ -41,7 +41,7 @@ import {
   type ControlPlaneOptions,
   type SubmitRequest,
 } from './options.ts';
-import { failOrphans, roomsAwaitingRelease, roomsInFlight } from './orphans.ts';
+import { failOrphans, roomsLeft } from './orphans.ts';
 import { isPairFailure, PairHealth } from './pairs.ts';
 import { EngineRegistry } from './registry.ts';
 import { RoomBook, type RoomOwners } from './room-book.ts';
@@ -155,10 +155,10 @@ export class ControlPlane {
     const { journal } = options;
     const cp = new ControlPlane(journal, options);
     try {
-      const orphans = await roomsInFlight(journal);
-      const left = [...orphans, ...(await roomsAwaitingRelease(journal))];
+      const { inFlight: orphans, all: left } = await roomsLeft(journal);
       cp.book.load(left);
       const head = await journal.headSeq();
+      cp.link.startSeq = head;
       await cp.router.rebuild(journal, head);
       await cp.book.decodePages.rebuild(journal, left, head);
       await cp.registry.cordons.rebuild(journal, head);

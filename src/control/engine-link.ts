@@ -31,7 +31,7 @@ import {
 } from './hello.ts';
 import { kvPeerFor } from './kv-peer.ts';
 import type { EngineRegistry } from './registry.ts';
-import { type Backlog, backlogFor, diedUnseen } from './rejoin.ts';
+import { type Backlog, backlogFor, registeredBefore } from './rejoin.ts';
 import type { RoomBook } from './room-book.ts';
 import { ThrottleRecord } from './throttles.ts';
 
@@ -70,6 +70,8 @@ export class EngineLink {
   private readonly throttles: ThrottleRecord;
   /** Sessions handed out so far (one per accepted hello). */
   private sessions = 0;
+  /** The journal's head when this control plane started: registrations up to it are its predecessors'. */
+  startSeq = 0;
 
   constructor(private readonly deps: EngineLinkDeps) {
     this.bus = deps.bus;
@@ -190,12 +192,13 @@ export class EngineLink {
       this.refuseHello(peer, msg, verdict.refusal);
       return;
     }
-    const { session, registered } = this.register(peer, msg, verdict.key, prev, verdict.fresh);
+    const session = this.register(peer, msg, verdict.key, prev, verdict.fresh);
     // Before the replay is read: the new process must see the old one's rooms as migrated.
     if (prev && verdict.fresh) await this.deps.replaced(msg.engine, prev.incarnation);
-    else if (registered) {
-      const old = await diedUnseen(this.deps, msg.engine, msg.incarnation, registered);
-      if (old) await this.deps.replaced(msg.engine, old);
+    else if (session.delivery.joinedSeq === null) {
+      const before = await registeredBefore(this.deps, msg.engine, this.startSeq);
+      if (before?.incarnation === msg.incarnation) session.delivery.joinedSeq ??= before.seq;
+      else if (before && !prev) await this.deps.replaced(msg.engine, before.incarnation);
     }
     const backlog = await backlogFor(this.deps, session, msg);
     // A newer hello from the same engine took over while we read.
@@ -219,17 +222,14 @@ export class EngineLink {
     });
   }
 
-  /**
-   * Opens the admitted hello's session; a new incarnation is journaled `engine.registered`, and
-   * `registered` is its seq — when this control plane had no session of the engine before.
-   */
+  /** Opens the admitted hello's session; a new incarnation is journaled `engine.registered`. */
   private register(
     peer: PeerId,
     msg: EngineMessage<'hello'>,
     key: string,
     prev: EngineSession | undefined,
     fresh: boolean,
-  ): { session: EngineSession; registered: Promise<number> | null } {
+  ): EngineSession {
     const { log } = this.deps;
     const session = openSession(
       msg,
@@ -244,7 +244,7 @@ export class EngineLink {
     this.bus.register(peer, msg.engine);
     if (!fresh) {
       log.info({ engine: msg.engine, lastSeq: msg.lastSeq }, 'engine reconnected');
-      return { session, registered: null };
+      return session;
     }
     log.info(
       { engine: msg.engine, role: msg.role, incarnation: msg.incarnation, pid: msg.pid },
@@ -259,7 +259,7 @@ export class EngineLink {
         },
         `its prefix blocks are ${msg.prefix.blockTokens} tokens and this control plane's ${this.deps.blockTokens}: the blocks it reports are refused (pdctl_prefix_blocks_refused_total) and it gets no cache hits; start both with the same --kv-block-tokens`,
       );
-    const registered = this.deps.journal
+    this.deps.journal
       .append({
         type: 'engine.registered',
         engine: msg.engine,
@@ -273,11 +273,10 @@ export class EngineLink {
           ...(msg.prefix ? { prefix: msg.prefix } : {}),
         },
       })
-      .then((r) => r.seq);
-    registered.catch((err) =>
-      log.error({ err, engine: msg.engine }, 'could not journal engine.registered'),
-    );
-    return { session, registered: prev ? null : registered };
+      .catch((err) =>
+        log.error({ err, engine: msg.engine }, 'could not journal engine.registered'),
+      );
+    return session;
   }
 
   /**

@@ -25,6 +25,14 @@ export function roomsInFlight(journal: Pick<JournalStore, 'rooms'>): Promise<Roo
   return allRooms(journal, { state: [...LIVE_STATES] });
 }
 
+/** The rooms in flight (to fail), and with them the ended ones awaiting a release: all to load. */
+export async function roomsLeft(
+  journal: Pick<JournalStore, 'rooms' | 'headSeq' | 'readFrom'>,
+): Promise<{ inFlight: Room[]; all: Room[] }> {
+  const inFlight = await roomsInFlight(journal);
+  return { inFlight, all: [...inFlight, ...(await roomsAwaitingRelease(journal))] };
+}
+
 /** Rooms that ended shortly before the journal's last event, and that an engine has not released. */
 export async function roomsAwaitingRelease(
   journal: Pick<JournalStore, 'rooms' | 'headSeq' | 'readFrom'>,

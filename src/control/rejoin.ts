@@ -3,7 +3,7 @@
  * the process before it died while no control plane saw it go.
  */
 import type { EngineMessage } from '../bus/protocol.ts';
-import type { JournalStore } from '../journal/store.ts';
+import { eachEvent, type JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import type { EngineSession } from './engine-session.ts';
 
@@ -41,27 +41,31 @@ export async function backlogFor(
 }
 
 /**
- * An engine this control plane had no session of registered (`registered`: the seq of its
- * `engine.registered`): if the journal's registration before this one is of another incarnation,
- * that process died unseen — while no control plane ran, or before this one started — and its
- * rooms (moved, ended, or awaiting its release, which a surviving peer waits on before freeing
- * its pages) are this control plane's to settle: returns that incarnation. A process that
- * reconnects to a new control plane was registered last under its own incarnation, and is left
- * alone. Found by the simulator (`--faults all` seed 41).
+ * The engine's last registration by a control plane before this one (`startSeq`: the journal's
+ * head when this one started), for a hello this control plane has not welcomed yet:
+ *
+ * - Of another incarnation, when this control plane has no session of the engine: that process
+ *   died unseen — while no control plane ran, or before this one started — and its rooms
+ *   (moved, ended, or awaiting its release, which a surviving peer waits on before freeing its
+ *   pages) are this control plane's to settle (found by the simulator, `--faults all` seed 41).
+ * - Of this incarnation: the same process, reconnecting from the control plane before. It must
+ *   get everything of its rooms since then, ended ones too, even if it applied no event yet
+ *   (seed 5101: rooms created and failed while it was cut off never reached it).
  */
-export async function diedUnseen(
+export async function registeredBefore(
   deps: Deps,
   engine: string,
-  current: string,
-  registered: Promise<number>,
-): Promise<string | undefined> {
+  startSeq: number,
+): Promise<{ incarnation: string; seq: number } | undefined> {
+  let last: { incarnation: string; seq: number } | undefined;
   try {
-    const seq = await registered;
-    const recent = await deps.journal.tail({ type: 'engine.registered', engine, limit: 4 });
-    const old = recent.find((e) => e.seq < seq)?.data.incarnation;
-    return old !== undefined && old !== current ? old : undefined;
+    await eachEvent(deps.journal, { type: 'engine.registered', engine }, (ev) => {
+      if (ev.seq > startSeq) return false;
+      last = { incarnation: ev.data.incarnation, seq: ev.seq };
+      return true;
+    });
   } catch (err) {
-    deps.log.error({ err, engine }, 'cannot read the engine’s registration before this one');
-    return undefined;
+    deps.log.error({ err, engine }, 'cannot read the engine’s registrations');
   }
+  return last;
 }
