@@ -100,7 +100,9 @@ export class Fleet implements Supervisor {
   private stopping = false;
   /** Control-plane processes started so far. */
   private generation = 0;
-  private current: SimControl | null;
+  private current: SimControl | null = null;
+  /** Why a control plane failed to start (each is a defect); its supervisor tries again a second later. */
+  readonly controlStartFailures: string[] = [];
   /** Settles when the control plane's current process dies (its clients' connections reset). */
   private died: { promise: Promise<void>; resolve: () => void } = deferred();
 
@@ -114,9 +116,7 @@ export class Fleet implements Supervisor {
     private readonly admission: Admission,
     private readonly options: FleetOptions,
     private readonly log: Logger,
-  ) {
-    this.current = null;
-  }
+  ) {}
 
   /** Starts the control plane and its engines, and runs the clock until every engine is live. */
   static async start(options: FleetOptions): Promise<Fleet> {
@@ -246,9 +246,6 @@ export class Fleet implements Supervisor {
     this.died = deferred();
     this.clock.setTimeout(() => this.restartControl(), restartMs);
   }
-
-  /** Why a control plane failed to start (each is a defect); its supervisor tries again a second later. */
-  readonly controlStartFailures: string[] = [];
 
   private restartControl(): void {
     if (this.stopping) return;

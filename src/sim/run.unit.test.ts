@@ -3,10 +3,11 @@
  * invariant checked, and each seed's trace the same on every run.
  */
 import { describe, expect, it } from 'vitest';
+import { answers, watchBook } from './checks.ts';
 import { FAULT_KINDS } from './faults.ts';
 import { Fleet } from './fleet.ts';
 import type { Violation } from './invariants.ts';
-import { answers, runSeed, watchBook } from './run.ts';
+import { runSeed } from './run.ts';
 import { parseSearch, SimUsageError } from './search.ts';
 
 describe('a simulated fleet', () => {

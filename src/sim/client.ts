@@ -1,0 +1,116 @@
+/**
+ * A simulated client of the control plane (issue 41, item 3): it submits as the API does, waiting
+ * for an engine while none is there, reads its answer streamed or whole, aborts or leaves if it
+ * is one that does, and loses its connection when the control plane's process dies.
+ */
+import { ControlError } from '../control/errors.ts';
+import type { RoomStream } from '../control/streams.ts';
+import type { Fleet } from './fleet.ts';
+import type { ClientRequest } from './workload.ts';
+
+/** What one client saw. */
+export interface ClientOutcome {
+  request: ClientRequest;
+  text: string;
+  error: string | null;
+  finishReason: string | null;
+  /** A chunk that reached the client while its room's KV transfer was not committed: which state. */
+  early?: string;
+  /** The control plane took the request (it got a room); false: refused at once. */
+  admitted?: boolean;
+}
+
+/** A client: submits, reads its answer (streamed or whole), and aborts or leaves if it is one that does. */
+export async function client(fleet: Fleet, request: ClientRequest): Promise<ClientOutcome> {
+  const outcome: ClientOutcome = { request, text: '', error: null, finishReason: null };
+  const leave = new AbortController();
+  let stream: RoomStream;
+  // As the API does for a completion (api/openai.ts `admitted`): while no engine of a role is
+  // there (one is restarting), ask again every 50 ms for up to 3 s.
+  const giveUpAt = fleet.clock.now() + 3000;
+  let died: Promise<void>;
+  for (;;) {
+    if (!(await reach(fleet))) {
+      outcome.error = 'the control plane is down: connection refused';
+      return outcome;
+    }
+    died = fleet.controlDied;
+    try {
+      stream = fleet.control.submit({
+        prompt: request.prompt,
+        maxTokens: request.maxTokens,
+        signal: leave.signal,
+        requestId: request.id,
+      });
+      outcome.admitted = true;
+      break;
+    } catch (err) {
+      const noEngine = err instanceof ControlError && err.code === 'CONTROL_NO_ENGINES';
+      if (!noEngine || fleet.clock.now() >= giveUpAt) {
+        outcome.error = (err as Error).message;
+        return outcome;
+      }
+      await new Promise<void>((r) => fleet.clock.setTimeout(r, 50));
+    }
+  }
+  const act = request.action;
+  if (act) {
+    fleet.clock.setTimeout(
+      () =>
+        fleet.inControl(() => {
+          if (act.kind === 'disconnect') leave.abort();
+          else void fleet.control.abort(stream.current, 'client_abort', 'api').catch(() => {});
+        }),
+      act.afterMs,
+    );
+  }
+  const read = async () => {
+    if (request.stream)
+      for await (const c of stream) {
+        outcome.text += c.text;
+        // No virtual time passes between the chunk's relay and this read (the clock moves only
+        // between timers): the journal is as it was when the control plane relayed it.
+        const state = fleet.disk.rooms.get(stream.current)?.state ?? 'not created';
+        if (BEFORE_KV.has(state)) outcome.early ??= `${stream.current} ${state}`;
+      }
+    const result = await stream.result;
+    if (!request.stream) outcome.text = result.text;
+    outcome.finishReason = result.finishReason;
+  };
+  try {
+    // The control plane's process dying resets the client's connection: it reads no more.
+    const reading = read();
+    reading.catch(() => {});
+    await Promise.race([
+      reading,
+      died.then(() => {
+        throw new Error('the control plane died: connection reset');
+      }),
+    ]);
+  } catch (err) {
+    outcome.error = (err as Error).message;
+  }
+  return outcome;
+}
+
+/**
+ * Waits until the control plane's process runs (a stopped one takes a request when it goes on):
+ * false when it is down, or dies meanwhile (the client's connection is refused or reset).
+ */
+function reach(fleet: Fleet): Promise<boolean> {
+  if (!fleet.controlUp) return Promise.resolve(false);
+  return Promise.race([
+    new Promise<boolean>((r) => fleet.inControl(() => r(true))),
+    fleet.controlDied.then(() => false),
+  ]);
+}
+
+/** States of a room before its KV transfer committed: nothing may reach its client then. */
+const BEFORE_KV = new Set([
+  'not created',
+  'created',
+  'bootstrapping',
+  'waiting_for_input',
+  'prefilling',
+  'transferring',
+]);
