@@ -298,6 +298,8 @@ export const EVENT_SCHEMAS = {
       toRoom: Type.Optional(Id),
       /** The ladder's top rung: why it cordoned the engine, or restarted every one. */
       evidence: Type.Optional(Text),
+      /** The ladder's top rung: the engines that stalled within its window, this one included. */
+      stalled: Type.Optional(Type.Array(Id, { maxItems: 1024 })),
     },
     open,
   ),

@@ -116,6 +116,8 @@ interface Incident {
   incarnation: string;
   /** Why the top rung chose what it did (`cordon_engine` or `restart_stack`). */
   evidence: string | null;
+  /** The engines that stalled within the window, this one included: the evidence's names. */
+  stalled: string[] | null;
 }
 
 interface EngineLadder {
@@ -277,6 +279,7 @@ export class EscalationLadder {
           session: s.session,
           incarnation: s.incarnation,
           evidence: null,
+          stalled: null,
         };
         this.note({
           type: 'engine.stalled',
@@ -335,6 +338,7 @@ export class EscalationLadder {
     if (from === 'restart_engine') {
       const shared = this.sharedEvidence(s.engine, now);
       i.evidence = shared.evidence;
+      i.stalled = shared.stalled;
       next = shared.shared ? 'restart_stack' : 'cordon_engine';
     }
     if (from === 'fence_engine') {
@@ -376,7 +380,10 @@ export class EscalationLadder {
    * Whether the evidence implicates what the engines share: `sharedStalls` engines (this one
    * included) stalled within `sharedWindowMs` — an incident opened, or one closed, in that window.
    */
-  private sharedEvidence(engine: string, now: number): { shared: boolean; evidence: string } {
+  private sharedEvidence(
+    engine: string,
+    now: number,
+  ): { shared: boolean; evidence: string; stalled: string[] } {
     const { sharedStalls, sharedWindowMs } = this.policy;
     const recent = [...this.engines.entries()]
       .filter(
@@ -390,10 +397,12 @@ export class EscalationLadder {
     return recent.length >= sharedStalls
       ? {
           shared: true,
+          stalled: recent,
           evidence: `${recent.length} engines stalled within ${window} (${recent.join(', ')}): the fault is likelier in what they share`,
         }
       : {
           shared: false,
+          stalled: recent,
           evidence: `${engine} alone stalled within ${window}, and a restart did not cure it: the fault is its own`,
         };
   }
@@ -451,6 +460,7 @@ export class EscalationLadder {
         outcome,
         detectMs: i.detectedAt - i.beganAt,
         ...(i.evidence ? { evidence: i.evidence } : {}),
+        ...(i.stalled ? { stalled: i.stalled } : {}),
       },
     });
   }

@@ -62,16 +62,13 @@ export function spared(
   const starts = new Map<string, Set<string>>();
   // The ladder restarts every engine when two or more stalled within a minute (the fault is
   // likelier in what they share): the untouched ones' restarts are then by design — but only
-  // when the engines that stalled were ones the faults hit.
-  const stalledHit = new Set(
-    events
-      .filter((e) => e.type === 'engine.stalled' && hit.has(e.engine ?? ''))
-      .map((e) => e.engine),
-  );
+  // when the engines whose stalls it names were all ones the faults hit.
   let stackRestarted = false;
   for (const ev of events) {
-    if (ev.type === 'recovery.action' && ev.data.action === 'restart_stack')
-      stackRestarted ||= stalledHit.size >= 2;
+    if (ev.type === 'recovery.action' && ev.data.action === 'restart_stack') {
+      const named = ev.data.stalled ?? [];
+      stackRestarted ||= named.length >= 2 && named.every((e) => hit.has(e));
+    }
     if (ev.engine === null || hit.has(ev.engine)) continue;
     const restarted =
       stackRestarted &&
