@@ -3,7 +3,7 @@ import { resolve } from 'node:path';
 import { type Command, Option } from 'commander';
 import { ENGINE_DEFAULTS } from '../engine/options.ts';
 import { UsageError } from '../errors.ts';
-import { PREFILL_COMPUTE } from '../model/deterministic.ts';
+import { COMPUTE } from '../model/deterministic.ts';
 import { PREFIX_REUSE_MODES } from '../model/prefix-blocks.ts';
 
 /** A commander argParser for an integer flag of at least `min` (default 0). */
@@ -76,7 +76,7 @@ export function engineShapeOptions(c: Command, per = ''): Command {
         '--prefill-compute <how>',
         "model: how the prefill compute time is spent: spin keeps this CPU busy; device stands in for a GPU of the engine's own (prefill waits for it, one slice at a time, and the CPU stays free)",
       )
-        .choices([...PREFILL_COMPUTE])
+        .choices([...COMPUTE])
         .default(ENGINE_DEFAULTS.prefillCompute),
     )
     .option(
@@ -84,6 +84,14 @@ export function engineShapeOptions(c: Command, per = ''): Command {
       'model: compute per decode step (µs)',
       intArg('--decode-us-per-token'),
       ENGINE_DEFAULTS.decodeUsPerToken,
+    )
+    .addOption(
+      new Option(
+        '--decode-compute <how>',
+        "model: how each decode step's compute time is spent: spin keeps this CPU, and so the engine's bus loop, busy; device stands in for a GPU of the engine's own (the step waits for it, and the loop stays free)",
+      )
+        .choices([...COMPUTE])
+        .default(ENGINE_DEFAULTS.decodeCompute),
     )
     .option(
       '--kv-device <n>',
@@ -136,6 +144,7 @@ export function engineShapeArgs(o: Record<string, unknown>): string[] {
     '--decode-us-per-token',
     String(o.decodeUsPerToken),
     ...given('--prefill-compute', o.prefillCompute),
+    ...given('--decode-compute', o.decodeCompute),
     ...(o.kvDevice === undefined ? [] : ['--kv-device', String(o.kvDevice)]),
     ...given('--kv-transport', o.kvTransport),
     ...given('--kv-block-tokens', o.kvBlockTokens),

@@ -112,6 +112,7 @@ export function registerEngineCommand(program: Command): void {
           prefillUsPerToken: o.prefillUsPerToken,
           decodeUsPerToken: o.decodeUsPerToken,
           prefillCompute: o.prefillCompute,
+          decodeCompute: o.decodeCompute,
           kvDevice: o.kvDevice ?? null,
           kvTransport: o.kvTransport ?? ENGINE_DEFAULTS.kvTransport,
           transferThreads: o.transferThreads,

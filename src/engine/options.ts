@@ -6,11 +6,7 @@
 import { availableParallelism } from 'node:os';
 import { HEARTBEAT_MS } from '../bus/protocol.ts';
 import { isValidId } from '../journal/events.ts';
-import {
-  DEFAULT_MODEL_OPTIONS,
-  type ModelOptions,
-  PREFILL_COMPUTE,
-} from '../model/deterministic.ts';
+import { COMPUTE, DEFAULT_MODEL_OPTIONS, type ModelOptions } from '../model/deterministic.ts';
 import { PREFIX_REUSE_MODES, type PrefixReuseMode } from '../model/prefix-blocks.ts';
 import { defaultPoolName } from '../transfer/pool.ts';
 
@@ -173,6 +169,12 @@ function oneOf(name: string, choices: readonly string[], v: unknown): never {
   throw new EngineOptionsError(`${name} must be ${choices.join(' or ')}, got ${JSON.stringify(v)}`);
 }
 
+function compute(name: string, v: unknown): EngineOptions['prefillCompute'] {
+  return COMPUTE.includes(v as never)
+    ? (v as EngineOptions['prefillCompute'])
+    : oneOf(name, COMPUTE, v);
+}
+
 /** Fills defaults, checks every field, and freezes. Unknown keys name the closest valid one. */
 export function resolveEngineOptions(input: Record<string, unknown>): Readonly<EngineOptions> {
   for (const key of Object.keys(input)) {
@@ -220,9 +222,8 @@ export function resolveEngineOptions(input: Record<string, unknown>): Readonly<E
     kvBytesPerToken: kv,
     prefillUsPerToken: int('prefillUsPerToken', o.prefillUsPerToken, 0, 1_000_000),
     decodeUsPerToken: int('decodeUsPerToken', o.decodeUsPerToken, 0, 1_000_000),
-    prefillCompute: PREFILL_COMPUTE.includes(o.prefillCompute as never)
-      ? (o.prefillCompute as EngineOptions['prefillCompute'])
-      : oneOf('prefillCompute', PREFILL_COMPUTE, o.prefillCompute),
+    prefillCompute: compute('prefillCompute', o.prefillCompute),
+    decodeCompute: compute('decodeCompute', o.decodeCompute),
     kvTransport:
       o.kvTransport === 'auto' || o.kvTransport === 'shm' || o.kvTransport === 'ucx'
         ? o.kvTransport

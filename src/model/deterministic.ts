@@ -61,19 +61,27 @@ export interface ModelOptions {
    * the CPU stays free. `device` is what a fleet of separate GPUs looks like on a machine whose
    * few cores every engine shares (bench/trace-replay.ts).
    */
-  prefillCompute: PrefillCompute;
-  /** Busy compute per decode step, in microseconds (on top of reading the KV). Default 0. */
+  prefillCompute: Compute;
+  /** Compute per decode step, in microseconds (on top of reading the KV). Default 0. */
   decodeUsPerToken: number;
+  /**
+   * How a decode step's compute time is spent: `spin` (default) keeps this process's CPU — and so
+   * the engine's bus loop — busy for it; `device` holds the engine's simulated device for it while
+   * the loop stays free, as a GPU's decode step does.
+   */
+  decodeCompute: Compute;
 }
 
-export const PREFILL_COMPUTE = ['spin', 'device'] as const;
-export type PrefillCompute = (typeof PREFILL_COMPUTE)[number];
+/** Where a simulated compute time is spent: this process's CPU, or a simulated device of its own. */
+export const COMPUTE = ['spin', 'device'] as const;
+export type Compute = (typeof COMPUTE)[number];
 
 export const DEFAULT_MODEL_OPTIONS: Readonly<ModelOptions> = Object.freeze({
   kvBytesPerToken: 64,
   prefillUsPerToken: 0,
-  prefillCompute: 'spin' as PrefillCompute,
+  prefillCompute: 'spin' as Compute,
   decodeUsPerToken: 0,
+  decodeCompute: 'spin' as Compute,
 });
 
 /** Each word's token id: its index in WORDS (what `decodeStep` writes into the KV). */
@@ -164,10 +172,9 @@ export class DeterministicModel implements ModelInfo, EngineModel {
         throw new Error(`${key} must be from 0 to 1000000 microseconds, got ${v}`);
       }
     }
-    if (!PREFILL_COMPUTE.includes(this.options.prefillCompute)) {
-      throw new Error(
-        `prefillCompute must be spin or device, got ${JSON.stringify(this.options.prefillCompute)}`,
-      );
+    for (const key of ['prefillCompute', 'decodeCompute'] as const) {
+      if (!COMPUTE.includes(this.options[key]))
+        throw new Error(`${key} must be spin or device, got ${JSON.stringify(this.options[key])}`);
     }
     this.kvBytesPerToken = k;
     this.kv = { baseBytes: 0, bytesPerToken: k, decodeGrows: true };
@@ -224,7 +231,7 @@ export class DeterministicModel implements ModelInfo, EngineModel {
     return this.clock === null ? nowMicros() : Math.round(this.clock.monotonic() * 1000);
   }
 
-  /** When the simulated device (`prefillCompute: 'device'`) is free, in ms of the clock's monotonic time. */
+  /** When the simulated device (`prefillCompute` or `decodeCompute: 'device'`) is free, in ms of the clock's monotonic time. */
   private deviceFreeAt = 0;
 
   /** Holds the simulated device for `micros`, after the slices queued for it before. */
@@ -240,7 +247,8 @@ export class DeterministicModel implements ModelInfo, EngineModel {
 
   /**
    * Generates the token at `position` from the KV of positions 0..position-1, writes that
-   * token's KV at `position`, and returns the token, its text and compute microseconds.
+   * token's KV at `position`, and returns the token, its text and compute microseconds (with
+   * `decodeCompute: 'spin'`, the step's compute time spun here too).
    */
   decodeStep(kv: KvSpan, position: number): { token: number; text: string; micros: number } {
     const start = this.micros();
@@ -255,7 +263,7 @@ export class DeterministicModel implements ModelInfo, EngineModel {
     h = (h ^ (h >>> 15)) >>> 0;
     const token = h % WORDS.length;
     this.writeKv(kv, position, token, last);
-    spin(this.options.decodeUsPerToken);
+    if (this.options.decodeCompute === 'spin') spin(this.options.decodeUsPerToken);
     return { token, text: ` ${WORDS[token]}`, micros: this.micros() - start };
   }
 
@@ -297,7 +305,14 @@ export class DeterministicModel implements ModelInfo, EngineModel {
     const span = new KvSpan(pages, this.kvBytesPerToken);
     let position = tokens.length;
     return {
-      next: () => this.decodeStep(span, position++),
+      next: () => {
+        const step = this.decodeStep(span, position++);
+        if (this.options.decodeCompute === 'spin') return step;
+        return this.onDevice(this.options.decodeUsPerToken).then((micros) => ({
+          ...step,
+          micros: step.micros + micros,
+        }));
+      },
       close: () => {},
     };
   }

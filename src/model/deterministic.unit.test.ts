@@ -74,6 +74,56 @@ describe('the built-in deterministic model', () => {
     expect(() => new DeterministicModel({ prefillCompute: 'gpu' as never })).toThrow(
       /prefillCompute must be spin or device, got "gpu"/,
     );
+    expect(() => new DeterministicModel({ decodeCompute: 'cuda' as never })).toThrow(
+      /decodeCompute must be spin or device, got "cuda"/,
+    );
+  });
+});
+
+describe('decode on a simulated device', () => {
+  it('gives the words of the CPU, returns each step as a wait that leaves the loop free, and queues the steps of two rooms', async () => {
+    const usPerToken = 30_000;
+    const device = new DeterministicModel({
+      decodeUsPerToken: usPerToken,
+      decodeCompute: 'device',
+    });
+    const prompt = 'the quiet harbor at night';
+    const expected = generateInProcess(new DeterministicModel(), prompt, 3).text;
+    const tokens = device.tokenize(prompt);
+    const streams = await Promise.all(
+      [0, 1].map(async () => {
+        const pages = [new Uint8Array(4096)];
+        await device.prefill(tokens, pages, async () => true);
+        return device.startDecode(tokens, pages);
+      }),
+    );
+    const texts = ['', ''];
+    const started = performance.now();
+    for (let i = 0; i < 3; i++) {
+      const steps = streams.map((s) => s.next());
+      for (const step of steps) expect(step).toBeInstanceOf(Promise);
+      // The loop is free while the device works: an immediate runs before either step is in.
+      let ranMeanwhile = false;
+      setImmediate(() => {
+        ranMeanwhile = true;
+      });
+      let sawFree = false;
+      const results = await Promise.all(
+        steps.map(async (step) => {
+          const s = await step;
+          sawFree ||= ranMeanwhile;
+          return s;
+        }),
+      );
+      expect(sawFree).toBe(true);
+      results.forEach((r, k) => {
+        expect(r?.micros).toBeGreaterThanOrEqual(usPerToken);
+        texts[k] += r?.text ?? '';
+      });
+    }
+    expect(texts).toEqual([expected, expected]);
+    // One device: six steps of 30 ms one after another (timers may fire a ms early).
+    expect(performance.now() - started).toBeGreaterThanOrEqual(6 * 30 - 6);
   });
 });
 

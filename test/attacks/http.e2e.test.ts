@@ -182,9 +182,10 @@ describe('a web page against loopback admin routes (no token set)', () => {
 
 describe('/health/deep as a weapon', () => {
   it('client canaries never count against an engine: failing ones change nothing; short deadlines and bursts refused', async () => {
-    // Each token takes 400 ms to decode: a 250 ms canary fails in decode, the background one
-    // (2 s deadline) passes.
-    const slow = await serve(['--decode-us-per-token', '400000']);
+    // Each token takes 400 ms of the decode engine's (simulated) device: a 250 ms canary fails in
+    // decode, the background one (2 s deadline) passes. On the device, not spun: a bus loop held
+    // 400 ms by the CPU is one the watchdog rightly takes for wedged (busFrozenMs 500).
+    const slow = await serve(['--decode-us-per-token', '400000', '--decode-compute', 'device']);
     try {
       const deep = (q: string) => fetch(`${slow.url}/health/deep${q}`);
       const short = await deep('?deadline_ms=10');
