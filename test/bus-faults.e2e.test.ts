@@ -108,11 +108,13 @@ describe('malformed and hostile bus traffic', () => {
     await append('dup-1', 'room.bootstrap_started', 'r-fake-1');
     await append('no-1', 'room.created', 'r-fake-2');
     await append('no-2', 'engine.lost', 'r-fake-1');
+    // Its own type, without the data the type needs: refused where it comes off the bus.
+    await append('no-3', 'room.bootstrapped', 'r-fake-1');
     const got = new Map<string, Array<Record<string, unknown>>>();
     await waitFor('five replies', async () => {
       const d = await recv();
       if (d.ok) got.set(d.kind, [...(got.get(d.kind) ?? []), d.payload]);
-      return (got.get('ack')?.length ?? 0) + (got.get('nack')?.length ?? 0) >= 4;
+      return (got.get('ack')?.length ?? 0) + (got.get('nack')?.length ?? 0) >= 5;
     });
     const acks = got.get('ack') ?? [];
     expect(acks.map((a) => a.status)).toEqual(['applied', 'duplicate']);
@@ -121,7 +123,9 @@ describe('malformed and hostile bus traffic', () => {
     expect((got.get('nack') ?? []).map((n) => n.code)).toEqual([
       'BUS_INVALID_EVENT',
       'BUS_INVALID_EVENT',
+      'BUS_INVALID_EVENT',
     ]);
+    expect(got.get('nack')?.[2]?.message).toMatch(/^room\.bootstrapped: data\.pages /);
     // The committed event reached the engine as an `event`, once.
     expect(
       (got.get('event') ?? []).filter(

@@ -9,31 +9,14 @@
 import type { EngineMessage } from '../bus/protocol.ts';
 import type { BusServer, PeerId } from '../bus/server.ts';
 import { JournalError } from '../journal/errors.ts';
+import type { EventData } from '../journal/events.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Clock } from '../ports/clock.ts';
 import type { ControlCounters } from './bus.ts';
+import { checkAppend } from './engine-appends.ts';
 import type { EngineRegistry } from './registry.ts';
 import type { RoomBook } from './room-book.ts';
 import type { Router } from './routing/router.ts';
-
-/** The room events each role sends (docs/protocol.md); anything else from it is refused. */
-export const ENGINE_APPENDS = {
-  prefill: [
-    'room.prefill_started',
-    'room.transfer_posted',
-    'room.transfer_completed',
-    'room.failed',
-    'room.released',
-  ],
-  decode: [
-    'room.bootstrap_started',
-    'room.bootstrapped',
-    'room.decode_started',
-    'room.completed',
-    'room.failed',
-    'room.released',
-  ],
-} as const;
 
 /**
  * An engine's event ids live in a namespace of their own, `engine:<id>/<its id>`, which no id the
@@ -127,21 +110,21 @@ export class AppendRelay {
    * the meantime — holding it until the commit (protocol 7, docs/critical-path.md). A decode
    * engine not yet caught up (replaying) is not told: it acts on the committed event.
    */
-  private kvArrived(decodeEngine: string, room: string, data: Record<string, unknown>): void {
-    const { bytes, checksum } = data;
-    // Not yet validated (the journal does that): a malformed one is simply not hinted.
-    if (!Number.isSafeInteger(bytes) || (bytes as number) < 0) return;
-    if (typeof checksum !== 'string' || checksum.length === 0 || checksum.length > 200) return;
+  private kvArrived(
+    decodeEngine: string,
+    room: string,
+    { bytes, checksum }: EventData<'room.transfer_completed'>,
+  ): void {
     const d = this.deps.registry.get(decodeEngine);
     if (!d?.delivery.live) return;
-    this.bus.send(d.peer, 'kv_arrived', { room, bytes: bytes as number, checksum });
+    this.bus.send(d.peer, 'kv_arrived', { room, bytes, checksum });
   }
 
   append(peer: PeerId, engine: string, msg: EngineMessage<'append'>): void {
     if (!this.inSequence(peer, engine, msg)) return;
     const s = this.deps.registry.get(engine);
     if (!s) return;
-    const { type, room, data } = msg.event;
+    const { type, room } = msg.event;
     const refuse = (message: string) => {
       this.deps.counters.nacks++;
       this.bus.send(peer, 'nack', {
@@ -151,11 +134,13 @@ export class AppendRelay {
         retryable: false,
       });
     };
-    if (!(ENGINE_APPENDS[s.role] as readonly string[]).includes(type)) {
-      this.bus.drops.record('not_owner', { engine, type, room });
-      refuse(`a ${s.role} engine may not append ${type}`);
+    const checked = checkAppend(s.role, msg.event);
+    if (!checked.ok) {
+      this.bus.drops.record(checked.reason, { engine, type, room });
+      refuse(checked.message);
       return;
     }
+    const event = checked.event;
     const owners = this.deps.book.owners(room);
     const mine =
       owners !== undefined &&
@@ -171,7 +156,7 @@ export class AppendRelay {
       );
       return;
     }
-    const rejected = !this.deps.book.project(msg.event, engine);
+    const rejected = !this.deps.book.project(event, engine);
     if (!this.rejections.take(engine, rejected, this.deps.clock.now())) {
       this.bus.drops.record('rate_limited', { engine, type, room });
       refuse(
@@ -181,21 +166,19 @@ export class AppendRelay {
     }
     this.deps.counters.appends++;
     const eventId = engineEventId(engine, msg.eventId);
-    if (!rejected) this.deps.book.depths.arrived(room, eventId, msg.event.cause);
-    if (!rejected && msg.event.type === 'room.transfer_completed')
-      this.kvArrived(owners.decodeEngine, room, msg.event.data);
-    const vetted = this.deps.router.vet(s, room, data);
+    if (!rejected) this.deps.book.depths.arrived(room, eventId, event.cause);
+    if (!rejected && event.type === 'room.transfer_completed')
+      this.kvArrived(owners.decodeEngine, room, event.data);
+    const vetted = this.deps.router.vet(s, event);
     this.deps.counters.blocksRefused += vetted.refused;
     this.deps
       .timed(
         this.deps.journal.append({
-          type,
-          room,
+          ...vetted.event,
           engine,
           source: `engine:${engine}`,
           eventId,
-          data: vetted.data,
-        } as Parameters<JournalStore['append']>[0]),
+        }),
       )
       .finally(() => {
         if (!rejected) this.deps.book.settled(room);

@@ -11,7 +11,7 @@
  * it with events alone.
  */
 
-import type { EngineMessage, RoomRequest } from '../bus/protocol.ts';
+import type { RoomRequest } from '../bus/protocol.ts';
 import type { JournalEvent, RoomReservation } from '../journal/events.ts';
 import { type Room, reduce } from '../journal/reducer.ts';
 import { isTerminal } from '../journal/states.ts';
@@ -19,6 +19,7 @@ import { type Clock, systemClock } from '../ports/clock.ts';
 import { releasedByBoth } from './aborts.ts';
 import { BoundedMap } from './bounded-map.ts';
 import { CommitDepth } from './commit-depth.ts';
+import type { EngineAppend } from './engine-appends.ts';
 import type { EngineSession } from './engine-session.ts';
 import { PageLedger } from './pages/page-ledger.ts';
 import { PageMap } from './pages/page-map.ts';
@@ -213,11 +214,18 @@ export class RoomBook {
    * `prefill_started` and `transfer_posted` back to back). True also records it as on its way,
    * until `settled`.
    */
-  project(event: EngineMessage<'append'>['event'], engine: string): boolean {
+  project(event: EngineAppend, engine: string): boolean {
     const ahead = this.ahead.get(event.room);
     const view = ahead?.room ?? this.rooms.get(event.room);
     if (!view) return false;
-    const ev = { ...event, seq: 0, ts: this.clock.now(), engine } as JournalEvent;
+    const ev: JournalEvent = {
+      ...event,
+      seq: 0,
+      ts: this.clock.now(),
+      engine,
+      source: '',
+      eventId: '',
+    };
     const r = reduce(view, ev);
     if (!r.ok) return false;
     this.ahead.set(event.room, { room: r.room, appends: (ahead?.appends ?? 0) + 1 });

@@ -6,10 +6,11 @@
  */
 import { describe, expect, it } from 'vitest';
 import { engineSession } from '../../test/helpers/engine-session.ts';
-import type { EngineMessage, RoomRequest } from '../bus/protocol.ts';
+import type { RoomRequest } from '../bus/protocol.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import type { Room } from '../journal/reducer.ts';
 import { systemClock } from '../ports/clock.ts';
+import type { EngineAppend, EngineAppendType } from './engine-appends.ts';
 import type { EngineSession } from './engine-session.ts';
 import { RoomBook } from './room-book.ts';
 import { RoomEndedError, RoomStream } from './streams.ts';
@@ -87,8 +88,8 @@ function given(...steps: Array<JournalEvent | { admit: string; decode?: string }
   };
 }
 
-const append = (type: string, room: string): EngineMessage<'append'>['event'] =>
-  ({ type, room, data: {} }) as EngineMessage<'append'>['event'];
+/** An append past the bus's checks; the book reads only its type and room. */
+const append = (type: EngineAppendType, room: string) => ({ type, room, data: {} }) as EngineAppend;
 
 describe('RoomBook: admission', () => {
   it('an admitted room counts on both engines and promises their pages before it commits', () => {

@@ -432,6 +432,18 @@ const NEEDS_ENGINE = new Set<string>([
   'engine.returned',
 ]);
 
+/**
+ * What is wrong with `data` as the data of a `type` event, naming the field (`data.pages.0 …`);
+ * null when it is that type's.
+ */
+export function dataError(type: EventType, data: unknown): string | null {
+  const checker = checkers[type];
+  if (checker.Check(data)) return null;
+  const first = checker.Errors(data).First();
+  const where = first?.path ? `data${first.path.replaceAll('/', '.')}` : 'data';
+  return `${where} ${first?.message ?? 'is invalid'}`;
+}
+
 function invalid(message: string): JournalError {
   return new JournalError('JOURNAL_INVALID_EVENT', message);
 }
@@ -493,12 +505,8 @@ export function validateEvent(
     throw invalid(`${type}: ts must be unix milliseconds (a non-negative integer)`);
   }
   const data = ev.data ?? {};
-  const checker = checkers[type as EventType];
-  if (!checker.Check(data)) {
-    const first = checker.Errors(data).First();
-    const where = first?.path ? `data${first.path.replaceAll('/', '.')}` : 'data';
-    throw invalid(`${type}: ${where} ${first?.message ?? 'is invalid'}`);
-  }
+  const wrong = dataError(type as EventType, data);
+  if (wrong !== null) throw invalid(`${type}: ${wrong}`);
   // The checker above is what makes the data this type's: the one place it is asserted.
   return {
     ts: ts as number,

@@ -22,12 +22,10 @@
  */
 import type { JournalEvent } from '../../journal/events.ts';
 import type { JournalReader } from '../../journal/store.ts';
+import type { EngineAppend } from '../engine-appends.ts';
 import type { EngineSession } from '../engine-session.ts';
 import { choosePair, type Pair, type PairWeights } from '../pairs.ts';
 import { PrefixIndex } from './prefix-index.ts';
-
-/** What a block name looks like (model/prefix-blocks.ts). */
-const NAME = /^[0-9a-f]{32}$/;
 
 export const ROUTER_POLICIES = ['kv', 'least-loaded', 'round-robin'] as const;
 export type RouterPolicy = (typeof ROUTER_POLICIES)[number];
@@ -130,23 +128,22 @@ export class Router {
   /**
    * An engine's append, before it goes to the journal: the blocks it says it stored must be
    * blocks of that room's context, from an engine whose hello announced a cache with this block
-   * size, and no more than its cache holds; names that are not block names are never kept.
-   * Returns the data to journal (claims that fail dropped) and how many names were refused.
+   * size, and no more than its cache holds (that each is a block name was checked at the bus).
+   * Returns the event to journal (claims that fail dropped) and how many names were refused.
    */
-  vet(
+  vet<E extends EngineAppend>(
     session: Pick<EngineSession, 'prefix'>,
-    room: string,
-    data: Record<string, unknown>,
-  ): { data: Record<string, unknown>; refused: number } {
+    event: E,
+  ): { event: E; refused: number } {
+    const { room } = event;
+    const data: Record<string, unknown> = event.data;
     let refused = 0;
     const out = { ...data };
     const names = (key: string, keep: (name: string) => boolean) => {
       const v = data[key];
       if (v === undefined) return;
       const list = Array.isArray(v) ? v : [];
-      const kept = list.filter(
-        (n): n is string => typeof n === 'string' && NAME.test(n) && keep(n),
-      );
+      const kept = list.filter((n): n is string => typeof n === 'string' && keep(n));
       refused += (Array.isArray(v) ? list.length : 1) - kept.length;
       if (kept.length > 0) out[key] = kept;
       else delete out[key];
@@ -160,7 +157,8 @@ export class Router {
       // A name that is not the room's does not use up the cache's capacity.
       (n) => cache && this.isBlockOf(room, n) && taken++ < (p?.capacityBlocks ?? 0),
     );
-    return { data: out, refused };
+    // Only lists of names shortened or left out: still the event's type's data.
+    return { event: { ...event, data: out } as E, refused };
   }
 
   /** Which engine holds which blocks, as folded so far. */

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { engineSession } from '../../../test/helpers/engine-session.ts';
-import type { JournalEvent } from '../../journal/events.ts';
+import type { EventData, JournalEvent } from '../../journal/events.ts';
 import { Router } from './router.ts';
 
 const name = (i: number) => i.toString(16).padStart(32, '0');
@@ -69,36 +69,38 @@ describe('router', () => {
   it('vets what engines say they stored: only blocks of the room, within the cache, of this block size', () => {
     const r = new Router({ policy: 'kv', blockTokens: 64, overlapWeight: 1 });
     r.admitted('room1', 'p0', names(0, 3), 200);
+    // Checked at the bus (engine-appends.ts): every name is a block name.
+    const posted = (room: string, data: EventData<'room.transfer_posted'>) =>
+      ({ type: 'room.transfer_posted', room, data }) as const;
     const data = {
       pairs: 1,
-      storedBlocks: [name(0), name(7), 'not-a-name', name(1)],
-      evictedBlocks: [name(9), 5],
-    };
-    const v = r.vet({ prefix }, 'room1', data);
-    expect(v.data).toEqual({
-      pairs: 1,
-      storedBlocks: [name(0), name(1)],
+      storedBlocks: [name(0), name(7), name(1)],
       evictedBlocks: [name(9)],
-    });
-    expect(v.refused).toBe(3);
+    };
+    const v = r.vet({ prefix }, posted('room1', data));
+    expect(v.event).toEqual(
+      posted('room1', { pairs: 1, storedBlocks: [name(0), name(1)], evictedBlocks: [name(9)] }),
+    );
+    expect(v.refused).toBe(1);
     // Beyond its cache's capacity, for another room, from an engine without a cache or of another block size.
     expect(
-      r.vet({ prefix: { blockTokens: 64, capacityBlocks: 1 } }, 'room1', data).data.storedBlocks,
+      r.vet({ prefix: { blockTokens: 64, capacityBlocks: 1 } }, posted('room1', data)).event.data
+        .storedBlocks,
     ).toEqual([name(0)]);
-    expect(r.vet({ prefix }, 'room2', data).data.storedBlocks).toBeUndefined();
+    expect(r.vet({ prefix }, posted('room2', data)).event.data.storedBlocks).toBeUndefined();
     // Names that are not the room's do not use up the capacity left for those that are.
     const two = { prefix: { blockTokens: 64, capacityBlocks: 2 } };
-    const foreignFirst = { storedBlocks: [name(7), name(8), name(0), name(1)] };
-    expect(r.vet(two, 'room1', foreignFirst)).toEqual({
-      data: { storedBlocks: [name(0), name(1)] },
+    const foreignFirst = posted('room1', { storedBlocks: [name(7), name(8), name(0), name(1)] });
+    expect(r.vet(two, foreignFirst)).toEqual({
+      event: posted('room1', { storedBlocks: [name(0), name(1)] }),
       refused: 2,
     });
-    expect(r.vet({ prefix: null }, 'room1', data).refused).toBe(6);
-    expect(r.vet({ prefix: { blockTokens: 16, capacityBlocks: 100 } }, 'room1', data).data).toEqual(
-      { pairs: 1 },
-    );
+    expect(r.vet({ prefix: null }, posted('room1', data)).refused).toBe(4);
+    expect(
+      r.vet({ prefix: { blockTokens: 16, capacityBlocks: 100 } }, posted('room1', data)).event.data,
+    ).toEqual({ pairs: 1 });
     // Once its KV is posted, the room's blocks can no longer be claimed.
     r.fold({ ...ev('room.transfer_posted', 'p0', {}), room: 'room1' } as JournalEvent, false);
-    expect(r.vet({ prefix }, 'room1', data).data.storedBlocks).toBeUndefined();
+    expect(r.vet({ prefix }, posted('room1', data)).event.data.storedBlocks).toBeUndefined();
   });
 });
