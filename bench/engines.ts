@@ -304,7 +304,7 @@ try {
         return events;
       };
       /** The control plane's count of rooms by the commits in sequence behind their decode. */
-      const depths = () => [...control.book.depths.firstTokens];
+      const depths = () => [...control.book.firstTokenCommits()];
       /** The median of those counts since `before` was taken. */
       const medianDepth = (before: number[]): number | null =>
         medianBucket(depths().map((n, d) => n - (before[d] ?? 0)));

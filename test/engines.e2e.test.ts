@@ -81,12 +81,12 @@ describe('engines end to end', () => {
     expect(used.prefill.size).toBe(2);
     expect(used.decode.size).toBe(2);
     // Protocol 7: every first token is behind two commits, created and transfer_completed.
-    const depths = control.book.depths.firstTokens;
+    const depths = control.book.firstTokenCommits();
     expect(depths[2]).toBeGreaterThanOrEqual(200);
     expect(depths.reduce((a, b) => a + b, 0)).toBe(depths[2]);
     // The control plane's page map agreed with both decode engines, and holds nothing now.
-    expect(control.book.decodePages.conflicts).toBe(0);
-    for (const engine of used.decode) expect(control.book.decodePages.heldOn(engine)).toBe(0);
+    expect(control.book.pageConflicts).toBe(0);
+    for (const engine of used.decode) expect(control.book.decodePagesOn(engine)).toBe(0);
     expect((await journal.stats()).rejectedEvents).toBe(0);
     expect(control.bus.drops.snapshot()).toEqual({});
   });

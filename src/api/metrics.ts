@@ -339,16 +339,18 @@ export class ApiMetrics {
       `Rooms by the journal commits in sequence behind their first token (docs/critical-path.md); ${MAX_COUNTED_DEPTH} counts that many or more`,
       ['commits'],
       () =>
-        control.book.depths.firstTokens.flatMap((n, d) =>
-          d === 0 ? [] : [[{ commits: String(d) }, n] as [{ commits: string }, number]],
-        ),
+        control.book
+          .firstTokenCommits()
+          .flatMap((n, d) =>
+            d === 0 ? [] : [[{ commits: String(d) }, n] as [{ commits: string }, number]],
+          ),
     );
     totalCounter(
       r,
       'pdctl_page_map_conflicts_total',
       "Pages a decode engine reserved while the control plane's page map still held them for another room (docs/critical-path.md): 0 unless engine and control plane disagree about a pool",
       [],
-      () => [[{}, control.book.decodePages.conflicts]],
+      () => [[{}, control.book.pageConflicts]],
     );
     totalCounter(
       r,

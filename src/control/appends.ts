@@ -54,7 +54,7 @@ export interface AppendRelayDeps {
   registry: EngineRegistry;
   counters: ControlCounters;
   /** Whose each room is, and whether an append would be refused given those on their way. */
-  book: Pick<RoomBook, 'owners' | 'project' | 'settled' | 'depths'>;
+  book: Pick<RoomBook, 'owners' | 'project' | 'settled'>;
   /** Vets the prefix blocks an engine says it stored or evicted (routing/router.ts `vet`). */
   router: Pick<Router, 'vet'>;
   /** Measures an append's latency. */
@@ -156,7 +156,8 @@ export class AppendRelay {
       );
       return;
     }
-    const rejected = !this.deps.book.project(event, engine);
+    const eventId = engineEventId(engine, msg.eventId);
+    const rejected = !this.deps.book.project(event, engine, eventId);
     if (!this.rejections.take(engine, rejected, this.deps.clock.now())) {
       this.bus.drops.record('rate_limited', { engine, type, room });
       refuse(
@@ -165,8 +166,6 @@ export class AppendRelay {
       return;
     }
     this.deps.counters.appends++;
-    const eventId = engineEventId(engine, msg.eventId);
-    if (!rejected) this.deps.book.depths.arrived(room, eventId, event.cause);
     if (!rejected && event.type === 'room.transfer_completed')
       this.kvArrived(owners.decodeEngine, room, event.data);
     const vetted = this.deps.router.vet(s, event);

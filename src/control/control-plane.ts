@@ -156,11 +156,10 @@ export class ControlPlane {
     const cp = new ControlPlane(journal, options);
     try {
       const { inFlight: orphans, all: left } = await roomsLeft(journal);
-      cp.book.load(left);
       const head = await journal.headSeq();
       cp.link.startSeq = head;
+      await cp.book.load(journal, left, head);
       await cp.router.rebuild(journal, head);
-      await cp.book.decodePages.rebuild(journal, left, head);
       await cp.registry.cordons.rebuild(journal, head);
       cp.subscription = journal.subscribe(head, (ev) => cp.onCommitted(ev));
       cp.orphansFailed = await failOrphans(journal, orphans, cp.log);

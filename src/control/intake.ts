@@ -16,6 +16,7 @@ import type { EngineSession } from './engine-session.ts';
 import type { LivenessPolicy } from './engine-view.ts';
 import { ControlError } from './errors.ts';
 import { MAX_PROMPT_BYTES, MAX_TOKENS_LIMIT, type SubmitRequest } from './options.ts';
+import { couldEverFit, fitsNow, roomPages, roomTokens } from './pages/page-ledger.ts';
 import { type Pair, unreachable } from './pairs.ts';
 import type { EngineRegistry } from './registry.ts';
 import type { RoomBook } from './room-book.ts';
@@ -166,7 +167,7 @@ export class Intake {
       usable(s) &&
       s.pages > 0 &&
       this.hasRoom(s) &&
-      book.pages.fits(s, book.pages.pagesFor(s, promptTokens, maxTokens));
+      fitsNow(s, roomPages(s, promptTokens, maxTokens));
     const prefills = registry.candidates('prefill', liveness, now, fits, probe);
     const decodes = registry.candidates('decode', liveness, now, fits, probe);
     const pair = this.deps.router.choose(prefills, decodes, names, promptTokens, {
@@ -215,9 +216,8 @@ export class Intake {
     maxTokens: number,
     now: number,
   ): never {
-    const { registry, book, liveness } = this.deps;
-    const { pages } = book;
-    const need = (s: EngineSession) => pages.pagesFor(s, promptTokens, maxTokens);
+    const { registry, liveness } = this.deps;
+    const need = (s: EngineSession) => roomPages(s, promptTokens, maxTokens);
     const heartbeating = registry.withStatus(role, 'live', liveness, now);
     const live = heartbeating.filter((s) => !registry.cordons.has(s.engine));
     if (live.length === 0 && heartbeating.length > 0) {
@@ -245,12 +245,12 @@ export class Intake {
         `every ${role} engine has ${this.deps.maxRoomsPerEngine} rooms in flight; retry shortly`,
       );
     const largest = live.reduce((a, b) => (b.pages > a.pages ? b : a));
-    const tokens = pages.tokensFor(largest, promptTokens, maxTokens);
+    const tokens = roomTokens(largest, promptTokens, maxTokens);
     const what =
       tokens > promptTokens
         ? `${tokens} tokens of KV (prompt ${promptTokens} + max_tokens ${maxTokens})`
         : `${tokens} prompt tokens of KV`;
-    if (!live.some((s) => pages.couldEverFit(s, need(s)))) {
+    if (!live.some((s) => couldEverFit(s, need(s)))) {
       throw new ControlError(
         'CONTROL_BAD_REQUEST',
         `the request needs ${what}, ${need(largest)} pages, but the largest ${role} KV pool has ${largest.pages} pages; ask for fewer max_tokens or a shorter prompt`,

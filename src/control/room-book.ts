@@ -15,13 +15,14 @@ import type { RoomRequest } from '../bus/protocol.ts';
 import type { JournalEvent, RoomReservation } from '../journal/events.ts';
 import { type Room, reduce } from '../journal/reducer.ts';
 import { isTerminal } from '../journal/states.ts';
+import type { JournalReader } from '../journal/store.ts';
 import { type Clock, systemClock } from '../ports/clock.ts';
 import { releasedByBoth } from './aborts.ts';
 import { BoundedMap } from './bounded-map.ts';
 import { CommitDepth } from './commit-depth.ts';
 import type { EngineAppend } from './engine-appends.ts';
 import type { EngineSession } from './engine-session.ts';
-import { PageLedger } from './pages/page-ledger.ts';
+import { PageLedger, roomPages } from './pages/page-ledger.ts';
 import { PageMap } from './pages/page-map.ts';
 import type { RoomStream } from './streams.ts';
 
@@ -71,11 +72,11 @@ export class RoomBook {
   /** The rooms not yet ended that name each engine: admitted, or live in the fold. */
   private readonly onEngine = new Map<string, Set<string>>();
   /** KV pages promised to rooms per engine: admission counts pages, not rooms. */
-  readonly pages: PageLedger;
+  private readonly pages: PageLedger;
   /** The pages each decode engine holds for each room, folded from the journal (pages/page-map.ts). */
-  readonly decodePages = new PageMap();
+  private readonly decodePages = new PageMap();
   /** The commits in sequence behind each room's first token (commit-depth.ts). */
-  readonly depths = new CommitDepth();
+  private readonly depths = new CommitDepth();
 
   constructor(
     session: (engine: string) => EngineSession | undefined,
@@ -130,14 +131,39 @@ export class RoomBook {
     return this.onEngine.get(engine)?.size ?? 0;
   }
 
+  // ── what metrics and drills read ─────────────────────────────────────────────────────────
+
+  /** Rooms by the journal commits in sequence behind their first token: index d counts d commits. */
+  firstTokenCommits(): readonly number[] {
+    return this.depths.firstTokens;
+  }
+
+  /** Pages a decode engine reserved while the page map still held them for another room. */
+  get pageConflicts(): number {
+    return this.decodePages.conflicts;
+  }
+
+  /** Pages the page map holds on a decode engine for rooms it has not released. */
+  decodePagesOn(engine: string): number {
+    return this.decodePages.heldOn(engine);
+  }
+
   // ── admission ────────────────────────────────────────────────────────────────────────────
 
-  /** Rooms the journal shows in flight at start (before any engine says hello). */
-  load(rooms: Iterable<Room>): void {
+  /**
+   * The rooms the journal left (in flight, or ended and awaiting a release) at start, before any
+   * engine says hello, and the decode pages they hold as of `untilSeq` (pages/page-map.ts).
+   */
+  async load(
+    journal: Pick<JournalReader, 'tail'>,
+    rooms: readonly Room[],
+    untilSeq: number,
+  ): Promise<void> {
     for (const r of rooms) {
       this.rooms.set(r.room, r);
       if (!isTerminal(r.state)) this.index(r.room, r, true);
     }
+    await this.decodePages.rebuild(journal, rooms, untilSeq);
   }
 
   /**
@@ -151,7 +177,7 @@ export class RoomBook {
     this.requests.set(room, a.request);
     this.admitted.set(room, { prefill: a.prefill.incarnation, decode: a.decode.incarnation });
     this.index(room, { prefillEngine: a.prefill.engine, decodeEngine: a.decode.engine }, true);
-    const need = (s: EngineSession) => this.pages.pagesFor(s, a.promptTokens, a.request.maxTokens);
+    const need = (s: EngineSession) => roomPages(s, a.promptTokens, a.request.maxTokens);
     const d = a.decode;
     const count = need(d);
     this.pages.hold(room, a.prefill, need(a.prefill));
@@ -212,9 +238,10 @@ export class RoomBook {
    * Whether the journal would take this event from this engine now, as far as the book knows —
    * the committed room plus the engine's appends still on their way (an engine sends
    * `prefill_started` and `transfer_posted` back to back). True also records it as on its way,
-   * until `settled`.
+   * until `settled`, and when it arrived (under `eventId`, as it will be journaled) for the
+   * commits behind the room's first token.
    */
-  project(event: EngineAppend, engine: string): boolean {
+  project(event: EngineAppend, engine: string, eventId: string): boolean {
     const ahead = this.ahead.get(event.room);
     const view = ahead?.room ?? this.rooms.get(event.room);
     if (!view) return false;
@@ -223,11 +250,12 @@ export class RoomBook {
       seq: 0,
       ts: this.clock.now(),
       engine,
-      source: '',
-      eventId: '',
+      source: `engine:${engine}`,
+      eventId,
     };
     const r = reduce(view, ev);
     if (!r.ok) return false;
+    this.depths.arrived(event.room, eventId, event.cause);
     this.ahead.set(event.room, { room: r.room, appends: (ahead?.appends ?? 0) + 1 });
     return true;
   }

@@ -233,27 +233,27 @@ describe('RoomBook: reconciling engine appends', () => {
       ev('room.bootstrapped', 'r1', { pages: [1] }, 'd0'),
     );
     // The prefill engine sends prefill_started and transfer_posted back to back.
-    expect(book.project(append('room.prefill_started', 'r1'), 'p0')).toBe(true);
-    expect(book.project(append('room.transfer_posted', 'r1'), 'p0')).toBe(true);
+    expect(book.project(append('room.prefill_started', 'r1'), 'p0', 'e')).toBe(true);
+    expect(book.project(append('room.transfer_posted', 'r1'), 'p0', 'e')).toBe(true);
     // One the committed room plus those in flight cannot take is refused: a second post, a
     // completion of a room not decoding, an event from an engine not its own.
-    expect(book.project(append('room.transfer_posted', 'r1'), 'p0')).toBe(false);
-    expect(book.project(append('room.completed', 'r1'), 'd0')).toBe(false);
-    expect(book.project(append('room.transfer_completed', 'r1'), 'd1')).toBe(false);
+    expect(book.project(append('room.transfer_posted', 'r1'), 'p0', 'e')).toBe(false);
+    expect(book.project(append('room.completed', 'r1'), 'd0', 'e')).toBe(false);
+    expect(book.project(append('room.transfer_completed', 'r1'), 'd1', 'e')).toBe(false);
     // Once both settled without committing (the journal refused them), the committed room judges again.
     book.settled('r1');
     book.settled('r1');
-    expect(book.project(append('room.transfer_posted', 'r1'), 'p0')).toBe(false);
-    expect(book.project(append('room.prefill_started', 'r1'), 'p0')).toBe(true);
+    expect(book.project(append('room.transfer_posted', 'r1'), 'p0', 'e')).toBe(false);
+    expect(book.project(append('room.prefill_started', 'r1'), 'p0', 'e')).toBe(true);
   });
 
   it('knows nothing to append to for a room it never had', () => {
     const { book } = given();
-    expect(book.project(append('room.prefill_started', 'nope'), 'p0')).toBe(false);
+    expect(book.project(append('room.prefill_started', 'nope'), 'p0', 'e')).toBe(false);
     expect(book.owners('nope')).toBeUndefined();
   });
 
-  it('rooms loaded at start count on their engines until their failure folds', () => {
+  it('rooms loaded at start count on their engines until their failure folds', async () => {
     const room = (r: string, state: Room['state']) =>
       ({
         room: r,
@@ -263,7 +263,9 @@ describe('RoomBook: reconciling engine appends', () => {
         releasedBy: [],
       }) as unknown as Room;
     const book = new RoomBook(fleet());
-    book.load([room('o1', 'decoding'), room('o2', 'created')]);
+    // A journal with nothing of their pages (the page map's part of the load: page-map.unit.test.ts).
+    const noEvents = { tail: async () => [] };
+    await book.load(noEvents, [room('o1', 'decoding'), room('o2', 'created')], 0);
     expect([book.liveOn('p0'), book.liveOn('d1')]).toEqual([2, 2]);
     const failed = book.fold(
       ev('room.failed', 'o1', {

@@ -169,7 +169,7 @@ export const badEngine: StackScenario = {
       figure: { rooms: toEmpty, of: created.length },
       detail: 'it heartbeated, live and idle, throughout',
     });
-    const conflicts = control.book.decodePages.conflicts;
+    const conflicts = control.book.pageConflicts;
     ctx.check({
       name: 'no page reserved to two live rooms',
       ok: conflicts === 0,

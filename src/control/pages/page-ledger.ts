@@ -15,31 +15,32 @@ interface Hold {
   pages: number;
 }
 
+/** Tokens of KV a room takes on this engine. */
+export function roomTokens(s: EngineSession, promptTokens: number, maxTokens: number): number {
+  return s.role === 'decode' && s.kv?.decodeGrows ? promptTokens + maxTokens : promptTokens;
+}
+
+/** Pages a room takes on this engine; 0 when it does not say. */
+export function roomPages(s: EngineSession, promptTokens: number, maxTokens: number): number {
+  if (!s.kv) return 0;
+  return pagesFor(s.kv, s.pageBytes, roomTokens(s, promptTokens, maxTokens));
+}
+
+/** Whether the engine has `pages` not yet promised to a room. */
+export function fitsNow(s: EngineSession, pages: number): boolean {
+  return pages === 0 || s.pages - s.load.reservedPages >= pages;
+}
+
+/** Whether the engine could hold `pages` at all, with nothing else on it. */
+export function couldEverFit(s: EngineSession, pages: number): boolean {
+  return pages <= s.pages;
+}
+
+/** The pages promised to each room on each engine, from admission until that engine releases it. */
 export class PageLedger {
   private readonly byRoom = new Map<string, Hold[]>();
 
   constructor(private readonly session: (engine: string) => EngineSession | undefined) {}
-
-  /** Tokens of KV a room takes on this engine. */
-  tokensFor(s: EngineSession, promptTokens: number, maxTokens: number): number {
-    return s.role === 'decode' && s.kv?.decodeGrows ? promptTokens + maxTokens : promptTokens;
-  }
-
-  /** Pages a room takes on this engine; 0 when it does not say. */
-  pagesFor(s: EngineSession, promptTokens: number, maxTokens: number): number {
-    if (!s.kv) return 0;
-    return pagesFor(s.kv, s.pageBytes, this.tokensFor(s, promptTokens, maxTokens));
-  }
-
-  /** Whether the engine has `pages` not yet promised to a room. */
-  fits(s: EngineSession, pages: number): boolean {
-    return pages === 0 || s.pages - s.load.reservedPages >= pages;
-  }
-
-  /** Whether the engine could hold `pages` at all, with nothing else on it. */
-  couldEverFit(s: EngineSession, pages: number): boolean {
-    return pages <= s.pages;
-  }
 
   hold(room: string, s: EngineSession, pages: number): void {
     if (pages === 0) return;
