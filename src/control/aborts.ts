@@ -2,8 +2,12 @@
  * The abort workflow (docs/design.md §2): an AbortReq is journaled as `room.abort_requested`; the
  * engines stop the room and each journals `room.released`; once both have released — or after a
  * grace period, for an engine that never answers — the room is journaled `room.aborted`, with the
- * reason of the first request and who asked. The control plane feeds committed events in; this
- * module owns the grace timers.
+ * reason of the first request and who asked.
+ *
+ * Decided apart from done (issue 41): `decideAbort` is a pure function of the pending aborts and
+ * one input (an event committed, a grace period over, a room ended) that returns the next state
+ * and the commands to run; `Aborts` runs them on the clock and the journal. Its tests are
+ * given/when/then on data (aborts.unit.test.ts): no journal, no timers.
  */
 import type { JournalEvent } from '../journal/events.ts';
 import type { Room } from '../journal/reducer.ts';
@@ -19,10 +23,80 @@ export function releasedByBoth(room: Room): boolean {
   );
 }
 
+/** The aborts waiting for their rooms' releases: who asked first, by room. */
+export type AbortsState = ReadonlyMap<string, string>;
+
+export type AbortInput =
+  /** A committed event of the room, already folded into `room`. */
+  | { kind: 'committed'; room: Room; event: JournalEvent }
+  /** The grace period of the room's abort is over; `room` as folded now (undefined: it left the view). */
+  | { kind: 'grace_over'; room: string; now: Room | undefined }
+  /** The room ended, however. */
+  | { kind: 'ended'; room: string };
+
+export type AbortCommand =
+  | { kind: 'start_grace'; room: string }
+  | { kind: 'cancel_grace'; room: string }
+  /** Journal `room.aborted`: `reason` the first request's, `source` who asked. */
+  | { kind: 'append_aborted'; room: string; reason: string; source: string };
+
+/** One input: the next state, and what to do. */
+export function decideAbort(
+  s: AbortsState,
+  input: AbortInput,
+): { state: AbortsState; commands: AbortCommand[] } {
+  if (input.kind === 'ended') {
+    if (!s.has(input.room)) return { state: s, commands: [] };
+    return {
+      state: without(s, input.room),
+      commands: [{ kind: 'cancel_grace', room: input.room }],
+    };
+  }
+  if (input.kind === 'grace_over') {
+    // The abort stays pending until the room ends: a release still on its way finishes it too,
+    // under the same event id.
+    const source = s.get(input.room);
+    const r = input.now;
+    if (source === undefined || !r || isTerminal(r.state)) return { state: s, commands: [] };
+    return { state: s, commands: [aborted(r, source)] };
+  }
+  const { room, event } = input;
+  // Only the first request of a room starts the grace (later ones are idempotent).
+  if (event.type === 'room.abort_requested' && room.abortRequestedAt === event.ts) {
+    return {
+      state: new Map(s).set(room.room, event.source),
+      commands: [{ kind: 'start_grace', room: room.room }],
+    };
+  }
+  if (
+    event.type === 'room.released' &&
+    room.abortRequestedAt !== null &&
+    !isTerminal(room.state) &&
+    releasedByBoth(room)
+  )
+    return { state: s, commands: [aborted(room, s.get(room.room) ?? 'control')] };
+  return { state: s, commands: [] };
+}
+
+function aborted(room: Room, source: string): AbortCommand {
+  return {
+    kind: 'append_aborted',
+    room: room.room,
+    reason: room.abortReason ?? 'abort_requested',
+    source,
+  };
+}
+
+function without(s: AbortsState, room: string): AbortsState {
+  const next = new Map(s);
+  next.delete(room);
+  return next;
+}
+
+/** Runs `decideAbort` on the committed events the control plane feeds it. */
 export class Aborts {
+  private state: AbortsState = new Map();
   private readonly timers = new Map<string, Timer>();
-  /** Who asked for each pending abort (the `source` of its room.abort_requested). */
-  private readonly sources = new Map<string, string>();
 
   constructor(
     private readonly journal: JournalStore,
@@ -40,19 +114,13 @@ export class Aborts {
   }
 
   /** A committed event of `room` (already folded into it): starts the grace, or finishes the abort. */
-  onCommitted(room: Room, ev: JournalEvent): void {
-    // Only the first request of a room starts the grace (later ones are idempotent).
-    if (ev.type === 'room.abort_requested' && room.abortRequestedAt === ev.ts)
-      this.schedule(room, ev);
-    if (ev.type === 'room.released' && room.abortRequestedAt !== null && !isTerminal(room.state))
-      if (releasedByBoth(room)) this.appendAborted(room, this.sources.get(room.room) ?? 'control');
+  onCommitted(room: Room, event: JournalEvent): void {
+    this.run({ kind: 'committed', room, event });
   }
 
   /** The room ended (however): nothing is pending for it any more. */
   onTerminal(room: string): void {
-    this.clock.clear(this.timers.get(room));
-    this.timers.delete(room);
-    this.sources.delete(room);
+    this.run({ kind: 'ended', room });
   }
 
   close(): void {
@@ -60,28 +128,34 @@ export class Aborts {
     this.timers.clear();
   }
 
-  private schedule(room: Room, ev: JournalEvent): void {
-    const source = ev.source;
-    const timer = this.clock.setTimeout(() => {
-      this.timers.delete(room.room);
-      const now = this.roomNow(room.room);
-      if (now && !isTerminal(now.state)) this.appendAborted(now, source);
-    }, this.graceMs);
-    timer.unref();
-    this.timers.set(room.room, timer);
-    this.sources.set(room.room, source);
+  private run(input: AbortInput): void {
+    const decided = decideAbort(this.state, input);
+    this.state = decided.state;
+    for (const c of decided.commands) {
+      if (c.kind === 'start_grace') {
+        const timer = this.clock.setTimeout(() => {
+          this.timers.delete(c.room);
+          this.run({ kind: 'grace_over', room: c.room, now: this.roomNow(c.room) });
+        }, this.graceMs);
+        timer.unref();
+        this.timers.set(c.room, timer);
+      } else if (c.kind === 'cancel_grace') {
+        this.clock.clear(this.timers.get(c.room));
+        this.timers.delete(c.room);
+      } else this.appendAborted(c);
+    }
   }
 
-  private appendAborted(room: Room, source: string): void {
+  private appendAborted(c: Extract<AbortCommand, { kind: 'append_aborted' }>): void {
     this.journal
       .append({
         type: 'room.aborted',
-        room: room.room,
+        room: c.room,
         source: 'control',
         // One id per room: the grace timer and the last release may both get here.
-        eventId: `${room.room}:aborted`,
-        data: { reason: room.abortReason ?? 'abort_requested', source },
+        eventId: `${c.room}:aborted`,
+        data: { reason: c.reason, source: c.source },
       })
-      .catch((err) => this.log.error({ err, room: room.room }, 'could not journal room.aborted'));
+      .catch((err) => this.log.error({ err, room: c.room }, 'could not journal room.aborted'));
   }
 }
