@@ -10,12 +10,12 @@
  * room (`retriedFrom`) on a pair without the engine to blame, up to `retryLimit` times a request.
  * The client sees one answer; none of the failed room's reached it, so none is sent twice.
  *
- * The room book holds the rooms, streams and requests; this module reads them, moves the stream,
- * and creates the continuation room through intake.ts, as every room is created.
+ * What becomes of each room is decided in loss.ts (pure: given/when/then tests); this module does
+ * it — the room book holds the rooms, streams and requests, this module journals, moves the
+ * stream, and creates the continuation room through intake.ts, as every room is created.
  */
 
-import { maxRequestTextBytes, type RoomRequest, requestTextBytes } from '../bus/protocol.ts';
-import { FAILURE_BLAME, isFailureReason } from '../journal/reasons.ts';
+import type { RoomRequest } from '../bus/protocol.ts';
 import type { Room } from '../journal/reducer.ts';
 import { isTerminal } from '../journal/states.ts';
 import type { AppendResult, JournalStore } from '../journal/store.ts';
@@ -27,6 +27,7 @@ import { BoundedMap } from './bounded-map.ts';
 import type { EngineSession } from './engine-session.ts';
 import { ControlError } from './errors.ts';
 import type { Intake } from './intake.ts';
+import { decideLoss, decideRetry } from './loss.ts';
 import type { RoomBook } from './room-book.ts';
 import { RoomEndedError, type RoomStream } from './streams.ts';
 
@@ -112,35 +113,26 @@ export class Migrator {
   /** What becomes of one room of a lost engine: released, failed, migrated, or left (null). */
   private lose(r: Room, loss: Loss): Promise<unknown> | null {
     const { host } = this;
-    const { limit } = this.options;
-    if (isTerminal(r.state)) return this.releaseLost(r.room, loss);
     const stream = host.book.stream(r.room);
-    const request = host.book.request(r.room);
-    if (limit === 0 || !stream || stream.done || !request || r.abortRequestedAt !== null)
-      return null;
-    // The prompt plus what was streamed so far must fit in the new room's room.created event,
-    // and a model that is sent token ids needs every generated one.
-    const next = continuation(request, stream);
-    const tooLarge = requestTextBytes(next) > maxRequestTextBytes();
-    const idsMissing =
-      next.tokens !== undefined && stream.currentIds.length !== stream.currentTokens;
-    if (stream.migrations >= limit || tooLarge || idsMissing) {
-      const reason = tooLarge
-        ? 'too_large_to_migrate'
-        : idsMissing
-          ? 'generated_tokens_unknown'
-          : 'migration_limit_reached';
-      return host.journal
-        .append({
-          type: 'room.failed',
-          room: r.room,
-          source: 'control',
-          eventId: `${r.room}:migration-limit`,
-          data: { reason, stage: r.state, detectedBy: 'control' },
-        })
-        .catch((err) => host.log.error({ err, room: r.room }, 'could not fail a room'));
+    const decided = decideLoss(r, stream, host.book.request(r.room), this.options.limit);
+    switch (decided.kind) {
+      case 'release':
+        return this.releaseLost(r.room, loss);
+      case 'leave':
+        return null;
+      case 'fail':
+        return host.journal
+          .append({
+            type: 'room.failed',
+            room: r.room,
+            source: 'control',
+            eventId: `${r.room}:migration-limit`,
+            data: { reason: decided.reason, stage: r.state, detectedBy: 'control' },
+          })
+          .catch((err) => host.log.error({ err, room: r.room }, 'could not fail a room'));
+      case 'migrate':
+        return this.migrate(r, stream as RoomStream, decided.next, loss);
     }
-    return this.migrate(r, stream, next, loss);
   }
 
   private async migrate(
@@ -216,26 +208,16 @@ export class Migrator {
    */
   retry(room: Room, stream: RoomStream, request: RoomRequest | undefined): boolean {
     const { host } = this;
-    const reason = room.reason;
-    if (room.state !== 'failed' || !isFailureReason(reason) || !FAILURE_BLAME[reason].retry)
-      return false;
-    if (!request || stream.done || stream.cancelled || stream.tokens > 0) return false;
-    if (stream.retries >= this.options.retryLimit || room.abortRequestedAt !== null) return false;
-    // A canary probes its engines: tried elsewhere, it would hide what it found.
-    if (host.closing() || room.origin === 'canary') return false;
-    const { prefillEngine: p, decodeEngine: d } = room;
-    // Whom to leave out: the engine to blame; otherwise (a fault of the pair, of whichever engine
-    // reported it, or of no engine in particular: an overdue room) both where another pair of
-    // both exists, else one of them. Never the same pair: it failed the room once.
-    const blame = FAILURE_BLAME[reason].blame;
-    const choices = blame === 'prefill' ? [[p]] : blame === 'decode' ? [[d]] : [[p, d], [p], [d]];
+    const decided = decideRetry(room, stream, request, this.options.retryLimit);
+    if (!decided || !request || host.closing()) return false;
     // No such pair now (one engine of a role, or every other one full): the client gets the
     // failure at once rather than after a wait.
     const tokens = host.model.contextTokens(request).length;
-    const blamed = choices
-      .map((c) => new Set(c))
-      .find((c) => host.intake.pairFor(tokens, request.maxTokens, (s) => !c.has(s.engine)).pair);
+    const blamed = decided.leaveOut.find(
+      (c) => host.intake.pairFor(tokens, request.maxTokens, (s) => !c.has(s.engine)).pair,
+    );
     if (!blamed) return false;
+    const { reason } = decided;
     const usable = (s: EngineSession) => !blamed.has(s.engine);
     const to = this.host.ids.room();
     host.log.warn(
@@ -367,17 +349,4 @@ export class Migrator {
       await new Promise<void>((r) => host.clock.setTimeout(r, 50));
     }
   }
-}
-
-/**
- * The request a migrated room continues as: the same prompt, what was streamed so far as context
- * (its text, and its token ids for a model that is sent ids), and the tokens still to generate.
- */
-function continuation(request: RoomRequest, stream: RoomStream): RoomRequest {
-  return {
-    ...request,
-    maxTokens: request.maxTokens - stream.currentTokens,
-    generated: stream.text,
-    ...(request.tokens ? { tokens: [...request.tokens, ...stream.currentIds] } : {}),
-  };
 }
