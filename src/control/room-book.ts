@@ -148,6 +148,11 @@ export class RoomBook {
     return this.decodePages.heldOn(engine);
   }
 
+  /** Which room the page map holds each page of a decode engine's pool for (its incarnation's). */
+  decodePageOwners(engine: string): ReturnType<PageMap['holdings']> {
+    return this.decodePages.holdings(engine);
+  }
+
   // ── admission ────────────────────────────────────────────────────────────────────────────
 
   /**

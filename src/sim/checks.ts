@@ -1,7 +1,8 @@
 /**
  * The simulator's checks beyond the journal's own invariants (invariants.ts): every client's text
- * against the reference model's, the engines no fault touched left alone, and the control
- * plane's room book against the journal's fold after every commit.
+ * against the reference model's, the engines no fault touched left alone, and after every commit
+ * the control plane's room book against the journal's fold and its page map against every decode
+ * engine's allocator.
  */
 import type { JournalEvent } from '../journal/events.ts';
 import { DeterministicModel, generateInProcess } from '../model/deterministic.ts';
@@ -17,7 +18,9 @@ import type { Violation } from './invariants.ts';
  */
 export function watchBook(fleet: Fleet, out: Violation[]): void {
   const touched = new Set<string>();
+  const mapped = new Set<string>();
   const check = () => {
+    checkPages(fleet, mapped, out);
     for (const id of touched) {
       const shown = fleet.control.room(id);
       if (shown === undefined || out.length >= 10) continue;
@@ -42,6 +45,47 @@ export function watchBook(fleet: Fleet, out: Violation[]): void {
   watch();
   // A restarted control plane has a journal of its own, opened on the same disk.
   fleet.onControlStarted(watch);
+}
+
+/**
+ * The control plane's page map against each decode engine's allocator: a page an engine holds for
+ * a room is one the map holds for that room — or, for a room whose pages the map has never held
+ * (it chose none, and the room's `room.bootstrapped` has not committed), one it holds for no
+ * room. The map may call a page free only once the engine freed it (pages/page-map.ts): a page
+ * the engine holds that the map gives another room, or calls free once it knew the room's pages,
+ * is one it could reserve for two live rooms. And the map never counted a conflict. `mapped`:
+ * the `engine/incarnation/room`s the map has been seen holding pages for, kept across calls.
+ */
+export function checkPages(fleet: Fleet, mapped: Set<string>, out: Violation[]): void {
+  if (!fleet.controlProcess.alive || out.length >= 10) return;
+  const { book } = fleet.control;
+  if (book.pageConflicts > 0 && !out.some((v) => v.invariant === 'page_map_agrees'))
+    out.push({
+      invariant: 'page_map_agrees',
+      room: null,
+      seq: 0,
+      detail: `the control plane's page map counted ${book.pageConflicts} conflicts`,
+    });
+  for (const sim of fleet.engines.values()) {
+    if (sim.role !== 'decode' || !sim.process.alive) continue;
+    const held = book.decodePageOwners(sim.id);
+    if (!held || held.incarnation !== sim.incarnation) continue;
+    const pool = `${sim.id}/${sim.incarnation}/`;
+    for (const room of held.owners.values()) mapped.add(pool + room);
+    const { allocator } = sim.engine.core;
+    for (const room of allocator.rooms())
+      for (const page of allocator.pagesOf(room) ?? []) {
+        const owner = held.owners.get(page);
+        if (owner === room || (owner === undefined && !mapped.has(pool + room))) continue;
+        out.push({
+          invariant: 'page_map_agrees',
+          room,
+          seq: 0,
+          detail: `at ${fleet.clock.monotonic()} ms ${sim.id} holds page ${page} for ${room}; the control plane's page map ${owner === undefined ? 'calls it free' : `holds it for ${owner}`}`,
+        });
+        return;
+      }
+  }
 }
 
 /** What the journal says was done to an engine that was at fault: none may name an untouched one. */

@@ -64,6 +64,14 @@ export class PageMap {
     return this.pools.get(engine)?.owner.size ?? 0;
   }
 
+  /** What the map holds of one engine's pool: for which incarnation, and which room holds each page. */
+  holdings(
+    engine: string,
+  ): { incarnation: string | null; owners: ReadonlyMap<number, string> } | undefined {
+    const pool = this.pools.get(engine);
+    return pool && { incarnation: pool.incarnation, owners: pool.owner };
+  }
+
   /**
    * Chooses `count` free pages of the engine's pool for the room (the lowest first) and holds them
    * from now on; null when the map does not know that many free (nothing is held then). A pool
