@@ -8,8 +8,12 @@
  *     `decode`, or the engine that reported it); or
  *   - of its last `windowRooms` rooms (at least `minRooms`), a share of at least `failureRate`
  *     failed by its fault or its pair's, and its role's peers failed at most half as often over
- *     theirs — a fault of the pair counts against both engines, and the comparison with the peers
- *     tells which one it was.
+ *     theirs. A fault of the pair counts against an engine only where the other engine of the
+ *     pair was seen serving its other rooms well meanwhile (`pairEvidenceRooms` of them, failing
+ *     at most half of `failureRate`): where that one failed with others too, or served none, the
+ *     evidence does not say which of the two it was, and it counts against neither. (Counted
+ *     against both, a healthy decode engine whose rooms happened to meet two corrupting prefill
+ *     engines more often than its peer's did was ejected: the simulator, --faults all seed 44.)
  *
  * An ejected engine gets no room (the registry's `ejections`) until a canary through it passes —
  * tried `ejectedMs` after the ejection, which doubles with each ejection (from `baseEjectionMs`,
@@ -32,6 +36,12 @@ export interface OutlierPolicy {
   windowRooms: number;
   minRooms: number;
   failureRate: number;
+  /**
+   * A failure of a pair counts against one of its engines only where the other ended at least
+   * this many rooms with other engines while the two failed, failing at most half of
+   * `failureRate`. Default 2.
+   */
+  pairEvidenceRooms: number;
   baseEjectionMs: number;
   maxEjectionMs: number;
   maxEjectedShare: number;
@@ -44,15 +54,28 @@ export const DEFAULT_OUTLIER_POLICY: Readonly<OutlierPolicy> = Object.freeze({
   windowRooms: 20,
   minRooms: 5,
   failureRate: 0.5,
+  pairEvidenceRooms: 2,
   baseEjectionMs: 10_000,
   maxEjectionMs: 300_000,
   maxEjectedShare: 0.5,
   probeDeadlineMs: 5000,
 });
 
+/** One room's end, as it bears on one of its engines. */
+interface Outcome {
+  failed: boolean;
+  /** A failure blamed on this engine alone (not its pair). */
+  own: boolean;
+  /** The other engine of the room's pair. */
+  with: string;
+  /** When the room was created, and when it ended (unix ms). */
+  from: number;
+  at: number;
+}
+
 interface Record {
-  /** Its last rooms' outcomes, newest last: true for a failure counted against it. */
-  outcomes: boolean[];
+  /** Its last rooms' outcomes, newest last. */
+  outcomes: Outcome[];
   /** Failures blamed on itself in a row. */
   consecutive: number;
   /** Why its last failed room failed. */
@@ -108,20 +131,24 @@ export class OutlierDetector {
     if (!isTerminal(after.state) || (before !== null && isTerminal(before.state))) return;
     if (this.probes.has(after.room)) return;
     const { prefillEngine: p, decodeEngine: d } = after;
+    const at = this.clock.now();
+    const from = after.createdAt;
+    const other = (e: string) => (e === p ? d : p);
     if (after.state === 'completed') {
-      this.count(p, false, false);
-      this.count(d, false, false);
+      this.count(p, { failed: false, own: false, with: d, from, at });
+      this.count(d, { failed: false, own: false, with: p, from, at });
       return;
     }
     if (after.state !== 'failed' || !isFailureReason(after.reason)) return;
     const blame = FAILURE_BLAME[after.reason].blame;
-    const own = (e: string) => this.count(e, true, true, after.reason);
+    const own = (e: string) =>
+      this.count(e, { failed: true, own: true, with: other(e), from, at }, after.reason);
     if (blame === 'prefill') own(p);
     else if (blame === 'decode') own(d);
     else if (blame === 'reporter' && ev.engine !== null) own(ev.engine);
     else if (blame === 'pair') {
-      this.count(p, true, false, after.reason);
-      this.count(d, true, false, after.reason);
+      this.count(p, { failed: true, own: false, with: d, from, at }, after.reason);
+      this.count(d, { failed: true, own: false, with: p, from, at }, after.reason);
     }
   }
 
@@ -129,20 +156,59 @@ export class OutlierDetector {
    * One outcome of `engine`'s; `own`: a failure blamed on it alone (it extends its streak). The
    * engines of its role are judged again: a peer's outcome is evidence too.
    */
-  private count(engine: string, failed: boolean, own: boolean, reason: string | null = null): void {
+  private count(engine: string, o: Outcome, reason: string | null = null): void {
     const r = this.record(engine);
-    r.outcomes.push(failed);
+    r.outcomes.push(o);
     if (r.outcomes.length > this.policy.windowRooms) r.outcomes.shift();
-    r.consecutive = failed ? (own ? r.consecutive + 1 : r.consecutive) : 0;
-    if (failed) r.lastReason = reason ?? 'unknown';
+    r.consecutive = o.failed ? (o.own ? r.consecutive + 1 : r.consecutive) : 0;
+    if (o.failed) r.lastReason = reason ?? 'unknown';
     for (const e of [engine, ...this.peers(engine)]) {
       const x = this.engines.get(e);
-      if (x?.outcomes.at(-1) === true) this.judge(e, x, x.lastReason);
+      if (x?.outcomes.at(-1)?.failed) this.judge(e, x, x.lastReason);
     }
   }
 
-  private rate(outcomes: readonly boolean[]): number {
-    return outcomes.filter(Boolean).length / outcomes.length;
+  private rate(failed: readonly boolean[]): number {
+    return failed.filter(Boolean).length / failed.length;
+  }
+
+  /**
+   * The engine's last outcomes, true for each failure that counts against it: its own, and those
+   * of its pair with an engine seen serving its other rooms well meanwhile.
+   */
+  private against(engine: string): boolean[] {
+    const outcomes = this.engines.get(engine)?.outcomes ?? [];
+    // Over which span its failed rooms with each engine were created: the other one's rooms
+    // created meanwhile are the evidence.
+    const spans = new Map<string, { from: number; to: number }>();
+    for (const o of outcomes) {
+      if (!o.failed || o.own) continue;
+      const span = spans.get(o.with);
+      spans.set(o.with, { from: Math.min(span?.from ?? o.from, o.from), to: o.at });
+    }
+    const fine = new Set(
+      [...spans].filter(([c, span]) => this.servesOthers(c, engine, span)).map(([c]) => c),
+    );
+    return outcomes.map((o) => o.failed && (o.own || fine.has(o.with)));
+  }
+
+  /**
+   * Whether `engine` served its rooms with engines other than `not` well while its rooms with
+   * `not` failed: at least `pairEvidenceRooms` of them were created in that span, failing at
+   * most half of `failureRate` — then the fault of their pair is `not`'s. Rooms created before
+   * say nothing of it, even those that ended meanwhile (their KV may have moved before the fault
+   * began), nor do rooms after: a fault that began or ended meanwhile would be taken for `not`'s
+   * (the simulator: --faults all seed 254; transfer-corrupt,partition,freeze seed 80;
+   * transfer-corrupt,partition,freeze,kill seed 16).
+   */
+  private servesOthers(engine: string, not: string, span: { from: number; to: number }): boolean {
+    const others = (this.engines.get(engine)?.outcomes ?? []).filter(
+      (o) => o.with !== not && o.from >= span.from && o.from <= span.to,
+    );
+    return (
+      others.length >= this.policy.pairEvidenceRooms &&
+      this.rate(others.map((o) => o.failed)) <= this.policy.failureRate / 2
+    );
   }
 
   /** Ejects the engine when the evidence says it is the outlier and its role can spare it. */
@@ -151,8 +217,8 @@ export class OutlierDetector {
     if (registry.ejections.has(engine) || registry.cordons.has(engine)) return;
     const { consecutiveFailures, minRooms, failureRate } = this.policy;
     let why: string | null = null;
-    const rate = r.outcomes.length >= minRooms ? this.rate(r.outcomes) : null;
-    const peers = this.peers(engine).flatMap((e) => this.engines.get(e)?.outcomes ?? []);
+    const rate = r.outcomes.length >= minRooms ? this.rate(this.against(engine)) : null;
+    const peers = this.peers(engine).flatMap((e) => this.against(e));
     const peersRate = peers.length >= minRooms ? this.rate(peers) : null;
     if (r.consecutive >= consecutiveFailures)
       why = `${r.consecutive} rooms in a row failed by its fault (last: ${reason})`;

@@ -10,6 +10,7 @@ import { EngineRegistry } from '../control/registry.ts';
 import type { EventInput, JournalEvent } from '../journal/events.ts';
 import type { Room } from '../journal/reducer.ts';
 import { silentLogger } from '../log.ts';
+import { VirtualClock } from '../ports/clock.ts';
 import { OutlierDetector } from './outliers.ts';
 
 type Listener = (before: Room | null, after: Room, ev: JournalEvent) => void;
@@ -23,6 +24,9 @@ class Rig {
   private listener: Listener | null = null;
   private n = 0;
   readonly detector: OutlierDetector;
+
+  /** Rooms end on this clock; the test moves it. */
+  readonly clock = new VirtualClock();
 
   constructor(prefills = ['prefill-0', 'prefill-1'], decodes = ['decode-0']) {
     for (const e of prefills) this.registry.set(engineSession(e, 'prefill'));
@@ -50,11 +54,14 @@ class Rig {
         return { status: 'applied' as const, seq: this.events.length, eventId: '', state: null };
       },
     };
-    this.detector = new OutlierDetector(control, journal, silentLogger);
+    this.detector = new OutlierDetector(control, journal, silentLogger, {}, this.clock);
     this.detector.start(60_000);
   }
 
-  /** A room on `p`/`d` that ended `state` (a failure for `reason`), appended by `engine`. */
+  /**
+   * A room on `p`/`d` that ended `state` now (a failure for `reason`), appended by `engine`; it
+   * was created 100 ms before.
+   */
   end(p: string, d: string, state: 'completed' | 'failed', reason: string | null = null): void {
     const room = {
       room: `r-${++this.n}`,
@@ -63,6 +70,7 @@ class Rig {
       state,
       reason,
       origin: 'api',
+      createdAt: this.clock.now() - 100,
     };
     const before = { ...room, state: 'decoding' } as unknown as Room;
     const ev = {
@@ -109,6 +117,47 @@ describe('OutlierDetector', () => {
         .candidates('prefill', live, Date.now(), () => true, 'prefill-1')
         .map((s) => s.engine),
     ).toEqual(['prefill-1']);
+  });
+
+  it('ejects no engine for faults of pairs it cannot tell apart: both prefill engines corrupting, one decode engine meeting them more (simulator, --faults all seed 44)', () => {
+    const rig = new Rig(['prefill-0', 'prefill-1'], ['decode-0', 'decode-1']);
+    // While both prefill engines corrupt what they send, decode-0 gets most of the rooms…
+    for (let i = 0; i < 6; i++) {
+      rig.clock.advance(50);
+      rig.end(`prefill-${i % 2}`, 'decode-0', 'failed', 'kv_checksum_mismatch');
+      rig.end(`prefill-${(i + 1) % 2}`, 'decode-0', 'failed', 'kv_checksum_mismatch');
+      if (i % 3 === 0) rig.end(`prefill-${i % 2}`, 'decode-1', 'failed', 'kv_checksum_mismatch');
+    }
+    // …then the fault ends, and decode-1's next rooms are served by both.
+    for (let i = 0; i < 4; i++) {
+      rig.clock.advance(50);
+      rig.end(`prefill-${i % 2}`, 'decode-1', 'completed');
+    }
+    expect(rig.ejected()).toEqual([]);
+  });
+
+  it('ejects neither engine of the one pair left serving when its rooms fail, the pair’s fault: nothing says which (simulator, --faults transfer-corrupt,partition,freeze seed 80)', () => {
+    const rig = new Rig(['prefill-0', 'prefill-1'], ['decode-0', 'decode-1']);
+    // Before the fault each prefill engine serves a decode engine well…
+    for (let i = 0; i < 8; i++) {
+      rig.clock.advance(50);
+      rig.end('prefill-1', 'decode-0', 'completed');
+      rig.end('prefill-0', 'decode-1', 'completed');
+    }
+    // …then prefill-1 corrupts, prefill-0 and decode-0 are cut off: every room is prefill-1's
+    // with decode-1, and half of them fail. Rooms created before say nothing of either engine
+    // now; counted against both (as before), decode-1 was ejected.
+    for (let i = 0; i < 20; i++) {
+      rig.clock.advance(50);
+      const failed = i % 2 === 0;
+      rig.end(
+        'prefill-1',
+        'decode-1',
+        failed ? 'failed' : 'completed',
+        failed ? 'kv_checksum_mismatch' : null,
+      );
+    }
+    expect(rig.ejected()).toEqual([]);
   });
 
   it('ejects an engine on its fifth failure in a row of its own', () => {

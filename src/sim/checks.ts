@@ -89,7 +89,13 @@ export function checkPages(fleet: Fleet, mapped: Set<string>, out: Violation[]):
 }
 
 /** What the journal says was done to an engine that was at fault: none may name an untouched one. */
-const BLAMED = new Set(['engine.exited', 'engine.lost', 'engine.stalled', 'engine.cordoned']);
+const BLAMED = new Set([
+  'engine.exited',
+  'engine.lost',
+  'engine.stalled',
+  'engine.cordoned',
+  'engine.ejected',
+]);
 
 /**
  * The engines no fault touched: started once, never exited, stalled, lost or cordoned. And with

@@ -11,6 +11,7 @@
  */
 import { Admission } from '../bus/admission.ts';
 import { type LinkSpec, MemoryNetwork } from '../bus/memory/network.ts';
+import { Canary } from '../control/canary.ts';
 import { ControlPlane } from '../control/control-plane.ts';
 import { resolveEngineOptions } from '../engine/options.ts';
 import { type WiredEngine, wireEngine } from '../engine/wiring.ts';
@@ -23,6 +24,7 @@ import { seededIds } from '../ports/ids.ts';
 import { type Random, seeded } from '../ports/random.ts';
 import { engineExited } from '../recovery/exits.ts';
 import { EscalationLadder } from '../recovery/ladder.ts';
+import { OutlierDetector } from '../recovery/outliers.ts';
 import { restartDelayMs, type Supervisor } from '../recovery/supervisor.ts';
 import { Watchdog } from '../recovery/watchdog.ts';
 import { MemoryTransferCore } from '../transfer/memory/core.ts';
@@ -43,6 +45,13 @@ export interface FleetOptions {
   link?: Partial<LinkSpec>;
   /** Prefill compute per prompt token on each engine's simulated device, in µs. Default 20. */
   prefillUsPerToken?: number;
+  /**
+   * How often the background canary runs, in ms; 0: none. Default 5000, as `pdctl serve`'s. Its
+   * failures count against the engines it ran on (three in a row: a stall).
+   */
+  canaryEveryMs?: number;
+  /** Whether the outlier detector ejects engines whose rooms keep failing by their fault. Default true. */
+  outliers?: boolean;
   log?: Logger;
 }
 
@@ -84,6 +93,8 @@ interface SimControl {
   control: ControlPlane;
   watchdog: Watchdog;
   ladder: EscalationLadder;
+  canary: Canary;
+  outliers: OutlierDetector;
 }
 
 export class Fleet implements Supervisor {
@@ -174,7 +185,13 @@ export class Fleet implements Supervisor {
     watchdog.start();
     const ladder = new EscalationLadder(control, journal, this, log, {}, process);
     ladder.start();
-    this.current = { process, journal, control, watchdog, ladder };
+    // As `pdctl serve` runs them (app/serving.ts, app/stack.ts).
+    const canary = new Canary(control, log, 2000, process);
+    const canaryEveryMs = options.canaryEveryMs ?? 5000;
+    if (canaryEveryMs > 0) canary.start(canaryEveryMs);
+    const outliers = new OutlierDetector(control, journal, log, {}, process);
+    if (options.outliers !== false) outliers.start();
+    this.current = { process, journal, control, watchdog, ladder, canary, outliers };
     for (const started of this.controlListeners) started();
   }
 
@@ -481,6 +498,8 @@ export class Fleet implements Supervisor {
     this.stopping = true;
     this.live.watchdog.stop();
     this.live.ladder.stop();
+    this.live.outliers.stop();
+    await this.clock.runUntil(this.live.canary.stop(), 60_000);
     const live = [...this.engines.values()].filter((e) => e.process.alive);
     await this.clock.runUntil(Promise.all(live.map((e) => e.engine.stop('the run ended'))), 60_000);
     await this.clock.runUntil(this.control.close(), 60_000);

@@ -87,6 +87,12 @@ describe('the room book check', () => {
   });
 });
 
+/**
+ * The fleet as it was when the seeds below were found: the background canary and the outlier
+ * detector joined it later, and with them the same seed runs another schedule.
+ */
+const BEFORE_CANARY = { canaryEveryMs: 0, outliers: false } as const;
+
 describe('a simulated fleet under seeded faults', () => {
   it('keeps every invariant through partitions, kills, freezes, a full disk and bad transfers', async () => {
     // Seed 1 is a full disk: before the journal was probed during an outage (journal-outage.ts),
@@ -94,7 +100,12 @@ describe('a simulated fleet under seeded faults', () => {
     // commits in 1 ms, and the faults are drawn from the kinds there were, as when it was found.
     const kinds = FAULT_KINDS.slice(0, FAULT_KINDS.indexOf('control-freeze'));
     for (const seed of [1, 4, 6, 8]) {
-      const r = await runSeed({ seed, rooms: 200, faults: kinds, fleet: { commitMs: 1 } });
+      const r = await runSeed({
+        seed,
+        rooms: 200,
+        faults: kinds,
+        fleet: { ...BEFORE_CANARY, commitMs: 1 },
+      });
       expect(r.faults.length, `seed ${seed}`).toBeGreaterThan(0);
       expect(r.violations, `seed ${seed}`).toEqual([]);
     }
@@ -112,7 +123,7 @@ describe('a simulated fleet under seeded faults', () => {
     // The faults drawn from the kinds there were then (--faults all, before `relapse`).
     const kinds = FAULT_KINDS.slice(0, FAULT_KINDS.indexOf('relapse'));
     for (const seed of [8, 23, 31, 167]) {
-      const r = await runSeed({ seed, rooms: 200, faults: kinds });
+      const r = await runSeed({ seed, rooms: 200, faults: kinds, fleet: BEFORE_CANARY });
       expect(r.violations, `seed ${seed}`).toEqual([]);
     }
   });
@@ -122,7 +133,13 @@ describe('a simulated fleet with an engine that hangs again after each restart',
   it('cordons that engine and restarts no other', async () => {
     // With 6d2c6f2 undone (the top rung restarting every engine), seed 1 restarts the three
     // healthy engines (`untouched_engine_spared`).
-    const r = await runSeed({ seed: 1, rooms: 200, faults: ['relapse'], keepTrace: true });
+    const r = await runSeed({
+      seed: 1,
+      rooms: 200,
+      faults: ['relapse'],
+      fleet: BEFORE_CANARY,
+      keepTrace: true,
+    });
     expect(r.violations).toEqual([]);
     expect(r.faults).toEqual([expect.objectContaining({ kind: 'relapse', target: 'prefill-1' })]);
     expect(r.failed).toBe(0);
@@ -154,7 +171,7 @@ describe('a simulated fleet whose control plane is killed and started again', ()
     // 17: down for 6 s, it got six hellos from each engine at once, throttled them, and its
     //   ladder reset every engine in place (`untouched_engine_spared`; bus/client.ts).
     for (const seed of [13, 17]) {
-      const r = await runSeed({ seed, rooms: 200, faults: ['control-kill'] });
+      const r = await runSeed({ seed, rooms: 200, faults: ['control-kill'], fleet: BEFORE_CANARY });
       expect(r.faults.length, `seed ${seed}`).toBeGreaterThan(0);
       expect(r.violations, `seed ${seed}`).toEqual([]);
     }
@@ -177,7 +194,7 @@ describe('a simulated fleet under every fault there is', () => {
     //   as its rule says — but a full journal had refused one's `engine.stalled`, and the check
     //   took the other engines' restarts for a defect: the rung now names them (`stalled`).
     for (const seed of [41, 167, 5101, 7137]) {
-      const r = await runSeed({ seed, rooms: 200, faults: kinds });
+      const r = await runSeed({ seed, rooms: 200, faults: kinds, fleet: BEFORE_CANARY });
       expect(r.violations, `seed ${seed}`).toEqual([]);
     }
   });
@@ -190,7 +207,12 @@ describe('a simulated fleet whose engines are killed', () => {
     // its room had completed (migration.ts now ends the stream as the room did).
     for (const seed of [13, 40]) {
       // With the journal committing in 1 ms, as when they were found.
-      const r = await runSeed({ seed, rooms: 200, faults: ['kill'], fleet: { commitMs: 1 } });
+      const r = await runSeed({
+        seed,
+        rooms: 200,
+        faults: ['kill'],
+        fleet: { ...BEFORE_CANARY, commitMs: 1 },
+      });
       expect(r.violations, `seed ${seed}`).toEqual([]);
       expect(r.failed, `seed ${seed}`).toBe(0);
     }
@@ -222,5 +244,27 @@ describe('npm run sim', () => {
     expect(() => parseSearch(['--faults', 'meteor'], () => 1)).toThrow(
       /unknown fault "meteor"; the faults are partition, kill/,
     );
+  });
+});
+
+describe('a simulated fleet with its canary and outlier detector', () => {
+  it('ejects no engine a fault did not touch for the faults of the pairs it was in', async () => {
+    // Each seed ejected a healthy decode engine until a fault of a pair counted against an engine
+    // only where the other served its other rooms well meanwhile (recovery/outliers.ts): two
+    // prefill engines corrupting, one decode engine meeting them more often than its peer (44,
+    // 254 of --faults all), or the one pair left serving (80, 16).
+    const runs = [
+      ...[44, 254].map((seed) => ({ seed, faults: FAULT_KINDS })),
+      { seed: 80, faults: ['transfer-corrupt', 'partition', 'freeze'] as const },
+      { seed: 16, faults: ['transfer-corrupt', 'partition', 'freeze', 'kill'] as const },
+    ];
+    for (const { seed, faults } of runs) {
+      const r = await runSeed({ seed, rooms: 200, faults: [...faults] });
+      expect(
+        r.faults.some((f) => f.kind === 'transfer-corrupt'),
+        `seed ${seed}`,
+      ).toBe(true);
+      expect(r.violations, `seed ${seed}`).toEqual([]);
+    }
   });
 });
