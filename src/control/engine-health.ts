@@ -4,7 +4,7 @@
  * engine is stalled.
  */
 import type { EngineMessage } from '../bus/protocol.ts';
-import type { RoomFailureReason } from '../journal/reasons.ts';
+import { FAILURE_BLAME, type RoomFailureReason } from '../journal/reasons.ts';
 import type { EngineSession } from './engine-session.ts';
 import { queuedWork } from './stalls.ts';
 
@@ -59,11 +59,16 @@ export interface CanaryVerdict {
 }
 
 /**
- * A canary's verdict, for the engines its room ran on: a failure counts against the engine that
- * owns the stage it stopped in (bootstrap and decode: the decode engine; prefill and transfer:
- * the prefill engine); a success clears both. A failure nobody's engine is to blame for counts
- * against none: the journal refused writes (`journalWritable` false), or the KV pool was full
- * (`kv_pool_full`: load, not a broken engine).
+ * A canary's verdict, for the engines its room ran on; a success clears both. A failure counts
+ * against the engine that owns the stage it stopped in (bootstrap and decode: the decode engine;
+ * prefill and transfer: the prefill engine) — unless its reason says whose fault it is (reasons.ts
+ * `FAILURE_BLAME`): the prefill or the decode engine, or the pair, which the canary cannot place
+ * and counts against neither (the outlier detector weighs those against the engines' other
+ * rooms). By its stage alone, a checksum that did not match, found by the decode engine in
+ * `transferred`, was the decode engine's: two corrupting prefill engines got a healthy decode
+ * engine declared stalled (the simulator, --faults all seed 189). A failure nobody's engine is to
+ * blame for counts against none: the journal refused writes (`journalWritable` false), or the KV
+ * pool was full (`kv_pool_full`: load, not a broken engine).
  */
 export function recordCanary(
   session: (engine: string) => EngineSession | undefined,
@@ -81,12 +86,16 @@ export function recordCanary(
     return;
   }
   if (!journalWritable || verdict.failure === 'kv_pool_full') return;
-  const owner =
+  const blame = verdict.failure === null ? null : FAILURE_BLAME[verdict.failure].blame;
+  if (blame === 'pair') return;
+  const byStage =
     stage === 'prefill' || stage === 'transfer'
       ? room.prefillEngine
       : stage === 'bootstrap' || stage === 'decode'
         ? room.decodeEngine
         : null;
+  const owner =
+    blame === 'prefill' ? room.prefillEngine : blame === 'decode' ? room.decodeEngine : byStage;
   const s = owner === null ? undefined : session(owner);
   if (s) recordCanaryFailed(s, `${stage}: ${reason ?? 'unknown'}`, now);
 }

@@ -46,8 +46,9 @@ export interface FleetOptions {
   /** Prefill compute per prompt token on each engine's simulated device, in µs. Default 20. */
   prefillUsPerToken?: number;
   /**
-   * How often the background canary runs, in ms; 0: none. Default 5000, as `pdctl serve`'s. Its
-   * failures count against the engines it ran on (three in a row: a stall).
+   * How often the background canary runs, in ms; 0: none. Default 1000, as the drills run it
+   * (`pdctl serve`'s is 5000: three failures in a row, a stall, would then take longer than most
+   * faults last). Its failures count against the engines it ran on.
    */
   canaryEveryMs?: number;
   /** Whether the outlier detector ejects engines whose rooms keep failing by their fault. Default true. */
@@ -187,7 +188,7 @@ export class Fleet implements Supervisor {
     ladder.start();
     // As `pdctl serve` runs them (app/serving.ts, app/stack.ts).
     const canary = new Canary(control, log, 2000, process);
-    const canaryEveryMs = options.canaryEveryMs ?? 5000;
+    const canaryEveryMs = options.canaryEveryMs ?? 1000;
     if (canaryEveryMs > 0) canary.start(canaryEveryMs);
     const outliers = new OutlierDetector(control, journal, log, {}, process);
     if (options.outliers !== false) outliers.start();
@@ -211,6 +212,11 @@ export class Fleet implements Supervisor {
 
   get controlProcess(): ProcessClock {
     return this.live.process;
+  }
+
+  /** The control plane's background canary. */
+  get canary(): Canary {
+    return this.live.canary;
   }
 
   get ladder(): EscalationLadder {

@@ -96,6 +96,9 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
     Promise.all(AFTER_HEAL.map((request) => client(fleet, request))),
     60_000,
   );
+  // The background canary stops first: a room of its own started as the run ends would be in
+  // flight when every room must have ended.
+  await clock.runUntil(fleet.canary.stop(), 60_000);
   await clock.run(SETTLE_MS);
   const events = fleet.disk.events;
   const violations = [
