@@ -5,6 +5,8 @@
  * engine's allocator.
  */
 import type { JournalEvent } from '../journal/events.ts';
+import { type Room, reduce } from '../journal/reducer.ts';
+import { isTerminal } from '../journal/states.ts';
 import { DeterministicModel, generateInProcess } from '../model/deterministic.ts';
 import type { ClientOutcome } from './client.ts';
 import type { Fleet } from './fleet.ts';
@@ -203,6 +205,45 @@ export function answers(outcomes: readonly ClientOutcome[]): Violation[] {
         seq: 0,
         detail: `${o.request.id}: got ${JSON.stringify(o.text.slice(0, 80))}, the model says ${JSON.stringify(want.slice(0, 80))}`,
       });
+  }
+  return out;
+}
+
+/** How long past a state's deadline a room may be seen leaving it: the watchdog's tick and a commit. */
+const DEADLINE_SLACK_MS = 1000;
+
+/**
+ * Every room left each state within that state's deadline (+ `DEADLINE_SLACK_MS`): the watchdog
+ * fails what overstays whatever else is broken (docs/design.md §9), as the drills check of real
+ * processes. Excused: a span that overlaps a window in which nothing could fail it — the journal
+ * refusing writes, the control plane stopped or dead (`excused`, unix ms).
+ */
+export function withinDeadlines(
+  events: readonly JournalEvent[],
+  excused: ReadonlyArray<{ from: number; to: number }>,
+): Violation[] {
+  const out: Violation[] = [];
+  const rooms = new Map<string, Room>();
+  for (const ev of events) {
+    if (ev.room === null || ev.type === 'room.event_rejected' || !ev.type.startsWith('room.'))
+      continue;
+    const before = rooms.get(ev.room) ?? null;
+    const r = reduce(before, ev);
+    if (!r.ok) continue;
+    rooms.set(ev.room, r.room);
+    if (!before || before.state === r.room.state || isTerminal(before.state)) continue;
+    const allowed = before.deadlinesMs[before.state as keyof Room['deadlinesMs']];
+    const from = before.stateSince;
+    const heldMs = ev.ts - from;
+    if (allowed === undefined || heldMs <= allowed + DEADLINE_SLACK_MS) continue;
+    if (excused.some((w) => from < w.to && ev.ts > w.from)) continue;
+    out.push({
+      invariant: 'states_within_deadlines',
+      room: ev.room,
+      seq: ev.seq,
+      detail: `${before.state} held ${heldMs} ms, its deadline ${allowed} ms (left by ${ev.type})`,
+    });
+    if (out.length >= 10) break;
   }
   return out;
 }

@@ -7,7 +7,7 @@
 import { createHash } from 'node:crypto';
 import type { JournalEvent } from '../journal/events.ts';
 import { type Logger, silentLogger } from '../log.ts';
-import { answers, spared, watchBook } from './checks.ts';
+import { answers, spared, watchBook, withinDeadlines } from './checks.ts';
 import { type ClientOutcome, client } from './client.ts';
 import {
   type FaultKind,
@@ -106,6 +106,7 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
     ...liveness(events, (room) => fleet.disk.rooms.get(room)?.state),
     ...answers(outcomes),
     ...answers(after),
+    ...withinDeadlines(events, excusedWindows(faults, start)),
     ...spared(
       events,
       touched(faults),
@@ -194,4 +195,19 @@ function traceHash(events: readonly JournalEvent[]): string {
   const h = createHash('sha256');
   for (const e of events) h.update(`${JSON.stringify(e)}\n`);
   return h.digest('hex');
+}
+
+/**
+ * When nothing could fail an overdue room, so no deadline holds: the journal refusing writes, the
+ * control plane stopped or dead — each until a second after it ends (the watchdog's next ticks).
+ */
+function excusedWindows(
+  faults: readonly PlannedFault[],
+  start: number,
+): Array<{ from: number; to: number }> {
+  return faults
+    .filter(
+      (f) => f.kind === 'disk-full' || f.kind === 'control-freeze' || f.kind === 'control-kill',
+    )
+    .map((f) => ({ from: start + f.at, to: start + f.at + f.forMs + 1000 }));
 }
