@@ -70,6 +70,11 @@ export function checkPages(fleet: Fleet, mapped: Set<string>, out: Violation[]):
     });
   for (const sim of fleet.engines.values()) {
     if (sim.role !== 'decode' || !sim.process.alive) continue;
+    // Only while the control plane delivers to this incarnation: one it fenced or lost may live on
+    // (stopped) holding pages the control plane released for it — by design, since no room is
+    // reserved in its pool again (simulator, control-kill,control-freeze,disk-full,relapse seed 209).
+    const session = fleet.control.registry.get(sim.id);
+    if (!session || session.incarnation !== sim.incarnation || !session.delivery.live) continue;
     const held = book.decodePageOwners(sim.id);
     if (!held || held.incarnation !== sim.incarnation) continue;
     const pool = `${sim.id}/${sim.incarnation}/`;
