@@ -44,6 +44,28 @@ export class KvSpan {
     const offset = (position % perPage) * this.kvBytesPerToken;
     return page.subarray(offset, offset + this.kvBytesPerToken);
   }
+
+  /** Each page as 32-bit words, made once: what a decode step reads at every token. */
+  private words: Uint32Array[] | null = null;
+
+  /**
+   * Folds every 32-bit word of the KV of positions 0..count-1, in order, into the FNV hash `h` —
+   * one pass over the context, as attention reads it — and returns it. (Positions fill their
+   * pages end to end: the size of a position divides the page's.)
+   */
+  attend(count: number, h: number): number {
+    if (count < 0 || count > this.capacityTokens)
+      throw new RangeError(`KV position ${count - 1} is outside the room's ${this.capacityTokens}`);
+    this.words ??= this.pages.map((p) => new Uint32Array(p.buffer, p.byteOffset, p.length >>> 2));
+    let left = count * (this.kvBytesPerToken >>> 2);
+    for (const words of this.words) {
+      const n = Math.min(left, words.length);
+      for (let i = 0; i < n; i++) h = Math.imul(h ^ (words[i] as number), FNV_PRIME);
+      left -= n;
+      if (left === 0) break;
+    }
+    return h;
+  }
 }
 
 /** Prompt tokens computed between two returns to the event loop. */
@@ -253,12 +275,7 @@ export class DeterministicModel implements ModelInfo, EngineModel {
   decodeStep(kv: KvSpan, position: number): { token: number; text: string; micros: number } {
     const start = this.micros();
     // "Attention": one pass over every KV byte of the context.
-    let h = FNV_OFFSET;
-    for (let p = 0; p < position; p++) {
-      const bytes = kv.at(p);
-      const words = new Uint32Array(bytes.buffer, bytes.byteOffset, bytes.length >>> 2);
-      for (let i = 0; i < words.length; i++) h = Math.imul(h ^ (words[i] as number), FNV_PRIME);
-    }
+    let h = kv.attend(position, FNV_OFFSET);
     const last = position === 0 ? FNV_OFFSET : lastWord(kv.at(position - 1));
     h = (h ^ (h >>> 15)) >>> 0;
     const token = h % WORDS.length;

@@ -64,12 +64,19 @@ export class PageMap {
     return this.pools.get(engine)?.owner.size ?? 0;
   }
 
-  /** What the map holds of one engine's pool: for which incarnation, and which room holds each page. */
-  holdings(
-    engine: string,
-  ): { incarnation: string | null; owners: ReadonlyMap<number, string> } | undefined {
+  /**
+   * What the map holds of one engine's pool: for which incarnation, which room holds each page,
+   * and each room's pages.
+   */
+  holdings(engine: string):
+    | {
+        incarnation: string | null;
+        owners: ReadonlyMap<number, string>;
+        pages: ReadonlyMap<string, readonly number[]>;
+      }
+    | undefined {
     const pool = this.pools.get(engine);
-    return pool && { incarnation: pool.incarnation, owners: pool.owner };
+    return pool && { incarnation: pool.incarnation, owners: pool.owner, pages: pool.pages };
   }
 
   /**
