@@ -3,41 +3,17 @@
  * reducer from the events below; no journal, no timers.
  */
 import { describe, expect, it } from 'vitest';
-import type { EventData, EventType, JournalEvent } from '../journal/events.ts';
-import { type Room, reduce } from '../journal/reducer.ts';
+import { foldRoom, roomEvent } from '../../test/helpers/room-events.ts';
+import type { JournalEvent } from '../journal/events.ts';
+import type { Room } from '../journal/reducer.ts';
 import { type AbortsState, decideAbort } from './aborts.ts';
-
-let seq = 0;
-function ev<T extends EventType>(
-  type: T,
-  data: EventData<T>,
-  engine: string | null = null,
-  source = 'control',
-): JournalEvent {
-  seq++;
-  return {
-    seq,
-    ts: 1_000 + seq,
-    type,
-    room: 'r1',
-    engine,
-    source,
-    eventId: `e${seq}`,
-    data,
-  } as JournalEvent;
-}
 
 /** The room after `events`, and the last of them (as the control plane feeds it in). */
 function folded(...events: JournalEvent[]): { room: Room; event: JournalEvent } {
-  let room: Room | null = null;
-  for (const e of events) {
-    const r = reduce(room, e);
-    if (!r.ok) throw new Error(`${e.type}: ${r.reason}`);
-    room = r.room;
-  }
-  return { room: room as Room, event: events.at(-1) as JournalEvent };
+  return { room: foldRoom(...events), event: events.at(-1) as JournalEvent };
 }
 
+const ev = roomEvent;
 const created = () => ev('room.created', { prefillEngine: 'p0', decodeEngine: 'd0' });
 const asked = (source = 'api') =>
   ev('room.abort_requested', { reason: 'client_disconnect' }, null, source);

@@ -3,32 +3,13 @@
  * given/when/then on data — rooms folded by the real reducer, streams as the facts they hold.
  */
 import { describe, expect, it } from 'vitest';
+import { foldRoom, roomEvent } from '../../test/helpers/room-events.ts';
 import { maxRequestTextBytes, type RoomRequest } from '../bus/protocol.ts';
-import type { EventData, EventType, JournalEvent } from '../journal/events.ts';
-import { type Room, reduce } from '../journal/reducer.ts';
+import type { EventData } from '../journal/events.ts';
 import { decideLoss, decideRetry, type StreamFacts } from './loss.ts';
 
-let seq = 0;
-function ev<T extends EventType>(
-  type: T,
-  data: EventData<T>,
-  engine: string | null = null,
-  source = 'api',
-) {
-  seq++;
-  const e = { seq, ts: 1_000 + seq, type, room: 'r1', engine, source, eventId: `e${seq}` };
-  return { ...e, data } as JournalEvent;
-}
-
-function room(...events: JournalEvent[]): Room {
-  let r: Room | null = null;
-  for (const e of events) {
-    const next = reduce(r, e);
-    if (!next.ok) throw new Error(`${e.type}: ${next.reason}`);
-    r = next.room;
-  }
-  return r as Room;
-}
+const ev = roomEvent;
+const room = foldRoom;
 
 /** `source`: who asked for the room — its origin. */
 const created = (source = 'api') =>
