@@ -11,7 +11,7 @@
  *     theirs. A fault of the pair counts against an engine only where the other engine of the
  *     pair was seen serving its other rooms well meanwhile (`pairEvidenceRooms` of them, failing
  *     at most half of `failureRate`): where that one failed with others too, or served none, the
- *     evidence does not say which of the two it was, and it counts against neither. (Counted
+ *     evidence does not say which of the two it was, and it is left out of both counts. (Counted
  *     against both, a healthy decode engine whose rooms happened to meet two corrupting prefill
  *     engines more often than its peer's did was ejected: the simulator, --faults all seed 44.)
  *
@@ -173,8 +173,12 @@ export class OutlierDetector {
   }
 
   /**
-   * The engine's last outcomes, true for each failure that counts against it: its own, and those
-   * of its pair with an engine seen serving its other rooms well meanwhile.
+   * The engine's last outcomes that say something of it, true for each failure that counts
+   * against it: its own, and those of its pair with an engine seen serving its other rooms well
+   * meanwhile. A failure of its pair with an engine not seen so says nothing of it, either way:
+   * it is left out (counted as a success, it would hide an engine whose every room with a healthy
+   * peer fails behind those with a broken one — the bad-engine drill, with a decode engine
+   * relapsing beside the corrupting prefill engine).
    */
   private against(engine: string): boolean[] {
     const outcomes = this.engines.get(engine)?.outcomes ?? [];
@@ -189,7 +193,7 @@ export class OutlierDetector {
     const fine = new Set(
       [...spans].filter(([c, span]) => this.servesOthers(c, engine, span)).map(([c]) => c),
     );
-    return outcomes.map((o) => o.failed && (o.own || fine.has(o.with)));
+    return outcomes.filter((o) => !o.failed || o.own || fine.has(o.with)).map((o) => o.failed);
   }
 
   /**
@@ -217,13 +221,14 @@ export class OutlierDetector {
     if (registry.ejections.has(engine) || registry.cordons.has(engine)) return;
     const { consecutiveFailures, minRooms, failureRate } = this.policy;
     let why: string | null = null;
-    const rate = r.outcomes.length >= minRooms ? this.rate(this.against(engine)) : null;
+    const mine = this.against(engine);
+    const rate = mine.length >= minRooms ? this.rate(mine) : null;
     const peers = this.peers(engine).flatMap((e) => this.against(e));
     const peersRate = peers.length >= minRooms ? this.rate(peers) : null;
     if (r.consecutive >= consecutiveFailures)
       why = `${r.consecutive} rooms in a row failed by its fault (last: ${reason})`;
     else if (rate !== null && peersRate !== null && rate >= failureRate && peersRate <= rate / 2)
-      why = `${pct(rate)} of its last ${r.outcomes.length} rooms failed (last: ${reason}), against ${pct(peersRate)} of its role's peers'`;
+      why = `${pct(rate)} of its last ${mine.length} rooms failed (last: ${reason}), against ${pct(peersRate)} of its role's peers'`;
     if (why === null || !this.canSpare(engine)) return;
     this.eject(engine, r, why, now, { rate, peersRate });
   }

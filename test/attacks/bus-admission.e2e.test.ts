@@ -123,7 +123,10 @@ describe('bus admission', () => {
   });
 
   it('an admitted engine cannot touch rooms it does not hold, nor occupy the control plane’s event ids', async () => {
-    const { control, admission } = await startTestStack();
+    const { control, admission } = await startTestStack({
+      // 2000 tokens at 5 ms: the room decodes for 10 s, held open while the guest tries its appends.
+      engineArgs: ['--decode-us-per-token', '5000'],
+    });
     const keys = newKeyPair();
     admission.allow('guest-d', keys.publicKey);
     const guest = raw({

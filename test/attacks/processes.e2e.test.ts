@@ -21,7 +21,8 @@ const shm = (name: string) => join('/dev/shm', name.replace(/^\//, ''));
 
 describe('engine processes', () => {
   it('a SIGKILLed engine is journaled as exited, counted as a restart, and its pool unlinked', async () => {
-    const stack = await startTestStack();
+    // Decoding 400 tokens takes 2 s: the room is seen decoding, and killed while it does.
+    const stack = await startTestStack({ engineArgs: ['--decode-us-per-token', '5000'] });
     const { control, engines } = stack;
     const pid = engines.pid('decode-0') as number;
     const pool = control.registry.get('decode-0')?.pool as string;
