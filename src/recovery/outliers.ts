@@ -37,8 +37,8 @@ export interface OutlierPolicy {
   minRooms: number;
   failureRate: number;
   /**
-   * A failure of a pair counts against one of its engines only where the other ended at least
-   * this many rooms with other engines while the two failed, failing at most half of
+   * A failure of a pair counts against one of its engines only where the other had at least this
+   * many rooms with other engines created while the two failed, failing at most half of
    * `failureRate`. Default 2.
    */
   pairEvidenceRooms: number;
