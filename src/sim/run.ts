@@ -7,7 +7,7 @@
 import { createHash } from 'node:crypto';
 import type { JournalEvent } from '../journal/events.ts';
 import { type Logger, silentLogger } from '../log.ts';
-import { answers, spared, watchBook, withinDeadlines } from './checks.ts';
+import { answers, spared, watchControl, withinDeadlines } from './checks.ts';
 import { type ClientOutcome, client } from './client.ts';
 import {
   type FaultKind,
@@ -78,7 +78,7 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
   const faults = planFaults(fleet.random.fork('faults'), options.faults ?? [], engines, span);
   scheduleFaults(fleet, faults);
   const book: Violation[] = [];
-  watchBook(fleet, book);
+  watchControl(fleet, book);
   const clients = requests.map(
     (request) =>
       new Promise<ClientOutcome>((resolve) => {

@@ -3,7 +3,7 @@
  * invariant checked, and each seed's trace the same on every run.
  */
 import { describe, expect, it } from 'vitest';
-import { answers, watchBook } from './checks.ts';
+import { answers, watchControl } from './checks.ts';
 import { FAULT_KINDS } from './faults.ts';
 import { Fleet } from './fleet.ts';
 import type { Violation } from './invariants.ts';
@@ -69,7 +69,7 @@ describe('the room book check', () => {
   it('names a room the control plane shows otherwise than the journal folds it', async () => {
     const fleet = await Fleet.start({ seed: 9 });
     const found: Violation[] = [];
-    watchBook(fleet, found);
+    watchControl(fleet, found);
     const stream = fleet.control.submit({ prompt: 'alpha beta gamma', maxTokens: 30 });
     await fleet.clock.runUntil(stream.admitted);
     expect(found).toEqual([]);
