@@ -15,9 +15,9 @@ import type { Violation } from './invariants.ts';
 /**
  * The control plane against the journal after every commit: its page map against each decode
  * engine's allocator (`checkPages`), and its room book against the journal's own fold (the
- * in-memory disk's): a commit is published to every subscriber in one go — the control plane first, this
- * check after — so once that is done, every room the commit touched that the book still shows must
- * be as the journal has it, whole (the reducer's every field).
+ * in-memory disk's). A commit is published to every subscriber in one go — the control plane
+ * first, this check after — so once that is done, every room the commit touched that the book
+ * still shows must be as the journal has it, whole (the reducer's every field).
  */
 export function watchControl(fleet: Fleet, out: Violation[]): void {
   const touched = new Set<string>();
