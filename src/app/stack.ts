@@ -8,6 +8,7 @@ import { ControlPlane } from '../control/control-plane.ts';
 import type { ControlPlaneOptions } from '../control/options.ts';
 import type { Durability } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
+import { systemClock } from '../ports/clock.ts';
 import { engineExited } from '../recovery/exits.ts';
 import { EscalationLadder } from '../recovery/ladder.ts';
 import type { LadderPolicy } from '../recovery/ladder-decide.ts';
@@ -139,7 +140,14 @@ export async function startStack(options: StackOptions): Promise<Stack> {
   for (const id of ids.decode) engines.start({ id, role: 'decode', args });
   const watchdog = new Watchdog(control, journal, log);
   const ladder = new EscalationLadder(control, journal, engines, log, options.ladder);
-  const outliers = new OutlierDetector(control, journal, log, options.outliers);
+  const outliers = new OutlierDetector(
+    control,
+    journal,
+    log,
+    options.outliers,
+    systemClock,
+    ladder,
+  );
   const recovery: RecoveryView = {
     ladder: (engine) => ladder.view(engine),
     restarts: (engine) => engines.restarts(engine),

@@ -121,6 +121,16 @@ export class EscalationLadder {
     };
   }
 
+  /**
+   * When the ladder last found the engine stalled: its open incident's detection, or its last
+   * recovery; null if never. Outlier ejection reads it: a room that failed with an engine the
+   * ladder was acting on says nothing against the other engine of its pair.
+   */
+  troubledAt(engine: string): number | null {
+    const l = this.state.get(engine);
+    return l?.incident?.detectedAt ?? l?.lastRecovery?.at ?? null;
+  }
+
   /** One pass over the engines; returns the rungs it tried, as `engine:rung`. */
   tick(now = this.clock.now()): string[] {
     // Ticks come every 100 ms; a gap of 400 ms (on the real clock) means this process did not

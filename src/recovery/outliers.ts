@@ -6,9 +6,12 @@
  *
  *   - `consecutiveFailures` rooms in a row failed, blamed on the engine itself (`prefill`,
  *     `decode`, or the engine that reported it); or
- *   - of its last `windowRooms` rooms (at least `minRooms`), a share of at least `failureRate`
- *     failed by its fault or its pair's, and its role's peers failed at most half as often over
- *     theirs. A fault of the pair counts against an engine only where the other engine of the
+ *   - `consecutiveFailures` rooms in a row failed by its fault or its pair's, or of its last
+ *     `windowRooms` rooms (at least `minRooms`) a share of at least `failureRate` did; and its
+ *     role's peers failed at most half as often over theirs. (The streak matters where routing
+ *     sends an engine few rooms once one fails: the bad-engine drill's corrupting prefill engine
+ *     got two rooms every 5 s, and its window, full of rooms served before the fault, took 26 s
+ *     to pass half.) A fault of the pair counts against an engine only where the other engine of the
  *     pair was seen serving its other rooms well meanwhile (`pairEvidenceRooms` of them, failing
  *     at most half of `failureRate`): where that one failed with others too, or served none, the
  *     evidence does not say which of the two it was, and it is left out of both counts. (Counted
@@ -30,6 +33,7 @@ import { isTerminal } from '../journal/states.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { type Clock, systemClock, type Timer } from '../ports/clock.ts';
+import type { EscalationLadder } from './ladder.ts';
 
 export interface OutlierPolicy {
   consecutiveFailures: number;
@@ -100,6 +104,8 @@ export class OutlierDetector {
     private readonly log: Logger,
     policy: Partial<OutlierPolicy> = {},
     private readonly clock: Clock = systemClock,
+    /** When the ladder last found each engine stalled (its evidence of a fault, too). */
+    private readonly ladder: Pick<EscalationLadder, 'troubledAt'> | null = null,
   ) {
     this.policy = { ...DEFAULT_OUTLIER_POLICY, ...policy };
   }
@@ -191,9 +197,25 @@ export class OutlierDetector {
       spans.set(o.with, { from: Math.min(span?.from ?? o.from, o.from), to: o.at });
     }
     const fine = new Set(
-      [...spans].filter(([c, span]) => this.servesOthers(c, engine, span)).map(([c]) => c),
+      [...spans]
+        .filter(([c, span]) => !this.judged(c, span.from) && this.servesOthers(c, engine, span))
+        .map(([c]) => c),
     );
     return outcomes.filter((o) => !o.failed || o.own || fine.has(o.with)).map((o) => o.failed);
+  }
+
+  /**
+   * Whether the engine was judged faulty already: it is out of rotation, or the ladder found it
+   * stalled since `since`. Then the rooms it queued behind its fault and served once reset say
+   * nothing for it, and its pair's failures nothing against the other engine (--faults all seeds
+   * 53 and 400: a stalled prefill engine reset in place looked as if it served decode-0 well, and
+   * decode-1, which had met it more often, was ejected).
+   */
+  private judged(engine: string, since: number): boolean {
+    const { ejections, cordons } = this.control.registry;
+    if (ejections.has(engine) || cordons.has(engine)) return true;
+    const at = this.ladder?.troubledAt(engine) ?? null;
+    return at !== null && at >= since;
   }
 
   /**
@@ -225,10 +247,13 @@ export class OutlierDetector {
     const rate = mine.length >= minRooms ? this.rate(mine) : null;
     const peers = this.peers(engine).flatMap((e) => this.against(e));
     const peersRate = peers.length >= minRooms ? this.rate(peers) : null;
+    const streak = mine.length - mine.lastIndexOf(false) - 1;
     if (r.consecutive >= consecutiveFailures)
       why = `${r.consecutive} rooms in a row failed by its fault (last: ${reason})`;
     else if (rate !== null && peersRate !== null && rate >= failureRate && peersRate <= rate / 2)
       why = `${pct(rate)} of its last ${mine.length} rooms failed (last: ${reason}), against ${pct(peersRate)} of its role's peers'`;
+    else if (peersRate !== null && streak >= consecutiveFailures && peersRate <= failureRate / 2)
+      why = `${streak} rooms in a row failed by its fault or its pair's (last: ${reason}), against ${pct(peersRate)} of its role's peers'`;
     if (why === null || !this.canSpare(engine)) return;
     this.eject(engine, r, why, now, { rate, peersRate });
   }

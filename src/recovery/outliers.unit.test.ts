@@ -27,6 +27,8 @@ class Rig {
 
   /** Rooms end on this clock; the test moves it. */
   readonly clock = new VirtualClock();
+  /** When the ladder last found each engine stalled. */
+  readonly troubled = new Map<string, number>();
 
   constructor(prefills = ['prefill-0', 'prefill-1'], decodes = ['decode-0']) {
     for (const e of prefills) this.registry.set(engineSession(e, 'prefill'));
@@ -54,7 +56,9 @@ class Rig {
         return { status: 'applied' as const, seq: this.events.length, eventId: '', state: null };
       },
     };
-    this.detector = new OutlierDetector(control, journal, silentLogger, {}, this.clock);
+    this.detector = new OutlierDetector(control, journal, silentLogger, {}, this.clock, {
+      troubledAt: (engine) => this.troubled.get(engine) ?? null,
+    });
     this.detector.start(60_000);
   }
 
@@ -158,6 +162,56 @@ describe('OutlierDetector', () => {
       );
     }
     expect(rig.ejected()).toEqual([]);
+  });
+
+  it('ejects an engine whose rooms began failing after a window of good ones on the fifth in a row, not the tenth (the bad-engine drill)', () => {
+    const rig = new Rig(['prefill-0', 'prefill-1'], ['decode-0', 'decode-1']);
+    for (let i = 0; i < 20; i++) {
+      rig.clock.advance(50);
+      rig.end(`prefill-${i % 2}`, `decode-${i % 2}`, 'completed');
+    }
+    // Then every transfer of prefill-1 arrives corrupted, and routing sends it a room now and
+    // then, while the rest serve well.
+    for (let i = 0; i < 5; i++) {
+      expect(rig.ejected()).toEqual([]);
+      for (let j = 0; j < 4; j++) {
+        rig.clock.advance(50);
+        rig.end('prefill-0', `decode-${j % 2}`, 'completed');
+      }
+      rig.end('prefill-1', 'decode-0', 'failed', 'kv_checksum_mismatch');
+    }
+    expect(rig.ejected()).toEqual([
+      [
+        'prefill-1',
+        expect.objectContaining({
+          reason:
+            "5 rooms in a row failed by its fault or its pair's (last: kv_checksum_mismatch), against 0 % of its role's peers'",
+          failureRate: 0.333,
+        }),
+      ],
+    ]);
+    expect(rig.registry.ejections.has('decode-0')).toBe(false);
+  });
+
+  it('ejects no engine for the rooms of one the ladder found stalled, though its rooms queued behind the stall completed once it was reset (simulator, --faults all seeds 53 and 400)', () => {
+    const stalledPrefill = (ladderSaw: boolean) => {
+      const rig = new Rig(['prefill-0', 'prefill-1'], ['decode-0', 'decode-1']);
+      for (let i = 0; i < 10; i++) {
+        rig.clock.advance(50);
+        rig.end('prefill-1', `decode-${i % 2}`, 'completed');
+      }
+      // prefill-0's transfers stall; the ladder resets it in place: its transfers to decode-1
+      // are cancelled, and its rooms with decode-0 then complete.
+      rig.clock.advance(1000);
+      if (ladderSaw) rig.troubled.set('prefill-0', rig.clock.now());
+      for (let i = 0; i < 5; i++) rig.end('prefill-0', 'decode-1', 'failed', 'transfer_cancelled');
+      for (let i = 0; i < 3; i++) rig.end('prefill-0', 'decode-0', 'completed');
+      rig.end('prefill-0', 'decode-1', 'failed', 'transfer_cancelled');
+      return rig.ejected().map(([e]) => e);
+    };
+    expect(stalledPrefill(true)).toEqual([]);
+    // Without the ladder's word, prefill-0 looks as if it served decode-0 well meanwhile.
+    expect(stalledPrefill(false)).toEqual(['decode-1']);
   });
 
   it('ejects an engine on its fifth failure in a row of its own', () => {

@@ -190,7 +190,7 @@ export class Fleet implements Supervisor {
     const canary = new Canary(control, log, 2000, process);
     const canaryEveryMs = options.canaryEveryMs ?? 1000;
     if (canaryEveryMs > 0) canary.start(canaryEveryMs);
-    const outliers = new OutlierDetector(control, journal, log, {}, process);
+    const outliers = new OutlierDetector(control, journal, log, {}, process, ladder);
     if (options.outliers !== false) outliers.start();
     this.current = { process, journal, control, watchdog, ladder, canary, outliers };
     for (const started of this.controlListeners) started();

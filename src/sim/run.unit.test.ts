@@ -252,15 +252,17 @@ describe('a simulated fleet with its canary and outlier detector', () => {
     // Each seed ejected a healthy decode engine until a fault of a pair counted against an engine
     // only where the other served its other rooms well meanwhile (recovery/outliers.ts): two
     // prefill engines corrupting, one decode engine meeting them more often than its peer (44,
-    // 146, 254 of --faults all), or the one pair left serving (80).
+    // 146, 254 of --faults all), or the one pair left serving (80); and, where it counted rooms
+    // that completed after the span, a stalled prefill engine's rooms that completed once it was
+    // reset in place (400, 53 of --faults all).
     const runs = [
-      ...[44, 146, 254].map((seed) => ({ seed, faults: FAULT_KINDS })),
+      ...[44, 146, 254, 400, 53].map((seed) => ({ seed, faults: FAULT_KINDS })),
       { seed: 80, faults: ['transfer-corrupt', 'partition', 'freeze'] as const },
     ];
     for (const { seed, faults } of runs) {
       const r = await runSeed({ seed, rooms: 200, faults: [...faults] });
       expect(
-        r.faults.some((f) => f.kind === 'transfer-corrupt'),
+        r.faults.some((f) => f.kind === 'transfer-corrupt' || f.kind === 'transfer-stall'),
         `seed ${seed}`,
       ).toBe(true);
       expect(r.violations, `seed ${seed}`).toEqual([]);
