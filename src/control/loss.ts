@@ -58,10 +58,12 @@ export function decideLoss(
 }
 
 /**
- * A room that failed before any token reached its client: its failure's reason, and whom to leave
- * out of the pair it is tried again on, in order of preference — null when it is not tried again (the reason is one
- * another pair would share, the client had a token or left, retries are spent, it was aborted,
- * or it was a canary, which probes its engines and would hide what it found elsewhere).
+ * A room that failed before any token of its own reached its client — a request's first room, or
+ * the room a migration continued it in: its failure's reason, and whom to leave out of the pair it
+ * is tried again on (with the same request: a continuation's, for a migrated one), in order of
+ * preference — null when it is not tried again (the reason is one another pair would share, the
+ * room had streamed a token, the client left, retries are spent, it was aborted, or it was a
+ * canary, which probes its engines and would hide what it found elsewhere).
  */
 export function decideRetry(
   room: Room,
@@ -72,7 +74,7 @@ export function decideRetry(
   const reason = room.reason;
   if (room.state !== 'failed' || !isFailureReason(reason) || !FAILURE_BLAME[reason].retry)
     return null;
-  if (!request || stream.done || stream.cancelled || stream.tokens > 0) return null;
+  if (!request || stream.done || stream.cancelled || stream.currentTokens > 0) return null;
   if (stream.retries >= retryLimit || room.abortRequestedAt !== null) return null;
   if (room.origin === 'canary') return null;
   const { prefillEngine: p, decodeEngine: d } = room;

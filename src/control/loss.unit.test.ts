@@ -122,4 +122,15 @@ describe('decideRetry: a room that failed before its first token', () => {
     expect(decideRetry(failed('deadline_exceeded', 'canary'), stream(0), request, 1)).toBeNull();
     expect(decideRetry(decoding(), stream(0), request, 1)).toBeNull();
   });
+
+  it('given a migrated room that failed before a token of its own, then it is tried again: its client has the tokens of the room before, none of its', () => {
+    // The bad-engine drill: a room streamed on a pair whose decode engine then hung; continued on
+    // the corrupting prefill engine, it failed kv_checksum_mismatch, and its client got the 503.
+    const migrated = stream(3, { migrations: 1, currentTokens: 0 });
+    expect(decideRetry(failed('kv_checksum_mismatch'), migrated, request, 1)?.reason).toBe(
+      'kv_checksum_mismatch',
+    );
+    const streamed = stream(3, { migrations: 1, currentTokens: 1 });
+    expect(decideRetry(failed('kv_checksum_mismatch'), streamed, request, 1)).toBeNull();
+  });
 });

@@ -12,6 +12,7 @@ import { engineSession } from '../../test/helpers/engine-session.ts';
 import { tempDir } from '../../test/helpers/tmp.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import { newRoomId } from '../journal/ids.ts';
+import type { Room } from '../journal/reducer.ts';
 import { SqliteJournal } from '../journal/sqlite/journal.ts';
 import { silentLogger } from '../log.ts';
 import { DeterministicModel } from '../model/deterministic.ts';
@@ -198,6 +199,49 @@ describe('Migrator', () => {
         outcome: expect.stringMatching(/^failed: no healthy engine pair within 200 ms/),
       },
     });
+  });
+
+  it('tries a request again without the engine its room failed on, and migrates it later without that engine too', async () => {
+    const t = await setup();
+    for (const e of ['p0', 'p1', 'p2']) t.registry.set(engineSession(e, 'prefill'));
+    t.registry.set(engineSession('d0', 'decode'));
+    const [p1, d0] = [t.registry.get('p1'), t.registry.get('d0')];
+    if (!p1 || !d0) throw new Error('registered above');
+    // A room on p1 fails before its first token, by a fault of its pair: tried again without p1
+    // (d0 is the only decode engine).
+    const room = newRoomId();
+    const stream = new RoomStream(room, 2, Date.now());
+    const request = { prompt: 'the river', maxTokens: 8 };
+    t.intake.create(
+      stream,
+      room,
+      request,
+      2,
+      { prefill: p1, decode: d0, transport: 'shm' },
+      { source: 'api' },
+    );
+    await stream.admitted;
+    await t.journal.append({
+      type: 'room.failed',
+      room,
+      engine: 'd0',
+      source: 'engine',
+      data: { reason: 'kv_checksum_mismatch', stage: 'created', detectedBy: 'd0' },
+    });
+    await until(() => t.book.room(room)?.state === 'failed');
+    expect(t.migrator.retry(t.book.room(room) as Room, stream, request)).toBe(true);
+    const prefillOf = (source: string) =>
+      t.events
+        .filter((e) => e.type === 'room.created' && e.source === source)
+        .map((e) => (e.data as { prefillEngine: string }).prefillEngine);
+    await until(() => prefillOf('retry').length === 1);
+    const [retriedOn] = prefillOf('retry');
+    expect(['p0', 'p2']).toContain(retriedOn);
+    // Its engine is lost: the migration goes to the one prefill engine left that the request has
+    // not failed on, never back to p1, idle as it is, in either order.
+    await t.migrator.engineLost(retriedOn as string, `${retriedOn}-a`, 'it exited');
+    await until(() => prefillOf('migration').length === 1);
+    expect(prefillOf('migration')).toEqual([retriedOn === 'p0' ? 'p2' : 'p0']);
   });
 
   it('fails the room instead once the request has used its migrations', async () => {

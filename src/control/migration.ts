@@ -186,8 +186,16 @@ export class Migrator {
       stream.complete('length');
       return;
     }
-    const usable = (s: EngineSession) =>
+    const alive = (s: EngineSession) =>
       !(s.engine === loss.engine && s.incarnation === loss.incarnation);
+    // Not back to an engine a room of this request already failed on, where another pair allows:
+    // all of them, else one of them (the bad-engine drill: a retry away from the corrupting prefill
+    // engine lost its decode engine, migrated back onto the corrupting one, failed again, and
+    // reached its client).
+    const { leftOut } = stream;
+    const spare =
+      this.leaveOut(next, [leftOut, ...[...leftOut].map((e) => new Set([e]))], alive) ?? new Set();
+    const usable = (s: EngineSession) => alive(s) && !spare.has(s.engine);
     host.log.warn(
       {
         room: from.room,
@@ -210,18 +218,22 @@ export class Migrator {
     const { host } = this;
     const decided = decideRetry(room, stream, request, this.options.retryLimit);
     if (!decided || !request || host.closing()) return false;
-    // No such pair now (one engine of a role, or every other one full): the client gets the
-    // failure at once rather than after a wait.
-    const tokens = host.model.contextTokens(request).length;
-    const blamed = decided.leaveOut.find(
-      (c) => host.intake.pairFor(tokens, request.maxTokens, (s) => !c.has(s.engine)).pair,
+    // Without the engines an earlier retry of this request left out too, where a pair allows. No
+    // such pair now (one engine of a role, or every other one full): the client gets the failure
+    // at once rather than after a wait.
+    const leftOut = this.leaveOut(
+      request,
+      decided.leaveOut.flatMap((c) =>
+        stream.leftOut.size > 0 ? [new Set([...c, ...stream.leftOut]), c] : [c],
+      ),
     );
-    if (!blamed) return false;
+    if (!leftOut) return false;
+    for (const e of leftOut) stream.leftOut.add(e);
     const { reason } = decided;
-    const usable = (s: EngineSession) => !blamed.has(s.engine);
+    const usable = (s: EngineSession) => !leftOut.has(s.engine);
     const to = this.host.ids.room();
     host.log.warn(
-      { room: room.room, to, reason, blamed: [...blamed], requestId: stream.trace.requestId },
+      { room: room.room, to, reason, leftOut: [...leftOut], requestId: stream.trace.requestId },
       'room failed before its first token; trying the request again on another pair',
     );
     host.journal
@@ -232,7 +244,7 @@ export class Migrator {
         data: {
           action: 'retry_room',
           reason,
-          outcome: `tried again as ${to}${blamed.size > 0 ? `, without ${[...blamed].join(' and ')}` : ''}`,
+          outcome: `tried again as ${to}${leftOut.size > 0 ? `, without ${[...leftOut].join(' and ')}` : ''}`,
           toRoom: to,
           stage: room.failedStage ?? undefined,
         },
@@ -244,6 +256,19 @@ export class Migrator {
       otherwise: () => stream.endAs(room),
     });
     return true;
+  }
+
+  /** The first of `choices` of engines to leave out that leaves a pair for the request now. */
+  private leaveOut(
+    request: RoomRequest,
+    choices: ReadonlyArray<ReadonlySet<string>>,
+    usable: (s: EngineSession) => boolean = () => true,
+  ): ReadonlySet<string> | null {
+    const tokens = this.host.model.contextTokens(request).length;
+    const fits = (c: ReadonlySet<string>) =>
+      this.host.intake.pairFor(tokens, request.maxTokens, (s) => usable(s) && !c.has(s.engine))
+        .pair !== null;
+    return choices.find(fits) ?? null;
   }
 
   /**

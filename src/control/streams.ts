@@ -40,6 +40,11 @@ export class RoomStream implements AsyncIterable<TokenChunk> {
   migrations = 0;
   /** Rooms of this request that failed before its first token and were tried again (migration.ts). */
   retries = 0;
+  /**
+   * The engines those rooms were tried again without: the request's later rooms, retried or
+   * migrated, go without them too where a pair allows (migration.ts).
+   */
+  readonly leftOut = new Set<string>();
   private indexBase = 0;
   private tokensBase = 0;
   private idsBase = 0;
