@@ -7,6 +7,7 @@
 import { idConflict, type Outcome, rejectionData } from '../commit-queue.ts';
 import type { JournalEvent, PendingEvent } from '../events.ts';
 import { type Room, reduce } from '../reducer.ts';
+import { MemoryLeadership } from './leadership.ts';
 
 export class MemoryDisk {
   /** Committed events in seq order (retention deletes whole rooms' events from it). */
@@ -18,6 +19,8 @@ export class MemoryDisk {
   lastSeq = 0;
   /** The journal that writes it now, if any (one writer at a time, as with a file's lock). */
   writer: object | null = null;
+  /** Who leads it, where control planes take turns on it as on PostgreSQL (leadership.ts). */
+  readonly leadership = new MemoryLeadership();
 
   /** A name for messages and `stats().path`. */
   constructor(readonly name: string) {}

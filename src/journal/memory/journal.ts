@@ -9,7 +9,11 @@
  * - **refused writes**, as on a full disk (`refuseWrites`): commits fail whole with
  *   JOURNAL_WRITE_FAILED, nothing half-applied, until the fault is lifted;
  * - **a crash** (`crash`): the journal stops at once; what was still committing is lost, what
- *   committed is on the disk for the next `MemoryJournal.open`.
+ *   committed is on the disk for the next `MemoryJournal.open`;
+ * - **a leader change** (`lead`): control planes take turns on one disk as on PostgreSQL
+ *   (leadership.ts) — a standby (`MemoryJournal.standBy`) leads once the leader closed, crashed
+ *   or stopped renewing its lease, and the old leader's commits are refused from then on
+ *   (`JOURNAL_FENCED`, and `onDeposed` listeners hear it once).
  */
 
 import type { Logger } from '../../log.ts';
@@ -30,6 +34,7 @@ import type {
 } from '../store.ts';
 import { SubscriptionHub } from '../subscriptions.ts';
 import type { MemoryDisk } from './disk.ts';
+import type { TakeoverHow } from './leadership.ts';
 import { MemoryReader, prunable } from './reader.ts';
 
 export interface MemoryJournalOptions {
@@ -45,7 +50,23 @@ export interface MemoryJournalOptions {
   /** Most events in one transaction. Default 4096. */
   maxBatch?: number;
   logger?: Logger;
+  /**
+   * Lead the disk as `holder` under a lease of `leaseMs` (default 2000), renewed every third of
+   * it on `clock`, as control planes do on a PostgreSQL journal. Without it the journal writes
+   * with no term, alone.
+   */
+  lead?: { holder: string; leaseMs?: number };
 }
+
+/** The term this journal writes under, and how it came to it. */
+export interface MemoryLeadershipTerm {
+  term: number;
+  holder: string;
+  how: TakeoverHow;
+  previous: string | null;
+}
+
+const DEFAULT_LEASE_MS = 2000;
 
 export class MemoryJournal extends MemoryReader implements JournalStore {
   private readonly hub: SubscriptionHub;
@@ -59,8 +80,15 @@ export class MemoryJournal extends MemoryReader implements JournalStore {
     fail: (e: unknown) => void;
   }>();
   private drained: Promise<void> | null = null;
+  private deposedBy: string | null = null;
+  private readonly deposedListeners: Array<(why: string) => void> = [];
+  private renewTimer: ReturnType<Clock['setInterval']> | null = null;
 
-  private constructor(options: MemoryJournalOptions) {
+  private constructor(
+    options: MemoryJournalOptions,
+    /** The term it leads under; null without `lead`. */
+    readonly leadership: MemoryLeadershipTerm | null,
+  ) {
     super(options.disk);
     const log = options.logger ?? silentLogger;
     this.clock = options.clock ?? systemClock;
@@ -87,20 +115,100 @@ export class MemoryJournal extends MemoryReader implements JournalStore {
     );
   }
 
-  /** Opens the journal on `disk`; JOURNAL_BUSY while another journal writes it. */
+  /**
+   * Opens the journal on `disk`; JOURNAL_BUSY while another journal writes it (with `lead`: while
+   * another leads it and renews its lease).
+   */
   static open(options: MemoryJournalOptions): MemoryJournal {
-    const { disk } = options;
-    if (disk.writer !== null)
+    const { disk, lead } = options;
+    const fixed = options.commitMs;
+    if (typeof fixed === 'number' && !(Number.isFinite(fixed) && fixed >= 0))
+      throw new RangeError(`commitMs must be a number of ms ≥ 0, got ${fixed}`);
+    const row = disk.leadership.row;
+    if (disk.writer !== null && (lead === undefined || row.holder === null))
       throw new JournalError(
         'JOURNAL_BUSY',
         `journal ${disk.name} has a writer already; one writer at a time`,
       );
-    const fixed = options.commitMs;
-    if (typeof fixed === 'number' && !(Number.isFinite(fixed) && fixed >= 0))
-      throw new RangeError(`commitMs must be a number of ms ≥ 0, got ${fixed}`);
-    const journal = new MemoryJournal(options);
+    let leadership: MemoryLeadershipTerm | null = null;
+    if (lead) {
+      const leaseMs = lead.leaseMs ?? DEFAULT_LEASE_MS;
+      if (!(Number.isInteger(leaseMs) && leaseMs > 0))
+        throw new RangeError(`leaseMs must be a whole number of ms > 0, got ${leaseMs}`);
+      const now = (options.clock ?? systemClock).now();
+      const got = disk.leadership.tryLead(lead.holder, leaseMs, now, disk.writer !== null);
+      if (!got.ok)
+        throw new JournalError(
+          'JOURNAL_BUSY',
+          `journal ${disk.name} is led by ${got.current.holder} (term ${got.current.term}, lease ${got.current.leaseUntil - now} ms left); run this one as its standby, or stop that one first`,
+        );
+      leadership = { term: got.term, holder: lead.holder, how: got.how, previous: got.previous };
+    }
+    // A frozen leader's hold ends with its lease: its commits are refused from now on.
+    const journal = new MemoryJournal(options, leadership);
     disk.writer = journal;
+    if (lead) journal.renewEvery(lead.leaseMs ?? DEFAULT_LEASE_MS);
     return journal;
+  }
+
+  /**
+   * A standby: waits, trying every `pollMs` (default a quarter of the lease), until it leads the
+   * disk; `onWaiting` hears whom it waits for, once.
+   */
+  static async standBy(
+    options: MemoryJournalOptions & { lead: { holder: string; leaseMs?: number } },
+    wait: { pollMs?: number; onWaiting?: (why: string) => void } = {},
+  ): Promise<MemoryJournal> {
+    const clock = options.clock ?? systemClock;
+    const pollMs = wait.pollMs ?? (options.lead.leaseMs ?? DEFAULT_LEASE_MS) / 4;
+    let told = false;
+    for (;;) {
+      try {
+        return MemoryJournal.open(options);
+      } catch (err) {
+        if (!(err instanceof JournalError) || err.code !== 'JOURNAL_BUSY') throw err;
+        if (!told) wait.onWaiting?.(err.message);
+        told = true;
+      }
+      await new Promise<void>((resolve) => clock.setTimeout(() => resolve(), pollMs));
+    }
+  }
+
+  private renewEvery(leaseMs: number): void {
+    this.renewTimer = this.clock.setInterval(() => {
+      const term = this.leadership?.term ?? 0;
+      if (this.queue.state === 'closed' || this.deposedBy !== null) return;
+      if (!this.disk.leadership.renew(term, leaseMs, this.clock.now()))
+        this.depose('a newer term took the journal');
+    }, leaseMs / 3);
+    this.renewTimer.unref();
+  }
+
+  private depose(why: string): void {
+    if (this.deposedBy !== null) return;
+    this.deposedBy = why;
+    for (const l of this.deposedListeners) l(why);
+  }
+
+  /** Called once, when another journal has taken the disk's leadership from this one. */
+  onDeposed(listener: (why: string) => void): void {
+    this.deposedListeners.push(listener);
+    if (this.deposedBy !== null) listener(this.deposedBy);
+  }
+
+  private fencedError(): JournalError {
+    return new JournalError(
+      'JOURNAL_FENCED',
+      `this control plane no longer leads ${this.disk.name} (term ${this.leadership?.term}: ${this.deposedBy}); its appends are refused`,
+    );
+  }
+
+  /** Whether its term is still the disk's; deposes it when not. */
+  private leads(): boolean {
+    if (this.leadership === null) return true;
+    if (this.deposedBy === null && this.disk.leadership.row.term !== this.leadership.term)
+      this.depose('a newer term took the journal');
+    return this.deposedBy === null;
   }
 
   /** Commits fail whole with JOURNAL_WRITE_FAILED and `why` (as on a full disk); null: they work. */
@@ -119,18 +227,24 @@ export class MemoryJournal extends MemoryReader implements JournalStore {
       c.fail(new JournalError('JOURNAL_CLOSED', `journal ${this.disk.name} crashed`));
     }
     this.committing.clear();
-    this.close();
+    this.stop(false);
   }
 
   private commit(events: PendingEvent[]): Promise<Outcome[]> {
     const apply = (): Outcome[] => {
+      if (!this.leads()) throw this.fencedError();
       if (this.refused !== null)
         throw new JournalError(
           'JOURNAL_WRITE_FAILED',
           `journal ${this.disk.name} refused the commit: ${this.refused}`,
         );
-      return this.disk.commit(events);
+      const outcomes = this.disk.commit(events);
+      if (this.leadership !== null)
+        this.disk.leadership.wrote(this.leadership.term, outcomes.filter((o) => o[0] <= 1).length);
+      return outcomes;
     };
+    // A deposed leader's commits are refused at once, as its lost session's would be.
+    if (this.deposedBy !== null) return Promise.reject(this.fencedError());
     const ms = this.commitMs();
     if (ms === 0) {
       try {
@@ -195,7 +309,12 @@ export class MemoryJournal extends MemoryReader implements JournalStore {
   }
 
   health(): JournalHealth {
-    return { state: this.queue.state, ...this.queue.health(), writerRestarts: 0, term: null };
+    return {
+      state: this.queue.state,
+      ...this.queue.health(),
+      writerRestarts: 0,
+      term: this.leadership?.term ?? null,
+    };
   }
 
   /** Finishes every append already accepted (at most `timeoutMs`), then closes. */
@@ -208,10 +327,20 @@ export class MemoryJournal extends MemoryReader implements JournalStore {
     return this.drained;
   }
 
-  /** Stops at once: queued appends are rejected; the disk is free for another writer. */
+  /**
+   * Stops at once: queued appends are rejected; the disk is free for another writer (a leader
+   * hands over at once: it resigns).
+   */
   override close(): void {
+    this.stop(true);
+  }
+
+  private stop(resign: boolean): void {
     this.queue.close();
     this.hub.closeAll();
+    this.clock.clear(this.renewTimer);
+    if (resign && this.leadership !== null && this.deposedBy === null)
+      this.disk.leadership.resign(this.leadership.term);
     if (this.disk.writer === this) this.disk.writer = null;
   }
 

@@ -104,3 +104,93 @@ describe('in-memory journal faults', () => {
     await again.drain();
   });
 });
+
+describe('in-memory journal leadership, as on PostgreSQL', () => {
+  const lead = (holder: string) => ({ holder, leaseMs: 300 });
+  /** An append, handed to the disk on the journal's (virtual) clock. */
+  const append = (j: MemoryJournal, clock: VirtualClock, room: string) => {
+    const done = j.append(created(room));
+    void clock.run(0);
+    return done;
+  };
+
+  it('a standby waits while the leader renews, takes term 2 the moment it crashes, and the journal says who led', async () => {
+    const clock = new VirtualClock();
+    const disk = new MemoryDisk('crashed-leader');
+    const a = MemoryJournal.open({ disk, clock, lead: lead('a') });
+    expect(a.leadership).toEqual({ term: 1, holder: 'a', how: 'vacant', previous: null });
+    await append(a, clock, 'by-a');
+    const waiting: string[] = [];
+    const standby = MemoryJournal.standBy(
+      { disk, clock, lead: lead('b') },
+      { onWaiting: (why) => waiting.push(why) },
+    );
+    // The leader renews its lease every 100 ms: the standby waits however long it runs.
+    await clock.run(2000);
+    expect(waiting).toEqual([
+      expect.stringMatching(/^journal crashed-leader is led by a \(term 1, lease \d+ ms left\)/),
+    ]);
+    a.crash();
+    await clock.run(75);
+    const b = await standby;
+    expect(b.leadership).toEqual({ term: 2, holder: 'b', how: 'holder_gone', previous: 'a' });
+    expect(b.health().term).toBe(2);
+    await append(b, clock, 'by-b');
+    expect((await b.stats()).leaders).toEqual([
+      expect.objectContaining({ term: 1, holder: 'a', how: 'vacant', events: 1 }),
+      expect.objectContaining({
+        term: 2,
+        holder: 'b',
+        how: 'holder_gone',
+        previous: 'a',
+        events: 1,
+      }),
+    ]);
+    await b.drain();
+  });
+
+  it('takes over from a frozen leader once its lease runs out, and refuses every commit of the old term however late it wakes', async () => {
+    // The leader's own clock stands still while it is frozen: its timers (the renewal) do not run.
+    const frozen = new VirtualClock();
+    const clock = new VirtualClock();
+    const disk = new MemoryDisk('frozen-leader');
+    const a = MemoryJournal.open({ disk, clock: frozen, commitMs: 5, lead: lead('a') });
+    const deposed: string[] = [];
+    a.onDeposed((why) => deposed.push(why));
+    const late = a.append(created('late')).catch((err: unknown) => err);
+    // Handed to the disk, committing (5 ms) when the leader is frozen.
+    await frozen.run(0);
+    // Within the lease, nobody else leads.
+    clock.advance(250);
+    expect(() => MemoryJournal.open({ disk, clock, lead: lead('b') })).toThrow(/led by a/);
+    clock.advance(100);
+    const b = MemoryJournal.open({ disk, clock, lead: lead('b') });
+    expect(b.leadership).toMatchObject({ term: 2, how: 'lease_expired', previous: 'a' });
+    await append(b, clock, 'by-b');
+    // a wakes: its commit in flight, and anything after, is refused; it hears it was deposed.
+    await frozen.run(400);
+    expect(await late).toMatchObject({ code: 'JOURNAL_FENCED' });
+    await expect(append(a, frozen, 'later')).rejects.toMatchObject({
+      code: 'JOURNAL_FENCED',
+      message: expect.stringContaining('no longer leads frozen-leader (term 1'),
+    });
+    expect(deposed).toEqual(['a newer term took the journal']);
+    expect(disk.events.map((e) => e.room)).toEqual(['by-b']);
+    a.close();
+    // A deposed journal closing does not resign the new leader's term.
+    expect(disk.leadership.row).toMatchObject({ term: 2, holder: 'b' });
+    expect(disk.leadership.row.leaseUntil).toBeGreaterThan(0);
+    await b.drain();
+  });
+
+  it('a leader that closes cleanly hands over at once', async () => {
+    const clock = new VirtualClock();
+    const disk = new MemoryDisk('resigned');
+    await MemoryJournal.open({ disk, clock, lead: lead('a') }).drain();
+    const b = MemoryJournal.open({ disk, clock, lead: lead('b') });
+    expect(b.leadership).toMatchObject({ term: 2, how: 'resigned', previous: 'a' });
+    // A journal without a term cannot take a disk another one leads.
+    expect(() => MemoryJournal.open({ disk, clock })).toThrow(/has a writer already/);
+    await b.drain();
+  });
+});

@@ -197,6 +197,9 @@ export class MemoryReader implements JournalReader {
         .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
         .map(([name, c]) => ({ name, seq: c.seq, updatedAt: c.updatedAt })),
       fileBytes: bytes,
+      ...(disk.leadership.terms.length > 0
+        ? { leaders: disk.leadership.terms.map((t) => ({ ...t })) }
+        : {}),
     });
   }
 
