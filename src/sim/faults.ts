@@ -127,14 +127,9 @@ function start(fleet: Fleet, f: PlannedFault): () => void {
         fleet.thaw(target);
       };
     }
-    case 'control-freeze': {
+    case 'control-freeze':
       // A freeze of a process that was killed meanwhile ended with it.
-      const process = fleet.controlGeneration;
-      fleet.freezeControl();
-      return () => {
-        if (fleet.controlGeneration === process) fleet.thawControl();
-      };
-    }
+      return fleet.freezeControl();
     case 'control-kill':
       // Its span is how long the new process takes to come up.
       fleet.killControl(f.forMs);

@@ -53,11 +53,20 @@ export interface FleetOptions {
   canaryEveryMs?: number;
   /** Whether the outlier detector ejects engines whose rooms keep failing by their fault. Default true. */
   outliers?: boolean;
+  /**
+   * A second control plane stands by, as two `pdctl serve` do on a PostgreSQL journal: the
+   * journal has a leader with a lease (`CONTROL_LEASE_MS`), the engines are given both
+   * endpoints, and a killed or frozen leader is replaced by the standby, not restarted. Default
+   * false: one control plane, restarted on its journal when killed.
+   */
+  standby?: boolean;
   log?: Logger;
 }
 
-/** Where the control plane listens on the simulated network. */
-const CONTROL_ENDPOINT = 'tcp://control:5557';
+/** Where a control plane on `host` listens on the simulated network. */
+const controlEndpoint = (host: string) => `tcp://${host}:5557`;
+/** The lease of a leader of the journal, with a standby (as the failover drill runs it). */
+export const CONTROL_LEASE_MS = 1000;
 /** The virtual time a fleet starts at. */
 const EPOCH = Date.UTC(2026, 0, 1);
 /** How long a restarted engine takes to come back (its model loading), unless a fault says. */
@@ -89,7 +98,13 @@ export interface SimEngine {
 
 /** One process of the control plane: its clock, its embedded journal, and what runs in it. */
 interface SimControl {
+  /** The simulated host it runs on. */
+  host: string;
   process: ProcessClock;
+  /** SIGSTOPs not yet ended (overlapping freezes hold it until the last one ends). */
+  frozen: number;
+  /** Settles when the process dies (its clients' connections reset). */
+  died: { promise: Promise<void>; resolve: () => void };
   journal: MemoryJournal;
   control: ControlPlane;
   watchdog: Watchdog;
@@ -105,8 +120,6 @@ export class Fleet implements Supervisor {
   private readonly cuts = new Map<string, number>();
   private readonly startListeners = new Map<string, Set<(sim: SimEngine) => void>>();
   private readonly controlListeners = new Set<() => void>();
-  /** Freezes of the control plane not yet ended. */
-  private controlFrozen = 0;
   /** Why the disk refuses writes (a fault), for every journal opened on it; null: it takes them. */
   private diskFull: string | null = null;
   private stopping = false;
@@ -115,8 +128,12 @@ export class Fleet implements Supervisor {
   private current: SimControl | null = null;
   /** Why a control plane failed to start (each is a defect); its supervisor tries again a second later. */
   readonly controlStartFailures: string[] = [];
-  /** Settles when the control plane's current process dies (its clients' connections reset). */
-  private died: { promise: Promise<void>; resolve: () => void } = deferred();
+  /** The hosts control planes run on: one, or the leader's and the standby's. */
+  private readonly controlHosts: string[];
+  /** The hosts whose control plane found itself deposed and exited, in order. */
+  readonly deposed: string[] = [];
+  /** Control-plane processes that do not lead: standing by, or deposed and not yet exited. */
+  private readonly others = new Set<{ host: string; process: ProcessClock; stop?: () => void }>();
 
   private constructor(
     readonly seed: number,
@@ -128,7 +145,9 @@ export class Fleet implements Supervisor {
     private readonly admission: Admission,
     private readonly options: FleetOptions,
     private readonly log: Logger,
-  ) {}
+  ) {
+    this.controlHosts = options.standby ? ['control-a', 'control-b'] : ['control'];
+  }
 
   /** Starts the control plane and its engines, and runs the clock until every engine is live. */
   static async start(options: FleetOptions): Promise<Fleet> {
@@ -147,7 +166,8 @@ export class Fleet implements Supervisor {
       options,
       options.log ?? silentLogger,
     );
-    await clock.runUntil(fleet.startControl());
+    await clock.runUntil(fleet.startControl(fleet.controlHosts[0] as string));
+    if (options.standby) fleet.restartControl('control-b');
     const prefill = options.prefill ?? 2;
     const decode = options.decode ?? 2;
     for (let i = 0; i < prefill; i++) fleet.startEngine(`prefill-${i}`, 'prefill');
@@ -157,10 +177,11 @@ export class Fleet implements Supervisor {
   }
 
   /**
-   * A control-plane process: the journal opened on the fleet's disk (it is embedded, as SQLite
-   * is), `ControlPlane.start` on it, the watchdog and the ladder — whose supervisor is this fleet.
+   * A control-plane process on `host`: the journal opened on the fleet's disk (it is embedded, as
+   * SQLite is; with a standby, it first waits to lead it), `ControlPlane.start` on it, the
+   * watchdog and the ladder — whose supervisor is this fleet.
    */
-  private async startControl(): Promise<void> {
+  private async startControl(host: string): Promise<void> {
     const { clock, random, options, log } = this;
     const process = new ProcessClock(clock);
     // A restarted control plane draws from streams of its own, as a new process would.
@@ -168,18 +189,28 @@ export class Fleet implements Supervisor {
     const ids = seededIds(clock, random.fork(n === 0 ? 'control ids' : `control ids ${n}`));
     const disks = random.fork(n === 0 ? 'disk' : `disk ${n}`);
     const commitMs = options.commitMs ?? (() => disks.between(1, 5));
-    const journal = MemoryJournal.open({ disk: this.disk, clock: process, ids, commitMs });
+    const opened = { disk: this.disk, clock: process, ids, commitMs };
+    let journal: MemoryJournal;
+    if (options.standby) {
+      const waiting = { host, process };
+      this.others.add(waiting);
+      journal = await MemoryJournal.standBy({
+        ...opened,
+        lead: { holder: host, leaseMs: CONTROL_LEASE_MS },
+      });
+      this.others.delete(waiting);
+    } else journal = MemoryJournal.open(opened);
     journal.refuseWrites(this.diskFull);
     const control = await ControlPlane.start({
       journal,
       admission: this.admission,
       log,
       version: 'sim',
-      bus: CONTROL_ENDPOINT,
+      bus: controlEndpoint(host),
       curve: false,
       clock: process,
       ids,
-      transport: this.network.host('control'),
+      transport: this.network.host(host),
       model: new DeterministicModel({}, process),
     });
     const watchdog = new Watchdog(control, journal, log, 100, process);
@@ -192,8 +223,46 @@ export class Fleet implements Supervisor {
     if (canaryEveryMs > 0) canary.start(canaryEveryMs);
     const outliers = new OutlierDetector(control, journal, log, {}, process, ladder);
     if (options.outliers !== false) outliers.start();
-    this.current = { process, journal, control, watchdog, ladder, canary, outliers };
+    const c: SimControl = {
+      host,
+      process,
+      frozen: 0,
+      died: deferred(),
+      journal,
+      control,
+      watchdog,
+      ladder,
+      canary,
+      outliers,
+    };
+    // As `pdctl serve` does, a leader that finds another took the journal exits (code 3), and is
+    // started again as a standby.
+    journal.onDeposed(() => this.exitDeposed(c));
+    // The leader it replaced, if its process lives on (stopped), finds itself deposed when it runs.
+    if (this.current?.process.alive) this.others.add(this.current);
+    this.current = c;
     for (const started of this.controlListeners) started();
+  }
+
+  /** The deposed leader's process exits; it is started again, to stand by, a moment later. */
+  private exitDeposed(c: SimControl): void {
+    if (!c.process.alive) return;
+    this.deposed.push(c.host);
+    this.others.delete(c);
+    this.endControl(c);
+    this.clock.setTimeout(() => this.restartControl(c.host), RESTART_MS);
+  }
+
+  /** The process ends at once: its timers, its sockets, its journal's commits in flight. */
+  private endControl(c: SimControl): void {
+    if (c.frozen > 0) {
+      c.frozen = 0;
+      for (const id of this.engines.keys()) this.mend(id, [c.host]);
+    }
+    c.process.kill();
+    this.network.kill(c.host);
+    c.journal.crash();
+    c.died.resolve();
   }
 
   private get live(): SimControl {
@@ -223,11 +292,6 @@ export class Fleet implements Supervisor {
     return this.live.ladder;
   }
 
-  /** Which control-plane process this is: 1 for the first, one more for each restart. */
-  get controlGeneration(): number {
-    return this.generation;
-  }
-
   /** Whether the control plane's process is up (not between a kill and its restart). */
   get controlUp(): boolean {
     return this.live.process.alive;
@@ -235,7 +299,7 @@ export class Fleet implements Supervisor {
 
   /** Settles when the control plane's current process dies. */
   get controlDied(): Promise<void> {
-    return this.died.promise;
+    return this.live.died.promise;
   }
 
   /** Calls `fn` each time a control-plane process has started (after the first). */
@@ -258,23 +322,16 @@ export class Fleet implements Supervisor {
     const c = this.live;
     if (!c.process.alive) return;
     // A stopped process dies too: the new one is not stopped.
-    if (this.controlFrozen > 0) {
-      this.controlFrozen = 0;
-      for (const id of this.engines.keys()) this.mend(id);
-    }
-    c.process.kill();
-    this.network.kill('control');
-    c.journal.crash();
-    this.died.resolve();
-    this.died = deferred();
-    this.clock.setTimeout(() => this.restartControl(), restartMs);
+    this.endControl(c);
+    // With a standby, it takes over; the killed one comes back to stand by.
+    this.clock.setTimeout(() => this.restartControl(c.host), restartMs);
   }
 
-  private restartControl(): void {
+  private restartControl(host: string): void {
     if (this.stopping) return;
-    this.startControl().catch((err: Error) => {
+    this.startControl(host).catch((err: Error) => {
       this.controlStartFailures.push(err.message);
-      this.clock.setTimeout(() => this.restartControl(), 1000);
+      this.clock.setTimeout(() => this.restartControl(host), 1000);
     });
   }
 
@@ -288,7 +345,7 @@ export class Fleet implements Supervisor {
     const opts = resolveEngineOptions({
       id,
       role,
-      control: CONTROL_ENDPOINT,
+      control: this.controlHosts.map(controlEndpoint).join(','),
       poolName: `/sim-${id}`,
       pages: options.pages ?? 2048,
       pageBytes: options.pageBytes ?? 1024,
@@ -387,19 +444,22 @@ export class Fleet implements Supervisor {
 
   /**
    * SIGSTOP to the control plane: its timers, commits, messages and clients' requests wait. Freezes
-   * that overlap hold it until the last of them ends.
+   * that overlap hold it until the last of them ends. Returns its SIGCONT: what fell due meanwhile
+   * runs at once, as for a real process — one that was killed meanwhile stays dead, and one a
+   * standby replaced meanwhile finds itself deposed.
    */
-  freezeControl(): void {
-    if (!this.controlUp || this.controlFrozen++ > 0) return;
-    this.controlProcess.freeze();
-    for (const id of this.engines.keys()) this.cut(id);
-  }
-
-  /** SIGCONT to the control plane: what fell due meanwhile runs at once, as for a real process. */
-  thawControl(): void {
-    if (this.controlFrozen === 0 || --this.controlFrozen > 0) return;
-    for (const id of this.engines.keys()) this.mend(id);
-    this.controlProcess.thaw();
+  freezeControl(): () => void {
+    const c = this.current;
+    if (!c?.process.alive) return () => {};
+    if (c.frozen++ === 0) {
+      c.process.freeze();
+      for (const id of this.engines.keys()) this.cut(id, [c.host]);
+    }
+    return () => {
+      if (!c.process.alive || c.frozen === 0 || --c.frozen > 0) return;
+      for (const id of this.engines.keys()) this.mend(id, [c.host]);
+      c.process.thaw();
+    };
   }
 
   /**
@@ -407,23 +467,32 @@ export class Fleet implements Supervisor {
    * client's request or disconnect waits in its socket meanwhile).
    */
   inControl(fn: () => void): void {
-    if (this.controlFrozen > 0) this.controlProcess.defer(fn);
+    if (this.live.frozen > 0) this.controlProcess.defer(fn);
     else fn();
   }
 
-  /** Takes the link between the control plane and the engine down for one more reason. */
-  cut(id: string): void {
-    const n = this.cuts.get(id) ?? 0;
-    this.cuts.set(id, n + 1);
-    if (n === 0) this.network.partition('control', id);
+  /**
+   * Takes the links between the control planes (on `hosts`: all of them unless told) and the
+   * engine down for one more reason.
+   */
+  cut(id: string, hosts: readonly string[] = this.controlHosts): void {
+    for (const host of hosts) {
+      const link = `${host} ${id}`;
+      const n = this.cuts.get(link) ?? 0;
+      this.cuts.set(link, n + 1);
+      if (n === 0) this.network.partition(host, id);
+    }
   }
 
-  /** Ends one reason the link is down; it is up again once none is left. */
-  mend(id: string): void {
-    const n = this.cuts.get(id) ?? 0;
-    if (n === 0) return;
-    this.cuts.set(id, n - 1);
-    if (n === 1) this.network.heal('control', id);
+  /** Ends one reason each link is down; it is up again once none is left. */
+  mend(id: string, hosts: readonly string[] = this.controlHosts): void {
+    for (const host of hosts) {
+      const link = `${host} ${id}`;
+      const n = this.cuts.get(link) ?? 0;
+      if (n === 0) continue;
+      this.cuts.set(link, n - 1);
+      if (n === 1) this.network.heal(host, id);
+    }
   }
 
   // ── the supervisor port (recovery/supervisor.ts), for the ladder ──
@@ -502,6 +571,9 @@ export class Fleet implements Supervisor {
   /** Stops the engines (they drain), then the control plane, running the clock meanwhile. */
   async stop(): Promise<void> {
     this.stopping = true;
+    // Standbys, and a deposed leader still stopped, end with the run.
+    for (const other of this.others) other.process.kill();
+    this.others.clear();
     this.live.watchdog.stop();
     this.live.ladder.stop();
     this.live.outliers.stop();

@@ -6,6 +6,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { JournalEvent } from '../journal/events.ts';
+import type { LeaderTerm } from '../journal/store.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { answers, spared, watchControl, withinDeadlines } from './checks.ts';
 import { type ClientOutcome, client } from './client.ts';
@@ -50,6 +51,10 @@ export interface SeedReport {
   trace?: readonly JournalEvent[];
   /** The faults the seed injected. */
   faults: PlannedFault[];
+  /** With a standby: every term of the journal's leadership, oldest first (a takeover each after the first). */
+  leaders: LeaderTerm[];
+  /** With a standby: the hosts whose control plane woke deposed and exited, in order. */
+  deposed: string[];
   /** Why clients failed: each error message (its first 120 characters) and how many got it. */
   errors: Record<string, number>;
 }
@@ -155,6 +160,8 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
     violations,
     ...(options.keepTrace ? { trace: events } : {}),
     faults,
+    leaders: fleet.disk.leadership.terms.map((t) => ({ ...t })),
+    deposed: [...fleet.deposed],
     errors: tally(outcomes.filter((o) => o.error !== null && o.request.action === null)),
   };
 }

@@ -230,7 +230,9 @@ describe('npm run sim', () => {
       rate: 10,
       out: 'sim-traces',
       faults: [],
+      standby: false,
     });
+    expect(parseSearch(['--standby'], () => 1)).toMatchObject({ standby: true });
     expect(parseSearch(['--faults', 'kill,partition'], () => 1)).toMatchObject({
       faults: ['kill', 'partition'],
     });
@@ -244,6 +246,29 @@ describe('npm run sim', () => {
     expect(() => parseSearch(['--faults', 'meteor'], () => 1)).toThrow(
       /unknown fault "meteor"; the faults are partition, kill/,
     );
+  });
+});
+
+describe('a simulated fleet with a standby control plane, as on PostgreSQL', () => {
+  it('takes over from a killed leader and from a frozen one, which wakes deposed, and keeps every invariant', async () => {
+    for (const seed of [5, 10]) {
+      const r = await runSeed({
+        seed,
+        rooms: 200,
+        faults: ['control-kill', 'control-freeze'],
+        fleet: { standby: true },
+      });
+      expect(r.violations, `seed ${seed}`).toEqual([]);
+      // The first leader, then the standby after the killed one, then the one that came back to
+      // stand by after the frozen one.
+      expect(
+        r.leaders.map((t) => t.how),
+        `seed ${seed}`,
+      ).toEqual(['vacant', 'holder_gone', 'lease_expired']);
+      expect(new Set(r.leaders.map((t) => t.holder))).toEqual(new Set(['control-a', 'control-b']));
+      // The frozen one woke, found the journal led by a newer term, and exited.
+      expect(r.deposed, `seed ${seed}`).toHaveLength(1);
+    }
   });
 });
 

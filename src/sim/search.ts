@@ -21,6 +21,8 @@ export interface SearchOptions {
   out: string;
   /** The kinds of fault each seed draws from. */
   faults: FaultKind[];
+  /** A second control plane stands by on a journal with a leader (PostgreSQL's failover). */
+  standby: boolean;
 }
 
 export const SIM_USAGE = `usage: npm run sim -- [options]
@@ -35,6 +37,8 @@ virtual clock, with a seeded workload, and checks every invariant of docs/simula
   --rate R       requests per second of virtual time (default 50)
   --faults LIST  what each seed draws its faults from: comma-separated kinds, all, or none
                  (default); kinds: ${FAULT_KINDS.join(', ')}
+  --standby      a second control plane stands by, as on PostgreSQL: a killed or frozen leader
+                 is replaced by it (the journal fences the old term), not restarted
   --out DIR      where traces of failing seeds are written (default sim-traces)
   --help         this text`;
 
@@ -66,6 +70,7 @@ export function parseSearch(argv: string[], newSeed: () => number): SearchOption
         rate: { type: 'string' },
         faults: { type: 'string' },
         out: { type: 'string' },
+        standby: { type: 'boolean' },
         help: { type: 'boolean' },
       },
       strict: true,
@@ -100,13 +105,15 @@ export function parseSearch(argv: string[], newSeed: () => number): SearchOption
     rate,
     out: (values.out as string | undefined) ?? 'sim-traces',
     faults,
+    standby: values.standby === true,
   };
 }
 
 /** The one command that runs `seed` again exactly. */
 function replay(seed: number, o: SearchOptions): string {
   const faults = o.faults.length === 0 ? '' : ` --faults ${o.faults.join(',')}`;
-  return `npm run sim -- --seed ${seed} --rooms ${o.rooms} --rate ${o.rate}${faults}`;
+  const standby = o.standby ? ' --standby' : '';
+  return `npm run sim -- --seed ${seed} --rooms ${o.rooms} --rate ${o.rate}${faults}${standby}`;
 }
 
 function commit(): string {
@@ -125,7 +132,7 @@ function commit(): string {
 export async function search(o: SearchOptions, print: (line: string) => void): Promise<number> {
   const at = commit();
   print(
-    `pdctl sim at ${at}: ${o.seeds === 1 ? `seed ${o.seed}` : `seeds ${o.seed}..${o.seed + o.seeds - 1}`}, ${o.rooms} rooms each at ${o.rate}/s, faults ${o.faults.length === 0 ? 'none' : o.faults.join(',')}, fleet 1 control plane + 2 prefill + 2 decode`,
+    `pdctl sim at ${at}: ${o.seeds === 1 ? `seed ${o.seed}` : `seeds ${o.seed}..${o.seed + o.seeds - 1}`}, ${o.rooms} rooms each at ${o.rate}/s, faults ${o.faults.length === 0 ? 'none' : o.faults.join(',')}, fleet ${o.standby ? '2 control planes (a leader and its standby)' : '1 control plane'} + 2 prefill + 2 decode`,
   );
   let failed = 0;
   let rooms = 0;
@@ -140,6 +147,7 @@ export async function search(o: SearchOptions, print: (line: string) => void): P
         workload: { perSecond: o.rate },
         faults: o.faults,
         keepTrace: true,
+        ...(o.standby ? { fleet: { standby: true } } : {}),
       });
     } catch (err) {
       failed++;
@@ -154,6 +162,15 @@ export async function search(o: SearchOptions, print: (line: string) => void): P
       (f) =>
         `${f.kind}${f.target ? ` ${f.target}` : ''} at ${(f.at / 1000).toFixed(1)} s for ${(f.forMs / 1000).toFixed(1)} s`,
     );
+    const first = r.leaders[0]?.acquiredAt ?? 0;
+    const takeovers = r.leaders
+      .slice(1)
+      .map(
+        (t) =>
+          `${t.holder} after ${t.how.replace('_', ' ')} at ${((t.acquiredAt - first) / 1000).toFixed(1)} s`,
+      );
+    if (takeovers.length > 0) injected.push(`takeovers: ${takeovers.join(', ')}`);
+    if (r.deposed.length > 0) injected.push(`woke deposed and exited: ${r.deposed.join(', ')}`);
     const line = `seed ${seed}: ${injected.length > 0 ? `[${injected.join('; ')}] ` : ''}${r.rooms} rooms (${r.completed} answered, ${r.ended} left by their clients, ${r.failed} failed), ${r.events} events, ${(r.virtualMs / 1000).toFixed(1)} s virtual in ${(r.wallMs / 1000).toFixed(2)} s, trace ${r.traceHash.slice(0, 16)}`;
     if (r.violations.length === 0) {
       if (o.seeds <= 20 || seed === o.seed + o.seeds - 1 || (seed - o.seed) % 100 === 0)
