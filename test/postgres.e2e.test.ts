@@ -4,15 +4,12 @@
  * standby takes over when the leader is killed (SIGKILL) or frozen (SIGSTOP) — the frozen one
  * wakes up deposed and stops.
  */
-import { copyFileSync, readFileSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { DrillReport } from '../src/drills/report.ts';
 import { freshDatabase, havePostgres, pgAdminUrl } from './helpers/postgres.ts';
 import { at, MetricsRecorder, promtoolOnRecorded } from './helpers/prom-record.ts';
 import { serve, startServe } from './helpers/serve.ts';
-import { pdctl, spawnTs } from './helpers/spawn.ts';
+import { pdctl } from './helpers/spawn.ts';
 import { tempDir } from './helpers/tmp.ts';
 import { findTool } from './helpers/tools.ts';
 import { waitFor } from './helpers/wait.ts';
@@ -33,22 +30,6 @@ const exited = (child: import('node:child_process').ChildProcess) =>
     if (child.exitCode !== null || child.signalCode !== null) resolve(child.exitCode);
     else child.once('exit', (code) => resolve(code));
   });
-
-const freePort = () =>
-  new Promise<number>((resolve) => {
-    const srv = createServer().listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-  });
-
-interface EngineView {
-  id: string;
-  state: string;
-}
-
-const enginesOf = async (url: string) =>
-  ((await (await fetch(`${url}/v1/engines`)).json()) as { engines: EngineView[] }).engines;
 
 describe.runIf(enabled)('pdctl serve on a PostgreSQL journal', () => {
   it('serves completions, and the query commands read the journal by its URL', async () => {
@@ -91,7 +72,9 @@ describe.runIf(enabled)('pdctl serve on a PostgreSQL journal', () => {
     }
   });
 
-  it.each(['SIGKILL', 'SIGSTOP'] as const)(
+  // The leader's SIGSTOP (a takeover once its lease runs out, the frozen one waking deposed and
+  // exiting 3) is the drill's second round, below, and the simulator's --standby seeds 5 and 10.
+  it.each(['SIGKILL'] as const)(
     'a standby takes over within 5 s of the leader’s %s; nothing acknowledged is lost',
     async (signal) => {
       const journal = await freshDatabase();
@@ -101,7 +84,7 @@ describe.runIf(enabled)('pdctl serve on a PostgreSQL journal', () => {
       // SIGKILL: both control planes' /metrics recorded as Prometheus would scrape them (b fails
       // until it leads), for PdctlControlPlaneFailedOver on real series (promtool, below).
       let bListens: string | null = null;
-      const recorded = signal === 'SIGKILL' && promtool !== null;
+      const recorded = promtool !== null;
       const recA = new MetricsRecorder(a.url);
       const recB = new MetricsRecorder(() => bListens);
       let recording = recorded;
@@ -132,11 +115,7 @@ describe.runIf(enabled)('pdctl serve on a PostgreSQL journal', () => {
           10_000,
         );
         const readyMs = Date.now() - faultAt;
-        expect(b.stderr()).toMatch(
-          signal === 'SIGKILL'
-            ? /term 2 \(after .*holder gone\)/
-            : /term 2 \(after .*lease expired\)/,
-        );
+        expect(b.stderr()).toMatch(/term 2 \(after .*holder gone\)/);
         expect(readyMs).toBeLessThan(5000);
         const after = await completion(bUrl, 'after');
         expect(after.status).toBe(200);
@@ -169,11 +148,6 @@ describe.runIf(enabled)('pdctl serve on a PostgreSQL journal', () => {
           );
           expect(r.status, r.output).toBe(0);
         }
-        if (signal === 'SIGSTOP') {
-          a.child.kill('SIGCONT');
-          expect(await exited(a.child)).toBe(3);
-          expect(a.stderr()).toMatch(/no longer leads the journal/);
-        }
         const rooms = await pdctl(['rooms', '--journal', journal, '--json', '--limit', '100']);
         const stored = new Set(
           (JSON.parse(rooms.stdout) as { rooms: Array<{ room: string }> }).rooms.map((r) => r.room),
@@ -189,81 +163,6 @@ describe.runIf(enabled)('pdctl serve on a PostgreSQL journal', () => {
       }
     },
   );
-
-  it('an engine given both control planes follows the leader to the standby', async () => {
-    const journal = await freshDatabase();
-    const keys = JSON.parse((await pdctl(['keys', '--json'])).stdout) as {
-      publicKey: string;
-      secretKey: string;
-    };
-    const [busA, busB] = [await freePort(), await freePort()];
-    const common = ['--journal', journal, '--lease-ms', '1000', '--decode', '1', '--prefill', '1'];
-    const allow = ['--engine-key', `decode-x=${keys.publicKey}`];
-    const a = await serve([...common, ...allow, '--bus', `tcp://127.0.0.1:${busA}`]);
-    // Control planes that share a journal share the bus key, so engines trust either.
-    const dirB = tempDir('pdctl-standby-');
-    copyFileSync(join(a.dataDir, 'bus.key'), join(dirB, 'bus.key'));
-    const b = startServe([
-      ...common,
-      ...allow,
-      '--standby',
-      '--bus',
-      `tcp://127.0.0.1:${busB}`,
-      '--data-dir',
-      dirB,
-    ]);
-    const serverKey = (
-      JSON.parse(readFileSync(join(a.dataDir, 'bus.key'), 'utf8')) as { publicKey: string }
-    ).publicKey;
-    const engine = spawnTs(
-      'src/cli/bin.ts',
-      [
-        'engine',
-        '--role',
-        'decode',
-        '--id',
-        'decode-x',
-        '--control',
-        `tcp://127.0.0.1:${busB},tcp://127.0.0.1:${busA}`,
-        '--log-level',
-        'warn',
-      ],
-      {
-        env: {
-          ...process.env,
-          PDCTL_CURVE_SERVER_KEY: serverKey,
-          PDCTL_CURVE_PUBLIC_KEY: keys.publicKey,
-          PDCTL_CURVE_SECRET_KEY: keys.secretKey,
-        },
-      },
-    );
-    let engineLog = '';
-    engine.stderr?.on('data', (d: Buffer) => (engineLog += d.toString()));
-    try {
-      // It tries the standby first, which has no bus, and moves on to the leader.
-      await waitFor(
-        'the engine to join the leader',
-        async () =>
-          (await enginesOf(a.url)).some((e) => e.id === 'decode-x' && e.state === 'ready'),
-        20_000,
-      );
-      expect(engineLog).toMatch(/trying the next endpoint/);
-      a.child.kill('SIGKILL');
-      const bUrl = await b.listening;
-      const since = Date.now();
-      await waitFor(
-        'the engine to follow the new leader',
-        async () => (await enginesOf(bUrl)).some((e) => e.id === 'decode-x' && e.state === 'ready'),
-        20_000,
-      );
-      expect(Date.now() - since).toBeLessThan(10_000);
-      expect(engine.exitCode).toBeNull();
-    } finally {
-      engine.kill('SIGKILL');
-      a.child.kill('SIGKILL');
-      await b.stop();
-    }
-  });
 
   it('pdctl drill control-plane-failover: every invariant holds', async () => {
     const dir = tempDir('pdctl-drill-');
