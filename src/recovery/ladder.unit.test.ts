@@ -208,6 +208,9 @@ describe('EscalationLadder', () => {
     expect(rig.tick()).toEqual(['prefill-0:reset_in_place']);
     expect(rig.asked).toEqual(['SIGHUP prefill-0']);
     expect(rig.ladder.view(ENGINE).phase).toBe('resetting');
+    // Outlier ejection hears when the ladder last found it stalled: from the detection on…
+    expect(rig.ladder.troubledAt(ENGINE)).toBe(rig.now);
+    const detected = rig.now;
     rig.comesBack('session');
     rig.tick();
     expect(rig.ladder.view(ENGINE).phase).toBe('ok');
@@ -217,6 +220,9 @@ describe('EscalationLadder', () => {
       'recovery.action',
       'engine.recovered',
     ]);
+    // …to its recovery, which it keeps; an engine never found stalled has none.
+    expect(rig.ladder.troubledAt(ENGINE)).toBeGreaterThan(detected);
+    expect(rig.ladder.troubledAt('decode-9')).toBeNull();
   });
 
   it('an engine that wedges the same way again soon starts a rung higher each time, and alone is cordoned — no other engine restarted', async () => {
