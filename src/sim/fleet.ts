@@ -11,24 +11,23 @@
  */
 import { Admission } from '../bus/admission.ts';
 import { type LinkSpec, MemoryNetwork } from '../bus/memory/network.ts';
-import { Canary } from '../control/canary.ts';
-import { ControlPlane } from '../control/control-plane.ts';
+import type { Canary } from '../control/canary.ts';
+import type { ControlPlane } from '../control/control-plane.ts';
 import { resolveEngineOptions } from '../engine/options.ts';
 import { type WiredEngine, wireEngine } from '../engine/wiring.ts';
 import { MemoryDisk } from '../journal/memory/disk.ts';
-import { MemoryJournal } from '../journal/memory/journal.ts';
+import type { MemoryJournal } from '../journal/memory/journal.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { DeterministicModel } from '../model/deterministic.ts';
 import { VirtualClock } from '../ports/clock.ts';
 import { seededIds } from '../ports/ids.ts';
 import { type Random, seeded } from '../ports/random.ts';
 import { engineExited } from '../recovery/exits.ts';
-import { EscalationLadder } from '../recovery/ladder.ts';
-import { OutlierDetector } from '../recovery/outliers.ts';
+import type { EscalationLadder } from '../recovery/ladder.ts';
 import { restartDelayMs, type Supervisor } from '../recovery/supervisor.ts';
-import { Watchdog } from '../recovery/watchdog.ts';
 import { MemoryTransferCore } from '../transfer/memory/core.ts';
 import { MemoryPools } from '../transfer/memory/pool.ts';
+import { ControlPlanes, controlEndpoint } from './control-planes.ts';
 import { ProcessClock } from './process.ts';
 
 export interface FleetOptions {
@@ -63,22 +62,10 @@ export interface FleetOptions {
   log?: Logger;
 }
 
-/** Where a control plane on `host` listens on the simulated network. */
-const controlEndpoint = (host: string) => `tcp://${host}:5557`;
-/** The lease of a leader of the journal, with a standby (as the failover drill runs it). */
-export const CONTROL_LEASE_MS = 1000;
 /** The virtual time a fleet starts at. */
 const EPOCH = Date.UTC(2026, 0, 1);
 /** How long a restarted engine takes to come back (its model loading), unless a fault says. */
 const RESTART_MS = 500;
-
-function deferred(): { promise: Promise<void>; resolve: () => void } {
-  let resolve = () => {};
-  const promise = new Promise<void>((r) => {
-    resolve = r;
-  });
-  return { promise, resolve };
-}
 
 export interface SimEngine {
   id: string;
@@ -96,44 +83,15 @@ export interface SimEngine {
   frozen: boolean;
 }
 
-/** One process of the control plane: its clock, its embedded journal, and what runs in it. */
-interface SimControl {
-  /** The simulated host it runs on. */
-  host: string;
-  process: ProcessClock;
-  /** SIGSTOPs not yet ended (overlapping freezes hold it until the last one ends). */
-  frozen: number;
-  /** Settles when the process dies (its clients' connections reset). */
-  died: { promise: Promise<void>; resolve: () => void };
-  journal: MemoryJournal;
-  control: ControlPlane;
-  watchdog: Watchdog;
-  ladder: EscalationLadder;
-  canary: Canary;
-  outliers: OutlierDetector;
-}
-
 export class Fleet implements Supervisor {
   readonly engines = new Map<string, SimEngine>();
   private nextPid = 1000;
   /** Why each engine's link to the control plane is down (faults, frozen processes): it is up at 0. */
   private readonly cuts = new Map<string, number>();
   private readonly startListeners = new Map<string, Set<(sim: SimEngine) => void>>();
-  private readonly controlListeners = new Set<() => void>();
-  /** Why the disk refuses writes (a fault), for every journal opened on it; null: it takes them. */
-  private diskFull: string | null = null;
   private stopping = false;
-  /** Control-plane processes started so far. */
-  private generation = 0;
-  private current: SimControl | null = null;
-  /** Why a control plane failed to start (each is a defect); its supervisor tries again a second later. */
-  readonly controlStartFailures: string[] = [];
-  /** The hosts control planes run on: one, or the leader's and the standby's. */
-  private readonly controlHosts: string[];
-  /** The hosts whose control plane found itself deposed and exited, in order. */
-  readonly deposed: string[] = [];
-  /** Control-plane processes that do not lead: standing by, or deposed and not yet exited. */
-  private readonly others = new Set<{ host: string; process: ProcessClock; stop?: () => void }>();
+  /** The control-plane processes: the leader, and with `standby` the one waiting to take over. */
+  private readonly planes: ControlPlanes;
 
   private constructor(
     readonly seed: number,
@@ -146,7 +104,14 @@ export class Fleet implements Supervisor {
     private readonly options: FleetOptions,
     private readonly log: Logger,
   ) {
-    this.controlHosts = options.standby ? ['control-a', 'control-b'] : ['control'];
+    this.planes = new ControlPlanes(this, {
+      standby: options.standby === true,
+      ...(options.commitMs !== undefined ? { commitMs: options.commitMs } : {}),
+      canaryEveryMs: options.canaryEveryMs ?? 1000,
+      outliers: options.outliers !== false,
+      admission,
+      log,
+    });
   }
 
   /** Starts the control plane and its engines, and runs the clock until every engine is live. */
@@ -166,8 +131,7 @@ export class Fleet implements Supervisor {
       options,
       options.log ?? silentLogger,
     );
-    await clock.runUntil(fleet.startControl(fleet.controlHosts[0] as string));
-    if (options.standby) fleet.restartControl('control-b');
+    await clock.runUntil(fleet.planes.startFirst());
     const prefill = options.prefill ?? 2;
     const decode = options.decode ?? 2;
     for (let i = 0; i < prefill; i++) fleet.startEngine(`prefill-${i}`, 'prefill');
@@ -176,163 +140,74 @@ export class Fleet implements Supervisor {
     return fleet;
   }
 
-  /**
-   * A control-plane process on `host`: the journal opened on the fleet's disk (it is embedded, as
-   * SQLite is; with a standby, it first waits to lead it), `ControlPlane.start` on it, the
-   * watchdog and the ladder — whose supervisor is this fleet.
-   */
-  private async startControl(host: string): Promise<void> {
-    const { clock, random, options, log } = this;
-    const process = new ProcessClock(clock);
-    // A restarted control plane draws from streams of its own, as a new process would.
-    const n = this.generation++;
-    const ids = seededIds(clock, random.fork(n === 0 ? 'control ids' : `control ids ${n}`));
-    const disks = random.fork(n === 0 ? 'disk' : `disk ${n}`);
-    const commitMs = options.commitMs ?? (() => disks.between(1, 5));
-    const opened = { disk: this.disk, clock: process, ids, commitMs };
-    let journal: MemoryJournal;
-    if (options.standby) {
-      const waiting = { host, process };
-      this.others.add(waiting);
-      journal = await MemoryJournal.standBy({
-        ...opened,
-        lead: { holder: host, leaseMs: CONTROL_LEASE_MS },
-      });
-      this.others.delete(waiting);
-    } else journal = MemoryJournal.open(opened);
-    journal.refuseWrites(this.diskFull);
-    const control = await ControlPlane.start({
-      journal,
-      admission: this.admission,
-      log,
-      version: 'sim',
-      bus: controlEndpoint(host),
-      curve: false,
-      clock: process,
-      ids,
-      transport: this.network.host(host),
-      model: new DeterministicModel({}, process),
-    });
-    const watchdog = new Watchdog(control, journal, log, 100, process);
-    watchdog.start();
-    const ladder = new EscalationLadder(control, journal, this, log, {}, process);
-    ladder.start();
-    // As `pdctl serve` runs them (app/serving.ts, app/stack.ts).
-    const canary = new Canary(control, log, 2000, process);
-    const canaryEveryMs = options.canaryEveryMs ?? 1000;
-    if (canaryEveryMs > 0) canary.start(canaryEveryMs);
-    const outliers = new OutlierDetector(control, journal, log, {}, process, ladder);
-    if (options.outliers !== false) outliers.start();
-    const c: SimControl = {
-      host,
-      process,
-      frozen: 0,
-      died: deferred(),
-      journal,
-      control,
-      watchdog,
-      ladder,
-      canary,
-      outliers,
-    };
-    // As `pdctl serve` does, a leader that finds another took the journal exits (code 3), and is
-    // started again as a standby.
-    journal.onDeposed(() => this.exitDeposed(c));
-    // The leader it replaced, if its process lives on (stopped), finds itself deposed when it runs.
-    if (this.current?.process.alive) this.others.add(this.current);
-    this.current = c;
-    for (const started of this.controlListeners) started();
-  }
-
-  /** The deposed leader's process exits; it is started again, to stand by, a moment later. */
-  private exitDeposed(c: SimControl): void {
-    if (!c.process.alive) return;
-    this.deposed.push(c.host);
-    this.others.delete(c);
-    this.endControl(c);
-    this.clock.setTimeout(() => this.restartControl(c.host), RESTART_MS);
-  }
-
-  /** The process ends at once: its timers, its sockets, its journal's commits in flight. */
-  private endControl(c: SimControl): void {
-    if (c.frozen > 0) {
-      c.frozen = 0;
-      for (const id of this.engines.keys()) this.mend(id, [c.host]);
-    }
-    c.process.kill();
-    this.network.kill(c.host);
-    c.journal.crash();
-    c.died.resolve();
-  }
-
-  private get live(): SimControl {
-    if (!this.current) throw new Error('the control plane is not running');
-    return this.current;
-  }
-
   /** The control plane's current process (the last one, while it is down). */
   get control(): ControlPlane {
-    return this.live.control;
+    return this.planes.live.control;
   }
 
   get journal(): MemoryJournal {
-    return this.live.journal;
+    return this.planes.live.journal;
   }
 
   get controlProcess(): ProcessClock {
-    return this.live.process;
+    return this.planes.live.process;
   }
 
   /** The control plane's background canary. */
   get canary(): Canary {
-    return this.live.canary;
+    return this.planes.live.canary;
   }
 
   get ladder(): EscalationLadder {
-    return this.live.ladder;
+    return this.planes.live.ladder;
   }
 
   /** Whether the control plane's process is up (not between a kill and its restart). */
   get controlUp(): boolean {
-    return this.live.process.alive;
+    return this.planes.live.process.alive;
   }
 
   /** Settles when the control plane's current process dies. */
   get controlDied(): Promise<void> {
-    return this.live.died.promise;
+    return this.planes.live.died.promise;
+  }
+
+  /** Why a control plane failed to start (each is a defect); its supervisor tries again a second later. */
+  get controlStartFailures(): readonly string[] {
+    return this.planes.startFailures;
+  }
+
+  /** The hosts whose control plane found itself deposed and exited, in order. */
+  get deposed(): readonly string[] {
+    return this.planes.deposed;
   }
 
   /** Calls `fn` each time a control-plane process has started (after the first). */
   onControlStarted(fn: () => void): void {
-    this.controlListeners.add(fn);
+    this.planes.onStarted(fn);
   }
 
   /** The disk refuses writes with `why` (a full disk), for this journal and the next; null: it takes them. */
   refuseWrites(why: string | null): void {
-    this.diskFull = why;
-    this.live.journal.refuseWrites(why);
+    this.planes.refuseWrites(why);
+  }
+
+  /** SIGKILL of the control plane (control-planes.ts `kill`). */
+  killControl(restartMs: number): void {
+    this.planes.kill(restartMs);
+  }
+
+  /** SIGSTOP of the control plane; returns its SIGCONT (control-planes.ts `freeze`). */
+  freezeControl(): () => void {
+    return this.planes.freeze();
   }
 
   /**
-   * SIGKILL of the control plane (deployed apart from its engines, which live on): its timers and
-   * sockets end at once, and its journal's commits in flight are lost; what committed stays on
-   * the disk. It starts again `restartMs` later on that disk, and the engines reconnect.
+   * Runs `fn` in the control plane's process: now, or once it runs again if it is stopped (a
+   * client's request or disconnect waits in its socket meanwhile).
    */
-  killControl(restartMs: number): void {
-    const c = this.live;
-    if (!c.process.alive) return;
-    // A stopped process dies too: the new one is not stopped.
-    this.endControl(c);
-    // With a standby, it takes over; the killed one comes back to stand by.
-    this.clock.setTimeout(() => this.restartControl(c.host), restartMs);
-  }
-
-  private restartControl(host: string): void {
-    if (this.stopping) return;
-    this.startControl(host).catch((err: Error) => {
-      this.controlStartFailures.push(err.message);
-      this.clock.setTimeout(() => this.restartControl(host), 1000);
-    });
+  inControl(fn: () => void): void {
+    this.planes.inControl(fn);
   }
 
   /** Starts an engine process on its own simulated host. */
@@ -345,7 +220,7 @@ export class Fleet implements Supervisor {
     const opts = resolveEngineOptions({
       id,
       role,
-      control: this.controlHosts.map(controlEndpoint).join(','),
+      control: this.planes.hosts.map(controlEndpoint).join(','),
       poolName: `/sim-${id}`,
       pages: options.pages ?? 2048,
       pageBytes: options.pageBytes ?? 1024,
@@ -443,39 +318,10 @@ export class Fleet implements Supervisor {
   }
 
   /**
-   * SIGSTOP to the control plane: its timers, commits, messages and clients' requests wait. Freezes
-   * that overlap hold it until the last of them ends. Returns its SIGCONT: what fell due meanwhile
-   * runs at once, as for a real process — one that was killed meanwhile stays dead, and one a
-   * standby replaced meanwhile finds itself deposed.
-   */
-  freezeControl(): () => void {
-    const c = this.current;
-    if (!c?.process.alive) return () => {};
-    if (c.frozen++ === 0) {
-      c.process.freeze();
-      for (const id of this.engines.keys()) this.cut(id, [c.host]);
-    }
-    return () => {
-      if (!c.process.alive || c.frozen === 0 || --c.frozen > 0) return;
-      for (const id of this.engines.keys()) this.mend(id, [c.host]);
-      c.process.thaw();
-    };
-  }
-
-  /**
-   * Runs `fn` in the control plane's process: now, or once it runs again if it is stopped (a
-   * client's request or disconnect waits in its socket meanwhile).
-   */
-  inControl(fn: () => void): void {
-    if (this.live.frozen > 0) this.controlProcess.defer(fn);
-    else fn();
-  }
-
-  /**
    * Takes the links between the control planes (on `hosts`: all of them unless told) and the
    * engine down for one more reason.
    */
-  cut(id: string, hosts: readonly string[] = this.controlHosts): void {
+  cut(id: string, hosts: readonly string[] = this.planes.hosts): void {
     for (const host of hosts) {
       const link = `${host} ${id}`;
       const n = this.cuts.get(link) ?? 0;
@@ -485,7 +331,7 @@ export class Fleet implements Supervisor {
   }
 
   /** Ends one reason each link is down; it is up again once none is left. */
-  mend(id: string, hosts: readonly string[] = this.controlHosts): void {
+  mend(id: string, hosts: readonly string[] = this.planes.hosts): void {
     for (const host of hosts) {
       const link = `${host} ${id}`;
       const n = this.cuts.get(link) ?? 0;
@@ -571,13 +417,12 @@ export class Fleet implements Supervisor {
   /** Stops the engines (they drain), then the control plane, running the clock meanwhile. */
   async stop(): Promise<void> {
     this.stopping = true;
-    // Standbys, and a deposed leader still stopped, end with the run.
-    for (const other of this.others) other.process.kill();
-    this.others.clear();
-    this.live.watchdog.stop();
-    this.live.ladder.stop();
-    this.live.outliers.stop();
-    await this.clock.runUntil(this.live.canary.stop(), 60_000);
+    this.planes.stopOthers();
+    const leader = this.planes.live;
+    leader.watchdog.stop();
+    leader.ladder.stop();
+    leader.outliers.stop();
+    await this.clock.runUntil(leader.canary.stop(), 60_000);
     const live = [...this.engines.values()].filter((e) => e.process.alive);
     await this.clock.runUntil(Promise.all(live.map((e) => e.engine.stop('the run ended'))), 60_000);
     await this.clock.runUntil(this.control.close(), 60_000);
