@@ -77,24 +77,26 @@ async function setup(limit = 2) {
     { limit, waitMs: 200, retryLimit: 1 },
   );
 
-  /** A live room on p0/d0 that has streamed `text` (words of the model's), its client still reading. */
-  const liveRoom = async (text: string) => {
+  /** A room of `the river` created on `p`/`d`: its room.created handed to the journal. */
+  const roomOn = (p: string, d: string) => {
+    const [prefill, decode] = [registry.get(p), registry.get(d)];
+    if (!prefill || !decode) throw new Error(`${p} and ${d} must be registered`);
     const room = newRoomId();
     const stream = new RoomStream(room, 2, Date.now());
-    const [prefill, decode] = [registry.get('p0'), registry.get('d0')];
-    if (!prefill || !decode) throw new Error('p0 and d0 must be registered');
+    const request = { prompt: 'the river', maxTokens: 8 };
     intake.create(
       stream,
       room,
-      { prompt: 'the river', maxTokens: 8 },
+      request,
       2,
-      {
-        prefill,
-        decode,
-        transport: 'shm',
-      },
+      { prefill, decode, transport: 'shm' },
       { source: 'api' },
     );
+    return { room, stream, request };
+  };
+  /** A live room on p0/d0 that has streamed `text` (words of the model's), its client still reading. */
+  const liveRoom = async (text: string) => {
+    const { room, stream } = roomOn('p0', 'd0');
     await stream.admitted;
     stream.push({ room, index: 0, text, tokens: 2 });
     return { room, stream };
@@ -110,7 +112,7 @@ async function setup(limit = 2) {
         request: book.request(e.room as string),
       }));
   const typesOf = (room: string) => events.filter((e) => e.room === room).map((e) => e.type);
-  return { journal, registry, book, intake, migrator, created, events, liveRoom, typesOf };
+  return { journal, registry, book, intake, migrator, created, events, roomOn, liveRoom, typesOf };
 }
 
 async function until(cond: () => boolean, ms = 5000): Promise<void> {
@@ -153,19 +155,7 @@ describe('Migrator', () => {
     t.registry.set(engineSession('p0', 'prefill'));
     t.registry.set(engineSession('p1', 'prefill'));
     t.registry.set(engineSession('d0', 'decode'));
-    const [p0, d0] = [t.registry.get('p0'), t.registry.get('d0')];
-    if (!p0 || !d0) throw new Error('registered above');
-    const room = newRoomId();
-    const stream = new RoomStream(room, 2, Date.now());
-    const request = { prompt: 'the river', maxTokens: 8 };
-    t.intake.create(
-      stream,
-      room,
-      request,
-      2,
-      { prefill: p0, decode: d0, transport: 'shm' },
-      { source: 'api' },
-    );
+    const { room, stream } = t.roomOn('p0', 'd0');
     // The append is queued, not committed: the lost engine's rooms, as the book shows them now,
     // do not include it.
     expect(t.book.room(room)).toBeUndefined();
@@ -205,21 +195,9 @@ describe('Migrator', () => {
     const t = await setup();
     for (const e of ['p0', 'p1', 'p2']) t.registry.set(engineSession(e, 'prefill'));
     t.registry.set(engineSession('d0', 'decode'));
-    const [p1, d0] = [t.registry.get('p1'), t.registry.get('d0')];
-    if (!p1 || !d0) throw new Error('registered above');
     // A room on p1 fails before its first token, by a fault of its pair: tried again without p1
     // (d0 is the only decode engine).
-    const room = newRoomId();
-    const stream = new RoomStream(room, 2, Date.now());
-    const request = { prompt: 'the river', maxTokens: 8 };
-    t.intake.create(
-      stream,
-      room,
-      request,
-      2,
-      { prefill: p1, decode: d0, transport: 'shm' },
-      { source: 'api' },
-    );
+    const { room, stream, request } = t.roomOn('p1', 'd0');
     await stream.admitted;
     await t.journal.append({
       type: 'room.failed',
