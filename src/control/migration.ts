@@ -194,7 +194,10 @@ export class Migrator {
     // reached its client).
     const { leftOut } = stream;
     const spare =
-      this.leaveOut(next, [leftOut, ...[...leftOut].map((e) => new Set([e]))], alive) ?? new Set();
+      leftOut.size === 0
+        ? leftOut
+        : (this.firstWithPair(next, [leftOut, ...[...leftOut].map((e) => new Set([e]))], alive) ??
+          new Set());
     const usable = (s: EngineSession) => alive(s) && !spare.has(s.engine);
     host.log.warn(
       {
@@ -221,7 +224,7 @@ export class Migrator {
     // Without the engines an earlier retry of this request left out too, where a pair allows. No
     // such pair now (one engine of a role, or every other one full): the client gets the failure
     // at once rather than after a wait.
-    const leftOut = this.leaveOut(
+    const leftOut = this.firstWithPair(
       request,
       decided.leaveOut.flatMap((c) =>
         stream.leftOut.size > 0 ? [new Set([...c, ...stream.leftOut]), c] : [c],
@@ -259,7 +262,7 @@ export class Migrator {
   }
 
   /** The first of `choices` of engines to leave out that leaves a pair for the request now. */
-  private leaveOut(
+  private firstWithPair(
     request: RoomRequest,
     choices: ReadonlyArray<ReadonlySet<string>>,
     usable: (s: EngineSession) => boolean = () => true,

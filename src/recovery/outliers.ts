@@ -11,8 +11,8 @@
  *     role's peers failed at most half as often over theirs. (The streak matters where routing
  *     sends an engine few rooms once one fails: the bad-engine drill's corrupting prefill engine
  *     got two rooms every 5 s, and its window, full of rooms served before the fault, took 26 s
- *     to pass half.) A fault of the pair counts against an engine only where the other engine of the
- *     pair was seen serving its other rooms well meanwhile (`pairEvidenceRooms` of them, failing
+ *     to pass half.) A fault of the pair counts against an engine only where the other engine
+ *     of the pair was seen serving its other rooms well meanwhile (`pairEvidenceRooms` of them, failing
  *     at most half of `failureRate`): where that one failed with others too, or served none, the
  *     evidence does not say which of the two it was, and it is left out of both counts. (Counted
  *     against both, a healthy decode engine whose rooms happened to meet two corrupting prefill

@@ -70,7 +70,7 @@ export interface ControlPlanesOptions {
   log: Logger;
 }
 
-export function deferred(): { promise: Promise<void>; resolve: () => void } {
+function deferred(): { promise: Promise<void>; resolve: () => void } {
   let resolve = () => {};
   const promise = new Promise<void>((r) => {
     resolve = r;

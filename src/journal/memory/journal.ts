@@ -136,6 +136,7 @@ export class MemoryJournal extends MemoryReader implements JournalStore {
       if (!(Number.isInteger(leaseMs) && leaseMs > 0))
         throw new RangeError(`leaseMs must be a whole number of ms > 0, got ${leaseMs}`);
       const now = (options.clock ?? systemClock).now();
+      // A frozen leader's hold ends with its lease: its commits are refused from now on.
       const got = disk.leadership.tryLead(lead.holder, leaseMs, now, disk.writer !== null);
       if (!got.ok)
         throw new JournalError(
@@ -144,7 +145,6 @@ export class MemoryJournal extends MemoryReader implements JournalStore {
         );
       leadership = { term: got.term, holder: lead.holder, how: got.how, previous: got.previous };
     }
-    // A frozen leader's hold ends with its lease: its commits are refused from now on.
     const journal = new MemoryJournal(options, leadership);
     disk.writer = journal;
     if (lead) journal.renewEvery(lead.leaseMs ?? DEFAULT_LEASE_MS);
