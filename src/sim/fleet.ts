@@ -54,7 +54,7 @@ export interface FleetOptions {
   outliers?: boolean;
   /**
    * A second control plane stands by, as two `pdctl serve` do on a PostgreSQL journal: the
-   * journal has a leader with a lease (`CONTROL_LEASE_MS`), the engines are given both
+   * journal has a leader with a lease (control-planes.ts `CONTROL_LEASE_MS`), the engines get both
    * endpoints, and a killed or frozen leader is replaced by the standby, not restarted. Default
    * false: one control plane, restarted on its journal when killed.
    */
