@@ -67,6 +67,20 @@ export function formatTs(ms: number | null): string {
   return ms === null ? '-' : new Date(ms).toISOString();
 }
 
+/** A duration as `parseDuration` reads it, largest units first: `5m`, `1h30m`, `7d`, `250ms`. */
+export function formatAge(ms: number): string {
+  let left = Math.round(ms);
+  let out = '';
+  for (const unit of ['d', 'h', 'm', 's', 'ms'] as const) {
+    const size = UNITS[unit] as number;
+    if (left >= size) {
+      out += `${Math.floor(left / size)}${unit}`;
+      left %= size;
+    }
+  }
+  return out || '0ms';
+}
+
 /** `850µs`, `12ms`, `1.24s`, `3m05s`, `2h07m`. */
 export function formatDuration(ms: number | null): string {
   if (ms === null) return '-';

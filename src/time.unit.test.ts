@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { UsageError } from './errors.ts';
-import { formatDuration, parseDuration, parseTime } from './time.ts';
+import { formatAge, formatDuration, parseDuration, parseTime } from './time.ts';
 
 const NOW = Date.parse('2026-11-30T05:00:00.000Z');
 
@@ -46,5 +46,11 @@ describe('parseDuration and formatDuration', () => {
       '3m05s',
       '2h07m',
     ]);
+  });
+
+  it('prints an age as parseDuration reads it back', () => {
+    const ages = [300_000, 5_400_000, 604_800_000, 90_250, 0];
+    expect(ages.map(formatAge)).toEqual(['5m', '1h30m', '7d', '1m30s250ms', '0ms']);
+    expect(ages.map((ms) => parseDuration(formatAge(ms)))).toEqual(ages);
   });
 });

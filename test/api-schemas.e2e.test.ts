@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { Ajv } from 'ajv';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Serving, startServing } from '../src/app/serving.ts';
+import { pruneCommand } from '../src/cli/journal/prune.ts';
 import { silentLogger } from '../src/log.ts';
 import { tempDir } from './helpers/tmp.ts';
 
@@ -193,5 +194,37 @@ describe('every answer matches the OpenAPI document', () => {
       ['engine.cordoned', 'operator'],
       ['engine.uncordoned', 'operator'],
     ]);
+  });
+
+  it('an operator prunes the serving journal: a dry run counts, a pass runs in the background, the CLI follows one', async () => {
+    await serving.stack.control.submit({ prompt: 'to be pruned', maxTokens: 2 }).result;
+    await new Promise((r) => setTimeout(r, 20));
+    const route = '/v1/admin/journal/prune';
+    const dry = await check('POST', route, route, { olderThan: '1ms', dryRun: true });
+    expect(dry.status).toBe(200);
+    expect(dry.json.rooms).toBeGreaterThanOrEqual(1);
+    const bad = await check('POST', route, route, { olderThan: 'soon' });
+    expect(bad.status).toBe(400);
+    expect(JSON.stringify(bad.json)).toContain('invalid olderThan');
+    const shorter = await check('POST', route, route, { olderThan: '1h', eventsOlderThan: '1m' });
+    expect(shorter.status).toBe(400);
+    const started = await check('POST', route, route, { olderThan: '1ms', chunk: 1 });
+    expect(started.status).toBe(202);
+    let status = await check('GET', route, route);
+    while (status.json.running !== null) {
+      await new Promise((r) => setTimeout(r, 20));
+      status = await check('GET', route, route);
+    }
+    const last = status.json.last as { by: string; result: { rooms: number }; error: null };
+    expect(last).toMatchObject({ by: 'operator', error: null });
+    expect(last.result.rooms).toBe(dry.json.rooms);
+    expect(await serving.stack.journal.countPrunable(Date.now())).toMatchObject({ rooms: 0 });
+    await serving.stack.control.submit({ prompt: 'and this one', maxTokens: 2 }).result;
+    await new Promise((r) => setTimeout(r, 20));
+    const code = await pruneCommand({ olderThan: '1ms', url: base, journal: 'unused' });
+    expect(code).toBe(0);
+    expect(await serving.stack.journal.countPrunable(Date.now())).toMatchObject({ rooms: 0 });
+    const pruned = await serving.stack.journal.tail({ type: 'journal.pruned', limit: 5 });
+    expect(pruned.length).toBe(2);
   });
 });

@@ -118,7 +118,8 @@ function refuseUnlessLoopback(req: FastifyRequest): void {
   }
 }
 
-function authorize(req: FastifyRequest, token: string | null): void {
+/** The admin routes' gate: the bearer token, or loopback only without one; never cross-site. */
+export function authorize(req: FastifyRequest, token: string | null): void {
   refuseCrossSite(req);
   if (token === null) {
     refuseUnlessLoopback(req);

@@ -12,12 +12,14 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import type { Canary } from '../control/canary.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
 import { isRequestId } from '../journal/ids.ts';
+import type { Retention } from '../journal/retention.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import type { RecoveryView } from '../recovery/view.ts';
 import { adminRoutes } from './admin.ts';
 import { sendError, toApiError } from './errors.ts';
 import { healthRoutes } from './health.ts';
+import { journalAdminRoutes } from './journal-admin.ts';
 import { type ApiMetrics, metricsRoutes } from './metrics.ts';
 import { openAiRoutes } from './openai.ts';
 import { queryRoutes } from './queries.ts';
@@ -74,6 +76,8 @@ export interface ApiOptions {
   maxConnections?: number;
   /** What a graceful shutdown closes (src/app/serving.ts drives it); default: a gate of its own. */
   shutdown?: ShutdownGate;
+  /** Journal retention (`POST /v1/admin/journal/prune`); absent: no such route. */
+  retention?: Retention;
   /** Where refusals are journaled; default: one over the control plane's journal. */
   refusals?: RefusalLog;
   /**
@@ -227,6 +231,10 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
     shutdown,
   });
   await app.register(adminRoutes, { control: o.control, journal: o.journal, token: o.adminToken });
+  if (o.retention) {
+    const deps = { journal: o.journal, retention: o.retention, token: o.adminToken };
+    await app.register(journalAdminRoutes, deps);
+  }
   await app.register(metricsRoutes, { metrics: o.metrics });
   await app.register(uiRoutes);
   return app;

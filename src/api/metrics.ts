@@ -18,7 +18,9 @@ import {
   TRANSFER_FAILURES,
 } from '../journal/reasons.ts';
 import type { Room } from '../journal/reducer.ts';
+import type { Retention } from '../journal/retention.ts';
 import { LIVE_STATES } from '../journal/states.ts';
+import type { JournalDisk, JournalReader } from '../journal/store.ts';
 import { EXIT_CAUSES, RESTARTERS } from '../recovery/supervisor.ts';
 import type { RecoveryView } from '../recovery/view.ts';
 import { BoundedLabel } from './labels.ts';
@@ -117,9 +119,21 @@ export class ApiMetrics {
   /** Sets the gauges from the control plane's state; run at each scrape. */
   private readonly collect: () => void;
 
-  /** `recovery`: the ladder and restart counts of engines a stack supervises; null: none. */
-  constructor(control: ControlPlane, recovery: RecoveryView | null = null) {
+  /** What the journal took on disk at the last scrape (read before `collect`). */
+  private disk: JournalDisk | null = null;
+  private readonly journalReader: Pick<JournalReader, 'diskUsage'>;
+
+  /**
+   * `recovery`: the ladder and restart counts of engines a stack supervises; null: none.
+   * `retention`: the journal's retention while serving, whose totals it counts; null: none.
+   */
+  constructor(
+    control: ControlPlane,
+    recovery: RecoveryView | null = null,
+    retention: Retention | null = null,
+  ) {
     const r = this.registry;
+    this.journalReader = control.journal;
     // process_cpu_seconds_total, nodejs_eventloop_lag_seconds, … under pdctl_.
     client.collectDefaultMetrics({ register: r, prefix: 'pdctl_' });
     this.ended = new client.Counter({
@@ -269,6 +283,32 @@ export class ApiMetrics {
       help: '1 when the last commit succeeded',
       registers: [r],
     });
+    const journalBytes = new client.Gauge({
+      name: 'pdctl_journal_bytes',
+      help: 'What the journal takes on disk: SQLite its file and WAL, PostgreSQL its tables and indexes',
+      registers: [r],
+    });
+    const diskFree = new client.Gauge({
+      name: 'pdctl_journal_disk_free_bytes',
+      help: 'SQLite: free bytes on the filesystem of the journal (absent on PostgreSQL: watch the database host)',
+      registers: [r],
+    });
+    totalCounter(
+      r,
+      'pdctl_journal_pruned_total',
+      'What retention deleted since start (serve --retain, journal prune --url): rooms, their events, events of no room',
+      ['what'],
+      () => {
+        const t = retention?.status().totals;
+        return t
+          ? [
+              [{ what: 'rooms' }, t.rooms],
+              [{ what: 'room_events' }, t.events],
+              [{ what: 'other_events' }, t.otherEvents],
+            ]
+          : [];
+      },
+    );
     const term = new client.Gauge({
       name: 'pdctl_journal_term',
       help: 'PostgreSQL journal: the leadership term this control plane writes under (a failover takes a higher one); 0 on SQLite',
@@ -433,6 +473,10 @@ export class ApiMetrics {
       batch.set(h.lastBatchSize);
       writable.set(h.writable ? 1 : 0);
       term.set(h.term ?? 0);
+      if (this.disk) {
+        journalBytes.set(this.disk.bytes);
+        if (this.disk.freeBytes !== null) diskFree.set(this.disk.freeBytes);
+      }
     };
     this.collect = collect;
     control.onRoomEvent((before, after, ev) => this.onRoomEvent(before, after, ev));
@@ -536,6 +580,7 @@ export class ApiMetrics {
   }
 
   async text(): Promise<string> {
+    this.disk = await this.journalReader.diskUsage().catch(() => null);
     this.collect();
     return this.registry.metrics();
   }

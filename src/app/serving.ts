@@ -53,7 +53,7 @@ export async function startServing(o: ServingOptions): Promise<Serving> {
   const { control, journal, recovery } = stack;
   const log = o.log;
   const canary = new Canary(control, log, o.canaryDeadlineMs ?? 2000);
-  const metrics = new ApiMetrics(control, recovery);
+  const metrics = new ApiMetrics(control, recovery, stack.retention);
   canary.onResult = (r) => metrics.canary(r.ok, r.stage);
   const canaryStaleMs = o.api?.canaryStaleMs ?? 30_000;
   const canaryEvery = o.canaryIntervalMs ?? 5000;
@@ -69,6 +69,7 @@ export async function startServing(o: ServingOptions): Promise<Serving> {
       canary,
       metrics,
       recovery,
+      retention: stack.retention,
       log,
       version: o.version,
       adminToken: o.api?.adminToken ?? null,

@@ -6,6 +6,7 @@
 import { Admission, needsCurve } from '../bus/admission.ts';
 import { ControlPlane } from '../control/control-plane.ts';
 import type { ControlPlaneOptions } from '../control/options.ts';
+import { Retention, type RetentionPolicy } from '../journal/retention.ts';
 import type { Durability } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { systemClock } from '../ports/clock.ts';
@@ -75,6 +76,8 @@ export interface StackOptions extends Omit<ControlPlaneOnDisk, 'admission'> {
    */
   outlierEjection?: boolean;
   outliers?: Partial<OutlierPolicy>;
+  /** Prune the journal while serving (`--retain`); absent: it keeps everything. */
+  retention?: RetentionPolicy;
 }
 
 export interface Stack {
@@ -87,6 +90,8 @@ export interface Stack {
   watchdog: Watchdog;
   ladder: EscalationLadder;
   outliers: OutlierDetector;
+  /** Journal retention while serving, and the operator's prunes (journal/retention.ts). */
+  retention: Retention;
   /** The ladder's view and restart count of each engine, for the API and `pdctl engines`. */
   recovery: RecoveryView;
   engineIds: { prefill: string[]; decode: string[] };
@@ -156,12 +161,14 @@ export async function startStack(options: StackOptions): Promise<Stack> {
   if (options.restartStalled !== false) ladder.start();
   if (options.watchdog !== false) watchdog.start();
   if (options.outlierEjection !== false) outliers.start();
+  const retention = new Retention(journal, options.retention ?? null, log, systemClock);
   let stopping: Promise<void> | null = null;
   const stop = () => {
     stopping ??= (async () => {
       watchdog.stop();
       ladder.stop();
       outliers.stop();
+      await retention.stop();
       await engines.stop();
       await control.close();
     })();
@@ -177,6 +184,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     await stop();
     throw err;
   }
+  retention.start();
   return {
     control,
     journal,
@@ -185,6 +193,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     watchdog,
     ladder,
     outliers,
+    retention,
     recovery,
     engineIds: ids,
     stop,

@@ -75,15 +75,22 @@ export function registerJournalCommands(
     journal
       .command('prune')
       .description(
-        'delete whole terminal rooms that ended longer ago than --older-than; never a live room (a writer: not while pdctl serve runs)',
+        'delete whole terminal rooms that ended longer ago than --older-than, never a live room; on a journal no control plane writes, or with --url through the serving one',
       )
       .requiredOption('--older-than <age>', 'e.g. 7d, 12h')
       .option(
-        '--chunk <rooms>',
-        'rooms per transaction, so readers of the journal are never blocked long',
-        '500',
+        '--events-older-than <age>',
+        'also delete events of no room (engine, recovery, system) older than this, at least --older-than; default: keep them',
       )
-      .option('--dry-run', 'count what would be deleted, change nothing'),
+      .option(
+        '--chunk <rooms>',
+        'rooms per transaction, so readers and appends never wait long behind it (default 500; with --url 25)',
+      )
+      .option('--dry-run', 'count what would be deleted, change nothing')
+      .option(
+        '--url <url>',
+        'ask the pdctl serve there to prune through its own writer (its journal is busy while it serves), and follow the pass to its end',
+      ),
   ).action(async (opts: PruneOptions) => {
     process.exitCode = await pruneCommand(opts);
   });

@@ -20,11 +20,14 @@ import {
 } from '../bus/admission.ts';
 import { BusError } from '../bus/errors.ts';
 import { CONTROL_DEFAULTS } from '../control/options.ts';
+import { RELEASE_WINDOW_MS } from '../control/orphans.ts';
 import { ROUTER_POLICIES, type RouterPolicy } from '../control/routing/router.ts';
 import { UsageError } from '../errors.ts';
 import { JournalError } from '../journal/errors.ts';
+import type { RetentionPolicy } from '../journal/retention.ts';
 import { DURABILITIES, type Durability } from '../journal/store.ts';
 import { announce, LOG_FORMATS, LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
+import { formatAge, parseDuration } from '../time.ts';
 import { backends } from '../transfer/pool.ts';
 import { engineShapeArgs, engineShapeOptions, intArg } from './args.ts';
 import { VERSION } from './context.ts';
@@ -86,6 +89,20 @@ export function registerServeCommand(program: Command): void {
       new Option('--durability <mode>', 'process or power (see docs/journal.md, "Durability")')
         .choices([...DURABILITIES])
         .default('power'),
+    )
+    .addOption(
+      new Option(
+        '--retain <age>',
+        'prune the journal while serving: whole terminal rooms that ended longer ago than this (at least 5m), a small chunk per transaction between commits; default: keep everything (docs/journal.md, "Retention")',
+      )
+        .env('PDCTL_RETAIN')
+        .argParser(retainArg('--retain')),
+    )
+    .addOption(
+      new Option(
+        '--retain-events <age>',
+        'with --retain: keep events of no room (engine, recovery, system) this long, at least --retain (default: as long)',
+      ).argParser(retainArg('--retain-events')),
     )
     .option(
       '--insecure-bus',
@@ -218,6 +235,10 @@ export function registerServeCommand(program: Command): void {
             : resolvePath(o.journal)
           : resolvePath(o.dataDir as string, 'journal.db');
       const onPostgres = isPostgresJournal(journalPath);
+      const retention = retentionOf(
+        o.retain as number | undefined,
+        o.retainEvents as number | undefined,
+      );
       if (o.standby === true && !onPostgres) {
         throw new UsageError(
           '--standby needs a journal control planes can share: pass --journal postgres://…',
@@ -296,6 +317,7 @@ export function registerServeCommand(program: Command): void {
           engineLogLevel: o.logLevel as string,
           restartStalled: o.restartStalled !== false,
           outlierEjection: o.outlierEjection !== false,
+          ...(retention ? { retention } : {}),
           migrationLimit: o.migrationLimit as number,
           retryLimit: o.retryLimit as number,
           maxRoomsPerEngine: o.maxRoomsPerEngine as number,
@@ -356,6 +378,12 @@ export function registerServeCommand(program: Command): void {
           `pdctl serve: leading the journal, term ${l.term} (${l.how === 'vacant' ? 'first leader' : `after ${l.previous}: ${l.how.replace('_', ' ')}`})`,
         );
       }
+      const kept = serving.stack.retention.status().policy;
+      say(
+        kept === null
+          ? 'pdctl serve: the journal keeps every room (no --retain); pdctl journal prune --url prunes it while serving'
+          : `pdctl serve: journal retention: rooms ${formatAge(kept.roomsMs)} after they end, events of no room ${formatAge(kept.eventsMs ?? kept.roomsMs)}; a pass every ${formatAge(kept.everyMs)}`,
+      );
       say(
         `pdctl serve: live page ${address}/ui · metrics ${address}/metrics · API docs ${address}/docs`,
       );
@@ -442,6 +470,31 @@ function loadServerKeys(path: string): KeyPair {
     throw err;
   }
   return keys;
+}
+
+/** A `--retain` flag's parser: a duration of at least the window a room may await its release. */
+function retainArg(flag: string): (v: string) => number {
+  return (v) => {
+    const ms = parseDuration(v, flag);
+    if (ms < RELEASE_WINDOW_MS)
+      throw new UsageError(
+        `${flag} ${v} is shorter than ${formatAge(RELEASE_WINDOW_MS)}: a room that ended may await an engine's release that long, and a restart needs it; pass ${formatAge(RELEASE_WINDOW_MS)} or more`,
+      );
+    return ms;
+  };
+}
+
+/** The retention policy of `--retain` and `--retain-events`, or undefined without `--retain`. */
+function retentionOf(roomsMs?: number, eventsMs?: number): RetentionPolicy | undefined {
+  if (roomsMs === undefined) {
+    if (eventsMs !== undefined) throw new UsageError('--retain-events needs --retain');
+    return undefined;
+  }
+  if (eventsMs !== undefined && eventsMs < roomsMs)
+    throw new UsageError(
+      '--retain-events must be at least --retain: events of no room are kept at least as long as rooms',
+    );
+  return { roomsMs, eventsMs: eventsMs ?? roomsMs };
 }
 
 /** `--kv-device N` needs CUDA and that device here; fails before any engine starts, saying why. */

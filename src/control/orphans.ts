@@ -18,7 +18,7 @@ import type { Logger } from '../log.ts';
  * How long before the journal's last event a room may have ended and still wait for a release:
  * an engine releases a room within milliseconds of its end, or of its transfer's deadline.
  */
-const RELEASE_WINDOW_MS = 5 * 60_000;
+export const RELEASE_WINDOW_MS = 5 * 60_000;
 
 /** Every room the journal shows in flight. */
 export function roomsInFlight(journal: Pick<JournalStore, 'rooms'>): Promise<Room[]> {

@@ -11,7 +11,7 @@ import { JournalError } from './errors.ts';
 import { type JournalEvent, type PendingEvent, validateEvent } from './events.ts';
 import type { RejectReason } from './reducer.ts';
 import { type RoomState, resolveDeadlines } from './states.ts';
-import type { AppendResult, JournalHealth } from './store.ts';
+import type { AppendResult, JournalHealth, PruneResult } from './store.ts';
 import type { SubscriptionHub } from './subscriptions.ts';
 
 /**
@@ -273,13 +273,17 @@ export class CommitQueue {
   }
 
   /** Journals a prune that deleted anything (`journal.pruned`, from `retention`), every backend alike. */
-  async recordPruned(cutoffTs: number, p: { rooms: number; events: number }): Promise<void> {
-    if (p.rooms === 0) return;
+  async recordPruned(p: PruneResult): Promise<void> {
+    if (p.rooms === 0 && p.otherEvents === 0) return;
+    const others =
+      p.eventsCutoffTs === null
+        ? {}
+        : { eventsCutoffTs: p.eventsCutoffTs, otherEvents: p.otherEvents };
     await this.enqueue(
       {
         type: 'journal.pruned',
         source: 'retention',
-        data: { cutoffTs, rooms: p.rooms, events: p.events },
+        data: { cutoffTs: p.cutoffTs, rooms: p.rooms, events: p.events, ...others },
       },
       true,
     );

@@ -307,7 +307,20 @@ export const EVENT_SCHEMAS = {
     { schemaVersion: Count, durability: Text, pid: Count, version: Text },
     open,
   ),
-  'journal.pruned': Type.Object({ cutoffTs: Count, rooms: Count, events: Count }, open),
+  /**
+   * A retention pass that deleted anything: rooms that ended before `cutoffTs` with their
+   * `events`; with `eventsCutoffTs`, `otherEvents` of no room before it.
+   */
+  'journal.pruned': Type.Object(
+    {
+      cutoffTs: Count,
+      rooms: Count,
+      events: Count,
+      eventsCutoffTs: Type.Optional(Count),
+      otherEvents: Type.Optional(Count),
+    },
+    open,
+  ),
   /** The canary room's verdict changed (ok → failing or back); written only on change. */
   'canary.changed': Type.Object(
     {

@@ -176,11 +176,49 @@ export interface VerifyReport {
   micros: number;
 }
 
+export interface PruneOptions {
+  /** Whole terminal rooms that ended before this time (unix ms) go, with every event of theirs. */
+  cutoffTs: number;
+  /**
+   * Events of no room (engine, recovery, system) before this time go too, but for the few a
+   * control plane rebuilds from (prune.ts `KEPT_TYPES`). At most `cutoffTs`; absent: all kept.
+   */
+  eventsCutoffTs?: number;
+  /** Rooms per transaction (default 500); events of no room: ten times as many. */
+  chunkRooms?: number;
+  /** Stops between chunks: what was deleted stays deleted, and is journaled. */
+  signal?: AbortSignal;
+  /** Called after each chunk with the totals so far (progress of a long prune). */
+  onChunk?: (sofar: PruneResult) => void;
+  /** Awaited between chunks: how a pass paces itself beside a serving load (retention.ts). */
+  pause?: () => Promise<void>;
+}
+
 export interface PruneResult {
   cutoffTs: number;
+  eventsCutoffTs: number | null;
+  rooms: number;
+  /** Events of the pruned rooms. */
+  events: number;
+  /** Events of no room deleted past `eventsCutoffTs`. */
+  otherEvents: number;
+  /** Transactions it took. */
+  batches: number;
+}
+
+/** What the journal takes on disk, and what is left there (what an alert predicts from). */
+export interface JournalDisk {
+  /** SQLite: the file and its WAL; PostgreSQL: its tables and indexes. */
+  bytes: number;
+  /** SQLite: free bytes on the journal's filesystem for its user; null where not known here. */
+  freeBytes: number | null;
+}
+
+/** What a prune would delete (`--dry-run`). */
+export interface PrunableCount {
   rooms: number;
   events: number;
-  batches: number;
+  otherEvents: number;
 }
 
 export interface JournalHealth {
@@ -228,8 +266,13 @@ export interface JournalReader {
   /** Events by the filter; with `type`, typed as that type's events. */
   tail<T extends EventType = EventType>(filter: TailFilter<T>): Promise<JournalEventOf<T>[]>;
   stats(): Promise<JournalStats>;
-  /** What `prune` would delete: terminal rooms that ended before the cut-off, and their events. */
-  countPrunable(cutoffTs: number): Promise<{ rooms: number; events: number }>;
+  /** Bytes on disk and free beside them: cheap, for every metrics scrape. */
+  diskUsage(): Promise<JournalDisk>;
+  /**
+   * What `prune` would delete: terminal rooms that ended before the cut-off and their events,
+   * and events of no room before `eventsCutoffTs` (0 when absent).
+   */
+  countPrunable(cutoffTs: number, eventsCutoffTs?: number): Promise<PrunableCount>;
   verify(): Promise<VerifyReport>;
   close(): void;
 }
@@ -244,8 +287,12 @@ export interface JournalStore extends JournalReader {
   subscribe(afterSeq: number, listener: EventListener): Subscription;
   getCursor(name: string): Promise<number | null>;
   setCursor(name: string, seq: number): Promise<void>;
-  /** Deletes whole terminal rooms whose terminal time is before `cutoffTs`, in chunks. */
-  prune(opts: { cutoffTs: number; chunkRooms?: number }): Promise<PruneResult>;
+  /**
+   * Deletes whole terminal rooms whose terminal time is before `cutoffTs`, then events of no
+   * room before `eventsCutoffTs`, a chunk per transaction, appends interleaving (prune.ts); a
+   * prune that deleted anything journals `journal.pruned`.
+   */
+  prune(opts: PruneOptions): Promise<PruneResult>;
   health(): JournalHealth;
   /** Waits for every pending append (at most `timeoutMs`), then closes. Idempotent. */
   drain(options?: { timeoutMs?: number }): Promise<void>;

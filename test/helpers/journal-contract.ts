@@ -7,7 +7,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { JournalError } from '../../src/journal/errors.ts';
-import type { JournalEvent } from '../../src/journal/events.ts';
+import type { EventInput, JournalEvent } from '../../src/journal/events.ts';
 import type { RoomFailureReason } from '../../src/journal/reasons.ts';
 import { LIVE_STATES } from '../../src/journal/states.ts';
 import { type Durability, type JournalStore, originFilter } from '../../src/journal/store.ts';
@@ -395,6 +395,81 @@ export function journalContract(b: ContractBackend): void {
           data: {},
         });
         expect(late).toMatchObject({ status: 'rejected', reason: 'unknown_room' });
+      } finally {
+        await j.drain();
+      }
+    });
+
+    it('past the events horizon deletes events of no room and rejection records of none, keeps what a restart rebuilds from, and counts it first', async () => {
+      const j = await fresh();
+      try {
+        const old = 1_000_000;
+        const engineEvent = (type: EventInput['type'], data: object, ts = old): EventInput =>
+          ({ type, engine: 'd0', source: 'control', ts, data }) as EventInput;
+        await j.append(engineEvent('engine.registered', { role: 'decode', incarnation: 'i-1' }));
+        await j.append(engineEvent('engine.stalled', { reason: 'no heartbeat for 3 s' }));
+        await j.append(engineEvent('engine.cordoned', { reason: 'x', by: 'operator' }));
+        await j.append(engineEvent('engine.stalled', { reason: 'still silent' }, old + 5000));
+        // A rejection record of a room that never existed: it has a room, but no row.
+        const stray = await j.append({
+          type: 'room.released',
+          room: 'never-was',
+          engine: 'd0',
+          source: 'd0',
+          ts: old,
+          data: {},
+        });
+        expect(stray).toMatchObject({ status: 'rejected', reason: 'unknown_room' });
+        await j.append(created('old-but-live', old));
+        const eventsCutoffTs = old + 1000;
+        expect(await j.countPrunable(old + 1000, eventsCutoffTs)).toEqual({
+          rooms: 0,
+          events: 0,
+          otherEvents: 2,
+        });
+        await expect(
+          j.prune({ cutoffTs: old, eventsCutoffTs: old + 1 }),
+          'an events horizon shorter than the rooms one',
+        ).rejects.toMatchObject({ code: 'JOURNAL_BAD_QUERY' });
+        const r = await j.prune({ cutoffTs: old + 1000, eventsCutoffTs, chunkRooms: 1 });
+        expect(r).toMatchObject({ rooms: 0, otherEvents: 2, eventsCutoffTs, batches: 1 });
+        const left = (await j.readFrom(0, 100)).map((e) => `${e.type} ${e.room ?? ''}`.trim());
+        expect(left).toEqual([
+          'engine.registered',
+          'engine.cordoned',
+          'engine.stalled',
+          'room.created old-but-live',
+          'journal.pruned',
+        ]);
+        const pruned = (await j.tail({ type: 'journal.pruned', limit: 1 }))[0];
+        expect(pruned?.data).toMatchObject({ rooms: 0, otherEvents: 2, eventsCutoffTs });
+        expect((await j.verify()).ok).toBe(true);
+      } finally {
+        await j.drain();
+      }
+    });
+
+    it('lets appends commit between its chunks', async () => {
+      const j = await fresh();
+      try {
+        const old = 1_000_000;
+        for (let i = 0; i < 30; i++) {
+          await j.append(created(`old-${i}`, old));
+          await j.append({
+            type: 'room.aborted',
+            room: `old-${i}`,
+            source: 't',
+            ts: old + 1,
+            data: { reason: 'client_disconnect', source: 'client' },
+          });
+        }
+        const order: string[] = [];
+        const pruning = j
+          .prune({ cutoffTs: old + 1000, chunkRooms: 1 })
+          .then((r) => order.push(`pruned ${r.rooms}`));
+        await j.append(created('during')).then(() => order.push('appended'));
+        await pruning;
+        expect(order).toEqual(['appended', 'pruned 30']);
       } finally {
         await j.drain();
       }

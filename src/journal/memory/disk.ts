@@ -6,8 +6,11 @@
  */
 import { idConflict, type Outcome, rejectionData } from '../commit-queue.ts';
 import type { JournalEvent, PendingEvent } from '../events.ts';
+import { KEPT_TYPES } from '../prune.ts';
 import { type Room, reduce } from '../reducer.ts';
 import { MemoryLeadership } from './leadership.ts';
+
+const KEPT = new Set<string>(KEPT_TYPES);
 
 export class MemoryDisk {
   /** Committed events in seq order (retention deletes whole rooms' events from it). */
@@ -106,10 +109,25 @@ export class MemoryDisk {
   deleteRooms(names: readonly string[]): number {
     const gone = new Set(names);
     for (const name of names) this.rooms.delete(name);
+    return this.deleteEvents((ev) => ev.room !== null && gone.has(ev.room));
+  }
+
+  /** Deletes up to `limit` events of no room before `cutoffTs` (retention); returns how many. */
+  deleteOthers(cutoffTs: number, limit: number): number {
+    let left = limit;
+    return this.deleteEvents((ev) => left > 0 && this.isOther(ev, cutoffTs) && left-- > 0);
+  }
+
+  /** An event of no room in `rooms` before `cutoffTs`, not of the KEPT_TYPES (journal/prune.ts). */
+  isOther(ev: JournalEvent, cutoffTs: number): boolean {
+    return ev.ts < cutoffTs && !KEPT.has(ev.type) && (ev.room === null || !this.rooms.has(ev.room));
+  }
+
+  private deleteEvents(gone: (ev: JournalEvent) => boolean): number {
     let deleted = 0;
     let kept = 0;
     for (const ev of this.events) {
-      if (ev.room !== null && gone.has(ev.room)) {
+      if (gone(ev)) {
         deleted++;
         this.byEventId.delete(ev.eventId);
       } else this.events[kept++] = ev;

@@ -24,11 +24,13 @@ import { checkAfterSeq, checkCursor, checkPrune } from '../checks.ts';
 import { CommitQueue, type Outcome } from '../commit-queue.ts';
 import { JournalError } from '../errors.ts';
 import type { EventInput, PendingEvent } from '../events.ts';
+import { pruneInChunks } from '../prune.ts';
 import type {
   AppendResult,
   EventListener,
   JournalHealth,
   JournalStore,
+  PruneOptions,
   PruneResult,
   Subscription,
 } from '../store.ts';
@@ -293,19 +295,34 @@ export class MemoryJournal extends MemoryReader implements JournalStore {
     return Promise.resolve();
   }
 
-  async prune(opts: { cutoffTs: number; chunkRooms?: number }): Promise<PruneResult> {
+  async prune(opts: PruneOptions): Promise<PruneResult> {
     const chunkRooms = checkPrune(opts);
-    this.live();
-    const rooms = prunable(this.disk, opts.cutoffTs).map((r) => r.room);
-    const result: PruneResult = { cutoffTs: opts.cutoffTs, rooms: 0, events: 0, batches: 0 };
-    for (let i = 0; i < rooms.length; i += chunkRooms) {
-      const chunk = rooms.slice(i, i + chunkRooms);
-      result.events += this.disk.deleteRooms(chunk);
-      result.rooms += chunk.length;
-      result.batches++;
-    }
-    await this.queue.recordPruned(opts.cutoffTs, result);
+    const { disk } = this;
+    const result = await pruneInChunks(
+      { ...opts, chunkRooms },
+      {
+        // Each chunk on a turn of its own, as a writer's transaction: appends commit between.
+        rooms: async (cutoffTs, limit) => {
+          await this.turn();
+          this.live();
+          const rooms = prunable(disk, cutoffTs)
+            .slice(0, limit)
+            .map((r) => r.room);
+          return { rooms: rooms.length, events: disk.deleteRooms(rooms) };
+        },
+        others: async (cutoffTs, limit) => {
+          await this.turn();
+          this.live();
+          return disk.deleteOthers(cutoffTs, limit);
+        },
+      },
+    );
+    await this.queue.recordPruned(result);
     return result;
+  }
+
+  private turn(): Promise<void> {
+    return new Promise((resolve) => this.clock.defer(resolve));
   }
 
   health(): JournalHealth {

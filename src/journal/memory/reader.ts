@@ -9,9 +9,11 @@ import { roomToParams } from '../rows.ts';
 import type { RoomState } from '../states.ts';
 import type {
   EngineBacklog,
+  JournalDisk,
   JournalReader,
   JournalStats,
   MinuteCount,
+  PrunableCount,
   RoomFilter,
   RoomPage,
   TailFilter,
@@ -203,10 +205,20 @@ export class MemoryReader implements JournalReader {
     });
   }
 
-  countPrunable(cutoffTs: number): Promise<{ rooms: number; events: number }> {
+  diskUsage(): Promise<JournalDisk> {
+    let bytes = 0;
+    for (const ev of this.disk.events) bytes += JSON.stringify(ev).length;
+    return Promise.resolve({ bytes, freeBytes: null });
+  }
+
+  countPrunable(cutoffTs: number, eventsCutoffTs?: number): Promise<PrunableCount> {
     const rooms = new Set(prunable(this.disk, cutoffTs).map((r) => r.room));
     const events = this.disk.events.filter((e) => e.room !== null && rooms.has(e.room)).length;
-    return Promise.resolve({ rooms: rooms.size, events });
+    const others =
+      eventsCutoffTs === undefined
+        ? 0
+        : this.disk.events.filter((e) => this.disk.isOther(e, eventsCutoffTs)).length;
+    return Promise.resolve({ rooms: rooms.size, events, otherEvents: others });
   }
 
   verify(): Promise<VerifyReport> {

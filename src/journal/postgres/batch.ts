@@ -11,6 +11,7 @@ import type pg from 'pg';
 import { idConflict, type Outcome, rejectionData, type StoredId } from '../commit-queue.ts';
 import { JournalError } from '../errors.ts';
 import type { PendingEvent } from '../events.ts';
+import { keptTypes } from '../prune.ts';
 import { type Room, reduce } from '../reducer.ts';
 import { RoomCache } from '../room-cache.ts';
 import { ROOM_COLUMNS, type RoomRow, roomToParams, rowToRoom } from '../rows.ts';
@@ -270,6 +271,44 @@ export class PgBatchWriter {
     cutoffTs: number,
     chunkRooms: number,
   ): Promise<{ rooms: number; events: number }> {
+    const names = await this.fencedTx(c, async () => {
+      const picked = await c.query<{ room: string }>(
+        `SELECT room FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < $1
+         ORDER BY terminal_at LIMIT $2 FOR UPDATE`,
+        [cutoffTs, chunkRooms],
+      );
+      const rooms = picked.rows.map((r) => r.room);
+      if (rooms.length === 0) return { rooms, events: 0 };
+      const events =
+        (await c.query('DELETE FROM events WHERE room = ANY($1::text[])', [rooms])).rowCount ?? 0;
+      await c.query('DELETE FROM rooms WHERE room = ANY($1::text[]) AND terminal_at IS NOT NULL', [
+        rooms,
+      ]);
+      return { rooms, events };
+    });
+    for (const n of names.rooms) this.cache.delete(n);
+    return { rooms: names.rooms.length, events: names.events };
+  }
+
+  /** Deletes up to `limit` events of no room before `cutoffTs` (journal/prune.ts), fenced by term. */
+  pruneOthers(c: pg.ClientBase, cutoffTs: number, limit: number): Promise<number> {
+    return this.fencedTx(
+      c,
+      async () =>
+        (
+          await c.query(
+            `DELETE FROM events WHERE seq IN (
+               SELECT seq FROM events e WHERE ts < $1 AND type NOT IN (${keptTypes()})
+                 AND (room IS NULL OR NOT EXISTS (SELECT 1 FROM rooms r WHERE r.room = e.room))
+               ORDER BY ts LIMIT $2)`,
+            [cutoffTs, limit],
+          )
+        ).rowCount ?? 0,
+    );
+  }
+
+  /** `body` in one transaction that commits only while this term leads. */
+  private async fencedTx<T>(c: pg.ClientBase, body: () => Promise<T>): Promise<T> {
     await c.query('BEGIN');
     try {
       const fence = await c.query<{ ok: boolean }>(`SELECT ${fenced('$1::bigint')} AS ok`, [
@@ -281,24 +320,9 @@ export class PgBatchWriter {
           `this control plane no longer leads the journal (term ${this.term} was superseded)`,
         );
       }
-      const picked = await c.query<{ room: string }>(
-        `SELECT room FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < $1
-         ORDER BY terminal_at LIMIT $2 FOR UPDATE`,
-        [cutoffTs, chunkRooms],
-      );
-      const names = picked.rows.map((r) => r.room);
-      let events = 0;
-      if (names.length > 0) {
-        events =
-          (await c.query('DELETE FROM events WHERE room = ANY($1::text[])', [names])).rowCount ?? 0;
-        await c.query(
-          'DELETE FROM rooms WHERE room = ANY($1::text[]) AND terminal_at IS NOT NULL',
-          [names],
-        );
-      }
+      const result = await body();
       await c.query('COMMIT');
-      for (const n of names) this.cache.delete(n);
-      return { rooms: names.length, events };
+      return result;
     } catch (err) {
       await c.query('ROLLBACK').catch(() => {});
       throw err;

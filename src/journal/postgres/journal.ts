@@ -13,12 +13,14 @@ import { checkAfterSeq, checkCursor, checkPrune } from '../checks.ts';
 import { CommitQueue } from '../commit-queue.ts';
 import { JournalError } from '../errors.ts';
 import type { EventInput } from '../events.ts';
+import { pruneInChunks } from '../prune.ts';
 import type {
   AppendResult,
   Durability,
   EventListener,
   JournalHealth,
   JournalStore,
+  PruneOptions,
   PruneResult,
   Subscription,
 } from '../store.ts';
@@ -386,21 +388,20 @@ export class PgJournal extends PgReader implements JournalStore {
     await this.onWriter((c) => this.batches.setCursor(c, name, seq, Date.now()));
   }
 
-  async prune(opts: { cutoffTs: number; chunkRooms?: number }): Promise<PruneResult> {
+  async prune(opts: PruneOptions): Promise<PruneResult> {
     const chunkRooms = checkPrune(opts);
-    const total = { rooms: 0, events: 0, batches: 0 };
-    for (;;) {
-      // One chunk per turn on the writing session, so appends interleave with a long prune.
-      const chunk = await this.onWriter((c) =>
-        this.batches.pruneChunk(c, opts.cutoffTs, chunkRooms),
-      );
-      if (chunk.rooms === 0) break;
-      total.rooms += chunk.rooms;
-      total.events += chunk.events;
-      total.batches += 1;
-    }
-    await this.queue.recordPruned(opts.cutoffTs, total);
-    return { cutoffTs: opts.cutoffTs, ...total };
+    // One chunk per turn on the writing session, so appends interleave with a long prune.
+    const result = await pruneInChunks(
+      { ...opts, chunkRooms },
+      {
+        rooms: (cutoffTs, limit) =>
+          this.onWriter((c) => this.batches.pruneChunk(c, cutoffTs, limit)),
+        others: (cutoffTs, limit) =>
+          this.onWriter((c) => this.batches.pruneOthers(c, cutoffTs, limit)),
+      },
+    );
+    await this.queue.recordPruned(result);
+    return result;
   }
 
   health(): JournalHealth {

@@ -4,6 +4,7 @@
  */
 import pg from 'pg';
 import type { EventType, JournalEvent, JournalEventOf } from '../events.ts';
+import { keptTypes } from '../prune.ts';
 import {
   backlogParams,
   backlogSql,
@@ -19,9 +20,11 @@ import { type EventRow, ROOM_COLUMNS, type RoomRow, rowToEvent, rowToRoom } from
 import type { RoomState } from '../states.ts';
 import type {
   EngineBacklog,
+  JournalDisk,
   JournalReader,
   JournalStats,
   MinuteCount,
+  PrunableCount,
   RoomFilter,
   RoomPage,
   TailFilter,
@@ -247,16 +250,26 @@ export class PgReader implements JournalReader {
     });
   }
 
-  /** What `prune` would delete: terminal rooms that ended before the cut-off, and their events. */
-  async countPrunable(cutoffTs: number): Promise<{ rooms: number; events: number }> {
-    const [r] = await this.query<{ rooms: number; events: number }>({
+  async diskUsage(): Promise<JournalDisk> {
+    const [r] = await this.query<{ bytes: number }>(
+      `SELECT (pg_total_relation_size('events') + pg_total_relation_size('rooms')
+               + pg_total_relation_size('consumers'))::bigint AS bytes`,
+    );
+    // The database server's disk is not this process's to see: watch it where it runs.
+    return { bytes: r?.bytes ?? 0, freeBytes: null };
+  }
+
+  async countPrunable(cutoffTs: number, eventsCutoffTs?: number): Promise<PrunableCount> {
+    const [r] = await this.query<PrunableCount>({
       sql: `SELECT count(*) AS rooms,
               (SELECT count(*) FROM events WHERE room IN
-                 (SELECT room FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?)) AS events
+                 (SELECT room FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?)) AS events,
+              (SELECT count(*) FROM events e WHERE ts < ? AND type NOT IN (${keptTypes()})
+                 AND (room IS NULL OR NOT EXISTS (SELECT 1 FROM rooms r WHERE r.room = e.room))) AS "otherEvents"
             FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?`,
-      params: [cutoffTs, cutoffTs],
+      params: [cutoffTs, eventsCutoffTs ?? 0, cutoffTs],
     });
-    return r ?? { rooms: 0, events: 0 };
+    return r ?? { rooms: 0, events: 0, otherEvents: 0 };
   }
 
   /**

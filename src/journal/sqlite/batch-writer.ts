@@ -6,6 +6,7 @@
 import type Database from 'better-sqlite3';
 import { idConflict, type Outcome, rejectionData } from '../commit-queue.ts';
 import type { PendingEvent } from '../events.ts';
+import { keptTypes } from '../prune.ts';
 import { type Room, reduce } from '../reducer.ts';
 import { RoomCache } from '../room-cache.ts';
 import {
@@ -15,12 +16,6 @@ import {
   roomToParams,
   rowToRoom,
 } from '../rows.ts';
-
-export interface PruneOutcome {
-  rooms: number;
-  events: number;
-  batches: number;
-}
 
 /**
  * A room as the writer holds it: the projection, its row id (null until inserted), and the
@@ -42,6 +37,7 @@ export class BatchWriter {
   private readonly updates = new Map<number, Database.Statement>();
   private readonly upsertCursor: Database.Statement;
   private readonly applyTx: (batch: PendingEvent[]) => Outcome[];
+  private pruning: ReturnType<BatchWriter['preparePrune']> | undefined;
 
   constructor(
     private readonly db: Database.Database,
@@ -204,33 +200,48 @@ export class BatchWriter {
   }
 
   /**
-   * Deletes whole terminal rooms that ended before `cutoffTs`, `chunkRooms` at a time, each chunk
-   * in its own short transaction so that live appends are never blocked for long.
+   * Deletes up to `limit` whole terminal rooms that ended before `cutoffTs`, in one short
+   * transaction (retention runs chunk after chunk, appends in between: journal/prune.ts).
    */
-  prune(cutoffTs: number, chunkRooms: number): PruneOutcome {
-    const pick = this.db.prepare(
-      `SELECT room FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?
-       ORDER BY terminal_at LIMIT ?`,
-    );
-    const delEvents = this.db.prepare('DELETE FROM events WHERE room = ?');
-    const delRoom = this.db.prepare('DELETE FROM rooms WHERE room = ? AND terminal_at IS NOT NULL');
-    const chunk = this.db.transaction((rooms: string[]) => {
-      let events = 0;
-      for (const room of rooms) {
-        events += delEvents.run(room).changes;
-        delRoom.run(room);
-        this.cache.delete(room);
-      }
-      return events;
-    });
-    const total: PruneOutcome = { rooms: 0, events: 0, batches: 0 };
-    for (;;) {
-      const rooms = pick.pluck().all(cutoffTs, chunkRooms) as string[];
-      if (rooms.length === 0) break;
-      total.events += chunk.immediate(rooms);
-      total.rooms += rooms.length;
-      total.batches += 1;
-    }
-    return total;
+  pruneRooms(cutoffTs: number, limit: number): { rooms: number; events: number } {
+    this.pruning ??= this.preparePrune();
+    const { pick, delEvents, delRoom } = this.pruning;
+    return this.db
+      .transaction(() => {
+        const rooms = pick.pluck().all(cutoffTs, limit) as string[];
+        let events = 0;
+        for (const room of rooms) {
+          events += delEvents.run(room).changes;
+          delRoom.run(room);
+          this.cache.delete(room);
+        }
+        return { rooms: rooms.length, events };
+      })
+      .immediate();
+  }
+
+  /** Deletes up to `limit` events of no room before `cutoffTs`, KEPT_TYPES excepted. */
+  pruneEvents(cutoffTs: number, limit: number): number {
+    this.pruning ??= this.preparePrune();
+    const { delOthers } = this.pruning;
+    return this.db.transaction(() => delOthers.run(cutoffTs, limit).changes).immediate();
+  }
+
+  private preparePrune() {
+    return {
+      pick: this.db.prepare(
+        `SELECT room FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?
+         ORDER BY terminal_at LIMIT ?`,
+      ),
+      delEvents: this.db.prepare('DELETE FROM events WHERE room = ?'),
+      delRoom: this.db.prepare('DELETE FROM rooms WHERE room = ? AND terminal_at IS NOT NULL'),
+      // Rejection records of rooms that never existed have a room but no row: they go too.
+      delOthers: this.db.prepare(
+        `DELETE FROM events WHERE seq IN (
+           SELECT seq FROM events e WHERE ts < ? AND type NOT IN (${keptTypes()})
+             AND (room IS NULL OR NOT EXISTS (SELECT 1 FROM rooms r WHERE r.room = e.room))
+           ORDER BY ts LIMIT ?)`,
+      ),
+    };
   }
 }

@@ -10,12 +10,14 @@ import { checkAfterSeq, checkCursor, checkPrune } from '../checks.ts';
 import { CommitQueue } from '../commit-queue.ts';
 import { JournalError } from '../errors.ts';
 import type { EventInput } from '../events.ts';
+import { pruneInChunks } from '../prune.ts';
 import type {
   AppendResult,
   Durability,
   EventListener,
   JournalHealth,
   JournalStore,
+  PruneOptions,
   PruneResult,
   Subscription,
 } from '../store.ts';
@@ -24,7 +26,7 @@ import { DEFAULT_DURABILITY } from './open.ts';
 import { makeJournalDir, sharedJournal } from './privacy.ts';
 import { SqliteReader } from './reader.ts';
 import { acquireWriterLock, type WriterLock } from './writer-lock.ts';
-import type { WriterInit } from './writer-protocol.ts';
+import type { WriterInit, WriterOp } from './writer-protocol.ts';
 import { startWriter, type Writer } from './writers.ts';
 
 export interface SqliteJournalOptions {
@@ -204,12 +206,20 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
     await this.writer.run({ op: 'cursor', name, seq, ts: Date.now() });
   }
 
-  async prune(opts: { cutoffTs: number; chunkRooms?: number }): Promise<PruneResult> {
+  async prune(opts: PruneOptions): Promise<PruneResult> {
     const chunkRooms = checkPrune(opts);
-    const reply = await this.writer.run({ op: 'prune', cutoffTs: opts.cutoffTs, chunkRooms });
-    const p = reply.prune ?? { rooms: 0, events: 0, batches: 0 };
-    await this.queue.recordPruned(opts.cutoffTs, p);
-    return { cutoffTs: opts.cutoffTs, ...p };
+    const pruned = async (op: WriterOp) => (await this.writer.run(op)).pruned ?? none;
+    const none = { rooms: 0, events: 0 };
+    const result = await pruneInChunks(
+      { ...opts, chunkRooms },
+      {
+        rooms: (cutoffTs, limit) => pruned({ op: 'prune_rooms', cutoffTs, limit }),
+        others: async (cutoffTs, limit) =>
+          (await pruned({ op: 'prune_events', cutoffTs, limit })).events,
+      },
+    );
+    await this.queue.recordPruned(result);
+    return result;
   }
 
   health(): JournalHealth {

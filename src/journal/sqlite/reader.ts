@@ -2,9 +2,11 @@
  * Read queries over a journal file, on their own read-only connection (WAL lets them run while
  * the writer commits). Shared by the CLI and, later, the HTTP API through `JournalReader`.
  */
-import { statSync } from 'node:fs';
+import { statfsSync, statSync } from 'node:fs';
+import { dirname } from 'node:path';
 import type Database from 'better-sqlite3';
 import type { EventType, JournalEvent, JournalEventOf } from '../events.ts';
+import { keptTypes } from '../prune.ts';
 import {
   backlogParams,
   backlogSql,
@@ -19,9 +21,11 @@ import { type EventRow, type RoomRow, rowToEvent, rowToRoom } from '../rows.ts';
 import type { RoomState } from '../states.ts';
 import type {
   EngineBacklog,
+  JournalDisk,
   JournalReader,
   JournalStats,
   MinuteCount,
+  PrunableCount,
   RoomFilter,
   RoomPage,
   TailFilter,
@@ -173,14 +177,7 @@ export class SqliteReader implements JournalReader {
           updated_at: number;
         }>
       ).map((c) => ({ name: c.name, seq: c.seq, updatedAt: c.updated_at }));
-      let fileBytes = 0;
-      for (const suffix of ['', '-wal']) {
-        try {
-          fileBytes += statSync(this.path + suffix).size;
-        } catch {
-          // no WAL file is fine
-        }
-      }
+      const fileBytes = filesBytes(this.path);
       return {
         path: this.path,
         schemaVersion: db
@@ -215,17 +212,30 @@ export class SqliteReader implements JournalReader {
   }
 
   /** What `prune` would delete: terminal rooms that ended before the cut-off, and their events. */
-  countPrunable(cutoffTs: number): Promise<{ rooms: number; events: number }> {
+  diskUsage(): Promise<JournalDisk> {
+    let freeBytes: number | null = null;
+    try {
+      const fs = statfsSync(dirname(this.path));
+      freeBytes = fs.bavail * fs.bsize;
+    } catch {
+      // a filesystem that does not say: unknown
+    }
+    return Promise.resolve({ bytes: filesBytes(this.path), freeBytes });
+  }
+
+  countPrunable(cutoffTs: number, eventsCutoffTs?: number): Promise<PrunableCount> {
     return this.read(
       () =>
         this.db
           .prepare(
             `SELECT count(*) AS rooms,
                 (SELECT count(*) FROM events WHERE room IN
-                   (SELECT room FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?)) AS events
+                   (SELECT room FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?)) AS events,
+                (SELECT count(*) FROM events e WHERE ts < ? AND type NOT IN (${keptTypes()})
+                   AND (room IS NULL OR NOT EXISTS (SELECT 1 FROM rooms r WHERE r.room = e.room))) AS otherEvents
          FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?`,
           )
-          .get(cutoffTs, cutoffTs) as { rooms: number; events: number },
+          .get(cutoffTs, eventsCutoffTs ?? 0, cutoffTs) as PrunableCount,
     );
   }
 
@@ -236,4 +246,17 @@ export class SqliteReader implements JournalReader {
   close(): void {
     if (this.db.open) this.db.close();
   }
+}
+
+/** The journal file and its WAL, bytes (a missing WAL is 0). */
+function filesBytes(path: string): number {
+  let bytes = 0;
+  for (const suffix of ['', '-wal']) {
+    try {
+      bytes += statSync(path + suffix).size;
+    } catch {
+      // no WAL file is fine
+    }
+  }
+  return bytes;
 }

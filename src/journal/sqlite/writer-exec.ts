@@ -42,8 +42,15 @@ export function executeOp(w: OpenedWriter, req: WriterOp): WriterResult {
     case 'cursor':
       (w.writer as BatchWriter).setCursor(req.name, req.seq, req.ts);
       return {};
-    case 'prune':
-      return { prune: (w.writer as BatchWriter).prune(req.cutoffTs, req.chunkRooms) };
+    case 'prune_rooms':
+      return { pruned: (w.writer as BatchWriter).pruneRooms(req.cutoffTs, req.limit) };
+    case 'prune_events':
+      return {
+        pruned: {
+          rooms: 0,
+          events: (w.writer as BatchWriter).pruneEvents(req.cutoffTs, req.limit),
+        },
+      };
     case 'checkpoint':
       w.db.pragma('wal_checkpoint(PASSIVE)');
       return {};

@@ -3,7 +3,6 @@
 import type { Outcome } from '../commit-queue.ts';
 import type { PendingEvent } from '../events.ts';
 import type { Durability } from '../store.ts';
-import type { PruneOutcome } from './batch-writer.ts';
 
 export interface WriterInit {
   path: string;
@@ -18,7 +17,9 @@ export interface WriterInit {
 export type WriterOp =
   | { op: 'append'; events: PendingEvent[] }
   | { op: 'cursor'; name: string; seq: number; ts: number }
-  | { op: 'prune'; cutoffTs: number; chunkRooms: number }
+  /** One transaction of retention each (journal/prune.ts runs them in turn). */
+  | { op: 'prune_rooms'; cutoffTs: number; limit: number }
+  | { op: 'prune_events'; cutoffTs: number; limit: number }
   | { op: 'checkpoint' }
   | { op: 'close' }
   /** Drills only: cap the database at `pages` pages (null: lift the cap), as a full disk would. */
@@ -28,7 +29,7 @@ export type WriterOp =
 
 export interface WriterResult {
   outcomes?: Outcome[];
-  prune?: PruneOutcome;
+  pruned?: { rooms: number; events: number };
 }
 
 export type WriterRequest = WriterOp & { id: number };

@@ -1,0 +1,178 @@
+/**
+ * `POST /v1/admin/journal/prune` and `GET /v1/admin/journal/prune`: retention by an operator on a
+ * serving control plane, through the writer it already holds (journal/retention.ts) — what
+ * `pdctl journal prune --url` calls. A pass runs in the background, a chunk per transaction; the
+ * GET says how far it got and what the last one did.
+ */
+import { Type } from '@sinclair/typebox';
+import type { FastifyPluginAsync } from 'fastify';
+import type { Retention } from '../journal/retention.ts';
+import type { JournalStore } from '../journal/store.ts';
+import { parseDuration } from '../time.ts';
+import { authorize } from './admin.ts';
+import { ApiError } from './errors.ts';
+import { Errors } from './schemas.ts';
+
+export interface JournalAdminDeps {
+  journal: JournalStore;
+  retention: Retention;
+  token: string | null;
+}
+
+const Duration = (description: string) => Type.String({ minLength: 1, maxLength: 40, description });
+
+const PruneBody = Type.Object(
+  {
+    olderThan: Duration('terminal rooms that ended longer ago than this go, e.g. 7d, 12h'),
+    eventsOlderThan: Type.Optional(
+      Duration('events of no room older than this go too (at least olderThan); absent: kept'),
+    ),
+    chunk: Type.Optional(Type.Integer({ minimum: 1, maximum: 100_000 })),
+    dryRun: Type.Optional(Type.Boolean()),
+  },
+  { additionalProperties: false },
+);
+
+const Result = Type.Object(
+  {
+    cutoffTs: Type.Integer(),
+    eventsCutoffTs: Type.Union([Type.Integer(), Type.Null()]),
+    rooms: Type.Integer(),
+    events: Type.Integer(),
+    otherEvents: Type.Integer(),
+    batches: Type.Integer(),
+  },
+  { additionalProperties: true },
+);
+
+const Pass = Type.Object(
+  {
+    by: Type.String(),
+    startedAt: Type.Integer(),
+    ms: Type.Union([Type.Integer(), Type.Null()]),
+    result: Result,
+    error: Type.Union([Type.String(), Type.Null()]),
+  },
+  { additionalProperties: true },
+);
+
+const Status = Type.Object(
+  {
+    policy: Type.Union([Type.Object({}, { additionalProperties: true }), Type.Null()]),
+    running: Type.Union([Pass, Type.Null()]),
+    last: Type.Union([Pass, Type.Null()]),
+    totals: Type.Object({}, { additionalProperties: true }),
+  },
+  { additionalProperties: true },
+);
+
+function duration(field: string, text: string): number {
+  try {
+    const ms = parseDuration(text, field);
+    if (ms > 0) return ms;
+  } catch (err) {
+    throw new ApiError(
+      400,
+      (err as Error).message,
+      'invalid_request_error',
+      'invalid_duration',
+      field,
+    );
+  }
+  throw new ApiError(
+    400,
+    `${field} must be longer than 0`,
+    'invalid_request_error',
+    'invalid_duration',
+    field,
+  );
+}
+
+export const journalAdminRoutes: FastifyPluginAsync<JournalAdminDeps> = async (
+  app,
+  { journal, retention, token },
+) => {
+  app.post<{
+    Body: { olderThan: string; eventsOlderThan?: string; chunk?: number; dryRun?: boolean };
+  }>(
+    '/v1/admin/journal/prune',
+    {
+      onRequest: async (req) => authorize(req, token),
+      schema: {
+        tags: ['operations'],
+        summary:
+          'Prune the journal now: whole terminal rooms that ended longer ago than olderThan (never a live room), and with eventsOlderThan events of no room. Starts a pass in the background (202) and journals journal.pruned; GET says how far it got. dryRun counts instead (200).',
+        security: [{ bearer: [] }],
+        body: PruneBody,
+        response: {
+          200: Type.Object(
+            {
+              dryRun: Type.Literal(true),
+              cutoffTs: Type.Integer(),
+              eventsCutoffTs: Type.Union([Type.Integer(), Type.Null()]),
+              rooms: Type.Integer(),
+              events: Type.Integer(),
+              otherEvents: Type.Integer(),
+            },
+            { additionalProperties: false },
+          ),
+          202: Pass,
+          ...Errors,
+        },
+      },
+    },
+    async (req, reply) => {
+      const b = req.body;
+      const roomsMs = duration('olderThan', b.olderThan);
+      const eventsMs =
+        b.eventsOlderThan === undefined ? null : duration('eventsOlderThan', b.eventsOlderThan);
+      if (eventsMs !== null && eventsMs < roomsMs)
+        throw new ApiError(
+          400,
+          `eventsOlderThan (${b.eventsOlderThan}) must be at least olderThan (${b.olderThan}): events of no room are kept at least as long as rooms`,
+          'invalid_request_error',
+          'invalid_duration',
+          'eventsOlderThan',
+        );
+      if (b.dryRun === true) {
+        const now = Date.now();
+        const cutoffTs = now - roomsMs;
+        const eventsCutoffTs = eventsMs === null ? null : now - eventsMs;
+        const n = await journal.countPrunable(cutoffTs, eventsCutoffTs ?? undefined);
+        return reply.code(200).send({ dryRun: true, cutoffTs, eventsCutoffTs, ...n });
+      }
+      const pass = retention.runNow({
+        roomsMs,
+        eventsMs,
+        ...(b.chunk ? { chunkRooms: b.chunk } : {}),
+      });
+      if (pass === null) {
+        const running = retention.status().running;
+        throw new ApiError(
+          409,
+          running
+            ? `a prune is already running (${running.by}, started ${new Date(running.startedAt).toISOString()}, ${running.result.rooms} rooms so far); GET /v1/admin/journal/prune says when it ends`
+            : 'the control plane is stopping: no prune now',
+          'invalid_request_error',
+          'prune_running',
+        );
+      }
+      return reply.code(202).send(pass);
+    },
+  );
+
+  app.get(
+    '/v1/admin/journal/prune',
+    {
+      onRequest: async (req) => authorize(req, token),
+      schema: {
+        tags: ['operations'],
+        summary:
+          'Retention on this control plane: its policy (serve --retain), the pass running now and how far it got, the last pass, totals since start',
+        security: [{ bearer: [] }],
+        response: { 200: Status, ...Errors },
+      },
+    },
+    async () => retention.status(),
+  );
+};

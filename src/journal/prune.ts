@@ -1,0 +1,72 @@
+/**
+ * Retention's one algorithm, shared by every backend: delete whole terminal rooms past the room
+ * horizon, then events of no room past the events horizon, each chunk a transaction of its own.
+ * The loop awaits between chunks, so a control plane's appends take their turn on the writer
+ * after each one: a prune of a million rooms never holds the writer for longer than a chunk.
+ */
+import type { PruneOptions, PruneResult } from './store.ts';
+
+/**
+ * Events of no room that are kept past the events horizon: a control plane rebuilds its engines'
+ * pools, prefix index and cordons from them at start. Few: one per engine start or control
+ * plane start, and per cordon.
+ */
+export const KEPT_TYPES = ['engine.registered', 'engine.cordoned', 'engine.uncordoned'] as const;
+
+/** `KEPT_TYPES` as an SQL list, for `type NOT IN (…)`. */
+export function keptTypes(): string {
+  return KEPT_TYPES.map((t) => `'${t}'`).join(', ');
+}
+
+/** One backend's single-transaction steps; `pruneInChunks` runs them. */
+export interface PruneSteps {
+  /** Up to `limit` whole terminal rooms that ended before `cutoffTs`: rooms and events deleted. */
+  rooms(cutoffTs: number, limit: number): Promise<{ rooms: number; events: number }>;
+  /**
+   * Up to `limit` events before `cutoffTs` that belong to no room in `rooms` (engine and system
+   * events, and rejection records of rooms that never existed), `KEPT_TYPES` excepted.
+   */
+  others(cutoffTs: number, limit: number): Promise<number>;
+}
+
+/** Events of no room deleted per transaction, for each room a rooms' chunk may hold. */
+const EVENTS_PER_ROOM = 10;
+
+export async function pruneInChunks(
+  opts: PruneOptions & { chunkRooms: number },
+  steps: PruneSteps,
+): Promise<PruneResult> {
+  const result: PruneResult = {
+    cutoffTs: opts.cutoffTs,
+    eventsCutoffTs: opts.eventsCutoffTs ?? null,
+    rooms: 0,
+    events: 0,
+    otherEvents: 0,
+    batches: 0,
+  };
+  const stopped = () => opts.signal?.aborted === true;
+  let first = true;
+  const next = async () => {
+    if (!first) await opts.pause?.();
+    first = false;
+    return !stopped();
+  };
+  while (await next()) {
+    const chunk = await steps.rooms(opts.cutoffTs, opts.chunkRooms);
+    if (chunk.rooms === 0) break;
+    result.rooms += chunk.rooms;
+    result.events += chunk.events;
+    result.batches += 1;
+    opts.onChunk?.({ ...result });
+  }
+  if (opts.eventsCutoffTs === undefined) return result;
+  const limit = opts.chunkRooms * EVENTS_PER_ROOM;
+  while (await next()) {
+    const deleted = await steps.others(opts.eventsCutoffTs, limit);
+    if (deleted === 0) break;
+    result.otherEvents += deleted;
+    result.batches += 1;
+    opts.onChunk?.({ ...result });
+  }
+  return result;
+}
