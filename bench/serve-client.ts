@@ -21,6 +21,8 @@ export interface ClientJob {
    * measured from when its request was due, so a server that falls behind shows it.
    */
   rate?: number;
+  /** Words in each prompt (default about 10). */
+  promptWords?: number;
 }
 
 export interface ClientResult {
@@ -34,14 +36,17 @@ export interface ClientResult {
   cpuMsPerRequest: number;
 }
 
-const prompt = (i: number) => `the harbor keeps ${i % 97} lanterns lit across the quiet water`;
+const line = (i: number) => `the harbor keeps ${i % 97} lanterns lit across the quiet water`;
+/** A prompt of about `words` words (10 per line), different for each request. */
+const prompt = (i: number, words = 10) =>
+  Array.from({ length: Math.max(1, Math.round(words / 10)) }, (_, k) => line(i + k)).join(' ');
 
 /** Sends request `i`; resolves with ms from `t` (default: now) to the answer or first token. */
 function one(job: ClientJob, agent: Agent, i: number, t = performance.now()): Promise<number> {
   const url = new URL('/v1/completions', job.base);
   const body = JSON.stringify({
     model: job.model,
-    prompt: prompt(i),
+    prompt: prompt(i, job.promptWords),
     max_tokens: job.maxTokens,
     stream: job.mode === 'stream',
   });

@@ -1,0 +1,235 @@
+/**
+ * A soak anyone can run: `pdctl serve` (a real process, its engines, the built-in model) under
+ * closed-loop HTTP load for N minutes. Each minute it prints rooms/s, latency p50/p99, the RSS of
+ * every process and the journal's bytes on disk; at the end it kills the control plane (SIGKILL
+ * of its whole process group, as a host crash would) and times its restart on the same data
+ * directory against a start on an empty journal, measured in the same run.
+ *
+ *   npm run soak:serve -- --minutes 60 --retain 5m          # what docs/benchmarks.md shows
+ *   npm run soak:serve -- --minutes 2 --clients 16 --max-tokens 8 --keep
+ *
+ * Flags: --minutes N (default 10), --clients C (16), --retain D (passed to serve; default none),
+ * --max-tokens T (8), --keep (leave the data directory), --json (one object at the end).
+ */
+import { type ChildProcess, fork, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+import type { ClientJob, ClientResult } from '../bench/serve-client.ts';
+
+const argv = process.argv.slice(2);
+const flag = (name: string, dflt: string) => {
+  const i = argv.indexOf(name);
+  return i >= 0 && argv[i + 1] !== undefined ? (argv[i + 1] as string) : dflt;
+};
+const MINUTES = Number(flag('--minutes', '10'));
+const CLIENTS = Number(flag('--clients', '16'));
+const RETAIN = flag('--retain', '');
+const MAX_TOKENS = Number(flag('--max-tokens', '8'));
+const KEEP = argv.includes('--keep');
+const JSON_OUT = argv.includes('--json');
+for (const [name, v] of [
+  ['--minutes', MINUTES],
+  ['--clients', CLIENTS],
+  ['--max-tokens', MAX_TOKENS],
+] as const) {
+  if (!Number.isInteger(v) || v < 1) {
+    process.stderr.write(`soak:serve: ${name} must be a positive integer\n`);
+    process.exit(2);
+  }
+}
+
+const BIN = resolve(import.meta.dirname, '../bin/pdctl.js');
+const say = (s: string) => process.stderr.write(`${s}\n`);
+
+interface Server {
+  proc: ChildProcess;
+  base: string;
+  dir: string;
+}
+
+/** `pdctl serve` on `dir`, in a process group of its own; resolves once it listens. */
+function startServe(dir: string): Promise<Server> {
+  const args = [BIN, 'serve', '--port', '0', '--data-dir', dir, '--log-format', 'json'];
+  args.push('--bus', `ipc://${join(dir, 'bus.sock')}`, '--log-level', 'warn');
+  if (RETAIN) args.push('--retain', RETAIN);
+  const proc = spawn(process.execPath, args, {
+    detached: true,
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  return new Promise((ok, fail) => {
+    const lines = createInterface({ input: proc.stderr as NodeJS.ReadableStream });
+    const tail: string[] = [];
+    lines.on('line', (line) => {
+      tail.push(line);
+      if (tail.length > 20) tail.shift();
+      const m = /listening on (http:\/\/[\d.:]+)/.exec(line);
+      if (m) ok({ proc, base: m[1] as string, dir });
+    });
+    proc.once('exit', (code) =>
+      fail(new Error(`pdctl serve exited ${code} before listening:\n${tail.join('\n')}`)),
+    );
+  });
+}
+
+async function waitReady(base: string, sinceMs: number): Promise<number> {
+  for (;;) {
+    const ok = await fetch(`${base}/health/ready`)
+      .then((r) => r.status === 200)
+      .catch(() => false);
+    if (ok) return performance.now() - sinceMs;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+/** Start to `/health/ready`, ms. */
+async function timedStart(dir: string): Promise<{ server: Server; ms: number }> {
+  const t0 = performance.now();
+  const server = await startServe(dir);
+  return { server, ms: await waitReady(server.base, t0) };
+}
+
+function rssMb(pid: number): number | null {
+  try {
+    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Math.round(Number(m[1]) / 1024) : null;
+  } catch {
+    return null;
+  }
+}
+
+function journalBytes(dir: string): number {
+  let n = 0;
+  for (const f of ['journal.db', 'journal.db-wal', 'journal.db-shm']) {
+    try {
+      n += statSync(join(dir, f)).size;
+    } catch {}
+  }
+  return n;
+}
+
+async function engines(base: string): Promise<Array<{ id: string; pid: number }>> {
+  const r = (await (await fetch(`${base}/v1/engines`)).json()) as {
+    engines: Array<{ id: string; pid: number }>;
+  };
+  return r.engines;
+}
+
+async function pruned(base: string): Promise<number> {
+  const r = await fetch(`${base}/v1/admin/journal/prune`);
+  if (r.status !== 200) return 0;
+  return ((await r.json()) as { totals: { rooms: number } }).totals.rooms;
+}
+
+/** SIGKILL of the server's whole process group (the control plane and its engines). */
+async function killGroup(server: Server): Promise<void> {
+  const exited = new Promise((r) => server.proc.once('exit', r));
+  process.kill(-(server.proc.pid as number), 'SIGKILL');
+  await exited;
+}
+
+async function stop(server: Server): Promise<void> {
+  const exited = new Promise((r) => server.proc.once('exit', r));
+  process.kill(server.proc.pid as number, 'SIGTERM');
+  await exited;
+}
+
+interface Minute {
+  minute: number;
+  roomsPerSec: number;
+  p50Ms: number;
+  p99Ms: number;
+  failed: number;
+  rssMb: Record<string, number | null>;
+  journalMb: number;
+  prunedRooms: number;
+}
+
+const pct = (sorted: number[], p: number) =>
+  sorted.length
+    ? (sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] as number)
+    : Number.NaN;
+
+async function main(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'pdctl-soak-'));
+  const emptyDir = mkdtempSync(join(tmpdir(), 'pdctl-soak-empty-'));
+  let server: Server | null = null;
+  const client = fork(resolve(import.meta.dirname, '../bench/serve-client.ts'), [], {
+    execArgv: ['--import', 'tsx'],
+  });
+  try {
+    say(
+      `soak:serve: ${MINUTES} min, ${CLIENTS} clients, ${MAX_TOKENS}-token completions, retain ${RETAIN || 'everything'}; data in ${dir}`,
+    );
+    server = (await timedStart(dir)).server;
+    const minutes: Minute[] = [];
+    say(
+      '| minute | rooms/s | p50 ms | p99 ms | failed | RSS MB (control, engines) | journal MB | pruned rooms |',
+    );
+    say('|---:|---:|---:|---:|---:|---|---:|---:|');
+    for (let m = 1; m <= MINUTES; m++) {
+      const job: ClientJob = {
+        base: server.base,
+        model: 'pdctl-deterministic-1',
+        connections: CLIENTS,
+        seconds: 60,
+        maxTokens: MAX_TOKENS,
+        mode: 'complete',
+        promptWords: 40,
+      };
+      const result = await new Promise<ClientResult>((ok) => {
+        client.once('message', (r) => ok(r as ClientResult));
+        client.send(job);
+      });
+      const rss: Record<string, number | null> = { control: rssMb(server.proc.pid as number) };
+      for (const e of await engines(server.base)) rss[e.id] = rssMb(e.pid);
+      const row: Minute = {
+        minute: m,
+        roomsPerSec: Math.round(result.rps),
+        p50Ms: Number(pct(result.ms, 50).toFixed(1)),
+        p99Ms: Number(pct(result.ms, 99).toFixed(1)),
+        failed: result.errors,
+        rssMb: rss,
+        journalMb: Number((journalBytes(dir) / 1e6).toFixed(1)),
+        prunedRooms: await pruned(server.base),
+      };
+      minutes.push(row);
+      const rssText = Object.values(rss)
+        .map((v) => v ?? '-')
+        .join(', ');
+      say(
+        `| ${m} | ${row.roomsPerSec} | ${row.p50Ms} | ${row.p99Ms} | ${row.failed} | ${rssText} | ${row.journalMb} | ${row.prunedRooms} |`,
+      );
+      if (result.firstError) say(`  first error this minute: ${result.firstError}`);
+    }
+    say('killing the control plane and its engines (SIGKILL of the process group)…');
+    await killGroup(server);
+    server = null;
+    const restart = await timedStart(dir);
+    server = restart.server;
+    const bytes = journalBytes(dir);
+    await stop(server);
+    server = null;
+    const empty = await timedStart(emptyDir);
+    await stop(empty.server);
+    const summary = {
+      minutes,
+      restartMs: Math.round(restart.ms),
+      emptyStartMs: Math.round(empty.ms),
+      journalBytes: bytes,
+    };
+    say(
+      `restart after SIGKILL: ${(restart.ms / 1000).toFixed(2)} s to /health/ready on ${(bytes / 1e6).toFixed(1)} MB of journal; a start on an empty journal, same run: ${(empty.ms / 1000).toFixed(2)} s`,
+    );
+    if (JSON_OUT) process.stdout.write(`${JSON.stringify(summary)}\n`);
+  } finally {
+    client.disconnect();
+    if (server) await killGroup(server).catch(() => {});
+    rmSync(emptyDir, { recursive: true, force: true });
+    if (KEEP) say(`kept ${dir}`);
+    else rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+await main();
