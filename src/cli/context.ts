@@ -1,6 +1,7 @@
 /** What every CLI command shares: where the journal is, output mode, and exit codes. */
 import { readFileSync } from 'node:fs';
 import { openJournalReader } from '../app/journal.ts';
+import { openArchiveReader } from '../journal/archive/segments.ts';
 import type { JournalReader } from '../journal/store.ts';
 
 export const DEFAULT_JOURNAL = process.env.PDCTL_JOURNAL || './data/journal.db';
@@ -29,11 +30,19 @@ export const VERSION: string = (
 export interface CommonOptions {
   journal: string;
   json?: boolean;
+  /** Read the archive retention wrote there instead of the journal (`--archive DIR`). */
+  archive?: string;
 }
 
-/** The journal file of `--journal`, for reading only (it is never modified). */
+/** `--archive` of the commands that read one. */
+export const ARCHIVE_HELP =
+  'read the archive that serve --archive or journal prune --archive wrote in DIR (rooms pruned from the journal) instead of the journal';
+
+/** The journal file of `--journal` (or the archive of `--archive`), for reading only. */
 export function openReader(opts: CommonOptions): JournalReader {
-  return openJournalReader(opts.journal);
+  return opts.archive !== undefined
+    ? openArchiveReader(opts.archive)
+    : openJournalReader(opts.journal);
 }
 
 export function print(line: string): void {

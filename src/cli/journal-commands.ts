@@ -1,6 +1,6 @@
 /** `pdctl journal …`: wires each verb's options to its command in src/cli/journal/. */
 import type { Command } from 'commander';
-import type { CommonOptions } from './context.ts';
+import { ARCHIVE_HELP, type CommonOptions } from './context.ts';
 import { type BackupOptions, backupCommand } from './journal/backup.ts';
 import { type ExportOptions, exportCommand } from './journal/export.ts';
 import { migrateCommand } from './journal/migrate.ts';
@@ -46,7 +46,8 @@ export function registerJournalCommands(
       )
       .option('-n, --limit <n>', 'events to print first (1-10000)', '50')
       .option('--interval-ms <ms>', 'poll interval with --follow (of a journal file)', '250')
-      .option('--url <url>', READ_URL_HELP),
+      .option('--url <url>', READ_URL_HELP)
+      .option('--archive <dir>', ARCHIVE_HELP),
   ).action(async (opts: TailOptions, cmd: Command) => {
     const target = readTarget(opts, cmd);
     process.exitCode = await tailCommand({
@@ -66,7 +67,8 @@ export function registerJournalCommands(
         '--since <time>',
         'window start for --per-minute (default: 15 minutes before the newest event)',
       )
-      .option('--until <time>', 'window end for --per-minute (default: the newest event)'),
+      .option('--until <time>', 'window end for --per-minute (default: the newest event)')
+      .option('--archive <dir>', ARCHIVE_HELP),
   ).action(async (opts: StatsOptions) => {
     process.exitCode = await statsCommand(opts);
   });
@@ -87,6 +89,10 @@ export function registerJournalCommands(
         'rooms per transaction, so readers and appends never wait long behind it (default 500; with --url 25)',
       )
       .option('--dry-run', 'count what would be deleted, change nothing')
+      .option(
+        '--archive <dir>',
+        'write what it deletes to compressed hourly segment files in DIR first (docs/journal.md, "Archive"); with --url the server archives where its own --archive says',
+      )
       .option(
         '--url <url>',
         'ask the pdctl serve there to prune through its own writer (its journal is busy while it serves), and follow the pass to its end',

@@ -7,7 +7,15 @@ import { isRequestId, roomIdOf } from '../journal/ids.ts';
 import { isRoomState, ROOM_STATES, type RoomState } from '../journal/states.ts';
 import { HIDDEN_ORIGINS, originFilter, type RoomFilter, type Timeline } from '../journal/store.ts';
 import { formatDuration, formatTs, parseTime } from '../time.ts';
-import { type CommonOptions, EXIT, note, openReader, print, printJson } from './context.ts';
+import {
+  ARCHIVE_HELP,
+  type CommonOptions,
+  EXIT,
+  note,
+  openReader,
+  print,
+  printJson,
+} from './context.ts';
 import { describeEvent, roomOutcome } from './describe.ts';
 import {
   type RoomReader,
@@ -262,6 +270,7 @@ export function registerRoomCommands(
       ),
   )
     .option('--url <url>', URL_HELP)
+    .option('--archive <dir>', ARCHIVE_HELP)
     .action(async (opts: RoomsOptions, cmd: Command) => {
       const o = targeted(opts, cmd);
       process.exitCode = await reading(() => roomsCommand(o));
@@ -279,6 +288,7 @@ export function registerRoomCommands(
       ),
   )
     .option('--url <url>', URL_HELP)
+    .option('--archive <dir>', ARCHIVE_HELP)
     .action(async (given: string, opts: CommonOptions & RemoteOption, cmd: Command) => {
       const id = roomIdOf(given);
       if (!isValidId(id) && !isRequestId(id))

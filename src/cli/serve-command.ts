@@ -100,6 +100,12 @@ export function registerServeCommand(program: Command): void {
     )
     .addOption(
       new Option(
+        '--archive <dir>',
+        'with --retain: write what retention prunes to compressed hourly segment files in DIR first, readable with pdctl journal tail|rooms|room|stats --archive DIR',
+      ).env('PDCTL_ARCHIVE'),
+    )
+    .addOption(
+      new Option(
         '--retain-events <age>',
         'with --retain: keep events of no room (engine, recovery, system) this long, at least --retain (default: as long)',
       ).argParser(retainArg('--retain-events')),
@@ -382,7 +388,7 @@ export function registerServeCommand(program: Command): void {
       say(
         kept === null
           ? 'pdctl serve: the journal keeps every room (no --retain); pdctl journal prune --url prunes it while serving'
-          : `pdctl serve: journal retention: rooms ${formatAge(kept.roomsMs)} after they end, events of no room ${formatAge(kept.eventsMs ?? kept.roomsMs)}; a pass every ${formatAge(kept.everyMs)}`,
+          : `pdctl serve: journal retention: rooms ${formatAge(kept.roomsMs)} after they end, events of no room ${formatAge(kept.eventsMs ?? kept.roomsMs)}; a pass every ${formatAge(kept.everyMs)}; ${kept.archiveDir === null ? 'no archive' : `archived first to ${kept.archiveDir}`}`,
       );
       say(
         `pdctl serve: live page ${address}/ui · metrics ${address}/metrics · API docs ${address}/docs`,
@@ -485,16 +491,22 @@ function retainArg(flag: string): (v: string) => number {
 }
 
 /** The retention policy of `--retain` and `--retain-events`, or undefined without `--retain`. */
-function retentionOf(roomsMs?: number, eventsMs?: number): RetentionPolicy | undefined {
+function retentionOf(
+  roomsMs?: number,
+  eventsMs?: number,
+  archiveDir?: string,
+): RetentionPolicy | undefined {
   if (roomsMs === undefined) {
     if (eventsMs !== undefined) throw new UsageError('--retain-events needs --retain');
+    if (archiveDir !== undefined)
+      throw new UsageError('--archive needs --retain: it keeps what retention prunes');
     return undefined;
   }
   if (eventsMs !== undefined && eventsMs < roomsMs)
     throw new UsageError(
       '--retain-events must be at least --retain: events of no room are kept at least as long as rooms',
     );
-  return { roomsMs, eventsMs: eventsMs ?? roomsMs };
+  return { roomsMs, eventsMs: eventsMs ?? roomsMs, archiveDir: archiveDir ?? null };
 }
 
 /** `--kv-device N` needs CUDA and that device here; fails before any engine starts, saying why. */

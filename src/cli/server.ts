@@ -18,9 +18,14 @@ export const READ_URL_HELP =
  * default). Both variables set, and neither flag: a usage error rather than a guess.
  */
 export function readTarget(
-  opts: { url?: string; journal: string },
+  opts: { url?: string; journal: string; archive?: string },
   cmd: Command,
 ): { url: string } | { journal: string } {
+  if (opts.archive !== undefined) {
+    if (opts.url !== undefined)
+      throw new UsageError('--archive reads files here, --url a server: pass one of them');
+    return { journal: opts.journal };
+  }
   if (opts.url !== undefined) return { url: opts.url };
   if (cmd.getOptionValueSource('journal') === 'cli') return { journal: opts.journal };
   const url = process.env.PDCTL_URL;

@@ -283,7 +283,13 @@ export class CommitQueue {
       {
         type: 'journal.pruned',
         source: 'retention',
-        data: { cutoffTs: p.cutoffTs, rooms: p.rooms, events: p.events, ...others },
+        data: {
+          cutoffTs: p.cutoffTs,
+          rooms: p.rooms,
+          events: p.events,
+          ...others,
+          ...(p.archived ? { archived: true } : {}),
+        },
       },
       true,
     );

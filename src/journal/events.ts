@@ -309,7 +309,8 @@ export const EVENT_SCHEMAS = {
   ),
   /**
    * A retention pass that deleted anything: rooms that ended before `cutoffTs` with their
-   * `events`; with `eventsCutoffTs`, `otherEvents` of no room before it.
+   * `events`; with `eventsCutoffTs`, `otherEvents` of no room before it; `archived` when the
+   * archive has them.
    */
   'journal.pruned': Type.Object(
     {
@@ -318,6 +319,8 @@ export const EVENT_SCHEMAS = {
       events: Count,
       eventsCutoffTs: Type.Optional(Count),
       otherEvents: Type.Optional(Count),
+      /** What it deleted was written to the archive first (`--archive`). */
+      archived: Type.Optional(Type.Boolean()),
     },
     open,
   ),

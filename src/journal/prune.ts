@@ -4,6 +4,8 @@
  * The loop awaits between chunks, so a control plane's appends take their turn on the writer
  * after each one: a prune of a million rooms never holds the writer for longer than a chunk.
  */
+import type { ArchiveChunk } from './archive/segments.ts';
+import type { JournalEvent } from './events.ts';
 import type { PruneOptions, PruneResult } from './store.ts';
 
 /**
@@ -27,6 +29,21 @@ export interface PruneSteps {
    * events, and rejection records of rooms that never existed), `KEPT_TYPES` excepted.
    */
   others(cutoffTs: number, limit: number): Promise<number>;
+  /** With an archive: each chunk read first, archived, then deleted exactly as read. */
+  archiving: ArchivingSteps;
+}
+
+export interface ArchivingSteps {
+  /** Up to `limit` rooms `rooms` would delete, with every event of theirs, and the head seq then. */
+  pickRooms(cutoffTs: number, limit: number): Promise<{ chunk: ArchiveChunk; upToSeq: number }>;
+  /**
+   * Deletes these rooms and their events, each only if no event of it is newer than `upToSeq`
+   * (one that came after it was read waits for the next chunk, to be archived with it).
+   */
+  deleteRooms(rooms: string[], upToSeq: number): Promise<{ rooms: number; events: number }>;
+  /** Up to `limit` events `others` would delete. */
+  pickOthers(cutoffTs: number, limit: number): Promise<JournalEvent[]>;
+  deleteEvents(seqs: number[]): Promise<number>;
 }
 
 /** Events of no room deleted per transaction, for each room a rooms' chunk may hold. */
@@ -43,6 +60,7 @@ export async function pruneInChunks(
     events: 0,
     otherEvents: 0,
     batches: 0,
+    archived: opts.archive !== undefined,
   };
   const stopped = () => opts.signal?.aborted === true;
   let first = true;
@@ -51,9 +69,31 @@ export async function pruneInChunks(
     first = false;
     return !stopped();
   };
+  const { archive } = opts;
+  const rooms = async (): Promise<{ rooms: number; events: number } | null> => {
+    if (!archive) {
+      const chunk = await steps.rooms(opts.cutoffTs, opts.chunkRooms);
+      return chunk.rooms === 0 ? null : chunk;
+    }
+    const picked = await steps.archiving.pickRooms(opts.cutoffTs, opts.chunkRooms);
+    if (picked.chunk.rooms.length === 0) return null;
+    await archive(picked.chunk);
+    const names = picked.chunk.rooms.map((r) => r.room);
+    return steps.archiving.deleteRooms(names, picked.upToSeq);
+  };
+  const others = async (cutoffTs: number, limit: number): Promise<number | null> => {
+    if (!archive) {
+      const deleted = await steps.others(cutoffTs, limit);
+      return deleted === 0 ? null : deleted;
+    }
+    const events = await steps.archiving.pickOthers(cutoffTs, limit);
+    if (events.length === 0) return null;
+    await archive({ rooms: [], events });
+    return steps.archiving.deleteEvents(events.map((e) => e.seq));
+  };
   while (await next()) {
-    const chunk = await steps.rooms(opts.cutoffTs, opts.chunkRooms);
-    if (chunk.rooms === 0) break;
+    const chunk = await rooms();
+    if (chunk === null) break;
     result.rooms += chunk.rooms;
     result.events += chunk.events;
     result.batches += 1;
@@ -62,8 +102,8 @@ export async function pruneInChunks(
   if (opts.eventsCutoffTs === undefined) return result;
   const limit = opts.chunkRooms * EVENTS_PER_ROOM;
   while (await next()) {
-    const deleted = await steps.others(opts.eventsCutoffTs, limit);
-    if (deleted === 0) break;
+    const deleted = await others(opts.eventsCutoffTs, limit);
+    if (deleted === null) break;
     result.otherEvents += deleted;
     result.batches += 1;
     opts.onChunk?.({ ...result });

@@ -7,6 +7,7 @@
  */
 import type { Logger } from '../log.ts';
 import type { Clock, Timer } from '../ports/clock.ts';
+import { archiveChunk } from './archive/segments.ts';
 import type { JournalStore, PruneResult } from './store.ts';
 
 export interface RetentionPolicy {
@@ -23,6 +24,8 @@ export interface RetentionPolicy {
    * t × (1 − duty) / duty. Default 0.5 (a chunk, then a rest as long). 1: no rest.
    */
   duty?: number;
+  /** Write what each pass deletes to this archive first (archive/segments.ts); null: none. */
+  archiveDir?: string | null;
 }
 
 /** One pass: what asked for it, its horizons, and how far it got. */
@@ -57,6 +60,7 @@ export function retentionPolicy(p: RetentionPolicy): Required<RetentionPolicy> {
   const duty = p.duty ?? DEFAULT_DUTY;
   if (!(duty > 0 && duty <= 1)) throw new RangeError('duty must be above 0 and at most 1');
   return {
+    archiveDir: p.archiveDir ?? null,
     duty,
     roomsMs: p.roomsMs,
     eventsMs,
@@ -133,7 +137,15 @@ export class Retention {
       startedAt: now,
       ms: null,
       error: null,
-      result: { cutoffTs, eventsCutoffTs, rooms: 0, events: 0, otherEvents: 0, batches: 0 },
+      result: {
+        cutoffTs,
+        eventsCutoffTs,
+        rooms: 0,
+        events: 0,
+        otherEvents: 0,
+        batches: 0,
+        archived: policy.archiveDir !== null,
+      },
     };
     // Since the last chunk began: how long the writer just spent on retention.
     let mark = t0;
@@ -145,8 +157,10 @@ export class Retention {
     };
     const done = (async () => {
       try {
+        const dir = policy.archiveDir;
         pass.result = await this.journal.prune({
           pause,
+          ...(dir === null ? {} : { archive: (chunk) => archiveChunk(dir, chunk) }),
           cutoffTs,
           ...(eventsCutoffTs === null ? {} : { eventsCutoffTs }),
           chunkRooms: policy.chunkRooms,

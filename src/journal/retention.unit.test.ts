@@ -1,8 +1,10 @@
 /** Retention while serving, on the in-memory journal and a virtual clock. */
 import { describe, expect, it } from 'vitest';
 import { created } from '../../test/helpers/events.ts';
+import { tempDir } from '../../test/helpers/tmp.ts';
 import { silentLogger } from '../log.ts';
 import { VirtualClock } from '../ports/clock.ts';
+import { openArchiveReader } from './archive/segments.ts';
 import { MemoryDisk } from './memory/disk.ts';
 import { MemoryJournal } from './memory/journal.ts';
 import { Retention, retentionPolicy } from './retention.ts';
@@ -92,6 +94,25 @@ describe('journal retention while serving', () => {
     expect((await journal.verify()).ok).toBe(true);
   });
 
+  it('archives what it prunes first, when given a directory', async () => {
+    const { clock, journal, ended } = setUp();
+    const all = Promise.all([ended('a'), ended('b')]);
+    await settle(clock);
+    await all;
+    clock.advance(1000);
+    const dir = tempDir('pdctl-retention-archive-');
+    const retention = new Retention(journal, null, silentLogger, clock);
+    retention.runNow({ roomsMs: 500, archiveDir: dir });
+    await settle(clock);
+    expect(retention.status().last?.result.rooms).toBe(2);
+    const archived = openArchiveReader(dir);
+    expect((await archived.rooms({ limit: 10 })).rooms.map((r) => r.room).sort()).toEqual([
+      'a',
+      'b',
+    ]);
+    expect((await journal.rooms({ limit: 10 })).rooms).toEqual([]);
+  });
+
   it('fills in its defaults and refuses an events horizon shorter than the rooms one', () => {
     expect(retentionPolicy({ roomsMs: 300_000 })).toEqual({
       roomsMs: 300_000,
@@ -99,6 +120,7 @@ describe('journal retention while serving', () => {
       everyMs: 30_000,
       chunkRooms: 25,
       duty: 0.5,
+      archiveDir: null,
     });
     expect(retentionPolicy({ roomsMs: 7 * 86_400_000 }).everyMs).toBe(600_000);
     expect(retentionPolicy({ roomsMs: 60_000, eventsMs: null }).eventsMs).toBeNull();

@@ -3,6 +3,7 @@
  * composition root (`src/app/`) and the journal administration commands talks to this interface,
  * never to SQLite (`npm run arch` checks it), so that another backend can stand behind it.
  */
+import type { ArchiveChunk } from './archive/segments.ts';
 import type { EventInput, EventType, JournalEvent, JournalEventOf } from './events.ts';
 import type { RejectReason, Room } from './reducer.ts';
 import type { RoomState } from './states.ts';
@@ -192,6 +193,11 @@ export interface PruneOptions {
   onChunk?: (sofar: PruneResult) => void;
   /** Awaited between chunks: how a pass paces itself beside a serving load (retention.ts). */
   pause?: () => Promise<void>;
+  /**
+   * Each chunk is handed here before it is deleted, and deleted only once this resolves
+   * (archive/segments.ts writes it to the archive): archive before delete.
+   */
+  archive?: (chunk: ArchiveChunk) => void | Promise<void>;
 }
 
 export interface PruneResult {
@@ -204,6 +210,8 @@ export interface PruneResult {
   otherEvents: number;
   /** Transactions it took. */
   batches: number;
+  /** Whether what it deleted was archived first (`PruneOptions.archive`). */
+  archived: boolean;
 }
 
 /** What the journal takes on disk, and what is left there (what an alert predicts from). */

@@ -6,12 +6,14 @@
  * is tested beside it.
  */
 import { describe, expect, it } from 'vitest';
+import { archiveChunk, openArchiveReader } from '../../src/journal/archive/segments.ts';
 import { JournalError } from '../../src/journal/errors.ts';
 import type { EventInput, JournalEvent } from '../../src/journal/events.ts';
 import type { RoomFailureReason } from '../../src/journal/reasons.ts';
 import { LIVE_STATES } from '../../src/journal/states.ts';
 import { type Durability, type JournalStore, originFilter } from '../../src/journal/store.ts';
 import { created, lifecycle } from './events.ts';
+import { tempDir } from './tmp.ts';
 
 export interface ContractBackend {
   name: string;
@@ -444,6 +446,83 @@ export function journalContract(b: ContractBackend): void {
         const pruned = (await j.tail({ type: 'journal.pruned', limit: 1 }))[0];
         expect(pruned?.data).toMatchObject({ rooms: 0, otherEvents: 2, eventsCutoffTs });
         expect((await j.verify()).ok).toBe(true);
+      } finally {
+        await j.drain();
+      }
+    });
+
+    it('archives each chunk before it deletes it, the archive reads as a journal, and a late event waits for the next chunk', async () => {
+      const j = await fresh();
+      const dir = tempDir('pdctl-archive-');
+      try {
+        const old = 1_000_000;
+        for (let i = 0; i < 5; i++) {
+          await j.append(created(`old-${i}`, old));
+          await j.append({
+            type: 'room.aborted',
+            room: `old-${i}`,
+            source: 't',
+            ts: old + 1,
+            data: { reason: 'client_disconnect', source: 'client' },
+          });
+        }
+        await j.append({
+          type: 'engine.stalled',
+          engine: 'd0',
+          source: 'control',
+          ts: old,
+          data: { reason: 'no heartbeat for 3 s' },
+        });
+        const before = await j.timeline('old-0');
+        const refused = j.prune({
+          cutoffTs: old + 1000,
+          chunkRooms: 2,
+          archive: () => Promise.reject(new Error('archive disk full')),
+        });
+        await expect(refused, 'an archive that fails stops the prune').rejects.toThrow(
+          'archive disk full',
+        );
+        expect((await j.rooms({ limit: 10 })).rooms, 'nothing deleted unarchived').toHaveLength(5);
+        let late = false;
+        const r = await j.prune({
+          cutoffTs: old + 1000,
+          eventsCutoffTs: old + 1000,
+          chunkRooms: 2,
+          archive: async (chunk) => {
+            archiveChunk(dir, chunk);
+            if (!late && chunk.rooms.some((x) => x.room === 'old-0')) {
+              // A release arriving after the chunk was read: not deleted unarchived.
+              late = true;
+              await j.append({
+                type: 'room.released',
+                room: 'old-0',
+                engine: 'p0',
+                source: 'p0',
+                data: { pages: 0 },
+              });
+            }
+          },
+        });
+        expect(r).toMatchObject({ rooms: 5, events: 11, otherEvents: 1, archived: true });
+        const pruned = await j.tail({ type: 'journal.pruned', limit: 1 });
+        expect(pruned[0]?.data).toMatchObject({ rooms: 5, archived: true });
+        expect((await j.rooms({ limit: 10 })).rooms).toHaveLength(0);
+        expect((await j.verify()).ok).toBe(true);
+        const archived = openArchiveReader(dir);
+        const t = await archived.timeline('old-0');
+        expect(t.room).toMatchObject({ state: 'aborted', releasedBy: ['p0'], eventCount: 3 });
+        expect(t.room?.createdAt).toBe(before.room?.createdAt);
+        expect(t.events.map((e) => e.type)).toEqual([
+          'room.created',
+          'room.aborted',
+          'room.released',
+        ]);
+        expect(t.events.slice(0, 2)).toEqual(before.events);
+        expect((await archived.rooms({ limit: 10 })).rooms).toHaveLength(5);
+        expect((await archived.tail({ type: 'engine.stalled' })).map((e) => e.engine)).toEqual([
+          'd0',
+        ]);
+        expect((await archived.stats()).events).toBe(11 + 1);
       } finally {
         await j.drain();
       }

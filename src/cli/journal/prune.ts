@@ -6,6 +6,7 @@
  */
 import { openJournal, openJournalReader } from '../../app/journal.ts';
 import { UsageError } from '../../errors.ts';
+import { type ArchiveChunk, archiveChunk } from '../../journal/archive/segments.ts';
 import {
   DEFAULT_CHUNK_ROOMS,
   type RetentionPass,
@@ -41,7 +42,13 @@ export async function pruneCommand(opts: PruneOptions): Promise<number> {
   const chunk = Number(opts.chunk ?? (opts.url === undefined ? 500 : DEFAULT_CHUNK_ROOMS));
   if (!Number.isInteger(chunk) || chunk < 1 || chunk > 100_000)
     throw new UsageError('--chunk must be an integer from 1 to 100000');
-  if (opts.url !== undefined) return pruneOnServer(opts, chunk);
+  if (opts.url !== undefined) {
+    if (opts.archive !== undefined)
+      throw new UsageError(
+        '--archive with --url: the server archives where its own serve --archive says (GET /v1/admin/journal/prune shows it); leave --archive out',
+      );
+    return pruneOnServer(opts, chunk);
+  }
   const now = Date.now();
   const cutoffTs = now - age;
   const eventsCutoffTs = eventsAge === undefined ? undefined : now - eventsAge;
@@ -57,9 +64,11 @@ export async function pruneCommand(opts: PruneOptions): Promise<number> {
   }
   const journal = await openJournal({ path: opts.journal, create: false, log: silentLogger });
   try {
+    const dir = opts.archive;
     const r = await journal.prune({
       cutoffTs,
       ...(eventsCutoffTs === undefined ? {} : { eventsCutoffTs }),
+      ...(dir === undefined ? {} : { archive: (c: ArchiveChunk) => archiveChunk(dir, c) }),
       chunkRooms: chunk,
     });
     printResult(opts, r);

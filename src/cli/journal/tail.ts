@@ -1,11 +1,10 @@
 /** `pdctl journal tail`: the newest events, or the first from --since on; --follow keeps going. */
 
-import { openJournalReader } from '../../app/journal.ts';
 import { UsageError } from '../../errors.ts';
 import { EVENT_TYPES, type EventType, type JournalEvent } from '../../journal/events.ts';
 import type { TailFilter } from '../../journal/store.ts';
 import { formatTs, parseTime } from '../../time.ts';
-import { type CommonOptions, EXIT, note, print } from '../context.ts';
+import { type CommonOptions, EXIT, note, openReader, print } from '../context.ts';
 import { describeEvent } from '../describe.ts';
 import { streamLines, UnreachableError } from '../server.ts';
 
@@ -87,17 +86,22 @@ export async function tailCommand(opts: TailOptions): Promise<number> {
       return EXIT.unreachable;
     }
   }
-  return tailFile(opts.journal, filter, !!opts.follow, interval, emit);
+  if (opts.archive !== undefined && opts.follow)
+    throw new UsageError(
+      '--follow reads a live journal; an archive does not change: leave one out',
+    );
+  return tailFile(opts, filter, !!opts.follow, interval, emit);
 }
 
 async function tailFile(
-  path: string,
+  opts: TailOptions,
   filter: TailFilter,
   follow: boolean,
   interval: number,
   emit: (e: JournalEvent) => void,
 ): Promise<number> {
-  const reader = openJournalReader(path);
+  const path = opts.journal;
+  const reader = openReader(opts);
   try {
     // With --since the question is "what happened from then on": the first events after it.
     const first = await reader.tail({

@@ -118,6 +118,12 @@ export class MemoryDisk {
     return this.deleteEvents((ev) => left > 0 && this.isOther(ev, cutoffTs) && left-- > 0);
   }
 
+  /** Deletes these events (retention with an archive); returns how many. */
+  deleteSeqs(seqs: readonly number[]): number {
+    const gone = new Set(seqs);
+    return this.deleteEvents((ev) => gone.has(ev.seq));
+  }
+
   /** An event of no room in `rooms` before `cutoffTs`, not of the KEPT_TYPES (journal/prune.ts). */
   isOther(ev: JournalEvent, cutoffTs: number): boolean {
     return ev.ts < cutoffTs && !KEPT.has(ev.type) && (ev.room === null || !this.rooms.has(ev.room));

@@ -35,7 +35,7 @@ import type {
   Subscription,
 } from '../store.ts';
 import { SubscriptionHub } from '../subscriptions.ts';
-import type { MemoryDisk } from './disk.ts';
+import { copyEvent, copyRoom, type MemoryDisk } from './disk.ts';
 import type { TakeoverHow } from './leadership.ts';
 import { MemoryReader, prunable } from './reader.ts';
 
@@ -314,6 +314,36 @@ export class MemoryJournal extends MemoryReader implements JournalStore {
           await this.turn();
           this.live();
           return disk.deleteOthers(cutoffTs, limit);
+        },
+        archiving: {
+          pickRooms: (cutoffTs, limit) => {
+            const rooms = prunable(disk, cutoffTs).slice(0, limit).map(copyRoom);
+            const names = new Set(rooms.map((r) => r.room));
+            const events = disk.events.filter((e) => e.room !== null && names.has(e.room));
+            const chunk = { rooms, events: events.map(copyEvent) };
+            return Promise.resolve({ chunk, upToSeq: disk.lastSeq });
+          },
+          deleteRooms: async (names, upToSeq) => {
+            await this.turn();
+            this.live();
+            const newer = new Set(
+              disk.events.filter((e) => e.seq > upToSeq && e.room !== null).map((e) => e.room),
+            );
+            const gone = names.filter((n) => !newer.has(n));
+            return { rooms: gone.length, events: disk.deleteRooms(gone) };
+          },
+          pickOthers: (cutoffTs, limit) =>
+            Promise.resolve(
+              disk.events
+                .filter((e) => disk.isOther(e, cutoffTs))
+                .slice(0, limit)
+                .map(copyEvent),
+            ),
+          deleteEvents: async (seqs) => {
+            await this.turn();
+            this.live();
+            return disk.deleteSeqs(seqs);
+          },
         },
       },
     );

@@ -307,6 +307,40 @@ export class PgBatchWriter {
     );
   }
 
+  /** Deletes these rooms and their events, each only if none of its events is newer than `upToSeq`. */
+  async pruneNamedRooms(
+    c: pg.ClientBase,
+    rooms: string[],
+    upToSeq: number,
+  ): Promise<{ rooms: number; events: number }> {
+    const gone = await this.fencedTx(c, async () => {
+      const ok = (
+        await c.query<{ room: string }>(
+          `SELECT room FROM rooms r WHERE room = ANY($1::text[]) AND terminal_at IS NOT NULL
+             AND NOT EXISTS (SELECT 1 FROM events e WHERE e.room = r.room AND e.seq > $2)
+           FOR UPDATE`,
+          [rooms, upToSeq],
+        )
+      ).rows.map((r) => r.room);
+      if (ok.length === 0) return { rooms: ok, events: 0 };
+      const events =
+        (await c.query('DELETE FROM events WHERE room = ANY($1::text[])', [ok])).rowCount ?? 0;
+      await c.query('DELETE FROM rooms WHERE room = ANY($1::text[])', [ok]);
+      return { rooms: ok, events };
+    });
+    for (const n of gone.rooms) this.cache.delete(n);
+    return { rooms: gone.rooms.length, events: gone.events };
+  }
+
+  /** Deletes these events (retention with an archive: exactly those archived), fenced by term. */
+  pruneSeqs(c: pg.ClientBase, seqs: number[]): Promise<number> {
+    return this.fencedTx(
+      c,
+      async () =>
+        (await c.query('DELETE FROM events WHERE seq = ANY($1::bigint[])', [seqs])).rowCount ?? 0,
+    );
+  }
+
   /** `body` in one transaction that commits only while this term leads. */
   private async fencedTx<T>(c: pg.ClientBase, body: () => Promise<T>): Promise<T> {
     await c.query('BEGIN');

@@ -398,6 +398,13 @@ export class PgJournal extends PgReader implements JournalStore {
           this.onWriter((c) => this.batches.pruneChunk(c, cutoffTs, limit)),
         others: (cutoffTs, limit) =>
           this.onWriter((c) => this.batches.pruneOthers(c, cutoffTs, limit)),
+        archiving: {
+          pickRooms: (cutoffTs, limit) => this.pruneCandidates(cutoffTs, limit),
+          deleteRooms: (rooms, upToSeq) =>
+            this.onWriter((c) => this.batches.pruneNamedRooms(c, rooms, upToSeq)),
+          pickOthers: (cutoffTs, limit) => this.otherCandidates(cutoffTs, limit),
+          deleteEvents: (seqs) => this.onWriter((c) => this.batches.pruneSeqs(c, seqs)),
+        },
       },
     );
     await this.queue.recordPruned(result);

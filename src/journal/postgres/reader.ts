@@ -3,6 +3,7 @@
  * with each other (verify, an engine's backlog) run in one REPEATABLE READ transaction.
  */
 import pg from 'pg';
+import type { ArchiveChunk } from '../archive/segments.ts';
 import type { EventType, JournalEvent, JournalEventOf } from '../events.ts';
 import { keptTypes } from '../prune.ts';
 import {
@@ -248,6 +249,42 @@ export class PgReader implements JournalReader {
         leaders,
       };
     });
+  }
+
+  /** Retention with an archive (journal/prune.ts): the next chunk of rooms, read in one snapshot. */
+  pruneCandidates(
+    cutoffTs: number,
+    limit: number,
+  ): Promise<{ chunk: ArchiveChunk; upToSeq: number }> {
+    return this.snapshot(async (c) => {
+      const rooms = (
+        await c.query<RoomRow>(
+          `SELECT * FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < $1
+           ORDER BY terminal_at LIMIT $2`,
+          [cutoffTs, limit],
+        )
+      ).rows.map(rowToRoom);
+      const events = (
+        await c.query<EventRow>('SELECT * FROM events WHERE room = ANY($1::text[]) ORDER BY seq', [
+          rooms.map((r) => r.room),
+        ])
+      ).rows.map(rowToEvent);
+      const [head] = (
+        await c.query<{ head: number }>('SELECT coalesce(max(seq), 0) AS head FROM events')
+      ).rows;
+      return { chunk: { rooms, events }, upToSeq: head?.head ?? 0 };
+    });
+  }
+
+  /** Retention with an archive: the next events of no room before `cutoffTs`. */
+  async otherCandidates(cutoffTs: number, limit: number): Promise<JournalEvent[]> {
+    const rows = await this.query<EventRow>({
+      sql: `SELECT * FROM events e WHERE ts < ? AND type NOT IN (${keptTypes()})
+              AND (room IS NULL OR NOT EXISTS (SELECT 1 FROM rooms r WHERE r.room = e.room))
+            ORDER BY ts LIMIT ?`,
+      params: [cutoffTs, limit],
+    });
+    return rows.map(rowToEvent);
   }
 
   async diskUsage(): Promise<JournalDisk> {

@@ -220,6 +220,34 @@ export class BatchWriter {
       .immediate();
   }
 
+  /** Deletes these rooms and their events, each only if none of its events is newer than `upToSeq`. */
+  pruneNamedRooms(rooms: readonly string[], upToSeq: number): { rooms: number; events: number } {
+    this.pruning ??= this.preparePrune();
+    const { newer, delEvents, delRoom } = this.pruning;
+    return this.db
+      .transaction(() => {
+        let deleted = 0;
+        let events = 0;
+        for (const room of rooms) {
+          if (newer.get(room, upToSeq) !== undefined) continue;
+          events += delEvents.run(room).changes;
+          deleted += delRoom.run(room).changes;
+          this.cache.delete(room);
+        }
+        return { rooms: deleted, events };
+      })
+      .immediate();
+  }
+
+  /** Deletes these events (retention with an archive: exactly those archived). */
+  pruneSeqs(seqs: readonly number[]): number {
+    this.pruning ??= this.preparePrune();
+    const { delSeq } = this.pruning;
+    return this.db
+      .transaction(() => seqs.reduce((n, seq) => n + delSeq.run(seq).changes, 0))
+      .immediate();
+  }
+
   /** Deletes up to `limit` events of no room before `cutoffTs`, KEPT_TYPES excepted. */
   pruneEvents(cutoffTs: number, limit: number): number {
     this.pruning ??= this.preparePrune();
@@ -235,6 +263,8 @@ export class BatchWriter {
       ),
       delEvents: this.db.prepare('DELETE FROM events WHERE room = ?'),
       delRoom: this.db.prepare('DELETE FROM rooms WHERE room = ? AND terminal_at IS NOT NULL'),
+      newer: this.db.prepare('SELECT 1 FROM events WHERE room = ? AND seq > ? LIMIT 1'),
+      delSeq: this.db.prepare('DELETE FROM events WHERE seq = ?'),
       // Rejection records of rooms that never existed have a room but no row: they go too.
       delOthers: this.db.prepare(
         `DELETE FROM events WHERE seq IN (

@@ -216,6 +216,12 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
         rooms: (cutoffTs, limit) => pruned({ op: 'prune_rooms', cutoffTs, limit }),
         others: async (cutoffTs, limit) =>
           (await pruned({ op: 'prune_events', cutoffTs, limit })).events,
+        archiving: {
+          pickRooms: (cutoffTs, limit) => this.pruneCandidates(cutoffTs, limit),
+          deleteRooms: (rooms, upToSeq) => pruned({ op: 'prune_named_rooms', rooms, upToSeq }),
+          pickOthers: (cutoffTs, limit) => this.otherCandidates(cutoffTs, limit),
+          deleteEvents: async (seqs) => (await pruned({ op: 'prune_seqs', seqs })).events,
+        },
       },
     );
     await this.queue.recordPruned(result);

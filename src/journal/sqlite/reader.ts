@@ -5,6 +5,7 @@
 import { statfsSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type Database from 'better-sqlite3';
+import type { ArchiveChunk } from '../archive/segments.ts';
 import type { EventType, JournalEvent, JournalEventOf } from '../events.ts';
 import { keptTypes } from '../prune.ts';
 import {
@@ -212,6 +213,42 @@ export class SqliteReader implements JournalReader {
   }
 
   /** What `prune` would delete: terminal rooms that ended before the cut-off, and their events. */
+  /** Retention with an archive (journal/prune.ts): the next chunk of rooms, read in one snapshot. */
+  pruneCandidates(
+    cutoffTs: number,
+    limit: number,
+  ): Promise<{ chunk: ArchiveChunk; upToSeq: number }> {
+    return this.read(() => {
+      const rooms = (
+        this.db
+          .prepare(
+            `SELECT * FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?
+             ORDER BY terminal_at LIMIT ?`,
+          )
+          .all(cutoffTs, limit) as RoomRow[]
+      ).map(rowToRoom);
+      const byRoom = this.db.prepare('SELECT * FROM events WHERE room = ? ORDER BY seq');
+      const events = rooms.flatMap((r) => (byRoom.all(r.room) as EventRow[]).map(rowToEvent));
+      const upToSeq = this.db.prepare('SELECT coalesce(max(seq), 0) FROM events').pluck().get();
+      return { chunk: { rooms, events }, upToSeq: upToSeq as number };
+    });
+  }
+
+  /** Retention with an archive: the next events of no room before `cutoffTs`. */
+  otherCandidates(cutoffTs: number, limit: number): Promise<JournalEvent[]> {
+    return this.read(() =>
+      (
+        this.db
+          .prepare(
+            `SELECT * FROM events e WHERE ts < ? AND type NOT IN (${keptTypes()})
+               AND (room IS NULL OR NOT EXISTS (SELECT 1 FROM rooms r WHERE r.room = e.room))
+             ORDER BY ts LIMIT ?`,
+          )
+          .all(cutoffTs, limit) as EventRow[]
+      ).map(rowToEvent),
+    );
+  }
+
   diskUsage(): Promise<JournalDisk> {
     let freeBytes: number | null = null;
     try {

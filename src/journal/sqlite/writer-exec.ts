@@ -44,6 +44,10 @@ export function executeOp(w: OpenedWriter, req: WriterOp): WriterResult {
       return {};
     case 'prune_rooms':
       return { pruned: (w.writer as BatchWriter).pruneRooms(req.cutoffTs, req.limit) };
+    case 'prune_named_rooms':
+      return { pruned: (w.writer as BatchWriter).pruneNamedRooms(req.rooms, req.upToSeq) };
+    case 'prune_seqs':
+      return { pruned: { rooms: 0, events: (w.writer as BatchWriter).pruneSeqs(req.seqs) } };
     case 'prune_events':
       return {
         pruned: {

@@ -20,6 +20,9 @@ export type WriterOp =
   /** One transaction of retention each (journal/prune.ts runs them in turn). */
   | { op: 'prune_rooms'; cutoffTs: number; limit: number }
   | { op: 'prune_events'; cutoffTs: number; limit: number }
+  /** With an archive: exactly what was read and archived. */
+  | { op: 'prune_named_rooms'; rooms: string[]; upToSeq: number }
+  | { op: 'prune_seqs'; seqs: number[] }
   | { op: 'checkpoint' }
   | { op: 'close' }
   /** Drills only: cap the database at `pages` pages (null: lift the cap), as a full disk would. */
