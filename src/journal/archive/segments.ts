@@ -52,8 +52,8 @@ export function archiveChunk(dir: string, chunk: ArchiveChunk, now = Date.now())
   const byHour = new Map<string, ArchiveChunk>();
   const into = (ts: number) => {
     const name = segmentName(ts);
-    let c = byHour.get(name);
-    if (!c) byHour.set(name, (c = { rooms: [], events: [] }));
+    const c = byHour.get(name) ?? { rooms: [], events: [] };
+    byHour.set(name, c);
     return c;
   };
   const hourOf = new Map<string, number>();
