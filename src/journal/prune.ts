@@ -4,9 +4,8 @@
  * The loop awaits between chunks, so a control plane's appends take their turn on the writer
  * after each one: a prune of a million rooms never holds the writer for longer than a chunk.
  */
-import type { ArchiveChunk } from './archive/segments.ts';
 import type { JournalEvent } from './events.ts';
-import type { PruneOptions, PruneResult } from './store.ts';
+import type { ArchiveChunk, PruneOptions, PruneResult } from './store.ts';
 
 /**
  * Events of no room that are kept past the events horizon: a control plane rebuilds its engines'

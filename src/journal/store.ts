@@ -3,7 +3,6 @@
  * composition root (`src/app/`) and the journal administration commands talks to this interface,
  * never to SQLite (`npm run arch` checks it), so that another backend can stand behind it.
  */
-import type { ArchiveChunk } from './archive/segments.ts';
 import type { EventInput, EventType, JournalEvent, JournalEventOf } from './events.ts';
 import type { RejectReason, Room } from './reducer.ts';
 import type { RoomState } from './states.ts';
@@ -212,6 +211,12 @@ export interface PruneResult {
   batches: number;
   /** Whether what it deleted was archived first (`PruneOptions.archive`). */
   archived: boolean;
+}
+
+/** What one chunk of retention deletes: rooms with every event of theirs, or events of no room. */
+export interface ArchiveChunk {
+  rooms: Room[];
+  events: JournalEvent[];
 }
 
 /** What the journal takes on disk, and what is left there (what an alert predicts from). */

@@ -6,13 +6,13 @@
  */
 import { openJournal, openJournalReader } from '../../app/journal.ts';
 import { UsageError } from '../../errors.ts';
-import { type ArchiveChunk, archiveChunk } from '../../journal/archive/segments.ts';
+import { archiveChunk } from '../../journal/archive/segments.ts';
 import {
   DEFAULT_CHUNK_ROOMS,
   type RetentionPass,
   type RetentionStatus,
 } from '../../journal/retention.ts';
-import type { PrunableCount, PruneResult } from '../../journal/store.ts';
+import type { ArchiveChunk, PrunableCount, PruneResult } from '../../journal/store.ts';
 import { silentLogger } from '../../log.ts';
 import { formatTs, parseDuration } from '../../time.ts';
 import { type CommonOptions, EXIT, print, printJson } from '../context.ts';

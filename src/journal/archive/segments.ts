@@ -28,16 +28,10 @@ import type { JournalEvent } from '../events.ts';
 import { MemoryDisk } from '../memory/disk.ts';
 import { MemoryReader } from '../memory/reader.ts';
 import type { Room } from '../reducer.ts';
-import type { JournalReader } from '../store.ts';
+import type { ArchiveChunk, JournalReader } from '../store.ts';
 
 export const ARCHIVE_VERSION = 1;
 const NAME = /^pdctl-archive-(\d{4}-\d{2}-\d{2}T\d{2})\.jsonl\.gz$/;
-
-/** What one chunk of retention deletes: rooms with every event of theirs, or events of no room. */
-export interface ArchiveChunk {
-  rooms: Room[];
-  events: JournalEvent[];
-}
 
 /** The segment a time falls in: its UTC hour. */
 export function segmentName(ts: number): string {

@@ -3,7 +3,6 @@
  * with each other (verify, an engine's backlog) run in one REPEATABLE READ transaction.
  */
 import pg from 'pg';
-import type { ArchiveChunk } from '../archive/segments.ts';
 import type { EventType, JournalEvent, JournalEventOf } from '../events.ts';
 import { keptTypes } from '../prune.ts';
 import {
@@ -20,6 +19,7 @@ import {
 import { type EventRow, ROOM_COLUMNS, type RoomRow, rowToEvent, rowToRoom } from '../rows.ts';
 import type { RoomState } from '../states.ts';
 import type {
+  ArchiveChunk,
   EngineBacklog,
   JournalDisk,
   JournalReader,

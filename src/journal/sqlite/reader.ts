@@ -5,7 +5,6 @@
 import { statfsSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type Database from 'better-sqlite3';
-import type { ArchiveChunk } from '../archive/segments.ts';
 import type { EventType, JournalEvent, JournalEventOf } from '../events.ts';
 import { keptTypes } from '../prune.ts';
 import {
@@ -21,6 +20,7 @@ import {
 import { type EventRow, type RoomRow, rowToEvent, rowToRoom } from '../rows.ts';
 import type { RoomState } from '../states.ts';
 import type {
+  ArchiveChunk,
   EngineBacklog,
   JournalDisk,
   JournalReader,
