@@ -9,7 +9,7 @@ import type { ControlPlaneOptions } from '../control/options.ts';
 import { Retention, type RetentionPolicy } from '../journal/retention.ts';
 import type { Durability } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
-import { systemClock } from '../ports/clock.ts';
+import { stepTimer, systemClock } from '../ports/clock.ts';
 import { engineExited } from '../recovery/exits.ts';
 import { EscalationLadder } from '../recovery/ladder.ts';
 import type { LadderPolicy } from '../recovery/ladder-decide.ts';
@@ -35,15 +35,20 @@ export interface ControlPlaneOnDisk extends Omit<ControlPlaneOptions, 'journal'>
 export async function openControlPlane(
   options: ControlPlaneOnDisk,
 ): Promise<{ control: ControlPlane; journal: ControlJournal }> {
-  const journal = await openJournal({
-    path: options.journalPath,
-    durability: options.durability,
-    log: options.log,
-    leadership: options.leadership,
-    announce: { source: 'control', version: options.version },
-  });
+  const { took, time } = stepTimer(options.clock ?? systemClock);
+  const journal = await time('journalOpenMs', () =>
+    openJournal({
+      path: options.journalPath,
+      durability: options.durability,
+      log: options.log,
+      leadership: options.leadership,
+      announce: { source: 'control', version: options.version },
+    }),
+  );
   // On failure, start drains the journal it was given.
-  return { control: await ControlPlane.start({ ...options, journal }), journal };
+  const control = await ControlPlane.start({ ...options, journal });
+  control.startup = { ...control.startup, took: { ...took, ...control.startup.took } };
+  return { control, journal };
 }
 
 export interface StackOptions extends Omit<ControlPlaneOnDisk, 'admission'> {

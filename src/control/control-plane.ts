@@ -1,11 +1,9 @@
 /**
- * The control plane: wiring and orchestration of the parts in src/control/. It builds them in one
- * step — the room book (room-book.ts), intake (intake.ts: a request to a room), the engine links
- * (engine-link.ts: hellos, replay, delivery; appends.ts: engine appends), migration
- * (migration.ts), aborts and the journal-outage answerer — folds every committed room event into
- * the book and hands it on, relays token chunks to the client streams, and shows engines as
- * frozen views (engine-view.ts) with one liveness rule. `ControlPlane.start` is what the
- * composition root (src/app/) builds the stack on.
+ * The control plane: wiring and orchestration of the parts in src/control/ — the room book
+ * (room-book.ts), intake (intake.ts), the engine links (engine-link.ts, appends.ts), migration,
+ * aborts and the journal-outage answerer. It folds every committed room event into the book and
+ * hands it on, relays token chunks to the client streams, and shows engines as frozen views
+ * (engine-view.ts) with one liveness rule. The composition root (src/app/) starts it here.
  */
 
 import type { CommandName } from '../bus/protocol.ts';
@@ -16,7 +14,7 @@ import type { AppendResult, JournalHealth, JournalStore, Subscription } from '..
 import type { Logger } from '../log.ts';
 import { DeterministicModel } from '../model/deterministic.ts';
 import type { ModelInfo } from '../model/executor.ts';
-import { type Clock, systemClock, type Timer } from '../ports/clock.ts';
+import { type Clock, stepTimer, systemClock, type Timer } from '../ports/clock.ts';
 import { systemIds } from '../ports/ids.ts';
 import { Aborts } from './aborts.ts';
 import { AppendRelay } from './appends.ts';
@@ -51,6 +49,7 @@ import { RoomEndedError, type RoomStream } from './streams.ts';
 import { relayTokens } from './tokens.ts';
 
 type Resolved = ControlDefaults & ControlPlaneOptions;
+const emptyStartup = { orphansFailed: 0, took: {} };
 type RoomListener = (before: Room | null, after: Room, ev: JournalEvent) => void;
 
 export class ControlPlane {
@@ -66,8 +65,8 @@ export class ControlPlane {
   readonly bus: BusServer;
   /** Chooses each new room's pair, by the prefix index folded from the journal. */
   readonly router: Router;
-  /** Rooms the previous control plane left in flight, failed at this start (`orphaned_by_restart`). */
-  orphansFailed = 0;
+  /** Rooms the previous one left in flight, failed now; how long each rebuild step took (ms). */
+  startup: { orphansFailed: number; took: Readonly<Record<string, number>> } = emptyStartup;
   private readonly options: Resolved;
   private readonly model: ModelInfo;
   private readonly log: Logger;
@@ -154,15 +153,17 @@ export class ControlPlane {
   static async start(options: ControlPlaneOptions): Promise<ControlPlane> {
     const { journal } = options;
     const cp = new ControlPlane(journal, options);
+    const { took, time: step } = stepTimer(cp.clock);
     try {
-      const { inFlight: orphans, all: left } = await roomsLeft(journal);
+      const { inFlight: orphans, all: left } = await step('roomsMs', () => roomsLeft(journal));
       const head = await journal.headSeq();
       cp.link.startSeq = head;
-      await cp.book.load(journal, left, head);
-      await cp.router.rebuild(journal, head);
-      await cp.registry.cordons.rebuild(journal, head);
+      await step('bookMs', () => cp.book.load(journal, left, head));
+      await step('prefixIndexMs', () => cp.router.rebuild(journal, head));
+      await step('cordonsMs', () => cp.registry.cordons.rebuild(journal, head));
       cp.subscription = journal.subscribe(head, (ev) => cp.onCommitted(ev));
-      cp.orphansFailed = await failOrphans(journal, orphans, cp.log);
+      const orphansFailed = await step('orphansMs', () => failOrphans(journal, orphans, cp.log));
+      cp.startup = { orphansFailed, took };
       await cp.bus.listen(cp.handlers());
       const every = (ms: number, f: () => void) =>
         cp.timers.push(cp.clock.setInterval(f, ms).unref());

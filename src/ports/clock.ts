@@ -29,6 +29,25 @@ export interface Clock {
   clear(timer: Timer | undefined | null): void;
 }
 
+/** Times async steps by name on `clock`: `await time('bookMs', () => …)`; `took` holds each. */
+export function stepTimer(clock: Clock): {
+  took: Record<string, number>;
+  time<T>(name: string, f: () => Promise<T>): Promise<T>;
+} {
+  const took: Record<string, number> = {};
+  return {
+    took,
+    async time(name, f) {
+      const t0 = clock.monotonic();
+      try {
+        return await f();
+      } finally {
+        took[name] = Math.round(clock.monotonic() - t0);
+      }
+    },
+  };
+}
+
 /** The process's clock: Date.now(), performance.now() and Node's timers. */
 export const systemClock: Clock = Object.freeze({
   now: () => Date.now(),
