@@ -48,9 +48,14 @@ export interface ArchivingSteps {
 /** Events of no room deleted per transaction, for each room a rooms' chunk may hold. */
 const EVENTS_PER_ROOM = 10;
 
+/**
+ * Runs the steps chunk by chunk and hands what was deleted to `record` (the backend journals
+ * `journal.pruned`) — also when a chunk fails midway, so that no gap goes unexplained.
+ */
 export async function pruneInChunks(
   opts: PruneOptions & { chunkRooms: number },
   steps: PruneSteps,
+  record: (result: PruneResult) => Promise<void>,
 ): Promise<PruneResult> {
   const result: PruneResult = {
     cutoffTs: opts.cutoffTs,
@@ -90,22 +95,28 @@ export async function pruneInChunks(
     await archive({ rooms: [], events });
     return steps.archiving.deleteEvents(events.map((e) => e.seq));
   };
-  while (await next()) {
-    const chunk = await rooms();
-    if (chunk === null) break;
-    result.rooms += chunk.rooms;
-    result.events += chunk.events;
-    result.batches += 1;
-    opts.onChunk?.({ ...result });
+  const { eventsCutoffTs } = opts;
+  try {
+    while (await next()) {
+      const chunk = await rooms();
+      if (chunk === null) break;
+      result.rooms += chunk.rooms;
+      result.events += chunk.events;
+      result.batches += 1;
+      opts.onChunk?.({ ...result });
+    }
+    const limit = opts.chunkRooms * EVENTS_PER_ROOM;
+    while (eventsCutoffTs !== undefined && (await next())) {
+      const deleted = await others(eventsCutoffTs, limit);
+      if (deleted === null) break;
+      result.otherEvents += deleted;
+      result.batches += 1;
+      opts.onChunk?.({ ...result });
+    }
+  } catch (err) {
+    await record(result).catch(() => {});
+    throw err;
   }
-  if (opts.eventsCutoffTs === undefined) return result;
-  const limit = opts.chunkRooms * EVENTS_PER_ROOM;
-  while (await next()) {
-    const deleted = await others(opts.eventsCutoffTs, limit);
-    if (deleted === null) break;
-    result.otherEvents += deleted;
-    result.batches += 1;
-    opts.onChunk?.({ ...result });
-  }
+  await record(result);
   return result;
 }

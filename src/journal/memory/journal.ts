@@ -298,7 +298,7 @@ export class MemoryJournal extends MemoryReader implements JournalStore {
   async prune(opts: PruneOptions): Promise<PruneResult> {
     const chunkRooms = checkPrune(opts);
     const { disk } = this;
-    const result = await pruneInChunks(
+    return pruneInChunks(
       { ...opts, chunkRooms },
       {
         // Each chunk on a turn of its own, as a writer's transaction: appends commit between.
@@ -346,9 +346,8 @@ export class MemoryJournal extends MemoryReader implements JournalStore {
           },
         },
       },
+      (r) => this.queue.recordPruned(r),
     );
-    await this.queue.recordPruned(result);
-    return result;
   }
 
   private turn(): Promise<void> {

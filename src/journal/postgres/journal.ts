@@ -391,7 +391,7 @@ export class PgJournal extends PgReader implements JournalStore {
   async prune(opts: PruneOptions): Promise<PruneResult> {
     const chunkRooms = checkPrune(opts);
     // One chunk per turn on the writing session, so appends interleave with a long prune.
-    const result = await pruneInChunks(
+    return pruneInChunks(
       { ...opts, chunkRooms },
       {
         rooms: (cutoffTs, limit) =>
@@ -406,9 +406,8 @@ export class PgJournal extends PgReader implements JournalStore {
           deleteEvents: (seqs) => this.onWriter((c) => this.batches.pruneSeqs(c, seqs)),
         },
       },
+      (r) => this.queue.recordPruned(r),
     );
-    await this.queue.recordPruned(result);
-    return result;
   }
 
   health(): JournalHealth {

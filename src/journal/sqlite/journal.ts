@@ -210,7 +210,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
     const chunkRooms = checkPrune(opts);
     const pruned = async (op: WriterOp) => (await this.writer.run(op)).pruned ?? none;
     const none = { rooms: 0, events: 0 };
-    const result = await pruneInChunks(
+    return pruneInChunks(
       { ...opts, chunkRooms },
       {
         rooms: (cutoffTs, limit) => pruned({ op: 'prune_rooms', cutoffTs, limit }),
@@ -223,9 +223,8 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
           deleteEvents: async (seqs) => (await pruned({ op: 'prune_seqs', seqs })).events,
         },
       },
+      (r) => this.queue.recordPruned(r),
     );
-    await this.queue.recordPruned(result);
-    return result;
   }
 
   health(): JournalHealth {
