@@ -357,6 +357,20 @@ export function journalContract(b: ContractBackend): void {
   });
 
   describe(`${b.name} journal: retention`, () => {
+    /** Rooms `old-0` … that were created at `ts` and aborted a millisecond later. */
+    const endedRooms = async (j: JournalStore, n: number, ts: number) => {
+      for (let i = 0; i < n; i++) {
+        await j.append(created(`old-${i}`, ts));
+        await j.append({
+          type: 'room.aborted',
+          room: `old-${i}`,
+          source: 't',
+          ts: ts + 1,
+          data: { reason: 'client_disconnect', source: 'client' },
+        });
+      }
+    };
+
     it('deletes whole terminal rooms older than the cut-off in chunks, never a live room, and stays consistent', async () => {
       const j = await fresh();
       try {
@@ -456,16 +470,7 @@ export function journalContract(b: ContractBackend): void {
       const dir = tempDir('pdctl-archive-');
       try {
         const old = 1_000_000;
-        for (let i = 0; i < 5; i++) {
-          await j.append(created(`old-${i}`, old));
-          await j.append({
-            type: 'room.aborted',
-            room: `old-${i}`,
-            source: 't',
-            ts: old + 1,
-            data: { reason: 'client_disconnect', source: 'client' },
-          });
-        }
+        await endedRooms(j, 5, old);
         await j.append({
           type: 'engine.stalled',
           engine: 'd0',
@@ -539,16 +544,7 @@ export function journalContract(b: ContractBackend): void {
       const j = await fresh();
       try {
         const old = 1_000_000;
-        for (let i = 0; i < 30; i++) {
-          await j.append(created(`old-${i}`, old));
-          await j.append({
-            type: 'room.aborted',
-            room: `old-${i}`,
-            source: 't',
-            ts: old + 1,
-            data: { reason: 'client_disconnect', source: 'client' },
-          });
-        }
+        await endedRooms(j, 30, old);
         const order: string[] = [];
         const pruning = j
           .prune({ cutoffTs: old + 1000, chunkRooms: 1 })
