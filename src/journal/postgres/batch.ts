@@ -277,17 +277,27 @@ export class PgBatchWriter {
          ORDER BY terminal_at LIMIT $2 FOR UPDATE`,
         [cutoffTs, chunkRooms],
       );
-      const rooms = picked.rows.map((r) => r.room);
-      if (rooms.length === 0) return { rooms, events: 0 };
-      const events =
-        (await c.query('DELETE FROM events WHERE room = ANY($1::text[])', [rooms])).rowCount ?? 0;
-      await c.query('DELETE FROM rooms WHERE room = ANY($1::text[]) AND terminal_at IS NOT NULL', [
-        rooms,
-      ]);
-      return { rooms, events };
+      return this.deleteRooms(
+        c,
+        picked.rows.map((r) => r.room),
+      );
     });
     for (const n of names.rooms) this.cache.delete(n);
     return { rooms: names.rooms.length, events: names.events };
+  }
+
+  /** Inside a fenced transaction: these terminal rooms (locked) and every event of theirs. */
+  private async deleteRooms(
+    c: pg.ClientBase,
+    rooms: string[],
+  ): Promise<{ rooms: string[]; events: number }> {
+    if (rooms.length === 0) return { rooms, events: 0 };
+    const events =
+      (await c.query('DELETE FROM events WHERE room = ANY($1::text[])', [rooms])).rowCount ?? 0;
+    await c.query('DELETE FROM rooms WHERE room = ANY($1::text[]) AND terminal_at IS NOT NULL', [
+      rooms,
+    ]);
+    return { rooms, events };
   }
 
   /** Deletes up to `limit` events of no room before `cutoffTs` (journal/prune.ts), fenced by term. */
@@ -322,11 +332,7 @@ export class PgBatchWriter {
           [rooms, upToSeq],
         )
       ).rows.map((r) => r.room);
-      if (ok.length === 0) return { rooms: ok, events: 0 };
-      const events =
-        (await c.query('DELETE FROM events WHERE room = ANY($1::text[])', [ok])).rowCount ?? 0;
-      await c.query('DELETE FROM rooms WHERE room = ANY($1::text[])', [ok]);
-      return { rooms: ok, events };
+      return this.deleteRooms(c, ok);
     });
     for (const n of gone.rooms) this.cache.delete(n);
     return { rooms: gone.rooms.length, events: gone.events };

@@ -205,38 +205,33 @@ export class BatchWriter {
    */
   pruneRooms(cutoffTs: number, limit: number): { rooms: number; events: number } {
     this.pruning ??= this.preparePrune();
-    const { pick, delEvents, delRoom } = this.pruning;
+    const { pick } = this.pruning;
     return this.db
-      .transaction(() => {
-        const rooms = pick.pluck().all(cutoffTs, limit) as string[];
-        let events = 0;
-        for (const room of rooms) {
-          events += delEvents.run(room).changes;
-          delRoom.run(room);
-          this.cache.delete(room);
-        }
-        return { rooms: rooms.length, events };
-      })
+      .transaction(() => this.deleteRooms(pick.pluck().all(cutoffTs, limit) as string[], null))
       .immediate();
   }
 
   /** Deletes these rooms and their events, each only if none of its events is newer than `upToSeq`. */
   pruneNamedRooms(rooms: readonly string[], upToSeq: number): { rooms: number; events: number } {
+    return this.db.transaction(() => this.deleteRooms(rooms, upToSeq)).immediate();
+  }
+
+  /** Inside a transaction: terminal rooms with every event of theirs (none newer than `upToSeq`). */
+  private deleteRooms(
+    rooms: readonly string[],
+    upToSeq: number | null,
+  ): { rooms: number; events: number } {
     this.pruning ??= this.preparePrune();
     const { newer, delEvents, delRoom } = this.pruning;
-    return this.db
-      .transaction(() => {
-        let deleted = 0;
-        let events = 0;
-        for (const room of rooms) {
-          if (newer.get(room, upToSeq) !== undefined) continue;
-          events += delEvents.run(room).changes;
-          deleted += delRoom.run(room).changes;
-          this.cache.delete(room);
-        }
-        return { rooms: deleted, events };
-      })
-      .immediate();
+    let deleted = 0;
+    let events = 0;
+    for (const room of rooms) {
+      if (upToSeq !== null && newer.get(room, upToSeq) !== undefined) continue;
+      events += delEvents.run(room).changes;
+      deleted += delRoom.run(room).changes;
+      this.cache.delete(room);
+    }
+    return { rooms: deleted, events };
   }
 
   /** Deletes these events (retention with an archive: exactly those archived). */
