@@ -136,7 +136,10 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
         { name: 'serving', description: 'OpenAI-compatible completions' },
         { name: 'queries', description: 'Rooms, journal, engines' },
         { name: 'health', description: 'Liveness, readiness, canary' },
-        { name: 'operations', description: 'Aborts, recovery commands, cordons and journal retention' },
+        {
+          name: 'operations',
+          description: 'Aborts, recovery commands, cordons and journal retention',
+        },
       ],
       components: {
         securitySchemes: {
