@@ -61,6 +61,7 @@ const Status = Type.Object(
     policy: Type.Union([Type.Object({}, { additionalProperties: true }), Type.Null()]),
     running: Type.Union([Pass, Type.Null()]),
     last: Type.Union([Pass, Type.Null()]),
+    lastByOperator: Type.Union([Pass, Type.Null()]),
     totals: Type.Object({}, { additionalProperties: true }),
   },
   { additionalProperties: true },

@@ -42,6 +42,8 @@ export interface RetentionStatus {
   policy: Required<RetentionPolicy> | null;
   running: RetentionPass | null;
   last: RetentionPass | null;
+  /** The last pass an operator asked for (a scheduled one may have run since). */
+  lastByOperator: RetentionPass | null;
   /** Since this control plane started. */
   totals: { passes: number; rooms: number; events: number; otherEvents: number };
 }
@@ -74,6 +76,7 @@ export class Retention {
   private timer: Timer | null = null;
   private running: { pass: RetentionPass; done: Promise<RetentionPass> } | null = null;
   private last: RetentionPass | null = null;
+  private lastByOperator: RetentionPass | null = null;
   private readonly stopping = new AbortController();
   private readonly totals = { passes: 0, rooms: 0, events: 0, otherEvents: 0 };
 
@@ -120,6 +123,7 @@ export class Retention {
       policy: this.policy,
       running: this.running ? structuredClone(this.running.pass) : null,
       last: this.last,
+      lastByOperator: this.lastByOperator,
       totals: { ...this.totals },
     };
   }
@@ -185,6 +189,7 @@ export class Retention {
           'journal retention pass',
         );
       this.last = pass;
+      if (by === 'operator') this.lastByOperator = pass;
       this.running = null;
       if (pass.error !== null) throw new Error(pass.error);
       return pass;

@@ -60,6 +60,7 @@ describe('journal retention while serving', () => {
     }
     const status = retention.status();
     expect(status.totals).toMatchObject({ rooms: 1, events: 2, otherEvents: 0 });
+    expect(status.lastByOperator, 'only scheduled passes ran').toBeNull();
     expect(status.totals.passes).toBeGreaterThanOrEqual(6);
     expect(status.policy).toMatchObject({ roomsMs: 60_000, eventsMs: 60_000, everyMs: 10_000 });
     const left = (await journal.rooms({ limit: 10 })).rooms.map((r) => r.room).sort();
@@ -86,8 +87,9 @@ describe('journal retention while serving', () => {
     const stopped = retention.stop();
     await settle(clock);
     await stopped;
-    const { last, running } = retention.status();
+    const { last, running, lastByOperator } = retention.status();
     expect(running).toBeNull();
+    expect(lastByOperator).toBe(last);
     expect(last?.result.rooms).toBeGreaterThan(0);
     expect(last?.result.rooms).toBeLessThan(20);
     expect(retention.runNow({ roomsMs: 500 }), 'stopped: no more passes').toBeNull();

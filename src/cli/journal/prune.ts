@@ -109,7 +109,7 @@ async function pruneOnServer(opts: PruneOptions, chunk: number): Promise<number>
     await new Promise((r) => setTimeout(r, POLL_MS));
     const s = await callServer<RetentionStatus>(base, '/v1/admin/journal/prune');
     if (s.status !== 200) throw new UsageError(errorOf(s.status, s.body));
-    const { running, last } = s.body;
+    const { running, lastByOperator: last } = s.body;
     if (running?.startedAt === ours) {
       const r = running.result;
       if (!opts.json && r.rooms + r.otherEvents !== shown) {
@@ -122,7 +122,7 @@ async function pruneOnServer(opts: PruneOptions, chunk: number): Promise<number>
     }
     if (last?.startedAt !== ours) {
       throw new UsageError(
-        `${base} no longer shows the prune it started (it restarted?); pdctl journal stats says what the journal holds now`,
+        `${base} no longer shows the prune it started (it restarted, or another operator's prune ran since); pdctl journal tail --type journal.pruned --url ${base} says what was pruned`,
       );
     }
     if (last.error !== null) throw new UsageError(`the prune stopped: ${last.error}`);
