@@ -11,12 +11,12 @@
  * Flags: --minutes N (default 10), --clients C (16), --retain D (passed to serve; default none),
  * --max-tokens T (8), --keep (leave the data directory), --json (one object at the end).
  */
-import { type ChildProcess, fork, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { fork } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { createInterface } from 'node:readline';
 import type { ClientJob, ClientResult } from '../bench/serve-client.ts';
+import { journalBytes, killGroup, type Server, stop, timedStart } from '../bench/serve-process.ts';
 
 const argv = process.argv.slice(2);
 const flag = (name: string, dflt: string) => {
@@ -40,55 +40,8 @@ for (const [name, v] of [
   }
 }
 
-const BIN = resolve(import.meta.dirname, '../bin/pdctl.js');
 const say = (s: string) => process.stderr.write(`${s}\n`);
-
-interface Server {
-  proc: ChildProcess;
-  base: string;
-  dir: string;
-}
-
-/** `pdctl serve` on `dir`, in a process group of its own; resolves once it listens. */
-function startServe(dir: string): Promise<Server> {
-  const args = [BIN, 'serve', '--port', '0', '--data-dir', dir, '--log-format', 'json'];
-  args.push('--bus', `ipc://${join(dir, 'bus.sock')}`, '--log-level', 'warn');
-  if (RETAIN) args.push('--retain', RETAIN);
-  const proc = spawn(process.execPath, args, {
-    detached: true,
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  return new Promise((ok, fail) => {
-    const lines = createInterface({ input: proc.stderr as NodeJS.ReadableStream });
-    const tail: string[] = [];
-    lines.on('line', (line) => {
-      tail.push(line);
-      if (tail.length > 20) tail.shift();
-      const m = /listening on (http:\/\/[\d.:]+)/.exec(line);
-      if (m) ok({ proc, base: m[1] as string, dir });
-    });
-    proc.once('exit', (code) =>
-      fail(new Error(`pdctl serve exited ${code} before listening:\n${tail.join('\n')}`)),
-    );
-  });
-}
-
-async function waitReady(base: string, sinceMs: number): Promise<number> {
-  for (;;) {
-    const ok = await fetch(`${base}/health/ready`)
-      .then((r) => r.status === 200)
-      .catch(() => false);
-    if (ok) return performance.now() - sinceMs;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
-
-/** Start to `/health/ready`, ms. */
-async function timedStart(dir: string): Promise<{ server: Server; ms: number }> {
-  const t0 = performance.now();
-  const server = await startServe(dir);
-  return { server, ms: await waitReady(server.base, t0) };
-}
+const serveArgs = RETAIN ? ['--retain', RETAIN] : [];
 
 function rssMb(pid: number): number | null {
   try {
@@ -97,16 +50,6 @@ function rssMb(pid: number): number | null {
   } catch {
     return null;
   }
-}
-
-function journalBytes(dir: string): number {
-  let n = 0;
-  for (const f of ['journal.db', 'journal.db-wal', 'journal.db-shm']) {
-    try {
-      n += statSync(join(dir, f)).size;
-    } catch {}
-  }
-  return n;
 }
 
 async function engines(base: string): Promise<Array<{ id: string; pid: number }>> {
@@ -120,19 +63,6 @@ async function pruned(base: string): Promise<number> {
   const r = await fetch(`${base}/v1/admin/journal/prune`);
   if (r.status !== 200) return 0;
   return ((await r.json()) as { totals: { rooms: number } }).totals.rooms;
-}
-
-/** SIGKILL of the server's whole process group (the control plane and its engines). */
-async function killGroup(server: Server): Promise<void> {
-  const exited = new Promise((r) => server.proc.once('exit', r));
-  process.kill(-(server.proc.pid as number), 'SIGKILL');
-  await exited;
-}
-
-async function stop(server: Server): Promise<void> {
-  const exited = new Promise((r) => server.proc.once('exit', r));
-  process.kill(server.proc.pid as number, 'SIGTERM');
-  await exited;
 }
 
 interface Minute {
@@ -162,7 +92,7 @@ async function main(): Promise<void> {
     say(
       `soak:serve: ${MINUTES} min, ${CLIENTS} clients, ${MAX_TOKENS}-token completions, retain ${RETAIN || 'everything'}; data in ${dir}`,
     );
-    server = (await timedStart(dir)).server;
+    server = (await timedStart(dir, serveArgs)).server;
     const minutes: Minute[] = [];
     say(
       '| minute | rooms/s | p50 ms | p99 ms | failed | RSS MB (control, engines) | journal MB | pruned rooms |',
@@ -206,7 +136,7 @@ async function main(): Promise<void> {
     say('killing the control plane and its engines (SIGKILL of the process group)…');
     await killGroup(server);
     server = null;
-    const restart = await timedStart(dir);
+    const restart = await timedStart(dir, serveArgs);
     server = restart.server;
     const bytes = journalBytes(dir);
     await stop(server);

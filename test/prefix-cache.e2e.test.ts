@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { prefixPerMinute } from '../src/cli/journal/stats.ts';
-import { PrefixIndex } from '../src/control/routing/prefix-index.ts';
+import { StartState } from '../src/control/checkpoint/state.ts';
 import type { JournalEventOf } from '../src/journal/events.ts';
 import { DeterministicModel, generateInProcess } from '../src/model/deterministic.ts';
 import { blockNames } from '../src/model/prefix-blocks.ts';
@@ -60,7 +60,9 @@ describe('prefix cache and kv routing', () => {
     }
 
     // The index a new control plane would rebuild from the journal is the live one.
-    const rebuilt = await PrefixIndex.rebuild(journal, await journal.headSeq());
+    const state = new StartState();
+    await state.foldJournal(journal, await journal.headSeq());
+    const rebuilt = state.index;
     for (const engine of control
       .engines()
       .filter((e) => e.role === 'prefill')

@@ -372,6 +372,8 @@ export function registerServeCommand(program: Command): void {
           startedMs,
           orphansFailed: control.startup.orphansFailed,
           rebuildMs: control.startup.took,
+          checkpointSeq: control.startup.checkpoint?.seq ?? null,
+          foldedEvents: control.startup.folded,
         },
         'started',
       );

@@ -19,6 +19,8 @@ import { systemIds } from '../ports/ids.ts';
 import { Aborts } from './aborts.ts';
 import { AppendRelay } from './appends.ts';
 import { type ControlCounters, openBus, zeroCounters } from './bus.ts';
+import { Checkpointer } from './checkpoint/checkpointer.ts';
+import { emptyStartup, replayJournal, type Startup } from './checkpoint/replay.ts';
 import {
   type CanaryVerdict,
   recordCanary,
@@ -39,7 +41,7 @@ import {
   type ControlPlaneOptions,
   type SubmitRequest,
 } from './options.ts';
-import { failOrphans, roomsLeft } from './orphans.ts';
+import { failOrphans } from './orphans.ts';
 import { isPairFailure, PairHealth } from './pairs.ts';
 import { EngineRegistry } from './registry.ts';
 import { RoomBook, type RoomOwners } from './room-book.ts';
@@ -49,7 +51,6 @@ import { RoomEndedError, type RoomStream } from './streams.ts';
 import { relayTokens } from './tokens.ts';
 
 type Resolved = ControlDefaults & ControlPlaneOptions;
-const emptyStartup = { orphansFailed: 0, took: {} };
 type RoomListener = (before: Room | null, after: Room, ev: JournalEvent) => void;
 
 export class ControlPlane {
@@ -65,8 +66,8 @@ export class ControlPlane {
   readonly bus: BusServer;
   /** Chooses each new room's pair, by the prefix index folded from the journal. */
   readonly router: Router;
-  /** Rooms the previous one left in flight, failed now; how long each rebuild step took (ms). */
-  startup: { orphansFailed: number; took: Readonly<Record<string, number>> } = emptyStartup;
+  /** Rooms left in flight, failed now; each rebuild step's ms; the checkpoint it began from. */
+  startup: Startup = emptyStartup;
   private readonly options: Resolved;
   private readonly model: ModelInfo;
   private readonly log: Logger;
@@ -83,6 +84,7 @@ export class ControlPlane {
   private readonly appendTimes: Listeners<[ms: number]>;
   private readonly timers: Timer[] = [];
   private subscription: Subscription | null = null;
+  private checkpoints: Checkpointer | null = null;
   private closing: Promise<void> | null = null;
 
   private constructor(
@@ -155,20 +157,20 @@ export class ControlPlane {
     const cp = new ControlPlane(journal, options);
     const { took, time: step } = stepTimer(cp.clock);
     try {
-      const { inFlight: orphans, all: left } = await step('roomsMs', () => roomsLeft(journal));
-      const head = await journal.headSeq();
+      const into = { book: cp.book, router: cp.router, cordons: cp.registry.cordons, log: cp.log };
+      const { head, orphans, restored } = await replayJournal(journal, into, step);
       cp.link.startSeq = head;
-      await step('bookMs', () => cp.book.load(journal, left, head));
-      await step('prefixIndexMs', () => cp.router.rebuild(journal, head));
-      await step('cordonsMs', () => cp.registry.cordons.rebuild(journal, head));
+      const deps = { ...into, journal, clock: cp.clock, policy: cp.options };
+      cp.checkpoints = new Checkpointer(deps, restored);
       cp.subscription = journal.subscribe(head, (ev) => cp.onCommitted(ev));
       const orphansFailed = await step('orphansMs', () => failOrphans(journal, orphans, cp.log));
-      cp.startup = { orphansFailed, took };
+      cp.startup = { orphansFailed, took, checkpoint: restored.from, folded: restored.folded };
       await cp.bus.listen(cp.handlers());
       const every = (ms: number, f: () => void) =>
         cp.timers.push(cp.clock.setInterval(f, ms).unref());
       every(cp.options.engineExpiryCheckMs, () => cp.expireEngines());
       every(cp.options.outageCheckMs, () => cp.outage.tick(cp.clock.now()));
+      every(1000, () => cp.checkpoints?.tick());
       cp.loopLag.start();
     } catch (err) {
       cp.subscription?.close();
@@ -244,6 +246,7 @@ export class ControlPlane {
   private onCommitted(ev: JournalEvent): void {
     const folded = this.book.fold(ev);
     this.router.fold(ev, folded?.ended != null);
+    this.checkpoints?.folded(ev);
     if (!folded) return;
     const { before, room, ended } = folded;
     if (ev.engine !== null && room.state !== before?.state) {
@@ -345,17 +348,9 @@ export class ControlPlane {
     return this.aborts.request(room, reason, source);
   }
 
-  /**
-   * Sends a command to an engine (abort or free a room, reset its transfer endpoint, drain,
-   * shut down). False when the engine is not connected.
-   */
-  command(
-    engine: string,
-    command: CommandName,
-    room: string | null = null,
-    reason: string | null = null,
-  ): boolean {
-    return this.link.command(engine, command, room, reason);
+  /** Sends a command to an engine (engine-link.ts); false when the engine is not connected. */
+  command(engine: string, command: CommandName, room: string | null = null, reason?: string) {
+    return this.link.command(engine, command, room, reason ?? null);
   }
 
   /**
@@ -382,7 +377,7 @@ export class ControlPlane {
     return this.registry.waitFor(prefill, decode, timeoutMs);
   }
 
-  /** Fails every open stream, stops the bus and drains the journal. Idempotent. */
+  /** Fails every open stream, stops the bus, writes a state checkpoint, drains the journal. */
   close(): Promise<void> {
     this.closing ??= (async () => {
       for (const t of this.timers) this.clock.clear(t);
@@ -392,6 +387,7 @@ export class ControlPlane {
         s.fail(new RoomEndedError(s.room, 'unavailable', 'control plane shutting down'));
       this.subscription?.close();
       await this.bus.close();
+      await this.checkpoints?.write();
       await this.journal.drain();
     })();
     return this.closing;

@@ -6,6 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { tempDir } from '../../test/helpers/tmp.ts';
 import { SqliteJournal } from '../journal/sqlite/journal.ts';
 import { silentLogger } from '../log.ts';
+import { StartState } from './checkpoint/state.ts';
 import { type CordonDeps, Cordons } from './cordons.ts';
 
 describe('Cordons', () => {
@@ -37,16 +38,21 @@ describe('Cordons', () => {
         evidence: 'alone',
       });
 
-      const rebuilt = new Cordons();
-      await rebuilt.rebuild(journal, await journal.headSeq());
-      expect([...rebuilt.all().keys()]).toEqual(['decode-1']);
-      expect(rebuilt.of('decode-1')).toMatchObject({
+      const rebuilt = new StartState();
+      await rebuilt.foldJournal(journal, await journal.headSeq());
+      expect([...rebuilt.cordons.keys()]).toEqual(['decode-1']);
+      expect(rebuilt.cordons.get('decode-1')).toMatchObject({
         reason: 'work stall',
         by: 'ladder',
         evidence: 'alone',
       });
-      await rebuilt.rebuild(journal, headWithBoth);
-      expect([...rebuilt.all().keys()].sort()).toEqual(['decode-1', 'prefill-0']);
+      const earlier = new StartState();
+      await earlier.foldJournal(journal, headWithBoth);
+      expect([...earlier.cordons.keys()].sort()).toEqual(['decode-1', 'prefill-0']);
+      // Restored from a fold, the set answers as the live one did then.
+      const restored = new Cordons();
+      restored.restore(earlier.cordons);
+      expect(restored.has('prefill-0')).toBe(true);
     } finally {
       await journal.close();
     }

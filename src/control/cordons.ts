@@ -6,11 +6,12 @@
  * cordoned across incarnations — registered and visible, for inspection, but given no room — until
  * `pdctl engines uncordon ID`. An operator's cordon (`pdctl engines cordon ID`) fences nothing:
  * the engine's rooms finish there, and its process is left as it is. Both ends are journaled (`engine.cordoned`, `engine.uncordoned`),
- * and a control plane rebuilds the set from them at start (so also after a failover).
+ * and a control plane rebuilds the set from them at start (so also after a failover), from its
+ * state checkpoint and the events after it (control/checkpoint).
  */
 
 import type { JournalEventOf } from '../journal/events.ts';
-import { eachEvent, type JournalReader, type JournalStore } from '../journal/store.ts';
+import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { type Clock, systemClock } from '../ports/clock.ts';
 
@@ -38,7 +39,7 @@ export interface CordonDeps {
 
 /**
  * The cordoned engines (the registry holds the set: an engine in it is no candidate for a room).
- * Changed only by `cordon` and `uncordon` below, and rebuilt from the journal at start.
+ * Changed only by `cordon` and `uncordon` below, and restored at start.
  */
 export class Cordons {
   private readonly byEngine = new Map<string, Cordon>();
@@ -101,26 +102,23 @@ export class Cordons {
     return true;
   }
 
-  /** The set as the journal left it: each engine's last `engine.cordoned` or `engine.uncordoned`. */
-  async rebuild(journal: Pick<JournalReader, 'tail'>, upToSeq: number): Promise<void> {
+  /** The set as rebuilt at start (control/checkpoint). */
+  restore(byEngine: ReadonlyMap<string, Cordon>): void {
     this.byEngine.clear();
-    await eachEvent(
-      journal,
-      { type: ['engine.cordoned', 'engine.uncordoned'] },
-      (ev: JournalEventOf<'engine.cordoned' | 'engine.uncordoned'>) => {
-        if (ev.seq > upToSeq || ev.engine === null) return ev.seq <= upToSeq;
-        if (ev.type === 'engine.uncordoned') this.byEngine.delete(ev.engine);
-        else {
-          const d = ev.data;
-          this.byEngine.set(ev.engine, {
-            reason: d.reason,
-            by: d.by,
-            evidence: d.evidence ?? null,
-            at: ev.ts,
-          });
-        }
-        return true;
-      },
-    );
+    for (const [engine, c] of byEngine) this.byEngine.set(engine, c);
   }
+}
+
+/** Folds a committed `engine.cordoned` or `engine.uncordoned` into a set of cordons. */
+export function foldCordon(
+  byEngine: Map<string, Cordon>,
+  ev: JournalEventOf<'engine.cordoned' | 'engine.uncordoned'>,
+): void {
+  if (ev.engine === null) return;
+  if (ev.type === 'engine.uncordoned') {
+    byEngine.delete(ev.engine);
+    return;
+  }
+  const d = ev.data;
+  byEngine.set(ev.engine, { reason: d.reason, by: d.by, evidence: d.evidence ?? null, at: ev.ts });
 }

@@ -30,6 +30,8 @@ export interface ControlDefaults {
   router: RouterPolicy;
   routerOverlapWeight: number;
   kvBlockTokens: number;
+  checkpointEveryEvents: number;
+  checkpointEveryMs: number;
 }
 
 export const CONTROL_DEFAULTS: Readonly<ControlDefaults> = Object.freeze({
@@ -75,6 +77,12 @@ export const CONTROL_DEFAULTS: Readonly<ControlDefaults> = Object.freeze({
   routerOverlapWeight: 4,
   /** Tokens per prefix block: the engines' `--kv-block-tokens` must be the same. */
   kvBlockTokens: 64,
+  /**
+   * A state checkpoint (control/checkpoint) after this many committed events, or this long if
+   * anything changed: a restart folds at most about that many events of the journal.
+   */
+  checkpointEveryEvents: 50_000,
+  checkpointEveryMs: 60_000,
 });
 
 export interface ControlPlaneOptions extends Partial<ControlDefaults> {

@@ -43,6 +43,7 @@ export async function roomsAwaitingRelease(
   const ended = await allRooms(journal, {
     state: [...TERMINAL_STATES],
     since: last.ts - RELEASE_WINDOW_MS,
+    unreleased: true,
   });
   return ended.filter(
     (r) => !r.releasedBy.includes(r.prefillEngine) || !r.releasedBy.includes(r.decodeEngine),

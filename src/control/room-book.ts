@@ -12,7 +12,7 @@
  */
 
 import type { RoomRequest } from '../bus/protocol.ts';
-import type { JournalEvent, RoomReservation } from '../journal/events.ts';
+import type { JournalEvent, JournalEventOf, RoomReservation } from '../journal/events.ts';
 import { type Room, reduce } from '../journal/reducer.ts';
 import { isTerminal } from '../journal/states.ts';
 import type { JournalReader } from '../journal/store.ts';
@@ -157,18 +157,20 @@ export class RoomBook {
 
   /**
    * The rooms the journal left (in flight, or ended and awaiting a release) at start, before any
-   * engine says hello, and the decode pages they hold as of `untilSeq` (pages/page-map.ts).
+   * engine says hello, and the decode pages they hold as of `untilSeq` in the `pools` each
+   * engine's registration began (pages/page-map.ts).
    */
   async load(
     journal: Pick<JournalReader, 'tail'>,
     rooms: readonly Room[],
     untilSeq: number,
+    pools: Iterable<JournalEventOf<'engine.registered'>> = [],
   ): Promise<void> {
     for (const r of rooms) {
       this.rooms.set(r.room, r);
       if (!isTerminal(r.state)) this.index(r.room, r, true);
     }
-    await this.decodePages.rebuild(journal, rooms, untilSeq);
+    await this.decodePages.rebuild(journal, rooms, untilSeq, pools);
   }
 
   /**

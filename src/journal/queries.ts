@@ -5,7 +5,7 @@
 import { JournalError } from './errors.ts';
 import type { JournalEvent } from './events.ts';
 import { type Room, reduce } from './reducer.ts';
-import { ROOM_STATES, type RoomState } from './states.ts';
+import { isTerminal, ROOM_STATES, type RoomState } from './states.ts';
 import type { MinuteCount, RoomFilter, StateSpan, TailFilter } from './store.ts';
 
 export interface Query {
@@ -85,11 +85,21 @@ export function roomsQuery(filter: RoomFilter): Query & { limit: number } {
   const limit = limitOf(filter.limit, 100);
   const where: string[] = [];
   const params: Array<string | number> = [];
-  if (filter.state !== undefined) {
-    const states = Array.isArray(filter.state) ? filter.state : [filter.state];
+  const states = filter.state === undefined ? [] : [filter.state].flat();
+  // Rooms in flight, or (at start) ended within minutes and not released: found by the partial
+  // indexes (few rows, sorted after), not by walking every room in creation order (found timing
+  // a start on 1 M rooms). A listing over a long window keeps the walk, which stops at its limit.
+  const live = states.length > 0 && states.every((s) => !isTerminal(s));
+  const endedSince =
+    filter.unreleased === true &&
+    states.length > 0 &&
+    states.every((s) => isTerminal(s)) &&
+    filter.since !== undefined;
+  if (states.length > 0) {
     where.push(`state IN (${marks(states.length)})`);
     params.push(...states);
   }
+  if (live) where.push('deadline_at IS NOT NULL');
   if (filter.engine !== undefined) {
     where.push('(prefill_engine = ? OR decode_engine = ?)');
     params.push(filter.engine, filter.engine);
@@ -107,9 +117,11 @@ export function roomsQuery(filter: RoomFilter): Query & { limit: number } {
     params.push(filter.until);
   }
   if (filter.since !== undefined) {
-    where.push('(terminal_at IS NULL OR terminal_at >= ?)');
+    where.push(endedSince ? 'terminal_at >= ?' : '(terminal_at IS NULL OR terminal_at >= ?)');
     params.push(filter.since);
   }
+  // Engine ids hold no comma: a `released_by` of fewer than both engines has none.
+  if (filter.unreleased) where.push("released_by NOT LIKE '%,%'");
   if (filter.inFlightAt !== undefined) {
     where.push('created_at <= ? AND (terminal_at IS NULL OR terminal_at > ?)');
     params.push(filter.inFlightAt, filter.inFlightAt);
@@ -127,8 +139,10 @@ export function roomsQuery(filter: RoomFilter): Query & { limit: number } {
     where.push('(created_at < ? OR (created_at = ? AND room < ?))');
     params.push(createdAt, createdAt, room);
   }
+  // `+created_at`: the order is not to choose the index when a partial one finds the rows.
+  const order = live || endedSince ? '+created_at' : 'created_at';
   const sql = `SELECT * FROM rooms ${where.length ? `WHERE ${where.join(' AND ')}` : ''}
-    ORDER BY created_at DESC, room DESC LIMIT ?`;
+    ORDER BY ${order} DESC, room DESC LIMIT ?`;
   return { sql, params: [...params, limit + 1], limit };
 }
 

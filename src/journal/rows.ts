@@ -1,7 +1,8 @@
-/** Mapping between the `rooms` / `events` tables (the same columns in every backend) and their TypeScript shapes. */
+/** Mapping between the `rooms` / `events` / `state_checkpoints` tables (the same columns in every backend) and their TypeScript shapes. */
 import type { EventType, JournalEvent } from './events.ts';
 import type { Room } from './reducer.ts';
 import { LIVE_STATES, type RoomState, type StateDeadlinesMs } from './states.ts';
+import type { StoredCheckpoint } from './store.ts';
 
 /** Column order of `rooms`, shared by the upsert and by `roomToParams`. */
 export const ROOM_COLUMNS = [
@@ -175,4 +176,29 @@ export function rowToEvent(row: EventRow): JournalEvent {
     eventId: row.event_id,
     data: JSON.parse(row.data),
   } as JournalEvent;
+}
+
+/** A `state_checkpoints` row, with the journal's schema version now (`current_schema`). */
+export interface CheckpointRow {
+  name: string;
+  seq: number | string;
+  format: number;
+  schema_version: number;
+  written_at: number | string;
+  digest: string;
+  data: string;
+  current_schema: number | null;
+}
+
+export function checkpointFromRow(row: CheckpointRow): StoredCheckpoint {
+  return {
+    name: row.name,
+    seq: Number(row.seq),
+    format: row.format,
+    schemaVersion: row.schema_version,
+    currentSchemaVersion: row.current_schema ?? 0,
+    writtenAt: Number(row.written_at),
+    digest: row.digest,
+    data: row.data,
+  };
 }

@@ -55,6 +55,8 @@ export interface RoomFilter {
   requestId?: string;
   /** No rooms created by any of these: `['canary']` keeps health canaries out of a listing. */
   excludeOrigin?: string[];
+  /** Only rooms that one of their two engines has not released yet. */
+  unreleased?: boolean;
   /** At most this many rooms (default 100, max 10 000). */
   limit?: number;
   /** Opaque cursor from the previous page. */
@@ -263,6 +265,23 @@ export interface EngineBacklog {
   headSeq: number;
 }
 
+/** A state checkpoint to store: what a control plane folded through `seq` (src/control/checkpoint). */
+export interface CheckpointInput {
+  name: string;
+  seq: number;
+  format: number;
+  /** sha256 hex of `data`. */
+  digest: string;
+  data: string;
+}
+
+/** A state checkpoint as stored, with the schema it was written under and the journal's now. */
+export interface StoredCheckpoint extends CheckpointInput {
+  schemaVersion: number;
+  currentSchemaVersion: number;
+  writtenAt: number;
+}
+
 /** Reads shared by the CLI and the HTTP API. */
 export interface JournalReader {
   readFrom(afterSeq: number, limit: number): Promise<JournalEvent[]>;
@@ -300,6 +319,10 @@ export interface JournalStore extends JournalReader {
   subscribe(afterSeq: number, listener: EventListener): Subscription;
   getCursor(name: string): Promise<number | null>;
   setCursor(name: string, seq: number): Promise<void>;
+  /** The state checkpoint of that name as stored, unchecked (src/control/checkpoint checks it). */
+  getCheckpoint(name: string): Promise<StoredCheckpoint | null>;
+  /** Replaces the checkpoint of that name; the journal adds its schema version and the time. */
+  setCheckpoint(checkpoint: CheckpointInput): Promise<void>;
   /**
    * Deletes whole terminal rooms whose terminal time is before `cutoffTs`, then events of no
    * room before `eventsCutoffTs`, a chunk per transaction, appends interleaving (prune.ts); a

@@ -4,6 +4,7 @@
  * the control plane's room book against the journal's fold and its page map against every decode
  * engine's allocator.
  */
+import { StartState } from '../control/checkpoint/state.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import { type Room, reduce } from '../journal/reducer.ts';
 import { isTerminal } from '../journal/states.ts';
@@ -49,7 +50,38 @@ export function watchControl(fleet: Fleet, out: Violation[]): void {
     });
   watch();
   // A restarted control plane has a journal of its own, opened on the same disk.
-  fleet.onControlStarted(watch);
+  fleet.onControlStarted(() => {
+    watch();
+    checkRestored(fleet, out);
+  });
+}
+
+/**
+ * A started control plane against the whole journal: the prefix index and the cordons it
+ * restored (from its state checkpoint and the events after it: control/checkpoint) are what a
+ * fold of every committed event gives.
+ */
+function checkRestored(fleet: Fleet, out: Violation[]): void {
+  const whole = new StartState();
+  for (const ev of fleet.disk.events) {
+    whole.index.fold(ev);
+    whole.fold(ev);
+  }
+  const { control } = fleet;
+  const shown = {
+    index: control.router.index.snapshot(),
+    cordons: Object.fromEntries(control.registry.cordons.all()),
+  };
+  const folded = { index: whole.index.snapshot(), cordons: Object.fromEntries(whole.cordons) };
+  const a = JSON.stringify(shown);
+  const b = JSON.stringify(folded);
+  if (a !== b)
+    out.push({
+      invariant: 'restored_state_equals_journal',
+      room: null,
+      seq: whole.seq,
+      detail: `at ${fleet.clock.monotonic()} ms (checkpoint ${JSON.stringify(control.startup.checkpoint)}) the control plane restored ${a.slice(0, 300)}; the journal folds ${b.slice(0, 300)}`,
+    });
 }
 
 /**

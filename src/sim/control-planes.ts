@@ -163,6 +163,8 @@ export class ControlPlanes {
       ids,
       transport: network.host(host),
       model: new DeterministicModel({}, process),
+      // A state checkpoint every few hundred events, so a restart here starts from one.
+      checkpointEveryEvents: 200,
     });
     const watchdog = new Watchdog(control, journal, log, 100, process);
     watchdog.start();

@@ -354,6 +354,35 @@ export function journalContract(b: ContractBackend): void {
         await j.drain();
       }
     });
+
+    it('keeps the latest state checkpoint of each name across a restart, stamped with its schema', async () => {
+      const place = await b.place();
+      let j = await b.open(place);
+      expect(await j.getCheckpoint('control')).toBeNull();
+      const row = (seq: number, data: string) => ({
+        name: 'control',
+        seq,
+        format: 1,
+        digest: `digest-${seq}`,
+        data,
+      });
+      await j.setCheckpoint(row(7, '{"a":1}'));
+      await j.setCheckpoint(row(9, '{"a":2}'));
+      await j.setCheckpoint({ ...row(3, '{}'), name: 'other' });
+      await j.drain();
+      j = await b.open(place);
+      try {
+        const stored = await j.getCheckpoint('control');
+        expect(stored).toMatchObject(row(9, '{"a":2}'));
+        const { schemaVersion } = await j.stats();
+        expect(stored?.schemaVersion).toBe(schemaVersion);
+        expect(stored?.currentSchemaVersion).toBe(schemaVersion);
+        expect(stored?.writtenAt).toBeGreaterThan(0);
+        expect((await j.getCheckpoint('other'))?.seq).toBe(3);
+      } finally {
+        await j.drain();
+      }
+    });
   });
 
   describe(`${b.name} journal: retention`, () => {
@@ -684,6 +713,24 @@ export function journalContract(b: ContractBackend): void {
         ]);
         const tail = await j.tail({ room: 'b', limit: 10 });
         expect(tail.map((e) => e.type)).toEqual(['room.created', 'room.failed']);
+        // What a start loads besides rooms in flight: ended rooms an engine has not released.
+        for (const [room, by] of [
+          ['b', 'p0'],
+          ['a', 'p0'],
+          ['a', 'd0'],
+        ] as const)
+          await j.append({
+            type: 'room.released',
+            room,
+            engine: by,
+            source: by,
+            ts: t0 + 300_000,
+            data: {},
+          });
+        const ended = ['failed', 'completed'] as const;
+        expect(await ids({ state: [...ended], since: t0, unreleased: true })).toEqual(['b']);
+        expect(await ids({ state: [...ended], since: t0 + 63_500, unreleased: true })).toEqual([]);
+        expect(await ids({ state: ['created'], excludeOrigin: ['canary'] })).toEqual(['c', 'q2']);
       } finally {
         await j.drain();
       }

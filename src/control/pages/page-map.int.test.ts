@@ -9,6 +9,7 @@ import type { EventInput } from '../../journal/events.ts';
 import { newRoomId } from '../../journal/ids.ts';
 import { SqliteJournal } from '../../journal/sqlite/journal.ts';
 import { completedRoomEvents } from '../../journal/synth.ts';
+import { StartState } from '../checkpoint/state.ts';
 import { roomsInFlight } from '../orphans.ts';
 import { PageMap } from './page-map.ts';
 
@@ -54,7 +55,10 @@ async function journalOf(events: EventInput[]) {
   journal.subscribe(0, (ev) => live.fold(ev));
   for (const e of events) expect((await journal.append(e)).status).toBe('applied');
   const rebuilt = new PageMap();
-  await rebuilt.rebuild(journal, await roomsInFlight(journal), await journal.headSeq());
+  const head = await journal.headSeq();
+  const state = new StartState();
+  await state.foldJournal(journal, head);
+  await rebuilt.rebuild(journal, await roomsInFlight(journal), head, state.pools.values());
   return { live, rebuilt };
 }
 

@@ -16,7 +16,7 @@
  */
 import type { JournalEvent, JournalEventOf } from '../../journal/events.ts';
 import type { Room } from '../../journal/reducer.ts';
-import { eachEvent, type JournalReader } from '../../journal/store.ts';
+import type { JournalReader } from '../../journal/store.ts';
 import { PageSet } from '../../transfer/page-set.ts';
 
 /** One conflict: a page reserved for `room` while the map held it for `heldBy`. */
@@ -110,25 +110,18 @@ export class PageMap {
 
   /**
    * The map as the journal has it up to `untilSeq` for `rooms`, the rooms in flight then (from
-   * the projection): where each decode engine's pool began, then the `room.created` (its
-   * reservation) and `room.bootstrapped` of every room its decode engine has not released — the
-   * only events that give a room pages — in seq order.
+   * the projection): `pools`, the registration each engine's current pool began with (rebuilt at
+   * start: control/checkpoint), then the `room.created` (its reservation) and `room.bootstrapped`
+   * of every room its decode engine has not released — the only events that give a room pages —
+   * in seq order.
    */
   async rebuild(
     journal: Pick<JournalReader, 'tail'>,
     rooms: readonly Room[],
     untilSeq: number,
+    pools: Iterable<JournalEventOf<'engine.registered'>>,
   ): Promise<void> {
-    // Where each engine's current pool began: the first registration of its latest incarnation
-    // (an engine says hello again to every new control plane, under the same incarnation).
-    const began = new Map<string, JournalEventOf<'engine.registered'>>();
-    await eachEvent(journal, { type: 'engine.registered' }, (ev) => {
-      const seen = ev.engine === null ? undefined : began.get(ev.engine);
-      if (ev.engine && ev.seq <= untilSeq && seen?.data.incarnation !== ev.data.incarnation)
-        began.set(ev.engine, ev);
-      return ev.seq < untilSeq;
-    });
-    const events: JournalEvent[] = [...began.values()];
+    const events: JournalEvent[] = [...pools].filter((ev) => ev.seq <= untilSeq);
     for (const room of rooms) {
       if (room.releasedBy.includes(room.decodeEngine)) continue;
       for (const type of ['room.created', 'room.bootstrapped'] as const) {

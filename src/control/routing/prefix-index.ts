@@ -3,12 +3,12 @@
  * says outside it. Engines report the blocks their caches stored and evicted on their room events
  * (`room.prefill_started.evictedBlocks`, `room.transfer_posted.storedBlocks` and
  * `.evictedBlocks`); `engine.registered` with a new incarnation empties that engine's entry (a
- * restarted engine's cache is empty). The control plane rebuilds the index from the journal at
- * start — also after a PostgreSQL failover — and folds each committed event after that, so a new
- * control plane routes on the same knowledge as the one before it.
+ * restarted engine's cache is empty). The control plane rebuilds the index at start — also after
+ * a PostgreSQL failover — from its state checkpoint and the events after it (control/checkpoint),
+ * and folds each committed event after that, so a new control plane routes on the same knowledge
+ * as the one before it.
  */
 import type { JournalEvent } from '../../journal/events.ts';
-import { eachEvent, type JournalReader } from '../../journal/store.ts';
 
 /** Event types the index folds. */
 export const INDEX_EVENTS = [
@@ -16,6 +16,9 @@ export const INDEX_EVENTS = [
   'room.prefill_started',
   'room.transfer_posted',
 ] as const;
+
+/** Each engine's incarnation and blocks, as a checkpoint stores them. */
+export type IndexSnapshot = Record<string, { incarnation: string | null; blocks: string[] }>;
 
 interface Holdings {
   incarnation: string | null;
@@ -67,23 +70,19 @@ export class PrefixIndex {
     for (const name of stored) h.blocks.add(name);
   }
 
-  /**
-   * The index as the journal has it up to `untilSeq`. Finds each engine's last registration (few
-   * events), then folds the index's events from the earliest of those on, in one pass.
-   */
-  static async rebuild(journal: JournalReader, untilSeq: number): Promise<PrefixIndex> {
+  /** What it holds, as plain data (a state checkpoint keeps it: control/checkpoint). */
+  snapshot(): IndexSnapshot {
+    const out: IndexSnapshot = {};
+    for (const [engine, h] of this.engines)
+      out[engine] = { incarnation: h.incarnation, blocks: [...h.blocks] };
+    return out;
+  }
+
+  /** The index a snapshot describes. */
+  static from(snapshot: IndexSnapshot): PrefixIndex {
     const index = new PrefixIndex();
-    const last = new Map<string, number>();
-    await eachEvent(journal, { type: 'engine.registered' }, (ev) => {
-      if (ev.engine && ev.seq <= untilSeq) last.set(ev.engine, ev.seq);
-      return ev.seq < untilSeq;
-    });
-    if (last.size === 0) return index;
-    const afterSeq = Math.min(...last.values()) - 1;
-    await eachEvent(journal, { type: [...INDEX_EVENTS], afterSeq }, (ev) => {
-      if (ev.seq <= untilSeq) index.fold(ev);
-      return ev.seq < untilSeq;
-    });
+    for (const [engine, h] of Object.entries(snapshot))
+      index.engines.set(engine, { incarnation: h.incarnation, blocks: new Set(h.blocks) });
     return index;
   }
 }

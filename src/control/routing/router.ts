@@ -21,7 +21,6 @@
  * cost and the avoidance of failing links are pairs.ts's, under every policy.
  */
 import type { JournalEvent } from '../../journal/events.ts';
-import type { JournalReader } from '../../journal/store.ts';
 import type { EngineAppend } from '../engine-appends.ts';
 import type { EngineSession } from '../engine-session.ts';
 import { choosePair, type Pair, type PairWeights } from '../pairs.ts';
@@ -166,9 +165,9 @@ export class Router {
     return this.held;
   }
 
-  /** The index as the journal has it up to `untilSeq` (at start, and after a failover). */
-  async rebuild(journal: JournalReader, untilSeq: number): Promise<void> {
-    this.held = await PrefixIndex.rebuild(journal, untilSeq);
+  /** The index as rebuilt at start (and after a failover): control/checkpoint. */
+  restore(index: PrefixIndex): void {
+    this.held = index;
   }
 
   /** A committed event: into the index; a posted or ended room leaves the queue. */

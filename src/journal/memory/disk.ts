@@ -1,6 +1,6 @@
 /**
  * What an in-memory journal keeps as if on disk (issue 41): the committed events, the rooms
- * projection, the consumer cursors and who holds the writer. It outlives the `MemoryJournal` that
+ * projection, the consumer cursors, the state checkpoints and who holds the writer. It outlives the `MemoryJournal` that
  * writes it — a journal closed, crashed or drained and opened again finds exactly what committed
  * — and it changes only when a commit applies, all of a batch at once, as a transaction does.
  */
@@ -8,6 +8,7 @@ import { idConflict, type Outcome, rejectionData } from '../commit-queue.ts';
 import type { JournalEvent, PendingEvent } from '../events.ts';
 import { KEPT_TYPES } from '../prune.ts';
 import { type Room, reduce } from '../reducer.ts';
+import type { StoredCheckpoint } from '../store.ts';
 import { MemoryLeadership } from './leadership.ts';
 
 const KEPT = new Set<string>(KEPT_TYPES);
@@ -18,6 +19,7 @@ export class MemoryDisk {
   readonly byEventId = new Map<string, JournalEvent>();
   readonly rooms = new Map<string, Room>();
   readonly consumers = new Map<string, { seq: number; updatedAt: number }>();
+  readonly checkpoints = new Map<string, Omit<StoredCheckpoint, 'currentSchemaVersion'>>();
   /** The last seq given out: seqs are never reused, even after retention. */
   lastSeq = 0;
   /** The journal that writes it now, if any (one writer at a time, as with a file's lock). */

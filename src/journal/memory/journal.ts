@@ -27,17 +27,19 @@ import type { EventInput, PendingEvent } from '../events.ts';
 import { pruneInChunks } from '../prune.ts';
 import type {
   AppendResult,
+  CheckpointInput,
   EventListener,
   JournalHealth,
   JournalStore,
   PruneOptions,
   PruneResult,
+  StoredCheckpoint,
   Subscription,
 } from '../store.ts';
 import { SubscriptionHub } from '../subscriptions.ts';
 import { copyEvent, copyRoom, type MemoryDisk } from './disk.ts';
 import type { TakeoverHow } from './leadership.ts';
-import { MemoryReader, prunable } from './reader.ts';
+import { MEMORY_SCHEMA_VERSION, MemoryReader, prunable } from './reader.ts';
 
 export interface MemoryJournalOptions {
   disk: MemoryDisk;
@@ -282,6 +284,23 @@ export class MemoryJournal extends MemoryReader implements JournalStore {
 
   getCursor(name: string): Promise<number | null> {
     return Promise.resolve(this.disk.consumers.get(name)?.seq ?? null);
+  }
+
+  getCheckpoint(name: string): Promise<StoredCheckpoint | null> {
+    const c = this.disk.checkpoints.get(name);
+    return Promise.resolve(c ? { ...c, currentSchemaVersion: MEMORY_SCHEMA_VERSION } : null);
+  }
+
+  setCheckpoint(checkpoint: CheckpointInput): Promise<void> {
+    try {
+      this.live();
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const writtenAt = this.clock.now();
+    const stored = { ...checkpoint, schemaVersion: MEMORY_SCHEMA_VERSION, writtenAt };
+    this.disk.checkpoints.set(checkpoint.name, stored);
+    return Promise.resolve();
   }
 
   setCursor(name: string, seq: number): Promise<void> {

@@ -24,7 +24,7 @@ import { cursorProblems, type FoldRow, JournalFold, ProjectionCheck } from '../v
 import { copyEvent, copyRoom, type MemoryDisk } from './disk.ts';
 
 /** The schema an in-memory journal reports: the newest the SQL backends migrate to. */
-export const MEMORY_SCHEMA_VERSION = 3;
+export const MEMORY_SCHEMA_VERSION = 4;
 
 export class MemoryReader implements JournalReader {
   constructor(protected readonly disk: MemoryDisk) {}
@@ -86,6 +86,9 @@ export class MemoryReader implements JournalReader {
           filter.origin.length === 0 ||
           filter.origin.includes(r.origin)) &&
         (filter.excludeOrigin === undefined || !filter.excludeOrigin.includes(r.origin)) &&
+        (!filter.unreleased ||
+          !r.releasedBy.includes(r.prefillEngine) ||
+          !r.releasedBy.includes(r.decodeEngine)) &&
         (cursor === null ||
           r.createdAt < cursor[0] ||
           (r.createdAt === cursor[0] && r.room < cursor[1]));

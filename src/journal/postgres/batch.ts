@@ -15,6 +15,7 @@ import { keptTypes } from '../prune.ts';
 import { type Room, reduce } from '../reducer.ts';
 import { RoomCache } from '../room-cache.ts';
 import { ROOM_COLUMNS, type RoomRow, roomToParams, rowToRoom } from '../rows.ts';
+import type { CheckpointInput } from '../store.ts';
 import { fenced } from './leadership.ts';
 
 /** Integer columns of `rooms`; the rest are text. */
@@ -376,7 +377,25 @@ export class PgBatchWriter {
        ON CONFLICT (name) DO UPDATE SET seq = excluded.seq, updated_at = excluded.updated_at`,
       [name, seq, ts, this.term],
     );
-    if (r.rowCount !== 1) {
+    this.checkFenced(r.rowCount);
+  }
+
+  /** Replaces a state checkpoint, stamped with the schema it is written under; fenced by term. */
+  async setCheckpoint(c: pg.ClientBase, cp: CheckpointInput, ts: number): Promise<void> {
+    const r = await c.query(
+      `INSERT INTO state_checkpoints (name, seq, format, schema_version, written_at, digest, data)
+       SELECT $1, $2, $3, (SELECT max(version) FROM schema_migrations), $4, $5, $6
+        WHERE ${fenced('$7::bigint')}
+       ON CONFLICT (name) DO UPDATE SET seq = excluded.seq, format = excluded.format,
+         schema_version = excluded.schema_version, written_at = excluded.written_at,
+         digest = excluded.digest, data = excluded.data`,
+      [cp.name, cp.seq, cp.format, ts, cp.digest, cp.data, this.term],
+    );
+    this.checkFenced(r.rowCount);
+  }
+
+  private checkFenced(rowCount: number | null): void {
+    if (rowCount !== 1) {
       throw new JournalError(
         'JOURNAL_FENCED',
         `this control plane no longer leads the journal (term ${this.term} was superseded)`,

@@ -14,14 +14,17 @@ import { CommitQueue } from '../commit-queue.ts';
 import { JournalError } from '../errors.ts';
 import type { EventInput } from '../events.ts';
 import { pruneInChunks } from '../prune.ts';
+import { type CheckpointRow, checkpointFromRow } from '../rows.ts';
 import type {
   AppendResult,
+  CheckpointInput,
   Durability,
   EventListener,
   JournalHealth,
   JournalStore,
   PruneOptions,
   PruneResult,
+  StoredCheckpoint,
   Subscription,
 } from '../store.ts';
 import { SubscriptionHub } from '../subscriptions.ts';
@@ -381,6 +384,19 @@ export class PgJournal extends PgReader implements JournalStore {
       params: [name],
     });
     return r?.seq ?? null;
+  }
+
+  async getCheckpoint(name: string): Promise<StoredCheckpoint | null> {
+    const [r] = await this.query<CheckpointRow>({
+      sql: `SELECT c.*, (SELECT max(version) FROM schema_migrations) AS current_schema
+              FROM state_checkpoints c WHERE name = ?`,
+      params: [name],
+    });
+    return r ? checkpointFromRow(r) : null;
+  }
+
+  async setCheckpoint(checkpoint: CheckpointInput): Promise<void> {
+    await this.onWriter((c) => this.batches.setCheckpoint(c, checkpoint, Date.now()));
   }
 
   async setCursor(name: string, seq: number): Promise<void> {

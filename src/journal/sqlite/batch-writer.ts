@@ -16,6 +16,7 @@ import {
   roomToParams,
   rowToRoom,
 } from '../rows.ts';
+import type { CheckpointInput } from '../store.ts';
 
 /**
  * A room as the writer holds it: the projection, its row id (null until inserted), and the
@@ -197,6 +198,17 @@ export class BatchWriter {
 
   setCursor(name: string, seq: number, ts: number): void {
     this.upsertCursor.run(name, seq, ts);
+  }
+
+  /** Replaces a state checkpoint, stamped with the schema it is written under. */
+  setCheckpoint(c: CheckpointInput, ts: number): void {
+    this.db
+      .prepare(
+        `INSERT OR REPLACE INTO state_checkpoints
+           (name, seq, format, schema_version, written_at, digest, data)
+         VALUES (?, ?, ?, (SELECT max(version) FROM schema_migrations), ?, ?, ?)`,
+      )
+      .run(c.name, c.seq, c.format, ts, c.digest, c.data);
   }
 
   /**

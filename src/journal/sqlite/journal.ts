@@ -11,14 +11,17 @@ import { CommitQueue } from '../commit-queue.ts';
 import { JournalError } from '../errors.ts';
 import type { EventInput } from '../events.ts';
 import { pruneInChunks } from '../prune.ts';
+import { type CheckpointRow, checkpointFromRow } from '../rows.ts';
 import type {
   AppendResult,
+  CheckpointInput,
   Durability,
   EventListener,
   JournalHealth,
   JournalStore,
   PruneOptions,
   PruneResult,
+  StoredCheckpoint,
   Subscription,
 } from '../store.ts';
 import { SubscriptionHub } from '../subscriptions.ts';
@@ -199,6 +202,22 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
           | number
           | undefined) ?? null,
     );
+  }
+
+  getCheckpoint(name: string): Promise<StoredCheckpoint | null> {
+    return this.read(() => {
+      const row = this.db
+        .prepare(
+          `SELECT c.*, (SELECT max(version) FROM schema_migrations) AS current_schema
+             FROM state_checkpoints c WHERE name = ?`,
+        )
+        .get(name) as CheckpointRow | undefined;
+      return row ? checkpointFromRow(row) : null;
+    });
+  }
+
+  async setCheckpoint(checkpoint: CheckpointInput): Promise<void> {
+    await this.writer.run({ op: 'save_state', checkpoint, ts: Date.now() });
   }
 
   async setCursor(name: string, seq: number): Promise<void> {

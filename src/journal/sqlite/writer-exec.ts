@@ -42,6 +42,9 @@ export function executeOp(w: OpenedWriter, req: WriterOp): WriterResult {
     case 'cursor':
       (w.writer as BatchWriter).setCursor(req.name, req.seq, req.ts);
       return {};
+    case 'save_state':
+      (w.writer as BatchWriter).setCheckpoint(req.checkpoint, req.ts);
+      return {};
     case 'prune_rooms':
       return { pruned: (w.writer as BatchWriter).pruneRooms(req.cutoffTs, req.limit) };
     case 'prune_named_rooms':

@@ -2,7 +2,7 @@
 
 import type { Outcome } from '../commit-queue.ts';
 import type { PendingEvent } from '../events.ts';
-import type { Durability } from '../store.ts';
+import type { CheckpointInput, Durability } from '../store.ts';
 
 export interface WriterInit {
   path: string;
@@ -17,6 +17,8 @@ export interface WriterInit {
 export type WriterOp =
   | { op: 'append'; events: PendingEvent[] }
   | { op: 'cursor'; name: string; seq: number; ts: number }
+  /** A state checkpoint of the control plane (not SQLite's WAL checkpoint: `checkpoint`). */
+  | { op: 'save_state'; checkpoint: CheckpointInput; ts: number }
   /** One transaction of retention each (journal/prune.ts runs them in turn). */
   | { op: 'prune_rooms'; cutoffTs: number; limit: number }
   | { op: 'prune_events'; cutoffTs: number; limit: number }

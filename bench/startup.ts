@@ -1,0 +1,141 @@
+/**
+ * Start-up against history: `pdctl serve` (a real process, its engines) started on an empty
+ * journal and on a journal of N synthetic rooms (`pdctl journal synth`, about ten events a room),
+ * timed from spawn to `/health/ready`. On the big journal, the first start has no state
+ * checkpoint (it folds the whole journal, then writes one); each later start follows a SIGKILL of
+ * the whole process group, as a host crash would, and reads the checkpoint plus the events after
+ * it. Empty and big starts alternate, so the machine's drift hits both alike; the figure is the
+ * difference of medians, big minus empty.
+ *
+ *   npm run bench:startup                              # 1,000,000 rooms (~10 M events, ~3 GB)
+ *   npm run bench:startup -- --rooms 200000 --rounds 3 --json
+ *   npm run bench:startup -- --journal /data/journal.db   # a copy of this journal instead
+ *   npm run bench:startup -- --url postgres://…/db        # PostgreSQL (filled by synth --url)
+ */
+import { execFileSync } from 'node:child_process';
+import { copyFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { asJson, flag, say } from './args.ts';
+import { journalBytes, killGroup, stop, timedStart } from './serve-process.ts';
+
+const ROOMS = Number(flag('--rooms', '1000000'));
+const ROUNDS = Number(flag('--rounds', '3'));
+const JOURNAL = flag('--journal', '');
+const URL = flag('--url', '');
+const BIN = resolve(import.meta.dirname, '../bin/pdctl.js');
+
+interface Start {
+  ms: number;
+  rebuildMs: Record<string, number>;
+  checkpointSeq: number | null;
+  foldedEvents: number;
+}
+
+/** A timed start on `dir` (and the PostgreSQL journal `url` when given); killed or stopped after. */
+async function start(dir: string, url: string, end: 'kill' | 'stop'): Promise<Start> {
+  const extra = url ? ['--journal', url] : [];
+  const { server, ms } = await timedStart(dir, extra, 'info');
+  // The first start on a journal with no checkpoint writes one within a second of its first
+  // committed event; give it that before the crash.
+  await new Promise((r) => setTimeout(r, 2500));
+  const line = server.lines.find((l) => l.includes('"msg":"started"'));
+  const started = line ? JSON.parse(line) : {};
+  if (end === 'kill') await killGroup(server);
+  else await stop(server);
+  return {
+    ms,
+    rebuildMs: started.rebuildMs ?? {},
+    checkpointSeq: started.checkpointSeq ?? null,
+    foldedEvents: started.foldedEvents ?? 0,
+  };
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? NaN;
+const steps = (s: Start) =>
+  Object.entries(s.rebuildMs)
+    .filter(([, v]) => v >= 20)
+    .map(([k, v]) => `${k.replace(/Ms$/, '')} ${v}`)
+    .join(', ');
+
+async function main(): Promise<void> {
+  const bigDir = mkdtempSync(join(tmpdir(), 'pdctl-startup-'));
+  const emptyDir = mkdtempSync(join(tmpdir(), 'pdctl-startup-empty-'));
+  try {
+    if (URL) {
+      say(
+        `filling ${URL.replace(/:[^:@/]*@/, ':***@')} with ${ROOMS} rooms (pdctl journal synth)…`,
+      );
+      execFileSync(
+        process.execPath,
+        [BIN, 'journal', 'synth', '--rooms', String(ROOMS), '--journal', URL],
+        {
+          stdio: ['ignore', 'ignore', 'inherit'],
+        },
+      );
+    } else if (JOURNAL) {
+      say(`copying ${JOURNAL}…`);
+      copyFileSync(JOURNAL, join(bigDir, 'journal.db'));
+      if (existsSync(`${JOURNAL}-wal`))
+        copyFileSync(`${JOURNAL}-wal`, join(bigDir, 'journal.db-wal'));
+    } else {
+      say(`writing ${ROOMS} synthetic rooms (pdctl journal synth, durability process)…`);
+      execFileSync(
+        process.execPath,
+        [
+          BIN,
+          'journal',
+          'synth',
+          '--rooms',
+          String(ROOMS),
+          '--span',
+          '24h',
+          '--durability',
+          'process',
+          '--journal',
+          join(bigDir, 'journal.db'),
+        ],
+        { stdio: ['ignore', 'ignore', 'inherit'] },
+      );
+    }
+    const bigUrl = URL;
+    const rows: Array<{ run: string; round: number } & Start> = [];
+    const show = (run: string, round: number, s: Start) => {
+      rows.push({ run, round, ...s });
+      const from =
+        s.checkpointSeq === null ? 'no checkpoint' : `checkpoint at seq ${s.checkpointSeq}`;
+      say(
+        `| ${round} | ${run} | ${s.ms.toFixed(0)} | ${from}, ${s.foldedEvents} events folded | ${steps(s)} |`,
+      );
+    };
+    say('| round | start | ms to ready | state from | steps ≥ 20 ms |');
+    say('|---:|---|---:|---|---|');
+    show('big journal, first start', 0, await start(bigDir, bigUrl, 'kill'));
+    for (let round = 1; round <= ROUNDS; round++) {
+      rmSync(emptyDir, { recursive: true, force: true });
+      show('empty journal', round, await start(emptyDir, '', 'stop'));
+      show('big journal, after SIGKILL', round, await start(bigDir, bigUrl, 'kill'));
+    }
+    const empty = median(rows.filter((r) => r.run === 'empty journal').map((r) => r.ms));
+    const big = median(rows.filter((r) => r.run.includes('SIGKILL')).map((r) => r.ms));
+    const bytes = URL ? null : journalBytes(bigDir);
+    const summary = {
+      rooms: ROOMS,
+      journalBytes: bytes,
+      emptyMs: Math.round(empty),
+      restartMs: Math.round(big),
+      overEmptyMs: Math.round(big - empty),
+      firstStartMs: Math.round(rows[0]?.ms ?? NaN),
+      rows,
+    };
+    say(
+      `\nmedian of ${ROUNDS}: empty ${summary.emptyMs} ms, after SIGKILL on ${ROOMS} rooms${bytes ? ` (${(bytes / 1e9).toFixed(2)} GB)` : ''} ${summary.restartMs} ms: ${summary.overEmptyMs} ms over empty; the first start (no checkpoint) took ${summary.firstStartMs} ms`,
+    );
+    if (asJson) process.stdout.write(`${JSON.stringify(summary)}\n`);
+  } finally {
+    rmSync(bigDir, { recursive: true, force: true });
+    rmSync(emptyDir, { recursive: true, force: true });
+  }
+}
+
+await main();

@@ -1,0 +1,191 @@
+/**
+ * State checkpoints on the in-memory journal: a start from a checkpoint plus the events after it
+ * rebuilds exactly what a fold of the whole journal does, and a checkpoint that cannot be trusted
+ * is refused with its reason — the full rebuild runs and a warning says why.
+ */
+import { describe, expect, it } from 'vitest';
+import { lifecycle } from '../../../test/helpers/events.ts';
+import type { EventInput } from '../../journal/events.ts';
+import { MemoryDisk } from '../../journal/memory/disk.ts';
+import { MemoryJournal } from '../../journal/memory/journal.ts';
+import type { StoredCheckpoint } from '../../journal/store.ts';
+import type { Logger } from '../../log.ts';
+import { VirtualClock } from '../../ports/clock.ts';
+import { Checkpointer } from './checkpointer.ts';
+import {
+  CHECKPOINT_FORMAT,
+  CHECKPOINT_NAME,
+  decodeCheckpoint,
+  digestOf,
+  encodeCheckpoint,
+} from './codec.ts';
+import { restoreState } from './replay.ts';
+import { StartState } from './state.ts';
+
+const block = (n: number) => n.toString(16).padStart(32, '0');
+
+const registered = (engine: string, incarnation: string, role: 'prefill' | 'decode') =>
+  ({
+    type: 'engine.registered',
+    engine,
+    source: 'control',
+    data: { role, incarnation },
+  }) as EventInput;
+
+/** A completed room whose prefill engine stored blocks `from…from+3` and evicted `evict`. */
+function room(id: string, from: number, evict: number[] = []): EventInput[] {
+  return lifecycle(id).map((e) => {
+    if (e.type === 'room.transfer_posted')
+      return {
+        ...e,
+        data: {
+          ...e.data,
+          storedBlocks: [0, 1, 2, 3].map((i) => block(from + i)),
+          evictedBlocks: evict.map(block),
+        },
+      };
+    return e;
+  });
+}
+
+const cordoned = (engine: string): EventInput => ({
+  type: 'engine.cordoned',
+  engine,
+  source: 'api',
+  data: { reason: 'inspect', by: 'operator', rooms: 0 },
+});
+
+function recorder(): Logger & { warnings: string[] } {
+  const warnings: string[] = [];
+  const none = () => {};
+  return { warnings, debug: none, info: none, error: none, warn: (_o, m) => warnings.push(m) };
+}
+
+/** What a state holds, comparable. */
+function view(s: StartState) {
+  return {
+    index: s.index.snapshot(),
+    cordons: Object.fromEntries(s.cordons),
+    pools: Object.fromEntries([...s.pools].map(([e, ev]) => [e, ev.seq])),
+  };
+}
+
+async function journalWith(events: EventInput[]) {
+  const j = MemoryJournal.open({ disk: new MemoryDisk('checkpoints') });
+  for (const e of events) expect((await j.append(e)).status).toBe('applied');
+  return j;
+}
+
+const first = [
+  registered('p0', 'i1', 'prefill'),
+  registered('d0', 'j1', 'decode'),
+  ...room('r1', 0),
+  cordoned('d9'),
+];
+const after = [
+  registered('d0', 'j1', 'decode'), // a hello to a new control plane: the same pool
+  ...room('r2', 10, [0, 1]),
+  registered('p0', 'i2', 'prefill'), // a new incarnation: its cache is empty again
+  ...room('r3', 20),
+  { ...cordoned('d9'), type: 'engine.uncordoned', data: { reason: 'fixed', by: 'operator' } },
+  cordoned('p0'),
+] as EventInput[];
+
+describe('state checkpoints', () => {
+  it('a checkpoint plus the events after it rebuild what the whole journal does', async () => {
+    const j = await journalWith(first);
+    const mid = await j.headSeq();
+    const atMid = new StartState();
+    await atMid.foldJournal(j, mid);
+    await j.setCheckpoint(encodeCheckpoint(atMid, atMid.index));
+    for (const e of after) await j.append(e);
+    const head = await j.headSeq();
+
+    const whole = new StartState();
+    await whole.foldJournal(j, head);
+    const log = recorder();
+    const restored = await restoreState(j, head, log);
+    expect(restored.from?.seq).toBe(mid);
+    expect(restored.ignored).toBeNull();
+    expect(log.warnings).toEqual([]);
+    // Only the tail's events of the state's types were read: its 4 engine events, and the
+    // prefill_started and transfer_posted of its 2 rooms.
+    expect(restored.folded).toBe(4 + 2 * 2);
+    expect(view(restored.state)).toEqual(view(whole));
+    // What the fold says: p0's new incarnation holds only r3's blocks; d0's pool began at its first hello.
+    expect(restored.state.index.blocksOn('p0')).toBe(4);
+    expect(restored.state.pools.get('d0')?.seq).toBe(2);
+    expect([...restored.state.cordons.keys()]).toEqual(['p0']);
+  });
+
+  it('is written by the checkpointer every so many events, and when asked', async () => {
+    const j = await journalWith(first);
+    const clock = new VirtualClock();
+    const state = new StartState();
+    await state.foldJournal(j, await j.headSeq());
+    const restored = { state, from: null, ignored: null, folded: 0 };
+    const policy = { checkpointEveryEvents: 5, checkpointEveryMs: 60_000 };
+    const router = { index: state.index };
+    const cp = new Checkpointer({ journal: j, log: recorder(), clock, policy, router }, restored);
+    const sub = j.subscribe(await j.headSeq(), (ev) => {
+      state.index.fold(ev);
+      cp.folded(ev);
+    });
+    for (const e of after.slice(0, 4)) await j.append(e);
+    await new Promise((r) => setImmediate(r));
+    clock.advance(1000);
+    await j.append(after[4] as EventInput);
+    await new Promise((r) => setImmediate(r));
+    await cp.write();
+    sub.close();
+    expect((await j.getCheckpoint(CHECKPOINT_NAME))?.seq).toBe(state.seq);
+    expect(cp.seq).toBe(state.seq);
+  });
+
+  it('refuses a checkpoint it cannot trust, and the full rebuild runs and says why', async () => {
+    const j = await journalWith([...first, ...after]);
+    const head = await j.headSeq();
+    const whole = new StartState();
+    await whole.foldJournal(j, head);
+    const good = encodeCheckpoint(whole, whole.index);
+    await j.setCheckpoint({ ...good, data: good.data.replace('"p0"', '"p1"') });
+    const log = recorder();
+    const restored = await restoreState(j, head, log);
+    expect(restored.from).toBeNull();
+    expect(restored.ignored).toMatch(/does not match its sha256 digest/);
+    expect(log.warnings).toEqual([expect.stringMatching(/^state checkpoint ignored: its data/)]);
+    expect(view(restored.state)).toEqual(view(whole));
+  });
+
+  it('names what is wrong with each kind of untrusted checkpoint', () => {
+    const state = new StartState(5);
+    const row = encodeCheckpoint(state, state.index);
+    const stored = (over: Partial<StoredCheckpoint> = {}): StoredCheckpoint => ({
+      ...row,
+      schemaVersion: 4,
+      currentSchemaVersion: 4,
+      writtenAt: 1,
+      ...over,
+    });
+    const why = (over: Partial<StoredCheckpoint>, head = 10) => {
+      const d = decodeCheckpoint(stored(over), head);
+      return 'ignored' in d ? d.ignored : 'trusted';
+    };
+    expect(why({})).toBe('trusted');
+    expect(why({ format: CHECKPOINT_FORMAT + 1 })).toMatch(/of format 2 and this pdctl reads/);
+    expect(why({ schemaVersion: 3 })).toMatch(/schema 3 and the journal is at schema 4/);
+    expect(why({}, 4)).toMatch(/at seq 5 but the journal ends at seq 4/);
+    expect(why({ data: '{', digest: digestOf('{') })).toMatch(/not JSON/);
+    const shaped = (data: unknown) =>
+      why({ data: JSON.stringify(data), digest: digestOf(JSON.stringify(data)) });
+    expect(shaped([])).toMatch(/not an object/);
+    expect(
+      shaped({ index: { p0: { incarnation: 1, blocks: [] } }, cordons: {}, pools: [] }),
+    ).toMatch(/index entry of p0/);
+    expect(shaped({ index: {}, cordons: { d0: { reason: 'x' } }, pools: [] })).toMatch(
+      /cordon of d0/,
+    );
+    const pool = { type: 'engine.registered', engine: 'd0', seq: 1, data: { role: 'chef' } };
+    expect(shaped({ index: {}, cordons: {}, pools: [pool] })).toMatch(/the pool of d0/);
+  });
+});

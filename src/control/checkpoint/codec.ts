@@ -1,0 +1,129 @@
+/**
+ * A state checkpoint as the journal stores it: JSON of the start state (state.ts), its sha256 and
+ * a format number. Decoding trusts nothing: a checkpoint whose digest does not match, whose format
+ * or journal schema is not this pdctl's, whose seq is past the journal's end or whose content is
+ * not the shape this code writes is refused with the reason, and the caller rebuilds from the
+ * whole journal instead.
+ */
+import { createHash } from 'node:crypto';
+import { dataError } from '../../journal/events.ts';
+import type { CheckpointInput, StoredCheckpoint } from '../../journal/store.ts';
+import type { Cordon } from '../cordons.ts';
+import { type IndexSnapshot, PrefixIndex } from '../routing/prefix-index.ts';
+import { type Registration, StartState } from './state.ts';
+
+/** The control plane's checkpoint row. */
+export const CHECKPOINT_NAME = 'control';
+
+/**
+ * Bumped whenever what the state holds, or how an event folds into it, changes: a checkpoint of
+ * another format is ignored (one full rebuild, then checkpoints of this format).
+ */
+export const CHECKPOINT_FORMAT = 1;
+
+interface Body {
+  index: IndexSnapshot;
+  cordons: Record<string, Cordon>;
+  pools: Registration[];
+}
+
+export function digestOf(data: string): string {
+  return createHash('sha256').update(data).digest('hex');
+}
+
+/** The state as a row for `setCheckpoint`; `index` is the prefix index folded through the same seq. */
+export function encodeCheckpoint(state: StartState, index: PrefixIndex): CheckpointInput {
+  const body: Body = {
+    index: index.snapshot(),
+    cordons: Object.fromEntries(state.cordons),
+    pools: [...state.pools.values()],
+  };
+  const data = JSON.stringify(body);
+  return {
+    name: CHECKPOINT_NAME,
+    seq: state.seq,
+    format: CHECKPOINT_FORMAT,
+    digest: digestOf(data),
+    data,
+  };
+}
+
+/** The state a stored checkpoint holds, or why it is not to be trusted. */
+export function decodeCheckpoint(
+  stored: StoredCheckpoint,
+  headSeq: number,
+): { state: StartState } | { ignored: string } {
+  if (stored.format !== CHECKPOINT_FORMAT)
+    return {
+      ignored: `it is of format ${stored.format} and this pdctl reads format ${CHECKPOINT_FORMAT}`,
+    };
+  if (stored.schemaVersion !== stored.currentSchemaVersion)
+    return {
+      ignored: `it was written under journal schema ${stored.schemaVersion} and the journal is at schema ${stored.currentSchemaVersion} now`,
+    };
+  if (digestOf(stored.data) !== stored.digest)
+    return { ignored: 'its data does not match its sha256 digest (damaged)' };
+  if (!Number.isSafeInteger(stored.seq) || stored.seq < 0 || stored.seq > headSeq)
+    return {
+      ignored: `it holds the state at seq ${stored.seq} but the journal ends at seq ${headSeq} (a journal restored from an older copy?)`,
+    };
+  let body: unknown;
+  try {
+    body = JSON.parse(stored.data);
+  } catch (err) {
+    return { ignored: `its data is not JSON (${(err as Error).message})` };
+  }
+  const wrong = shapeError(body);
+  if (wrong) return { ignored: `its data is not a format-${CHECKPOINT_FORMAT} state: ${wrong}` };
+  const b = body as Body;
+  const pools = new Map(b.pools.map((ev) => [ev.engine as string, ev]));
+  const state = new StartState(
+    stored.seq,
+    PrefixIndex.from(b.index),
+    new Map(Object.entries(b.cordons)),
+    pools,
+  );
+  return { state };
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> =>
+  typeof v === 'object' && v !== null && !Array.isArray(v);
+
+function shapeError(body: unknown): string | null {
+  if (!isObject(body)) return 'not an object';
+  const { index, cordons, pools } = body;
+  if (!isObject(index)) return '`index` is not an object';
+  for (const [engine, h] of Object.entries(index)) {
+    if (
+      !isObject(h) ||
+      !(h.incarnation === null || typeof h.incarnation === 'string') ||
+      !Array.isArray(h.blocks) ||
+      !h.blocks.every((b) => typeof b === 'string')
+    )
+      return `index entry of ${engine} is not { incarnation, blocks: string[] }`;
+  }
+  if (!isObject(cordons)) return '`cordons` is not an object';
+  for (const [engine, c] of Object.entries(cordons)) {
+    if (
+      !isObject(c) ||
+      typeof c.reason !== 'string' ||
+      typeof c.by !== 'string' ||
+      !(c.evidence === null || typeof c.evidence === 'string') ||
+      typeof c.at !== 'number'
+    )
+      return `cordon of ${engine} is not { reason, by, evidence, at }`;
+  }
+  if (!Array.isArray(pools)) return '`pools` is not an array';
+  for (const ev of pools) {
+    if (
+      !isObject(ev) ||
+      ev.type !== 'engine.registered' ||
+      typeof ev.engine !== 'string' ||
+      typeof ev.seq !== 'number'
+    )
+      return 'a pool is not an engine.registered event';
+    const wrong = dataError('engine.registered', ev.data);
+    if (wrong) return `the pool of ${ev.engine}: ${wrong}`;
+  }
+  return null;
+}

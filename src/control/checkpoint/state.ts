@@ -1,0 +1,61 @@
+/**
+ * What a control plane rebuilds at start that no projection of the journal keeps: the prefix
+ * index (routing/prefix-index.ts), the registration each engine's current pool began with (the
+ * page map's start: pages/page-map.ts) and the cordons (cordons.ts). Rooms in flight come from
+ * the `rooms` projection and consumers' cursors from their table, so they need no fold.
+ *
+ * It is a fold of committed events in seq order — the same at start (from a checkpoint, or from
+ * nothing) as while serving — so a checkpoint of it at seq S plus the events after S is what the
+ * whole journal would give.
+ */
+
+import type { JournalEvent, JournalEventOf } from '../../journal/events.ts';
+import { eachEvent, type JournalReader } from '../../journal/store.ts';
+import { type Cordon, foldCordon } from '../cordons.ts';
+import { INDEX_EVENTS, PrefixIndex } from '../routing/prefix-index.ts';
+
+/** Event types the state folds. */
+export const STATE_EVENTS = [...INDEX_EVENTS, 'engine.cordoned', 'engine.uncordoned'] as const;
+
+export type Registration = JournalEventOf<'engine.registered'>;
+
+export class StartState {
+  constructor(
+    /** The last seq folded (0: none). */
+    public seq = 0,
+    readonly index = new PrefixIndex(),
+    readonly cordons = new Map<string, Cordon>(),
+    /** Each engine's registration its current pool began with (the first of its incarnation). */
+    readonly pools = new Map<string, Registration>(),
+  ) {}
+
+  /**
+   * Folds one committed event into the cordons and pools (others only move `seq`). The index is
+   * folded by whoever owns it: the router while serving, `foldJournal` at start.
+   */
+  fold(ev: JournalEvent): void {
+    this.seq = ev.seq;
+    if (ev.engine === null) return;
+    if (ev.type === 'engine.cordoned' || ev.type === 'engine.uncordoned') {
+      foldCordon(this.cordons, ev);
+    } else if (ev.type === 'engine.registered') {
+      // An engine says hello again to every new control plane, under the same incarnation.
+      if (this.pools.get(ev.engine)?.data.incarnation !== ev.data.incarnation)
+        this.pools.set(ev.engine, ev);
+    }
+  }
+
+  /** Folds the journal's events after `seq` through `untilSeq`; returns how many it read. */
+  async foldJournal(journal: Pick<JournalReader, 'tail'>, untilSeq: number): Promise<number> {
+    let read = 0;
+    await eachEvent(journal, { type: [...STATE_EVENTS], afterSeq: this.seq }, (ev) => {
+      if (ev.seq > untilSeq) return false;
+      read++;
+      this.index.fold(ev);
+      this.fold(ev);
+      return ev.seq < untilSeq;
+    });
+    this.seq = Math.max(this.seq, untilSeq);
+    return read;
+  }
+}
