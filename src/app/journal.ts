@@ -40,6 +40,8 @@ export interface JournalOpenOptions {
   log: Logger;
   /** Journals `journal.opened` with this source and version once open. */
   announce?: { source: string; version: string };
+  /** SQLite: a file bigger than this is scanned after it opens, not before (`SqliteJournal`). */
+  scanLaterAbove?: number;
   /**
    * PostgreSQL only: who this control plane is (shown to standbys and kept in `leader_terms`),
    * and, to run as a standby, how to wait while another leads. Without `standby`, a journal led
@@ -75,6 +77,7 @@ export function openJournal(o: JournalOpenOptions): Promise<ControlJournal> {
     durability: o.durability,
     logger: o.log,
     announce: o.announce,
+    scanLaterAbove: o.scanLaterAbove,
   });
 }
 

@@ -7,6 +7,7 @@ import { Admission, needsCurve } from '../bus/admission.ts';
 import { ControlPlane } from '../control/control-plane.ts';
 import type { ControlPlaneOptions } from '../control/options.ts';
 import { Retention, type RetentionPolicy } from '../journal/retention.ts';
+import { SCAN_LATER_ABOVE_BYTES } from '../journal/sqlite/journal.ts';
 import type { Durability } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { stepTimer, systemClock } from '../ports/clock.ts';
@@ -43,6 +44,8 @@ export async function openControlPlane(
       log: options.log,
       leadership: options.leadership,
       announce: { source: 'control', version: options.version },
+      // A control plane starts on a big journal without waiting for a read of every page.
+      scanLaterAbove: SCAN_LATER_ABOVE_BYTES,
     }),
   );
   // On failure, start drains the journal it was given.

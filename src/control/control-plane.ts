@@ -159,7 +159,7 @@ export class ControlPlane {
     try {
       const into = { book: cp.book, router: cp.router, cordons: cp.registry.cordons, log: cp.log };
       const { head, orphans, restored } = await replayJournal(journal, into, step);
-      cp.link.startSeq = head;
+      cp.link.registeredAtStart = new Map(restored.state.registered);
       const deps = { ...into, journal, clock: cp.clock, policy: cp.options };
       cp.checkpoints = new Checkpointer(deps, restored);
       cp.subscription = journal.subscribe(head, (ev) => cp.onCommitted(ev));

@@ -21,6 +21,7 @@ import type { Logger } from '../log.ts';
 import type { Clock } from '../ports/clock.ts';
 import { BoundedMap } from './bounded-map.ts';
 import type { ControlCounters } from './bus.ts';
+import type { LastRegistration } from './checkpoint/state.ts';
 import type { EngineSession } from './engine-session.ts';
 import {
   checkHello,
@@ -31,7 +32,7 @@ import {
 } from './hello.ts';
 import { kvPeerFor } from './kv-peer.ts';
 import type { EngineRegistry } from './registry.ts';
-import { type Backlog, backlogFor, registeredBefore } from './rejoin.ts';
+import { type Backlog, backlogFor } from './rejoin.ts';
 import type { RoomBook } from './room-book.ts';
 import { ThrottleRecord } from './throttles.ts';
 
@@ -70,8 +71,19 @@ export class EngineLink {
   private readonly throttles: ThrottleRecord;
   /** Sessions handed out so far (one per accepted hello). */
   private sessions = 0;
-  /** The journal's head when this control plane started: registrations up to it are its predecessors'. */
-  startSeq = 0;
+  /**
+   * Each engine's last registration by a control plane before this one (restored at start:
+   * checkpoint/state.ts), for a hello this control plane has not welcomed yet:
+   *
+   * - Of another incarnation, when this control plane has no session of the engine: that process
+   *   died unseen — while no control plane ran, or before this one started — and its rooms
+   *   (moved, ended, or awaiting its release, which a surviving peer waits on before freeing its
+   *   pages) are this control plane's to settle (found by the simulator, `--faults all` seed 41).
+   * - Of this incarnation: the same process, reconnecting from the control plane before. It must
+   *   get everything of its rooms since then, ended ones too, even if it applied no event yet
+   *   (seed 5101: rooms created and failed while it was cut off never reached it).
+   */
+  registeredAtStart: ReadonlyMap<string, LastRegistration> = new Map();
 
   constructor(private readonly deps: EngineLinkDeps) {
     this.bus = deps.bus;
@@ -196,7 +208,7 @@ export class EngineLink {
     // Before the replay is read: the new process must see the old one's rooms as migrated.
     if (prev && verdict.fresh) await this.deps.replaced(msg.engine, prev.incarnation);
     else if (session.delivery.joinedSeq === null) {
-      const before = await registeredBefore(this.deps, msg.engine, this.startSeq);
+      const before = this.registeredAtStart.get(msg.engine);
       if (before?.incarnation === msg.incarnation) session.delivery.joinedSeq ??= before.seq;
       else if (before && !prev) await this.deps.replaced(msg.engine, before.incarnation);
     }

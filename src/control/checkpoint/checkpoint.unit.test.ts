@@ -67,6 +67,7 @@ function view(s: StartState) {
     index: s.index.snapshot(),
     cordons: Object.fromEntries(s.cordons),
     pools: Object.fromEntries([...s.pools].map(([e, ev]) => [e, ev.seq])),
+    registered: Object.fromEntries(s.registered),
   };
 }
 
@@ -115,6 +116,7 @@ describe('state checkpoints', () => {
     // What the fold says: p0's new incarnation holds only r3's blocks; d0's pool began at its first hello.
     expect(restored.state.index.blocksOn('p0')).toBe(4);
     expect(restored.state.pools.get('d0')?.seq).toBe(2);
+    expect(restored.state.registered.get('d0')).toEqual({ incarnation: 'j1', seq: mid + 1 });
     expect([...restored.state.cordons.keys()]).toEqual(['p0']);
   });
 
@@ -186,6 +188,11 @@ describe('state checkpoints', () => {
       /cordon of d0/,
     );
     const pool = { type: 'engine.registered', engine: 'd0', seq: 1, data: { role: 'chef' } };
-    expect(shaped({ index: {}, cordons: {}, pools: [pool] })).toMatch(/the pool of d0/);
+    expect(shaped({ index: {}, cordons: {}, pools: [pool], registered: {} })).toMatch(
+      /the pool of d0/,
+    );
+    expect(shaped({ index: {}, cordons: {}, pools: [], registered: { d0: 'x' } })).toMatch(
+      /the registration of d0/,
+    );
   });
 });

@@ -42,22 +42,27 @@ export class Checkpointer {
   ) {
     this.state = restored.state;
     this.writtenSeq = restored.from?.seq ?? 0;
-    this.lastWriteAt = deps.clock.now();
+    // Started without a checkpoint (after a whole-journal fold): one is due at once.
+    this.lastWriteAt = restored.from ? deps.clock.now() : Number.NEGATIVE_INFINITY;
   }
 
-  /** A committed event, after the router folded it. At most a write a second (a failing one too). */
+  /** A committed event, after the router folded it. */
   folded(ev: JournalEvent): void {
     this.state.fold(ev);
-    if (
-      this.state.seq - this.writtenSeq >= this.deps.policy.checkpointEveryEvents &&
-      this.deps.clock.now() - this.lastWriteAt >= 1000
-    )
-      void this.write();
+    this.tick();
   }
 
-  /** The timer's turn: a checkpoint when one is due by time and anything changed. */
+  /**
+   * Writes when due: so many events since the last checkpoint (at most one write a second,
+   * failing ones too), or so long since it if anything changed. Also the timer's turn.
+   */
   tick(): void {
-    if (this.deps.clock.now() - this.lastWriteAt >= this.deps.policy.checkpointEveryMs)
+    const since = this.deps.clock.now() - this.lastWriteAt;
+    const behind = this.state.seq - this.writtenSeq;
+    if (
+      (behind >= this.deps.policy.checkpointEveryEvents && since >= 1000) ||
+      since >= this.deps.policy.checkpointEveryMs
+    )
       void this.write();
   }
 

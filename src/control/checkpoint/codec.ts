@@ -10,7 +10,7 @@ import { dataError } from '../../journal/events.ts';
 import type { CheckpointInput, StoredCheckpoint } from '../../journal/store.ts';
 import type { Cordon } from '../cordons.ts';
 import { type IndexSnapshot, PrefixIndex } from '../routing/prefix-index.ts';
-import { type Registration, StartState } from './state.ts';
+import { type LastRegistration, type Registration, StartState } from './state.ts';
 
 /** The control plane's checkpoint row. */
 export const CHECKPOINT_NAME = 'control';
@@ -25,6 +25,7 @@ interface Body {
   index: IndexSnapshot;
   cordons: Record<string, Cordon>;
   pools: Registration[];
+  registered: Record<string, LastRegistration>;
 }
 
 export function digestOf(data: string): string {
@@ -37,6 +38,7 @@ export function encodeCheckpoint(state: StartState, index: PrefixIndex): Checkpo
     index: index.snapshot(),
     cordons: Object.fromEntries(state.cordons),
     pools: [...state.pools.values()],
+    registered: Object.fromEntries(state.registered),
   };
   const data = JSON.stringify(body);
   return {
@@ -82,6 +84,7 @@ export function decodeCheckpoint(
     PrefixIndex.from(b.index),
     new Map(Object.entries(b.cordons)),
     pools,
+    new Map(Object.entries(b.registered)),
   );
   return { state };
 }
@@ -91,7 +94,7 @@ const isObject = (v: unknown): v is Record<string, unknown> =>
 
 function shapeError(body: unknown): string | null {
   if (!isObject(body)) return 'not an object';
-  const { index, cordons, pools } = body;
+  const { index, cordons, pools, registered } = body;
   if (!isObject(index)) return '`index` is not an object';
   for (const [engine, h] of Object.entries(index)) {
     if (
@@ -124,6 +127,11 @@ function shapeError(body: unknown): string | null {
       return 'a pool is not an engine.registered event';
     const wrong = dataError('engine.registered', ev.data);
     if (wrong) return `the pool of ${ev.engine}: ${wrong}`;
+  }
+  if (!isObject(registered)) return '`registered` is not an object';
+  for (const [engine, r] of Object.entries(registered)) {
+    if (!isObject(r) || typeof r.incarnation !== 'string' || typeof r.seq !== 'number')
+      return `the registration of ${engine} is not { incarnation, seq }`;
   }
   return null;
 }

@@ -1,7 +1,8 @@
 /**
  * What a control plane rebuilds at start that no projection of the journal keeps: the prefix
  * index (routing/prefix-index.ts), the registration each engine's current pool began with (the
- * page map's start: pages/page-map.ts) and the cordons (cordons.ts). Rooms in flight come from
+ * page map's start: pages/page-map.ts), each engine's last registration (what a hello is checked
+ * against: engine-link.ts) and the cordons (cordons.ts). Rooms in flight come from
  * the `rooms` projection and consumers' cursors from their table, so they need no fold.
  *
  * It is a fold of committed events in seq order — the same at start (from a checkpoint, or from
@@ -19,6 +20,11 @@ export const STATE_EVENTS = [...INDEX_EVENTS, 'engine.cordoned', 'engine.uncordo
 
 export type Registration = JournalEventOf<'engine.registered'>;
 
+export interface LastRegistration {
+  incarnation: string;
+  seq: number;
+}
+
 export class StartState {
   constructor(
     /** The last seq folded (0: none). */
@@ -27,6 +33,8 @@ export class StartState {
     readonly cordons = new Map<string, Cordon>(),
     /** Each engine's registration its current pool began with (the first of its incarnation). */
     readonly pools = new Map<string, Registration>(),
+    /** Each engine's last registration. */
+    readonly registered = new Map<string, LastRegistration>(),
   ) {}
 
   /**
@@ -42,6 +50,7 @@ export class StartState {
       // An engine says hello again to every new control plane, under the same incarnation.
       if (this.pools.get(ev.engine)?.data.incarnation !== ev.data.incarnation)
         this.pools.set(ev.engine, ev);
+      this.registered.set(ev.engine, { incarnation: ev.data.incarnation, seq: ev.seq });
     }
   }
 

@@ -1,7 +1,7 @@
-import { chmodSync, statSync } from 'node:fs';
+import { chmodSync, closeSync, openSync, statSync, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { created } from '../../../test/helpers/events.ts';
 import { journalContract } from '../../../test/helpers/journal-contract.ts';
 import { tempDir } from '../../../test/helpers/tmp.ts';
@@ -55,6 +55,66 @@ describe('SqliteJournal writer supervision', () => {
       expect((await j.verify()).ok).toBe(true);
       const committed = outcomes.filter((o) => o.status === 'fulfilled').length;
       expect((await j.stats()).rooms).toBe(2 + committed);
+    } finally {
+      await j.drain();
+    }
+  });
+});
+
+describe('SqliteJournal scanned after it opens (a big file at serve)', () => {
+  /** A journal of 300 rooms, closed whole (its WAL checkpointed away). */
+  const filled = async () => {
+    const j = await fresh();
+    for (let i = 0; i < 300; i++) await j.append(created(`r${i}`));
+    await j.drain();
+    return j.path;
+  };
+  const warnings: string[] = [];
+  const notes: string[] = [];
+  const log = {
+    ...silentLogger,
+    info: (_o: object, m: string) => notes.push(m),
+    error: (_o: object, m: string) => warnings.push(m),
+  };
+
+  it('serves a whole file at once and finds it whole', async () => {
+    const j = await SqliteJournal.open({ path: await filled(), scanLaterAbove: 0, logger: log });
+    try {
+      expect((await j.append(created('after'))).status).toBe('applied');
+      await vi.waitFor(() => expect(notes).toContain('journal quick_check passed (after start)'), {
+        timeout: 10_000,
+      });
+      expect(j.health()).toMatchObject({ writable: true, lastError: null });
+      expect((await j.append(created('after-scan'))).status).toBe('applied');
+    } finally {
+      await j.drain();
+    }
+  });
+
+  it('stops writing to a file the scan finds damaged, and says why and what to do', async () => {
+    const path = await filled();
+    // Garbage over the b-tree header of a rooms index: opening and journal.opened never read it.
+    const db = new Database(path, { readonly: true });
+    const root = db
+      .prepare("SELECT rootpage FROM sqlite_master WHERE name = 'rooms_created_at'")
+      .pluck()
+      .get() as number;
+    db.close();
+    const fd = openSync(path, 'r+');
+    writeSync(fd, Buffer.alloc(64, 0xee), 0, 64, (root - 1) * 4096);
+    closeSync(fd);
+    const announce = { source: 'control', version: 'test' };
+    const j = await SqliteJournal.open({ path, scanLaterAbove: 0, logger: log, announce });
+    try {
+      await vi.waitFor(() => expect(j.health().writable).toBe(false), { timeout: 10_000 });
+      expect(j.health().lastError).toMatch(
+        /failed SQLite's quick_check after pdctl started on it .*every write to it is refused.*pdctl journal backup/,
+      );
+      expect(warnings).toEqual([j.health().lastError]);
+      await expect(j.append(created('refused'))).rejects.toMatchObject({
+        code: 'JOURNAL_CORRUPT',
+      });
+      await expect(j.setCursor('watchdog', 1)).rejects.toMatchObject({ code: 'JOURNAL_CORRUPT' });
     } finally {
       await j.drain();
     }

@@ -3,7 +3,8 @@
  * reads on a read-only connection. Appends that arrive in one event-loop turn share one
  * transaction; while a transaction is committing, new appends gather into the next one.
  */
-import { existsSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
+import type { Worker } from 'node:worker_threads';
 import type { Logger } from '../../log.ts';
 import { silentLogger } from '../../log.ts';
 import { checkAfterSeq, checkCursor, checkPrune } from '../checks.ts';
@@ -28,9 +29,16 @@ import { SubscriptionHub } from '../subscriptions.ts';
 import { DEFAULT_DURABILITY } from './open.ts';
 import { makeJournalDir, sharedJournal } from './privacy.ts';
 import { SqliteReader } from './reader.ts';
+import type { ScanResult } from './scan-thread.ts';
 import { acquireWriterLock, type WriterLock } from './writer-lock.ts';
 import type { WriterInit, WriterOp } from './writer-protocol.ts';
-import { startWriter, type Writer } from './writers.ts';
+import { spawnThread, startWriter, type Writer } from './writers.ts';
+
+/**
+ * Above this size a serving control plane scans its journal after it starts rather than before:
+ * `quick_check` reads every page, about 1.1 s a GB here (docs/journal.md, "Durability").
+ */
+export const SCAN_LATER_ABOVE_BYTES = 64 * 1024 * 1024;
 
 export interface SqliteJournalOptions {
   path: string;
@@ -44,6 +52,12 @@ export interface SqliteJournalOptions {
   roomCacheSize?: number;
   /** Append `journal.opened` with this source once open. Default: none. */
   announce?: { source: string; version: string };
+  /**
+   * A file bigger than this many bytes is scanned (`quick_check`) after it opens, in a thread of
+   * its own, instead of before: a start then does not wait for a read of every page. Default:
+   * always before (`pdctl serve` passes SCAN_LATER_ABOVE_BYTES).
+   */
+  scanLaterAbove?: number;
   logger?: Logger;
 }
 
@@ -53,6 +67,9 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
   private readonly hub: SubscriptionHub;
   private readonly queue: CommitQueue;
   private drained: Promise<void> | null = null;
+  /** The after-start `quick_check` while it runs, and what it found wrong. */
+  private scanning: Worker | null = null;
+  private damaged: JournalError | null = null;
 
   private constructor(
     options: SqliteJournalOptions,
@@ -75,7 +92,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
           get ready() {
             return writer.ready;
           },
-          commit: async (events) => (await writer.run({ op: 'append', events })).outcomes ?? [],
+          commit: async (events) => (await this.write({ op: 'append', events })).outcomes ?? [],
         },
         // An inline writer blocks the event loop for the length of a batch: keep batches shorter
         // there; a writer thread commits one batch while the next is prepared (pipelining).
@@ -99,6 +116,11 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
       role: 'writer',
     };
     const log = options.logger ?? silentLogger;
+    const scanLater =
+      options.scanLaterAbove !== undefined &&
+      existsSync(options.path) &&
+      statSync(options.path).size > options.scanLaterAbove;
+    if (scanLater) init.scan = false;
     if (!existsSync(options.path)) {
       if (!init.create) {
         throw new JournalError(
@@ -149,7 +171,43 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
         throw err;
       }
     }
+    if (scanLater) journal.scanInBackground();
     return journal;
+  }
+
+  /**
+   * SQLite's `quick_check` of the whole file, on a thread and connection of its own, while the
+   * journal serves. A damaged file is written no more: every write is refused from then on with
+   * JOURNAL_CORRUPT, which `/health/ready` and the outage answerer pass on.
+   */
+  private scanInBackground(): void {
+    const worker = spawnThread('scan-thread', { path: this.path });
+    this.scanning = worker;
+    const done = () => {
+      if (this.scanning === worker) this.scanning = null;
+    };
+    worker.once('message', (r: ScanResult) => {
+      done();
+      if (r.problem === null) {
+        this.log.info({ ms: Math.round(r.ms) }, 'journal quick_check passed (after start)');
+        return;
+      }
+      this.damaged = new JournalError(
+        'JOURNAL_CORRUPT',
+        `${this.path} failed SQLite's quick_check after pdctl started on it (${r.problem}); every write to it is refused from now on, so that it is not damaged further. To get at what it holds: \`pdctl journal backup --journal ${this.path} --to COPY.db\` copies what SQLite can still read, \`sqlite3 ${this.path} .recover > recovered.sql\` salvages rows from damaged pages (on a copy). Then stop pdctl serve, move the journal aside (with its -wal and -shm) and start again`,
+      );
+      this.log.error({ problem: r.problem }, this.damaged.message);
+    });
+    worker.once('error', (err) => {
+      done();
+      this.log.warn({ err: err.message }, 'journal quick_check could not run after start');
+    });
+  }
+
+  /** Every write goes through here: none once the scan found the file damaged. */
+  private async write(op: WriterOp) {
+    if (this.damaged) throw this.damaged;
+    return this.writer.run(op);
   }
 
   private onWriterRestarted(): void {
@@ -170,7 +228,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
    * commits that need more fail as on a full disk (SQLITE_FULL); null lifts the cap.
    */
   async limitPagesForDrill(pages: number | null): Promise<void> {
-    await this.writer.run({ op: 'limit_pages', pages });
+    await this.write({ op: 'limit_pages', pages });
   }
 
   /** Pages the database has now: a `limitPagesForDrill` at this count makes the next growth fail. */
@@ -217,17 +275,17 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
   }
 
   async setCheckpoint(checkpoint: CheckpointInput): Promise<void> {
-    await this.writer.run({ op: 'save_state', checkpoint, ts: Date.now() });
+    await this.write({ op: 'save_state', checkpoint, ts: Date.now() });
   }
 
   async setCursor(name: string, seq: number): Promise<void> {
     checkCursor(name, seq);
-    await this.writer.run({ op: 'cursor', name, seq, ts: Date.now() });
+    await this.write({ op: 'cursor', name, seq, ts: Date.now() });
   }
 
   async prune(opts: PruneOptions): Promise<PruneResult> {
     const chunkRooms = checkPrune(opts);
-    const pruned = async (op: WriterOp) => (await this.writer.run(op)).pruned ?? none;
+    const pruned = async (op: WriterOp) => (await this.write(op)).pruned ?? none;
     const none = { rooms: 0, events: 0 };
     return pruneInChunks(
       { ...opts, chunkRooms },
@@ -251,6 +309,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
     return {
       state: state === 'ready' && !this.writer.ready ? 'starting' : state,
       ...this.queue.health(),
+      ...(this.damaged ? { writable: false, lastError: this.damaged.message } : {}),
       writerRestarts: this.writer.restarts,
       term: null,
     };
@@ -273,6 +332,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
       // checkpoints the WAL into the main file and removes it, and journal.db alone is whole.
       this.hub.closeAll();
       super.close();
+      await this.scanning?.terminate();
       await this.writer.close();
       this.finish();
     })();
@@ -288,6 +348,8 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
   }
 
   private finish(): void {
+    void this.scanning?.terminate();
+    this.scanning = null;
     this.queue.close();
     this.lock.release();
     this.hub.closeAll();

@@ -45,6 +45,8 @@ export interface OpenDatabaseOptions {
    * a second connection to a journal this process already checked (the checkpointer's).
    */
   precheck?: boolean;
+  /** The precheck reads every page (`quick_check`). Default true; false: the caller scans later. */
+  scan?: boolean;
 }
 
 const CORRUPT_CODES = new Set(['SQLITE_CORRUPT', 'SQLITE_NOTADB']);
@@ -125,7 +127,8 @@ export function openDatabase(opts: OpenDatabaseOptions): Database.Database {
   }
   // A writer checks the file without writing to it first: a damaged or foreign journal is left
   // byte for byte as it was, its -wal and -shm too (precheck.ts).
-  if (!readonly && opts.precheck !== false) checkBeforeWriting(path, opts.emptyIsNew ?? false);
+  if (!readonly && opts.precheck !== false)
+    checkBeforeWriting(path, opts.emptyIsNew ?? false, opts.scan ?? true);
   // A reader never turns an empty file into a journal (a writer may: `journal migrate`, which
   // reads it first as schema 0 with allowOlder, does).
   if (readonly && !opts.allowOlder && existsSync(path) && statSync(path).size === 0) {

@@ -29,6 +29,26 @@ function recoveryAdvice(path: string): string {
   return `the file, its -wal and its -shm were left exactly as they were. To get at what it holds: \`pdctl journal backup --journal ${path} --to COPY.db\` (or \`pdctl journal export\`) copies what SQLite can still read; \`sqlite3 ${path} .recover > recovered.sql\` salvages rows from damaged pages (run it on a copy of all three files). Then move the journal aside (all three files) and start pdctl serve, which makes a new one`;
 }
 
+/**
+ * SQLite's `quick_check` (every page read once, without integrity_check's index cross-checks:
+ * docs/journal.md, "Durability", has its cost): null when the file is whole, else what is wrong.
+ */
+export function quickCheck(db: Database.Database): string | null {
+  let problems: string[];
+  try {
+    problems = (
+      db.pragma('quick_check(5)', { simple: false }) as Array<{ quick_check: string }>
+    ).map((r) => r.quick_check);
+  } catch (err) {
+    return `it is damaged or is not a SQLite database: ${(err as { code?: string }).code ?? 'error'}: ${(err as Error).message}`;
+  }
+  if (problems.length === 1 && problems[0] === 'ok') return null;
+  return problems
+    .join('; ')
+    .replace(/\s*\n\s*/g, ' ')
+    .slice(0, 600);
+}
+
 /** A writer needs the journal and its directory writable; said before anything is opened. */
 export function checkWritable(path: string): void {
   for (const [what, p] of [
@@ -51,9 +71,11 @@ export function checkWritable(path: string): void {
 /**
  * Refuses an empty file, a damaged one, a file that is not a pdctl journal and a journal of a
  * newer schema — each without changing the file or its `-wal`/`-shm`. `emptyIsNew`: a 0-byte
- * file is to become a journal (`pdctl journal migrate` alone asks for that).
+ * file is to become a journal (`pdctl journal migrate` alone asks for that). `scan`: SQLite's
+ * `quick_check` of every page too; without it, only what opening and reading the schema find
+ * (the control plane then scans after its start: `quickCheck` in a thread of its own).
  */
-export function checkBeforeWriting(path: string, emptyIsNew = false): void {
+export function checkBeforeWriting(path: string, emptyIsNew = false, scan = true): void {
   if (!existsSync(path)) return;
   checkWritable(path);
   if (statSync(path).size === 0) {
@@ -73,13 +95,13 @@ export function checkBeforeWriting(path: string, emptyIsNew = false): void {
       copyFileSync(path, view);
     }
     if (existsSync(`${path}-wal`)) copyFileSync(`${path}-wal`, `${view}-wal`);
-    checkView(view, path);
+    checkView(view, path, scan);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
 }
 
-function checkView(view: string, path: string): void {
+function checkView(view: string, path: string, scan: boolean): void {
   let db: Database.Database;
   try {
     db = new Database(view, { readonly: true, fileMustExist: true });
@@ -91,27 +113,24 @@ function checkView(view: string, path: string): void {
     );
   }
   try {
-    // quick_check reads every page once, without integrity_check's index cross-checks
-    // (docs/journal.md, "Durability", has its cost).
-    let problems: string[];
+    if (scan) {
+      const failed = quickCheck(db);
+      if (failed !== null)
+        throw new JournalError(
+          'JOURNAL_CORRUPT',
+          `${path} failed SQLite's quick_check (${failed}), so nothing was written to it; ${recoveryAdvice(path)}`,
+        );
+    }
+    let version: number | null;
     try {
-      problems = (
-        db.pragma('quick_check(5)', { simple: false }) as Array<{ quick_check: string }>
-      ).map((r) => r.quick_check);
+      version = schemaVersion(db);
     } catch (err) {
       throw new JournalError(
         'JOURNAL_CORRUPT',
-        `${path} failed SQLite's quick_check: it is damaged or is not a SQLite database (${(err as { code?: string }).code ?? 'error'}: ${(err as Error).message}), so nothing was written to it; ${recoveryAdvice(path)}`,
+        `${path} is damaged or is not a SQLite database (${(err as { code?: string }).code ?? 'error'}: ${(err as Error).message}), so nothing was written to it; ${recoveryAdvice(path)}`,
         { cause: err },
       );
     }
-    if (problems.length !== 1 || problems[0] !== 'ok') {
-      throw new JournalError(
-        'JOURNAL_CORRUPT',
-        `${path} failed SQLite's quick_check (${problems.join('; ').slice(0, 600)}), so nothing was written to it; ${recoveryAdvice(path)}`,
-      );
-    }
-    const version = schemaVersion(db);
     if (version === null) {
       throw new JournalError(
         'JOURNAL_CORRUPT',

@@ -19,6 +19,7 @@ export function openWriter(init: WriterInit): OpenedWriter {
     durability: init.durability,
     create: init.create,
     precheck: init.role === 'writer',
+    scan: init.scan ?? true,
   });
   const maxPageCount = db.pragma('max_page_count', { simple: true }) as number;
   if (init.role === 'checkpointer') return { db, writer: null, headSeq: 0, maxPageCount };

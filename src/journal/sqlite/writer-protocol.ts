@@ -11,6 +11,8 @@ export interface WriterInit {
   create: boolean;
   /** `writer` owns the writing connection; `checkpointer` only copies the WAL into the database. */
   role: 'writer' | 'checkpointer';
+  /** The writer's precheck reads every page first (default); false: the journal scans it later. */
+  scan?: boolean;
 }
 
 /** One unit of work for the writer, wherever it runs. */

@@ -31,21 +31,22 @@ export interface WriterHooks {
   onRestarted(): void;
 }
 
-function spawnThread(init: WriterInit): Worker {
+/** A thread of the journal's (`writer-thread` for writers and checkpointers, `scan-thread`). */
+export function spawnThread(name: 'writer-thread' | 'scan-thread', workerData: unknown): Worker {
   const here = import.meta.url;
   if (here.endsWith('.ts')) {
     // Running from source (tests, tsx): load the TypeScript entry through tsx's loader.
-    const entry = new URL('./writer-thread.ts', here).href;
+    const entry = new URL(`./${name}.ts`, here).href;
     const code = `import('tsx/esm/api').then((m) => { m.register(); return import(${JSON.stringify(entry)}); });`;
-    return new Worker(code, { eval: true, workerData: init });
+    return new Worker(code, { eval: true, workerData });
   }
-  return new Worker(new URL('./writer-thread.js', here), { workerData: init });
+  return new Worker(new URL(`./${name}.js`, here), { workerData });
 }
 
 /** Starts a thread and waits for it to open the journal. */
 function startThread(init: WriterInit): Promise<{ worker: Worker; headSeq: number }> {
   return new Promise((resolve, reject) => {
-    const worker = spawnThread(init);
+    const worker = spawnThread('writer-thread', init);
     const cleanup = () => {
       worker.off('message', onMessage);
       worker.off('error', onError);
