@@ -23,6 +23,7 @@ export function startServe(
   dir: string,
   extra: readonly string[] = [],
   logLevel = 'warn',
+  onLine: (line: string) => void = () => {},
 ): Promise<Server> {
   const args = [BIN, 'serve', '--port', '0', '--data-dir', dir, '--log-format', 'json'];
   args.push('--bus', `ipc://${join(dir, 'bus.sock')}`, '--log-level', logLevel, ...extra);
@@ -34,6 +35,7 @@ export function startServe(
   return new Promise((ok, fail) => {
     const input = createInterface({ input: proc.stderr as NodeJS.ReadableStream });
     input.on('line', (line) => {
+      onLine(line);
       lines.push(line);
       if (lines.length > 2000) lines.shift();
       const m = /listening on (http:\/\/[\d.:]+)/.exec(line);

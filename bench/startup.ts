@@ -10,19 +10,34 @@
  *   npm run bench:startup                              # 1,000,000 rooms (~10 M events, ~3 GB)
  *   npm run bench:startup -- --rooms 200000 --rounds 3 --json
  *   npm run bench:startup -- --journal /data/journal.db   # a copy of this journal instead
- *   npm run bench:startup -- --url postgres://…/db        # PostgreSQL (filled by synth --url)
+ *   npm run bench:startup -- --url postgres://…/db   # PostgreSQL: fills db, empty ones beside it
+ *   npm run bench:startup -- --url postgres://…/db --filled   # db holds the journal already
+ *   npm run bench:startup -- --url postgres://…/db --filled --failover   # and failovers, timed
+ *     from the leader's SIGKILL to the standby's /health/ready
  */
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { asJson, flag, say } from './args.ts';
-import { journalBytes, killGroup, stop, timedStart } from './serve-process.ts';
+import { createDatabase } from '../src/journal/postgres/cluster.ts';
+import { argv, asJson, flag, say } from './args.ts';
+import {
+  journalBytes,
+  killGroup,
+  startServe,
+  stop,
+  timedStart,
+  waitReady,
+} from './serve-process.ts';
 
 const ROOMS = Number(flag('--rooms', '1000000'));
 const ROUNDS = Number(flag('--rounds', '3'));
 const JOURNAL = flag('--journal', '');
 const URL = flag('--url', '');
+/** With --url: the database already holds the journal to start on (no synth). */
+const FILLED = argv.includes('--filled');
+/** With --url: then time failovers to a standby, on an empty journal and on the big one. */
+const FAILOVER = argv.includes('--failover');
 const BIN = resolve(import.meta.dirname, '../bin/pdctl.js');
 
 interface Start {
@@ -51,6 +66,44 @@ async function start(dir: string, url: string, end: 'kill' | 'stop'): Promise<St
   };
 }
 
+/**
+ * A failover on the PostgreSQL journal at `url`: a leader and a standby (`--standby`), the
+ * leader's process group SIGKILLed once the standby stands by; ms from the kill to the standby's
+ * `/health/ready`.
+ */
+async function failover(url: string, dir: string): Promise<Start> {
+  const leaderDir = join(dir, 'leader');
+  const standbyDir = join(dir, 'standby');
+  for (const d of [leaderDir, standbyDir]) rmSync(d, { recursive: true, force: true });
+  mkdirSync(leaderDir);
+  mkdirSync(standbyDir);
+  const leader = await timedStart(leaderDir, ['--journal', url], 'warn');
+  let standingBy: () => void = () => {};
+  const waiting = new Promise<void>((r) => {
+    standingBy = r;
+  });
+  const onLine = (line: string) => {
+    if (line.includes('standing by')) standingBy();
+  };
+  const standbyUp = startServe(standbyDir, ['--journal', url, '--standby'], 'info', onLine);
+  await waiting;
+  // The leader writes its state checkpoint within a second of its start.
+  await new Promise((r) => setTimeout(r, 2500));
+  const t0 = performance.now();
+  await killGroup(leader.server);
+  const standby = await standbyUp;
+  const ms = await waitReady(standby.base, t0);
+  const line = standby.lines.find((l) => l.includes('"msg":"started"'));
+  const started = line ? JSON.parse(line) : {};
+  await stop(standby);
+  return {
+    ms,
+    rebuildMs: started.rebuildMs ?? {},
+    checkpointSeq: started.checkpointSeq ?? null,
+    foldedEvents: started.foldedEvents ?? 0,
+  };
+}
+
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? NaN;
 const steps = (s: Start) =>
   Object.entries(s.rebuildMs)
@@ -62,13 +115,14 @@ async function main(): Promise<void> {
   const bigDir = mkdtempSync(join(tmpdir(), 'pdctl-startup-'));
   const emptyDir = mkdtempSync(join(tmpdir(), 'pdctl-startup-empty-'));
   try {
-    if (URL) {
+    if (URL && FILLED) say(`starting on ${URL.replace(/:[^:@/]*@/, ':***@')} as it is`);
+    else if (URL) {
       say(
         `filling ${URL.replace(/:[^:@/]*@/, ':***@')} with ${ROOMS} rooms (pdctl journal synth)…`,
       );
       execFileSync(
         process.execPath,
-        [BIN, 'journal', 'synth', '--rooms', String(ROOMS), '--journal', URL],
+        [BIN, 'journal', 'synth', '--rooms', String(ROOMS), '--span', '24h', '--journal', URL],
         {
           stdio: ['ignore', 'ignore', 'inherit'],
         },
@@ -113,11 +167,23 @@ async function main(): Promise<void> {
     show('big journal, first start', 0, await start(bigDir, bigUrl, 'kill'));
     for (let round = 1; round <= ROUNDS; round++) {
       rmSync(emptyDir, { recursive: true, force: true });
-      show('empty journal', round, await start(emptyDir, '', 'stop'));
+      // On PostgreSQL the empty journal is a new database on the same server.
+      const emptyUrl = URL
+        ? await createDatabase(URL, `pdctl_startup_empty_${process.pid}_${round}`)
+        : '';
+      show('empty journal', round, await start(emptyDir, emptyUrl, 'stop'));
       show('big journal, after SIGKILL', round, await start(bigDir, bigUrl, 'kill'));
     }
-    const empty = median(rows.filter((r) => r.run === 'empty journal').map((r) => r.ms));
-    const big = median(rows.filter((r) => r.run.includes('SIGKILL')).map((r) => r.ms));
+    if (URL && FAILOVER) {
+      for (let round = 1; round <= ROUNDS; round++) {
+        const emptyUrl = await createDatabase(URL, `pdctl_failover_empty_${process.pid}_${round}`);
+        show('failover, empty journal', round, await failover(emptyUrl, emptyDir));
+        show('failover, big journal', round, await failover(bigUrl, bigDir));
+      }
+    }
+    const msOf = (run: string) => rows.filter((r) => r.run === run).map((r) => r.ms);
+    const empty = median(msOf('empty journal'));
+    const big = median(msOf('big journal, after SIGKILL'));
     const bytes = URL ? null : journalBytes(bigDir);
     const summary = {
       rooms: ROOMS,
@@ -126,11 +192,17 @@ async function main(): Promise<void> {
       restartMs: Math.round(big),
       overEmptyMs: Math.round(big - empty),
       firstStartMs: Math.round(rows[0]?.ms ?? NaN),
+      failoverEmptyMs: Math.round(median(msOf('failover, empty journal'))),
+      failoverBigMs: Math.round(median(msOf('failover, big journal'))),
       rows,
     };
     say(
       `\nmedian of ${ROUNDS}: empty ${summary.emptyMs} ms, after SIGKILL on ${ROOMS} rooms${bytes ? ` (${(bytes / 1e9).toFixed(2)} GB)` : ''} ${summary.restartMs} ms: ${summary.overEmptyMs} ms over empty; the first start (no checkpoint) took ${summary.firstStartMs} ms`,
     );
+    if (FAILOVER)
+      say(
+        `failover, leader's SIGKILL to the standby's /health/ready: ${summary.failoverEmptyMs} ms on an empty journal, ${summary.failoverBigMs} ms on the big one`,
+      );
     if (asJson) process.stdout.write(`${JSON.stringify(summary)}\n`);
   } finally {
     rmSync(bigDir, { recursive: true, force: true });
