@@ -19,7 +19,7 @@ import { execFileSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { createDatabase } from '../src/journal/postgres/cluster.ts';
+import { drillPostgres } from '../src/app/journal.ts';
 import { argv, asJson, flag, say } from './args.ts';
 import {
   journalBytes,
@@ -169,14 +169,15 @@ async function main(): Promise<void> {
       rmSync(emptyDir, { recursive: true, force: true });
       // On PostgreSQL the empty journal is a new database on the same server.
       const emptyUrl = URL
-        ? await createDatabase(URL, `pdctl_startup_empty_${process.pid}_${round}`)
+        ? (await drillPostgres(URL, `pdctl_startup_empty_${process.pid}_${round}`)).url
         : '';
       show('empty journal', round, await start(emptyDir, emptyUrl, 'stop'));
       show('big journal, after SIGKILL', round, await start(bigDir, bigUrl, 'kill'));
     }
     if (URL && FAILOVER) {
       for (let round = 1; round <= ROUNDS; round++) {
-        const emptyUrl = await createDatabase(URL, `pdctl_failover_empty_${process.pid}_${round}`);
+        const emptyUrl = (await drillPostgres(URL, `pdctl_failover_empty_${process.pid}_${round}`))
+          .url;
         show('failover, empty journal', round, await failover(emptyUrl, emptyDir));
         show('failover, big journal', round, await failover(bigUrl, bigDir));
       }
