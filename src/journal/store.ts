@@ -306,6 +306,8 @@ export interface JournalReader {
    */
   countPrunable(cutoffTs: number, eventsCutoffTs?: number): Promise<PrunableCount>;
   verify(): Promise<VerifyReport>;
+  /** The state checkpoint of that name as stored, unchecked (src/control/checkpoint checks it). */
+  getCheckpoint(name: string): Promise<StoredCheckpoint | null>;
   close(): void;
 }
 
@@ -319,8 +321,6 @@ export interface JournalStore extends JournalReader {
   subscribe(afterSeq: number, listener: EventListener): Subscription;
   getCursor(name: string): Promise<number | null>;
   setCursor(name: string, seq: number): Promise<void>;
-  /** The state checkpoint of that name as stored, unchecked (src/control/checkpoint checks it). */
-  getCheckpoint(name: string): Promise<StoredCheckpoint | null>;
   /** Replaces the checkpoint of that name; the journal adds its schema version and the time. */
   setCheckpoint(checkpoint: CheckpointInput): Promise<void>;
   /**

@@ -1,6 +1,10 @@
-/** `pdctl journal verify`: integrity, seq order, and the rooms projection rebuilt and compared. */
+/**
+ * `pdctl journal verify`: integrity, seq order, the rooms projection rebuilt and compared, and
+ * the state checkpoint folded again and compared.
+ */
 
 import { isPostgresJournal } from '../../app/journal.ts';
+import { checkCheckpoint } from '../../control/checkpoint/verify.ts';
 import { formatDuration } from '../../time.ts';
 import { type CommonOptions, EXIT, openReader, print, printJson } from '../context.ts';
 
@@ -8,9 +12,11 @@ export async function verifyCommand(opts: CommonOptions): Promise<number> {
   const reader = openReader(opts);
   try {
     const r = await reader.verify();
+    const checkpoint = await checkCheckpoint(reader);
+    const ok = r.ok && checkpoint.verdict !== 'differs';
     if (opts.json) {
-      printJson(r);
-      return r.ok ? EXIT.ok : EXIT.problem;
+      printJson({ ...r, ok, checkpoint });
+      return ok ? EXIT.ok : EXIT.problem;
     }
     const mark = (ok: boolean) => (ok ? 'ok  ' : 'FAIL');
     if (isPostgresJournal(opts.journal)) {
@@ -34,10 +40,13 @@ export async function verifyCommand(opts: CommonOptions): Promise<number> {
     if (r.missing.length) print(`        missing from rooms: ${r.missing.slice(0, 20).join(', ')}`);
     if (r.extra.length)
       print(`        in rooms but never created: ${r.extra.slice(0, 20).join(', ')}`);
+    const shown = { equal: 'ok  ', differs: 'FAIL', pruned: 'note', ignored: 'note', none: 'note' };
+    const at = checkpoint.seq === null ? '' : ` at seq ${checkpoint.seq}`;
+    print(`${shown[checkpoint.verdict]}  state checkpoint${at}: ${checkpoint.detail}`);
     print(
-      `${r.ok ? 'journal is consistent' : 'journal is NOT consistent'} (checked in ${formatDuration(r.micros / 1000)})`,
+      `${ok ? 'journal is consistent' : 'journal is NOT consistent'} (checked in ${formatDuration(r.micros / 1000)})`,
     );
-    return r.ok ? EXIT.ok : EXIT.problem;
+    return ok ? EXIT.ok : EXIT.problem;
   } finally {
     reader.close();
   }

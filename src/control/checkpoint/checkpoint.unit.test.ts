@@ -21,6 +21,7 @@ import {
 } from './codec.ts';
 import { restoreState } from './replay.ts';
 import { StartState } from './state.ts';
+import { checkCheckpoint } from './verify.ts';
 
 const block = (n: number) => n.toString(16).padStart(32, '0');
 
@@ -194,5 +195,28 @@ describe('state checkpoints', () => {
     expect(shaped({ index: {}, cordons: {}, pools: [], registered: { d0: 'x' } })).toMatch(
       /the registration of d0/,
     );
+  });
+
+  it('journal verify says whether a start would trust it and whether it is the fold through its seq', async () => {
+    const j = await journalWith([...first, ...after]);
+    expect(await checkCheckpoint(j)).toMatchObject({ verdict: 'none', seq: null });
+    const through = new StartState();
+    await through.foldJournal(j, 8);
+    const good = encodeCheckpoint(through, through.index);
+    await j.setCheckpoint(good);
+    expect(await checkCheckpoint(j)).toMatchObject({ verdict: 'equal', seq: 8 });
+    await j.setCheckpoint({ ...good, digest: digestOf('other') });
+    expect(await checkCheckpoint(j)).toMatchObject({
+      verdict: 'ignored',
+      detail: expect.stringMatching(/would ignore it .*sha256/),
+    });
+    // Whole and trusted, but not what the journal folds to: a defect verify must report.
+    through.cordons.set('p0', { reason: 'made up', by: 'operator', evidence: null, at: 1 });
+    await j.setCheckpoint(encodeCheckpoint(through, through.index));
+    expect(await checkCheckpoint(j)).toMatchObject({ verdict: 'differs', seq: 8 });
+    // After retention deleted the rooms whose blocks it folded, a difference is what is expected.
+    await j.setCheckpoint(good);
+    await j.prune({ cutoffTs: Date.now() + 60_000 });
+    expect(await checkCheckpoint(j)).toMatchObject({ verdict: 'pruned' });
   });
 });

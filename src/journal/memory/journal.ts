@@ -33,7 +33,6 @@ import type {
   JournalStore,
   PruneOptions,
   PruneResult,
-  StoredCheckpoint,
   Subscription,
 } from '../store.ts';
 import { SubscriptionHub } from '../subscriptions.ts';
@@ -284,11 +283,6 @@ export class MemoryJournal extends MemoryReader implements JournalStore {
 
   getCursor(name: string): Promise<number | null> {
     return Promise.resolve(this.disk.consumers.get(name)?.seq ?? null);
-  }
-
-  getCheckpoint(name: string): Promise<StoredCheckpoint | null> {
-    const c = this.disk.checkpoints.get(name);
-    return Promise.resolve(c ? { ...c, currentSchemaVersion: MEMORY_SCHEMA_VERSION } : null);
   }
 
   setCheckpoint(checkpoint: CheckpointInput): Promise<void> {

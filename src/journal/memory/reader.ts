@@ -16,6 +16,7 @@ import type {
   PrunableCount,
   RoomFilter,
   RoomPage,
+  StoredCheckpoint,
   TailFilter,
   Timeline,
   VerifyReport,
@@ -50,6 +51,11 @@ export class MemoryReader implements JournalReader {
       return ev.seq > afterSeq && ofEngine(room);
     });
     return Promise.resolve({ events: events.map(copyEvent), headSeq });
+  }
+
+  getCheckpoint(name: string): Promise<StoredCheckpoint | null> {
+    const c = this.disk.checkpoints.get(name);
+    return Promise.resolve(c ? { ...c, currentSchemaVersion: MEMORY_SCHEMA_VERSION } : null);
   }
 
   headSeq(): Promise<number> {

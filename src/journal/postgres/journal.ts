@@ -14,7 +14,6 @@ import { CommitQueue } from '../commit-queue.ts';
 import { JournalError } from '../errors.ts';
 import type { EventInput } from '../events.ts';
 import { pruneInChunks } from '../prune.ts';
-import { type CheckpointRow, checkpointFromRow } from '../rows.ts';
 import type {
   AppendResult,
   CheckpointInput,
@@ -24,7 +23,6 @@ import type {
   JournalStore,
   PruneOptions,
   PruneResult,
-  StoredCheckpoint,
   Subscription,
 } from '../store.ts';
 import { SubscriptionHub } from '../subscriptions.ts';
@@ -384,15 +382,6 @@ export class PgJournal extends PgReader implements JournalStore {
       params: [name],
     });
     return r?.seq ?? null;
-  }
-
-  async getCheckpoint(name: string): Promise<StoredCheckpoint | null> {
-    const [r] = await this.query<CheckpointRow>({
-      sql: `SELECT c.*, (SELECT max(version) FROM schema_migrations) AS current_schema
-              FROM state_checkpoints c WHERE name = ?`,
-      params: [name],
-    });
-    return r ? checkpointFromRow(r) : null;
   }
 
   async setCheckpoint(checkpoint: CheckpointInput): Promise<void> {

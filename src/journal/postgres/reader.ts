@@ -16,7 +16,15 @@ import {
   spansOf,
   tailQuery,
 } from '../queries.ts';
-import { type EventRow, ROOM_COLUMNS, type RoomRow, rowToEvent, rowToRoom } from '../rows.ts';
+import {
+  type CheckpointRow,
+  checkpointFromRow,
+  type EventRow,
+  ROOM_COLUMNS,
+  type RoomRow,
+  rowToEvent,
+  rowToRoom,
+} from '../rows.ts';
 import type { RoomState } from '../states.ts';
 import type {
   ArchiveChunk,
@@ -28,6 +36,7 @@ import type {
   PrunableCount,
   RoomFilter,
   RoomPage,
+  StoredCheckpoint,
   TailFilter,
   Timeline,
   VerifyReport,
@@ -122,6 +131,15 @@ export class PgReader implements JournalReader {
       ).rows;
       return { events: rows.map(rowToEvent), headSeq };
     });
+  }
+
+  async getCheckpoint(name: string): Promise<StoredCheckpoint | null> {
+    const [r] = await this.query<CheckpointRow>({
+      sql: `SELECT c.*, (SELECT max(version) FROM schema_migrations) AS current_schema
+              FROM state_checkpoints c WHERE name = ?`,
+      params: [name],
+    });
+    return r ? checkpointFromRow(r) : null;
   }
 
   async headSeq(): Promise<number> {

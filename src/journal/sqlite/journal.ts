@@ -12,7 +12,6 @@ import { CommitQueue } from '../commit-queue.ts';
 import { JournalError } from '../errors.ts';
 import type { EventInput } from '../events.ts';
 import { pruneInChunks } from '../prune.ts';
-import { type CheckpointRow, checkpointFromRow } from '../rows.ts';
 import type {
   AppendResult,
   CheckpointInput,
@@ -22,7 +21,6 @@ import type {
   JournalStore,
   PruneOptions,
   PruneResult,
-  StoredCheckpoint,
   Subscription,
 } from '../store.ts';
 import { SubscriptionHub } from '../subscriptions.ts';
@@ -260,18 +258,6 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
           | number
           | undefined) ?? null,
     );
-  }
-
-  getCheckpoint(name: string): Promise<StoredCheckpoint | null> {
-    return this.read(() => {
-      const row = this.db
-        .prepare(
-          `SELECT c.*, (SELECT max(version) FROM schema_migrations) AS current_schema
-             FROM state_checkpoints c WHERE name = ?`,
-        )
-        .get(name) as CheckpointRow | undefined;
-      return row ? checkpointFromRow(row) : null;
-    });
   }
 
   async setCheckpoint(checkpoint: CheckpointInput): Promise<void> {

@@ -17,7 +17,14 @@ import {
   spansOf,
   tailQuery,
 } from '../queries.ts';
-import { type EventRow, type RoomRow, rowToEvent, rowToRoom } from '../rows.ts';
+import {
+  type CheckpointRow,
+  checkpointFromRow,
+  type EventRow,
+  type RoomRow,
+  rowToEvent,
+  rowToRoom,
+} from '../rows.ts';
 import type { RoomState } from '../states.ts';
 import type {
   ArchiveChunk,
@@ -29,6 +36,7 @@ import type {
   PrunableCount,
   RoomFilter,
   RoomPage,
+  StoredCheckpoint,
   TailFilter,
   Timeline,
   VerifyReport,
@@ -83,6 +91,18 @@ export class SqliteReader implements JournalReader {
         .prepare(backlogSql(liveOnly))
         .all(...backlogParams(engine, afterSeq, headSeq, liveOnly)) as EventRow[];
       return { events: rows.map(rowToEvent), headSeq };
+    });
+  }
+
+  getCheckpoint(name: string): Promise<StoredCheckpoint | null> {
+    return this.read(() => {
+      const row = this.db
+        .prepare(
+          `SELECT c.*, (SELECT max(version) FROM schema_migrations) AS current_schema
+             FROM state_checkpoints c WHERE name = ?`,
+        )
+        .get(name) as CheckpointRow | undefined;
+      return row ? checkpointFromRow(row) : null;
     });
   }
 
