@@ -47,7 +47,7 @@ export async function restoreState(
   if (ignored !== null)
     log.warn(
       { ignored },
-      `state checkpoint ignored: ${ignored}; rebuilding the prefix index, pools and cordons from the whole journal (this start takes longer; the next checkpoint replaces it)`,
+      `state checkpoint ignored: ${ignored}; rebuilding the prefix index, pools, registrations and cordons from the whole journal (this start takes longer; the next checkpoint replaces it)`,
     );
   const folded = await state.foldJournal(journal, headSeq);
   return { state, from, ignored, folded };

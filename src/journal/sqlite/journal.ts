@@ -180,6 +180,8 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
    */
   private scanInBackground(): void {
     const worker = spawnThread('scan-thread', { path: this.path });
+    // Never what keeps a process that is done alive.
+    worker.unref();
     this.scanning = worker;
     const done = () => {
       if (this.scanning === worker) this.scanning = null;
@@ -318,7 +320,9 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
       // checkpoints the WAL into the main file and removes it, and journal.db alone is whole.
       this.hub.closeAll();
       super.close();
-      await this.scanning?.terminate();
+      // Not awaited: a thread inside quick_check ends only when the check returns (seconds on a
+      // big file), and a SIGTERM must not wait for it. Its connection only reads.
+      void this.scanning?.terminate();
       await this.writer.close();
       this.finish();
     })();
