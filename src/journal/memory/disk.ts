@@ -107,6 +107,41 @@ export class MemoryDisk {
     return this.events.at(-1)?.seq ?? 0;
   }
 
+  /** Terminal rooms that ended before the cut-off, the oldest first (retention's order). */
+  prunable(cutoffTs: number): Room[] {
+    return [...this.rooms.values()]
+      .filter((r) => r.terminalAt !== null && r.terminalAt < cutoffTs)
+      .sort((a, b) => (a.terminalAt as number) - (b.terminalAt as number));
+  }
+
+  /** Up to `limit` prunable rooms with all their events, as copies: a chunk to archive. */
+  pickRooms(cutoffTs: number, limit: number): { rooms: Room[]; events: JournalEvent[] } {
+    const rooms = this.prunable(cutoffTs).slice(0, limit).map(copyRoom);
+    const names = new Set(rooms.map((r) => r.room));
+    const events = this.events.filter((e) => e.room !== null && names.has(e.room));
+    return { rooms, events: events.map(copyEvent) };
+  }
+
+  /** Up to `limit` events of no room before `cutoffTs`, as copies: a chunk to archive. */
+  pickOthers(cutoffTs: number, limit: number): JournalEvent[] {
+    return this.events
+      .filter((e) => this.isOther(e, cutoffTs))
+      .slice(0, limit)
+      .map(copyEvent);
+  }
+
+  /**
+   * Deletes these rooms and their events, each only if none of its events is newer than
+   * `upToSeq` (archived rooms: one that changed since was not archived whole).
+   */
+  deleteRoomsUpTo(names: readonly string[], upToSeq: number): { rooms: number; events: number } {
+    const newer = new Set(
+      this.events.filter((e) => e.seq > upToSeq && e.room !== null).map((e) => e.room),
+    );
+    const gone = names.filter((n) => !newer.has(n));
+    return { rooms: gone.length, events: this.deleteRooms(gone) };
+  }
+
   /** Deletes whole rooms and their events (retention); returns the events deleted. */
   deleteRooms(names: readonly string[]): number {
     const gone = new Set(names);

@@ -36,9 +36,9 @@ import type {
   Subscription,
 } from '../store.ts';
 import { SubscriptionHub } from '../subscriptions.ts';
-import { copyEvent, copyRoom, type MemoryDisk } from './disk.ts';
+import type { MemoryDisk } from './disk.ts';
 import type { TakeoverHow } from './leadership.ts';
-import { MEMORY_SCHEMA_VERSION, MemoryReader, prunable } from './reader.ts';
+import { MEMORY_SCHEMA_VERSION, MemoryReader } from './reader.ts';
 
 export interface MemoryJournalOptions {
   disk: MemoryDisk;
@@ -318,10 +318,8 @@ export class MemoryJournal extends MemoryReader implements JournalStore {
         rooms: async (cutoffTs, limit) => {
           await this.turn();
           this.live();
-          const rooms = prunable(disk, cutoffTs)
-            .slice(0, limit)
-            .map((r) => r.room);
-          return { rooms: rooms.length, events: disk.deleteRooms(rooms) };
+          const rooms = disk.prunable(cutoffTs).slice(0, limit);
+          return { rooms: rooms.length, events: disk.deleteRooms(rooms.map((r) => r.room)) };
         },
         others: async (cutoffTs, limit) => {
           await this.turn();
@@ -329,29 +327,14 @@ export class MemoryJournal extends MemoryReader implements JournalStore {
           return disk.deleteOthers(cutoffTs, limit);
         },
         archiving: {
-          pickRooms: (cutoffTs, limit) => {
-            const rooms = prunable(disk, cutoffTs).slice(0, limit).map(copyRoom);
-            const names = new Set(rooms.map((r) => r.room));
-            const events = disk.events.filter((e) => e.room !== null && names.has(e.room));
-            const chunk = { rooms, events: events.map(copyEvent) };
-            return Promise.resolve({ chunk, upToSeq: disk.lastSeq });
-          },
+          pickRooms: (cutoffTs, limit) =>
+            Promise.resolve({ chunk: disk.pickRooms(cutoffTs, limit), upToSeq: disk.lastSeq }),
           deleteRooms: async (names, upToSeq) => {
             await this.turn();
             this.live();
-            const newer = new Set(
-              disk.events.filter((e) => e.seq > upToSeq && e.room !== null).map((e) => e.room),
-            );
-            const gone = names.filter((n) => !newer.has(n));
-            return { rooms: gone.length, events: disk.deleteRooms(gone) };
+            return disk.deleteRoomsUpTo(names, upToSeq);
           },
-          pickOthers: (cutoffTs, limit) =>
-            Promise.resolve(
-              disk.events
-                .filter((e) => disk.isOther(e, cutoffTs))
-                .slice(0, limit)
-                .map(copyEvent),
-            ),
+          pickOthers: (cutoffTs, limit) => Promise.resolve(disk.pickOthers(cutoffTs, limit)),
           deleteEvents: async (seqs) => {
             await this.turn();
             this.live();

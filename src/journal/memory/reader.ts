@@ -221,7 +221,7 @@ export class MemoryReader implements JournalReader {
   }
 
   countPrunable(cutoffTs: number, eventsCutoffTs?: number): Promise<PrunableCount> {
-    const rooms = new Set(prunable(this.disk, cutoffTs).map((r) => r.room));
+    const rooms = new Set(this.disk.prunable(cutoffTs).map((r) => r.room));
     const events = this.disk.events.filter((e) => e.room !== null && rooms.has(e.room)).length;
     const others =
       eventsCutoffTs === undefined
@@ -248,13 +248,6 @@ export class MemoryReader implements JournalReader {
   }
 
   close(): void {}
-}
-
-/** Terminal rooms that ended before the cut-off, the oldest first (retention's order). */
-export function prunable(disk: MemoryDisk, cutoffTs: number): Room[] {
-  return [...disk.rooms.values()]
-    .filter((r) => r.terminalAt !== null && r.terminalAt < cutoffTs)
-    .sort((a, b) => (a.terminalAt as number) - (b.terminalAt as number));
 }
 
 /** Counts, the largest first (as `ORDER BY n DESC`). */
