@@ -148,9 +148,13 @@ describe('pdctl on a synthetic journal', () => {
   });
 
   it('filters failed rooms by reason, and stats count the same rooms', async () => {
-    const stats = json<{ failuresByReason: Record<string, number>; rooms: number }>(
-      (await pdctl(['journal', 'stats', ...J, '--json'])).stdout,
-    );
+    const stats = json<{
+      failuresByReason: Record<string, number>;
+      rooms: number;
+      stateCheckpoint: unknown;
+    }>((await pdctl(['journal', 'stats', ...J, '--json'])).stdout);
+    // Written by synth, never served: no control plane checkpointed its state.
+    expect(stats.stateCheckpoint).toBeNull();
     const [reason, count] = Object.entries(stats.failuresByReason)[0] as [string, number];
     const r = await pdctl([
       'rooms',
@@ -167,6 +171,7 @@ describe('pdctl on a synthetic journal', () => {
     const human = await pdctl(['journal', 'stats', '--per-minute', ...J]);
     expect(human.stdout).toMatch(/rooms by state/);
     expect(human.stdout).toMatch(/per minute/);
+    expect(human.stdout).toMatch(/checkpoint {2}none: a control plane starting on it folds/);
   });
 
   it('leaves the health canary out of room listings unless asked, and says so', async () => {

@@ -1,5 +1,6 @@
 /** `pdctl journal stats`: counts by state and reason, and per-minute transitions and prefix hits. */
 
+import { CHECKPOINT_NAME } from '../../control/checkpoint/codec.ts';
 import { eachEvent, type JournalReader } from '../../journal/store.ts';
 import { formatTs, parseTime } from '../../time.ts';
 import { type CommonOptions, EXIT, openReader, print, printJson } from '../context.ts';
@@ -24,8 +25,11 @@ export async function statsCommand(opts: StatsOptions): Promise<number> {
       : null;
     const minutes = window ? await reader.perMinute(window) : null;
     const prefix = window ? await prefixPerMinute(reader, window) : null;
+    const cp = await reader.getCheckpoint(CHECKPOINT_NAME);
+    const stateCheckpoint = cp && { seq: cp.seq, writtenAt: cp.writtenAt, format: cp.format };
     if (opts.json) {
-      printJson(minutes ? { ...s, perMinute: minutes, prefixPerMinute: prefix } : s);
+      const all = { ...s, stateCheckpoint };
+      printJson(minutes ? { ...all, perMinute: minutes, prefixPerMinute: prefix } : all);
       return EXIT.ok;
     }
     print(
@@ -37,6 +41,9 @@ export async function statsCommand(opts: StatsOptions): Promise<number> {
     print(`time span   ${formatTs(s.firstTs)} .. ${formatTs(s.lastTs)}`);
     print(`rooms       ${s.rooms}`);
     print(`rejected    ${s.rejectedEvents} events recorded as room.event_rejected`);
+    print(
+      `checkpoint  ${cp ? `state through seq ${cp.seq} (${(s.lastSeq ?? cp.seq) - cp.seq} events before the head), written ${formatTs(cp.writtenAt)}` : 'none: a control plane starting on it folds the whole journal'}`,
+    );
     const states = Object.entries(s.byState).sort((a, b) => b[1] - a[1]);
     if (states.length) {
       print('\nrooms by state');
