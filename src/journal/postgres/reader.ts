@@ -134,6 +134,11 @@ export class PgReader implements JournalReader {
   }
 
   async getCheckpoint(name: string): Promise<StoredCheckpoint | null> {
+    // A reader does not migrate: a journal its leader keeps at an older schema has no table.
+    const [t] = await this.query<{ present: boolean }>(
+      "SELECT to_regclass('state_checkpoints') IS NOT NULL AS present",
+    );
+    if (!t?.present) return null;
     const [r] = await this.query<CheckpointRow>({
       sql: `SELECT c.*, (SELECT max(version) FROM schema_migrations) AS current_schema
               FROM state_checkpoints c WHERE name = ?`,
