@@ -38,10 +38,14 @@ export interface CommonOptions {
 export const ARCHIVE_HELP =
   'read the archive that serve --archive or journal prune --archive wrote in DIR (rooms pruned from the journal) instead of the journal';
 
-/** The journal file of `--journal` (or the archive of `--archive`), for reading only. */
-export function openReader(opts: CommonOptions): JournalReader {
+/**
+ * The journal file of `--journal` (or the archive of `--archive`), for reading only. `since`: the
+ * question is about what happened from then on, so an archive loads only the segments of rooms
+ * that ended from then on (a room is filed under the hour it ended, never before any of its events).
+ */
+export function openReader(opts: CommonOptions, since?: number): JournalReader {
   return opts.archive !== undefined
-    ? openArchiveReader(opts.archive)
+    ? openArchiveReader(opts.archive, since === undefined ? {} : { since })
     : openJournalReader(opts.journal);
 }
 

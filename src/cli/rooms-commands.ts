@@ -32,8 +32,8 @@ interface RemoteOption {
 }
 
 /** The journal file, or the running server's query routes (--url, or env PDCTL_URL). */
-function roomReader(opts: CommonOptions & RemoteOption): RoomReader {
-  return opts.url !== undefined ? serverRoomReader(opts.url) : openReader(opts);
+function roomReader(opts: CommonOptions & RemoteOption, since?: number): RoomReader {
+  return opts.url !== undefined ? serverRoomReader(opts.url) : openReader(opts, since);
 }
 
 /** The options with `url` set when the command reads a server (see readTarget). */
@@ -98,7 +98,8 @@ export async function roomsCommand(opts: RoomsOptions): Promise<number> {
     throw new UsageError(`--${(err as Error).message}`);
   }
   if (opts.cursor) filter.cursor = opts.cursor;
-  const reader = roomReader(opts);
+  // Rooms alive at or after since (or at inFlightAt) ended then or later.
+  const reader = roomReader(opts, filter.since ?? filter.inFlightAt);
   try {
     const page = await reader.rooms(filter);
     if (opts.json) {

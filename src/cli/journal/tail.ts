@@ -101,7 +101,7 @@ async function tailFile(
   emit: (e: JournalEvent) => void,
 ): Promise<number> {
   const path = opts.journal;
-  const reader = openReader(opts);
+  const reader = openReader(opts, filter.since);
   try {
     // With --since the question is "what happened from then on": the first events after it.
     const first = await reader.tail({

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import { tempDir } from '../../../test/helpers/tmp.ts';
+import { openReader } from '../../cli/context.ts';
 import type { JournalEvent } from '../events.ts';
 import type { Room } from '../reducer.ts';
 import { archiveChunk, loadArchive, openArchiveReader, segmentName } from './segments.ts';
@@ -61,6 +62,23 @@ describe('archive segments', () => {
     const second = loadArchive(dir, { since: T0 + HOUR, until: T0 + HOUR });
     expect([...second.rooms.keys()]).toEqual(['b']);
     expect(second.events.map((e) => e.seq)).toEqual([2]);
+  });
+
+  it('a question from a time on (the CLI --since) loads only the segments of rooms that ended since', async () => {
+    const dir = tempDir('pdctl-segments-');
+    archiveChunk(dir, {
+      rooms: [room('a', T0), room('b', T0 + HOUR)],
+      events: [event(1, 'a', T0), event(2, 'b', T0), event(3, 'b', T0 + HOUR)],
+    });
+    const reader = openReader({ journal: 'unused', archive: dir }, T0 + HOUR - 60_000);
+    const page = await reader.rooms({ since: T0 + HOUR - 60_000 });
+    expect(page.rooms.map((r) => r.room)).toEqual(['b']);
+    // b's first event is older than since; it is filed with b, and b is loaded whole.
+    expect((await reader.timeline('b')).events.map((e) => e.seq)).toEqual([2, 3]);
+    expect((await reader.timeline('a')).room).toBeNull();
+    expect(
+      (await openReader({ journal: 'unused', archive: dir }).timeline('a')).room,
+    ).not.toBeNull();
   });
 
   it('keeps one copy of a chunk archived twice, and reads it as a journal', async () => {
