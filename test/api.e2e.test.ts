@@ -52,6 +52,9 @@ describe('operator routes and admission', () => {
     const lines: Array<Record<string, unknown>> = [];
     const log: Logger = { ...silentLogger, info: (obj, msg) => lines.push({ ...obj, msg }) };
     const { app } = await api(stack, { log });
+    // A scraper's and a load balancer's probes that succeed are no info lines.
+    for (const url of ['/metrics', '/health'])
+      expect((await app.inject({ url })).statusCode).toBe(200);
     const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
     const res = await app.inject({
       ...completion(),
@@ -83,6 +86,7 @@ describe('operator routes and admission', () => {
       () => lines.filter((l) => l.msg === 'http').length >= 3,
     );
     const http = lines.filter((l) => l.msg === 'http');
+    expect(http.filter((l) => l.url === '/metrics' || l.url === '/health')).toEqual([]);
     expect(http[0]).toMatchObject({
       requestId: 'incident-42',
       method: 'POST',
@@ -286,6 +290,8 @@ describe('operator routes and admission', () => {
     for (const id of ids) {
       const res = await brief.inject({ ...completion(), headers: { 'x-request-id': id } });
       expect(res.statusCode).toBe(503);
+      // An engine restart takes about 2 s: the client is told when to try again.
+      expect(res.headers['retry-after']).toBe('2');
       expect(res.json().error).toMatchObject({
         code: 'no_engines',
         message: expect.stringMatching(/\(waited 300 ms for one\)$/),

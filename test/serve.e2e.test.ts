@@ -337,6 +337,7 @@ describe('the openai client against pdctl serve', () => {
       body: JSON.stringify({ model: MODEL, prompt: 'drained', max_tokens: 2 }),
     });
     expect(refused.status).toBe(503);
+    expect(refused.headers.get('retry-after')).toBe('5');
     expect(
       ((await refused.json()) as { error: { message: string; code: string } }).error,
     ).toMatchObject({

@@ -49,6 +49,9 @@ declare module 'fastify' {
   }
 }
 
+/** Routes polled by machines: their successful answers are not worth an info line each. */
+const PROBES = new Set(['/metrics', '/health', '/health/ready']);
+
 export interface ApiOptions {
   control: ControlPlane;
   /** The journal the control plane writes: what the query routes read. */
@@ -193,9 +196,11 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
       const status = reply.raw.statusCode;
       o.metrics.response(route, status);
       // The access log: one line per answer, streams included, naming its room. The live page's
-      // own polls (several a second while it is open) are debug unless they failed.
+      // own polls (several a second while it is open) and the probes of a scraper or a load
+      // balancer (every few seconds, for ever) are debug unless they failed.
       const quiet =
-        status < 400 && (route.startsWith('/ui') || req.headers[UI_CLIENT_HEADER] === 'ui');
+        status < 400 &&
+        (route.startsWith('/ui') || req.headers[UI_CLIENT_HEADER] === 'ui' || PROBES.has(route));
       o.log[quiet ? 'debug' : 'info'](
         {
           requestId: req.id,

@@ -31,6 +31,16 @@ export const HTTP_STATUS: Record<ControlErrorCode | JournalErrorCode, number> = 
   JOURNAL_FENCED: 503,
 };
 
+/**
+ * Seconds a client should wait before it retries a refusal that passes (a `retry-after` header):
+ * an engine restart takes about 2 s; a drain is an operator's, and another server may take the
+ * request meanwhile.
+ */
+const RETRY_AFTER_S: Partial<Record<ControlErrorCode, number>> = {
+  CONTROL_NO_ENGINES: 2,
+  CONTROL_ENGINES_DRAINING: 5,
+};
+
 export interface ApiErrorBody {
   error: { message: string; type: string; param: string | null; code: string | null };
 }
@@ -80,6 +90,8 @@ export function toApiError(err: unknown): ApiError {
       err.message,
       undefined,
       err.code.replace(/^CONTROL_/, '').toLowerCase(),
+      null,
+      RETRY_AFTER_S[err.code] ?? null,
     );
   }
   if (err instanceof JournalError)
