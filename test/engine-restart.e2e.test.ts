@@ -96,17 +96,23 @@ describe('engine restarts and lost connections', () => {
     cleanups.push(() => control.close());
     const proxy = await TcpProxy.start(control.endpoint);
     cleanups.push(() => proxy.close());
+    const records: Array<Record<string, unknown>> = [];
     const engines = new EngineSupervisor({
       control: proxy.endpoint,
       admission,
       curve: true,
-      log: silentLogger,
+      log: { ...silentLogger, info: (obj, msg) => records.push({ ...obj, msg }) },
       logLevel: 'error',
     });
     cleanups.push(() => engines.stop());
     engines.start({ id: 'prefill-0', role: 'prefill', args: [] });
     engines.start({ id: 'decode-0', role: 'decode', args: ['--decode-us-per-token', '1500'] });
     await control.waitForEngines(1, 1, 30_000);
+    // The engine's pid is its own field: a JSON record's `pid` is the logging process's (pino's
+    // base), and a second `pid` key in one record is lost by most parsers.
+    const started = records.filter((r) => r.msg === 'engine process started');
+    expect(started.map((r) => typeof r.enginePid)).toEqual(['number', 'number']);
+    expect(started.filter((r) => 'pid' in r)).toEqual([]);
 
     const model = new DeterministicModel();
     const requests = Array.from({ length: 30 }, (_, i) => ({

@@ -203,7 +203,7 @@ export class EngineSupervisor implements Supervisor {
     });
     this.children.set(spec.id, { spec, process: child, restarts, exited });
     this.options.log.info(
-      { engine: spec.id, role: spec.role, pid: child.pid },
+      { engine: spec.id, role: spec.role, enginePid: child.pid },
       'engine process started',
     );
     return child;
@@ -250,7 +250,7 @@ export class EngineSupervisor implements Supervisor {
     if (recent.length > (this.options.maxCrashes ?? 5)) {
       const reason = `crash loop: ${recent.length} exits in ${Math.round(window / 1000)} s (last: ${signal ?? `code ${code}`})`;
       this.options.log.error(
-        { engine: spec.id, pid: child.pid, code, signal },
+        { engine: spec.id, enginePid: child.pid, code, signal },
         `engine ${spec.id} is crash-looping; not restarting it again — see its log above, fix, and restart pdctl`,
       );
       this.children.delete(spec.id);
@@ -259,7 +259,7 @@ export class EngineSupervisor implements Supervisor {
     }
     const delay = restartDelayMs(entry.restarts);
     this.options.log.error(
-      { engine: spec.id, pid: child.pid, code, signal, restartInMs: delay },
+      { engine: spec.id, enginePid: child.pid, code, signal, restartInMs: delay },
       'engine process exited; restarting it',
     );
     setTimeout(() => {
