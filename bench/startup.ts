@@ -24,6 +24,7 @@ import { argv, asJson, flag, say } from './args.ts';
 import {
   journalBytes,
   killGroup,
+  type Server,
   startServe,
   stop,
   timedStart,
@@ -54,10 +55,16 @@ async function start(dir: string, url: string, end: 'kill' | 'stop'): Promise<St
   // The first start on a journal with no checkpoint writes one within a second of its first
   // committed event; give it that before the crash.
   await new Promise((r) => setTimeout(r, 2500));
-  const line = server.lines.find((l) => l.includes('"msg":"started"'));
-  const started = line ? JSON.parse(line) : {};
+  const result = startOf(server, ms);
   if (end === 'kill') await killGroup(server);
   else await stop(server);
+  return result;
+}
+
+/** The start's figures from serve's own `started` log line. */
+function startOf(server: Server, ms: number): Start {
+  const line = server.lines.find((l) => l.includes('"msg":"started"'));
+  const started = line ? JSON.parse(line) : {};
   return {
     ms,
     rebuildMs: started.rebuildMs ?? {},
@@ -93,15 +100,9 @@ async function failover(url: string, dir: string): Promise<Start> {
   await killGroup(leader.server);
   const standby = await standbyUp;
   const ms = await waitReady(standby.base, t0);
-  const line = standby.lines.find((l) => l.includes('"msg":"started"'));
-  const started = line ? JSON.parse(line) : {};
+  const result = startOf(standby, ms);
   await stop(standby);
-  return {
-    ms,
-    rebuildMs: started.rebuildMs ?? {},
-    checkpointSeq: started.checkpointSeq ?? null,
-    foldedEvents: started.foldedEvents ?? 0,
-  };
+  return result;
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? NaN;
