@@ -10,6 +10,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
+import { eventKey } from '../src/journal/event-keys.ts';
 import { uuidv7 } from '../src/journal/ids.ts';
 import { createDatabase, type PgCluster, startPgCluster } from '../src/journal/postgres/cluster.ts';
 import { PgJournal } from '../src/journal/postgres/journal.ts';
@@ -123,7 +124,9 @@ async function bareInserts(
   const c = new pg.Client({ connectionString: url });
   await c.connect();
   try {
-    await c.query(readFileSync(join(PG_MIGRATIONS_DIR, '0001_initial.sql'), 'utf8'));
+    // The table as the journal has it: schema 1, and schema 4's event keys (journal/event-keys.ts).
+    for (const file of ['0001_initial.sql', '0004_event_keys.sql'])
+      await c.query(readFileSync(join(PG_MIGRATIONS_DIR, file), 'utf8'));
     await c.query(`SET synchronous_commit = ${durability === 'power' ? 'on' : 'off'}`);
     const data = JSON.stringify(completedRoomEvents('r')[5]?.data);
     let seq = 0;
@@ -136,7 +139,7 @@ async function bareInserts(
         `r-${seq >> 3}`,
         'p0',
         'p0',
-        uuidv7(),
+        eventKey(uuidv7(), 'p0'),
         data,
         1,
       ];
@@ -166,7 +169,7 @@ async function bareInserts(
       }
       await c.query(
         `INSERT INTO events (seq, ts, type, room, engine, source, event_id, data, term)
-         SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::bigint[])`,
+         SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bytea[], $8::text[], $9::bigint[])`,
         cols,
       );
       rows += batch;

@@ -22,6 +22,7 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
+import { eventKey } from '../src/journal/event-keys.ts';
 import { uuidv7 } from '../src/journal/ids.ts';
 import { SqliteJournal } from '../src/journal/sqlite/journal.ts';
 import { MIGRATIONS_DIR } from '../src/journal/sqlite/migrate.ts';
@@ -71,8 +72,9 @@ function bareInsert(
     'INSERT INTO events (ts, type, room, engine, source, event_id, data) VALUES (?, ?, ?, ?, ?, ?, ?)',
   );
   const data = JSON.stringify(completedRoomEvents('r')[5]?.data); // a transfer_completed row
+  // Stored as the journal stores them (schema 5: journal/event-keys.ts).
   const eventIds = Array.from({ length: rows }, () =>
-    ids === 'uuidv7' ? uuidv7() : crypto.randomUUID(),
+    eventKey(ids === 'uuidv7' ? uuidv7() : crypto.randomUUID(), 'p0'),
   );
   const t = performance.now();
   db.transaction(() => {

@@ -15,6 +15,7 @@ import {
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { JournalError } from '../src/journal/errors.ts';
+import { eventIdOf } from '../src/journal/event-keys.ts';
 import { SqliteJournal } from '../src/journal/sqlite/journal.ts';
 import {
   headVersion,
@@ -53,7 +54,27 @@ describe('migrations', () => {
         ).run();
         db.close();
       }
+      if (m.version < 5) {
+        // Event ids of every form schema 5 turns into keys: the fixtures hold UUIDs only; add
+        // engines' ids in their namespace (`<source>/<UUID>`) and ids of any other text.
+        const db = new Database(path);
+        db.prepare(
+          `UPDATE events SET event_id = source || '/' || event_id WHERE seq % 3 = 1`,
+        ).run();
+        db.prepare(`UPDATE events SET event_id = 'id-' || seq || '-é' WHERE seq % 3 = 2`).run();
+        db.close();
+      }
       const expected = JSON.parse(readFileSync(`${FIXTURES}${name}.json`, 'utf8'));
+      // Event ids as the fixture holds them: text before schema 5 (its migration makes them keys).
+      const raw = new Database(path, { readonly: true });
+      const ids = raw
+        .prepare('SELECT seq, event_id, source FROM events ORDER BY seq')
+        .all() as Array<{
+        seq: number;
+        event_id: string | Buffer;
+        source: string;
+      }>;
+      raw.close();
       const journal = await SqliteJournal.open({ path, create: false });
       try {
         const stats = await journal.stats();
@@ -65,6 +86,15 @@ describe('migrations', () => {
           rejectedEvents: stats.rejectedEvents,
         }).toEqual(expected);
         expect((await journal.verify()).ok).toBe(true);
+        // Every event keeps its id, whatever form the fixture stored it in.
+        const read = (await journal.readFrom(0, 100_000)).map((e) => [e.seq, e.eventId]);
+        expect(read).toEqual(
+          ids.map((r) => [
+            r.seq,
+            typeof r.event_id === 'string' ? r.event_id : eventIdOf(r.event_id, r.source),
+          ]),
+        );
+        expect(new Set(read.map(([, id]) => id)).size).toBe(read.length);
         // Schema 2's origin: every room takes its room.created's source; schema 3's request id,
         // its requestId (fixtures before schema 3 have none: null).
         const { rooms } = await journal.rooms({ limit: 10_000 });

@@ -1,4 +1,5 @@
 /** Mapping between the `rooms` / `events` / `state_checkpoints` tables (the same columns in every backend) and their TypeScript shapes. */
+import { eventIdOf } from './event-keys.ts';
 import type { EventType, JournalEvent } from './events.ts';
 import type { Room } from './reducer.ts';
 import { LIVE_STATES, type RoomState, type StateDeadlinesMs } from './states.ts';
@@ -157,7 +158,8 @@ export interface EventRow {
   room: string | null;
   engine: string | null;
   source: string;
-  event_id: string;
+  /** The stored key (journal/event-keys.ts). */
+  event_id: Buffer;
   data: string;
 }
 
@@ -173,7 +175,7 @@ export function rowToEvent(row: EventRow): JournalEvent {
     room: row.room,
     engine: row.engine,
     source: row.source,
-    eventId: row.event_id,
+    eventId: eventIdOf(row.event_id, row.source),
     data: JSON.parse(row.data),
   } as JournalEvent;
 }

@@ -7,6 +7,8 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
+import { eventIdOf } from '../../src/journal/event-keys.ts';
+import type { EventRow } from '../../src/journal/rows.ts';
 import { SqliteJournal } from '../../src/journal/sqlite/journal.ts';
 import type { VerifyReport } from '../../src/journal/store.ts';
 import { rng } from '../../src/journal/synth.ts';
@@ -88,8 +90,12 @@ export async function crashRounds(opts: {
         await journal.drain();
       }
       const db = new Database(opts.path, { readonly: true });
-      const present = db.prepare('SELECT count(*) FROM events WHERE event_id = ?').pluck();
-      const lost = everAcked.filter((id) => present.get(id) !== 1);
+      const stored = new Map<string, number>();
+      for (const r of db.prepare('SELECT event_id, source FROM events').all() as EventRow[]) {
+        const id = eventIdOf(r.event_id, r.source);
+        stored.set(id, (stored.get(id) ?? 0) + 1);
+      }
+      const lost = everAcked.filter((id) => stored.get(id) !== 1);
       db.close();
       const r = { round, durability, killAfterMs, acked: acked.length, verify, lost };
       rounds.push(r);

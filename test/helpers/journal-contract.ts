@@ -168,6 +168,56 @@ export function journalContract(b: ContractBackend): void {
       }
     });
 
+    it('keeps ids of every stored form exactly, each once, across a restart', async () => {
+      const place = await b.place();
+      let j = await b.open(place);
+      const uuid = (n: number) => `01a23fd8-2e22-7000-9901-83b1267ddc8${n}`;
+      const events = [
+        { ...created('forms'), eventId: uuid(1) },
+        {
+          type: 'room.bootstrap_started',
+          room: 'forms',
+          engine: 'd0',
+          source: 'engine:d0',
+          eventId: `engine:d0/${uuid(2)}`,
+          data: {},
+        },
+        {
+          type: 'room.abort_requested',
+          room: 'forms',
+          source: 'operator',
+          eventId: 'forms:abort-é',
+          data: { reason: 'x' },
+        },
+        // An engine's namespace on another source: text, not that engine's key.
+        { ...created('forms-2'), source: 'api', eventId: `engine:d0/${uuid(3)}` },
+      ] as EventInput[];
+      const seqs: number[] = [];
+      for (const ev of events) seqs.push((await j.append(ev)).seq);
+      await j.drain();
+      j = await b.open(place);
+      try {
+        const read = await j.tail({ afterSeq: (seqs[0] as number) - 1, order: 'oldest' });
+        expect(read.map((e) => e.eventId)).toEqual(events.map((e) => e.eventId));
+        for (const [i, ev] of events.entries())
+          expect(await j.append(ev)).toMatchObject({ status: 'duplicate', seq: seqs[i] });
+        // The key of an engine's id leaves its namespace out: the same UUID in another engine's
+        // namespace is that id taken, refused as a different event (docs/journal.md).
+        expect(
+          await j.append({
+            type: 'room.prefill_started',
+            room: 'forms',
+            engine: 'p0',
+            source: 'engine:p0',
+            eventId: `engine:p0/${uuid(2)}`,
+            data: {},
+          } as EventInput),
+        ).toMatchObject({ status: 'rejected', reason: 'event_id_conflict', seq: seqs[1] });
+      } finally {
+        await j.drain();
+      }
+    });
+
     it('refuses a different event under a taken event_id: never a duplicate, nothing written', async () => {
       const j = await fresh();
       try {

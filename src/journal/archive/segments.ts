@@ -151,10 +151,7 @@ export function loadArchive(
       else if (row.event) events.set(row.event.seq, row.event);
     }
   }
-  for (const ev of [...events.values()].sort((a, b) => a.seq - b.seq)) {
-    disk.events.push(ev);
-    disk.byEventId.set(ev.eventId, ev);
-  }
+  for (const ev of [...events.values()].sort((a, b) => a.seq - b.seq)) disk.add(ev);
   disk.lastSeq = disk.events.at(-1)?.seq ?? 0;
   return disk;
 }

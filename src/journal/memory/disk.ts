@@ -5,6 +5,7 @@
  * — and it changes only when a commit applies, all of a batch at once, as a transaction does.
  */
 import { idConflict, type Outcome, rejectionData } from '../commit-queue.ts';
+import { eventKey } from '../event-keys.ts';
 import type { JournalEvent, PendingEvent } from '../events.ts';
 import { KEPT_TYPES } from '../prune.ts';
 import { type Room, reduce } from '../reducer.ts';
@@ -13,10 +14,16 @@ import { MemoryLeadership } from './leadership.ts';
 
 const KEPT = new Set<string>(KEPT_TYPES);
 
+/** The key an event's id is stored under (journal/event-keys.ts), as a string for a Map. */
+function keyOf(ev: { eventId: string; source: string }): string {
+  return eventKey(ev.eventId, ev.source).toString('latin1');
+}
+
 export class MemoryDisk {
   /** Committed events in seq order (retention deletes whole rooms' events from it). */
   readonly events: JournalEvent[] = [];
-  readonly byEventId = new Map<string, JournalEvent>();
+  /** Events by their id's stored key, so that ids are one another's duplicates exactly as in SQLite and PostgreSQL. */
+  private readonly byEventId = new Map<string, JournalEvent>();
   readonly rooms = new Map<string, Room>();
   readonly consumers = new Map<string, { seq: number; updatedAt: number }>();
   readonly checkpoints = new Map<string, Omit<StoredCheckpoint, 'currentSchemaVersion'>>();
@@ -41,7 +48,8 @@ export class MemoryDisk {
     const ids = new Map<string, JournalEvent>();
     let seq = this.lastSeq;
     const outcomes: Outcome[] = batch.map((ev): Outcome => {
-      const held = ids.get(ev.eventId) ?? this.byEventId.get(ev.eventId);
+      const key = keyOf(ev);
+      const held = ids.get(key) ?? this.byEventId.get(key);
       if (held) {
         const rejected = held.type === 'room.event_rejected';
         const eventType = rejected ? (held.data as { eventType: string }).eventType : held.type;
@@ -57,7 +65,7 @@ export class MemoryDisk {
       const store = (type: string, data: unknown): JournalEvent => {
         const stored = { ...ev, seq: ++seq, type, data: copy(data) } as JournalEvent;
         added.push(stored);
-        ids.set(ev.eventId, stored);
+        ids.set(key, stored);
         return stored;
       };
       if (ev.room === null || !ev.type.startsWith('room.'))
@@ -75,10 +83,7 @@ export class MemoryDisk {
       return [0, stored.seq, result.room.state];
     });
     // The commit: everything at once.
-    for (const ev of added) {
-      this.events.push(ev);
-      this.byEventId.set(ev.eventId, ev);
-    }
+    for (const ev of added) this.add(ev);
     for (const [name, room] of overlay) this.rooms.set(name, room);
     this.lastSeq = seq;
     return outcomes;
@@ -162,6 +167,12 @@ export class MemoryDisk {
   }
 
   /** An event of no room in `rooms` before `cutoffTs`, not of the KEPT_TYPES (journal/prune.ts). */
+  /** Takes a committed event (its seq after every other's): what commit does, and an archive's load. */
+  add(ev: JournalEvent): void {
+    this.events.push(ev);
+    this.byEventId.set(keyOf(ev), ev);
+  }
+
   isOther(ev: JournalEvent, cutoffTs: number): boolean {
     return ev.ts < cutoffTs && !KEPT.has(ev.type) && (ev.room === null || !this.rooms.has(ev.room));
   }
@@ -172,7 +183,7 @@ export class MemoryDisk {
     for (const ev of this.events) {
       if (gone(ev)) {
         deleted++;
-        this.byEventId.delete(ev.eventId);
+        this.byEventId.delete(keyOf(ev));
       } else this.events[kept++] = ev;
     }
     this.events.length = kept;

@@ -10,6 +10,7 @@
 import type pg from 'pg';
 import { idConflict, type Outcome, rejectionData, type StoredId } from '../commit-queue.ts';
 import { JournalError } from '../errors.ts';
+import { eventKey } from '../event-keys.ts';
 import type { PendingEvent } from '../events.ts';
 import { keptTypes } from '../prune.ts';
 import { type Room, reduce } from '../reducer.ts';
@@ -47,7 +48,7 @@ const R = ROOM_COLUMNS.length;
 const UPSERT_ROOMS = `INSERT INTO rooms (${ROOM_COLUMNS.join(', ')}) SELECT * FROM ${roomArrays(1)} ${ROOM_UPDATES}`;
 
 const EVENT_ROWS = `SELECT u.*, $9::bigint FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[],
-    $5::text[], $6::text[], $7::text[], $8::text[]) AS u WHERE ${fenced('$9::bigint')}`;
+    $5::text[], $6::text[], $7::bytea[], $8::text[]) AS u WHERE ${fenced('$9::bigint')}`;
 const INSERT_EVENTS = `INSERT INTO events (seq, ts, type, room, engine, source, event_id, data, term) ${EVENT_ROWS}`;
 
 /**
@@ -75,7 +76,7 @@ const REPLAN = new Set(['23505', '22012']);
 const FIND_IDS = `SELECT seq, type, room, source,
     CASE WHEN type = 'room.event_rejected' THEN data::json ->> 'eventType' ELSE type END AS event_type,
     event_id
-  FROM events WHERE event_id = ANY($1::text[])`;
+  FROM events WHERE event_id = ANY($1::bytea[])`;
 
 export class PgBatchWriter {
   private readonly cache: RoomCache<Room>;
@@ -159,10 +160,10 @@ export class PgBatchWriter {
         room: string | null;
         source: string;
         event_type: string | null;
-        event_id: string;
-      }>(FIND_IDS, [batch.map((e) => e.eventId)]);
+        event_id: Buffer;
+      }>(FIND_IDS, [batch.map((e) => eventKey(e.eventId, e.source))]);
       for (const r of ids.rows) {
-        stored.set(r.event_id, {
+        stored.set(r.event_id.toString('hex'), {
           seq: r.seq,
           storedType: r.type,
           room: r.room,
@@ -203,6 +204,7 @@ export class PgBatchWriter {
   /** The batch in memory: outcomes, rows to insert and the rooms they change. */
   private plan(
     batch: PendingEvent[],
+    /** By the hex of each event's stored key (journal/event-keys.ts). */
     stored: Map<string, StoredId>,
     current: (room: string) => Room | undefined,
   ): {
@@ -217,7 +219,8 @@ export class PgBatchWriter {
     let seq = this.headSeq;
     for (let i = 0; i < batch.length; i++) {
       const ev = batch[i] as PendingEvent;
-      const taken = stored.get(ev.eventId);
+      const key = eventKey(ev.eventId, ev.source).toString('hex');
+      const taken = stored.get(key);
       if (taken) {
         const conflict = idConflict(ev, taken);
         outcomes[i] =
@@ -228,7 +231,7 @@ export class PgBatchWriter {
       }
       seq++;
       const remember = (storedType: string) =>
-        stored.set(ev.eventId, {
+        stored.set(key, {
           seq,
           storedType,
           room: ev.room,
@@ -414,7 +417,7 @@ function eventColumns(events: Array<PendingEvent & { seq: number }>): unknown[][
     cols[3]?.push(e.room);
     cols[4]?.push(e.engine);
     cols[5]?.push(e.source);
-    cols[6]?.push(e.eventId);
+    cols[6]?.push(eventKey(e.eventId, e.source));
     cols[7]?.push(JSON.stringify(e.data));
   }
   return cols;

@@ -6,6 +6,7 @@ import { freshDatabase, havePostgres } from '../../../test/helpers/postgres.ts';
 import { spawnTs } from '../../../test/helpers/spawn.ts';
 import { waitFor } from '../../../test/helpers/wait.ts';
 import { PgJournal } from './journal.ts';
+import { pgMigrate, pgMigrations } from './migrate.ts';
 
 const enabled = havePostgres();
 
@@ -237,6 +238,54 @@ describe.runIf(enabled)('PostgreSQL', () => {
       const other = await freshDatabase();
       await sql(other, 'CREATE TABLE events (id int)');
       await expect(open(other)).rejects.toMatchObject({ code: 'JOURNAL_CORRUPT' });
+    });
+
+    it('migrates a schema-3 journal: every event keeps its id, and a retry of one is a duplicate', async () => {
+      const url = await freshDatabase();
+      const c = new pg.Client({ connectionString: url });
+      await c.connect();
+      try {
+        await pgMigrate(c, url, pgMigrations().slice(0, 3));
+      } finally {
+        await c.end();
+      }
+      const uuid = '01a23fd8-2e22-7000-9901-83b1267ddc83';
+      const canary = { ok: true, stage: null, reason: null, ms: 1 };
+      const ids: Array<[source: string, id: string]> = [
+        ['api', uuid],
+        ['engine:d0', `engine:d0/${uuid.replace('9901', '9902')}`],
+        ['watchdog', 'r-1:aborted'],
+        ['api', `engine:d0/${uuid.replace('9901', '9903')}`],
+      ];
+      for (const [i, [source, id]] of ids.entries()) {
+        await sql(
+          url,
+          `INSERT INTO events (seq, ts, type, source, event_id, data, term)
+           VALUES ($1, 1, 'canary.changed', $2, $3, $4, 0)`,
+          [i + 1, source, id, JSON.stringify(canary)],
+        );
+      }
+      const j = await open(url);
+      try {
+        expect((await j.readFrom(0, 10)).map((e) => [e.source, e.eventId])).toEqual(ids);
+        const [stored] = await sql<{ n: string }>(
+          url,
+          'SELECT sum(octet_length(event_id)) AS n FROM events WHERE seq <= 3',
+        );
+        expect(Number(stored?.n)).toBe(17 + 17 + 12);
+        const [source, eventId] = ids[1] as [string, string];
+        const retry = await j.append({
+          type: 'canary.changed',
+          room: null,
+          engine: null,
+          source,
+          eventId,
+          data: canary,
+        } as never);
+        expect(retry).toMatchObject({ status: 'duplicate', seq: 2 });
+      } finally {
+        await j.drain();
+      }
     });
 
     it('verify finds a projection row that differs from the fold', async () => {

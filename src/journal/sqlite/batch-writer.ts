@@ -5,6 +5,7 @@
  */
 import type Database from 'better-sqlite3';
 import { idConflict, type Outcome, rejectionData } from '../commit-queue.ts';
+import { eventKey } from '../event-keys.ts';
 import type { PendingEvent } from '../events.ts';
 import { keptTypes } from '../prune.ts';
 import { type Room, reduce } from '../reducer.ts';
@@ -107,17 +108,18 @@ export class BatchWriter {
     | { seq: number; duplicate: false }
     | { seq: number; duplicate: true; rejected: boolean }
     | { seq: number; conflict: string } {
+    const key = eventKey(ev.eventId, ev.source);
     const info = this.insertEvent.run(
       ev.ts,
       type,
       ev.room,
       ev.engine,
       ev.source,
-      ev.eventId,
+      key,
       JSON.stringify(data),
     );
     if (info.changes === 1) return { seq: Number(info.lastInsertRowid), duplicate: false };
-    const [seq, storedType, room, source, eventType] = this.findEvent.get(ev.eventId) as [
+    const [seq, storedType, room, source, eventType] = this.findEvent.get(key) as [
       number,
       string,
       string | null,
