@@ -303,6 +303,25 @@ describe('operator routes and admission', () => {
     );
     const events = await stack.journal.tail({ type: 'request.refused', limit: 10 });
     expect(events.flatMap((e) => e.data.requestIds as string[])).toEqual(ids);
+    // A refused id leads to its refusal, not to "nothing matches".
+    const byRequest = await brief.inject({ method: 'GET', url: '/v1/rooms?request_id=late-2' });
+    expect(byRequest.json()).toMatchObject({
+      rooms: [],
+      refusals: [{ type: 'request.refused', data: { reason: 'no_engines', status: 503 } }],
+    });
+    const lines = (await brief.inject({ method: 'GET', url: '/v1/journal?request_id=late-2' })).body
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { type: string; data: { requestIds: string[] } });
+    // Refusals within a second share an event: one or more, each listing late-2.
+    expect(lines.length).toBeGreaterThan(0);
+    for (const e of lines) {
+      expect(e.type).toBe('request.refused');
+      expect(e.data.requestIds).toContain('late-2');
+    }
+    expect(
+      (await brief.inject({ method: 'GET', url: '/v1/rooms?request_id=never-sent' })).json(),
+    ).toEqual({ rooms: [], nextCursor: null, refusals: [] });
     expect(restarts).toBe(1);
     expect(await metrics.text()).toMatch(
       /^pdctl_requests_refused_total\{reason="no_engines"\} 3$/m,

@@ -147,6 +147,37 @@ describe('pdctl on a synthetic journal', () => {
     expect(exists.stderr).toMatch(/already exists/);
   });
 
+  it('a refused request id leads to its refusal: room, rooms --request-id', async () => {
+    const path = `${dir}/refused.db`;
+    const j = await SqliteJournal.open({ path });
+    const at = Date.parse('2026-11-30T03:12:00Z');
+    await j.append({
+      type: 'request.refused',
+      source: 'api',
+      data: {
+        reason: 'engines_draining',
+        status: 503,
+        count: 3,
+        requestIds: ['ticket-8', 'ticket-9', 'ticket-10'],
+        message: 'every engine is draining',
+        firstAt: at,
+        lastAt: at + 400,
+      },
+    });
+    await j.drain();
+    const told =
+      'refused at 2026-11-30T03:12:00.000Z: 503 engines_draining — every engine is draining (one of 3 refused engines_draining from 2026-11-30T03:12:00.000Z to 2026-11-30T03:12:00.400Z)';
+    const room = await pdctl(['room', 'ticket-9', '--journal', path]);
+    expect(room.code, room.stderr).toBe(0);
+    expect(room.stdout.trim()).toBe(`request ticket-9: ${told}`);
+    const rooms = await pdctl(['rooms', '--request-id', 'ticket-9', '--journal', path]);
+    expect(rooms.stdout.trim()).toBe(`no room: request ticket-9 ${told}`);
+    // An id the record does not hold at all (ticket-1 is no prefix match of ticket-10).
+    const none = await pdctl(['room', 'ticket-1', '--journal', path]);
+    expect(none.code).toBe(1);
+    expect(none.stdout).toMatch(/no room and no request ticket-1 .*\(pruned, or never created\)/);
+  });
+
   it('filters failed rooms by reason, and stats count the same rooms', async () => {
     const stats = json<{
       failuresByReason: Record<string, number>;

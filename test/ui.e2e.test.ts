@@ -186,6 +186,27 @@ describe.runIf(hasChromium)('the live page in headless Chromium', () => {
       .textContent();
     expect(pages).toMatch(/"pages":"\[\d+, \d+, \d+, \d+, … \d+ in all\]"/);
     expect(await page.locator('#rooms tbody tr').count()).toBe(1);
+
+    // A request refused before it had a room (every prefill engine cordoned): its id leads to
+    // the refusal, not to "nothing found".
+    const cordon = await fetch(`${s.url}/v1/admin/engines/prefill-0/cordon`, { method: 'POST' });
+    expect(cordon.status).toBe(202);
+    const refused = await fetch(`${s.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-request-id': 'ticket-4712' },
+      body: JSON.stringify({ model: 'pdctl-deterministic-1', prompt: 'refused', max_tokens: 2 }),
+    });
+    expect(refused.status).toBe(503);
+    const code = ((await refused.json()) as { error: { code: string } }).error.code;
+    // Refusals are journaled once a second.
+    await expect
+      .poll(async () => (await fetch(`${s.url}/v1/journal?request_id=ticket-4712`)).text())
+      .toContain('request.refused');
+    await page.fill('#room-search', 'ticket-4712');
+    await page.press('#room-search', 'Enter');
+    await expect
+      .poll(() => page.locator('#room-search-state').textContent())
+      .toMatch(new RegExp(`^request ticket-4712: refused at \\S+: 503 ${code} — .+`));
     expect(pageErrors).toEqual([]);
     expect(failedRequests).toEqual([]);
   });

@@ -257,10 +257,23 @@ for (const [id, tab] of [
 async function findRooms(text) {
   const id = text.trim().replace(/^(?:chat)?cmpl-(r-.+)$/, '$1');
   const q = `request_id=${encodeURIComponent(id)}&origin=all&limit=100`;
-  const byRequest = (await getJson(`/v1/rooms?${q}`)).rooms;
-  if (byRequest.length > 0) return { rooms: byRequest, what: `request ${id}` };
+  const page = await getJson(`/v1/rooms?${q}`);
+  if (page.rooms.length > 0) return { rooms: page.rooms, what: `request ${id}` };
+  // Refused before it had a room: the refusal is all the record holds of it.
+  const refusal = page.refusals?.[0];
+  if (refusal) return { rooms: [], what: `request ${id}`, refused: refusalText(refusal.data) };
   const one = await getJson(`/v1/rooms/${encodeURIComponent(id)}`, [200, 400, 404]);
   return { rooms: one.room ? [one.room] : [], what: `room ${id}` };
+}
+
+/** `refused at T: 503 engines_draining — message`, as `pdctl room ID` says it. */
+function refusalText(d) {
+  const at = (ms) => new Date(ms).toISOString();
+  const others =
+    d.count > 1
+      ? ` (one of ${d.count} refused ${d.reason} from ${at(d.firstAt)} to ${at(d.lastAt)})`
+      : '';
+  return `refused at ${at(d.firstAt)}: ${d.status} ${d.reason} — ${d.message}${others}`;
 }
 
 $('#room-search').addEventListener('change', async () => {
@@ -272,7 +285,9 @@ $('#room-search').addEventListener('change', async () => {
   const found = await findRooms(text);
   $('#room-search-state').textContent =
     found.rooms.length === 0
-      ? `nothing found for ${found.what}`
+      ? found.refused
+        ? `${found.what}: ${found.refused}`
+        : `nothing found for ${found.what}`
       : `${found.what}: ${found.rooms.length === 1 ? '1 room' : `${found.rooms.length} rooms`}`;
   renderRooms(found.rooms);
   // The oldest room of the request is where it began.

@@ -11,6 +11,7 @@ import type { ControlPlane } from '../control/control-plane.ts';
 import type { UsageError } from '../errors.ts';
 import { EVENT_TYPES, type EventType, isValidId, type JournalEvent } from '../journal/events.ts';
 import { roomIdOf } from '../journal/ids.ts';
+import { tailMatcher } from '../journal/queries.ts';
 import type { Room } from '../journal/reducer.ts';
 import { isRoomState, LIVE_STATES, ROOM_STATES, type RoomState } from '../journal/states.ts';
 import {
@@ -146,7 +147,15 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
       }
       if (q.cursor !== undefined) filter.cursor = q.cursor;
       const page = await journal.rooms(filter);
-      return { rooms: page.rooms, nextCursor: page.nextCursor };
+      if (filter.requestId === undefined || page.rooms.length > 0)
+        return { rooms: page.rooms, nextCursor: page.nextCursor };
+      // A request refused before it had a room is on the record only as a refusal.
+      const refusals = await journal.tail({
+        type: 'request.refused',
+        requestId: filter.requestId,
+        limit: 20,
+      });
+      return { rooms: page.rooms, nextCursor: page.nextCursor, refusals };
     },
   );
 
@@ -193,6 +202,7 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
             room: Str,
             engine: Str,
             since: Str,
+            request_id: Str,
             limit: Str,
             follow: Str,
           },
@@ -225,6 +235,7 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
         room: id('room', q.room),
         engine: id('engine', q.engine),
         since: time('since', q.since, Date.now()),
+        requestId: q.request_id,
         limit: int('limit', q.limit, 1, 10_000) ?? 1000,
         order: q.after_seq !== undefined || q.since !== undefined ? 'oldest' : 'newest',
       };
@@ -241,11 +252,7 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
         raw.end();
         return reply;
       }
-      const matches = (ev: JournalEvent) =>
-        (!types || types.includes(ev.type)) &&
-        (filter.room === undefined || ev.room === filter.room) &&
-        (filter.engine === undefined || ev.engine === filter.engine) &&
-        (filter.since === undefined || ev.ts >= filter.since);
+      const matches = tailMatcher(filter);
       const from =
         first.length > 0
           ? (first[first.length - 1] as JournalEvent).seq

@@ -89,6 +89,12 @@ export const EventSchema = Type.Object(
 export const RoomPageBody = Type.Object({
   rooms: Type.Array(Type.Ref('Room')),
   nextCursor: Nullable(Type.String({ description: 'pass as ?cursor= for the next page' })),
+  refusals: Type.Optional(
+    Type.Array(Type.Ref('Event'), {
+      description:
+        'with request_id and no room: the request.refused events that list the request (it was refused before it had a room)',
+    }),
+  ),
 });
 
 export const LiveBody = Type.Object({

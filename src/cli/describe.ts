@@ -1,7 +1,20 @@
 /** One-line human summaries of events and rooms for the CLI's tables. */
-import type { JournalEvent } from '../journal/events.ts';
+import type { JournalEvent, JournalEventOf } from '../journal/events.ts';
 import type { Room } from '../journal/reducer.ts';
 import { formatDuration } from '../time.ts';
+
+/**
+ * What a refused request's id leads to: `refused at T: 503 engines_draining — message`, and how
+ * many were refused for the same reason around it (one `request.refused` event stands for them).
+ */
+export function describeRefusal(ev: JournalEventOf<'request.refused'>): string {
+  const d = ev.data;
+  const others =
+    d.count > 1
+      ? ` (one of ${d.count} refused ${d.reason} from ${new Date(d.firstAt).toISOString()} to ${new Date(d.lastAt).toISOString()})`
+      : '';
+  return `refused at ${new Date(d.firstAt).toISOString()}: ${d.status} ${d.reason} — ${d.message}${others}`;
+}
 
 export function describeEvent(ev: JournalEvent): string {
   switch (ev.type) {

@@ -16,7 +16,7 @@ import {
   print,
   printJson,
 } from './context.ts';
-import { describeEvent, roomOutcome } from './describe.ts';
+import { describeEvent, describeRefusal, roomOutcome } from './describe.ts';
 import {
   type RoomReader,
   readTarget,
@@ -102,8 +102,13 @@ export async function roomsCommand(opts: RoomsOptions): Promise<number> {
   const reader = roomReader(opts, filter.since ?? filter.inFlightAt);
   try {
     const page = await reader.rooms(filter);
+    // A request refused before it had a room is on the record only as a refusal.
+    const refusals =
+      filter.requestId && page.rooms.length === 0
+        ? await reader.tail({ type: 'request.refused', requestId: filter.requestId, limit: 20 })
+        : [];
     if (opts.json) {
-      printJson(page);
+      printJson(refusals.length > 0 ? { ...page, refusals } : page);
       return EXIT.ok;
     }
     const hidden =
@@ -111,7 +116,9 @@ export async function roomsCommand(opts: RoomsOptions): Promise<number> {
         ? ` (${HIDDEN_ORIGINS.join(', ')} rooms not shown: --origin all)`
         : '';
     if (page.rooms.length === 0) {
-      print(`no rooms match${hidden}`);
+      if (refusals.length === 0) print(`no rooms match${hidden}`);
+      for (const ev of refusals)
+        print(`no room: request ${filter.requestId} ${describeRefusal(ev)}`);
       return EXIT.ok;
     }
     const at = filter.inFlightAt;
@@ -150,12 +157,16 @@ export async function roomCommand(id: string, opts: CommonOptions & RemoteOption
       const page = await reader.rooms({ requestId: id, limit: 100 });
       const rooms = [...page.rooms].reverse();
       if (rooms.length === 0) {
-        if (opts.json) printJson(t);
+        // A request refused before it had a room is on the record only as a refusal.
+        const refusals = await reader.tail({ type: 'request.refused', requestId: id, limit: 20 });
+        if (opts.json) printJson(refusals.length > 0 ? { request_id: id, rooms: [], refusals } : t);
+        else if (refusals.length > 0)
+          for (const ev of refusals) print(`request ${id}: ${describeRefusal(ev)}`);
         else
           print(
             `no room and no request ${id} in ${opts.url ?? opts.journal} (pruned, or never created)`,
           );
-        return EXIT.problem;
+        return refusals.length > 0 ? EXIT.ok : EXIT.problem;
       }
       const timelines = await Promise.all(rooms.map((r) => reader.timeline(r.room)));
       if (opts.json) {

@@ -4,7 +4,14 @@
  */
 import type { Command } from 'commander';
 import { UsageError } from '../errors.ts';
-import type { JournalReader, RoomFilter, RoomPage, Timeline } from '../journal/store.ts';
+import type { EventType, JournalEventOf } from '../journal/events.ts';
+import type {
+  JournalReader,
+  RoomFilter,
+  RoomPage,
+  TailFilter,
+  Timeline,
+} from '../journal/store.ts';
 
 export const DEFAULT_URL = process.env.PDCTL_URL ?? 'http://127.0.0.1:8080';
 
@@ -144,7 +151,7 @@ export function errorOf(status: number, body: unknown): string {
 }
 
 /** What `pdctl rooms` and `pdctl room` read: the journal file, or a running server (`--url`). */
-export type RoomReader = Pick<JournalReader, 'rooms' | 'timeline' | 'close'>;
+export type RoomReader = Pick<JournalReader, 'rooms' | 'timeline' | 'tail' | 'close'>;
 
 /** The rooms and timelines of a running `pdctl serve`, through its query routes. */
 export function serverRoomReader(base: string): RoomReader {
@@ -171,6 +178,26 @@ export function serverRoomReader(base: string): RoomReader {
       );
       if (r.status !== 200) throw new UsageError(errorOf(r.status, r.body));
       return { rooms: r.body.rooms, nextCursor: r.body.nextCursor };
+    },
+    async tail<T extends EventType = EventType>(
+      filter: TailFilter<T>,
+    ): Promise<JournalEventOf<T>[]> {
+      const q = new URLSearchParams();
+      const set = (k: string, v: unknown) => {
+        if (v !== undefined) q.set(k, Array.isArray(v) ? v.join(',') : String(v));
+      };
+      set('type', filter.type);
+      set('room', filter.room);
+      set('engine', filter.engine);
+      set('request_id', filter.requestId);
+      set('limit', filter.limit);
+      // The route answers oldest first from after_seq or since, else the newest.
+      set('after_seq', filter.afterSeq);
+      set('since', filter.since);
+      const events: JournalEventOf<T>[] = [];
+      for await (const line of streamLines(base, `/v1/journal?${q}`, AbortSignal.timeout(5000)))
+        events.push(JSON.parse(line) as JournalEventOf<T>);
+      return events;
     },
     async timeline(room: string): Promise<Timeline> {
       const r = await get<Timeline>(`/v1/rooms/${encodeURIComponent(room)}`);

@@ -156,8 +156,31 @@ export function roomPage(
   return { rooms: page, nextCursor: rooms.length > limit && last ? encodeCursor(last) : null };
 }
 
-/** Events by filter; rows come newest first when `newest` (reverse them). */
-export function tailQuery(filter: TailFilter): Query & { newest: boolean } {
+/** Whether `ev` is a refusal (`request.refused`) that lists `requestId` among its first ids. */
+export function refusalOf(ev: JournalEvent, requestId: string): boolean {
+  if (ev.type !== 'request.refused') return false;
+  return (ev.data as { requestIds?: string[] }).requestIds?.includes(requestId) === true;
+}
+
+/** The tail filter as a test of one event: the in-memory journal's, and a follower's of new events. */
+export function tailMatcher(filter: TailFilter): (ev: JournalEvent) => boolean {
+  const types =
+    filter.type === undefined
+      ? null
+      : new Set<string>(Array.isArray(filter.type) ? filter.type : [filter.type]);
+  return (ev) =>
+    (types === null || types.has(ev.type)) &&
+    (filter.room === undefined || ev.room === filter.room) &&
+    (filter.engine === undefined || ev.engine === filter.engine) &&
+    (filter.since === undefined || ev.ts >= filter.since) &&
+    (filter.requestId === undefined || refusalOf(ev, filter.requestId));
+}
+
+/**
+ * Events by filter; rows come newest first when `newest` (reverse them). `listsRequest` is the
+ * backend's test that an event's `requestIds` hold the one `?` parameter.
+ */
+export function tailQuery(filter: TailFilter, listsRequest: string): Query & { newest: boolean } {
   const limit = limitOf(filter.limit, 50);
   const where: string[] = ['seq > ?'];
   const params: Array<string | number> = [filter.afterSeq ?? 0];
@@ -177,6 +200,11 @@ export function tailQuery(filter: TailFilter): Query & { newest: boolean } {
   if (filter.since !== undefined) {
     where.push('ts >= ?');
     params.push(filter.since);
+  }
+  if (filter.requestId !== undefined) {
+    // The type as a literal: that is what lets the partial index events_refused serve the query.
+    where.push(`type = 'request.refused'`, listsRequest);
+    params.push(filter.requestId);
   }
   const newest = (filter.order ?? 'newest') === 'newest';
   return {

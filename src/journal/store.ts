@@ -113,6 +113,11 @@ export interface TailFilter<T extends EventType = EventType> {
   engine?: string;
   /** Only events at or after this time (unix ms). */
   since?: number;
+  /**
+   * Only the refusals of this request: `request.refused` events whose `requestIds` (the first 20
+   * refused for a reason in a second) hold this `x-request-id`.
+   */
+  requestId?: string;
   limit?: number;
   /** The newest `limit` events (default) or the oldest after `afterSeq`. */
   order?: 'newest' | 'oldest';

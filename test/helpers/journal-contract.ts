@@ -786,6 +786,29 @@ export function journalContract(b: ContractBackend): void {
       }
     });
 
+    it('finds the refusals of a request by its id, and only those listing it whole', async () => {
+      const j = await fresh();
+      try {
+        const refusal = (reason: string, requestIds: string[]): EventInput => ({
+          type: 'request.refused',
+          source: 'api',
+          data: { reason, status: 503, count: 3, requestIds, message: 'm', firstAt: 1, lastAt: 2 },
+        });
+        const a = await j.append(refusal('no_engines', ['req-1', 'req-10']));
+        await j.append(refusal('overloaded', ['req-100']));
+        const c = await j.append(refusal('engines_draining', ['req-2', 'req-1']));
+        await j.append(created('req-1')); // a room named like the request: not a refusal
+        const found = await j.tail({ type: 'request.refused', requestId: 'req-1' });
+        expect(found.map((e) => e.seq)).toEqual([a.seq, c.seq]);
+        expect(await j.tail({ requestId: 'req-10', order: 'oldest' })).toMatchObject([
+          { seq: a.seq, data: { reason: 'no_engines' } },
+        ]);
+        expect(await j.tail({ requestId: 'req' })).toEqual([]);
+      } finally {
+        await j.drain();
+      }
+    });
+
     it('allows one writer per journal, and the next once the first has drained', async () => {
       const place = await b.place();
       const j = await b.open(place);

@@ -3,7 +3,15 @@
  * SQLite and PostgreSQL (test/helpers/journal-contract.ts holds all three to it).
  */
 import type { EventType, JournalEvent, JournalEventOf } from '../events.ts';
-import { decodeCursor, ENTERS, limitOf, minuteCounts, roomPage, spansOf } from '../queries.ts';
+import {
+  decodeCursor,
+  ENTERS,
+  limitOf,
+  minuteCounts,
+  roomPage,
+  spansOf,
+  tailMatcher,
+} from '../queries.ts';
 import type { Room } from '../reducer.ts';
 import { roomToParams } from '../rows.ts';
 import type { RoomState } from '../states.ts';
@@ -132,15 +140,7 @@ export class MemoryReader implements JournalReader {
   tail<T extends EventType = EventType>(filter: TailFilter<T>): Promise<JournalEventOf<T>[]> {
     try {
       const limit = limitOf(filter.limit, 50);
-      const types =
-        filter.type === undefined
-          ? null
-          : new Set<string>(Array.isArray(filter.type) ? filter.type : [filter.type]);
-      const matches = (ev: JournalEvent) =>
-        (types === null || types.has(ev.type)) &&
-        (filter.room === undefined || ev.room === filter.room) &&
-        (filter.engine === undefined || ev.engine === filter.engine) &&
-        (filter.since === undefined || ev.ts >= filter.since);
+      const matches = tailMatcher(filter);
       const from = this.disk.indexAfter(filter.afterSeq ?? 0);
       const events = this.disk.events;
       const out: JournalEvent[] = [];

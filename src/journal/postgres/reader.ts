@@ -52,6 +52,9 @@ import {
 import { classifyPgError, clientConfig, redactUrl } from './connect.ts';
 import { pgSchemaVersion } from './migrate.ts';
 
+/** An event's `requestIds` hold the parameter (tailQuery's `listsRequest`). */
+const LISTS_REQUEST = "(data::jsonb -> 'requestIds') @> jsonb_build_array(?::text)";
+
 /** `?` placeholders (the shared queries) as PostgreSQL's `$1, $2, …`. */
 export function numbered(sql: string): string {
   let i = 0;
@@ -174,7 +177,7 @@ export class PgReader implements JournalReader {
   }
 
   async tail<T extends EventType = EventType>(filter: TailFilter<T>): Promise<JournalEventOf<T>[]> {
-    const q = tailQuery(filter);
+    const q = tailQuery(filter, LISTS_REQUEST);
     const rows = await this.query<EventRow>(q);
     if (q.newest) rows.reverse();
     // Rows of the filter's types only: what rowToEvent made is that type's event.

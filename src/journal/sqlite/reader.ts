@@ -44,6 +44,9 @@ import type {
 import { classifySqliteError, openDatabase } from './open.ts';
 import { verifyJournal } from './verify.ts';
 
+/** An event's `requestIds` hold the parameter (tailQuery's `listsRequest`). */
+const LISTS_REQUEST = "EXISTS (SELECT 1 FROM json_each(data, '$.requestIds') WHERE value = ?)";
+
 export class SqliteReader implements JournalReader {
   readonly path: string;
   protected readonly db: Database.Database;
@@ -140,7 +143,7 @@ export class SqliteReader implements JournalReader {
   }
 
   tailSync(filter: TailFilter): JournalEvent[] {
-    const q = tailQuery(filter);
+    const q = tailQuery(filter, LISTS_REQUEST);
     const rows = this.db.prepare(q.sql).all(...q.params) as EventRow[];
     if (q.newest) rows.reverse();
     return rows.map(rowToEvent);
