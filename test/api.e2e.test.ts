@@ -195,10 +195,60 @@ describe('operator routes and admission', () => {
       (await app.inject({ method: 'POST', url: `/v1/rooms/${room}/abort`, headers: auth }))
         .statusCode,
     ).toBe(409);
+    // An id that names no room and no request: refused, and nothing journaled under it (a
+    // rejection record there once made `pdctl room r-none` show a room that never was).
+    const head = await stack.control.journal.headSeq();
+    for (const none of ['r-none', 'oc-abort-2']) {
+      const refused = await app.inject({
+        method: 'POST',
+        url: `/v1/rooms/${none}/abort`,
+        headers: auth,
+      });
+      expect(refused.statusCode).toBe(404);
+      expect(refused.json().error.message).toBe(
+        `no room and no request ${none} in the journal (nothing was journaled)`,
+      );
+      expect((await stack.control.journal.timeline(none)).events).toEqual([]);
+    }
     expect(
-      (await app.inject({ method: 'POST', url: '/v1/rooms/r-none/abort', headers: auth }))
-        .statusCode,
-    ).toBe(404);
+      (await stack.control.journal.tail({ afterSeq: head, type: 'room.event_rejected' })).length,
+    ).toBe(0);
+    // A request id aborts the request's live room.
+    const byRequest = app.inject({
+      ...completion({ max_tokens: 400 }),
+      headers: { 'x-request-id': 'oc-abort-3' },
+    });
+    await waitFor('its room decoding', async () => {
+      const [r] = (await stack.control.journal.rooms({ requestId: 'oc-abort-3', limit: 1 })).rooms;
+      return r?.state === 'decoding';
+    });
+    const byId = await app.inject({
+      method: 'POST',
+      url: '/v1/rooms/oc-abort-3/abort',
+      headers: auth,
+    });
+    expect(byId.statusCode, byId.body).toBe(202);
+    const [its] = (await stack.control.journal.rooms({ requestId: 'oc-abort-3', limit: 1 })).rooms;
+    expect(byId.json()).toMatchObject({
+      requestId: 'oc-abort-3',
+      room: its?.room,
+      rooms: [{ room: its?.room, status: 'applied' }],
+    });
+    expect((await byRequest).json()).toMatchObject({ error: { code: 'room_aborted' } });
+    await waitFor(
+      'its room aborted',
+      async () =>
+        (await stack.control.journal.timeline(its?.room as string)).room?.state === 'aborted',
+    );
+    const again = await app.inject({
+      method: 'POST',
+      url: '/v1/rooms/oc-abort-3/abort',
+      headers: auth,
+    });
+    expect(again.statusCode).toBe(409);
+    expect(again.json().error.message).toBe(
+      `request oc-abort-3's rooms have ended: ${its?.room} aborted`,
+    );
     const cmd = await app.inject({
       method: 'POST',
       url: '/v1/admin/engines/prefill-0/commands',

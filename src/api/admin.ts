@@ -10,9 +10,10 @@ import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import { COMMANDS, type CommandName } from '../bus/protocol.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
 import { isValidId } from '../journal/events.ts';
-import { roomIdOf } from '../journal/ids.ts';
+import { isRequestId, roomIdOf } from '../journal/ids.ts';
+import { isTerminal, type RoomState } from '../journal/states.ts';
 import type { JournalStore } from '../journal/store.ts';
-import { ApiError, roomNotFound } from './errors.ts';
+import { ApiError } from './errors.ts';
 import { Errors } from './schemas.ts';
 
 /**
@@ -176,42 +177,69 @@ export const adminRoutes: FastifyPluginAsync<AdminDeps> = async (
       schema: {
         tags: ['operations'],
         summary:
-          'Abort a room (appends room.abort_requested; the room ends aborted once both engines released). Optional body: {"reason": "..."}',
+          'Abort a room, or every live room of a request (its x-request-id): appends room.abort_requested; each room ends aborted once both engines released it. An id that names neither is 404 and journals nothing. Optional body: {"reason": "..."}',
         security: [{ bearer: [] }],
-        params: Type.Object({ room: Type.String() }),
+        params: Type.Object({
+          room: Type.String({
+            description: 'a room id, the completion id that names it, or a request id',
+          }),
+        }),
         response: {
           202: Type.Object({
-            room: Type.String(),
-            seq: Type.Integer({ description: 'the seq of the room.abort_requested' }),
+            room: Type.String({ description: 'the room aborted (of a request: its first)' }),
+            seq: Type.Integer({ description: 'the seq of its room.abort_requested' }),
             status: Type.Union([Type.Literal('applied'), Type.Literal('duplicate')]),
+            requestId: Type.Optional(Type.String({ description: 'when the id named a request' })),
+            rooms: Type.Optional(
+              Type.Array(
+                Type.Object({
+                  room: Type.String(),
+                  seq: Type.Integer(),
+                  status: Type.Union([Type.Literal('applied'), Type.Literal('duplicate')]),
+                }),
+                { description: 'when the id named a request: each live room of it aborted' },
+              ),
+            ),
           }),
           ...Errors,
         },
       },
     },
     async (req, reply) => {
-      const room = roomIdOf(req.params.room);
+      const id = roomIdOf(req.params.room);
       const reason = operatorReason(req.body);
-      if (!isValidId(room))
+      if (!isValidId(id) && !isRequestId(id))
         throw new ApiError(
           400,
-          `not a room id: "${room}"`,
+          `not a room or request id: "${id}"`,
           'invalid_request_error',
           'invalid_parameter',
           'room',
         );
-      const res = await control.abort(room, reason, 'api');
-      if (res.status === 'rejected') {
-        if (res.reason === 'unknown_room') throw roomNotFound(room);
+      const named = isValidId(id) ? (await journal.timeline(id)).room : null;
+      const rooms = named ? [named] : (await journal.rooms({ requestId: id, limit: 100 })).rooms;
+      // Checked first: an abort of an id the journal does not know would journal a rejection
+      // under it, and `pdctl room ID` would then show a room that never was.
+      if (rooms.length === 0)
         throw new ApiError(
-          409,
-          `room ${room} is already ${res.state}`,
+          404,
+          `no room and no request ${id} in the journal (nothing was journaled)`,
           'invalid_request_error',
-          'room_terminal',
+          'room_not_found',
           'room',
         );
+      const live = rooms.filter((r) => !isTerminal(r.state));
+      if (live.length === 0) throw roomsEnded(named ? null : id, rooms);
+      const aborted: Array<{ room: string; seq: number; status: 'applied' | 'duplicate' }> = [];
+      for (const r of live) {
+        const res = await control.abort(r.room, reason, 'api');
+        if (res.status !== 'rejected')
+          aborted.push({ room: r.room, seq: res.seq, status: res.status });
+        else if (named) throw roomsEnded(null, [{ room: r.room, state: res.state ?? r.state }]);
       }
-      return reply.code(202).send({ room, seq: res.seq, status: res.status });
+      const [first] = aborted;
+      if (!first) throw roomsEnded(id, rooms);
+      return reply.code(202).send(named ? first : { ...first, requestId: id, rooms: aborted });
     },
   );
 
@@ -336,3 +364,15 @@ export const adminRoutes: FastifyPluginAsync<AdminDeps> = async (
     );
   }
 };
+
+/** 409: the room has ended (or, named by a request id, every room of it has); nothing to abort. */
+function roomsEnded(
+  requestId: string | null,
+  rooms: ReadonlyArray<{ room: string; state: RoomState | string }>,
+): ApiError {
+  const message =
+    requestId === null
+      ? `room ${rooms[0]?.room} is already ${rooms[0]?.state}`
+      : `request ${requestId}'s rooms have ended: ${rooms.map((r) => `${r.room} ${r.state}`).join(', ')}`;
+  return new ApiError(409, message, 'invalid_request_error', 'room_terminal', 'room');
+}

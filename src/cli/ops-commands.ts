@@ -48,19 +48,22 @@ export function registerAbortCommand(program: Command): void {
   program
     .command('abort')
     .description(
-      'Abort a room on a running pdctl serve (journals room.abort_requested; the room ends aborted once both ' +
-        'engines released it, and a client streaming it gets finish_reason "abort"). Needs PDCTL_ADMIN_TOKEN when the server has one.',
+      'Abort a room, or every live room of a request (its x-request-id), on a running pdctl serve (journals ' +
+        'room.abort_requested; each room ends aborted once both engines released it, and a client streaming it ' +
+        'gets finish_reason "abort"). An id that names neither is refused and journals nothing. Needs ' +
+        'PDCTL_ADMIN_TOKEN when the server has one.',
     )
-    .argument('<room>', 'room id, or the completion id a client got (cmpl-r-…)')
+    .argument('<id>', 'room id, the completion id a client got (cmpl-r-…), or a request id')
     .option('--reason <text>', 'journaled as the abort reason', 'operator')
     .option('--url <url>', 'the pdctl serve (env PDCTL_URL)', DEFAULT_URL)
     .option('--json', 'the answer as JSON')
     .action(async (given: string, o: { reason: string; url: string; json?: boolean }) => {
-      const room = roomIdOf(given);
+      const id = roomIdOf(given);
       process.exitCode = await reach('abort', async () => {
-        const r = await callServer<{ room: string; seq: number; status: string }>(
+        type Aborted = { room: string; seq: number; status: string };
+        const r = await callServer<Aborted & { requestId?: string; rooms?: Aborted[] }>(
           o.url,
-          `/v1/rooms/${encodeURIComponent(room)}/abort`,
+          `/v1/rooms/${encodeURIComponent(id)}/abort`,
           { method: 'POST', body: { reason: o.reason } },
         );
         if (r.status !== 202) {
@@ -68,9 +71,13 @@ export function registerAbortCommand(program: Command): void {
           return EXIT.problem;
         }
         if (o.json) printJson(r.body);
+        else if (r.body.rooms)
+          print(
+            `abort of request ${id} journaled for ${r.body.rooms.map((a) => `${a.room} (seq ${a.seq}, ${a.status})`).join(', ')}; each ends aborted once both engines release it — pdctl room ${id}`,
+          );
         else
           print(
-            `abort of ${room} journaled at seq ${r.body.seq} (${r.body.status}); it ends aborted once both engines release it — pdctl room ${room}`,
+            `abort of ${id} journaled at seq ${r.body.seq} (${r.body.status}); it ends aborted once both engines release it — pdctl room ${id}`,
           );
         return EXIT.ok;
       });
