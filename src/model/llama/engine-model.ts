@@ -123,6 +123,18 @@ export function sampleOptions(s: Sampling, context: readonly number[]): Sequence
   };
 }
 
+/**
+ * Whether every token is the model's most likely one as it is: temperature 0 and no penalty. Then
+ * one evaluation generates them all; otherwise each is drawn with its own options (`sampled`) —
+ * at temperature 0 too, since OpenAI's penalties lower the logits before any choice, greedy or not
+ * (node-llama-cpp runs its penalty sampler before the greedy one).
+ */
+export function greedyUnpenalized(s: Sampling): boolean {
+  return (
+    (s.temperature ?? 0) === 0 && (s.frequencyPenalty ?? 0) === 0 && (s.presencePenalty ?? 0) === 0
+  );
+}
+
 /** A 31-bit seed for one position of one request (splitmix32 of the two). */
 export function positionSeed(seed: number, position: number): number {
   let z = (Math.imul(seed | 0, 0x9e3779b1) + Math.imul(position | 0, 0x85ebca6b)) | 0;
@@ -333,7 +345,7 @@ export class LlamaEngineModel implements EngineModel {
     sampling: Sampling,
   ): DecodeStream {
     const it = (
-      (sampling.temperature ?? 0) === 0
+      greedyUnpenalized(sampling)
         ? seq.evaluate(input as Token[], { temperature: 0 })
         : this.sampled(seq, input, context, sampling)
     )[Symbol.asyncIterator]();
