@@ -1,6 +1,6 @@
 /** The pdctl CLI as an on-call engineer runs it: real processes against real journal files. */
 import { createHash } from 'node:crypto';
-import { copyFileSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import Database from 'better-sqlite3';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { SqliteJournal } from '../src/journal/sqlite/journal.ts';
@@ -145,6 +145,58 @@ describe('pdctl on a synthetic journal', () => {
     ]);
     expect(exists.code).toBe(2);
     expect(exists.stderr).toMatch(/already exists/);
+  });
+
+  it("prints what docs/journal.md's incident walkthrough shows, command by command", async () => {
+    const doc = readFileSync(new URL('../docs/journal.md', import.meta.url), 'utf8');
+    const section = doc.split('## An incident, walked through')[1]?.split('\n## ')[0] ?? '';
+    const blocks = [...section.matchAll(/```\n([\s\S]*?)```/g)].map((m) => m[1] as string);
+    // Each `$ npx pdctl …` line, and the lines it prints up to the next one (`…`: the rest
+    // is left out of the doc).
+    const steps: Array<{ args: string[]; expected: string[] }> = [];
+    for (const block of blocks)
+      for (const line of block.replace(/\n$/, '').split('\n')) {
+        if (line.startsWith('$ npx pdctl '))
+          steps.push({ args: line.slice(12).split(' '), expected: [] });
+        else steps.at(-1)?.expected.push(line);
+      }
+    // A blank line between two commands of one block separates them; it is not printed.
+    for (const s of steps) while (s.expected.at(-1) === '') s.expected.pop();
+    expect(steps.map((s) => s.args.slice(0, 2).join(' '))).toEqual([
+      'journal synth',
+      'journal tail',
+      'rooms --engine',
+      'rooms --in-flight-at',
+      'room req-r-mx2p3k3b-000a24',
+    ]);
+    const file = `${dir}/walkthrough/incident.db`;
+    mkdirSync(`${dir}/walkthrough`);
+    // Only the time synth took varies.
+    const steady = (s: string) =>
+      s
+        .replace(/ in [\d.]+s \(\d+ events\/s;/, ' in Ts (N events/s;')
+        .replaceAll(file, 'incident.db');
+    for (const { args, expected } of steps) {
+      const r = await pdctl(args.map((a) => (a === 'incident.db' ? file : a)));
+      expect(r.code, `${args.join(' ')}: ${r.stderr}`).toBe(0);
+      const got = steady(r.stdout).replace(/\n$/, '').split('\n');
+      const cut = expected.at(-1) === '…' ? expected.length - 1 : expected.length;
+      expect(got.slice(0, cut), args.join(' ')).toEqual(expected.slice(0, cut).map(steady));
+      if (cut === expected.length) expect(got.length, args.join(' ')).toBe(expected.length);
+    }
+  }, 60_000);
+
+  it('synth writes only a journal of its own: one that holds rooms is refused and left as it was', async () => {
+    const sha = (path: string) => createHash('sha256').update(readFileSync(path)).digest('hex');
+    const before = sha(journal);
+    const r = await pdctl(['journal', 'synth', '--rooms', '5', ...J]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(
+      new RegExp(
+        `${journal} already holds rooms \\(r-[^,]+, …\\): synth writes a journal of its own; give --journal a new path`,
+      ),
+    );
+    expect(sha(journal)).toBe(before);
   });
 
   it('a refused request id leads to its refusal: room, rooms --request-id', async () => {

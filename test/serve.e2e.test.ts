@@ -197,6 +197,21 @@ describe('the openai client against pdctl serve', () => {
     const again = await pdctl(['abort', room, '--url', s.url]);
     expect(again.code).toBe(1);
     expect(again.stderr).toMatch(/already/);
+    // journal stats reads the server too: with --url, and with PDCTL_URL set (it once read
+    // ./data/journal.db of the current directory instead, saying nothing).
+    const stats = await pdctl(['journal', 'stats', '--url', s.url]);
+    expect(stats.code, stats.stderr).toBe(0);
+    const head = stats.stdout.split('\n')[0] as string;
+    expect(head).toMatch(/^journal {5}\/\S+journal\.db \(schema \d+, [\d.]+ MiB\)$/);
+    expect(stats.stdout).toMatch(/^checkpoint {2}not read through a server/m);
+    expect(stats.stdout).toMatch(/^aborts by reason\n/m);
+    const viaEnv = await pdctl(['journal', 'stats'], {
+      env: { PDCTL_URL: s.url, PDCTL_JOURNAL: '' },
+    });
+    expect(viaEnv.stdout.split('\n')[0]).toBe(head);
+    const perMinute = await pdctl(['journal', 'stats', '--per-minute', '--url', s.url]);
+    expect(perMinute.code).toBe(2);
+    expect(perMinute.stderr).toMatch(/--per-minute reads the journal itself/);
     const reset = await pdctl(['engines', 'reset', 'decode-0', '--url', s.url]);
     expect(reset.code, reset.stderr).toBe(0);
     expect(reset.stdout).toMatch(/reset_in_place sent to decode-0/);

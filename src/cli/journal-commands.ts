@@ -68,9 +68,14 @@ export function registerJournalCommands(
         'window start for --per-minute (default: 15 minutes before the newest event)',
       )
       .option('--until <time>', 'window end for --per-minute (default: the newest event)')
+      .option('--url <url>', `${READ_URL_HELP}; the counts of /v1/stats, without --per-minute`)
       .option('--archive <dir>', ARCHIVE_HELP),
-  ).action(async (opts: StatsOptions) => {
-    process.exitCode = await statsCommand(opts);
+  ).action(async (opts: StatsOptions, cmd: Command) => {
+    const target = readTarget(opts, cmd);
+    process.exitCode = await statsCommand({
+      ...opts,
+      url: 'url' in target ? target.url : undefined,
+    });
   });
 
   journalOption(

@@ -1,18 +1,48 @@
 /** `pdctl journal stats`: counts by state and reason, and per-minute transitions and prefix hits. */
 
 import { CHECKPOINT_NAME } from '../../control/checkpoint/codec.ts';
-import { eachEvent, type JournalReader } from '../../journal/store.ts';
+import { UsageError } from '../../errors.ts';
+import {
+  eachEvent,
+  type JournalReader,
+  type JournalStats,
+  type StoredCheckpoint,
+} from '../../journal/store.ts';
 import { formatTs, parseTime } from '../../time.ts';
-import { type CommonOptions, EXIT, openReader, print, printJson } from '../context.ts';
+import { type CommonOptions, EXIT, note, openReader, print, printJson } from '../context.ts';
+import { callServer, errorOf, UnreachableError } from '../server.ts';
 import { renderTable } from '../table.ts';
 
 export interface StatsOptions extends CommonOptions {
   perMinute?: boolean;
   since?: string;
   until?: string;
+  /** A running server's counts instead (`GET /v1/stats`); set from --url or PDCTL_URL. */
+  url?: string;
+}
+
+/** The counts of a running `pdctl serve`: its journal's, as `/v1/stats` has them. */
+async function serverStats(opts: StatsOptions): Promise<number> {
+  if (opts.perMinute)
+    throw new UsageError(
+      '--per-minute reads the journal itself: run it where the journal is (--journal PATH reads it beside a running serve)',
+    );
+  let r: Awaited<ReturnType<typeof callServer<{ journal: JournalStats }>>>;
+  try {
+    r = await callServer<{ journal: JournalStats }>(opts.url as string, '/v1/stats');
+  } catch (err) {
+    if (!(err instanceof UnreachableError)) throw err;
+    note(`pdctl: ${err.message}`);
+    return EXIT.unreachable;
+  }
+  if (r.status !== 200) throw new UsageError(errorOf(r.status, r.body));
+  if (opts.json) printJson(r.body.journal);
+  else printCounts(r.body.journal, undefined);
+  return EXIT.ok;
 }
 
 export async function statsCommand(opts: StatsOptions): Promise<number> {
+  if (opts.url !== undefined) return serverStats(opts);
   const reader = openReader(opts);
   try {
     const s = await reader.stats();
@@ -32,65 +62,7 @@ export async function statsCommand(opts: StatsOptions): Promise<number> {
       printJson(minutes ? { ...all, perMinute: minutes, prefixPerMinute: prefix } : all);
       return EXIT.ok;
     }
-    print(
-      `journal     ${s.path} (schema ${s.schemaVersion}, ${(s.fileBytes / 1048576).toFixed(1)} MiB)`,
-    );
-    print(
-      `events      ${s.events}${s.firstSeq !== null ? `, seq ${s.firstSeq}..${s.lastSeq}` : ''}`,
-    );
-    print(`time span   ${formatTs(s.firstTs)} .. ${formatTs(s.lastTs)}`);
-    print(`rooms       ${s.rooms}`);
-    print(`rejected    ${s.rejectedEvents} events recorded as room.event_rejected`);
-    print(
-      `checkpoint  ${cp ? `state through seq ${cp.seq} (${(s.lastSeq ?? cp.seq) - cp.seq} events before the head), written ${formatTs(cp.writtenAt)}` : 'none: a control plane starting on it folds the whole journal'}`,
-    );
-    const states = Object.entries(s.byState).sort((a, b) => b[1] - a[1]);
-    if (states.length) {
-      print('\nrooms by state');
-      print(
-        renderTable(states, [
-          { header: 'STATE', value: (r) => r[0] },
-          { header: 'ROOMS', value: (r) => r[1], align: 'right' },
-        ]),
-      );
-    }
-    for (const [title, table, unit] of [
-      ['failures by reason', s.failuresByReason, 'ROOMS'],
-      ['aborts by reason', s.abortsByReason, 'ROOMS'],
-      ['requests refused before a room, by reason', s.refusalsByReason, 'REQUESTS'],
-    ] as const) {
-      const rows = Object.entries(table);
-      if (!rows.length) continue;
-      print(`\n${title}`);
-      print(
-        renderTable(rows, [
-          { header: 'REASON', value: (r) => r[0] },
-          { header: unit, value: (r) => r[1], align: 'right' },
-        ]),
-      );
-    }
-    if (s.consumers.length) {
-      print('\nconsumers');
-      print(
-        renderTable(s.consumers, [
-          { header: 'NAME', value: (c) => c.name },
-          { header: 'SEQ', value: (c) => c.seq, align: 'right' },
-          { header: 'UPDATED', value: (c) => formatTs(c.updatedAt) },
-        ]),
-      );
-    }
-    if (s.leaders?.length) {
-      print('\nleaders (PostgreSQL)');
-      print(
-        renderTable(s.leaders, [
-          { header: 'TERM', value: (l) => l.term, align: 'right' },
-          { header: 'SINCE', value: (l) => formatTs(l.acquiredAt) },
-          { header: 'HOW', value: (l) => l.how },
-          { header: 'EVENTS', value: (l) => l.events, align: 'right' },
-          { header: 'HOLDER', value: (l) => l.holder },
-        ]),
-      );
-    }
+    printCounts(s, cp);
     if (minutes && window) {
       print(`\nper minute, ${formatTs(window.since)} .. ${formatTs(window.until)}`);
       if (!minutes.length) print('no room transitions in this window');
@@ -123,6 +95,67 @@ export async function statsCommand(opts: StatsOptions): Promise<number> {
     return EXIT.ok;
   } finally {
     reader.close();
+  }
+}
+
+/** The counts as `journal stats` prints them; `cp` undefined: not known (read through a server). */
+function printCounts(s: JournalStats, cp: StoredCheckpoint | null | undefined): void {
+  print(
+    `journal     ${s.path} (schema ${s.schemaVersion}, ${(s.fileBytes / 1048576).toFixed(1)} MiB)`,
+  );
+  print(`events      ${s.events}${s.firstSeq !== null ? `, seq ${s.firstSeq}..${s.lastSeq}` : ''}`);
+  print(`time span   ${formatTs(s.firstTs)} .. ${formatTs(s.lastTs)}`);
+  print(`rooms       ${s.rooms}`);
+  print(`rejected    ${s.rejectedEvents} events recorded as room.event_rejected`);
+  print(
+    `checkpoint  ${cp === undefined ? 'not read through a server (journal stats --journal PATH shows it)' : cp ? `state through seq ${cp.seq} (${(s.lastSeq ?? cp.seq) - cp.seq} events before the head), written ${formatTs(cp.writtenAt)}` : 'none: a control plane starting on it folds the whole journal'}`,
+  );
+  const states = Object.entries(s.byState).sort((a, b) => b[1] - a[1]);
+  if (states.length) {
+    print('\nrooms by state');
+    print(
+      renderTable(states, [
+        { header: 'STATE', value: (r) => r[0] },
+        { header: 'ROOMS', value: (r) => r[1], align: 'right' },
+      ]),
+    );
+  }
+  for (const [title, table, unit] of [
+    ['failures by reason', s.failuresByReason, 'ROOMS'],
+    ['aborts by reason', s.abortsByReason, 'ROOMS'],
+    ['requests refused before a room, by reason', s.refusalsByReason, 'REQUESTS'],
+  ] as const) {
+    const rows = Object.entries(table);
+    if (!rows.length) continue;
+    print(`\n${title}`);
+    print(
+      renderTable(rows, [
+        { header: 'REASON', value: (r) => r[0] },
+        { header: unit, value: (r) => r[1], align: 'right' },
+      ]),
+    );
+  }
+  if (s.consumers.length) {
+    print('\nconsumers');
+    print(
+      renderTable(s.consumers, [
+        { header: 'NAME', value: (c) => c.name },
+        { header: 'SEQ', value: (c) => c.seq, align: 'right' },
+        { header: 'UPDATED', value: (c) => formatTs(c.updatedAt) },
+      ]),
+    );
+  }
+  if (s.leaders?.length) {
+    print('\nleaders (PostgreSQL)');
+    print(
+      renderTable(s.leaders, [
+        { header: 'TERM', value: (l) => l.term, align: 'right' },
+        { header: 'SINCE', value: (l) => formatTs(l.acquiredAt) },
+        { header: 'HOW', value: (l) => l.how },
+        { header: 'EVENTS', value: (l) => l.events, align: 'right' },
+        { header: 'HOLDER', value: (l) => l.holder },
+      ]),
+    );
   }
 }
 

@@ -1,6 +1,7 @@
 /** `pdctl journal synth`: a realistic synthetic journal through the real append path. */
 
-import { openJournal } from '../../app/journal.ts';
+import { existsSync } from 'node:fs';
+import { isPostgresJournal, openJournal, openJournalReader } from '../../app/journal.ts';
 import { UsageError } from '../../errors.ts';
 import { DURABILITIES, type Durability } from '../../journal/store.ts';
 import { synthEvents } from '../../journal/synth.ts';
@@ -53,6 +54,7 @@ export async function synthCommand(opts: SynthOptions): Promise<number> {
   if (!Number.isInteger(options.incidents) || options.incidents < 0 || options.incidents > 1000) {
     throw new UsageError(`--incidents must be an integer from 0 to 1000, got "${opts.incidents}"`);
   }
+  await refuseHeldRooms(opts.journal);
   const journal = await openJournal({
     path: opts.journal,
     durability,
@@ -117,4 +119,28 @@ export async function synthCommand(opts: SynthOptions): Promise<number> {
       `wrote ${appended} events for ${rooms} rooms to ${opts.journal} in ${secs.toFixed(1)}s (${summary.eventsPerSecond} events/s; ${counts.rejected} rejected as late, as real races produce)`,
     );
   return EXIT.ok;
+}
+
+/**
+ * Synthetic rooms go into a journal of their own, never beside real ones: with the default path,
+ * that would be the journal `pdctl serve` keeps in ./data. Checked before opening it to write, so
+ * that a refused journal is left exactly as it was.
+ */
+async function refuseHeldRooms(path: string): Promise<void> {
+  if (!isPostgresJournal(path) && !existsSync(path)) return;
+  let held: string | undefined;
+  try {
+    const reader = openJournalReader(path);
+    try {
+      held = (await reader.rooms({ limit: 1 })).rooms[0]?.room;
+    } finally {
+      reader.close();
+    }
+  } catch {
+    return; // not a journal yet (an empty database, a new file): opening it to write says the rest
+  }
+  if (held)
+    throw new UsageError(
+      `${path} already holds rooms (${held}, …): synth writes a journal of its own; give --journal a new path, e.g. --journal /tmp/synth.db`,
+    );
 }
