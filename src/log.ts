@@ -50,12 +50,17 @@ export function processLogger(name: string, level: LogLevel = 'info', base: obje
  * log's format: plain text for a human, a JSON record (`"msg"`) among JSON records — never a
  * line of plain text in a stream a log shipper parses as JSON.
  */
-export function announce(name: string, line: string): void {
+export function announce(name: string, line: string, level = 30): void {
   if (logFormat() === 'pretty') process.stderr.write(`${line}\n`);
   else
     process.stderr.write(
-      `${JSON.stringify({ level: 30, time: new Date().toISOString(), pid: process.pid, name, msg: line })}\n`,
+      `${JSON.stringify({ level, time: new Date().toISOString(), pid: process.pid, name, msg: line })}\n`,
     );
+}
+
+/** Why a process could not go on, as `announce` writes it, at pino's `error` level. */
+export function announceFailure(name: string, line: string): void {
+  announce(name, line, 50);
 }
 
 function humanLogger(name: string, level: LogLevel, base: object): Logger {

@@ -3,8 +3,10 @@
  * streaming and not, a mid-stream cancel, bad requests that write nothing, the query routes, the
  * metrics, and SIGTERM.
  */
+import { existsSync } from 'node:fs';
 import { request } from 'node:http';
 import { createServer } from 'node:net';
+import { join } from 'node:path';
 import OpenAI from 'openai';
 import parsePrometheus from 'parse-prometheus-text-format';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -474,9 +476,40 @@ describe('the openai client against pdctl serve', () => {
       '0',
     ]);
     expect(r.code).toBe(2);
-    expect(r.stderr.trim().split('\n')).toEqual([
-      `pdctl: cannot bind the bus on ${bus}: Address already in use; pass another --bus endpoint (tcp://127.0.0.1:0 takes any free port, for engines that serve starts itself)`,
+    // One line, a JSON record as the rest of the stream is (stderr is no terminal here).
+    const lines = r.stderr.trim().split('\n');
+    expect(lines).toHaveLength(1);
+    expect(JSON.parse(lines[0] as string)).toMatchObject({
+      level: 50,
+      name: 'serve',
+      msg: `pdctl: cannot bind the bus on ${bus}: Address already in use; pass another --bus endpoint (tcp://127.0.0.1:0 takes any free port, for engines that serve starts itself)`,
+    });
+  });
+
+  it('a second serve on a taken HTTP port exits 2 before it opens the journal or starts an engine', async () => {
+    const port = Number(new URL(s.url).port);
+    const dataDir = tempDir('pdctl-serve-3-');
+    const r = await pdctl([
+      'serve',
+      '--port',
+      String(port),
+      '--bus',
+      'tcp://127.0.0.1:0',
+      '--data-dir',
+      dataDir,
     ]);
+    expect(r.code).toBe(2);
+    const lines = r.stderr.trim().split('\n');
+    expect(lines).toHaveLength(1);
+    expect(JSON.parse(lines[0] as string)).toMatchObject({
+      level: 50,
+      msg: expect.stringMatching(
+        new RegExp(
+          `^pdctl: cannot listen on 127\\.0\\.0\\.1:${port}: .*EADDRINUSE.*; pass another --port$`,
+        ),
+      ),
+    });
+    expect(existsSync(join(dataDir, 'journal.db'))).toBe(false);
   });
 
   it('answers the query routes from the journal, and serves Prometheus metrics', async () => {

@@ -140,8 +140,19 @@ describe.runIf(hasChromium)('the live page in headless Chromium', () => {
     await row.waitFor();
     await row.click();
 
-    // The timeline: every event the journal holds for it, and the time in each state.
+    // The timeline: every event the journal holds for it, and the time in each state — brought
+    // into view (it opens below the journal).
     await page.locator('#timeline tr[data-type="room.completed"]').waitFor();
+    await expect
+      .poll(() =>
+        page.locator('#timeline-section').evaluate((el) => {
+          const r = el.getBoundingClientRect();
+          return (
+            r.top >= 0 && r.top < (globalThis as unknown as { innerHeight: number }).innerHeight
+          );
+        }),
+      )
+      .toBe(true);
     const journaled = (await (await fetch(`${s.url}/v1/rooms/${room}`)).json()) as {
       events: Array<{ type: string }>;
     };
@@ -198,6 +209,10 @@ describe.runIf(hasChromium)('the live page in headless Chromium', () => {
     });
     expect(refused.status).toBe(503);
     const code = ((await refused.json()) as { error: { code: string } }).error.code;
+    // The page says clients are being refused, though no room is in flight.
+    await expect
+      .poll(() => page.locator('#refused').textContent(), { timeout: 5000 })
+      .toMatch(new RegExp(`^refused in the last 5 min: \\d+ × 503 ${code}`));
     // Refusals are journaled once a second.
     await expect
       .poll(async () => (await fetch(`${s.url}/v1/journal?request_id=ticket-4712`)).text())
@@ -207,6 +222,13 @@ describe.runIf(hasChromium)('the live page in headless Chromium', () => {
     await expect
       .poll(() => page.locator('#room-search-state').textContent())
       .toMatch(new RegExp(`^request ticket-4712: refused at \\S+: 503 ${code} — .+`));
+    // The canary's rooms (one a second here) stay out of the journal pane unless asked for.
+    const canaryShown = () => page.locator('#journal li[data-canary]').count();
+    expect(await canaryShown()).toBe(0);
+    await page.check('#journal-canary');
+    await expect.poll(canaryShown).toBeGreaterThan(0);
+    await page.uncheck('#journal-canary');
+    expect(await canaryShown()).toBe(0);
     expect(pageErrors).toEqual([]);
     expect(failedRequests).toEqual([]);
   });

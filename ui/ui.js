@@ -305,6 +305,8 @@ async function openTimeline(room) {
   section.hidden = false;
   $('#timeline-room').textContent = room;
   await renderTimeline(room);
+  // It opens below the journal: bring it into view rather than leave it under the fold.
+  section.scrollIntoView({ block: 'start' });
 }
 
 async function renderTimeline(room) {
@@ -385,7 +387,9 @@ $('#timeline-close').addEventListener('click', () => {
 
 // ---- the journal, followed live ----
 
-const journal = { events: [], lastSeq: 0, paused: false, filter: '' };
+const journal = { events: [], lastSeq: 0, paused: false, filter: '', canary: false };
+/** Rooms the health canary made (their room.created's source): left out of the pane unless asked. */
+const canaryRooms = new Set();
 
 function eventItem(e, fresh) {
   const family = e.type.startsWith('room.') ? e.type.slice(5) : e.type.split('.')[0];
@@ -396,6 +400,7 @@ function eventItem(e, fresh) {
       'data-seq': e.seq,
       'data-type': e.type,
       'data-room': e.room ?? null,
+      'data-canary': canaryRooms.has(e.room) ? '' : null,
       class: `type-${family}${fresh ? ' fresh' : ''}`,
       title: data,
       onclick: e.room ? () => openTimeline(e.room) : null,
@@ -405,6 +410,7 @@ function eventItem(e, fresh) {
 }
 
 const matchesFilter = (e) => {
+  if (!journal.canary && canaryRooms.has(e.room)) return false;
   const f = journal.filter;
   return !f || e.type.includes(f) || (e.room ?? '').includes(f) || (e.engine ?? '').includes(f);
 };
@@ -418,13 +424,17 @@ function addEvents(events) {
   const fresh = new Set();
   for (const e of events) {
     if (e.seq <= journal.lastSeq) continue;
+    if (e.type === 'room.created' && e.source === 'canary') canaryRooms.add(e.room);
     journal.events.push(e);
     journal.lastSeq = e.seq;
     fresh.add(e.seq);
     if (e.room && e.room === view.selected) void renderTimeline(e.room);
   }
-  if (journal.events.length > JOURNAL_KEEP)
+  if (journal.events.length > JOURNAL_KEEP) {
     journal.events.splice(0, journal.events.length - JOURNAL_KEEP);
+    const kept = new Set(journal.events.map((e) => e.room));
+    for (const room of canaryRooms) if (!kept.has(room)) canaryRooms.delete(room);
+  }
   if (!journal.paused && fresh.size > 0) renderJournal(fresh);
 }
 
@@ -467,6 +477,10 @@ $('#journal-filter').addEventListener('input', (ev) => {
   journal.filter = ev.target.value.trim();
   renderJournal();
 });
+$('#journal-canary').addEventListener('change', (ev) => {
+  journal.canary = ev.target.checked;
+  renderJournal();
+});
 $('#journal-pause').addEventListener('click', (ev) => {
   journal.paused = !journal.paused;
   ev.target.textContent = journal.paused ? 'resume' : 'pause';
@@ -476,14 +490,42 @@ $('#journal-pause').addEventListener('click', (ev) => {
 
 // ---- the poll: engines, rooms, readiness ----
 
+/**
+ * Requests refused in the last five minutes before they had a room (429, 503), by reason: while
+ * clients get 503s there may be no room in flight at all, and the page must say so.
+ */
+async function recentRefusals() {
+  const r = await fetch('/v1/journal?type=request.refused&since=5m&limit=1000', {
+    cache: 'no-store',
+    headers: HEADERS,
+  });
+  if (!r.ok) throw new Error(`refusals: HTTP ${r.status}`);
+  const byReason = {};
+  for (const line of (await r.text()).split('\n')) {
+    if (!line.trim()) continue;
+    const d = JSON.parse(line).data;
+    byReason[`${d.status} ${d.reason}`] = (byReason[`${d.status} ${d.reason}`] ?? 0) + d.count;
+  }
+  return byReason;
+}
+
+function renderRefused(byReason) {
+  const parts = Object.entries(byReason).map(([what, n]) => `${n} × ${what}`);
+  const el = $('#refused');
+  el.hidden = parts.length === 0;
+  el.textContent = parts.length ? `refused in the last 5 min: ${parts.join(' · ')}` : '';
+}
+
 async function poll() {
   try {
     // One read of /v1/live gives the counts and, on its tab, the rooms.
-    const [engines, live, ready] = await Promise.all([
+    const [engines, live, ready, refused] = await Promise.all([
       getJson('/v1/engines'),
       getJson(`/v1/live?limit=${view.tab === 'live' ? 200 : 0}`),
       getJson('/health/ready', [200, 503]),
+      recentRefusals(),
     ]);
+    renderRefused(refused);
     const rooms = await roomsForTab(live);
     renderEngines(engines.engines);
     renderCounts(live);

@@ -4,6 +4,7 @@
  * root (src/app/serving.ts). It reads the flags, listens, and on SIGTERM drains and exits 0.
  */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { hostname } from 'node:os';
 import { dirname, resolve as resolvePath } from 'node:path';
 import type { Command } from 'commander';
@@ -26,11 +27,18 @@ import { UsageError } from '../errors.ts';
 import { JournalError } from '../journal/errors.ts';
 import type { RetentionPolicy } from '../journal/retention.ts';
 import { DURABILITIES, type Durability } from '../journal/store.ts';
-import { announce, LOG_FORMATS, LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
+import {
+  announce,
+  announceFailure,
+  LOG_FORMATS,
+  LOG_LEVELS,
+  type LogLevel,
+  processLogger,
+} from '../log.ts';
 import { formatAge, formatDuration, parseDuration } from '../time.ts';
 import { backends } from '../transfer/pool.ts';
 import { engineShapeArgs, engineShapeOptions, intArg } from './args.ts';
-import { VERSION } from './context.ts';
+import { EXIT, VERSION } from './context.ts';
 import { openModelInfo, withThreads } from './model.ts';
 
 const env = process.env;
@@ -231,223 +239,254 @@ export function registerServeCommand(program: Command): void {
     .action(async (o: Record<string, unknown>) => {
       // Set for the engines it spawns too: one stream, one format.
       if (o.logFormat !== 'auto') process.env.PDCTL_LOG_FORMAT = o.logFormat as string;
-      const log = processLogger('control', o.logLevel as LogLevel);
-      /** Lines for the operator (where it listens, what to run next), in the log's format. */
-      const say = (line: string) => announce('serve', line);
-      const journalPath =
-        typeof o.journal === 'string' && o.journal !== ''
-          ? isPostgresJournal(o.journal)
-            ? o.journal
-            : resolvePath(o.journal)
-          : resolvePath(o.dataDir as string, 'journal.db');
-      const onPostgres = isPostgresJournal(journalPath);
-      const retention = retentionOf(
-        o.retain as number | undefined,
-        o.retainEvents as number | undefined,
-      );
-      if (o.standby === true && !onPostgres) {
-        throw new UsageError(
-          '--standby needs a journal control planes can share: pass --journal postgres://…',
-        );
-      }
-      const shownJournal = onPostgres ? redactJournalUrl(journalPath) : journalPath;
-      // SIGTERM while standing by stops the wait; once serving, it drains (below).
-      const standingBy = new AbortController();
-      const stopWaiting = () => standingBy.abort();
-      process.once('SIGTERM', stopWaiting);
-      process.once('SIGINT', stopWaiting);
-      if (o.kvDevice !== undefined) checkKvDevice(o.kvDevice as number);
-      const admission = new Admission(loadServerKeys(resolvePath(o.dataDir as string, 'bus.key')));
-      for (const text of (o.engineKey as string[] | undefined) ?? []) {
-        let entry: ReturnType<typeof parseEngineKey>;
-        try {
-          entry = parseEngineKey(text);
-          admission.allow(entry.engine, entry.key);
-        } catch (err) {
-          throw new UsageError((err as Error).message);
-        }
-        if (entry.engine === '*') {
-          say(
-            `pdctl serve: WARNING --engine-key *=${entry.key.slice(0, 8)}… lets that key speak for any engine id not yet registered (docs/security.md); give each engine a key of its own unless every holder is trusted`,
-          );
-        }
-      }
-      const curve = o.insecureBus !== true && needsCurve(o.bus as string);
-      const model = await openModelInfo(o, log);
-      const engineArgs = engineShapeArgs(
-        withThreads(o, (o.prefill as number) + (o.decode as number)),
-      );
-      if (o.allowFaultInjection === true) engineArgs.push('--allow-fault-injection');
-      let serving: Awaited<ReturnType<typeof startServing>>;
       try {
-        serving = await startServing({
-          journalPath,
-          leadership: onPostgres
-            ? {
-                leaseMs: o.leaseMs as number,
-                holder: `${hostname()}:${process.pid} http ${o.host}:${o.port} bus ${o.bus}`,
-                ...(o.standby === true
-                  ? {
-                      standby: {
-                        signal: standingBy.signal,
-                        onWaiting: (leader) => {
-                          say(
-                            `pdctl serve: standing by: ${shownJournal} is led by ${leader.holder} (term ${leader.term}); taking over when it dies, freezes (lease ${o.leaseMs} ms) or stops`,
-                          );
-                          log.info(
-                            { leader: leader.holder, term: leader.term },
-                            'standing by for the journal',
-                          );
-                        },
-                        onUnreachable: (err) => {
-                          say(
-                            `pdctl serve: standing by: ${err.message}; waiting for the database, then standing by again`,
-                          );
-                          log.warn({ err: err.message }, 'standby lost the journal database');
-                        },
-                      },
-                    }
-                  : {}),
-              }
-            : undefined,
-          ...(model ? { model } : {}),
-          durability: o.durability as Durability,
-          bus: o.bus as string,
-          admission,
-          curve,
-          log,
-          version: VERSION,
-          prefillEngines: o.prefill as number,
-          decodeEngines: o.decode as number,
-          engineArgs,
-          engineLogLevel: o.logLevel as string,
-          restartStalled: o.restartStalled !== false,
-          outlierEjection: o.outlierEjection !== false,
-          ...(retention ? { retention } : {}),
-          migrationLimit: o.migrationLimit as number,
-          retryLimit: o.retryLimit as number,
-          maxRoomsPerEngine: o.maxRoomsPerEngine as number,
-          router: o.router as RouterPolicy,
-          routerOverlapWeight: o.routerOverlapWeight as number,
-          kvBlockTokens: o.kvBlockTokens as number,
-          canaryDeadlineMs: o.canaryDeadlineMs as number,
-          canaryIntervalMs: o.canaryIntervalMs as number,
-          api: {
-            adminToken: env.PDCTL_ADMIN_TOKEN || null,
-            requestTimeoutMs: o.requestTimeoutMs as number,
-            maxConnections: o.maxConnections as number,
-            admissionWaitMs: o.admissionWaitMs as number,
-          },
-        });
+        await runServe(o);
       } catch (err) {
-        // A taken bus port is a flag to change, like a taken HTTP port: exit 2, one line.
-        if (err instanceof BusError && err.code === 'BUS_BIND_FAILED')
-          throw new UsageError(err.message);
-        if (standingBy.signal.aborted) {
-          say('pdctl serve: stopped while standing by');
-          return;
-        }
-        throw err;
-      } finally {
-        process.off('SIGTERM', stopWaiting);
-        process.off('SIGINT', stopWaiting);
+        // Why it did not start is the stream's last line, in the stream's format (a JSON log
+        // pipeline would otherwise end on a plain line it cannot parse).
+        if (err instanceof UsageError) {
+          announceFailure('serve', `pdctl: ${err.message}`);
+          process.exitCode = EXIT.usage;
+        } else if (err instanceof JournalError && err.code !== 'JOURNAL_BAD_QUERY') {
+          announceFailure('serve', `pdctl: ${err.message} [${err.code}]`);
+          process.exitCode = EXIT.journal;
+        } else throw err;
       }
-      const { control } = serving.stack;
-      let address: string;
-      try {
-        address = await serving.listen(o.host as string, o.port as number);
-      } catch (err) {
-        await serving.close(0);
-        throw new UsageError(
-          `cannot listen on ${o.host}:${o.port}: ${(err as Error).message}; pass another --port`,
-        );
-      }
-      log.info(
-        { http: address, bus: control.endpoint, journal: shownJournal },
-        'pdctl serve listening',
-      );
-      const startedMs = Math.round(process.uptime() * 1000);
-      log.info(
-        {
-          startedMs,
-          orphansFailed: control.startup.orphansFailed,
-          rebuildMs: control.startup.took,
-          checkpointSeq: control.startup.checkpoint?.seq ?? null,
-          foldedEvents: control.startup.folded,
-        },
-        'started',
-      );
-      say(
-        `pdctl serve: listening on ${address} · bus ${control.endpoint} · journal ${shownJournal} · started in ${startedMs} ms${slowStart(control.startup.took, startedMs)}`,
-      );
-      const { journal } = serving.stack;
-      if ('setHolder' in journal) {
-        // Now that its addresses are bound, standbys and leader_terms can say where it is.
-        await journal
-          .setHolder(`${hostname()}:${process.pid} http ${address} bus ${control.endpoint}`)
-          .catch((err: unknown) => log.warn({ err }, 'could not record where this leader is'));
-      }
-      if ('leadership' in journal) {
-        const l = journal.leadership;
-        say(
-          `pdctl serve: leading the journal, term ${l.term} (${l.how === 'vacant' ? 'first leader' : `after ${l.previous}: ${l.how.replace('_', ' ')}`})`,
-        );
-      }
-      const kept = serving.stack.retention.status().policy;
-      say(
-        kept === null
-          ? 'pdctl serve: the journal keeps every room (no --retain); pdctl journal prune --url prunes it while serving'
-          : `pdctl serve: journal retention: rooms ${formatAge(kept.roomsMs)} after they end, events of no room ${formatAge(kept.eventsMs ?? kept.roomsMs)}; a pass every ${formatAge(kept.everyMs)}; ${kept.archiveDir === null ? 'no archive' : `archived first to ${kept.archiveDir}`}`,
-      );
-      say(
-        `pdctl serve: live page ${address}/ui · metrics ${address}/metrics · API docs ${address}/docs`,
-      );
-      say(
-        `pdctl serve: bus ${curve ? 'encrypted with CURVE' : 'NOT encrypted'}; engines started by hand need PDCTL_CURVE_SERVER_KEY='${admission.server.publicKey}' and --engine-key ID=PUBLIC here`,
-      );
-      if (o.insecureBus === true)
-        say(
-          'pdctl serve: --insecure-bus: bus traffic (prompts, tokens) crosses the network in clear text; use it only where no one else can reach the bus',
-        );
-      if (o.kvDevice !== undefined)
-        say(
-          `pdctl serve: KV pages in the memory of CUDA device ${o.kvDevice} (${backends().cuda.reason})`,
-        );
-      if (o.allowFaultInjection === true)
-        say(
-          'pdctl serve: fault injection is ON (--allow-fault-injection): `pdctl drill --url` may stall, hang or corrupt these engines; never in production',
-        );
-      say(
-        `try:  curl -s ${address}/v1/completions -H 'content-type: application/json' -d '{"model":"${control.modelName}","prompt":"the river","max_tokens":8}'`,
-      );
-      say(
-        `then: npx pdctl rooms --journal ${onPostgres ? "'$PDCTL_JOURNAL'" : journalPath}   ·   ${address}/health/ready   ·   ${address}/docs`,
-      );
-
-      const deposed = await new Promise<string | null>((resolve) => {
-        const stop = (sig: string) => {
-          say(`pdctl serve: ${sig}: draining (at most ${o.drainTimeoutMs} ms)`);
-          resolve(null);
-        };
-        process.once('SIGTERM', () => stop('SIGTERM'));
-        process.once('SIGINT', () => stop('SIGINT'));
-        // Another control plane took the journal (this one froze past its lease, or lost the
-        // database for longer): nothing it does would be journaled any more. Stop at once.
-        if ('onDeposed' in journal) journal.onDeposed((why) => resolve(why));
-      });
-      if (deposed !== null) {
-        say(
-          `pdctl serve: no longer leads the journal (${deposed}); stopping, exit 3 — restart it with --standby to follow the new leader`,
-        );
-        log.error({ why: deposed }, 'deposed: stopping');
-        await serving.close(0);
-        process.exitCode = 3;
-        return;
-      }
-      // Stop taking requests; give the ones in flight until the drain timeout, then cut them.
-      await serving.close(o.drainTimeoutMs as number);
-      say('pdctl serve: stopped');
     });
+}
+
+async function runServe(o: Record<string, unknown>): Promise<void> {
+  if (o.logFormat !== 'auto') process.env.PDCTL_LOG_FORMAT = o.logFormat as string;
+  const log = processLogger('control', o.logLevel as LogLevel);
+  /** Lines for the operator (where it listens, what to run next), in the log's format. */
+  const say = (line: string) => announce('serve', line);
+  // A taken HTTP port is known at once, not after the journal is open and both engines started.
+  await httpPortFree(o.host as string, o.port as number);
+  const journalPath =
+    typeof o.journal === 'string' && o.journal !== ''
+      ? isPostgresJournal(o.journal)
+        ? o.journal
+        : resolvePath(o.journal)
+      : resolvePath(o.dataDir as string, 'journal.db');
+  const onPostgres = isPostgresJournal(journalPath);
+  const retention = retentionOf(
+    o.retain as number | undefined,
+    o.retainEvents as number | undefined,
+  );
+  if (o.standby === true && !onPostgres) {
+    throw new UsageError(
+      '--standby needs a journal control planes can share: pass --journal postgres://…',
+    );
+  }
+  const shownJournal = onPostgres ? redactJournalUrl(journalPath) : journalPath;
+  // SIGTERM while standing by stops the wait; once serving, it drains (below).
+  const standingBy = new AbortController();
+  const stopWaiting = () => standingBy.abort();
+  process.once('SIGTERM', stopWaiting);
+  process.once('SIGINT', stopWaiting);
+  if (o.kvDevice !== undefined) checkKvDevice(o.kvDevice as number);
+  const admission = new Admission(loadServerKeys(resolvePath(o.dataDir as string, 'bus.key')));
+  for (const text of (o.engineKey as string[] | undefined) ?? []) {
+    let entry: ReturnType<typeof parseEngineKey>;
+    try {
+      entry = parseEngineKey(text);
+      admission.allow(entry.engine, entry.key);
+    } catch (err) {
+      throw new UsageError((err as Error).message);
+    }
+    if (entry.engine === '*') {
+      say(
+        `pdctl serve: WARNING --engine-key *=${entry.key.slice(0, 8)}… lets that key speak for any engine id not yet registered (docs/security.md); give each engine a key of its own unless every holder is trusted`,
+      );
+    }
+  }
+  const curve = o.insecureBus !== true && needsCurve(o.bus as string);
+  const model = await openModelInfo(o, log);
+  const engineArgs = engineShapeArgs(withThreads(o, (o.prefill as number) + (o.decode as number)));
+  if (o.allowFaultInjection === true) engineArgs.push('--allow-fault-injection');
+  let serving: Awaited<ReturnType<typeof startServing>>;
+  try {
+    serving = await startServing({
+      journalPath,
+      leadership: onPostgres
+        ? {
+            leaseMs: o.leaseMs as number,
+            holder: `${hostname()}:${process.pid} http ${o.host}:${o.port} bus ${o.bus}`,
+            ...(o.standby === true
+              ? {
+                  standby: {
+                    signal: standingBy.signal,
+                    onWaiting: (leader) => {
+                      say(
+                        `pdctl serve: standing by: ${shownJournal} is led by ${leader.holder} (term ${leader.term}); taking over when it dies, freezes (lease ${o.leaseMs} ms) or stops`,
+                      );
+                      log.info(
+                        { leader: leader.holder, term: leader.term },
+                        'standing by for the journal',
+                      );
+                    },
+                    onUnreachable: (err) => {
+                      say(
+                        `pdctl serve: standing by: ${err.message}; waiting for the database, then standing by again`,
+                      );
+                      log.warn({ err: err.message }, 'standby lost the journal database');
+                    },
+                  },
+                }
+              : {}),
+          }
+        : undefined,
+      ...(model ? { model } : {}),
+      durability: o.durability as Durability,
+      bus: o.bus as string,
+      admission,
+      curve,
+      log,
+      version: VERSION,
+      prefillEngines: o.prefill as number,
+      decodeEngines: o.decode as number,
+      engineArgs,
+      engineLogLevel: o.logLevel as string,
+      restartStalled: o.restartStalled !== false,
+      outlierEjection: o.outlierEjection !== false,
+      ...(retention ? { retention } : {}),
+      migrationLimit: o.migrationLimit as number,
+      retryLimit: o.retryLimit as number,
+      maxRoomsPerEngine: o.maxRoomsPerEngine as number,
+      router: o.router as RouterPolicy,
+      routerOverlapWeight: o.routerOverlapWeight as number,
+      kvBlockTokens: o.kvBlockTokens as number,
+      canaryDeadlineMs: o.canaryDeadlineMs as number,
+      canaryIntervalMs: o.canaryIntervalMs as number,
+      api: {
+        adminToken: env.PDCTL_ADMIN_TOKEN || null,
+        requestTimeoutMs: o.requestTimeoutMs as number,
+        maxConnections: o.maxConnections as number,
+        admissionWaitMs: o.admissionWaitMs as number,
+      },
+    });
+  } catch (err) {
+    // A taken bus port is a flag to change, like a taken HTTP port: exit 2, one line.
+    if (err instanceof BusError && err.code === 'BUS_BIND_FAILED')
+      throw new UsageError(err.message);
+    if (standingBy.signal.aborted) {
+      say('pdctl serve: stopped while standing by');
+      return;
+    }
+    throw err;
+  } finally {
+    process.off('SIGTERM', stopWaiting);
+    process.off('SIGINT', stopWaiting);
+  }
+  const { control } = serving.stack;
+  let address: string;
+  try {
+    address = await serving.listen(o.host as string, o.port as number);
+  } catch (err) {
+    await serving.close(0);
+    throw new UsageError(
+      `cannot listen on ${o.host}:${o.port}: ${(err as Error).message}; pass another --port`,
+    );
+  }
+  log.info(
+    { http: address, bus: control.endpoint, journal: shownJournal },
+    'pdctl serve listening',
+  );
+  const startedMs = Math.round(process.uptime() * 1000);
+  log.info(
+    {
+      startedMs,
+      orphansFailed: control.startup.orphansFailed,
+      rebuildMs: control.startup.took,
+      checkpointSeq: control.startup.checkpoint?.seq ?? null,
+      foldedEvents: control.startup.folded,
+    },
+    'started',
+  );
+  say(
+    `pdctl serve: listening on ${address} · bus ${control.endpoint} · journal ${shownJournal} · started in ${startedMs} ms${slowStart(control.startup.took, startedMs)}`,
+  );
+  const { journal } = serving.stack;
+  if ('setHolder' in journal) {
+    // Now that its addresses are bound, standbys and leader_terms can say where it is.
+    await journal
+      .setHolder(`${hostname()}:${process.pid} http ${address} bus ${control.endpoint}`)
+      .catch((err: unknown) => log.warn({ err }, 'could not record where this leader is'));
+  }
+  if ('leadership' in journal) {
+    const l = journal.leadership;
+    say(
+      `pdctl serve: leading the journal, term ${l.term} (${l.how === 'vacant' ? 'first leader' : `after ${l.previous}: ${l.how.replace('_', ' ')}`})`,
+    );
+  }
+  const kept = serving.stack.retention.status().policy;
+  say(
+    kept === null
+      ? 'pdctl serve: the journal keeps every room (no --retain); pdctl journal prune --url prunes it while serving'
+      : `pdctl serve: journal retention: rooms ${formatAge(kept.roomsMs)} after they end, events of no room ${formatAge(kept.eventsMs ?? kept.roomsMs)}; a pass every ${formatAge(kept.everyMs)}; ${kept.archiveDir === null ? 'no archive' : `archived first to ${kept.archiveDir}`}`,
+  );
+  say(
+    `pdctl serve: live page ${address}/ui · metrics ${address}/metrics · API docs ${address}/docs`,
+  );
+  say(
+    `pdctl serve: bus ${curve ? 'encrypted with CURVE' : 'NOT encrypted'}; engines started by hand need PDCTL_CURVE_SERVER_KEY='${admission.server.publicKey}' and --engine-key ID=PUBLIC here`,
+  );
+  if (o.insecureBus === true)
+    say(
+      'pdctl serve: --insecure-bus: bus traffic (prompts, tokens) crosses the network in clear text; use it only where no one else can reach the bus',
+    );
+  if (o.kvDevice !== undefined)
+    say(
+      `pdctl serve: KV pages in the memory of CUDA device ${o.kvDevice} (${backends().cuda.reason})`,
+    );
+  if (o.allowFaultInjection === true)
+    say(
+      'pdctl serve: fault injection is ON (--allow-fault-injection): `pdctl drill --url` may stall, hang or corrupt these engines; never in production',
+    );
+  say(
+    `try:  curl -s ${address}/v1/completions -H 'content-type: application/json' -d '{"model":"${control.modelName}","prompt":"the river","max_tokens":8}'`,
+  );
+  say(
+    `then: npx pdctl rooms --journal ${onPostgres ? "'$PDCTL_JOURNAL'" : journalPath}   ·   ${address}/health/ready   ·   ${address}/docs`,
+  );
+
+  const deposed = await new Promise<string | null>((resolve) => {
+    const stop = (sig: string) => {
+      say(`pdctl serve: ${sig}: draining (at most ${o.drainTimeoutMs} ms)`);
+      resolve(null);
+    };
+    process.once('SIGTERM', () => stop('SIGTERM'));
+    process.once('SIGINT', () => stop('SIGINT'));
+    // Another control plane took the journal (this one froze past its lease, or lost the
+    // database for longer): nothing it does would be journaled any more. Stop at once.
+    if ('onDeposed' in journal) journal.onDeposed((why) => resolve(why));
+  });
+  if (deposed !== null) {
+    say(
+      `pdctl serve: no longer leads the journal (${deposed}); stopping, exit 3 — restart it with --standby to follow the new leader`,
+    );
+    log.error({ why: deposed }, 'deposed: stopping');
+    await serving.close(0);
+    process.exitCode = 3;
+    return;
+  }
+  // Stop taking requests; give the ones in flight until the drain timeout, then cut them.
+  await serving.close(o.drainTimeoutMs as number);
+  say('pdctl serve: stopped');
+}
+
+/** Refuses a host and port another process listens on (port 0: any free one, always). */
+async function httpPortFree(host: string, port: number): Promise<void> {
+  if (port === 0) return;
+  const probe = createServer();
+  await new Promise<void>((resolve, reject) => {
+    probe.once('error', (err) =>
+      reject(
+        new UsageError(`cannot listen on ${host}:${port}: ${err.message}; pass another --port`),
+      ),
+    );
+    probe.listen({ host, port, exclusive: true }, () => probe.close(() => resolve()));
+  });
 }
 
 /**
