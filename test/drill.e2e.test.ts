@@ -142,6 +142,11 @@ describe('pdctl drill', () => {
         'requests arriving during the restart waited for it, none refused',
         'every stream on the killed engine went on',
       ]);
+      // Requests waiting out the restart are on the chart, which once fell to 0 meanwhile.
+      expect(
+        report.samples.some((x) => (x.live.waiting ?? 0) > 0),
+        scenario,
+      ).toBe(true);
     }
   }, 240_000);
 

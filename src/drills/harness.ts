@@ -260,6 +260,10 @@ async function drive(
   const sampler = setInterval(() => {
     const live: Record<string, number> = {};
     for (const s of states.values()) live[s] = (live[s] ?? 0) + 1;
+    // Requests the clients have out with no live room: waiting for an engine (one restarting)
+    // or for their first room. Without them the chart fell to 0 while every client waited.
+    const out = loads.reduce((n, l) => n + l.inFlight, 0);
+    if (out > states.size) live.waiting = out - states.size;
     samples.push({ atMs: Date.now() - started, live, terminal: { ...terminal } });
   }, 100);
   const excused: Array<{ from: number; to: number; why: string }> = [];

@@ -26,8 +26,9 @@ const COLORS: Record<string, string> = {
   failed: '#cb181d',
   aborted: '#756bb1',
   migrated: '#636363',
-  // Requests, for drills that sample the client side.
+  // Requests, for drills that sample the client side, and requests out with no live room.
   in_flight: '#6baed6',
+  waiting: '#bdbdbd',
   error: '#cb181d',
   dropped: '#fd8d3c',
 };
@@ -149,7 +150,7 @@ function section(r: DrillReport): string {
       ? ''
       : `; a full-stack restart measured in the same run took <b>${r.fullRestartMs} ms</b> to serve again`
   }.</p>${comparison ? `\n<p><b>${esc(comparison.line)}</b>.</p>` : ''}
-${chart(r.samples, liveKeys, (s, k) => s.live[k] ?? 0, true, r.timeline, maxX, 'live rooms by state')}
+${chart(r.samples, liveKeys, (s, k) => s.live[k] ?? 0, true, r.timeline, maxX, 'live rooms by state, and requests waiting with no room')}
 <p>${legend(liveKeys)}</p>
 ${chart(r.samples, endKeys, (s, k) => s.terminal[k] ?? 0, false, r.timeline, maxX, 'rooms ended since the start, by outcome')}
 <p>${legend(endKeys)}</p>

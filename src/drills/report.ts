@@ -78,7 +78,7 @@ export function drillPassed(invariants: Invariant[], strict = false): boolean {
 /** Rooms by state at one moment of the drill, for the report's chart. */
 export interface StateSample {
   atMs: number;
-  /** Live rooms by state. */
+  /** Live rooms by state; `waiting`: requests the clients have out beyond them (no room yet). */
   live: Record<string, number>;
   /** Rooms that reached each terminal state since the drill began. */
   terminal: Record<string, number>;
