@@ -11,6 +11,7 @@ import { COMMANDS, type CommandName } from '../bus/protocol.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
 import { isValidId } from '../journal/events.ts';
 import { isRequestId, roomIdOf } from '../journal/ids.ts';
+import type { RoomAbortReason } from '../journal/reasons.ts';
 import { isTerminal, type RoomState } from '../journal/states.ts';
 import type { JournalStore } from '../journal/store.ts';
 import { ApiError } from './errors.ts';
@@ -139,9 +140,12 @@ export function authorize(req: FastifyRequest, token: string | null): void {
   }
 }
 
+/** What an operator's action says when the operator said nothing (journal/reasons.ts). */
+const OPERATOR: RoomAbortReason = 'operator';
+
 /** The `reason` of an operator's optional JSON body (`operator` when absent), or a 400. */
 function operatorReason(body: unknown): string {
-  const reason = (body as { reason?: unknown } | null | undefined)?.reason ?? 'operator';
+  const reason = (body as { reason?: unknown } | null | undefined)?.reason ?? OPERATOR;
   if (typeof reason !== 'string' || reason.length === 0 || reason.length > 200)
     throw new ApiError(
       400,

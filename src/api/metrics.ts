@@ -10,8 +10,9 @@ import client from 'prom-client';
 import { STAGE_OF } from '../control/canary.ts';
 import { MAX_COUNTED_DEPTH } from '../control/commit-depth.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
-import type { JournalEvent, JournalEventOf } from '../journal/events.ts';
+import { type JournalEvent, type JournalEventOf, KV_TRANSPORTS } from '../journal/events.ts';
 import {
+  ABORT_REASONS,
   FAILURE_REASONS,
   isFailureReason,
   MIGRATION_REASONS,
@@ -37,9 +38,8 @@ const STAGE_BUCKETS = [
 const KNOWN_ENDINGS: ReadonlyArray<readonly [state: string, reason: string]> = [
   ['completed', 'length'],
   ['completed', 'stop'],
-  ['aborted', 'client_disconnect'],
-  ['aborted', 'shutdown'],
-  // Every failure and migration reason of the list (journal/reasons.ts).
+  // Every abort, failure and migration reason of the lists (journal/reasons.ts).
+  ...ABORT_REASONS.map((r) => ['aborted', r] as const),
   ...FAILURE_REASONS.map((r) => ['failed', r] as const),
   ...MIGRATION_REASONS.map((r) => ['migrated', r] as const),
 ];
@@ -47,7 +47,6 @@ const KNOWN_ENDINGS: ReadonlyArray<readonly [state: string, reason: string]> = [
 const TRANSFER_STATUSES = ['ok', ...Object.keys(TRANSFER_FAILURES).map(transferStatus)];
 const COMPLETION_ROUTES = ['/v1/completions', '/v1/chat/completions'];
 const KNOWN_STATUSES = ['200', '400', '409', '429', '500', '503', '504'];
-const TRANSPORTS = ['shm', 'cuda', 'ucx'];
 /** What a completion refused before it had a room was told (its API error code). */
 const REFUSAL_REASONS = [
   'no_engines',
@@ -223,7 +222,7 @@ export class ApiMetrics {
     for (const [state, reason] of KNOWN_ENDINGS) this.ended.inc({ state, reason }, 0);
     for (const route of COMPLETION_ROUTES)
       for (const status of KNOWN_STATUSES) this.responses.inc({ route, status }, 0);
-    for (const transport of TRANSPORTS)
+    for (const transport of KV_TRANSPORTS)
       for (const status of TRANSFER_STATUSES) this.transfers.inc({ status, transport }, 0);
     const live = new client.Gauge({
       name: 'pdctl_rooms_live',

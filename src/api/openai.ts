@@ -7,6 +7,7 @@
 import { randomInt } from 'node:crypto';
 import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import { STOP_SEQUENCES, StopSequences } from '../bus/protocol.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
 import { ControlError } from '../control/errors.ts';
 import { MAX_TOKENS_LIMIT } from '../control/options.ts';
@@ -42,8 +43,8 @@ const IGNORED = {
 
 const Stop = Type.Optional(
   Type.Union([
-    Type.String({ minLength: 1, maxLength: 200 }),
-    Type.Array(Type.String({ minLength: 1, maxLength: 200 }), { maxItems: 4 }),
+    Type.String({ minLength: 1, maxLength: STOP_SEQUENCES.maxLength }),
+    StopSequences,
     Type.Null(),
   ]),
 );

@@ -5,6 +5,7 @@
  * name still reaches the client; objects whose content is open (event data, statistics) say so.
  */
 import { type TSchema, Type } from '@sinclair/typebox';
+import { KV_SEND_CHOICES } from '../bus/protocol.ts';
 import { ENGINE_STATUSES } from '../control/engine-view.ts';
 import { EVENT_TYPES } from '../journal/events.ts';
 import { ROOM_STATES } from '../journal/states.ts';
@@ -169,10 +170,13 @@ export const EnginesBody = Type.Object({
         Type.String({ description: 'a short tag of `host` for people: equal tags, one host' }),
       ),
       kvUcx: Type.Boolean({ description: 'it receives KV over UCX from engines on other hosts' }),
-      kvSend: Type.Union([Type.Literal('shm'), Type.Literal('ucx'), Type.Literal('auto')], {
-        description:
-          'how it sends KV: shm (only to engines on its host), ucx (always), auto (shared memory on its host, UCX to others)',
-      }),
+      kvSend: Type.Union(
+        KV_SEND_CHOICES.map((c) => Type.Literal(c)),
+        {
+          description:
+            'how it sends KV: shm (only to engines on its host), ucx (always), auto (shared memory on its host, UCX to others)',
+        },
+      ),
       transfers: Type.Record(Type.String(), Type.Integer(), {
         description:
           'KV transfers it took part in since the control plane started, by transport (shm, cuda, ucx)',

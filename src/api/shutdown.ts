@@ -6,8 +6,9 @@
  * so, and the journal blames the shutdown, not the client. Only then does the listener close.
  */
 import { IdleWaiters } from '../idle.ts';
+import type { RoomAbortReason } from '../journal/reasons.ts';
 /** The abort reason of a room cut at the shutdown's drain deadline. */
-export const SHUTDOWN_REASON = 'shutdown';
+export const SHUTDOWN_REASON: RoomAbortReason = 'shutdown';
 
 export class ShutdownGate {
   /** Since when (unix ms) the API has been shutting down; null while it serves. */

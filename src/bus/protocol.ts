@@ -55,6 +55,20 @@ const Seq = Type.Integer({ minimum: 0 });
 const Count = Type.Integer({ minimum: 0 });
 const Short = Type.String({ minLength: 1, maxLength: 200 });
 const Role = Type.Union([Type.Literal('prefill'), Type.Literal('decode')]);
+
+/**
+ * How a prefill engine may send KV (hello `kvSend`): `shm` only to engines on its host, `ucx`
+ * always over UCX, `auto` shared memory on its host and UCX to others.
+ */
+export const KV_SEND_CHOICES = ['shm', 'ucx', 'auto'] as const;
+export type KvSend = (typeof KV_SEND_CHOICES)[number];
+
+/** Stop sequences a request may give, as OpenAI takes them: up to 4, each up to 200 characters. */
+export const STOP_SEQUENCES = { max: 4, maxLength: 200 } as const;
+export const StopSequences = Type.Array(
+  Type.String({ minLength: 1, maxLength: STOP_SEQUENCES.maxLength }),
+  { maxItems: STOP_SEQUENCES.max },
+);
 const strict = { additionalProperties: false } as const;
 
 /** What a peer needs to send a room's KV to a pool over UCX (src/transfer/ucx.ts, `UcxPoolDescriptor`). */
@@ -125,9 +139,7 @@ export const ENGINE_MESSAGES = {
        * `auto` without UCX), `ucx` always over UCX, `auto` shared memory on its host and UCX to
        * others. The control plane pairs it only with decode engines it can reach. Absent: `auto`.
        */
-      kvSend: Type.Optional(
-        Type.Union([Type.Literal('shm'), Type.Literal('ucx'), Type.Literal('auto')]),
-      ),
+      kvSend: Type.Optional(Type.Union(KV_SEND_CHOICES.map((c) => Type.Literal(c)))),
       /**
        * A prefill engine that keeps a prefix cache (engine/prefix-cache.ts): its block size in
        * tokens and the most blocks it can hold. Absent: it keeps none.
@@ -316,9 +328,7 @@ export const CONTROL_MESSAGES = {
             /** Tokens already streamed before a migration; decode continues after them. */
             generated: Type.Optional(Type.String({ maxLength: 1 << 20 })),
             /** Stop sequences: decode ends (`finishReason: stop`) once its text contains one. */
-            stop: Type.Optional(
-              Type.Array(Type.String({ minLength: 1, maxLength: 200 }), { maxItems: 4 }),
-            ),
+            stop: Type.Optional(StopSequences),
             /** Sampling; absent or temperature 0: greedy. */
             sampling: Type.Optional(
               Type.Object(

@@ -1,6 +1,7 @@
 /** Parsers for numeric CLI flags, shared by every command: one wording for every bad value. */
 import { resolve } from 'node:path';
 import { type Command, Option } from 'commander';
+import { KV_SEND_CHOICES } from '../bus/protocol.ts';
 import { ENGINE_DEFAULTS } from '../engine/options.ts';
 import { UsageError } from '../errors.ts';
 import { COMPUTE } from '../model/deterministic.ts';
@@ -121,7 +122,7 @@ export function engineShapeOptions(c: Command, per = ''): Command {
       new Option(
         '--kv-transport <mode>',
         'how KV reaches another engine: shm (shared memory, one host), ucx (UCX, any host), auto (shared memory on this host, UCX to others where UCX is installed). Default: auto for pdctl engine; shm for the engines pdctl serve spawns, which are all on its host',
-      ).choices(['auto', 'shm', 'ucx']),
+      ).choices(KV_SEND_CHOICES),
     );
 }
 

@@ -9,6 +9,7 @@
 import type { CommandName } from '../bus/protocol.ts';
 import type { BusServer, BusServerHandlers, BusStatus } from '../bus/server.ts';
 import type { JournalEvent } from '../journal/events.ts';
+import type { RoomAbortReason } from '../journal/reasons.ts';
 import type { Room } from '../journal/reducer.ts';
 import type { AppendResult, JournalHealth, JournalStore, Subscription } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
@@ -302,7 +303,8 @@ export class ControlPlane {
   submit(request: SubmitRequest): RoomStream {
     if (this.closing)
       throw new ControlError('CONTROL_CLOSED', 'the control plane is shutting down');
-    return this.intake.submit(request, (room) => this.abort(room, 'client_disconnect', 'client'));
+    const gone: RoomAbortReason = 'client_disconnect';
+    return this.intake.submit(request, (room) => this.abort(room, gone, 'client'));
   }
 
   // ── engines lost, fenced, commanded (migration.ts moves their rooms) ──────────────────────

@@ -3,7 +3,7 @@
  * admitted hello), its event stream (engine-link.ts), its health (engine-health.ts) and the pages
  * promised to it (pages/page-ledger.ts). Everything outside src/control/ reads engine-view.ts instead.
  */
-import type { EngineMessage, KvRemote } from '../bus/protocol.ts';
+import type { EngineMessage, KvRemote, KvSend } from '../bus/protocol.ts';
 import type { PeerId } from '../bus/server.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import type { KvShape } from '../model/executor.ts';
@@ -35,7 +35,7 @@ export interface EngineIdentity {
   /** Where a UCX peer sends a decode engine's rooms' KV; null: shared memory only. */
   readonly kvRemote: KvRemote | null;
   /** How it sends KV (hello `kvSend`; control/pairs.ts): `auto` when it did not say. */
-  readonly kvSend: 'shm' | 'ucx' | 'auto';
+  readonly kvSend: KvSend;
   /** A prefill engine's prefix cache (hello `prefix`): block size and most blocks; null: none. */
   readonly prefix: { blockTokens: number; capacityBlocks: number } | null;
   readonly connectedAt: number;

@@ -9,12 +9,13 @@
  * when another pair can take the room (PairHealth).
  */
 
+import type { KvTransport } from '../journal/events.ts';
 import { FAILURE_BLAME, isFailureReason, TRANSFER_FAILURES } from '../journal/reasons.ts';
 import { hostTag } from '../transfer/host.ts';
 import type { EngineIdentity, EngineSession } from './engine-session.ts';
 
 /** How a pair's KV moves: shared memory, CUDA IPC (one host), or UCX (any two hosts). */
-export type PairTransport = 'shm' | 'cuda' | 'ucx';
+export type PairTransport = KvTransport;
 
 /**
  * The price of a transport in live rooms. A UCX pair is chosen over a same-host pair only when

@@ -7,7 +7,13 @@
 import type { AppendAck } from '../bus/client.ts';
 import type { ControlMessage, EngineMessage, RoomRequest } from '../bus/protocol.ts';
 import { IdleWaiters } from '../idle.ts';
-import type { EventData, JournalEvent, RoomEventType, RoomReservation } from '../journal/events.ts';
+import type {
+  EventData,
+  JournalEvent,
+  KvTransport,
+  RoomEventType,
+  RoomReservation,
+} from '../journal/events.ts';
 import type { RoomFailureReason } from '../journal/reasons.ts';
 import { type Room, reduce } from '../journal/reducer.ts';
 import { isTerminal, type RoomState } from '../journal/states.ts';
@@ -66,7 +72,7 @@ export interface EngineRoom {
   /** The decode pages the control plane reserved in `room.created`; null: this engine chooses. */
   reservation: RoomReservation['decode'] | null;
   /** How `room.created` expected the pair to move the KV (control/pairs.ts); null: not recorded. */
-  transport: 'shm' | 'cuda' | 'ucx' | null;
+  transport: KvTransport | null;
   /**
    * The seq of the committed event this engine last started work on for the room (`react` said it
    * acted): its appends name it as their `cause`, so the control plane counts commits in sequence.

@@ -4,6 +4,7 @@
  */
 
 import { availableParallelism } from 'node:os';
+import type { KvSend } from '../bus/protocol.ts';
 import { HEARTBEAT_MS } from '../bus/protocol.ts';
 import { isValidId } from '../journal/events.ts';
 import { COMPUTE, DEFAULT_MODEL_OPTIONS, type ModelOptions } from '../model/deterministic.ts';
@@ -36,7 +37,7 @@ export interface EngineOptions extends ModelOptions {
    * when UCX is available here). A decode engine that may receive over UCX opens a UCX node and
    * says so in its hello.
    */
-  kvTransport: 'auto' | 'shm' | 'ucx';
+  kvTransport: KvSend;
   /** Copy threads of the transfer core (prefill). */
   transferThreads: number;
   /** Rooms computing or transferring at once (prefill). */
@@ -82,7 +83,7 @@ export const ENGINE_DEFAULTS = Object.freeze({
   ...DEFAULT_MODEL_OPTIONS,
   pages: 4096,
   pageBytes: 4096,
-  kvTransport: 'auto' as 'auto' | 'shm' | 'ucx',
+  kvTransport: 'auto' as KvSend,
   transferThreads: 2,
   prefillConcurrency: 8,
   maxQueue: 10_000,

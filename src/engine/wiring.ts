@@ -7,7 +7,12 @@
  */
 import { type KeyPair, signHello } from '../bus/admission.ts';
 import { BusClient } from '../bus/client.ts';
-import { type ControlMessage, type EngineMessage, PROTOCOL_VERSION } from '../bus/protocol.ts';
+import {
+  type ControlMessage,
+  type EngineMessage,
+  type KvSend,
+  PROTOCOL_VERSION,
+} from '../bus/protocol.ts';
 import type { BusTransport } from '../bus/transport.ts';
 import type { Logger } from '../log.ts';
 import type { EngineModel } from '../model/executor.ts';
@@ -44,7 +49,7 @@ export interface EngineWiring {
   pid: number;
   host: string;
   /** Which transport it sends with (hello `kvSend`). */
-  kvSend: 'shm' | 'ucx' | 'auto';
+  kvSend: KvSend;
   openPool?: PoolOpener;
   clock?: Clock;
   ids?: Ids;

@@ -23,6 +23,11 @@ const Count = Type.Integer({ minimum: 0 });
 const strict = { additionalProperties: false } as const;
 const open = { additionalProperties: true } as const;
 
+/** How a room's KV moves between its engines: shared memory, CUDA IPC (one host), or UCX (any two). */
+export const KV_TRANSPORTS = ['shm', 'cuda', 'ucx'] as const;
+export type KvTransport = (typeof KV_TRANSPORTS)[number];
+const Transport = Type.Union(KV_TRANSPORTS.map((t) => Type.Literal(t)));
+
 /** Prefix block names (model/prefix-blocks.ts), as engines report what their caches hold. */
 const BlockNames = Type.Array(Type.String({ pattern: '^[0-9a-f]{32}$' }), { maxItems: 1 << 16 });
 
@@ -52,9 +57,7 @@ export const EVENT_SCHEMAS = {
        * How the pair was expected to move the room's KV when it was chosen (control/pairs.ts);
        * `room.transfer_completed.transport` says what moved it. Absent: before it was recorded.
        */
-      transport: Type.Optional(
-        Type.Union([Type.Literal('shm'), Type.Literal('cuda'), Type.Literal('ucx')]),
-      ),
+      transport: Type.Optional(Transport),
       /** Full prefix blocks of the room's context (model/prefix-blocks.ts). */
       prefixBlocks: Type.Optional(Count),
       /**
@@ -148,9 +151,7 @@ export const EVENT_SCHEMAS = {
       checksum: Type.String({ pattern: '^[0-9a-f]{1,64}$' }),
       micros: Count,
       /** What moved the bytes: shared memory, CUDA, or UCX (another host). Absent: before it was recorded. */
-      transport: Type.Optional(
-        Type.Union([Type.Literal('shm'), Type.Literal('cuda'), Type.Literal('ucx')]),
-      ),
+      transport: Type.Optional(Transport),
     },
     strict,
   ),

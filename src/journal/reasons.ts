@@ -107,6 +107,18 @@ export const ROOM_MIGRATION_REASONS = {
 export type RoomMigrationReason = keyof typeof ROOM_MIGRATION_REASONS;
 export const MIGRATION_REASONS = Object.keys(ROOM_MIGRATION_REASONS) as RoomMigrationReason[];
 
+/**
+ * `room.abort_requested.reason` (and so `room.aborted.reason`) as pdctl itself gives it. An
+ * operator's abort carries the text the operator gave instead, `operator` when none.
+ */
+export const ROOM_ABORT_REASONS = {
+  client_disconnect: 'the client went away before its answer was complete',
+  shutdown: 'the control plane stopped, and the room outlived its drain deadline',
+  operator: 'an operator aborted it (pdctl abort, POST /v1/rooms/:id/abort) and gave no reason',
+} as const;
+export type RoomAbortReason = keyof typeof ROOM_ABORT_REASONS;
+export const ABORT_REASONS = Object.keys(ROOM_ABORT_REASONS) as RoomAbortReason[];
+
 /** Whether a failure reason is one of the list (a reader's check on what the journal holds). */
 export function isFailureReason(reason: string | null): reason is RoomFailureReason {
   return reason !== null && Object.hasOwn(ROOM_FAILURE_REASONS, reason);
