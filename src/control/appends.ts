@@ -7,6 +7,7 @@
  */
 
 import type { EngineMessage } from '../bus/protocol.ts';
+import { TokenBucket } from '../bus/quotas.ts';
 import type { BusServer, PeerId } from '../bus/server.ts';
 import { JournalError } from '../journal/errors.ts';
 import type { EventData } from '../journal/events.ts';
@@ -33,18 +34,17 @@ const REJECTION_BURST = 500;
 
 /** A token bucket per engine for appends the journal would record as `room.event_rejected`. */
 class RejectionBudget {
-  private readonly buckets = new Map<string, { tokens: number; at: number }>();
+  private readonly buckets = new Map<string, TokenBucket>();
 
   /** False when `engine` has no budget left for another rejection. Appends that fit always pass. */
   take(engine: string, rejection: boolean, now: number): boolean {
     if (!rejection) return true;
-    const b = this.buckets.get(engine) ?? { tokens: REJECTION_BURST, at: now };
-    b.tokens = Math.min(REJECTION_BURST, b.tokens + ((now - b.at) / 1000) * REJECTIONS_PER_SECOND);
-    b.at = now;
-    this.buckets.set(engine, b);
-    if (b.tokens < 1) return false;
-    b.tokens -= 1;
-    return true;
+    let b = this.buckets.get(engine);
+    if (!b) {
+      b = new TokenBucket(REJECTIONS_PER_SECOND, REJECTION_BURST, now);
+      this.buckets.set(engine, b);
+    }
+    return b.take(now);
   }
 }
 

@@ -20,7 +20,7 @@ import { EngineSupervisor } from '../recovery/supervisor.ts';
 import type { DrillRunOptions, DrillScenario } from './harness.ts';
 import { drillEngineArgs, drillServeArgs, keptProcesses, noLeakedPages } from './harness.ts';
 import { Load, type RequestRecord } from './load.ts';
-import { sleep, until } from './poll.ts';
+import { answersOk, exited, sleep, until } from './poll.ts';
 import { RemoteTarget } from './remote-target.ts';
 import { DrillRecorder, type DrillReport, drillPassed, timingTarget } from './report.ts';
 
@@ -146,19 +146,7 @@ async function runFailover(o: DrillRunOptions): Promise<DrillReport> {
       cp.stderr = (cp.stderr + d.toString()).slice(-64_000);
     });
   };
-  const exited = (child: ChildProcess | null) =>
-    new Promise<number | null>((r) =>
-      child === null || child.exitCode !== null || child.signalCode !== null
-        ? r(child?.exitCode ?? null)
-        : child.once('exit', (code) => r(code)),
-    );
-  const ready = async (cp: ControlPlaneProcess) => {
-    try {
-      return (await fetch(`${cp.base}/health/ready`, { signal: AbortSignal.timeout(1000) })).ok;
-    } catch {
-      return false;
-    }
-  };
+  const ready = (cp: ControlPlaneProcess) => answersOk(cp.base);
   const engines = new EngineSupervisor({
     // Every control plane's bus: the engines follow whichever leads.
     control: `${a.bus},${b.bus}`,

@@ -17,7 +17,7 @@ import { EngineSupervisor } from '../recovery/supervisor.ts';
 import type { DrillRunOptions, DrillScenario } from './harness.ts';
 import { drillEngineArgs, drillServeArgs, keptProcesses, noLeakedPages } from './harness.ts';
 import { Load, type RequestRecord } from './load.ts';
-import { sleep, until } from './poll.ts';
+import { answersOk, exited, sleep, until } from './poll.ts';
 import { RemoteTarget } from './remote-target.ts';
 import {
   DrillRecorder,
@@ -124,16 +124,8 @@ async function runKillControlPlane(o: DrillRunOptions): Promise<DrillReport> {
     });
     return serve;
   };
-  const exited = (child: ChildProcess) =>
-    new Promise<void>((r) => (child.exitCode !== null ? r() : child.once('exit', () => r())));
   /** Whether the control plane answers `path` with a 2xx (false while it is down). */
-  const answers = async (path: string) => {
-    try {
-      return (await fetch(`${base}${path}`, { signal: AbortSignal.timeout(1000) })).ok;
-    } catch {
-      return false;
-    }
-  };
+  const answers = (path: string) => answersOk(base, path);
   const ready = () => answers('/health/ready');
   const engines = new EngineSupervisor({
     control: bus,

@@ -32,7 +32,7 @@ import {
 } from './harness.ts';
 import { TestHosts, testHostsUnavailable } from './hosts.ts';
 import { Load } from './load.ts';
-import { sleep, until } from './poll.ts';
+import { answersOk, exited, sleep, until } from './poll.ts';
 import { RemoteTarget } from './remote-target.ts';
 import {
   DrillRecorder,
@@ -121,7 +121,7 @@ class HostProcess {
     if (this.timer) clearTimeout(this.timer);
     const child = this.child;
     if (!child?.pid || child.exitCode !== null || child.signalCode !== null) return;
-    const exited = new Promise<void>((r) => child.once('exit', () => r()));
+    const gone = exited(child);
     process.kill(-child.pid, 'SIGTERM');
     const t = setTimeout(() => {
       try {
@@ -130,7 +130,7 @@ class HostProcess {
         // gone
       }
     }, 5000);
-    await exited;
+    await gone;
     clearTimeout(t);
   }
 }
@@ -250,13 +250,7 @@ async function runPartition(o: DrillRunOptions, kind: 'kv' | 'engine'): Promise<
   try {
     serve.start();
     for (const e of engines.values()) e.start();
-    const ready = await until(async () => {
-      try {
-        return (await fetch(`${base}/health/ready`, { signal: AbortSignal.timeout(1000) })).ok;
-      } catch {
-        return false;
-      }
-    }, 60_000);
+    const ready = await until(() => answersOk(base), 60_000);
     if (!ready)
       throw new Error(
         `the stack on the test hosts never became ready; pdctl serve said: ${serve.stderr.trim() || '(nothing)'}; engines: ${[
