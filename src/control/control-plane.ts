@@ -73,7 +73,7 @@ export class ControlPlane {
   private readonly model: ModelInfo;
   private readonly log: Logger;
   /** Pairs whose KV could not move lately, passed over for a while (pairs.ts). */
-  private readonly pairHealth = new PairHealth();
+  private readonly pairHealth: PairHealth;
   private readonly link: EngineLink;
   private readonly appends: AppendRelay;
   private readonly intake: Intake;
@@ -98,6 +98,7 @@ export class ControlPlane {
     this.registry = new EngineRegistry(clock);
     this.book = new RoomBook((engine) => this.registry.get(engine), clock);
     this.loopLag = new LoopLag(clock);
+    this.pairHealth = new PairHealth(o.pairAvoidMs, o.pairAvoidMaxMs);
     this.options = o;
     this.log = o.log;
     this.model = o.model ?? new DeterministicModel();

@@ -32,6 +32,8 @@ export interface ControlDefaults {
   kvBlockTokens: number;
   checkpointEveryEvents: number;
   checkpointEveryMs: number;
+  pairAvoidMs: number;
+  pairAvoidMaxMs: number;
 }
 
 export const CONTROL_DEFAULTS: Readonly<ControlDefaults> = Object.freeze({
@@ -83,6 +85,12 @@ export const CONTROL_DEFAULTS: Readonly<ControlDefaults> = Object.freeze({
    */
   checkpointEveryEvents: 50_000,
   checkpointEveryMs: 60_000,
+  /**
+   * A pair whose transfer failed or stalled is avoided this long (pairs.ts PairHealth); failing
+   * again after the pause doubles it, up to `pairAvoidMaxMs`.
+   */
+  pairAvoidMs: 5000,
+  pairAvoidMaxMs: 60_000,
 });
 
 export interface ControlPlaneOptions extends Partial<ControlDefaults> {

@@ -148,8 +148,8 @@ export class PairHealth {
   private readonly failing = new Map<string, { until: number; backoffMs: number }>();
 
   constructor(
-    private readonly baseMs = 5000,
-    private readonly maxMs = 60_000,
+    private readonly baseMs: number,
+    private readonly maxMs: number,
   ) {}
 
   /** A transfer between them failed: avoided from now, longer if it failed again after a pause. */

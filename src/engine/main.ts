@@ -121,7 +121,7 @@ export function startEngine(
         dropPool();
         process.exit(1);
       }
-    }, 500).unref();
+    }, opts.parentCheckMs).unref();
   }
   log.info(
     {

@@ -63,6 +63,8 @@ export interface EngineOptions extends ModelOptions {
   /** Tokens per streamed chunk (decode). */
   chunkTokens: number;
   heartbeatMs: number;
+  /** How often a spawned engine checks that its parent (`PDCTL_EXIT_WITH_PARENT`) still lives. */
+  parentCheckMs: number;
   /** How long SIGTERM waits for rooms in flight before exiting anyway. */
   drainTimeoutMs: number;
   /** Accept `inject_fault` commands (drills). Off by default: a production engine refuses them. */
@@ -92,6 +94,7 @@ export const ENGINE_DEFAULTS = Object.freeze({
   prefixReuse: 'auto' as PrefixReuseMode,
   chunkTokens: 4,
   heartbeatMs: HEARTBEAT_MS,
+  parentCheckMs: 500,
   drainTimeoutMs: 30_000,
   allowFaultInjection: false,
   kvDevice: null as number | null,
@@ -240,6 +243,7 @@ export function resolveEngineOptions(input: Record<string, unknown>): Readonly<E
       : oneOf('prefixReuse', PREFIX_REUSE_MODES, o.prefixReuse),
     chunkTokens: int('chunkTokens', o.chunkTokens, 1, 4096),
     heartbeatMs: int('heartbeatMs', o.heartbeatMs, 50, 60_000),
+    parentCheckMs: int('parentCheckMs', o.parentCheckMs, 10, 60_000),
     drainTimeoutMs: int('drainTimeoutMs', o.drainTimeoutMs, 0, 3_600_000),
     allowFaultInjection: bool('allowFaultInjection', o.allowFaultInjection),
     kvDevice: o.kvDevice === null ? null : int('kvDevice', o.kvDevice, 0, 1023),

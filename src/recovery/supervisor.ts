@@ -85,6 +85,8 @@ export interface SupervisorOptions {
    */
   maxCrashes?: number;
   crashWindowMs?: number;
+  /** How long `stop()` waits for its engines to exit before it kills them. Default 15 s. */
+  stopTimeoutMs?: number;
   /** Leave a dead engine's pool name in /dev/shm (tests that inspect it). Default false. */
   keepPools?: boolean;
   /** Told when an engine is given up on for crash-looping. */
@@ -138,9 +140,21 @@ export interface ExitStatus {
   expected?: boolean;
 }
 
+/** The supervisor's timings where its options leave them out. */
+export const SUPERVISOR_DEFAULTS = Object.freeze({
+  maxCrashes: 5,
+  crashWindowMs: 600_000,
+  stopTimeoutMs: 15_000,
+  /** An engine that exited on its own is started again after this, doubling with each restart… */
+  restartBaseMs: 200,
+  /** …up to this. */
+  restartMaxMs: 5_000,
+});
+
 /** How long an engine that exited on its own waits to be started again: 200 ms, doubling, up to 5 s. */
 export function restartDelayMs(restarts: number): number {
-  return Math.min(5_000, 200 * 2 ** Math.min(restarts, 5));
+  const { restartBaseMs, restartMaxMs } = SUPERVISOR_DEFAULTS;
+  return Math.min(restartMaxMs, restartBaseMs * 2 ** Math.min(restarts, 5));
 }
 
 /**
@@ -244,10 +258,10 @@ export class EngineSupervisor implements Supervisor {
       return;
     }
     const now = Date.now();
-    const window = this.options.crashWindowMs ?? 600_000;
+    const window = this.options.crashWindowMs ?? SUPERVISOR_DEFAULTS.crashWindowMs;
     const recent = [...(this.crashes.get(spec.id) ?? []), now].filter((t) => now - t < window);
     this.crashes.set(spec.id, recent);
-    if (recent.length > (this.options.maxCrashes ?? 5)) {
+    if (recent.length > (this.options.maxCrashes ?? SUPERVISOR_DEFAULTS.maxCrashes)) {
       const reason = `crash loop: ${recent.length} exits in ${Math.round(window / 1000)} s (last: ${signal ?? `code ${code}`})`;
       this.options.log.error(
         { engine: spec.id, enginePid: child.pid, code, signal },
@@ -330,7 +344,9 @@ export class EngineSupervisor implements Supervisor {
   }
 
   /** SIGTERM to every engine (they drain), SIGKILL to those still running after `timeoutMs`. */
-  async stop(timeoutMs = 15_000): Promise<void> {
+  async stop(
+    timeoutMs = this.options.stopTimeoutMs ?? SUPERVISOR_DEFAULTS.stopTimeoutMs,
+  ): Promise<void> {
     this.stopping = true;
     const all = [...this.children.values()];
     for (const c of all) c.process.kill('SIGTERM');
