@@ -33,11 +33,9 @@ function refuseCrossSite(req: FastifyRequest): void {
       host = null;
     }
     if (host === null || host !== req.headers.host) {
-      throw new ApiError(
-        403,
-        `admin routes refuse requests from another origin (Origin: ${origin.slice(0, 200)}); call them from curl or the pdctl CLI`,
-        'permission_error',
+      throw ApiError.of(
         'cross_origin',
+        `admin routes refuse requests from another origin (Origin: ${origin.slice(0, 200)}); call them from curl or the pdctl CLI`,
       );
     }
   }
@@ -47,11 +45,9 @@ function refuseCrossSite(req: FastifyRequest): void {
     (req.headers['content-length'] !== undefined && req.headers['content-length'] !== '0') ||
     req.headers['transfer-encoding'] !== undefined;
   if (hasBody && !/^application\/json\s*(;|$)/i.test(type ?? '')) {
-    throw new ApiError(
-      415,
-      `admin routes take a JSON body (content-type: application/json) or none; got ${type === undefined ? 'a body with no content-type' : `content-type ${type.slice(0, 100)}`}`,
-      'invalid_request_error',
+    throw ApiError.of(
       'unsupported_media_type',
+      `admin routes take a JSON body (content-type: application/json) or none; got ${type === undefined ? 'a body with no content-type' : `content-type ${type.slice(0, 100)}`}`,
     );
   }
 }
@@ -89,32 +85,26 @@ function namesThisServer(
 function refuseUnlessLoopback(req: FastifyRequest): void {
   const ip = req.socket.remoteAddress ?? '';
   if (ip !== '127.0.0.1' && ip !== '::1' && ip !== '::ffff:127.0.0.1') {
-    throw new ApiError(
-      403,
-      'admin routes answer only on loopback unless PDCTL_ADMIN_TOKEN is set',
-      'permission_error',
+    throw ApiError.of(
       'forbidden',
+      'admin routes answer only on loopback unless PDCTL_ADMIN_TOKEN is set',
     );
   }
   const port = req.socket.localPort;
   const host = req.headers.host ?? '';
   if (!namesThisServer(host, 'http:', port)) {
-    throw new ApiError(
-      403,
-      `without PDCTL_ADMIN_TOKEN, admin routes answer only requests addressed to this server by a loopback name (Host: localhost:${port} or 127.0.0.1:${port}); got Host: ${host.slice(0, 200) || '(none)'}`,
-      'permission_error',
+    throw ApiError.of(
       'foreign_host',
+      `without PDCTL_ADMIN_TOKEN, admin routes answer only requests addressed to this server by a loopback name (Host: localhost:${port} or 127.0.0.1:${port}); got Host: ${host.slice(0, 200) || '(none)'}`,
     );
   }
   const origin = req.headers.origin;
   if (origin !== undefined) {
     const m = /^(https?:)\/\/([^/]+)$/.exec(origin);
     if (!m || !namesThisServer(m[2] as string, m[1] as string, port)) {
-      throw new ApiError(
-        403,
-        `admin routes refuse requests from another origin (Origin: ${origin.slice(0, 200)}); call them from curl or the pdctl CLI`,
-        'permission_error',
+      throw ApiError.of(
         'cross_origin',
+        `admin routes refuse requests from another origin (Origin: ${origin.slice(0, 200)}); call them from curl or the pdctl CLI`,
       );
     }
   }
@@ -131,11 +121,9 @@ export function authorize(req: FastifyRequest, token: string | null): void {
   const a = Buffer.from(given);
   const b = Buffer.from(token);
   if (a.length !== b.length || !timingSafeEqual(a, b)) {
-    throw new ApiError(
-      401,
-      'missing or wrong bearer token (Authorization: Bearer $PDCTL_ADMIN_TOKEN)',
-      'authentication_error',
+    throw ApiError.of(
       'unauthorized',
+      'missing or wrong bearer token (Authorization: Bearer $PDCTL_ADMIN_TOKEN)',
     );
   }
 }
@@ -147,11 +135,9 @@ const OPERATOR: RoomAbortReason = 'operator';
 function operatorReason(body: unknown): string {
   const reason = (body as { reason?: unknown } | null | undefined)?.reason ?? OPERATOR;
   if (typeof reason !== 'string' || reason.length === 0 || reason.length > 200)
-    throw new ApiError(
-      400,
-      'reason must be a string of 1 to 200 characters',
-      'invalid_request_error',
+    throw ApiError.of(
       'invalid_parameter',
+      'reason must be a string of 1 to 200 characters',
       'reason',
     );
   return reason;
@@ -213,23 +199,15 @@ export const adminRoutes: FastifyPluginAsync<AdminDeps> = async (
       const id = roomIdOf(req.params.room);
       const reason = operatorReason(req.body);
       if (!isValidId(id) && !isRequestId(id))
-        throw new ApiError(
-          400,
-          `not a room or request id: "${id}"`,
-          'invalid_request_error',
-          'invalid_parameter',
-          'room',
-        );
+        throw ApiError.of('invalid_parameter', `not a room or request id: "${id}"`, 'room');
       const named = isValidId(id) ? (await journal.timeline(id)).room : null;
       const rooms = named ? [named] : (await journal.rooms({ requestId: id, limit: 100 })).rooms;
       // Checked first: an abort of an id the journal does not know would journal a rejection
       // under it, and `pdctl room ID` would then show a room that never was.
       if (rooms.length === 0)
-        throw new ApiError(
-          404,
-          `no room and no request ${id} in the journal (nothing was journaled)`,
-          'invalid_request_error',
+        throw ApiError.of(
           'room_not_found',
+          `no room and no request ${id} in the journal (nothing was journaled)`,
           'room',
         );
       const live = rooms.filter((r) => !isTerminal(r.state));
@@ -284,21 +262,13 @@ export const adminRoutes: FastifyPluginAsync<AdminDeps> = async (
         (command === 'abort_room' || command === 'free_room') &&
         (room === undefined || !isValidId(room))
       ) {
-        throw new ApiError(
-          400,
-          `${command} needs a room id`,
-          'invalid_request_error',
-          'invalid_parameter',
-          'room',
-        );
+        throw ApiError.of('invalid_parameter', `${command} needs a room id`, 'room');
       }
       const sent = control.command(req.params.engine, command, room ?? null, reason ?? 'operator');
       if (!sent)
-        throw new ApiError(
-          404,
-          `engine ${req.params.engine} is not connected`,
-          'invalid_request_error',
+        throw ApiError.of(
           'engine_not_found',
+          `engine ${req.params.engine} is not connected`,
           'engine',
         );
       await journal.append({
@@ -339,30 +309,12 @@ export const adminRoutes: FastifyPluginAsync<AdminDeps> = async (
         if (action === 'cordon') {
           const s = control.registry.get(engine);
           if (!s && !cordons.has(engine))
-            throw new ApiError(
-              404,
-              `engine ${engine} is not registered`,
-              'invalid_request_error',
-              'engine_not_found',
-              'engine',
-            );
+            throw ApiError.of('engine_not_found', `engine ${engine} is not registered`, 'engine');
           // Not fenced: an operator's cordon leaves the process and its rooms alone.
           if (!(await cordons.cordon(deps, engine, null, reason, 'operator')))
-            throw new ApiError(
-              409,
-              `engine ${engine} is already cordoned`,
-              'invalid_request_error',
-              'engine_cordoned',
-              'engine',
-            );
+            throw ApiError.of('engine_cordoned', `engine ${engine} is already cordoned`, 'engine');
         } else if (!(await cordons.uncordon(deps, engine, reason)))
-          throw new ApiError(
-            409,
-            `engine ${engine} is not cordoned`,
-            'invalid_request_error',
-            'engine_not_cordoned',
-            'engine',
-          );
+          throw ApiError.of('engine_not_cordoned', `engine ${engine} is not cordoned`, 'engine');
         return reply.code(202).send({ engine, command: action });
       },
     );
@@ -378,5 +330,5 @@ function roomsEnded(
     requestId === null
       ? `room ${rooms[0]?.room} is already ${rooms[0]?.state}`
       : `request ${requestId}'s rooms have ended: ${rooms.map((r) => `${r.room} ${r.state}`).join(', ')}`;
-  return new ApiError(409, message, 'invalid_request_error', 'room_terminal', 'room');
+  return ApiError.of('room_terminal', message, 'room');
 }

@@ -17,7 +17,7 @@ import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import type { RecoveryView } from '../recovery/view.ts';
 import { adminRoutes } from './admin.ts';
-import { sendError, toApiError } from './errors.ts';
+import { API_ERRORS, COMPLETION_ROUTES, sendError, toApiError } from './errors.ts';
 import { healthRoutes } from './health.ts';
 import { journalAdminRoutes } from './journal-admin.ts';
 import { type ApiMetrics, metricsRoutes } from './metrics.ts';
@@ -27,16 +27,12 @@ import { RefusalLog } from './refusals.ts';
 import { SHARED_SCHEMAS } from './schemas.ts';
 import { ShutdownGate } from './shutdown.ts';
 
-/**
- * A completion refused before a room existed: the codes of the service's refusals, not of a room
- * that ended (`room_*`, `shutdown`) or of a request that was wrong (4xx but 429).
- */
+/** A completion refused before a room existed: a refusal code of the catalogue (errors.ts). */
 function isRefusal(route: string | undefined, code: string | null): boolean {
   return (
-    (route === '/v1/completions' || route === '/v1/chat/completions') &&
+    (COMPLETION_ROUTES as readonly string[]).includes(route ?? '') &&
     code !== null &&
-    !code.startsWith('room_') &&
-    code !== 'shutdown'
+    (API_ERRORS as Record<string, { refusal?: boolean }>)[code]?.refusal === true
   );
 }
 

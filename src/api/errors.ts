@@ -6,17 +6,8 @@ import type { FastifyReply } from 'fastify';
 import { ControlError, type ControlErrorCode } from '../control/errors.ts';
 import { JournalError, type JournalErrorCode } from '../journal/errors.ts';
 
-/** The HTTP status each coded error of a lower layer is answered with. */
-export const HTTP_STATUS: Record<ControlErrorCode | JournalErrorCode, number> = {
-  CONTROL_BAD_REQUEST: 400,
-  CONTROL_CONTEXT_LENGTH_EXCEEDED: 400,
-  CONTROL_OVERLOADED: 429,
-  CONTROL_NO_ENGINES: 503,
-  CONTROL_ENGINES_DRAINING: 503,
-  CONTROL_JOURNAL_UNAVAILABLE: 503,
-  CONTROL_CLOSED: 503,
-  CONTROL_ENGINES_TIMEOUT: 503,
-  CONTROL_INTERNAL: 500,
+/** The HTTP status each coded error of the journal is answered with. */
+const JOURNAL_HTTP_STATUS: Record<JournalErrorCode, number> = {
   JOURNAL_INVALID_EVENT: 400,
   JOURNAL_BAD_QUERY: 400,
   JOURNAL_NOT_FOUND: 404,
@@ -31,15 +22,141 @@ export const HTTP_STATUS: Record<ControlErrorCode | JournalErrorCode, number> = 
   JOURNAL_FENCED: 503,
 };
 
+/** A control-plane error's API code: its own in lower case (`CONTROL_NO_ENGINES` → `no_engines`). */
+function controlCode(code: ControlErrorCode): ApiErrorCode {
+  return code.replace(/^CONTROL_/, '').toLowerCase() as ApiErrorCode;
+}
+
 /**
- * Seconds a client should wait before it retries a refusal that passes (a `retry-after` header):
- * an engine restart takes about 2 s; a drain is an operator's, and another server may take the
- * request meanwhile.
+ * Every code the API answers with, as the other layers' coded errors (journal/errors.ts,
+ * control/errors.ts): its HTTP status, its OpenAI error type, and what it means. A `refusal` is a
+ * completion refused before it had a room: journaled as `request.refused` and counted in
+ * `pdctl_requests_refused_total{reason}`. Codes of the control plane's errors are their own in
+ * lower case (`CONTROL_NO_ENGINES` → `no_engines`). docs/api.md lists them all.
  */
-const RETRY_AFTER_S: Partial<Record<ControlErrorCode, number>> = {
-  CONTROL_NO_ENGINES: 2,
-  CONTROL_ENGINES_DRAINING: 5,
-};
+export const API_ERRORS = {
+  no_engines: {
+    status: 503,
+    refusal: true,
+    retryAfterS: 2,
+    means:
+      'no engine of a role is registered, even after --admission-wait-ms (an engine restart takes about 2 s)',
+  },
+  engines_draining: {
+    status: 503,
+    refusal: true,
+    retryAfterS: 5,
+    means: 'every engine of a role is draining (pdctl engines drain)',
+  },
+  overloaded: {
+    status: 429,
+    refusal: true,
+    retryAfterS: 1,
+    means: 'no engine has the KV pages for the request now',
+  },
+  journal_unavailable: {
+    status: 503,
+    refusal: true,
+    means: 'the journal refuses writes; nothing unjournaled is ever served',
+  },
+  shutting_down: {
+    status: 503,
+    refusal: true,
+    retryAfterS: 1,
+    means: 'the control plane is stopping: requests in flight finish, new ones are refused',
+  },
+  closed: { status: 503, refusal: true, means: 'the control plane has closed' },
+  engines_timeout: {
+    status: 503,
+    refusal: true,
+    means: 'the engines did not register in time at start',
+  },
+  bad_request: {
+    status: 400,
+    means: 'the request cannot be served as it is (the message says why)',
+  },
+  context_length_exceeded: {
+    status: 400,
+    means: 'the prompt plus max_tokens exceed the context (the message says how many fit)',
+  },
+  invalid_request: { status: 400, means: "the body or query does not match the route's schema" },
+  invalid_parameter: { status: 400, means: 'a parameter has a value the route does not take' },
+  invalid_duration: { status: 400, means: 'a duration (7d, 30m) is not one' },
+  invalid_time: {
+    status: 400,
+    means: 'a time (ISO 8601, an age, a clock time, unix ms) is not one',
+  },
+  invalid_messages: { status: 400, means: "the messages do not fit the model's chat template" },
+  unsupported_parameter: { status: 400, means: 'a parameter pdctl or its model does not support' },
+  unsupported_media_type: { status: 415, means: 'an admin route got a body that is not JSON' },
+  unauthorized: {
+    status: 401,
+    type: 'authentication_error',
+    means: 'missing or wrong bearer token (PDCTL_ADMIN_TOKEN)',
+  },
+  forbidden: {
+    status: 403,
+    type: 'permission_error',
+    means: 'an admin route without PDCTL_ADMIN_TOKEN, asked from off loopback',
+  },
+  foreign_host: {
+    status: 403,
+    type: 'permission_error',
+    means: 'an admin route without PDCTL_ADMIN_TOKEN, asked under a Host that is not loopback',
+  },
+  cross_origin: {
+    status: 403,
+    type: 'permission_error',
+    means: 'an admin route asked from a web page of another origin',
+  },
+  not_found: { status: 404, means: 'no such route or file' },
+  model_not_found: { status: 404, means: 'the model named is not the one served' },
+  room_not_found: { status: 404, means: 'no room (and no request) of that id in the journal' },
+  engine_not_found: { status: 404, means: 'no engine of that id is registered or connected' },
+  room_terminal: { status: 409, means: 'the room (or every room of the request) has ended' },
+  room_aborted: { status: 409, means: 'the room was aborted (an operator, a drain deadline)' },
+  room_failed: {
+    status: 503,
+    type: 'server_error',
+    means: 'the room failed (the message says where and why)',
+  },
+  room_migrated: {
+    status: 503,
+    type: 'server_error',
+    means: 'the room moved and its continuation failed',
+  },
+  engine_cordoned: { status: 409, means: 'the engine is already cordoned' },
+  engine_not_cordoned: { status: 409, means: 'the engine is not cordoned' },
+  prune_running: { status: 409, means: 'a prune pass is already running' },
+  rate_limited: {
+    status: 429,
+    type: 'rate_limit_error',
+    means: 'a /health/deep canary ran less than a second ago',
+  },
+  shutdown: {
+    status: 503,
+    type: 'server_error',
+    retryAfterS: 1,
+    means: 'the control plane stopped and cut this request at its drain deadline',
+  },
+  internal: {
+    status: 500,
+    type: 'server_error',
+    means: 'a defect; the control plane log has the details',
+  },
+} as const satisfies Record<
+  string,
+  { status: number; type?: string; refusal?: boolean; retryAfterS?: number; means: string }
+>;
+export type ApiErrorCode = keyof typeof API_ERRORS;
+
+/** The codes of completions refused before they had a room (`request.refused` reasons). */
+export const REFUSAL_CODES = (Object.keys(API_ERRORS) as ApiErrorCode[]).filter(
+  (c) => (API_ERRORS[c] as { refusal?: boolean }).refusal === true,
+);
+
+/** The completion routes: where a refusal happens, and the routes `/metrics` counts answers of. */
+export const COMPLETION_ROUTES = ['/v1/completions', '/v1/chat/completions'] as const;
 
 export interface ApiErrorBody {
   error: { message: string; type: string; param: string | null; code: string | null };
@@ -63,6 +180,12 @@ export class ApiError extends Error {
     this.name = 'ApiError';
   }
 
+  /** The error of `code` (API_ERRORS), with its status, type and retry-after. */
+  static of(code: ApiErrorCode, message: string, param: string | null = null): ApiError {
+    const e = API_ERRORS[code] as { status: number; type?: string; retryAfterS?: number };
+    return new ApiError(e.status, message, e.type, code, param, e.retryAfterS ?? null);
+  }
+
   body(): ApiErrorBody {
     return {
       error: { message: this.message, type: this.type, param: this.param, code: this.code },
@@ -71,31 +194,15 @@ export class ApiError extends Error {
 }
 
 export function roomNotFound(room: string): ApiError {
-  return new ApiError(
-    404,
-    `no room ${room} in the journal`,
-    'invalid_request_error',
-    'room_not_found',
-    'room',
-  );
+  return ApiError.of('room_not_found', `no room ${room} in the journal`, 'room');
 }
 
 /** Any error thrown by a route, as the ApiError a client should see. */
 export function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
-  if (err instanceof ControlError) {
-    // OpenAI-style codes: CONTROL_JOURNAL_UNAVAILABLE → journal_unavailable.
-    return new ApiError(
-      HTTP_STATUS[err.code],
-      err.message,
-      undefined,
-      err.code.replace(/^CONTROL_/, '').toLowerCase(),
-      null,
-      RETRY_AFTER_S[err.code] ?? null,
-    );
-  }
+  if (err instanceof ControlError) return ApiError.of(controlCode(err.code), err.message);
   if (err instanceof JournalError)
-    return new ApiError(HTTP_STATUS[err.code], err.message, undefined, err.code);
+    return new ApiError(JOURNAL_HTTP_STATUS[err.code], err.message, undefined, err.code);
   const e = err as {
     statusCode?: number;
     code?: string;
@@ -113,13 +220,7 @@ export function toApiError(err: unknown): ApiError {
     const what = extra
       ? `unknown field "${extra}"${path ? ` in ${path}` : ''}`
       : `${path || e.validationContext || 'body'} ${first?.message ?? 'is invalid'}`;
-    return new ApiError(
-      400,
-      what,
-      'invalid_request_error',
-      'invalid_request',
-      extra ?? (path || null),
-    );
+    return ApiError.of('invalid_request', what, extra ?? (path || null));
   }
   if (typeof e?.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) {
     const message =
@@ -128,12 +229,7 @@ export function toApiError(err: unknown): ApiError {
         : (e.message ?? 'bad request');
     return new ApiError(e.statusCode, message, 'invalid_request_error', e.code ?? null);
   }
-  return new ApiError(
-    500,
-    'internal error; the control plane log has the details',
-    'server_error',
-    'internal',
-  );
+  return ApiError.of('internal', 'internal error; the control plane log has the details');
 }
 
 export function sendError(reply: FastifyReply, err: ApiError): FastifyReply {

@@ -210,21 +210,17 @@ export const healthRoutes: FastifyPluginAsync<HealthDeps> = async (app, deps) =>
           (deadlineMs as number) < DEEP_MIN_DEADLINE_MS ||
           (deadlineMs as number) > 60_000)
       )
-        throw new ApiError(
-          400,
-          `deadline_ms must be an integer from ${DEEP_MIN_DEADLINE_MS} to 60000, got "${raw}"`,
-          'invalid_request_error',
+        throw ApiError.of(
           'invalid_parameter',
+          `deadline_ms must be an integer from ${DEEP_MIN_DEADLINE_MS} to 60000, got "${raw}"`,
           'deadline_ms',
         );
       if (!probing) {
         const wait = probedAt + DEEP_MIN_INTERVAL_MS - Date.now();
         if (wait > 0) {
-          throw new ApiError(
-            429,
-            `a /health/deep canary ran less than ${DEEP_MIN_INTERVAL_MS} ms ago; retry in ${wait} ms (or read /health/ready, which the background canary keeps current)`,
-            'rate_limit_error',
+          throw ApiError.of(
             'rate_limited',
+            `a /health/deep canary ran less than ${DEEP_MIN_INTERVAL_MS} ms ago; retry in ${wait} ms (or read /health/ready, which the background canary keeps current)`,
           );
         }
         probedAt = Date.now();

@@ -72,21 +72,9 @@ function duration(field: string, text: string): number {
     const ms = parseDuration(text, field);
     if (ms > 0) return ms;
   } catch (err) {
-    throw new ApiError(
-      400,
-      (err as Error).message,
-      'invalid_request_error',
-      'invalid_duration',
-      field,
-    );
+    throw ApiError.of('invalid_duration', (err as Error).message, field);
   }
-  throw new ApiError(
-    400,
-    `${field} must be longer than 0`,
-    'invalid_request_error',
-    'invalid_duration',
-    field,
-  );
+  throw ApiError.of('invalid_duration', `${field} must be longer than 0`, field);
 }
 
 export const journalAdminRoutes: FastifyPluginAsync<JournalAdminDeps> = async (
@@ -128,11 +116,9 @@ export const journalAdminRoutes: FastifyPluginAsync<JournalAdminDeps> = async (
       const eventsMs =
         b.eventsOlderThan === undefined ? null : duration('eventsOlderThan', b.eventsOlderThan);
       if (eventsMs !== null && eventsMs < roomsMs)
-        throw new ApiError(
-          400,
-          `eventsOlderThan (${b.eventsOlderThan}) must be at least olderThan (${b.olderThan}): events of no room are kept at least as long as rooms`,
-          'invalid_request_error',
+        throw ApiError.of(
           'invalid_duration',
+          `eventsOlderThan (${b.eventsOlderThan}) must be at least olderThan (${b.olderThan}): events of no room are kept at least as long as rooms`,
           'eventsOlderThan',
         );
       if (b.dryRun === true) {
@@ -149,13 +135,11 @@ export const journalAdminRoutes: FastifyPluginAsync<JournalAdminDeps> = async (
       });
       if (pass === null) {
         const running = retention.status().running;
-        throw new ApiError(
-          409,
+        throw ApiError.of(
+          'prune_running',
           running
             ? `a prune is already running (${running.by}, started ${new Date(running.startedAt).toISOString()}, ${running.result.rooms} rooms so far); GET /v1/admin/journal/prune says when it ends`
             : 'the control plane is stopping: no prune now',
-          'invalid_request_error',
-          'prune_running',
         );
       }
       return reply.code(202).send(pass);

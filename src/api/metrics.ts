@@ -24,6 +24,7 @@ import { LIVE_STATES } from '../journal/states.ts';
 import type { JournalDisk, JournalReader } from '../journal/store.ts';
 import { EXIT_CAUSES, RESTARTERS } from '../recovery/supervisor.ts';
 import type { RecoveryView } from '../recovery/view.ts';
+import { COMPLETION_ROUTES, REFUSAL_CODES } from './errors.ts';
 import { BoundedLabel } from './labels.ts';
 
 const STAGE_BUCKETS = [
@@ -45,16 +46,7 @@ const KNOWN_ENDINGS: ReadonlyArray<readonly [state: string, reason: string]> = [
 ];
 /** A transfer's `status` label: `ok`, or the failure of the list it ended with (`transferFailure`). */
 const TRANSFER_STATUSES = ['ok', ...Object.keys(TRANSFER_FAILURES).map(transferStatus)];
-const COMPLETION_ROUTES = ['/v1/completions', '/v1/chat/completions'];
 const KNOWN_STATUSES = ['200', '400', '409', '429', '500', '503', '504'];
-/** What a completion refused before it had a room was told (its API error code). */
-const REFUSAL_REASONS = [
-  'no_engines',
-  'engines_draining',
-  'overloaded',
-  'journal_unavailable',
-  'shutting_down',
-];
 const CANARY_OUTCOMES = [
   'ok',
   'failing_admission',
@@ -114,7 +106,7 @@ export class ApiMetrics {
   private readonly outcomes = new BoundedLabel(CANARY_OUTCOMES);
   private readonly statuses = new BoundedLabel(TRANSFER_STATUSES);
   private readonly refusals: client.Counter<'reason'>;
-  private readonly refusalReasons = new BoundedLabel(REFUSAL_REASONS);
+  private readonly refusalReasons = new BoundedLabel(REFUSAL_CODES);
   /** Sets the gauges from the control plane's state; run at each scrape. */
   private readonly collect: () => void;
 
@@ -218,7 +210,7 @@ export class ApiMetrics {
       labelNames: ['reason'],
       registers: [r],
     });
-    for (const reason of REFUSAL_REASONS) this.refusals.inc({ reason }, 0);
+    for (const reason of REFUSAL_CODES) this.refusals.inc({ reason }, 0);
     for (const [state, reason] of KNOWN_ENDINGS) this.ended.inc({ state, reason }, 0);
     for (const route of COMPLETION_ROUTES)
       for (const status of KNOWN_STATUSES) this.responses.inc({ route, status }, 0);

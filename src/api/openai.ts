@@ -128,20 +128,16 @@ function traceparentOf(header: string | string[] | undefined): { traceparent?: s
 /** The request's sampling, as the engines take it. */
 function sampling(body: CompletionRequest | ChatRequest, samples: boolean): Sampling {
   if (body.logit_bias && Object.keys(body.logit_bias).length > 0)
-    throw new ApiError(
-      400,
-      'logit_bias is not supported by pdctl; send the request without it',
-      'invalid_request_error',
+    throw ApiError.of(
       'unsupported_parameter',
+      'logit_bias is not supported by pdctl; send the request without it',
       'logit_bias',
     );
   for (const name of ['frequency_penalty', 'presence_penalty'] as const)
     if (!samples && (body[name] ?? 0) !== 0)
-      throw new ApiError(
-        400,
-        `${name} needs a model that samples; the built-in deterministic model's text is fixed (serve a llama.cpp model with --model)`,
-        'invalid_request_error',
+      throw ApiError.of(
         'unsupported_parameter',
+        `${name} needs a model that samples; the built-in deterministic model's text is fixed (serve a llama.cpp model with --model)`,
         name,
       );
   return {
@@ -304,11 +300,9 @@ export const openAiRoutes: FastifyPluginAsync<OpenAiDeps> = async (app, deps) =>
       try {
         prompt = deps.control.modelInfo.chat(chatMessages(req.body.messages));
       } catch (err) {
-        throw new ApiError(
-          400,
-          `the messages do not fit the model's chat template: ${(err as Error).message}`,
-          'invalid_request_error',
+        throw ApiError.of(
           'invalid_messages',
+          `the messages do not fit the model's chat template: ${(err as Error).message}`,
           'messages',
         );
       }
@@ -326,16 +320,12 @@ type Kind = 'text' | 'chat';
 function roomEnded(err: RoomEndedError): ApiError {
   const message = `${err.message}; its timeline: GET /v1/rooms/${err.room}`;
   if (err.state === 'aborted' && err.reason === SHUTDOWN_REASON)
-    return new ApiError(
-      503,
-      `pdctl is shutting down and cut this request at its drain deadline; retry it (room ${err.room})`,
-      'server_error',
+    return ApiError.of(
       'shutdown',
-      null,
-      1,
+      `pdctl is shutting down and cut this request at its drain deadline; retry it (room ${err.room})`,
     );
   return err.state === 'aborted'
-    ? new ApiError(409, message, 'invalid_request_error', 'room_aborted')
+    ? ApiError.of('room_aborted', message)
     : new ApiError(503, message, 'server_error', `room_${err.state}`);
 }
 
@@ -348,11 +338,9 @@ async function serve(
 ): Promise<FastifyReply> {
   const body = req.body;
   if (body.model !== deps.modelId) {
-    throw new ApiError(
-      404,
-      `the model \`${body.model}\` does not exist; this stack serves \`${deps.modelId}\` (GET /v1/models)`,
-      'invalid_request_error',
+    throw ApiError.of(
       'model_not_found',
+      `the model \`${body.model}\` does not exist; this stack serves \`${deps.modelId}\` (GET /v1/models)`,
       'model',
     );
   }
@@ -360,13 +348,9 @@ async function serve(
   const stops = body.stop == null ? [] : Array.isArray(body.stop) ? body.stop : [body.stop];
   const asked = sampling(body, deps.control.modelInfo.samples);
   if (deps.shutdown.closing)
-    throw new ApiError(
-      503,
-      'pdctl is shutting down: requests in flight finish, new ones are refused; send it to another control plane',
-      'server_error',
+    throw ApiError.of(
       'shutting_down',
-      null,
-      1,
+      'pdctl is shutting down: requests in flight finish, new ones are refused; send it to another control plane',
     );
   const ac = new AbortController();
   const started = performance.now();

@@ -34,13 +34,7 @@ function time(name: string, v: string | undefined, now: number): number | undefi
   try {
     return parseTime(v, now);
   } catch (err) {
-    throw new ApiError(
-      400,
-      `${name}: ${(err as UsageError).message}`,
-      'invalid_request_error',
-      'invalid_time',
-      name,
-    );
+    throw ApiError.of('invalid_time', `${name}: ${(err as UsageError).message}`, name);
   }
 }
 
@@ -48,11 +42,9 @@ function int(name: string, v: string | undefined, min: number, max: number): num
   if (v === undefined) return undefined;
   const n = Number(v);
   if (!/^\d+$/.test(v) || n < min || n > max) {
-    throw new ApiError(
-      400,
-      `${name} must be an integer from ${min} to ${max}, got "${v}"`,
-      'invalid_request_error',
+    throw ApiError.of(
       'invalid_parameter',
+      `${name} must be an integer from ${min} to ${max}, got "${v}"`,
       name,
     );
   }
@@ -61,13 +53,7 @@ function int(name: string, v: string | undefined, min: number, max: number): num
 
 function id(name: string, v: string | undefined): string | undefined {
   if (v !== undefined && !isValidId(v))
-    throw new ApiError(
-      400,
-      `${name} is not a valid id: "${v}"`,
-      'invalid_request_error',
-      'invalid_parameter',
-      name,
-    );
+    throw ApiError.of('invalid_parameter', `${name} is not a valid id: "${v}"`, name);
   return v;
 }
 
@@ -119,11 +105,9 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
         const states = q.state.split(',');
         const bad = states.find((s) => !isRoomState(s));
         if (bad !== undefined)
-          throw new ApiError(
-            400,
-            `unknown state "${bad}"; states are: ${ROOM_STATES.join(', ')}`,
-            'invalid_request_error',
+          throw ApiError.of(
             'invalid_parameter',
+            `unknown state "${bad}"; states are: ${ROOM_STATES.join(', ')}`,
             'state',
           );
         filter.state = states as RoomState[];
@@ -137,13 +121,7 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
       try {
         Object.assign(filter, originFilter(q.origin));
       } catch (err) {
-        throw new ApiError(
-          400,
-          (err as Error).message,
-          'invalid_request_error',
-          'invalid_parameter',
-          'origin',
-        );
+        throw ApiError.of('invalid_parameter', (err as Error).message, 'origin');
       }
       if (q.cursor !== undefined) filter.cursor = q.cursor;
       const page = await journal.rooms(filter);
@@ -222,13 +200,7 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
       const types = q.type?.split(',');
       const badType = types?.find((t) => !(EVENT_TYPES as string[]).includes(t));
       if (badType !== undefined)
-        throw new ApiError(
-          400,
-          `unknown event type "${badType}"`,
-          'invalid_request_error',
-          'invalid_parameter',
-          'type',
-        );
+        throw ApiError.of('invalid_parameter', `unknown event type "${badType}"`, 'type');
       const filter: TailFilter = {
         afterSeq: int('after_seq', q.after_seq, 0, Number.MAX_SAFE_INTEGER),
         type: types as EventType[] | undefined,

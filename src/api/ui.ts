@@ -58,13 +58,7 @@ export const uiRoutes: FastifyPluginAsync = async (app) => {
     { schema: { hide: true } },
     async (req, reply) => {
       const f = req.params.file === 'index.html' ? undefined : files.get(req.params.file);
-      if (!f)
-        throw new ApiError(
-          404,
-          `no file ${req.params.file} in /ui`,
-          'invalid_request_error',
-          'not_found',
-        );
+      if (!f) throw ApiError.of('not_found', `no file ${req.params.file} in /ui`);
       return reply.headers(HEADERS).type(f.type).send(f.body);
     },
   );
