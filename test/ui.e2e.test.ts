@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Served, serve } from './helpers/serve.ts';
-import { ROOT } from './helpers/spawn.ts';
+import { pdctl, ROOT } from './helpers/spawn.ts';
 import { findTool, requireTool } from './helpers/tools.ts';
 
 const chromiumPath = findTool('chromium', ['/usr/bin/chromium']);
@@ -222,6 +222,10 @@ describe.runIf(hasChromium)('the live page in headless Chromium', () => {
     await expect
       .poll(() => page.locator('#room-search-state').textContent())
       .toMatch(new RegExp(`^request ticket-4712: refused at \\S+: 503 ${code} — .+`));
+    // And so does the CLI, reading the server.
+    const cli = await pdctl(['room', 'ticket-4712', '--url', s.url]);
+    expect(cli.code, cli.stderr).toBe(0);
+    expect(cli.stdout).toMatch(new RegExp(`^request ticket-4712: refused at \\S+: 503 ${code} — `));
     // The canary's rooms (one a second here) stay out of the journal pane unless asked for.
     const canaryShown = () => page.locator('#journal li[data-canary]').count();
     expect(await canaryShown()).toBe(0);

@@ -153,26 +153,32 @@ export function errorOf(status: number, body: unknown): string {
 /** What `pdctl rooms` and `pdctl room` read: the journal file, or a running server (`--url`). */
 export type RoomReader = Pick<JournalReader, 'rooms' | 'timeline' | 'tail' | 'close'>;
 
+/** A query string of the values given (lists joined by commas; absent ones left out). */
+function queryOf(values: Record<string, unknown>): URLSearchParams {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(values))
+    if (v !== undefined && v !== null) q.set(k, Array.isArray(v) ? v.join(',') : String(v));
+  return q;
+}
+
 /** The rooms and timelines of a running `pdctl serve`, through its query routes. */
 export function serverRoomReader(base: string): RoomReader {
   const get = async <T>(path: string): Promise<ServerAnswer<T>> => callServer<T>(base, path);
   return {
     async rooms(filter: RoomFilter): Promise<RoomPage> {
-      const q = new URLSearchParams();
-      const set = (k: string, v: unknown) => {
-        if (v !== undefined && v !== null) q.set(k, Array.isArray(v) ? v.join(',') : String(v));
-      };
-      set('state', filter.state);
-      set('engine', filter.engine);
-      set('reason', filter.reason);
-      set('request_id', filter.requestId);
-      set('since', filter.since);
-      set('until', filter.until);
-      set('in_flight_at', filter.inFlightAt);
-      // The server's default leaves the hidden origins out, as the filter's does.
-      set('origin', filter.origin ?? (filter.excludeOrigin ? undefined : 'all'));
-      set('limit', filter.limit);
-      set('cursor', filter.cursor);
+      const q = queryOf({
+        state: filter.state,
+        engine: filter.engine,
+        reason: filter.reason,
+        request_id: filter.requestId,
+        since: filter.since,
+        until: filter.until,
+        in_flight_at: filter.inFlightAt,
+        // The server's default leaves the hidden origins out, as the filter's does.
+        origin: filter.origin ?? (filter.excludeOrigin ? undefined : 'all'),
+        limit: filter.limit,
+        cursor: filter.cursor,
+      });
       const r = await get<{ rooms: RoomPage['rooms']; nextCursor: string | null }>(
         `/v1/rooms?${q}`,
       );
@@ -182,18 +188,16 @@ export function serverRoomReader(base: string): RoomReader {
     async tail<T extends EventType = EventType>(
       filter: TailFilter<T>,
     ): Promise<JournalEventOf<T>[]> {
-      const q = new URLSearchParams();
-      const set = (k: string, v: unknown) => {
-        if (v !== undefined) q.set(k, Array.isArray(v) ? v.join(',') : String(v));
-      };
-      set('type', filter.type);
-      set('room', filter.room);
-      set('engine', filter.engine);
-      set('request_id', filter.requestId);
-      set('limit', filter.limit);
-      // The route answers oldest first from after_seq or since, else the newest.
-      set('after_seq', filter.afterSeq);
-      set('since', filter.since);
+      const q = queryOf({
+        type: filter.type,
+        room: filter.room,
+        engine: filter.engine,
+        request_id: filter.requestId,
+        limit: filter.limit,
+        // The route answers oldest first from after_seq or since, else the newest.
+        after_seq: filter.afterSeq,
+        since: filter.since,
+      });
       const events: JournalEventOf<T>[] = [];
       for await (const line of streamLines(base, `/v1/journal?${q}`, AbortSignal.timeout(5000)))
         events.push(JSON.parse(line) as JournalEventOf<T>);
