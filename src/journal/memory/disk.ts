@@ -166,13 +166,13 @@ export class MemoryDisk {
     return this.deleteEvents((ev) => gone.has(ev.seq));
   }
 
-  /** An event of no room in `rooms` before `cutoffTs`, not of the KEPT_TYPES (journal/prune.ts). */
   /** Takes a committed event (its seq after every other's): what commit does, and an archive's load. */
   add(ev: JournalEvent): void {
     this.events.push(ev);
     this.byEventId.set(keyOf(ev), ev);
   }
 
+  /** An event of no room in `rooms` before `cutoffTs`, not of the KEPT_TYPES (journal/prune.ts). */
   isOther(ev: JournalEvent, cutoffTs: number): boolean {
     return ev.ts < cutoffTs && !KEPT.has(ev.type) && (ev.room === null || !this.rooms.has(ev.room));
   }
