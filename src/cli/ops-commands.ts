@@ -6,7 +6,7 @@
 import type { Command } from 'commander';
 import { roomIdOf } from '../journal/ids.ts';
 import { EXIT, note, print, printJson } from './context.ts';
-import { callServer, DEFAULT_URL, errorOf, UnreachableError } from './server.ts';
+import { callServer, DEFAULT_URL, errorOf, reaching } from './server.ts';
 
 /** What each engine action sends, and what it does. */
 export const ENGINE_ACTIONS = {
@@ -33,17 +33,6 @@ export const ENGINE_ACTIONS = {
 
 export type EngineAction = keyof typeof ENGINE_ACTIONS;
 
-/** Runs `fn`, turning an unreachable server into exit 4 with its message. */
-async function reach(name: string, fn: () => Promise<number>): Promise<number> {
-  try {
-    return await fn();
-  } catch (err) {
-    if (!(err instanceof UnreachableError)) throw err;
-    note(`pdctl ${name}: ${err.message}`);
-    return EXIT.unreachable;
-  }
-}
-
 export function registerAbortCommand(program: Command): void {
   program
     .command('abort')
@@ -59,7 +48,7 @@ export function registerAbortCommand(program: Command): void {
     .option('--json', 'the answer as JSON')
     .action(async (given: string, o: { reason: string; url: string; json?: boolean }) => {
       const id = roomIdOf(given);
-      process.exitCode = await reach('abort', async () => {
+      process.exitCode = await reaching('abort', async () => {
         type Aborted = { room: string; seq: number; status: string };
         const r = await callServer<Aborted & { requestId?: string; rooms?: Aborted[] }>(
           o.url,
@@ -93,7 +82,7 @@ export async function engineAction(
   const { command, does } = ENGINE_ACTIONS[action];
   const reason = `pdctl engines ${action}`;
   const own = command === 'cordon' || command === 'uncordon';
-  return reach(`engines ${action}`, async () => {
+  return reaching(`engines ${action}`, async () => {
     const r = await callServer<{ engine: string; command: string }>(
       o.url,
       `/v1/admin/engines/${encodeURIComponent(engine)}/${own ? command : 'commands'}`,

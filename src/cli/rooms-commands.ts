@@ -7,21 +7,13 @@ import { isRequestId, roomIdOf } from '../journal/ids.ts';
 import { isRoomState, ROOM_STATES, type RoomState } from '../journal/states.ts';
 import { HIDDEN_ORIGINS, originFilter, type RoomFilter, type Timeline } from '../journal/store.ts';
 import { formatDuration, formatTs, parseTime } from '../time.ts';
-import {
-  ARCHIVE_HELP,
-  type CommonOptions,
-  EXIT,
-  note,
-  openReader,
-  print,
-  printJson,
-} from './context.ts';
+import { ARCHIVE_HELP, type CommonOptions, EXIT, openReader, print, printJson } from './context.ts';
 import { describeEvent, describeRefusal, roomOutcome } from './describe.ts';
 import {
   type RoomReader,
+  reaching,
   readTarget,
   serverRoomReader,
-  UnreachableError,
   READ_URL_HELP as URL_HELP,
 } from './server.ts';
 import { renderTable } from './table.ts';
@@ -40,17 +32,6 @@ function roomReader(opts: CommonOptions & RemoteOption, since?: number): RoomRea
 function targeted<T extends CommonOptions & RemoteOption>(opts: T, cmd: Command): T {
   const target = readTarget(opts, cmd);
   return 'url' in target ? { ...opts, url: target.url } : { ...opts, url: undefined };
-}
-
-/** Runs a read against a server: one that cannot be reached is exit 4 with what to do. */
-async function reading(fn: () => Promise<number>): Promise<number> {
-  try {
-    return await fn();
-  } catch (err) {
-    if (!(err instanceof UnreachableError)) throw err;
-    note(`pdctl: ${err.message}`);
-    return EXIT.unreachable;
-  }
 }
 
 interface RoomsOptions extends CommonOptions, RemoteOption {
@@ -285,7 +266,7 @@ export function registerRoomCommands(
     .option('--archive <dir>', ARCHIVE_HELP)
     .action(async (opts: RoomsOptions, cmd: Command) => {
       const o = targeted(opts, cmd);
-      process.exitCode = await reading(() => roomsCommand(o));
+      process.exitCode = await reaching(null, () => roomsCommand(o));
     });
 
   journalOption(
@@ -308,7 +289,7 @@ export function registerRoomCommands(
           `"${given}" is neither a room id nor a request id (printable, no spaces, at most 128 characters)`,
         );
       const o = targeted(opts, cmd);
-      process.exitCode = await reading(() => roomCommand(id, o));
+      process.exitCode = await reaching(null, () => roomCommand(id, o));
     });
 }
 

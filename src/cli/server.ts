@@ -12,6 +12,7 @@ import type {
   TailFilter,
   Timeline,
 } from '../journal/store.ts';
+import { EXIT, note } from './context.ts';
 
 export const DEFAULT_URL = process.env.PDCTL_URL ?? 'http://127.0.0.1:8080';
 
@@ -47,6 +48,20 @@ export function readTarget(
 /** The server could not be reached, or answered with something that is not JSON. */
 export class UnreachableError extends Error {
   override name = 'UnreachableError';
+}
+
+/**
+ * Runs a command against a server: one that cannot be reached is exit 4, with what to do, after
+ * `pdctl` (and the command's name, when given).
+ */
+export async function reaching(name: string | null, fn: () => Promise<number>): Promise<number> {
+  try {
+    return await fn();
+  } catch (err) {
+    if (!(err instanceof UnreachableError)) throw err;
+    note(`pdctl${name ? ` ${name}` : ''}: ${err.message}`);
+    return EXIT.unreachable;
+  }
 }
 
 export interface ServerAnswer<T> {

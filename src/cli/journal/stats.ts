@@ -9,8 +9,8 @@ import {
   type StoredCheckpoint,
 } from '../../journal/store.ts';
 import { formatTs, parseTime } from '../../time.ts';
-import { type CommonOptions, EXIT, note, openReader, print, printJson } from '../context.ts';
-import { callServer, errorOf, UnreachableError } from '../server.ts';
+import { type CommonOptions, EXIT, openReader, print, printJson } from '../context.ts';
+import { callServer, errorOf, reaching } from '../server.ts';
 import { renderTable } from '../table.ts';
 
 export interface StatsOptions extends CommonOptions {
@@ -27,18 +27,13 @@ async function serverStats(opts: StatsOptions): Promise<number> {
     throw new UsageError(
       '--per-minute reads the journal itself: run it where the journal is (--journal PATH reads it beside a running serve)',
     );
-  let r: Awaited<ReturnType<typeof callServer<{ journal: JournalStats }>>>;
-  try {
-    r = await callServer<{ journal: JournalStats }>(opts.url as string, '/v1/stats');
-  } catch (err) {
-    if (!(err instanceof UnreachableError)) throw err;
-    note(`pdctl: ${err.message}`);
-    return EXIT.unreachable;
-  }
-  if (r.status !== 200) throw new UsageError(errorOf(r.status, r.body));
-  if (opts.json) printJson(r.body.journal);
-  else printCounts(r.body.journal, undefined);
-  return EXIT.ok;
+  return reaching(null, async () => {
+    const r = await callServer<{ journal: JournalStats }>(opts.url as string, '/v1/stats');
+    if (r.status !== 200) throw new UsageError(errorOf(r.status, r.body));
+    if (opts.json) printJson(r.body.journal);
+    else printCounts(r.body.journal, undefined);
+    return EXIT.ok;
+  });
 }
 
 export async function statsCommand(opts: StatsOptions): Promise<number> {

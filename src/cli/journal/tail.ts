@@ -6,7 +6,7 @@ import type { TailFilter } from '../../journal/store.ts';
 import { formatTs, parseTime } from '../../time.ts';
 import { type CommonOptions, EXIT, note, openReader, print } from '../context.ts';
 import { describeEvent } from '../describe.ts';
-import { streamLines, UnreachableError } from '../server.ts';
+import { reaching, streamLines, UnreachableError } from '../server.ts';
 
 function eventRow(e: JournalEvent): string {
   return [
@@ -77,15 +77,8 @@ export async function tailCommand(opts: TailOptions): Promise<number> {
   if (opts.since) filter.since = parseTime(opts.since);
   const emit = (e: JournalEvent) =>
     opts.json ? process.stdout.write(`${JSON.stringify(e)}\n`) : print(eventRow(e));
-  if (opts.url !== undefined) {
-    try {
-      return await tailServer(opts.url, filter, !!opts.follow, emit);
-    } catch (err) {
-      if (!(err instanceof UnreachableError)) throw err;
-      note(`pdctl: ${err.message}`);
-      return EXIT.unreachable;
-    }
-  }
+  const url = opts.url;
+  if (url !== undefined) return reaching(null, () => tailServer(url, filter, !!opts.follow, emit));
   if (opts.archive !== undefined && opts.follow)
     throw new UsageError(
       '--follow reads a live journal; an archive does not change: leave one out',
