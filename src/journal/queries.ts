@@ -176,6 +176,11 @@ export function tailMatcher(filter: TailFilter): (ev: JournalEvent) => boolean {
     (filter.requestId === undefined || refusalOf(ev, filter.requestId));
 }
 
+/** A string as an SQL literal (both backends quote alike). */
+function sqlText(s: string): string {
+  return `'${s.replaceAll("'", "''")}'`;
+}
+
 /**
  * Events by filter; rows come newest first when `newest` (reverse them). `listsRequest` is the
  * backend's test that an event's `requestIds` hold the one `?` parameter.
@@ -186,8 +191,13 @@ export function tailQuery(filter: TailFilter, listsRequest: string): Query & { n
   const params: Array<string | number> = [filter.afterSeq ?? 0];
   if (filter.type !== undefined) {
     const types = Array.isArray(filter.type) ? filter.type : [filter.type];
-    where.push(`type IN (${marks(types.length)})`);
-    params.push(...types);
+    // One type as a literal: a partial index of that type (events_refused) can serve it then,
+    // where a parameter leaves the planner a walk of every event from afterSeq on.
+    if (types.length === 1) where.push(`type = ${sqlText(types[0] as string)}`);
+    else {
+      where.push(`type IN (${marks(types.length)})`);
+      params.push(...types);
+    }
   }
   if (filter.room !== undefined) {
     where.push('room = ?');
@@ -202,8 +212,7 @@ export function tailQuery(filter: TailFilter, listsRequest: string): Query & { n
     params.push(filter.since);
   }
   if (filter.requestId !== undefined) {
-    // The type as a literal: that is what lets the partial index events_refused serve the query.
-    where.push(`type = 'request.refused'`, listsRequest);
+    where.push(`type = ${sqlText('request.refused')}`, listsRequest);
     params.push(filter.requestId);
   }
   const newest = (filter.order ?? 'newest') === 'newest';
