@@ -24,6 +24,7 @@ import {
   schemaVersion,
 } from '../src/journal/sqlite/migrate.ts';
 import { SqliteReader } from '../src/journal/sqlite/reader.ts';
+import { DEFAULT_STATE_DEADLINES_MS } from '../src/journal/states.ts';
 import { lifecycle } from './helpers/events.ts';
 import { tempDir } from './helpers/tmp.ts';
 
@@ -64,6 +65,23 @@ describe('migrations', () => {
         db.prepare(`UPDATE events SET event_id = 'id-' || seq || '-é' WHERE seq % 3 = 2`).run();
         db.close();
       }
+      if (m.version < 7) {
+        // Data of the shapes schema 7 splits into event_shared (the fixtures' rooms have none):
+        // the deadline table (the defaults, as the rooms' projection holds), and a bootstrap's pool
+        // and epoch in the order pdctl writes them — or, every other one, in an order a patch
+        // could not give back, which must stay whole.
+        const db = new Database(path);
+        db.prepare(
+          `UPDATE events SET data = json_set(data, '$.deadlinesMs', json(?)) WHERE type = 'room.created'`,
+        ).run(JSON.stringify(DEFAULT_STATE_DEADLINES_MS));
+        db.prepare(
+          `UPDATE events SET data = CASE WHEN seq % 2 = 0
+             THEN json_set(json_remove(data, '$.epoch'), '$.pool', '/pdctl-d0-1', '$.epoch', 5)
+             ELSE json_set(data, '$.pool', '/pdctl-d0-1') END
+           WHERE type = 'room.bootstrapped'`,
+        ).run();
+        db.close();
+      }
       const expected = JSON.parse(readFileSync(`${FIXTURES}${name}.json`, 'utf8'));
       // Event ids as the fixture holds them: text before schema 5 (its migration makes them keys).
       const raw = new Database(path, { readonly: true });
@@ -74,6 +92,8 @@ describe('migrations', () => {
         event_id: string | Buffer;
         source: string;
       }>;
+      const columns = 'SELECT seq, ts, type, room, engine, source, data FROM events ORDER BY seq';
+      const before = raw.prepare(columns).all();
       raw.close();
       const journal = await SqliteJournal.open({ path, create: false });
       try {
@@ -95,6 +115,19 @@ describe('migrations', () => {
           ]),
         );
         expect(new Set(read.map(([, id]) => id)).size).toBe(read.length);
+        // And every other column, text for text, as plain SQL reads it.
+        const after = new Database(path, { readonly: true });
+        expect(after.prepare(columns).all()).toEqual(before);
+        // Both kinds were there to keep: split rows, and bootstraps stored whole.
+        const kept = after
+          .prepare(
+            `SELECT count(e.shared) AS split, count(*) - count(e.shared) AS whole FROM event_rows e
+              JOIN event_names t ON t.id = e.type WHERE t.name = 'room.bootstrapped'`,
+          )
+          .get() as { split: number; whole: number };
+        after.close();
+        expect(kept.split).toBeGreaterThan(0);
+        if (m.version < 7) expect(kept.whole).toBeGreaterThan(0);
         // Schema 2's origin: every room takes its room.created's source; schema 3's request id,
         // its requestId (fixtures before schema 3 have none: null).
         const { rooms } = await journal.rooms({ limit: 10_000 });

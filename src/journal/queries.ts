@@ -177,47 +177,71 @@ export function tailMatcher(filter: TailFilter): (ev: JournalEvent) => boolean {
 }
 
 /** A string as an SQL literal (both backends quote alike). */
-function sqlText(s: string): string {
+export function sqlText(s: string): string {
   return `'${s.replaceAll("'", "''")}'`;
 }
 
-/**
- * Events by filter; rows come newest first when `newest` (reverse them). `listsRequest` is the
- * backend's test that an event's `requestIds` hold the one `?` parameter.
- */
-export function tailQuery(filter: TailFilter, listsRequest: string): Query & { newest: boolean } {
+/** How a backend's events are read and tested, for `tailQuery`. */
+export interface EventSql {
+  /** `SELECT … FROM …` giving the columns of `events`, with `seq`, `ts` and `data` as named here. */
+  select: string;
+  seq: string;
+  ts: string;
+  /**
+   * A test that an event's type is one of `types`, with the names as literals: a partial index of
+   * one type (events_refused) then serves it, where a parameter leaves the planner a walk of every
+   * event from afterSeq on.
+   */
+  typeIn(types: readonly string[]): string;
+  /** Tests against one `?` parameter: the event's room, its engine, a request id among its `requestIds`. */
+  roomIs: string;
+  engineIs: string;
+  listsRequest: string;
+}
+
+/** `events` as a table with every column of its own (PostgreSQL's). */
+export function plainEventSql(listsRequest: string): EventSql {
+  return {
+    select: 'SELECT * FROM events',
+    seq: 'seq',
+    ts: 'ts',
+    typeIn: (types) =>
+      types.length === 1
+        ? `type = ${sqlText(types[0] as string)}`
+        : `type IN (${types.map(sqlText).join(', ')})`,
+    roomIs: 'room = ?',
+    engineIs: 'engine = ?',
+    listsRequest,
+  };
+}
+
+/** Events by filter; rows come newest first when `newest` (reverse them). */
+export function tailQuery(filter: TailFilter, sql: EventSql): Query & { newest: boolean } {
   const limit = limitOf(filter.limit, 50);
-  const where: string[] = ['seq > ?'];
+  const where: string[] = [`${sql.seq} > ?`];
   const params: Array<string | number> = [filter.afterSeq ?? 0];
   if (filter.type !== undefined) {
-    const types = Array.isArray(filter.type) ? filter.type : [filter.type];
-    // One type as a literal: a partial index of that type (events_refused) can serve it then,
-    // where a parameter leaves the planner a walk of every event from afterSeq on.
-    if (types.length === 1) where.push(`type = ${sqlText(types[0] as string)}`);
-    else {
-      where.push(`type IN (${marks(types.length)})`);
-      params.push(...types);
-    }
+    where.push(sql.typeIn(Array.isArray(filter.type) ? filter.type : [filter.type]));
   }
   if (filter.room !== undefined) {
-    where.push('room = ?');
+    where.push(sql.roomIs);
     params.push(filter.room);
   }
   if (filter.engine !== undefined) {
-    where.push('engine = ?');
+    where.push(sql.engineIs);
     params.push(filter.engine);
   }
   if (filter.since !== undefined) {
-    where.push('ts >= ?');
+    where.push(`${sql.ts} >= ?`);
     params.push(filter.since);
   }
   if (filter.requestId !== undefined) {
-    where.push(`type = ${sqlText('request.refused')}`, listsRequest);
+    where.push(sql.typeIn(['request.refused']), sql.listsRequest);
     params.push(filter.requestId);
   }
   const newest = (filter.order ?? 'newest') === 'newest';
   return {
-    sql: `SELECT * FROM events WHERE ${where.join(' AND ')} ORDER BY seq ${newest ? 'DESC' : 'ASC'} LIMIT ?`,
+    sql: `${sql.select} WHERE ${where.join(' AND ')} ORDER BY ${sql.seq} ${newest ? 'DESC' : 'ASC'} LIMIT ?`,
     params: [...params, limit],
     newest,
   };

@@ -10,6 +10,7 @@ import {
   backlogSql,
   minuteCounts,
   perMinuteQuery,
+  plainEventSql,
   type Query,
   roomPage,
   roomsQuery,
@@ -52,8 +53,8 @@ import {
 import { classifyPgError, clientConfig, redactUrl } from './connect.ts';
 import { pgSchemaVersion } from './migrate.ts';
 
-/** An event's `requestIds` hold the parameter (tailQuery's `listsRequest`). */
-const LISTS_REQUEST = "(data::jsonb -> 'requestIds') @> jsonb_build_array(?::text)";
+/** PostgreSQL's `events` for tailQuery: a request id among an event's `requestIds` by jsonb containment. */
+const EVENTS = plainEventSql("(data::jsonb -> 'requestIds') @> jsonb_build_array(?::text)");
 
 /** `?` placeholders (the shared queries) as PostgreSQL's `$1, $2, …`. */
 export function numbered(sql: string): string {
@@ -177,7 +178,7 @@ export class PgReader implements JournalReader {
   }
 
   async tail<T extends EventType = EventType>(filter: TailFilter<T>): Promise<JournalEventOf<T>[]> {
-    const q = tailQuery(filter, LISTS_REQUEST);
+    const q = tailQuery(filter, EVENTS);
     const rows = await this.query<EventRow>(q);
     if (q.newest) rows.reverse();
     // Rows of the filter's types only: what rowToEvent made is that type's event.

@@ -18,21 +18,33 @@ import {
   rowToRoom,
 } from '../rows.ts';
 import type { CheckpointInput } from '../store.ts';
+import { storedData } from './event-rows.ts';
 
 /**
- * A room as the writer holds it: the projection, its row id (null until inserted), and the
- * version its row holds, so an update writes only the columns that changed.
+ * A room as the writer holds it: the projection, its row id (null until inserted), the version its
+ * row holds, so an update writes only the columns that changed, and its id in `event_rooms`.
  */
 interface Held {
   room: Room;
   id: number | null;
   stored: Room | null;
+  key: number;
 }
 
 export class BatchWriter {
   private readonly cache: RoomCache<Held>;
   private readonly insertEvent: Database.Statement;
   private readonly findEvent: Database.Statement;
+  /** Ids of `event_names` (types, sources, engines) committed, and those the open batch added. */
+  private readonly names = new Map<string, number>();
+  private batchNames = new Map<string, number>();
+  private readonly insertName: Database.Statement;
+  /** Ids of `event_shared` parts of data, committed and added by the open batch, by their JSON. */
+  private readonly shared = new Map<string, number>();
+  private batchShared = new Map<string, number>();
+  private readonly insertShared: Database.Statement;
+  private readonly findRoomKey: Database.Statement;
+  private readonly insertRoomKey: Database.Statement;
   private readonly loadRoom: Database.Statement;
   private readonly insertRoom: Database.Statement;
   /** UPDATE statements by the set of columns they change (a bit per MUTABLE_ROOM_FIELDS entry). */
@@ -47,9 +59,23 @@ export class BatchWriter {
   ) {
     this.cache = new RoomCache(options.roomCacheSize ?? 50_000);
     this.insertEvent = db.prepare(
-      `INSERT INTO events (ts, type, room, engine, source, event_id, data)
-       VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (event_id) DO NOTHING`,
+      `INSERT INTO event_rows (ts, type, room, engine, source, event_id, data, shared)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (event_id) DO NOTHING`,
     );
+    for (const { id, name } of db.prepare('SELECT id, name FROM event_names').all() as Array<{
+      id: number;
+      name: string;
+    }>)
+      this.names.set(name, id);
+    this.insertName = db.prepare('INSERT INTO event_names (name) VALUES (?)');
+    for (const { id, json } of db.prepare('SELECT id, json FROM event_shared').all() as Array<{
+      id: number;
+      json: string;
+    }>)
+      this.shared.set(json, id);
+    this.insertShared = db.prepare('INSERT INTO event_shared (json) VALUES (?)');
+    this.findRoomKey = db.prepare('SELECT id FROM event_rooms WHERE room = ?').pluck();
+    this.insertRoomKey = db.prepare('INSERT INTO event_rooms (room) VALUES (?)');
     // A rejection record stands for the event it refused: compare with that event's type.
     this.findEvent = db
       .prepare(
@@ -76,16 +102,52 @@ export class BatchWriter {
    */
   append(batch: PendingEvent[]): Outcome[] {
     this.overlay = new Map();
+    this.batchNames = new Map();
+    this.batchShared = new Map();
     try {
       const outcomes = this.applyTx(batch);
       for (const held of this.overlay.values()) {
         held.stored = held.room;
         this.cache.set(held.room.room, held);
       }
+      for (const [name, id] of this.batchNames) this.names.set(name, id);
+      for (const [json, id] of this.batchShared) this.shared.set(json, id);
       return outcomes;
     } finally {
       this.overlay = new Map();
+      this.batchNames = new Map();
+      this.batchShared = new Map();
     }
+  }
+
+  /** A shared part's id in `event_shared`, added inside the open batch if it is new. */
+  private sharedId(json: string): number {
+    let id = this.shared.get(json) ?? this.batchShared.get(json);
+    if (id === undefined) {
+      id = Number(this.insertShared.run(json).lastInsertRowid);
+      this.batchShared.set(json, id);
+    }
+    return id;
+  }
+
+  /** A name's id in `event_names`, added inside the open batch if it is new. */
+  private nameId(name: string): number {
+    let id = this.names.get(name) ?? this.batchNames.get(name);
+    if (id === undefined) {
+      id = Number(this.insertName.run(name).lastInsertRowid);
+      this.batchNames.set(name, id);
+    }
+    return id;
+  }
+
+  /**
+   * A room's id in `event_rooms`, added inside the open batch if it is new (a rolled-back batch
+   * takes it back with the rooms it held in its overlay, so no id outlives its row).
+   */
+  private roomKey(room: string, held: Held | null): number {
+    if (held !== null) return held.key;
+    const found = this.findRoomKey.get(room) as number | undefined;
+    return found ?? Number(this.insertRoomKey.run(room).lastInsertRowid);
   }
 
   /** Rooms changed by the batch being applied; merged into the cache only after COMMIT. */
@@ -97,26 +159,29 @@ export class BatchWriter {
     const row = this.loadRoom.get(room) as (RoomRow & { id: number }) | undefined;
     if (!row) return null;
     const loaded = rowToRoom(row);
-    return { room: loaded, id: row.id, stored: loaded };
+    return { room: loaded, id: row.id, stored: loaded, key: this.roomKey(room, null) };
   }
 
   private insert(
     ev: PendingEvent,
     type: string,
     data: unknown,
+    roomKey: number | null,
   ):
     | { seq: number; duplicate: false }
     | { seq: number; duplicate: true; rejected: boolean }
     | { seq: number; conflict: string } {
     const key = eventKey(ev.eventId, ev.source);
+    const stored = storedData(type, data);
     const info = this.insertEvent.run(
       ev.ts,
-      type,
-      ev.room,
-      ev.engine,
-      ev.source,
+      this.nameId(type),
+      roomKey,
+      ev.engine === null ? null : this.nameId(ev.engine),
+      this.nameId(ev.source),
       key,
-      JSON.stringify(data),
+      stored.data,
+      stored.shared === null ? null : this.sharedId(stored.shared),
     );
     if (info.changes === 1) return { seq: Number(info.lastInsertRowid), duplicate: false };
     const [seq, storedType, room, source, eventType] = this.findEvent.get(key) as [
@@ -141,14 +206,16 @@ export class BatchWriter {
     for (let i = 0; i < batch.length; i++) {
       const ev = batch[i] as PendingEvent;
       if (ev.room === null || !ev.type.startsWith('room.')) {
-        const r = this.insert(ev, ev.type, ev.data);
+        const roomKey = ev.room === null ? null : this.roomKey(ev.room, this.current(ev.room));
+        const r = this.insert(ev, ev.type, ev.data, roomKey);
         outcomes[i] = this.outcome(r, [0, r.seq, null]);
         continue;
       }
       const before = this.current(ev.room);
+      const roomKey = this.roomKey(ev.room, before);
       const result = reduce(before?.room ?? null, { ...ev, seq: 0 });
       if (result.ok) {
-        const r = this.insert(ev, ev.type, ev.data);
+        const r = this.insert(ev, ev.type, ev.data, roomKey);
         if ('conflict' in r || r.duplicate) {
           outcomes[i] = this.outcome(r, [0, r.seq, null]);
         } else {
@@ -157,13 +224,14 @@ export class BatchWriter {
             room: result.room,
             id: before?.id ?? null,
             stored: before?.stored ?? null,
+            key: roomKey,
           });
           outcomes[i] = [0, r.seq, result.room.state];
         }
         continue;
       }
       const record = rejectionData(ev, result.reason, result.state);
-      const r = this.insert(ev, 'room.event_rejected', record);
+      const r = this.insert(ev, 'room.event_rejected', record, roomKey);
       outcomes[i] = this.outcome(r, [1, r.seq, result.reason, result.state, result.detail]);
     }
     for (const held of this.overlay.values()) {
@@ -270,13 +338,19 @@ export class BatchWriter {
         `SELECT room FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?
          ORDER BY terminal_at LIMIT ?`,
       ),
-      delEvents: this.db.prepare('DELETE FROM events WHERE room = ?'),
+      // A room's last event takes its `event_rooms` id with it (trigger event_rooms_unused).
+      delEvents: this.db.prepare(
+        'DELETE FROM event_rows WHERE room = (SELECT id FROM event_rooms WHERE room = ?)',
+      ),
       delRoom: this.db.prepare('DELETE FROM rooms WHERE room = ? AND terminal_at IS NOT NULL'),
-      newer: this.db.prepare('SELECT 1 FROM events WHERE room = ? AND seq > ? LIMIT 1'),
-      delSeq: this.db.prepare('DELETE FROM events WHERE seq = ?'),
+      newer: this.db.prepare(
+        `SELECT 1 FROM event_rows WHERE room = (SELECT id FROM event_rooms WHERE room = ?)
+           AND seq > ? LIMIT 1`,
+      ),
+      delSeq: this.db.prepare('DELETE FROM event_rows WHERE seq = ?'),
       // Rejection records of rooms that never existed have a room but no row: they go too.
       delOthers: this.db.prepare(
-        `DELETE FROM events WHERE seq IN (
+        `DELETE FROM event_rows WHERE seq IN (
            SELECT seq FROM events e WHERE ts < ? AND type NOT IN (${keptTypes()})
              AND (room IS NULL OR NOT EXISTS (SELECT 1 FROM rooms r WHERE r.room = e.room))
            ORDER BY ts LIMIT ?)`,

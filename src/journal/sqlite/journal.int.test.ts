@@ -156,14 +156,15 @@ describe('SqliteJournal when the disk is full', () => {
         await j.limitPagesForDrill(pages);
         let failure: unknown = null;
         let round = 0;
-        // Big payloads until a commit needs a page it cannot have.
+        // Big payloads until a commit needs a page it cannot have; each round's source is a name
+        // event_names has not seen, so the failed batch added one and took it back.
         while (!failure && round < 200) {
           failure = await Promise.all(
             rooms.map((r) =>
               j.append({
                 type: 'room.abort_requested',
                 room: r,
-                source: 'test',
+                source: `test-${round}`,
                 data: { reason: `x${round}`.padEnd(400, 'x') },
               }),
             ),
@@ -179,16 +180,20 @@ describe('SqliteJournal when the disk is full', () => {
         await j.limitPagesForDrill(null);
         // The writer's room cache must match the database: the failed batch changed nothing. An
         // abort request now must keep the first committed one's reason, as the fold does.
+        // The failed round's source again: its name's id from the failed batch must not be reused.
+        const failedSource = `test-${round - 1}`;
         await Promise.all(
           rooms.map((r) =>
             j.append({
               type: 'room.abort_requested',
               room: r,
-              source: 'test',
+              source: failedSource,
               data: { reason: 'after' },
             }),
           ),
         );
+        const last = (await j.timeline(rooms[0] as string)).events.at(-1);
+        expect(last).toMatchObject({ type: 'room.abort_requested', source: failedSource });
         for (const r of rooms) {
           expect(
             await j.append({
@@ -207,6 +212,52 @@ describe('SqliteJournal when the disk is full', () => {
       }
     },
   );
+});
+
+describe('SqliteJournal compact rows (schema 7)', () => {
+  it('reads events with their names through the view, and verify finds an id that names nothing', async () => {
+    const j = await fresh();
+    const path = j.path;
+    try {
+      await j.append(created('named-room'));
+      await j.append({
+        type: 'room.bootstrap_started',
+        room: 'named-room',
+        engine: 'odd-engine',
+        source: 'odd',
+        data: {},
+      });
+      const raw = new Database(path, { readonly: true });
+      const [row] = raw
+        .prepare(
+          "SELECT type, room, engine, source FROM events WHERE room = 'named-room' ORDER BY seq",
+        )
+        .all() as Array<Record<string, unknown>>;
+      raw.close();
+      expect(row).toMatchObject({ type: 'room.created', room: 'named-room', source: 'test' });
+      expect((await j.tail({ engine: 'odd-engine' })).map((e) => e.source)).toEqual(['odd']);
+      expect((await j.verify()).ok).toBe(true);
+    } finally {
+      await j.drain();
+    }
+    const db = new Database(path);
+    db.prepare("DELETE FROM event_names WHERE name = 'odd'").run();
+    db.prepare("INSERT INTO event_rooms (room) VALUES ('no-events')").run();
+    db.close();
+    const again = await SqliteJournal.open({ path });
+    try {
+      const report = await again.verify();
+      expect(report.ok).toBe(false);
+      expect(report.problems).toEqual(
+        expect.arrayContaining([
+          '1 events refer to a name, room or shared part that event_names, event_rooms or event_shared lacks',
+          '1 rooms of event_rooms have no event',
+        ]),
+      );
+    } finally {
+      await again.drain();
+    }
+  });
 });
 
 describe('SqliteJournal file modes', () => {

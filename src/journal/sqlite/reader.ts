@@ -10,6 +10,7 @@ import { keptTypes } from '../prune.ts';
 import {
   backlogParams,
   backlogSql,
+  type EventSql,
   minuteCounts,
   perMinuteQuery,
   roomPage,
@@ -41,19 +42,19 @@ import type {
   Timeline,
   VerifyReport,
 } from '../store.ts';
+import { eventRowsSql, REFUSED_NAME_ID } from './event-rows.ts';
 import { classifySqliteError, openDatabase } from './open.ts';
 import { verifyJournal } from './verify.ts';
-
-/** An event's `requestIds` hold the parameter (tailQuery's `listsRequest`). */
-const LISTS_REQUEST = "EXISTS (SELECT 1 FROM json_each(data, '$.requestIds') WHERE value = ?)";
 
 export class SqliteReader implements JournalReader {
   readonly path: string;
   protected readonly db: Database.Database;
+  private readonly events: EventSql;
 
   constructor(path: string, db?: Database.Database) {
     this.path = path;
     this.db = db ?? openDatabase({ path, readonly: true });
+    this.events = eventRowsSql(this.db);
   }
 
   /**
@@ -87,7 +88,7 @@ export class SqliteReader implements JournalReader {
   ): Promise<EngineBacklog> {
     return this.read(() => {
       const headSeq = this.db
-        .prepare('SELECT coalesce(max(seq), 0) FROM events')
+        .prepare('SELECT coalesce(max(seq), 0) FROM event_rows')
         .pluck()
         .get() as number;
       const rows = this.db
@@ -111,7 +112,7 @@ export class SqliteReader implements JournalReader {
 
   headSeq(): Promise<number> {
     return this.read(
-      () => this.db.prepare('SELECT coalesce(max(seq), 0) FROM events').pluck().get() as number,
+      () => this.db.prepare('SELECT coalesce(max(seq), 0) FROM event_rows').pluck().get() as number,
     );
   }
 
@@ -143,7 +144,7 @@ export class SqliteReader implements JournalReader {
   }
 
   tailSync(filter: TailFilter): JournalEvent[] {
-    const q = tailQuery(filter, LISTS_REQUEST);
+    const q = tailQuery(filter, this.events);
     const rows = this.db.prepare(q.sql).all(...q.params) as EventRow[];
     if (q.newest) rows.reverse();
     return rows.map(rowToEvent);
@@ -158,11 +159,11 @@ export class SqliteReader implements JournalReader {
     return this.read(() => {
       const db = this.db;
       const ev = db
-        .prepare('SELECT count(*) AS n, min(seq) AS a, max(seq) AS b FROM events')
+        .prepare('SELECT count(*) AS n, min(seq) AS a, max(seq) AS b FROM event_rows')
         .get() as { n: number; a: number | null; b: number | null };
       // Separate statements so that each min/max is one probe of the ts index.
-      const first = db.prepare('SELECT min(ts) FROM events').pluck().get() as number | null;
-      const last = db.prepare('SELECT max(ts) FROM events').pluck().get() as number | null;
+      const first = db.prepare('SELECT min(ts) FROM event_rows').pluck().get() as number | null;
+      const last = db.prepare('SELECT max(ts) FROM event_rows').pluck().get() as number | null;
       const byState: Partial<Record<RoomState, number>> = {};
       let rooms = 0;
       for (const r of db
@@ -187,7 +188,10 @@ export class SqliteReader implements JournalReader {
       const eventsByType = Object.fromEntries(
         (
           db
-            .prepare('SELECT type, count(*) AS n FROM events GROUP BY type ORDER BY n DESC')
+            .prepare(
+              `SELECT t.name AS type, count(*) AS n FROM event_rows e
+                 JOIN event_names t ON t.id = e.type GROUP BY e.type ORDER BY n DESC`,
+            )
             .all() as Array<{
             type: string;
             n: number;
@@ -222,7 +226,7 @@ export class SqliteReader implements JournalReader {
             db
               .prepare(
                 `SELECT json_extract(data, '$.reason') AS reason, sum(json_extract(data, '$.count')) AS n
-                   FROM events WHERE type = 'request.refused' GROUP BY reason ORDER BY n DESC`,
+                   FROM event_rows WHERE type = ${REFUSED_NAME_ID} GROUP BY reason ORDER BY n DESC`,
               )
               .all() as Array<{ reason: string; n: number }>
           ).map((r) => [r.reason, r.n]),
@@ -252,7 +256,7 @@ export class SqliteReader implements JournalReader {
       ).map(rowToRoom);
       const byRoom = this.db.prepare('SELECT * FROM events WHERE room = ? ORDER BY seq');
       const events = rooms.flatMap((r) => (byRoom.all(r.room) as EventRow[]).map(rowToEvent));
-      const upToSeq = this.db.prepare('SELECT coalesce(max(seq), 0) FROM events').pluck().get();
+      const upToSeq = this.db.prepare('SELECT coalesce(max(seq), 0) FROM event_rows').pluck().get();
       return { chunk: { rooms, events }, upToSeq: upToSeq as number };
     });
   }

@@ -37,13 +37,14 @@ export function verifyJournal(db: Database.Database): VerifyReport {
   if (integrity !== 'ok') problems.push(`integrity_check: ${integrity}`);
 
   const sequence = db
-    .prepare("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
+    .prepare("SELECT seq FROM sqlite_sequence WHERE name = 'event_rows'")
     .pluck()
     .get() as number | undefined;
-  const maxSeq = db.prepare('SELECT coalesce(max(seq), 0) FROM events').pluck().get() as number;
+  const maxSeq = db.prepare('SELECT coalesce(max(seq), 0) FROM event_rows').pluck().get() as number;
   if (sequence !== undefined && sequence < maxSeq) {
     problems.push(`sqlite_sequence (${sequence}) is behind the newest seq (${maxSeq})`);
   }
+  problems.push(...referenceProblems(db));
   const cursors = db.prepare('SELECT name, seq FROM consumers').all() as Array<{
     name: string;
     seq: number;
@@ -56,4 +57,34 @@ export function verifyJournal(db: Database.Database): VerifyReport {
     check.row(row);
   }
   return check.report(integrity, problems, started);
+}
+
+/** Every id in `event_rows` names a row of its table (schema 7), and every room id is used. */
+function referenceProblems(db: Database.Database): string[] {
+  const problems: string[] = [];
+  const dangling = db
+    .prepare(
+      `SELECT count(*) FROM event_rows e
+        WHERE NOT EXISTS (SELECT 1 FROM event_names WHERE id = e.type)
+           OR NOT EXISTS (SELECT 1 FROM event_names WHERE id = e.source)
+           OR (e.engine IS NOT NULL AND NOT EXISTS (SELECT 1 FROM event_names WHERE id = e.engine))
+           OR (e.room IS NOT NULL AND NOT EXISTS (SELECT 1 FROM event_rooms WHERE id = e.room))
+           OR (e.shared IS NOT NULL AND NOT EXISTS (SELECT 1 FROM event_shared WHERE id = e.shared))`,
+    )
+    .pluck()
+    .get() as number;
+  if (dangling > 0) {
+    problems.push(
+      `${dangling} events refer to a name, room or shared part that event_names, event_rooms or event_shared lacks`,
+    );
+  }
+  const unused = db
+    .prepare(
+      `SELECT count(*) FROM event_rooms r
+        WHERE NOT EXISTS (SELECT 1 FROM event_rows WHERE room = r.id)`,
+    )
+    .pluck()
+    .get() as number;
+  if (unused > 0) problems.push(`${unused} rooms of event_rooms have no event`);
+  return problems;
 }

@@ -27,7 +27,10 @@ export function openWriter(init: WriterInit): OpenedWriter {
     // Checkpoints (which fsync) are run by the checkpointer thread, not inside a commit here.
     db.pragma('wal_autocheckpoint = 0');
   }
-  const headSeq = db.prepare('SELECT coalesce(max(seq), 0) FROM events').pluck().get() as number;
+  const headSeq = db
+    .prepare('SELECT coalesce(max(seq), 0) FROM event_rows')
+    .pluck()
+    .get() as number;
   return {
     db,
     writer: new BatchWriter(db, { roomCacheSize: init.roomCacheSize }),
