@@ -234,6 +234,7 @@ describe('pdctl on a synthetic journal', () => {
     const stats = json<{
       failuresByReason: Record<string, number>;
       rooms: number;
+      fileBytes: number;
       stateCheckpoint: unknown;
     }>((await pdctl(['journal', 'stats', ...J, '--json'])).stdout);
     // Written by synth, never served: no control plane checkpointed its state.
@@ -255,6 +256,8 @@ describe('pdctl on a synthetic journal', () => {
     expect(human.stdout).toMatch(/rooms by state/);
     expect(human.stdout).toMatch(/per minute/);
     expect(human.stdout).toMatch(/checkpoint {2}none: a control plane starting on it folds/);
+    // What to size a disk by: the file over its rooms.
+    expect(human.stdout).toContain(`, ${Math.round(stats.fileBytes / stats.rooms)} bytes a room)`);
   });
 
   it('leaves the health canary out of room listings unless asked, and says so', async () => {

@@ -204,7 +204,9 @@ describe('the openai client against pdctl serve', () => {
     const stats = await pdctl(['journal', 'stats', '--url', s.url]);
     expect(stats.code, stats.stderr).toBe(0);
     const head = stats.stdout.split('\n')[0] as string;
-    expect(head).toMatch(/^journal {5}\/\S+journal\.db \(schema \d+, [\d.]+ MiB\)$/);
+    expect(head).toMatch(
+      /^journal {5}\/\S+journal\.db \(schema \d+, [\d.]+ MiB, \d+ bytes a room\)$/,
+    );
     expect(stats.stdout).toMatch(/^checkpoint {2}not read through a server/m);
     expect(stats.stdout).toMatch(/^aborts by reason\n/m);
     const viaEnv = await pdctl(['journal', 'stats'], {

@@ -95,8 +95,10 @@ export async function statsCommand(opts: StatsOptions): Promise<number> {
 
 /** The counts as `journal stats` prints them; `cp` undefined: not known (read through a server). */
 function printCounts(s: JournalStats, cp: StoredCheckpoint | null | undefined): void {
+  // The file over its rooms: what to size a disk by for a retention horizon (journal.md, Retention).
+  const perRoom = s.rooms > 0 ? `, ${Math.round(s.fileBytes / s.rooms)} bytes a room` : '';
   print(
-    `journal     ${s.path} (schema ${s.schemaVersion}, ${(s.fileBytes / 1048576).toFixed(1)} MiB)`,
+    `journal     ${s.path} (schema ${s.schemaVersion}, ${(s.fileBytes / 1048576).toFixed(1)} MiB${perRoom})`,
   );
   print(`events      ${s.events}${s.firstSeq !== null ? `, seq ${s.firstSeq}..${s.lastSeq}` : ''}`);
   print(`time span   ${formatTs(s.firstTs)} .. ${formatTs(s.lastTs)}`);
