@@ -18,7 +18,7 @@ import {
   rowToRoom,
 } from '../rows.ts';
 import type { CheckpointInput } from '../store.ts';
-import { storedData } from './event-rows.ts';
+import { IdTable, storedData } from './event-rows.ts';
 
 /**
  * A room as the writer holds it: the projection, its row id (null until inserted), the version its
@@ -28,21 +28,16 @@ interface Held {
   room: Room;
   id: number | null;
   stored: Room | null;
-  key: number;
+  key: number | undefined;
 }
 
 export class BatchWriter {
   private readonly cache: RoomCache<Held>;
   private readonly insertEvent: Database.Statement;
   private readonly findEvent: Database.Statement;
-  /** Ids of `event_names` (types, sources, engines) committed, and those the open batch added. */
-  private readonly names = new Map<string, number>();
-  private batchNames = new Map<string, number>();
-  private readonly insertName: Database.Statement;
-  /** Ids of `event_shared` parts of data, committed and added by the open batch, by their JSON. */
-  private readonly shared = new Map<string, number>();
-  private batchShared = new Map<string, number>();
-  private readonly insertShared: Database.Statement;
+  /** Types, sources and engines (`event_names`), and the shared parts of data (`event_shared`). */
+  private readonly names: IdTable;
+  private readonly shared: IdTable;
   private readonly findRoomKey: Database.Statement;
   private readonly insertRoomKey: Database.Statement;
   private readonly loadRoom: Database.Statement;
@@ -62,18 +57,8 @@ export class BatchWriter {
       `INSERT INTO event_rows (ts, type, room, engine, source, event_id, data, shared)
        VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (event_id) DO NOTHING`,
     );
-    for (const { id, name } of db.prepare('SELECT id, name FROM event_names').all() as Array<{
-      id: number;
-      name: string;
-    }>)
-      this.names.set(name, id);
-    this.insertName = db.prepare('INSERT INTO event_names (name) VALUES (?)');
-    for (const { id, json } of db.prepare('SELECT id, json FROM event_shared').all() as Array<{
-      id: number;
-      json: string;
-    }>)
-      this.shared.set(json, id);
-    this.insertShared = db.prepare('INSERT INTO event_shared (json) VALUES (?)');
+    this.names = new IdTable(db, 'event_names', 'name');
+    this.shared = new IdTable(db, 'event_shared', 'json');
     this.findRoomKey = db.prepare('SELECT id FROM event_rooms WHERE room = ?').pluck();
     this.insertRoomKey = db.prepare('INSERT INTO event_rooms (room) VALUES (?)');
     // A rejection record stands for the event it refused: compare with that event's type.
@@ -102,52 +87,20 @@ export class BatchWriter {
    */
   append(batch: PendingEvent[]): Outcome[] {
     this.overlay = new Map();
-    this.batchNames = new Map();
-    this.batchShared = new Map();
     try {
       const outcomes = this.applyTx(batch);
       for (const held of this.overlay.values()) {
         held.stored = held.room;
         this.cache.set(held.room.room, held);
       }
-      for (const [name, id] of this.batchNames) this.names.set(name, id);
-      for (const [json, id] of this.batchShared) this.shared.set(json, id);
+      this.names.commit();
+      this.shared.commit();
       return outcomes;
     } finally {
       this.overlay = new Map();
-      this.batchNames = new Map();
-      this.batchShared = new Map();
+      this.names.rollback();
+      this.shared.rollback();
     }
-  }
-
-  /** A shared part's id in `event_shared`, added inside the open batch if it is new. */
-  private sharedId(json: string): number {
-    let id = this.shared.get(json) ?? this.batchShared.get(json);
-    if (id === undefined) {
-      id = Number(this.insertShared.run(json).lastInsertRowid);
-      this.batchShared.set(json, id);
-    }
-    return id;
-  }
-
-  /** A name's id in `event_names`, added inside the open batch if it is new. */
-  private nameId(name: string): number {
-    let id = this.names.get(name) ?? this.batchNames.get(name);
-    if (id === undefined) {
-      id = Number(this.insertName.run(name).lastInsertRowid);
-      this.batchNames.set(name, id);
-    }
-    return id;
-  }
-
-  /**
-   * A room's id in `event_rooms`, added inside the open batch if it is new (a rolled-back batch
-   * takes it back with the rooms it held in its overlay, so no id outlives its row).
-   */
-  private roomKey(room: string, held: Held | null): number {
-    if (held !== null) return held.key;
-    const found = this.findRoomKey.get(room) as number | undefined;
-    return found ?? Number(this.insertRoomKey.run(room).lastInsertRowid);
   }
 
   /** Rooms changed by the batch being applied; merged into the cache only after COMMIT. */
@@ -159,31 +112,55 @@ export class BatchWriter {
     const row = this.loadRoom.get(room) as (RoomRow & { id: number }) | undefined;
     if (!row) return null;
     const loaded = rowToRoom(row);
-    return { room: loaded, id: row.id, stored: loaded, key: this.roomKey(room, null) };
+    return { room: loaded, id: row.id, stored: loaded, key: undefined };
   }
 
+  /**
+   * Inserts the event unless its id is stored; `held` is its room as the writer holds it, if it
+   * does. The room's id in `event_rooms` is made for a room that has none yet — but not for a
+   * retry, which would leave an id that no event names (a rolled-back batch takes back the ids it
+   * made, with the rooms its overlay held).
+   */
   private insert(
     ev: PendingEvent,
     type: string,
     data: unknown,
-    roomKey: number | null,
+    held: Held | null,
   ):
-    | { seq: number; duplicate: false }
+    | { seq: number; duplicate: false; roomKey: number | null }
     | { seq: number; duplicate: true; rejected: boolean }
     | { seq: number; conflict: string } {
     const key = eventKey(ev.eventId, ev.source);
+    let roomKey: number | null | undefined = null;
+    if (ev.room !== null) {
+      roomKey = held?.key ?? (this.findRoomKey.get(ev.room) as number | undefined);
+      if (roomKey === undefined) {
+        if (this.findEvent.get(key) !== undefined) return this.stored(ev, key);
+        roomKey = Number(this.insertRoomKey.run(ev.room).lastInsertRowid);
+      }
+    }
     const stored = storedData(type, data);
     const info = this.insertEvent.run(
       ev.ts,
-      this.nameId(type),
+      this.names.id(type),
       roomKey,
-      ev.engine === null ? null : this.nameId(ev.engine),
-      this.nameId(ev.source),
+      ev.engine === null ? null : this.names.id(ev.engine),
+      this.names.id(ev.source),
       key,
       stored.data,
-      stored.shared === null ? null : this.sharedId(stored.shared),
+      stored.shared === null ? null : this.shared.id(stored.shared),
     );
-    if (info.changes === 1) return { seq: Number(info.lastInsertRowid), duplicate: false };
+    if (info.changes === 1) {
+      return { seq: Number(info.lastInsertRowid), duplicate: false, roomKey };
+    }
+    return this.stored(ev, key);
+  }
+
+  /** The answer to an event whose id is stored: a duplicate of it, or a conflict with it. */
+  private stored(
+    ev: PendingEvent,
+    key: Buffer,
+  ): { seq: number; duplicate: true; rejected: boolean } | { seq: number; conflict: string } {
     const [seq, storedType, room, source, eventType] = this.findEvent.get(key) as [
       number,
       string,
@@ -206,16 +183,19 @@ export class BatchWriter {
     for (let i = 0; i < batch.length; i++) {
       const ev = batch[i] as PendingEvent;
       if (ev.room === null || !ev.type.startsWith('room.')) {
-        const roomKey = ev.room === null ? null : this.roomKey(ev.room, this.current(ev.room));
-        const r = this.insert(ev, ev.type, ev.data, roomKey);
+        const r = this.insert(
+          ev,
+          ev.type,
+          ev.data,
+          ev.room === null ? null : this.current(ev.room),
+        );
         outcomes[i] = this.outcome(r, [0, r.seq, null]);
         continue;
       }
       const before = this.current(ev.room);
-      const roomKey = this.roomKey(ev.room, before);
       const result = reduce(before?.room ?? null, { ...ev, seq: 0 });
       if (result.ok) {
-        const r = this.insert(ev, ev.type, ev.data, roomKey);
+        const r = this.insert(ev, ev.type, ev.data, before);
         if ('conflict' in r || r.duplicate) {
           outcomes[i] = this.outcome(r, [0, r.seq, null]);
         } else {
@@ -224,14 +204,14 @@ export class BatchWriter {
             room: result.room,
             id: before?.id ?? null,
             stored: before?.stored ?? null,
-            key: roomKey,
+            key: r.roomKey ?? undefined,
           });
           outcomes[i] = [0, r.seq, result.room.state];
         }
         continue;
       }
       const record = rejectionData(ev, result.reason, result.state);
-      const r = this.insert(ev, 'room.event_rejected', record, roomKey);
+      const r = this.insert(ev, 'room.event_rejected', record, before);
       outcomes[i] = this.outcome(r, [1, r.seq, result.reason, result.state, result.detail]);
     }
     for (const held of this.overlay.values()) {

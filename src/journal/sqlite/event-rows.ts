@@ -28,6 +28,45 @@ function nameIds(db: Database.Database, names: readonly string[]): string[] {
   return names.map((n) => String((find.get(n) as number | undefined) ?? 0));
 }
 
+/**
+ * The ids of a table of values stored once (`event_names`, `event_shared`): those committed, and
+ * those the open batch added, which a rolled-back batch takes back.
+ */
+export class IdTable {
+  private readonly committed = new Map<string, number>();
+  private added = new Map<string, number>();
+  private readonly insert: Database.Statement;
+
+  constructor(db: Database.Database, table: 'event_names' | 'event_shared', column: string) {
+    const rows = db.prepare(`SELECT id, ${column} FROM ${table}`).raw().all() as Array<
+      [number, string]
+    >;
+    for (const [id, value] of rows) this.committed.set(value, id);
+    this.insert = db.prepare(`INSERT INTO ${table} (${column}) VALUES (?)`);
+  }
+
+  /** The value's id, inserted inside the open transaction if it is new. */
+  id(value: string): number {
+    let id = this.committed.get(value) ?? this.added.get(value);
+    if (id === undefined) {
+      id = Number(this.insert.run(value).lastInsertRowid);
+      this.added.set(value, id);
+    }
+    return id;
+  }
+
+  /** After COMMIT: what the batch added is stored. */
+  commit(): void {
+    for (const [value, id] of this.added) this.committed.set(value, id);
+    this.added = new Map();
+  }
+
+  /** After a ROLLBACK (or a commit already merged): nothing the batch added stands. */
+  rollback(): void {
+    this.added = new Map();
+  }
+}
+
 /** `tailQuery`'s view of event_rows on this database: types by id, rooms and engines by name. */
 export function eventRowsSql(db: Database.Database): EventSql {
   return {

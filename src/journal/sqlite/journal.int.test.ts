@@ -235,6 +235,12 @@ describe('SqliteJournal compact rows (schema 7)', () => {
         .all() as Array<Record<string, unknown>>;
       raw.close();
       expect(row).toMatchObject({ type: 'room.created', room: 'named-room', source: 'test' });
+      // A taken id naming a room the journal never had is refused, and leaves no id for that room.
+      await j.append({ ...created('id-room'), eventId: 'taken-id' });
+      expect(await j.append({ ...created('other-room'), eventId: 'taken-id' })).toMatchObject({
+        status: 'rejected',
+        reason: 'event_id_conflict',
+      });
       expect((await j.tail({ engine: 'odd-engine' })).map((e) => e.source)).toEqual(['odd']);
       expect((await j.verify()).ok).toBe(true);
     } finally {
