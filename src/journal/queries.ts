@@ -177,7 +177,7 @@ export function tailMatcher(filter: TailFilter): (ev: JournalEvent) => boolean {
 }
 
 /** A string as an SQL literal (both backends quote alike). */
-export function sqlText(s: string): string {
+function sqlText(s: string): string {
   return `'${s.replaceAll("'", "''")}'`;
 }
 
