@@ -28,6 +28,25 @@ function nameIds(db: Database.Database, names: readonly string[]): string[] {
   return names.map((n) => String((find.get(n) as number | undefined) ?? 0));
 }
 
+/** Not a rejection record (`IS NOT`: true as well where the journal never stored one). */
+const NOT_REJECTED =
+  "e.type IS NOT (SELECT id FROM event_names WHERE name = 'room.event_rejected')";
+
+/**
+ * queries.ts `backlogSql` on event_rows, with the same parameters (`backlogParams`): rooms reached
+ * by their ids, so the planner walks the engine's rooms' events, not every event through the view.
+ */
+export function backlogOnRows(liveOnly: boolean): string {
+  return liveOnly
+    ? `${EVENT_SELECT}
+       WHERE e.room IN (SELECT k.id FROM rooms x JOIN event_rooms k ON k.room = x.room
+                         WHERE x.deadline_at IS NOT NULL AND (x.prefill_engine = ? OR x.decode_engine = ?))
+         AND ${NOT_REJECTED} AND e.seq <= ? ORDER BY e.seq`
+    : `${EVENT_SELECT} JOIN rooms x ON x.room = r.room
+       WHERE e.seq > ? AND e.seq <= ? AND (x.prefill_engine = ? OR x.decode_engine = ?)
+         AND ${NOT_REJECTED} ORDER BY e.seq`;
+}
+
 /**
  * The ids of a table of values stored once (`event_names`, `event_shared`): those committed, and
  * those the open batch added, which a rolled-back batch takes back.

@@ -9,7 +9,6 @@ import type { EventType, JournalEvent, JournalEventOf } from '../events.ts';
 import { keptTypes } from '../prune.ts';
 import {
   backlogParams,
-  backlogSql,
   type EventSql,
   minuteCounts,
   perMinuteQuery,
@@ -42,7 +41,7 @@ import type {
   Timeline,
   VerifyReport,
 } from '../store.ts';
-import { eventRowsSql, REFUSED_NAME_ID } from './event-rows.ts';
+import { backlogOnRows, eventRowsSql, REFUSED_NAME_ID } from './event-rows.ts';
 import { classifySqliteError, openDatabase } from './open.ts';
 import { verifyJournal } from './verify.ts';
 
@@ -92,7 +91,7 @@ export class SqliteReader implements JournalReader {
         .pluck()
         .get() as number;
       const rows = this.db
-        .prepare(backlogSql(liveOnly))
+        .prepare(backlogOnRows(liveOnly))
         .all(...backlogParams(engine, afterSeq, headSeq, liveOnly)) as EventRow[];
       return { events: rows.map(rowToEvent), headSeq };
     });
@@ -293,8 +292,9 @@ export class SqliteReader implements JournalReader {
         this.db
           .prepare(
             `SELECT count(*) AS rooms,
-                (SELECT count(*) FROM events WHERE room IN
-                   (SELECT room FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?)) AS events,
+                (SELECT count(*) FROM event_rows WHERE room IN
+                   (SELECT k.id FROM rooms x JOIN event_rooms k ON k.room = x.room
+                     WHERE x.terminal_at IS NOT NULL AND x.terminal_at < ?)) AS events,
                 (SELECT count(*) FROM events e WHERE ts < ? AND type NOT IN (${keptTypes()})
                    AND (room IS NULL OR NOT EXISTS (SELECT 1 FROM rooms r WHERE r.room = e.room))) AS otherEvents
          FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?`,
