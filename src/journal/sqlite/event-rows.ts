@@ -22,12 +22,6 @@ export const EVENT_SELECT = `SELECT e.seq, e.ts, t.name AS type, r.room AS room,
   LEFT JOIN event_names g ON g.id = e.engine
   LEFT JOIN event_names s ON s.id = e.source`;
 
-/** A name's id as an SQL literal; 0 (no id) for a name the journal never stored. */
-function nameIds(db: Database.Database, names: readonly string[]): string[] {
-  const find = db.prepare('SELECT id FROM event_names WHERE name = ?').pluck();
-  return names.map((n) => String((find.get(n) as number | undefined) ?? 0));
-}
-
 /** Not a rejection record (`IS NOT`: true as well where the journal never stored one). */
 const NOT_REJECTED =
   "e.type IS NOT (SELECT id FROM event_names WHERE name = 'room.event_rejected')";
@@ -88,12 +82,16 @@ export class IdTable {
 
 /** `tailQuery`'s view of event_rows on this database: types by id, rooms and engines by name. */
 export function eventRowsSql(db: Database.Database): EventSql {
+  const find = db.prepare('SELECT id FROM event_names WHERE name = ?').pluck();
+  // Each name's id as an SQL literal; 0 (no id) for a name the journal never stored.
+  const idsOf = (names: readonly string[]) =>
+    names.map((n) => String((find.get(n) as number | undefined) ?? 0));
   return {
     select: EVENT_SELECT,
     seq: 'e.seq',
     ts: 'e.ts',
     typeIn: (types) => {
-      const ids = nameIds(db, types);
+      const ids = idsOf(types);
       return ids.length === 1 ? `e.type = ${ids[0]}` : `e.type IN (${ids.join(', ')})`;
     },
     roomIs: 'e.room = (SELECT id FROM event_rooms WHERE room = ?)',
