@@ -106,8 +106,13 @@ export class BatchWriter {
   /** Rooms changed by the batch being applied; merged into the cache only after COMMIT. */
   private overlay = new Map<string, Held>();
 
+  /** The room as the writer holds it in memory (this batch's overlay, then the cache), if it does. */
+  private held(room: string): Held | null {
+    return this.overlay.get(room) ?? this.cache.get(room) ?? null;
+  }
+
   private current(room: string): Held | null {
-    const held = this.overlay.get(room) ?? this.cache.get(room);
+    const held = this.held(room);
     if (held) return held;
     const row = this.loadRoom.get(room) as (RoomRow & { id: number }) | undefined;
     if (!row) return null;
@@ -183,12 +188,7 @@ export class BatchWriter {
     for (let i = 0; i < batch.length; i++) {
       const ev = batch[i] as PendingEvent;
       if (ev.room === null || !ev.type.startsWith('room.')) {
-        const r = this.insert(
-          ev,
-          ev.type,
-          ev.data,
-          ev.room === null ? null : this.current(ev.room),
-        );
+        const r = this.insert(ev, ev.type, ev.data, ev.room === null ? null : this.held(ev.room));
         outcomes[i] = this.outcome(r, [0, r.seq, null]);
         continue;
       }
