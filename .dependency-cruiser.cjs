@@ -11,6 +11,7 @@ const LAYERS = [
   ['journal', 1, '^src/journal/'],
   ['transfer', 2, '^src/transfer/'],
   ['model', 2, '^src/model/'],
+  ['planner', 2, '^src/planner/'],
   ['bus', 3, '^src/bus/'],
   ['engine', 4, '^src/engine/'],
   ['control', 4, '^src/control/'],

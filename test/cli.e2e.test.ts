@@ -186,6 +186,31 @@ describe('pdctl on a synthetic journal', () => {
     }
   }, 60_000);
 
+  it('plan replays the journal through the planner: a row an interval, each with a documented reason', async () => {
+    const human = await pdctl(['plan', ...J, '--interval', '2m']);
+    expect(human.code, human.stderr).toBe(0);
+    // docs/planner.md shows this very run (the same synthetic journal): it cannot go stale.
+    const doc = readFileSync('docs/planner.md', 'utf8');
+    const shown = /\$ pdctl plan --journal data\/journal.db --interval 2m\n([\s\S]*?)```/.exec(doc);
+    expect(shown?.[1]).toBe(human.stdout);
+    expect(human.stdout).toMatch(
+      /^from \(UTC\) +rooms\/s .* fleet P\/D +target P\/D +proposal P\/D +reason/,
+    );
+    expect(human.stdout).toMatch(/\d+ intervals of 2m; \d+ steps proposed/);
+    const r = await pdctl(['plan', ...J, '--interval', '2m', '--budget', '4', '--json']);
+    expect(r.code, r.stderr).toBe(0);
+    const ds = json<Array<{ reason: string; fleet: { prefill: number; decode: number } }>>(
+      r.stdout,
+    );
+    expect(ds.length).toBeGreaterThanOrEqual(5);
+    const { REASONS } = await import('../src/planner/model.ts');
+    for (const d of ds) expect(REASONS).toContain(d.reason);
+    expect(ds.at(-1)?.fleet).toEqual({ prefill: 2, decode: 2 });
+    const bad = await pdctl(['plan', ...J, '--utilisation', '1.5']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/--utilisation must be a share above 0 and at most 1, got "1.5"/);
+  });
+
   it('synth writes only a journal of its own: one that holds rooms is refused and left as it was', async () => {
     const sha = (path: string) => createHash('sha256').update(readFileSync(path)).digest('hex');
     const before = sha(journal);

@@ -9,6 +9,7 @@ import { registerEnginesCommand } from './engines-command.ts';
 import { registerJournalCommands } from './journal-commands.ts';
 import { registerKeysCommand } from './keys-command.ts';
 import { registerAbortCommand } from './ops-commands.ts';
+import { registerPlanCommand } from './plan-command.ts';
 import { registerRoomCommands } from './rooms-commands.ts';
 import { registerRunCommand } from './run-command.ts';
 import { registerServeCommand } from './serve-command.ts';
@@ -42,6 +43,7 @@ export function buildProgram(): Command {
     );
   registerJournalCommands(program, journalOption);
   registerRoomCommands(program, journalOption);
+  registerPlanCommand(program, journalOption);
   registerServeCommand(program);
   registerRunCommand(program);
   registerEngineCommand(program);

@@ -1,0 +1,165 @@
+/**
+ * `pdctl plan --journal FILE`: what the planner would have decided over a past record, interval by
+ * interval (src/planner/replay.ts), without starting or stopping anything.
+ */
+import { type Command, Option } from 'commander';
+import { UsageError } from '../errors.ts';
+import { type Decision, PLANNER_DEFAULTS } from '../planner/model.ts';
+import type { Distribution } from '../planner/record.ts';
+import { replayPlanner } from '../planner/replay.ts';
+import { formatTs, parseDuration, parseTime } from '../time.ts';
+import { intArg } from './args.ts';
+import { type CommonOptions, EXIT, note, openReader, print, printJson } from './context.ts';
+import { renderTable } from './table.ts';
+
+interface PlanOptions extends CommonOptions {
+  interval: string;
+  budget?: number;
+  sloTtftMs: number;
+  sloItlMs: number;
+  utilisation: string;
+  hold: number;
+  since?: string;
+  until?: string;
+}
+
+export function registerPlanCommand(
+  program: Command,
+  journalOption: (c: Command) => Command,
+): void {
+  journalOption(
+    program
+      .command('plan')
+      .description(
+        'replay a journal through the planner: per interval, the load and latencies it read, the split of prefill and decode engines it would head for, the one step it would propose and why (docs/planner.md lists the reasons)',
+      ),
+  )
+    .option('--interval <duration>', 'how often the planner decides', '60s')
+    .option(
+      '--budget <n>',
+      'engines of both roles the planner may use (default: the largest fleet the journal shows)',
+      intArg('--budget', 2),
+    )
+    .option(
+      '--slo-ttft-ms <ms>',
+      'time-to-first-token target (p90)',
+      intArg('--slo-ttft-ms', 1),
+      PLANNER_DEFAULTS.sloTtftMs,
+    )
+    .option(
+      '--slo-itl-ms <ms>',
+      'inter-token latency target (p90)',
+      intArg('--slo-itl-ms', 1),
+      PLANNER_DEFAULTS.sloItlMs,
+    )
+    .addOption(
+      new Option('--utilisation <share>', 'share of its time an engine is planned busy').default(
+        String(PLANNER_DEFAULTS.utilisation),
+      ),
+    )
+    .option(
+      '--hold <n>',
+      'intervals in a row a step must be wanted before it is proposed (a step down: twice as many)',
+      intArg('--hold', 1),
+      PLANNER_DEFAULTS.hold,
+    )
+    .option('--since <time>', 'decisions from this time on')
+    .option('--until <time>', 'decisions up to this time')
+    .addHelpText(
+      'after',
+      '\nExamples:\n' +
+        '  pdctl plan --journal data/journal.db --since 2h\n' +
+        '  pdctl plan --journal copy.db --budget 8 --slo-ttft-ms 300 --interval 5m --json',
+    )
+    .action(async (opts: PlanOptions) => {
+      process.exitCode = await planCommand(opts);
+    });
+}
+
+export async function planCommand(opts: PlanOptions): Promise<number> {
+  const intervalMs = parseDuration(opts.interval, '--interval');
+  if (intervalMs < 1000) throw new UsageError('--interval must be at least 1s');
+  const utilisation = Number(opts.utilisation);
+  if (!(utilisation > 0 && utilisation <= 1))
+    throw new UsageError(
+      `--utilisation must be a share above 0 and at most 1, got "${opts.utilisation}"`,
+    );
+  const now = Date.now();
+  const decisions: Decision[] = [];
+  const reader = openReader(opts);
+  try {
+    await replayPlanner(reader, {
+      intervalMs,
+      budget: opts.budget ?? null,
+      config: { sloTtftMs: opts.sloTtftMs, sloItlMs: opts.sloItlMs, utilisation, hold: opts.hold },
+      ...(opts.since ? { since: parseTime(opts.since, now) } : {}),
+      ...(opts.until ? { until: parseTime(opts.until, now) } : {}),
+      onDecision: (d) => decisions.push(d),
+    });
+  } finally {
+    await reader.close();
+  }
+  if (opts.json) {
+    printJson(decisions);
+    return EXIT.ok;
+  }
+  if (decisions.length === 0) {
+    note('no intervals to decide: the journal holds no room or engine events in that time');
+    return EXIT.ok;
+  }
+  print(renderTable(collapseIdle(decisions), COLUMNS));
+  const steps = decisions.filter(changed);
+  print(
+    `${decisions.length} intervals of ${opts.interval}; ${steps.length} steps proposed; targets: TTFT p90 ≤ ${opts.sloTtftMs} ms, ITL p90 ≤ ${opts.sloItlMs} ms, utilisation ${utilisation}`,
+  );
+  return EXIT.ok;
+}
+
+const changed = (d: Decision) =>
+  d.proposal.prefill !== d.fleet.prefill || d.proposal.decode !== d.fleet.decode;
+
+/** A row per decision, except that a run of intervals with no traffic is one row. */
+type Row = Decision & { idle?: number };
+
+function collapseIdle(decisions: Decision[]): Row[] {
+  const rows: Row[] = [];
+  for (const d of decisions) {
+    const last = rows[rows.length - 1];
+    if (d.reason === 'no_traffic' && last?.reason === 'no_traffic') {
+      last.idle = (last.idle ?? 1) + 1;
+      last.window = { from: last.window.from, to: d.window.to };
+    } else rows.push({ ...d });
+  }
+  return rows;
+}
+
+const num = (v: number, digits = 1) => v.toFixed(digits);
+const dist = (d: Distribution) => (d.count === 0 ? null : `${d.p50}/${d.p90}`);
+const ms = (d: Distribution) =>
+  d.count === 0 ? null : `${Math.round(d.p50 ?? 0)}/${Math.round(d.p90 ?? 0)}`;
+
+const COLUMNS = [
+  { header: 'from (UTC)', value: (d: Row) => formatTs(d.window.from), align: 'left' as const },
+  { header: 'rooms/s', value: (d: Row) => num(d.inputs.arrivalsPerS) },
+  { header: 'prompt p50/p90', value: (d: Row) => dist(d.inputs.promptTokens) },
+  { header: 'output p50/p90', value: (d: Row) => dist(d.inputs.outputTokens) },
+  {
+    header: 'load P/D',
+    value: (d: Row) => `${num(d.inputs.load.prefill, 2)}/${num(d.inputs.load.decode, 2)}`,
+  },
+  { header: 'TTFT ms p50/p90', value: (d: Row) => ms(d.inputs.ttftMs) },
+  { header: 'ITL ms p50/p90', value: (d: Row) => ms(d.inputs.itlMs) },
+  { header: 'fleet P/D', value: (d: Row) => `${d.fleet.prefill}/${d.fleet.decode}` },
+  { header: 'target P/D', value: (d: Row) => `${d.target.prefill}/${d.target.decode}` },
+  { header: 'proposal P/D', value: (d: Row) => `${d.proposal.prefill}/${d.proposal.decode}` },
+  {
+    header: 'reason',
+    value: (d: Row) =>
+      d.idle !== undefined
+        ? `no_traffic ×${d.idle}`
+        : d.wanted
+          ? `waiting (${d.wanted.step} ${d.wanted.intervals})`
+          : d.reason,
+    align: 'left' as const,
+  },
+];
