@@ -9,6 +9,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Serving, startServing } from '../src/app/serving.ts';
 import { pruneCommand } from '../src/cli/journal/prune.ts';
 import { silentLogger } from '../src/log.ts';
+import type { WindowSummary } from '../src/planner/record.ts';
+import { pdctl } from './helpers/spawn.ts';
 import { tempDir } from './helpers/tmp.ts';
 
 let serving: Serving;
@@ -24,6 +26,7 @@ beforeAll(async () => {
     version: 'test',
     engineLogLevel: 'error',
     canaryIntervalMs: 0,
+    planner: { mode: 'advise', intervalMs: 1000 },
   });
   base = await serving.listen('127.0.0.1', 0);
   doc = (await (await fetch(`${base}/docs/json`)).json()) as typeof doc;
@@ -226,5 +229,55 @@ describe('every answer matches the OpenAPI document', () => {
     expect(await serving.stack.journal.countPrunable(Date.now())).toMatchObject({ rooms: 0 });
     const pruned = await serving.stack.journal.tail({ type: 'journal.pruned', limit: 5 });
     expect(pruned.length).toBe(2);
+  });
+  it('the planner: its decisions journaled each interval, on /v1/planner, /metrics and pdctl plan --url', async () => {
+    const { control, journal } = serving.stack;
+    const mark = await journal.headSeq();
+    await Promise.all(
+      Array.from(
+        { length: 6 },
+        (_, i) => control.submit({ prompt: `plan ${i}`, maxTokens: 4 }).result,
+      ),
+    );
+    // The intervals the rooms ran in end within a second or two; their decisions are journaled.
+    const decidedSince = async () =>
+      await journal.tail({ type: 'planner.decision', afterSeq: mark, limit: 50, order: 'oldest' });
+    const completed = async () =>
+      (await decidedSince()).reduce(
+        (n, e) => n + (e.data.inputs as unknown as WindowSummary).outputTokens.count,
+        0,
+      );
+    const deadline = Date.now() + 10_000;
+    while ((await completed()) < 6 && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 100));
+    expect(await completed()).toBeGreaterThanOrEqual(6);
+    const [decision] = await decidedSince();
+    expect(decision?.source).toBe('planner');
+    expect(decision?.data).toMatchObject({
+      mode: 'advise',
+      acted: false,
+      fleet: { prefill: 1, decode: 1 },
+    });
+    const answer = await check('GET', '/v1/planner', '/v1/planner');
+    expect(answer.status).toBe(200);
+    expect(answer.json).toMatchObject({ mode: 'advise', intervalMs: 1000, config: { budget: 2 } });
+    const recent = answer.json.recent as Array<{ seq: number }>;
+    expect(recent.length).toBeGreaterThanOrEqual(1);
+    expect(recent.map((e) => e.seq)).toEqual([...recent.map((e) => e.seq)].sort((a, b) => b - a));
+    const metrics = await (await fetch(`${base}/metrics`)).text();
+    const last = answer.json.last as { proposal: { prefill: number; decode: number } };
+    expect(metrics).toContain(
+      `pdctl_planner_desired_engines{role="prefill"} ${last.proposal.prefill}`,
+    );
+    expect(metrics).toContain(
+      `pdctl_planner_desired_engines{role="decode"} ${last.proposal.decode}`,
+    );
+    const cli = await pdctl(['plan', '--url', base]);
+    expect(cli.code, cli.stderr).toBe(0);
+    expect(cli.stdout).toMatch(
+      /^planner: advise, every 1 s; budget 2 engines; targets: TTFT p90 ≤ 500 ms/,
+    );
+    expect(cli.stdout).toMatch(/\nnow: 1 prefill \/ 1 decode; proposes \d \/ \d \(\w+\)/);
+    expect(cli.stdout).toMatch(/fleet P\/D +target P\/D +proposal P\/D +reason/);
   });
 });

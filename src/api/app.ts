@@ -15,6 +15,7 @@ import { isRequestId } from '../journal/ids.ts';
 import type { Retention } from '../journal/retention.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
+import type { Planner } from '../planner/online.ts';
 import type { RecoveryView } from '../recovery/view.ts';
 import { adminRoutes } from './admin.ts';
 import { API_ERRORS, COMPLETION_ROUTES, sendError, toApiError } from './errors.ts';
@@ -22,6 +23,7 @@ import { healthRoutes } from './health.ts';
 import { journalAdminRoutes } from './journal-admin.ts';
 import { type ApiMetrics, metricsRoutes } from './metrics.ts';
 import { openAiRoutes } from './openai.ts';
+import { plannerRoutes } from './planner.ts';
 import { queryRoutes } from './queries.ts';
 import { RefusalLog } from './refusals.ts';
 import { SHARED_SCHEMAS } from './schemas.ts';
@@ -77,6 +79,8 @@ export interface ApiOptions {
   shutdown?: ShutdownGate;
   /** Journal retention (`POST /v1/admin/journal/prune`); absent: no such route. */
   retention?: Retention;
+  /** The planner (`GET /v1/planner`); absent: no such route. */
+  planner?: Pick<Planner, 'status'>;
   /** Where refusals are journaled; default: one over the control plane's journal. */
   refusals?: RefusalLog;
   /**
@@ -239,6 +243,7 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
     const deps = { journal: o.journal, retention: o.retention, token: o.adminToken };
     await app.register(journalAdminRoutes, deps);
   }
+  if (o.planner) await app.register(plannerRoutes, { planner: o.planner, journal: o.journal });
   await app.register(metricsRoutes, { metrics: o.metrics });
   await app.register(uiRoutes);
   return app;

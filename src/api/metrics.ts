@@ -22,6 +22,7 @@ import type { Room } from '../journal/reducer.ts';
 import type { Retention } from '../journal/retention.ts';
 import { LIVE_STATES } from '../journal/states.ts';
 import type { JournalDisk, JournalReader } from '../journal/store.ts';
+import type { Planner } from '../planner/online.ts';
 import { EXIT_CAUSES, RESTARTERS } from '../recovery/supervisor.ts';
 import type { RecoveryView } from '../recovery/view.ts';
 import { COMPLETION_ROUTES, REFUSAL_CODES } from './errors.ts';
@@ -117,11 +118,13 @@ export class ApiMetrics {
   /**
    * `recovery`: the ladder and restart counts of engines a stack supervises; null: none.
    * `retention`: the journal's retention while serving, whose totals it counts; null: none.
+   * `planner`: whose last proposal `pdctl_planner_desired_engines` shows; null: none.
    */
   constructor(
     control: ControlPlane,
     recovery: RecoveryView | null = null,
     retention: Retention | null = null,
+    planner: Pick<Planner, 'status'> | null = null,
   ) {
     const r = this.registry;
     this.journalReader = control.journal;
@@ -300,6 +303,19 @@ export class ApiMetrics {
           : [];
       },
     );
+    new client.Gauge({
+      name: 'pdctl_planner_desired_engines',
+      help: "The planner's proposal, engines of each role (its last decision; absent before the first, or with --planner off): for an outside autoscaler",
+      labelNames: ['role'],
+      registers: [r],
+      collect() {
+        this.reset();
+        const last = planner?.status().last;
+        if (last)
+          for (const role of ['prefill', 'decode'] as const)
+            this.set({ role }, last.proposal[role]);
+      },
+    });
     const term = new client.Gauge({
       name: 'pdctl_journal_term',
       help: 'PostgreSQL journal: the leadership term this control plane writes under (a failover takes a higher one); 0 on SQLite',

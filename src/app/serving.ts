@@ -53,7 +53,7 @@ export async function startServing(o: ServingOptions): Promise<Serving> {
   const { control, journal, recovery } = stack;
   const log = o.log;
   const canary = new Canary(control, log, o.canaryDeadlineMs ?? 2000);
-  const metrics = new ApiMetrics(control, recovery, stack.retention);
+  const metrics = new ApiMetrics(control, recovery, stack.retention, stack.planner);
   canary.onResult = (r) => metrics.canary(r.ok, r.stage);
   const canaryStaleMs = o.api?.canaryStaleMs ?? 30_000;
   const canaryEvery = o.canaryIntervalMs ?? 5000;
@@ -70,6 +70,7 @@ export async function startServing(o: ServingOptions): Promise<Serving> {
       metrics,
       recovery,
       retention: stack.retention,
+      ...(stack.planner.mode !== 'off' ? { planner: stack.planner } : {}),
       log,
       version: o.version,
       adminToken: o.api?.adminToken ?? null,

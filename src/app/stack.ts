@@ -10,6 +10,7 @@ import { Retention, type RetentionPolicy } from '../journal/retention.ts';
 import { SCAN_LATER_ABOVE_BYTES } from '../journal/sqlite/journal.ts';
 import type { Durability } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
+import { Planner, type PlannerOptions } from '../planner/online.ts';
 import { stepTimer, systemClock } from '../ports/clock.ts';
 import { engineExited } from '../recovery/exits.ts';
 import { EscalationLadder } from '../recovery/ladder.ts';
@@ -86,6 +87,8 @@ export interface StackOptions extends Omit<ControlPlaneOnDisk, 'admission'> {
   outliers?: Partial<OutlierPolicy>;
   /** Prune the journal while serving (`--retain`); absent: it keeps everything. */
   retention?: RetentionPolicy;
+  /** The planner (`--planner`, docs/planner.md); absent: off. Its budget defaults to the engines spawned. */
+  planner?: PlannerOptions;
 }
 
 export interface Stack {
@@ -100,6 +103,8 @@ export interface Stack {
   outliers: OutlierDetector;
   /** Journal retention while serving, and the operator's prunes (journal/retention.ts). */
   retention: Retention;
+  /** The planner's decisions each interval (planner/online.ts); mode `off` when it is not run. */
+  planner: Planner;
   /** The ladder's view and restart count of each engine, for the API and `pdctl engines`. */
   recovery: RecoveryView;
   engineIds: { prefill: string[]; decode: string[] };
@@ -170,12 +175,28 @@ export async function startStack(options: StackOptions): Promise<Stack> {
   if (options.watchdog !== false) watchdog.start();
   if (options.outlierEjection !== false) outliers.start();
   const retention = new Retention(journal, options.retention ?? null, log, systemClock);
+  const { mode, ...plannerOptions }: PlannerOptions = options.planner ?? { mode: 'off' };
+  const fleet = () => {
+    const counts = { prefill: 0, decode: 0 };
+    for (const e of control.engines()) counts[e.role]++;
+    return counts;
+  };
+  const budget = plannerOptions.budget ?? ids.prefill.length + ids.decode.length;
+  const planner = new Planner(
+    journal,
+    fleet,
+    mode,
+    { ...plannerOptions, budget },
+    systemClock,
+    log,
+  );
   let stopping: Promise<void> | null = null;
   const stop = () => {
     stopping ??= (async () => {
       watchdog.stop();
       ladder.stop();
       outliers.stop();
+      await planner.stop();
       await retention.stop();
       await engines.stop();
       await control.close();
@@ -193,6 +214,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     throw err;
   }
   retention.start();
+  await planner.start();
   return {
     control,
     journal,
@@ -202,6 +224,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     ladder,
     outliers,
     retention,
+    planner,
     recovery,
     engineIds: ids,
     stop,

@@ -5,14 +5,17 @@
 import { type Command, Option } from 'commander';
 import { UsageError } from '../errors.ts';
 import { type Decision, PLANNER_DEFAULTS } from '../planner/model.ts';
+import { PLANNER_MODES, type PlannerMode, type PlannerOptions } from '../planner/online.ts';
 import type { Distribution } from '../planner/record.ts';
 import { replayPlanner } from '../planner/replay.ts';
 import { formatTs, parseDuration, parseTime } from '../time.ts';
 import { intArg } from './args.ts';
 import { type CommonOptions, EXIT, note, openReader, print, printJson } from './context.ts';
+import { callServer, errorOf, reaching, readTarget } from './server.ts';
 import { renderTable } from './table.ts';
 
 interface PlanOptions extends CommonOptions {
+  url?: string;
   interval: string;
   budget?: number;
   sloTtftMs: number;
@@ -63,16 +66,25 @@ export function registerPlanCommand(
       intArg('--hold', 1),
       PLANNER_DEFAULTS.hold,
     )
+    .option(
+      '--url <url>',
+      "a running pdctl serve's planner instead: its mode, targets, proposal and the decisions its journal holds (env PDCTL_URL)",
+    )
     .option('--since <time>', 'decisions from this time on')
     .option('--until <time>', 'decisions up to this time')
     .addHelpText(
       'after',
       '\nExamples:\n' +
+        '  pdctl plan --url http://127.0.0.1:8080     # what a serving planner proposes now, and its recent decisions\n' +
         '  pdctl plan --journal data/journal.db --since 2h\n' +
         '  pdctl plan --journal copy.db --budget 8 --slo-ttft-ms 300 --interval 5m --json',
     )
-    .action(async (opts: PlanOptions) => {
-      process.exitCode = await planCommand(opts);
+    .action(async (opts: PlanOptions, cmd: Command) => {
+      const target = readTarget(opts, cmd);
+      process.exitCode =
+        'url' in target
+          ? await reaching('plan', () => servedPlan(target.url, opts.json === true))
+          : await planCommand(opts);
     });
 }
 
@@ -113,6 +125,44 @@ export async function planCommand(opts: PlanOptions): Promise<number> {
     `${decisions.length} intervals of ${opts.interval}; ${steps.length} steps proposed; targets: TTFT p90 ≤ ${opts.sloTtftMs} ms, ITL p90 ≤ ${opts.sloItlMs} ms, utilisation ${utilisation}`,
   );
   return EXIT.ok;
+}
+
+/** The planner of a running serve: `GET /v1/planner`. */
+async function servedPlan(url: string, json: boolean): Promise<number> {
+  const r = await callServer<PlannerAnswer>(url, '/v1/planner');
+  if (r.status === 404)
+    throw new UsageError(
+      `${url} runs no planner (started with --planner off, or a pdctl before it)`,
+    );
+  if (r.status !== 200) throw new UsageError(errorOf(r.status, r.body));
+  if (json) {
+    printJson(r.body);
+    return EXIT.ok;
+  }
+  const { mode, intervalMs, config, last, recent } = r.body;
+  print(
+    `planner: ${mode}, every ${intervalMs / 1000} s; budget ${config.budget} engines; targets: TTFT p90 ≤ ${config.sloTtftMs} ms, ITL p90 ≤ ${config.sloItlMs} ms, utilisation ${config.utilisation}`,
+  );
+  print(
+    last
+      ? `now: ${last.fleet.prefill} prefill / ${last.fleet.decode} decode; proposes ${last.proposal.prefill} / ${last.proposal.decode} (${last.reason}); heads for ${last.target.prefill} / ${last.target.decode}`
+      : `no decision yet: the first comes ${intervalMs / 1000} s after the start`,
+  );
+  if (recent.length === 0) return EXIT.ok;
+  const rows = recent
+    .map((e) => ({ ...e.data, window: { from: e.data.inputs.from, to: e.data.inputs.to } }))
+    .reverse();
+  print(renderTable(collapseIdle(rows), COLUMNS));
+  return EXIT.ok;
+}
+
+interface PlannerAnswer {
+  mode: string;
+  intervalMs: number;
+  config: { budget: number; sloTtftMs: number; sloItlMs: number; utilisation: number };
+  last: Decision | null;
+  /** Newest first. */
+  recent: Array<{ seq: number; ts: number; data: Omit<Decision, 'window'> }>;
 }
 
 const changed = (d: Decision) =>
@@ -163,3 +213,48 @@ const COLUMNS = [
     align: 'left' as const,
   },
 ];
+
+/** The planner's flags on `pdctl serve` (docs/planner.md). */
+export function plannerServeOptions(c: Command): Command {
+  return c
+    .addOption(
+      new Option(
+        '--planner <mode>',
+        'the planner: advise journals each interval the split of prefill and decode engines it would run and why (planner.decision, pdctl plan --url, /v1/planner, pdctl_planner_desired_engines), acting on nothing; off: none',
+      )
+        .choices([...PLANNER_MODES])
+        .env('PDCTL_PLANNER')
+        .default('advise'),
+    )
+    .option('--planner-interval <duration>', 'how often the planner decides', '60s')
+    .option(
+      '--planner-budget <n>',
+      'engines of both roles the planner may propose (default: the engines serve spawns)',
+      intArg('--planner-budget', 2),
+    )
+    .option(
+      '--slo-ttft-ms <ms>',
+      "the planner's time-to-first-token target (p90)",
+      intArg('--slo-ttft-ms', 1),
+      PLANNER_DEFAULTS.sloTtftMs,
+    )
+    .option(
+      '--slo-itl-ms <ms>',
+      "the planner's inter-token latency target (p90)",
+      intArg('--slo-itl-ms', 1),
+      PLANNER_DEFAULTS.sloItlMs,
+    );
+}
+
+/** The planner of `pdctl serve`'s flags. */
+export function plannerOf(o: Record<string, unknown>): PlannerOptions {
+  const intervalMs = parseDuration(o.plannerInterval as string, '--planner-interval');
+  if (intervalMs < 1000) throw new UsageError('--planner-interval must be at least 1s');
+  return {
+    mode: o.planner as PlannerMode,
+    intervalMs,
+    sloTtftMs: o.sloTtftMs as number,
+    sloItlMs: o.sloItlMs as number,
+    ...(o.plannerBudget !== undefined ? { budget: o.plannerBudget as number } : {}),
+  };
+}

@@ -40,6 +40,7 @@ import { backends } from '../transfer/pool.ts';
 import { engineShapeArgs, engineShapeOptions, intArg } from './args.ts';
 import { EXIT, VERSION } from './context.ts';
 import { openModelInfo, withThreads } from './model.ts';
+import { plannerOf, plannerServeOptions } from './plan-command.ts';
 
 const env = process.env;
 
@@ -129,6 +130,7 @@ export function registerServeCommand(program: Command): void {
     )
     .option('--prefill <n>', 'prefill engine processes to spawn', intArg('--prefill'), 1)
     .option('--decode <n>', 'decode engine processes to spawn', intArg('--decode'), 1);
+  plannerServeOptions(command);
   engineShapeOptions(command, ' per engine')
     .option(
       '--max-rooms-per-engine <n>',
@@ -273,6 +275,7 @@ async function runServe(o: Record<string, unknown>): Promise<void> {
     o.retain as number | undefined,
     o.retainEvents as number | undefined,
   );
+  const planner = plannerOf(o);
   if (o.standby === true && !onPostgres) {
     throw new UsageError(
       '--standby needs a journal control planes can share: pass --journal postgres://…',
@@ -350,6 +353,7 @@ async function runServe(o: Record<string, unknown>): Promise<void> {
       restartStalled: o.restartStalled !== false,
       outlierEjection: o.outlierEjection !== false,
       ...(retention ? { retention } : {}),
+      planner,
       migrationLimit: o.migrationLimit as number,
       retryLimit: o.retryLimit as number,
       maxRoomsPerEngine: o.maxRoomsPerEngine as number,

@@ -366,6 +366,23 @@ export const EVENT_SCHEMAS = {
     },
     open,
   ),
+  /**
+   * The planner's decision for one interval (src/planner/model.ts, docs/planner.md): what it read,
+   * the split it heads for, the one step it proposes, why, and whether it acted on it.
+   */
+  'planner.decision': Type.Object(
+    {
+      mode: Text,
+      reason: Text,
+      fleet: Type.Object({ prefill: Count, decode: Count }, open),
+      target: Type.Object({ prefill: Count, decode: Count }, open),
+      proposal: Type.Object({ prefill: Count, decode: Count }, open),
+      acted: Type.Boolean(),
+      /** The interval's record (planner/record.ts `WindowSummary`): its bounds, rates, distributions. */
+      inputs: Type.Object({ from: Count, to: Count, arrivalsPerS: Type.Number() }, open),
+    },
+    open,
+  ),
 } satisfies Record<string, TObject>;
 
 export type EventType = keyof typeof EVENT_SCHEMAS;

@@ -6,6 +6,7 @@
  *
  * Each room counts in the window its event fell in: an arrival at `room.created`, the prefill's
  * work at `room.transfer_posted`, its first token and inter-token latency at `room.completed`.
+ * The health canary's rooms (origin `canary`) are not traffic, and are left out.
  */
 import type { JournalEvent } from '../journal/events.ts';
 
@@ -57,6 +58,8 @@ export interface WindowSummary {
 
 /** What a room's earlier events left for its later ones. */
 interface Open {
+  /** A canary's room: none of its events count. */
+  canary: boolean;
   createdAt: number;
   prefillAt: number | null;
   decodeAt: number | null;
@@ -85,6 +88,10 @@ export class WindowRecord {
   }
 
   fold(ev: JournalEvent): void {
+    if (ev.room !== null && ev.type !== 'room.created' && this.open.get(ev.room)?.canary) {
+      if (isEnd(ev.type)) this.open.delete(ev.room);
+      return;
+    }
     switch (ev.type) {
       case 'engine.registered':
         if (ev.engine !== null) this.roles.set(ev.engine, ev.data.role);
@@ -96,11 +103,26 @@ export class WindowRecord {
         this.refused += ev.data.count;
         return;
       case 'room.created':
+        if (ev.source === 'canary') {
+          if (ev.room !== null)
+            this.open.set(ev.room, {
+              canary: true,
+              createdAt: ev.ts,
+              prefillAt: null,
+              decodeAt: null,
+            });
+          return;
+        }
         this.created++;
         if (ev.data.promptTokens !== undefined) this.prompt.push(ev.data.promptTokens);
         if (ev.data.prefixBlocks !== undefined) this.prefixBlocks += ev.data.prefixBlocks;
         if (ev.room !== null && this.open.size < MAX_OPEN)
-          this.open.set(ev.room, { createdAt: ev.ts, prefillAt: null, decodeAt: null });
+          this.open.set(ev.room, {
+            canary: false,
+            createdAt: ev.ts,
+            prefillAt: null,
+            decodeAt: null,
+          });
         return;
       case 'room.prefill_started': {
         const o = ev.room === null ? undefined : this.open.get(ev.room);
@@ -185,6 +207,12 @@ export class WindowRecord {
     return summary;
   }
 }
+
+const isEnd = (type: string) =>
+  type === 'room.completed' ||
+  type === 'room.failed' ||
+  type === 'room.aborted' ||
+  type === 'room.migrated';
 
 /** Nearest-rank percentiles of the values (sorted here). */
 export function distribution(values: number[]): Distribution {

@@ -1,0 +1,119 @@
+/**
+ * The planner in a serving control plane (`pdctl serve --planner advise`): it folds every
+ * committed event into the interval's record as the journal commits it, and each interval decides
+ * (model.ts) and journals the decision as `planner.decision` — so `pdctl plan`, `/v1/planner`,
+ * `pdctl_planner_desired_engines` and a replay of the journal all read the same record.
+ */
+import type { JournalStore, Subscription } from '../journal/store.ts';
+import type { Logger } from '../log.ts';
+import type { Clock, Timer } from '../ports/clock.ts';
+import {
+  type Decision,
+  decide,
+  freshMemory,
+  PLANNER_DEFAULTS,
+  type PlannerConfig,
+} from './model.ts';
+import { type Fleet, WindowRecord } from './record.ts';
+
+/** `off`: no planner; `advise`: decides and journals, acts on nothing. */
+export const PLANNER_MODES = ['off', 'advise'] as const;
+export type PlannerMode = (typeof PLANNER_MODES)[number];
+
+export interface PlannerOptions extends Partial<PlannerConfig> {
+  mode: PlannerMode;
+  /** Default 60 000. */
+  intervalMs?: number;
+}
+
+export const DEFAULT_PLANNER_INTERVAL_MS = 60_000;
+
+/** What `/v1/planner` shows of the planner besides the decisions journaled. */
+export interface PlannerStatus {
+  mode: PlannerMode;
+  intervalMs: number;
+  config: PlannerConfig;
+  /** The last decision, null before the first interval ends. */
+  last: Decision | null;
+}
+
+export class Planner {
+  readonly config: PlannerConfig;
+  readonly intervalMs: number;
+  private record: WindowRecord | null = null;
+  private readonly memory = freshMemory();
+  private subscription: Subscription | null = null;
+  private timer: Timer | null = null;
+  private last: Decision | null = null;
+  private ticking: Promise<void> | null = null;
+
+  constructor(
+    private readonly journal: Pick<JournalStore, 'subscribe' | 'append' | 'headSeq'>,
+    /** The engines of each role the control plane has now. */
+    private readonly fleet: () => Fleet,
+    readonly mode: PlannerMode,
+    options: Omit<PlannerOptions, 'mode'> & { budget: number },
+    private readonly clock: Clock,
+    private readonly log: Logger,
+  ) {
+    const { intervalMs = DEFAULT_PLANNER_INTERVAL_MS, ...config } = options;
+    this.config = { ...PLANNER_DEFAULTS, ...config };
+    this.intervalMs = intervalMs;
+  }
+
+  /** Folds what the journal commits from now on; decides every interval. */
+  async start(): Promise<void> {
+    if (this.mode === 'off' || this.record) return;
+    this.record = new WindowRecord(this.clock.now());
+    const record = this.record;
+    this.subscription = this.journal.subscribe(await this.journal.headSeq(), (ev) =>
+      record.fold(ev),
+    );
+    this.timer = this.clock.setInterval(() => void this.tick(), this.intervalMs).unref();
+  }
+
+  /** Closes the interval, decides and journals the decision; resolves once it is committed. */
+  tick(): Promise<void> {
+    const record = this.record;
+    if (!record || this.ticking) return this.ticking ?? Promise.resolve();
+    const fleet = this.fleet();
+    const summary = record.close(this.clock.now());
+    const decision = decide(summary, fleet, this.config, this.memory);
+    this.last = decision;
+    this.ticking = this.journal
+      .append({ type: 'planner.decision', source: 'planner', data: eventData(this.mode, decision) })
+      .then(
+        () => undefined,
+        (err) =>
+          this.log.warn({ err, reason: decision.reason }, 'could not journal a planner decision'),
+      )
+      .finally(() => {
+        this.ticking = null;
+      });
+    if (decision.proposal.prefill !== fleet.prefill || decision.proposal.decode !== fleet.decode)
+      this.log.info(
+        { reason: decision.reason, fleet, proposal: decision.proposal, target: decision.target },
+        `planner proposes ${decision.proposal.prefill} prefill and ${decision.proposal.decode} decode engines (${decision.reason}); advise only: nothing is changed`,
+      );
+    return this.ticking;
+  }
+
+  status(): PlannerStatus {
+    return { mode: this.mode, intervalMs: this.intervalMs, config: this.config, last: this.last };
+  }
+
+  /** Stops deciding; a decision being journaled finishes. */
+  async stop(): Promise<void> {
+    this.clock.clear(this.timer);
+    this.timer = null;
+    this.subscription?.close();
+    this.subscription = null;
+    await this.ticking;
+  }
+}
+
+/** The decision as `planner.decision` records it (the summary's window is the decision's). */
+export function eventData(mode: PlannerMode, d: Decision) {
+  const { window: _, inputs, ...rest } = d;
+  return { mode, ...rest, inputs };
+}
