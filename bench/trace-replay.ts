@@ -1,5 +1,5 @@
 /**
- * bench:trace — replays a request trace (Mooncake's format, bench/trace.ts) against a stack of
+ * bench:trace — replays a request trace (Mooncake's format, src/planner/trace.ts) against a stack of
  * real processes, once per router, and prints what each router made of it: TTFT and inter-token
  * latency, SLO attainment, goodput, the prefix hit rate against the trace's own bound, and the
  * prefill tokens computed. Midway through each replay it kills the control plane (SIGKILL) and
@@ -49,8 +49,8 @@ import { CONTROL_DEFAULTS } from '../src/control/options.ts';
 import { ROUTER_POLICIES, type RouterPolicy } from '../src/control/routing/router.ts';
 import { DETERMINISTIC_MODEL_NAME } from '../src/model/deterministic.ts';
 import { freePort } from '../src/net.ts';
+import { hitRateBound, readTrace, TraceError, type TraceRequest } from '../src/planner/trace.ts';
 import { argv, asJson, flag, percentile, say } from './args.ts';
-import { hitRateBound, readTrace, TraceError, type TraceRequest } from './trace.ts';
 
 const TRACE = flag('--trace', '');
 const REQUESTS = Number(flag('--requests', 'Infinity'));

@@ -206,6 +206,42 @@ describe('pdctl on a synthetic journal', () => {
     const { REASONS } = await import('../src/planner/model.ts');
     for (const d of ds) expect(REASONS).toContain(d.reason);
     expect(ds.at(-1)?.fleet).toEqual({ prefill: 2, decode: 2 });
+    // A trace instead of a journal: its costs must be given; its fleet follows the proposals.
+    const trace = `${dir}/trace.jsonl`;
+    writeFileSync(
+      trace,
+      Array.from({ length: 240 }, (_, i) =>
+        JSON.stringify({
+          timestamp: i * 1000,
+          input_length: 30_000,
+          output_length: 20,
+          hash_ids: [i],
+        }),
+      ).join('\n'),
+    );
+    const costless = await pdctl(['plan', '--trace', trace]);
+    expect(costless.code).toBe(2);
+    expect(costless.stderr).toMatch(
+      /--trace needs what a token costs your engines: --prefill-us-per-token N --decode-us-per-token N/,
+    );
+    const planned = await pdctl([
+      'plan',
+      '--trace',
+      trace,
+      '--prefill-us-per-token',
+      '100',
+      '--decode-us-per-token',
+      '1000',
+      '--budget',
+      '6',
+    ]);
+    expect(planned.code, planned.stderr).toBe(0);
+    expect(planned.stderr).toMatch(
+      /240 requests from .*trace\.jsonl; a fleet of 3 prefill and 3 decode engines, moved as the planner proposes/,
+    );
+    expect(planned.stdout).toMatch(/^from start +rooms\/s/);
+    expect(planned.stdout).toMatch(/\n\+0:01:00 .* 3\/3 .* 4\/2 +rebalance_to_prefill\n/);
+    expect(planned.stdout).toMatch(/4 intervals of 60s; 2 steps taken/);
     const bad = await pdctl(['plan', ...J, '--utilisation', '1.5']);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toMatch(/--utilisation must be a share above 0 and at most 1, got "1.5"/);

@@ -7,7 +7,14 @@ import { UsageError } from '../errors.ts';
 import { type Decision, PLANNER_DEFAULTS } from '../planner/model.ts';
 import { PLANNER_MODES, type PlannerMode, type PlannerOptions } from '../planner/online.ts';
 import type { Distribution } from '../planner/record.ts';
-import { replayPlanner } from '../planner/replay.ts';
+import { type ReplayOptions, replayEvents, replayPlanner } from '../planner/replay.ts';
+import {
+  readTrace,
+  type TraceCosts,
+  TraceError,
+  type TraceRequest,
+  traceEvents,
+} from '../planner/trace.ts';
 import { formatTs, parseDuration, parseTime } from '../time.ts';
 import { intArg } from './args.ts';
 import { type CommonOptions, EXIT, note, openReader, print, printJson } from './context.ts';
@@ -16,6 +23,9 @@ import { renderTable } from './table.ts';
 
 interface PlanOptions extends CommonOptions {
   url?: string;
+  trace?: string;
+  prefillUsPerToken?: number;
+  decodeUsPerToken?: number;
   interval: string;
   budget?: number;
   sloTtftMs: number;
@@ -40,7 +50,7 @@ export function registerPlanCommand(
     .option('--interval <duration>', 'how often the planner decides', '60s')
     .option(
       '--budget <n>',
-      'engines of both roles the planner may use (default: the largest fleet the journal shows)',
+      'engines of both roles the planner may use (default: the largest fleet the journal shows; with --trace: 4, starting half and half)',
       intArg('--budget', 2),
     )
     .option(
@@ -67,6 +77,20 @@ export function registerPlanCommand(
       PLANNER_DEFAULTS.hold,
     )
     .option(
+      '--trace <file>',
+      'plan for a request trace (the Mooncake format, ../shared/traces/README.md) instead of a journal: the load its requests make at the costs below, with a fleet that follows the proposals',
+    )
+    .option(
+      '--prefill-us-per-token <n>',
+      'with --trace: microseconds of prefill compute a prompt token costs (blocks seen earlier in the trace cost nothing: a perfect prefix cache)',
+      intArg('--prefill-us-per-token'),
+    )
+    .option(
+      '--decode-us-per-token <n>',
+      'with --trace: microseconds of decode compute an output token costs a room',
+      intArg('--decode-us-per-token'),
+    )
+    .option(
       '--url <url>',
       "a running pdctl serve's planner instead: its mode, targets, proposal and the decisions its journal holds (env PDCTL_URL)",
     )
@@ -80,7 +104,9 @@ export function registerPlanCommand(
         '  pdctl plan --journal copy.db --budget 8 --slo-ttft-ms 300 --interval 5m --json',
     )
     .action(async (opts: PlanOptions, cmd: Command) => {
-      const target = readTarget(opts, cmd);
+      if (opts.trace !== undefined && opts.url !== undefined)
+        throw new UsageError('--trace plans for a file, --url reads a server: pass one of them');
+      const target = opts.trace !== undefined ? { journal: opts.journal } : readTarget(opts, cmd);
       process.exitCode =
         'url' in target
           ? await reaching('plan', () => servedPlan(target.url, opts.json === true))
@@ -98,33 +124,75 @@ export async function planCommand(opts: PlanOptions): Promise<number> {
     );
   const now = Date.now();
   const decisions: Decision[] = [];
-  const reader = openReader(opts);
-  try {
-    await replayPlanner(reader, {
-      intervalMs,
-      budget: opts.budget ?? null,
-      config: { sloTtftMs: opts.sloTtftMs, sloItlMs: opts.sloItlMs, utilisation, hold: opts.hold },
-      ...(opts.since ? { since: parseTime(opts.since, now) } : {}),
-      ...(opts.until ? { until: parseTime(opts.until, now) } : {}),
-      onDecision: (d) => decisions.push(d),
-    });
-  } finally {
-    await reader.close();
+  const onTrace = opts.trace !== undefined;
+  const replay: ReplayOptions = {
+    intervalMs,
+    budget: opts.budget ?? (onTrace ? TRACE_BUDGET : null),
+    config: { sloTtftMs: opts.sloTtftMs, sloItlMs: opts.sloItlMs, utilisation, hold: opts.hold },
+    // A trace's times are from its start: --since and --until are offsets into it.
+    ...(opts.since
+      ? { since: onTrace ? offsetOf(opts.since, '--since') : parseTime(opts.since, now) }
+      : {}),
+    ...(opts.until
+      ? { until: onTrace ? offsetOf(opts.until, '--until') : parseTime(opts.until, now) }
+      : {}),
+    onDecision: (d) => decisions.push(d),
+  };
+  if (opts.trace !== undefined) {
+    const costs = traceCosts(opts);
+    const budget = replay.budget ?? TRACE_BUDGET;
+    const follow = { prefill: Math.ceil(budget / 2), decode: Math.floor(budget / 2) };
+    let requests: TraceRequest[];
+    try {
+      requests = await readTrace(opts.trace);
+    } catch (err) {
+      if (err instanceof TraceError) throw new UsageError(err.message);
+      throw new UsageError(`cannot read the trace ${opts.trace}: ${(err as Error).message}`);
+    }
+    note(
+      `${requests.length} requests from ${opts.trace}; a fleet of ${follow.prefill} prefill and ${follow.decode} decode engines, moved as the planner proposes`,
+    );
+    replayEvents(traceEvents(requests, costs, 0), { ...replay, follow });
+  } else {
+    const reader = openReader(opts);
+    try {
+      await replayPlanner(reader, replay);
+    } finally {
+      await reader.close();
+    }
   }
   if (opts.json) {
     printJson(decisions);
     return EXIT.ok;
   }
   if (decisions.length === 0) {
-    note('no intervals to decide: the journal holds no room or engine events in that time');
+    note(
+      `no intervals to decide: the ${onTrace ? 'trace' : 'journal'} holds no room or engine events in that time`,
+    );
     return EXIT.ok;
   }
-  print(renderTable(collapseIdle(decisions), COLUMNS));
+  print(renderTable(collapseIdle(decisions), columns(onTrace)));
   const steps = decisions.filter(changed);
   print(
-    `${decisions.length} intervals of ${opts.interval}; ${steps.length} steps proposed; targets: TTFT p90 ≤ ${opts.sloTtftMs} ms, ITL p90 ≤ ${opts.sloItlMs} ms, utilisation ${utilisation}`,
+    `${decisions.length} intervals of ${opts.interval}; ${steps.length} step${steps.length === 1 ? '' : 's'} ${onTrace ? 'taken' : 'proposed'}; targets: TTFT p90 ≤ ${opts.sloTtftMs} ms, ITL p90 ≤ ${opts.sloItlMs} ms, utilisation ${utilisation}`,
   );
   return EXIT.ok;
+}
+
+/** Engines a trace is planned for without --budget. */
+const TRACE_BUDGET = 4;
+
+/** A time given for a trace: an offset from its start (`10m`), in ms. */
+function offsetOf(v: string, flag: string): number {
+  return parseDuration(v, `${flag} (with --trace: an offset from the trace's start, e.g. 10m)`);
+}
+
+function traceCosts(opts: PlanOptions): TraceCosts {
+  if (opts.prefillUsPerToken === undefined || opts.decodeUsPerToken === undefined)
+    throw new UsageError(
+      '--trace needs what a token costs your engines: --prefill-us-per-token N --decode-us-per-token N (microseconds of compute a token, per room)',
+    );
+  return { prefillUsPerToken: opts.prefillUsPerToken, decodeUsPerToken: opts.decodeUsPerToken };
 }
 
 /** The planner of a running serve: `GET /v1/planner`. */
@@ -152,7 +220,7 @@ async function servedPlan(url: string, json: boolean): Promise<number> {
   const rows = recent
     .map((e) => ({ ...e.data, window: { from: e.data.inputs.from, to: e.data.inputs.to } }))
     .reverse();
-  print(renderTable(collapseIdle(rows), COLUMNS));
+  print(renderTable(collapseIdle(rows), columns(false)));
   return EXIT.ok;
 }
 
@@ -188,8 +256,22 @@ const dist = (d: Distribution) => (d.count === 0 ? null : `${d.p50}/${d.p90}`);
 const ms = (d: Distribution) =>
   d.count === 0 ? null : `${Math.round(d.p50 ?? 0)}/${Math.round(d.p90 ?? 0)}`;
 
-const COLUMNS = [
-  { header: 'from (UTC)', value: (d: Row) => formatTs(d.window.from), align: 'left' as const },
+/** ms from a trace's start as `+h:mm:ss`. */
+function clockOf(ms: number): string {
+  const s = Math.floor(ms / 1000);
+  const two = (n: number) => String(n).padStart(2, '0');
+  return `+${Math.floor(s / 3600)}:${two(Math.floor(s / 60) % 60)}:${two(s % 60)}`;
+}
+
+/** `offset`: the first column is the time from the trace's start, not a UTC time. */
+const columns = (offset: boolean) => [
+  offset
+    ? {
+        header: 'from start',
+        value: (d: Row) => clockOf(d.window.from),
+        align: 'left' as const,
+      }
+    : { header: 'from (UTC)', value: (d: Row) => formatTs(d.window.from), align: 'left' as const },
   { header: 'rooms/s', value: (d: Row) => num(d.inputs.arrivalsPerS) },
   { header: 'prompt p50/p90', value: (d: Row) => dist(d.inputs.promptTokens) },
   { header: 'output p50/p90', value: (d: Row) => dist(d.inputs.outputTokens) },

@@ -1,13 +1,15 @@
 /**
  * Request traces in the Mooncake format (../shared/traces/README.md): one JSON object per line,
  * `timestamp` (ms from the trace's start), `input_length`, `output_length` and `hash_ids` (the
- * prompt's prefix blocks; equal ids mean the same prefix). The first step of `bench:trace`
- * (issue 30): reading a trace with errors that name the line, and the trace's own bound on prefix
- * reuse — the share of blocks whose prefix appeared earlier in the trace, as a perfect router with
- * an infinite cache would reuse them.
+ * prompt's prefix blocks; equal ids mean the same prefix): reading a trace with errors that name
+ * the line, the trace's own bound on prefix reuse — the share of blocks whose prefix appeared
+ * earlier in the trace, as a perfect router with an infinite cache would reuse them — and the
+ * trace as the events a fleet would have journaled serving it, for `pdctl plan --trace`
+ * (`bench:trace-replay` replays it against a real stack instead).
  */
 import { createReadStream } from 'node:fs';
 import { createInterface } from 'node:readline';
+import type { JournalEvent } from '../journal/events.ts';
 
 export interface TraceRequest {
   /** Arrival, in ms from the trace's start. */
@@ -101,4 +103,73 @@ export function hitRateBound(requests: readonly TraceRequest[]): {
     }
   }
   return { blocks, seenBefore, bound: blocks === 0 ? 0 : seenBefore / blocks };
+}
+
+/** What serving a trace costs, per token (as `pdctl serve --prefill-us-per-token` sets an engine's). */
+export interface TraceCosts {
+  prefillUsPerToken: number;
+  decodeUsPerToken: number;
+}
+
+/** Tokens of one `hash_ids` block (../shared/traces/README.md). */
+export const TRACE_BLOCK_TOKENS = 512;
+
+/**
+ * The events a fleet would have journaled serving `requests` with nothing queued: at arrival
+ * (`start` + timestamp) its room is created; its prefill computes the tokens of blocks not seen
+ * before in the trace (an infinite cache, perfect routing: the reuse bound) and posts the KV; its
+ * decode computes `output_length` tokens and completes. No decode start is recorded: the time a
+ * room waited is not in a trace, so no latency is made up. In time order.
+ */
+export function traceEvents(
+  requests: readonly TraceRequest[],
+  costs: TraceCosts,
+  start: number,
+): JournalEvent[] {
+  const seen = new Set<number>();
+  const out: JournalEvent[] = [];
+  const envelope = (ts: number, room: string) => ({ seq: 0, ts, room, engine: null, eventId: '' });
+  requests.forEach((r, i) => {
+    const room = `trace-${i}`;
+    const at = start + r.timestamp;
+    let reused = 0;
+    for (const id of r.hashIds) {
+      if (seen.has(id)) reused++;
+      else seen.add(id);
+    }
+    const computed = Math.max(0, r.inputLength - reused * TRACE_BLOCK_TOKENS);
+    const prefillMicros = computed * costs.prefillUsPerToken;
+    const decodeMicros = r.outputLength * costs.decodeUsPerToken;
+    const posted = at + Math.round(prefillMicros / 1000);
+    out.push(
+      {
+        ...envelope(at, room),
+        type: 'room.created',
+        source: 'trace',
+        data: {
+          prefillEngine: 'prefill',
+          decodeEngine: 'decode',
+          promptTokens: r.inputLength,
+          prefixBlocks: r.hashIds.length,
+        },
+      },
+      {
+        ...envelope(posted, room),
+        type: 'room.transfer_posted',
+        source: 'trace',
+        data: { computeMicros: prefillMicros, reusedBlocks: reused },
+      },
+      {
+        ...envelope(posted + Math.round(decodeMicros / 1000), room),
+        type: 'room.completed',
+        source: 'trace',
+        data: { tokens: r.outputLength, finishReason: 'length', computeMicros: decodeMicros },
+      },
+    );
+  });
+  out.sort((a, b) => a.ts - b.ts);
+  out.forEach((ev, i) => {
+    ev.seq = i + 1;
+  });
+  return out;
 }
