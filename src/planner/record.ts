@@ -102,28 +102,16 @@ export class WindowRecord {
       case 'request.refused':
         this.refused += ev.data.count;
         return;
-      case 'room.created':
-        if (ev.source === 'canary') {
-          if (ev.room !== null)
-            this.open.set(ev.room, {
-              canary: true,
-              createdAt: ev.ts,
-              prefillAt: null,
-              decodeAt: null,
-            });
-          return;
-        }
+      case 'room.created': {
+        const canary = ev.source === 'canary';
+        if (ev.room !== null && (canary || this.open.size < MAX_OPEN))
+          this.open.set(ev.room, { canary, createdAt: ev.ts, prefillAt: null, decodeAt: null });
+        if (canary) return;
         this.created++;
         if (ev.data.promptTokens !== undefined) this.prompt.push(ev.data.promptTokens);
         if (ev.data.prefixBlocks !== undefined) this.prefixBlocks += ev.data.prefixBlocks;
-        if (ev.room !== null && this.open.size < MAX_OPEN)
-          this.open.set(ev.room, {
-            canary: false,
-            createdAt: ev.ts,
-            prefillAt: null,
-            decodeAt: null,
-          });
         return;
+      }
       case 'room.prefill_started': {
         const o = ev.room === null ? undefined : this.open.get(ev.room);
         if (o) o.prefillAt = ev.ts;

@@ -1,0 +1,61 @@
+/** The planner's record of an interval, folded from committed events. */
+import { describe, expect, it } from 'vitest';
+import type { JournalEvent } from '../journal/events.ts';
+import { completedRoomEvents } from '../journal/synth.ts';
+import { WindowRecord } from './record.ts';
+
+/** A room's ten events as committed from `at`, 10 ms apart, from the given source. */
+function committed(room: string, at: number, source = 'api'): JournalEvent[] {
+  return completedRoomEvents(room, 'p0', 'd0', source).map(
+    (ev, i) =>
+      ({ seq: 0, eventId: '', engine: null, room, ...ev, ts: at + i * 10 }) as JournalEvent,
+  );
+}
+
+describe('planner record', () => {
+  it('estimates time to first token and inter-token latency from the events, and leaves the canary out', () => {
+    const record = new WindowRecord(0);
+    for (const ev of committed('r-1', 1000)) record.fold(ev);
+    for (const ev of committed('r-canary', 2000, 'canary')) record.fold(ev);
+    const s = record.close(60_000);
+    expect(s.arrivalsPerS).toBeCloseTo(1 / 60, 6);
+    expect(s.promptTokens).toEqual({ count: 1, p50: 512, p90: 512, p99: 512 });
+    expect(s.outputTokens.count).toBe(1);
+    // created at +0, decode_started at +70, completed at +80 with 8 tokens: 10 ms over 7 gaps.
+    expect(s.itlMs.p50).toBeCloseTo(10 / 7, 9);
+    expect(s.ttftMs.p50).toBeCloseTo(70 + 10 / 7, 9);
+    // No computeMicros: the prefill's work is prefill_started → transfer_posted (10 ms).
+    expect(s.load.prefill).toBeCloseTo(0.01 / 60, 9);
+    const next = record.close(120_000);
+    expect([next.arrivalsPerS, next.outputTokens.count]).toEqual([0, 0]);
+  });
+
+  it('counts engines by role from registration to exit', () => {
+    const record = new WindowRecord(0);
+    const ev = (type: string, engine: string, data: unknown) =>
+      ({
+        seq: 0,
+        ts: 1,
+        room: null,
+        engine,
+        source: engine,
+        eventId: '',
+        type,
+        data,
+      }) as JournalEvent;
+    record.fold(ev('engine.registered', 'p0', { role: 'prefill', incarnation: '1' }));
+    record.fold(ev('engine.registered', 'p1', { role: 'prefill', incarnation: '1' }));
+    record.fold(ev('engine.registered', 'd0', { role: 'decode', incarnation: '1' }));
+    record.fold(
+      ev('engine.exited', 'p1', {
+        pid: 1,
+        code: 0,
+        signal: null,
+        rooms: 0,
+        restarts: 0,
+        expected: true,
+      }),
+    );
+    expect(record.engines()).toEqual({ prefill: 1, decode: 1 });
+  });
+});
