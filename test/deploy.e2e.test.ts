@@ -178,8 +178,8 @@ describe('every series deploy/ reads, in /metrics of a running stack', () => {
   let metrics = '';
 
   beforeAll(async () => {
-    // A canary every 200 ms, so that its series has samples too.
-    s = await serve(['--canary-interval-ms', '200']);
+    // A canary every 200 ms and a planner decision every second, so that their series have samples too.
+    s = await serve(['--canary-interval-ms', '200', '--planner-interval', '1s']);
     const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'unused', maxRetries: 0 });
     for (let i = 0; i < 3; i++) {
       const stream = await client.completions.create({
@@ -198,11 +198,12 @@ describe('every series deploy/ reads, in /metrics of a running stack', () => {
     await fetch(`${s.url}/v1/completions`, { method: 'POST', body: '{}' });
     // A canary passed, and both engines heartbeated (their pages and queues come from that).
     await waitFor(
-      'a canary to pass and a heartbeat from each engine',
+      'a canary to pass, a planner decision and a heartbeat from each engine',
       async () => {
         const text = await (await fetch(`${s.url}/metrics`)).text();
         return (
           /pdctl_canary_runs_total\{outcome="ok"\} [1-9]/.test(text) &&
+          /^pdctl_planner_desired_engines\{/m.test(text) &&
           (text.match(/^pdctl_engine_free_pages\{/gm) ?? []).length === 2
         );
       },

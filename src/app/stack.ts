@@ -19,6 +19,7 @@ import { OutlierDetector, type OutlierPolicy } from '../recovery/outliers.ts';
 import { EngineSupervisor, removeDeadEnginePools } from '../recovery/supervisor.ts';
 import type { RecoveryView } from '../recovery/view.ts';
 import { Watchdog } from '../recovery/watchdog.ts';
+import { FleetActions } from './fleet-actions.ts';
 import { type ControlJournal, type JournalOpenOptions, openJournal } from './journal.ts';
 
 /** A control plane on a journal: what `openControlPlane` and the stack start from. */
@@ -182,6 +183,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     return counts;
   };
   const budget = plannerOptions.budget ?? ids.prefill.length + ids.decode.length;
+  const actions = new FleetActions({ control, journal, engines, args, log });
   const planner = new Planner(
     journal,
     fleet,
@@ -189,6 +191,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     { ...plannerOptions, budget },
     systemClock,
     log,
+    actions,
   );
   let stopping: Promise<void> | null = null;
   const stop = () => {
@@ -196,6 +199,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
       watchdog.stop();
       ladder.stop();
       outliers.stop();
+      actions.stop();
       await planner.stop();
       await retention.stop();
       await engines.stop();

@@ -302,7 +302,7 @@ export function plannerServeOptions(c: Command): Command {
     .addOption(
       new Option(
         '--planner <mode>',
-        'the planner: advise journals each interval the split of prefill and decode engines it would run and why (planner.decision, pdctl plan --url, /v1/planner, pdctl_planner_desired_engines), acting on nothing; off: none',
+        'the planner: advise journals each interval the split of prefill and decode engines it would run and why (planner.decision, pdctl plan --url, /v1/planner, pdctl_planner_desired_engines), acting on nothing; act: and carries out each step on the engines serve runs (starts one, or retires one after it finished its rooms); off: none',
       )
         .choices([...PLANNER_MODES])
         .env('PDCTL_PLANNER')

@@ -50,7 +50,7 @@ export interface EngineView
       status: EngineStatus;
       /**
        * Whether new rooms go to it: live by its heartbeat (`engineStatus` without the stall), and
-       * neither cordoned nor ejected.
+       * neither cordoned, ejected nor being retired.
        */
       takesRooms: boolean;
       /** Why it takes no new rooms until uncordoned (cordons.ts); null when it is not cordoned. */
@@ -117,6 +117,7 @@ export function viewsOf(
     all(): EngineSession[];
     cordons: { of(engine: string): Cordon | null };
     ejections: { of(engine: string): Ejection | null };
+    retiring: ReadonlySet<string>;
   },
   liveOn: (engine: string) => number,
   policy: Readonly<LivenessPolicy>,
@@ -129,7 +130,7 @@ export function viewsOf(
       cordon: registry.cordons.of(s.engine),
       ejection: registry.ejections.of(s.engine),
     };
-    return viewOf(s, liveOn(s.engine), policy, now, found, out);
+    return viewOf(s, liveOn(s.engine), policy, now, found, out, registry.retiring.has(s.engine));
   });
 }
 
@@ -141,6 +142,7 @@ export function viewOf(
   now: number,
   found: Omit<Stall, 'engine'> | null,
   out: { cordon: Cordon | null; ejection: Ejection | null } = { cordon: null, ejection: null },
+  retiring = false,
 ): EngineView {
   const stall =
     found ??
@@ -149,7 +151,8 @@ export function viewOf(
   return Object.freeze({
     ...identity,
     status: engineStatus(s, policy, now, stall),
-    takesRooms: !out.cordon && !out.ejection && engineStatus(s, policy, now) === 'live',
+    takesRooms:
+      !retiring && !out.cordon && !out.ejection && engineStatus(s, policy, now) === 'live',
     ...out,
     stall,
     session: delivery.session,

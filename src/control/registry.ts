@@ -18,6 +18,11 @@ export class EngineRegistry {
   readonly cordons: Cordons;
   /** Engines out of rotation as outliers until a canary through them passes. */
   readonly ejections = new Ejections();
+  /**
+   * Engines being retired (the planner's step down, app/fleet-actions.ts): no new rooms from the
+   * moment they are added, whatever their heartbeat says; dropped with the engine.
+   */
+  readonly retiring = new Set<string>();
 
   constructor(readonly clock: Clock = systemClock) {
     this.cordons = new Cordons(clock);
@@ -33,6 +38,7 @@ export class EngineRegistry {
 
   delete(engine: string): void {
     this.sessions.delete(engine);
+    this.retiring.delete(engine);
   }
 
   all(): EngineSession[] {
@@ -57,8 +63,8 @@ export class EngineRegistry {
   }
 
   /**
-   * Engines of the role that may take a new room now: live (above), not cordoned, not ejected,
-   * passing `usable`. `probe`: a canary for this engine, ejected or not — for its role, only it.
+   * Engines of the role that may take a new room now: live (above), not cordoned, not being
+   * retired, not ejected, passing `usable`. `probe`: a canary for this engine, ejected or not — for its role, only it.
    */
   candidates(
     role: 'prefill' | 'decode',
@@ -68,10 +74,11 @@ export class EngineRegistry {
     probe: string | null = null,
   ): EngineSession[] {
     const probed = probe === null ? undefined : this.sessions.get(probe);
+    const open = (s: EngineSession) => !this.cordons.has(s.engine) && !this.retiring.has(s.engine);
     return this.withStatus(role, 'live', policy, now).filter((s) =>
       probed?.role === role
-        ? s === probed && !this.cordons.has(s.engine) && usable(s)
-        : !this.cordons.has(s.engine) && !this.ejections.has(s.engine) && usable(s),
+        ? s === probed && open(s) && usable(s)
+        : open(s) && !this.ejections.has(s.engine) && usable(s),
     );
   }
 

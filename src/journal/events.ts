@@ -249,6 +249,26 @@ export const EVENT_SCHEMAS = {
   ),
   'engine.uncordoned': Type.Object({ reason: Text, by: Text }, open),
   /**
+   * An engine the planner (or an operator) started or retires, step by step: `started`; or
+   * `draining` (no new rooms) → `drained` (`rooms`: those still running at the drain deadline,
+   * moved to other engines when it stops) → `stopped`. `role`: the engine's.
+   */
+  'engine.lifecycle': Type.Object(
+    {
+      state: Type.Union([
+        Type.Literal('started'),
+        Type.Literal('draining'),
+        Type.Literal('drained'),
+        Type.Literal('stopped'),
+      ]),
+      role: Type.Union([Type.Literal('prefill'), Type.Literal('decode')]),
+      by: Text,
+      reason: Text,
+      rooms: Type.Optional(Count),
+    },
+    open,
+  ),
+  /**
    * Out of rotation as an outlier (recovery/outliers.ts): its rooms failed, by the reasons that
    * blame it, in a row or far more often than its role's peers'. No room goes to it until a
    * canary through it passes, tried from `ejectedMs` on.
@@ -462,6 +482,7 @@ const NEEDS_ENGINE = new Set<string>([
   'engine.exited',
   'engine.cordoned',
   'engine.uncordoned',
+  'engine.lifecycle',
   'engine.ejected',
   'engine.returned',
 ]);

@@ -53,7 +53,8 @@ export const REASONS = [
 ] as const;
 export type Reason = (typeof REASONS)[number];
 
-type Step = Exclude<Reason, 'steady' | 'waiting' | 'at_budget' | 'no_traffic'>;
+/** The reasons that move the fleet: one engine more, fewer, or of the other role. */
+export type Step = Exclude<Reason, 'steady' | 'waiting' | 'at_budget' | 'no_traffic'>;
 
 export interface Decision {
   window: { from: number; to: number };

@@ -13,12 +13,21 @@ import {
   freshMemory,
   PLANNER_DEFAULTS,
   type PlannerConfig,
+  type Step,
 } from './model.ts';
 import { type Fleet, WindowRecord } from './record.ts';
 
-/** `off`: no planner; `advise`: decides and journals, acts on nothing. */
-export const PLANNER_MODES = ['off', 'advise'] as const;
+/**
+ * `off`: no planner; `advise`: decides and journals, acts on nothing; `act`: and carries out each
+ * step it proposes, where pdctl supervises the engines (`PlannerActions`).
+ */
+export const PLANNER_MODES = ['off', 'advise', 'act'] as const;
 export type PlannerMode = (typeof PLANNER_MODES)[number];
+
+/** What carries out a step (app/fleet-actions.ts): resolves once the fleet has changed, or could not. */
+export interface PlannerActions {
+  step(step: Step): Promise<void>;
+}
 
 export interface PlannerOptions extends Partial<PlannerConfig> {
   mode: PlannerMode;
@@ -46,6 +55,8 @@ export class Planner {
   private timer: Timer | null = null;
   private last: Decision | null = null;
   private ticking: Promise<void> | null = null;
+  /** The step being carried out (act): no other starts until it is done. */
+  private acting: Promise<void> | null = null;
 
   constructor(
     private readonly journal: Pick<JournalStore, 'subscribe' | 'append' | 'headSeq'>,
@@ -55,7 +66,11 @@ export class Planner {
     options: Omit<PlannerOptions, 'mode'> & { budget: number },
     private readonly clock: Clock,
     private readonly log: Logger,
+    /** Needed for `act`. */
+    private readonly actions: PlannerActions | null = null,
   ) {
+    if (mode === 'act' && actions === null)
+      throw new RangeError('the planner acts only where pdctl supervises the engines');
     const { intervalMs = DEFAULT_PLANNER_INTERVAL_MS, ...config } = options;
     this.config = { ...PLANNER_DEFAULTS, ...config };
     this.intervalMs = intervalMs;
@@ -79,6 +94,16 @@ export class Planner {
     const fleet = this.fleet();
     const summary = record.close(this.clock.now());
     const decision = decide(summary, fleet, this.config, this.memory);
+    const step = changes(decision) ? (decision.reason as Step) : null;
+    if (step && this.mode === 'act' && this.actions && !this.acting) {
+      decision.acted = true;
+      this.acting = this.actions
+        .step(step)
+        .catch((err) => this.log.error({ err, step }, `the planner could not carry out ${step}`))
+        .finally(() => {
+          this.acting = null;
+        });
+    }
     this.last = decision;
     this.ticking = this.journal
       .append({ type: 'planner.decision', source: 'planner', data: eventData(this.mode, decision) })
@@ -90,10 +115,16 @@ export class Planner {
       .finally(() => {
         this.ticking = null;
       });
-    if (decision.proposal.prefill !== fleet.prefill || decision.proposal.decode !== fleet.decode)
+    if (step)
       this.log.info(
         { reason: decision.reason, fleet, proposal: decision.proposal, target: decision.target },
-        `planner proposes ${decision.proposal.prefill} prefill and ${decision.proposal.decode} decode engines (${decision.reason}); advise only: nothing is changed`,
+        `planner proposes ${decision.proposal.prefill} prefill and ${decision.proposal.decode} decode engines (${decision.reason}); ${
+          decision.acted
+            ? 'carrying it out'
+            : this.mode === 'act'
+              ? 'a step is still being carried out'
+              : 'advise only: nothing is changed'
+        }`,
       );
     return this.ticking;
   }
@@ -102,7 +133,7 @@ export class Planner {
     return { mode: this.mode, intervalMs: this.intervalMs, config: this.config, last: this.last };
   }
 
-  /** Stops deciding; a decision being journaled finishes. */
+  /** Stops deciding; a decision being journaled finishes (a step being carried out is the actions' to stop). */
   async stop(): Promise<void> {
     this.clock.clear(this.timer);
     this.timer = null;
@@ -111,6 +142,9 @@ export class Planner {
     await this.ticking;
   }
 }
+
+const changes = (d: Decision) =>
+  d.proposal.prefill !== d.fleet.prefill || d.proposal.decode !== d.fleet.decode;
 
 /** The decision as `planner.decision` records it (the summary's window is the decision's). */
 export function eventData(mode: PlannerMode, d: Decision) {

@@ -103,7 +103,15 @@ export interface SupervisorOptions {
  * `signal` (any other signal), `error` (a non-zero exit code), `clean` (exit 0 on its own),
  * `replaced` (pdctl killed it to start it again), `stopped` (pdctl was shutting down).
  */
-export const EXIT_CAUSES = ['killed', 'signal', 'error', 'clean', 'replaced', 'stopped'] as const;
+export const EXIT_CAUSES = [
+  'killed',
+  'signal',
+  'error',
+  'clean',
+  'replaced',
+  'retired',
+  'stopped',
+] as const;
 export type ExitCause = (typeof EXIT_CAUSES)[number];
 
 /** Who started an engine again: the supervisor after an exit, or the escalation ladder. */
@@ -116,8 +124,9 @@ export interface EngineTallies {
   restarts: Record<Restarter, number>;
 }
 
-function exitCause(status: ExitStatus, stopping: boolean): ExitCause {
+function exitCause(status: ExitStatus, stopping: boolean, retiring: boolean): ExitCause {
   if (stopping) return 'stopped';
+  if (retiring) return 'retired';
   if (status.expected) return 'replaced';
   if (status.signal === 'SIGKILL') return 'killed';
   if (status.signal) return 'signal';
@@ -131,6 +140,8 @@ interface Child {
   exited: Promise<ExitStatus>;
   /** Being replaced by restartNow: its exit starts nothing by itself. */
   replacing?: boolean;
+  /** Retired (the planner's step down): its exit is expected and starts nothing. */
+  retiring?: boolean;
 }
 
 export interface ExitStatus {
@@ -241,8 +252,10 @@ export class EngineSupervisor implements Supervisor {
     }
     try {
       const mine = entry?.process === child;
-      const expected = this.stopping || (mine && entry?.replacing === true);
-      this.tallyOf(spec.id).exits[exitCause({ code, signal, expected }, this.stopping)]++;
+      const expected =
+        this.stopping || (mine && (entry?.replacing === true || entry?.retiring === true));
+      const retired = mine && entry?.retiring === true;
+      this.tallyOf(spec.id).exits[exitCause({ code, signal, expected }, this.stopping, retired)]++;
       this.options.onExit?.(
         spec.id,
         child.pid,
@@ -253,7 +266,7 @@ export class EngineSupervisor implements Supervisor {
       this.options.log.error({ err, engine: spec.id }, 'exit listener threw');
     }
     if (!entry || entry.process !== child || entry.replacing) return;
-    if (this.stopping || this.options.restart === false) {
+    if (this.stopping || this.options.restart === false || entry.retiring) {
       this.children.delete(spec.id);
       return;
     }
@@ -295,6 +308,22 @@ export class EngineSupervisor implements Supervisor {
     await entry.exited;
     if (this.stopping) return undefined;
     return this.start(entry.spec, entry.restarts + 1, 'ladder').pid;
+  }
+
+  /**
+   * Ends one engine for good (the planner retires it): SIGTERM, and SIGKILL if it has not gone
+   * within `timeoutMs`; its exit is expected and it is not started again. Resolves once it has
+   * exited; false when there was no such engine.
+   */
+  async retire(id: string, timeoutMs: number): Promise<boolean> {
+    const entry = this.children.get(id);
+    if (!entry) return false;
+    entry.retiring = true;
+    entry.process.kill('SIGTERM');
+    const timer = setTimeout(() => entry.process.kill('SIGKILL'), timeoutMs);
+    await entry.exited;
+    clearTimeout(timer);
+    return true;
   }
 
   /** The engines this supervisor runs. */

@@ -1,0 +1,123 @@
+/**
+ * The planner's steps carried out on the engines `pdctl serve` supervises (`--planner act`): an
+ * engine started, an engine retired — drained first, so that no request fails — or both, for a
+ * change of role. Each state is journaled (`engine.lifecycle`): `started`; `draining` → `drained`
+ * → `stopped`. Rooms still running on a retiring engine at the drain deadline move to other
+ * engines when it stops, as after any engine's exit (recovery/exits.ts).
+ */
+import type { ControlPlane } from '../control/control-plane.ts';
+import type { EventData } from '../journal/events.ts';
+import type { JournalStore } from '../journal/store.ts';
+import type { Logger } from '../log.ts';
+import type { Step } from '../planner/model.ts';
+import type { PlannerActions } from '../planner/online.ts';
+import type { Role } from '../planner/record.ts';
+import type { EngineSupervisor } from '../recovery/supervisor.ts';
+
+export interface FleetActionsDeps {
+  control: ControlPlane;
+  journal: Pick<JournalStore, 'append'>;
+  engines: EngineSupervisor;
+  /** The `pdctl engine` flags every engine the stack starts gets. */
+  args: string[];
+  log: Logger;
+  /** How long a retiring engine gets to finish its rooms. Default 30 000. */
+  drainDeadlineMs?: number;
+  /** How long a new engine gets to register. Default 30 000. */
+  startTimeoutMs?: number;
+}
+
+type Lifecycle = EventData<'engine.lifecycle'>;
+
+const POLL_MS = 100;
+
+export class FleetActions implements PlannerActions {
+  private stopping = false;
+
+  constructor(private readonly deps: FleetActionsDeps) {}
+
+  async step(step: Step): Promise<void> {
+    switch (step) {
+      case 'prefill_short':
+      case 'decode_short':
+        return this.start(step === 'prefill_short' ? 'prefill' : 'decode', step);
+      case 'prefill_idle':
+      case 'decode_idle':
+        await this.retire(step === 'prefill_idle' ? 'prefill' : 'decode', step);
+        return;
+      case 'rebalance_to_prefill':
+        if (await this.retire('decode', step)) await this.start('prefill', step);
+        return;
+      case 'rebalance_to_decode':
+        if (await this.retire('prefill', step)) await this.start('decode', step);
+        return;
+    }
+  }
+
+  /** Ends the waits of a step being carried out (the stack is stopping). */
+  stop(): void {
+    this.stopping = true;
+  }
+
+  /** Starts an engine of `role` under a new id; resolves once it registered (or its wait ran out). */
+  private async start(role: Role, reason: string): Promise<void> {
+    if (this.stopping) return;
+    const { control, engines, args } = this.deps;
+    const taken = new Set([...engines.ids(), ...control.engines().map((e) => e.engine)]);
+    let n = 0;
+    while (taken.has(`${role}-${n}`)) n++;
+    const id = `${role}-${n}`;
+    engines.start({ id, role, args });
+    await this.record(id, { state: 'started', role, by: 'planner', reason });
+    await this.until(() => control.engine(id) !== undefined, this.deps.startTimeoutMs ?? 30_000);
+  }
+
+  /**
+   * Retires the engine of `role` with the fewest rooms that this stack supervises: drained, then
+   * stopped and forgotten. False when there is none to retire.
+   */
+  private async retire(role: Role, reason: string): Promise<boolean> {
+    if (this.stopping) return false;
+    const { control, engines, log } = this.deps;
+    const supervised = new Set(engines.ids());
+    const engine = control
+      .engines()
+      .filter((e) => e.role === role && supervised.has(e.engine))
+      .sort((a, b) => a.liveRooms - b.liveRooms)[0]?.engine;
+    if (engine === undefined) {
+      log.warn({ role, reason }, `the planner found no ${role} engine of its own to retire`);
+      return false;
+    }
+    await this.record(engine, { state: 'draining', role, by: 'planner', reason });
+    // No new rooms from now on; it finishes those it has. (Not the engine's own drain: it would
+    // refuse a room admitted just before, whose room.created reaches it after the command.)
+    control.registry.retiring.add(engine);
+    const rooms = () => control.engine(engine)?.liveRooms ?? 0;
+    await this.until(() => rooms() === 0, this.deps.drainDeadlineMs ?? 30_000);
+    const left = rooms();
+    await this.record(engine, { state: 'drained', role, by: 'planner', reason, rooms: left });
+    // Rooms left at the deadline move as soon as it is gone: no need to wait out its own drain.
+    await engines.retire(engine, left > 0 ? 0 : 10_000);
+    control.forgetEngine(engine);
+    await this.record(engine, { state: 'stopped', role, by: 'planner', reason });
+    return true;
+  }
+
+  private record(engine: string, data: Lifecycle): Promise<unknown> {
+    return this.deps.journal
+      .append({ type: 'engine.lifecycle', engine, source: 'planner', data })
+      .catch((err) =>
+        this.deps.log.error(
+          { err, engine, state: data.state },
+          'could not journal engine.lifecycle',
+        ),
+      );
+  }
+
+  /** Resolves once `done()` holds, `ms` have passed, or the stack is stopping. */
+  private async until(done: () => boolean, ms: number): Promise<void> {
+    const deadline = Date.now() + ms;
+    while (!done() && !this.stopping && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, POLL_MS));
+  }
+}
