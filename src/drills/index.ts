@@ -6,6 +6,7 @@ import type { DrillScenario } from './harness.ts';
 import { hostilePeer } from './hostile-peer.ts';
 import { killControlPlane } from './kill-control-plane.ts';
 import { partitionEngine, partitionKv } from './partition.ts';
+import { plannerScaleDown } from './planner-scale-down.ts';
 import {
   busLoopDeath,
   computeHang,
@@ -35,4 +36,5 @@ export const DRILLS: readonly DrillScenario[] = [
   partitionKv,
   partitionEngine,
   badEngine,
+  plannerScaleDown,
 ];
