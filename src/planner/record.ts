@@ -44,9 +44,12 @@ export interface WindowSummary {
   /** Decode time over tokens after the first, per completed room. */
   itlMs: Distribution;
   /**
-   * Engine-seconds of work per second of the window, by role: the model's compute time each room
-   * reported (`computeMicros`), or the time between its events where it reported none. A load of
-   * 1.5 keeps one and a half engines busy.
+   * Engine-seconds of work per second of the window, by role: what the rooms that arrived bring
+   * (arrivals a second × the work a room took, from the model's compute time each room reported,
+   * `computeMicros`, or the time between its events where it reported none), or what was done in
+   * the window if that is more. From arrivals, because what completes is capped by what the
+   * engines can do: an overloaded role would look busy, never short. A load of 1.5 keeps one and a
+   * half engines busy.
    */
   load: Fleet;
   /** Requests refused before any room existed (overload, no engines, …) and rooms that failed. */
@@ -78,6 +81,10 @@ export class WindowRecord {
   private ttft: number[] = [];
   private itl: number[] = [];
   private work: Fleet = { prefill: 0, decode: 0 };
+  /** Rooms whose work of each role was counted in the window. */
+  private done: Fleet = { prefill: 0, decode: 0 };
+  /** Microseconds of work a room takes, by role: the last window's that had rooms, kept across windows. */
+  private readonly perRoom: Fleet = { prefill: 0, decode: 0 };
   private prefixBlocks = 0;
   private reusedBlocks = 0;
   private refused = 0;
@@ -121,6 +128,7 @@ export class WindowRecord {
         const o = ev.room === null ? undefined : this.open.get(ev.room);
         const span = o?.prefillAt != null ? (ev.ts - o.prefillAt) * 1000 : 0;
         this.work.prefill += ev.data.computeMicros ?? span;
+        this.done.prefill++;
         this.reusedBlocks += ev.data.reusedBlocks ?? 0;
         return;
       }
@@ -135,6 +143,7 @@ export class WindowRecord {
         if (ev.room !== null) this.open.delete(ev.room);
         const span = o?.decodeAt != null ? ev.ts - o.decodeAt : null;
         this.work.decode += ev.data.computeMicros ?? (span ?? 0) * 1000;
+        this.done.decode++;
         if (o?.decodeAt == null || span === null) return;
         const itl = ev.data.tokens > 1 ? span / (ev.data.tokens - 1) : span;
         this.itl.push(itl);
@@ -161,6 +170,13 @@ export class WindowRecord {
     return fleet;
   }
 
+  /** Engine-seconds a second of `role`'s work: brought by the arrivals, or done, whichever is more. */
+  private loadOf(role: Role, seconds: number): number {
+    if (this.done[role] > 0) this.perRoom[role] = this.work[role] / this.done[role];
+    const brought = this.created * this.perRoom[role];
+    return Math.max(brought, this.work[role]) / 1e6 / seconds;
+  }
+
   /** The summary of what was folded since the last close, over [from, to); starts the next window. */
   close(to: number): WindowSummary {
     const seconds = Math.max(to - this.from, 1000) / 1000;
@@ -174,8 +190,8 @@ export class WindowRecord {
       ttftMs: distribution(this.ttft),
       itlMs: distribution(this.itl),
       load: {
-        prefill: this.work.prefill / 1e6 / seconds,
-        decode: this.work.decode / 1e6 / seconds,
+        prefill: this.loadOf('prefill', seconds),
+        decode: this.loadOf('decode', seconds),
       },
       refused: this.refused,
       failed: this.failed,
@@ -188,6 +204,7 @@ export class WindowRecord {
     this.ttft = [];
     this.itl = [];
     this.work = { prefill: 0, decode: 0 };
+    this.done = { prefill: 0, decode: 0 };
     this.prefixBlocks = 0;
     this.reusedBlocks = 0;
     this.refused = 0;

@@ -58,4 +58,18 @@ describe('planner record', () => {
     );
     expect(record.engines()).toEqual({ prefill: 1, decode: 1 });
   });
+
+  it('counts the load the arrivals bring, not only what completed: an overloaded role looks short, not busy', () => {
+    const record = new WindowRecord(0);
+    // Ten rooms arrive; one completes (its decode took 10 ms); nine wait behind it.
+    const evs = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9].flatMap((i) => committed(`r-${i}`, 1000 + i));
+    for (const ev of evs) if (ev.type === 'room.created' || ev.room === 'r-0') record.fold(ev);
+    const s = record.close(10_000);
+    expect(s.outputTokens.count).toBe(1);
+    expect(s.load.decode).toBeCloseTo((10 * 0.01) / 10, 9);
+    // The next window: nothing arrives, two complete: what was done counts.
+    for (const ev of evs)
+      if (ev.room === 'r-1' || ev.room === 'r-2') if (ev.type !== 'room.created') record.fold(ev);
+    expect(record.close(20_000).load.decode).toBeCloseTo((2 * 0.01) / 10, 9);
+  });
 });
