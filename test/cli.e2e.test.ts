@@ -196,7 +196,7 @@ describe('pdctl on a synthetic journal', () => {
     expect(human.stdout).toMatch(
       /^from \(UTC\) +rooms\/s .* fleet P\/D +target P\/D +proposal P\/D +reason/,
     );
-    expect(human.stdout).toMatch(/\d+ intervals of 2m; \d+ steps proposed/);
+    expect(human.stdout).toMatch(/\d+ intervals of 2m; \d+ steps? proposed/);
     const r = await pdctl(['plan', ...J, '--interval', '2m', '--budget', '4', '--json']);
     expect(r.code, r.stderr).toBe(0);
     const ds = json<Array<{ reason: string; fleet: { prefill: number; decode: number } }>>(
