@@ -46,11 +46,13 @@ export class FleetActions implements PlannerActions {
         await this.retire(step === 'prefill_idle' ? 'prefill' : 'decode', step);
         return;
       case 'rebalance_to_prefill':
-        if (await this.retire('decode', step)) await this.start('prefill', step);
+      case 'rebalance_to_decode': {
+        // A change of role: one engine of the other role retired, one of this role in its place.
+        const role: Role = step === 'rebalance_to_prefill' ? 'prefill' : 'decode';
+        const retired = await this.retire(role === 'prefill' ? 'decode' : 'prefill', step);
+        if (retired !== null) await this.start(role, step, retired);
         return;
-      case 'rebalance_to_decode':
-        if (await this.retire('prefill', step)) await this.start('decode', step);
-        return;
+      }
     }
   }
 
@@ -59,8 +61,11 @@ export class FleetActions implements PlannerActions {
     this.stopping = true;
   }
 
-  /** Starts an engine of `role` under a new id; resolves once it registered (or its wait ran out). */
-  private async start(role: Role, reason: string): Promise<void> {
+  /**
+   * Starts an engine of `role` under a new id (in place of `replaces`, retired for a change of
+   * role); resolves once it registered (or its wait ran out).
+   */
+  private async start(role: Role, reason: string, replaces?: string): Promise<void> {
     if (this.stopping) return;
     const { control, engines, args } = this.deps;
     const taken = new Set([...engines.ids(), ...control.engines().map((e) => e.engine)]);
@@ -68,16 +73,22 @@ export class FleetActions implements PlannerActions {
     while (taken.has(`${role}-${n}`)) n++;
     const id = `${role}-${n}`;
     engines.start({ id, role, args });
-    await this.record(id, { state: 'started', role, by: 'planner', reason });
+    await this.record(id, {
+      state: 'started',
+      role,
+      by: 'planner',
+      reason,
+      ...(replaces !== undefined ? { replaces } : {}),
+    });
     await this.until(() => control.engine(id) !== undefined, this.deps.startTimeoutMs ?? 30_000);
   }
 
   /**
    * Retires the engine of `role` with the fewest rooms that this stack supervises: drained, then
-   * stopped and forgotten. False when there is none to retire.
+   * stopped and forgotten. Its id, or null when there is none to retire.
    */
-  private async retire(role: Role, reason: string): Promise<boolean> {
-    if (this.stopping) return false;
+  private async retire(role: Role, reason: string): Promise<string | null> {
+    if (this.stopping) return null;
     const { control, engines, log } = this.deps;
     const supervised = new Set(engines.ids());
     const engine = control
@@ -86,7 +97,7 @@ export class FleetActions implements PlannerActions {
       .sort((a, b) => a.liveRooms - b.liveRooms)[0]?.engine;
     if (engine === undefined) {
       log.warn({ role, reason }, `the planner found no ${role} engine of its own to retire`);
-      return false;
+      return null;
     }
     await this.record(engine, { state: 'draining', role, by: 'planner', reason });
     // No new rooms from now on; it finishes those it has. (Not the engine's own drain: it would
@@ -100,7 +111,7 @@ export class FleetActions implements PlannerActions {
     await engines.retire(engine, left > 0 ? 0 : 10_000);
     control.forgetEngine(engine);
     await this.record(engine, { state: 'stopped', role, by: 'planner', reason });
-    return true;
+    return engine;
   }
 
   private record(engine: string, data: Lifecycle): Promise<unknown> {

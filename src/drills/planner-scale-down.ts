@@ -35,21 +35,27 @@ export const plannerScaleDown: DrillScenario = {
     const states = (await ctx.target.events('engine.lifecycle', started)) ?? stopped ?? [];
     for (const e of states)
       ctx.mark(
-        `${e.engine} ${e.data.state} (${e.data.role}, ${e.data.reason}${e.data.rooms !== undefined ? `, ${e.data.rooms} rooms left` : ''})`,
+        `${e.engine} ${e.data.state} (${e.data.role}, ${e.data.reason}${e.data.rooms !== undefined ? `, ${e.data.rooms} rooms left` : ''}${e.data.replaces !== undefined ? `, in place of ${e.data.replaces}` : ''})`,
         e.ts,
       );
     const steps = (await ctx.target.events('planner.decision', started)).filter(
       (e) => e.data.acted,
     );
+    // A change of role names the engine its new one took the place of: one that stopped.
+    const gone = new Set(states.filter((e) => e.data.state === 'stopped').map((e) => e.engine));
+    const replaced = states
+      .filter((e) => e.data.state === 'started' && e.data.reason.startsWith('rebalance_'))
+      .every((e) => e.data.replaces !== undefined && gone.has(e.data.replaces));
     ctx.check({
       name: 'the planner stepped under load',
-      ok: steps.length > 0 && states.some((e) => e.data.state === 'stopped'),
+      ok: steps.length > 0 && gone.size > 0 && replaced,
       figure: {
         steps: steps.map((e) => e.data.reason).join(', ') || 'none',
         retired: states.filter((e) => e.data.state === 'stopped').length,
         started: states.filter((e) => e.data.state === 'started').length,
       },
-      detail: 'planner.decision acted, and an engine.lifecycle stopped',
+      detail:
+        'planner.decision acted, an engine.lifecycle stopped, and each engine started for a change of role names the one it replaces',
     });
     const drained = states.filter((e) => e.data.state === 'drained');
     ctx.check({

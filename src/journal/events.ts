@@ -265,6 +265,8 @@ export const EVENT_SCHEMAS = {
       by: Text,
       reason: Text,
       rooms: Type.Optional(Count),
+      /** `started` in a change of role: the engine of the other role it takes the place of. */
+      replaces: Type.Optional(Id),
     },
     open,
   ),
