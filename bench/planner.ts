@@ -6,20 +6,29 @@
  * (`--prefill-compute device --decode-compute device`): the time is the model's, the CPU stays
  * free, so the split decides the goodput and these 2 cores do not. Goodput: requests a second
  * whose time to first token and inter-token latency (both measured by this client on the stream)
- * meet their targets. Each configuration serves the same schedule, one after the other, in one run.
+ * meet their targets; a request still unanswered `--grace-seconds` after its phase is cut and
+ * misses them. Each configuration serves the same schedule, one after the other, in one run.
  *
- *   npm run build:ts && npm run bench:planner
- *   npm run bench:planner -- --phase-seconds 60 --budget 4 --json
+ *   npm run build:ts && npm run bench:planner                      # 120 s phases: ~27 minutes
+ *   npm run bench:planner -- --phase-seconds 30 --only planner --keep
  */
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { readTrace, type TraceRequest } from '../src/planner/trace.ts';
-import { asJson, atRate, flag, say } from './args.ts';
+import { asJson, flag, say } from './args.ts';
 import { startServe, stop } from './serve-process.ts';
 
-const PHASE_S = Number(flag('--phase-seconds', '30'));
+const PHASE_S = Number(flag('--phase-seconds', '120'));
+/**
+ * Seconds after a phase's last arrival that its requests still have to finish; then the rest are
+ * cut (their connections closed: the rooms are aborted) and count as missing the targets. An
+ * overloaded split would otherwise stretch its phase by its whole backlog, and start the next one
+ * behind.
+ */
+const GRACE_S = Number(flag('--grace-seconds', '10'));
 const BUDGET = Number(flag('--budget', '4'));
 const INTERVAL = flag('--planner-interval', '2s');
 const SLO_TTFT_MS = Number(flag('--slo-ttft-ms', '1500'));
@@ -74,16 +83,29 @@ function tracePhase(trace: TraceRequest[]): Phase {
 
 interface Outcome {
   ok: boolean;
+  /** Still unanswered when the phase's grace ran out, and cut. */
+  cut: boolean;
   ttftMs: number;
   itlMs: number;
 }
 
 const line = (i: number) => `the harbor keeps ${i % 97} lanterns lit across the quiet water`;
+/**
+ * Request `i`'s prompt: about `words` words, led by its own number, so that no two share a prefix
+ * block — a prefix cache would otherwise turn the prefill-heavy phase into hits after a few
+ * seconds, and the phase would not be the load it says.
+ */
 const promptOf = (i: number, words: number) =>
-  Array.from({ length: Math.max(1, Math.round(words / 10)) }, (_, k) => line(i * 7 + k)).join(' ');
+  `request ${i}: ${Array.from({ length: Math.max(1, Math.round(words / 10)) }, (_, k) => line(i * 7 + k)).join(' ')}`;
 
-/** One streamed completion: time to its first text, and the gaps after it. */
-function streamed(base: string, agent: Agent, i: number, s: Shape): Promise<Outcome> {
+/** One streamed completion: time to its first text, and the gaps after it; cut at `cutAt`. */
+function streamed(
+  base: string,
+  agent: Agent,
+  i: number,
+  s: Shape,
+  cutAt: number,
+): Promise<Outcome> {
   const body = JSON.stringify({
     model: 'pdctl-deterministic-1',
     prompt: promptOf(i, s.promptWords),
@@ -107,29 +129,44 @@ function streamed(base: string, agent: Agent, i: number, s: Shape): Promise<Outc
             finished = true;
         });
         res.on('end', () => {
+          clearTimeout(cut);
           const end = performance.now();
           const ok = res.statusCode === 200 && finished && first > 0;
           done({
             ok,
+            cut: false,
             ttftMs: first ? first - t0 : Number.NaN,
             itlMs: first ? (end - first) / Math.max(1, s.maxTokens - 1) : Number.NaN,
           });
         });
+        res.on('error', () => undefined);
       },
     );
-    req.on('error', () => done({ ok: false, ttftMs: Number.NaN, itlMs: Number.NaN }));
+    const cut = setTimeout(
+      () => {
+        done({ ok: false, cut: true, ttftMs: Number.NaN, itlMs: Number.NaN });
+        req.destroy();
+      },
+      Math.max(0, cutAt - t0),
+    );
+    req.on('error', () => {
+      clearTimeout(cut);
+      done({ ok: false, cut: false, ttftMs: Number.NaN, itlMs: Number.NaN });
+    });
     req.end(body);
   });
 }
 
-async function runPhase(base: string, phase: Phase): Promise<Outcome[]> {
+/** Serves `phase`; its requests are numbered from `first` (each one's prompt is its own). */
+async function runPhase(base: string, phase: Phase, first: number): Promise<Outcome[]> {
   const agent = new Agent({ keepAlive: true, maxSockets: 512 });
   const t0 = performance.now();
+  const cutAt = t0 + (PHASE_S + GRACE_S) * 1000;
   const out: Array<Promise<Outcome>> = [];
   for (const [i, r] of phase.requests.entries()) {
     const wait = t0 + r.at - performance.now();
     if (wait > 1) await new Promise((w) => setTimeout(w, wait));
-    out.push(streamed(base, agent, i, r));
+    out.push(streamed(base, agent, first + i, r, cutAt));
   }
   const all = await Promise.all(out);
   agent.destroy();
@@ -183,6 +220,33 @@ const configs: Config[] = [
 const goodput = (o: Outcome[]) =>
   o.filter((x) => x.ok && x.ttftMs <= SLO_TTFT_MS && x.itlMs <= SLO_ITL_MS).length / PHASE_S;
 
+/** The steps the serving planner carried out, oldest first, as its journal holds them. */
+function actedSteps(base: string): string[] {
+  const r = spawnSync(
+    process.execPath,
+    [
+      resolve(import.meta.dirname, '../bin/pdctl.js'),
+      'journal',
+      'tail',
+      '--url',
+      base,
+      '--type',
+      'planner.decision',
+      '-n',
+      '10000',
+      '--json',
+    ],
+    { encoding: 'utf8' },
+  );
+  if (r.status !== 0) throw new Error(`pdctl journal tail failed: ${r.stderr}`);
+  return r.stdout
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l) as { data: { acted: boolean; reason: string } })
+    .filter((e) => e.data.acted)
+    .map((e) => e.data.reason);
+}
+
 async function main(): Promise<void> {
   const trace = await readTrace(TRACE).catch(() => null);
   const phases: Phase[] = [
@@ -191,23 +255,31 @@ async function main(): Promise<void> {
     ...(trace ? [tracePhase(trace)] : []),
   ];
   if (!trace) say(`bench:planner: no trace at ${TRACE}; two phases only`);
-  const rows: Array<{ config: string; goodput: number[]; failed: number; steps: string[] }> = [];
+  const rows: Array<{
+    config: string;
+    goodput: number[];
+    failed: number;
+    cut: number;
+    steps: string[];
+  }> = [];
   for (const c of configs.filter((x) => x.name.includes(ONLY))) {
     const dir = mkdtempSync(join(tmpdir(), 'pdctl-bench-planner-'));
     const server = await startServe(dir, [...c.args, ...ENGINE_ARGS], 'info');
     try {
       const g: number[] = [];
       let failed = 0;
+      let cut = 0;
+      let first = 0;
       for (const p of phases) {
         say(`bench:planner: ${c.name}, ${p.name}: ${p.requests.length} requests over ${PHASE_S} s`);
-        const o = await runPhase(server.base, p);
-        failed += o.filter((x) => !x.ok).length;
+        const o = await runPhase(server.base, p, first);
+        first += p.requests.length;
+        failed += o.filter((x) => !x.ok && !x.cut).length;
+        cut += o.filter((x) => x.cut).length;
         g.push(goodput(o));
       }
-      const steps = server.lines
-        .filter((l) => l.includes('planner proposes') && l.includes('carrying it out'))
-        .map((l) => (JSON.parse(l) as { reason: string }).reason);
-      rows.push({ config: c.name, goodput: g, failed, steps });
+      const steps = c.name.startsWith('planner') ? actedSteps(server.base) : [];
+      rows.push({ config: c.name, goodput: g, failed, cut, steps });
     } finally {
       await stop(server);
       if (KEEP) say(`bench:planner: ${c.name} kept its journal in ${dir}`);
@@ -225,7 +297,14 @@ async function main(): Promise<void> {
     );
     return;
   }
-  const head = ['config', ...phases.map((p) => p.name), 'whole run', 'failed', 'planner steps'];
+  const head = [
+    'config',
+    ...phases.map((p) => p.name),
+    'whole run',
+    'failed',
+    'cut',
+    'planner steps',
+  ];
   const fmt = (n: number, best: number) =>
     `${n.toFixed(2)} (${best > 0 ? (n / best).toFixed(2) : '-'})`;
   const table = rows.map((r) => [
@@ -233,6 +312,7 @@ async function main(): Promise<void> {
     ...r.goodput.map((g, i) => fmt(g, bestPhase[i] ?? 0)),
     fmt(whole(r), bestWhole),
     String(r.failed),
+    String(r.cut),
     r.steps.join(' ') || '-',
   ]);
   const widths = head.map((h, i) =>
@@ -243,7 +323,7 @@ async function main(): Promise<void> {
   print(head);
   for (const t of table) print(t);
   process.stdout.write(
-    `goodput: requests a second with TTFT ≤ ${SLO_TTFT_MS} ms and ITL ≤ ${SLO_ITL_MS} ms (ratio against the best static split of that column); ${PHASE_S} s a phase, budget ${BUDGET}, prefill ${PREFILL_US} µs/token, decode ${DECODE_US} µs/token on simulated devices\n`,
+    `goodput: requests a second with TTFT ≤ ${SLO_TTFT_MS} ms and ITL ≤ ${SLO_ITL_MS} ms (ratio against the best static split of that column); ${PHASE_S} s a phase (requests unanswered ${GRACE_S} s after it cut), budget ${BUDGET}, prefill ${PREFILL_US} µs/token, decode ${DECODE_US} µs/token on simulated devices\n`,
   );
 }
 

@@ -9,7 +9,7 @@ import { registerEnginesCommand } from './engines-command.ts';
 import { registerJournalCommands } from './journal-commands.ts';
 import { registerKeysCommand } from './keys-command.ts';
 import { registerAbortCommand } from './ops-commands.ts';
-import { registerPlanCommand } from './plan-command.ts';
+import { registerPlanCommand } from './plan/command.ts';
 import { registerRoomCommands } from './rooms-commands.ts';
 import { registerRunCommand } from './run-command.ts';
 import { registerServeCommand } from './serve-command.ts';

@@ -40,7 +40,7 @@ import { backends } from '../transfer/pool.ts';
 import { engineShapeArgs, engineShapeOptions, intArg } from './args.ts';
 import { EXIT, VERSION } from './context.ts';
 import { openModelInfo, withThreads } from './model.ts';
-import { plannerOf, plannerServeOptions } from './plan-command.ts';
+import { plannerOf, plannerServeOptions } from './plan/serve-flags.ts';
 
 const env = process.env;
 

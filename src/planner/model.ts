@@ -2,7 +2,9 @@
  * The planner's decision for one interval: from the window's record (record.ts) and the fleet it
  * ran on, the engines each role needs, the split of the budget it would go to, and one bounded
  * step toward it — held back until the same step was wanted for `hold` intervals in a row on the
- * same fleet (twice that for a step down), so that a noisy interval does not flap the fleet. Pure: the same record
+ * same fleet (twice that for a step down; one interval for a role missing its latency target and
+ * short of two engines or more),
+ * so that a noisy interval does not flap the fleet. Pure: the same record
  * gives the same decision, in the control plane and in `pdctl plan --journal`.
  *
  * The model (docs/planner.md): a role needs its load (engine-seconds of work a second) over the
@@ -87,6 +89,10 @@ export interface PlannerMemory {
   fleet: Fleet | null;
 }
 
+/** Whether the decision proposes a fleet other than the one it ran on (a step, not a hold). */
+export const moves = (d: Decision): boolean =>
+  d.proposal.prefill !== d.fleet.prefill || d.proposal.decode !== d.fleet.decode;
+
 export const freshMemory = (): PlannerMemory => ({ step: null, streak: 0, fleet: null });
 
 /** A role's latency target counts only when its engines were at least this busy (else it is not theirs to fix). */
@@ -142,9 +148,38 @@ export function decide(
   }
   memory.streak = memory.step === step ? memory.streak + 1 : 1;
   memory.step = step;
-  const needed = step.endsWith('_idle') ? 2 * config.hold : config.hold;
+  const needed = step.endsWith('_idle')
+    ? 2 * config.hold
+    : urgent(step, fleet, target, need, sloMissed)
+      ? 1
+      : config.hold;
   if (memory.streak < needed) return hold('waiting', { step, intervals: memory.streak });
   return { ...hold(step), proposal: applyStep(fleet, step) };
+}
+
+/**
+ * A step that grows a role missing its latency target and short of this many engines or more — by
+ * its target, or by its need where the budget caps the target — is taken after one interval, not
+ * `hold`: that is not noise (a load that swings between the roles meets its targets, and waits),
+ * and every interval it waits is paid in latency.
+ */
+const FAR = 2;
+
+function urgent(
+  step: Step,
+  fleet: Fleet,
+  target: Fleet,
+  need: { prefill: number; decode: number },
+  sloMissed: { ttft: boolean; itl: boolean },
+): boolean {
+  const grows: Role | null =
+    step === 'prefill_short' || step === 'rebalance_to_prefill'
+      ? 'prefill'
+      : step === 'decode_short' || step === 'rebalance_to_decode'
+        ? 'decode'
+        : null;
+  if (grows === null || !(grows === 'prefill' ? sloMissed.ttft : sloMissed.itl)) return false;
+  return Math.max(target[grows], Math.ceil(need[grows] - 1e-9)) - fleet[grows] >= FAR;
 }
 
 /** Whole engines per role within the budget, at least one each. */

@@ -115,6 +115,21 @@ describe('planner model', () => {
     expect(down[3]?.proposal).toEqual({ prefill: 1, decode: 2 });
   });
 
+  it('takes a step at once for a role two engines short that misses its latency target, then waits the hold', () => {
+    // 1/1 with 2.5 decode engines busy and ITL 80 ms over its 50: 3.6 wanted, short of 2 or more
+    // until 1/3, where the budget of 4 caps it.
+    const ds = run(4, { prefill: 0.3, decode: 2.5 }, { prefill: 1, decode: 1 }, config, 100, 80);
+    expect(ds.map((d) => d.reason)).toEqual([
+      'decode_short',
+      'decode_short',
+      'at_budget',
+      'at_budget',
+    ]);
+    // The same shortfall meeting its target waits the hold.
+    const met = run(2, { prefill: 0.3, decode: 2.5 }, { prefill: 1, decode: 1 }, config);
+    expect(met.map((d) => d.reason)).toEqual(['waiting', 'decode_short']);
+  });
+
   it('asks one more engine of the role whose latency target was missed while it was busy, not of an idle one', () => {
     const ttft = decide(
       minute({ prefill: 1.2, decode: 0.6 }, 900),

@@ -11,6 +11,7 @@ import {
   type Decision,
   decide,
   freshMemory,
+  moves,
   PLANNER_DEFAULTS,
   type PlannerConfig,
   type Step,
@@ -94,7 +95,7 @@ export class Planner {
     const fleet = this.fleet();
     const summary = record.close(this.clock.now());
     const decision = decide(summary, fleet, this.config, this.memory);
-    const step = changes(decision) ? (decision.reason as Step) : null;
+    const step = moves(decision) ? (decision.reason as Step) : null;
     if (step && this.mode === 'act' && this.actions && !this.acting) {
       decision.acted = true;
       this.acting = this.actions
@@ -142,9 +143,6 @@ export class Planner {
     await this.ticking;
   }
 }
-
-const changes = (d: Decision) =>
-  d.proposal.prefill !== d.fleet.prefill || d.proposal.decode !== d.fleet.decode;
 
 /** The decision as `planner.decision` records it (the summary's window is the decision's). */
 export function eventData(mode: PlannerMode, d: Decision) {

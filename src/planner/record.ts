@@ -44,12 +44,16 @@ export interface WindowSummary {
   /** Decode time over tokens after the first, per completed room. */
   itlMs: Distribution;
   /**
-   * Engine-seconds of work per second of the window, by role: what the rooms that arrived bring
-   * (arrivals a second × the work a room took, from the model's compute time each room reported,
-   * `computeMicros`, or the time between its events where it reported none), or what was done in
-   * the window if that is more. From arrivals, because what completes is capped by what the
-   * engines can do: an overloaded role would look busy, never short. A load of 1.5 keeps one and a
-   * half engines busy.
+   * Engine-seconds of work per second of the window, by role: what the rooms that arrived bring,
+   * or what was done in the window if that is more. What an arrival brings is priced per token,
+   * at rates learned from the rooms that finished (the model's compute time each reported,
+   * `computeMicros`, or the time between its events where it reported none): prefill, its prompt
+   * tokens × the work a prompt token took; decode, its `maxTokens` × the share of `maxTokens`
+   * finished rooms used × the work an output token took (a room without those counts as the work
+   * a room took). From arrivals, because what completes is capped by what the engines can do: an
+   * overloaded role would look busy, never short; and per token, because rooms that finish lag
+   * behind a change of shape (longer answers are known as soon as they are asked for, not when
+   * the first of them is done). A load of 1.5 keeps one and a half engines busy.
    */
   load: Fleet;
   /** Requests refused before any room existed (overload, no engines, …) and rooms that failed. */
@@ -64,6 +68,8 @@ interface Open {
   /** A canary's room: none of its events count. */
   canary: boolean;
   createdAt: number;
+  promptTokens: number | null;
+  maxTokens: number | null;
   prefillAt: number | null;
   decodeAt: number | null;
 }
@@ -83,8 +89,12 @@ export class WindowRecord {
   private work: Fleet = { prefill: 0, decode: 0 };
   /** Rooms whose work of each role was counted in the window. */
   private done: Fleet = { prefill: 0, decode: 0 };
-  /** Microseconds of work a room takes, by role: the last window's that had rooms, kept across windows. */
-  private readonly perRoom: Fleet = { prefill: 0, decode: 0 };
+  /** What the window's arrivals asked for, priced in close (see `WindowSummary.load`). */
+  private asked = new Asked();
+  /** What the window's finished rooms say a token costs. */
+  private priced = new Priced();
+  /** The rates arrivals are priced at: the last window's that had rooms, kept across windows. */
+  private readonly rates = new Rates();
   private prefixBlocks = 0;
   private reusedBlocks = 0;
   private refused = 0;
@@ -111,39 +121,53 @@ export class WindowRecord {
         return;
       case 'room.created': {
         const canary = ev.source === 'canary';
+        const promptTokens = ev.data.promptTokens ?? null;
+        const maxTokens = ev.data.maxTokens ?? null;
         if (ev.room !== null && (canary || this.open.size < MAX_OPEN))
-          this.open.set(ev.room, { canary, createdAt: ev.ts, prefillAt: null, decodeAt: null });
+          this.open.set(ev.room, {
+            canary,
+            createdAt: ev.ts,
+            promptTokens,
+            maxTokens,
+            prefillAt: null,
+            decodeAt: null,
+          });
         if (canary) return;
         this.created++;
-        if (ev.data.promptTokens !== undefined) this.prompt.push(ev.data.promptTokens);
+        this.asked.arrived(promptTokens, maxTokens);
+        if (promptTokens !== null) this.prompt.push(promptTokens);
         if (ev.data.prefixBlocks !== undefined) this.prefixBlocks += ev.data.prefixBlocks;
         return;
       }
       case 'room.prefill_started': {
-        const o = ev.room === null ? undefined : this.open.get(ev.room);
+        const o = this.openOf(ev.room);
         if (o) o.prefillAt = ev.ts;
         return;
       }
       case 'room.transfer_posted': {
-        const o = ev.room === null ? undefined : this.open.get(ev.room);
+        const o = this.openOf(ev.room);
         const span = o?.prefillAt != null ? (ev.ts - o.prefillAt) * 1000 : 0;
-        this.work.prefill += ev.data.computeMicros ?? span;
+        const micros = ev.data.computeMicros ?? span;
+        this.work.prefill += micros;
         this.done.prefill++;
+        if (o?.promptTokens) this.priced.prefill(micros, o.promptTokens);
         this.reusedBlocks += ev.data.reusedBlocks ?? 0;
         return;
       }
       case 'room.decode_started': {
-        const o = ev.room === null ? undefined : this.open.get(ev.room);
+        const o = this.openOf(ev.room);
         if (o) o.decodeAt = ev.ts;
         return;
       }
       case 'room.completed': {
         this.output.push(ev.data.tokens);
-        const o = ev.room === null ? undefined : this.open.get(ev.room);
+        const o = this.openOf(ev.room);
         if (ev.room !== null) this.open.delete(ev.room);
         const span = o?.decodeAt != null ? ev.ts - o.decodeAt : null;
-        this.work.decode += ev.data.computeMicros ?? (span ?? 0) * 1000;
+        const micros = ev.data.computeMicros ?? (span ?? 0) * 1000;
+        this.work.decode += micros;
         this.done.decode++;
+        this.priced.decode(micros, ev.data.tokens, o?.maxTokens ?? null);
         if (o?.decodeAt == null || span === null) return;
         const itl = ev.data.tokens > 1 ? span / (ev.data.tokens - 1) : span;
         this.itl.push(itl);
@@ -163,6 +187,10 @@ export class WindowRecord {
     }
   }
 
+  private openOf(room: string | null): Open | undefined {
+    return room === null ? undefined : this.open.get(room);
+  }
+
   /** Engines of each role the record knows, now. */
   engines(): Fleet {
     const fleet: Fleet = { prefill: 0, decode: 0 };
@@ -170,10 +198,15 @@ export class WindowRecord {
     return fleet;
   }
 
+  private load(seconds: number): Fleet {
+    this.priced.into(this.rates);
+    return { prefill: this.loadOf('prefill', seconds), decode: this.loadOf('decode', seconds) };
+  }
+
   /** Engine-seconds a second of `role`'s work: brought by the arrivals, or done, whichever is more. */
   private loadOf(role: Role, seconds: number): number {
-    if (this.done[role] > 0) this.perRoom[role] = this.work[role] / this.done[role];
-    const brought = this.created * this.perRoom[role];
+    if (this.done[role] > 0) this.rates.perRoom[role] = this.work[role] / this.done[role];
+    const brought = this.asked.brought(role, this.created, this.rates);
     return Math.max(brought, this.work[role]) / 1e6 / seconds;
   }
 
@@ -189,10 +222,7 @@ export class WindowRecord {
       prefixReuse: this.prefixBlocks > 0 ? this.reusedBlocks / this.prefixBlocks : null,
       ttftMs: distribution(this.ttft),
       itlMs: distribution(this.itl),
-      load: {
-        prefill: this.loadOf('prefill', seconds),
-        decode: this.loadOf('decode', seconds),
-      },
+      load: this.load(seconds),
       refused: this.refused,
       failed: this.failed,
       engines: this.engines(),
@@ -205,11 +235,85 @@ export class WindowRecord {
     this.itl = [];
     this.work = { prefill: 0, decode: 0 };
     this.done = { prefill: 0, decode: 0 };
+    this.asked = new Asked();
+    this.priced = new Priced();
     this.prefixBlocks = 0;
     this.reusedBlocks = 0;
     this.refused = 0;
     this.failed = 0;
     return summary;
+  }
+}
+
+/** Microseconds a prompt token, an output token and a room take, and the share of `maxTokens` used. */
+class Rates {
+  prefillPerToken = 0;
+  decodePerToken = 0;
+  /** Output tokens over `maxTokens`, of the rooms that said both. */
+  usedShare = 1;
+  readonly perRoom: Fleet = { prefill: 0, decode: 0 };
+}
+
+/** Sums over a window's finished rooms, for the rates. */
+class Priced {
+  private prefillMicros = 0;
+  private promptTokens = 0;
+  private decodeMicros = 0;
+  private outputTokens = 0;
+  private used = 0;
+  private asked = 0;
+
+  prefill(micros: number, promptTokens: number): void {
+    this.prefillMicros += micros;
+    this.promptTokens += promptTokens;
+  }
+
+  decode(micros: number, tokens: number, maxTokens: number | null): void {
+    if (tokens <= 0) return;
+    this.decodeMicros += micros;
+    this.outputTokens += tokens;
+    if (maxTokens) {
+      this.used += Math.min(tokens, maxTokens);
+      this.asked += maxTokens;
+    }
+  }
+
+  /** The window's rates, where it had rooms to learn them from. */
+  into(rates: Rates): void {
+    if (this.promptTokens > 0) rates.prefillPerToken = this.prefillMicros / this.promptTokens;
+    if (this.outputTokens > 0) rates.decodePerToken = this.decodeMicros / this.outputTokens;
+    if (this.asked > 0) rates.usedShare = this.used / this.asked;
+  }
+}
+
+/** Sums over a window's arrivals: what they asked for. */
+class Asked {
+  private promptTokens = 0;
+  private withPrompt = 0;
+  private maxTokens = 0;
+  private withMax = 0;
+
+  arrived(promptTokens: number | null, maxTokens: number | null): void {
+    if (promptTokens !== null) {
+      this.promptTokens += promptTokens;
+      this.withPrompt++;
+    }
+    if (maxTokens !== null) {
+      this.maxTokens += maxTokens;
+      this.withMax++;
+    }
+  }
+
+  /** Microseconds of `role`'s work the window's `created` arrivals bring, at `rates`. */
+  brought(role: Role, created: number, rates: Rates): number {
+    const [counted, micros] =
+      role === 'prefill'
+        ? [this.withPrompt, this.promptTokens * rates.prefillPerToken]
+        : [this.withMax, this.maxTokens * rates.usedShare * rates.decodePerToken];
+    // Before any rate is learned, or for arrivals that did not say, a room's work as a room.
+    const perToken = role === 'prefill' ? rates.prefillPerToken : rates.decodePerToken;
+    if (perToken === 0) return created * rates.perRoom[role];
+    return micros + (created - counted) * rates.perRoom[role];
   }
 }
 

@@ -1,6 +1,6 @@
 /** The planner's record of an interval, folded from committed events. */
 import { describe, expect, it } from 'vitest';
-import type { JournalEvent } from '../journal/events.ts';
+import type { JournalEvent, JournalEventOf } from '../journal/events.ts';
 import { completedRoomEvents } from '../journal/synth.ts';
 import { WindowRecord } from './record.ts';
 
@@ -71,5 +71,20 @@ describe('planner record', () => {
     for (const ev of evs)
       if (ev.room === 'r-1' || ev.room === 'r-2') if (ev.type !== 'room.created') record.fold(ev);
     expect(record.close(20_000).load.decode).toBeCloseTo((2 * 0.01) / 10, 9);
+  });
+
+  it('prices arrivals by what they ask for: longer prompts and answers weigh at once, before any of them finishes', () => {
+    const record = new WindowRecord(0);
+    // One room finishes: 512 prompt tokens in 10 ms of prefill, 8 tokens (all it asked for) in 10 ms of decode.
+    for (const ev of committed('r-0', 1000)) record.fold(ev);
+    record.close(10_000);
+    // Ten arrive with four times the prompt and eight times the answer; none finishes yet.
+    for (let i = 1; i <= 10; i++) {
+      const created = committed(`r-${i}`, 11_000 + i)[0] as JournalEventOf<'room.created'>;
+      record.fold({ ...created, data: { ...created.data, promptTokens: 2048, maxTokens: 64 } });
+    }
+    const s = record.close(20_000);
+    expect(s.load.prefill).toBeCloseTo((10 * 4 * 0.01) / 10, 9);
+    expect(s.load.decode).toBeCloseTo((10 * 8 * 0.01) / 10, 9);
   });
 });
