@@ -28,6 +28,7 @@ import { join } from 'node:path';
 import { startStack } from '../src/app/stack.ts';
 import type { RoomStream } from '../src/control/streams.ts';
 import { llamaEngineFlags } from '../src/engine/options.ts';
+import { ROOM_PATH } from '../src/journal/states.ts';
 import { silentLogger } from '../src/log.ts';
 import { LlamaEngineModel } from '../src/model/llama/engine-model.ts';
 import { LlamaModelInfo } from '../src/model/llama/model-info.ts';
@@ -83,6 +84,12 @@ interface Row {
   kvBytesPerRoom: number;
   transferMsP50: number;
   transferShareOfTtft: number;
+  /**
+   * ms from submit (p50) to the commit of each step of a room's path through pdctl, and to its
+   * first token at the client; `prefillComputeMs`: the prefill engine's compute, KV save included.
+   */
+  steps: Record<string, number>;
+  prefillComputeMsP50: number | null;
   failed: number;
 }
 
@@ -127,8 +134,21 @@ function rooms() {
     kvBytes: [] as number[],
     transferMs: [] as number[],
     reusedBlocks: [] as number[],
+    /** ms from submit to each step of the room's path (its event's commit), and to its first token at the client. */
+    at: new Map<string, number[]>(),
+    /** The prefill engine's compute for the room, KV state save included (`computeMicros`), ms. */
+    prefillComputeMs: [] as number[],
     failed: 0,
   };
+}
+
+/** The step where the first token reached the client (not an event: the client saw it). */
+const FIRST_TOKEN = 'first token at the client';
+
+function push(into: Map<string, number[]>, key: string, v: number): void {
+  const list = into.get(key) ?? [];
+  list.push(v);
+  into.set(key, list);
 }
 
 /** One round of `texts` at once through `stack`, its rooms' journal facts added to `into`. */
@@ -138,16 +158,25 @@ async function throughStack(
   into: ReturnType<typeof rooms>,
 ): Promise<Run> {
   const t0 = performance.now();
+  const wall0 = Date.now();
   const streams = texts.map((prompt) =>
     stack.control.submit({ prompt, maxTokens: MAX_TOKENS, source: 'bench' }),
   );
   const firsts = await Promise.all(streams.map((s) => firstChunk(s, t0)));
   const wallMs = performance.now() - t0;
   into.failed += firsts.filter((f) => !f.ok).length;
-  for (const s of streams) {
+  for (const [i, s] of streams.entries()) {
     const t = await stack.control.journal.timeline(s.room);
+    for (const type of ROOM_PATH) {
+      const e = t.events.find((x) => x.type === type);
+      if (e) push(into.at, type, e.ts - wall0);
+    }
+    const first = firsts[i]?.ttft;
+    if (first !== undefined && !Number.isNaN(first)) push(into.at, FIRST_TOKEN, first);
     const moved = t.events.find((e) => e.type === 'room.transfer_completed');
     const posted = t.events.find((e) => e.type === 'room.transfer_posted');
+    if (posted && typeof posted.data.computeMicros === 'number')
+      into.prefillComputeMs.push(posted.data.computeMicros / 1000);
     if (posted && typeof posted.data.reusedBlocks === 'number')
       into.reusedBlocks.push(posted.data.reusedBlocks);
     if (!moved) continue;
@@ -256,6 +285,13 @@ try {
       kvBytesPerRoom: Math.round(median(r.kvBytes)),
       transferMsP50: Number(median(r.transferMs).toFixed(3)),
       transferShareOfTtft: Number((median(r.transferMs) / pdTtft).toFixed(4)),
+      steps: Object.fromEntries(
+        [...ROOM_PATH, FIRST_TOKEN]
+          .filter((k) => r.at.has(k))
+          .map((k) => [k, Number(median(r.at.get(k) as number[]).toFixed(1))]),
+      ),
+      prefillComputeMsP50:
+        r.prefillComputeMs.length > 0 ? Number(median(r.prefillComputeMs).toFixed(2)) : null,
       failed: r.failed,
     };
   }
@@ -281,6 +317,15 @@ if (asJson) {
     ),
     '',
     'Goals: ratio ≥ 0.8 at 8 concurrent; transfer < 5 % of TTFT; no default row slower than its reuse-off row.',
+    '',
+    "Where a room's time goes: ms from submit (p50) to the commit of each step (the journal's clock: whole ms), and to the first token at the client; in-process TTFT for comparison.",
+    '',
+    `| concurrent | prompts | engines | ${[...ROOM_PATH.map((t) => t.replace('room.', '')), 'first token (client)'].join(' | ')} | prefill compute + KV save ms | in-process TTFT ms |`,
+    `|--:|---|---|${[...ROOM_PATH, FIRST_TOKEN].map(() => '--:').join('|')}|--:|--:|`,
+    ...rows.map(
+      (r) =>
+        `| ${r.concurrency} | ${r.prompts} | ${r.engines} | ${[...ROOM_PATH, FIRST_TOKEN].map((k) => r.steps[k] ?? '–').join(' | ')} | ${r.prefillComputeMsP50 ?? '–'} | ${r.inProcessTtftMsP50} |`,
+    ),
   ];
   process.stdout.write(`${out.join('\n')}\n`);
 }
