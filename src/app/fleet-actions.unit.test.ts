@@ -1,0 +1,117 @@
+/**
+ * FleetActions carrying out the planner's steps — against a stand-in control plane and supervisor
+ * (the parts it drives, isolated here; test/planner.e2e.test.ts and the drill run it on real
+ * processes): what it journals, and how long a retiring engine's drain lasts.
+ */
+import { describe, expect, it } from 'vitest';
+import type { ControlPlane } from '../control/control-plane.ts';
+import type { EventInput } from '../journal/events.ts';
+import type { AppendResult } from '../journal/store.ts';
+import { silentLogger } from '../log.ts';
+import type { EngineSupervisor } from '../recovery/supervisor.ts';
+import { FleetActions } from './fleet-actions.ts';
+
+/** Live rooms by the engines they are on (prefill, decode); changed by the test. */
+type Rooms = Array<[string, string]>;
+
+/** Two prefill and two decode engines under a stand-in control plane and supervisor. */
+function fleet(rooms: Rooms) {
+  const engines = new Map<string, 'prefill' | 'decode'>([
+    ['prefill-0', 'prefill'],
+    ['prefill-1', 'prefill'],
+    ['decode-0', 'decode'],
+    ['decode-1', 'decode'],
+  ]);
+  const view = (id: string) => ({
+    engine: id,
+    role: engines.get(id),
+    liveRooms: rooms.filter(([p, d]) => p === id || d === id).length,
+  });
+  const control = {
+    engines: () => [...engines.keys()].map(view),
+    engine: (id: string) => (engines.has(id) ? view(id) : undefined),
+    registry: { retiring: new Set<string>() },
+    forgetEngine: (id: string) => engines.delete(id),
+  } as unknown as ControlPlane;
+  const stopped: string[] = [];
+  const supervisor = {
+    ids: () => [...engines.keys()],
+    start: (spec: { id: string; role: 'prefill' | 'decode' }) => engines.set(spec.id, spec.role),
+    retire: async (id: string) => {
+      stopped.push(id);
+      return true;
+    },
+  } as unknown as EngineSupervisor;
+  const journaled: EventInput[] = [];
+  const journal = {
+    append: async (ev: EventInput): Promise<AppendResult> => {
+      journaled.push(ev);
+      return {
+        status: 'applied',
+        seq: journaled.length,
+        eventId: `e${journaled.length}`,
+        state: null,
+      };
+    },
+  };
+  const actions = new FleetActions({
+    control,
+    journal,
+    engines: supervisor,
+    args: [],
+    log: silentLogger,
+    drainDeadlineMs: 1_500,
+    startTimeoutMs: 1_000,
+  });
+  return { actions, control, journaled, stopped };
+}
+
+const states = (evs: EventInput[]) =>
+  evs.map((e) => `${e.engine} ${(e.data as { state: string }).state}`);
+const tick = () => new Promise((r) => setTimeout(r, 300));
+
+describe('fleet actions', () => {
+  it('a change of role retires the engine of the other role with the fewest rooms once they finished, then starts one in its place', async () => {
+    const rooms: Rooms = [
+      ['prefill-0', 'decode-0'],
+      ['prefill-1', 'decode-1'],
+      ['prefill-1', 'decode-1'],
+    ];
+    const f = fleet(rooms);
+    const step = f.actions.step('rebalance_to_prefill');
+    await tick();
+    // decode-0 is draining: no new rooms, and not stopped while its room runs.
+    expect(f.control.registry.retiring.has('decode-0')).toBe(true);
+    expect(f.stopped).toEqual([]);
+    rooms.splice(0, 1);
+    await step;
+    expect(f.stopped).toEqual(['decode-0']);
+    expect(states(f.journaled)).toEqual([
+      'decode-0 draining',
+      'decode-0 drained',
+      'decode-0 stopped',
+      'prefill-2 started',
+    ]);
+    expect(f.journaled[1]?.data).toMatchObject({ rooms: 0 });
+    expect(f.journaled[3]?.data).toMatchObject({ role: 'prefill', replaces: 'decode-0' });
+  });
+
+  it('a step down waits for the rooms up to the drain deadline, then stops the engine with them left (they move)', async () => {
+    const f = fleet([
+      ['prefill-0', 'decode-0'],
+      ['prefill-1', 'decode-1'],
+      ['prefill-1', 'decode-1'],
+    ]);
+    const step = f.actions.step('decode_idle');
+    await tick();
+    expect(f.stopped).toEqual([]);
+    await step;
+    expect(f.stopped).toEqual(['decode-0']);
+    expect(states(f.journaled)).toEqual([
+      'decode-0 draining',
+      'decode-0 drained',
+      'decode-0 stopped',
+    ]);
+    expect(f.journaled[1]?.data).toMatchObject({ rooms: 1 });
+  });
+});
