@@ -3,9 +3,8 @@
  * ran on, the engines each role needs, the split of the budget it would go to, and one bounded
  * step toward it — held back until the same step was wanted for `hold` intervals in a row on the
  * same fleet (twice that for a step down; one interval for a role missing its latency target and
- * short of two engines or more),
- * so that a noisy interval does not flap the fleet. Pure: the same record
- * gives the same decision, in the control plane and in `pdctl plan --journal`.
+ * short of two engines or more), so that a noisy interval does not flap the fleet. Pure: the same
+ * record gives the same decision, in the control plane and in `pdctl plan --journal`.
  *
  * The model (docs/planner.md): a role needs its load (engine-seconds of work a second) over the
  * utilisation it is run at; a latency target it missed while its engines were busy asks one more
