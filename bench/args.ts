@@ -1,13 +1,46 @@
 /** What the benchmark scripts share: their flags, progress on stderr, percentiles, open-loop load. */
+import { readFileSync } from 'node:fs';
 
 export const argv = process.argv.slice(2);
+/** Every flag the script has read so far (`checkFlags` refuses the others). */
+const known = new Set(['--help', '--json']);
 /** `--json`: print one JSON object with stable keys instead of a table. */
 export const asJson = argv.includes('--json');
 
 /** The value after `--name`, or `dflt`. */
 export function flag(name: string, dflt: string): string {
+  known.add(name);
   const i = argv.indexOf(name);
   return i >= 0 && argv[i + 1] ? (argv[i + 1] as string) : dflt;
+}
+
+/** Whether the switch `--name` was given. */
+export function has(name: string): boolean {
+  known.add(name);
+  return argv.includes(name);
+}
+
+/**
+ * Call once every flag has been read and before any work: `--help` prints the script's opening
+ * comment (its usage) and exits; a flag the script never read exits 2 naming the ones it knows —
+ * a mistyped or unknown flag must not start a half-hour run with the defaults.
+ */
+export function checkFlags(): void {
+  const script = process.argv[1] as string;
+  const name = script.replace(/^.*\//, '');
+  if (argv.includes('--help') || argv.includes('-h')) {
+    const head = /\/\*\*([\s\S]*?)\*\//.exec(readFileSync(script, 'utf8'));
+    const usage = (head?.[1] ?? '').replace(/^[ \t]*\* ?/gm, '').trim();
+    process.stdout.write(`${usage || name}\n\nFlags it reads: ${[...known].sort().join(' ')}\n`);
+    process.exit(0);
+  }
+  const unknown = argv.filter((a) => a.startsWith('--') && !known.has(a));
+  if (unknown.length > 0) {
+    process.stderr.write(
+      `${name}: unknown flag ${unknown.join(', ')}; it reads ${[...known].sort().join(' ')} (--help for usage)\n`,
+    );
+    process.exit(2);
+  }
 }
 
 /** Progress for a human; silent with --json so that stdout stays one object. */

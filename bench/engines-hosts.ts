@@ -22,14 +22,16 @@ import { TestHosts, testHostsUnavailable } from '../src/drills/hosts.ts';
 import { until } from '../src/drills/poll.ts';
 import { DETERMINISTIC_MODEL_NAME } from '../src/model/deterministic.ts';
 import { ucxBackend } from '../src/transfer/ucx.ts';
-import { argv, asJson, flag, medianBucket, percentile, say } from './args.ts';
+import { argv, asJson, checkFlags, flag, medianBucket, percentile, say } from './args.ts';
 import { ECHO } from './bus-echo.ts';
 import { inlineWriter } from './inline-writer.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const ROOMS = Number(flag('--rooms', '100'));
 const ROUNDS = Number(flag('--rounds', '4'));
+flag('--tree', ''); // read below, every one given
 const TREES = [ROOT, ...argv.flatMap((a, i) => (argv[i - 1] === '--tree' ? [resolve(a)] : []))];
+checkFlags();
 const PROMPT_WORDS = 32;
 const MAX_TOKENS = 16;
 

@@ -25,11 +25,11 @@ import { ROOM_PATH } from '../src/journal/states.ts';
 import type { Durability } from '../src/journal/store.ts';
 import { silentLogger } from '../src/log.ts';
 import { DeterministicModel, generateInProcess } from '../src/model/deterministic.ts';
-import { argv, asJson, atRate, flag, medianBucket, percentile, say } from './args.ts';
+import { asJson, atRate, checkFlags, flag, has, medianBucket, percentile, say } from './args.ts';
 import { ECHO } from './bus-echo.ts';
 import { inlineWriter } from './inline-writer.ts';
 
-if (argv.includes('--hosts')) {
+if (has('--hosts')) {
   // The lone room across test hosts, before/after trees side by side (engines-hosts.ts).
   await import('./engines-hosts.ts');
   process.exit(0);
@@ -40,7 +40,8 @@ const DURABILITY = flag('--durability', 'power') as Durability;
 const PROMPT_WORDS = 32;
 const MAX_TOKENS = 16;
 /** `--lone`: only the lone rooms with near-zero compute (with and without fsync), and the steps. */
-const LONE = argv.includes('--lone');
+const LONE = has('--lone');
+checkFlags();
 const CONCURRENCY = LONE ? [1] : [1, 16, 128];
 
 interface Setting {

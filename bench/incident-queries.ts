@@ -14,16 +14,17 @@
  */
 import { readFileSync } from 'node:fs';
 import Database from 'better-sqlite3';
-import { argv, asJson, flag, say } from './args.ts';
+import { asJson, checkFlags, flag, say } from './args.ts';
 
 const JOURNAL = flag('--journal', '');
 const AGAINST = flag('--against', '');
 const ROUNDS = Number(flag('--rounds', '9'));
-if (!JOURNAL || !Number.isInteger(ROUNDS) || ROUNDS < 1 || argv.includes('--help')) {
+checkFlags();
+if (!JOURNAL || !Number.isInteger(ROUNDS) || ROUNDS < 1) {
   process.stderr.write(
     'usage: npm run bench:queries -- --journal FILE [--against FILE] [--rounds N (9)] [--json]\n',
   );
-  process.exit(JOURNAL ? 2 : 0);
+  process.exit(2);
 }
 
 interface Query {

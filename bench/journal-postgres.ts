@@ -19,16 +19,19 @@ import type { Durability } from '../src/journal/store.ts';
 import { completedRoomEvents } from '../src/journal/synth.ts';
 import { type AppendRun, appendRun, percentile } from './append-run.ts';
 
-export async function postgresBench(args: string[]): Promise<void> {
-  const asJson = args.includes('--json');
-  const quick = args.includes('--quick');
+export async function postgresBench(opts: {
+  asJson: boolean;
+  quick: boolean;
+  /** An admin URL of a running cluster; without it, a throwaway one. */
+  url: string | undefined;
+}): Promise<void> {
+  const { asJson, quick } = opts;
   const seconds = quick ? 1.5 : 4;
   const say = (s: string) => {
     if (!asJson) process.stderr.write(`${s}\n`);
   };
-  const urlArg = args.includes('--url') ? args[args.indexOf('--url') + 1] : undefined;
   let cluster: PgCluster | null = null;
-  let admin = urlArg ?? process.env.PDCTL_BENCH_POSTGRES;
+  let admin = opts.url ?? process.env.PDCTL_BENCH_POSTGRES;
   if (!admin) {
     say('starting a throwaway PostgreSQL cluster (initdb, fsync on) on a loopback port');
     cluster = await startPgCluster();

@@ -29,24 +29,24 @@ import { MIGRATIONS_DIR } from '../src/journal/sqlite/migrate.ts';
 import { foldJournal, verifyJournal } from '../src/journal/sqlite/verify.ts';
 import { completedRoomEvents, synthEvents } from '../src/journal/synth.ts';
 import { type AppendRun, appendRun } from './append-run.ts';
+import { asJson, checkFlags, flag, has } from './args.ts';
 import { inlineWriter } from './inline-writer.ts';
 import { postgresBench } from './journal-postgres.ts';
 
-const args = process.argv.slice(2);
-const backend = args.includes('--backend') ? args[args.indexOf('--backend') + 1] : 'sqlite';
+const backend = flag('--backend', 'sqlite');
+const quick = has('--quick');
+const replayEvents = Number(flag('--events', '0')) || (quick ? 100_000 : 1_000_000);
+const url = flag('--url', '') || undefined;
+checkFlags();
 if (backend !== 'sqlite' && backend !== 'postgres') {
   process.stderr.write(`--backend must be sqlite or postgres, got "${backend}"\n`);
   process.exit(2);
 }
 if (backend === 'postgres') {
-  await postgresBench(args);
+  await postgresBench({ asJson, quick, url });
   process.exit(0);
 }
-const asJson = args.includes('--json');
-const quick = args.includes('--quick');
 const secondsPerRun = quick ? 1.5 : 4;
-const replayEvents =
-  Number(args[args.indexOf('--events') + 1] || 0) || (quick ? 100_000 : 1_000_000);
 const dir = mkdtempSync(join(tmpdir(), 'pdctl-bench-'));
 process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
 const log = (s: string) => {

@@ -34,7 +34,7 @@ import { LlamaEngineModel } from '../src/model/llama/engine-model.ts';
 import { LlamaModelInfo } from '../src/model/llama/model-info.ts';
 import { writeTinyModel } from '../src/model/tiny-gguf.ts';
 import { WORDS } from '../src/model/words.ts';
-import { asJson, flag, percentile, say } from './args.ts';
+import { asJson, checkFlags, flag, percentile, say } from './args.ts';
 
 const EMBEDDING = Number(flag('--embedding', '256'));
 const LAYERS = Number(flag('--layers', '4'));
@@ -47,6 +47,7 @@ const CONCURRENCY = flag('--concurrency', '1,8').split(',').map(Number);
 const SHARED_WORDS = Number(flag('--shared-words', '192'));
 const PROMPT_SETS = flag('--prompts', 'distinct,shared').split(',') as PromptSet[];
 type PromptSet = 'distinct' | 'shared';
+checkFlags();
 if (PROMPT_SETS.some((p) => p !== 'distinct' && p !== 'shared')) {
   process.stderr.write('--prompts takes distinct, shared or both, comma-separated\n');
   process.exit(2);

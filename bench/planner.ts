@@ -18,7 +18,7 @@ import { Agent, request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { readTrace, type TraceRequest } from '../src/planner/trace.ts';
-import { asJson, flag, say } from './args.ts';
+import { asJson, checkFlags, flag, has, say } from './args.ts';
 import { startServe, stop } from './serve-process.ts';
 
 const PHASE_S = Number(flag('--phase-seconds', '120'));
@@ -38,11 +38,12 @@ const DECODE_US = Number(flag('--decode-us-per-token', '5000'));
 /** Run only the configurations whose name contains this (`planner`, `static 2/2`). */
 const ONLY = flag('--only', '');
 /** Keep each configuration's data dir (its journal) and print where. */
-const KEEP = process.argv.includes('--keep');
+const KEEP = has('--keep');
 const TRACE = flag(
   '--trace',
   resolve(import.meta.dirname, '../../shared/traces/conversation_trace.jsonl'),
 );
+checkFlags();
 
 interface Shape {
   /** Requests a second, on a fixed schedule. */

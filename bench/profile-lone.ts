@@ -20,13 +20,14 @@ import { join } from 'node:path';
 import { startStack } from '../src/app/stack.ts';
 import type { Durability } from '../src/journal/store.ts';
 import { silentLogger } from '../src/log.ts';
-import { argv, asJson, flag, say } from './args.ts';
+import { argv, asJson, checkFlags, flag, say } from './args.ts';
 
 const ROOMS = Number(flag('--rooms', '1000'));
 const DURABILITY = flag('--durability', 'power') as Durability;
 const KEEP = flag('--keep', '');
 /** Also list each process's `--top N` functions by time (default 0: none). */
 const TOP = Number(flag('--top', '0'));
+checkFlags();
 const INTERVAL_US = 100;
 
 /** Where the profiles go, and the window of the rooms (monotonic µs), once measured. */

@@ -21,7 +21,7 @@ import type { JournalStore } from '../src/journal/store.ts';
 import { completedRoomEvents, synthEvents } from '../src/journal/synth.ts';
 import { silentLogger } from '../src/log.ts';
 import { systemClock } from '../src/ports/clock.ts';
-import { asJson, flag, percentile, say } from './args.ts';
+import { asJson, checkFlags, flag, percentile, say } from './args.ts';
 
 const ROOMS = Number(flag('--rooms', '250000'));
 const SECONDS = Number(flag('--seconds', '5'));
@@ -65,6 +65,7 @@ async function fill(journal: JournalStore, round: number): Promise<void> {
 let roomSeq = 0;
 
 const SERVE_CHUNKS = flag('--serve-chunks', String(DEFAULT_CHUNK_ROOMS)).split(',').map(Number);
+checkFlags();
 const PHASES = [
   'no prune',
   ...SERVE_CHUNKS.map((c) => `retention pass, ${c} rooms/tx`),

@@ -19,11 +19,12 @@ import { join } from 'node:path';
 import { startServing } from '../src/app/serving.ts';
 import type { Durability } from '../src/journal/store.ts';
 import { silentLogger } from '../src/log.ts';
-import { asJson, atRate, flag, percentile, say } from './args.ts';
+import { asJson, atRate, checkFlags, flag, percentile, say } from './args.ts';
 import type { ClientJob, ClientResult } from './serve-client.ts';
 
 const SECONDS = Number(flag('--seconds', '3'));
 const DURABILITY = flag('--durability', 'power') as Durability;
+checkFlags();
 const CONNECTIONS = [1, 16, 64];
 const MAX_TOKENS = 16;
 // A cell with no samples (every request of it failed) is NaN, not a crash: the errors column says why.

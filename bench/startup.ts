@@ -20,7 +20,7 @@ import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:f
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { drillPostgres } from '../src/app/journal.ts';
-import { argv, asJson, flag, say } from './args.ts';
+import { asJson, checkFlags, flag, has, say } from './args.ts';
 import {
   journalBytes,
   killGroup,
@@ -36,9 +36,10 @@ const ROUNDS = Number(flag('--rounds', '3'));
 const JOURNAL = flag('--journal', '');
 const URL = flag('--url', '');
 /** With --url: the database already holds the journal to start on (no synth). */
-const FILLED = argv.includes('--filled');
+const FILLED = has('--filled');
 /** With --url: then time failovers to a standby, on an empty journal and on the big one. */
-const FAILOVER = argv.includes('--failover');
+const FAILOVER = has('--failover');
+checkFlags();
 const BIN = resolve(import.meta.dirname, '../bin/pdctl.js');
 
 interface Start {

@@ -50,7 +50,7 @@ import { ROUTER_POLICIES, type RouterPolicy } from '../src/control/routing/route
 import { DETERMINISTIC_MODEL_NAME } from '../src/model/deterministic.ts';
 import { freePort } from '../src/net.ts';
 import { hitRateBound, readTrace, TraceError, type TraceRequest } from '../src/planner/trace.ts';
-import { argv, asJson, flag, percentile, say } from './args.ts';
+import { asJson, checkFlags, flag, has, percentile, say } from './args.ts';
 
 const TRACE = flag('--trace', '');
 const REQUESTS = Number(flag('--requests', 'Infinity'));
@@ -65,11 +65,12 @@ const CACHE_PAGES = Number(flag('--cache-pages', '16384'));
 const PAGES = Number(flag('--pages', String(CACHE_PAGES + 8192)));
 const TTFT_SLO_MS = Number(flag('--ttft-slo-ms', '1000'));
 const TPOT_SLO_MS = Number(flag('--tpot-slo-ms', '50'));
-const RESTART = !argv.includes('--no-restart');
+const RESTART = !has('--no-restart');
 const JOURNAL = flag('--journal', 'sqlite');
 const PG_URL = flag('--postgres-url', process.env.PDCTL_TEST_POSTGRES ?? '') || undefined;
 const OVERLAP_WEIGHT = flag('--overlap-weight', String(CONTROL_DEFAULTS.routerOverlapWeight));
 const ROUTERS = flag('--routers', ROUTER_POLICIES.join(',')).split(',') as RouterPolicy[];
+checkFlags();
 /** Tokens of one trace block (Mooncake's are 512). */
 const TRACE_BLOCK = 512;
 const BLOCK = Math.round(TRACE_BLOCK * LENGTH_SCALE);

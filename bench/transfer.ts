@@ -12,10 +12,11 @@
 import { NativeTransferCore } from '../src/transfer/core.ts';
 import { native } from '../src/transfer/native.ts';
 import { KvPool } from '../src/transfer/pool.ts';
-import { asJson, flag, say as log, percentile } from './args.ts';
+import { asJson, checkFlags, flag, say as log, percentile } from './args.ts';
 import { ucxBenchmark } from './transfer-ucx.ts';
 
 const transport = flag('--transport', 'shm');
+checkFlags();
 if (transport === 'ucx') {
   await ucxBenchmark();
   process.exit(0);

@@ -6,21 +6,22 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { checkFlags, flag, has } from '../bench/args.ts';
 import { crashRounds } from '../test/helpers/crash.ts';
 
-const args = process.argv.slice(2);
-const flag = (name: string, fallback: number) => {
-  const i = args.indexOf(name);
-  if (i < 0) return fallback;
-  const n = Number(args[i + 1]);
+const count = (name: string, fallback: number) => {
+  const text = flag(name, String(fallback));
+  const n = Number(text);
   if (!Number.isInteger(n) || n < 1) {
-    process.stderr.write(`${name} needs a positive integer, got "${args[i + 1] ?? ''}"\n`);
+    process.stderr.write(`${name} needs a positive integer, got "${text}"\n`);
     process.exit(2);
   }
   return n;
 };
-const rounds = flag('--rounds', 100);
-const seed = flag('--seed', Date.now() % 1_000_000);
+const rounds = count('--rounds', 100);
+const seed = count('--seed', Date.now() % 1_000_000);
+const keep = has('--keep');
+checkFlags();
 const dir = mkdtempSync(join(tmpdir(), 'pdctl-soak-'));
 const path = join(dir, 'journal.db');
 process.stdout.write(`crash soak: ${rounds} rounds, seed ${seed}, journal ${path}\n`);
@@ -41,5 +42,5 @@ process.stdout.write(
     ? `FAILED at round ${bad.round + 1} (seed ${seed}); journal kept at ${path}\n`
     : `${result.rounds.length} rounds passed: ${result.acked} acknowledged events, none lost, in ${((Date.now() - started) / 1000).toFixed(0)}s\n`,
 );
-if (!bad && !args.includes('--keep')) rmSync(dir, { recursive: true, force: true });
+if (!bad && !keep) rmSync(dir, { recursive: true, force: true });
 process.exitCode = bad ? 1 : 0;

@@ -15,20 +15,17 @@ import { fork } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { checkFlags, flag, has } from '../bench/args.ts';
 import type { ClientJob, ClientResult } from '../bench/serve-client.ts';
 import { journalBytes, killGroup, type Server, stop, timedStart } from '../bench/serve-process.ts';
 
-const argv = process.argv.slice(2);
-const flag = (name: string, dflt: string) => {
-  const i = argv.indexOf(name);
-  return i >= 0 && argv[i + 1] !== undefined ? (argv[i + 1] as string) : dflt;
-};
 const MINUTES = Number(flag('--minutes', '10'));
 const CLIENTS = Number(flag('--clients', '16'));
 const RETAIN = flag('--retain', '');
 const MAX_TOKENS = Number(flag('--max-tokens', '8'));
-const KEEP = argv.includes('--keep');
-const JSON_OUT = argv.includes('--json');
+const KEEP = has('--keep');
+const JSON_OUT = has('--json');
+checkFlags();
 for (const [name, v] of [
   ['--minutes', MINUTES],
   ['--clients', CLIENTS],
