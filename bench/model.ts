@@ -27,9 +27,10 @@ import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startStack } from '../src/app/stack.ts';
 import type { RoomStream } from '../src/control/streams.ts';
-import { llamaEngineFlags } from '../src/engine/options.ts';
+import { ENGINE_DEFAULTS, llamaEngineFlags } from '../src/engine/options.ts';
 import { ROOM_PATH } from '../src/journal/states.ts';
 import { silentLogger } from '../src/log.ts';
+import { pagesFor } from '../src/model/executor.ts';
 import { LlamaEngineModel } from '../src/model/llama/engine-model.ts';
 import { LlamaModelInfo } from '../src/model/llama/model-info.ts';
 import { writeTinyModel } from '../src/model/tiny-gguf.ts';
@@ -143,6 +144,79 @@ function rooms() {
   };
 }
 
+/**
+ * A lone room's model work split as the engines do it, in this process with the engines' own model
+ * code, against the same prompt's in-process first token (one evaluation of every prompt token
+ * and a sample), interleaved round by round: what pdctl's first token pays in the model before any
+ * hop — tokenizing (the control plane's), the prefill's compute (every prompt token but the last,
+ * in slices), saving llama.cpp's state into the pages, loading it on the decode side, and the first
+ * decode step (the last prompt token and a sample). ms, p50 of `rounds`.
+ */
+interface ModelWork {
+  rounds: number;
+  promptTokens: number;
+  tokenizeMs: number;
+  prefillComputeMs: number;
+  kvSaveMs: number;
+  kvLoadMs: number;
+  firstDecodeStepMs: number;
+  sumMs: number;
+  inProcessTtftMs: number;
+}
+
+async function modelWork(model: LlamaEngineModel, info: LlamaModelInfo): Promise<ModelWork> {
+  const ms = {
+    tokenize: [] as number[],
+    compute: [] as number[],
+    save: [] as number[],
+    load: [] as number[],
+    step: [] as number[],
+    inProcess: [] as number[],
+  };
+  let promptTokens = 0;
+  for (let round = 0; round < ROUNDS; round++) {
+    const text = promptOf(10_000 + round, 'distinct');
+    let t = performance.now();
+    const tokens = info.tokenize(text);
+    ms.tokenize.push(performance.now() - t);
+    promptTokens = tokens.length;
+    // The room's pages as an engine with the default page size reserves them.
+    const { pageBytes } = ENGINE_DEFAULTS;
+    const pages = Array.from(
+      { length: pagesFor(model.kv, pageBytes, tokens.length) },
+      () => new Uint8Array(pageBytes),
+    );
+    const inProcessFirst = async () =>
+      ms.inProcess.push((await model.generate(tokens, 1)).firstTokenMs);
+    if (round % 2 === 1) await inProcessFirst();
+    const done = await model.prefill(tokens, pages, async () => true);
+    if (!done) throw new Error('prefill stopped with nothing stopping it');
+    ms.compute.push((done.micros - done.saveMicros) / 1000);
+    ms.save.push(done.saveMicros / 1000);
+    t = performance.now();
+    const stream = await model.startDecode(tokens, pages, {});
+    ms.load.push(performance.now() - t);
+    t = performance.now();
+    await stream.next();
+    ms.step.push(performance.now() - t);
+    stream.close();
+    if (round % 2 === 0) await inProcessFirst();
+  }
+  const p50 = (v: number[]) => Number(median(v).toFixed(2));
+  const parts = [ms.tokenize, ms.compute, ms.save, ms.load, ms.step].map(p50);
+  return {
+    rounds: ROUNDS,
+    promptTokens,
+    tokenizeMs: p50(ms.tokenize),
+    prefillComputeMs: p50(ms.compute),
+    kvSaveMs: p50(ms.save),
+    kvLoadMs: p50(ms.load),
+    firstDecodeStepMs: p50(ms.step),
+    sumMs: Number(parts.reduce((a, b) => a + b, 0).toFixed(2)),
+    inProcessTtftMs: p50(ms.inProcess),
+  };
+}
+
 /** The step where the first token reached the client (not an event: the client saw it). */
 const FIRST_TOKEN = 'first token at the client';
 
@@ -193,6 +267,7 @@ async function throughStack(
 
 const dir = mkdtempSync(join(tmpdir(), 'pdctl-bench-model-'));
 const rows: Row[] = [];
+let work: ModelWork | null = null;
 try {
   const path = join(dir, 'bench.gguf');
   const fileBytes = writeTinyModel(path, { embedding: EMBEDDING, layers: LAYERS, heads: 8 });
@@ -207,6 +282,8 @@ try {
   say(
     `model: ${EMBEDDING}-wide, ${LAYERS} layers, ${fileBytes} bytes; KV ${model.kv.bytesPerToken} bytes/token`,
   );
+  say('the model work of a lone room, in this process');
+  work = await modelWork(model, info);
   const engineArgs = [...llamaEngineFlags({ ...shape, threads: THREADS }), '--chunk-tokens', '1'];
   const stack = (name: string, extra: string[]) =>
     startStack({
@@ -302,7 +379,7 @@ try {
 
 if (asJson) {
   process.stdout.write(
-    `${JSON.stringify({ bench: 'model', cores: cpus().length, node: process.version, gpu: GPU, embedding: EMBEDDING, layers: LAYERS, rounds: ROUNDS, promptWords: PROMPT_WORDS, sharedWords: SHARED_WORDS, maxTokens: MAX_TOKENS, sequences: SEQUENCES, threads: THREADS, rows }, null, 2)}\n`,
+    `${JSON.stringify({ bench: 'model', cores: cpus().length, node: process.version, gpu: GPU, embedding: EMBEDDING, layers: LAYERS, rounds: ROUNDS, promptWords: PROMPT_WORDS, sharedWords: SHARED_WORDS, maxTokens: MAX_TOKENS, sequences: SEQUENCES, threads: THREADS, rows, modelWork: work }, null, 2)}\n`,
   );
 } else {
   const out = [
@@ -328,5 +405,15 @@ if (asJson) {
         `| ${r.concurrency} | ${r.prompts} | ${r.engines} | ${[...ROOM_PATH, FIRST_TOKEN].map((k) => r.steps[k] ?? '–').join(' | ')} | ${r.prefillComputeMsP50 ?? '–'} | ${r.inProcessTtftMsP50} |`,
     ),
   ];
+  if (work) {
+    out.push(
+      '',
+      `A lone room's model work as the engines split it, in this process with their model code (${work.promptTokens} prompt tokens, p50 of ${work.rounds} rounds, interleaved with the in-process first token of the same prompt):`,
+      '',
+      '| tokenize | prefill compute | KV save | KV load | first decode step | sum | in-process TTFT | sum / in-process |',
+      '|--:|--:|--:|--:|--:|--:|--:|--:|',
+      `| ${work.tokenizeMs} | ${work.prefillComputeMs} | ${work.kvSaveMs} | ${work.kvLoadMs} | ${work.firstDecodeStepMs} | ${work.sumMs} | ${work.inProcessTtftMs} | ${(work.sumMs / work.inProcessTtftMs).toFixed(3)} |`,
+    );
+  }
   process.stdout.write(`${out.join('\n')}\n`);
 }

@@ -119,16 +119,17 @@ export interface EngineModel {
    * Computes the KV of `tokens` into `pages` (views of the pool, or host copies of a device
    * pool's); the KV of the first `reused` positions is there already (a cached prefix, copied in
    * with `positionalKv`), and only the rest is computed. Resolves with the bytes written, the
-   * compute time and, for a model that reuses prefixes itself (`heldPrefixes`), the positions it
-   * reused; or null when `between` said the room stopped. Throws a KvImageError when the pages
-   * cannot hold it.
+   * compute time (`saveMicros` of it: writing the KV into the pages, where that is a step of its
+   * own, as llama.cpp's state save is) and, for a model that reuses prefixes itself
+   * (`heldPrefixes`), the positions it reused; or null when `between` said the room stopped.
+   * Throws a KvImageError when the pages cannot hold it.
    */
   prefill(
     tokens: readonly number[],
     pages: readonly Uint8Array[],
     between: Between,
     reused?: number,
-  ): Promise<{ bytes: number; micros: number; reused?: number } | null>;
+  ): Promise<{ bytes: number; micros: number; saveMicros?: number; reused?: number } | null>;
   /**
    * Present where the model runtime keeps what it evaluated and reuses the longest prefix it holds
    * in the next prefill (llama.cpp: a prefill engine's sequences keep their tokens between rooms):

@@ -272,7 +272,7 @@ export class LlamaEngineModel implements EngineModel {
     tokens: readonly number[],
     pages: readonly Uint8Array[],
     between: Between,
-  ): Promise<{ bytes: number; micros: number; reused: number } | null> {
+  ): Promise<{ bytes: number; micros: number; saveMicros: number; reused: number } | null> {
     // Every token but the last: decode evaluates it, and generates from its logits.
     const body = tokens.slice(0, -1) as Token[];
     const { seq, held } = await this.acquireFor(body);
@@ -298,7 +298,8 @@ export class LlamaEngineModel implements EngineModel {
         await seq.saveStateToFile(file);
         const bytes = writeKvImage(pages, readFileSync(file));
         kept = true;
-        return { bytes, micros: micros + nowMicros() - t0, reused };
+        const saveMicros = nowMicros() - t0;
+        return { bytes, micros: micros + saveMicros, saveMicros, reused };
       } finally {
         rmSync(file, { force: true });
       }
