@@ -31,6 +31,7 @@ async function api(
     version: 'test',
     adminToken: opts.adminToken ?? null,
     admissionWaitMs: opts.admissionWaitMs,
+    retention: stack.retention,
   });
   return { app, canary, metrics };
 }
@@ -213,6 +214,17 @@ describe('operator routes and admission', () => {
     expect(
       (await stack.control.journal.tail({ afterSeq: head, type: 'room.event_rejected' })).length,
     ).toBe(0);
+    // A prune of rooms that may still await their engines' releases (the aborted one, say) is
+    // refused by default, as serve --retain refuses such a horizon; nothing is pruned.
+    const prune = await app.inject({
+      method: 'POST',
+      url: '/v1/admin/journal/prune',
+      headers: auth,
+      payload: { olderThan: '1m' },
+    });
+    expect(prune.statusCode).toBe(400);
+    expect(prune.json().error.message).toMatch(/^olderThan 1m is shorter than 5m: /);
+    expect((await stack.control.journal.timeline(room)).room?.state).toBe('aborted');
     // A request id aborts the request's live room.
     const byRequest = app.inject({
       ...completion({ max_tokens: 400 }),

@@ -11,6 +11,7 @@ import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Canary } from '../control/canary.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
+import { RELEASE_WINDOW_MS } from '../control/orphans.ts';
 import { isRequestId } from '../journal/ids.ts';
 import type { Retention } from '../journal/retention.ts';
 import type { JournalStore } from '../journal/store.ts';
@@ -79,6 +80,11 @@ export interface ApiOptions {
   shutdown?: ShutdownGate;
   /** Journal retention (`POST /v1/admin/journal/prune`); absent: no such route. */
   retention?: Retention;
+  /**
+   * The shortest `olderThan` that route takes for a pass: `serve --retain`'s floor, the time a room
+   * that ended may still await its engines' releases (control/orphans.ts). Default: that window.
+   */
+  pruneFloorMs?: number;
   /** The planner (`GET /v1/planner`); absent: no such route. */
   planner?: Pick<Planner, 'status'>;
   /** Where refusals are journaled; default: one over the control plane's journal. */
@@ -240,7 +246,12 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
   });
   await app.register(adminRoutes, { control: o.control, journal: o.journal, token: o.adminToken });
   if (o.retention) {
-    const deps = { journal: o.journal, retention: o.retention, token: o.adminToken };
+    const deps = {
+      journal: o.journal,
+      retention: o.retention,
+      token: o.adminToken,
+      floorMs: o.pruneFloorMs ?? RELEASE_WINDOW_MS,
+    };
     await app.register(journalAdminRoutes, deps);
   }
   if (o.planner) await app.register(plannerRoutes, { planner: o.planner, journal: o.journal });

@@ -8,7 +8,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsync } from 'fastify';
 import type { Retention } from '../journal/retention.ts';
 import type { JournalStore } from '../journal/store.ts';
-import { parseDuration } from '../time.ts';
+import { formatAge, parseDuration } from '../time.ts';
 import { authorize } from './admin.ts';
 import { ApiError } from './errors.ts';
 import { Errors } from './schemas.ts';
@@ -17,6 +17,8 @@ export interface JournalAdminDeps {
   journal: JournalStore;
   retention: Retention;
   token: string | null;
+  /** The shortest `olderThan` of a pass (a dry run counts with any). */
+  floorMs: number;
 }
 
 const Duration = (description: string) => Type.String({ minLength: 1, maxLength: 40, description });
@@ -79,7 +81,7 @@ function duration(field: string, text: string): number {
 
 export const journalAdminRoutes: FastifyPluginAsync<JournalAdminDeps> = async (
   app,
-  { journal, retention, token },
+  { journal, retention, token, floorMs },
 ) => {
   app.post<{
     Body: { olderThan: string; eventsOlderThan?: string; chunk?: number; dryRun?: boolean };
@@ -90,7 +92,7 @@ export const journalAdminRoutes: FastifyPluginAsync<JournalAdminDeps> = async (
       schema: {
         tags: ['operations'],
         summary:
-          'Prune the journal now: whole terminal rooms that ended longer ago than olderThan (never a live room), and with eventsOlderThan events of no room. Starts a pass in the background (202) and journals journal.pruned; GET says how far it got. dryRun counts instead (200).',
+          'Prune the journal now: whole terminal rooms that ended longer ago than olderThan (at least 5 minutes, as serve --retain; never a live room), and with eventsOlderThan events of no room. Starts a pass in the background (202) and journals journal.pruned; GET says how far it got. dryRun counts instead (200).',
         security: [{ bearer: [] }],
         body: PruneBody,
         response: {
@@ -128,6 +130,12 @@ export const journalAdminRoutes: FastifyPluginAsync<JournalAdminDeps> = async (
         const n = await journal.countPrunable(cutoffTs, eventsCutoffTs ?? undefined);
         return reply.code(200).send({ dryRun: true, cutoffTs, eventsCutoffTs, ...n });
       }
+      if (roomsMs < floorMs)
+        throw ApiError.of(
+          'invalid_duration',
+          `olderThan ${b.olderThan} is shorter than ${formatAge(floorMs)}: a room that ended may await its engines' releases that long, and pruning it first would lose them; pass ${formatAge(floorMs)} or more (dryRun counts with any)`,
+          'olderThan',
+        );
       const pass = retention.runNow({
         roomsMs,
         eventsMs,

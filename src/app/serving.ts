@@ -25,6 +25,7 @@ export interface ServingOptions extends StackOptions {
     | 'canaryStaleMs'
     | 'admissionWaitMs'
     | 'admissionQueue'
+    | 'pruneFloorMs'
   >;
   /** Deadline of a canary room, and the default of `/health/deep`. Default 2000 ms. */
   canaryDeadlineMs?: number;
