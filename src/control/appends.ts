@@ -9,6 +9,7 @@
 import type { EngineMessage } from '../bus/protocol.ts';
 import { TokenBucket } from '../bus/quotas.ts';
 import type { BusServer, PeerId } from '../bus/server.ts';
+import { hop } from '../hops.ts';
 import { JournalError } from '../journal/errors.ts';
 import type { EventData } from '../journal/events.ts';
 import type { JournalStore } from '../journal/store.ts';
@@ -121,6 +122,7 @@ export class AppendRelay {
   }
 
   append(peer: PeerId, engine: string, msg: EngineMessage<'append'>): void {
+    hop('arrived', msg.event.type, msg.event.room ?? null);
     if (!this.inSequence(peer, engine, msg)) return;
     const s = this.deps.registry.get(engine);
     if (!s) return;

@@ -7,6 +7,7 @@
  */
 
 import { DEFAULT_MAX_FRAME_BYTES, type RoomRequest, requestTextBytes } from '../bus/protocol.ts';
+import { hop, hopClock } from '../hops.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { ModelInfo } from '../model/executor.ts';
 import { blockNames } from '../model/prefix-blocks.ts';
@@ -111,6 +112,7 @@ export class Intake {
    * migration, not the first).
    */
   submit(request: SubmitRequest, abort: (room: string) => Promise<unknown>): RoomStream {
+    const submitted = hopClock();
     const { sent, tokens, promptTokens, stop } = checkRequest(request, this.deps.model);
     const health = this.deps.journal.health();
     if (!health.writable || health.state !== 'ready') {
@@ -125,6 +127,7 @@ export class Intake {
     const pair = this.pick(promptTokens, maxTokens, names, request.probe ?? null);
     const { clock } = this.deps;
     const room = this.deps.ids.room();
+    hop('submit', null, room, submitted);
     const stream = new RoomStream(room, promptTokens, clock.now(), clock);
     stream.trace = { ...(requestId ? { requestId } : {}), ...(traceparent ? { traceparent } : {}) };
     const req: RoomRequest = {

@@ -5,8 +5,10 @@
  * room ends. Anything else — a room not yet created, another engine's room, one whose id was
  * guessed — is refused and counted (`not_owner`); a chunk repeated is counted `duplicate`.
  */
+
 import type { DropReason, EngineMessage } from '../bus/protocol.ts';
 import type { BusServer } from '../bus/server.ts';
+import { hop } from '../hops.ts';
 import type { ControlCounters } from './bus.ts';
 import { recordProgress } from './engine-health.ts';
 import type { EngineRegistry } from './registry.ts';
@@ -20,6 +22,7 @@ export interface TokenRelayDeps {
 }
 
 export function relayTokens(d: TokenRelayDeps, engine: string, msg: EngineMessage<'tokens'>): void {
+  hop('tokens', null, msg.room);
   const view = d.book.room(msg.room);
   const stream = d.book.stream(msg.room);
   const owns =

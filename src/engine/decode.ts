@@ -6,8 +6,10 @@
  * were named in a committed event, after the transfer completed, or once the prefill engine has
  * released the room.
  */
+
 import { wasApplied } from '../bus/client.ts';
 import type { ControlMessage, EngineMessage } from '../bus/protocol.ts';
+import { hop } from '../hops.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import { type DecodeStep, type DecodeStream, KvImageError } from '../model/executor.ts';
 import type { PagePool } from '../transfer/page-pool.ts';
@@ -120,6 +122,7 @@ export class DecodeEngine extends EngineCore {
    * verify the KV and compute the first token now, holding it (docs/critical-path.md, step 3).
    */
   override onKvArrived(msg: ControlMessage<'kv_arrived'>): void {
+    hop('kv-arrived', null, msg.room);
     const room = this.rooms.get(msg.room);
     if (!room || room.view.decodeEngine !== this.id || room.stopped || room.transferDone) return;
     if (this.running.has(msg.room)) return;
@@ -333,8 +336,10 @@ export class DecodeEngine extends EngineCore {
     };
     this.running.set(v.room, d);
     const kv = roomKv(this.pool, pages, 'load');
+    hop(hint === null ? 'load' : 'load-on-hint', null, v.room);
     this.model.startDecode(tokens, kv.pages, room.request.sampling ?? {}).then(
       (stream) => {
+        hop('loaded', null, v.room);
         if (this.running.get(v.room) !== d) {
           stream.close();
           return;
@@ -483,6 +488,7 @@ export class DecodeEngine extends EngineCore {
     const kept = this.sentChunks.get(chunk.room);
     if (kept) kept.push(chunk);
     else this.sentChunks.set(chunk.room, [chunk]);
+    hop('tokens-sent', null, chunk.room);
     this.ports.tokens(chunk);
   }
 

@@ -4,8 +4,10 @@
  * appends exactly one `room.released` per room it was given, once it holds no pages or work for
  * it. The roles (prefill.ts, decode.ts) say how to react to an event; this file says when.
  */
+
 import type { AppendAck } from '../bus/client.ts';
 import type { ControlMessage, EngineMessage, RoomRequest } from '../bus/protocol.ts';
+import { hop } from '../hops.ts';
 import { IdleWaiters } from '../idle.ts';
 import type {
   EventData,
@@ -185,6 +187,7 @@ export abstract class EngineCore {
     kvPeer: ControlMessage<'event'>['kvPeer'] | null,
   ): void {
     if (ev.room === null || !ev.type.startsWith('room.')) return;
+    hop('engine-has', ev.type, ev.room);
     const r = this.rooms.get(ev.room);
     const reduced = reduce(r?.view ?? null, ev);
     if (!reduced.ok) {
@@ -329,6 +332,7 @@ export abstract class EngineCore {
   ): Promise<AppendAck | null> {
     try {
       const cause = room.cause ?? undefined;
+      hop('engine-appends', type, room.view.room);
       return await this.ports.append(this.ids.uuid(), {
         type,
         room: room.view.room,

@@ -6,6 +6,7 @@
  * until this engine releases the room, so a transfer always lands in pages reserved for it, and
  * an abort stops the work wherever it is.
  */
+import { hop } from '../hops.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import { type EngineModel, KvImageError } from '../model/executor.ts';
 import type { Fault, TransferCore } from '../transfer/core.ts';
@@ -165,6 +166,7 @@ export class PrefillEngine extends EngineCore {
       // Let the outbox send it before the compute holds this thread: the journal's prefilling must
       // begin when the compute does, and an abort must find the room in it.
       await new Promise<void>((r) => this.clock.defer(r));
+      hop('compute', null, v.room);
       const kv = roomKv(this.pool, pages, 'empty');
       const reused = prefixes?.restore(v.room, hits, kv) ?? 0;
       let computed: Awaited<ReturnType<EngineModel['prefill']>>;

@@ -4,6 +4,7 @@
  * supplies only `commit(batch) → outcomes`; this module validates, queues, acknowledges after
  * COMMIT, publishes to subscribers, counts and logs failures, and waits for idleness on drain.
  */
+import { hop, hopsOn } from '../hops.ts';
 import type { Logger } from '../log.ts';
 import { type Clock, systemClock } from '../ports/clock.ts';
 import { type Ids, systemIds } from '../ports/ids.ts';
@@ -132,6 +133,7 @@ export class CommitQueue {
       // Stored data is self-contained: replay never depends on this build's default deadlines.
       ev.data = { ...ev.data, deadlinesMs: resolveDeadlines(ev.data.deadlinesMs) };
     }
+    hop('queued', ev.type, ev.room);
     return new Promise((resolve, reject) => {
       this.queue.push({ ev, resolve, reject });
       this.kick();
@@ -158,6 +160,7 @@ export class CommitQueue {
       this.queue = size === this.queue.length ? [] : this.queue.slice(size);
       this.inFlight++;
       this.inFlightEvents += batch.length;
+      if (hopsOn) for (const w of batch) hop('to-writer', w.ev.type, w.ev.room);
       c.commit(batch.map((w) => w.ev)).then(
         (outcomes) => this.settle(batch, outcomes),
         (err) => this.fail(batch, err),
@@ -167,6 +170,7 @@ export class CommitQueue {
   }
 
   private settle(batch: Waiting[], outcomes: Outcome[]): void {
+    if (hopsOn) for (const w of batch) hop('settled', w.ev.type, w.ev.room);
     this.inFlight--;
     this.inFlightEvents -= batch.length;
     if (!this.writable) {

@@ -4,7 +4,9 @@
  * As `checkpointer` it copies the WAL into the database for an inline writer, so those fsyncs
  * stay off the main thread too. One request at a time, in arrival order.
  */
+
 import { parentPort, workerData } from 'node:worker_threads';
+import { hop, hopsOn } from '../../hops.ts';
 import { executeOp, openWriter, toPlainError } from './writer-exec.ts';
 import type { WriterInit, WriterReply, WriterRequest } from './writer-protocol.ts';
 
@@ -25,7 +27,11 @@ try {
 port.on('message', (req: WriterRequest) => {
   if (req.op === 'crash') process.exit(70); // a drill: in a worker this ends the thread only
   try {
+    if (hopsOn && req.op === 'append')
+      for (const e of req.events) hop('writer-has', e.type, e.room);
     const result = executeOp(opened, req);
+    if (hopsOn && req.op === 'append')
+      for (const e of req.events) hop('writer-done', e.type, e.room);
     reply({ id: req.id, ok: true, ...result });
     if (req.op === 'close') port.close();
   } catch (err) {
