@@ -13,7 +13,7 @@
  * continues a sequence cheaper than it computes the whole prompt again: llama.cpp's flash attention
  * on a CPU does not (docs/model.md, "Prefix reuse").
  */
-import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import type {
   LlamaContext,
@@ -33,7 +33,12 @@ import {
   type Sampling,
 } from '../executor.ts';
 import type { PrefixReuseMode } from '../prefix-blocks.ts';
-import { KV_IMAGE_HEADER_BYTES, readKvImage, writeKvImage } from './kv-image.ts';
+import {
+  KV_IMAGE_HEADER_BYTES,
+  kvImageViews,
+  writeKvImageFromFile,
+  writeViews,
+} from './kv-image.ts';
 import { type LlamaModelOptions, roomContextSize } from './model-info.ts';
 import { llamaFormat, llamaRuntime } from './runtime.ts';
 import { TextStream } from './text.ts';
@@ -296,7 +301,7 @@ export class LlamaEngineModel implements EngineModel {
       const file = this.stateFile();
       try {
         await seq.saveStateToFile(file);
-        const bytes = writeKvImage(pages, readFileSync(file));
+        const bytes = writeKvImageFromFile(pages, file);
         kept = true;
         const saveMicros = nowMicros() - t0;
         return { bytes, micros: micros + saveMicros, saveMicros, reused };
@@ -314,11 +319,16 @@ export class LlamaEngineModel implements EngineModel {
     pages: readonly Uint8Array[],
     sampling: Sampling,
   ): Promise<DecodeStream> {
-    const state = readKvImage(pages);
+    const state = kvImageViews(pages);
     const seq = await this.acquire();
     const file = this.stateFile();
     try {
-      writeFileSync(file, state);
+      const fd = openSync(file, 'w');
+      try {
+        writeViews(fd, state);
+      } finally {
+        closeSync(fd);
+      }
       await seq.loadStateFromFile(file, { acceptRisk: true });
       // The image must be this room's: the context it holds is the request's tokens but the last.
       const held = seq.contextTokens;
