@@ -8,7 +8,6 @@
 
 import type { CommandName } from '../bus/protocol.ts';
 import type { BusServer, BusServerHandlers, BusStatus } from '../bus/server.ts';
-import { hop } from '../hops.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import type { RoomAbortReason } from '../journal/reasons.ts';
 import type { Room } from '../journal/reducer.ts';
@@ -247,7 +246,6 @@ export class ControlPlane {
 
   /** A committed event: folded into the book, then handed to the engines, listeners and aborts. */
   private onCommitted(ev: JournalEvent): void {
-    hop('committed', ev.type, ev.room);
     const folded = this.book.fold(ev);
     this.router.fold(ev, folded?.ended != null);
     this.checkpoints?.folded(ev);

@@ -12,6 +12,7 @@
  */
 
 import type { RoomRequest } from '../bus/protocol.ts';
+import { hop } from '../hops.ts';
 import type { JournalEvent, JournalEventOf, RoomReservation } from '../journal/events.ts';
 import { type Room, reduce } from '../journal/reducer.ts';
 import { isTerminal } from '../journal/states.ts';
@@ -216,6 +217,7 @@ export class RoomBook {
    * released an ended room it leaves the book.
    */
   fold(ev: JournalEvent): Folded | null {
+    hop('committed', ev.type, ev.room);
     this.decodePages.fold(ev);
     if (ev.room === null || ev.type === 'room.event_rejected') return null;
     const before = this.rooms.get(ev.room) ?? null;
