@@ -497,8 +497,9 @@ export class DecodeEngine extends EngineCore {
     d.stream?.close();
     void this.append(d.room, 'room.completed', {
       tokens: d.generated,
-      finishReason: d.stopped ? 'stop' : 'length',
       computeMicros: d.computeMicros,
+      // Last: a journal stores the few reasons once and appends them back (sqlite/event-rows.ts).
+      finishReason: d.stopped ? 'stop' : 'length',
     });
   }
 

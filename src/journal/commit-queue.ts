@@ -9,7 +9,13 @@ import type { Logger } from '../log.ts';
 import { type Clock, systemClock } from '../ports/clock.ts';
 import { type Ids, systemIds } from '../ports/ids.ts';
 import { JournalError } from './errors.ts';
-import { type JournalEvent, type PendingEvent, validateEvent } from './events.ts';
+import {
+  CREATED_REPEATED_KEYS,
+  type EventData,
+  type JournalEvent,
+  type PendingEvent,
+  validateEvent,
+} from './events.ts';
 import type { RejectReason } from './reducer.ts';
 import { type RoomState, resolveDeadlines } from './states.ts';
 import type { AppendResult, JournalHealth, PruneResult } from './store.ts';
@@ -129,10 +135,7 @@ export class CommitQueue {
     } catch (err) {
       return Promise.reject(err);
     }
-    if (ev.type === 'room.created') {
-      // Stored data is self-contained: replay never depends on this build's default deadlines.
-      ev.data = { ...ev.data, deadlinesMs: resolveDeadlines(ev.data.deadlinesMs) };
-    }
+    if (ev.type === 'room.created') ev.data = createdAsStored(ev.data);
     hop('queued', ev.type, ev.room);
     return new Promise((resolve, reject) => {
       this.queue.push({ ev, resolve, reject });
@@ -344,4 +347,21 @@ export class CommitQueue {
     for (const w of this.queue.splice(0)) w.reject(err);
     for (const w of this.idleWaiters.splice(0)) w();
   }
+}
+
+const REPEATED: ReadonlySet<string> = new Set(CREATED_REPEATED_KEYS);
+
+/**
+ * A `room.created`'s data as it is stored: with the full deadline table, so that replay never
+ * depends on this build's defaults, and the keys rooms repeat last (CREATED_REPEATED_KEYS).
+ */
+function createdAsStored(data: EventData<'room.created'>): EventData<'room.created'> {
+  const full: Record<string, unknown> = {
+    ...data,
+    deadlinesMs: resolveDeadlines(data.deadlinesMs),
+  };
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(full)) if (!REPEATED.has(key)) out[key] = value;
+  for (const key of CREATED_REPEATED_KEYS) if (full[key] !== undefined) out[key] = full[key];
+  return out as EventData<'room.created'>;
 }

@@ -411,6 +411,19 @@ export type EventType = keyof typeof EVENT_SCHEMAS;
 export type EventData<T extends EventType> = Static<(typeof EVENT_SCHEMAS)[T]>;
 export const EVENT_TYPES = Object.keys(EVENT_SCHEMAS) as EventType[];
 
+/**
+ * The keys of a `room.created` that rooms repeat — its engines, model, transport and deadline
+ * table — written last, in this order: a journal may store them once for many rooms and append
+ * them back (sqlite/event-rows.ts), and the text it gives back is the text appended.
+ */
+export const CREATED_REPEATED_KEYS = [
+  'prefillEngine',
+  'decodeEngine',
+  'model',
+  'transport',
+  'deadlinesMs',
+] as const;
+
 export type RoomEventType = Extract<EventType, `room.${string}`>;
 /** The pages the control plane reserved for a room in its `room.created` (protocol 6). */
 export type RoomReservation = NonNullable<EventData<'room.created'>['reservation']>;

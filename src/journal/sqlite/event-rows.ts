@@ -6,6 +6,7 @@
  * pdctl writes `event_rows`, and reads it directly where a filter must reach an index by id.
  */
 import type Database from 'better-sqlite3';
+import { CREATED_REPEATED_KEYS } from '../events.ts';
 import type { EventSql } from '../queries.ts';
 
 /** `event_names` id of `request.refused`, fixed by the migration: `events_refused` is on it. */
@@ -102,17 +103,26 @@ export function eventRowsSql(db: Database.Database): EventSql {
 
 /**
  * The keys of an event's data that repeat across rooms, by type, in the order the view patches
- * them back (migration 0007 splits the same ones): stored once in `event_shared`.
+ * them back: stored once in `event_shared`. Migration 0007 split the first ones (a room.created's
+ * reservation identity and deadline table, a room.bootstrapped's pool and epoch); since then the
+ * writer also splits a room.created's engines, model and transport (written last for it:
+ * CREATED_REPEATED_KEYS), a transfer's transport and a completion's finish reason.
  */
-const SHARED_KEYS: Readonly<Record<string, ReadonlyArray<readonly string[]>>> = {
+const SHARED_KEYS: Readonly<Record<string, readonly SharedKeys[]>> = {
   'room.created': [
-    ['reservation', 'decode', 'pool'],
-    ['reservation', 'decode', 'epoch'],
-    ['reservation', 'decode', 'incarnation'],
-    ['deadlinesMs'],
+    { parent: ['reservation', 'decode'], keys: ['pool', 'epoch', 'incarnation'] },
+    { parent: [], keys: CREATED_REPEATED_KEYS },
   ],
-  'room.bootstrapped': [['pool'], ['epoch']],
+  'room.bootstrapped': [{ parent: [], keys: ['pool', 'epoch'] }],
+  'room.transfer_completed': [{ parent: [], keys: ['transport'] }],
+  'room.completed': [{ parent: [], keys: ['finishReason'] }],
 };
+
+/** Keys of the object at `parent` (a path from the data's top), in the order they are shared. */
+interface SharedKeys {
+  parent: readonly string[];
+  keys: readonly string[];
+}
 
 /** An event's data as `event_rows` stores it: the rest as JSON, and the shared part's JSON if any. */
 export interface StoredData {
@@ -124,44 +134,73 @@ type Json = Record<string, unknown>;
 const isObject = (v: unknown): v is Json =>
   typeof v === 'object' && v !== null && !Array.isArray(v);
 
-/** SQLite's json_patch (RFC 7396) on parsed JSON: a key it has is replaced in place, a new one appended. */
-function jsonPatch(target: unknown, patch: unknown): unknown {
-  if (!isObject(patch)) return patch;
-  const out = isObject(target) ? target : {};
-  for (const [k, v] of Object.entries(patch)) {
-    if (v === null) delete out[k];
-    else out[k] = jsonPatch(out[k], v);
-  }
-  return out;
+/** `data` stored as it came. */
+function whole(data: unknown): StoredData {
+  return { data: JSON.stringify(data), shared: null };
+}
+
+/** A value json_patch gives back as it is: not null, and no object in it holds a null (RFC 7396). */
+function patchesBack(value: unknown): boolean {
+  if (value === null) return false;
+  if (!isObject(value)) return true;
+  for (const v of Object.values(value)) if (!patchesBack(v)) return false;
+  return true;
 }
 
 /**
- * Splits `data` into the part shared across rooms and the rest — only where the view's
- * json_patch of the two gives back exactly the text stored whole (keys in the same order), so a
- * read never differs from what was appended; otherwise it is stored whole.
+ * Splits `data` into the part shared across rooms (those of its type's shared keys it has) and
+ * the rest — only where the view's json_patch of the two gives back exactly the text stored whole,
+ * so a read never differs from what was appended; otherwise, or when it has none of them, it is
+ * stored whole. json_patch keeps the rest's keys where they are and appends the part's new keys in
+ * the part's order, so that holds when, in each object the split takes keys from, they were its
+ * last keys in the order of SHARED_KEYS (and none holds a null, which a patch would delete).
+ * Checked on the keys, without serializing or parsing again: this runs for every event appended.
  */
 export function storedData(type: string, data: unknown): StoredData {
-  const whole = JSON.stringify(data);
-  const paths = SHARED_KEYS[type];
-  if (paths === undefined) return { data: whole, shared: null };
-  const rest = JSON.parse(whole) as Json;
-  const part: Json = {};
-  for (const path of paths) {
-    let from: unknown = rest;
-    let to = part;
-    for (const key of path.slice(0, -1)) {
-      from = isObject(from) ? from[key] : undefined;
-      if (!isObject(to[key])) to[key] = {};
-      to = to[key] as Json;
+  const groups = SHARED_KEYS[type];
+  if (groups === undefined || !isObject(data)) return whole(data);
+  const found: Array<{ parent: readonly string[]; keys: string[] }> = [];
+  for (const { parent, keys } of groups) {
+    let at: unknown = data;
+    for (const step of parent) at = isObject(at) ? at[step] : undefined;
+    if (!isObject(at)) continue;
+    const has = keys.filter((k) => at[k] !== undefined);
+    if (has.length === 0) continue;
+    const last = Object.keys(at).slice(-has.length);
+    if (last.some((k, i) => k !== has[i]) || !has.every((k) => patchesBack(at[k]))) {
+      return whole(data);
     }
-    const key = path[path.length - 1] as string;
-    if (!isObject(from) || !(key in from)) return { data: whole, shared: null };
-    to[key] = from[key];
-    delete from[key];
+    found.push({ parent, keys: has });
   }
-  const restText = JSON.stringify(rest);
-  if (JSON.stringify(jsonPatch(JSON.parse(restText), part)) !== whole) {
-    return { data: whole, shared: null };
+  if (found.length === 0) return whole(data);
+  let rest: Json = data;
+  const part: Json = {};
+  for (const { parent, keys } of found) {
+    rest = without(rest, parent, keys);
+    let from: Json = data;
+    let to = part;
+    for (const step of parent) {
+      from = from[step] as Json;
+      if (!isObject(to[step])) to[step] = {};
+      to = to[step] as Json;
+    }
+    for (const k of keys) to[k] = from[k];
   }
-  return { data: restText, shared: JSON.stringify(part) };
+  return { data: JSON.stringify(rest), shared: JSON.stringify(part) };
+}
+
+/**
+ * A copy of `obj` whose object at `parent` lacks `keys` (the rest shares what it can with `obj`).
+ * Built key by key rather than by `delete`, which would leave V8 a slow object to serialize.
+ */
+function without(obj: Json, parent: readonly string[], keys: readonly string[]): Json {
+  const out: Json = {};
+  for (const k of Object.keys(obj)) {
+    if (parent.length === 0) {
+      if (!keys.includes(k)) out[k] = obj[k];
+    } else {
+      out[k] = k === parent[0] ? without(obj[k] as Json, parent.slice(1), keys) : obj[k];
+    }
+  }
+  return out;
 }

@@ -266,6 +266,71 @@ describe('SqliteJournal compact rows (schema 7)', () => {
   });
 });
 
+describe('SqliteJournal data that rooms repeat', () => {
+  it("stores a room.created's engines, model, transport and deadlines once, and reads back the text it keeps", async () => {
+    const j = await fresh();
+    const path = j.path;
+    const data = (requestId: string, page: number) => ({
+      prefillEngine: 'p0',
+      decodeEngine: 'd0',
+      promptTokens: 40,
+      maxTokens: 8,
+      model: 'm-1',
+      transport: 'shm' as const,
+      sampling: { temperature: 1, seed: page },
+      requestId,
+      reservation: { decode: { pages: [page], pool: '/pool-d0', epoch: 7, incarnation: 'inc-1' } },
+    });
+    try {
+      for (const [room, page] of [
+        ['rep-a', 1],
+        ['rep-b', 2],
+      ] as const) {
+        await j.append({
+          type: 'room.created',
+          room,
+          source: 'test',
+          data: data(`req-${room}`, page),
+        });
+      }
+      const raw = new Database(path, { readonly: true });
+      const rows = raw
+        .prepare(
+          `SELECT v.type, v.data AS viewed, e.data AS rest, e.shared FROM events v
+             JOIN event_rows e ON e.seq = v.seq WHERE v.room IN ('rep-a', 'rep-b') ORDER BY v.seq`,
+        )
+        .all() as Array<{ type: string; viewed: string; rest: string; shared: number | null }>;
+      raw.close();
+      const [a, b] = rows;
+      // Stored: the room's own values; both rooms name one shared part.
+      expect(JSON.parse(a?.rest as string)).toEqual({
+        promptTokens: 40,
+        maxTokens: 8,
+        sampling: { temperature: 1, seed: 1 },
+        requestId: 'req-rep-a',
+        reservation: { decode: { pages: [1] } },
+      });
+      expect(a?.shared).not.toBeNull();
+      expect(b?.shared).toBe(a?.shared);
+      // Read: whole, the repeated keys last, and what tail gives.
+      const viewed = JSON.parse(a?.viewed as string) as Record<string, unknown>;
+      expect(viewed).toEqual({ ...data('req-rep-a', 1), deadlinesMs: expect.any(Object) });
+      expect(Object.keys(viewed).slice(-5)).toEqual([
+        'prefillEngine',
+        'decodeEngine',
+        'model',
+        'transport',
+        'deadlinesMs',
+      ]);
+      const tailed = await j.tail({ room: 'rep-a' });
+      expect(tailed.map((e) => JSON.stringify(e.data))).toEqual([a?.viewed]);
+      expect((await j.verify()).ok).toBe(true);
+    } finally {
+      await j.drain();
+    }
+  });
+});
+
 describe('SqliteJournal file modes', () => {
   it("creates its directory 0700 and its files 0600 (SQLite's -wal and -shm follow the file)", async () => {
     const path = `${dir}/private-${n++}/data/journal.db`;
