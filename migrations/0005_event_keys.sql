@@ -7,6 +7,7 @@
 -- The column keeps its name and its UNIQUE index; it holds BLOBs from now on. Read one by hand with
 -- hex(event_id), or with `pdctl room --json`, which shows ids as text.
 -- This rewrites every event's key once: minutes on a journal of millions of events.
+-- checkpoints: kept (pdctl reads every event as before: a key reads back as the id it encodes).
 
 UPDATE events SET event_id = CASE
   WHEN length(event_id) = 36 AND event_id GLOB '[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]'

@@ -3,5 +3,6 @@
 -- `request.refused` event (the first 20 ids per reason and second, in `data.requestIds`). Looking
 -- one up (`pdctl room ID`, `/v1/journal?request_id=`) reads those events; this index holds just
 -- them, so the lookup reads a handful of rows instead of every event.
+-- checkpoints: kept (an index only).
 
 CREATE INDEX events_refused ON events (seq) WHERE type = 'request.refused';

@@ -11,6 +11,7 @@
 -- stored once in `event_shared` (`shared` names the row) and patched back into `data` by the view
 -- with json_patch, byte for byte: a row is split only where the patch gives its text back exactly.
 -- This copies every event once: minutes on a journal of millions of events.
+-- checkpoints: kept (the view reads every event as before, column by column).
 
 CREATE TABLE event_names (
   id   INTEGER PRIMARY KEY,

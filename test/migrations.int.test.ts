@@ -14,8 +14,16 @@ import {
 } from 'node:fs';
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
+import {
+  CHECKPOINT_NAME,
+  decodeCheckpoint,
+  encodeCheckpoint,
+} from '../src/control/checkpoint/codec.ts';
+import { StartState } from '../src/control/checkpoint/state.ts';
 import { JournalError } from '../src/journal/errors.ts';
 import { eventIdOf } from '../src/journal/event-keys.ts';
+import { checkpointBreakingMigration } from '../src/journal/migrations.ts';
+import { pgMigrations } from '../src/journal/postgres/migrate.ts';
 import { SqliteJournal } from '../src/journal/sqlite/journal.ts';
 import {
   headVersion,
@@ -25,6 +33,7 @@ import {
 } from '../src/journal/sqlite/migrate.ts';
 import { SqliteReader } from '../src/journal/sqlite/reader.ts';
 import { DEFAULT_STATE_DEADLINES_MS } from '../src/journal/states.ts';
+import type { StoredCheckpoint } from '../src/journal/store.ts';
 import { lifecycle } from './helpers/events.ts';
 import { tempDir } from './helpers/tmp.ts';
 
@@ -183,6 +192,41 @@ describe('the migration runner', () => {
     expect(schemaVersion(db)).toBe(headVersion() + 1);
     expect(db.prepare('SELECT count(*) FROM events').pluck().get()).toBeGreaterThan(0);
     db.close();
+  });
+
+  it('says which migration since a checkpoint changed what events read back, if any', () => {
+    // Every migration since state checkpoints exist reads events back as before (`-- checkpoints: kept`).
+    const head = headVersion();
+    expect(checkpointBreakingMigration(loadMigrations(), 4, head)).toBeNull();
+    expect(checkpointBreakingMigration(pgMigrations(), 3, pgMigrations().length)).toBeNull();
+    const next = String(head + 1).padStart(4, '0');
+    const kept = withExtra('kept', '-- checkpoints: kept (an index only).\nSELECT 1;');
+    expect(checkpointBreakingMigration(kept, 4, head + 1)).toBeNull();
+    const changed = withExtra('changed', '-- rewrites data\nSELECT 1;');
+    expect(checkpointBreakingMigration(changed, 4, head + 1)).toBe(`${next}_changed`);
+    expect(checkpointBreakingMigration(changed, head + 1, head + 1)).toBeNull();
+  });
+
+  it('a start trusts a checkpoint written before the migrations since (schema 4, the first with them)', async () => {
+    const path = `${dir}/checkpoint-older.db`;
+    let j = await SqliteJournal.open({ path });
+    const state = new StartState(0);
+    await j.setCheckpoint(encodeCheckpoint(state, state.index));
+    await j.drain();
+    const db = new Database(path);
+    db.prepare('UPDATE state_checkpoints SET schema_version = 4').run();
+    db.close();
+    j = await SqliteJournal.open({ path });
+    try {
+      const stored = await j.getCheckpoint(CHECKPOINT_NAME);
+      expect(stored).toMatchObject({ schemaVersion: 4, currentSchemaVersion: headVersion() });
+      expect(stored?.brokenBy).toBeNull();
+      expect(decodeCheckpoint(stored as StoredCheckpoint, await j.headSeq())).toHaveProperty(
+        'state',
+      );
+    } finally {
+      await j.drain();
+    }
   });
 
   it('rolls a failing migration back whole and names it', () => {

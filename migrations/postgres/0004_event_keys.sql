@@ -3,6 +3,7 @@
 -- engine's id in its namespace), or the id's UTF-8 (0x02). The column keeps its name and its UNIQUE
 -- constraint; its type is bytea from now on. Read one by hand with encode(event_id, 'hex').
 -- This rewrites the table once: minutes on a journal of millions of events.
+-- checkpoints: kept (pdctl reads every event as before: a key reads back as the id it encodes).
 
 ALTER TABLE events ALTER COLUMN event_id TYPE bytea USING (CASE
   WHEN event_id ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'

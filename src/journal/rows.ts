@@ -1,6 +1,7 @@
 /** Mapping between the `rooms` / `events` / `state_checkpoints` tables (the same columns in every backend) and their TypeScript shapes. */
 import { eventIdOf } from './event-keys.ts';
 import type { EventType, JournalEvent } from './events.ts';
+import { checkpointBreakingMigration, type Migration } from './migrations.ts';
 import type { Room } from './reducer.ts';
 import { LIVE_STATES, type RoomState, type StateDeadlinesMs } from './states.ts';
 import type { StoredCheckpoint } from './store.ts';
@@ -192,13 +193,18 @@ export interface CheckpointRow {
   current_schema: number | null;
 }
 
-export function checkpointFromRow(row: CheckpointRow): StoredCheckpoint {
+export function checkpointFromRow(
+  row: CheckpointRow,
+  migrations: readonly Migration[],
+): StoredCheckpoint {
+  const current = row.current_schema ?? 0;
   return {
     name: row.name,
     seq: Number(row.seq),
     format: row.format,
     schemaVersion: row.schema_version,
-    currentSchemaVersion: row.current_schema ?? 0,
+    currentSchemaVersion: current,
+    brokenBy: checkpointBreakingMigration(migrations, row.schema_version, current),
     writtenAt: Number(row.written_at),
     digest: row.digest,
     data: row.data,

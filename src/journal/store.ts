@@ -284,6 +284,11 @@ export interface CheckpointInput {
 export interface StoredCheckpoint extends CheckpointInput {
   schemaVersion: number;
   currentSchemaVersion: number;
+  /**
+   * A migration applied since it was written that changed what events read back (`0008_name`;
+   * src/journal/migrations.ts `keepsCheckpoints`), or null: the checkpoint is still the fold.
+   */
+  brokenBy: string | null;
   writtenAt: number;
 }
 

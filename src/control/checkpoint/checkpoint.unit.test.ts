@@ -167,6 +167,7 @@ describe('state checkpoints', () => {
       ...row,
       schemaVersion: 4,
       currentSchemaVersion: 4,
+      brokenBy: null,
       writtenAt: 1,
       ...over,
     });
@@ -176,7 +177,12 @@ describe('state checkpoints', () => {
     };
     expect(why({})).toBe('trusted');
     expect(why({ format: CHECKPOINT_FORMAT + 1 })).toMatch(/of format 2 and this pdctl reads/);
-    expect(why({ schemaVersion: 3 })).toMatch(/schema 3 and the journal is at schema 4/);
+    // Migrations since that read every event as before keep it; one that changed them does not.
+    expect(why({ schemaVersion: 3 })).toBe('trusted');
+    expect(why({ schemaVersion: 3, brokenBy: '0004_x' })).toMatch(
+      /journal migration 0004_x, applied since it was written \(under schema 3\), changed what events read back/,
+    );
+    expect(why({ schemaVersion: 5 })).toMatch(/schema 5, newer than the journal's 4/);
     expect(why({}, 4)).toMatch(/at seq 5 but the journal ends at seq 4/);
     expect(why({ data: '{', digest: digestOf('{') })).toMatch(/not JSON/);
     const shaped = (data: unknown) =>

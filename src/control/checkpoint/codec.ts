@@ -59,9 +59,13 @@ export function decodeCheckpoint(
     return {
       ignored: `it is of format ${stored.format} and this pdctl reads format ${CHECKPOINT_FORMAT}`,
     };
-  if (stored.schemaVersion !== stored.currentSchemaVersion)
+  if (stored.schemaVersion > stored.currentSchemaVersion)
     return {
-      ignored: `it was written under journal schema ${stored.schemaVersion} and the journal is at schema ${stored.currentSchemaVersion} now`,
+      ignored: `it was written under journal schema ${stored.schemaVersion}, newer than the journal's ${stored.currentSchemaVersion} (a journal restored from an older copy?)`,
+    };
+  if (stored.brokenBy !== null)
+    return {
+      ignored: `journal migration ${stored.brokenBy}, applied since it was written (under schema ${stored.schemaVersion}), changed what events read back`,
     };
   if (digestOf(stored.data) !== stored.digest)
     return { ignored: 'its data does not match its sha256 digest (damaged)' };

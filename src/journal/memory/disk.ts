@@ -26,7 +26,10 @@ export class MemoryDisk {
   private readonly byEventId = new Map<string, JournalEvent>();
   readonly rooms = new Map<string, Room>();
   readonly consumers = new Map<string, { seq: number; updatedAt: number }>();
-  readonly checkpoints = new Map<string, Omit<StoredCheckpoint, 'currentSchemaVersion'>>();
+  readonly checkpoints = new Map<
+    string,
+    Omit<StoredCheckpoint, 'currentSchemaVersion' | 'brokenBy'>
+  >();
   /** The last seq given out: seqs are never reused, even after retention. */
   lastSeq = 0;
   /** The journal that writes it now, if any (one writer at a time, as with a file's lock). */

@@ -63,7 +63,9 @@ export class MemoryReader implements JournalReader {
 
   getCheckpoint(name: string): Promise<StoredCheckpoint | null> {
     const c = this.disk.checkpoints.get(name);
-    return Promise.resolve(c ? { ...c, currentSchemaVersion: MEMORY_SCHEMA_VERSION } : null);
+    return Promise.resolve(
+      c ? { ...c, currentSchemaVersion: MEMORY_SCHEMA_VERSION, brokenBy: null } : null,
+    );
   }
 
   headSeq(): Promise<number> {

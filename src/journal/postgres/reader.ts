@@ -51,7 +51,7 @@ import {
   ProjectionCheck,
 } from '../verify.ts';
 import { classifyPgError, clientConfig, redactUrl } from './connect.ts';
-import { pgSchemaVersion } from './migrate.ts';
+import { pgMigrations, pgSchemaVersion } from './migrate.ts';
 
 /** PostgreSQL's `events` for tailQuery: a request id among an event's `requestIds` by jsonb containment. */
 const EVENTS = plainEventSql("(data::jsonb -> 'requestIds') @> jsonb_build_array(?::text)");
@@ -148,7 +148,7 @@ export class PgReader implements JournalReader {
               FROM state_checkpoints c WHERE name = ?`,
       params: [name],
     });
-    return r ? checkpointFromRow(r) : null;
+    return r ? checkpointFromRow(r, pgMigrations()) : null;
   }
 
   async headSeq(): Promise<number> {

@@ -42,6 +42,7 @@ import type {
   VerifyReport,
 } from '../store.ts';
 import { backlogOnRows, eventRowsSql, REFUSED_NAME_ID } from './event-rows.ts';
+import { loadMigrations } from './migrate.ts';
 import { classifySqliteError, openDatabase } from './open.ts';
 import { verifyJournal } from './verify.ts';
 
@@ -105,7 +106,7 @@ export class SqliteReader implements JournalReader {
              FROM state_checkpoints c WHERE name = ?`,
         )
         .get(name) as CheckpointRow | undefined;
-      return row ? checkpointFromRow(row) : null;
+      return row ? checkpointFromRow(row, loadMigrations()) : null;
     });
   }
 
