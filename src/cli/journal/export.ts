@@ -7,6 +7,7 @@ import { statSync } from 'node:fs';
 import Database from 'better-sqlite3';
 import { isPostgresJournal } from '../../app/journal.ts';
 import { UsageError } from '../../errors.ts';
+import { loadMigrations, migrate, schemaVersion } from '../../journal/sqlite/migrate.ts';
 import { openDatabase } from '../../journal/sqlite/open.ts';
 import { formatTs, parseTime } from '../../time.ts';
 import { type CommonOptions, EXIT, note, print, printJson } from '../context.ts';
@@ -32,17 +33,17 @@ export async function exportCommand(opts: ExportOptions): Promise<number> {
       `--until (${formatTs(until)}) is before --since (${formatTs(since)}); the window is empty`,
     );
   }
-  // A consistent copy first (safe while pdctl writes), then everything outside the window is
-  // deleted from the copy; written in a private directory and linked into place when whole.
+  // The window's rows are read in one read transaction of the source (one snapshot, safe while
+  // pdctl writes) into a new file of the source's schema: the time it takes follows the window,
+  // not the history around it. Written in a private directory and linked into place when whole.
   let kept = { rooms: 0, events: 0 };
   await writeNewFile(opts.to, { force: opts.force, journal: opts.journal }, async (tmp) => {
     const source = openDatabase({ path: opts.journal, readonly: true, allowOlder: true });
     try {
-      await source.backup(tmp);
+      kept = copyWindow(source, tmp, since, until);
     } finally {
       source.close();
     }
-    kept = keepWindow(tmp, since, until);
   });
   const bytes = statSync(opts.to).size;
   const result = { from: opts.journal, to: opts.to, since, until, ...kept, bytes };
@@ -58,37 +59,107 @@ export async function exportCommand(opts: ExportOptions): Promise<number> {
   return EXIT.ok;
 }
 
-/** Deletes from the copy at `path` everything outside [since, until]; what is left. */
-function keepWindow(path: string, since: number, until: number): { rooms: number; events: number } {
+/** Rooms whose life overlaps [@since, @until], each part by an index of `rooms`. */
+const KEPT_ROOMS = `SELECT room FROM rooms WHERE created_at BETWEEN @since AND @until
+  UNION SELECT room FROM rooms WHERE terminal_at >= @since AND created_at <= @until
+  UNION SELECT room FROM rooms WHERE terminal_at IS NULL AND created_at <= @until`;
+
+/**
+ * The rows of each table of the source to copy: a kept room's row and all its events, the events
+ * of no room (or of a room the journal never had) by their own time, no readers' positions (they
+ * mean nothing in the copy), every row of the small tables. Schema 7 keeps events in `event_rows`
+ * (rooms as ids of `event_rooms`); older schemas in the table `events`.
+ */
+function windowQuery(table: string): string | null {
+  switch (table) {
+    case 'rooms':
+      return `SELECT * FROM rooms WHERE room IN (${KEPT_ROOMS})`;
+    case 'events':
+      return `SELECT * FROM events WHERE room IN (${KEPT_ROOMS})
+        UNION ALL SELECT * FROM events WHERE ts BETWEEN @since AND @until
+          AND (room IS NULL OR room NOT IN (SELECT room FROM rooms))
+        ORDER BY seq`;
+    case 'event_rows':
+      return `SELECT * FROM event_rows WHERE room IN (SELECT id FROM event_rooms WHERE room IN (${KEPT_ROOMS}))
+        UNION ALL SELECT * FROM event_rows WHERE ts BETWEEN @since AND @until
+          AND (room IS NULL OR room NOT IN (SELECT k.id FROM event_rooms k JOIN rooms x ON x.room = k.room))
+        ORDER BY seq`;
+    case 'event_rooms':
+      return null; // those the copied rows name, after them
+    case 'consumers':
+      return null;
+    default:
+      return `SELECT * FROM "${table}"`;
+  }
+}
+
+/** Writes at `path` a journal of the source's schema holding the window's rows; what it holds. */
+function copyWindow(
+  source: Database.Database,
+  path: string,
+  since: number,
+  until: number,
+): { rooms: number; events: number } {
   const db = new Database(path);
   try {
-    const kept = db.transaction(() => {
-      db.prepare(
-        `CREATE TEMP TABLE keep AS SELECT room FROM rooms
-         WHERE created_at <= @until AND (terminal_at IS NULL OR terminal_at >= @since)`,
-      ).run({ since, until });
-      // A room's events go with its room; events of no room (or of a room the journal never
-      // had) go by their own time.
-      db.prepare(
-        `DELETE FROM events WHERE
-           CASE WHEN room IS NOT NULL AND room IN (SELECT room FROM rooms)
-             THEN room NOT IN (SELECT room FROM temp.keep)
-             ELSE ts < @since OR ts > @until
-           END`,
-      ).run({ since, until });
-      db.prepare('DELETE FROM rooms WHERE room NOT IN (SELECT room FROM temp.keep)').run();
-      // Readers' positions in the source mean nothing here.
-      db.prepare('DELETE FROM consumers').run();
-      return {
-        rooms: (db.prepare('SELECT count(*) AS n FROM rooms').get() as { n: number }).n,
-        events: (db.prepare('SELECT count(*) AS n FROM events').get() as { n: number }).n,
-      };
+    const version = schemaVersion(source) ?? 0;
+    migrate(db, loadMigrations().slice(0, version));
+    const tables = db
+      .prepare(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
+      )
+      .pluck()
+      .all() as string[];
+    const window = { since, until };
+    const copy = (table: string, rows: Iterable<unknown[]>) => {
+      let insert: Database.Statement | null = null;
+      for (const row of rows) {
+        insert ??= db.prepare(`INSERT INTO "${table}" VALUES (${row.map(() => '?').join(', ')})`);
+        insert.run(row);
+      }
+    };
+    db.transaction(() => {
+      source.transaction(() => {
+        for (const table of tables) {
+          // Empty first: the migrations' own rows (schema_migrations, event_names' first) come
+          // from the source as they are there.
+          db.prepare(`DELETE FROM "${table}"`).run();
+          const sql = windowQuery(table);
+          if (sql === null) continue;
+          // Integers as BigInt: copied exactly, whatever their size.
+          const read = source.prepare(sql).raw().safeIntegers();
+          copy(
+            table,
+            read.iterate(...(sql.includes('@since') ? [window] : [])) as Iterable<unknown[]>,
+          );
+        }
+        if (tables.includes('event_rooms')) {
+          const named = db
+            .prepare('SELECT DISTINCT room FROM event_rows WHERE room IS NOT NULL')
+            .pluck()
+            .all() as number[];
+          const one = source.prepare('SELECT * FROM event_rooms WHERE id = ?').raw().safeIntegers();
+          copy(
+            'event_rooms',
+            named.map((id) => one.get(id) as unknown[]),
+          );
+        }
+        // Seqs stay what they were, and so does the high-water mark a writer would go on from.
+        const marks = source
+          .prepare('SELECT name, seq FROM sqlite_sequence')
+          .raw()
+          .safeIntegers()
+          .all() as Array<[string, bigint]>;
+        const mark = db.prepare('UPDATE sqlite_sequence SET seq = ? WHERE name = ?');
+        const add = db.prepare('INSERT INTO sqlite_sequence (seq, name) VALUES (?, ?)');
+        for (const [name, seq] of marks) if (mark.run(seq, name).changes === 0) add.run(seq, name);
+      })();
     })();
     db.exec('VACUUM');
-    // Checkpointed and closed: the file alone is the whole journal (its -wal, if any, stays in
-    // the private directory and goes with it).
-    db.pragma('wal_checkpoint(TRUNCATE)');
-    return kept;
+    return {
+      rooms: db.prepare('SELECT count(*) FROM rooms').pluck().get() as number,
+      events: db.prepare('SELECT count(*) FROM events').pluck().get() as number,
+    };
   } finally {
     db.close();
   }
