@@ -76,13 +76,13 @@ function windowQuery(table: string): string | null {
       return `SELECT * FROM rooms WHERE room IN (${KEPT_ROOMS})`;
     case 'events':
       return `SELECT * FROM events WHERE room IN (${KEPT_ROOMS})
-        UNION ALL SELECT * FROM events WHERE ts BETWEEN @since AND @until
-          AND (room IS NULL OR room NOT IN (SELECT room FROM rooms))
+        UNION ALL SELECT * FROM events e WHERE ts BETWEEN @since AND @until
+          AND NOT EXISTS (SELECT 1 FROM rooms x WHERE x.room = e.room)
         ORDER BY seq`;
     case 'event_rows':
       return `SELECT * FROM event_rows WHERE room IN (SELECT id FROM event_rooms WHERE room IN (${KEPT_ROOMS}))
-        UNION ALL SELECT * FROM event_rows WHERE ts BETWEEN @since AND @until
-          AND (room IS NULL OR room NOT IN (SELECT k.id FROM event_rooms k JOIN rooms x ON x.room = k.room))
+        UNION ALL SELECT * FROM event_rows e WHERE ts BETWEEN @since AND @until
+          AND NOT EXISTS (SELECT 1 FROM event_rooms k JOIN rooms x ON x.room = k.room WHERE k.id = e.room)
         ORDER BY seq`;
     case 'event_rooms':
       return null; // those the copied rows name, after them
