@@ -64,6 +64,6 @@ function refuseExisting(to: string, force: boolean): void {
 function cannotWrite(to: string, err: unknown): UsageError {
   const e = err as NodeJS.ErrnoException;
   return new UsageError(
-    `cannot write ${to} (${e.code ? `${e.code}: ` : ''}${e.message ?? String(err)}); pick a directory you can write with room for a copy of the journal`,
+    `cannot write ${to} (${e.code ? `${e.code}: ` : ''}${e.message ?? String(err)}); pick a directory you can write, with room for the file`,
   );
 }
