@@ -147,6 +147,38 @@ describe('pdctl on a synthetic journal', () => {
     expect(exists.stderr).toMatch(/already exists/);
   });
 
+  it('leaves the state checkpoint out of an export, which is not the fold of the window', async () => {
+    // A journal a control plane served has a checkpoint folded from its whole history.
+    const served = `${dir}/served.db`;
+    copyFileSync(journal, served);
+    const db = new Database(served);
+    db.prepare(
+      `INSERT INTO state_checkpoints (name, seq, format, schema_version, written_at, digest, data)
+       VALUES ('control', 1, 1, ?, 0, 'x', '{}')`,
+    ).run(headVersion());
+    db.close();
+    const out = `${dir}/served-window.db`;
+    const r = await pdctl([
+      'journal',
+      'export',
+      '--since',
+      '2026-11-30T03:14:00Z',
+      '--until',
+      '2026-11-30T03:15:00Z',
+      '--to',
+      out,
+      '--journal',
+      served,
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    const check = new Database(out, { readonly: true });
+    expect(check.prepare('SELECT count(*) FROM state_checkpoints').pluck().get()).toBe(0);
+    check.close();
+    const verify = await pdctl(['journal', 'verify', '--journal', out]);
+    expect(verify.code, verify.stdout).toBe(0);
+    expect(verify.stdout).toMatch(/state checkpoint: none yet/);
+  });
+
   it('exports from a journal of an older schema a journal of that schema, row for row', async () => {
     // Schema 4 keeps events in a table of their own; the export reads and writes it as it is.
     const old = `${dir}/schema4.db`;
