@@ -42,6 +42,8 @@ export interface JournalOpenOptions {
   announce?: { source: string; version: string };
   /** SQLite: a file bigger than this is scanned after it opens, not before (`SqliteJournal`). */
   scanLaterAbove?: number;
+  /** SQLite: pack the events of rooms that ended this long ago (`SqliteJournal`); default never. */
+  packAfterMs?: number;
   /**
    * PostgreSQL only: who this control plane is (shown to standbys and kept in `leader_terms`),
    * and, to run as a standby, how to wait while another leads. Without `standby`, a journal led
@@ -78,6 +80,7 @@ export function openJournal(o: JournalOpenOptions): Promise<ControlJournal> {
     logger: o.log,
     announce: o.announce,
     scanLaterAbove: o.scanLaterAbove,
+    packAfterMs: o.packAfterMs,
   });
 }
 

@@ -7,7 +7,7 @@ import { Admission, needsCurve } from '../bus/admission.ts';
 import { ControlPlane } from '../control/control-plane.ts';
 import type { ControlPlaneOptions } from '../control/options.ts';
 import { Retention, type RetentionPolicy } from '../journal/retention.ts';
-import { SCAN_LATER_ABOVE_BYTES } from '../journal/sqlite/journal.ts';
+import { PACK_AFTER_MS, SCAN_LATER_ABOVE_BYTES } from '../journal/sqlite/journal.ts';
 import type { Durability } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { Planner, type PlannerOptions } from '../planner/online.ts';
@@ -48,6 +48,8 @@ export async function openControlPlane(
       announce: { source: 'control', version: options.version },
       // A control plane starts on a big journal without waiting for a read of every page.
       scanLaterAbove: SCAN_LATER_ABOVE_BYTES,
+      // SQLite: rooms that ended are packed a row each once their releases are in.
+      packAfterMs: PACK_AFTER_MS,
     }),
   );
   // On failure, start drains the journal it was given.

@@ -249,15 +249,20 @@ export function tailQuery(filter: TailFilter, sql: EventSql): Query & { newest: 
 
 /**
  * Per-minute counts of states entered. `reasonOf` is the backend's expression for the `reason`
- * field of an event's JSON data.
+ * field of an event's JSON data; `from` what is read, `events` unless the backend narrows it to
+ * the window itself (SQLite's packs: named parameters `@since` and `@until`).
  */
-export function perMinuteQuery(window: { since: number; until: number }, reasonOf: string): Query {
+export function perMinuteQuery(
+  window: { since: number; until: number },
+  reasonOf: string,
+  from = 'events',
+): Query {
   const types = Object.keys(ENTERS);
   return {
     sql: `SELECT (ts / 60000) * 60000 AS minute, type,
             CASE WHEN type IN ('room.failed', 'room.aborted') THEN ${reasonOf} END AS reason,
             count(*) AS count
-          FROM events
+          FROM ${from}
           WHERE ts >= ? AND ts < ? AND type IN (${marks(types.length)})
           GROUP BY 1, 2, 3
           ORDER BY 1, 2, 3`,

@@ -68,7 +68,8 @@ const KEPT_ROOMS = `SELECT room FROM rooms WHERE created_at BETWEEN @since AND @
  * The rows of each table of the source to copy: a kept room's row and all its events, the events
  * of no room (or of a room the journal never had) by their own time, no readers' positions and no
  * state checkpoint, every row of the other small tables. Schema 7 keeps events in `event_rows`
- * (rooms as ids of `event_rooms`); older schemas in the table `events`.
+ * (rooms as ids of `event_rooms`), schema 8 those of rooms that ended also in `room_packs`;
+ * older schemas in the table `events`.
  */
 function windowQuery(table: string): string | null {
   switch (table) {
@@ -84,6 +85,9 @@ function windowQuery(table: string): string | null {
         UNION ALL SELECT * FROM event_rows e WHERE ts BETWEEN @since AND @until
           AND NOT EXISTS (SELECT 1 FROM event_rooms k JOIN rooms x ON x.room = k.room WHERE k.id = e.room)
         ORDER BY seq`;
+    case 'room_packs':
+      // Schema 8: a kept room's packed events (rooms keep their ids: a pack names its room's).
+      return `SELECT * FROM room_packs WHERE room IN (SELECT id FROM rooms WHERE room IN (${KEPT_ROOMS}))`;
     case 'event_rooms':
       return null; // those the copied rows name, after them
     case 'consumers':

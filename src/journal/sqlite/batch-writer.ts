@@ -7,7 +7,6 @@ import type Database from 'better-sqlite3';
 import { idConflict, type Outcome, rejectionData } from '../commit-queue.ts';
 import { eventKey } from '../event-keys.ts';
 import type { PendingEvent } from '../events.ts';
-import { keptTypes } from '../prune.ts';
 import { type Room, reduce } from '../reducer.ts';
 import { RoomCache } from '../room-cache.ts';
 import {
@@ -18,7 +17,9 @@ import {
   rowToRoom,
 } from '../rows.ts';
 import type { CheckpointInput } from '../store.ts';
-import { IdTable, storedData } from './event-rows.ts';
+import { EVENT_SELECT, IdTable, OTHER_EVENTS, storedData } from './event-rows.ts';
+import { Packer, type PackPass } from './packs/packer.ts';
+import { PACKED_EVENTS } from './packs/sql.ts';
 
 /**
  * A room as the writer holds it: the projection, its row id (null until inserted), the version its
@@ -47,6 +48,7 @@ export class BatchWriter {
   private readonly upsertCursor: Database.Statement;
   private readonly applyTx: (batch: PendingEvent[]) => Outcome[];
   private pruning: ReturnType<BatchWriter['preparePrune']> | undefined;
+  private packer: Packer | undefined;
 
   constructor(
     private readonly db: Database.Database,
@@ -66,7 +68,7 @@ export class BatchWriter {
       .prepare(
         `SELECT seq, type, room, source,
            CASE WHEN type = 'room.event_rejected' THEN json_extract(data, '$.eventType') ELSE type END
-         FROM events WHERE event_id = ?`,
+         FROM (${EVENT_SELECT} WHERE e.event_id = ?)`,
       )
       .raw();
     this.loadRoom = db.prepare('SELECT * FROM rooms WHERE room = ?');
@@ -284,16 +286,24 @@ export class BatchWriter {
     upToSeq: number | null,
   ): { rooms: number; events: number } {
     this.pruning ??= this.preparePrune();
-    const { newer, delEvents, delRoom } = this.pruning;
+    const { newer, delEvents, packedEvents, delRoom } = this.pruning;
     let deleted = 0;
     let events = 0;
     for (const room of rooms) {
       if (upToSeq !== null && newer.get(room, upToSeq) !== undefined) continue;
-      events += delEvents.run(room).changes;
+      // Its packs go with its row (trigger room_packs_of_room): count their events first.
+      events += (packedEvents.get(room) as number) + delEvents.run(room).changes;
       deleted += delRoom.run(room).changes;
       this.cache.delete(room);
     }
     return { rooms: deleted, events };
+  }
+
+  /** Packs rooms that ended before `cutoffTs`, looking at up to `limit` (packs.ts). */
+  packRooms(cutoffTs: number, limit: number): PackPass {
+    // A packed room's `event_rooms` id is gone: the cache must not hand it out again.
+    this.packer ??= new Packer(this.db, (room) => this.cache.delete(room));
+    return this.packer.pass(cutoffTs, limit);
   }
 
   /** Deletes these events (retention with an archive: exactly those archived). */
@@ -322,6 +332,12 @@ export class BatchWriter {
       delEvents: this.db.prepare(
         'DELETE FROM event_rows WHERE room = (SELECT id FROM event_rooms WHERE room = ?)',
       ),
+      packedEvents: this.db
+        .prepare(
+          `SELECT coalesce(sum(${PACKED_EVENTS}), 0) FROM room_packs
+            WHERE room = (SELECT id FROM rooms WHERE room = ? AND terminal_at IS NOT NULL)`,
+        )
+        .pluck(),
       delRoom: this.db.prepare('DELETE FROM rooms WHERE room = ? AND terminal_at IS NOT NULL'),
       newer: this.db.prepare(
         `SELECT 1 FROM event_rows WHERE room = (SELECT id FROM event_rooms WHERE room = ?)
@@ -330,10 +346,7 @@ export class BatchWriter {
       delSeq: this.db.prepare('DELETE FROM event_rows WHERE seq = ?'),
       // Rejection records of rooms that never existed have a room but no row: they go too.
       delOthers: this.db.prepare(
-        `DELETE FROM event_rows WHERE seq IN (
-           SELECT seq FROM events e WHERE ts < ? AND type NOT IN (${keptTypes()})
-             AND (room IS NULL OR NOT EXISTS (SELECT 1 FROM rooms r WHERE r.room = e.room))
-           ORDER BY ts LIMIT ?)`,
+        `DELETE FROM event_rows WHERE seq IN (SELECT seq FROM (${OTHER_EVENTS}) ORDER BY ts LIMIT ?)`,
       ),
     };
   }

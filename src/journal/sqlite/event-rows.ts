@@ -7,6 +7,7 @@
  */
 import type Database from 'better-sqlite3';
 import { CREATED_REPEATED_KEYS } from '../events.ts';
+import { keptTypes } from '../prune.ts';
 import type { EventSql } from '../queries.ts';
 
 /** `event_names` id of `request.refused`, fixed by the migration: `events_refused` is on it. */
@@ -22,6 +23,15 @@ export const EVENT_SELECT = `SELECT e.seq, e.ts, t.name AS type, r.room AS room,
   LEFT JOIN event_rooms r ON r.id = e.room
   LEFT JOIN event_names g ON g.id = e.engine
   LEFT JOIN event_names s ON s.id = e.source`;
+
+/**
+ * Events of no room, or of a room without a `rooms` row (rejections of rooms that never existed),
+ * with a ts before the first `?`, retention's kept types excepted: retention's events of no room.
+ * From the rows alone, as the view's columns (a pack holds only a room's events).
+ */
+export const OTHER_EVENTS = `${EVENT_SELECT}
+  WHERE e.ts < ? AND t.name NOT IN (${keptTypes()})
+    AND (e.room IS NULL OR NOT EXISTS (SELECT 1 FROM rooms x WHERE x.room = r.room))`;
 
 /** Not a rejection record (`IS NOT`: true as well where the journal never stored one). */
 const NOT_REJECTED =
@@ -81,6 +91,10 @@ export class IdTable {
   }
 }
 
+/** A test that an event's `requestIds` hold the `?` parameter (SQLite's JSON). */
+export const LISTS_REQUEST =
+  "EXISTS (SELECT 1 FROM json_each(data, '$.requestIds') WHERE value = ?)";
+
 /** `tailQuery`'s view of event_rows on this database: types by id, rooms and engines by name. */
 export function eventRowsSql(db: Database.Database): EventSql {
   const find = db.prepare('SELECT id FROM event_names WHERE name = ?').pluck();
@@ -97,7 +111,7 @@ export function eventRowsSql(db: Database.Database): EventSql {
     },
     roomIs: 'e.room = (SELECT id FROM event_rooms WHERE room = ?)',
     engineIs: 'e.engine = (SELECT id FROM event_names WHERE name = ?)',
-    listsRequest: "EXISTS (SELECT 1 FROM json_each(e.data, '$.requestIds') WHERE value = ?)",
+    listsRequest: LISTS_REQUEST.replace('(data', '(e.data'),
   };
 }
 

@@ -4,6 +4,7 @@
  * transaction; while a transaction is committing, new appends gather into the next one.
  */
 import { existsSync, statSync } from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Worker } from 'node:worker_threads';
 import type { Logger } from '../../log.ts';
 import { silentLogger } from '../../log.ts';
@@ -25,6 +26,7 @@ import type {
 } from '../store.ts';
 import { SubscriptionHub } from '../subscriptions.ts';
 import { DEFAULT_DURABILITY } from './open.ts';
+import type { PackPass } from './packs/packer.ts';
 import { makeJournalDir, sharedJournal } from './privacy.ts';
 import { SqliteReader } from './reader.ts';
 import type { ScanResult } from './scan-thread.ts';
@@ -56,8 +58,27 @@ export interface SqliteJournalOptions {
    * always before (`pdctl serve` passes SCAN_LATER_ABOVE_BYTES).
    */
   scanLaterAbove?: number;
+  /**
+   * Pack the events of rooms that ended this long ago, a row per room (packs/packer.ts), every
+   * PACK_EVERY_MS while open (a serving control plane: PACK_AFTER_MS). Default: never (tools that
+   * open a journal for a moment; `pack()` still packs when called).
+   */
+  packAfterMs?: number;
   logger?: Logger;
 }
+
+/**
+ * Rooms are packed 5 minutes after they end: their engines' releases are in by then (the same
+ * floor as retention's), and a retried append of one of their events is still found a duplicate
+ * until then (a packed event's id is no longer looked up: a retry is refused as late).
+ */
+export const PACK_AFTER_MS = 5 * 60_000;
+const PACK_EVERY_MS = 5_000;
+/** Rooms looked at in one transaction of packing: a few milliseconds of the writer. */
+const PACK_ROOMS_PER_PASS = 32;
+
+/** What a `pack` run did: rooms packed, their events, rooms left as rows (packs/packer.ts). */
+export type PackTotals = Omit<PackPass, 'done'>;
 
 export class SqliteJournal extends SqliteReader implements JournalStore {
   private readonly writer: Writer;
@@ -68,6 +89,8 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
   /** The after-start `quick_check` while it runs, and what it found wrong. */
   private scanning: Worker | null = null;
   private damaged: JournalError | null = null;
+  private packTimer: NodeJS.Timeout | null = null;
+  private packing: Promise<PackTotals> | null = null;
 
   private constructor(
     options: SqliteJournalOptions,
@@ -170,7 +193,52 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
       }
     }
     if (scanLater) journal.scanInBackground();
+    if (options.packAfterMs !== undefined) journal.packEvery(options.packAfterMs);
     return journal;
+  }
+
+  private packEvery(afterMs: number): void {
+    this.packTimer = setInterval(() => {
+      if (this.packing || this.queue.state !== 'ready') return;
+      this.pack(Date.now() - afterMs, { pace: true }).then(
+        (t) => {
+          if (t.rooms > 0 || t.skipped > 0) {
+            this.log.debug({ ...t, afterMs }, 'journal packed rooms that ended');
+          }
+        },
+        (err) => this.log.warn({ err }, 'journal packing failed; it is tried again'),
+      );
+    }, PACK_EVERY_MS);
+    this.packTimer.unref();
+  }
+
+  /**
+   * Packs every room that ended before `cutoffTs` (a pass of a few dozen rooms at a time; appends
+   * take their turn on the writer between passes; with `pace`, it rests after each pass as long as
+   * the pass took, as retention does). One run at a time: a second call waits for it.
+   */
+  async pack(cutoffTs: number, opts: { pace?: boolean } = {}): Promise<PackTotals> {
+    while (this.packing) await this.packing;
+    this.packing = (async () => {
+      const totals: PackTotals = { rooms: 0, events: 0, skipped: 0 };
+      // Closing or closed: what is left waits for the next start.
+      while (this.queue.state === 'ready') {
+        const started = performance.now();
+        const pass = (await this.write({ op: 'pack_rooms', cutoffTs, limit: PACK_ROOMS_PER_PASS }))
+          .packed as PackPass;
+        if (opts.pace) await sleep(performance.now() - started);
+        totals.rooms += pass.rooms;
+        totals.events += pass.events;
+        totals.skipped += pass.skipped;
+        if (pass.done) break;
+      }
+      return totals;
+    })();
+    try {
+      return await this.packing;
+    } finally {
+      this.packing = null;
+    }
   }
 
   /**
@@ -338,6 +406,8 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
   }
 
   private finish(): void {
+    if (this.packTimer) clearInterval(this.packTimer);
+    this.packTimer = null;
     void this.scanning?.terminate();
     this.scanning = null;
     this.queue.close();

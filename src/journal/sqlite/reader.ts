@@ -6,12 +6,13 @@ import { statfsSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type Database from 'better-sqlite3';
 import type { EventType, JournalEvent, JournalEventOf } from '../events.ts';
-import { keptTypes } from '../prune.ts';
 import {
   backlogParams,
   type EventSql,
+  limitOf,
   minuteCounts,
   perMinuteQuery,
+  plainEventSql,
   roomPage,
   roomsQuery,
   spansOf,
@@ -41,15 +42,34 @@ import type {
   Timeline,
   VerifyReport,
 } from '../store.ts';
-import { backlogOnRows, eventRowsSql, REFUSED_NAME_ID } from './event-rows.ts';
+import {
+  backlogOnRows,
+  eventRowsSql,
+  LISTS_REQUEST,
+  OTHER_EVENTS,
+  REFUSED_NAME_ID,
+} from './event-rows.ts';
 import { loadMigrations } from './migrate.ts';
 import { classifySqliteError, openDatabase } from './open.ts';
+import {
+  hasPacks,
+  PACKED_BACKLOG,
+  TIME_WINDOW_SQL,
+  tailInWindows,
+  viewFilter,
+  WindowedRead,
+} from './packs/reads.ts';
+import { HEAD_SEQ_SQL, PACK_SPAN_MS, PACKED_EVENTS } from './packs/sql.ts';
 import { verifyJournal } from './verify.ts';
+
+/** The view `events` for `tailQuery`: a room's events, rows and packs, found by its name. */
+const VIEW_EVENTS = plainEventSql(LISTS_REQUEST);
 
 export class SqliteReader implements JournalReader {
   readonly path: string;
   protected readonly db: Database.Database;
   private readonly events: EventSql;
+  private pages: WindowedRead<EventRow> | undefined;
 
   constructor(path: string, db?: Database.Database) {
     this.path = path;
@@ -71,10 +91,8 @@ export class SqliteReader implements JournalReader {
   }
 
   readFromSync(afterSeq: number, limit: number): JournalEvent[] {
-    const rows = this.db
-      .prepare('SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ?')
-      .all(afterSeq, limit) as EventRow[];
-    return rows.map(rowToEvent);
+    this.pages ??= new WindowedRead<EventRow>(this.db, '*');
+    return this.pages.page(afterSeq, limit).map(rowToEvent);
   }
 
   readFrom(afterSeq: number, limit: number): Promise<JournalEvent[]> {
@@ -87,13 +105,17 @@ export class SqliteReader implements JournalReader {
     liveOnly = afterSeq === 0,
   ): Promise<EngineBacklog> {
     return this.read(() => {
-      const headSeq = this.db
-        .prepare('SELECT coalesce(max(seq), 0) FROM event_rows')
-        .pluck()
-        .get() as number;
+      const headSeq = this.db.prepare(HEAD_SEQ_SQL).pluck().get() as number;
       const rows = this.db
         .prepare(backlogOnRows(liveOnly))
         .all(...backlogParams(engine, afterSeq, headSeq, liveOnly)) as EventRow[];
+      // Live rooms are never packed; rooms that ended since afterSeq may be.
+      if (!liveOnly) {
+        rows.push(
+          ...(this.db.prepare(PACKED_BACKLOG).all({ engine, afterSeq, headSeq }) as EventRow[]),
+        );
+        rows.sort((a, b) => a.seq - b.seq);
+      }
       return { events: rows.map(rowToEvent), headSeq };
     });
   }
@@ -111,9 +133,7 @@ export class SqliteReader implements JournalReader {
   }
 
   headSeq(): Promise<number> {
-    return this.read(
-      () => this.db.prepare('SELECT coalesce(max(seq), 0) FROM event_rows').pluck().get() as number,
-    );
+    return this.read(() => this.db.prepare(HEAD_SEQ_SQL).pluck().get() as number);
   }
 
   timeline(room: string): Promise<Timeline> {
@@ -138,13 +158,33 @@ export class SqliteReader implements JournalReader {
 
   perMinute(window: { since: number; until: number }): Promise<MinuteCount[]> {
     return this.read(() => {
-      const q = perMinuteQuery(window, "json_extract(data, '$.reason')");
-      return minuteCounts(this.db.prepare(q.sql).all(...q.params) as never);
+      const q = perMinuteQuery(window, "json_extract(data, '$.reason')", TIME_WINDOW_SQL);
+      return minuteCounts(this.db.prepare(q.sql).all(window, ...q.params) as never);
     });
   }
 
   tailSync(filter: TailFilter): JournalEvent[] {
-    const q = tailQuery(filter, this.events);
+    // A request's refusals are events of no room (never packed); a room's events the view finds
+    // by its name in either place; any other filter walks rows and packs in windows of seqs.
+    const packed = filter.requestId === undefined && filter.room === undefined && hasPacks(this.db);
+    if (packed) {
+      const { where, params } = viewFilter(filter);
+      return (
+        tailInWindows(
+          this.db,
+          { where, params },
+          {
+            afterSeq: filter.afterSeq ?? 0,
+            limit: limitOf(filter.limit, 50),
+            newest: (filter.order ?? 'newest') === 'newest',
+          },
+        ) as unknown as EventRow[]
+      ).map(rowToEvent);
+    }
+    const q = tailQuery(
+      filter,
+      filter.room !== undefined && hasPacks(this.db) ? VIEW_EVENTS : this.events,
+    );
     const rows = this.db.prepare(q.sql).all(...q.params) as EventRow[];
     if (q.newest) rows.reverse();
     return rows.map(rowToEvent);
@@ -158,12 +198,25 @@ export class SqliteReader implements JournalReader {
   stats(): Promise<JournalStats> {
     return this.read(() => {
       const db = this.db;
-      const ev = db
+      const rows = db
         .prepare('SELECT count(*) AS n, min(seq) AS a, max(seq) AS b FROM event_rows')
         .get() as { n: number; a: number | null; b: number | null };
-      // Separate statements so that each min/max is one probe of the ts index.
-      const first = db.prepare('SELECT min(ts) FROM event_rows').pluck().get() as number | null;
-      const last = db.prepare('SELECT max(ts) FROM event_rows').pluck().get() as number | null;
+      const packs = db
+        .prepare(
+          `SELECT coalesce(sum(${PACKED_EVENTS}), 0) AS n, min(first_seq) AS a, max(last_seq) AS b
+             FROM room_packs`,
+        )
+        .get() as { n: number; a: number | null; b: number | null };
+      const ev = { n: rows.n + packs.n, a: least(rows.a, packs.a), b: most(rows.b, packs.b) };
+      // Separate statements so that each min/max is one probe of an index.
+      const first = least(
+        db.prepare('SELECT min(ts) FROM event_rows').pluck().get() as number | null,
+        db.prepare('SELECT min(first_ts) FROM room_packs').pluck().get() as number | null,
+      );
+      const last = most(
+        db.prepare('SELECT max(ts) FROM event_rows').pluck().get() as number | null,
+        db.prepare(PACKS_LAST_TS).pluck().get() as number | null,
+      );
       const byState: Partial<Record<RoomState, number>> = {};
       let rooms = 0;
       for (const r of db
@@ -189,7 +242,10 @@ export class SqliteReader implements JournalReader {
         (
           db
             .prepare(
-              `SELECT t.name AS type, count(*) AS n FROM event_rows e
+              `SELECT t.name AS type, count(*) AS n FROM (
+                 SELECT type FROM event_rows
+                 UNION ALL SELECT json_extract(j.value, '$[2]') FROM room_packs p,
+                   json_each(p.events) j) e
                  JOIN event_names t ON t.id = e.type GROUP BY e.type ORDER BY n DESC`,
             )
             .all() as Array<{
@@ -256,7 +312,7 @@ export class SqliteReader implements JournalReader {
       ).map(rowToRoom);
       const byRoom = this.db.prepare('SELECT * FROM events WHERE room = ? ORDER BY seq');
       const events = rooms.flatMap((r) => (byRoom.all(r.room) as EventRow[]).map(rowToEvent));
-      const upToSeq = this.db.prepare('SELECT coalesce(max(seq), 0) FROM event_rows').pluck().get();
+      const upToSeq = this.db.prepare(HEAD_SEQ_SQL).pluck().get();
       return { chunk: { rooms, events }, upToSeq: upToSeq as number };
     });
   }
@@ -266,11 +322,7 @@ export class SqliteReader implements JournalReader {
     return this.read(() =>
       (
         this.db
-          .prepare(
-            `SELECT * FROM events e WHERE ts < ? AND type NOT IN (${keptTypes()})
-               AND (room IS NULL OR NOT EXISTS (SELECT 1 FROM rooms r WHERE r.room = e.room))
-             ORDER BY ts LIMIT ?`,
-          )
+          .prepare(`SELECT * FROM (${OTHER_EVENTS}) ORDER BY ts LIMIT ?`)
           .all(cutoffTs, limit) as EventRow[]
       ).map(rowToEvent),
     );
@@ -295,12 +347,13 @@ export class SqliteReader implements JournalReader {
             `SELECT count(*) AS rooms,
                 (SELECT count(*) FROM event_rows WHERE room IN
                    (SELECT k.id FROM rooms x JOIN event_rooms k ON k.room = x.room
-                     WHERE x.terminal_at IS NOT NULL AND x.terminal_at < ?)) AS events,
-                (SELECT count(*) FROM events e WHERE ts < ? AND type NOT IN (${keptTypes()})
-                   AND (room IS NULL OR NOT EXISTS (SELECT 1 FROM rooms r WHERE r.room = e.room))) AS otherEvents
+                     WHERE x.terminal_at IS NOT NULL AND x.terminal_at < ?))
+                + (SELECT coalesce(sum(${PACKED_EVENTS}), 0) FROM room_packs WHERE room IN
+                   (SELECT id FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?)) AS events,
+                (SELECT count(*) FROM (${OTHER_EVENTS})) AS otherEvents
          FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?`,
           )
-          .get(cutoffTs, eventsCutoffTs ?? 0, cutoffTs) as PrunableCount,
+          .get(cutoffTs, cutoffTs, eventsCutoffTs ?? 0, cutoffTs) as PrunableCount,
     );
   }
 
@@ -311,6 +364,18 @@ export class SqliteReader implements JournalReader {
   close(): void {
     if (this.db.open) this.db.close();
   }
+}
+
+/** The newest ts in a pack: among those that start within a pack's span of the latest start. */
+const PACKS_LAST_TS = `SELECT max(last_ts) FROM room_packs
+  WHERE first_ts >= (SELECT max(first_ts) FROM room_packs) - ${PACK_SPAN_MS}`;
+
+function least(a: number | null, b: number | null): number | null {
+  return a === null ? b : b === null ? a : Math.min(a, b);
+}
+
+function most(a: number | null, b: number | null): number | null {
+  return a === null ? b : b === null ? a : Math.max(a, b);
 }
 
 /** The journal file and its WAL, bytes (a missing WAL is 0). */

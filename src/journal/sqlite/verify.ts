@@ -13,16 +13,16 @@ import {
   JournalFold,
   ProjectionCheck,
 } from '../verify.ts';
+import { WindowedRead } from './packs/reads.ts';
+import { HEAD_SEQ_SQL, KEY_BYTES } from './packs/sql.ts';
 
 /** Folds every event of the journal in seq order, straight off the rows. */
 export function foldJournal(db: Database.Database): JournalFold {
   const fold = new JournalFold();
-  const page = db
-    .prepare(`SELECT ${FOLD_COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?`)
-    .raw();
+  const pages = new WindowedRead<FoldRow>(db, FOLD_COLUMNS, true);
   // Pages of rows via all() are faster than iterate() (fewer crossings into the addon).
   for (;;) {
-    const rows = page.all(fold.lastSeq, FOLD_PAGE) as FoldRow[];
+    const rows = pages.page(fold.lastSeq, FOLD_PAGE);
     fold.add(rows);
     if (rows.length < FOLD_PAGE) break;
   }
@@ -40,7 +40,7 @@ export function verifyJournal(db: Database.Database): VerifyReport {
     .prepare("SELECT seq FROM sqlite_sequence WHERE name = 'event_rows'")
     .pluck()
     .get() as number | undefined;
-  const maxSeq = db.prepare('SELECT coalesce(max(seq), 0) FROM event_rows').pluck().get() as number;
+  const maxSeq = db.prepare(HEAD_SEQ_SQL).pluck().get() as number;
   if (sequence !== undefined && sequence < maxSeq) {
     problems.push(`sqlite_sequence (${sequence}) is behind the newest seq (${maxSeq})`);
   }
@@ -86,5 +86,27 @@ function referenceProblems(db: Database.Database): string[] {
     .pluck()
     .get() as number;
   if (unused > 0) problems.push(`${unused} rooms of event_rooms have no event`);
+  const badPacks = db
+    .prepare(
+      `SELECT count(*) FROM room_packs p
+        WHERE NOT EXISTS (SELECT 1 FROM rooms WHERE id = p.room)
+           OR json_valid(p.events) = 0 OR length(p.keys) <> ${KEY_BYTES} * json_array_length(p.events)
+           OR EXISTS (SELECT 1 FROM json_each(p.events) j
+                       WHERE NOT EXISTS (SELECT 1 FROM event_names WHERE id = json_extract(j.value, '$[2]'))
+                          OR NOT EXISTS (SELECT 1 FROM event_names WHERE id = json_extract(j.value, '$[4]'))
+                          OR (json_extract(j.value, '$[3]') <> 0 AND NOT EXISTS
+                               (SELECT 1 FROM event_names WHERE id = json_extract(j.value, '$[3]')))
+                          OR (json_extract(j.value, '$[5]') <> 0 AND NOT EXISTS
+                               (SELECT 1 FROM event_shared WHERE id = json_extract(j.value, '$[5]')))
+                          OR p.first_seq + json_extract(j.value, '$[0]') > p.last_seq
+                          OR json_extract(j.value, '$[0]') < 0)`,
+    )
+    .pluck()
+    .get() as number;
+  if (badPacks > 0) {
+    problems.push(
+      `${badPacks} packs of room_packs name no room, are not JSON, lack keys, refer to a name or shared part that is missing, or hold a seq outside their bounds`,
+    );
+  }
   return problems;
 }

@@ -3,6 +3,7 @@ import type Database from 'better-sqlite3';
 import { JournalError } from '../errors.ts';
 import { BatchWriter } from './batch-writer.ts';
 import { classifySqliteError, openDatabase } from './open.ts';
+import { HEAD_SEQ_SQL } from './packs/sql.ts';
 import type { WriterInit, WriterOp, WriterResult } from './writer-protocol.ts';
 
 export interface OpenedWriter {
@@ -27,10 +28,7 @@ export function openWriter(init: WriterInit): OpenedWriter {
     // Checkpoints (which fsync) are run by the checkpointer thread, not inside a commit here.
     db.pragma('wal_autocheckpoint = 0');
   }
-  const headSeq = db
-    .prepare('SELECT coalesce(max(seq), 0) FROM event_rows')
-    .pluck()
-    .get() as number;
+  const headSeq = db.prepare(HEAD_SEQ_SQL).pluck().get() as number;
   return {
     db,
     writer: new BatchWriter(db, { roomCacheSize: init.roomCacheSize }),
@@ -62,6 +60,8 @@ export function executeOp(w: OpenedWriter, req: WriterOp): WriterResult {
           events: (w.writer as BatchWriter).pruneEvents(req.cutoffTs, req.limit),
         },
       };
+    case 'pack_rooms':
+      return { packed: (w.writer as BatchWriter).packRooms(req.cutoffTs, req.limit) };
     case 'checkpoint':
       w.db.pragma('wal_checkpoint(PASSIVE)');
       return {};

@@ -3,6 +3,7 @@
 import type { Outcome } from '../commit-queue.ts';
 import type { PendingEvent } from '../events.ts';
 import type { CheckpointInput, Durability } from '../store.ts';
+import type { PackPass } from './packs/packer.ts';
 
 export interface WriterInit {
   path: string;
@@ -27,6 +28,8 @@ export type WriterOp =
   /** With an archive: exactly what was read and archived. */
   | { op: 'prune_named_rooms'; rooms: string[]; upToSeq: number }
   | { op: 'prune_seqs'; seqs: number[] }
+  /** One transaction of packing (packs/packer.ts): rooms that ended before `cutoffTs`. */
+  | { op: 'pack_rooms'; cutoffTs: number; limit: number }
   | { op: 'checkpoint' }
   | { op: 'close' }
   /** Drills only: cap the database at `pages` pages (null: lift the cap), as a full disk would. */
@@ -37,6 +40,7 @@ export type WriterOp =
 export interface WriterResult {
   outcomes?: Outcome[];
   pruned?: { rooms: number; events: number };
+  packed?: PackPass;
 }
 
 export type WriterRequest = WriterOp & { id: number };
