@@ -5,11 +5,14 @@
  * --retain` and `journal prune --url` run it (100 rooms per transaction, resting as long as each
  * chunk took), (c) beside a prune at full speed, 500 rooms per transaction (`journal prune` on a
  * stopped journal). Phases interleave so the machine's drift hits all alike. The baseline is (a),
- * in the same run; the ratio is append p99 beside a prune over p99 without.
+ * in the same run; the ratio is append p99 beside a prune over p99 without. A fourth phase packs
+ * the day-old rooms instead (schema 8), as a serving control plane does 5 minutes after rooms end:
+ * 32 rooms per transaction, resting as long as each took.
  *
  *   npm run bench:retention                          # a table
  *   npm run bench:retention -- --rooms 250000 --seconds 5 --appenders 16 --rounds 3 --json
  *   npm run bench:retention -- --serve-chunks 25,50,100   # the serve pass at each chunk size
+ *   npm run bench:retention -- --pack-chunks 16,32        # packing at each chunk size
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,6 +20,7 @@ import { join } from 'node:path';
 import { openJournal } from '../src/app/journal.ts';
 import type { EventInput } from '../src/journal/events.ts';
 import { DEFAULT_CHUNK_ROOMS, Retention } from '../src/journal/retention.ts';
+import { PACK_ROOMS_PER_PASS, type SqliteJournal } from '../src/journal/sqlite/journal.ts';
 import type { JournalStore } from '../src/journal/store.ts';
 import { completedRoomEvents, synthEvents } from '../src/journal/synth.ts';
 import { silentLogger } from '../src/log.ts';
@@ -34,7 +38,8 @@ interface Phase {
   p50Ms: number;
   p99Ms: number;
   maxMs: number;
-  roomsPrunedPerSec: number;
+  /** Rooms pruned, or packed in the packing phase. */
+  roomsPerSec: number;
 }
 
 /** Writes ROOMS synthetic rooms that ended about a day ago, through the real append path. */
@@ -65,9 +70,12 @@ async function fill(journal: JournalStore, round: number): Promise<void> {
 let roomSeq = 0;
 
 const SERVE_CHUNKS = flag('--serve-chunks', String(DEFAULT_CHUNK_ROOMS)).split(',').map(Number);
+const PACK_CHUNKS = flag('--pack-chunks', String(PACK_ROOMS_PER_PASS)).split(',').map(Number);
 checkFlags();
 const PHASES = [
   'no prune',
+  // Before the prunes, which leave no day-old room to pack (and then prune packed rooms).
+  ...PACK_CHUNKS.map((c) => `packing, ${c} rooms/tx`),
   ...SERVE_CHUNKS.map((c) => `retention pass, ${c} rooms/tx`),
   'full speed, 500 rooms/tx',
 ];
@@ -83,15 +91,21 @@ async function phase(journal: JournalStore, name: string): Promise<Phase> {
   const pruning: Promise<{ rooms: number }> =
     name === 'no prune'
       ? Promise.resolve({ rooms: 0 })
-      : name.startsWith('retention pass')
-        ? (async () => {
-            const chunkRooms = Number(/, (\d+) rooms/.exec(name)?.[1]);
-            retention.runNow({ roomsMs: hour, eventsMs: null, chunkRooms });
-            await new Promise((r) => stop.signal.addEventListener('abort', r));
-            await retention.stop();
-            return retention.status().last?.result ?? { rooms: 0 };
-          })()
-        : journal.prune({ cutoffTs: Date.now() - hour, chunkRooms: 500, signal: stop.signal });
+      : name.startsWith('packing')
+        ? (journal as SqliteJournal).pack(Date.now() - hour, {
+            pace: true,
+            signal: stop.signal,
+            roomsPerPass: Number(/, (\d+) rooms/.exec(name)?.[1]),
+          })
+        : name.startsWith('retention pass')
+          ? (async () => {
+              const chunkRooms = Number(/, (\d+) rooms/.exec(name)?.[1]);
+              retention.runNow({ roomsMs: hour, eventsMs: null, chunkRooms });
+              await new Promise((r) => stop.signal.addEventListener('abort', r));
+              await retention.stop();
+              return retention.status().last?.result ?? { rooms: 0 };
+            })()
+          : journal.prune({ cutoffTs: Date.now() - hour, chunkRooms: 500, signal: stop.signal });
   const appender = async () => {
     while (performance.now() < deadline) {
       for (const ev of completedRoomEvents(`b-${(roomSeq++).toString(36)}`)) {
@@ -112,7 +126,7 @@ async function phase(journal: JournalStore, name: string): Promise<Phase> {
     p50Ms: Number(percentile(ms, 50).toFixed(2)),
     p99Ms: Number(percentile(ms, 99).toFixed(2)),
     maxMs: Number((ms.at(-1) ?? 0).toFixed(1)),
-    roomsPrunedPerSec: Math.round(pruned.rooms / elapsed),
+    roomsPerSec: Math.round(pruned.rooms / elapsed),
   };
 }
 
@@ -128,7 +142,7 @@ async function main(): Promise<void> {
         const p = await phase(journal, name);
         phases.push(p);
         say(
-          `  round ${round + 1}: ${p.phase.padEnd(30)} ${String(p.appendsPerSec).padStart(6)} appends/s  p50 ${p.p50Ms} ms  p99 ${p.p99Ms} ms  max ${p.maxMs} ms  ${p.roomsPrunedPerSec} rooms pruned/s`,
+          `  round ${round + 1}: ${p.phase.padEnd(30)} ${String(p.appendsPerSec).padStart(6)} appends/s  p50 ${p.p50Ms} ms  p99 ${p.p99Ms} ms  max ${p.maxMs} ms  ${p.roomsPerSec} rooms pruned or packed/s`,
         );
       }
     }
@@ -140,7 +154,7 @@ async function main(): Promise<void> {
       appendsPerSec: median(of(name).map((p) => p.appendsPerSec)),
       p50Ms: median(of(name).map((p) => p.p50Ms)),
       p99Ms: median(of(name).map((p) => p.p99Ms)),
-      roomsPrunedPerSec: median(of(name).map((p) => p.roomsPrunedPerSec)),
+      roomsPerSec: median(of(name).map((p) => p.roomsPerSec)),
       p99VsNoPrune: Number((median(of(name).map((p) => p.p99Ms)) / base).toFixed(2)),
     }));
     if (asJson) {
@@ -150,11 +164,11 @@ async function main(): Promise<void> {
     }
     const lines = [
       `${APPENDERS} appenders, durability power, medians of ${ROUNDS} rounds of ${SECONDS} s`,
-      '| phase | appends/s | p50 ms | p99 ms | rooms pruned/s | p99 vs no prune |',
+      '| phase | appends/s | p50 ms | p99 ms | rooms pruned or packed/s | p99 vs no prune |',
       '|---|---:|---:|---:|---:|---:|',
       ...rows.map(
         (r) =>
-          `| ${r.phase} | ${r.appendsPerSec} | ${r.p50Ms} | ${r.p99Ms} | ${r.roomsPrunedPerSec} | ${r.p99VsNoPrune} |`,
+          `| ${r.phase} | ${r.appendsPerSec} | ${r.p50Ms} | ${r.p99Ms} | ${r.roomsPerSec} | ${r.p99VsNoPrune} |`,
       ),
     ];
     process.stdout.write(`${lines.join('\n')}\n`);

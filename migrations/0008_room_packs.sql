@@ -5,7 +5,8 @@
 -- engines' releases are in (5 minutes after it ended), into one row of `room_packs`: its first
 -- and last seq and ts, the events as a JSON array of [seq − first_seq, ts − first_ts, type,
 -- engine, source, shared, data] (ids as in `event_rows`, 0 for no engine or no shared part, data as
--- JSON), and their 17-byte event keys end to end. The view `events` gives them back with the columns and values they had.
+-- JSON; an event id that is text, tag 02, as its text eighth), and their 17-byte event keys end
+-- to end (zeros in place of a text id). The view `events` gives them back with the columns and values they had.
 -- A pack spans at most 65,536 seqs and 60 seconds (a longer room takes several), so that a window
 -- of seqs or of time finds its packs through `room_packs_last_seq` and `room_packs_first_ts`.
 -- Nothing is packed by this migration: it adds the table and redefines the view.
@@ -18,7 +19,7 @@ CREATE TABLE room_packs (
   first_ts  INTEGER NOT NULL,
   last_ts   INTEGER NOT NULL,
   events    TEXT    NOT NULL,     -- [[seq - first_seq, ts - first_ts, type, engine, source, shared, data], …]
-  keys      BLOB    NOT NULL      -- the events' keys, 17 bytes each, in the order of `events`
+  keys      BLOB    NOT NULL      -- the events' keys, 17 bytes each (zeros: a text id, in `events`), in order
 );
 CREATE INDEX room_packs_room ON room_packs (room);
 CREATE INDEX room_packs_last_seq ON room_packs (last_seq);
@@ -36,7 +37,9 @@ CREATE VIEW events (seq, ts, type, room, engine, source, event_id, data) AS
     LEFT JOIN event_names s ON s.id = e.source
   UNION ALL
   SELECT p.first_seq + json_extract(j.value, '$[0]'), p.first_ts + json_extract(j.value, '$[1]'),
-         t.name, r.room, g.name, s.name, substr(p.keys, 17 * j.key + 1, 17),
+         t.name, r.room, g.name, s.name,
+         CASE WHEN json_extract(j.value, '$[7]') IS NULL THEN substr(p.keys, 17 * j.key + 1, 17)
+              ELSE CAST(x'02' || CAST(json_extract(j.value, '$[7]') AS BLOB) AS BLOB) END,
          CASE WHEN json_extract(j.value, '$[5]') = 0 THEN json_extract(j.value, '$[6]')
               ELSE json_patch(json_extract(j.value, '$[6]'),
                 (SELECT json FROM event_shared WHERE id = json_extract(j.value, '$[5]'))) END

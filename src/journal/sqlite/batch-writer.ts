@@ -299,11 +299,11 @@ export class BatchWriter {
     return { rooms: deleted, events };
   }
 
-  /** Packs rooms that ended before `cutoffTs`, looking at up to `limit` (packs.ts). */
-  packRooms(cutoffTs: number, limit: number): PackPass {
+  /** Packs rooms that ended before `cutoffTs`, looking at up to `limit` after `afterKey` (packs/packer.ts). */
+  packRooms(cutoffTs: number, limit: number, afterKey: number, whole: boolean): PackPass {
     // A packed room's `event_rooms` id is gone: the cache must not hand it out again.
     this.packer ??= new Packer(this.db, (room) => this.cache.delete(room));
-    return this.packer.pass(cutoffTs, limit);
+    return this.packer.pass(cutoffTs, limit, afterKey, whole);
   }
 
   /** Deletes these events (retention with an archive: exactly those archived). */

@@ -64,6 +64,8 @@ export interface SqliteJournalOptions {
    * open a journal for a moment; `pack()` still packs when called).
    */
   packAfterMs?: number;
+  /** How often packing looks for rooms to pack. Default PACK_EVERY_MS (tests: shorter). */
+  packEveryMs?: number;
   logger?: Logger;
 }
 
@@ -74,11 +76,13 @@ export interface SqliteJournalOptions {
  */
 export const PACK_AFTER_MS = 5 * 60_000;
 const PACK_EVERY_MS = 5_000;
+/** One run in this many walks every room with rows (packs/packer.ts): every 5 minutes. */
+const PACK_WHOLE_EVERY = 60;
 /** Rooms looked at in one transaction of packing: a few milliseconds of the writer. */
-const PACK_ROOMS_PER_PASS = 32;
+export const PACK_ROOMS_PER_PASS = 32;
 
 /** What a `pack` run did: rooms packed, their events, rooms left as rows (packs/packer.ts). */
-export type PackTotals = Omit<PackPass, 'done'>;
+export type PackTotals = Omit<PackPass, 'done' | 'lastKey'>;
 
 export class SqliteJournal extends SqliteReader implements JournalStore {
   private readonly writer: Writer;
@@ -193,14 +197,19 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
       }
     }
     if (scanLater) journal.scanInBackground();
-    if (options.packAfterMs !== undefined) journal.packEvery(options.packAfterMs);
+    if (options.packAfterMs !== undefined) {
+      journal.packEvery(options.packAfterMs, options.packEveryMs ?? PACK_EVERY_MS);
+    }
     return journal;
   }
 
-  private packEvery(afterMs: number): void {
+  private packEvery(afterMs: number, everyMs: number): void {
+    let runs = 0;
     this.packTimer = setInterval(() => {
       if (this.packing || this.queue.state !== 'ready') return;
-      this.pack(Date.now() - afterMs, { pace: true }).then(
+      // Quick runs, and a whole one at first and every PACK_WHOLE_EVERY runs after.
+      const quick = runs++ % PACK_WHOLE_EVERY !== 0;
+      this.pack(Date.now() - afterMs, { pace: true, quick }).then(
         (t) => {
           if (t.rooms > 0 || t.skipped > 0) {
             this.log.debug({ ...t, afterMs }, 'journal packed rooms that ended');
@@ -208,24 +217,39 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
         },
         (err) => this.log.warn({ err }, 'journal packing failed; it is tried again'),
       );
-    }, PACK_EVERY_MS);
+    }, everyMs);
     this.packTimer.unref();
   }
 
   /**
    * Packs every room that ended before `cutoffTs` (a pass of a few dozen rooms at a time; appends
    * take their turn on the writer between passes; with `pace`, it rests after each pass as long as
-   * the pass took, as retention does). One run at a time: a second call waits for it.
+   * the pass took, as retention does; `signal` stops it between passes; `roomsPerPass`: default
+   * PACK_ROOMS_PER_PASS; `quick`: stop at the first room created after `cutoffTs`, which misses
+   * rooms out of the order of their first events — packs/packer.ts). One run at a time: a second
+   * call waits for it.
    */
-  async pack(cutoffTs: number, opts: { pace?: boolean } = {}): Promise<PackTotals> {
+  async pack(
+    cutoffTs: number,
+    opts: { pace?: boolean; signal?: AbortSignal; roomsPerPass?: number; quick?: boolean } = {},
+  ): Promise<PackTotals> {
     while (this.packing) await this.packing;
     this.packing = (async () => {
       const totals: PackTotals = { rooms: 0, events: 0, skipped: 0 };
+      let afterKey = 0;
       // Closing or closed: what is left waits for the next start.
-      while (this.queue.state === 'ready') {
+      while (this.queue.state === 'ready' && !opts.signal?.aborted) {
         const started = performance.now();
-        const pass = (await this.write({ op: 'pack_rooms', cutoffTs, limit: PACK_ROOMS_PER_PASS }))
-          .packed as PackPass;
+        const pass = (
+          await this.write({
+            op: 'pack_rooms',
+            cutoffTs,
+            limit: opts.roomsPerPass ?? PACK_ROOMS_PER_PASS,
+            afterKey,
+            whole: !opts.quick,
+          })
+        ).packed as PackPass;
+        afterKey = pass.lastKey;
         if (opts.pace) await sleep(performance.now() - started);
         totals.rooms += pass.rooms;
         totals.events += pass.events;

@@ -61,7 +61,14 @@ export function executeOp(w: OpenedWriter, req: WriterOp): WriterResult {
         },
       };
     case 'pack_rooms':
-      return { packed: (w.writer as BatchWriter).packRooms(req.cutoffTs, req.limit) };
+      return {
+        packed: (w.writer as BatchWriter).packRooms(
+          req.cutoffTs,
+          req.limit,
+          req.afterKey,
+          req.whole,
+        ),
+      };
     case 'checkpoint':
       w.db.pragma('wal_checkpoint(PASSIVE)');
       return {};

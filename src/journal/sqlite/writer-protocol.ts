@@ -29,7 +29,7 @@ export type WriterOp =
   | { op: 'prune_named_rooms'; rooms: string[]; upToSeq: number }
   | { op: 'prune_seqs'; seqs: number[] }
   /** One transaction of packing (packs/packer.ts): rooms that ended before `cutoffTs`. */
-  | { op: 'pack_rooms'; cutoffTs: number; limit: number }
+  | { op: 'pack_rooms'; cutoffTs: number; limit: number; afterKey: number; whole: boolean }
   | { op: 'checkpoint' }
   | { op: 'close' }
   /** Drills only: cap the database at `pages` pages (null: lift the cap), as a full disk would. */

@@ -27,26 +27,31 @@ export interface PackPass {
   /** Rooms packed, and the events they held. */
   rooms: number;
   events: number;
-  /** Rooms looked at and left as rows: an event id that is not a 17-byte key, or data that would not read back the same. */
+  /**
+   * Rooms that ended in time left as rows: SQLite would not render their pack back byte for byte,
+   * or an event id is not UTF-8.
+   */
   skipped: number;
-  /** Whether the pass reached the cut-off (false: more rooms wait). */
+  /** The last `event_rooms` id it looked at: the next pass of the same run goes on after it. */
+  lastKey: number;
+  /** Whether the run is done (false: more rooms wait). */
   done: boolean;
 }
 
 /**
- * Packs terminal rooms, a short transaction at a time, on the writer's connection. It walks
- * `rooms_terminal_at` from where its last pass stopped (in memory: a restart walks once from the
- * oldest, skipping rooms packed already at one lookup each).
+ * Packs terminal rooms, a short transaction at a time, on the writer's connection. A run walks
+ * `event_rooms` — the rooms that still have rows — in the order of their first events, from the
+ * oldest, never the rooms packed before. A quick run ends at the first room created after the
+ * cut-off, so it looks at the rooms it packs and at the few before them still live or ended too
+ * lately; a whole run walks every room with rows, for rooms whose times are out of the order of
+ * their first events (a clock behind the others, a journal written out of order).
  */
 export class Packer {
   private readonly pick: Database.Statement;
-  private readonly roomKey: Database.Statement;
   private readonly rowsOf: Database.Statement;
   private readonly insert: Database.Statement;
   private readonly render: Database.Statement;
   private readonly deleteRows: Database.Statement;
-  /** Where the last pass stopped: (terminal_at, id) of the last room it looked at. */
-  private after: [number, number] = [Number.MIN_SAFE_INTEGER, 0];
 
   /** `onPacked(room)`: after COMMIT, for each room packed (its `event_rooms` id is gone). */
   constructor(
@@ -55,12 +60,11 @@ export class Packer {
   ) {
     this.pick = db
       .prepare(
-        `SELECT id, room, terminal_at FROM rooms
-          WHERE terminal_at IS NOT NULL AND (terminal_at, id) > (?, ?) AND terminal_at < ?
-          ORDER BY terminal_at, id LIMIT ?`,
+        `SELECT k.id, x.id, x.room, x.created_at, x.terminal_at
+           FROM event_rooms k JOIN rooms x ON x.room = k.room
+          WHERE k.id > ? ORDER BY k.id LIMIT ?`,
       )
       .raw();
-    this.roomKey = db.prepare('SELECT id FROM event_rooms WHERE room = ?').pluck();
     this.rowsOf = db.prepare(
       `SELECT seq, ts, type, engine, source, shared, event_id, data FROM event_rows
         WHERE room = ? ORDER BY seq`,
@@ -75,22 +79,35 @@ export class Packer {
     this.deleteRows = db.prepare('DELETE FROM event_rows WHERE room = ? AND seq <= ?');
   }
 
-  /** Packs rooms that ended before `cutoffTs`, looking at up to `limit` rooms, in one transaction. */
-  pass(cutoffTs: number, limit: number): PackPass {
+  /**
+   * Packs rooms that ended before `cutoffTs`, looking at up to `limit` rooms after `afterKey` (an
+   * `event_rooms` id; 0 to start a run), in one transaction; `whole`: a whole run's pass.
+   */
+  pass(cutoffTs: number, limit: number, afterKey: number, whole: boolean): PackPass {
     const packed: string[] = [];
-    const picked = this.pick.all(this.after[0], this.after[1], cutoffTs, limit) as Array<
-      [number, string, number]
+    const picked = this.pick.all(afterKey, limit) as Array<
+      [number, number, string, number, number | null]
     >;
     const pass = this.db
       .transaction(() => {
-        const pass: PackPass = { rooms: 0, events: 0, skipped: 0, done: picked.length < limit };
-        for (const [id, room] of picked) {
-          const key = this.roomKey.get(room) as number | undefined;
-          if (key === undefined) continue; // packed already, or no event of its own left
+        const pass: PackPass = {
+          rooms: 0,
+          events: 0,
+          skipped: 0,
+          lastKey: afterKey,
+          done: picked.length < limit,
+        };
+        for (const [key, id, room, createdAt, terminalAt] of picked) {
+          if (createdAt >= cutoffTs && !whole) {
+            pass.done = true; // rooms after it began later, but for a few out of order
+            break;
+          }
+          pass.lastKey = key;
+          if (terminalAt === null || terminalAt >= cutoffTs) continue; // live, or ended lately
           const rows = this.rowsOf.all(key) as StoredRow[];
           const packs = packsOf(rows);
-          const texts = packs?.map(packText) ?? [];
-          if (!packs || !texts.every((text) => this.render.get(text) === text)) {
+          const texts = packs.map(packText);
+          if (!rows.every(keyFits) || !texts.every((text) => this.render.get(text) === text)) {
             pass.skipped++;
             continue;
           }
@@ -102,7 +119,9 @@ export class Packer {
               p.firstTs,
               p.lastTs,
               texts[i],
-              Buffer.concat(p.rows.map((r) => r.event_id)),
+              Buffer.concat(
+                p.rows.map((r) => (r.event_id.length === KEY_BYTES ? r.event_id : NO_KEY)),
+              ),
             );
           });
           this.deleteRows.run(key, (rows[rows.length - 1] as StoredRow).seq);
@@ -113,19 +132,25 @@ export class Packer {
         return pass;
       })
       .immediate();
-    const last = picked[picked.length - 1];
-    if (last) this.after = [last[2], last[0]];
     for (const room of packed) this.onPacked(room);
     return pass;
   }
 }
 
-/** A room's rows as packs within the spans, or null when a key is not 17 bytes. */
-function packsOf(rows: StoredRow[]): Pack[] | null {
+/** A key a pack holds: 17 bytes, or text (tag 02) that is UTF-8 through and through. */
+function keyFits(r: StoredRow): boolean {
+  const k = r.event_id;
+  return k.length === KEY_BYTES || Buffer.from(k.toString('utf8', 1), 'utf8').equals(k.subarray(1));
+}
+
+/** A key's place in `keys` for an event whose id is text (tag 02): the pack holds the text. */
+const NO_KEY = Buffer.alloc(KEY_BYTES);
+
+/** A room's rows as packs within the spans. */
+function packsOf(rows: StoredRow[]): Pack[] {
   const packs: Pack[] = [];
   let cur: Pack | null = null;
   for (const r of rows) {
-    if (r.event_id.length !== KEY_BYTES) return null;
     if (
       cur &&
       r.seq - cur.firstSeq < PACK_SPAN_SEQS &&
@@ -145,12 +170,13 @@ function packsOf(rows: StoredRow[]): Pack[] | null {
 
 /**
  * The `events` column of a pack: its rows relative to its first seq and its earliest ts, 0 for no
- * engine and no shared part (ids start at 1; `null` would take four bytes).
+ * engine and no shared part (ids start at 1; `null` would take four bytes), and an id that is not
+ * a 17-byte key (tag 02: text, event-keys.ts) as its text, eighth.
  */
 function packText(p: Pack): string {
   const parts = p.rows.map(
     (r) =>
-      `[${r.seq - p.firstSeq},${r.ts - p.firstTs},${r.type},${r.engine ?? 0},${r.source},${r.shared ?? 0},${r.data}]`,
+      `[${r.seq - p.firstSeq},${r.ts - p.firstTs},${r.type},${r.engine ?? 0},${r.source},${r.shared ?? 0},${r.data}${r.event_id.length === KEY_BYTES ? '' : `,${JSON.stringify(r.event_id.toString('utf8', 1))}`}]`,
   );
   return `[${parts.join(',')}]`;
 }

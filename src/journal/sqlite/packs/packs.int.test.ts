@@ -107,8 +107,15 @@ describe('packed rooms', () => {
       const report = await j.verify();
       expect(report.problems).toEqual([]);
       expect(report.ok).toBe(true);
-      // A second run finds nothing left to pack.
+      // A second run finds nothing left to pack. A room appended after one that began after the
+      // cut-off, though it ended before (a clock behind): a quick run stops at the first, a whole
+      // run packs it.
       expect((await j.pack(END)).rooms).toBe(0);
+      for (const ev of lifecycle('began-later')) await j.append({ ...ev, ts: END + 3_600_000 });
+      for (const ev of lifecycle('ended-earlier')) await j.append({ ...ev, ts: END - 86_400_000 });
+      expect((await j.pack(END, { quick: true })).rooms).toBe(0);
+      expect(await j.pack(END)).toEqual({ rooms: 1, events: lifecycle('x').length, skipped: 0 });
+      expect(count(j, "SELECT count(*) FROM event_rooms WHERE room = 'began-later'")).toBe(1);
     } finally {
       await j.drain();
     }
@@ -158,6 +165,13 @@ describe('packed rooms', () => {
       }));
       for (const ev of slow) await j.append(ev);
       for (const ev of lifecycle('odd-room')) await j.append({ ...ev, ts: END - 1000 });
+      // Ids of every form: text ids (as aborts' and migrations' are) pack beside UUID keys.
+      const texts = lifecycle('text-ids').map((ev, i) => ({
+        ...ev,
+        ts: END - 500,
+        ...(i % 3 === 0 ? { eventId: `text-ids:step-${i}-é` } : {}),
+      }));
+      for (const ev of texts) await j.append(ev);
       const before = await reads(j);
       // Data that SQLite gives back other than stored (spaces; pdctl writes none such).
       const db = new Database(j.path);
@@ -184,6 +198,10 @@ describe('packed rooms', () => {
       expect(await j.timeline('slow-room')).toEqual(slowBefore);
       expect(slowBefore.events.map((e) => e.ts)).toEqual(slow.map((e) => e.ts));
       expect(await j.timeline('odd-room')).toEqual(oddBefore);
+      expect(count(j, "SELECT count(*) FROM event_rooms WHERE room = 'text-ids'")).toBe(0);
+      expect((await j.timeline('text-ids')).events.map((e) => e.eventId)).toContain(
+        'text-ids:step-3-é',
+      );
       expect((await j.verify()).problems).toEqual([]);
     } finally {
       await j.drain();
@@ -213,6 +231,43 @@ describe('packed rooms', () => {
       expect((await j.verify()).problems).toEqual([]);
     } finally {
       await j.drain();
+    }
+  });
+
+  it('packs on its own while open, rooms that ended long enough ago only, and closes cleanly while at it', async () => {
+    const j = await SqliteJournal.open({
+      path: `${dir}/j${n++}.db`,
+      durability: 'process',
+      packAfterMs: 60_000,
+      packEveryMs: 20,
+    });
+    try {
+      for (let i = 0; i < 40; i++) {
+        for (const ev of lifecycle(`old-${i}`)) await j.append({ ...ev, ts: END + i });
+      }
+      for (const ev of lifecycle('just-ended')) await j.append(ev);
+      // Rooms, not packs: a room's last release may come after a pack of its earlier events
+      // (these rooms "ended" long before they were appended), and goes into a pack of its own.
+      const packed = () => count(j, 'SELECT count(DISTINCT room) FROM room_packs');
+      for (let waited = 0; packed() < 40 && waited < 10_000; waited += 20) {
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      expect(packed()).toBe(40);
+      expect(count(j, "SELECT count(*) FROM event_rooms WHERE room = 'just-ended'")).toBe(1);
+      // Appends and packing side by side, then a drain in the middle of it.
+      const late = Array.from({ length: 30 }, (_, i) =>
+        lifecycle(`late-${i}`).map((ev) => j.append({ ...ev, ts: END })),
+      ).flat();
+      expect((await Promise.all(late)).every((r) => r.status === 'applied')).toBe(true);
+    } finally {
+      await j.drain();
+    }
+    const reader = await SqliteJournal.open({ path: j.path, durability: 'process' });
+    try {
+      expect((await reader.verify()).problems).toEqual([]);
+      expect((await reader.timeline('old-3')).events).toHaveLength(lifecycle('x').length);
+    } finally {
+      await reader.drain();
     }
   });
 });

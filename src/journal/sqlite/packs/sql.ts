@@ -18,7 +18,9 @@ export const KEY_BYTES = 17;
 /** The columns of the `events` view, from `room_packs p`: filter on `p` before the expansion. */
 export const PACKED_SELECT = `SELECT p.first_seq + json_extract(j.value, '$[0]') AS seq,
     p.first_ts + json_extract(j.value, '$[1]') AS ts, t.name AS type, r.room AS room,
-    g.name AS engine, s.name AS source, substr(p.keys, ${KEY_BYTES} * j.key + 1, ${KEY_BYTES}) AS event_id,
+    g.name AS engine, s.name AS source,
+    CASE WHEN json_extract(j.value, '$[7]') IS NULL THEN substr(p.keys, ${KEY_BYTES} * j.key + 1, ${KEY_BYTES})
+         ELSE CAST(x'02' || CAST(json_extract(j.value, '$[7]') AS BLOB) AS BLOB) END AS event_id,
     CASE WHEN json_extract(j.value, '$[5]') = 0 THEN json_extract(j.value, '$[6]')
          ELSE json_patch(json_extract(j.value, '$[6]'),
            (SELECT json FROM event_shared WHERE id = json_extract(j.value, '$[5]'))) END AS data
