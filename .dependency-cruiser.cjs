@@ -61,13 +61,15 @@ module.exports = {
       from: {
         path: '^(src|bench)/',
         // bench/journal.ts measures each backend itself against its raw database, and
-        // bench/inline-writer.ts the SQLite writer's own work (bench:journal and bench:engines).
+        // bench/inline-writer.ts the SQLite writer's own work (bench:journal and bench:engines),
+        // bench/retention.ts SQLite's packing beside retention (bench:retention).
         pathNot: [
           '^src/journal/',
           '^src/app/',
           '^src/cli/journal/',
           '^bench/journal(-postgres)?\\.ts$',
           '^bench/inline-writer\\.ts$',
+          '^bench/retention\\.ts$',
         ],
       },
       to: { path: '^src/journal/(sqlite|postgres)/' },

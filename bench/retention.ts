@@ -7,7 +7,7 @@
  * stopped journal). Phases interleave so the machine's drift hits all alike. The baseline is (a),
  * in the same run; the ratio is append p99 beside a prune over p99 without. A fourth phase packs
  * the day-old rooms instead (schema 8), as a serving control plane does 5 minutes after rooms end:
- * 32 rooms per transaction, resting as long as each took.
+ * 16 rooms per transaction (`--pack-chunks`), resting as long as each took.
  *
  *   npm run bench:retention                          # a table
  *   npm run bench:retention -- --rooms 250000 --seconds 5 --appenders 16 --rounds 3 --json

@@ -79,7 +79,7 @@ const PACK_EVERY_MS = 5_000;
 /** One run in this many walks every room with rows (packs/packer.ts): every 5 minutes. */
 const PACK_WHOLE_EVERY = 60;
 /** Rooms looked at in one transaction of packing: a few milliseconds of the writer. */
-export const PACK_ROOMS_PER_PASS = 32;
+export const PACK_ROOMS_PER_PASS = 16;
 
 /** What a `pack` run did: rooms packed, their events, rooms left as rows (packs/packer.ts). */
 export type PackTotals = Omit<PackPass, 'done' | 'lastKey'>;

@@ -11,7 +11,6 @@ import {
   type EventSql,
   limitOf,
   minuteCounts,
-  perMinuteQuery,
   plainEventSql,
   roomPage,
   roomsQuery,
@@ -54,9 +53,8 @@ import { classifySqliteError, openDatabase } from './open.ts';
 import {
   hasPacks,
   PACKED_BACKLOG,
-  TIME_WINDOW_SQL,
+  perMinuteRows,
   tailInWindows,
-  viewFilter,
   WindowedRead,
 } from './packs/reads.ts';
 import { HEAD_SEQ_SQL, PACK_SPAN_MS, PACKED_EVENTS } from './packs/sql.ts';
@@ -69,7 +67,7 @@ export class SqliteReader implements JournalReader {
   readonly path: string;
   protected readonly db: Database.Database;
   private readonly events: EventSql;
-  private pages: WindowedRead<EventRow> | undefined;
+  private pages: WindowedRead | undefined;
 
   constructor(path: string, db?: Database.Database) {
     this.path = path;
@@ -91,7 +89,7 @@ export class SqliteReader implements JournalReader {
   }
 
   readFromSync(afterSeq: number, limit: number): JournalEvent[] {
-    this.pages ??= new WindowedRead<EventRow>(this.db, '*');
+    this.pages ??= new WindowedRead(this.db);
     return this.pages.page(afterSeq, limit).map(rowToEvent);
   }
 
@@ -158,8 +156,7 @@ export class SqliteReader implements JournalReader {
 
   perMinute(window: { since: number; until: number }): Promise<MinuteCount[]> {
     return this.read(() => {
-      const q = perMinuteQuery(window, "json_extract(data, '$.reason')", TIME_WINDOW_SQL);
-      return minuteCounts(this.db.prepare(q.sql).all(window, ...q.params) as never);
+      return minuteCounts(perMinuteRows(this.db, window));
     });
   }
 
@@ -168,18 +165,11 @@ export class SqliteReader implements JournalReader {
     // by its name in either place; any other filter walks rows and packs in windows of seqs.
     const packed = filter.requestId === undefined && filter.room === undefined && hasPacks(this.db);
     if (packed) {
-      const { where, params } = viewFilter(filter);
-      return (
-        tailInWindows(
-          this.db,
-          { where, params },
-          {
-            afterSeq: filter.afterSeq ?? 0,
-            limit: limitOf(filter.limit, 50),
-            newest: (filter.order ?? 'newest') === 'newest',
-          },
-        ) as unknown as EventRow[]
-      ).map(rowToEvent);
+      return tailInWindows(this.db, filter, {
+        afterSeq: filter.afterSeq ?? 0,
+        limit: limitOf(filter.limit, 50),
+        newest: (filter.order ?? 'newest') === 'newest',
+      });
     }
     const q = tailQuery(
       filter,

@@ -7,32 +7,36 @@ import { ROOM_COLUMNS } from '../rows.ts';
 import type { VerifyReport } from '../store.ts';
 import {
   cursorProblems,
-  FOLD_COLUMNS,
   FOLD_PAGE,
   type FoldRow,
   JournalFold,
   ProjectionCheck,
 } from '../verify.ts';
-import { WindowedRead } from './packs/reads.ts';
-import { HEAD_SEQ_SQL, KEY_BYTES } from './packs/sql.ts';
+import { type PackDecoder, WindowedRead } from './packs/reads.ts';
+import { HEAD_SEQ_SQL } from './packs/sql.ts';
 
 /** Folds every event of the journal in seq order, straight off the rows. */
 export function foldJournal(db: Database.Database): JournalFold {
+  return foldWithPacks(db).fold;
+}
+
+/** The fold, and what the packs it decoded hold wrong. */
+function foldWithPacks(db: Database.Database): { fold: JournalFold; packs: PackDecoder } {
   const fold = new JournalFold();
-  const pages = new WindowedRead<FoldRow>(db, FOLD_COLUMNS, true);
+  const pages = new WindowedRead<FoldRow>(db, 'fold');
   // Pages of rows via all() are faster than iterate() (fewer crossings into the addon).
   for (;;) {
     const rows = pages.page(fold.lastSeq, FOLD_PAGE);
     fold.add(rows);
     if (rows.length < FOLD_PAGE) break;
   }
-  return fold;
+  return { fold, packs: pages.packs };
 }
 
 export function verifyJournal(db: Database.Database): VerifyReport {
   const started = process.hrtime.bigint();
   const integrity = (db.prepare('PRAGMA integrity_check').pluck().all() as string[]).join('; ');
-  const fold = foldJournal(db);
+  const { fold, packs } = foldWithPacks(db);
   const problems: string[] = [];
   if (integrity !== 'ok') problems.push(`integrity_check: ${integrity}`);
 
@@ -44,7 +48,7 @@ export function verifyJournal(db: Database.Database): VerifyReport {
   if (sequence !== undefined && sequence < maxSeq) {
     problems.push(`sqlite_sequence (${sequence}) is behind the newest seq (${maxSeq})`);
   }
-  problems.push(...referenceProblems(db));
+  problems.push(...referenceProblems(db), ...packProblems(db, packs));
   const cursors = db.prepare('SELECT name, seq FROM consumers').all() as Array<{
     name: string;
     seq: number;
@@ -57,6 +61,35 @@ export function verifyJournal(db: Database.Database): VerifyReport {
     check.row(row);
   }
   return check.report(integrity, problems, started);
+}
+
+/** Packs that name no room, that are damaged or refer to what is missing (schema 8). */
+function packProblems(db: Database.Database, decoded: PackDecoder): string[] {
+  const problems: string[] = [];
+  const orphans = db
+    .prepare(
+      'SELECT count(*) FROM room_packs p WHERE NOT EXISTS (SELECT 1 FROM rooms WHERE id = p.room)',
+    )
+    .pluck()
+    .get() as number;
+  if (orphans > 0) problems.push(`${orphans} packs of room_packs name no row of rooms`);
+  if (decoded.damaged.size > 0) {
+    problems.push(
+      `${decoded.damaged.size} packs of room_packs are damaged (not JSON, keys missing, or a seq outside their bounds), first at seq ${least(decoded.damaged)}`,
+    );
+  }
+  if (decoded.dangling.size > 0) {
+    problems.push(
+      `${decoded.dangling.size} packs of room_packs refer to a name or shared part that event_names or event_shared lacks, first at seq ${least(decoded.dangling)}`,
+    );
+  }
+  return problems;
+}
+
+function least(seqs: Set<number>): number {
+  let min = Number.POSITIVE_INFINITY;
+  for (const s of seqs) if (s < min) min = s;
+  return min;
 }
 
 /** Every id in `event_rows` names a row of its table (schema 7), and every room id is used. */
@@ -86,27 +119,5 @@ function referenceProblems(db: Database.Database): string[] {
     .pluck()
     .get() as number;
   if (unused > 0) problems.push(`${unused} rooms of event_rooms have no event`);
-  const badPacks = db
-    .prepare(
-      `SELECT count(*) FROM room_packs p
-        WHERE NOT EXISTS (SELECT 1 FROM rooms WHERE id = p.room)
-           OR json_valid(p.events) = 0 OR length(p.keys) <> ${KEY_BYTES} * json_array_length(p.events)
-           OR EXISTS (SELECT 1 FROM json_each(p.events) j
-                       WHERE NOT EXISTS (SELECT 1 FROM event_names WHERE id = json_extract(j.value, '$[2]'))
-                          OR NOT EXISTS (SELECT 1 FROM event_names WHERE id = json_extract(j.value, '$[4]'))
-                          OR (json_extract(j.value, '$[3]') <> 0 AND NOT EXISTS
-                               (SELECT 1 FROM event_names WHERE id = json_extract(j.value, '$[3]')))
-                          OR (json_extract(j.value, '$[5]') <> 0 AND NOT EXISTS
-                               (SELECT 1 FROM event_shared WHERE id = json_extract(j.value, '$[5]')))
-                          OR p.first_seq + json_extract(j.value, '$[0]') > p.last_seq
-                          OR json_extract(j.value, '$[0]') < 0)`,
-    )
-    .pluck()
-    .get() as number;
-  if (badPacks > 0) {
-    problems.push(
-      `${badPacks} packs of room_packs name no room, are not JSON, lack keys, refer to a name or shared part that is missing, or hold a seq outside their bounds`,
-    );
-  }
   return problems;
 }

@@ -80,12 +80,14 @@ export class Packer {
   }
 
   /**
-   * Packs rooms that ended before `cutoffTs`, looking at up to `limit` rooms after `afterKey` (an
-   * `event_rooms` id; 0 to start a run), in one transaction; `whole`: a whole run's pass.
+   * Packs up to `limit` rooms that ended before `cutoffTs`, after `afterKey` (an `event_rooms` id;
+   * 0 to start a run), in one transaction, looking at up to LOOKS_PER_PACK times as many (those
+   * not ready take a lookup each); `whole`: a whole run's pass.
    */
   pass(cutoffTs: number, limit: number, afterKey: number, whole: boolean): PackPass {
     const packed: string[] = [];
-    const picked = this.pick.all(afterKey, limit) as Array<
+    const looks = limit * LOOKS_PER_PACK;
+    const picked = this.pick.all(afterKey, looks) as Array<
       [number, number, string, number, number | null]
     >;
     const pass = this.db
@@ -95,9 +97,13 @@ export class Packer {
           events: 0,
           skipped: 0,
           lastKey: afterKey,
-          done: picked.length < limit,
+          done: picked.length < looks,
         };
         for (const [key, id, room, createdAt, terminalAt] of picked) {
+          if (pass.rooms + pass.skipped === limit) {
+            pass.done = false; // more may wait after the last it looked at
+            break;
+          }
           if (createdAt >= cutoffTs && !whole) {
             pass.done = true; // rooms after it began later, but for a few out of order
             break;
@@ -136,6 +142,9 @@ export class Packer {
     return pass;
   }
 }
+
+/** Rooms a pass may look at for each it may pack: rooms still live or ended lately cost a lookup. */
+const LOOKS_PER_PACK = 8;
 
 /** A key a pack holds: 17 bytes, or text (tag 02) that is UTF-8 through and through. */
 function keyFits(r: StoredRow): boolean {

@@ -270,4 +270,33 @@ describe('packed rooms', () => {
       await reader.drain();
     }
   });
+
+  it('verify names a pack that is damaged, names no room, or refers to a name that is missing', async () => {
+    const j = await synthJournal(30);
+    try {
+      await j.pack(END);
+      expect((await j.verify()).problems).toEqual([]);
+      const db = new Database(j.path);
+      const [a, b, c] = db
+        .prepare('SELECT first_seq FROM room_packs ORDER BY first_seq LIMIT 3')
+        .pluck()
+        .all() as number[];
+      db.prepare("UPDATE room_packs SET events = '[[0,0' WHERE first_seq = ?").run(a);
+      db.prepare(
+        "UPDATE room_packs SET events = json_replace(events, '$[0][2]', 999) WHERE first_seq = ?",
+      ).run(b);
+      db.prepare('UPDATE room_packs SET room = 999999 WHERE first_seq = ?').run(c);
+      db.close();
+      const problems = (await j.verify()).problems;
+      expect(problems).toContain('1 packs of room_packs name no row of rooms');
+      expect(problems).toContain(
+        `1 packs of room_packs are damaged (not JSON, keys missing, or a seq outside their bounds), first at seq ${a}`,
+      );
+      expect(problems).toContain(
+        `1 packs of room_packs refer to a name or shared part that event_names or event_shared lacks, first at seq ${b}`,
+      );
+    } finally {
+      await j.drain();
+    }
+  });
 });

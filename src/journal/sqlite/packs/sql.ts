@@ -1,15 +1,3 @@
-/**
- * Packed rooms (schema 8, migrations/0008_room_packs.sql): the events of a room that ended long
- * enough ago, one row of `room_packs` per room instead of a row of `event_rows` per event and an
- * entry in each of its three indexes. The writer packs (`Packer`); the view `events` and the
- * readers here unpack.
- *
- * A pack spans at most PACK_SPAN_SEQS seqs and PACK_SPAN_MS of ts, so the packs holding any seq of
- * a window (lo, hi] are among those whose last seq is in (lo, hi + PACK_SPAN_SEQS] — one range of
- * `room_packs_last_seq` — and likewise for a window of time through `room_packs_first_ts`.
- */
-import { EVENT_SELECT } from '../event-rows.ts';
-
 export const PACK_SPAN_SEQS = 65_536;
 export const PACK_SPAN_MS = 60_000;
 /** Bytes of one event key in a pack: tag and 16 bytes (event-keys.ts, tags 00 and 01). */
@@ -37,17 +25,3 @@ export const HEAD_SEQ_SQL = `SELECT max(coalesce((SELECT max(seq) FROM event_row
 
 /** Events in a pack, from its keys (their length is the header's: no read of the pack). */
 export const PACKED_EVENTS = `length(keys) / ${KEY_BYTES}`;
-
-/**
- * Every event with `@lo < seq <= @hi`, rows and packs, in seq order, as the columns `columns` of
- * the view (`*` or a list), filtered further by `where` (on those columns) when given.
- */
-export function windowSql(columns = '*', where = ''): string {
-  return `SELECT ${columns} FROM (
-      ${EVENT_SELECT} WHERE e.seq > @lo AND e.seq <= @hi
-      UNION ALL
-      SELECT * FROM (${PACKED_SELECT}
-        WHERE p.last_seq > @lo AND p.last_seq <= @hi + ${PACK_SPAN_SEQS} AND p.first_seq <= @hi)
-       WHERE seq > @lo AND seq <= @hi)
-    ${where ? `WHERE ${where}` : ''} ORDER BY seq`;
-}
