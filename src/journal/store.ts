@@ -141,6 +141,8 @@ export interface JournalStats {
   firstTs: number | null;
   lastTs: number | null;
   rooms: number;
+  /** SQLite schema 8: rooms whose events are packed (docs/journal.md, _Packed rooms_). */
+  packedRooms?: number;
   byState: Partial<Record<RoomState, number>>;
   failuresByReason: Record<string, number>;
   abortsByReason: Record<string, number>;

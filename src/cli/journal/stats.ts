@@ -102,7 +102,9 @@ function printCounts(s: JournalStats, cp: StoredCheckpoint | null | undefined): 
   );
   print(`events      ${s.events}${s.firstSeq !== null ? `, seq ${s.firstSeq}..${s.lastSeq}` : ''}`);
   print(`time span   ${formatTs(s.firstTs)} .. ${formatTs(s.lastTs)}`);
-  print(`rooms       ${s.rooms}`);
+  print(
+    `rooms       ${s.rooms}${s.packedRooms ? ` (${s.packedRooms} packed: docs/journal.md, Packed rooms)` : ''}`,
+  );
   print(`rejected    ${s.rejectedEvents} events recorded as room.event_rejected`);
   print(
     `checkpoint  ${cp === undefined ? 'not read through a server (journal stats --journal PATH shows it)' : cp ? `state through seq ${cp.seq} (${(s.lastSeq ?? cp.seq) - cp.seq} events before the head), written ${formatTs(cp.writtenAt)}` : 'none: a control plane starting on it folds the whole journal'}`,

@@ -264,6 +264,10 @@ export class SqliteReader implements JournalReader {
         firstTs: first,
         lastTs: last,
         rooms,
+        packedRooms: db
+          .prepare('SELECT count(DISTINCT room) FROM room_packs')
+          .pluck()
+          .get() as number,
         byState,
         failuresByReason: reasons('failed'),
         abortsByReason: reasons('aborted'),
