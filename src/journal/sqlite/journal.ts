@@ -205,17 +205,24 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
 
   private packEvery(afterMs: number, everyMs: number): void {
     let runs = 0;
+    let failing = false;
     this.packTimer = setInterval(() => {
       if (this.packing || this.queue.state !== 'ready') return;
       // Quick runs, and a whole one at first and every PACK_WHOLE_EVERY runs after.
       const quick = runs++ % PACK_WHOLE_EVERY !== 0;
       this.pack(Date.now() - afterMs, { pace: true, quick }).then(
         (t) => {
+          if (failing) this.log.info({ afterMs }, 'journal packing works again');
+          failing = false;
           if (t.rooms > 0 || t.skipped > 0) {
             this.log.debug({ ...t, afterMs }, 'journal packed rooms that ended');
           }
         },
-        (err) => this.log.warn({ err }, 'journal packing failed; it is tried again'),
+        (err) => {
+          // Once per spell of failures (a full disk fails every run until it has room again).
+          if (!failing) this.log.warn({ err }, 'journal packing failed; it is tried every 5 s');
+          failing = true;
+        },
       );
     }, everyMs);
     this.packTimer.unref();
