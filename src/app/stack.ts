@@ -29,6 +29,21 @@ export interface ControlPlaneOnDisk extends Omit<ControlPlaneOptions, 'journal'>
   durability?: Durability;
   /** PostgreSQL: who this control plane is and whether it waits as a standby (app/journal.ts). */
   leadership?: JournalOpenOptions['leadership'];
+  /** Prune the journal while serving (`--retain`); absent: it keeps everything. */
+  retention?: RetentionPolicy;
+}
+
+/**
+ * Packing pays where a room stays long after it is packed. Under a horizon shorter than this, most
+ * rooms would be packed and then pruned minutes later: the writer's time spent twice for bytes
+ * that are about to go.
+ */
+export const PACK_MIN_RETAIN_MS = 3 * PACK_AFTER_MS;
+
+/** How long after it ends a room is packed under this retention; undefined: rooms are not packed. */
+export function packAfterFor(retention: RetentionPolicy | undefined): number | undefined {
+  if (retention !== undefined && retention.roomsMs < PACK_MIN_RETAIN_MS) return undefined;
+  return PACK_AFTER_MS;
 }
 
 /**
@@ -49,7 +64,7 @@ export async function openControlPlane(
       // A control plane starts on a big journal without waiting for a read of every page.
       scanLaterAbove: SCAN_LATER_ABOVE_BYTES,
       // SQLite: rooms that ended are packed a row each once their releases are in.
-      packAfterMs: PACK_AFTER_MS,
+      packAfterMs: packAfterFor(options.retention),
     }),
   );
   // On failure, start drains the journal it was given.
@@ -88,8 +103,6 @@ export interface StackOptions extends Omit<ControlPlaneOnDisk, 'admission'> {
    */
   outlierEjection?: boolean;
   outliers?: Partial<OutlierPolicy>;
-  /** Prune the journal while serving (`--retain`); absent: it keeps everything. */
-  retention?: RetentionPolicy;
   /** The planner (`--planner`, docs/planner.md); absent: off. Its budget defaults to the engines spawned. */
   planner?: PlannerOptions;
 }

@@ -11,6 +11,7 @@ import type { Command } from 'commander';
 import { Option } from 'commander';
 import { isPostgresJournal, redactJournalUrl } from '../app/journal.ts';
 import { startServing } from '../app/serving.ts';
+import { PACK_MIN_RETAIN_MS, packAfterFor } from '../app/stack.ts';
 import {
   Admission,
   checkKey,
@@ -424,10 +425,16 @@ async function runServe(o: Record<string, unknown>): Promise<void> {
     );
   }
   const kept = serving.stack.retention.status().policy;
+  const packAfter = packAfterFor(kept ?? undefined);
+  const packing = onPostgres
+    ? ''
+    : packAfter === undefined
+      ? `; rooms are not packed (pruned under ${formatAge(PACK_MIN_RETAIN_MS)} after they end, packing would not pay)`
+      : `; rooms packed a row each ${formatAge(packAfter)} after they end`;
   say(
     kept === null
-      ? 'pdctl serve: the journal keeps every room (no --retain); pdctl journal prune --url prunes it while serving'
-      : `pdctl serve: journal retention: rooms ${formatAge(kept.roomsMs)} after they end, events of no room ${formatAge(kept.eventsMs ?? kept.roomsMs)}; a pass every ${formatAge(kept.everyMs)}; ${kept.archiveDir === null ? 'no archive' : `archived first to ${kept.archiveDir}`}`,
+      ? `pdctl serve: the journal keeps every room (no --retain)${packing}; pdctl journal prune --url prunes it while serving`
+      : `pdctl serve: journal retention: rooms ${formatAge(kept.roomsMs)} after they end, events of no room ${formatAge(kept.eventsMs ?? kept.roomsMs)}; a pass every ${formatAge(kept.everyMs)}; ${kept.archiveDir === null ? 'no archive' : `archived first to ${kept.archiveDir}`}${packing}`,
   );
   say(
     `pdctl serve: live page ${address}/ui · metrics ${address}/metrics · API docs ${address}/docs`,
