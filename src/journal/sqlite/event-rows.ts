@@ -91,9 +91,9 @@ export class IdTable {
   }
 }
 
-/** A test that an event's `requestIds` hold the `?` parameter (SQLite's JSON). */
-export const LISTS_REQUEST =
-  "EXISTS (SELECT 1 FROM json_each(data, '$.requestIds') WHERE value = ?)";
+/** A test that the `requestIds` of the event data in `column` hold the `?` parameter (SQLite's JSON). */
+export const listsRequest = (column: string): string =>
+  `EXISTS (SELECT 1 FROM json_each(${column}, '$.requestIds') WHERE value = ?)`;
 
 /** `tailQuery`'s view of event_rows on this database: types by id, rooms and engines by name. */
 export function eventRowsSql(db: Database.Database): EventSql {
@@ -111,7 +111,7 @@ export function eventRowsSql(db: Database.Database): EventSql {
     },
     roomIs: 'e.room = (SELECT id FROM event_rooms WHERE room = ?)',
     engineIs: 'e.engine = (SELECT id FROM event_names WHERE name = ?)',
-    listsRequest: LISTS_REQUEST.replace('(data', '(e.data'),
+    listsRequest: listsRequest('e.data'),
   };
 }
 

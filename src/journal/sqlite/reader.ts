@@ -44,7 +44,7 @@ import type {
 import {
   backlogOnRows,
   eventRowsSql,
-  LISTS_REQUEST,
+  listsRequest,
   OTHER_EVENTS,
   REFUSED_NAME_ID,
 } from './event-rows.ts';
@@ -61,7 +61,7 @@ import { HEAD_SEQ_SQL, PACK_SPAN_MS, PACKED_EVENTS } from './packs/sql.ts';
 import { verifyJournal } from './verify.ts';
 
 /** The view `events` for `tailQuery`: a room's events, rows and packs, found by its name. */
-const VIEW_EVENTS = plainEventSql(LISTS_REQUEST);
+const VIEW_EVENTS = plainEventSql(listsRequest('data'));
 
 export class SqliteReader implements JournalReader {
   readonly path: string;
