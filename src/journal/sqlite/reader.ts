@@ -234,8 +234,8 @@ export class SqliteReader implements JournalReader {
             .prepare(
               `SELECT t.name AS type, count(*) AS n FROM (
                  SELECT type FROM event_rows
-                 UNION ALL SELECT json_extract(j.value, '$[2]') FROM room_packs p,
-                   json_each(p.events) j) e
+                 UNION ALL SELECT h.type FROM room_packs p, json_each(p.events) j
+                   JOIN event_shapes h ON h.id = json_extract(j.value, '$[2]')) e
                  JOIN event_names t ON t.id = e.type GROUP BY e.type ORDER BY n DESC`,
             )
             .all() as Array<{

@@ -80,7 +80,7 @@ function packProblems(db: Database.Database, decoded: PackDecoder): string[] {
   }
   if (decoded.dangling.size > 0) {
     problems.push(
-      `${decoded.dangling.size} packs of room_packs refer to a name or shared part that event_names or event_shared lacks, first at seq ${least(decoded.dangling)}`,
+      `${decoded.dangling.size} packs of room_packs refer to a shape, name or shared part that event_shapes, event_names or event_shared lacks, first at seq ${least(decoded.dangling)}`,
     );
   }
   return problems;

@@ -183,14 +183,17 @@ describe('packed rooms', () => {
       }));
       for (const ev of slow) await j.append(ev);
       for (const ev of lifecycle('odd-room')) await j.append({ ...ev, ts: END - 1000 });
-      // Ids of every form: text ids (as aborts' and migrations' are) pack beside UUID keys.
+      // Ids of every form: text ids (as aborts' and migrations' are) pack beside UUID keys, one
+      // of 16 bytes among them (its key is 17 bytes long, as a UUID's is).
       const texts = lifecycle('text-ids').map((ev, i) => ({
         ...ev,
         ts: END - 500,
         ...(i % 3 === 0 ? { eventId: `text-ids:step-${i}-é` } : {}),
+        ...(i === 1 ? { eventId: 'text-ids:sixteen' } : {}),
       }));
       for (const ev of texts) await j.append(ev);
       const before = await reads(j);
+      const viewBefore = viewRows(j);
       // Data that SQLite gives back other than stored (spaces; pdctl writes none such).
       const db = new Database(j.path);
       db.prepare(
@@ -213,13 +216,16 @@ describe('packed rooms', () => {
       expect(after.all.filter((e) => e.room !== 'odd-room')).toEqual(
         before.all.filter((e) => e.room !== 'odd-room'),
       );
+      // The view too, the packed ids of every form included.
+      const notOdd = (rows: unknown[]) => rows.filter((r) => (r as unknown[])[3] !== 'odd-room');
+      expect(notOdd(viewRows(j))).toEqual(notOdd(viewBefore));
       expect(await j.timeline('slow-room')).toEqual(slowBefore);
       expect(slowBefore.events.map((e) => e.ts)).toEqual(slow.map((e) => e.ts));
       expect(await j.timeline('odd-room')).toEqual(oddBefore);
       expect(count(j, "SELECT count(*) FROM event_rooms WHERE room = 'text-ids'")).toBe(0);
-      expect((await j.timeline('text-ids')).events.map((e) => e.eventId)).toContain(
-        'text-ids:step-3-é',
-      );
+      const ids = (await j.timeline('text-ids')).events.map((e) => e.eventId);
+      expect(ids).toContain('text-ids:step-3-é');
+      expect(ids).toContain('text-ids:sixteen');
       expect((await j.verify()).problems).toEqual([]);
     } finally {
       await j.drain();
@@ -311,7 +317,7 @@ describe('packed rooms', () => {
         `1 packs of room_packs are damaged (not JSON, keys missing, or a seq outside their bounds), first at seq ${a}`,
       );
       expect(problems).toContain(
-        `1 packs of room_packs refer to a name or shared part that event_names or event_shared lacks, first at seq ${b}`,
+        `1 packs of room_packs refer to a shape, name or shared part that event_shapes, event_names or event_shared lacks, first at seq ${b}`,
       );
     } finally {
       await j.drain();

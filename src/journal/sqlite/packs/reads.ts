@@ -9,7 +9,13 @@ import { type EventRow, rowToEvent } from '../../rows.ts';
 import type { TailFilter } from '../../store.ts';
 import { FOLD_COLUMNS, type FoldRow } from '../../verify.ts';
 import { EVENT_SELECT } from '../event-rows.ts';
-import { HEAD_SEQ_SQL, KEY_BYTES, PACK_SPAN_MS, PACK_SPAN_SEQS, PACKED_SELECT } from './sql.ts';
+import {
+  HEAD_SEQ_SQL,
+  PACK_KEY_BYTES,
+  PACK_SPAN_MS,
+  PACK_SPAN_SEQS,
+  PACKED_SELECT,
+} from './sql.ts';
 
 /**
  * Reads events after a seq in windows of seqs, so that a read from far back never unpacks more
@@ -99,10 +105,12 @@ export class PackDecoder {
   private readonly nameOf: Database.Statement;
   private readonly sharedOf: Database.Statement;
   private readonly shared = new Map<number, Record<string, unknown>>();
+  private readonly shapeOf: Database.Statement;
+  private readonly shapes = new Map<number, Shape>();
   /**
-   * Packs found damaged (not JSON, keys not 17 bytes an event, a seq outside its bounds: left
-   * out) and events naming an id their table lacks (read as the view's LEFT JOIN reads them), by
-   * the pack's first seq: what `journal verify` reports.
+   * Packs found damaged (not JSON, keys not 16 bytes an event, a text id missing, a seq outside
+   * its bounds: left out) and events naming an id their table lacks (read as the view's LEFT JOIN
+   * reads them), by the pack's first seq: what `journal verify` reports.
    */
   readonly damaged = new Set<number>();
   readonly dangling = new Set<number>();
@@ -124,6 +132,9 @@ export class PackDecoder {
       .raw();
     this.nameOf = db.prepare('SELECT name FROM event_names WHERE id = ?').pluck();
     this.sharedOf = db.prepare('SELECT json FROM event_shared WHERE id = ?').pluck();
+    this.shapeOf = db
+      .prepare('SELECT type, engine, source, shared, key_tag FROM event_shapes WHERE id = ?')
+      .raw();
   }
 
   /**
@@ -147,7 +158,7 @@ export class PackDecoder {
     const out: EventRow[] = [];
     for (const [firstSeq, lastSeq, firstTs, room, text, keys] of packs) {
       const events = this.parse(text);
-      if (!events || keys.length !== KEY_BYTES * events.length) {
+      if (!events || keys.length !== PACK_KEY_BYTES * events.length) {
         this.damaged.add(firstSeq);
         continue;
       }
@@ -158,9 +169,16 @@ export class PackDecoder {
         return n;
       };
       for (let k = 0; k < events.length; k++) {
-        const [dseq, dts, type, engine, source, shared, data, textId] = events[k] as PackedEvent;
+        const [dseq, dts, shapeId, data, textId] = events[k] as PackedEvent;
         const seq = firstSeq + dseq;
         if (dseq < 0 || seq > lastSeq) this.damaged.add(firstSeq);
+        const shape = this.shape(shapeId);
+        if (shape === null) {
+          dangling = true; // the view's LEFT JOIN: no type, so the fold could not take it
+          continue;
+        }
+        const [type, engine, source, shared, keyTag] = shape;
+        if (keyTag === TEXT_TAG && typeof textId !== 'string') this.damaged.add(firstSeq);
         const part = shared === 0 ? undefined : this.sharedPart(shared);
         if (part === null) dangling = true;
         const typeName = name(type);
@@ -179,9 +197,12 @@ export class PackDecoder {
         out.push({
           ...head,
           event_id:
-            textId === undefined
-              ? keys.subarray(KEY_BYTES * k, KEY_BYTES * (k + 1))
-              : Buffer.concat([TEXT_TAG, Buffer.from(textId, 'utf8')]),
+            keyTag === TEXT_TAG
+              ? Buffer.concat([Buffer.of(TEXT_TAG), Buffer.from(String(textId), 'utf8')])
+              : Buffer.concat([
+                  Buffer.of(keyTag === 1 ? 1 : 0),
+                  keys.subarray(PACK_KEY_BYTES * k, PACK_KEY_BYTES * (k + 1)),
+                ]),
           // A shared part its table lacks: json_patch with NULL gives NULL, as in the view.
           data: part === null ? (null as unknown as string) : JSON.stringify(patched(data, part)),
         });
@@ -210,6 +231,17 @@ export class PackDecoder {
       this.names.set(id, name);
     }
     return name;
+  }
+
+  /** A shape by id (type, engine, source, shared part, key tag); null when its table lacks it. */
+  private shape(id: number): Shape | null {
+    let shape = this.shapes.get(id);
+    if (shape === undefined) {
+      shape = this.shapeOf.get(id) as Shape | undefined;
+      if (shape === undefined) return null;
+      this.shapes.set(id, shape);
+    }
+    return shape;
   }
 
   /** The shared part by id, parsed; null when its table lacks it. */
@@ -242,9 +274,13 @@ type PackRow = [
 ];
 
 /** One event of a pack, as its JSON array holds it (packer.ts `packText`). */
-type PackedEvent = [number, number, number, number, number, number, unknown, string?];
+type PackedEvent = [dseq: number, dts: number, shape: number, data: unknown, textId?: string];
 
-const TEXT_TAG = Buffer.of(2);
+/** A row of `event_shapes`: type, engine (0: none), source, shared part (0: none), key tag. */
+type Shape = [type: number, engine: number, source: number, shared: number, keyTag: number];
+
+/** The tag of an event id that is text (event-keys.ts). */
+const TEXT_TAG = 2;
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
