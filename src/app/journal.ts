@@ -42,6 +42,8 @@ export interface JournalOpenOptions {
   announce?: { source: string; version: string };
   /** SQLite: a file bigger than this is scanned after it opens, not before (`SqliteJournal`). */
   scanLaterAbove?: number;
+  /** SQLite: how long that scan waits unless `scanNow()` starts it sooner (`SqliteJournal`). */
+  scanAfterMs?: number;
   /** SQLite: pack the events of rooms that ended this long ago (`SqliteJournal`); default never. */
   packAfterMs?: number;
   /**
@@ -80,6 +82,7 @@ export function openJournal(o: JournalOpenOptions): Promise<ControlJournal> {
     logger: o.log,
     announce: o.announce,
     scanLaterAbove: o.scanLaterAbove,
+    scanAfterMs: o.scanAfterMs,
     packAfterMs: o.packAfterMs,
   });
 }

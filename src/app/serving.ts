@@ -9,6 +9,7 @@ import { readiness } from '../api/health.ts';
 import { ApiMetrics } from '../api/metrics.ts';
 import { SHUTDOWN_REASON, ShutdownGate } from '../api/shutdown.ts';
 import { Canary } from '../control/canary.ts';
+import { SqliteJournal } from '../journal/sqlite/journal.ts';
 import { type Stack, type StackOptions, startStack } from './stack.ts';
 
 /** After the drain deadline: how long cut streams get to write their last event. */
@@ -55,7 +56,11 @@ export async function startServing(o: ServingOptions): Promise<Serving> {
   const log = o.log;
   const canary = new Canary(control, log, o.canaryDeadlineMs ?? 2000);
   const metrics = new ApiMetrics(control, recovery, stack.retention, stack.planner);
-  canary.onResult = (r) => metrics.canary(r.ok, r.stage);
+  canary.onResult = (r) => {
+    metrics.canary(r.ok, r.stage);
+    // The first canary's answer: the stack is up, and the journal's after-start scan may begin.
+    if (journal instanceof SqliteJournal) journal.scanNow();
+  };
   const canaryStaleMs = o.api?.canaryStaleMs ?? 30_000;
   const canaryEvery = o.canaryIntervalMs ?? 5000;
   const canaryBackground = canaryEvery > 0;

@@ -91,6 +91,29 @@ describe('SqliteJournal scanned after it opens (a big file at serve)', () => {
     }
   });
 
+  it('waits with the scan for scanNow() when asked to wait, and scans once', async () => {
+    const j = await SqliteJournal.open({
+      path: await filled(),
+      scanLaterAbove: 0,
+      scanAfterMs: 600_000,
+      logger: log,
+    });
+    try {
+      const passed = () => notes.filter((m) => m === 'journal quick_check passed (after start)');
+      const before = passed().length;
+      expect((await j.append(created('waiting'))).status).toBe('applied');
+      await new Promise((r) => setTimeout(r, 300));
+      expect(passed().length).toBe(before);
+      j.scanNow();
+      j.scanNow();
+      await vi.waitFor(() => expect(passed().length).toBe(before + 1), { timeout: 10_000 });
+      await new Promise((r) => setTimeout(r, 300));
+      expect(passed().length).toBe(before + 1);
+    } finally {
+      await j.drain();
+    }
+  });
+
   it('stops writing to a file the scan finds damaged, and says why and what to do', async () => {
     const path = await filled();
     // Garbage over the b-tree header of a rooms index: opening and journal.opened never read it.

@@ -59,6 +59,12 @@ export interface SqliteJournalOptions {
    */
   scanLaterAbove?: number;
   /**
+   * With `scanLaterAbove`: how long after it opens the scan waits, unless `scanNow()` starts it
+   * sooner (a serving stack, once ready: on two cores the scan slows the engines' start). Default
+   * 0: at once.
+   */
+  scanAfterMs?: number;
+  /**
    * Pack the events of rooms that ended this long ago, a row per room (packs/packer.ts), every
    * PACK_EVERY_MS while open (a serving control plane: PACK_AFTER_MS). Default: never (tools that
    * open a journal for a moment; `pack()` still packs when called).
@@ -90,6 +96,8 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
   private readonly hub: SubscriptionHub;
   private readonly queue: CommitQueue;
   private drained: Promise<void> | null = null;
+  /** The after-start scan while it waits for its time (`scanAfter`). */
+  private scanTimer: NodeJS.Timeout | null = null;
   /** The after-start `quick_check` while it runs, and what it found wrong. */
   private scanning: Worker | null = null;
   private damaged: JournalError | null = null;
@@ -196,7 +204,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
         throw err;
       }
     }
-    if (scanLater) journal.scanInBackground();
+    if (scanLater) journal.scanAfter(options.scanAfterMs ?? 0);
     if (options.packAfterMs !== undefined) {
       journal.packEvery(options.packAfterMs, options.packEveryMs ?? PACK_EVERY_MS);
     }
@@ -270,6 +278,24 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
     } finally {
       this.packing = null;
     }
+  }
+
+  /** The after-start scan, in `ms` or when `scanNow()` is called, whichever comes first. */
+  private scanAfter(ms: number): void {
+    if (ms <= 0) {
+      this.scanInBackground();
+      return;
+    }
+    this.scanTimer = setTimeout(() => this.scanNow(), ms);
+    this.scanTimer.unref();
+  }
+
+  /** Starts the after-start scan now if it is waiting; otherwise nothing. */
+  scanNow(): void {
+    if (this.scanTimer === null) return;
+    clearTimeout(this.scanTimer);
+    this.scanTimer = null;
+    if (this.queue.state === 'ready') this.scanInBackground();
   }
 
   /**
@@ -421,6 +447,8 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
       super.close();
       // Not awaited: a thread inside quick_check ends only when the check returns (seconds on a
       // big file), and a SIGTERM must not wait for it. Its connection only reads.
+      if (this.scanTimer) clearTimeout(this.scanTimer);
+      this.scanTimer = null;
       void this.scanning?.terminate();
       await this.writer.close();
       this.finish();
