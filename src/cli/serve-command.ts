@@ -430,7 +430,7 @@ async function runServe(o: Record<string, unknown>): Promise<void> {
     ? ''
     : packAfter === undefined
       ? `; rooms are not packed (pruned under ${formatAge(PACK_MIN_RETAIN_MS)} after they end, packing would not pay)`
-      : `; rooms packed a row each ${formatAge(packAfter)} after they end`;
+      : `; each room packed into one row ${formatAge(packAfter)} after it ends`;
   say(
     kept === null
       ? `pdctl serve: the journal keeps every room (no --retain)${packing}; pdctl journal prune --url prunes it while serving`
