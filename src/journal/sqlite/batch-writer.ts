@@ -59,8 +59,8 @@ export class BatchWriter {
       `INSERT INTO event_rows (ts, type, room, engine, source, event_id, data, shared)
        VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (event_id) DO NOTHING`,
     );
-    this.names = new IdTable(db, 'event_names', 'name');
-    this.shared = new IdTable(db, 'event_shared', 'json');
+    this.names = IdTable.of(db, 'event_names', 'name');
+    this.shared = IdTable.of(db, 'event_shared', 'json');
     this.findRoomKey = db.prepare('SELECT id FROM event_rooms WHERE room = ?').pluck();
     this.insertRoomKey = db.prepare('INSERT INTO event_rooms (room) VALUES (?)');
     // A rejection record stands for the event it refused: compare with that event's type.

@@ -53,27 +53,35 @@ export function backlogOnRows(liveOnly: boolean): string {
 }
 
 /**
- * The ids of a table of values stored once (`event_names`, `event_shared`): those committed, and
- * those the open batch added, which a rolled-back batch takes back.
+ * The ids of a table of values stored once (`event_names`, `event_shared`, `event_shapes`): those
+ * committed, and those the open batch added, which a rolled-back batch takes back. A value is its
+ * column's text, or for a row of several columns (`event_shapes`) their values joined by commas.
  */
 export class IdTable {
-  private readonly committed = new Map<string, number>();
+  private readonly committed: Map<string, number>;
   private added = new Map<string, number>();
-  private readonly insert: Database.Statement;
+  private readonly insert: (value: string) => number;
 
-  constructor(db: Database.Database, table: 'event_names' | 'event_shared', column: string) {
-    const rows = db.prepare(`SELECT id, ${column} FROM ${table}`).raw().all() as Array<
-      [number, string]
+  /** `stored`: the committed values and their ids; `insert` stores a new value, giving its id. */
+  constructor(stored: Iterable<[string, number]>, insert: (value: string) => number) {
+    this.committed = new Map(stored);
+    this.insert = insert;
+  }
+
+  /** The ids of a table of one value column. */
+  static of(db: Database.Database, table: 'event_names' | 'event_shared', column: string): IdTable {
+    const rows = db.prepare(`SELECT ${column}, id FROM ${table}`).raw().all() as Array<
+      [string, number]
     >;
-    for (const [id, value] of rows) this.committed.set(value, id);
-    this.insert = db.prepare(`INSERT INTO ${table} (${column}) VALUES (?)`);
+    const insert = db.prepare(`INSERT INTO ${table} (${column}) VALUES (?)`);
+    return new IdTable(rows, (value) => Number(insert.run(value).lastInsertRowid));
   }
 
   /** The value's id, inserted inside the open transaction if it is new. */
   id(value: string): number {
     let id = this.committed.get(value) ?? this.added.get(value);
     if (id === undefined) {
-      id = Number(this.insert.run(value).lastInsertRowid);
+      id = this.insert(value);
       this.added.set(value, id);
     }
     return id;

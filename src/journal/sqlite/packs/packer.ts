@@ -1,5 +1,6 @@
 /** The writer's side of packs: terminal rooms' rows packed, a short transaction at a time. */
 import type Database from 'better-sqlite3';
+import { IdTable } from '../event-rows.ts';
 import { KEY_BYTES, PACK_KEY_BYTES, PACK_SPAN_MS, PACK_SPAN_SEQS } from './sql.ts';
 
 /** A row of `event_rows` as the packer reads it. */
@@ -52,7 +53,7 @@ export class Packer {
   private readonly insert: Database.Statement;
   private readonly render: Database.Statement;
   private readonly deleteRows: Database.Statement;
-  private readonly shapes: Shapes;
+  private readonly shapes: IdTable;
 
   /** `onPacked(room)`: after COMMIT, for each room packed (its `event_rooms` id is gone). */
   constructor(
@@ -78,7 +79,7 @@ export class Packer {
     // extracts (an event's data above all) renders as the text it came from, byte for byte.
     this.render = db.prepare('SELECT json(?)').pluck();
     this.deleteRows = db.prepare('DELETE FROM event_rows WHERE room = ? AND seq <= ?');
-    this.shapes = new Shapes(db);
+    this.shapes = shapeIds(db);
   }
 
   /**
@@ -92,62 +93,58 @@ export class Packer {
     const picked = this.pick.all(afterKey, looks) as Array<
       [number, number, string, number, number | null]
     >;
-    let pass: PackPass;
-    try {
-      pass = this.db
-        .transaction(() => {
-          const out: PackPass = {
-            rooms: 0,
-            events: 0,
-            skipped: 0,
-            lastKey: afterKey,
-            done: picked.length < looks,
-          };
-          for (const [key, id, room, createdAt, terminalAt] of picked) {
-            if (out.rooms + out.skipped === limit) {
-              out.done = false; // more may wait after the last it looked at
-              break;
-            }
-            if (createdAt >= cutoffTs && !whole) {
-              out.done = true; // rooms after it began later, but for a few out of order
-              break;
-            }
-            out.lastKey = key;
-            if (terminalAt === null || terminalAt >= cutoffTs) continue; // live, or ended lately
-            const rows = this.rowsOf.all(key) as StoredRow[];
-            if (!rows.every(keyFits)) {
-              out.skipped++;
-              continue;
-            }
-            const packs = packsOf(rows);
-            const texts = packs.map((p) => packText(p, this.shapes));
-            if (!texts.every((text) => this.render.get(text) === text)) {
-              out.skipped++;
-              continue;
-            }
-            packs.forEach((p, i) => {
-              this.insert.run(
-                p.firstSeq,
-                id,
-                p.lastSeq,
-                p.firstTs,
-                p.lastTs,
-                texts[i],
-                Buffer.concat(p.rows.map((r) => (isText(r) ? NO_KEY : r.event_id.subarray(1)))),
-              );
-            });
-            this.deleteRows.run(key, (rows[rows.length - 1] as StoredRow).seq);
-            packed.push(room);
-            out.rooms++;
-            out.events += rows.length;
+    // Shapes a failed pass added were not stored: forget them.
+    this.shapes.rollback();
+    const pass = this.db
+      .transaction(() => {
+        const pass: PackPass = {
+          rooms: 0,
+          events: 0,
+          skipped: 0,
+          lastKey: afterKey,
+          done: picked.length < looks,
+        };
+        for (const [key, id, room, createdAt, terminalAt] of picked) {
+          if (pass.rooms + pass.skipped === limit) {
+            pass.done = false; // more may wait after the last it looked at
+            break;
           }
-          return out;
-        })
-        .immediate();
-    } catch (err) {
-      this.shapes.rollback(); // shapes the pass added are not stored
-      throw err;
-    }
+          if (createdAt >= cutoffTs && !whole) {
+            pass.done = true; // rooms after it began later, but for a few out of order
+            break;
+          }
+          pass.lastKey = key;
+          if (terminalAt === null || terminalAt >= cutoffTs) continue; // live, or ended lately
+          const rows = this.rowsOf.all(key) as StoredRow[];
+          if (!rows.every(keyFits)) {
+            pass.skipped++;
+            continue;
+          }
+          const packs = packsOf(rows);
+          const texts = packs.map((p) => packText(p, this.shapes));
+          if (!texts.every((text) => this.render.get(text) === text)) {
+            pass.skipped++;
+            continue;
+          }
+          packs.forEach((p, i) => {
+            this.insert.run(
+              p.firstSeq,
+              id,
+              p.lastSeq,
+              p.firstTs,
+              p.lastTs,
+              texts[i],
+              Buffer.concat(p.rows.map((r) => (isText(r) ? NO_KEY : r.event_id.subarray(1)))),
+            );
+          });
+          this.deleteRows.run(key, (rows[rows.length - 1] as StoredRow).seq);
+          packed.push(room);
+          pass.rooms++;
+          pass.events += rows.length;
+        }
+        return pass;
+      })
+      .immediate();
     this.shapes.commit();
     for (const room of packed) this.onPacked(room);
     return pass;
@@ -175,46 +172,26 @@ const TEXT_TAG = 2;
 const NO_KEY = Buffer.alloc(PACK_KEY_BYTES);
 
 /**
- * The ids of `event_shapes` (schema 9): an event's type, engine, source, shared part and key tag,
- * stored once. Those a pass adds stand only once it commits.
+ * The ids of `event_shapes` (schema 9), by an event's type, engine, source, shared part and key
+ * tag joined by commas.
  */
-class Shapes {
-  private readonly committed = new Map<string, number>();
-  private added = new Map<string, number>();
-  private readonly insert: Database.Statement;
-
-  constructor(db: Database.Database) {
-    const rows = db
-      .prepare('SELECT id, type, engine, source, shared, key_tag FROM event_shapes')
-      .raw()
-      .all() as number[][];
-    for (const [id, ...shape] of rows) this.committed.set(shape.join(','), id as number);
-    this.insert = db.prepare(
-      'INSERT INTO event_shapes (type, engine, source, shared, key_tag) VALUES (?, ?, ?, ?, ?)',
-    );
-  }
-
-  /** The row's shape's id, inserted inside the open transaction if it is new. */
-  of(r: StoredRow): number {
-    const shape = [r.type, r.engine ?? 0, r.source, r.shared ?? 0, r.event_id[0] as number];
-    const key = shape.join(',');
-    let id = this.committed.get(key) ?? this.added.get(key);
-    if (id === undefined) {
-      id = Number(this.insert.run(...shape).lastInsertRowid);
-      this.added.set(key, id);
-    }
-    return id;
-  }
-
-  commit(): void {
-    for (const [key, id] of this.added) this.committed.set(key, id);
-    this.added = new Map();
-  }
-
-  rollback(): void {
-    this.added = new Map();
-  }
+function shapeIds(db: Database.Database): IdTable {
+  const rows = db
+    .prepare('SELECT type, engine, source, shared, key_tag, id FROM event_shapes')
+    .raw()
+    .all() as number[][];
+  const insert = db.prepare(
+    'INSERT INTO event_shapes (type, engine, source, shared, key_tag) VALUES (?, ?, ?, ?, ?)',
+  );
+  return new IdTable(
+    rows.map((r) => [r.slice(0, 5).join(','), r[5] as number]),
+    (shape) => Number(insert.run(...shape.split(',').map(Number)).lastInsertRowid),
+  );
 }
+
+/** The shape of a row, as `shapeIds` keys it. */
+const shapeOf = (r: StoredRow): string =>
+  `${r.type},${r.engine ?? 0},${r.source},${r.shared ?? 0},${r.event_id[0]}`;
 
 /** A room's rows as packs within the spans. */
 function packsOf(rows: StoredRow[]): Pack[] {
@@ -243,10 +220,10 @@ function packsOf(rows: StoredRow[]): Pack[] {
  * ts, each with its shape (`event_shapes`) and its data as JSON, and an id that is text (tag 02:
  * event-keys.ts) as its text, fifth.
  */
-function packText(p: Pack, shapes: Shapes): string {
+function packText(p: Pack, shapes: IdTable): string {
   const parts = p.rows.map(
     (r) =>
-      `[${r.seq - p.firstSeq},${r.ts - p.firstTs},${shapes.of(r)},${r.data}${isText(r) ? `,${JSON.stringify(r.event_id.toString('utf8', 1))}` : ''}]`,
+      `[${r.seq - p.firstSeq},${r.ts - p.firstTs},${shapes.id(shapeOf(r))},${r.data}${isText(r) ? `,${JSON.stringify(r.event_id.toString('utf8', 1))}` : ''}]`,
   );
   return `[${parts.join(',')}]`;
 }
