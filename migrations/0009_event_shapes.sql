@@ -19,8 +19,9 @@ CREATE TABLE event_shapes (
   UNIQUE (type, engine, source, shared, key_tag)
 );
 
--- Schema 8's packs, an event a row, with its shape's columns.
-CREATE TEMP TABLE packed AS
+-- Schema 8's packs, an event a row, with its shape's columns: a view, read a pack at a time (a
+-- table of them would hold every event of the journal at once, in memory).
+CREATE TEMP VIEW packed AS
   SELECT first_seq, k, v, type, engine, source, shared, text_id,
          CASE WHEN text_id IS NOT NULL THEN 2 WHEN tag = x'01' THEN 1 ELSE 0 END AS key_tag
     FROM (
@@ -34,30 +35,38 @@ CREATE TEMP TABLE packed AS
                     THEN CAST(substr(p.keys, 17 * j.key + 2, 16) AS TEXT) END) AS text_id
         FROM room_packs p JOIN json_each(p.events) j
        WHERE json_valid(p.events));  -- a damaged pack stays as it was: verify names it
-CREATE INDEX temp.packed_pack ON packed (first_seq, k);
 
-INSERT INTO event_shapes (type, engine, source, shared, key_tag)
-  SELECT type, engine, source, shared, key_tag FROM temp.packed
-   GROUP BY type, engine, source, shared, key_tag ORDER BY min(first_seq);
+-- In the order the packs hold them; not GROUP BY, which would sort every event of the journal.
+INSERT OR IGNORE INTO event_shapes (type, engine, source, shared, key_tag)
+  SELECT type, engine, source, shared, key_tag FROM temp.packed;
 
+-- Each pack rewritten from its own columns (no read of room_packs beside the update, which would
+-- make SQLite keep every new row in memory until the end).
 UPDATE room_packs SET
   events = (
     SELECT json_group_array(CASE WHEN x.key_tag = 2
-        THEN json_array(json_extract(x.v, '$[0]'), json_extract(x.v, '$[1]'), h.id,
-                        x.v -> '$[6]', x.text_id)
-        ELSE json_array(json_extract(x.v, '$[0]'), json_extract(x.v, '$[1]'), h.id,
-                        x.v -> '$[6]') END ORDER BY x.k)
-      FROM temp.packed x
+        THEN json_array(x.v -> '$[0]', x.v -> '$[1]', h.id, x.v -> '$[6]', x.text_id)
+        ELSE json_array(x.v -> '$[0]', x.v -> '$[1]', h.id, x.v -> '$[6]') END ORDER BY x.k)
+      FROM (SELECT k, v, type, engine, source, shared, text_id,
+                   CASE WHEN text_id IS NOT NULL THEN 2 WHEN tag = x'01' THEN 1 ELSE 0 END AS key_tag
+              FROM (SELECT j.key AS k, j.value AS v,
+                           json_extract(j.value, '$[2]') AS type, json_extract(j.value, '$[3]') AS engine,
+                           json_extract(j.value, '$[4]') AS source, json_extract(j.value, '$[5]') AS shared,
+                           substr(room_packs.keys, 17 * j.key + 1, 1) AS tag,
+                           coalesce(json_extract(j.value, '$[7]'),
+                             CASE WHEN substr(room_packs.keys, 17 * j.key + 1, 1) = x'02'
+                                  THEN CAST(substr(room_packs.keys, 17 * j.key + 2, 16) AS TEXT) END) AS text_id
+                      FROM json_each(room_packs.events) j)) x
       JOIN event_shapes h ON h.type = x.type AND h.engine = x.engine AND h.source = x.source
-                         AND h.shared = x.shared AND h.key_tag = x.key_tag
-     WHERE x.first_seq = room_packs.first_seq),
+                         AND h.shared = x.shared AND h.key_tag = x.key_tag),
   keys = (
-    SELECT CAST(group_concat(CASE WHEN x.key_tag = 2 THEN zeroblob(16)
-                                  ELSE substr(room_packs.keys, 17 * x.k + 2, 16) END, '' ORDER BY x.k) AS BLOB)
-      FROM temp.packed x WHERE x.first_seq = room_packs.first_seq)
+    SELECT CAST(group_concat(CASE WHEN json_extract(j.value, '$[7]') IS NOT NULL
+                                    OR substr(room_packs.keys, 17 * j.key + 1, 1) = x'02' THEN zeroblob(16)
+                                  ELSE substr(room_packs.keys, 17 * j.key + 2, 16) END, '' ORDER BY j.key) AS BLOB)
+      FROM json_each(room_packs.events) j)
  WHERE json_valid(events);
 
-DROP TABLE temp.packed;
+DROP VIEW temp.packed;
 
 DROP VIEW events;
 CREATE VIEW events (seq, ts, type, room, engine, source, event_id, data) AS

@@ -39,17 +39,26 @@ export function migrate(db: Database.Database, migrations = loadMigrations()): n
   const record = db.prepare(
     'INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)',
   );
-  for (const m of migrations) {
-    if (m.version <= current) continue;
-    try {
-      db.transaction(() => {
-        db.exec(m.sql);
-        record.run(m.version, m.name, Date.now());
-      }).immediate();
-    } catch (err) {
-      throw migrationFailed(m, err);
+  // A migration that rewrites a table of millions of rows keeps that statement's undo journal and
+  // its sorts in temporary storage: on disk, not in memory (0009 on 203,843 packs: 0.31 GB of
+  // memory with temp_store = MEMORY, 0.15 GB with FILE).
+  const tempStore = db.pragma('temp_store', { simple: true }) as number;
+  db.pragma('temp_store = FILE');
+  try {
+    for (const m of migrations) {
+      if (m.version <= current) continue;
+      try {
+        db.transaction(() => {
+          db.exec(m.sql);
+          record.run(m.version, m.name, Date.now());
+        }).immediate();
+      } catch (err) {
+        throw migrationFailed(m, err);
+      }
+      applied.push(m.version);
     }
-    applied.push(m.version);
+  } finally {
+    db.pragma(`temp_store = ${tempStore}`);
   }
   return applied;
 }
