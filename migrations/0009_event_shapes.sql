@@ -40,8 +40,9 @@ CREATE TEMP VIEW packed AS
 INSERT OR IGNORE INTO event_shapes (type, engine, source, shared, key_tag)
   SELECT type, engine, source, shared, key_tag FROM temp.packed;
 
--- Each pack rewritten from its own columns (no read of room_packs beside the update, which would
--- make SQLite keep every new row in memory until the end).
+-- Each pack rewritten from its own columns: the expressions of `temp.packed` again, as reading
+-- that view a pack at a time took 2 s more on 203,843 packs. The UPDATE's statement journal holds
+-- every row it changes until it ends: migrate() keeps it on disk (temp_store = FILE), not in memory.
 UPDATE room_packs SET
   events = (
     SELECT json_group_array(CASE WHEN x.key_tag = 2
