@@ -13,14 +13,20 @@
  *   npm run bench:retention -- --rooms 250000 --seconds 5 --appenders 16 --rounds 3 --json
  *   npm run bench:retention -- --serve-chunks 25,50,100   # the serve pass at each chunk size
  *   npm run bench:retention -- --pack-chunks 16,32        # packing at each chunk size
+ *   npm run bench:retention -- --backend postgres         # a PostgreSQL journal (throwaway cluster)
+ *
+ * On PostgreSQL the journal is a fresh database of a throwaway cluster (initdb, fsync on, on a
+ * loopback port), or of the server whose admin URL `--url` gives.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { openJournal } from '../src/app/journal.ts';
+import { drillPostgres, openJournal } from '../src/app/journal.ts';
 import type { EventInput } from '../src/journal/events.ts';
+import { PACK_ROOMS_PER_PASS } from '../src/journal/packs.ts';
+import type { PgJournal } from '../src/journal/postgres/journal.ts';
 import { DEFAULT_CHUNK_ROOMS, Retention } from '../src/journal/retention.ts';
-import { PACK_ROOMS_PER_PASS, type SqliteJournal } from '../src/journal/sqlite/journal.ts';
+import type { SqliteJournal } from '../src/journal/sqlite/journal.ts';
 import type { JournalStore } from '../src/journal/store.ts';
 import { completedRoomEvents, synthEvents } from '../src/journal/synth.ts';
 import { silentLogger } from '../src/log.ts';
@@ -31,6 +37,12 @@ const ROOMS = Number(flag('--rooms', '250000'));
 const SECONDS = Number(flag('--seconds', '5'));
 const APPENDERS = Number(flag('--appenders', '16'));
 const ROUNDS = Number(flag('--rounds', '3'));
+const BACKEND = flag('--backend', 'sqlite');
+const ADMIN_URL = flag('--url', '') || undefined;
+if (BACKEND !== 'sqlite' && BACKEND !== 'postgres') {
+  process.stderr.write(`--backend must be sqlite or postgres, got "${BACKEND}"\n`);
+  process.exit(2);
+}
 
 interface Phase {
   phase: string;
@@ -92,7 +104,7 @@ async function phase(journal: JournalStore, name: string): Promise<Phase> {
     name === 'no prune'
       ? Promise.resolve({ rooms: 0 })
       : name.startsWith('packing')
-        ? (journal as SqliteJournal).pack(Date.now() - hour, {
+        ? (journal as SqliteJournal | PgJournal).pack(Date.now() - hour, {
             pace: true,
             signal: stop.signal,
             roomsPerPass: Number(/, (\d+) rooms/.exec(name)?.[1]),
@@ -132,7 +144,12 @@ async function phase(journal: JournalStore, name: string): Promise<Phase> {
 
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'pdctl-bench-retention-'));
-  const path = join(dir, 'journal.db');
+  const pg =
+    BACKEND === 'postgres'
+      ? await drillPostgres(ADMIN_URL, `pdctl_bench_retention_${Date.now()}`)
+      : null;
+  if (pg?.throwaway) say('a throwaway PostgreSQL cluster (initdb, fsync on) on a loopback port');
+  const path = pg?.url ?? join(dir, 'journal.db');
   const journal = await openJournal({ path, durability: 'power', log: silentLogger });
   try {
     const phases: Phase[] = [];
@@ -163,7 +180,7 @@ async function main(): Promise<void> {
       return;
     }
     const lines = [
-      `${APPENDERS} appenders, durability power, medians of ${ROUNDS} rounds of ${SECONDS} s`,
+      `${BACKEND === 'postgres' ? 'PostgreSQL' : 'SQLite'}, ${APPENDERS} appenders, durability power, medians of ${ROUNDS} rounds of ${SECONDS} s`,
       '| phase | appends/s | p50 ms | p99 ms | rooms pruned or packed/s | p99 vs no prune |',
       '|---|---:|---:|---:|---:|---:|',
       ...rows.map(
@@ -174,6 +191,7 @@ async function main(): Promise<void> {
     process.stdout.write(`${lines.join('\n')}\n`);
   } finally {
     await journal.drain();
+    pg?.dispose();
     rmSync(dir, { recursive: true, force: true });
   }
 }

@@ -44,7 +44,7 @@ export interface JournalOpenOptions {
   scanLaterAbove?: number;
   /** SQLite: how long that scan waits unless `scanNow()` starts it sooner (`SqliteJournal`). */
   scanAfterMs?: number;
-  /** SQLite: pack the events of rooms that ended this long ago (`SqliteJournal`); default never. */
+  /** Pack the events of rooms that ended this long ago (`SqliteJournal`, `PgJournal`); default never. */
   packAfterMs?: number;
   /**
    * PostgreSQL only: who this control plane is (shown to standbys and kept in `leader_terms`),
@@ -73,6 +73,7 @@ export function openJournal(o: JournalOpenOptions): Promise<ControlJournal> {
       holder: o.leadership?.holder,
       leaseMs: o.leadership?.leaseMs,
       waitForLead: o.leadership?.standby,
+      packAfterMs: o.packAfterMs,
     });
   }
   return SqliteJournal.open({

@@ -6,8 +6,9 @@
 import { Admission, needsCurve } from '../bus/admission.ts';
 import { ControlPlane } from '../control/control-plane.ts';
 import type { ControlPlaneOptions } from '../control/options.ts';
+import { PACK_AFTER_MS } from '../journal/packs.ts';
 import { Retention, type RetentionPolicy } from '../journal/retention.ts';
-import { PACK_AFTER_MS, SCAN_LATER_ABOVE_BYTES } from '../journal/sqlite/journal.ts';
+import { SCAN_LATER_ABOVE_BYTES } from '../journal/sqlite/journal.ts';
 import type { Durability } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { Planner, type PlannerOptions } from '../planner/online.ts';
@@ -71,7 +72,7 @@ export async function openControlPlane(
       // the read waits until serving is ready (startServing) rather than slow the engines' start.
       scanLaterAbove: SCAN_LATER_ABOVE_BYTES,
       scanAfterMs: SCAN_AFTER_OPEN_MS,
-      // SQLite: rooms that ended are packed a row each once their releases are in.
+      // Rooms that ended are packed a row each once their releases are in.
       packAfterMs: packAfterFor(options.retention),
     }),
   );

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { PACK_AFTER_MS } from '../journal/sqlite/journal.ts';
+import { PACK_AFTER_MS } from '../journal/packs.ts';
 import { PACK_MIN_RETAIN_MS, packAfterFor } from './stack.ts';
 
 describe('packing under retention', () => {

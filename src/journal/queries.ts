@@ -215,11 +215,16 @@ export function plainEventSql(listsRequest: string): EventSql {
   };
 }
 
-/** Events by filter; rows come newest first when `newest` (reverse them). */
-export function tailQuery(filter: TailFilter, sql: EventSql): Query & { newest: boolean } {
-  const limit = limitOf(filter.limit, 50);
-  const where: string[] = [`${sql.seq} > ?`];
-  const params: Array<string | number> = [filter.afterSeq ?? 0];
+/**
+ * A tail's filter as SQL tests on the columns of `events` (every one but the seq, which
+ * `tailQuery` adds first), with their parameters, its limit and its order.
+ */
+export function tailFilter(
+  filter: TailFilter,
+  sql: EventSql,
+): { where: string[]; params: Array<string | number>; limit: number; newest: boolean } {
+  const where: string[] = [];
+  const params: Array<string | number> = [];
   if (filter.type !== undefined) {
     where.push(sql.typeIn(Array.isArray(filter.type) ? filter.type : [filter.type]));
   }
@@ -240,10 +245,17 @@ export function tailQuery(filter: TailFilter, sql: EventSql): Query & { newest: 
     params.push(filter.requestId);
   }
   const newest = (filter.order ?? 'newest') === 'newest';
+  return { where, params, limit: limitOf(filter.limit, 50), newest };
+}
+
+/** Events by filter; rows come newest first when `newest` (reverse them). */
+export function tailQuery(filter: TailFilter, sql: EventSql): Query & { newest: boolean } {
+  const f = tailFilter(filter, sql);
+  const where = [`${sql.seq} > ?`, ...f.where];
   return {
-    sql: `${sql.select} WHERE ${where.join(' AND ')} ORDER BY ${sql.seq} ${newest ? 'DESC' : 'ASC'} LIMIT ?`,
-    params: [...params, limit],
-    newest,
+    sql: `${sql.select} WHERE ${where.join(' AND ')} ORDER BY ${sql.seq} ${f.newest ? 'DESC' : 'ASC'} LIMIT ?`,
+    params: [filter.afterSeq ?? 0, ...f.params, f.limit],
+    newest: f.newest,
   };
 }
 
@@ -290,13 +302,13 @@ export function minuteCounts(
 }
 
 /** Events of an engine's rooms an engine that says hello has missed (`JournalReader.engineBacklog`). */
-export function backlogSql(liveOnly: boolean): string {
+export function backlogSql(liveOnly: boolean, from = 'events'): string {
   // Live rooms have a deadline (rooms_live_deadline); a fresh engine needs only theirs.
   return liveOnly
-    ? `SELECT e.* FROM events e WHERE e.room IN (SELECT room FROM rooms WHERE deadline_at IS NOT NULL
+    ? `SELECT e.* FROM ${from} e WHERE e.room IN (SELECT room FROM rooms WHERE deadline_at IS NOT NULL
          AND (prefill_engine = ? OR decode_engine = ?))
        AND e.type <> 'room.event_rejected' AND e.seq <= ? ORDER BY e.seq`
-    : `SELECT e.* FROM events e JOIN rooms r ON r.room = e.room
+    : `SELECT e.* FROM ${from} e JOIN rooms r ON r.room = e.room
        WHERE e.seq > ? AND e.seq <= ? AND (r.prefill_engine = ? OR r.decode_engine = ?)
        AND e.type <> 'room.event_rejected' ORDER BY e.seq`;
 }

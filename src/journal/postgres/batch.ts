@@ -12,12 +12,15 @@ import { idConflict, type Outcome, rejectionData, type StoredId } from '../commi
 import { JournalError } from '../errors.ts';
 import { eventKey } from '../event-keys.ts';
 import type { PendingEvent } from '../events.ts';
+import type { PackTotals } from '../packs.ts';
 import { keptTypes } from '../prune.ts';
 import { type Room, reduce } from '../reducer.ts';
 import { RoomCache } from '../room-cache.ts';
 import { ROOM_COLUMNS, type RoomRow, roomToParams, rowToRoom } from '../rows.ts';
 import type { CheckpointInput } from '../store.ts';
 import { fenced } from './leadership.ts';
+import type { PgPacker } from './packs/packer.ts';
+import { PACKED_EVENTS } from './packs/sql.ts';
 
 /** Integer columns of `rooms`; the rest are text. */
 const ROOM_INT_COLUMNS = new Set([
@@ -49,7 +52,7 @@ const UPSERT_ROOMS = `INSERT INTO rooms (${ROOM_COLUMNS.join(', ')}) SELECT * FR
 
 const EVENT_ROWS = `SELECT u.*, $9::bigint FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[],
     $5::text[], $6::text[], $7::bytea[], $8::text[]) AS u WHERE ${fenced('$9::bigint')}`;
-const INSERT_EVENTS = `INSERT INTO events (seq, ts, type, room, engine, source, event_id, data, term) ${EVENT_ROWS}`;
+const INSERT_EVENTS = `INSERT INTO event_rows (seq, ts, type, room, engine, source, event_id, data, term) ${EVENT_ROWS}`;
 
 /**
  * The whole batch in one statement. A reused event id or an existing "new" room is a unique
@@ -59,7 +62,7 @@ const INSERT_EVENTS = `INSERT INTO events (seq, ts, type, room, engine, source, 
 const APPEND_AT_ONCE = {
   name: 'pdctl_append_at_once',
   text: `WITH ev AS (
-      INSERT INTO events (seq, ts, type, room, engine, source, event_id, data, term) ${EVENT_ROWS}
+      INSERT INTO event_rows (seq, ts, type, room, engine, source, event_id, data, term) ${EVENT_ROWS}
       RETURNING 1
     ), created AS (
       INSERT INTO rooms (${ROOM_COLUMNS.join(', ')}) SELECT * FROM ${roomArrays(10)} RETURNING 1
@@ -76,7 +79,7 @@ const REPLAN = new Set(['23505', '22012']);
 const FIND_IDS = `SELECT seq, type, room, source,
     CASE WHEN type = 'room.event_rejected' THEN data::json ->> 'eventType' ELSE type END AS event_type,
     event_id
-  FROM events WHERE event_id = ANY($1::bytea[])`;
+  FROM event_rows WHERE event_id = ANY($1::bytea[])`;
 
 export class PgBatchWriter {
   private readonly cache: RoomCache<Room>;
@@ -296,8 +299,18 @@ export class PgBatchWriter {
     rooms: string[],
   ): Promise<{ rooms: string[]; events: number }> {
     if (rooms.length === 0) return { rooms, events: 0 };
+    // Their packs go with their rows (trigger room_packs_of_room): count their events first.
+    const [packed] = (
+      await c.query<{ n: number }>(
+        `SELECT coalesce(sum(${PACKED_EVENTS}), 0)::bigint AS n FROM room_packs
+          WHERE room = ANY($1::text[])`,
+        [rooms],
+      )
+    ).rows;
     const events =
-      (await c.query('DELETE FROM events WHERE room = ANY($1::text[])', [rooms])).rowCount ?? 0;
+      (packed?.n ?? 0) +
+      ((await c.query('DELETE FROM event_rows WHERE room = ANY($1::text[])', [rooms])).rowCount ??
+        0);
     await c.query('DELETE FROM rooms WHERE room = ANY($1::text[]) AND terminal_at IS NOT NULL', [
       rooms,
     ]);
@@ -311,8 +324,8 @@ export class PgBatchWriter {
       async () =>
         (
           await c.query(
-            `DELETE FROM events WHERE seq IN (
-               SELECT seq FROM events e WHERE ts < $1 AND type NOT IN (${keptTypes()})
+            `DELETE FROM event_rows WHERE seq IN (
+               SELECT seq FROM event_rows e WHERE ts < $1 AND type NOT IN (${keptTypes()})
                  AND (room IS NULL OR NOT EXISTS (SELECT 1 FROM rooms r WHERE r.room = e.room))
                ORDER BY ts LIMIT $2)`,
             [cutoffTs, limit],
@@ -331,7 +344,8 @@ export class PgBatchWriter {
       const ok = (
         await c.query<{ room: string }>(
           `SELECT room FROM rooms r WHERE room = ANY($1::text[]) AND terminal_at IS NOT NULL
-             AND NOT EXISTS (SELECT 1 FROM events e WHERE e.room = r.room AND e.seq > $2)
+             AND NOT EXISTS (SELECT 1 FROM event_rows e WHERE e.room = r.room AND e.seq > $2)
+             AND NOT EXISTS (SELECT 1 FROM room_packs p WHERE p.room = r.room AND p.last_seq > $2)
            FOR UPDATE`,
           [rooms, upToSeq],
         )
@@ -342,13 +356,35 @@ export class PgBatchWriter {
     return { rooms: gone.rooms.length, events: gone.events };
   }
 
-  /** Deletes these events (retention with an archive: exactly those archived), fenced by term. */
+  /**
+   * Deletes these events (retention with an archive: exactly those archived, events of no room,
+   * which are never packed), fenced by term.
+   */
   pruneSeqs(c: pg.ClientBase, seqs: number[]): Promise<number> {
     return this.fencedTx(
       c,
       async () =>
-        (await c.query('DELETE FROM events WHERE seq = ANY($1::bigint[])', [seqs])).rowCount ?? 0,
+        (await c.query('DELETE FROM event_rows WHERE seq = ANY($1::bigint[])', [seqs])).rowCount ??
+        0,
     );
+  }
+
+  /** Packs these rooms (packs/packer.ts), in one transaction fenced by term. */
+  async packRooms(c: pg.ClientBase, packer: PgPacker, rooms: string[]): Promise<PackTotals> {
+    try {
+      const packed = await this.fencedTx(c, async () => {
+        // A pack changes what is stored, never what it says: a commit lost to a crash of the
+        // server leaves the rows as they were. So it does not wait for the WAL's flush (the next
+        // append's commit flushes it).
+        await c.query('SET LOCAL synchronous_commit = off');
+        return packer.pack(c, rooms);
+      });
+      packer.committed();
+      return packed;
+    } catch (err) {
+      packer.rolledBack();
+      throw err;
+    }
   }
 
   /** `body` in one transaction that commits only while this term leads. */

@@ -6,6 +6,7 @@
  * `onDeposed` listeners hear it once.
  */
 import { hostname } from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
 import type { Logger } from '../../log.ts';
 import { silentLogger } from '../../log.ts';
@@ -13,6 +14,7 @@ import { checkAfterSeq, checkCursor, checkPrune } from '../checks.ts';
 import { CommitQueue } from '../commit-queue.ts';
 import { JournalError } from '../errors.ts';
 import type { EventInput } from '../events.ts';
+import { PACK_EVERY_MS, PACK_ROOMS_PER_PASS, type PackTotals, packEvery } from '../packs.ts';
 import { pruneInChunks } from '../prune.ts';
 import type {
   AppendResult,
@@ -38,6 +40,8 @@ import {
   tryLead,
 } from './leadership.ts';
 import { pgMigrate, pgSchemaVersion } from './migrate.ts';
+import { PgPacker } from './packs/packer.ts';
+import { HEAD_SEQ_SQL, OLDEST_WITH_ROWS } from './packs/sql.ts';
 import { PgReader } from './reader.ts';
 
 export interface PgJournalOptions {
@@ -55,6 +59,13 @@ export interface PgJournalOptions {
   leaseMs?: number;
   /** Append `journal.opened` with this source once open. */
   announce?: { source: string; version: string };
+  /**
+   * Pack the events of rooms that ended this long ago, a row per room (packs.ts), every
+   * PACK_EVERY_MS while this control plane leads. Default: never (`pack()` still packs).
+   */
+  packAfterMs?: number;
+  /** How often packing looks for rooms to pack. Default PACK_EVERY_MS (tests: shorter). */
+  packEveryMs?: number;
   logger?: Logger;
 }
 
@@ -93,6 +104,9 @@ export class PgJournal extends PgReader implements JournalStore {
   private readonly deposedListeners: Array<(why: string) => void> = [];
   private renewTimer: NodeJS.Timeout | null = null;
   private drained: Promise<void> | null = null;
+  private readonly packer = new PgPacker();
+  private packTimer: NodeJS.Timeout | null = null;
+  private packing: Promise<PackTotals> | null = null;
 
   private constructor(
     options: PgJournalOptions,
@@ -131,6 +145,62 @@ export class PgJournal extends PgReader implements JournalStore {
     this.watch(writer);
     this.renewTimer = setInterval(() => void this.renew(), Math.max(50, this.leaseMs / 3));
     this.renewTimer.unref();
+    if (options.packAfterMs !== undefined) {
+      this.packTimer = packEvery({
+        afterMs: options.packAfterMs,
+        everyMs: options.packEveryMs ?? PACK_EVERY_MS,
+        ready: () => this.packing === null && this.writable(),
+        pack: (cutoffTs, quick) => this.pack(cutoffTs, { pace: true, quick }),
+        log: this.log,
+      });
+    }
+  }
+
+  private writable(): boolean {
+    return this.queue.state === 'ready' && this.writerUp && this.deposedBy === null;
+  }
+
+  /**
+   * Packs every room that ended before `cutoffTs`, PACK_ROOMS_PER_PASS rooms a transaction on the
+   * writing session, appends taking their turns between (packs.ts); `pace`: it rests after each
+   * pass as long as the pass took; `quick`: the walk goes on from where the last run left off
+   * rather than from the oldest room with rows; `signal` stops it between passes. One run at a
+   * time: a second call waits for it.
+   */
+  async pack(
+    cutoffTs: number,
+    opts: { pace?: boolean; quick?: boolean; roomsPerPass?: number; signal?: AbortSignal } = {},
+  ): Promise<PackTotals> {
+    while (this.packing) await this.packing.catch(() => {});
+    this.packing = (async () => {
+      const totals: PackTotals = { rooms: 0, events: 0, skipped: 0 };
+      const whole = !opts.quick || this.packer.lost;
+      const oldest = whole
+        ? ((await this.query<{ oldest: number | null }>(OLDEST_WITH_ROWS))[0]?.oldest ?? null)
+        : undefined;
+      await this.packer.start(this.run, cutoffTs, oldest);
+      const perPass = opts.roomsPerPass ?? PACK_ROOMS_PER_PASS;
+      while (this.writable() && !opts.signal?.aborted) {
+        const started = performance.now();
+        const next = await this.packer.next(this.run, cutoffTs, perPass);
+        if (next.rooms.length > 0) {
+          const pass = await this.onWriter((c) =>
+            this.batches.packRooms(c, this.packer, next.rooms),
+          );
+          totals.rooms += pass.rooms;
+          totals.events += pass.events;
+          totals.skipped += pass.skipped;
+        }
+        if (next.done) break;
+        if (opts.pace) await sleep(performance.now() - started);
+      }
+      return totals;
+    })();
+    try {
+      return await this.packing;
+    } finally {
+      this.packing = null;
+    }
   }
 
   /**
@@ -188,9 +258,7 @@ export class PgJournal extends PgReader implements JournalStore {
           writer = await reconnectWhileWaiting(connect, wait.signal);
         }
       }
-      const head = await writer.query<{ head: number }>(
-        'SELECT coalesce(max(seq), 0) AS head FROM events',
-      );
+      const head = await writer.query<{ head: number }>(HEAD_SEQ_SQL);
       const journal = new PgJournal(options, writer, head.rows[0]?.head ?? 0, {
         term: attempt.term,
         holder,
@@ -307,9 +375,7 @@ export class PgJournal extends PgReader implements JournalStore {
               );
               return;
             }
-            const head = await c.query<{ head: number }>(
-              'SELECT coalesce(max(seq), 0) AS head FROM events',
-            );
+            const head = await c.query<{ head: number }>(HEAD_SEQ_SQL);
             // The last commit before the loss may or may not have landed: relearn, not assume.
             this.batches.forget(head.rows[0]?.head ?? 0);
           } catch (err) {
@@ -456,6 +522,8 @@ export class PgJournal extends PgReader implements JournalStore {
   override close(): void {
     if (this.renewTimer) clearInterval(this.renewTimer);
     this.renewTimer = null;
+    if (this.packTimer) clearInterval(this.packTimer);
+    this.packTimer = null;
     this.queue.close();
     this.hub.closeAll();
     void this.writer.end().catch(() => {});

@@ -4,10 +4,12 @@
  */
 import pg from 'pg';
 import type { EventType, JournalEvent, JournalEventOf } from '../events.ts';
+import { mergeBySeq, PACK_KEY_BYTES, PACK_SPAN_MS } from '../packs.ts';
 import { keptTypes } from '../prune.ts';
 import {
   backlogParams,
   backlogSql,
+  ENTERS,
   minuteCounts,
   perMinuteQuery,
   plainEventSql,
@@ -15,6 +17,7 @@ import {
   roomPage,
   roomsQuery,
   spansOf,
+  tailFilter,
   tailQuery,
 } from '../queries.ts';
 import {
@@ -42,19 +45,20 @@ import type {
   Timeline,
   VerifyReport,
 } from '../store.ts';
-import {
-  cursorProblems,
-  FOLD_COLUMNS,
-  FOLD_PAGE,
-  type FoldRow,
-  JournalFold,
-  ProjectionCheck,
-} from '../verify.ts';
+import { cursorProblems, FOLD_PAGE, JournalFold, ProjectionCheck } from '../verify.ts';
 import { classifyPgError, clientConfig, redactUrl } from './connect.ts';
 import { pgMigrations, pgSchemaVersion } from './migrate.ts';
+import { eventsInWindows, PackDecoder, type Run } from './packs/reads.ts';
+import { HEAD_SEQ_SQL, PACKED_EVENTS } from './packs/sql.ts';
 
-/** PostgreSQL's `events` for tailQuery: a request id among an event's `requestIds` by jsonb containment. */
-const EVENTS = plainEventSql("(data::jsonb -> 'requestIds') @> jsonb_build_array(?::text)");
+/**
+ * `event_rows` for tailQuery, where a tail by request id reads (`request.refused` has no room, so
+ * it is never packed): a request id among an event's `requestIds` by jsonb containment. A tail by
+ * room reads the view, which finds a room's packs by `room_packs_room`.
+ */
+const REQUEST_ID = "(data::jsonb -> 'requestIds') @> jsonb_build_array(?::text)";
+const ROWS = { ...plainEventSql(REQUEST_ID), select: 'SELECT * FROM event_rows' };
+const VIEW = plainEventSql(REQUEST_ID);
 
 /** `?` placeholders (the shared queries) as PostgreSQL's `$1, $2, …`. */
 export function numbered(sql: string): string {
@@ -112,11 +116,14 @@ export class PgReader implements JournalReader {
     }
   }
 
+  /** `sql` with `?` placeholders, on the pool: what packs/reads.ts reads through. */
+  protected readonly run: Run = (sql, params) =>
+    this.query({ sql, params: params as Array<string | number> });
+  /** Shapes and shared ends, read once: a decoder for the pool's reads. */
+  private readonly packs = new PackDecoder(this.run);
+
   async readFrom(afterSeq: number, limit: number): Promise<JournalEvent[]> {
-    const rows = await this.query<EventRow>({
-      sql: 'SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ?',
-      params: [afterSeq, limit],
-    });
+    const rows = await eventsInWindows(this.run, this.packs, { afterSeq, limit, newest: false });
     return rows.map(rowToEvent);
   }
 
@@ -127,13 +134,22 @@ export class PgReader implements JournalReader {
   ): Promise<EngineBacklog> {
     return this.snapshot(async (c) => {
       const headSeq = await headOf(c);
+      // Live rooms are never packed: their events are rows. Since a seq, rows and packs.
       const rows = (
         await c.query<EventRow>(
-          numbered(backlogSql(liveOnly)),
+          numbered(backlogSql(liveOnly, 'event_rows')),
           backlogParams(engine, afterSeq, headSeq, liveOnly),
         )
       ).rows;
-      return { events: rows.map(rowToEvent), headSeq };
+      const packed = liveOnly
+        ? []
+        : await new PackDecoder(onSnapshot(c)).window(
+            { lo: afterSeq, hi: headSeq },
+            (e) => e.type !== 'room.event_rejected',
+            { engine },
+          );
+      const events = mergeBySeq<EventRow>(rows, packed, (e) => e.seq);
+      return { events: events.map(rowToEvent), headSeq };
     });
   }
 
@@ -152,9 +168,7 @@ export class PgReader implements JournalReader {
   }
 
   async headSeq(): Promise<number> {
-    const [r] = await this.query<{ head: number }>(
-      'SELECT coalesce(max(seq), 0) AS head FROM events',
-    );
+    const [r] = await this.query<{ head: number }>(HEAD_SEQ_SQL);
     return r?.head ?? 0;
   }
 
@@ -174,13 +188,65 @@ export class PgReader implements JournalReader {
   }
 
   async perMinute(window: { since: number; until: number }): Promise<MinuteCount[]> {
-    return minuteCounts(await this.query(perMinuteQuery(window, "(data::json ->> 'reason')")));
+    const rows = await this.query<MinuteRow>(
+      perMinuteQuery(window, "(data::json ->> 'reason')", 'event_rows'),
+    );
+    const counts = new Map(rows.map((r) => [`${r.minute} ${r.type} ${r.reason}`, r]));
+    // Packs counted as they are decoded (a reason is never a shared end): none written out.
+    await new PackDecoder(this.run).timeWindow(window, (e, data) => {
+      if (!(e.type in ENTERS)) return false;
+      const minute = Math.floor(e.ts / 60_000) * 60_000;
+      const reason =
+        e.type === 'room.failed' || e.type === 'room.aborted'
+          ? ((data as { reason?: string }).reason ?? null)
+          : null;
+      const key = `${minute} ${e.type} ${reason}`;
+      const row = counts.get(key);
+      if (row) row.count++;
+      else counts.set(key, { minute, type: e.type, reason, count: 1 });
+      return false;
+    });
+    return minuteCounts([...counts.values()]);
   }
 
   async tail<T extends EventType = EventType>(filter: TailFilter<T>): Promise<JournalEventOf<T>[]> {
-    const q = tailQuery(filter, EVENTS);
-    const rows = await this.query<EventRow>(q);
-    if (q.newest) rows.reverse();
+    let rows: EventRow[];
+    if (filter.requestId !== undefined || filter.room !== undefined) {
+      const q = tailQuery(filter, filter.room !== undefined ? VIEW : ROWS);
+      rows = await this.query<EventRow>(q);
+      if (q.newest) rows.reverse();
+    } else {
+      // Types, engine, time: in windows of seqs (packs/reads.ts), from a time's first seq on.
+      const f = tailFilter(filter, ROWS);
+      const floor =
+        filter.since === undefined
+          ? 0
+          : ((
+              await this.query<{ seq: number }>({
+                sql: SINCE_SEQ_SQL,
+                params: [filter.since, filter.since, filter.since],
+              })
+            )[0]?.seq ?? 0);
+      const types =
+        filter.type === undefined ? null : new Set<string>([filter.type].flat() as string[]);
+      rows = await eventsInWindows(this.run, this.packs, {
+        afterSeq: Math.max(filter.afterSeq ?? 0, floor),
+        limit: f.limit,
+        newest: f.newest,
+        where: f.where.join(' AND '),
+        params: f.params,
+        keep: (e) =>
+          (types === null || types.has(e.type)) &&
+          (filter.engine === undefined || e.engine === filter.engine) &&
+          (filter.since === undefined || e.ts >= filter.since),
+        shapes:
+          types === null && filter.engine === undefined
+            ? undefined
+            : (h) =>
+                (types === null || types.has(h.type)) &&
+                (filter.engine === undefined || h.engine === filter.engine),
+      });
+    }
     // Rows of the filter's types only: what rowToEvent made is that type's event.
     return rows.map(rowToEvent) as JournalEventOf<T>[];
   }
@@ -189,11 +255,16 @@ export class PgReader implements JournalReader {
     return this.snapshot(async (c) => {
       const one = async <R extends pg.QueryResultRow>(sql: string, params: unknown[] = []) =>
         (await c.query<R>(sql, params)).rows;
+      // Rows and packs apart: a pack's bounds are its columns, its count its keys' length.
       const [ev] = await one<{ n: number; a: number | null; b: number | null }>(
-        'SELECT count(*) AS n, min(seq) AS a, max(seq) AS b FROM events',
+        `SELECT (SELECT count(*) FROM event_rows)
+                  + (SELECT coalesce(sum(${PACKED_EVENTS}), 0) FROM room_packs)::bigint AS n,
+                least((SELECT min(seq) FROM event_rows), (SELECT min(first_seq) FROM room_packs)) AS a,
+                greatest((SELECT max(seq) FROM event_rows), (SELECT max(last_seq) FROM room_packs)) AS b`,
       );
       const [ts] = await one<{ first: number | null; last: number | null }>(
-        'SELECT (SELECT min(ts) FROM events) AS first, (SELECT max(ts) FROM events) AS last',
+        `SELECT least((SELECT min(ts) FROM event_rows), (SELECT min(first_ts) FROM room_packs)) AS first,
+                greatest((SELECT max(ts) FROM event_rows), (SELECT max(last_ts) FROM room_packs)) AS last`,
       );
       const byState: Partial<Record<RoomState, number>> = {};
       let rooms = 0;
@@ -212,13 +283,27 @@ export class PgReader implements JournalReader {
             )
           ).map((r) => [r.reason, r.n]),
         );
-      const eventsByType = Object.fromEntries(
-        (
-          await one<{ type: string; n: number }>(
-            'SELECT type, count(*) AS n FROM events GROUP BY type ORDER BY n DESC',
-          )
-        ).map((r) => [r.type, r.n]),
+      // Events by type and by term: the rows', and the packs' by shape (one read of each pack).
+      const byTypeTerm = await one<{ type: string | null; term: number | null; n: number }>(
+        `SELECT type, term, count(*) AS n FROM event_rows GROUP BY 1, 2
+         UNION ALL
+         SELECT h.type, h.term, s.n FROM (
+           SELECT (j ->> 2)::integer AS shape, count(*) AS n
+             FROM room_packs p, json_array_elements(p.events) j GROUP BY 1) s
+           LEFT JOIN event_shapes h ON h.id = s.shape`,
       );
+      const sum = (key: (r: (typeof byTypeTerm)[number]) => string | number | null) => {
+        const totals = new Map<string | number, number>();
+        for (const r of byTypeTerm) {
+          const k = key(r);
+          if (k !== null) totals.set(k, (totals.get(k) ?? 0) + r.n);
+        }
+        return totals;
+      };
+      const eventsByType = Object.fromEntries(
+        [...sum((r) => r.type)].sort((a, b) => b[1] - a[1]),
+      ) as Record<string, number>;
+      const byTerm = sum((r) => r.term);
       const consumers = (
         await one<{ name: string; seq: number; updated_at: number }>(
           'SELECT name, seq, updated_at FROM consumers ORDER BY name',
@@ -231,24 +316,16 @@ export class PgReader implements JournalReader {
           acquired_at: number;
           how: string;
           previous: string | null;
-          events: number;
-        }>(
-          `SELECT t.term, t.holder, t.acquired_at, t.how, t.previous,
-             (SELECT count(*) FROM events e WHERE e.term = t.term) AS events
-           FROM leader_terms t ORDER BY t.term`,
-        )
+        }>('SELECT term, holder, acquired_at, how, previous FROM leader_terms ORDER BY term')
       ).map((r) => ({
         term: r.term,
         holder: r.holder,
         acquiredAt: r.acquired_at,
         how: r.how,
         previous: r.previous,
-        events: r.events,
+        events: byTerm.get(r.term) ?? 0,
       }));
-      const [size] = await one<{ bytes: number }>(
-        `SELECT (pg_total_relation_size('events') + pg_total_relation_size('rooms')
-                 + pg_total_relation_size('consumers'))::bigint AS bytes`,
-      );
+      const [size] = await one<{ bytes: number }>(TABLES_BYTES_SQL);
       return {
         path: this.path,
         schemaVersion: (await pgSchemaVersion(c)) ?? 0,
@@ -265,7 +342,7 @@ export class PgReader implements JournalReader {
           (
             await one<{ reason: string; n: number }>(
               `SELECT data::jsonb ->> 'reason' AS reason, sum((data::jsonb ->> 'count')::bigint)::bigint AS n
-                 FROM events WHERE type = 'request.refused' GROUP BY 1 ORDER BY n DESC`,
+                 FROM event_rows WHERE type = 'request.refused' GROUP BY 1 ORDER BY n DESC`,
             )
           ).map((r) => [r.reason, Number(r.n)]),
         ),
@@ -296,17 +373,15 @@ export class PgReader implements JournalReader {
           rooms.map((r) => r.room),
         ])
       ).rows.map(rowToEvent);
-      const [head] = (
-        await c.query<{ head: number }>('SELECT coalesce(max(seq), 0) AS head FROM events')
-      ).rows;
-      return { chunk: { rooms, events }, upToSeq: head?.head ?? 0 };
+      return { chunk: { rooms, events }, upToSeq: await headOf(c) };
     });
   }
 
   /** Retention with an archive: the next events of no room before `cutoffTs`. */
   async otherCandidates(cutoffTs: number, limit: number): Promise<JournalEvent[]> {
     const rows = await this.query<EventRow>({
-      sql: `SELECT * FROM events e WHERE ts < ? AND type NOT IN (${keptTypes()})
+      // Events of no room, or of a room gone: rows (a pack goes with its room).
+      sql: `SELECT * FROM event_rows e WHERE ts < ? AND type NOT IN (${keptTypes()})
               AND (room IS NULL OR NOT EXISTS (SELECT 1 FROM rooms r WHERE r.room = e.room))
             ORDER BY ts LIMIT ?`,
       params: [cutoffTs, limit],
@@ -315,10 +390,7 @@ export class PgReader implements JournalReader {
   }
 
   async diskUsage(): Promise<JournalDisk> {
-    const [r] = await this.query<{ bytes: number }>(
-      `SELECT (pg_total_relation_size('events') + pg_total_relation_size('rooms')
-               + pg_total_relation_size('consumers'))::bigint AS bytes`,
-    );
+    const [r] = await this.query<{ bytes: number }>(TABLES_BYTES_SQL);
     // The database server's disk is not this process's to see: watch it where it runs.
     return { bytes: r?.bytes ?? 0, freeBytes: null };
   }
@@ -326,12 +398,14 @@ export class PgReader implements JournalReader {
   async countPrunable(cutoffTs: number, eventsCutoffTs?: number): Promise<PrunableCount> {
     const [r] = await this.query<PrunableCount>({
       sql: `SELECT count(*) AS rooms,
-              (SELECT count(*) FROM events WHERE room IN
-                 (SELECT room FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?)) AS events,
-              (SELECT count(*) FROM events e WHERE ts < ? AND type NOT IN (${keptTypes()})
+              (SELECT count(*) FROM event_rows WHERE room IN
+                 (SELECT room FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?))
+                + (SELECT coalesce(sum(${PACKED_EVENTS}), 0) FROM room_packs WHERE room IN
+                 (SELECT room FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?))::bigint AS events,
+              (SELECT count(*) FROM event_rows e WHERE ts < ? AND type NOT IN (${keptTypes()})
                  AND (room IS NULL OR NOT EXISTS (SELECT 1 FROM rooms r WHERE r.room = e.room))) AS "otherEvents"
             FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?`,
-      params: [cutoffTs, eventsCutoffTs ?? 0, cutoffTs],
+      params: [cutoffTs, cutoffTs, eventsCutoffTs ?? 0, cutoffTs],
     });
     return r ?? { rooms: 0, events: 0, otherEvents: 0 };
   }
@@ -345,32 +419,38 @@ export class PgReader implements JournalReader {
     return this.snapshot(async (c) => {
       const started = process.hrtime.bigint();
       const fold = new JournalFold();
+      // Every event and its term, a window of seqs at a time (packs/reads.ts); a packed event
+      // whose shape is missing is left out, and packProblems names its pack.
+      const run = onSnapshot(c);
+      const packs = new PackDecoder(run);
+      let newest: number | null = null;
+      let backwards = 0;
+      let term = 0;
       for (;;) {
-        const r = await c.query({
-          text: `SELECT ${FOLD_COLUMNS} FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`,
-          values: [fold.lastSeq, FOLD_PAGE],
-          rowMode: 'array',
+        const rows = await eventsInWindows(run, packs, {
+          afterSeq: fold.lastSeq,
+          limit: FOLD_PAGE,
+          newest: false,
         });
-        fold.add(r.rows as FoldRow[]);
-        if (r.rows.length < FOLD_PAGE) break;
+        for (const e of rows) {
+          if (e.term < term) backwards++;
+          term = e.term;
+          newest = Math.max(newest ?? e.term, e.term);
+        }
+        fold.add(rows.map((e) => [e.seq, e.ts, e.type, e.room, e.engine, e.source, e.data]));
+        if (rows.length < FOLD_PAGE) break;
       }
       const problems: string[] = [];
-      const [terms] = (
-        await c.query<{ current: number; newest: number | null; backwards: number }>(
-          `SELECT (SELECT term FROM leadership WHERE id = 1) AS current,
-                  (SELECT max(term) FROM events) AS newest,
-                  (SELECT count(*) FROM (SELECT term < lag(term) OVER (ORDER BY seq) AS back FROM events) t
-                    WHERE back) AS backwards`,
-        )
+      const [current] = (
+        await c.query<{ term: number }>('SELECT term FROM leadership WHERE id = 1')
       ).rows;
-      if (terms && terms.newest !== null && terms.newest > terms.current) {
-        problems.push(
-          `events carry term ${terms.newest}, newer than the current term ${terms.current}`,
-        );
+      if (current && newest !== null && newest > current.term) {
+        problems.push(`events carry term ${newest}, newer than the current term ${current.term}`);
       }
-      if (terms && terms.backwards > 0) {
-        problems.push(`${terms.backwards} event(s) carry an older term than the event before them`);
+      if (backwards > 0) {
+        problems.push(`${backwards} event(s) carry an older term than the event before them`);
       }
+      problems.push(...(await packProblems(c)));
       const cursors = (
         await c.query<{ name: string; seq: number }>('SELECT name, seq FROM consumers')
       ).rows;
@@ -391,7 +471,78 @@ export class PgReader implements JournalReader {
   }
 }
 
+/** Queries with `?` placeholders in one snapshot's session. */
+function onSnapshot(c: pg.ClientBase): Run {
+  return async (sql, params) => (await c.query(numbered(sql), params)).rows;
+}
+
+/** A row of `perMinuteQuery`. */
+interface MinuteRow {
+  minute: number;
+  type: string;
+  reason: string | null;
+  count: number;
+}
+
 async function headOf(c: pg.ClientBase): Promise<number> {
-  const r = await c.query<{ head: number }>('SELECT coalesce(max(seq), 0) AS head FROM events');
+  const r = await c.query<{ head: number }>(HEAD_SEQ_SQL);
   return r.rows[0]?.head ?? 0;
+}
+
+/** The bytes of the journal's tables and their indexes. */
+const TABLES_BYTES_SQL = `SELECT (pg_total_relation_size('event_rows') + pg_total_relation_size('room_packs')
+    + pg_total_relation_size('event_shapes') + pg_total_relation_size('event_suffixes')
+    + pg_total_relation_size('rooms')
+    + pg_total_relation_size('consumers'))::bigint AS bytes`;
+
+/** The seq before the first event with a ts at or after `?` (three times), rows or packs. */
+const SINCE_SEQ_SQL = `SELECT least(
+    coalesce((SELECT min(seq) FROM event_rows WHERE ts >= ?), ${Number.MAX_SAFE_INTEGER}),
+    coalesce((SELECT min(first_seq) FROM room_packs
+               WHERE first_ts >= ?::bigint - ${PACK_SPAN_MS} AND last_ts >= ?), ${Number.MAX_SAFE_INTEGER})
+  ) - 1 AS seq`;
+
+/**
+ * What the packs hold wrong, for verify: a room that has no row, keys not 16 bytes an event, a
+ * seq outside the pack's bounds, a shape or suffix that `event_shapes` or `event_suffixes` lacks.
+ */
+async function packProblems(c: pg.ClientBase): Promise<string[]> {
+  const [r] = (
+    await c.query<{
+      orphans: number;
+      damaged: number;
+      first_damaged: number | null;
+      dangling: number;
+      first_dangling: number | null;
+    }>(
+      `WITH d AS (
+         SELECT p.first_seq,
+                bool_or((j.e ->> 0)::bigint < 0 OR p.first_seq + (j.e ->> 0)::bigint > p.last_seq)
+                  OR length(p.keys) <> ${PACK_KEY_BYTES} * count(*) AS damaged,
+                bool_or(h.id IS NULL OR (h.suffix IS NOT NULL
+                  AND NOT EXISTS (SELECT 1 FROM event_suffixes x WHERE x.id = h.suffix))) AS dangling
+           FROM room_packs p
+           CROSS JOIN LATERAL json_array_elements(p.events) AS j (e)
+           LEFT JOIN event_shapes h ON h.id = (j.e ->> 2)::integer
+          GROUP BY p.first_seq, p.last_seq, p.keys)
+       SELECT (SELECT count(*) FROM room_packs p WHERE NOT EXISTS (SELECT 1 FROM rooms r WHERE r.room = p.room)) AS orphans,
+              count(*) FILTER (WHERE damaged) AS damaged, min(first_seq) FILTER (WHERE damaged) AS first_damaged,
+              count(*) FILTER (WHERE dangling) AS dangling, min(first_seq) FILTER (WHERE dangling) AS first_dangling
+         FROM d`,
+    )
+  ).rows;
+  const problems: string[] = [];
+  if (!r) return problems;
+  if (r.orphans > 0) problems.push(`${r.orphans} packs of room_packs name no row of rooms`);
+  if (r.damaged > 0) {
+    problems.push(
+      `${r.damaged} packs of room_packs are damaged (keys missing, or a seq outside their bounds), first at seq ${r.first_damaged}`,
+    );
+  }
+  if (r.dangling > 0) {
+    problems.push(
+      `${r.dangling} packs of room_packs refer to a shape or suffix that event_shapes or event_suffixes lacks, first at seq ${r.first_dangling}`,
+    );
+  }
+  return problems;
 }

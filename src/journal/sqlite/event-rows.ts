@@ -6,7 +6,7 @@
  * pdctl writes `event_rows`, and reads it directly where a filter must reach an index by id.
  */
 import type Database from 'better-sqlite3';
-import { CREATED_REPEATED_KEYS } from '../events.ts';
+import { TRAILING_SHARED_KEYS } from '../packs.ts';
 import { keptTypes } from '../prune.ts';
 import type { EventSql } from '../queries.ts';
 
@@ -130,15 +130,17 @@ export function eventRowsSql(db: Database.Database): EventSql {
  * writer also splits a room.created's engines, model and transport (written last for it:
  * CREATED_REPEATED_KEYS), a transfer's transport and a completion's finish reason.
  */
-const SHARED_KEYS: Readonly<Record<string, readonly SharedKeys[]>> = {
-  'room.created': [
-    { parent: ['reservation', 'decode'], keys: ['pool', 'epoch', 'incarnation'] },
-    { parent: [], keys: CREATED_REPEATED_KEYS },
-  ],
-  'room.bootstrapped': [{ parent: [], keys: ['pool', 'epoch'] }],
-  'room.transfer_completed': [{ parent: [], keys: ['transport'] }],
-  'room.completed': [{ parent: [], keys: ['finishReason'] }],
-};
+const SHARED_KEYS: Readonly<Record<string, readonly SharedKeys[]>> = Object.fromEntries(
+  Object.entries(TRAILING_SHARED_KEYS).map(([type, keys]) => [
+    type,
+    [
+      ...(type === 'room.created'
+        ? [{ parent: ['reservation', 'decode'], keys: ['pool', 'epoch', 'incarnation'] }]
+        : []),
+      { parent: [], keys },
+    ],
+  ]),
+);
 
 /** Keys of the object at `parent` (a path from the data's top), in the order they are shared. */
 interface SharedKeys {

@@ -12,6 +12,7 @@ import { checkAfterSeq, checkCursor, checkPrune } from '../checks.ts';
 import { CommitQueue } from '../commit-queue.ts';
 import { JournalError } from '../errors.ts';
 import type { EventInput } from '../events.ts';
+import { PACK_EVERY_MS, PACK_ROOMS_PER_PASS, type PackTotals, packEvery } from '../packs.ts';
 import { pruneInChunks } from '../prune.ts';
 import type {
   AppendResult,
@@ -74,21 +75,6 @@ export interface SqliteJournalOptions {
   packEveryMs?: number;
   logger?: Logger;
 }
-
-/**
- * Rooms are packed 5 minutes after they end: their engines' releases are in by then (the same
- * floor as retention's), and a retried append of one of their events is still found a duplicate
- * until then (a packed event's id is no longer looked up: a retry is refused as late).
- */
-export const PACK_AFTER_MS = 5 * 60_000;
-const PACK_EVERY_MS = 5_000;
-/** One run in this many walks every room with rows (packs/packer.ts): every 5 minutes. */
-const PACK_WHOLE_EVERY = 60;
-/** Rooms looked at in one transaction of packing: a few milliseconds of the writer. */
-export const PACK_ROOMS_PER_PASS = 16;
-
-/** What a `pack` run did: rooms packed, their events, rooms left as rows (packs/packer.ts). */
-export type PackTotals = Omit<PackPass, 'done' | 'lastKey'>;
 
 export class SqliteJournal extends SqliteReader implements JournalStore {
   private readonly writer: Writer;
@@ -206,34 +192,15 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
     }
     if (scanLater) journal.scanAfter(options.scanAfterMs ?? 0);
     if (options.packAfterMs !== undefined) {
-      journal.packEvery(options.packAfterMs, options.packEveryMs ?? PACK_EVERY_MS);
+      journal.packTimer = packEvery({
+        afterMs: options.packAfterMs,
+        everyMs: options.packEveryMs ?? PACK_EVERY_MS,
+        ready: () => journal.packing === null && journal.queue.state === 'ready',
+        pack: (cutoffTs, quick) => journal.pack(cutoffTs, { pace: true, quick }),
+        log: journal.log,
+      });
     }
     return journal;
-  }
-
-  private packEvery(afterMs: number, everyMs: number): void {
-    let runs = 0;
-    let failing = false;
-    this.packTimer = setInterval(() => {
-      if (this.packing || this.queue.state !== 'ready') return;
-      // Quick runs, and a whole one at first and every PACK_WHOLE_EVERY runs after.
-      const quick = runs++ % PACK_WHOLE_EVERY !== 0;
-      this.pack(Date.now() - afterMs, { pace: true, quick }).then(
-        (t) => {
-          if (failing) this.log.info({ afterMs }, 'journal packing works again');
-          failing = false;
-          if (t.rooms > 0 || t.skipped > 0) {
-            this.log.debug({ ...t, afterMs }, 'journal packed rooms that ended');
-          }
-        },
-        (err) => {
-          // Once per spell of failures (a full disk fails every run until it has room again).
-          if (!failing) this.log.warn({ err }, 'journal packing failed; it is tried every 5 s');
-          failing = true;
-        },
-      );
-    }, everyMs);
-    this.packTimer.unref();
   }
 
   /**

@@ -6,6 +6,7 @@ import { statfsSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type Database from 'better-sqlite3';
 import type { EventType, JournalEvent, JournalEventOf } from '../events.ts';
+import { PACK_SPAN_MS } from '../packs.ts';
 import {
   backlogParams,
   type EventSql,
@@ -57,7 +58,7 @@ import {
   tailInWindows,
   WindowedRead,
 } from './packs/reads.ts';
-import { HEAD_SEQ_SQL, PACK_SPAN_MS, PACKED_EVENTS } from './packs/sql.ts';
+import { HEAD_SEQ_SQL, PACKED_EVENTS } from './packs/sql.ts';
 import { verifyJournal } from './verify.ts';
 
 /** The view `events` for `tailQuery`: a room's events, rows and packs, found by its name. */

@@ -1,7 +1,7 @@
 /** The writer's side of packs: terminal rooms' rows packed, a short transaction at a time. */
 import type Database from 'better-sqlite3';
+import { keyFits, type Pack, packedEvent, packKeys, packsOf } from '../../packs.ts';
 import { IdTable } from '../event-rows.ts';
-import { KEY_BYTES, PACK_KEY_BYTES, PACK_SPAN_MS, PACK_SPAN_SEQS } from './sql.ts';
 
 /** A row of `event_rows` as the packer reads it. */
 interface StoredRow {
@@ -13,15 +13,6 @@ interface StoredRow {
   shared: number | null;
   event_id: Buffer;
   data: string;
-}
-
-/** One pack as the packer builds it. */
-interface Pack {
-  firstSeq: number;
-  lastSeq: number;
-  firstTs: number;
-  lastTs: number;
-  rows: StoredRow[];
 }
 
 export interface PackPass {
@@ -116,7 +107,7 @@ export class Packer {
           pass.lastKey = key;
           if (terminalAt === null || terminalAt >= cutoffTs) continue; // live, or ended lately
           const rows = this.rowsOf.all(key) as StoredRow[];
-          if (!rows.every(keyFits)) {
+          if (!rows.every((r) => keyFits(r.event_id))) {
             pass.skipped++;
             continue;
           }
@@ -134,7 +125,7 @@ export class Packer {
               p.firstTs,
               p.lastTs,
               texts[i],
-              Buffer.concat(p.rows.map((r) => (isText(r) ? NO_KEY : r.event_id.subarray(1)))),
+              packKeys(p.rows.map((r) => r.event_id)),
             );
           });
           this.deleteRows.run(key, (rows[rows.length - 1] as StoredRow).seq);
@@ -153,23 +144,6 @@ export class Packer {
 
 /** Rooms a pass may look at for each it may pack: rooms still live or ended lately cost a lookup. */
 const LOOKS_PER_PACK = 8;
-
-/**
- * A key a pack holds: 16 bytes after a tag of 00 or 01, or an id that is text (tag 02, of any
- * length) whose bytes are UTF-8 through and through.
- */
-function keyFits(r: StoredRow): boolean {
-  const k = r.event_id;
-  if (!isText(r)) return k.length === KEY_BYTES && (k[0] === 0 || k[0] === 1);
-  return Buffer.from(k.toString('utf8', 1), 'utf8').equals(k.subarray(1));
-}
-
-/** Whether an event's id is text (tag 02): the pack holds it in the event, not in `keys`. */
-const isText = (r: StoredRow): boolean => r.event_id[0] === TEXT_TAG;
-const TEXT_TAG = 2;
-
-/** A key's place in `keys` for an event whose id is text: the pack holds the text. */
-const NO_KEY = Buffer.alloc(PACK_KEY_BYTES);
 
 /**
  * The ids of `event_shapes` (schema 9), by an event's type, engine, source, shared part and key
@@ -193,37 +167,11 @@ function shapeIds(db: Database.Database): IdTable {
 const shapeOf = (r: StoredRow): string =>
   `${r.type},${r.engine ?? 0},${r.source},${r.shared ?? 0},${r.event_id[0]}`;
 
-/** A room's rows as packs within the spans. */
-function packsOf(rows: StoredRow[]): Pack[] {
-  const packs: Pack[] = [];
-  let cur: Pack | null = null;
-  for (const r of rows) {
-    if (
-      cur &&
-      r.seq - cur.firstSeq < PACK_SPAN_SEQS &&
-      Math.max(cur.lastTs, r.ts) - Math.min(cur.firstTs, r.ts) <= PACK_SPAN_MS
-    ) {
-      cur.rows.push(r);
-      cur.lastSeq = r.seq;
-      cur.firstTs = Math.min(cur.firstTs, r.ts);
-      cur.lastTs = Math.max(cur.lastTs, r.ts);
-    } else {
-      cur = { firstSeq: r.seq, lastSeq: r.seq, firstTs: r.ts, lastTs: r.ts, rows: [r] };
-      packs.push(cur);
-    }
-  }
-  return packs;
-}
-
 /**
  * The `events` column of a pack (schema 9): its rows relative to its first seq and its earliest
  * ts, each with its shape (`event_shapes`) and its data as JSON, and an id that is text (tag 02:
  * event-keys.ts) as its text, fifth.
  */
-function packText(p: Pack, shapes: IdTable): string {
-  const parts = p.rows.map(
-    (r) =>
-      `[${r.seq - p.firstSeq},${r.ts - p.firstTs},${shapes.id(shapeOf(r))},${r.data}${isText(r) ? `,${JSON.stringify(r.event_id.toString('utf8', 1))}` : ''}]`,
-  );
-  return `[${parts.join(',')}]`;
+function packText(p: Pack<StoredRow>, shapes: IdTable): string {
+  return `[${p.rows.map((r) => packedEvent(p, r, shapes.id(shapeOf(r)))).join(',')}]`;
 }

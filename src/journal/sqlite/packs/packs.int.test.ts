@@ -6,34 +6,22 @@
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { lifecycle } from '../../../../test/helpers/events.ts';
+import { END, packTestEvents, reads } from '../../../../test/helpers/pack-reads.ts';
 import { tempDir } from '../../../../test/helpers/tmp.ts';
 import type { EventInput } from '../../events.ts';
+import { PACK_SPAN_MS } from '../../packs.ts';
 import type { AppendResult } from '../../store.ts';
-import { synthEvents } from '../../synth.ts';
 import { SqliteJournal } from '../journal.ts';
-import { PACK_SPAN_MS } from './sql.ts';
 
 const dir = tempDir('pdctl-packs-');
 let n = 0;
-const END = Date.parse('2026-11-30T00:00:00Z');
 
 async function synthJournal(rooms: number): Promise<SqliteJournal> {
   const j = await SqliteJournal.open({
     path: `${dir}/j${n++}.db`,
     durability: 'process',
   });
-  const events = [
-    ...synthEvents({
-      rooms,
-      seed: 11,
-      spanMs: 20 * 60_000,
-      endTs: END,
-      prefill: ['p0', 'p1'],
-      decode: ['d0', 'd1'],
-      incidents: 1,
-    }),
-  ];
-  await Promise.all(events.map((ev) => j.append(ev)));
+  await Promise.all(packTestEvents(rooms).map((ev) => j.append(ev)));
   return j;
 }
 
@@ -59,52 +47,6 @@ function viewRows(j: SqliteJournal): unknown[] {
   } finally {
     db.close();
   }
-}
-
-/** What the journal's reads give, each a different path through rows and packs. */
-async function reads(j: SqliteJournal) {
-  const all = await j.readFrom(0, 1_000_000);
-  const paged: number[] = [];
-  for (let after = 0; ; ) {
-    const page = await j.readFrom(after, 37);
-    if (page.length === 0) break;
-    paged.push(...page.map((e) => e.seq));
-    after = page[page.length - 1]?.seq as number;
-  }
-  const failed = all.find((e) => e.type === 'room.failed')?.room as string;
-  const mid = all[Math.floor(all.length / 2)]?.ts as number;
-  const stats = await j.stats();
-  return {
-    all,
-    paged,
-    newest: await j.tail({ limit: 20 }),
-    completedOldest: await j.tail({
-      type: 'room.completed',
-      order: 'oldest',
-      limit: 15,
-      afterSeq: 100,
-    }),
-    endedNewest: await j.tail({ type: ['room.failed', 'room.aborted'], limit: 10 }),
-    byEngine: await j.tail({ engine: 'd1', limit: 25 }),
-    since: await j.tail({ since: mid, order: 'oldest', limit: 30 }),
-    failedSince: await j.tail({ type: 'room.failed', since: mid - 60_000, limit: 500 }),
-    nothingSince: await j.tail({ since: END + 3_600_000 }),
-    byRoom: await j.tail({ room: failed, limit: 100 }),
-    timeline: await j.timeline(failed),
-    perMinute: await j.perMinute({ since: mid - 5 * 60_000, until: mid + 5 * 60_000 }),
-    stats: {
-      events: stats.events,
-      firstSeq: stats.firstSeq,
-      lastSeq: stats.lastSeq,
-      firstTs: stats.firstTs,
-      lastTs: stats.lastTs,
-      eventsByType: stats.eventsByType,
-      rejected: stats.rejectedEvents,
-    },
-    prunable: await j.countPrunable(mid, mid),
-    backlog: await j.engineBacklog('d0', 200),
-    head: await j.headSeq(),
-  };
 }
 
 describe('packed rooms', () => {

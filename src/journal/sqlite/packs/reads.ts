@@ -4,18 +4,13 @@
  */
 import type Database from 'better-sqlite3';
 import type { JournalEvent } from '../../events.ts';
+import { mergeBySeq, PACK_KEY_BYTES, PACK_SPAN_MS, PACK_SPAN_SEQS, TEXT_TAG } from '../../packs.ts';
 import { ENTERS, perMinuteQuery } from '../../queries.ts';
 import { type EventRow, rowToEvent } from '../../rows.ts';
 import type { TailFilter } from '../../store.ts';
 import { FOLD_COLUMNS, type FoldRow } from '../../verify.ts';
 import { EVENT_SELECT } from '../event-rows.ts';
-import {
-  HEAD_SEQ_SQL,
-  PACK_KEY_BYTES,
-  PACK_SPAN_MS,
-  PACK_SPAN_SEQS,
-  PACKED_SELECT,
-} from './sql.ts';
+import { HEAD_SEQ_SQL, PACKED_SELECT } from './sql.ts';
 
 /**
  * Reads events after a seq in windows of seqs, so that a read from far back never unpacks more
@@ -75,20 +70,6 @@ export class WindowedRead<Row extends EventRow | FoldRow = EventRow> {
     }
     return out;
   }
-}
-
-/** Two lists in seq order as one. */
-function mergeBySeq<T>(a: T[], b: T[], seq: (x: T) => number): T[] {
-  if (b.length === 0) return a;
-  if (a.length === 0) return b;
-  const out: T[] = [];
-  let i = 0;
-  let j = 0;
-  while (i < a.length || j < b.length) {
-    if (j === b.length || (i < a.length && seq(a[i] as T) < seq(b[j] as T))) out.push(a[i++] as T);
-    else out.push(b[j++] as T);
-  }
-  return out;
 }
 
 /**
@@ -278,9 +259,6 @@ type PackedEvent = [dseq: number, dts: number, shape: number, data: unknown, tex
 
 /** A row of `event_shapes`: type, engine (0: none), source, shared part (0: none), key tag. */
 type Shape = [type: number, engine: number, source: number, shared: number, keyTag: number];
-
-/** The tag of an event id that is text (event-keys.ts). */
-const TEXT_TAG = 2;
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);

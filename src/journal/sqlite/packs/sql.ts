@@ -1,9 +1,4 @@
-export const PACK_SPAN_SEQS = 65_536;
-export const PACK_SPAN_MS = 60_000;
-/** Bytes of an event key as `event_rows` stores it: a tag and 16 bytes (event-keys.ts, tags 00, 01). */
-export const KEY_BYTES = 17;
-/** Bytes of an event's key in a pack's `keys`: its 16 bytes (the tag is its shape's). */
-export const PACK_KEY_BYTES = 16;
+import { PACK_KEY_BYTES } from '../../packs.ts';
 
 /** The columns of the `events` view, from `room_packs p`: filter on `p` before the expansion. */
 export const PACKED_SELECT = `SELECT p.first_seq + json_extract(j.value, '$[0]') AS seq,

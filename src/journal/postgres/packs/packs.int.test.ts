@@ -1,0 +1,235 @@
+/**
+ * Packed rooms on a real PostgreSQL journal: every read gives what it gave before the rooms were
+ * packed, the view gives back every column byte for byte, `journal verify` rebuilds the
+ * projections from the packs, and retention takes packed rooms whole.
+ */
+import pg from 'pg';
+import { describe, expect, it } from 'vitest';
+import { lifecycle } from '../../../../test/helpers/events.ts';
+import { END, packTestEvents, reads } from '../../../../test/helpers/pack-reads.ts';
+import { freshDatabase, havePostgres } from '../../../../test/helpers/postgres.ts';
+import type { EventInput } from '../../events.ts';
+import { PACK_SPAN_MS } from '../../packs.ts';
+import type { AppendResult } from '../../store.ts';
+import { PgJournal } from '../journal.ts';
+
+const enabled = havePostgres();
+
+async function sql<R extends pg.QueryResultRow>(url: string, text: string): Promise<R[]> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    return (await c.query<R>(text)).rows;
+  } finally {
+    await c.end();
+  }
+}
+
+const count = async (url: string, text: string) =>
+  Number((await sql<{ n: string }>(url, text))[0]?.n);
+
+/** Every row of the view, as plain SQL reads it (event ids as hex). */
+const viewRows = (url: string) =>
+  sql(
+    url,
+    `SELECT seq, ts, type, room, engine, source, encode(event_id, 'hex') AS id, data, term
+       FROM events ORDER BY seq`,
+  );
+
+async function synthJournal(
+  rooms: number,
+  opts: { packAfterMs?: number; packEveryMs?: number } = {},
+) {
+  const url = await freshDatabase();
+  const j = await PgJournal.open({ url, durability: 'process', ...opts });
+  await Promise.all(packTestEvents(rooms).map((ev) => j.append(ev)));
+  return { j, url };
+}
+
+describe.runIf(enabled)('packed rooms on PostgreSQL', () => {
+  it('reads every event as before packing, through every read and the view, and verify rebuilds from packs', async () => {
+    const { j, url } = await synthJournal(300);
+    try {
+      // A room split across packs, and event ids of every form (text ids beside UUID keys).
+      const slow = lifecycle('slow-room').map((ev, i) => ({
+        ...ev,
+        ts: END - 10 * PACK_SPAN_MS + i * (PACK_SPAN_MS / 2),
+      }));
+      for (const ev of slow) await j.append(ev);
+      const texts = lifecycle('text-ids').map((ev, i) => ({
+        ...ev,
+        ts: END - 500,
+        ...(i % 3 === 0 ? { eventId: `text-ids:step-${i}-é` } : {}),
+        ...(i === 1 ? { eventId: 'text-ids:sixteen' } : {}),
+      }));
+      for (const ev of texts) await j.append(ev);
+      const before = await reads(j);
+      const viewBefore = await viewRows(url);
+      const rowsBefore = await count(url, 'SELECT count(*) AS n FROM event_rows');
+      const packed = await j.pack(END);
+      expect(packed.rooms).toBeGreaterThan(250);
+      expect(packed.skipped).toBe(0);
+      expect(await count(url, 'SELECT count(*) AS n FROM event_rows')).toBe(
+        rowsBefore - packed.events,
+      );
+      expect(
+        await count(url, "SELECT count(*) AS n FROM room_packs WHERE room = 'slow-room'"),
+      ).toBeGreaterThan(2);
+      expect(await reads(j)).toEqual(before);
+      expect(await viewRows(url)).toEqual(viewBefore);
+      const ids = (await j.timeline('text-ids')).events.map((e) => e.eventId);
+      expect(ids).toContain('text-ids:step-3-é');
+      expect(ids).toContain('text-ids:sixteen');
+      const report = await j.verify();
+      expect(report.problems).toEqual([]);
+      expect(report.ok).toBe(true);
+      // A second run finds nothing left to pack; a quick one after it neither.
+      expect((await j.pack(END)).rooms).toBe(0);
+      expect((await j.pack(END, { quick: true })).rooms).toBe(0);
+      // A room created long before the walk's place (a clock behind): a whole run packs it.
+      for (const ev of lifecycle('ended-earlier')) await j.append({ ...ev, ts: END - 86_400_000 });
+      expect((await j.pack(END, { quick: true })).rooms).toBe(0);
+      expect(await j.pack(END)).toEqual({ rooms: 1, events: lifecycle('x').length, skipped: 0 });
+    } finally {
+      await j.drain();
+    }
+  });
+
+  it('packs a room whose events two leaders wrote, each event keeping its term', async () => {
+    const url = await freshDatabase();
+    const events = lifecycle('two-terms').map((ev, i) => ({ ...ev, ts: END - 60_000 + i }));
+    const first = await PgJournal.open({ url, durability: 'process' });
+    for (const ev of events.slice(0, 4)) await first.append(ev);
+    await first.drain();
+    const second = await PgJournal.open({ url, durability: 'process' });
+    try {
+      for (const ev of events.slice(4)) await second.append(ev);
+      const before = await viewRows(url);
+      expect(new Set(before.map((r) => r.term))).toEqual(new Set(['1', '2']));
+      expect(await second.pack(END)).toMatchObject({ rooms: 1, events: events.length });
+      expect(await viewRows(url)).toEqual(before);
+      expect((await second.verify()).problems).toEqual([]);
+    } finally {
+      await second.drain();
+    }
+  });
+
+  it('takes appends to a packed room after it: a retry is refused as late, a new event is a row of the room', async () => {
+    const { j } = await synthJournal(30);
+    try {
+      const room = 'late-room';
+      const events = lifecycle(room).map((ev, i) => ({ ...ev, ts: END - 60_000 + i }));
+      const results: AppendResult[] = [];
+      for (const ev of events) results.push(await j.append(ev));
+      await j.pack(END);
+      const retry = await j.append({ ...(events[0] as EventInput), eventId: results[0]?.eventId });
+      expect(retry.status).toBe('rejected');
+      const timeline = await j.timeline(room);
+      expect(timeline.events.slice(0, events.length).map((e) => e.eventId)).toEqual(
+        results.map((r) => r.eventId),
+      );
+      expect(timeline.events).toHaveLength(events.length + 1);
+      expect((await j.verify()).problems).toEqual([]);
+    } finally {
+      await j.drain();
+    }
+  });
+
+  it('prunes packed rooms with their packs, counting their events as before', async () => {
+    const { j, url } = await synthJournal(150);
+    try {
+      const cutoff = END - 5 * 60_000;
+      const expected = await j.countPrunable(cutoff, cutoff);
+      await j.pack(END);
+      expect(await j.countPrunable(cutoff, cutoff)).toEqual(expected);
+      const pruned = await j.prune({ cutoffTs: cutoff, eventsCutoffTs: cutoff, chunkRooms: 37 });
+      expect({
+        rooms: pruned.rooms,
+        events: pruned.events,
+        otherEvents: pruned.otherEvents,
+      }).toEqual(expected);
+      expect(
+        await count(
+          url,
+          'SELECT count(*) AS n FROM room_packs p WHERE NOT EXISTS (SELECT 1 FROM rooms r WHERE r.room = p.room)',
+        ),
+      ).toBe(0);
+      expect(await count(url, 'SELECT count(*) AS n FROM room_packs')).toBeGreaterThan(0);
+      // An event inside a pack cannot be deleted by hand; a row still can.
+      await expect(
+        sql(url, 'DELETE FROM events WHERE seq = (SELECT min(first_seq) FROM room_packs)'),
+      ).rejects.toThrow(/packed with its room/);
+      expect((await j.verify()).problems).toEqual([]);
+    } finally {
+      await j.drain();
+    }
+  });
+
+  it('packs on its own while it leads, rooms that ended long enough ago only', async () => {
+    const url = await freshDatabase();
+    const j = await PgJournal.open({
+      url,
+      durability: 'process',
+      packAfterMs: 60_000,
+      packEveryMs: 20,
+    });
+    try {
+      for (let i = 0; i < 40; i++) {
+        for (const ev of lifecycle(`old-${i}`)) await j.append({ ...ev, ts: END + i });
+      }
+      for (const ev of lifecycle('just-ended')) await j.append(ev);
+      const packed = () => count(url, 'SELECT count(DISTINCT room) AS n FROM room_packs');
+      for (let waited = 0; (await packed()) < 40 && waited < 10_000; waited += 20) {
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      expect(await packed()).toBe(40);
+      expect(
+        await count(url, "SELECT count(*) AS n FROM event_rows WHERE room = 'just-ended'"),
+      ).toBe(lifecycle('x').length);
+      const late = Array.from({ length: 20 }, (_, i) =>
+        lifecycle(`late-${i}`).map((ev) => j.append({ ...ev, ts: END })),
+      ).flat();
+      expect((await Promise.all(late)).every((r) => r.status === 'applied')).toBe(true);
+    } finally {
+      await j.drain();
+    }
+    const again = await PgJournal.open({ url, durability: 'process' });
+    try {
+      expect((await again.verify()).problems).toEqual([]);
+      expect((await again.timeline('old-3')).events).toHaveLength(lifecycle('x').length);
+    } finally {
+      await again.drain();
+    }
+  });
+
+  it('verify names a pack that is damaged, names no room, or refers to a shape that is missing', async () => {
+    const { j, url } = await synthJournal(20);
+    try {
+      await j.pack(END);
+      expect((await j.verify()).problems).toEqual([]);
+      const [a, b, c] = (
+        await sql<{ first_seq: string }>(
+          url,
+          'SELECT first_seq FROM room_packs ORDER BY first_seq LIMIT 3',
+        )
+      ).map((r) => Number(r.first_seq));
+      await sql(url, `UPDATE room_packs SET keys = substring(keys FROM 2) WHERE first_seq = ${a}`);
+      await sql(
+        url,
+        `UPDATE room_packs SET events = replace(events::text, '[0,0,', '[0,0,999,')::json
+          WHERE first_seq = ${b}`,
+      );
+      await sql(url, `UPDATE room_packs SET room = 'no-such-room' WHERE first_seq = ${c}`);
+      const problems = (await j.verify()).problems;
+      expect(problems).toContain('1 packs of room_packs name no row of rooms');
+      expect(problems).toContain(
+        `1 packs of room_packs are damaged (keys missing, or a seq outside their bounds), first at seq ${a}`,
+      );
+      expect(problems).toContain(
+        `1 packs of room_packs refer to a shape or suffix that event_shapes or event_suffixes lacks, first at seq ${b}`,
+      );
+    } finally {
+      await j.drain();
+    }
+  });
+});
