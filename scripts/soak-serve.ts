@@ -9,7 +9,9 @@
  *   npm run soak:serve -- --minutes 2 --clients 16 --max-tokens 8 --keep
  *
  * Flags: --minutes N (default 10), --clients C (16), --retain D (passed to serve; default none),
- * --max-tokens T (8), --keep (leave the data directory), --json (one object at the end).
+ * --max-tokens T (8), --keep (leave the data directory), --json (one object at the end),
+ * --postgres ADMIN_URL (the journal in a new database on that server, and the empty start's in
+ * another: `journal MB` is then its tables' and indexes' bytes).
  */
 import { fork } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -18,6 +20,8 @@ import { join, resolve } from 'node:path';
 import { checkFlags, flag, has } from '../bench/args.ts';
 import type { ClientJob, ClientResult } from '../bench/serve-client.ts';
 import { journalBytes, killGroup, type Server, stop, timedStart } from '../bench/serve-process.ts';
+import { createDatabase } from '../src/journal/postgres/cluster.ts';
+import { PgReader } from '../src/journal/postgres/reader.ts';
 
 const MINUTES = Number(flag('--minutes', '10'));
 const CLIENTS = Number(flag('--clients', '16'));
@@ -25,6 +29,7 @@ const RETAIN = flag('--retain', '');
 const MAX_TOKENS = Number(flag('--max-tokens', '8'));
 const KEEP = has('--keep');
 const JSON_OUT = has('--json');
+const POSTGRES = flag('--postgres', '');
 checkFlags();
 for (const [name, v] of [
   ['--minutes', MINUTES],
@@ -39,6 +44,20 @@ for (const [name, v] of [
 
 const say = (s: string) => process.stderr.write(`${s}\n`);
 const serveArgs = RETAIN ? ['--retain', RETAIN] : [];
+/** On PostgreSQL: the run's journal and the empty start's, each a new database. */
+const pgUrls = POSTGRES
+  ? {
+      run: await createDatabase(POSTGRES, `pdctl_soak_${Date.now()}`),
+      empty: await createDatabase(POSTGRES, `pdctl_soak_empty_${Date.now()}`),
+    }
+  : null;
+if (pgUrls) serveArgs.push('--journal', pgUrls.run);
+const pgReader = pgUrls ? new PgReader(pgUrls.run) : null;
+
+/** The journal's bytes: the file's, or the PostgreSQL tables' and indexes'. */
+async function bytesOf(dir: string): Promise<number> {
+  return pgReader ? (await pgReader.diskUsage()).bytes : journalBytes(dir);
+}
 
 function rssMb(pid: number): number | null {
   try {
@@ -87,7 +106,7 @@ async function main(): Promise<void> {
   });
   try {
     say(
-      `soak:serve: ${MINUTES} min, ${CLIENTS} clients, ${MAX_TOKENS}-token completions, retain ${RETAIN || 'everything'}; data in ${dir}`,
+      `soak:serve: ${MINUTES} min, ${CLIENTS} clients, ${MAX_TOKENS}-token completions, retain ${RETAIN || 'everything'}; data in ${dir}${pgUrls ? `, journal ${pgUrls.run.replace(/:[^:@/]*@/, ':***@')}` : ''}`,
     );
     server = (await timedStart(dir, serveArgs)).server;
     const minutes: Minute[] = [];
@@ -118,7 +137,7 @@ async function main(): Promise<void> {
         p99Ms: Number(pct(result.ms, 99).toFixed(1)),
         failed: result.errors,
         rssMb: rss,
-        journalMb: Number((journalBytes(dir) / 1e6).toFixed(1)),
+        journalMb: Number(((await bytesOf(dir)) / 1e6).toFixed(1)),
         prunedRooms: await pruned(server.base),
       };
       minutes.push(row);
@@ -135,10 +154,10 @@ async function main(): Promise<void> {
     server = null;
     const restart = await timedStart(dir, serveArgs);
     server = restart.server;
-    const bytes = journalBytes(dir);
+    const bytes = await bytesOf(dir);
     await stop(server);
     server = null;
-    const empty = await timedStart(emptyDir);
+    const empty = await timedStart(emptyDir, pgUrls ? ['--journal', pgUrls.empty] : []);
     await stop(empty.server);
     const summary = {
       minutes,
@@ -152,6 +171,7 @@ async function main(): Promise<void> {
     if (JSON_OUT) process.stdout.write(`${JSON.stringify(summary)}\n`);
   } finally {
     client.disconnect();
+    pgReader?.close();
     if (server) await killGroup(server).catch(() => {});
     rmSync(emptyDir, { recursive: true, force: true });
     if (KEEP) say(`kept ${dir}`);
