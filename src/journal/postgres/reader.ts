@@ -422,7 +422,7 @@ export class PgReader implements JournalReader {
       // Every event and its term, a window of seqs at a time (packs/reads.ts); a packed event
       // whose shape is missing is left out, and packProblems names its pack.
       const run = onSnapshot(c);
-      const packs = new PackDecoder(run);
+      const packs = new PackDecoder(run, { ids: false });
       let newest: number | null = null;
       let backwards = 0;
       let term = 0;
@@ -431,6 +431,7 @@ export class PgReader implements JournalReader {
           afterSeq: fold.lastSeq,
           limit: FOLD_PAGE,
           newest: false,
+          ids: false,
         });
         for (const e of rows) {
           if (e.term < term) backwards++;

@@ -49,8 +49,7 @@ interface PackRow {
 /** One event of a pack, as its JSON array holds it (packer.ts). */
 type PackedEvent = [dseq: number, dts: number, shape: number, data: unknown, textId?: string];
 
-const PACK_COLUMNS =
-  'p.first_seq, p.last_seq, p.first_ts, p.room, p.events::text AS events, p.keys';
+const PACK_COLUMNS = 'p.first_seq, p.last_seq, p.first_ts, p.room, p.events::text AS events';
 
 /**
  * Packs decoded into the view's rows: the same columns and values as its packed half, the data
@@ -61,7 +60,16 @@ export class PackDecoder {
   private shapes = new Map<number, Shape>();
   private suffixes = new Map<number, Record<string, unknown>>();
 
-  constructor(private readonly run: Run) {}
+  /** `ids: false`: events without their ids (`event_id` empty), for a read that needs none (verify). */
+  constructor(
+    private readonly run: Run,
+    private readonly o: { ids?: boolean } = {},
+  ) {}
+
+  /** A pack's columns as it reads them: its keys only where events keep their ids. */
+  private get columns(): string {
+    return `${PACK_COLUMNS}, ${this.o.ids === false ? "''::bytea AS keys" : 'p.keys'}`;
+  }
 
   /**
    * The packed events with `lo < seq <= hi`, in seq order; `engine`: of its rooms only; `shapes`:
@@ -89,7 +97,7 @@ export class PackDecoder {
       params.push(`\\[-?\\d+,-?\\d+,(?:${ids.join('|')}),`);
     }
     const packs = (await this.run(
-      `SELECT ${PACK_COLUMNS} FROM room_packs p${o.engine === undefined ? '' : ' JOIN rooms r ON r.room = p.room'}
+      `SELECT ${this.columns} FROM room_packs p${o.engine === undefined ? '' : ' JOIN rooms r ON r.room = p.room'}
         WHERE ${where.join(' AND ')}`,
       params,
     )) as unknown as PackRow[];
@@ -99,7 +107,7 @@ export class PackDecoder {
   /** The packed events with `since <= ts < until`, in seq order. */
   async timeWindow(w: { since: number; until: number }, keep?: Keep): Promise<TermRow[]> {
     const packs = (await this.run(
-      `SELECT ${PACK_COLUMNS} FROM room_packs p WHERE p.first_ts >= ? AND p.first_ts < ?`,
+      `SELECT ${this.columns} FROM room_packs p WHERE p.first_ts >= ? AND p.first_ts < ?`,
       [w.since - PACK_SPAN_MS, w.until],
     )) as unknown as PackRow[];
     return this.decode(packs, (e) => e.ts >= w.since && e.ts < w.until, keep);
@@ -132,7 +140,9 @@ export class PackDecoder {
         };
         const data = stored as Record<string, unknown>;
         if (!inWindow(row, data) || (keep && !keep(row, data))) continue;
-        if (shape.key_tag === TEXT_TAG) {
+        if (this.o.ids === false) {
+          // left empty
+        } else if (shape.key_tag === TEXT_TAG) {
           row.event_id = Buffer.concat([TEXT_PREFIX, Buffer.from(String(textId), 'utf8')]);
         } else {
           const key = Buffer.allocUnsafe(PACK_KEY_BYTES + 1);
@@ -190,15 +200,19 @@ export async function eventsInWindows(
     params?: unknown[];
     keep?: Keep;
     shapes?: ShapeTest;
+    /** false: rows without their ids (`event_id` empty; the decoder's `ids` should agree). */
+    ids?: boolean;
   },
 ): Promise<TermRow[]> {
+  const columns =
+    o.ids === false ? `${COLUMNS.replace('event_id, ', '')}, ''::bytea AS event_id` : COLUMNS;
   const filter = o.where ? ` AND ${o.where}` : '';
   const params = o.params ?? [];
   const [p] = await run('SELECT max(last_seq) AS last FROM room_packs', []);
   const packsEnd = Number(p?.last ?? 0);
   if (packsEnd <= o.afterSeq || o.newest) {
     const rows = (await run(
-      `SELECT ${COLUMNS} FROM event_rows WHERE seq > ?${filter}
+      `SELECT ${columns} FROM event_rows WHERE seq > ?${filter}
         ORDER BY seq ${o.newest ? 'DESC' : 'ASC'} LIMIT ?`,
       [o.afterSeq, ...params, o.limit],
     )) as unknown as TermRow[];
@@ -211,7 +225,7 @@ export async function eventsInWindows(
   const window = async (lo: number, hi: number): Promise<TermRow[]> =>
     mergeBySeq(
       (await run(
-        `SELECT ${COLUMNS} FROM event_rows WHERE seq > ? AND seq <= ?${filter} ORDER BY seq`,
+        `SELECT ${columns} FROM event_rows WHERE seq > ? AND seq <= ?${filter} ORDER BY seq`,
         [lo, hi, ...params],
       )) as unknown as TermRow[],
       await packs.window({ lo, hi }, o.keep, { shapes: o.shapes }),
