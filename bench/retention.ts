@@ -7,7 +7,7 @@
  * stopped journal). Phases interleave so the machine's drift hits all alike. The baseline is (a),
  * in the same run; the ratio is append p99 beside a prune over p99 without. A fourth phase packs
  * the day-old rooms instead (schema 8), as a serving control plane does 5 minutes after rooms end:
- * 16 rooms per transaction (`--pack-chunks`), resting as long as each took.
+ * 16 rooms per transaction (64 on PostgreSQL; `--pack-chunks`), resting as long as each took.
  *
  *   npm run bench:retention                          # a table
  *   npm run bench:retention -- --rooms 250000 --seconds 5 --appenders 16 --rounds 3 --json
@@ -24,7 +24,7 @@ import { join } from 'node:path';
 import { drillPostgres, openJournal } from '../src/app/journal.ts';
 import type { EventInput } from '../src/journal/events.ts';
 import { PACK_ROOMS_PER_PASS } from '../src/journal/packs.ts';
-import type { PgJournal } from '../src/journal/postgres/journal.ts';
+import { PG_PACK_ROOMS_PER_PASS, type PgJournal } from '../src/journal/postgres/journal.ts';
 import { DEFAULT_CHUNK_ROOMS, Retention } from '../src/journal/retention.ts';
 import type { SqliteJournal } from '../src/journal/sqlite/journal.ts';
 import type { JournalStore } from '../src/journal/store.ts';
@@ -82,7 +82,12 @@ async function fill(journal: JournalStore, round: number): Promise<void> {
 let roomSeq = 0;
 
 const SERVE_CHUNKS = flag('--serve-chunks', String(DEFAULT_CHUNK_ROOMS)).split(',').map(Number);
-const PACK_CHUNKS = flag('--pack-chunks', String(PACK_ROOMS_PER_PASS)).split(',').map(Number);
+const PACK_CHUNKS = flag(
+  '--pack-chunks',
+  String(BACKEND === 'postgres' ? PG_PACK_ROOMS_PER_PASS : PACK_ROOMS_PER_PASS),
+)
+  .split(',')
+  .map(Number);
 checkFlags();
 const PHASES = [
   'no prune',

@@ -7,9 +7,10 @@
 -- (type, engine, source, the event key's tag, term, and the end of the data that rooms repeat),
 -- `data` the JSON it was without that end, an event id that is text (tag 02) as its text, fifth —
 -- and the events' keys end to end without their tag, 16 bytes each (zeros where the id is text).
--- The end that rooms repeat (a room.created's engines, model and deadline table, written last:
--- src/journal/packs.ts) is kept once in `event_suffixes`, as text from its comma on: the view
--- puts it back in place of the closing brace, so the data reads back as the text appended. The table of rows is now `event_rows`, and `events` a view of
+-- The end that rooms repeat (a room.created's reservation identity, engines, model and deadline
+-- table, written last: SHARED_KEYS in src/journal/packs.ts) is kept once in `event_suffixes`, as
+-- text from its comma on: the view puts it back in place of the closing braces (`depth` of them:
+-- the objects it is inside), so the data reads back as the text appended. The table of rows is now `event_rows`, and `events` a view of
 -- rows and packs with the columns and values they had: every query of events reads as before.
 -- `events` in a pack is `json`, which keeps its text as written: each event's data reads back
 -- byte for byte.
@@ -21,8 +22,9 @@
 ALTER TABLE events RENAME TO event_rows;
 
 CREATE TABLE event_suffixes (
-  id   INTEGER GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-  text TEXT    NOT NULL  -- from the comma before the first repeated key to the closing brace
+  id    INTEGER  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  depth SMALLINT NOT NULL,  -- the closing braces of the stored data it stands in for
+  text  TEXT     NOT NULL   -- from the comma before the first repeated key to the end
 );
 
 CREATE TABLE event_shapes (
@@ -56,7 +58,8 @@ CREATE VIEW events (seq, ts, type, room, engine, source, event_id, data, term) A
          CASE h.key_tag WHEN 2 THEN '\x02'::bytea || convert_to(j.e ->> 4, 'UTF8')
               ELSE (CASE h.key_tag WHEN 1 THEN '\x01'::bytea ELSE '\x00'::bytea END)
                    || substring(p.keys FROM 16 * (j.n - 1)::integer + 1 FOR 16) END,
-         CASE WHEN h.suffix IS NULL THEN (j.e -> 3)::text ELSE left((j.e -> 3)::text, -1) || x.text END,
+         CASE WHEN h.suffix IS NULL THEN (j.e -> 3)::text
+              ELSE left((j.e -> 3)::text, -x.depth) || x.text END,
          h.term
     FROM room_packs p
     CROSS JOIN LATERAL json_array_elements(p.events) WITH ORDINALITY AS j (e, n)

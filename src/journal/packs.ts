@@ -74,49 +74,94 @@ export function packedEvent(
   return `[${row.seq - pack.firstSeq},${row.ts - pack.firstTs},${shape},${row.data}${text}]`;
 }
 
-/**
- * Keys at the top of an event's data that repeat across rooms, by type, written last in this
- * order (commit-queue.ts puts a room.created's there): a journal may keep them once.
- */
-export const TRAILING_SHARED_KEYS: Readonly<Record<string, readonly string[]>> = {
-  'room.created': CREATED_REPEATED_KEYS,
-  'room.bootstrapped': ['pool', 'epoch'],
-  'room.transfer_completed': ['transport'],
-  'room.completed': ['finishReason'],
-};
+/** Keys of the object at `parent` (a path from the data's top), in the order they are shared. */
+export interface SharedKeys {
+  parent: readonly string[];
+  keys: readonly string[];
+}
 
 /**
- * An event's data text split before its trailing shared keys: `head`, the JSON of the rest, and
- * `suffix`, the text from the comma before the first of them to the end, so that `head` without
- * its closing brace, then `suffix`, is the text itself. Null where its type shares none, none are
- * there, they are not its last keys, or nothing would be left.
+ * The keys of an event's data that repeat across rooms, by type, in document order: a journal may
+ * keep them once (SQLite's `event_shared`, PostgreSQL's `event_suffixes`). Migration 0007 split the
+ * first ones (a room.created's reservation identity and deadline table, a room.bootstrapped's pool
+ * and epoch); since then the writer also splits a room.created's engines, model and transport
+ * (written last for it: CREATED_REPEATED_KEYS), a transfer's transport and a completion's finish
+ * reason.
  */
-export function sharedSuffix(type: string, text: string): { head: string; suffix: string } | null {
-  const keys = TRAILING_SHARED_KEYS[type];
-  if (keys === undefined) return null;
+export const SHARED_KEYS: Readonly<Record<string, readonly SharedKeys[]>> = {
+  'room.created': [
+    { parent: ['reservation', 'decode'], keys: ['pool', 'epoch', 'incarnation'] },
+    { parent: [], keys: CREATED_REPEATED_KEYS },
+  ],
+  'room.bootstrapped': [{ parent: [], keys: ['pool', 'epoch'] }],
+  'room.transfer_completed': [{ parent: [], keys: ['transport'] }],
+  'room.completed': [{ parent: [], keys: ['finishReason'] }],
+};
+
+export type Json = Record<string, unknown>;
+export const isObject = (v: unknown): v is Json =>
+  typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/**
+ * A copy of `obj` whose object at `parent` lacks `keys` (the rest shares what it can with `obj`).
+ * Built key by key rather than by `delete`, which would leave V8 a slow object to serialize.
+ */
+export function without(obj: Json, parent: readonly string[], keys: readonly string[]): Json {
+  const out: Json = {};
+  for (const k of Object.keys(obj)) {
+    if (parent.length === 0) {
+      if (!keys.includes(k)) out[k] = obj[k];
+    } else {
+      out[k] = k === parent[0] ? without(obj[k] as Json, parent.slice(1), keys) : obj[k];
+    }
+  }
+  return out;
+}
+
+/**
+ * An event's data text split where what rooms repeat begins: `suffix`, the text from the comma
+ * before the first shared key on, and `head`, the JSON of the rest — the text before that comma
+ * and `depth` closing braces (those of the objects the suffix is inside) — so that `head`
+ * without its last `depth` characters, then `suffix`, is the text itself. It splits where every
+ * key after that comma, at any depth, is a shared key (SHARED_KEYS): checked by writing the rest
+ * as JSON, which must be `head` exactly. Null where no such place is found.
+ */
+export function sharedSuffix(
+  type: string,
+  text: string,
+): { head: string; suffix: string; depth: number } | null {
+  const groups = SHARED_KEYS[type];
+  if (groups === undefined) return null;
   let data: unknown;
   try {
     data = JSON.parse(text);
   } catch {
     return null;
   }
-  if (typeof data !== 'object' || data === null || Array.isArray(data)) return null;
-  const all = Object.keys(data);
-  const has = keys.filter((k) => k in data);
-  if (has.length === 0 || has.length === all.length) return null;
-  if (all.slice(-has.length).some((k, i) => k !== has[i])) return null;
-  const at = text.lastIndexOf(`,${JSON.stringify(has[0])}:`);
-  if (at < 0) return null;
-  const head = `${text.slice(0, at)}}`;
-  // Found inside a value rather than at the top: the head is no object of the other keys.
-  try {
-    const rest = JSON.parse(head) as unknown;
-    if (typeof rest !== 'object' || rest === null || Array.isArray(rest)) return null;
-    if (Object.keys(rest).length !== all.length - has.length) return null;
-  } catch {
-    return null;
+  if (!isObject(data)) return null;
+  // Each group that has a key here, where its first key is in the text.
+  const found: Array<{ group: SharedKeys; keys: string[]; at: number }> = [];
+  for (const group of groups) {
+    let at: unknown = data;
+    for (const step of group.parent) at = isObject(at) ? at[step] : undefined;
+    if (!isObject(at)) continue;
+    const obj = at;
+    const keys = group.keys.filter((k) => obj[k] !== undefined);
+    if (keys.length === 0) continue;
+    found.push({ group, keys, at: text.lastIndexOf(`,${JSON.stringify(keys[0])}:`) });
   }
-  return { head, suffix: text.slice(at) };
+  // From the earliest place on: the split there takes that group and every later one.
+  const order = found.filter((f) => f.at > 0).sort((a, b) => a.at - b.at);
+  for (const [i, start] of order.entries()) {
+    let rest: Json = data;
+    for (const f of order.slice(i)) rest = without(rest, f.group.parent, f.keys);
+    const depth = start.group.parent.length + 1;
+    const head = `${text.slice(0, start.at)}${'}'.repeat(depth)}`;
+    if (Object.keys(rest).length > 0 && JSON.stringify(rest) === head) {
+      return { head, suffix: text.slice(start.at), depth };
+    }
+  }
+  return null;
 }
 
 /** Two lists in seq order as one. */

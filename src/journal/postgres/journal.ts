@@ -14,7 +14,7 @@ import { checkAfterSeq, checkCursor, checkPrune } from '../checks.ts';
 import { CommitQueue } from '../commit-queue.ts';
 import { JournalError } from '../errors.ts';
 import type { EventInput } from '../events.ts';
-import { PACK_EVERY_MS, PACK_ROOMS_PER_PASS, type PackTotals, packEvery } from '../packs.ts';
+import { PACK_EVERY_MS, type PackTotals, packEvery } from '../packs.ts';
 import { pruneInChunks } from '../prune.ts';
 import type {
   AppendResult,
@@ -77,6 +77,13 @@ export interface Leadership {
 }
 
 const DEFAULT_LEASE_MS = 2000;
+
+/**
+ * Rooms packed in one transaction. More than SQLite's 16: each transaction pays round trips to the
+ * server, 0.35 ms a room at 16 and 0.21 at 64 (a served journal, packing alone), about 13 ms of
+ * the writing session a transaction.
+ */
+export const PG_PACK_ROOMS_PER_PASS = 64;
 
 /** The error of an attempt to lead while another control plane does. */
 function busy(where: string, current: LeaderRow): JournalError {
@@ -161,7 +168,7 @@ export class PgJournal extends PgReader implements JournalStore {
   }
 
   /**
-   * Packs every room that ended before `cutoffTs`, PACK_ROOMS_PER_PASS rooms a transaction on the
+   * Packs every room that ended before `cutoffTs`, PG_PACK_ROOMS_PER_PASS rooms a transaction on the
    * writing session, appends taking their turns between (packs.ts); `pace`: it rests after each
    * pass as long as the pass took; `quick`: the walk goes on from where the last run left off
    * rather than from the oldest room with rows; `signal` stops it between passes. One run at a
@@ -179,7 +186,7 @@ export class PgJournal extends PgReader implements JournalStore {
         ? ((await this.query<{ oldest: number | null }>(OLDEST_WITH_ROWS))[0]?.oldest ?? null)
         : undefined;
       await this.packer.start(this.run, cutoffTs, oldest);
-      const perPass = opts.roomsPerPass ?? PACK_ROOMS_PER_PASS;
+      const perPass = opts.roomsPerPass ?? PG_PACK_ROOMS_PER_PASS;
       while (this.writable() && !opts.signal?.aborted) {
         const started = performance.now();
         const next = await this.packer.next(this.run, cutoffTs, perPass);

@@ -6,7 +6,7 @@
  * pdctl writes `event_rows`, and reads it directly where a filter must reach an index by id.
  */
 import type Database from 'better-sqlite3';
-import { TRAILING_SHARED_KEYS } from '../packs.ts';
+import { isObject, type Json, SHARED_KEYS, without } from '../packs.ts';
 import { keptTypes } from '../prune.ts';
 import type { EventSql } from '../queries.ts';
 
@@ -123,40 +123,11 @@ export function eventRowsSql(db: Database.Database): EventSql {
   };
 }
 
-/**
- * The keys of an event's data that repeat across rooms, by type, in the order the view patches
- * them back: stored once in `event_shared`. Migration 0007 split the first ones (a room.created's
- * reservation identity and deadline table, a room.bootstrapped's pool and epoch); since then the
- * writer also splits a room.created's engines, model and transport (written last for it:
- * CREATED_REPEATED_KEYS), a transfer's transport and a completion's finish reason.
- */
-const SHARED_KEYS: Readonly<Record<string, readonly SharedKeys[]>> = Object.fromEntries(
-  Object.entries(TRAILING_SHARED_KEYS).map(([type, keys]) => [
-    type,
-    [
-      ...(type === 'room.created'
-        ? [{ parent: ['reservation', 'decode'], keys: ['pool', 'epoch', 'incarnation'] }]
-        : []),
-      { parent: [], keys },
-    ],
-  ]),
-);
-
-/** Keys of the object at `parent` (a path from the data's top), in the order they are shared. */
-interface SharedKeys {
-  parent: readonly string[];
-  keys: readonly string[];
-}
-
 /** An event's data as `event_rows` stores it: the rest as JSON, and the shared part's JSON if any. */
 export interface StoredData {
   data: string;
   shared: string | null;
 }
-
-type Json = Record<string, unknown>;
-const isObject = (v: unknown): v is Json =>
-  typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** `data` stored as it came. */
 function whole(data: unknown): StoredData {
@@ -211,20 +182,4 @@ export function storedData(type: string, data: unknown): StoredData {
     for (const k of keys) to[k] = from[k];
   }
   return { data: JSON.stringify(rest), shared: JSON.stringify(part) };
-}
-
-/**
- * A copy of `obj` whose object at `parent` lacks `keys` (the rest shares what it can with `obj`).
- * Built key by key rather than by `delete`, which would leave V8 a slow object to serialize.
- */
-function without(obj: Json, parent: readonly string[], keys: readonly string[]): Json {
-  const out: Json = {};
-  for (const k of Object.keys(obj)) {
-    if (parent.length === 0) {
-      if (!keys.includes(k)) out[k] = obj[k];
-    } else {
-      out[k] = k === parent[0] ? without(obj[k] as Json, parent.slice(1), keys) : obj[k];
-    }
-  }
-  return out;
 }

@@ -145,8 +145,11 @@ export class PgPacker {
       const suffix =
         split === null
           ? null
-          : await idOf(suffixes, added.suffixes, split.suffix, () =>
-              c.query('INSERT INTO event_suffixes (text) VALUES ($1) RETURNING id', [split.suffix]),
+          : await idOf(suffixes, added.suffixes, `${split.depth} ${split.suffix}`, () =>
+              c.query('INSERT INTO event_suffixes (depth, text) VALUES ($1, $2) RETURNING id', [
+                split.depth,
+                split.suffix,
+              ]),
             );
       const shape = [r.type, r.engine, r.source, r.event_id[0], r.term, suffix] as const;
       const id = await idOf(shapes, added.shapes, JSON.stringify(shape), () =>
@@ -216,14 +219,14 @@ export class PgPacker {
     return this.floor === null;
   }
 
-  /** `event_shapes` by their columns (as JSON), `event_suffixes` by their text: read once. */
+  /** `event_shapes` by their columns (as JSON), `event_suffixes` by depth and text: read once. */
   private async tables(c: pg.ClientBase): Promise<NonNullable<PgPacker['stored']>> {
     if (this.stored) return this.stored;
     const shapes = await c.query<{ id: number; shape: string }>(
       'SELECT id, json_build_array(type, engine, source, key_tag, term, suffix)::text AS shape FROM event_shapes',
     );
     const suffixes = await c.query<{ id: number; text: string }>(
-      'SELECT id, text FROM event_suffixes',
+      "SELECT id, depth || ' ' || text AS text FROM event_suffixes",
     );
     this.stored = {
       shapes: new Map(shapes.rows.map((r) => [JSON.stringify(JSON.parse(r.shape)), r.id])),

@@ -63,6 +63,28 @@ describe.runIf(enabled)('packed rooms on PostgreSQL', () => {
         ...(i === 1 ? { eventId: 'text-ids:sixteen' } : {}),
       }));
       for (const ev of texts) await j.append(ev);
+      // A room.created whose reservation identity is shared too (a suffix inside two objects).
+      const reserved = lifecycle('reserved').map((ev, i) => ({
+        ...ev,
+        ts: END - 400,
+        ...(i === 0
+          ? {
+              data: {
+                ...(ev.data as Record<string, unknown>),
+                sampling: { temperature: 1, seed: 7 },
+                reservation: {
+                  decode: {
+                    pages: [2, 3],
+                    pool: '/pdctl-decode-0-1',
+                    epoch: 9,
+                    incarnation: 'i-1',
+                  },
+                },
+              },
+            }
+          : {}),
+      }));
+      for (const ev of reserved) await j.append(ev as EventInput);
       const before = await reads(j);
       const viewBefore = await viewRows(url);
       const rowsBefore = await count(url, 'SELECT count(*) AS n FROM event_rows');
@@ -80,6 +102,7 @@ describe.runIf(enabled)('packed rooms on PostgreSQL', () => {
       const ids = (await j.timeline('text-ids')).events.map((e) => e.eventId);
       expect(ids).toContain('text-ids:step-3-é');
       expect(ids).toContain('text-ids:sixteen');
+      expect(await count(url, 'SELECT count(*) AS n FROM event_suffixes WHERE depth = 3')).toBe(1);
       const report = await j.verify();
       expect(report.problems).toEqual([]);
       expect(report.ok).toBe(true);

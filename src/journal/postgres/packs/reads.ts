@@ -58,7 +58,7 @@ const PACK_COLUMNS = 'p.first_seq, p.last_seq, p.first_ts, p.room, p.events::tex
  */
 export class PackDecoder {
   private shapes = new Map<number, Shape>();
-  private suffixes = new Map<number, Record<string, unknown>>();
+  private suffixes = new Map<number, { depth: number; text: string }>();
 
   /** `ids: false`: events without their ids (`event_id` empty), for a read that needs none (verify). */
   constructor(
@@ -150,9 +150,10 @@ export class PackDecoder {
           p.keys.copy(key, 1, PACK_KEY_BYTES * k, PACK_KEY_BYTES * (k + 1));
           row.event_id = key;
         }
+        // The view's text: the stored data without its last `depth` braces, then the shared end.
         const end = shape.suffix === null ? undefined : this.suffixes.get(shape.suffix);
-        if (end !== undefined) Object.assign(data, end);
-        row.data = JSON.stringify(data);
+        const text = JSON.stringify(data);
+        row.data = end === undefined ? text : text.slice(0, -end.depth) + end.text;
         out.push(row);
       }
     }
@@ -166,14 +167,11 @@ export class PackDecoder {
       [Math.max(0, ...this.shapes.keys())],
     )) as unknown as Array<Shape & { id: number }>;
     for (const r of shapes) this.shapes.set(r.id, r);
-    const ends = await this.run('SELECT id, text FROM event_suffixes WHERE id > ?', [
+    const ends = await this.run('SELECT id, depth, text FROM event_suffixes WHERE id > ?', [
       Math.max(0, ...this.suffixes.keys()),
     ]);
     for (const r of ends) {
-      this.suffixes.set(
-        Number(r.id),
-        JSON.parse(`{${String(r.text).slice(1)}`) as Record<string, unknown>,
-      );
+      this.suffixes.set(Number(r.id), { depth: Number(r.depth), text: String(r.text) });
     }
   }
 }
