@@ -90,7 +90,7 @@ export function openJournal(o: JournalOpenOptions): Promise<ControlJournal> {
 
 /** A journal opened for reading only (it is never modified): the query commands' view. */
 export function openJournalReader(path: string): JournalReader {
-  return isPostgresUrl(path) ? new PgReader(path) : new SqliteReader(path);
+  return isPostgresUrl(path) ? new PgReader(path, { checkSchema: true }) : new SqliteReader(path);
 }
 
 /**

@@ -3,6 +3,7 @@
  * with each other (verify, an engine's backlog) run in one REPEATABLE READ transaction.
  */
 import pg from 'pg';
+import { JournalError } from '../errors.ts';
 import type { EventType, JournalEvent, JournalEventOf } from '../events.ts';
 import { mergeBySeq, PACK_KEY_BYTES, PACK_SPAN_MS } from '../packs.ts';
 import { keptTypes } from '../prune.ts';
@@ -71,10 +72,18 @@ export class PgReader implements JournalReader {
   readonly path: string;
   protected readonly pool: pg.Pool;
 
+  /**
+   * Whether its schema is yet to be checked: a reader of the query commands (`checkSchema`)
+   * refuses a journal of an older or newer schema with what to do, where its queries would fail
+   * on a missing column. Checked once it was found right.
+   */
+  private schemaUnchecked: boolean;
+
   constructor(
     protected readonly url: string,
-    options: { applicationName?: string; max?: number } = {},
+    options: { applicationName?: string; max?: number; checkSchema?: boolean } = {},
   ) {
+    this.schemaUnchecked = options.checkSchema === true;
     this.path = redactUrl(url);
     this.pool = new pg.Pool({
       ...clientConfig({ url, applicationName: options.applicationName ?? 'pdctl reader' }),
@@ -88,6 +97,7 @@ export class PgReader implements JournalReader {
 
   protected async query<R extends pg.QueryResultRow>(q: Query | string): Promise<R[]> {
     const { sql, params } = typeof q === 'string' ? { sql: q, params: [] } : q;
+    if (this.schemaUnchecked) await this.checkSchema();
     try {
       return (await this.pool.query<R>(numbered(sql), params)).rows;
     } catch (err) {
@@ -97,6 +107,7 @@ export class PgReader implements JournalReader {
 
   /** Runs `fn` in one read-only snapshot. */
   protected async snapshot<T>(fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+    if (this.schemaUnchecked) await this.checkSchema();
     let c: pg.PoolClient;
     try {
       c = await this.pool.connect();
@@ -114,6 +125,38 @@ export class PgReader implements JournalReader {
     } finally {
       c.release();
     }
+  }
+
+  private async checkSchema(): Promise<void> {
+    let c: pg.PoolClient;
+    try {
+      c = await this.pool.connect();
+    } catch (err) {
+      throw classifyPgError(err, this.url);
+    }
+    let version: number | null;
+    try {
+      version = await pgSchemaVersion(c);
+    } catch (err) {
+      throw classifyPgError(err, this.url);
+    } finally {
+      c.release();
+    }
+    const head = pgMigrations().length;
+    // 0 (no tables yet) and null (not a journal) are left to the queries' own errors.
+    if (version !== null && version > head) {
+      throw new JournalError(
+        'JOURNAL_VERSION_CONFLICT',
+        `${this.path} has journal schema ${version}, newer than this pdctl knows (${head}); upgrade pdctl to read it (nothing was modified)`,
+      );
+    }
+    if (version !== null && version > 0 && version < head) {
+      throw new JournalError(
+        'JOURNAL_VERSION_CONFLICT',
+        `${this.path} has journal schema ${version}, older than this pdctl's ${head}; a control plane of this version migrates it as it takes the lead, or run \`pdctl journal migrate --journal ${this.path}\` with every control plane on it stopped (nothing was modified)`,
+      );
+    }
+    this.schemaUnchecked = false;
   }
 
   /** `sql` with `?` placeholders, on the pool: what packs/reads.ts reads through. */

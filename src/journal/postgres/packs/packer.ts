@@ -1,6 +1,7 @@
 /**
- * The leader's side of packed rooms on PostgreSQL (schema 6, migrations/postgres/0006_room_packs.sql):
- * terminal rooms' rows packed a room a row, a short transaction at a time.
+ * The leader's side of packed rooms on PostgreSQL (schemas 6 and 7, migrations/postgres/
+ * 0006_room_packs.sql and 0007_event_layouts.sql): terminal rooms' rows packed a room a row, a
+ * short transaction at a time, each event's data laid out by its shape where it can be (layout.ts).
  */
 import type pg from 'pg';
 import {
@@ -11,6 +12,7 @@ import {
   packsOf,
   sharedSuffix,
 } from '../../packs.ts';
+import { layOut } from './layout.ts';
 import type { Run } from './reads.ts';
 import { COLUMNS } from './sql.ts';
 
@@ -48,6 +50,8 @@ export class PgPacker {
   private readonly pending = new Set<string>();
   /** This run's rooms to pack before it walks on. */
   private ready: string[] = [];
+  /** Shapes and suffixes this pass's transaction added: kept once it commits (`committed`). */
+  private added = { shapes: new Map<string, number>(), suffixes: new Map<string, number>() };
 
   /**
    * Starts a run, reading through `read` (the pool: the walk is no work of the writing session).
@@ -151,15 +155,25 @@ export class PgPacker {
                 split.suffix,
               ]),
             );
-      const shape = [r.type, r.engine, r.source, r.event_id[0], r.term, suffix] as const;
+      const head = split === null ? r.data : split.head;
+      const laid = layOut(head);
+      const shape = [
+        r.type,
+        r.engine,
+        r.source,
+        r.event_id[0],
+        r.term,
+        suffix,
+        laid?.layout ?? null,
+      ] as const;
       const id = await idOf(shapes, added.shapes, JSON.stringify(shape), () =>
         c.query(
-          `INSERT INTO event_shapes (type, engine, source, key_tag, term, suffix)
-           VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`,
+          `INSERT INTO event_shapes (type, engine, source, key_tag, term, suffix, layout)
+           VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`,
           [...shape],
         ),
       );
-      return { shape: id, data: split === null ? r.data : split.head };
+      return { shape: id, data: laid?.values ?? head };
     };
     const cols: unknown[][] = [[], [], [], [], [], [], []];
     const done: string[] = [];
@@ -198,9 +212,6 @@ export class PgPacker {
     return out;
   }
 
-  /** Shapes and suffixes this pass's transaction added: kept once it commits (`committed`). */
-  private added = { shapes: new Map<string, number>(), suffixes: new Map<string, number>() };
-
   /** After the pass's transaction committed: the shapes and suffixes it added are stored. */
   committed(): void {
     for (const [k, id] of this.added.shapes) this.stored?.shapes.set(k, id);
@@ -223,7 +234,7 @@ export class PgPacker {
   private async tables(c: pg.ClientBase): Promise<NonNullable<PgPacker['stored']>> {
     if (this.stored) return this.stored;
     const shapes = await c.query<{ id: number; shape: string }>(
-      'SELECT id, json_build_array(type, engine, source, key_tag, term, suffix)::text AS shape FROM event_shapes',
+      'SELECT id, json_build_array(type, engine, source, key_tag, term, suffix, layout)::text AS shape FROM event_shapes',
     );
     const suffixes = await c.query<{ id: number; text: string }>(
       "SELECT id, depth || ' ' || text AS text FROM event_suffixes",

@@ -1,11 +1,12 @@
 /**
- * Reads of events that packs may hold (PostgreSQL schema 6): in windows of seqs or of time, the
+ * Reads of events that packs may hold (PostgreSQL schemas 6 and 7): in windows of seqs or of time, the
  * packs fetched as they are stored and decoded here — a tenth of the time PostgreSQL's JSON
  * functions take to expand them — and never an unpacking of every pack (the view's packed half
  * has no index on the seq it computes).
  */
 import { mergeBySeq, PACK_KEY_BYTES, PACK_SPAN_MS, PACK_SPAN_SEQS, TEXT_TAG } from '../../packs.ts';
 import type { EventRow } from '../../rows.ts';
+import { keysOf, objectOf } from './layout.ts';
 import { COLUMNS, HEAD_SEQ_SQL } from './sql.ts';
 
 /** Runs SQL with `?` placeholders (a pool's query, or one snapshot's); its rows as objects. */
@@ -34,6 +35,8 @@ interface Shape {
   key_tag: number;
   term: number;
   suffix: number | null;
+  /** The keys of its layout (layout.ts), or null: the pack holds the data whole. */
+  keys: string[] | null;
 }
 
 /** A pack as it is read. */
@@ -46,7 +49,7 @@ interface PackRow {
   keys: Buffer;
 }
 
-/** One event of a pack, as its JSON array holds it (packer.ts). */
+/** One event of a pack, as its JSON array holds it (packer.ts): its data, or the values of its shape's layout. */
 type PackedEvent = [dseq: number, dts: number, shape: number, data: unknown, textId?: string];
 
 const PACK_COLUMNS = 'p.first_seq, p.last_seq, p.first_ts, p.room, p.events::text AS events';
@@ -138,7 +141,10 @@ export class PackDecoder {
           event_id: EMPTY,
           data: '',
         };
-        const data = stored as Record<string, unknown>;
+        const data =
+          shape.keys === null
+            ? (stored as Record<string, unknown>)
+            : objectOf(shape.keys, stored as unknown[]);
         if (!inWindow(row, data) || (keep && !keep(row, data))) continue;
         if (this.o.ids === false) {
           // left empty
@@ -163,10 +169,12 @@ export class PackDecoder {
   /** Reads the shapes and shared ends it lacks (both tables only grow while it reads). */
   private async readShapes(): Promise<void> {
     const shapes = (await this.run(
-      'SELECT id, type, engine, source, key_tag, term, suffix FROM event_shapes WHERE id > ?',
+      'SELECT id, type, engine, source, key_tag, term, suffix, layout FROM event_shapes WHERE id > ?',
       [Math.max(0, ...this.shapes.keys())],
-    )) as unknown as Array<Shape & { id: number }>;
-    for (const r of shapes) this.shapes.set(r.id, r);
+    )) as unknown as Array<Omit<Shape, 'keys'> & { id: number; layout: string | null }>;
+    for (const { layout, ...r } of shapes) {
+      this.shapes.set(r.id, { ...r, keys: layout === null ? null : keysOf(layout) });
+    }
     const ends = await this.run('SELECT id, depth, text FROM event_suffixes WHERE id > ?', [
       Math.max(0, ...this.suffixes.keys()),
     ]);
