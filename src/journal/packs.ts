@@ -164,6 +164,41 @@ export function sharedSuffix(
   return null;
 }
 
+/**
+ * The windows of seqs a read walks between `floor` and `head` (`lo < seq <= hi`), from the oldest
+ * or, `newest`, from the head down: as wide as `width` at first and twice as wide after each, up to
+ * a pack's span, so that a read that finds little soon takes big steps. The reader stops when it
+ * has enough (`takeInto`).
+ */
+export function* seqWindows(
+  floor: number,
+  head: number,
+  width: number,
+  newest: boolean,
+): Generator<{ lo: number; hi: number }> {
+  for (let lo = floor, hi = head; newest ? hi > floor : lo < head; ) {
+    if (newest) lo = Math.max(hi - width, floor);
+    else hi = Math.min(lo + width, head);
+    yield { lo, hi };
+    if (newest) hi = lo;
+    else lo = hi;
+    width = Math.min(width * 2, PACK_SPAN_SEQS);
+  }
+}
+
+/**
+ * A window's events added to what a read found, up to `limit`: the first of them, or, `newest`,
+ * the last, before what it found. Returns whether it has found enough.
+ */
+export function takeInto<T>(found: T[], more: T[], limit: number, newest: boolean): boolean {
+  const room = limit - found.length;
+  if (room > 0) {
+    if (newest) found.unshift(...more.slice(Math.max(more.length - room, 0)));
+    else found.push(...more.slice(0, room));
+  }
+  return found.length >= limit;
+}
+
 /** Two lists in seq order as one. */
 export function mergeBySeq<T>(a: T[], b: T[], seq: (x: T) => number): T[] {
   if (b.length === 0) return a;

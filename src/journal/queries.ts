@@ -282,9 +282,43 @@ export function perMinuteQuery(
   };
 }
 
-export function minuteCounts(
-  rows: Array<{ minute: number; type: string; reason: string | null; count: number }>,
-): MinuteCount[] {
+/** A row of `perMinuteQuery`. */
+export interface MinuteRow {
+  minute: number;
+  type: string;
+  reason: string | null;
+  count: number;
+}
+
+/**
+ * Per-minute counts that the rows `perMinuteQuery` counted start, and that packed events add to as
+ * a pack decoder meets them: `add` is its test (it counts, and keeps nothing to write out).
+ */
+export function minuteTally(rows: MinuteRow[]): {
+  add: (e: { type: string; ts: number }, data: unknown) => false;
+  counts: () => MinuteCount[];
+} {
+  const tally = new Map(rows.map((r) => [`${r.minute} ${r.type} ${r.reason}`, r]));
+  return {
+    add(e, data) {
+      if (!(e.type in ENTERS)) return false;
+      const minute = Math.floor(e.ts / 60_000) * 60_000;
+      // A reason is in the data a pack holds (never a shared part).
+      const reason =
+        e.type === 'room.failed' || e.type === 'room.aborted'
+          ? ((data as { reason?: string }).reason ?? null)
+          : null;
+      const key = `${minute} ${e.type} ${reason}`;
+      const row = tally.get(key);
+      if (row) row.count++;
+      else tally.set(key, { minute, type: e.type, reason, count: 1 });
+      return false;
+    },
+    counts: () => minuteCounts([...tally.values()]),
+  };
+}
+
+export function minuteCounts(rows: MinuteRow[]): MinuteCount[] {
   const order = (state: RoomState) => ROOM_STATES.indexOf(state);
   return rows
     .map((r) => ({

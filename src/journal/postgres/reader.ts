@@ -10,8 +10,8 @@ import { keptTypes } from '../prune.ts';
 import {
   backlogParams,
   backlogSql,
-  ENTERS,
-  minuteCounts,
+  type MinuteRow,
+  minuteTally,
   perMinuteQuery,
   plainEventSql,
   type Query,
@@ -234,22 +234,9 @@ export class PgReader implements JournalReader {
     const rows = await this.query<MinuteRow>(
       perMinuteQuery(window, "(data::json ->> 'reason')", 'event_rows'),
     );
-    const counts = new Map(rows.map((r) => [`${r.minute} ${r.type} ${r.reason}`, r]));
-    // Packs counted as they are decoded (a reason is never a shared end): none written out.
-    await new PackDecoder(this.run).timeWindow(window, (e, data) => {
-      if (!(e.type in ENTERS)) return false;
-      const minute = Math.floor(e.ts / 60_000) * 60_000;
-      const reason =
-        e.type === 'room.failed' || e.type === 'room.aborted'
-          ? ((data as { reason?: string }).reason ?? null)
-          : null;
-      const key = `${minute} ${e.type} ${reason}`;
-      const row = counts.get(key);
-      if (row) row.count++;
-      else counts.set(key, { minute, type: e.type, reason, count: 1 });
-      return false;
-    });
-    return minuteCounts([...counts.values()]);
+    const tally = minuteTally(rows);
+    await new PackDecoder(this.run).timeWindow(window, tally.add);
+    return tally.counts();
   }
 
   async tail<T extends EventType = EventType>(filter: TailFilter<T>): Promise<JournalEventOf<T>[]> {
@@ -518,14 +505,6 @@ export class PgReader implements JournalReader {
 /** Queries with `?` placeholders in one snapshot's session. */
 function onSnapshot(c: pg.ClientBase): Run {
   return async (sql, params) => (await c.query(numbered(sql), params)).rows;
-}
-
-/** A row of `perMinuteQuery`. */
-interface MinuteRow {
-  minute: number;
-  type: string;
-  reason: string | null;
-  count: number;
 }
 
 async function headOf(c: pg.ClientBase): Promise<number> {

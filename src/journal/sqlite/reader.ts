@@ -11,7 +11,6 @@ import {
   backlogParams,
   type EventSql,
   limitOf,
-  minuteCounts,
   plainEventSql,
   roomPage,
   roomsQuery,
@@ -54,7 +53,7 @@ import { classifySqliteError, openDatabase } from './open.ts';
 import {
   hasPacks,
   PACKED_BACKLOG,
-  perMinuteRows,
+  perMinuteCounts,
   tailInWindows,
   WindowedRead,
 } from './packs/reads.ts';
@@ -157,7 +156,7 @@ export class SqliteReader implements JournalReader {
 
   perMinute(window: { since: number; until: number }): Promise<MinuteCount[]> {
     return this.read(() => {
-      return minuteCounts(perMinuteRows(this.db, window));
+      return perMinuteCounts(this.db, window);
     });
   }
 

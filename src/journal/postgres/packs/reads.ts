@@ -4,7 +4,15 @@
  * functions take to expand them — and never an unpacking of every pack (the view's packed half
  * has no index on the seq it computes).
  */
-import { mergeBySeq, PACK_KEY_BYTES, PACK_SPAN_MS, PACK_SPAN_SEQS, TEXT_TAG } from '../../packs.ts';
+import {
+  mergeBySeq,
+  PACK_KEY_BYTES,
+  PACK_SPAN_MS,
+  PACK_SPAN_SEQS,
+  seqWindows,
+  TEXT_TAG,
+  takeInto,
+} from '../../packs.ts';
 import type { EventRow } from '../../rows.ts';
 import { keysOf, objectOf } from './layout.ts';
 import { COLUMNS, HEAD_SEQ_SQL } from './sql.ts';
@@ -239,22 +247,8 @@ export async function eventsInWindows(
     );
   const found: TermRow[] = [];
   // Windows start about as wide as the page and double while they find little.
-  let width = Math.max(o.limit * 2, 512);
-  const widen = () => {
-    width = Math.min(width * 2, PACK_SPAN_SEQS);
-  };
-  if (o.newest) {
-    for (let hi = head; hi > o.afterSeq && found.length < o.limit; widen()) {
-      const lo = Math.max(hi - width, o.afterSeq);
-      found.unshift(...(await window(lo, hi)).slice(-(o.limit - found.length)));
-      hi = lo;
-    }
-    return found;
-  }
-  for (let lo = o.afterSeq; lo < head && found.length < o.limit; widen()) {
-    const hi = Math.min(lo + width, head);
-    found.push(...(await window(lo, hi)).slice(0, o.limit - found.length));
-    lo = hi;
+  for (const w of seqWindows(o.afterSeq, head, Math.max(o.limit * 2, 512), o.newest)) {
+    if (takeInto(found, await window(w.lo, w.hi), o.limit, o.newest)) break;
   }
   return found;
 }

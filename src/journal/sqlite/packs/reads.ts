@@ -4,10 +4,18 @@
  */
 import type Database from 'better-sqlite3';
 import type { JournalEvent } from '../../events.ts';
-import { mergeBySeq, PACK_KEY_BYTES, PACK_SPAN_MS, PACK_SPAN_SEQS, TEXT_TAG } from '../../packs.ts';
-import { ENTERS, perMinuteQuery } from '../../queries.ts';
+import {
+  mergeBySeq,
+  PACK_KEY_BYTES,
+  PACK_SPAN_MS,
+  PACK_SPAN_SEQS,
+  seqWindows,
+  TEXT_TAG,
+  takeInto,
+} from '../../packs.ts';
+import { type MinuteRow, minuteTally, perMinuteQuery } from '../../queries.ts';
 import { type EventRow, rowToEvent } from '../../rows.ts';
-import type { TailFilter } from '../../store.ts';
+import type { MinuteCount, TailFilter } from '../../store.ts';
 import { FOLD_COLUMNS, type FoldRow } from '../../verify.ts';
 import { EVENT_SELECT } from '../event-rows.ts';
 import { HEAD_SEQ_SQL, PACKED_SELECT } from './sql.ts';
@@ -329,22 +337,8 @@ export function tailInWindows(
       : (db.prepare(SINCE_SEQ_SQL).pluck().get({ since: filter.since }) as number),
   );
   const found: JournalEvent[] = [];
-  let width = 4096;
-  const widen = () => {
-    width = Math.min(width * 2, PACK_SPAN_SEQS);
-  };
-  if (opts.newest) {
-    for (let hi = head; hi > floor && found.length < opts.limit; widen()) {
-      const lo = Math.max(hi - width, floor);
-      found.unshift(...window(lo, hi).slice(-(opts.limit - found.length)));
-      hi = lo;
-    }
-    return found;
-  }
-  for (let lo = floor; lo < head && found.length < opts.limit; widen()) {
-    const hi = Math.min(lo + width, head);
-    found.push(...window(lo, hi).slice(0, opts.limit - found.length));
-    lo = hi;
+  for (const w of seqWindows(floor, head, 4096, opts.newest)) {
+    if (takeInto(found, window(w.lo, w.hi), opts.limit, opts.newest)) break;
   }
   return found;
 }
@@ -360,42 +354,18 @@ const SINCE_SEQ_SQL = `SELECT min(
  * Per-minute counts of states entered (`JournalReader.perMinute`), rows and packs: the rows by
  * SQL through `events_ts`, the packs of the window (`room_packs_first_ts`) decoded here.
  */
-export function perMinuteRows(
+export function perMinuteCounts(
   db: Database.Database,
   window: { since: number; until: number },
-): MinuteRow[] {
+): MinuteCount[] {
   const q = perMinuteQuery(
     window,
     "json_extract(data, '$.reason')",
     `(${EVENT_SELECT} WHERE e.ts >= @since AND e.ts < @until)`,
   );
-  const rows = db.prepare(q.sql).all(window, ...q.params) as MinuteRow[];
-  const counts = new Map<string, MinuteRow>(
-    rows.map((r) => [`${r.minute} ${r.type} ${r.reason}`, r]),
-  );
-  // Counted as they are decoded (a reason is never a shared part): no event is written out.
-  new PackDecoder(db).timeWindow(window, (e, stored) => {
-    if (!(e.type in ENTERS)) return false;
-    const minute = Math.floor(e.ts / 60_000) * 60_000;
-    const reason =
-      e.type === 'room.failed' || e.type === 'room.aborted'
-        ? ((stored as { reason?: string }).reason ?? null)
-        : null;
-    const key = `${minute} ${e.type} ${reason}`;
-    const row = counts.get(key);
-    if (row) row.count++;
-    else counts.set(key, { minute, type: e.type, reason, count: 1 });
-    return false;
-  });
-  return [...counts.values()];
-}
-
-/** A row of `perMinuteQuery`. */
-export interface MinuteRow {
-  minute: number;
-  type: string;
-  reason: string | null;
-  count: number;
+  const tally = minuteTally(db.prepare(q.sql).all(window, ...q.params) as MinuteRow[]);
+  new PackDecoder(db).timeWindow(window, tally.add);
+  return tally.counts();
 }
 
 /**
