@@ -306,14 +306,13 @@ class Asked {
 
   /** Microseconds of `role`'s work the window's `created` arrivals bring, at `rates`. */
   brought(role: Role, created: number, rates: Rates): number {
-    const [counted, micros] =
+    const [counted, tokens, perToken] =
       role === 'prefill'
-        ? [this.withPrompt, this.promptTokens * rates.prefillPerToken]
-        : [this.withMax, this.maxTokens * rates.usedShare * rates.decodePerToken];
+        ? [this.withPrompt, this.promptTokens, rates.prefillPerToken]
+        : [this.withMax, this.maxTokens * rates.usedShare, rates.decodePerToken];
     // Before any rate is learned, or for arrivals that did not say, a room's work as a room.
-    const perToken = role === 'prefill' ? rates.prefillPerToken : rates.decodePerToken;
     if (perToken === 0) return created * rates.perRoom[role];
-    return micros + (created - counted) * rates.perRoom[role];
+    return tokens * perToken + (created - counted) * rates.perRoom[role];
   }
 }
 
