@@ -6,11 +6,10 @@
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { lifecycle } from '../../../../test/helpers/events.ts';
+import { appendsAfterPacking, pruneAfterPacking } from '../../../../test/helpers/pack-cases.ts';
 import { END, packTestEvents, reads } from '../../../../test/helpers/pack-reads.ts';
 import { tempDir } from '../../../../test/helpers/tmp.ts';
-import type { EventInput } from '../../events.ts';
 import { PACK_SPAN_MS } from '../../packs.ts';
-import type { AppendResult } from '../../store.ts';
 import { SqliteJournal } from '../journal.ts';
 
 const dir = tempDir('pdctl-packs-');
@@ -84,33 +83,9 @@ describe('packed rooms', () => {
   it('takes appends to a packed room after it: a retry is refused as late, a new event is a row of the room', async () => {
     const j = await synthJournal(50);
     try {
-      const room = 'late-room';
-      const events = lifecycle(room).map((ev, i) => ({ ...ev, ts: END - 60_000 + i }));
-      const results: AppendResult[] = [];
-      for (const ev of events) results.push(await j.append(ev));
-      await j.pack(END);
-      expect(count(j, "SELECT count(*) FROM event_rooms WHERE room = 'late-room'")).toBe(0);
-      const first = (await j.readFrom(0, 1_000_000)).find((e) => e.eventId === results[0]?.eventId);
-      expect(first?.type).toBe('room.created');
-      // The same append again: its id is no longer looked up, and the room ended long ago.
-      const retry = await j.append({ ...(events[0] as EventInput), eventId: results[0]?.eventId });
-      expect(retry.status).toBe('rejected');
-      const late = await j.append({
-        type: 'room.released',
-        room,
-        engine: 'd0',
-        source: 'd0',
-        ts: END,
-        data: { pages: 4 },
+      await appendsAfterPacking(j, () => {
+        expect(count(j, "SELECT count(*) FROM event_rooms WHERE room = 'late-room'")).toBe(0);
       });
-      expect(['applied', 'rejected']).toContain(late.status);
-      const timeline = await j.timeline(room);
-      expect(timeline.events.map((e) => e.room)).toEqual(timeline.events.map(() => room));
-      expect(timeline.events.slice(0, events.length).map((e) => e.type)).toEqual(
-        events.map((e) => e.type),
-      );
-      expect(timeline.events.length).toBe(events.length + 2);
-      expect((await j.verify()).problems).toEqual([]);
     } finally {
       await j.drain();
     }
@@ -177,24 +152,14 @@ describe('packed rooms', () => {
   it('prunes packed rooms with their packs, counting their events as before', async () => {
     const j = await synthJournal(200);
     try {
-      const cutoff = END - 5 * 60_000;
-      const expected = await j.countPrunable(cutoff, cutoff);
-      await j.pack(END);
-      expect(await j.countPrunable(cutoff, cutoff)).toEqual(expected);
-      const pruned = await j.prune({ cutoffTs: cutoff, eventsCutoffTs: cutoff, chunkRooms: 37 });
-      expect({
-        rooms: pruned.rooms,
-        events: pruned.events,
-        otherEvents: pruned.otherEvents,
-      }).toEqual(expected);
-      expect(
-        count(
-          j,
-          'SELECT count(*) FROM room_packs p WHERE NOT EXISTS (SELECT 1 FROM rooms WHERE id = p.room)',
-        ),
-      ).toBe(0);
-      expect(count(j, 'SELECT count(*) FROM room_packs')).toBeGreaterThan(0);
-      expect((await j.verify()).problems).toEqual([]);
+      await pruneAfterPacking(j, {
+        orphans: () =>
+          count(
+            j,
+            'SELECT count(*) FROM room_packs p WHERE NOT EXISTS (SELECT 1 FROM rooms WHERE id = p.room)',
+          ),
+        packs: () => count(j, 'SELECT count(*) FROM room_packs'),
+      });
     } finally {
       await j.drain();
     }
