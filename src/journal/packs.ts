@@ -102,6 +102,16 @@ export type Json = Record<string, unknown>;
 export const isObject = (v: unknown): v is Json =>
   typeof v === 'object' && v !== null && !Array.isArray(v);
 
+/** JSON text's object, or null where the text is not JSON or not an object. */
+export function parseObject(text: string): Json | null {
+  try {
+    const data: unknown = JSON.parse(text);
+    return isObject(data) ? data : null;
+  } catch {
+    return null;
+  }
+}
+
 /**
  * A copy of `obj` whose object at `parent` lacks `keys` (the rest shares what it can with `obj`).
  * Built key by key rather than by `delete`, which would leave V8 a slow object to serialize.
@@ -132,13 +142,8 @@ export function sharedSuffix(
 ): { head: string; suffix: string; depth: number } | null {
   const groups = SHARED_KEYS[type];
   if (groups === undefined) return null;
-  let data: unknown;
-  try {
-    data = JSON.parse(text);
-  } catch {
-    return null;
-  }
-  if (!isObject(data)) return null;
+  const data = parseObject(text);
+  if (data === null) return null;
   // Each group that has a key here, where its first key is in the text.
   const found: Array<{ group: SharedKeys; keys: string[]; at: number }> = [];
   for (const group of groups) {

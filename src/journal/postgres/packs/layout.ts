@@ -4,17 +4,12 @@
  * an event's values without their key names. The `events` view fills a layout with format(); the
  * readers here.
  */
-import { isObject } from '../../packs.ts';
+import { parseObject } from '../../packs.ts';
 
 /** An object's text as a layout and its values (a JSON array), or null where it is not laid out. */
 export function layOut(text: string): { layout: string; values: string } | null {
-  let data: unknown;
-  try {
-    data = JSON.parse(text);
-  } catch {
-    return null;
-  }
-  if (!isObject(data)) return null;
+  const data = parseObject(text);
+  if (data === null) return null;
   const keys = Object.keys(data);
   const layout = `{${keys.map((k) => `${JSON.stringify(k).replaceAll('%', '%%')}:%s`).join(',')}}`;
   const values = keys.map((k) => data[k]);
