@@ -140,7 +140,7 @@ const serving = await startServing({
 });
 const { control } = serving.stack;
 const base = await serving.listen('127.0.0.1', 0);
-const model = control.modelName;
+const model = control.modelInfo.name;
 const prompt = (i: number) => `the harbor keeps ${i % 97} lanterns lit across the quiet water`;
 const client = fork(new URL('./serve-client.ts', import.meta.url), [], {
   execArgv: ['--import', 'tsx'],

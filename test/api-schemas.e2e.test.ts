@@ -81,7 +81,7 @@ async function check(
 
 describe('every answer matches the OpenAPI document', () => {
   it('serving routes: models, completions, chat, and their errors', async () => {
-    const model = serving.stack.control.modelName;
+    const model = serving.stack.control.modelInfo.name;
     expect((await check('GET', '/v1/models', '/v1/models')).status).toBe(200);
     const done = await check('POST', '/v1/completions', '/v1/completions', {
       model,

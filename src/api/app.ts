@@ -225,7 +225,7 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
   await app.register(openAiRoutes, {
     control: o.control,
     metrics: o.metrics,
-    modelId: o.control.modelName,
+    modelId: o.control.modelInfo.name,
     shutdown,
     admissionWaitMs: o.admissionWaitMs ?? 3000,
     admissionQueue: o.admissionQueue ?? 256,

@@ -445,7 +445,7 @@ export class ApiMetrics {
       help: 'The model served (1, labelled by its name)',
       labelNames: ['model'],
       registers: [r],
-    }).set({ model: control.modelName }, 1);
+    }).set({ model: control.modelInfo.name }, 1);
     const collect = () => {
       const counts = new Map<string, number>(LIVE_STATES.map((s) => [s, 0]));
       for (const room of control.liveRooms())

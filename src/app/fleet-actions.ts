@@ -2,11 +2,14 @@
  * The planner's steps carried out on the engines `pdctl serve` supervises (`--planner act`): an
  * engine started, an engine retired — drained first, so that no request fails — or both, for a
  * change of role. Each state is journaled (`engine.lifecycle`): `started`; `draining` → `drained`
- * → `stopped`. Rooms still running on a retiring engine at the drain deadline move to other
- * engines when it stops, as after any engine's exit (recovery/exits.ts).
+ * → `stopped`. A retiring engine's rooms whose prefill has not begun move to other pairs when its
+ * drain starts (`room.migrated`, `engine_retiring`); rooms still running on it at the drain
+ * deadline move when it stops, as after any engine's exit (recovery/exits.ts).
  */
 import type { ControlPlane } from '../control/control-plane.ts';
+import type { EngineView } from '../control/engine-view.ts';
 import type { EventData } from '../journal/events.ts';
+import type { Room } from '../journal/reducer.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import type { Step } from '../planner/model.ts';
@@ -84,25 +87,28 @@ export class FleetActions implements PlannerActions {
   }
 
   /**
-   * Retires the engine of `role` with the fewest rooms that this stack supervises: drained, then
-   * stopped and forgotten. Its id, or null when there is none to retire.
+   * Retires the engine of `role` that this stack supervises whose drain should end soonest
+   * (`soonestDrained`): drained, then stopped and forgotten. Its id, or null when there is none
+   * to retire.
    */
   private async retire(role: Role, reason: string): Promise<string | null> {
     if (this.stopping) return null;
     const { control, engines, log } = this.deps;
     const supervised = new Set(engines.ids());
-    const engine = control
-      .engines()
-      .filter((e) => e.role === role && supervised.has(e.engine))
-      .sort((a, b) => a.liveRooms - b.liveRooms)[0]?.engine;
+    const engine = soonestDrained(
+      control.engines().filter((e) => e.role === role && supervised.has(e.engine)),
+      control.liveRooms(),
+    );
     if (engine === undefined) {
       log.warn({ role, reason }, `the planner found no ${role} engine of its own to retire`);
       return null;
     }
     await this.record(engine, { state: 'draining', role, by: 'planner', reason });
-    // No new rooms from now on; it finishes those it has. (Not the engine's own drain: it would
-    // refuse a room admitted just before, whose room.created reaches it after the command.)
-    control.registry.retiring.add(engine);
+    // No new rooms from now on; those whose prefill has not begun move to other pairs, and it
+    // finishes the rest. (Not the engine's own drain: it would refuse a room admitted just before,
+    // whose room.created reaches it after the command.)
+    const moved = await control.retire(engine);
+    if (moved > 0) log.info({ engine, moved }, 'moved rooms not yet begun off a retiring engine');
     const rooms = () => control.engine(engine)?.liveRooms ?? 0;
     await this.until(() => rooms() === 0, this.deps.drainDeadlineMs ?? 30_000);
     const left = rooms();
@@ -131,4 +137,26 @@ export class FleetActions implements PlannerActions {
     while (!done() && !this.stopping && Date.now() < deadline)
       await new Promise((r) => setTimeout(r, POLL_MS));
   }
+}
+
+/**
+ * Of the engines that may be retired, the one whose drain should end soonest: the fewest prompt
+ * tokens in prefill on its rooms — a room whose prefill has begun stays on it to the end, and a
+ * long prompt's prefill takes seconds (its rooms not begun move at once: `ControlPlane.retire`) —
+ * then the fewest rooms.
+ */
+export function soonestDrained(
+  engines: ReadonlyArray<Pick<EngineView, 'engine' | 'liveRooms'>>,
+  rooms: Iterable<Room>,
+): string | undefined {
+  const inPrefill = new Map<string, number>();
+  for (const r of rooms) {
+    if (r.state !== 'prefilling') continue;
+    for (const e of [r.prefillEngine, r.decodeEngine])
+      inPrefill.set(e, (inPrefill.get(e) ?? 0) + (r.promptTokens ?? 0));
+  }
+  const cost = (e: string) => inPrefill.get(e) ?? 0;
+  return [...engines].sort(
+    (a, b) => cost(a.engine) - cost(b.engine) || a.liveRooms - b.liveRooms,
+  )[0]?.engine;
 }

@@ -4,12 +4,13 @@
  * processes): what it journals, and how long a retiring engine's drain lasts.
  */
 import { describe, expect, it } from 'vitest';
+import { foldRoom, roomEvent } from '../../test/helpers/room-events.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
 import type { EventInput } from '../journal/events.ts';
 import type { AppendResult } from '../journal/store.ts';
 import { silentLogger } from '../log.ts';
 import type { EngineSupervisor } from '../recovery/supervisor.ts';
-import { FleetActions } from './fleet-actions.ts';
+import { FleetActions, soonestDrained } from './fleet-actions.ts';
 
 /** Live rooms by the engines they are on (prefill, decode); changed by the test. */
 type Rooms = Array<[string, string]>;
@@ -27,10 +28,16 @@ function fleet(rooms: Rooms) {
     role: engines.get(id),
     liveRooms: rooms.filter(([p, d]) => p === id || d === id).length,
   });
+  const retiring = new Set<string>();
   const control = {
     engines: () => [...engines.keys()].map(view),
     engine: (id: string) => (engines.has(id) ? view(id) : undefined),
-    registry: { retiring: new Set<string>() },
+    liveRooms: () => [],
+    registry: { retiring },
+    retire: async (id: string) => {
+      retiring.add(id);
+      return 0;
+    },
     forgetEngine: (id: string) => engines.delete(id),
   } as unknown as ControlPlane;
   const stopped: string[] = [];
@@ -113,5 +120,27 @@ describe('fleet actions', () => {
       'decode-0 stopped',
     ]);
     expect(f.journaled[1]?.data).toMatchObject({ rooms: 1 });
+  });
+
+  it('retires the engine whose drain ends soonest: the fewest prompt tokens in prefill, then the fewest rooms', () => {
+    const on = (d: string, promptTokens: number, begun: boolean) =>
+      foldRoom(
+        roomEvent('room.created', { prefillEngine: 'p0', decodeEngine: d, promptTokens }),
+        ...(begun ? [roomEvent('room.prefill_started', {}, 'p0')] : []),
+      );
+    const engines = [
+      { engine: 'd0', liveRooms: 1 },
+      { engine: 'd1', liveRooms: 3 },
+      { engine: 'd2', liveRooms: 2 },
+    ];
+    // d0's one room is a long prompt in prefill; d1's and d2's wait in the queue (they would move).
+    const rooms = [
+      on('d0', 8000, true),
+      on('d1', 20, true),
+      ...[1, 2].map(() => on('d2', 500, false)),
+    ];
+    expect(soonestDrained(engines, rooms)).toBe('d2');
+    expect(soonestDrained(engines, [])).toBe('d0');
+    expect(soonestDrained([], rooms)).toBeUndefined();
   });
 });

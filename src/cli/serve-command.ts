@@ -455,7 +455,7 @@ async function runServe(o: Record<string, unknown>): Promise<void> {
       'pdctl serve: fault injection is ON (--allow-fault-injection): `pdctl drill --url` may stall, hang or corrupt these engines; never in production',
     );
   say(
-    `try:  curl -s ${address}/v1/completions -H 'content-type: application/json' -d '{"model":"${control.modelName}","prompt":"the river","max_tokens":8}'`,
+    `try:  curl -s ${address}/v1/completions -H 'content-type: application/json' -d '{"model":"${control.modelInfo.name}","prompt":"the river","max_tokens":8}'`,
   );
   say(
     `then: npx pdctl rooms --journal ${onPostgres ? "'$PDCTL_JOURNAL'" : journalPath}   ·   ${address}/health/ready   ·   ${address}/docs`,

@@ -220,12 +220,7 @@ export class ControlPlane {
     return this.bus.status();
   }
 
-  /** The model id clients ask for (`GET /v1/models`). */
-  get modelName(): string {
-    return this.model.name;
-  }
-
-  /** The model's tokenizer, chat template and limits (requests are shaped with it). */
+  /** The model: the id clients ask for (`GET /v1/models`), its tokenizer, template and limits. */
   get modelInfo(): ModelInfo {
     return this.model;
   }
@@ -312,13 +307,18 @@ export class ControlPlane {
 
   /**
    * An engine's process is gone (it exited, or came back as a new incarnation): its live rooms
-   * whose clients still read continue on a healthy pair, unbroken. Resolves once the migrations
-   * are journaled.
+   * whose clients still read continue on a healthy pair, unbroken, once this resolves.
    */
   engineLost(engine: string, incarnation: string, reason: string): Promise<void> {
     // Else, least loaded once its rooms moved, it would get every new room until it went stale.
     this.link.gone(engine, incarnation);
     return this.migrator.engineLost(engine, incarnation, reason);
+  }
+
+  /** Retires the engine: no new rooms; its rooms not begun move (migration.ts `moveQueued`). */
+  retire(engine: string): Promise<number> {
+    this.registry.retiring.add(engine);
+    return this.migrator.moveQueued(engine);
   }
 
   /**
@@ -336,9 +336,8 @@ export class ControlPlane {
 
   /**
    * Ends the client's stream of a room whose end the journal cannot record now (it refuses
-   * writes): the client gets an answer within the room's deadline instead of waiting out the
-   * outage. The room itself ends in the journal once it accepts writes again (the watchdog keeps
-   * trying). False when no client is reading the room.
+   * writes), within the room's deadline; the room ends in the journal once it accepts writes
+   * again (the watchdog keeps trying). False when no client is reading the room.
    */
   endUnrecorded(room: string, reason: string): boolean {
     const stream = this.book.takeStream(room);
@@ -357,8 +356,8 @@ export class ControlPlane {
   }
 
   /**
-   * Engines stalled while alive, why, and since when (stalls.ts), on evidence from after the last
-   * time this control plane could not hear them or move their rooms: its loop blocked, the journal
+   * Engines stalled while alive, why, and since when (stalls.ts), on evidence from after this
+   * control plane last could not hear them or move their rooms: its loop blocked, the journal
    * refusing writes, or `lateAt` (the caller's own gap: the ladder's, after a SIGSTOP).
    */
   stalledEngines(policy = DEFAULT_STALL_POLICY, now = this.clock.now(), lateAt = 0): Stall[] {

@@ -222,12 +222,20 @@ export class Intake {
     const { registry, liveness } = this.deps;
     const need = (s: EngineSession) => roomPages(s, promptTokens, maxTokens);
     const heartbeating = registry.withStatus(role, 'live', liveness, now);
-    const live = heartbeating.filter((s) => !registry.cordons.has(s.engine));
-    if (live.length === 0 && heartbeating.length > 0) {
+    const uncordoned = heartbeating.filter((s) => !registry.cordons.has(s.engine));
+    if (uncordoned.length === 0 && heartbeating.length > 0) {
       const cordoned = heartbeating.map((s) => s.engine);
       throw new ControlError(
         'CONTROL_NO_ENGINES',
         `every ${role} engine is cordoned (${cordoned.join(', ')}): none takes new rooms; \`pdctl engines uncordon ${cordoned[0]}\` takes one back`,
+      );
+    }
+    const live = uncordoned.filter((s) => !registry.retiring.has(s.engine));
+    if (live.length === 0 && uncordoned.length > 0) {
+      const retiring = uncordoned.map((s) => s.engine);
+      throw new ControlError(
+        'CONTROL_NO_ENGINES',
+        `every ${role} engine is being retired (${retiring.join(', ')}): none takes new rooms until another ${role} engine registers`,
       );
     }
     if (live.length === 0) {

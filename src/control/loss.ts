@@ -57,6 +57,27 @@ export function decideLoss(
   return { kind: 'migrate', next };
 }
 
+/** States of a room whose prefill has not begun: it waits in its prefill engine's queue. */
+const QUEUED: ReadonlySet<string> = new Set(['created', 'bootstrapping', 'waiting_for_input']);
+
+/**
+ * A live room of an engine being retired (a change of role, a scale-down): the request it goes
+ * on with on a pair without that engine, or null where it stays to finish there. Only a room
+ * whose prefill has not begun moves — nothing has been computed for it, so moving costs nothing
+ * but its place in the queue — and only where it could move after a loss. It never fails: what
+ * cannot move finishes where it is, as the drain lets it.
+ */
+export function decideRetiring(
+  r: Room,
+  stream: StreamFacts | undefined,
+  request: RoomRequest | undefined,
+  limit: number,
+): RoomRequest | null {
+  if (!QUEUED.has(r.state)) return null;
+  const decided = decideLoss(r, stream, request, limit);
+  return decided.kind === 'migrate' ? decided.next : null;
+}
+
 /**
  * A room that failed before any token of its own reached its client — a request's first room, or
  * the room a migration continued it in: its failure's reason, and whom to leave out of the pair it

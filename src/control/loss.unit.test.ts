@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { foldRoom, roomEvent } from '../../test/helpers/room-events.ts';
 import { maxRequestTextBytes, type RoomRequest } from '../bus/protocol.ts';
 import type { EventData } from '../journal/events.ts';
-import { decideLoss, decideRetry, type StreamFacts } from './loss.ts';
+import { decideLoss, decideRetiring, decideRetry, type StreamFacts } from './loss.ts';
 
 const ev = roomEvent;
 const room = foldRoom;
@@ -85,6 +85,28 @@ describe('decideLoss: a room of a lost engine', () => {
       kind: 'migrate',
       next: { tokens: [5, 6, 9, 10], maxTokens: 8 },
     });
+  });
+});
+
+describe('decideRetiring: a room of an engine being retired', () => {
+  it('given its prefill has not begun, then it moves with its request as it was', () => {
+    const queued = room(
+      created(),
+      ev('room.bootstrap_started', {}, 'd0'),
+      ev('room.bootstrapped', { pages: [1] }, 'd0'),
+    );
+    expect(queued.state).toBe('waiting_for_input');
+    expect(decideRetiring(queued, stream(0), request, 2)).toEqual({ ...request, generated: '' });
+    expect(decideRetiring(room(created()), stream(0), request, 2)).not.toBeNull();
+  });
+
+  it('given its prefill began, nobody reads it, or it used its migrations, then it stays to finish (never fails)', () => {
+    const prefilling = room(created(), ev('room.prefill_started', {}, 'p0'));
+    expect(decideRetiring(prefilling, stream(0), request, 2)).toBeNull();
+    expect(decideRetiring(decoding(), stream(3), request, 2)).toBeNull();
+    expect(decideRetiring(room(created()), undefined, request, 2)).toBeNull();
+    expect(decideRetiring(room(created()), stream(0, { migrations: 2 }), request, 2)).toBeNull();
+    expect(decideRetiring(room(created()), stream(0), request, 0)).toBeNull();
   });
 });
 

@@ -234,4 +234,54 @@ describe('Migrator', () => {
     expect(failed?.data).toMatchObject({ reason: 'migration_limit_reached', stage: 'created' });
     expect(t.created()).toEqual([]);
   });
+
+  it('moves a retiring engine’s rooms whose prefill has not begun, and leaves those it works on', async () => {
+    const t = await setup();
+    t.registry.set(engineSession('p0', 'prefill'));
+    t.registry.set(engineSession('d0', 'decode'));
+    t.registry.set(engineSession('d1', 'decode'));
+    // Both rooms on d0, behind p0's queue; p0 has begun the second one's prefill.
+    const queued = t.roomOn('p0', 'd0');
+    const begun = t.roomOn('p0', 'd0');
+    await Promise.all([queued.stream.admitted, begun.stream.admitted]);
+    await t.journal.append({
+      type: 'room.prefill_started',
+      room: begun.room,
+      engine: 'p0',
+      source: 'engine',
+      data: {},
+    });
+    await until(() => t.book.room(begun.room)?.state === 'prefilling');
+    t.registry.retiring.add('d0');
+    expect(await t.migrator.moveQueued('d0')).toBe(1);
+    await until(() => t.created().length === 1);
+    const [next] = t.created();
+    const onto = t.events.find((e) => e.room === next?.room && e.type === 'room.created');
+    expect(onto?.data).toMatchObject({ prefillEngine: 'p0', decodeEngine: 'd1' });
+    expect(next?.request).toMatchObject({ prompt: 'the river', maxTokens: 8 });
+    const migrated = t.events.find((e) => e.room === queued.room && e.type === 'room.migrated');
+    expect(migrated?.data).toMatchObject({ toRoom: next?.room, reason: 'engine_retiring' });
+    // A planned move is not a migration the request's limit counts.
+    expect([queued.stream.current, queued.stream.migrations]).toEqual([next?.room, 0]);
+    // d0 is alive and releases the moved room itself: none is journaled for it.
+    expect(t.typesOf(queued.room)).toEqual(['room.created', 'room.migrated']);
+    expect(t.book.room(begun.room)?.state).toBe('prefilling');
+    expect(begun.stream.current).toBe(begun.room);
+  });
+
+  it('leaves a retiring engine’s queued room where it is while no other pair has room for it', async () => {
+    const t = await setup();
+    t.registry.set(engineSession('p0', 'prefill'));
+    t.registry.set(engineSession('d0', 'decode'));
+    const { room, stream } = t.roomOn('p0', 'd0');
+    await stream.admitted;
+    t.registry.retiring.add('d0');
+    expect(await t.migrator.moveQueued('d0')).toBe(0);
+    expect(t.typesOf(room)).toEqual(['room.created']);
+    expect(stream.current).toBe(room);
+    // A new request is told why no pair takes it (a client asks again while that is so).
+    expect(() => t.intake.pick(2, 8)).toThrow(
+      /^every decode engine is being retired \(d0\): none takes new rooms until another decode engine registers$/,
+    );
+  });
 });

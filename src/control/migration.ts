@@ -10,24 +10,25 @@
  * room (`retriedFrom`) on a pair without the engine to blame, up to `retryLimit` times a request.
  * The client sees one answer; none of the failed room's reached it, so none is sent twice.
  *
+ * An engine being retired is alive: only its rooms whose prefill has not begun move, so that its
+ * drain does not wait on a queue (`moveQueued`), and it releases them itself.
+ *
  * What becomes of each room is decided in loss.ts (pure: given/when/then tests); this module does
  * it — the room book holds the rooms, streams and requests, this module journals, moves the
- * stream, and creates the continuation room through intake.ts, as every room is created.
+ * stream, and creates the continuation room through redispatch.ts and intake.ts, as every room
+ * is created.
  */
 
 import type { RoomRequest } from '../bus/protocol.ts';
+import type { RoomMigrationReason } from '../journal/reasons.ts';
 import type { Room } from '../journal/reducer.ts';
 import { isTerminal } from '../journal/states.ts';
-import type { AppendResult, JournalStore } from '../journal/store.ts';
-import type { Logger } from '../log.ts';
-import type { ModelInfo } from '../model/executor.ts';
-import type { Clock } from '../ports/clock.ts';
+import type { AppendResult } from '../journal/store.ts';
 import type { Ids } from '../ports/ids.ts';
 import { BoundedMap } from './bounded-map.ts';
 import type { EngineSession } from './engine-session.ts';
-import { ControlError } from './errors.ts';
-import type { Intake } from './intake.ts';
-import { decideLoss, decideRetry } from './loss.ts';
+import { decideLoss, decideRetiring, decideRetry } from './loss.ts';
+import { type RedispatchDeps, redispatch } from './redispatch.ts';
 import type { RoomBook } from './room-book.ts';
 import { RoomEndedError, type RoomStream } from './streams.ts';
 
@@ -41,19 +42,12 @@ export interface MigrationOptions {
 }
 
 /** What migration needs of the control plane: the rooms, and the one path to a new room. */
-export interface MigrationDeps {
-  readonly journal: Pick<JournalStore, 'append'>;
-  readonly model: ModelInfo;
-  readonly log: Logger;
+export interface MigrationDeps extends RedispatchDeps {
   /** The rooms, their requests and client streams; migration moves a stream from room to room. */
   readonly book: Pick<
     RoomBook,
     'live' | 'room' | 'stream' | 'request' | 'takeStream' | 'returnStream'
   >;
-  /** Finds a pair with the pages free and journals the continuation's `room.created`. */
-  readonly intake: Pick<Intake, 'pairFor' | 'create'>;
-  closing(): boolean;
-  readonly clock: Clock;
   /** Names the room a request continues in. */
   readonly ids: Ids;
 }
@@ -63,6 +57,18 @@ interface Loss {
   engine: string;
   incarnation: string;
   reason: string;
+}
+
+/** Why a room moves: its engine was lost (its release is journaled for it), or is being retired. */
+interface Move {
+  /** The engine it moves off. */
+  engine: string;
+  reason: RoomMigrationReason;
+  /** What happened, in words, for `room.migrated.detail`. */
+  detail: string;
+  /** Engines the new room may be on. */
+  usable: (s: EngineSession) => boolean;
+  lost?: Loss;
 }
 
 /** Lost incarnations remembered (the oldest are forgotten): rooms committed late find theirs here. */
@@ -131,16 +137,50 @@ export class Migrator {
           })
           .catch((err) => host.log.error({ err, room: r.room }, 'could not fail a room'));
       case 'migrate':
-        return this.migrate(r, stream as RoomStream, decided.next, loss);
+        return this.migrate(r, stream as RoomStream, decided.next, {
+          engine: loss.engine,
+          reason: 'engine_lost',
+          detail: `${loss.engine} lost: ${loss.reason}`,
+          usable: (s) => !(s.engine === loss.engine && s.incarnation === loss.incarnation),
+          lost: loss,
+        });
     }
   }
 
+  /**
+   * An engine being retired: its live rooms whose prefill has not begun (loss.ts
+   * `decideRetiring`) move now to a pair without it, so that its drain waits only for the rooms
+   * it is working on — a decode engine's rooms may wait seconds in an overloaded prefill engine's
+   * queue. A room moves only while a pair has the pages for it; the others finish where they are.
+   * The engine is alive and releases the moved rooms itself on their committed `room.migrated`.
+   * Resolves with how many moved once their `room.migrated` are journaled.
+   */
+  async moveQueued(engine: string): Promise<number> {
+    const { host } = this;
+    const usable = (s: EngineSession) => s.engine !== engine;
+    const on = [...host.book.live()].filter(
+      (r) => r.prefillEngine === engine || r.decodeEngine === engine,
+    );
+    let moved = 0;
+    for (const r of on) {
+      if (host.closing()) break;
+      const stream = host.book.stream(r.room);
+      const next = decideRetiring(r, stream, host.book.request(r.room), this.options.limit);
+      if (!next || !stream || !this.firstWithPair(next, [new Set()], usable)) continue;
+      const detail = `${engine} retiring; its prefill had not begun`;
+      const move: Move = { engine, reason: 'engine_retiring', detail, usable };
+      if (await this.migrate(r, stream, next, move)) moved++;
+    }
+    return moved;
+  }
+
+  /** Moves the room's request and stream to a new room; true once its `room.migrated` commits. */
   private async migrate(
     from: Room,
     stream: RoomStream,
     next: RoomRequest,
-    loss: Loss,
-  ): Promise<void> {
+    move: Move,
+  ): Promise<boolean> {
     const { host } = this;
     const to = this.host.ids.room();
     // The stream leaves the old room before its terminal event is folded, so that ending it does
@@ -153,12 +193,7 @@ export class Migrator {
         room: from.room,
         source: 'control',
         eventId: `${from.room}:migrated`,
-        data: {
-          toRoom: to,
-          reason: 'engine_lost',
-          detail: `${loss.engine} lost: ${loss.reason}`,
-          tokens: stream.tokens,
-        },
+        data: { toRoom: to, reason: move.reason, detail: move.detail, tokens: stream.tokens },
       });
       status = res.status;
     } catch (err) {
@@ -167,27 +202,22 @@ export class Migrator {
     }
     if (status !== 'applied') {
       // It ended first (its end was committing when the engine went), or the journal refused:
-      // the stream ends as the room did — a room that completed answers its client whole.
-      if (host.book.returnStream(from.room, stream)) return;
+      // the stream ends as the room did — a room that completed answers its client whole. A
+      // room that was only to move off a retiring engine goes on where it is.
+      if (host.book.returnStream(from.room, stream)) return false;
       const ended = host.book.room(from.room);
       if (ended && isTerminal(ended.state)) stream.endAs(ended);
       else
         stream.fail(
-          new RoomEndedError(
-            from.room,
-            'failed',
-            `lost with ${loss.engine} and not migrated (${status})`,
-          ),
+          new RoomEndedError(from.room, 'failed', `${move.detail}; not migrated (${status})`),
         );
-      return;
+      return false;
     }
-    await this.releaseLost(from.room, loss);
+    if (move.lost) await this.releaseLost(from.room, move.lost);
     if (next.maxTokens <= 0) {
       stream.complete('length');
-      return;
+      return true;
     }
-    const alive = (s: EngineSession) =>
-      !(s.engine === loss.engine && s.incarnation === loss.incarnation);
     // Not back to an engine a room of this request already failed on, where another pair allows:
     // all of them, else one of them (the bad-engine drill: a retry away from the corrupting prefill
     // engine lost its decode engine, migrated back onto the corrupting one, failed again, and
@@ -196,20 +226,33 @@ export class Migrator {
     const spare =
       leftOut.size === 0
         ? leftOut
-        : (this.firstWithPair(next, [leftOut, ...[...leftOut].map((e) => new Set([e]))], alive) ??
-          new Set());
-    const usable = (s: EngineSession) => alive(s) && !spare.has(s.engine);
+        : (this.firstWithPair(
+            next,
+            [leftOut, ...[...leftOut].map((e) => new Set([e]))],
+            move.usable,
+          ) ?? new Set());
+    const usable = (s: EngineSession) => move.usable(s) && !spare.has(s.engine);
     host.log.warn(
       {
         room: from.room,
         to,
-        engine: loss.engine,
+        engine: move.engine,
+        reason: move.reason,
         streamed: stream.tokens,
         requestId: stream.trace.requestId,
       },
-      'migrating room',
+      move.lost ? 'migrating room' : 'moving a room off a retiring engine',
     );
-    void this.redispatch(from, to, stream, next, usable, `${loss.engine} lost: ${loss.reason}`);
+    void redispatch(host, this.options.waitMs, {
+      from: from.room,
+      to,
+      stream,
+      next,
+      usable,
+      why: move.detail,
+      how: { as: move.lost ? 'migration' : 'move' },
+    });
+    return true;
   }
 
   /**
@@ -253,10 +296,15 @@ export class Migrator {
         },
       })
       .catch((err) => host.log.error({ err, room: room.room }, 'could not journal a retry'));
-    void this.redispatch(room, to, stream, request, usable, `${room.room} failed: ${reason}`, {
-      retriedFrom: room.room,
+    void redispatch(host, this.options.waitMs, {
+      from: room.room,
+      to,
+      stream,
+      next: request,
+      usable,
+      why: `${room.room} failed: ${reason}`,
       // The client is answered with the room's own failure when no pair takes the request.
-      otherwise: () => stream.endAs(room),
+      how: { as: 'retry', retriedFrom: room.room, otherwise: () => stream.endAs(room) },
     });
     return true;
   }
@@ -300,81 +348,6 @@ export class Migrator {
         'could not release a lost engine’s room; trying again',
       );
       host.clock.setTimeout(() => void this.releaseLost(room, loss), RELEASE_RETRY_MS).unref();
-    }
-  }
-
-  /**
-   * Creates the request's new room once a pair of `usable` engines is free: a migration's
-   * continuation (`retry` absent) or a retried request's (`retry.retriedFrom`). `why`: what
-   * happened to `from`, for the record when no pair comes.
-   */
-  private async redispatch(
-    from: Room,
-    to: string,
-    stream: RoomStream,
-    next: RoomRequest,
-    usable: (s: EngineSession) => boolean,
-    why: string,
-    retry?: { retriedFrom: string; otherwise: () => void },
-  ): Promise<void> {
-    const { host } = this;
-    const { waitMs } = this.options;
-    const tokens = host.model.contextTokens(next).length;
-    const deadline = host.clock.now() + waitMs;
-    for (;;) {
-      if (host.closing() || stream.done) return;
-      if (stream.cancelled) {
-        // The client left while its request waited for a pair: nothing to continue.
-        stream.fail(new RoomEndedError(from.room, 'aborted', 'client_disconnect'));
-        return;
-      }
-      const { pair } = host.intake.pairFor(tokens, next.maxTokens, usable);
-      if (pair) {
-        stream.continueIn(to, retry ? 'retry' : 'migration');
-        host.intake.create(
-          stream,
-          to,
-          next,
-          tokens,
-          pair,
-          retry
-            ? { source: 'retry', retriedFrom: retry.retriedFrom }
-            : { source: 'migration', migratedFrom: from.room },
-        );
-        return;
-      }
-      if (host.clock.now() > deadline) {
-        host.log.error(
-          { room: from.room, to, requestId: stream.trace.requestId },
-          retry
-            ? 'no other engine pair to try the request on'
-            : 'no healthy engine pair to migrate to',
-        );
-        host.journal
-          .append({
-            type: 'recovery.action',
-            room: from.room,
-            source: 'control',
-            data: {
-              action: retry ? 'retry_room' : 'migrate_room',
-              reason: why,
-              outcome: `failed: no healthy engine pair within ${waitMs} ms; ${to} never created`,
-            },
-          })
-          .catch(() => {});
-        if (retry) {
-          retry.otherwise();
-          return;
-        }
-        stream.fail(
-          new ControlError(
-            'CONTROL_NO_ENGINES',
-            `room ${from.room} lost its engine and no healthy pair was free to continue it`,
-          ),
-        );
-        return;
-      }
-      await new Promise<void>((r) => host.clock.setTimeout(r, 50));
     }
   }
 }

@@ -72,11 +72,14 @@ export class RoomStream implements AsyncIterable<TokenChunk> {
     this.admitted.catch(() => {});
   }
 
-  /** The request goes on in `room` (a migration, or a retry): its chunks continue this stream's. */
-  continueIn(room: string, as: 'migration' | 'retry' = 'migration'): void {
+  /**
+   * The request goes on in `room` (a migration, a retry, or a move off an engine being retired,
+   * which counts as neither: nothing failed): its chunks continue this stream's.
+   */
+  continueIn(room: string, as: 'migration' | 'retry' | 'move' = 'migration'): void {
     this.current = room;
     if (as === 'retry') this.retries++;
-    else this.migrations++;
+    else if (as === 'migration') this.migrations++;
     this.indexBase = this.nextIndex;
     this.tokensBase = this.tokens;
     this.idsBase = this.ids.length;

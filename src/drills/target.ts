@@ -143,7 +143,7 @@ export class LocalTarget implements DrillTarget {
   }
 
   get model(): string {
-    return this.control.modelName;
+    return this.control.modelInfo.name;
   }
 
   async engines(): Promise<EngineView[]> {

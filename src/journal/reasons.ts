@@ -103,6 +103,8 @@ export const TRANSFER_FAILURES: Readonly<Partial<Record<RoomFailureReason, { lin
 /** `room.migrated.reason`. */
 export const ROOM_MIGRATION_REASONS = {
   engine_lost: 'an engine of its pair exited, came back as a new process, or was fenced',
+  engine_retiring:
+    'an engine of its pair is being retired (a change of role or a scale-down) and its prefill had not begun',
 } as const;
 export type RoomMigrationReason = keyof typeof ROOM_MIGRATION_REASONS;
 export const MIGRATION_REASONS = Object.keys(ROOM_MIGRATION_REASONS) as RoomMigrationReason[];

@@ -168,13 +168,14 @@ const BLAMED = new Set([
 
 /**
  * The engines no fault touched: started once, never exited, stalled, lost or cordoned. And with
- * no fault at all, no client whose request failed.
+ * no fault at all, no client whose request failed; with only faults that move rooms (`onlyMoves`:
+ * kills, retirements), no client that got a room failed and no room waited out a deadline.
  */
 export function spared(
   events: readonly JournalEvent[],
   hit: ReadonlySet<string>,
   anyFault: boolean,
-  onlyKills: boolean,
+  onlyMoves: boolean,
   outcomes: readonly ClientOutcome[],
 ): Violation[] {
   const out: Violation[] = [];
@@ -212,9 +213,10 @@ export function spared(
         seq: 0,
         detail: `${engine} registered ${incarnations.size} incarnations, though no fault hit it`,
       });
-  // A killed engine's rooms move at once, and it comes back: with no other fault, no client that
-  // got a room fails, and no room waits out a deadline. (A request that came while every engine
-  // of a role was down is refused: that is no defect.)
+  // A killed engine's rooms move at once, and it comes back; a retired engine's rooms not begun
+  // move, and it finishes the rest: with no other fault, no client that got a room fails, and no
+  // room waits out a deadline. (A request that came while every engine of a role was down or
+  // retiring is refused: that is no defect.)
   if (!anyFault)
     for (const o of outcomes)
       if (o.error !== null && o.request.action === null)
@@ -224,7 +226,7 @@ export function spared(
           seq: 0,
           detail: `${o.request.id}: ${o.error}`,
         });
-  if (anyFault && onlyKills) {
+  if (anyFault && onlyMoves) {
     for (const o of outcomes)
       if (o.error !== null && o.request.action === null && o.admitted)
         out.push({

@@ -32,6 +32,12 @@ export const FAULT_KINDS = [
    * started again on the same journal when the fault's span ends; its engines live on.
    */
   'control-kill',
+  /**
+   * An engine is retired, as the planner retires one (app/fleet-actions.ts): it takes no new
+   * rooms, and its rooms whose prefill has not begun move to other pairs. Taken back when the
+   * fault ends rather than stopped, so that the fleet keeps its size.
+   */
+  'retire',
 ] as const;
 
 export type FaultKind = (typeof FAULT_KINDS)[number];
@@ -134,6 +140,12 @@ function start(fleet: Fleet, f: PlannedFault): () => void {
       // Its span is how long the new process takes to come up.
       fleet.killControl(f.forMs);
       return () => {};
+    case 'retire': {
+      // A control plane that is down retires nothing; the one that comes back knows of no retiring.
+      const inControl = (fn: () => void) => fleet.controlUp && fleet.inControl(fn);
+      inControl(() => void fleet.control.retire(target));
+      return () => inControl(() => fleet.control.registry.retiring.delete(target));
+    }
     case 'disk-full':
       fleet.refuseWrites('the simulated disk is full');
       return () => fleet.refuseWrites(null);
@@ -147,7 +159,10 @@ function start(fleet: Fleet, f: PlannedFault): () => void {
   }
 }
 
-/** The engines a plan touches: only these may exit, or come back as a new incarnation. */
+/**
+ * The engines a plan touches: only these may exit, or come back as a new incarnation. A retired
+ * engine is not among them: it goes on serving the rooms it has.
+ */
 export function touched(plan: readonly PlannedFault[]): Set<string> {
-  return new Set(plan.flatMap((f) => (f.target === null ? [] : [f.target])));
+  return new Set(plan.flatMap((f) => (f.target === null || f.kind === 'retire' ? [] : [f.target])));
 }

@@ -116,7 +116,8 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
       events,
       touched(faults),
       faults.length > 0,
-      faults.every((f) => f.kind === 'kill'),
+      // Kills and retirements move rooms and lose no stream.
+      faults.every((f) => f.kind === 'kill' || f.kind === 'retire'),
       outcomes,
     ),
     ...book,

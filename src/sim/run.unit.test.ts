@@ -92,6 +92,8 @@ describe('the room book check', () => {
  * detector joined it later, and with them the same seed runs another schedule.
  */
 const BEFORE_CANARY = { canaryEveryMs: 0, outliers: false } as const;
+/** The faults of `--faults all` before `retire` joined them (a seed draws its faults from these). */
+const BEFORE_RETIRE = FAULT_KINDS.slice(0, FAULT_KINDS.indexOf('retire'));
 
 describe('a simulated fleet under seeded faults', () => {
   it('keeps every invariant through partitions, kills, freezes, a full disk and bad transfers', async () => {
@@ -219,6 +221,29 @@ describe('a simulated fleet whose engines are killed', () => {
   });
 });
 
+describe('a simulated fleet whose engines are retired', () => {
+  it('moves a retiring engine’s rooms not begun, and fails no client', async () => {
+    // Seed 7 at 400 requests a second: decode-0 and then prefill-0 retired under a queue.
+    const r = await runSeed({
+      seed: 7,
+      rooms: 200,
+      faults: ['retire'],
+      workload: { perSecond: 400 },
+      keepTrace: true,
+    });
+    expect(r.faults.map((f) => `${f.kind} ${f.target}`)).toEqual([
+      'retire decode-0',
+      'retire prefill-0',
+    ]);
+    const moved = (r.trace ?? []).filter(
+      (e) => e.type === 'room.migrated' && e.data.reason === 'engine_retiring',
+    );
+    expect(moved.length).toBeGreaterThan(0);
+    expect(r.violations).toEqual([]);
+    expect(r.failed).toBe(0);
+  });
+});
+
 describe('npm run sim', () => {
   it('expands its flags, and refuses bad ones saying what is wrong', () => {
     expect(
@@ -279,9 +304,9 @@ describe('a simulated fleet with its canary and outlier detector', () => {
     // prefill engines corrupting, one decode engine meeting them more often than its peer (44,
     // 146, 254 of --faults all), or the one pair left serving (80); and, where it counted rooms
     // that completed after the span, a stalled prefill engine's rooms that completed once it was
-    // reset in place (400, 53 of --faults all).
+    // reset in place (400, 53 of --faults all, before `retire`).
     const runs = [
-      ...[44, 146, 254, 400, 53].map((seed) => ({ seed, faults: FAULT_KINDS })),
+      ...[44, 146, 254, 400, 53].map((seed) => ({ seed, faults: BEFORE_RETIRE })),
       { seed: 80, faults: ['transfer-corrupt', 'partition', 'freeze'] as const },
     ];
     for (const { seed, faults } of runs) {
@@ -295,11 +320,11 @@ describe('a simulated fleet with its canary and outlier detector', () => {
   });
 
   it('declares no engine stalled for canaries that failed by a fault of the pair', async () => {
-    // Seed 189 (--faults all): both prefill engines corrupting, three canaries in a row failed
+    // Seed 189 (--faults all, before `retire`): both prefill engines corrupting, three canaries in a row failed
     // kv_checksum_mismatch in `transferred` — decode's stage — and a healthy decode engine was
     // declared stalled, until a canary's failure counted against the engine its reason blames
     // (control/engine-health.ts `recordCanary`).
-    const r = await runSeed({ seed: 189, rooms: 200, faults: [...FAULT_KINDS] });
+    const r = await runSeed({ seed: 189, rooms: 200, faults: [...BEFORE_RETIRE] });
     expect(r.violations).toEqual([]);
   });
 });
