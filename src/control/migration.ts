@@ -232,17 +232,17 @@ export class Migrator {
             move.usable,
           ) ?? new Set());
     const usable = (s: EngineSession) => move.usable(s) && !spare.has(s.engine);
-    host.log.warn(
-      {
-        room: from.room,
-        to,
-        engine: move.engine,
-        reason: move.reason,
-        streamed: stream.tokens,
-        requestId: stream.trace.requestId,
-      },
-      move.lost ? 'migrating room' : 'moving a room off a retiring engine',
-    );
+    const fields = {
+      room: from.room,
+      to,
+      engine: move.engine,
+      reason: move.reason,
+      streamed: stream.tokens,
+      requestId: stream.trace.requestId,
+    };
+    // A loss is news to on-call; a planned move is the planner doing its work.
+    if (move.lost) host.log.warn(fields, 'migrating room');
+    else host.log.info(fields, 'moving a room off a retiring engine');
     void redispatch(host, this.options.waitMs, {
       from: from.room,
       to,
