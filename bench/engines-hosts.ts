@@ -20,11 +20,20 @@ import { fileURLToPath } from 'node:url';
 import { newKeyPair } from '../src/bus/admission.ts';
 import { TestHosts, testHostsUnavailable } from '../src/drills/hosts.ts';
 import { until } from '../src/drills/poll.ts';
-import { DETERMINISTIC_MODEL_NAME } from '../src/model/deterministic.ts';
 import { ucxBackend } from '../src/transfer/ucx.ts';
 import { argv, asJson, checkFlags, flag, medianBucket, percentile, say } from './args.ts';
 import { ECHO } from './bus-echo.ts';
 import { inlineWriter } from './inline-writer.ts';
+import {
+  commitDepths,
+  emptySample,
+  loneRooms,
+  MAX_TOKENS,
+  PROMPT_WORDS,
+  type Sample,
+  stepMeans,
+  stepsTable,
+} from './lone-http.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const ROOMS = Number(flag('--rooms', '100'));
@@ -32,8 +41,6 @@ const ROUNDS = Number(flag('--rounds', '4'));
 flag('--tree', ''); // read below, every one given
 const TREES = [ROOT, ...argv.flatMap((a, i) => (argv[i - 1] === '--tree' ? [resolve(a)] : []))];
 checkFlags();
-const PROMPT_WORDS = 32;
-const MAX_TOKENS = 16;
 
 /** A ROUTER on host c timing round trips to the echo on host a (argv: zeromq, endpoint, count). */
 const PING = `const zmq = require(process.argv[1]);
@@ -59,14 +66,6 @@ interface Stack {
   base: string;
   procs: ChildProcess[];
   data: string;
-}
-
-interface Sample {
-  /** Request to answer, as this client saw it, minus the compute the engines journaled. */
-  addedMs: number[];
-  /** Per step of the path (as the journal timed its events): total ms, and rooms counted. */
-  steps: Map<string, { ms: number; rooms: number }>;
-  failed: number;
 }
 
 interface Row {
@@ -183,79 +182,6 @@ async function startStack(tree: string, n: number): Promise<Stack> {
   return { tree, base, procs, data };
 }
 
-/**
- * The steps timed from each room's journal: along the path both protocols share, and the decode
- * engine's bootstrap, which protocol 7 takes off the path (it runs beside the prefill).
- */
-const STEPS: ReadonlyArray<[string, string]> = [
-  ['room.created', 'room.prefill_started'],
-  ['room.prefill_started', 'room.transfer_completed'],
-  ['room.transfer_completed', 'room.decode_started'],
-  ['room.decode_started', 'room.completed'],
-  ['room.created', 'room.bootstrapped'],
-];
-
-const words = ['amber', 'north', 'kettle', 'orbit', 'meadow', 'signal', 'harbor', 'lantern'];
-const promptOf = (i: number) =>
-  Array.from({ length: PROMPT_WORDS }, (_, k) => words[(i * 7 + k * 3) % words.length]).join(' ');
-
-/** `count` lone requests, one after another; each room's compute read back from its journal. */
-async function lone(s: Stack, count: number, offset: number, into: Sample): Promise<void> {
-  const rooms: Array<{ room: string; ms: number }> = [];
-  for (let i = 0; i < count; i++) {
-    const t = performance.now();
-    const res = await fetch(`${s.base}/v1/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({
-        model: DETERMINISTIC_MODEL_NAME,
-        prompt: promptOf(offset + i),
-        max_tokens: MAX_TOKENS,
-      }),
-    });
-    const body = await res.text();
-    const ms = performance.now() - t;
-    const room = res.headers.get('x-pdctl-room');
-    if (res.status === 200 && room) rooms.push({ room, ms });
-    else {
-      if (into.failed === 0) say(`a request failed: ${res.status} ${body.slice(0, 300)}`);
-      into.failed++;
-    }
-  }
-  for (const { room, ms } of rooms) {
-    const { events } = (await (await fetch(`${s.base}/v1/rooms/${room}`)).json()) as {
-      events: Array<{ type: string; ts: number; data: { computeMicros?: number } }>;
-    };
-    const ts = (type: string) => events.find((e) => e.type === type)?.ts;
-    for (const [from, to] of STEPS) {
-      const [a, b] = [ts(from), ts(to)];
-      if (a === undefined || b === undefined) continue;
-      const step = into.steps.get(`${from} → ${to}`) ?? { ms: 0, rooms: 0 };
-      step.ms += b - a;
-      step.rooms++;
-      into.steps.set(`${from} → ${to}`, step);
-    }
-    const micros = events.reduce(
-      (n, e) =>
-        n +
-        (e.type === 'room.transfer_posted' || e.type === 'room.completed'
-          ? (e.data.computeMicros ?? 0)
-          : 0),
-      0,
-    );
-    into.addedMs.push(ms - micros / 1000);
-  }
-}
-
-/** The first-token commit depths the control plane counted (its metric), as counts by depth. */
-async function commitDepths(s: Stack): Promise<number[]> {
-  const text = await (await fetch(`${s.base}/metrics`)).text();
-  const counts: number[] = [];
-  for (const m of text.matchAll(/^pdctl_first_token_commits_total\{commits="(\d+)"\} (\d+)/gm))
-    counts[Number(m[1])] = Number(m[2]);
-  return Array.from(counts, (n) => n ?? 0);
-}
-
 try {
   say('floor: ZeroMQ round trips between hosts a and c, and one-event commits inline at power …');
   const zeromq = createRequire(import.meta.url).resolve('zeromq');
@@ -291,8 +217,8 @@ try {
     say(`starting the stack of ${tree} on hosts c, a, b …`);
     stacks.push(await startStack(tree, n));
   }
-  const samples = stacks.map(() => ({ addedMs: [], steps: new Map(), failed: 0 }) as Sample);
-  for (const [n, s] of stacks.entries()) await lone(s, 20, 10_000, samples[n] as Sample); // warm-up
+  const samples = stacks.map(emptySample);
+  for (const [n, s] of stacks.entries()) await loneRooms(s.base, 20, 10_000, samples[n] as Sample); // warm-up
   for (const sample of samples) {
     sample.addedMs = [];
     sample.steps.clear();
@@ -302,7 +228,7 @@ try {
     const order = stacks.map((_, i) => (i + round) % stacks.length);
     for (const n of order) {
       say(`round ${round + 1}/${ROUNDS}: ${ROOMS} lone rooms through ${stacks[n]?.tree}`);
-      await lone(stacks[n] as Stack, ROOMS, round * ROOMS, samples[n] as Sample);
+      await loneRooms((stacks[n] as Stack).base, ROOMS, round * ROOMS, samples[n] as Sample);
     }
   }
   const rows: Row[] = [];
@@ -317,10 +243,8 @@ try {
       addedMsP50: p50,
       addedMsP99: Number(percentile(ms, 99).toFixed(2)),
       inFloors: Number((p50 / floorMs).toFixed(2)),
-      commitsP50: medianBucket(await commitDepths(s)),
-      stepsMeanMs: Object.fromEntries(
-        [...sample.steps].map(([k, v]) => [k, Number((v.ms / Math.max(1, v.rooms)).toFixed(3))]),
-      ),
+      commitsP50: medianBucket(await commitDepths(s.base)),
+      stepsMeanMs: stepMeans(sample),
     });
   }
   if (asJson) {
@@ -344,12 +268,7 @@ try {
       '',
       'Mean ms between events, from the journal (whole-ms timestamps):',
       '',
-      `| step | ${rows.map((r) => r.tree).join(' | ')} |`,
-      `|---|${rows.map(() => '--:').join('|')}|`,
-      ...STEPS.map(([a, b]) => {
-        const k = `${a} → ${b}`;
-        return `| ${k} | ${rows.map((r) => r.stepsMeanMs[k] ?? '-').join(' | ')} |`;
-      }),
+      ...stepsTable(rows),
     ];
     process.stdout.write(`${lines.join('\n')}\n`);
   }

@@ -330,6 +330,19 @@ export class ApiMetrics {
     );
     totalCounter(
       r,
+      'pdctl_bus_frames_total',
+      'Bus frames the control plane received from engines and sent to them (a batch is one frame): each costs both ends and their ZeroMQ threads CPU',
+      ['direction'],
+      () => {
+        const { frames } = control.busStatus();
+        return [
+          [{ direction: 'received' }, frames.received],
+          [{ direction: 'sent' }, frames.sent],
+        ];
+      },
+    );
+    totalCounter(
+      r,
       'pdctl_engine_ladder_actions_total',
       'In-place resets and process restarts the ladder made, per engine',
       ['engine', 'action'],

@@ -70,6 +70,8 @@ export interface BusStatus {
   dropped: Partial<Record<DropReason, number>>;
   outbox: number;
   zapDenied: number;
+  /** Frames received from engines and sent to them (a batch is one frame) since the start. */
+  frames: { received: number; sent: number };
 }
 
 export class BusServer {
@@ -269,7 +271,7 @@ export class BusServer {
     this.outbox.push(Buffer.from(peer, 'latin1'), kind, encodePayload(payload));
   }
 
-  /** The bus as operators see it: endpoint, receive loop, frames dropped by reason, outbox. */
+  /** The bus as operators see it: endpoint, receive loop, frames dropped by reason, outbox, frames moved. */
   status(): BusStatus {
     return {
       endpoint: this.endpoint,
@@ -277,6 +279,7 @@ export class BusServer {
       dropped: this.drops.snapshot(),
       outbox: this.outboxDepth,
       zapDenied: this.zapDenied,
+      frames: { received: this.received, sent: this.outbox.sent },
     };
   }
 
