@@ -4,6 +4,11 @@
  * they were queued (the control plane relies on it: an event is queued before the ack that
  * follows it). What is queued in one event-loop turn for the same peer leaves as one `batch`
  * frame: under load that is one send instead of dozens, which is most of the bus's CPU.
+ *
+ * A message pushed `lazy` is one its peer acts on no sooner for having it now (an acknowledgement,
+ * another engine's progress): it waits, up to LAZY_MS, for a message to the same peer that is not,
+ * and leaves in that one's frame — every frame costs both ends a wake-up and system calls
+ * (docs/critical-path.md, "What bounds a lone room"). Order per peer is kept either way.
  */
 import type { Logger } from '../log.ts';
 import { type Clock, systemClock } from '../ports/clock.ts';
@@ -16,7 +21,11 @@ interface Queued {
   peer: Buffer | null;
   kind: string;
   payload: Buffer;
+  lazy: boolean;
 }
+
+/** Longest a lazy message waits for company before it leaves on its own. */
+export const LAZY_MS = 10;
 
 /** Most items and bytes in one batch (well under the receiver's frame limit). */
 const MAX_BATCH_ITEMS = 1024;
@@ -26,6 +35,10 @@ export class Outbox {
   private queue: Queued[] = [];
   private sending = false;
   private scheduled = false;
+  /** Lazy messages queued; while there are any, a timer bounds their wait. */
+  private lazyQueued = 0;
+  private lazyTimer: ReturnType<Clock['setTimeout']> | null = null;
+  private lazyDue = false;
   sent = 0;
   batches = 0;
   failed = 0;
@@ -43,26 +56,70 @@ export class Outbox {
     return this.queue.length;
   }
 
-  push(peer: Buffer | null, kind: string, payload: Buffer): void {
+  push(peer: Buffer | null, kind: string, payload: Buffer, lazy = false): void {
     if (this.queue.length >= this.limit) {
-      this.queue.shift();
+      if (this.queue.shift()?.lazy) this.lazyQueued--;
       this.failed++;
     }
-    this.queue.push({ peer, kind, payload });
-    if (!this.sending && !this.scheduled) {
-      this.scheduled = true;
-      this.clock.defer(() => {
-        this.scheduled = false;
-        void this.pump();
-      });
+    this.queue.push({ peer, kind, payload, lazy });
+    if (lazy) {
+      this.lazyQueued++;
+      if (this.lazyTimer === null && !this.lazyDue) {
+        this.lazyTimer = this.clock.setTimeout(() => {
+          this.lazyTimer = null;
+          this.lazyDue = true;
+          this.schedule();
+        }, LAZY_MS);
+      }
+      return;
     }
+    this.schedule();
+  }
+
+  private schedule(): void {
+    if (this.sending || this.scheduled) return;
+    this.scheduled = true;
+    this.clock.defer(() => {
+      this.scheduled = false;
+      void this.pump();
+    });
+  }
+
+  /**
+   * What may leave now, taken off the queue: everything once the lazy wait is over (or when
+   * nothing is lazy), else every message of each peer that has one that is not lazy.
+   */
+  private takeReady(): Queued[] {
+    if (this.lazyQueued === 0 || this.lazyDue) {
+      const all = this.queue;
+      this.queue = [];
+      this.settleLazy(0);
+      return all;
+    }
+    const urgent = new Set<string>();
+    for (const q of this.queue) if (!q.lazy) urgent.add(peerKey(q));
+    const ready: Queued[] = [];
+    const held: Queued[] = [];
+    for (const q of this.queue) (urgent.has(peerKey(q)) ? ready : held).push(q);
+    this.queue = held;
+    this.settleLazy(held.length);
+    return ready;
+  }
+
+  /** `held` lazy messages stay queued: with none, the wait and its timer end. */
+  private settleLazy(held: number): void {
+    this.lazyQueued = held;
+    if (held > 0) return;
+    this.lazyDue = false;
+    this.clock.clear(this.lazyTimer);
+    this.lazyTimer = null;
   }
 
   /** The queue as frames: per peer in order, runs of messages packed into batches. */
   private frames(queue: Queued[]): Array<Array<Buffer | string>> {
     const byPeer = new Map<string, Queued[]>();
     for (const q of queue) {
-      const key = q.peer === null ? '' : q.peer.toString('latin1');
+      const key = peerKey(q);
       const list = byPeer.get(key);
       if (list) list.push(q);
       else byPeer.set(key, [q]);
@@ -103,8 +160,8 @@ export class Outbox {
     this.sending = true;
     try {
       while (this.queue.length > 0 && !this.socket.closed) {
-        const queued = this.queue;
-        this.queue = [];
+        const queued = this.takeReady();
+        if (queued.length === 0) break;
         for (const frames of this.frames(queued)) {
           try {
             await this.socket.send(frames);
@@ -124,4 +181,8 @@ export class Outbox {
       this.sending = false;
     }
   }
+}
+
+function peerKey(q: Queued): string {
+  return q.peer === null ? '' : q.peer.toString('latin1');
 }

@@ -266,9 +266,18 @@ export class BusServer {
     this.registered.delete(peer);
   }
 
-  send<K extends ControlKind>(peer: PeerId, kind: K, payload: ControlMessage<K>): void {
+  /**
+   * Queues a message to a peer. `lazy`: the peer acts on it no sooner for having it now, so it may
+   * wait (up to LAZY_MS) for a message to that peer that is not lazy, and share its frame.
+   */
+  send<K extends ControlKind>(
+    peer: PeerId,
+    kind: K,
+    payload: ControlMessage<K>,
+    lazy = false,
+  ): void {
     if (this.closed) return;
-    this.outbox.push(Buffer.from(peer, 'latin1'), kind, encodePayload(payload));
+    this.outbox.push(Buffer.from(peer, 'latin1'), kind, encodePayload(payload), lazy);
   }
 
   /** The bus as operators see it: endpoint, receive loop, frames dropped by reason, outbox, frames moved. */

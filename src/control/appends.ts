@@ -187,14 +187,21 @@ export class AppendRelay {
       .then(
         (res) => {
           const to = this.deps.registry.get(engine)?.peer ?? peer;
-          this.bus.send(to, 'ack', {
-            eventId: msg.eventId,
-            status: res.status,
-            original: res.status === 'duplicate' ? res.original : null,
-            seq: res.seq,
-            reason: res.status === 'rejected' ? res.reason : null,
-            detail: res.status === 'rejected' ? res.detail.slice(0, 1000) : null,
-          });
+          // Lazy: an engine acts on the events it appended, not on their acknowledgement; where
+          // it acts on the event, that goes out now (engine-link.ts actsOn) and takes this along.
+          this.bus.send(
+            to,
+            'ack',
+            {
+              eventId: msg.eventId,
+              status: res.status,
+              original: res.status === 'duplicate' ? res.original : null,
+              seq: res.seq,
+              reason: res.status === 'rejected' ? res.reason : null,
+              detail: res.status === 'rejected' ? res.detail.slice(0, 1000) : null,
+            },
+            true,
+          );
         },
         (err) => {
           const e = JournalError.from(err);

@@ -19,6 +19,7 @@ import type { Room } from '../journal/reducer.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import type { Clock } from '../ports/clock.ts';
+import { actsOn } from './acts-on.ts';
 import { BoundedMap } from './bounded-map.ts';
 import type { ControlCounters } from './bus.ts';
 import type { LastRegistration } from './checkpoint/state.ts';
@@ -357,7 +358,7 @@ export class EngineLink {
     }
   }
 
-  private sendEvent(session: EngineSession, ev: JournalEvent): void {
+  private sendEvent(session: EngineSession, ev: JournalEvent, lazy = false): void {
     const request =
       ev.type === 'room.created' && ev.room ? this.deps.rooms.request(ev.room) : undefined;
     const payload = {
@@ -367,7 +368,7 @@ export class EngineLink {
       ...(session.role === 'prefill' ? kvPeerFor(ev, this.deps.registry) : {}),
     };
     session.delivery.lastDelivered = ev.seq;
-    this.bus.send(session.peer, 'event', payload);
+    this.bus.send(session.peer, 'event', payload, lazy);
     this.deps.counters.delivered++;
   }
 
@@ -379,7 +380,7 @@ export class EngineLink {
         s.delivery.buffer.push(ev);
       } else if (ev.seq > s.delivery.sentSeq) {
         s.delivery.sentSeq = ev.seq;
-        this.sendEvent(s, ev);
+        this.sendEvent(s, ev, !actsOn(engine, room, ev));
       }
     }
   }
