@@ -187,8 +187,9 @@ export class AppendRelay {
       .then(
         (res) => {
           const to = this.deps.registry.get(engine)?.peer ?? peer;
-          // Lazy: an engine acts on the events it appended, not on their acknowledgement; where
-          // it acts on the event, that goes out now (engine-link.ts actsOn) and takes this along.
+          // Lazy: engines go on without waiting for acknowledgements, but for the prefill
+          // engine's of room.transfer_completed — an event it acts on, which goes out now
+          // (acts-on.ts) and takes this along. A rejection may wait up to LAZY_MS (bus/outbox.ts).
           this.bus.send(
             to,
             'ack',
