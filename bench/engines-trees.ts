@@ -15,7 +15,7 @@
  */
 import type { ChildProcess } from 'node:child_process';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -49,6 +49,17 @@ for (const [name, n] of [
 ] as const) {
   if (!Number.isInteger(n) || n < 1) {
     process.stderr.write(`bench:engines: ${name} takes a whole number ≥ 1, got ${n}\n`);
+    process.exit(2);
+  }
+}
+for (const tree of TREES) {
+  const missing = ['src/cli/bin.ts', 'node_modules', 'native/build'].filter(
+    (part) => !existsSync(join(tree, part)),
+  );
+  if (missing.length > 0) {
+    process.stderr.write(
+      `bench:engines: --tree ${tree} is not a checkout ready to run (no ${missing.join(', ')}): make one with git worktree add, link node_modules and copy native/build into it\n`,
+    );
     process.exit(2);
   }
 }
