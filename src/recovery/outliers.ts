@@ -12,8 +12,9 @@
  *     sends an engine few rooms once one fails: the bad-engine drill's corrupting prefill engine
  *     got two rooms every 5 s, and its window, full of rooms served before the fault, took 26 s
  *     to pass half.) A fault of the pair counts against an engine only where the other engine
- *     of the pair was seen serving its other rooms well meanwhile (`pairEvidenceRooms` of them, failing
- *     at most half of `failureRate`): where that one failed with others too, or served none, the
+ *     of the pair was seen serving its other rooms well meanwhile (`pairEvidenceRooms` of them,
+ *     failing at most half of `failureRate`, of its rooms kept for `historyMs`): where that
+ *     one failed with others too, served none, or no longer keeps all of those, the
  *     evidence does not say which of the two it was, and it is left out of both counts. (Counted
  *     against both, a healthy decode engine whose rooms happened to meet two corrupting prefill
  *     engines more often than its peer's did was ejected: the simulator, --faults all seed 44.)
@@ -46,6 +47,12 @@ export interface OutlierPolicy {
    * `failureRate`. Default 2.
    */
   pairEvidenceRooms: number;
+  /**
+   * How long each engine's rooms are kept as that evidence once they ended, and how many of them
+   * at most (its own judgment reads the last `windowRooms` of them). Default 60 s and 2,000.
+   */
+  historyMs: number;
+  historyRooms: number;
   baseEjectionMs: number;
   maxEjectionMs: number;
   maxEjectedShare: number;
@@ -59,6 +66,8 @@ export const DEFAULT_OUTLIER_POLICY: Readonly<OutlierPolicy> = Object.freeze({
   minRooms: 5,
   failureRate: 0.5,
   pairEvidenceRooms: 2,
+  historyMs: 60_000,
+  historyRooms: 2000,
   baseEjectionMs: 10_000,
   maxEjectionMs: 300_000,
   maxEjectedShare: 0.5,
@@ -78,8 +87,10 @@ interface Outcome {
 }
 
 interface Record {
-  /** Its last rooms' outcomes, newest last. */
+  /** Its rooms' outcomes of the last `historyMs` (`historyRooms` at most), newest last. */
   outcomes: Outcome[];
+  /** When the newest outcome it no longer keeps ended: rooms that ended since are all kept. */
+  forgotUntil: number;
   /** Failures blamed on itself in a row. */
   consecutive: number;
   /** Why its last failed room failed. */
@@ -126,7 +137,14 @@ export class OutlierDetector {
   private record(engine: string): Record {
     let r = this.engines.get(engine);
     if (!r) {
-      r = { outcomes: [], consecutive: 0, times: 0, probing: false, lastReason: 'unknown' };
+      r = {
+        outcomes: [],
+        forgotUntil: Number.NEGATIVE_INFINITY,
+        consecutive: 0,
+        times: 0,
+        probing: false,
+        lastReason: 'unknown',
+      };
       this.engines.set(engine, r);
     }
     return r;
@@ -165,7 +183,12 @@ export class OutlierDetector {
   private count(engine: string, o: Outcome, reason: string | null = null): void {
     const r = this.record(engine);
     r.outcomes.push(o);
-    if (r.outcomes.length > this.policy.windowRooms) r.outcomes.shift();
+    const { historyRooms, historyMs } = this.policy;
+    for (let first = r.outcomes[0]; first; first = r.outcomes[0]) {
+      if (r.outcomes.length <= historyRooms && first.at >= o.at - historyMs) break;
+      r.forgotUntil = Math.max(r.forgotUntil, first.at);
+      r.outcomes.shift();
+    }
     r.consecutive = o.failed ? (o.own ? r.consecutive + 1 : r.consecutive) : 0;
     if (o.failed) r.lastReason = reason ?? 'unknown';
     for (const e of [engine, ...this.peers(engine)]) {
@@ -187,7 +210,7 @@ export class OutlierDetector {
    * relapsing beside the corrupting prefill engine).
    */
   private against(engine: string): boolean[] {
-    const outcomes = this.engines.get(engine)?.outcomes ?? [];
+    const outcomes = (this.engines.get(engine)?.outcomes ?? []).slice(-this.policy.windowRooms);
     // Over which span its failed rooms with each engine were created: the other one's rooms
     // created meanwhile are the evidence.
     const spans = new Map<string, { from: number; to: number }>();
@@ -225,16 +248,25 @@ export class OutlierDetector {
    * say nothing of it, even those that ended meanwhile (their KV may have moved before the fault
    * began), nor do rooms after: a fault that began or ended meanwhile would be taken for `not`'s
    * (the simulator: --faults all seed 254; transfer-corrupt,partition,freeze seed 80;
-   * transfer-corrupt,partition,freeze,kill seed 16).
+   * transfer-corrupt,partition,freeze,kill seed 16). Nor does it say so where it may have
+   * forgotten some of its rooms of the span: those it kept are the span's last, and may all be
+   * after a fault ended (seed 2065296712 of --faults all at 50 rooms/s: prefill-0's window of 20
+   * held two good rooms with decode-1 from the span's end, not the dozens that failed before).
    */
   private servesOthers(engine: string, not: string, span: { from: number; to: number }): boolean {
-    const others = (this.engines.get(engine)?.outcomes ?? []).filter(
-      (o) => o.with !== not && o.from >= span.from && o.from <= span.to,
-    );
-    return (
-      others.length >= this.policy.pairEvidenceRooms &&
-      this.rate(others.map((o) => o.failed)) <= this.policy.failureRate / 2
-    );
+    const r = this.engines.get(engine);
+    if (!r || r.forgotUntil >= span.from) return false;
+    // A room created in the span ended after its start: only those need be read, newest first.
+    let rooms = 0;
+    let failed = 0;
+    for (let i = r.outcomes.length - 1; i >= 0; i--) {
+      const o = r.outcomes[i] as Outcome;
+      if (o.at < span.from) break;
+      if (o.with === not || o.from < span.from || o.from > span.to) continue;
+      rooms++;
+      if (o.failed) failed++;
+    }
+    return rooms >= this.policy.pairEvidenceRooms && failed / rooms <= this.policy.failureRate / 2;
   }
 
   /** Ejects the engine when the evidence says it is the outlier and its role can spare it. */
@@ -372,6 +404,7 @@ export class OutlierDetector {
     if (failure === null) {
       ejections.delete(engine);
       r.outcomes = [];
+      r.forgotUntil = this.clock.now();
       r.consecutive = 0;
       this.log.warn(
         { engine, canaryRoom: room },

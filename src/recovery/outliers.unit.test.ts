@@ -11,7 +11,7 @@ import type { EventInput, JournalEvent } from '../journal/events.ts';
 import type { Room } from '../journal/reducer.ts';
 import { silentLogger } from '../log.ts';
 import { VirtualClock } from '../ports/clock.ts';
-import { OutlierDetector } from './outliers.ts';
+import { OutlierDetector, type OutlierPolicy } from './outliers.ts';
 
 type Listener = (before: Room | null, after: Room, ev: JournalEvent) => void;
 
@@ -30,7 +30,11 @@ class Rig {
   /** When the ladder last found each engine stalled. */
   readonly troubled = new Map<string, number>();
 
-  constructor(prefills = ['prefill-0', 'prefill-1'], decodes = ['decode-0']) {
+  constructor(
+    prefills = ['prefill-0', 'prefill-1'],
+    decodes = ['decode-0'],
+    policy: Partial<OutlierPolicy> = {},
+  ) {
     for (const e of prefills) this.registry.set(engineSession(e, 'prefill'));
     for (const e of decodes) this.registry.set(engineSession(e, 'decode'));
     const control = {
@@ -56,7 +60,7 @@ class Rig {
         return { status: 'applied' as const, seq: this.events.length, eventId: '', state: null };
       },
     };
-    this.detector = new OutlierDetector(control, journal, silentLogger, {}, this.clock, {
+    this.detector = new OutlierDetector(control, journal, silentLogger, policy, this.clock, {
       troubledAt: (engine) => this.troubled.get(engine) ?? null,
     });
     this.detector.start(60_000);
@@ -212,6 +216,29 @@ describe('OutlierDetector', () => {
     expect(stalledPrefill(true)).toEqual([]);
     // Without the ladder's word, prefill-0 looks as if it served decode-0 well meanwhile.
     expect(stalledPrefill(false)).toEqual(['decode-1']);
+  });
+
+  it('ejects no decode engine for a prefill engine’s fault because that one’s last rooms, after the fault, went well (simulator, --faults all seed 2065296712 at 50 rooms/s)', () => {
+    const afterFault = (policy: Partial<OutlierPolicy>) => {
+      const rig = new Rig(['prefill-0', 'prefill-1'], ['decode-0', 'decode-1'], policy);
+      // prefill-1 is out already; prefill-0 corrupts every transfer to either decode engine…
+      rig.registry.ejections.set('prefill-1', { reason: 'x', since: 0, until: 1e15, times: 1 });
+      for (let i = 0; i < 40; i++) {
+        rig.clock.advance(10);
+        rig.end('prefill-0', `decode-${i % 2}`, 'failed', 'kv_checksum_mismatch');
+      }
+      // …until it heals, and its next rooms all go to decode-1 and complete: its last 20 are
+      // good ones, a few of them created before decode-0's last failure.
+      for (let i = 0; i < 20; i++) {
+        rig.clock.advance(10);
+        rig.end('prefill-0', 'decode-1', 'completed');
+      }
+      return rig.ejected().map(([e]) => e);
+    };
+    // It keeps enough of its rooms to see that it failed with decode-1 too…
+    expect(afterFault({})).toEqual([]);
+    // …and where it kept no more than its window, it knows it forgot those.
+    expect(afterFault({ historyRooms: 20 })).toEqual([]);
   });
 
   it('ejects an engine on its fifth failure in a row of its own', () => {
