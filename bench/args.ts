@@ -1,5 +1,6 @@
 /** What the benchmark scripts share: their flags, progress on stderr, percentiles, open-loop load. */
 import { readFileSync } from 'node:fs';
+import { cpus } from 'node:os';
 
 export const argv = process.argv.slice(2);
 /** Every flag the script has read so far (`checkFlags` refuses the others). */
@@ -88,4 +89,9 @@ export async function atRate(
     pending.push(send(i, due));
   }
   await Promise.all(pending);
+}
+
+/** The machine's CPU time so far (every process, every thread, the kernel), in ms. */
+export function machineCpuMs(): number {
+  return cpus().reduce((n, { times: t }) => n + t.user + t.nice + t.sys + t.irq, 0);
 }

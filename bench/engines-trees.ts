@@ -21,7 +21,17 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { until } from '../src/drills/poll.ts';
 import { freePort } from '../src/net.ts';
-import { argv, asJson, checkFlags, flag, has, medianBucket, percentile, say } from './args.ts';
+import {
+  argv,
+  asJson,
+  checkFlags,
+  flag,
+  has,
+  machineCpuMs,
+  medianBucket,
+  percentile,
+  say,
+} from './args.ts';
 import {
   commitDepths,
   emptySample,
@@ -102,11 +112,6 @@ process.once('SIGINT', () => {
   cleanup();
   process.exit(130);
 });
-
-/** The machine's CPU time so far (every process), in ms. */
-function machineCpuMs(): number {
-  return cpus().reduce((n, { times: t }) => n + t.user + t.nice + t.sys + t.irq, 0);
-}
 
 /** `pdctl serve` of `tree` on loopback, with its own journal and its prefill and decode engine. */
 async function startStack(tree: string): Promise<Stack> {
