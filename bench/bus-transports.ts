@@ -61,8 +61,8 @@ interface Link {
 const dir = mkdtempSync(join(tmpdir(), 'pdctl-bench-bus-'));
 const payload = Buffer.alloc(BYTES, 7);
 
-function child(script: string, arg: string): ChildProcess {
-  const c = spawn(process.execPath, ['-e', script, ...arg.split('\u0000')], { stdio: 'ignore' });
+function child(script: string, args: string[]): ChildProcess {
+  const c = spawn(process.execPath, ['-e', script, ...args], { stdio: 'ignore' });
   c.once('exit', (code, signal) => {
     if (!c.killed) say(`the echo process exited (${signal ?? code}) before it was stopped`);
   });
@@ -73,7 +73,7 @@ async function zeromqLink(): Promise<Link> {
   const router = new zmq.Router({ linger: 0 });
   await router.bind('tcp://127.0.0.1:0');
   const zeromqPath = createRequire(import.meta.url).resolve('zeromq');
-  const echo = child(ECHO, `${zeromqPath}\u0000${router.lastEndpoint}`);
+  const echo = child(ECHO, [zeromqPath, router.lastEndpoint as string]);
   const [peer] = await router.receive();
   return {
     trip: async () => {
@@ -96,7 +96,7 @@ async function netLink(unix: boolean): Promise<Link> {
   const address = server.address();
   const at = unix ? path : String(typeof address === 'object' && address ? address.port : 0);
   const accepted = new Promise<Socket>((r) => server.once('connection', r));
-  const echo = child(NET_ECHO, at);
+  const echo = child(NET_ECHO, [at]);
   const socket = await accepted;
   socket.setNoDelay(true);
   let waiting: { left: number; done: () => void } | null = null;
