@@ -12,6 +12,11 @@
  * must never be slower than reuse off: at 8 concurrent, prefills continuing from what their
  * sequences held once took three times as long (docs/benchmarks.md, "bench:model").
  *
+ * Before the stacks, the model work alone, split as the engines split it, with no hop between: a
+ * lone room's parts (tokenize, prefill, KV save, KV load, first decode step), and for each
+ * concurrency above 1 that many rooms' prefills at once and their loads and first steps on a second
+ * context — each against in-process first tokens of the same prompts.
+ *
  * The model is a generated GGUF (src/model/tiny-gguf.ts) wider and deeper than the test one, so
  * that a token costs compute the way a real model's does (about a millisecond here).
  *
@@ -217,6 +222,75 @@ async function modelWork(model: LlamaEngineModel, info: LlamaModelInfo): Promise
   };
 }
 
+/**
+ * The model work of `n` concurrent rooms as the engines split it, with no hop between: their
+ * prefills at once (every prompt token but the last, and the state's save), each room's state
+ * loaded as soon as its prefill is done, and its first decode step asked for as soon as it is
+ * loaded — what the engines do, each side on its own context (one thread each, as each engine
+ * process has), here in one process with no bus or journal between. ms from the start (p50 over
+ * the rooms of ROUNDS rounds), against the in-process first tokens of the same prompts evaluated
+ * together, interleaved round by round.
+ */
+interface ConcurrentWork {
+  concurrency: number;
+  rounds: number;
+  prefillDoneMs: number;
+  loadedMs: number;
+  firstTokenMs: number;
+  inProcessTtftMs: number;
+}
+
+async function concurrentWork(
+  model: LlamaEngineModel,
+  decoder: LlamaEngineModel,
+  info: LlamaModelInfo,
+  n: number,
+): Promise<ConcurrentWork> {
+  const at = { prefilled: [] as number[], loaded: [] as number[], first: [] as number[] };
+  const inProcessMs: number[] = [];
+  const { pageBytes } = ENGINE_DEFAULTS;
+  for (let round = 0; round < ROUNDS; round++) {
+    const prompts = Array.from({ length: n }, (_, i) =>
+      info.tokenize(promptOf(20_000 + round * 100 + i, 'distinct')),
+    );
+    const inProcessFirst = async () =>
+      inProcessMs.push(
+        ...(await Promise.all(prompts.map((p) => model.generate(p, 1)))).map((o) => o.firstTokenMs),
+      );
+    if (round % 2 === 1) await inProcessFirst();
+    const t0 = performance.now();
+    await Promise.all(
+      prompts.map(async (tokens) => {
+        const pages = Array.from(
+          { length: pagesFor(model.kv, pageBytes, tokens.length) },
+          () => new Uint8Array(pageBytes),
+        );
+        if (!(await model.prefill(tokens, pages, async () => true)))
+          throw new Error('prefill stopped with nothing stopping it');
+        at.prefilled.push(performance.now() - t0);
+        const stream = await decoder.startDecode(tokens, pages, {});
+        at.loaded.push(performance.now() - t0);
+        try {
+          await stream.next();
+          at.first.push(performance.now() - t0);
+        } finally {
+          stream.close();
+        }
+      }),
+    );
+    if (round % 2 === 0) await inProcessFirst();
+  }
+  const p50 = (v: number[]) => Number(median(v).toFixed(1));
+  return {
+    concurrency: n,
+    rounds: ROUNDS,
+    prefillDoneMs: p50(at.prefilled),
+    loadedMs: p50(at.loaded),
+    firstTokenMs: p50(at.first),
+    inProcessTtftMs: p50(inProcessMs),
+  };
+}
+
 /** The step where the first token reached the client (not an event: the client saw it). */
 const FIRST_TOKEN = 'first token at the client';
 
@@ -268,6 +342,7 @@ async function throughStack(
 const dir = mkdtempSync(join(tmpdir(), 'pdctl-bench-model-'));
 const rows: Row[] = [];
 let work: ModelWork | null = null;
+const concurrent: ConcurrentWork[] = [];
 try {
   const path = join(dir, 'bench.gguf');
   const fileBytes = writeTinyModel(path, { embedding: EMBEDDING, layers: LAYERS, heads: 8 });
@@ -284,6 +359,18 @@ try {
   );
   say('the model work of a lone room, in this process');
   work = await modelWork(model, info);
+  if (CONCURRENCY.some((c) => c > 1)) {
+    // The decode side's own context, as the decode engine has.
+    const decoder = await LlamaEngineModel.open({ ...shape, threads: THREADS });
+    try {
+      for (const n of CONCURRENCY.filter((c) => c > 1)) {
+        say(`the model work of ${n} concurrent rooms, in this process`);
+        concurrent.push(await concurrentWork(model, decoder, info, n));
+      }
+    } finally {
+      await decoder.close();
+    }
+  }
   const engineArgs = [...llamaEngineFlags({ ...shape, threads: THREADS }), '--chunk-tokens', '1'];
   const stack = (name: string, extra: string[]) =>
     startStack({
@@ -379,7 +466,7 @@ try {
 
 if (asJson) {
   process.stdout.write(
-    `${JSON.stringify({ bench: 'model', cores: cpus().length, node: process.version, gpu: GPU, embedding: EMBEDDING, layers: LAYERS, rounds: ROUNDS, promptWords: PROMPT_WORDS, sharedWords: SHARED_WORDS, maxTokens: MAX_TOKENS, sequences: SEQUENCES, threads: THREADS, rows, modelWork: work }, null, 2)}\n`,
+    `${JSON.stringify({ bench: 'model', cores: cpus().length, node: process.version, gpu: GPU, embedding: EMBEDDING, layers: LAYERS, rounds: ROUNDS, promptWords: PROMPT_WORDS, sharedWords: SHARED_WORDS, maxTokens: MAX_TOKENS, sequences: SEQUENCES, threads: THREADS, rows, modelWork: work, concurrentModelWork: concurrent }, null, 2)}\n`,
   );
 } else {
   const out = [
@@ -413,6 +500,19 @@ if (asJson) {
       '| tokenize | prefill compute | KV save | KV load | first decode step | sum | in-process TTFT | sum / in-process |',
       '|--:|--:|--:|--:|--:|--:|--:|--:|',
       `| ${work.tokenizeMs} | ${work.prefillComputeMs} | ${work.kvSaveMs} | ${work.kvLoadMs} | ${work.firstDecodeStepMs} | ${work.sumMs} | ${work.inProcessTtftMs} | ${(work.sumMs / work.inProcessTtftMs).toFixed(3)} |`,
+    );
+  }
+  if (concurrent.length > 0) {
+    out.push(
+      '',
+      `Concurrent rooms' model work as the engines split it: their prefills at once (KV save included) on one context, each room loaded on a second context (the decode side's) when its prefill is done and its first decode step asked for when loaded; one thread each, no bus or journal between. ms from the start, p50 over the rooms of ${ROUNDS} rounds, interleaved with the in-process first tokens of the same prompts evaluated together:`,
+      '',
+      '| concurrent | prefill done | loaded | first token | in-process TTFT | first token / in-process |',
+      '|--:|--:|--:|--:|--:|--:|',
+      ...concurrent.map(
+        (c) =>
+          `| ${c.concurrency} | ${c.prefillDoneMs} | ${c.loadedMs} | ${c.firstTokenMs} | ${c.inProcessTtftMs} | ${(c.firstTokenMs / c.inProcessTtftMs).toFixed(3)} |`,
+      ),
     );
   }
   process.stdout.write(`${out.join('\n')}\n`);
