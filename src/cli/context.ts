@@ -1,6 +1,7 @@
 /** What every CLI command shares: where the journal is, output mode, and exit codes. */
-import { readFileSync } from 'node:fs';
+import { accessSync, constants, mkdirSync, readFileSync } from 'node:fs';
 import { openJournalReader } from '../app/journal.ts';
+import { UsageError } from '../errors.ts';
 import { openArchiveReader } from '../journal/archive/segments.ts';
 import type { JournalReader } from '../journal/store.ts';
 
@@ -39,13 +40,35 @@ export const ARCHIVE_HELP =
   'read the archive that serve --archive or journal prune --archive wrote in DIR (rooms pruned from the journal) instead of the journal';
 
 /**
+ * The directory of a writer's `--archive` (serve, journal prune), made if need be: one it cannot
+ * write is refused before anything is pruned, saying so.
+ */
+export function writableArchive(dir: string): string {
+  try {
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    accessSync(dir, constants.W_OK);
+  } catch (err) {
+    throw new UsageError(
+      `--archive ${dir} cannot be written (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}): nothing would keep what is pruned; pass a directory this user can write, or leave --archive out to prune without keeping`,
+    );
+  }
+  return dir;
+}
+
+/**
  * The journal file of `--journal` (or the archive of `--archive`), for reading only. `since`: the
  * question is about what happened from then on, so an archive loads only the segments of rooms
  * that ended from then on (a room is filed under the hour it ended, never before any of its events).
  */
 export function openReader(opts: CommonOptions, since?: number): JournalReader {
   return opts.archive !== undefined
-    ? openArchiveReader(opts.archive, since === undefined ? {} : { since })
+    ? openArchiveReader(opts.archive, {
+        ...(since === undefined ? {} : { since }),
+        onDamage: (d) =>
+          note(
+            `pdctl: ${d.file}: ${d.bytes} bytes${d.offset >= 0 ? ` at offset ${d.offset}` : ''} skipped, not a whole archive member (${d.why}); the segment's other members are read`,
+          ),
+      })
     : openJournalReader(opts.journal);
 }
 

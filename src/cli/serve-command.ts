@@ -39,7 +39,7 @@ import {
 import { formatAge, formatDuration, parseDuration } from '../time.ts';
 import { backends } from '../transfer/pool.ts';
 import { engineShapeArgs, engineShapeOptions, intArg } from './args.ts';
-import { EXIT, VERSION } from './context.ts';
+import { EXIT, VERSION, writableArchive } from './context.ts';
 import { openModelInfo, withThreads } from './model.ts';
 import { plannerOf, plannerServeOptions } from './plan/serve-flags.ts';
 
@@ -275,7 +275,9 @@ async function runServe(o: Record<string, unknown>): Promise<void> {
   const retention = retentionOf(
     o.retain as number | undefined,
     o.retainEvents as number | undefined,
+    typeof o.archive === 'string' ? resolvePath(o.archive) : undefined,
   );
+  if (retention?.archiveDir) writableArchive(retention.archiveDir);
   const planner = plannerOf(o);
   if (o.standby === true && !onPostgres) {
     throw new UsageError(

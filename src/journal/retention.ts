@@ -113,7 +113,10 @@ export class Retention {
    */
   runNow(p: RetentionPolicy): RetentionPass | null {
     if (this.running !== null || this.stopping.signal.aborted) return null;
-    const { pass, done } = this.pass(retentionPolicy(p), 'operator');
+    // An operator's pass archives where this control plane's own passes do (serve --archive).
+    const archiveDir =
+      p.archiveDir === undefined ? (this.policy?.archiveDir ?? null) : p.archiveDir;
+    const { pass, done } = this.pass(retentionPolicy({ ...p, archiveDir }), 'operator');
     done.catch(() => {});
     return pass;
   }

@@ -96,15 +96,22 @@ describe('journal retention while serving', () => {
     expect((await journal.verify()).ok).toBe(true);
   });
 
-  it('archives what it prunes first, when given a directory', async () => {
+  it("archives what it prunes first, an operator's pass where its own passes do", async () => {
     const { clock, journal, ended } = setUp();
     const all = Promise.all([ended('a'), ended('b')]);
     await settle(clock);
     await all;
     clock.advance(1000);
     const dir = tempDir('pdctl-retention-archive-');
-    const retention = new Retention(journal, null, silentLogger, clock);
-    retention.runNow({ roomsMs: 500, archiveDir: dir });
+    // Its schedule (not started) archives to `dir`: so does a pass the operator asks for
+    // (journal prune --url), which names no directory of its own.
+    const retention = new Retention(
+      journal,
+      { roomsMs: 86_400_000, archiveDir: dir },
+      silentLogger,
+      clock,
+    );
+    retention.runNow({ roomsMs: 500 });
     await settle(clock);
     expect(retention.status().last?.result.rooms).toBe(2);
     const archived = openArchiveReader(dir);

@@ -190,6 +190,67 @@ describe('journal files pdctl must not write', () => {
   });
 });
 
+describe('journal prune --archive onto a disk that fills', () => {
+  // As root (CI) a 96 KiB tmpfs is a disk that fills halfway through the archive.
+  it.runIf(process.getuid?.() === 0)(
+    'stops at the chunk the disk could not take: every room is in the journal or readable from the archive',
+    async () => {
+      const copy = join(dir, 'full-disk', 'journal.db');
+      const small = join(dir, 'full-disk', 'small');
+      mkdirSync(small, { recursive: true });
+      execFileSync('cp', [journal, copy]);
+      const ids = async (where: string[]) => {
+        const r = await pdctl(['rooms', '--json', '--limit', '10000', ...where]);
+        expect(r.code, r.stderr).toBe(0);
+        return (JSON.parse(r.stdout) as { rooms: Array<{ room: string }> }).rooms.map(
+          (x) => x.room,
+        );
+      };
+      const events = async (where: string[]) => {
+        const r = await pdctl(['journal', 'tail', '--json', '--limit', '10000', ...where]);
+        expect(r.code, r.stderr).toBe(0);
+        return r.stdout.trim().split('\n');
+      };
+      const before = await ids(['--journal', copy]);
+      const eventsBefore = await events(['--journal', copy]);
+      expect(before.length).toBeGreaterThanOrEqual(400);
+      execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=96k', 'tmpfs', small]);
+      try {
+        const archive = join(small, 'archive');
+        const r = await pdctl([
+          'journal',
+          'prune',
+          '--older-than',
+          '5m',
+          '--chunk',
+          '25',
+          '--archive',
+          archive,
+          '--journal',
+          copy,
+        ]);
+        expect(r.code, r.stdout).not.toBe(0);
+        expect(r.stderr).toMatch(/ENOSPC.*Nothing of this chunk was deleted from the journal/);
+        const kept = await ids(['--journal', copy]);
+        const archived = await ids(['--archive', archive]);
+        expect(kept.length).toBeLessThan(before.length);
+        expect(archived.length).toBeGreaterThan(0);
+        expect(new Set([...kept, ...archived])).toEqual(new Set(before));
+        // Every event as it was committed, from one or the other.
+        const after = new Set([
+          ...(await events(['--journal', copy])),
+          ...(await events(['--archive', archive])),
+        ]);
+        expect(eventsBefore.filter((line) => !after.has(line))).toEqual([]);
+        expect((await pdctl(['journal', 'verify', '--journal', copy])).code).toBe(0);
+      } finally {
+        execFileSync('umount', [small]);
+      }
+    },
+    60_000,
+  );
+});
+
 describe('backup and export write only a file they create', () => {
   for (const verb of ['backup', 'export'] as const) {
     const args = (to: string) =>

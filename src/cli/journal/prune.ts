@@ -15,7 +15,7 @@ import {
 import type { ArchiveChunk, PrunableCount, PruneResult } from '../../journal/store.ts';
 import { silentLogger } from '../../log.ts';
 import { formatTs, parseDuration } from '../../time.ts';
-import { type CommonOptions, EXIT, print, printJson } from '../context.ts';
+import { type CommonOptions, EXIT, note, print, printJson, writableArchive } from '../context.ts';
 import { callServer, errorOf } from '../server.ts';
 
 export interface PruneOptions extends CommonOptions {
@@ -62,17 +62,29 @@ export async function pruneCommand(opts: PruneOptions): Promise<number> {
       reader.close();
     }
   }
+  const dir = opts.archive === undefined ? undefined : writableArchive(opts.archive);
   const journal = await openJournal({ path: opts.journal, create: false, log: silentLogger });
+  let sofar: PruneResult | null = null;
   try {
-    const dir = opts.archive;
     const r = await journal.prune({
       cutoffTs,
       ...(eventsCutoffTs === undefined ? {} : { eventsCutoffTs }),
       ...(dir === undefined ? {} : { archive: (c: ArchiveChunk) => archiveChunk(dir, c) }),
       chunkRooms: chunk,
+      onChunk: (r) => {
+        sofar = r;
+      },
     });
     printResult(opts, r);
     return EXIT.ok;
+  } catch (err) {
+    // What was pruned before the failure stays pruned (and archived): say how far it got.
+    const done = sofar as PruneResult | null;
+    if (done !== null)
+      note(
+        `pdctl journal prune: stopped after ${done.rooms} rooms and ${done.otherEvents} events of no room${dir === undefined ? '' : `, each archived in ${dir} first`}`,
+      );
+    throw err;
   } finally {
     await journal.drain();
   }

@@ -5,6 +5,7 @@ import { gunzipSync, gzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import { tempDir } from '../../../test/helpers/tmp.ts';
 import { openReader } from '../../cli/context.ts';
+import { type FileFault, MemoryFiles } from '../../ports/files.ts';
 import type { JournalEvent } from '../events.ts';
 import type { Room } from '../reducer.ts';
 import { archiveChunk, loadArchive, openArchiveReader, segmentName } from './segments.ts';
@@ -91,17 +92,78 @@ describe('archive segments', () => {
     expect(await reader.headSeq()).toBe(4);
   });
 
-  it('refuses a newer archive version, a damaged segment and a missing directory, saying what to do', () => {
+  it('refuses a newer archive version and a missing directory, saying what to do', () => {
     const dir = tempDir('pdctl-segments-');
     const newer = `${JSON.stringify({ pdctl: 'archive', version: 2 })}\n`;
     writeFileSync(join(dir, segmentName(T0)), gzipSync(newer));
     expect(() => loadArchive(dir)).toThrow(
       expect.objectContaining({ code: 'JOURNAL_VERSION_CONFLICT' }),
     );
-    writeFileSync(join(dir, segmentName(T0)), 'not gzip');
-    expect(() => loadArchive(dir)).toThrow(/not a readable archive segment.*move it aside/);
     expect(() => loadArchive(join(dir, 'nope'))).toThrow(
       expect.objectContaining({ code: 'JOURNAL_NOT_FOUND' }),
     );
+  });
+
+  it('skips what is not a whole member — a torn one, damage, garbage — and reads every other', () => {
+    const dir = tempDir('pdctl-segments-');
+    const path = join(dir, segmentName(T0));
+    archiveChunk(dir, { rooms: [room('a', T0)], events: [event(1, 'a', T0)] });
+    const first = readFileSync(path);
+    archiveChunk(dir, { rooms: [room('b', T0)], events: [event(2, 'b', T0)] });
+    const second = readFileSync(path).subarray(first.length);
+    const third = gzipSync(`${JSON.stringify({ room: room('c', T0) })}\n`);
+    const flipped = Buffer.from(second);
+    flipped[flipped.length - 12] = (flipped[flipped.length - 12] as number) ^ 0xff;
+    const damaged: string[] = [];
+    const read = (bytes: Buffer) => {
+      writeFileSync(path, bytes);
+      damaged.length = 0;
+      return [...loadArchive(dir, { onDamage: (d) => damaged.push(d.why) }).rooms.keys()].sort();
+    };
+    // A member torn by a crash, at the end and with a whole one after it.
+    expect(read(Buffer.concat([first, second.subarray(0, 30)]))).toEqual(['a']);
+    expect(damaged).toHaveLength(1);
+    expect(read(Buffer.concat([first, second.subarray(0, 30), third]))).toEqual(['a', 'c']);
+    expect(damaged).toHaveLength(1);
+    // A flipped bit inside a member: its CRC refuses it, its neighbours are read.
+    expect(read(Buffer.concat([first, flipped, third]))).toEqual(['a', 'c']);
+    expect(damaged).toHaveLength(1);
+    // Not gzip at all.
+    expect(read(Buffer.from('not gzip'))).toEqual([]);
+    expect(damaged).toEqual(['not a gzip member']);
+    expect(read(Buffer.concat([first, second]))).toEqual(['a', 'b']);
+    expect(damaged).toEqual([]);
+  });
+
+  it('a write that comes up short or fails leaves the segment as it was and throws', () => {
+    const files = new MemoryFiles();
+    const dir = '/archive';
+    const chunk = (name: string) => ({ rooms: [room(name, T0)], events: [event(1, name, T0)] });
+    archiveChunk(dir, chunk('a'), T0, files);
+    const path = `${dir}/${segmentName(T0)}`;
+    const before = files.readFile(path);
+    const faults: FileFault[] = [{ short: 7 }, { code: 'ENOSPC' }];
+    for (const fault of faults) {
+      let writes = 0;
+      // The first write goes short (the disk filled); the writer tries the rest and fails.
+      files.fault = (op) =>
+        op === 'write' && writes++ === 0 ? fault : op === 'write' ? { code: 'ENOSPC' } : null;
+      expect(() => archiveChunk(dir, chunk('b'), T0, files)).toThrow(
+        /ENOSPC after \d+ of \d+ bytes; the segment was cut back to its \d+ bytes before\. Nothing of this chunk was deleted/,
+      );
+      expect(files.readFile(path)).toEqual(before);
+    }
+    // Killed after its write and before its sync: whatever part of the member the crash kept,
+    // the segment reads, and the next chunk appended after the torn one reads too.
+    const member = gzipSync(`${JSON.stringify({ room: room('c', T0) })}\n`);
+    for (let keep = 1; keep < member.length; keep += 9) {
+      const crashed = new MemoryFiles();
+      archiveChunk(dir, chunk('a'), T0, crashed);
+      crashed.openAppend(path).write(member);
+      crashed.crash((synced) => synced + keep);
+      expect([...loadArchive(dir, { files: crashed }).rooms.keys()]).toEqual(['a']);
+      archiveChunk(dir, chunk('d'), T0, crashed);
+      expect([...loadArchive(dir, { files: crashed }).rooms.keys()].sort()).toEqual(['a', 'd']);
+    }
   });
 });

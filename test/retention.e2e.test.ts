@@ -1,0 +1,105 @@
+/**
+ * Retention while serving, as an operator turns it on: `pdctl serve --retain AGE --archive DIR`
+ * (and PDCTL_ARCHIVE) archives what each pass prunes, and `pdctl rooms --archive DIR` reads it
+ * back. The flag once parsed and never reached retention, so history was deleted unarchived.
+ */
+import { existsSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { startServe } from './helpers/serve.ts';
+import { pdctl } from './helpers/spawn.ts';
+import { waitFor } from './helpers/stack.ts';
+import { tempDir } from './helpers/tmp.ts';
+
+/** A journal of `rooms` rooms that all ended 20 to 50 minutes ago. */
+async function oldJournal(rooms: number): Promise<string> {
+  const path = join(tempDir('pdctl-retention-'), 'journal.db');
+  const r = await pdctl([
+    'journal',
+    'synth',
+    '--rooms',
+    String(rooms),
+    '--span',
+    '30m',
+    '--end',
+    '20m',
+    '--journal',
+    path,
+  ]);
+  expect(r.code, r.stderr).toBe(0);
+  return path;
+}
+
+async function roomIds(where: string[]): Promise<string[]> {
+  const r = await pdctl(['rooms', '--json', '--limit', '10000', ...where]);
+  expect(r.code, r.stderr).toBe(0);
+  return (JSON.parse(r.stdout) as { rooms: Array<{ room: string }> }).rooms.map((x) => x.room);
+}
+
+describe('serve --retain with an archive', () => {
+  for (const how of ['--archive', 'PDCTL_ARCHIVE'] as const) {
+    it(`${how}: each pass archives what it prunes, and the archive reads back every room`, async () => {
+      const journal = await oldJournal(60);
+      const before = await roomIds(['--journal', journal]);
+      const archive = join(tempDir('pdctl-archive-'), 'nested', 'archive');
+      const s = startServe(
+        [
+          '--journal',
+          journal,
+          '--retain',
+          '5m',
+          ...(how === '--archive' ? ['--archive', archive] : []),
+          '--canary-interval-ms',
+          '0',
+        ],
+        how === 'PDCTL_ARCHIVE' ? { PDCTL_ARCHIVE: archive } : {},
+      );
+      try {
+        const url = await s.listening;
+        await waitFor('the retention line', () => s.stderr().includes('journal retention:'));
+        expect(s.stderr()).toContain(`archived first to ${archive}`);
+        // The first pass runs at start; its status says when it is done.
+        const status = async () =>
+          (await (await fetch(`${url}/v1/admin/journal/prune`)).json()) as {
+            policy: { archiveDir: string | null };
+            last: { result: { rooms: number; archived: boolean }; error: string | null } | null;
+          };
+        await waitFor('the first pass', async () => (await status()).last !== null, 30_000);
+        const { policy, last } = await status();
+        expect(policy.archiveDir).toBe(archive);
+        expect(last?.error).toBeNull();
+        expect(last?.result).toMatchObject({ archived: true });
+        expect(last?.result.rooms).toBeGreaterThan(0);
+        expect(readdirSync(archive).length).toBeGreaterThan(0);
+        const archived = await roomIds(['--archive', archive]);
+        expect(archived).toHaveLength(last?.result.rooms as number);
+        const kept = await roomIds(['--url', url]);
+        expect(before.filter((r) => !archived.includes(r) && !kept.includes(r))).toEqual([]);
+        expect(archived.filter((r) => !before.includes(r))).toEqual([]);
+      } finally {
+        expect(await s.stop()).toBe(0);
+      }
+    }, 90_000);
+  }
+
+  it('--archive without --retain is refused, saying why; nothing is made', async () => {
+    const archive = join(tempDir('pdctl-archive-'), 'archive');
+    const r = await pdctl(
+      [
+        'serve',
+        '--port',
+        '0',
+        '--bus',
+        'tcp://127.0.0.1:0',
+        '--data-dir',
+        tempDir('pdctl-serve-'),
+        '--archive',
+        archive,
+      ],
+      { timeoutMs: 15_000, env: { PDCTL_EXIT_WITH_PARENT: String(process.pid) } },
+    );
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/--archive needs --retain/);
+    expect(existsSync(archive)).toBe(false);
+  });
+});
