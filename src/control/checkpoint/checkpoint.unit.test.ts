@@ -162,6 +162,7 @@ describe('state checkpoints', () => {
 
   it('names what is wrong with each kind of untrusted checkpoint', () => {
     const state = new StartState(5);
+    state.anchor = 'the-event-at-5';
     const row = encodeCheckpoint(state, state.index);
     const stored = (over: Partial<StoredCheckpoint> = {}): StoredCheckpoint => ({
       ...row,
@@ -176,7 +177,9 @@ describe('state checkpoints', () => {
       return 'ignored' in d ? d.ignored : 'trusted';
     };
     expect(why({})).toBe('trusted');
-    expect(why({ format: CHECKPOINT_FORMAT + 1 })).toMatch(/of format 2 and this pdctl reads/);
+    expect(why({ format: CHECKPOINT_FORMAT + 1 })).toMatch(
+      new RegExp(`of format ${CHECKPOINT_FORMAT + 1} and this pdctl reads`),
+    );
     // Migrations since that read every event as before keep it; one that changed them does not.
     expect(why({ schemaVersion: 3 })).toBe('trusted');
     expect(why({ schemaVersion: 3, brokenBy: '0004_x' })).toMatch(
@@ -189,28 +192,41 @@ describe('state checkpoints', () => {
       why({ data: JSON.stringify(data), digest: digestOf(JSON.stringify(data)) });
     expect(shaped([])).toMatch(/not an object/);
     expect(
-      shaped({ index: { p0: { incarnation: 1, blocks: [] } }, cordons: {}, pools: [] }),
+      shaped({
+        anchor: 'a',
+        index: { p0: { incarnation: 1, blocks: [] } },
+        cordons: {},
+        pools: [],
+      }),
     ).toMatch(/index entry of p0/);
-    expect(shaped({ index: {}, cordons: { d0: { reason: 'x' } }, pools: [] })).toMatch(
+    expect(shaped({ anchor: 'a', index: {}, cordons: { d0: { reason: 'x' } }, pools: [] })).toMatch(
       /cordon of d0/,
     );
+    expect(shaped({ anchor: 5, index: {}, cordons: {}, pools: [], registered: {} })).toMatch(
+      /`anchor` is not an event id/,
+    );
+    expect(shaped({ anchor: null, index: {}, cordons: {}, pools: [], registered: {} })).toMatch(
+      /names no event at its seq 5/,
+    );
     const pool = { type: 'engine.registered', engine: 'd0', seq: 1, data: { role: 'chef' } };
-    expect(shaped({ index: {}, cordons: {}, pools: [pool], registered: {} })).toMatch(
+    expect(shaped({ anchor: 'a', index: {}, cordons: {}, pools: [pool], registered: {} })).toMatch(
       /the pool of d0/,
     );
-    expect(shaped({ index: {}, cordons: {}, pools: [], registered: { d0: 'x' } })).toMatch(
-      /the registration of d0/,
-    );
+    expect(
+      shaped({ anchor: 'a', index: {}, cordons: {}, pools: [], registered: { d0: 'x' } }),
+    ).toMatch(/the registration of d0/);
   });
 
   it('journal verify says whether a start would trust it and whether it is the fold through its seq', async () => {
     const j = await journalWith([...first, ...after]);
     expect(await checkCheckpoint(j)).toMatchObject({ verdict: 'none', seq: null });
+    // Through the cordon that ends `first`: retention keeps such events, and prunes r1's.
+    const at = first.length;
     const through = new StartState();
-    await through.foldJournal(j, 8);
+    await through.foldJournal(j, at);
     const good = encodeCheckpoint(through, through.index);
     await j.setCheckpoint(good);
-    expect(await checkCheckpoint(j)).toMatchObject({ verdict: 'equal', seq: 8 });
+    expect(await checkCheckpoint(j)).toMatchObject({ verdict: 'equal', seq: at });
     await j.setCheckpoint({ ...good, digest: digestOf('other') });
     expect(await checkCheckpoint(j)).toMatchObject({
       verdict: 'ignored',
@@ -219,10 +235,42 @@ describe('state checkpoints', () => {
     // Whole and trusted, but not what the journal folds to: a defect verify must report.
     through.cordons.set('p0', { reason: 'made up', by: 'operator', evidence: null, at: 1 });
     await j.setCheckpoint(encodeCheckpoint(through, through.index));
-    expect(await checkCheckpoint(j)).toMatchObject({ verdict: 'differs', seq: 8 });
+    expect(await checkCheckpoint(j)).toMatchObject({ verdict: 'differs', seq: at });
     // After retention deleted the rooms whose blocks it folded, a difference is what is expected.
     await j.setCheckpoint(good);
     await j.prune({ cutoffTs: Date.now() + 60_000 });
     expect(await checkCheckpoint(j)).toMatchObject({ verdict: 'pruned' });
+    // One whose own event retention deleted cannot be shown to be this journal's.
+    const r2 = new StartState();
+    await r2.foldJournal(j, first.length + 2);
+    expect(r2.anchor).toBeNull();
+    r2.anchor = 'pruned-since';
+    await j.setCheckpoint(encodeCheckpoint(r2, r2.index));
+    expect(await checkCheckpoint(j)).toMatchObject({
+      verdict: 'ignored',
+      detail: expect.stringMatching(/no longer holds its event at seq \d+ \(pruned\)/),
+    });
+  });
+
+  it('a checkpoint from another journal is bound to that one: a start here ignores it, saying so', async () => {
+    // Two journals of the same shape and length: the seq fits, the events do not.
+    const other = await journalWith([...first, cordoned('x9'), ...after]);
+    const head = await other.headSeq();
+    const theirs = new StartState();
+    await theirs.foldJournal(other, head);
+    const j = await journalWith([...first, ...after, cordoned('d7')]);
+    expect(await j.headSeq()).toBe(head);
+    await j.setCheckpoint(encodeCheckpoint(theirs, theirs.index));
+    const log = recorder();
+    const restored = await restoreState(j, head, log);
+    expect(restored.from).toBeNull();
+    expect(restored.ignored).toMatch(
+      /taken from another journal: its event at seq \d+ is \S+, this journal's is \S+/,
+    );
+    const whole = new StartState();
+    await whole.foldJournal(j, head);
+    expect(view(restored.state)).toEqual(view(whole));
+    expect([...restored.state.cordons.keys()].sort()).toEqual(['d7', 'p0']);
+    expect(await checkCheckpoint(j)).toMatchObject({ verdict: 'ignored' });
   });
 });

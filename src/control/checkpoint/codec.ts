@@ -7,10 +7,10 @@
  */
 import { createHash } from 'node:crypto';
 import { dataError } from '../../journal/events.ts';
-import type { CheckpointInput, StoredCheckpoint } from '../../journal/store.ts';
+import type { CheckpointInput, JournalReader, StoredCheckpoint } from '../../journal/store.ts';
 import type { Cordon } from '../cordons.ts';
 import { type IndexSnapshot, PrefixIndex } from '../routing/prefix-index.ts';
-import { type LastRegistration, type Registration, StartState } from './state.ts';
+import { eventIdAt, type LastRegistration, type Registration, StartState } from './state.ts';
 
 /** The control plane's checkpoint row. */
 export const CHECKPOINT_NAME = 'control';
@@ -19,9 +19,14 @@ export const CHECKPOINT_NAME = 'control';
  * Bumped whenever what the state holds, or how an event folds into it, changes: a checkpoint of
  * another format is ignored (one full rebuild, then checkpoints of this format).
  */
-export const CHECKPOINT_FORMAT = 1;
+export const CHECKPOINT_FORMAT = 2;
 
 interface Body {
+  /**
+   * The event id of the journal's event at the checkpoint's seq (format 2): a checkpoint is this
+   * journal's only where that event is (null: taken at seq 0).
+   */
+  anchor: string | null;
   index: IndexSnapshot;
   cordons: Record<string, Cordon>;
   pools: Registration[];
@@ -35,6 +40,7 @@ export function digestOf(data: string): string {
 /** The state as a row for `setCheckpoint`; `index` is the prefix index folded through the same seq. */
 export function encodeCheckpoint(state: StartState, index: PrefixIndex): CheckpointInput {
   const body: Body = {
+    anchor: state.anchor,
     index: index.snapshot(),
     cordons: Object.fromEntries(state.cordons),
     pools: [...state.pools.values()],
@@ -82,6 +88,8 @@ export function decodeCheckpoint(
   const wrong = shapeError(body);
   if (wrong) return { ignored: `its data is not a format-${CHECKPOINT_FORMAT} state: ${wrong}` };
   const b = body as Body;
+  if (b.anchor === null && stored.seq !== 0)
+    return { ignored: `it names no event at its seq ${stored.seq}, so it is bound to no journal` };
   const pools = new Map(b.pools.map((ev) => [ev.engine as string, ev]));
   const state = new StartState(
     stored.seq,
@@ -90,7 +98,32 @@ export function decodeCheckpoint(
     pools,
     new Map(Object.entries(b.registered)),
   );
+  state.anchor = b.anchor;
   return { state };
+}
+
+/**
+ * The state a stored checkpoint holds if it can be trusted here: `decodeCheckpoint`'s checks,
+ * and the journal's own event at its seq is the one it was folded through — a checkpoint copied
+ * from another journal (or left by one restored from an older copy) is not this journal's fold.
+ */
+export async function trustCheckpoint(
+  journal: Pick<JournalReader, 'readFrom'>,
+  stored: StoredCheckpoint,
+  headSeq: number,
+): Promise<{ state: StartState } | { ignored: string }> {
+  const decoded = decodeCheckpoint(stored, headSeq);
+  if ('ignored' in decoded || stored.seq === 0) return decoded;
+  const here = await eventIdAt(journal, stored.seq);
+  if (here === null)
+    return {
+      ignored: `this journal no longer holds its event at seq ${stored.seq} (pruned), so it cannot be shown to be this journal's`,
+    };
+  if (here !== decoded.state.anchor)
+    return {
+      ignored: `it was taken from another journal: its event at seq ${stored.seq} is ${decoded.state.anchor}, this journal's is ${here}`,
+    };
+  return decoded;
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
@@ -98,7 +131,8 @@ const isObject = (v: unknown): v is Record<string, unknown> =>
 
 function shapeError(body: unknown): string | null {
   if (!isObject(body)) return 'not an object';
-  const { index, cordons, pools, registered } = body;
+  const { anchor, index, cordons, pools, registered } = body;
+  if (!(anchor === null || typeof anchor === 'string')) return '`anchor` is not an event id';
   if (!isObject(index)) return '`index` is not an object';
   for (const [engine, h] of Object.entries(index)) {
     if (

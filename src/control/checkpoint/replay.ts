@@ -9,7 +9,7 @@ import type { Cordons } from '../cordons.ts';
 import { roomsLeft } from '../orphans.ts';
 import type { RoomBook } from '../room-book.ts';
 import type { Router } from '../routing/router.ts';
-import { CHECKPOINT_NAME, decodeCheckpoint } from './codec.ts';
+import { CHECKPOINT_NAME, trustCheckpoint } from './codec.ts';
 import { StartState } from './state.ts';
 
 /** What a start restored, for its log line and `control.startup`. */
@@ -27,7 +27,7 @@ export interface Restored {
  * else a fold of the whole journal (and a warning that says why).
  */
 export async function restoreState(
-  journal: Pick<JournalStore, 'getCheckpoint' | 'tail'>,
+  journal: Pick<JournalStore, 'getCheckpoint' | 'tail' | 'readFrom'>,
   headSeq: number,
   log: Logger,
 ): Promise<Restored> {
@@ -36,7 +36,7 @@ export async function restoreState(
   let ignored: string | null = null;
   try {
     const stored = await journal.getCheckpoint(CHECKPOINT_NAME);
-    const decoded = stored ? decodeCheckpoint(stored, headSeq) : null;
+    const decoded = stored ? await trustCheckpoint(journal, stored, headSeq) : null;
     if (stored && decoded && 'state' in decoded) {
       state = decoded.state;
       from = { seq: stored.seq, writtenAt: stored.writtenAt };

@@ -26,6 +26,12 @@ export interface LastRegistration {
 }
 
 export class StartState {
+  /**
+   * The event id of the event at `seq` (null: none read yet, or seq 0): what binds a checkpoint
+   * of this state to the journal it was folded from (codec.ts).
+   */
+  anchor: string | null = null;
+
   constructor(
     /** The last seq folded (0: none). */
     public seq = 0,
@@ -43,6 +49,7 @@ export class StartState {
    */
   fold(ev: JournalEvent): void {
     this.seq = ev.seq;
+    this.anchor = ev.eventId;
     if (ev.engine === null) return;
     if (ev.type === 'engine.cordoned' || ev.type === 'engine.uncordoned') {
       foldCordon(this.cordons, ev);
@@ -54,8 +61,14 @@ export class StartState {
     }
   }
 
-  /** Folds the journal's events after `seq` through `untilSeq`; returns how many it read. */
-  async foldJournal(journal: Pick<JournalReader, 'tail'>, untilSeq: number): Promise<number> {
+  /**
+   * Folds the journal's events after `seq` through `untilSeq`, and reads the anchor there;
+   * returns how many events it folded.
+   */
+  async foldJournal(
+    journal: Pick<JournalReader, 'tail' | 'readFrom'>,
+    untilSeq: number,
+  ): Promise<number> {
     let read = 0;
     await eachEvent(journal, { type: [...STATE_EVENTS], afterSeq: this.seq }, (ev) => {
       if (ev.seq > untilSeq) return false;
@@ -64,7 +77,20 @@ export class StartState {
       this.fold(ev);
       return ev.seq < untilSeq;
     });
-    this.seq = Math.max(this.seq, untilSeq);
+    if (untilSeq > this.seq) {
+      this.seq = untilSeq;
+      this.anchor = await eventIdAt(journal, untilSeq);
+    }
     return read;
   }
+}
+
+/** The id of the journal's event at `seq`, or null when it holds none there (pruned). */
+export async function eventIdAt(
+  journal: Pick<JournalReader, 'readFrom'>,
+  seq: number,
+): Promise<string | null> {
+  if (seq <= 0) return null;
+  const [ev] = await journal.readFrom(seq - 1, 1);
+  return ev?.seq === seq ? ev.eventId : null;
 }

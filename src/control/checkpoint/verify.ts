@@ -3,7 +3,7 @@
  * and whether what it holds is what a fold of the journal through its seq gives.
  */
 import type { JournalReader } from '../../journal/store.ts';
-import { CHECKPOINT_NAME, decodeCheckpoint } from './codec.ts';
+import { CHECKPOINT_NAME, trustCheckpoint } from './codec.ts';
 import { StartState } from './state.ts';
 
 export interface CheckpointCheck {
@@ -39,7 +39,7 @@ export async function checkCheckpoint(reader: JournalReader): Promise<Checkpoint
       seq: null,
       detail: 'none yet: the next start folds the whole journal',
     };
-  const decoded = decodeCheckpoint(stored, await reader.headSeq());
+  const decoded = await trustCheckpoint(reader, stored, await reader.headSeq());
   if ('ignored' in decoded)
     return {
       verdict: 'ignored',
