@@ -13,9 +13,11 @@ import { hop } from '../hops.ts';
 import { JournalError } from '../journal/errors.ts';
 import type { EventData } from '../journal/events.ts';
 import type { JournalStore } from '../journal/store.ts';
+import type { Logger } from '../log.ts';
 import type { Clock } from '../ports/clock.ts';
 import type { ControlCounters } from './bus.ts';
 import { checkAppend } from './engine-appends.ts';
+import { Listeners } from './listeners.ts';
 import type { EngineRegistry } from './registry.ts';
 import type { RoomBook } from './room-book.ts';
 import type { Router } from './routing/router.ts';
@@ -61,14 +63,28 @@ export interface AppendRelayDeps {
   /** Measures an append's latency. */
   timed<T>(p: Promise<T>): Promise<T>;
   clock: Clock;
+  log: Logger;
+}
+
+/** A `room.failed` refused for its reason: what the engine claimed, of which room and pair. */
+export interface RefusedClaim {
+  room: string;
+  /** The failure reason it gave. */
+  claim: string;
+  /** The other engine of the room's pair. */
+  with: string;
 }
 
 export class AppendRelay {
   private readonly rejections = new RejectionBudget();
   private readonly bus: BusServer;
 
+  /** Told of each failure an engine reported of its own room that its role cannot detect. */
+  readonly refusedClaims: Listeners<[engine: string, claim: RefusedClaim]>;
+
   constructor(private readonly deps: AppendRelayDeps) {
     this.bus = deps.bus;
+    this.refusedClaims = new Listeners(deps.log, 'refused-claim listener');
   }
 
   /**
@@ -121,6 +137,18 @@ export class AppendRelay {
     this.bus.send(d.peer, 'kv_arrived', { room, bytes, checksum });
   }
 
+  /**
+   * An engine of one of the room's pair failed it for a reason its role cannot detect: the
+   * claim is refused, and told to whoever weighs engines' faults (recovery/outliers.ts).
+   */
+  private claimRefused(engine: string, role: string, room: string, claim: string): void {
+    const owners = this.deps.book.owners(room);
+    if (owners === undefined) return;
+    const { prefillEngine: p, decodeEngine: d } = owners;
+    if ((role === 'prefill' ? p : d) !== engine) return;
+    this.refusedClaims.emit(engine, { room, claim, with: engine === p ? d : p });
+  }
+
   append(peer: PeerId, engine: string, msg: EngineMessage<'append'>): void {
     hop('arrived', msg.event.type, msg.event.room ?? null);
     if (!this.inSequence(peer, engine, msg)) return;
@@ -140,6 +168,7 @@ export class AppendRelay {
     if (!checked.ok) {
       this.bus.drops.record(checked.reason, { engine, type, room });
       refuse(checked.message);
+      if (checked.claim !== undefined) this.claimRefused(engine, s.role, room, checked.claim);
       return;
     }
     const event = checked.event;

@@ -18,7 +18,7 @@ import type { ModelInfo } from '../model/executor.ts';
 import { type Clock, stepTimer, systemClock, type Timer } from '../ports/clock.ts';
 import { systemIds } from '../ports/ids.ts';
 import { Aborts } from './aborts.ts';
-import { AppendRelay } from './appends.ts';
+import { AppendRelay, type RefusedClaim } from './appends.ts';
 import { type ControlCounters, openBus, zeroCounters } from './bus.ts';
 import { Checkpointer } from './checkpoint/checkpointer.ts';
 import { emptyStartup, replayJournal, type Startup } from './checkpoint/replay.ts';
@@ -43,7 +43,7 @@ import {
   type SubmitRequest,
 } from './options.ts';
 import { failOrphans } from './orphans.ts';
-import { isPairFailure, PairHealth } from './pairs.ts';
+import { PairHealth } from './pairs.ts';
 import { EngineRegistry } from './registry.ts';
 import { RoomBook, type RoomOwners } from './room-book.ts';
 import { Router } from './routing/router.ts';
@@ -252,10 +252,7 @@ export class ControlPlane {
     }
     this.link.deliver(room, ev);
     this.roomEvents.emit(before, room, ev);
-    if (ev.type === 'room.transfer_completed')
-      this.pairHealth.moved(room.prefillEngine, room.decodeEngine);
-    else if (ev.type === 'room.failed' && isPairFailure(room.reason))
-      this.pairHealth.failed(room.prefillEngine, room.decodeEngine, ev.ts);
+    this.pairHealth.fold(room, ev);
     this.aborts.onCommitted(room, ev);
     if (folded.admittedOn) void this.migrator.created(room, folded.admittedOn);
     if (!ended) return;
@@ -282,6 +279,11 @@ export class ControlPlane {
   /** Called for every committed room event the control plane folds (metrics, canaries). */
   onRoomEvent(listener: RoomListener): () => void {
     return this.roomEvents.add(listener);
+  }
+
+  /** Called when an engine's `room.failed` is refused: its role cannot detect that reason. */
+  onRefusedClaim(listener: (engine: string, claim: RefusedClaim) => void): () => void {
+    return this.appends.refusedClaims.add(listener);
   }
 
   /** Called with the append-to-commit time of every control-plane append (metrics). */

@@ -5,6 +5,7 @@
  */
 import type { EngineMessage } from '../bus/protocol.ts';
 import { dataError, type EventData } from '../journal/events.ts';
+import { FAILURE_REASONS, FAILURE_REPORTERS, isFailureReason } from '../journal/reasons.ts';
 
 /** The room events each role sends; anything else from it is refused. */
 export const ENGINE_APPENDS = {
@@ -41,8 +42,16 @@ export type EngineAppend = {
 
 export type CheckedAppend =
   | { ok: true; event: EngineAppend }
-  /** `not_owner`: a type its role never sends; `bad_payload`: the type's data is not right. */
-  | { ok: false; reason: 'not_owner' | 'bad_payload'; message: string };
+  /**
+   * `not_owner`: a type its role never sends, or a failure its role cannot detect (`claim`: that
+   * failure reason); `bad_payload`: the type's data is not right.
+   */
+  | { ok: false; reason: 'not_owner' | 'bad_payload'; message: string; claim?: string };
+
+/** The failure reasons an engine of `role` may report. */
+export function reportable(role: AppendingRole): string[] {
+  return FAILURE_REASONS.filter((r) => FAILURE_REPORTERS[r].includes(role));
+}
 
 /** Whether an engine of `role` may append `event` as it is. */
 export function checkAppend(
@@ -54,6 +63,17 @@ export function checkAppend(
     return { ok: false, reason: 'not_owner', message: `a ${role} engine may not append ${type}` };
   const wrong = dataError(type as EngineAppendType, data);
   if (wrong !== null) return { ok: false, reason: 'bad_payload', message: `${type}: ${wrong}` };
+  if (type === 'room.failed') {
+    // An engine reports only failures it can see; a reason of a newer pdctl passes as text.
+    const reason = (data as EventData<'room.failed'>).reason;
+    if (isFailureReason(reason) && !FAILURE_REPORTERS[reason].includes(role))
+      return {
+        ok: false,
+        reason: 'not_owner',
+        claim: reason,
+        message: `a ${role} engine cannot detect ${reason}; it may fail a room for ${reportable(role).join(', ')}`,
+      };
+  }
   // The schema check above is what makes the data this type's: the one place it is asserted.
   return { ok: true, event: event as EngineAppend };
 }

@@ -30,6 +30,30 @@ describe('checkAppend: what an engine may append, checked where it comes off the
       });
   });
 
+  it('refuses a failure its role cannot have seen: a decode engine saying the prefill failed', () => {
+    const failed = (reason: string) => ({
+      type: 'room.failed',
+      room: 'r1',
+      data: { reason, stage: 'decoding', detectedBy: 'd0' },
+    });
+    expect(checkAppend('decode', failed('prefill_error'))).toMatchObject({
+      ok: false,
+      reason: 'not_owner',
+      claim: 'prefill_error',
+      message: expect.stringMatching(
+        /^a decode engine cannot detect prefill_error; it may fail a room for .*decode_error/,
+      ),
+    });
+    for (const reason of ['decode_error', 'kv_checksum_mismatch'])
+      expect(checkAppend('prefill', failed(reason))).toMatchObject({ ok: false, claim: reason });
+    // Nor may an engine append what only the control plane finds.
+    expect(checkAppend('decode', failed('deadline_exceeded'))).toMatchObject({ ok: false });
+    expect(checkAppend('decode', failed('decode_error')).ok).toBe(true);
+    expect(checkAppend('prefill', failed('decode_pool_stale')).ok).toBe(true);
+    // A reason of a newer engine is recorded as text, never refused.
+    expect(checkAppend('decode', failed('a_newer_reason')).ok).toBe(true);
+  });
+
   it('refuses data that is not its type’s, naming the field', () => {
     expect(
       checkAppend('prefill', {

@@ -124,7 +124,13 @@ export class Intake {
     }
     const { maxTokens, requestId, traceparent, sampling, signal } = request;
     const names = blockNames(tokens, this.deps.router.o.blockTokens);
-    const pair = this.pick(promptTokens, maxTokens, names, request.probe ?? null);
+    const pair = this.pick(
+      promptTokens,
+      maxTokens,
+      names,
+      request.probe ?? null,
+      request.probeAvoid,
+    );
     const { clock } = this.deps;
     const room = this.deps.ids.room();
     hop('submit', null, room, submitted);
@@ -196,12 +202,13 @@ export class Intake {
     maxTokens: number,
     names: readonly string[] = [],
     probe: string | null = null,
+    avoid: readonly string[] = [],
   ): Pair {
     const now = this.deps.clock.now();
     const { pair, prefills, decodes } = this.pairFor(
       promptTokens,
       maxTokens,
-      undefined,
+      avoid.length === 0 ? undefined : (s) => !avoid.includes(s.engine),
       now,
       names,
       probe,

@@ -144,6 +144,8 @@ export interface SubmitRequest {
    * and through no other engine of its role.
    */
   probe?: string;
+  /** With `probe`: engines of the other role the canary must not go through (they failed one). */
+  probeAvoid?: readonly string[];
   /** The HTTP request's id and W3C traceparent, journaled on `room.created` (and its migrations'). */
   requestId?: string;
   traceparent?: string;

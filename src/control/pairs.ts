@@ -9,8 +9,9 @@
  * when another pair can take the room (PairHealth).
  */
 
-import type { KvTransport } from '../journal/events.ts';
+import type { JournalEvent, KvTransport } from '../journal/events.ts';
 import { FAILURE_BLAME, isFailureReason, TRANSFER_FAILURES } from '../journal/reasons.ts';
+import type { Room } from '../journal/reducer.ts';
 import { hostTag } from '../transfer/host.ts';
 import type { EngineIdentity, EngineSession } from './engine-session.ts';
 
@@ -160,6 +161,13 @@ export class PairHealth {
     if (prev && now < prev.until) return;
     const backoffMs = prev ? Math.min(this.maxMs, prev.backoffMs * 2) : this.baseMs;
     this.failing.set(key, { until: now + backoffMs, backoffMs });
+  }
+
+  /** Reads a committed event of the room: a transfer that completed or a pair's failure. */
+  fold(room: Room, ev: JournalEvent): void {
+    if (ev.type === 'room.transfer_completed') this.moved(room.prefillEngine, room.decodeEngine);
+    else if (ev.type === 'room.failed' && isPairFailure(room.reason))
+      this.failed(room.prefillEngine, room.decodeEngine, ev.ts);
   }
 
   moved(prefill: string, decode: string): void {

@@ -44,11 +44,54 @@ export type RoomFailureReason = keyof typeof ROOM_FAILURE_REASONS;
 export const FAILURE_REASONS = Object.keys(ROOM_FAILURE_REASONS) as RoomFailureReason[];
 
 /**
+ * Who can see each failure happen, and so may report it: an engine of that role (the control
+ * plane refuses a `room.failed` whose reason its sender's role cannot have detected:
+ * control/engine-appends.ts), or the control plane itself (`control`: no engine may append it).
+ * A decode engine cannot see a prefill fail; what it says of one is no evidence.
+ */
+export type FailureReporter = 'prefill' | 'decode' | 'control';
+export const FAILURE_REPORTERS: Readonly<Record<RoomFailureReason, readonly FailureReporter[]>> =
+  Object.freeze({
+    deadline_exceeded: ['control'],
+    journal_unavailable: ['control'],
+    orphaned_by_restart: ['control'],
+    migration_limit_reached: ['control'],
+    too_large_to_migrate: ['control'],
+    generated_tokens_unknown: ['control'],
+    engine_restarted: ['prefill', 'decode'],
+    engine_draining: ['prefill', 'decode'],
+    request_unavailable: ['prefill', 'decode'],
+    request_unusable: ['prefill', 'decode'],
+    prefill_queue_full: ['prefill'],
+    prefill_error: ['prefill'],
+    decode_error: ['decode'],
+    kv_pool_full: ['prefill', 'decode'],
+    kv_reservation_refused: ['decode'],
+    kv_exceeds_reservation: ['prefill'],
+    kv_checksum_mismatch: ['decode'],
+    kv_image_invalid: ['decode'],
+    bootstrap_unknown: ['prefill'],
+    transfer_stalled: ['prefill'],
+    transfer_failed: ['prefill'],
+    transfer_cancelled: ['prefill'],
+    transfer_epoch_mismatch: ['prefill'],
+    kv_transport_unavailable: ['prefill'],
+    decode_pool_stale: ['prefill'],
+    decode_pool_invalid: ['prefill'],
+    decode_pool_unavailable: ['prefill'],
+  });
+
+/**
  * Whose fault each failure is — what outlier detection counts against an engine — and whether a
  * request that failed so before any token reached its client is tried again on another pair.
  * `prefill`/`decode`: that engine of the room; `pair`: either, or the link between them (counted
  * against both, and each engine measured against its role's peers); `reporter`: the engine that
  * appended it; `none`: no engine (load, the control plane, the client, the journal).
+ *
+ * An engine's word is a claim: a failure is blamed on one engine alone only where that engine
+ * reports it of itself. What one engine reports of the other (the prefill engine that could not
+ * open the decode engine's pool) is a fault of the pair, which counts against the other engine
+ * only where the reporter was seen serving its other rooms well (recovery/outliers.ts).
  */
 export type FailureBlame = 'prefill' | 'decode' | 'pair' | 'reporter' | 'none';
 export const FAILURE_BLAME: Readonly<
@@ -78,9 +121,9 @@ export const FAILURE_BLAME: Readonly<
   transfer_cancelled: { blame: 'pair', retry: true },
   transfer_epoch_mismatch: { blame: 'pair', retry: true },
   kv_transport_unavailable: { blame: 'pair', retry: true },
-  decode_pool_stale: { blame: 'decode', retry: true },
-  decode_pool_invalid: { blame: 'decode', retry: true },
-  decode_pool_unavailable: { blame: 'decode', retry: true },
+  decode_pool_stale: { blame: 'pair', retry: true },
+  decode_pool_invalid: { blame: 'pair', retry: true },
+  decode_pool_unavailable: { blame: 'pair', retry: true },
 });
 
 /**

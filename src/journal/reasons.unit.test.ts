@@ -5,7 +5,9 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import {
+  FAILURE_BLAME,
   FAILURE_REASONS,
+  FAILURE_REPORTERS,
   isFailureReason,
   MIGRATION_REASONS,
   ROOM_FAILURE_REASONS,
@@ -29,6 +31,16 @@ describe('room reasons', () => {
     // (That every failed status of the transfer core is in the list is checked by the compiler:
     // the prefill engine fails a room with `transfer_${status}`, typed as a reason of the list.)
     for (const r of Object.keys(TRANSFER_FAILURES)) expect(isFailureReason(r), r).toBe(true);
+  });
+
+  it('blames one engine alone only for what that engine reports of itself', () => {
+    for (const r of FAILURE_REASONS) {
+      const { blame } = FAILURE_BLAME[r];
+      const by = FAILURE_REPORTERS[r];
+      if (blame === 'prefill' || blame === 'decode') expect(by, r).toEqual([blame]);
+      if (by.includes('control')) expect(by, r).toEqual(['control']);
+      if (blame === 'reporter') expect(by.includes('control'), r).toBe(false);
+    }
   });
 
   it('tells a reason of the list from text the journal holds', () => {

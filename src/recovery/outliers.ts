@@ -26,6 +26,7 @@
  * so a fault in what they share cannot empty a role. Each ejection and return is journaled
  * (`engine.ejected`, `engine.returned`) and shown in `/metrics`, `/ui` and `pdctl engines`.
  */
+import type { RefusedClaim } from '../control/appends.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
 import type { JournalEvent } from '../journal/events.ts';
 import { FAILURE_BLAME, isFailureReason } from '../journal/reasons.ts';
@@ -101,16 +102,22 @@ interface Record {
 
 export class OutlierDetector {
   private readonly engines = new Map<string, Record>();
-  /** The canaries sent through ejected engines: their outcome is the probe's, not a count. */
-  private readonly probes = new Set<string>();
+  /**
+   * The canaries sent through ejected engines: their outcome is the probe's, not a count. Each
+   * maps to how its room ended, once it has.
+   */
+  private readonly probes = new Map<string, ProbeEnd | null>();
   private timer: Timer | null = null;
-  private off: (() => void) | null = null;
+  private off: Array<() => void> = [];
   /** When each outlier that could not be spared was last logged (once a minute at most). */
   private readonly unspared = new Map<string, number>();
   private readonly policy: OutlierPolicy;
 
   constructor(
-    private readonly control: Pick<ControlPlane, 'registry' | 'onRoomEvent' | 'submit' | 'abort'>,
+    private readonly control: Pick<
+      ControlPlane,
+      'registry' | 'onRoomEvent' | 'onRefusedClaim' | 'submit' | 'abort'
+    >,
     private readonly journal: Pick<JournalStore, 'append'>,
     private readonly log: Logger,
     policy: Partial<OutlierPolicy> = {},
@@ -123,15 +130,18 @@ export class OutlierDetector {
 
   start(intervalMs = 250): void {
     if (this.timer) return;
-    this.off = this.control.onRoomEvent((before, after, ev) => this.fold(before, after, ev));
+    this.off = [
+      this.control.onRoomEvent((before, after, ev) => this.fold(before, after, ev)),
+      this.control.onRefusedClaim((engine, claim) => this.claimed(engine, claim)),
+    ];
     this.timer = this.clock.setInterval(() => this.tick(), intervalMs).unref();
   }
 
   stop(): void {
     this.clock.clear(this.timer);
     this.timer = null;
-    this.off?.();
-    this.off = null;
+    for (const off of this.off) off();
+    this.off = [];
   }
 
   private record(engine: string): Record {
@@ -152,9 +162,15 @@ export class OutlierDetector {
 
   /** A committed room event: a room's end counts for or against the engines it ran on. */
   fold(before: Room | null, after: Room, ev: JournalEvent): void {
-    if (!isTerminal(after.state) || (before !== null && isTerminal(before.state))) return;
-    if (this.probes.has(after.room)) return;
     const { prefillEngine: p, decodeEngine: d } = after;
+    if (this.probes.has(after.room)) {
+      // A canary's pair is known from its first event; how it ended, from its last.
+      const ended = isTerminal(after.state);
+      const reporter = ended ? ev.engine : null;
+      this.probes.set(after.room, { p, d, reason: ended ? after.reason : null, reporter });
+      return;
+    }
+    if (!isTerminal(after.state) || (before !== null && isTerminal(before.state))) return;
     const at = this.clock.now();
     const from = after.createdAt;
     const other = (e: string) => (e === p ? d : p);
@@ -174,6 +190,17 @@ export class OutlierDetector {
       this.count(p, { failed: true, own: false, with: d, from, at }, after.reason);
       this.count(d, { failed: true, own: false, with: p, from, at }, after.reason);
     }
+  }
+
+  /**
+   * An engine failed its own room for a reason its role cannot detect (the control plane refused
+   * it): a claim about its partner that nothing bears out, and so a failure of its own.
+   */
+  private claimed(engine: string, claim: RefusedClaim): void {
+    if (this.probes.has(claim.room)) return;
+    const at = this.clock.now();
+    const why = `${claim.claim}, which it cannot have detected`;
+    this.count(engine, { failed: true, own: true, with: claim.with, from: at, at }, why);
   }
 
   /**
@@ -321,8 +348,10 @@ export class OutlierDetector {
     reason: string,
     now: number,
     rates: { rate: number | null; peersRate: number | null },
+    /** False: out again for as long as last time, not twice as long. */
+    longer = true,
   ): void {
-    r.times++;
+    if (longer || r.times === 0) r.times++;
     const ejectedMs = Math.min(
       this.policy.maxEjectionMs,
       this.policy.baseEjectionMs * 2 ** (r.times - 1),
@@ -370,37 +399,27 @@ export class OutlierDetector {
     }
   }
 
+  /**
+   * A canary through the ejected engine. One that fails by no fault of its own (its partner's, the
+   * pair's, or a time-out) is tried once more through another partner: a lying or broken partner
+   * cannot keep it out, and only a failure with two partners, or its own, doubles its time out.
+   * With no other partner to try, it is out again for as long as last time.
+   */
   private async probe(engine: string, r: Record): Promise<void> {
     r.probing = true;
-    let room: string | null = null;
-    let failure: string | null = null;
+    let canary: Canary;
     try {
-      const stream = this.control.submit({
-        prompt: 'canary',
-        maxTokens: 1,
-        source: 'canary',
-        probe: engine,
-      });
-      room = stream.room;
-      this.probes.add(room);
-      let timer: Timer | undefined;
-      const deadline = new Promise<'deadline'>((resolve) => {
-        timer = this.clock.setTimeout(() => resolve('deadline'), this.policy.probeDeadlineMs);
-      });
-      const outcome = await Promise.race([stream.result.then(() => 'ok' as const), deadline]);
-      this.clock.clear(timer);
-      if (outcome === 'deadline') {
-        failure = `no answer within ${this.policy.probeDeadlineMs} ms`;
-        void this.control.abort(stream.room, 'canary_deadline', 'canary').catch(() => {});
+      canary = await this.canary(engine, []);
+      if (canary.failure !== null && !canary.own && canary.partner !== null) {
+        const again = await this.canary(engine, [canary.partner]);
+        canary = again.room === null ? { ...canary, undecided: true } : again;
       }
-    } catch (err) {
-      failure = (err as Error).message;
     } finally {
       r.probing = false;
-      if (room) this.probes.delete(room);
     }
     const { ejections } = this.control.registry;
     if (!ejections.has(engine)) return;
+    const { failure, room } = canary;
     if (failure === null) {
       ejections.delete(engine);
       r.outcomes = [];
@@ -419,10 +438,56 @@ export class OutlierDetector {
       return;
     }
     ejections.delete(engine);
-    this.eject(engine, r, `its canary failed: ${failure}`, this.clock.now(), {
-      rate: null,
-      peersRate: null,
-    });
+    const why = canary.undecided
+      ? `its canary failed with ${canary.partner} (${failure}), and no other partner was free to try`
+      : `its canary failed: ${failure}`;
+    this.eject(
+      engine,
+      r,
+      why,
+      this.clock.now(),
+      { rate: null, peersRate: null },
+      !canary.undecided,
+    );
+  }
+
+  /** One canary room through `engine`, not through `avoid`, to its end or its deadline. */
+  private async canary(engine: string, avoid: string[]): Promise<Canary> {
+    let room: string | null = null;
+    let failure: string | null = null;
+    try {
+      const stream = this.control.submit({
+        prompt: 'canary',
+        maxTokens: 1,
+        source: 'canary',
+        probe: engine,
+        ...(avoid.length > 0 ? { probeAvoid: avoid } : {}),
+      });
+      room = stream.room;
+      this.probes.set(room, null);
+      let timer: Timer | undefined;
+      const deadline = new Promise<'deadline'>((resolve) => {
+        timer = this.clock.setTimeout(() => resolve('deadline'), this.policy.probeDeadlineMs);
+      });
+      const outcome = await Promise.race([stream.result.then(() => 'ok' as const), deadline]);
+      this.clock.clear(timer);
+      if (outcome === 'deadline') {
+        failure = `no answer within ${this.policy.probeDeadlineMs} ms`;
+        void this.control.abort(stream.room, 'canary_deadline', 'canary').catch(() => {});
+      }
+    } catch (err) {
+      failure = (err as Error).message;
+    }
+    const end = room === null ? null : (this.probes.get(room) ?? null);
+    if (room !== null) this.probes.delete(room);
+    const partner = end === null ? null : end.p === engine ? end.d : end.p;
+    return {
+      room,
+      failure,
+      partner,
+      own: end !== null && ownFailure(engine, end),
+      undecided: false,
+    };
   }
 
   private note(event: Parameters<JournalStore['append']>[0]): void {
@@ -430,6 +495,34 @@ export class OutlierDetector {
       .append(event)
       .catch((err) => this.log.error({ err, event: event.type }, 'could not journal an ejection'));
   }
+}
+
+/** How a canary room through an ejected engine ended. */
+interface ProbeEnd {
+  p: string;
+  d: string;
+  reason: string | null;
+  /** The engine that appended its end (null: the control plane). */
+  reporter: string | null;
+}
+
+interface Canary {
+  room: string | null;
+  failure: string | null;
+  /** The other engine of its room (null: no room was made). */
+  partner: string | null;
+  /** Failed by a fault the engine reported of itself. */
+  own: boolean;
+  /** Failed with one partner, and no other could be tried. */
+  undecided: boolean;
+}
+
+/** Whether the room failed by `engine`'s fault, by its own report (reasons.ts `FAILURE_BLAME`). */
+function ownFailure(engine: string, end: ProbeEnd): boolean {
+  if (end.reporter !== engine || !isFailureReason(end.reason)) return false;
+  const blame = FAILURE_BLAME[end.reason].blame;
+  const role = engine === end.p ? 'prefill' : 'decode';
+  return blame === 'reporter' || blame === role;
 }
 
 function pct(x: number): string {

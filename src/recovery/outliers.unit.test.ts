@@ -5,6 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { engineSession } from '../../test/helpers/engine-session.ts';
+import type { RefusedClaim } from '../control/appends.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
 import { EngineRegistry } from '../control/registry.ts';
 import type { EventInput, JournalEvent } from '../journal/events.ts';
@@ -19,9 +20,20 @@ class Rig {
   readonly registry = new EngineRegistry();
   readonly events: EventInput[] = [];
   readonly probes: string[] = [];
+  /** The partners each canary was to avoid. */
+  readonly avoided: string[][] = [];
   /** How the next canary ends: null passes, a string fails with it. */
   canary: string | null = null;
+  /**
+   * Where the next canaries run and who ends them: with no entry, the room has no events (a
+   * control plane that made it and heard nothing of it). `reporter` appends its failure.
+   */
+  readonly canaryRooms: Array<{ p: string; d: string; reporter: string; fail?: string | null }> =
+    [];
+  /** A canary that must avoid a partner finds none (submit throws, as the intake does). */
+  noOtherPartner = false;
   private listener: Listener | null = null;
+  private refused: ((engine: string, claim: RefusedClaim) => void) | null = null;
   private n = 0;
   readonly detector: OutlierDetector;
 
@@ -43,17 +55,32 @@ class Rig {
         this.listener = l;
         return () => {};
       },
-      submit: (req: { probe?: string }) => {
+      onRefusedClaim: (l: (engine: string, claim: RefusedClaim) => void) => {
+        this.refused = l;
+        return () => {};
+      },
+      submit: (req: { probe?: string; probeAvoid?: string[] }) => {
         this.probes.push(req.probe ?? '');
+        this.avoided.push(req.probeAvoid ?? []);
         const room = `r-probe-${this.probes.length}`;
-        const fail = this.canary;
-        return {
-          room,
-          result: fail === null ? Promise.resolve({}) : Promise.reject(new Error(fail)),
-        };
+        if (this.noOtherPartner && (req.probeAvoid?.length ?? 0) > 0) {
+          throw new Error('no decode engine is free to pair with');
+        }
+        const where = this.canaryRooms.shift();
+        const fail = where?.fail !== undefined ? where.fail : this.canary;
+        // Its events are committed after submit returns, and before its stream ends.
+        const result = Promise.resolve().then(() => {
+          if (where) this.emit(room, where.p, where.d, fail, where.reporter);
+          if (fail !== null) throw new Error(fail);
+          return {};
+        });
+        return { room, result };
       },
       abort: async () => ({}),
-    } as unknown as Pick<ControlPlane, 'registry' | 'onRoomEvent' | 'submit' | 'abort'>;
+    } as unknown as Pick<
+      ControlPlane,
+      'registry' | 'onRoomEvent' | 'onRefusedClaim' | 'submit' | 'abort'
+    >;
     const journal = {
       append: async (ev: EventInput) => {
         this.events.push(ev);
@@ -86,6 +113,21 @@ class Rig {
       engine: reason === 'prefill_error' ? p : d,
     } as JournalEvent;
     this.listener?.(before, room as unknown as Room, ev);
+  }
+
+  /** A room's first event and its end (`fail` null: completed), as the control plane tells them. */
+  private emit(room: string, p: string, d: string, fail: string | null, reporter: string): void {
+    const base = { room, prefillEngine: p, decodeEngine: d, origin: 'canary', reason: null };
+    const created = { ...base, state: 'created', createdAt: this.clock.now() } as unknown as Room;
+    this.listener?.(null, created, { type: 'room.created', engine: null } as JournalEvent);
+    const state = fail === null ? 'completed' : 'failed';
+    const ended = { ...created, state, reason: fail } as unknown as Room;
+    this.listener?.(created, ended, { type: `room.${state}`, engine: reporter } as JournalEvent);
+  }
+
+  /** `engine` failed its room with `other` for a reason its role cannot detect (refused). */
+  claim(engine: string, other: string, claim: string): void {
+    this.refused?.(engine, { room: `r-${++this.n}`, claim, with: other });
   }
 
   ejected(): Array<[string, Record<string, unknown>]> {
@@ -284,6 +326,77 @@ describe('OutlierDetector', () => {
       type: 'engine.returned',
       engine: 'prefill-1',
       data: { reason: 'a canary through it passed', canaryRoom: 'r-probe-2' },
+    });
+  });
+
+  it('ejects the decode engine that fails its rooms for faults only prefill engines can detect, and neither prefill engine it named', () => {
+    const rig = new Rig(['prefill-0', 'prefill-1'], ['decode-0', 'decode-1']);
+    for (let i = 0; i < 12; i++) {
+      rig.clock.advance(50);
+      rig.end(`prefill-${i % 2}`, 'decode-0', 'completed');
+      // decode-1 says the prefill engine failed: refused, and the claim is decode-1's.
+      rig.claim('decode-1', `prefill-${i % 2}`, 'prefill_error');
+    }
+    expect(rig.ejected()).toEqual([
+      [
+        'decode-1',
+        expect.objectContaining({
+          reason:
+            '5 rooms in a row failed by its fault (last: prefill_error, which it cannot have detected)',
+        }),
+      ],
+    ]);
+    expect(rig.registry.ejections.has('prefill-0')).toBe(false);
+    expect(rig.registry.ejections.has('prefill-1')).toBe(false);
+  });
+
+  it("tries a canary that failed by its partner's word once more through another partner, and brings the engine back when that one passes", async () => {
+    const rig = new Rig(['prefill-0', 'prefill-1'], ['decode-0', 'decode-1']);
+    for (let i = 0; i < 5; i++) rig.end('prefill-1', 'decode-0', 'failed', 'prefill_error');
+    const first = rig.registry.ejections.of('prefill-1');
+    if (!first) throw new Error('not ejected');
+    // Its first canary goes to decode-1, which says the KV arrived corrupted; its second, to
+    // decode-0, passes.
+    rig.canaryRooms.push(
+      { p: 'prefill-1', d: 'decode-1', reporter: 'decode-1', fail: 'kv_checksum_mismatch' },
+      { p: 'prefill-1', d: 'decode-0', reporter: 'decode-0', fail: null },
+    );
+    rig.detector.tick(first.until);
+    await new Promise((r) => setImmediate(r));
+    expect(rig.probes).toEqual(['prefill-1', 'prefill-1']);
+    expect(rig.avoided).toEqual([[], ['decode-1']]);
+    expect(rig.registry.ejections.has('prefill-1')).toBe(false);
+    expect(rig.events.at(-1)).toMatchObject({ type: 'engine.returned', engine: 'prefill-1' });
+  });
+
+  it('ejects an engine for as long as last time, not twice, when its canary failed by its partner and no other partner was free', async () => {
+    const rig = new Rig(['prefill-0', 'prefill-1'], ['decode-0']);
+    for (let i = 0; i < 5; i++) rig.end('prefill-1', 'decode-0', 'failed', 'prefill_error');
+    const first = rig.registry.ejections.of('prefill-1');
+    if (!first) throw new Error('not ejected');
+    rig.canary = 'kv_checksum_mismatch';
+    rig.canaryRooms.push({ p: 'prefill-1', d: 'decode-0', reporter: 'decode-0' });
+    rig.noOtherPartner = true;
+    rig.detector.tick(first.until);
+    await new Promise((r) => setImmediate(r));
+    expect(rig.avoided).toEqual([[], ['decode-0']]);
+    expect(rig.ejected()[1]?.[1]).toMatchObject({
+      reason:
+        'its canary failed with decode-0 (kv_checksum_mismatch), and no other partner was free to try',
+      ejectedMs: 10_000,
+      times: 1,
+    });
+    // A failure it reports of itself doubles its time out, with no second try.
+    const second = rig.registry.ejections.of('prefill-1');
+    rig.canary = 'prefill_error';
+    rig.canaryRooms.push({ p: 'prefill-1', d: 'decode-0', reporter: 'prefill-1' });
+    rig.detector.tick(second?.until ?? 0);
+    await new Promise((r) => setImmediate(r));
+    expect(rig.avoided).toHaveLength(3);
+    expect(rig.ejected()[2]?.[1]).toMatchObject({
+      reason: 'its canary failed: prefill_error',
+      ejectedMs: 20_000,
+      times: 2,
     });
   });
 
