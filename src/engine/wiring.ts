@@ -26,6 +26,9 @@ import type { EngineCore } from './engine.ts';
 import type { EngineOptions } from './options.ts';
 import { PrefillEngine } from './prefill.ts';
 
+type AppendEvent = EngineMessage<'append'>['event'];
+type Says = (event: AppendEvent) => AppendEvent;
+
 /** An engine's bus credentials: its key pair, the control plane's public key, and whether CURVE is on. */
 export interface EngineKeys extends KeyPair {
   serverKey: string;
@@ -56,6 +59,11 @@ export interface EngineWiring {
   transport?: BusTransport;
   /** The secret part of each bus connection's routing id. Default: 96 random bits. */
   nonce?: () => string;
+  /**
+   * What the engine appends, as it goes onto the bus: the simulator's lying engine rewrites it
+   * here (sim/faults.ts `lie`). Absent: as the engine wrote it.
+   */
+  says?: (event: AppendEvent) => AppendEvent;
   /** The control plane refused this engine for good: the process must go (main.ts exits). */
   refused(nack: ControlMessage<'nack'>): void;
   /** Releases what the caller gave (pool, transfer core, UCX, model) once the engine stopped. */
@@ -154,7 +162,9 @@ export function wireEngine(w: EngineWiring): WiredEngine {
     },
   );
   const ports = {
-    append: bus.append.bind(bus),
+    append: w.says
+      ? (eventId: string, event: AppendEvent) => bus.append(eventId, (w.says as Says)(event))
+      : bus.append.bind(bus),
     tokens: (msg: EngineMessage<'tokens'>) => bus.send('tokens', msg),
     resync: () => bus.sayHello(),
   };

@@ -10,6 +10,7 @@ import { type Room, reduce } from '../journal/reducer.ts';
 import { isTerminal } from '../journal/states.ts';
 import { DeterministicModel, generateInProcess } from '../model/deterministic.ts';
 import type { ClientOutcome } from './client.ts';
+import type { PlannedFault } from './faults.ts';
 import type { Fleet } from './fleet.ts';
 import type { Violation } from './invariants.ts';
 
@@ -248,6 +249,39 @@ export function spared(
 }
 
 const reference = new DeterministicModel();
+
+/** Lies an engine tells before the outlier detector must have taken it out (5 in a row, twice). */
+const LIES_TO_EJECTION = 10;
+
+/**
+ * A lying engine is the one taken out of rotation: where a lie was the run's only fault, the
+ * liar told at least `LIES_TO_EJECTION` of them and its role has another engine to take its
+ * rooms, the journal has it ejected. (Its victims' sparing is `spared`'s.)
+ */
+export function liarsOut(
+  events: readonly JournalEvent[],
+  plan: readonly PlannedFault[],
+  lied: ReadonlyMap<string, number>,
+  roleOf: (engine: string) => string | undefined,
+): Violation[] {
+  if (plan.length !== 1 || plan[0]?.kind !== 'lie') return [];
+  const liar = plan[0].target as string;
+  const peers = new Set(
+    events.filter((e) => e.type === 'engine.registered' && e.engine !== liar).map((e) => e.engine),
+  );
+  const role = roleOf(liar);
+  const spare = [...peers].some((e) => e !== null && roleOf(e) === role);
+  if (!spare || (lied.get(liar) ?? 0) < LIES_TO_EJECTION) return [];
+  if (events.some((e) => e.type === 'engine.ejected' && e.engine === liar)) return [];
+  return [
+    {
+      invariant: 'liar_ejected',
+      room: null,
+      seq: 0,
+      detail: `${liar} told ${lied.get(liar)} lies about its peers and was never ejected`,
+    },
+  ];
+}
 
 /**
  * Every client's text against the reference model's for its request: whole when answered, a

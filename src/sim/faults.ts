@@ -38,6 +38,13 @@ export const FAULT_KINDS = [
    * fault ends rather than stopped, so that the fleet keeps its size.
    */
   'retire',
+  /**
+   * An admitted engine that lies within the protocol about the other role (fleet.ts `lie`): a
+   * decode engine says the prefill of each of its rooms failed, a prefill engine that the decode
+   * engine refused its pages. Its words must cost no other engine anything; it is the one taken
+   * out of rotation.
+   */
+  'lie',
 ] as const;
 
 export type FaultKind = (typeof FAULT_KINDS)[number];
@@ -146,6 +153,9 @@ function start(fleet: Fleet, f: PlannedFault): () => void {
       inControl(() => void fleet.control.retire(target));
       return () => inControl(() => fleet.control.registry.retiring.delete(target));
     }
+    case 'lie':
+      fleet.lie(target, true);
+      return () => fleet.lie(target, false);
     case 'disk-full':
       fleet.refuseWrites('the simulated disk is full');
       return () => fleet.refuseWrites(null);

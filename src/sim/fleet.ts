@@ -11,6 +11,7 @@
  */
 import { Admission } from '../bus/admission.ts';
 import { type LinkSpec, MemoryNetwork } from '../bus/memory/network.ts';
+import type { EngineMessage } from '../bus/protocol.ts';
 import type { Canary } from '../control/canary.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
 import { resolveEngineOptions } from '../engine/options.ts';
@@ -28,6 +29,9 @@ import { restartDelayMs, type Supervisor } from '../recovery/supervisor.ts';
 import { MemoryTransferCore } from '../transfer/memory/core.ts';
 import { MemoryPools } from '../transfer/memory/pool.ts';
 import { ControlPlanes, controlEndpoint } from './control-planes.ts';
+
+type AppendEvent = EngineMessage<'append'>['event'];
+
 import { ProcessClock } from './process.ts';
 
 export interface FleetOptions {
@@ -89,6 +93,10 @@ export class Fleet implements Supervisor {
   /** Why each engine's link to the control plane is down (faults, frozen processes): it is up at 0. */
   private readonly cuts = new Map<string, number>();
   private readonly startListeners = new Map<string, Set<(sim: SimEngine) => void>>();
+  /** The engines that lie now (faults.ts `lie`), each with how it rewrites what it appends. */
+  private readonly lies = new Map<string, (event: AppendEvent) => AppendEvent>();
+  /** How many appends each engine rewrote while it lied. */
+  readonly lied = new Map<string, number>();
   private stopping = false;
   /** The control-plane processes: the leader, and with `standby` the one waiting to take over. */
   private readonly planes: ControlPlanes;
@@ -257,6 +265,12 @@ export class Fleet implements Supervisor {
       clock,
       ids,
       transport: this.network.host(id),
+      says: (event) => {
+        const lie = this.lies.get(id);
+        const said = lie ? lie(event) : event;
+        if (said !== event) this.lied.set(id, (this.lied.get(id) ?? 0) + 1);
+        return said;
+      },
       nonce: () => Array.from({ length: 24 }, () => random.int(16).toString(16)).join(''),
       // As `pdctl engine` does: it exits (code 1), and its supervisor starts it again.
       refused: () => this.end(id, { pid, code: 1, restartMs: restartDelayMs(restarts) }),
@@ -280,6 +294,33 @@ export class Fleet implements Supervisor {
     this.engines.set(id, sim);
     for (const started of this.startListeners.get(id) ?? []) started(sim);
     return sim;
+  }
+
+  /**
+   * The engine lies from now on, within the protocol, about the other role: a decode engine fails
+   * each room whose KV arrived saying its prefill failed; a prefill engine fails each room it
+   * starts saying the decode engine refused its pages. (Its lies are refused, and count against
+   * it: control/engine-appends.ts, recovery/outliers.ts.) `null`: it tells the truth again.
+   */
+  lie(id: string, on: boolean): void {
+    if (!on) {
+      this.lies.delete(id);
+      return;
+    }
+    const role = this.engines.get(id)?.role;
+    const [when, reason, stage] =
+      role === 'decode'
+        ? (['room.decode_started', 'prefill_error', 'transferred'] as const)
+        : (['room.prefill_started', 'kv_reservation_refused', 'waiting_for_input'] as const);
+    this.lies.set(id, (event) =>
+      event.type === when
+        ? {
+            type: 'room.failed',
+            room: event.room,
+            data: { reason, stage, detectedBy: `engine:${id}` },
+          }
+        : event,
+    );
   }
 
   /** Calls `fn` each time a process of the engine starts; returns what stops it. */

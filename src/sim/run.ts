@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto';
 import type { JournalEvent } from '../journal/events.ts';
 import type { LeaderTerm } from '../journal/store.ts';
 import { type Logger, silentLogger } from '../log.ts';
-import { answers, spared, watchControl, withinDeadlines } from './checks.ts';
+import { answers, liarsOut, spared, watchControl, withinDeadlines } from './checks.ts';
 import { type ClientOutcome, client } from './client.ts';
 import {
   type FaultKind,
@@ -120,6 +120,7 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
       faults.every((f) => f.kind === 'kill' || f.kind === 'retire'),
       outcomes,
     ),
+    ...liarsOut(events, faults, fleet.lied, (e) => fleet.engines.get(e)?.role),
     ...book,
     ...fleet.controlStartFailures.map((why) => ({
       invariant: 'control_plane_starts',

@@ -94,6 +94,8 @@ describe('the room book check', () => {
 const BEFORE_CANARY = { canaryEveryMs: 0, outliers: false } as const;
 /** The faults of `--faults all` before `retire` joined them (a seed draws its faults from these). */
 const BEFORE_RETIRE = FAULT_KINDS.slice(0, FAULT_KINDS.indexOf('retire'));
+/** `--faults all` before the lying engine was a fault: the seeds found then replay on these. */
+const BEFORE_LIE = FAULT_KINDS.slice(0, FAULT_KINDS.indexOf('lie'));
 
 describe('a simulated fleet under seeded faults', () => {
   it('keeps every invariant through partitions, kills, freezes, a full disk and bad transfers', async () => {
@@ -310,7 +312,7 @@ describe('a simulated fleet with its canary and outlier detector', () => {
     const runs = [
       ...[44, 146, 254, 400, 53].map((seed) => ({ seed, faults: BEFORE_RETIRE })),
       { seed: 80, faults: ['transfer-corrupt', 'partition', 'freeze'] as const },
-      { seed: 2065296712, faults: FAULT_KINDS },
+      { seed: 2065296712, faults: BEFORE_LIE },
     ];
     for (const { seed, faults } of runs) {
       const r = await runSeed({ seed, rooms: 200, faults: [...faults] });
