@@ -384,9 +384,35 @@ describe('operator routes and admission', () => {
     expect(
       (await brief.inject({ method: 'GET', url: '/v1/rooms?request_id=never-sent' })).json(),
     ).toEqual({ rooms: [], nextCursor: null, refusals: [] });
+    // A burst: every refused id leads to its refusal, not only the first 20 of a second (ids 45
+    // and 60 of a burst of 60 were once not found), 20 ids to an event.
+    const burst = Array.from({ length: 60 }, (_, i) => `burst-${i + 1}`);
+    await Promise.all(
+      burst.map((id) => brief.inject({ ...completion(), headers: { 'x-request-id': id } })),
+    );
+    await waitFor(
+      'the burst journaled',
+      async () => (await stack.journal.stats()).refusalsByReason.no_engines === 63,
+    );
+    const written = await stack.journal.tail({ type: 'request.refused', limit: 100 });
+    const idsOf = (e: (typeof written)[number]) => e.data.requestIds as string[];
+    expect(written.flatMap(idsOf).sort()).toEqual([...ids, ...burst].sort());
+    for (const e of written) {
+      expect(idsOf(e).length).toBeLessThanOrEqual(20);
+      expect(e.data.count).toBe(idsOf(e).length);
+    }
+    for (const id of burst) {
+      const found = (
+        await brief.inject({ method: 'GET', url: `/v1/rooms?request_id=${id}` })
+      ).json() as { refusals: Array<{ data: { requestIds: string[] } }> };
+      expect(
+        found.refusals.map((e) => e.data.requestIds.includes(id)),
+        id,
+      ).toEqual([true]);
+    }
     expect(restarts).toBe(1);
     expect(await metrics.text()).toMatch(
-      /^pdctl_requests_refused_total\{reason="no_engines"\} 3$/m,
+      /^pdctl_requests_refused_total\{reason="no_engines"\} 63$/m,
     );
     await app.close();
     await brief.close();

@@ -2,17 +2,21 @@
  * Refusals on the record. A request refused before a room existed (429 or 503: no engines, every
  * engine draining, overload, the journal refusing writes, shutting down) leaves no room, so
  * without this the journal could not say why requests failed. Refusals are gathered per reason
- * and written at most once a second per reason as one `request.refused` event with their count,
- * the first request ids and the first message — a flood of refusals is a handful of events. While
- * the journal refuses writes the gathered ones wait (counted on) and are written when it is back.
+ * into `request.refused` events of at most 20 request ids each, with their count, their first and
+ * last time and the first message: a batch is written once it is full, or a second after its first
+ * refusal — a flood of refusals is one event per 20, and every refused id leads to its refusal.
+ * While the journal refuses writes the batches wait, in order, and are written when it is back; past
+ * `maxWaitingIds` waiting ids, refusals are only counted (the event's `count` then exceeds its ids,
+ * and the lookup of such an id says its id was not kept).
  */
 import type { EventInput } from '../journal/events.ts';
 import type { Logger } from '../log.ts';
 
-/** Request ids kept per event: enough to find a client's request, few enough to stay small. */
-const MAX_IDS = 20;
+/** Request ids per event: the journal's schema of `request.refused` holds at most this many. */
+export const REFUSAL_IDS_PER_EVENT = 20;
 
-interface Pending {
+interface Batch {
+  reason: string;
   status: number;
   count: number;
   requestIds: string[];
@@ -22,75 +26,110 @@ interface Pending {
 }
 
 export class RefusalLog {
-  private readonly pending = new Map<string, Pending>();
+  /** Each reason's batch being filled. */
+  private readonly open = new Map<string, Batch>();
+  /** Full batches, and batches the journal refused, to write in order. */
+  private readonly full: Batch[] = [];
+  private waitingIds = 0;
   private timer: NodeJS.Timeout | null = null;
   private flushing: Promise<void> | null = null;
   private seq = 0;
   /** Closed: what the last flush could not write is not tried again. */
   private closed = false;
+  /** The last flush had a batch refused (the journal refuses writes): the next waits a while. */
+  private failed = false;
 
   constructor(
     private readonly append: (ev: EventInput) => Promise<unknown>,
     private readonly log: Logger,
     private readonly everyMs = 1000,
+    /** Ids kept while waiting for the journal; past it refusals are counted without their ids. */
+    private readonly maxWaitingIds = 100_000,
   ) {}
 
   /** One request was refused with `reason` (its API error code). */
   note(reason: string, status: number, requestId: string, message: string, now = Date.now()): void {
-    const p = this.pending.get(reason);
-    if (p) {
-      p.count++;
-      p.lastAt = now;
-      if (p.requestIds.length < MAX_IDS) p.requestIds.push(requestId);
-    } else
-      this.pending.set(reason, {
+    let b = this.open.get(reason);
+    if (b && b.requestIds.length >= REFUSAL_IDS_PER_EVENT && this.waitingIds < this.maxWaitingIds) {
+      this.full.push(b);
+      b = undefined;
+    }
+    if (!b) {
+      b = {
+        reason,
         status,
-        count: 1,
-        requestIds: [requestId],
+        count: 0,
+        requestIds: [],
         message: message.slice(0, 500),
         firstAt: now,
         lastAt: now,
-      });
-    this.timer ??= setTimeout(() => {
+      };
+      this.open.set(reason, b);
+    }
+    b.count++;
+    b.lastAt = now;
+    if (b.requestIds.length < REFUSAL_IDS_PER_EVENT && this.waitingIds < this.maxWaitingIds) {
+      b.requestIds.push(requestId);
+      this.waitingIds++;
+    }
+    // A full batch goes now; the rest within a second of their first refusal.
+    if (this.full.length > 0 && !this.flushing && !this.failed) void this.write(false);
+    this.later();
+  }
+
+  private later(): void {
+    if (this.timer || this.closed) return;
+    this.timer = setTimeout(() => {
       this.timer = null;
       void this.flush();
     }, this.everyMs);
     this.timer.unref();
   }
 
-  /** Writes what was gathered (each reason as one event); what the journal refuses waits. */
+  /** Writes what was gathered (each batch as one event); what the journal refuses waits. */
   flush(): Promise<void> {
+    return this.write(true);
+  }
+
+  /** Writes the full batches, and with `all` those still filling; one write at a time. */
+  private write(all: boolean): Promise<void> {
     this.flushing ??= (async () => {
-      const batch = [...this.pending];
-      this.pending.clear();
+      const batch = [...this.full.splice(0), ...(all ? this.open.values() : [])];
+      if (all) this.open.clear();
+      const refused: Batch[] = [];
+      let error: string | null = null;
       await Promise.all(
-        batch.map(async ([reason, p]) => {
+        batch.map(async (b) => {
+          const { reason, ...data } = b;
           try {
             await this.append({
               type: 'request.refused',
               source: 'api',
-              eventId: `refused:${reason}:${p.firstAt}:${++this.seq}`,
-              data: { reason, ...p },
+              eventId: `refused:${reason}:${b.firstAt}:${++this.seq}`,
+              data: { reason, ...data },
             });
+            this.waitingIds -= b.requestIds.length;
           } catch (err) {
-            this.keep(reason, p);
-            // One line, no stack: while the journal refuses writes this repeats every second.
-            this.log.warn(
-              { reason, count: p.count, error: (err as Error).message },
-              'could not journal refusals; kept for later',
-            );
+            refused.push(b);
+            error = (err as Error).message;
           }
         }),
       );
+      this.failed = error !== null;
+      if (error !== null)
+        // One line, no stack: while the journal refuses writes this repeats every second.
+        this.log.warn(
+          { count: refused.reduce((n, b) => n + b.count, 0), waitingIds: this.waitingIds, error },
+          'could not journal refusals; kept for later',
+        );
+      // Refused batches go first next time, before those gathered since.
+      this.full.unshift(...refused.sort((a, b) => a.firstAt - b.firstAt));
     })().finally(() => {
       this.flushing = null;
-      if (this.pending.size > 0 && !this.timer && !this.closed) {
-        this.timer = setTimeout(() => {
-          this.timer = null;
-          void this.flush();
-        }, this.everyMs);
-        this.timer.unref();
-      }
+      if (this.closed) return;
+      // Batches that filled meanwhile go at once, unless the journal just refused writes.
+      if (this.full.length > 0 && !this.failed) void this.write(false);
+      if (this.full.length > 0 || this.open.size > 0) this.later();
     });
     return this.flushing;
   }
@@ -101,19 +140,11 @@ export class RefusalLog {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
     await this.flushing;
-    if (this.pending.size > 0) await this.flush();
-  }
-
-  /** Puts refusals the journal refused back with those gathered since. */
-  private keep(reason: string, p: Pending): void {
-    const now = this.pending.get(reason);
-    if (!now) {
-      this.pending.set(reason, p);
-      return;
+    // Tried until all is written; what the journal refuses at shutdown is not tried again.
+    let failed = false;
+    while ((this.full.length > 0 || this.open.size > 0) && !failed) {
+      await this.flush();
+      failed = this.failed;
     }
-    now.count += p.count;
-    now.firstAt = p.firstAt;
-    now.message = p.message;
-    now.requestIds = [...p.requestIds, ...now.requestIds].slice(0, MAX_IDS);
   }
 }

@@ -369,7 +369,7 @@ export const EVENT_SCHEMAS = {
       /** The HTTP status they got (429 or 503). */
       status: Count,
       count: Type.Integer({ minimum: 1 }),
-      /** The request ids (x-request-id) of the first ones, at most 20. */
+      /** Their request ids (x-request-id), at most 20 (api/refusals.ts: every one, 20 to an event). */
       requestIds: Type.Array(Type.String({ minLength: 1, maxLength: 128 }), { maxItems: 20 }),
       /** What the first of them was told. */
       message: Text,

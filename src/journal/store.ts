@@ -114,8 +114,8 @@ export interface TailFilter<T extends EventType = EventType> {
   /** Only events at or after this time (unix ms). */
   since?: number;
   /**
-   * Only the refusals of this request: `request.refused` events whose `requestIds` (the first 20
-   * refused for a reason in a second) hold this `x-request-id`.
+   * Only the refusals of this request: `request.refused` events whose `requestIds` (20 at most to
+   * an event, api/refusals.ts) hold this `x-request-id`.
    */
   requestId?: string;
   limit?: number;
