@@ -1,6 +1,6 @@
 /**
  * Retention while serving, as an operator turns it on: `pdctl serve --retain AGE --archive DIR`
- * (and PDCTL_ARCHIVE) archives what each pass prunes, and `pdctl rooms --archive DIR` reads it
+ * archives what each pass prunes, and `pdctl rooms --archive DIR` reads it
  * back. The flag once parsed and never reached retention, so history was deleted unarchived.
  */
 import { existsSync, readdirSync } from 'node:fs';
@@ -37,50 +37,47 @@ async function roomIds(where: string[]): Promise<string[]> {
 }
 
 describe('serve --retain with an archive', () => {
-  for (const how of ['--archive', 'PDCTL_ARCHIVE'] as const) {
-    it(`${how}: each pass archives what it prunes, and the archive reads back every room`, async () => {
-      const journal = await oldJournal(60);
-      const before = await roomIds(['--journal', journal]);
-      const archive = join(tempDir('pdctl-archive-'), 'nested', 'archive');
-      const s = startServe(
-        [
-          '--journal',
-          journal,
-          '--retain',
-          '5m',
-          ...(how === '--archive' ? ['--archive', archive] : []),
-          '--canary-interval-ms',
-          '0',
-        ],
-        how === 'PDCTL_ARCHIVE' ? { PDCTL_ARCHIVE: archive } : {},
-      );
-      try {
-        const url = await s.listening;
-        await waitFor('the retention line', () => s.stderr().includes('journal retention:'));
-        expect(s.stderr()).toContain(`archived first to ${archive}`);
-        // The first pass runs at start; its status says when it is done.
-        const status = async () =>
-          (await (await fetch(`${url}/v1/admin/journal/prune`)).json()) as {
-            policy: { archiveDir: string | null };
-            last: { result: { rooms: number; archived: boolean }; error: string | null } | null;
-          };
-        await waitFor('the first pass', async () => (await status()).last !== null, 30_000);
-        const { policy, last } = await status();
-        expect(policy.archiveDir).toBe(archive);
-        expect(last?.error).toBeNull();
-        expect(last?.result).toMatchObject({ archived: true });
-        expect(last?.result.rooms).toBeGreaterThan(0);
-        expect(readdirSync(archive).length).toBeGreaterThan(0);
-        const archived = await roomIds(['--archive', archive]);
-        expect(archived).toHaveLength(last?.result.rooms as number);
-        const kept = await roomIds(['--url', url]);
-        expect(before.filter((r) => !archived.includes(r) && !kept.includes(r))).toEqual([]);
-        expect(archived.filter((r) => !before.includes(r))).toEqual([]);
-      } finally {
-        expect(await s.stop()).toBe(0);
-      }
-    }, 90_000);
-  }
+  // PDCTL_ARCHIVE reaching the same policy is test/flags.e2e.test.ts's (every variable).
+  it('--archive: each pass archives what it prunes, and the archive reads back every room', async () => {
+    const journal = await oldJournal(60);
+    const before = await roomIds(['--journal', journal]);
+    const archive = join(tempDir('pdctl-archive-'), 'nested', 'archive');
+    const s = startServe([
+      '--journal',
+      journal,
+      '--retain',
+      '5m',
+      '--archive',
+      archive,
+      '--canary-interval-ms',
+      '0',
+    ]);
+    try {
+      const url = await s.listening;
+      await waitFor('the retention line', () => s.stderr().includes('journal retention:'));
+      expect(s.stderr()).toContain(`archived first to ${archive}`);
+      // The first pass runs at start; its status says when it is done.
+      const status = async () =>
+        (await (await fetch(`${url}/v1/admin/journal/prune`)).json()) as {
+          policy: { archiveDir: string | null };
+          last: { result: { rooms: number; archived: boolean }; error: string | null } | null;
+        };
+      await waitFor('the first pass', async () => (await status()).last !== null, 30_000);
+      const { policy, last } = await status();
+      expect(policy.archiveDir).toBe(archive);
+      expect(last?.error).toBeNull();
+      expect(last?.result).toMatchObject({ archived: true });
+      expect(last?.result.rooms).toBeGreaterThan(0);
+      expect(readdirSync(archive).length).toBeGreaterThan(0);
+      const archived = await roomIds(['--archive', archive]);
+      expect(archived).toHaveLength(last?.result.rooms as number);
+      const kept = await roomIds(['--url', url]);
+      expect(before.filter((r) => !archived.includes(r) && !kept.includes(r))).toEqual([]);
+      expect(archived.filter((r) => !before.includes(r))).toEqual([]);
+    } finally {
+      expect(await s.stop()).toBe(0);
+    }
+  }, 90_000);
 
   it('--archive without --retain is refused, saying why; nothing is made', async () => {
     const archive = join(tempDir('pdctl-archive-'), 'archive');

@@ -25,24 +25,27 @@ export async function serve(args: string[] = [], env: NodeJS.ProcessEnv = {}): P
 export function startServe(
   args: string[] = [],
   env: NodeJS.ProcessEnv = {},
+  /** False: only `args` (and `env`) — the test gives the port, bus, data dir and log level. */
+  defaults = true,
 ): Omit<Served, 'url'> & { listening: Promise<string> } {
   const dataDir = tempDir('pdctl-serve-');
+  const given = defaults
+    ? [
+        '--port',
+        '0',
+        '--bus',
+        'tcp://127.0.0.1:0',
+        '--data-dir',
+        dataDir,
+        '--durability',
+        'process',
+        '--log-level',
+        'warn',
+      ]
+    : [];
   const child = spawnTs(
     'src/cli/bin.ts',
-    [
-      'serve',
-      '--port',
-      '0',
-      '--bus',
-      'tcp://127.0.0.1:0',
-      '--data-dir',
-      dataDir,
-      '--durability',
-      'process',
-      '--log-level',
-      'warn',
-      ...args,
-    ],
+    ['serve', ...given, ...args],
     { env: { ...process.env, PDCTL_EXIT_WITH_PARENT: String(process.pid), ...env } },
     'file',
   );

@@ -1,0 +1,475 @@
+/**
+ * Every option of `pdctl serve`, `engine`, `journal prune` and `drill`, read from the commands
+ * themselves, has a row here: the value given on the command line (and by its environment
+ * variable, where it has one) is shown reaching the part it configures, by what that part then
+ * does or reports through pdctl's own front doors (HTTP, the engines it starts, its log lines).
+ * An option with no row fails the first test, so a flag that parses and is never read cannot slip
+ * in again (`serve --archive` once did, and every test passed). A row not proven yet is a `todo`
+ * saying what would prove it: listed, never counted as passing.
+ */
+import { readFileSync } from 'node:fs';
+import { connect, createServer, type Socket } from 'node:net';
+import { join } from 'node:path';
+import type { Command } from 'commander';
+import { describe, expect, it } from 'vitest';
+import { newKeyPair } from '../src/bus/admission.ts';
+import { buildProgram } from '../src/cli/main.ts';
+import { startServe } from './helpers/serve.ts';
+import { pdctl } from './helpers/spawn.ts';
+import { waitFor } from './helpers/stack.ts';
+import { tempDir } from './helpers/tmp.ts';
+
+type Proof = { test: string } | { todo: string };
+
+/** The options a command parses: its long flag and its environment variable. */
+function optionsOf(path: string[]): Array<{ flag: string; env: string | null }> {
+  let c: Command | undefined = buildProgram();
+  for (const name of path) c = c?.commands.find((x) => x.name() === name);
+  if (!c) throw new Error(`no command ${path.join(' ')}`);
+  return c.options.map((o) => ({ flag: o.long as string, env: o.envVar ?? null }));
+}
+
+const WIDE = 'serve: the wide run';
+const ENV = 'serve: every environment variable';
+const EXITS = 'serve: flags that refuse to start where they cannot hold';
+const PRUNE = 'journal prune: on a stopped journal';
+const PRUNE_URL = 'journal prune --url: on a serving one';
+const ENGINE_TODO =
+  'passed to the engines serve starts (the wide run reads their command lines); what the engine does with it is `engine`’s row';
+
+/** How each option of each command is proven: the test below that does, or what is left to do. */
+const PROOFS: Record<string, Record<string, Proof>> = {
+  serve: {
+    '--host': { test: WIDE },
+    '--port': { test: WIDE },
+    '--data-dir': { test: WIDE },
+    '--journal': { test: WIDE },
+    '--standby': { test: EXITS },
+    '--lease-ms': { todo: 'PostgreSQL only: a standby taking over after the lease (pg tests)' },
+    '--bus': { test: WIDE },
+    '--durability': { todo: 'no front door shows the journal’s synchronous mode yet' },
+    '--retain': { test: WIDE },
+    '--archive': { test: WIDE },
+    '--retain-events': { test: WIDE },
+    '--insecure-bus': { test: WIDE },
+    '--engine-key': { test: WIDE },
+    '--prefill': { test: WIDE },
+    '--decode': { test: WIDE },
+    '--planner': { test: WIDE },
+    '--planner-interval': { test: WIDE },
+    '--planner-budget': { test: WIDE },
+    '--slo-ttft-ms': { test: WIDE },
+    '--slo-itl-ms': { test: WIDE },
+    '--model': { test: EXITS },
+    '--sequences': { test: WIDE },
+    '--context-size': { todo: `${ENGINE_TODO}; needs --model (a GGUF)` },
+    '--threads': { todo: `${ENGINE_TODO}; needs --model (a GGUF)` },
+    '--gpu': { test: WIDE },
+    '--pages': { test: WIDE },
+    '--page-bytes': { test: WIDE },
+    '--kv-bytes-per-token': { test: WIDE },
+    '--prefill-us-per-token': { test: WIDE },
+    '--prefill-compute': { test: WIDE },
+    '--decode-us-per-token': { test: WIDE },
+    '--decode-compute': { test: WIDE },
+    '--kv-device': { test: EXITS },
+    '--kv-block-tokens': { test: WIDE },
+    '--prefix-cache-pages': { test: WIDE },
+    '--prefix-reuse': { test: WIDE },
+    '--kv-transport': { test: WIDE },
+    '--max-rooms-per-engine': { test: WIDE },
+    '--router': { todo: 'no front door shows the routing policy; a room’s pair under round-robin' },
+    '--router-overlap-weight': { todo: 'no front door shows it; a prefix-heavy load’s pairs' },
+    '--canary-interval-ms': { test: WIDE },
+    '--canary-deadline-ms': { todo: 'a canary through a slow engine failing past the deadline' },
+    '--no-restart-stalled': { todo: 'a stalled engine left on the ladder’s first rung' },
+    '--no-outlier-ejection': { todo: 'a failing engine never ejected' },
+    '--allow-fault-injection': { test: WIDE },
+    '--migration-limit': { todo: 'a room migrated that many times, then failed' },
+    '--retry-limit': { todo: 'a request tried that many times on another pair' },
+    '--request-timeout-ms': { test: WIDE },
+    '--max-connections': { test: WIDE },
+    '--admission-wait-ms': { test: ENV },
+    '--drain-timeout-ms': { test: WIDE },
+    '--log-level': { test: WIDE },
+    '--log-format': { test: WIDE },
+  },
+  engine: Object.fromEntries(
+    optionsOf(['engine']).map((o) => [
+      o.flag,
+      { todo: 'an engine started by hand with it, its registration or behaviour read back' },
+    ]),
+  ),
+  'journal prune': {
+    '--older-than': { test: PRUNE },
+    '--events-older-than': { test: PRUNE },
+    '--chunk': { test: PRUNE },
+    '--dry-run': { test: PRUNE },
+    '--archive': { test: PRUNE },
+    '--url': { test: PRUNE_URL },
+    '--journal': { test: PRUNE },
+    '--json': { test: PRUNE },
+  },
+  drill: Object.fromEntries(
+    optionsOf(['drill']).map((o) => [
+      o.flag,
+      { todo: 'a drill run with it, its report read back' },
+    ]),
+  ),
+};
+
+describe('every option has a row', () => {
+  for (const [command, proofs] of Object.entries(PROOFS)) {
+    it(`pdctl ${command}: each option it parses is proven here or listed as to do, and no row is stale`, () => {
+      const flags = optionsOf(command.split(' ')).map((o) => o.flag);
+      expect(flags.filter((f) => !(f in proofs))).toEqual([]);
+      expect(Object.keys(proofs).filter((f) => !flags.includes(f))).toEqual([]);
+    });
+    for (const [flag, proof] of Object.entries(proofs))
+      if ('todo' in proof) it.todo(`pdctl ${command} ${flag}: ${proof.todo}`);
+  }
+  it('each test a row names exists below', () => {
+    const named = new Set(
+      Object.values(PROOFS).flatMap((rows) =>
+        Object.values(rows).flatMap((p) => ('test' in p ? [p.test] : [])),
+      ),
+    );
+    expect([...named].sort()).toEqual([ENV, EXITS, WIDE, PRUNE, PRUNE_URL].sort());
+  });
+});
+
+/** A free TCP port on `host`. */
+function freePort(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, host, () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+async function json<T>(url: string): Promise<T> {
+  const r = await fetch(url);
+  expect(r.status, url).toBe(200);
+  return (await r.json()) as T;
+}
+
+const completion = (url: string, maxTokens: number) =>
+  fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      model: 'pdctl-deterministic-1',
+      prompt: 'the river',
+      max_tokens: maxTokens,
+    }),
+  });
+
+interface EngineView {
+  id: string;
+  role: string;
+  pid: number;
+  totalPages: number;
+  pageBytes: number;
+  faultInjection: boolean;
+}
+
+/** The flags an engine process was started with (its command line, from /proc). */
+function engineArgs(pid: number): Map<string, string> {
+  const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+  const out = new Map<string, string>();
+  argv.forEach((a, i) => {
+    if (a.startsWith('--')) out.set(a, argv[i + 1]?.startsWith('--') ? '' : (argv[i + 1] ?? ''));
+  });
+  return out;
+}
+
+/** Opens a TCP connection and says when the server ends it, and with what it answered. */
+function socketTo(url: string): { socket: Socket; ended: Promise<string> } {
+  const { hostname, port } = new URL(url);
+  const socket = connect(Number(port), hostname);
+  let got = '';
+  socket.on('data', (d) => {
+    got += d.toString();
+  });
+  const ended = new Promise<string>((resolve) => {
+    socket.once('close', () => resolve(got));
+  });
+  socket.on('error', () => {});
+  return { socket, ended };
+}
+
+describe('pdctl serve, flag by flag', () => {
+  it(WIDE, async () => {
+    const dir = tempDir('pdctl-flags-');
+    const host = '127.0.0.2';
+    const port = await freePort(host);
+    const journal = join(dir, 'wide.db');
+    const archive = join(dir, 'archive');
+    const dataDir = join(dir, 'data');
+    const star = newKeyPair().publicKey;
+    const s = startServe(
+      [
+        ...['--host', host, '--port', String(port), '--data-dir', dataDir, '--journal', journal],
+        ...['--bus', `ipc://${join(dir, 'bus.sock')}`, '--insecure-bus'],
+        ...['--engine-key', `*=${star}`],
+        ...['--retain', '20m', '--retain-events', '40m', '--archive', archive],
+        ...['--prefill', '2', '--decode', '1'],
+        ...['--planner', 'act', '--planner-interval', '45s', '--planner-budget', '5'],
+        ...['--slo-ttft-ms', '700', '--slo-itl-ms', '70'],
+        ...['--pages', '300', '--page-bytes', '8192', '--kv-bytes-per-token', '32'],
+        ...['--sequences', '3', '--gpu', 'cpu'],
+        ...['--prefill-us-per-token', '3', '--prefill-compute', 'device'],
+        ...['--decode-us-per-token', '150000', '--decode-compute', 'device'],
+        ...['--kv-block-tokens', '32', '--prefix-cache-pages', '16', '--prefix-reuse', 'off'],
+        ...['--kv-transport', 'shm', '--max-rooms-per-engine', '1'],
+        ...['--canary-interval-ms', '0', '--allow-fault-injection'],
+        ...['--request-timeout-ms', '1500', '--max-connections', '6'],
+        ...['--drain-timeout-ms', '4321', '--log-level', 'debug', '--log-format', 'pretty'],
+      ],
+      {},
+      false,
+    );
+    try {
+      const url = await s.listening;
+      expect(new URL(url).hostname).toBe(host);
+      expect(Number(new URL(url).port)).toBe(port);
+      // --data-dir holds the bus key; --journal is the journal; --bus is the bus.
+      expect(readFileSync(join(dataDir, 'bus.key'), 'utf8').length).toBeGreaterThan(0);
+      const stats = await json<{ journal: { path: string }; bus: { endpoint: string } }>(
+        `${url}/v1/stats`,
+      );
+      expect(stats.journal.path).toBe(journal);
+      expect(stats.bus.endpoint).toBe(`ipc://${join(dir, 'bus.sock')}`);
+      expect(s.stderr()).toContain('--insecure-bus: bus traffic');
+      expect(s.stderr()).toContain(`WARNING --engine-key *=${star.slice(0, 8)}`);
+      // Retention as the running pass holds it.
+      const retention = await json<{
+        policy: { roomsMs: number; eventsMs: number; archiveDir: string };
+      }>(`${url}/v1/admin/journal/prune`);
+      expect(retention.policy).toMatchObject({
+        roomsMs: 20 * 60_000,
+        eventsMs: 40 * 60_000,
+        archiveDir: archive,
+      });
+      const planner = await json<{
+        mode: string;
+        intervalMs: number;
+        config: { budget: number; sloTtftMs: number; sloItlMs: number };
+      }>(`${url}/v1/planner`);
+      expect(planner).toMatchObject({
+        mode: 'act',
+        intervalMs: 45_000,
+        config: { budget: 5, sloTtftMs: 700, sloItlMs: 70 },
+      });
+      // The engines serve started: how many, their pools as they registered them, their flags.
+      const { engines } = await json<{ engines: EngineView[] }>(`${url}/v1/engines`);
+      expect(engines.map((e) => e.role).sort()).toEqual(['decode', 'prefill', 'prefill']);
+      for (const e of engines) {
+        expect(e).toMatchObject({ totalPages: 300, pageBytes: 8192, faultInjection: true });
+        const args = engineArgs(e.pid);
+        expect(Object.fromEntries(args)).toMatchObject({
+          '--sequences': '3',
+          '--gpu': 'cpu',
+          '--kv-bytes-per-token': '32',
+          '--prefill-us-per-token': '3',
+          '--prefill-compute': 'device',
+          '--decode-us-per-token': '150000',
+          '--decode-compute': 'device',
+          '--kv-block-tokens': '32',
+          '--prefix-cache-pages': '16',
+          '--prefix-reuse': 'off',
+          '--kv-transport': 'shm',
+        });
+      }
+      const ready = await json<{ checks: { canary: { detail: string } } }>(`${url}/health/ready`);
+      expect(ready.checks.canary.detail).toContain('background canary off');
+      // One room in flight on the one decode engine (150 ms a token): the next is refused.
+      const first = completion(url, 12);
+      await waitFor('a room in flight', async () => {
+        const live = await json<{ engines: Array<{ liveRooms: number; role: string }> }>(
+          `${url}/v1/engines`,
+        );
+        return live.engines.some((e) => e.role === 'decode' && e.liveRooms > 0);
+      });
+      const second = await completion(url, 1);
+      expect(second.status).toBe(429);
+      expect(((await second.json()) as { error: { message: string } }).error.message).toContain(
+        'every decode engine has 1 rooms in flight',
+      );
+      expect((await first).status).toBe(200);
+      // A client that never finishes its request is cut after --request-timeout-ms (408).
+      // (Without it, node's 10 s header limit would cut it later: the race tells them apart.)
+      const slow = socketTo(url);
+      slow.socket.write('POST /v1/completions HTTP/1.1\r\nHost: x\r\n');
+      const cut = await Promise.race([
+        slow.ended,
+        new Promise<string>((resolve) => setTimeout(() => resolve('still open'), 7000)),
+      ]);
+      slow.socket.destroy();
+      expect(cut).toContain('408');
+      // --max-connections: past 6 open connections, the next is closed unanswered.
+      const held = Array.from({ length: 6 }, () => socketTo(url));
+      await Promise.all(
+        held.map((h) => new Promise((resolve) => h.socket.once('connect', resolve))),
+      );
+      const over = socketTo(url);
+      over.socket.write('GET /health HTTP/1.1\r\nHost: x\r\n\r\n');
+      expect(await over.ended).toBe('');
+      for (const h of held) h.socket.destroy();
+      // --log-level debug, --log-format pretty: debug lines, not JSON.
+      expect(s.stderr()).toMatch(/DEBUG/);
+      expect(s.stderr()).not.toMatch(/^\{"level"/m);
+    } finally {
+      expect(await s.stop()).toBe(0);
+    }
+    expect(s.stderr()).toContain('draining (at most 4321 ms)');
+  }, 60_000);
+
+  it(ENV, async () => {
+    const dir = tempDir('pdctl-flags-env-');
+    const host = '127.0.0.3';
+    const port = await freePort(host);
+    const archive = join(dir, 'archive');
+    const s = startServe(
+      ['--decode', '0', '--admission-wait-ms', '700', '--durability', 'process'],
+      {
+        PDCTL_HOST: host,
+        PDCTL_PORT: String(port),
+        PDCTL_DATA_DIR: join(dir, 'data'),
+        PDCTL_JOURNAL: join(dir, 'env.db'),
+        PDCTL_BUS: `ipc://${join(dir, 'bus.sock')}`,
+        PDCTL_RETAIN: '25m',
+        PDCTL_ARCHIVE: archive,
+        PDCTL_PLANNER: 'off',
+      },
+      false,
+    );
+    try {
+      const url = await s.listening;
+      expect(url).toBe(`http://${host}:${port}`);
+      expect(readFileSync(join(dir, 'data', 'bus.key'), 'utf8').length).toBeGreaterThan(0);
+      const stats = await json<{ journal: { path: string }; bus: { endpoint: string } }>(
+        `${url}/v1/stats`,
+      );
+      expect(stats.journal.path).toBe(join(dir, 'env.db'));
+      expect(stats.bus.endpoint).toBe(`ipc://${join(dir, 'bus.sock')}`);
+      const retention = await json<{ policy: { roomsMs: number; archiveDir: string } }>(
+        `${url}/v1/admin/journal/prune`,
+      );
+      expect(retention.policy).toMatchObject({ roomsMs: 25 * 60_000, archiveDir: archive });
+      // The planner is off: it has no route.
+      expect((await fetch(`${url}/v1/planner`)).status).toBe(404);
+      // No decode engine: a request waits --admission-wait-ms for one, then is refused.
+      const r = await completion(url, 1);
+      expect(r.status).toBe(503);
+      expect(((await r.json()) as { error: { message: string } }).error.message).toContain(
+        'waited 700 ms',
+      );
+    } finally {
+      expect(await s.stop()).toBe(0);
+    }
+  }, 60_000);
+
+  it(EXITS, async () => {
+    const dir = tempDir('pdctl-flags-exit-');
+    const serve = (args: string[]) =>
+      pdctl(['serve', '--port', '0', '--bus', 'tcp://127.0.0.1:0', '--data-dir', dir, ...args]);
+    const standby = await serve(['--standby']);
+    expect(standby.code).toBe(2);
+    expect(standby.stderr).toContain('--standby needs a journal control planes can share');
+    const model = await serve(['--model', join(dir, 'no-such.gguf')]);
+    expect(model.code).not.toBe(0);
+    expect(model.stderr).toContain(join(dir, 'no-such.gguf'));
+    // Without a CUDA device here, --kv-device is refused naming it (on a GPU host it would start).
+    const device = await serve(['--kv-device', '7']);
+    expect(device.code).not.toBe(0);
+    expect(device.stderr).toContain('--kv-device 7');
+  }, 60_000);
+});
+
+/** A journal of 60 rooms that ended 20 to 50 minutes ago, and the engines' events before them. */
+async function oldJournal(path: string): Promise<void> {
+  const r = await pdctl([
+    'journal',
+    'synth',
+    '--rooms',
+    '60',
+    '--span',
+    '30m',
+    '--end',
+    '20m',
+    '--journal',
+    path,
+  ]);
+  expect(r.code, r.stderr).toBe(0);
+}
+
+async function roomCount(where: string[]): Promise<number> {
+  const r = await pdctl(['rooms', '--json', '--limit', '10000', ...where]);
+  expect(r.code, r.stderr).toBe(0);
+  return (JSON.parse(r.stdout) as { rooms: unknown[] }).rooms.length;
+}
+
+describe('pdctl journal prune, flag by flag', () => {
+  it(PRUNE, async () => {
+    const dir = tempDir('pdctl-flags-prune-');
+    const journal = join(dir, 'j.db');
+    const untouched = join(dir, 'other.db');
+    await oldJournal(journal);
+    await oldJournal(untouched);
+    const all = await roomCount(['--journal', journal]);
+    const prune = async (args: string[]) => {
+      const r = await pdctl(['journal', 'prune', '--journal', journal, ...args]);
+      expect(r.code, r.stderr).toBe(0);
+      return r.stdout;
+    };
+    type Result = { rooms: number; otherEvents: number; batches: number; dryRun?: boolean };
+    // --older-than: only the rooms that ended before it; --chunk: that many to a transaction;
+    // --json: the result as JSON.
+    const first = JSON.parse(
+      await prune(['--older-than', '35m', '--chunk', '7', '--json']),
+    ) as Result;
+    expect(first.rooms).toBeGreaterThan(0);
+    expect(first.rooms).toBeLessThan(all);
+    expect(first.batches).toBe(Math.ceil(first.rooms / 7));
+    expect(await roomCount(['--journal', journal])).toBe(all - first.rooms);
+    // --dry-run counts and deletes nothing; --events-older-than takes events of no room too.
+    const counted = JSON.parse(
+      await prune(['--older-than', '10m', '--dry-run', '--json']),
+    ) as Result;
+    expect(counted).toMatchObject({ rooms: all - first.rooms, otherEvents: 0, dryRun: true });
+    const withOthers = JSON.parse(
+      await prune(['--older-than', '10m', '--events-older-than', '15m', '--dry-run', '--json']),
+    ) as Result;
+    expect(withOthers.otherEvents).toBeGreaterThan(0);
+    expect(await roomCount(['--journal', journal])).toBe(all - first.rooms);
+    // --archive: what it deletes, the archive then holds; without --json, a sentence.
+    const archive = join(dir, 'archive');
+    const said = await prune(['--older-than', '10m', '--archive', archive]);
+    expect(said).toMatch(new RegExp(`^deleted ${all - first.rooms} terminal rooms`));
+    expect(await roomCount(['--journal', journal])).toBe(0);
+    expect(await roomCount(['--archive', archive])).toBe(all - first.rooms);
+    // --journal: the other file was never touched.
+    expect(await roomCount(['--journal', untouched])).toBe(all);
+  }, 60_000);
+
+  it(PRUNE_URL, async () => {
+    const journal = join(tempDir('pdctl-flags-prune-url-'), 'j.db');
+    await oldJournal(journal);
+    const all = await roomCount(['--journal', journal]);
+    const s = startServe(['--journal', journal, '--canary-interval-ms', '0']);
+    try {
+      const url = await s.listening;
+      const r = await pdctl(['journal', 'prune', '--url', url, '--older-than', '10m', '--json']);
+      expect(r.code, r.stderr).toBe(0);
+      expect((JSON.parse(r.stdout) as { rooms: number }).rooms).toBe(all);
+      // None of the old rooms is left (room listings leave the canary's out).
+      expect(await roomCount(['--url', url])).toBe(0);
+    } finally {
+      expect(await s.stop()).toBe(0);
+    }
+  }, 60_000);
+});
