@@ -7,6 +7,7 @@
  * in again (`serve --archive` once did, and every test passed). A row not proven yet is a `todo`
  * saying what would prove it: listed, never counted as passing.
  */
+import type { ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { connect, createServer, type Socket } from 'node:net';
 import { join } from 'node:path';
@@ -15,7 +16,7 @@ import { describe, expect, it } from 'vitest';
 import { newKeyPair } from '../src/bus/admission.ts';
 import { buildProgram } from '../src/cli/main.ts';
 import { startServe } from './helpers/serve.ts';
-import { pdctl } from './helpers/spawn.ts';
+import { pdctl, spawnTs } from './helpers/spawn.ts';
 import { waitFor } from './helpers/stack.ts';
 import { tempDir } from './helpers/tmp.ts';
 
@@ -32,6 +33,8 @@ function optionsOf(path: string[]): Array<{ flag: string; env: string | null }> 
 const WIDE = 'serve: the wide run';
 const ENV = 'serve: every environment variable';
 const EXITS = 'serve: flags that refuse to start where they cannot hold';
+const BY_HAND = 'engine: two engines started by hand against a serve';
+const ENGINE_EXITS = 'engine: flags that refuse to start where they cannot hold';
 const PRUNE = 'journal prune: on a stopped journal';
 const PRUNE_URL = 'journal prune --url: on a serving one';
 const ENGINE_TODO =
@@ -94,12 +97,37 @@ const PROOFS: Record<string, Record<string, Proof>> = {
     '--log-level': { test: WIDE },
     '--log-format': { test: WIDE },
   },
-  engine: Object.fromEntries(
-    optionsOf(['engine']).map((o) => [
-      o.flag,
-      { todo: 'an engine started by hand with it, its registration or behaviour read back' },
-    ]),
-  ),
+  engine: {
+    '--role': { test: BY_HAND },
+    '--id': { test: BY_HAND },
+    '--control': { test: BY_HAND },
+    '--model': { test: ENGINE_EXITS },
+    '--sequences': { todo: 'rooms decoded at once, past which they queue' },
+    '--context-size': { todo: 'needs --model (a GGUF)' },
+    '--threads': { todo: 'needs --model (a GGUF)' },
+    '--gpu': { todo: 'needs --model (a GGUF)' },
+    '--pages': { test: BY_HAND },
+    '--page-bytes': { test: BY_HAND },
+    '--kv-bytes-per-token': { todo: 'the pages a room of N tokens reserves' },
+    '--prefill-us-per-token': { test: BY_HAND },
+    '--prefill-compute': { todo: 'the engine’s CPU time while it prefills (spin) or not (device)' },
+    '--decode-us-per-token': { test: BY_HAND },
+    '--decode-compute': { todo: 'the engine’s CPU time while it decodes (spin) or not (device)' },
+    '--kv-device': { test: ENGINE_EXITS },
+    '--kv-block-tokens': { todo: 'the prefix blocks a prefill engine reports' },
+    '--prefix-cache-pages': { todo: 'prefix blocks kept, past which the oldest go' },
+    '--prefix-reuse': { todo: 'a shared prefix prefilled once (on) or each time (off)' },
+    '--kv-transport': { test: BY_HAND },
+    '--transfer-threads': { todo: 'the transfer core’s threads (/proc)' },
+    '--prefill-concurrency': { todo: 'rooms prefilled at once, past which they wait' },
+    '--chunk-tokens': { test: BY_HAND },
+    '--heartbeat-ms': { test: BY_HAND },
+    '--drain-timeout-ms': { todo: 'SIGTERM with a long room in flight: cut after it' },
+    '--allow-fault-injection': { test: BY_HAND },
+    '--insecure-bus': { todo: 'an engine without CURVE joining a serve --insecure-bus' },
+    '--log-level': { test: BY_HAND },
+    '--log-format': { test: BY_HAND },
+  },
   'journal prune': {
     '--older-than': { test: PRUNE },
     '--events-older-than': { test: PRUNE },
@@ -134,7 +162,9 @@ describe('every option has a row', () => {
         Object.values(rows).flatMap((p) => ('test' in p ? [p.test] : [])),
       ),
     );
-    expect([...named].sort()).toEqual([ENV, EXITS, WIDE, PRUNE, PRUNE_URL].sort());
+    expect([...named].sort()).toEqual(
+      [ENV, EXITS, WIDE, BY_HAND, ENGINE_EXITS, PRUNE, PRUNE_URL].sort(),
+    );
   });
 });
 
@@ -471,5 +501,133 @@ describe('pdctl journal prune, flag by flag', () => {
     } finally {
       expect(await s.stop()).toBe(0);
     }
+  }, 60_000);
+});
+
+describe('pdctl engine, flag by flag', () => {
+  it(BY_HAND, async () => {
+    const keys = { 'hand-p': newKeyPair(), 'hand-d': newKeyPair() };
+    const s = startServe([
+      ...['--prefill', '0', '--decode', '0', '--canary-interval-ms', '0'],
+      ...Object.entries(keys).flatMap(([id, k]) => ['--engine-key', `${id}=${k.publicKey}`]),
+    ]);
+    const engines: ChildProcess[] = [];
+    try {
+      const url = await s.listening;
+      await waitFor('the key line', () => s.stderr().includes('PDCTL_CURVE_SERVER_KEY='));
+      const server = /PDCTL_CURVE_SERVER_KEY='([^']+)'/.exec(s.stderr())?.[1] as string;
+      // The bus serve bound (the helper asks for any free port).
+      const bus = /· bus (tcp:\/\/\S+)/.exec(s.stderr())?.[1] as string;
+      const engine = (id: keyof typeof keys, role: string, args: string[]) => {
+        const child = spawnTs(
+          'src/cli/bin.ts',
+          ['engine', '--role', role, '--id', id, '--control', bus, ...args],
+          {
+            env: {
+              ...process.env,
+              PDCTL_CURVE_SERVER_KEY: server,
+              PDCTL_CURVE_PUBLIC_KEY: keys[id].publicKey,
+              PDCTL_CURVE_SECRET_KEY: keys[id].secretKey,
+            },
+          },
+        );
+        let err = '';
+        child.stderr?.on('data', (d: Buffer) => {
+          err += d.toString();
+        });
+        child.stdout?.resume();
+        engines.push(child);
+        return () => err;
+      };
+      const prefillLog = engine('hand-p', 'prefill', [
+        ...['--pages', '200', '--page-bytes', '8192', '--allow-fault-injection'],
+        ...['--kv-transport', 'shm', '--prefill-us-per-token', '30000'],
+        ...['--heartbeat-ms', '50', '--log-level', 'debug', '--log-format', 'pretty'],
+      ]);
+      const decodeLog = engine('hand-d', 'decode', [
+        ...['--pages', '300', '--page-bytes', '8192', '--chunk-tokens', '1'],
+        ...['--decode-us-per-token', '40000', '--log-level', 'warn'],
+      ]);
+      type View = EngineView & { kvSend: string; heartbeats: number };
+      const view = async () =>
+        (await json<{ engines: View[] }>(`${url}/v1/engines`)).engines.sort((a, b) =>
+          a.id.localeCompare(b.id),
+        );
+      await waitFor(
+        'both engines registered',
+        async () => (await view()).length === 2,
+        30_000,
+      ).catch((err: Error) => {
+        throw new Error(`${err.message}\nprefill:\n${prefillLog()}\ndecode:\n${decodeLog()}`);
+      });
+      // --role, --id, --control: each registered as what it was told, on that bus.
+      const [d, p] = await view();
+      expect(p).toMatchObject({ id: 'hand-p', role: 'prefill', totalPages: 200, pageBytes: 8192 });
+      expect(p).toMatchObject({ faultInjection: true, kvSend: 'shm' });
+      expect(d).toMatchObject({
+        id: 'hand-d',
+        role: 'decode',
+        totalPages: 300,
+        faultInjection: false,
+      });
+      // --heartbeat-ms 50: twenty a second, where the decode engine's default (250) sends four.
+      const before = await view();
+      await new Promise((r) => setTimeout(r, 2000));
+      const after = await view();
+      const beats = (i: number) => (after[i]?.heartbeats ?? 0) - (before[i]?.heartbeats ?? 0);
+      expect(beats(1)).toBeGreaterThan(2 * beats(0));
+      // --prefill-us-per-token, --decode-us-per-token: the room's time in each state;
+      // --chunk-tokens 1: one token message a token.
+      const tokensBefore = (await json<{ control: { tokens: number } }>(`${url}/v1/stats`)).control
+        .tokens;
+      const r = await completion(url, 6);
+      expect(r.status).toBe(200);
+      const answer = (await r.json()) as {
+        id: string;
+        usage: { prompt_tokens: number; completion_tokens: number };
+      };
+      const stats = await json<{ control: { tokens: number } }>(`${url}/v1/stats`);
+      expect(stats.control.tokens - tokensBefore).toBe(answer.usage.completion_tokens);
+      const room = await json<{ spans: Array<{ state: string; ms: number | null }> }>(
+        `${url}/v1/rooms/${answer.id}`,
+      );
+      const ms = (state: string) => room.spans.find((x) => x.state === state)?.ms ?? 0;
+      expect(ms('prefilling')).toBeGreaterThanOrEqual(answer.usage.prompt_tokens * 30);
+      expect(ms('decoding')).toBeGreaterThanOrEqual((answer.usage.completion_tokens - 1) * 40);
+      // --log-format pretty: the prefill engine's lines are not JSON; --log-level warn: the
+      // decode engine says nothing of its start, which the prefill engine (debug) does.
+      expect(prefillLog()).toMatch(/INFO {2}engine: engine started/);
+      expect(prefillLog()).not.toMatch(/^\{"level"/m);
+      expect(decodeLog()).not.toContain('engine started');
+    } finally {
+      for (const e of engines) e.kill('SIGTERM');
+      await Promise.all(
+        engines.map((e) =>
+          e.exitCode !== null ? null : new Promise((resolve) => e.once('exit', resolve)),
+        ),
+      );
+      expect(await s.stop()).toBe(0);
+    }
+  }, 90_000);
+
+  it(ENGINE_EXITS, async () => {
+    const dir = tempDir('pdctl-flags-engine-exit-');
+    const k = newKeyPair();
+    const env = {
+      PDCTL_CURVE_SERVER_KEY: k.publicKey,
+      PDCTL_CURVE_PUBLIC_KEY: k.publicKey,
+      PDCTL_CURVE_SECRET_KEY: k.secretKey,
+    };
+    const engine = (args: string[]) =>
+      pdctl(
+        ['engine', '--role', 'decode', '--id', 'd', '--control', 'tcp://127.0.0.1:1', ...args],
+        { env: { ...process.env, ...env } },
+      );
+    const model = await engine(['--model', join(dir, 'no-such.gguf')]);
+    expect(model.code).not.toBe(0);
+    expect(model.stderr).toContain(join(dir, 'no-such.gguf'));
+    const device = await engine(['--kv-device', '7']);
+    expect(device.code).not.toBe(0);
+    expect(device.stderr).toContain('7');
   }, 60_000);
 });
