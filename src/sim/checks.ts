@@ -250,6 +250,38 @@ export function spared(
 
 const reference = new DeterministicModel();
 
+/**
+ * Outlier ejection never takes out more than half of a role, nor its last engine, whatever fails
+ * (outliers.ts `maxEjectedShare`): where every engine of a role fails at once — a bad model pushed
+ * to all of them — the fault is in what they share, and ejecting them would empty the role.
+ * Ejections live in the control plane: a new one (`journal.opened`) starts with none.
+ */
+export function roleKeptInRotation(events: readonly JournalEvent[]): Violation[] {
+  const roles = new Map<string, string>();
+  const out = new Set<string>();
+  const found: Violation[] = [];
+  for (const ev of events) {
+    if (ev.type === 'journal.opened') out.clear();
+    else if (ev.type === 'engine.registered' && ev.engine !== null)
+      roles.set(ev.engine, (ev.data as { role: string }).role);
+    else if (ev.type === 'engine.returned' && ev.engine !== null) out.delete(ev.engine);
+    else if (ev.type === 'engine.ejected' && ev.engine !== null) {
+      out.add(ev.engine);
+      const role = roles.get(ev.engine);
+      const all = [...roles].filter(([, r]) => r === role).map(([e]) => e);
+      const ejected = all.filter((e) => out.has(e));
+      if (ejected.length > Math.floor(all.length / 2) || ejected.length >= all.length)
+        found.push({
+          invariant: 'role_kept_in_rotation',
+          room: null,
+          seq: ev.seq,
+          detail: `${ejected.join(', ')} of ${role} engines ${all.join(', ')} ejected at once`,
+        });
+    }
+  }
+  return found;
+}
+
 /** Lies an engine tells before the outlier detector must have taken it out (5 in a row, twice). */
 const LIES_TO_EJECTION = 10;
 

@@ -72,19 +72,35 @@ export function parseFaults(text: string): FaultKind[] {
 }
 
 /**
- * One to three faults of the given kinds, each starting within the first 70% of `spanMs` and
- * lasting 0.5 to 8 s — either side of the bus's 5 s heartbeat timeout — except a relapse, which
- * lasts 15 to 30 s: long enough for the ladder to restart the engine and see it hang again.
+ * How a seed draws its faults' times and targets. `early` (what seeds recorded before issue 67
+ * replay with): every fault starts within the first 70% of the workload, into one target.
+ * `whole`: a fault starts anywhere in the workload or in the 30 s after it (two in five do so,
+ * while what came before may still hold: a control plane killed after an engine's escalation), and
+ * one in four that hits an engine hits every engine of its role at once (a bad model or driver
+ * pushed to all of them).
+ */
+export const PLAN_SHAPES = ['early', 'whole'] as const;
+export type PlanShape = (typeof PLAN_SHAPES)[number];
+
+/** After the workload, how long a `whole` plan may still start a fault. */
+const LATE_MS = 30_000;
+
+/**
+ * One to three faults of the given kinds (a correlated one counts once, with an entry per engine
+ * it hits), each lasting 0.5 to 8 s — either side of the bus's 5 s heartbeat timeout — except a
+ * relapse, which lasts 15 to 30 s: long enough for the ladder to restart the engine and see it
+ * hang again. When they start and what they hit: `shape`.
  */
 export function planFaults(
   random: Random,
   kinds: readonly FaultKind[],
   engines: { prefill: readonly string[]; decode: readonly string[] },
   spanMs: number,
+  shape: PlanShape = 'early',
 ): PlannedFault[] {
   if (kinds.length === 0) return [];
   const count = random.between(1, 3);
-  return Array.from({ length: count }, () => {
+  return Array.from({ length: count }, (): PlannedFault[] => {
     const kind = random.pick(kinds);
     const target =
       kind === 'disk-full' || kind.startsWith('control-')
@@ -92,13 +108,22 @@ export function planFaults(
         : kind.startsWith('transfer-')
           ? random.pick(engines.prefill)
           : random.pick([...engines.prefill, ...engines.decode]);
-    return {
-      kind,
-      target,
-      at: Math.round(random.next() * spanMs * 0.7),
-      forMs: kind === 'relapse' ? random.between(15_000, 30_000) : random.between(500, 8000),
-    };
-  }).sort((a, b) => a.at - b.at);
+    const at =
+      shape === 'early'
+        ? Math.round(random.next() * spanMs * 0.7)
+        : random.next() < 0.4
+          ? Math.round(spanMs + random.next() * LATE_MS)
+          : Math.round(random.next() * spanMs);
+    const forMs = kind === 'relapse' ? random.between(15_000, 30_000) : random.between(500, 8000);
+    // A planner retires engines one at a time: it is never correlated.
+    if (shape === 'whole' && target !== null && kind !== 'retire' && random.next() < 0.25) {
+      const role = engines.prefill.includes(target) ? engines.prefill : engines.decode;
+      return role.map((t) => ({ kind, target: t, at, forMs }));
+    }
+    return [{ kind, target, at, forMs }];
+  })
+    .flat()
+    .sort((a, b) => a.at - b.at);
 }
 
 /** Sets the clock's timers that start each fault at its time and heal it after its span. */

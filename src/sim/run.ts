@@ -8,11 +8,20 @@ import { createHash } from 'node:crypto';
 import type { JournalEvent } from '../journal/events.ts';
 import type { LeaderTerm } from '../journal/store.ts';
 import { type Logger, silentLogger } from '../log.ts';
-import { answers, liarsOut, spared, watchControl, withinDeadlines } from './checks.ts';
+import type { Random } from '../ports/random.ts';
+import {
+  answers,
+  liarsOut,
+  roleKeptInRotation,
+  spared,
+  watchControl,
+  withinDeadlines,
+} from './checks.ts';
 import { type ClientOutcome, client } from './client.ts';
 import {
   type FaultKind,
   type PlannedFault,
+  type PlanShape,
   planFaults,
   scheduleFaults,
   touched,
@@ -32,6 +41,8 @@ export interface SeedOptions {
   keepTrace?: boolean;
   /** The kinds of fault the seed draws its faults from (faults.ts). Default: none. */
   faults?: readonly FaultKind[];
+  /** When faults start and what they hit (faults.ts `PlanShape`). Default `early`. */
+  plan?: PlanShape;
 }
 
 export interface SeedReport {
@@ -59,6 +70,14 @@ export interface SeedReport {
   errors: Record<string, number>;
 }
 
+/**
+ * A `whole` plan's workload when none is given: 200 requests four seeds in five, else 500 to
+ * 2,000 — long enough for late faults to land while rooms still arrive.
+ */
+function drawnLength(random: Random): number {
+  return random.next() < 0.8 ? 200 : random.between(500, 2000);
+}
+
 /** How long after the last client the run goes on, for releases and the watchdog's deadlines. */
 const SETTLE_MS = 10_000;
 
@@ -72,7 +91,10 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
   const { clock } = fleet;
   const requests = workload(fleet.random.fork('workload'), {
     ...options.workload,
-    requests: options.rooms ?? options.workload?.requests ?? 200,
+    requests:
+      options.rooms ??
+      options.workload?.requests ??
+      (options.plan === 'whole' ? drawnLength(fleet.random.fork('length')) : 200),
   });
   const start = clock.now();
   const span = requests.at(-1)?.at ?? 0;
@@ -80,7 +102,13 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
     prefill: [...fleet.engines.values()].filter((e) => e.role === 'prefill').map((e) => e.id),
     decode: [...fleet.engines.values()].filter((e) => e.role === 'decode').map((e) => e.id),
   };
-  const faults = planFaults(fleet.random.fork('faults'), options.faults ?? [], engines, span);
+  const faults = planFaults(
+    fleet.random.fork('faults'),
+    options.faults ?? [],
+    engines,
+    span,
+    options.plan,
+  );
   scheduleFaults(fleet, faults);
   const book: Violation[] = [];
   watchControl(fleet, book);
@@ -121,6 +149,7 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
       outcomes,
     ),
     ...liarsOut(events, faults, fleet.lied, (e) => fleet.engines.get(e)?.role),
+    ...roleKeptInRotation(events),
     ...book,
     ...fleet.controlStartFailures.map((why) => ({
       invariant: 'control_plane_starts',

@@ -96,6 +96,7 @@ const BEFORE_CANARY = { canaryEveryMs: 0, outliers: false } as const;
 const BEFORE_RETIRE = FAULT_KINDS.slice(0, FAULT_KINDS.indexOf('retire'));
 /** `--faults all` before the lying engine was a fault: the seeds found then replay on these. */
 const BEFORE_LIE = FAULT_KINDS.slice(0, FAULT_KINDS.indexOf('lie'));
+const THROUGH_LIE = FAULT_KINDS.slice(0, FAULT_KINDS.indexOf('lie') + 1);
 
 describe('a simulated fleet under seeded faults', () => {
   it('keeps every invariant through partitions, kills, freezes, a full disk and bad transfers', async () => {
@@ -258,13 +259,19 @@ describe('npm run sim', () => {
       out: 'sim-traces',
       faults: [],
       standby: false,
+      plan: 'whole',
     });
     expect(parseSearch(['--standby'], () => 1)).toMatchObject({ standby: true });
     expect(parseSearch(['--faults', 'kill,partition'], () => 1)).toMatchObject({
       faults: ['kill', 'partition'],
     });
     expect(parseSearch(['--faults', 'all'], () => 1)).toMatchObject({ faults: FAULT_KINDS });
-    expect(parseSearch([], () => 99)).toMatchObject({ seed: 99, seeds: 1, rooms: 200 });
+    // Without --rooms, a whole plan draws each seed's length.
+    expect(parseSearch([], () => 99)).toMatchObject({ seed: 99, seeds: 1, rooms: null });
+    expect(parseSearch(['--plan', 'early'], () => 1)).toMatchObject({ plan: 'early' });
+    expect(() => parseSearch(['--plan', 'late'], () => 1)).toThrow(
+      /--plan must be early or whole, got "late"/,
+    );
     expect(() => parseSearch(['--seeds', '0'], () => 1)).toThrow(
       /--seeds must be a whole number ≥ 1/,
     );
@@ -331,5 +338,23 @@ describe('a simulated fleet with its canary and outlier detector', () => {
     // (control/engine-health.ts `recordCanary`).
     const r = await runSeed({ seed: 189, rooms: 200, faults: [...BEFORE_RETIRE] });
     expect(r.violations).toEqual([]);
+  });
+});
+
+describe('a simulated fleet whose faults land late, and on a whole role at once', () => {
+  it('plans faults after the workload and across a role, and still holds every invariant', async () => {
+    // Seed 8 of relapse,control-kill (plan whole): a control plane killed at 30.9 s, after the
+    // ladder's escalations of two relapsing decode engines; with cordons not restored at start
+    // planted, it broke restored_state_equals_journal (an early plan found that in none of 100).
+    const late = await runSeed({ seed: 8, faults: ['relapse', 'control-kill'], plan: 'whole' });
+    expect(late.faults.some((f) => f.kind === 'control-kill' && f.at > 20_000)).toBe(true);
+    expect(late.violations).toEqual([]);
+    // Seed 35 of every kind through `lie` (plan whole): both decode engines lie, then both are
+    // cut off; with the outlier guard dropped planted, both were ejected at once
+    // (role_kept_in_rotation).
+    const role = await runSeed({ seed: 35, faults: [...THROUGH_LIE], plan: 'whole' });
+    const decode = role.faults.filter((f) => f.kind === 'lie').map((f) => f.target);
+    expect(decode).toEqual(expect.arrayContaining(['decode-0', 'decode-1']));
+    expect(role.violations).toEqual([]);
   });
 });

@@ -7,14 +7,15 @@ import { execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { FAULT_KINDS, type FaultKind, parseFaults } from './faults.ts';
+import { FAULT_KINDS, type FaultKind, PLAN_SHAPES, type PlanShape, parseFaults } from './faults.ts';
 import { runSeed, type SeedReport } from './run.ts';
 
 export interface SearchOptions {
   /** The first seed, and how many seeds from it. */
   seed: number;
   seeds: number;
-  rooms: number;
+  /** Requests per seed; null: drawn per seed (`whole`) or 200 (`early`). */
+  rooms: number | null;
   /** Mean arrivals per second of virtual time. */
   rate: number;
   /** Where the traces of failing seeds go. */
@@ -23,6 +24,8 @@ export interface SearchOptions {
   faults: FaultKind[];
   /** A second control plane stands by on a journal with a leader (PostgreSQL's failover). */
   standby: boolean;
+  /** When faults start and what they hit (faults.ts). */
+  plan: PlanShape;
 }
 
 export const SIM_USAGE = `usage: npm run sim -- [options]
@@ -32,11 +35,16 @@ virtual clock, with a seeded workload, and checks every invariant of docs/simula
 
   --seed S       the first seed (default: a new one, printed)
   --seeds N      how many seeds, from S on (default 1); the long search is --seeds 10000
-  --rooms N      requests per seed (default 200)
+  --rooms N      requests per seed (default: with --plan whole, 200 four seeds in five and
+                 500 to 2000 the fifth; with --plan early, 200)
   --minutes M    instead of --rooms: M minutes of virtual traffic at --rate
   --rate R       requests per second of virtual time (default 50)
   --faults LIST  what each seed draws its faults from: comma-separated kinds, all, or none
                  (default); kinds: ${FAULT_KINDS.join(', ')}
+  --plan SHAPE   when faults start and what they hit: whole (default) — anywhere in the
+                 workload or the 30 s after it, and one in four engine faults hits every engine
+                 of its role at once; early — within the first 70% of the workload, one target
+                 each (seeds recorded before issue 67 replay with it)
   --standby      a second control plane stands by, as on PostgreSQL: a killed or frozen leader
                  is replaced by it (the journal fences the old term), not restarted
   --out DIR      where traces of failing seeds are written (default sim-traces)
@@ -71,6 +79,7 @@ export function parseSearch(argv: string[], newSeed: () => number): SearchOption
         faults: { type: 'string' },
         out: { type: 'string' },
         standby: { type: 'boolean' },
+        plan: { type: 'string' },
         help: { type: 'boolean' },
       },
       strict: true,
@@ -85,6 +94,11 @@ export function parseSearch(argv: string[], newSeed: () => number): SearchOption
   } catch (err) {
     throw new SimUsageError(`--faults: ${(err as Error).message}`);
   }
+  const plan = (values.plan as string | undefined) ?? 'whole';
+  if (!PLAN_SHAPES.includes(plan as PlanShape))
+    throw new SimUsageError(
+      `--plan must be ${PLAN_SHAPES.join(' or ')}, got ${JSON.stringify(plan)}`,
+    );
   const rate = Number(values.rate ?? 50);
   if (!(rate > 0 && Number.isFinite(rate)))
     throw new SimUsageError(
@@ -99,13 +113,16 @@ export function parseSearch(argv: string[], newSeed: () => number): SearchOption
     seed: whole('seed', values.seed as string | undefined, newSeed(), 0),
     seeds: whole('seeds', values.seeds as string | undefined, 1, 1),
     rooms:
-      minutes === null
-        ? whole('rooms', values.rooms as string | undefined, 200, 1)
-        : Math.max(1, Math.round(minutes * 60 * rate)),
+      minutes !== null
+        ? Math.max(1, Math.round(minutes * 60 * rate))
+        : values.rooms === undefined
+          ? null
+          : whole('rooms', values.rooms as string, 200, 1),
     rate,
     out: (values.out as string | undefined) ?? 'sim-traces',
     faults,
     standby: values.standby === true,
+    plan: plan as PlanShape,
   };
 }
 
@@ -113,7 +130,8 @@ export function parseSearch(argv: string[], newSeed: () => number): SearchOption
 function replay(seed: number, o: SearchOptions): string {
   const faults = o.faults.length === 0 ? '' : ` --faults ${o.faults.join(',')}`;
   const standby = o.standby ? ' --standby' : '';
-  return `npm run sim -- --seed ${seed} --rooms ${o.rooms} --rate ${o.rate}${faults}${standby}`;
+  const rooms = o.rooms === null ? '' : ` --rooms ${o.rooms}`;
+  return `npm run sim -- --seed ${seed}${rooms} --rate ${o.rate}${faults} --plan ${o.plan}${standby}`;
 }
 
 function commit(): string {
@@ -132,7 +150,7 @@ function commit(): string {
 export async function search(o: SearchOptions, print: (line: string) => void): Promise<number> {
   const at = commit();
   print(
-    `pdctl sim at ${at}: ${o.seeds === 1 ? `seed ${o.seed}` : `seeds ${o.seed}..${o.seed + o.seeds - 1}`}, ${o.rooms} rooms each at ${o.rate}/s, faults ${o.faults.length === 0 ? 'none' : o.faults.join(',')}, fleet ${o.standby ? '2 control planes (a leader and its standby)' : '1 control plane'} + 2 prefill + 2 decode`,
+    `pdctl sim at ${at}: ${o.seeds === 1 ? `seed ${o.seed}` : `seeds ${o.seed}..${o.seed + o.seeds - 1}`}, ${o.rooms ?? (o.plan === 'whole' ? 'drawn' : 200)} rooms each at ${o.rate}/s, plan ${o.plan}, faults ${o.faults.length === 0 ? 'none' : o.faults.join(',')}, fleet ${o.standby ? '2 control planes (a leader and its standby)' : '1 control plane'} + 2 prefill + 2 decode`,
   );
   let failed = 0;
   let rooms = 0;
@@ -143,9 +161,10 @@ export async function search(o: SearchOptions, print: (line: string) => void): P
     try {
       r = await runSeed({
         seed,
-        rooms: o.rooms,
+        ...(o.rooms === null ? {} : { rooms: o.rooms }),
         workload: { perSecond: o.rate },
         faults: o.faults,
+        plan: o.plan,
         keepTrace: true,
         ...(o.standby ? { fleet: { standby: true } } : {}),
       });
