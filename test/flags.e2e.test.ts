@@ -352,13 +352,14 @@ describe('pdctl serve, flag by flag', () => {
       ]);
       slow.socket.destroy();
       expect(cut).toContain('408');
-      // --max-connections: past 6 open connections, the next is closed unanswered.
+      // --max-connections 6: past 6 open connections (these, held without a request, and any
+      // idle one of this process's own fetches), the next is closed unanswered; 4096 by default.
       const held = Array.from({ length: 6 }, () => socketTo(url));
       await Promise.all(
         held.map((h) => new Promise((resolve) => h.socket.once('connect', resolve))),
       );
       const over = socketTo(url);
-      over.socket.write('GET /health HTTP/1.1\r\nHost: x\r\n\r\n');
+      over.socket.write('GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
       expect(await over.ended).toBe('');
       for (const h of held) h.socket.destroy();
       // --log-level debug, --log-format pretty: debug lines, not JSON.
