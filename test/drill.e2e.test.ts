@@ -211,12 +211,11 @@ describe('pdctl drill', () => {
     expect(figure(r, flood)?.throttleEvents).toBe(1);
   });
 
-  it('malformed-frames, kv-corruption, slow-client, journal-unwritable', async () => {
+  // malformed-frames runs in test/flags.e2e.test.ts, with the flags it proves there.
+  it('kv-corruption, slow-client, journal-unwritable', async () => {
     const corrupt = await drill('kv-corruption', '--clients', '4', '--no-baseline');
     expect(Number(figure(corrupt, 'corrupted KV caught before decode')?.rooms)).toBeGreaterThan(0);
     expect(figure(corrupt, 'every answer served is the right one')?.wrong).toBe(0);
-    const frames = await drill('malformed-frames', '--clients', '4', '--no-baseline');
-    expect(figure(frames, 'every hostile frame dropped and counted')?.loopRestarts).toBe(0);
     const slow = await drill('slow-client', '--clients', '4', '--no-baseline');
     expect(names(slow)[0]).toBe('normal clients keep their pace');
     const disk = await drill('journal-unwritable', '--clients', '4', '--no-baseline');
