@@ -6,6 +6,7 @@ import { ENGINE_DEFAULTS } from '../engine/options.ts';
 import { UsageError } from '../errors.ts';
 import { COMPUTE } from '../model/deterministic.ts';
 import { PREFIX_REUSE_MODES } from '../model/prefix-blocks.ts';
+import { backends } from '../transfer/pool.ts';
 
 /** A commander argParser for an integer flag of at least `min` (default 0). */
 export function intArg(name: string, min = 0): (v: string) => number {
@@ -152,4 +153,19 @@ export function engineShapeArgs(o: Record<string, unknown>): string[] {
     ...given('--prefix-cache-pages', o.prefixCachePages),
     ...given('--prefix-reuse', o.prefixReuse),
   ];
+}
+
+/** `--kv-device N` needs CUDA and that device here; fails before the engine (or any engine serve starts) does, saying why. */
+export function checkKvDevice(device: number): void {
+  const { cuda } = backends();
+  if (!cuda.available) {
+    throw new UsageError(
+      `--kv-device ${device}: CUDA is not available here (${cuda.reason}); leave out --kv-device to keep KV pages in host shared memory`,
+    );
+  }
+  if (device >= cuda.devices) {
+    throw new UsageError(
+      `--kv-device ${device}: there is no such device (${cuda.reason}); devices are numbered from 0`,
+    );
+  }
 }

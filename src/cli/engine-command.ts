@@ -16,7 +16,7 @@ import { LOG_FORMATS, LOG_LEVELS, type Logger, type LogLevel, processLogger } fr
 import { DeterministicModel } from '../model/deterministic.ts';
 import { type EngineModel, pagesFor } from '../model/executor.ts';
 import { TransferError } from '../transfer/errors.ts';
-import { engineShapeOptions, intArg } from './args.ts';
+import { checkKvDevice, engineShapeOptions, intArg } from './args.ts';
 
 export function registerEngineCommand(program: Command): void {
   const command = program
@@ -129,6 +129,7 @@ export function registerEngineCommand(program: Command): void {
         if (err instanceof EngineOptionsError) throw new UsageError(err.message);
         throw err;
       }
+      if (opts.kvDevice !== null) checkKvDevice(opts.kvDevice);
       const env = process.env;
       const missing = [
         'PDCTL_CURVE_SERVER_KEY',

@@ -38,7 +38,7 @@ import {
 } from '../log.ts';
 import { formatAge, formatDuration, parseDuration } from '../time.ts';
 import { backends } from '../transfer/pool.ts';
-import { engineShapeArgs, engineShapeOptions, intArg } from './args.ts';
+import { checkKvDevice, engineShapeArgs, engineShapeOptions, intArg } from './args.ts';
 import { EXIT, VERSION, writableArchive } from './context.ts';
 import { openModelInfo, withThreads } from './model.ts';
 import { plannerOf, plannerServeOptions } from './plan/serve-flags.ts';
@@ -581,19 +581,4 @@ function retentionOf(
       '--retain-events must be at least --retain: events of no room are kept at least as long as rooms',
     );
   return { roomsMs, eventsMs: eventsMs ?? roomsMs, archiveDir: archiveDir ?? null };
-}
-
-/** `--kv-device N` needs CUDA and that device here; fails before any engine starts, saying why. */
-function checkKvDevice(device: number): void {
-  const { cuda } = backends();
-  if (!cuda.available) {
-    throw new UsageError(
-      `--kv-device ${device}: CUDA is not available here (${cuda.reason}); leave out --kv-device to keep KV pages in host shared memory`,
-    );
-  }
-  if (device >= cuda.devices) {
-    throw new UsageError(
-      `--kv-device ${device}: there is no such device (${cuda.reason}); devices are numbered from 0`,
-    );
-  }
 }
