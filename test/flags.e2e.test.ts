@@ -86,7 +86,7 @@ const PROOFS: Record<string, Record<string, Proof>> = {
     '--router': { todo: 'no front door shows the routing policy; a room’s pair under round-robin' },
     '--router-overlap-weight': { todo: 'no front door shows it; a prefix-heavy load’s pairs' },
     '--canary-interval-ms': { test: WIDE },
-    '--canary-deadline-ms': { todo: 'a canary through a slow engine failing past the deadline' },
+    '--canary-deadline-ms': { test: BY_HAND },
     '--no-restart-stalled': { todo: 'a stalled engine left on the ladder’s first rung' },
     '--no-outlier-ejection': { todo: 'a failing engine never ejected' },
     '--allow-fault-injection': { test: WIDE },
@@ -522,6 +522,8 @@ describe('pdctl engine, flag by flag', () => {
     const keys = { 'hand-p': newKeyPair(), 'hand-d': newKeyPair() };
     const s = startServe([
       ...['--prefill', '0', '--decode', '0', '--canary-interval-ms', '0'],
+      // serve's own flag, proven here where its engines are slow: a canary's deadline.
+      ...['--canary-deadline-ms', '50'],
       ...Object.entries(keys).flatMap(([id, k]) => ['--engine-key', `${id}=${k.publicKey}`]),
     ]);
     const engines: ChildProcess[] = [];
@@ -607,6 +609,11 @@ describe('pdctl engine, flag by flag', () => {
       const ms = (state: string) => room.spans.find((x) => x.state === state)?.ms ?? 0;
       expect(ms('prefilling')).toBeGreaterThanOrEqual(answer.usage.prompt_tokens * 30);
       expect(ms('decoding')).toBeGreaterThanOrEqual((answer.usage.completion_tokens - 1) * 40);
+      // serve --canary-deadline-ms 50: a canary through engines that take 30 ms a prompt token
+      // and 40 ms a token cannot finish in time (by default it has 2000 ms).
+      const deep = await fetch(`${url}/health/deep`);
+      expect(deep.status).toBe(503);
+      expect(await deep.text()).toContain('within 50 ms');
       // --log-format pretty: the prefill engine's lines are not JSON; --log-level warn: the
       // decode engine says nothing of its start, which the prefill engine (debug) does.
       expect(prefillLog()).toMatch(/INFO {2}engine: engine started/);
