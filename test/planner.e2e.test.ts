@@ -76,7 +76,11 @@ describe('planner act', () => {
         .map((e) => e.engine)
         .sort(),
     ).not.toContain(retired);
+    // Every room completed, but one the retirement moved before its prefill began (migrated,
+    // engine_retiring: its continuation on another pair answered the client, above).
     const rooms = await journal.rooms({ limit: 1000 });
-    expect(rooms.rooms.filter((r) => r.state !== 'completed')).toEqual([]);
+    const moved = (r: (typeof rooms.rooms)[number]) =>
+      r.state === 'migrated' && r.reason === 'engine_retiring' && r.prefillEngine === retired;
+    expect(rooms.rooms.filter((r) => r.state !== 'completed' && !moved(r))).toEqual([]);
   }, 60_000);
 });
