@@ -252,6 +252,9 @@ describe('a decode engine told the KV arrived before the transfer commits', () =
     const { e, pages, checksum } = await hinted();
     expect(started(e, 'r1')).toBe(false);
     expect(e.streamed).toEqual([]);
+    // Held, it waits on the commit, not on the work loop: a heartbeat says nothing is queued, so a
+    // prefill engine that froze before its append does not make this engine look stuck.
+    expect(e.core.queueDepths()).toEqual({ decoding: 0 });
     e.transferCompleted('r1', checksum);
     await settle();
     expect(started(e, 'r1')).toBe(true);

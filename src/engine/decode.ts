@@ -24,6 +24,11 @@ import { roomKv } from './kv-pages.ts';
  */
 const PASS_BUDGET_MS = 20;
 
+/** Held on the hint past its first token: what it does next waits on the transfer's commit. */
+function waitsOnCommit(d: Decoding): boolean {
+  return d.held !== null && (d.generated >= 1 || d.held.finished);
+}
+
 interface Decoding {
   room: EngineRoom;
   /** Null until the model has loaded the KV that arrived. */
@@ -97,8 +102,15 @@ export class DecodeEngine extends EngineCore {
     this.ucx = parts.ucx ?? null;
   }
 
+  /**
+   * Rooms the work loop has to move. One held on the hint past its first token waits on the
+   * transfer's commit — its prefill engine's append, the journal — not on this engine's loop,
+   * so it is not counted: a frozen prefill engine does not make its decode partners look stuck.
+   */
   queueDepths(): Record<string, number> {
-    return { decoding: this.running.size };
+    let decoding = 0;
+    for (const d of this.running.values()) if (!waitsOnCommit(d)) decoding++;
+    return { decoding };
   }
 
   protected react(room: EngineRoom, ev: JournalEvent): boolean {
@@ -368,7 +380,7 @@ export class DecodeEngine extends EngineCore {
    * its first token (a hold ends with the commit, which schedules a pass).
    */
   private canStep(d: Decoding): d is Decoding & { stream: DecodeStream } {
-    return !d.pending && d.stream !== null && !(d.held && (d.generated >= 1 || d.held.finished));
+    return !d.pending && d.stream !== null && !waitsOnCommit(d);
   }
 
   private anyCanStep(): boolean {

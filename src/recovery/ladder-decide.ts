@@ -110,6 +110,13 @@ export interface LadderTick {
   supervised: ReadonlySet<string>;
   /** Every engine the supervisor runs: what `restart_stack` restarts. */
   stack: readonly string[];
+  /**
+   * Whether the journal takes writes. Every rung above the in-place reset moves rooms or
+   * restarts processes, and is made only once its record is committed (an operator must find in
+   * the journal why a healthy engine was restarted): while it refuses writes, the ladder resets in
+   * place and holds there.
+   */
+  journalWritable: boolean;
 }
 
 export type LadderCommand =
@@ -325,6 +332,11 @@ export function decideLadder(
 
   /** An engine found stalled while `ok`: the incident opens, and its first rung is tried. */
   const open = (v: EngineView, l: EngineLadder, st: Omit<Stall, 'engine'>): void => {
+    // A silent engine not ours is fenced at once, and a relapse skips the rungs that did not
+    // last: both need the journal. While it refuses writes, a relapsing engine is reset in place,
+    // and one nothing reaches waits for the journal.
+    const silentElsewhere = st.kind === 'heartbeat' && !t.supervised.has(v.engine);
+    if (silentElsewhere && !t.journalWritable) return;
     // The same stall again soon after a recovery: the rung that worked did not last.
     const last = l.lastRecovery;
     const relapse =
@@ -349,12 +361,12 @@ export function decideLadder(
       source: 'watchdog',
       data: { reason: l.incident.reason },
     });
-    if (relapse) {
+    if (relapse && t.journalWritable) {
       const rung = escalate(v, l, relapse.rung);
       if (rung) acted.push(`${v.engine}:${rung}`);
       return;
     }
-    if (st.kind === 'heartbeat' && !t.supervised.has(v.engine)) {
+    if (silentElsewhere) {
       // Silent, and not ours to signal: nothing reaches it, so its rooms move now.
       log('error', 'engine silent and not started here; fencing it', {
         engine: v.engine,
@@ -404,7 +416,7 @@ export function decideLadder(
     }
     if (l.phase === 'gave_up' || l.phase === 'cordoned') continue;
     const grace = i.rung === 'reset_in_place' ? policy.resetGraceMs : policy.restartGraceMs;
-    if (now - i.actedAt < grace) continue;
+    if (now - i.actedAt < grace || !t.journalWritable) continue;
     journalRung(v.engine, i, `failed: not serving ${grace} ms after ${i.rung}`);
     const rung = escalate(v, l, i.rung);
     if (rung) acted.push(`${v.engine}:${rung}`);

@@ -38,6 +38,7 @@ function tick(now: number, engines: EngineView[], more: Partial<LadderTick> = {}
     liveness: DEFAULT_LIVENESS,
     supervised: new Set(engines.map((e) => e.engine)),
     stack: ['p0', 'd0'],
+    journalWritable: true,
     ...more,
   };
 }
@@ -199,6 +200,38 @@ describe('decideLadder: an engine declared stalled goes up the ladder a rung at 
       supervised: new Set(),
     });
     expect(said(decideLadder(s, notOurs, P).commands).slice(-1)).toEqual(['rung d0 fence_engine']);
+  });
+
+  it('given a journal that refuses writes, then nothing above the in-place reset is tried until it takes them', () => {
+    const refused = { journalWritable: false };
+    // A reset that did not work waits at its rung: the restart is made once it can be recorded.
+    const s = resetting(T0);
+    const held = tick(T0 + P.resetGraceMs, [view('d0')], { stalls: [stall('d0')], ...refused });
+    expect(decideLadder(s, held, P).commands).toEqual([]);
+    const writable = tick(T0 + 10_000, [view('d0')], { stalls: [stall('d0')] });
+    expect(said(decideLadder(s, writable, P).commands).slice(-1)).toEqual([
+      'rung d0 restart_engine (d0)',
+    ]);
+    // A relapse is reset in place rather than restarted.
+    const ok: LadderState = new Map([
+      [
+        'd0',
+        {
+          ...(s.get('d0') as EngineLadder),
+          phase: 'ok',
+          incident: null,
+          lastRecovery: { kind: 'work', rung: 'restart_engine', at: T0 - 5000 },
+        },
+      ],
+    ]);
+    const relapse = tick(T0, [view('d0')], { stalls: [stall('d0')], ...refused });
+    expect(decideLadder(ok, relapse, P).acted).toEqual(['d0:reset_in_place']);
+    // A silent engine not ours, which only a fence would reach, waits for the journal.
+    const silent = tick(T0, [view('d0', { lastSeen: T0 - 6000 })], {
+      supervised: new Set(),
+      ...refused,
+    });
+    expect(decideLadder(new Map(), silent, P).commands).toEqual([]);
   });
 
   it('leaves the state it was given as it was', () => {

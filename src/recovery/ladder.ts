@@ -21,6 +21,8 @@
  *
  * Each rung is journaled as `recovery.action` (requested, then recovered or failed, with detectMs
  * and recoverMs), the incident opens with `engine.stalled` and closes with `engine.recovered`.
+ * A rung above the in-place reset moves rooms or restarts processes, so it is made only once its
+ * record is committed; while the journal refuses writes the ladder holds at the reset.
  * What counts as stalled is stalls.ts's (plus stale heartbeats, here). An engine that stalls the
  * same way again soon after recovering starts above the rung that brought it back (back-off), and
  * restarts are capped per engine in a window; past the last rung or the cap the ladder stops at
@@ -80,7 +82,7 @@ export class EscalationLadder {
       'engines' | 'stalledEngines' | 'command' | 'fence' | 'liveness' | 'registry' | 'book'
     >,
     /** Where every rung is recorded (`recovery.action`, `engine.stalled`, …). */
-    private readonly journal: Pick<JournalStore, 'append'>,
+    private readonly journal: Pick<JournalStore, 'append' | 'health'>,
     private readonly supervisor: Supervisor,
     private readonly log: Logger,
     policy: Partial<LadderPolicy> = {},
@@ -155,57 +157,80 @@ export class EscalationLadder {
           engines.filter((v) => this.supervisor.pid(v.engine) !== undefined).map((v) => v.engine),
         ),
         stack: this.supervisor.ids(),
+        journalWritable: this.journal.health().writable,
       },
       this.policy,
     );
+    const before = this.state;
     this.state = decided.state;
-    for (const c of decided.commands) this.run(c);
+    for (const c of decided.commands) this.run(c, before);
     return decided.acted;
   }
 
-  private run(c: LadderCommand): void {
+  private run(c: LadderCommand, before: LadderState): void {
     if (c.kind === 'journal') this.note(c.event);
     else if (c.kind === 'log') this.log[c.level](c.fields, c.msg);
-    else
-      this.note({
-        type: 'recovery.action',
-        engine: c.engine,
-        source: 'watchdog',
-        data: {
-          action: c.rung,
-          reason: c.reason,
-          outcome: this.act(c),
-          detectMs: c.detectMs,
-          ...(c.evidence ? { evidence: c.evidence } : {}),
-          ...(c.stalled ? { stalled: c.stalled } : {}),
+    else if (c.rung === 'reset_in_place') this.note(this.record(c, this.reset(c.engine, c.reason)));
+    else {
+      // Every rung above moves rooms or restarts processes: it is made once its record is
+      // committed, so that the journal says why an engine was restarted, fenced or cordoned.
+      // Refused, the rung was not tried: the engine stands where it stood before this tick.
+      this.journal.append(this.record(c, promised(c))).then(
+        () => this.act(c),
+        (err: unknown) => {
+          this.log.error(
+            { err, engine: c.engine, rung: c.rung },
+            'rung not tried: the journal refused its record; the ladder tries again when it takes writes',
+          );
+          const next = new Map(this.state);
+          const prior = before.get(c.engine);
+          if (prior) next.set(c.engine, prior);
+          else next.delete(c.engine);
+          this.state = next;
         },
-      });
+      );
+    }
   }
 
-  /** Tries a rung; returns what it came to, for its `recovery.action`. */
-  private act(c: Extract<LadderCommand, { kind: 'rung' }>): string {
+  private record(c: Extract<LadderCommand, { kind: 'rung' }>, outcome: string): EventInput {
+    return {
+      type: 'recovery.action',
+      engine: c.engine,
+      source: 'watchdog',
+      data: {
+        action: c.rung,
+        reason: c.reason,
+        outcome,
+        detectMs: c.detectMs,
+        ...(c.evidence ? { evidence: c.evidence } : {}),
+        ...(c.stalled ? { stalled: c.stalled } : {}),
+      },
+    };
+  }
+
+  /** The in-place reset; returns what it came to. */
+  private reset(engine: string, reason: string): string {
+    if (this.supervisor.signal(engine, 'SIGHUP')) return 'requested (SIGHUP)';
+    return this.control.command(engine, 'reset_in_place', null, reason)
+      ? 'requested (command)'
+      : 'could not reach the engine';
+  }
+
+  /** Does a rung above the in-place reset, its record committed. */
+  private act(c: Extract<LadderCommand, { kind: 'rung' }>): void {
     const { control, journal, log, supervisor } = this;
-    if (c.rung === 'reset_in_place') {
-      if (supervisor.signal(c.engine, 'SIGHUP')) return 'requested (SIGHUP)';
-      return control.command(c.engine, 'reset_in_place', null, c.reason)
-        ? 'requested (command)'
-        : 'could not reach the engine';
-    }
     if (c.rung === 'cordon_engine') {
       void control.registry.cordons
         .cordon({ journal, log, control }, c.engine, c.incarnation, c.reason, 'ladder', c.evidence)
         .catch((err) => log.error({ err, engine: c.engine }, 'could not journal the cordon'));
-      return `cordoned: no new rooms, its rooms move to healthy pairs, its incarnation fenced; \`pdctl engines uncordon ${c.engine}\` takes it back`;
-    }
-    if (c.rung === 'fence_engine')
-      return control.fence(c.engine, c.incarnation, c.reason)
-        ? 'fenced: its rooms move to healthy pairs; it must rejoin as a new incarnation'
-        : 'it had already been replaced';
-    for (const id of c.restart)
-      void supervisor
-        .restartNow(id)
-        .catch((err) => log.error({ err, engine: id }, 'restart failed'));
-    return `requested (${c.restart.join(', ')})`;
+    } else if (c.rung === 'fence_engine') {
+      if (!control.fence(c.engine, c.incarnation, c.reason))
+        log.warn({ engine: c.engine }, 'not fenced: it had already been replaced');
+    } else
+      for (const id of c.restart)
+        void supervisor
+          .restartNow(id)
+          .catch((err) => log.error({ err, engine: id }, 'restart failed'));
   }
 
   private note(event: EventInput): void {
@@ -215,4 +240,13 @@ export class EscalationLadder {
         this.log.error({ err, event: event.type }, 'could not journal a recovery step'),
       );
   }
+}
+
+/** What a rung above the in-place reset will do, as its record says before it is done. */
+function promised(c: Extract<LadderCommand, { kind: 'rung' }>): string {
+  if (c.rung === 'cordon_engine')
+    return `cordoned: no new rooms, its rooms move to healthy pairs, its incarnation fenced; \`pdctl engines uncordon ${c.engine}\` takes it back`;
+  if (c.rung === 'fence_engine')
+    return 'fenced: its rooms move to healthy pairs; it must rejoin as a new incarnation';
+  return `requested (${c.restart.join(', ')})`;
 }

@@ -9,6 +9,7 @@ import { Cordons } from '../control/cordons.ts';
 import { DEFAULT_LIVENESS, type EngineStatus, type EngineView } from '../control/engine-view.ts';
 import type { Stall, StallKind } from '../control/stalls.ts';
 import type { EventInput } from '../journal/events.ts';
+import type { JournalHealth } from '../journal/store.ts';
 import { processLogger } from '../log.ts';
 import { EscalationLadder } from './ladder.ts';
 import type { Supervisor } from './supervisor.ts';
@@ -31,6 +32,10 @@ class Rig {
   /** decode-0, stalled when `otherStall` is set (it heartbeats on time otherwise). */
   other = { ...this.session, engine: 'decode-0', lastSeen: Number.NaN };
   otherStall: StallKind | null = null;
+  /** Whether the journal says it takes writes. */
+  writable = true;
+  /** Whether an append throws (the journal refuses before it says so). */
+  refusing = false;
   /** What the ladder last told the detectors of its own gaps (stalledEngines' `lateAt`). */
   lateAt = -1;
   readonly cordons = new Cordons();
@@ -74,7 +79,9 @@ class Rig {
       },
     };
     const journal = {
+      health: () => ({ writable: this.writable }) as JournalHealth,
       append: async (ev: EventInput) => {
+        if (this.refusing || !this.writable) throw new Error('the disk is full');
         this.events.push(ev);
         return { status: 'applied' as const, seq: this.events.length, eventId: '', state: null };
       },
@@ -105,6 +112,11 @@ class Rig {
     this.session.lastSeen = this.now;
   }
 
+  /** Lets the appends the last tick made commit, and the rungs waiting on them act. */
+  settle(): Promise<void> {
+    return new Promise((r) => setImmediate(r));
+  }
+
   tick(advanceMs = 250): string[] {
     this.now += advanceMs;
     return this.ladder.tick(this.now);
@@ -127,13 +139,14 @@ class Rig {
 }
 
 describe('EscalationLadder', () => {
-  it('fences a silent engine it did not start, and closes the incident when a new incarnation serves', () => {
+  it('fences a silent engine it did not start, and closes the incident when a new incarnation serves', async () => {
     const rig = new Rig();
     rig.supervised = false;
     rig.beat();
     expect(rig.tick(4000)).toEqual([]);
     // Past the heartbeat limit: nothing can reach it (no signal, no command), so its rooms move.
     expect(rig.tick(1500)).toEqual(['prefill-0:fence_engine']);
+    await rig.settle();
     expect(rig.asked).toEqual(['fence prefill-0 i1']);
     expect(rig.ladder.view(ENGINE).phase).toBe('fenced');
     expect(rig.actions()).toEqual([
@@ -242,11 +255,11 @@ describe('EscalationLadder', () => {
     rig.tick();
     rig.stall = 'work';
     expect(rig.tick(5_000)).toEqual(['prefill-0:cordon_engine']);
+    await rig.settle();
     // Its rooms move and its incarnation is fenced; decode-0, healthy, is left alone.
     expect(rig.asked.slice(-1)).toEqual([`fence prefill-0 ${rig.session.incarnation}`]);
     expect(rig.asked.filter((a) => a.includes('decode-0'))).toEqual([]);
     expect(rig.ladder.view(ENGINE).phase).toBe('cordoned');
-    await new Promise((r) => setImmediate(r));
     const cordoned = rig.events.find((e) => e.type === 'engine.cordoned');
     expect(cordoned).toMatchObject({
       engine: ENGINE,
@@ -267,7 +280,7 @@ describe('EscalationLadder', () => {
     expect(rig.cordons.has(ENGINE)).toBe(true);
   });
 
-  it('restarts every engine only when another engine stalled in the same window, and says why', () => {
+  it('restarts every engine only when another engine stalled in the same window, and says why', async () => {
     const rig = new Rig();
     rig.stall = 'work';
     expect(rig.tick()).toEqual(['prefill-0:reset_in_place']);
@@ -283,6 +296,7 @@ describe('EscalationLadder', () => {
     rig.stall = 'work';
     const before = rig.asked.length;
     expect(rig.tick(5_000)).toContain('prefill-0:restart_stack');
+    await rig.settle();
     expect(rig.asked.slice(before)).toEqual(
       expect.arrayContaining(['restart prefill-0', 'restart decode-0']),
     );
@@ -310,6 +324,43 @@ describe('EscalationLadder', () => {
     expect(rig.actions().filter((a) => a.startsWith('reset_in_place: requested'))).toHaveLength(3);
   });
 
+  it('restarts nothing the journal cannot record: it holds at the in-place reset until the journal takes writes', async () => {
+    const rig = new Rig();
+    rig.stall = 'work';
+    expect(rig.tick()).toEqual(['prefill-0:reset_in_place']);
+    rig.writable = false;
+    expect(rig.tick(2500)).toEqual([]);
+    expect(rig.tick(10_000)).toEqual([]);
+    await rig.settle();
+    expect(rig.asked).toEqual(['SIGHUP prefill-0']);
+    rig.writable = true;
+    expect(rig.tick()).toEqual(['prefill-0:restart_engine']);
+    await rig.settle();
+    expect(rig.asked).toEqual(['SIGHUP prefill-0', 'restart prefill-0']);
+    expect(rig.actions().slice(-2)).toEqual([
+      'reset_in_place: failed: not serving 2000 ms after reset_in_place',
+      'restart_engine: requested',
+    ]);
+  });
+
+  it('a rung whose record the journal refuses is not tried, and is tried again once it is taken', async () => {
+    const rig = new Rig();
+    rig.stall = 'work';
+    rig.tick();
+    rig.refusing = true;
+    expect(rig.tick(2500)).toEqual(['prefill-0:restart_engine']);
+    await rig.settle();
+    expect(rig.asked).toEqual(['SIGHUP prefill-0']);
+    expect(rig.ladder.view(ENGINE)).toMatchObject({ phase: 'resetting', restarts: 0 });
+    rig.refusing = false;
+    expect(rig.tick()).toEqual(['prefill-0:restart_engine']);
+    await rig.settle();
+    expect(rig.asked).toEqual(['SIGHUP prefill-0', 'restart prefill-0']);
+    expect(rig.actions().filter((a) => a.startsWith('restart_engine'))).toEqual([
+      'restart_engine: requested',
+    ]);
+  });
+
   it('a reset that does not bring the engine back within its grace escalates to a restart', () => {
     const rig = new Rig();
     rig.stall = 'canary';
@@ -323,12 +374,13 @@ describe('EscalationLadder', () => {
     ]);
   });
 
-  it('an engine it did not start is fenced where it would be restarted', () => {
+  it('an engine it did not start is fenced where it would be restarted', async () => {
     const rig = new Rig();
     rig.supervised = false;
     rig.stall = 'work';
     expect(rig.tick()).toEqual(['prefill-0:reset_in_place']);
     expect(rig.tick(2500)).toEqual(['prefill-0:fence_engine']);
+    await rig.settle();
     expect(rig.asked).toEqual(['fence prefill-0 i1']);
     expect(rig.ladder.view(ENGINE).phase).toBe('fenced');
   });

@@ -149,7 +149,8 @@ describe('a simulated fleet with an engine that hangs again after each restart',
     expect(r.faults).toEqual([expect.objectContaining({ kind: 'relapse', target: 'prefill-1' })]);
     expect(r.failed).toBe(0);
     // Reset in place (asked, then failed), restarted (asked; its recovery is left out here), hung
-    // again: cordoned at once, one rung above — and taken back by the operator at the end.
+    // again: cordoned at once, one rung above, the ladder's record committed before the cordon —
+    // and taken back by the operator at the end.
     const ladder = (r.trace ?? []).filter(
       (e) =>
         e.engine === 'prefill-1' &&
@@ -161,8 +162,8 @@ describe('a simulated fleet with an engine that hangs again after each restart',
       'reset_in_place',
       'reset_in_place',
       'restart_engine',
-      'engine.cordoned',
       'cordon_engine',
+      'engine.cordoned',
       'engine.uncordoned',
     ]);
   });
@@ -356,5 +357,19 @@ describe('a simulated fleet whose faults land late, and on a whole role at once'
     const decode = role.faults.filter((f) => f.kind === 'lie').map((f) => f.target);
     expect(decode).toEqual(expect.arrayContaining(['decode-0', 'decode-1']));
     expect(role.violations).toEqual([]);
+  });
+
+  it('restarts nothing the journal cannot record, and a prefill engine frozen whole stalls no decode engine', async () => {
+    // Seeds 243 and 815 (every kind through `lie`, plan whole, 200 rooms): both engines of a
+    // role relapsed while the disk was full; the ladder restarted the whole stack with no record
+    // of why, and the healthy role came back as new incarnations the journal could not explain
+    // (untouched_engine_spared), until a rung above the in-place reset waited for its record.
+    // Seed 4735: both prefill engines frozen before their transfers committed; the decode engines
+    // holding those rooms' first tokens said their work loop had work, and were declared stalled,
+    // until a room held on the commit stopped counting as decode's work (engine/decode.ts).
+    for (const seed of [243, 815, 4735]) {
+      const r = await runSeed({ seed, rooms: 200, faults: [...THROUGH_LIE], plan: 'whole' });
+      expect(r.violations, `seed ${seed}`).toEqual([]);
+    }
   });
 });
