@@ -14,6 +14,24 @@ export interface Query {
 }
 
 /** The event type that enters each state, for per-minute counts. */
+/**
+ * SQL: the room was released by both its engines (`released_by` is a JSON array, and engine ids
+ * hold no comma). Retention prunes only such rooms: one still awaiting a release is an engine's
+ * work in the journal — an engine that reconnects is replayed its rooms from there, and a room
+ * pruned before its release would never be freed (found by the simulator's SQLite journal).
+ */
+export const RELEASED_BY_BOTH = "released_by LIKE '%,%'";
+
+/** A room released by both its engines (`RELEASED_BY_BOTH`, on a room in memory). */
+export function releasedByBoth(r: Room): boolean {
+  return (
+    r.prefillEngine !== null &&
+    r.decodeEngine !== null &&
+    r.releasedBy.includes(r.prefillEngine) &&
+    r.releasedBy.includes(r.decodeEngine)
+  );
+}
+
 export const ENTERS: Record<string, RoomState> = {
   'room.created': 'created',
   'room.bootstrap_started': 'bootstrapping',
@@ -120,8 +138,7 @@ export function roomsQuery(filter: RoomFilter): Query & { limit: number } {
     where.push(endedSince ? 'terminal_at >= ?' : '(terminal_at IS NULL OR terminal_at >= ?)');
     params.push(filter.since);
   }
-  // Engine ids hold no comma: a `released_by` of fewer than both engines has none.
-  if (filter.unreleased) where.push("released_by NOT LIKE '%,%'");
+  if (filter.unreleased) where.push(`NOT ${RELEASED_BY_BOTH}`);
   if (filter.inFlightAt !== undefined) {
     where.push('created_at <= ? AND (terminal_at IS NULL OR terminal_at > ?)');
     params.push(filter.inFlightAt, filter.inFlightAt);

@@ -28,6 +28,15 @@ function setUp() {
       source: 'api',
       data: { reason: 'client_disconnect', source: 'client' },
     });
+    // Released by both its engines: only then may retention take it.
+    for (const engine of ['p0', 'd0'])
+      await journal.append({
+        type: 'room.released',
+        room,
+        engine,
+        source: engine,
+        data: { pages: 0 },
+      });
   };
   return { clock, journal, ended };
 }
@@ -59,7 +68,7 @@ describe('journal retention while serving', () => {
       await settle(clock);
     }
     const status = retention.status();
-    expect(status.totals).toMatchObject({ rooms: 1, events: 2, otherEvents: 0 });
+    expect(status.totals).toMatchObject({ rooms: 1, events: 4, otherEvents: 0 });
     expect(status.lastByOperator, 'only scheduled passes ran').toBeNull();
     expect(status.totals.passes).toBeGreaterThanOrEqual(6);
     expect(status.policy).toMatchObject({ roomsMs: 60_000, eventsMs: 60_000, everyMs: 10_000 });

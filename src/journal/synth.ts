@@ -326,27 +326,27 @@ export function* synthEvents(
         });
     }
     // Who holds pages: decode from bootstrapping on, prefill from prefilling until it released
-    // them after the transfer.
+    // them after the transfer. Each engine releases every room of its own once it ends, holding
+    // pages or not, as engines do (retention takes only rooms released by both).
     const reached = (x: LiveState) => LIVE_STATES.indexOf(state) >= LIVE_STATES.indexOf(x);
     const release = () => {
-      if (reached('prefilling') && !reached('transferred'))
+      if (!reached('transferred'))
         out.push({
           type: 'room.released',
           room,
           engine: p,
           source: p,
           ts: at(logn(1)),
-          data: { pages },
+          data: { pages: reached('prefilling') ? pages : 0 },
         });
-      if (reached('bootstrapping'))
-        out.push({
-          type: 'room.released',
-          room,
-          engine: d,
-          source: d,
-          ts: at(logn(1)),
-          data: { pages },
-        });
+      out.push({
+        type: 'room.released',
+        room,
+        engine: d,
+        source: d,
+        ts: at(logn(1)),
+        data: { pages: reached('bootstrapping') ? pages : 0 },
+      });
     };
     if (outcome === 'complete') {
       const tokens = rand() < 0.7 ? Math.round(maxTokens * (0.2 + 0.8 * rand())) : maxTokens;

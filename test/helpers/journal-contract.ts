@@ -436,7 +436,17 @@ export function journalContract(b: ContractBackend): void {
   });
 
   describe(`${b.name} journal: retention`, () => {
-    /** Rooms `old-0` … that were created at `ts` and aborted a millisecond later. */
+    /** Its engine's `room.released` (p0's or d0's), at `ts` when given. */
+    const released = (room: string, engine: 'p0' | 'd0', ts?: number): EventInput => ({
+      type: 'room.released',
+      room,
+      engine,
+      source: engine,
+      ...(ts !== undefined ? { ts } : {}),
+      data: { pages: 0 },
+    });
+
+    /** Rooms `old-0` … created at `ts`, aborted a millisecond later and released by both engines. */
     const endedRooms = async (j: JournalStore, n: number, ts: number) => {
       for (let i = 0; i < n; i++) {
         await j.append(created(`old-${i}`, ts));
@@ -447,22 +457,27 @@ export function journalContract(b: ContractBackend): void {
           ts: ts + 1,
           data: { reason: 'client_disconnect', source: 'client' },
         });
+        await j.append(released(`old-${i}`, 'p0', ts + 2));
+        await j.append(released(`old-${i}`, 'd0', ts + 2));
       }
     };
 
-    it('deletes whole terminal rooms older than the cut-off in chunks, never a live room, and stays consistent', async () => {
+    it('deletes whole terminal rooms older than the cut-off in chunks, never a live room or one awaiting a release, and stays consistent', async () => {
       const j = await fresh();
       try {
         const old = 1_000_000;
-        for (let i = 0; i < 25; i++) {
-          await j.append(created(`old-${i}`, old));
+        for (const i of Array.from({ length: 26 }, (_, n) => n)) {
+          const room = i < 25 ? `old-${i}` : 'old-awaiting-d0';
+          await j.append(created(room, old));
           await j.append({
             type: 'room.failed',
-            room: `old-${i}`,
+            room,
             source: 'watchdog',
             ts: old + 10,
             data: { reason: 'deadline_exceeded', stage: 'created', detectedBy: 'watchdog' },
           });
+          await j.append(released(room, 'p0', old + 20));
+          if (i < 25) await j.append(released(room, 'd0', old + 20));
         }
         await j.append(created('old-but-live', old));
         await j.append(created('recent'));
@@ -472,13 +487,15 @@ export function journalContract(b: ContractBackend): void {
           source: 't',
           data: { reason: 'client_disconnect', source: 'client' },
         });
+        expect(await j.countPrunable(old + 1000)).toMatchObject({ rooms: 25, events: 100 });
         const r = await j.prune({ cutoffTs: old + 1000, chunkRooms: 10 });
-        expect(r).toMatchObject({ rooms: 25, events: 50, batches: 3 });
+        expect(r).toMatchObject({ rooms: 25, events: 100, batches: 3 });
+        // d0 has yet to release one: an engine that reconnects is replayed it from here.
         const left = (await j.rooms({ limit: 100 })).rooms.map((x) => x.room).sort();
-        expect(left).toEqual(['old-but-live', 'recent']);
+        expect(left).toEqual(['old-awaiting-d0', 'old-but-live', 'recent']);
         expect((await j.tail({ type: 'journal.pruned', limit: 1 }))[0]?.data).toMatchObject({
           rooms: 25,
-          events: 50,
+          events: 100,
         });
         expect((await j.verify()).ok).toBe(true);
         // A late event for a pruned room is recorded, not applied.
@@ -584,36 +601,33 @@ export function journalContract(b: ContractBackend): void {
           archive: async (chunk) => {
             archiveChunk(dir, chunk);
             if (late === null && chunk.rooms[0]) {
-              // A release arriving after the chunk was read: not deleted unarchived.
+              // An event arriving after the chunk was read (a release sent twice, recorded as
+              // refused): not deleted unarchived.
               late = chunk.rooms[0].room;
-              await j.append({
-                type: 'room.released',
-                room: late,
-                engine: 'p0',
-                source: 'p0',
-                data: { pages: 0 },
-              });
+              await j.append(released(late, 'p0'));
             }
           },
         });
-        expect(r).toMatchObject({ rooms: 3, events: 7, otherEvents: 1, archived: true });
+        expect(r).toMatchObject({ rooms: 3, events: 13, otherEvents: 1, archived: true });
         const pruned = await j.tail({ type: 'journal.pruned', limit: 1 });
         expect(pruned[0]?.data).toMatchObject({ rooms: 3, archived: true });
         expect((await j.rooms({ limit: 10 })).rooms).toHaveLength(0);
         expect((await j.verify()).ok).toBe(true);
         const archived = openArchiveReader(dir);
         const t = await archived.timeline(late ?? 'none');
-        expect(t.room).toMatchObject({ state: 'aborted', releasedBy: ['p0'], eventCount: 3 });
+        expect(t.room).toMatchObject({ state: 'aborted', releasedBy: ['p0', 'd0'] });
         expect(t.events.map((e) => e.type)).toEqual([
           'room.created',
           'room.aborted',
           'room.released',
+          'room.released',
+          'room.event_rejected',
         ]);
         expect((await archived.rooms({ limit: 10 })).rooms).toHaveLength(5);
         expect((await archived.tail({ type: 'engine.stalled' })).map((e) => e.engine)).toEqual([
           'd0',
         ]);
-        expect((await archived.stats()).events).toBe(11 + 1);
+        expect((await archived.stats()).events).toBe(5 * 4 + 1 + 1);
       } finally {
         await j.drain();
       }

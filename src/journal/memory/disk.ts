@@ -8,6 +8,7 @@ import { idConflict, type Outcome, rejectionData } from '../commit-queue.ts';
 import { eventKey } from '../event-keys.ts';
 import type { JournalEvent, PendingEvent } from '../events.ts';
 import { KEPT_TYPES } from '../prune.ts';
+import { releasedByBoth } from '../queries.ts';
 import { type Room, reduce } from '../reducer.ts';
 import type { StoredCheckpoint } from '../store.ts';
 import { MemoryLeadership } from './leadership.ts';
@@ -118,7 +119,7 @@ export class MemoryDisk {
   /** Terminal rooms that ended before the cut-off, the oldest first (retention's order). */
   prunable(cutoffTs: number): Room[] {
     return [...this.rooms.values()]
-      .filter((r) => r.terminalAt !== null && r.terminalAt < cutoffTs)
+      .filter((r) => r.terminalAt !== null && r.terminalAt < cutoffTs && releasedByBoth(r))
       .sort((a, b) => (a.terminalAt as number) - (b.terminalAt as number));
   }
 

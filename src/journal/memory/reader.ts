@@ -8,6 +8,7 @@ import {
   ENTERS,
   limitOf,
   minuteCounts,
+  releasedByBoth,
   roomPage,
   spansOf,
   tailMatcher,
@@ -102,9 +103,7 @@ export class MemoryReader implements JournalReader {
           filter.origin.length === 0 ||
           filter.origin.includes(r.origin)) &&
         (filter.excludeOrigin === undefined || !filter.excludeOrigin.includes(r.origin)) &&
-        (!filter.unreleased ||
-          !r.releasedBy.includes(r.prefillEngine) ||
-          !r.releasedBy.includes(r.decodeEngine)) &&
+        (!filter.unreleased || !releasedByBoth(r)) &&
         (cursor === null ||
           r.createdAt < cursor[0] ||
           (r.createdAt === cursor[0] && r.room < cursor[1]));

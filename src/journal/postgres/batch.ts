@@ -14,6 +14,7 @@ import { eventKey } from '../event-keys.ts';
 import type { PendingEvent } from '../events.ts';
 import type { PackTotals } from '../packs.ts';
 import { keptTypes } from '../prune.ts';
+import { RELEASED_BY_BOTH } from '../queries.ts';
 import { type Room, reduce } from '../reducer.ts';
 import { RoomCache } from '../room-cache.ts';
 import { ROOM_COLUMNS, type RoomRow, roomToParams, rowToRoom } from '../rows.ts';
@@ -281,6 +282,7 @@ export class PgBatchWriter {
     const names = await this.fencedTx(c, async () => {
       const picked = await c.query<{ room: string }>(
         `SELECT room FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < $1
+           AND ${RELEASED_BY_BOTH}
          ORDER BY terminal_at LIMIT $2 FOR UPDATE`,
         [cutoffTs, chunkRooms],
       );

@@ -15,6 +15,7 @@ import {
   perMinuteQuery,
   plainEventSql,
   type Query,
+  RELEASED_BY_BOTH,
   roomPage,
   roomsQuery,
   spansOf,
@@ -394,6 +395,7 @@ export class PgReader implements JournalReader {
       const rooms = (
         await c.query<RoomRow>(
           `SELECT * FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < $1
+             AND ${RELEASED_BY_BOTH}
            ORDER BY terminal_at LIMIT $2`,
           [cutoffTs, limit],
         )
@@ -429,12 +431,14 @@ export class PgReader implements JournalReader {
     const [r] = await this.query<PrunableCount>({
       sql: `SELECT count(*) AS rooms,
               (SELECT count(*) FROM event_rows WHERE room IN
-                 (SELECT room FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?))
+                 (SELECT room FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?
+                   AND ${RELEASED_BY_BOTH}))
                 + (SELECT coalesce(sum(${PACKED_EVENTS}), 0) FROM room_packs WHERE room IN
-                 (SELECT room FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?))::bigint AS events,
+                 (SELECT room FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?
+                   AND ${RELEASED_BY_BOTH}))::bigint AS events,
               (SELECT count(*) FROM event_rows e WHERE ts < ? AND type NOT IN (${keptTypes()})
                  AND (room IS NULL OR NOT EXISTS (SELECT 1 FROM rooms r WHERE r.room = e.room))) AS "otherEvents"
-            FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?`,
+            FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ? AND ${RELEASED_BY_BOTH}`,
       params: [cutoffTs, cutoffTs, eventsCutoffTs ?? 0, cutoffTs],
     });
     return r ?? { rooms: 0, events: 0, otherEvents: 0 };

@@ -7,6 +7,7 @@ import type Database from 'better-sqlite3';
 import { idConflict, type Outcome, rejectionData } from '../commit-queue.ts';
 import { eventKey } from '../event-keys.ts';
 import type { PendingEvent } from '../events.ts';
+import { RELEASED_BY_BOTH } from '../queries.ts';
 import { type Room, reduce } from '../reducer.ts';
 import { RoomCache } from '../room-cache.ts';
 import {
@@ -326,6 +327,7 @@ export class BatchWriter {
     return {
       pick: this.db.prepare(
         `SELECT room FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?
+           AND ${RELEASED_BY_BOTH}
          ORDER BY terminal_at LIMIT ?`,
       ),
       // A room's last event takes its `event_rooms` id with it (trigger event_rooms_unused).

@@ -12,6 +12,7 @@ import {
   type EventSql,
   limitOf,
   plainEventSql,
+  RELEASED_BY_BOTH,
   roomPage,
   roomsQuery,
   spansOf,
@@ -300,6 +301,7 @@ export class SqliteReader implements JournalReader {
         this.db
           .prepare(
             `SELECT * FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?
+               AND ${RELEASED_BY_BOTH}
              ORDER BY terminal_at LIMIT ?`,
           )
           .all(cutoffTs, limit) as RoomRow[]
@@ -341,11 +343,12 @@ export class SqliteReader implements JournalReader {
             `SELECT count(*) AS rooms,
                 (SELECT count(*) FROM event_rows WHERE room IN
                    (SELECT k.id FROM rooms x JOIN event_rooms k ON k.room = x.room
-                     WHERE x.terminal_at IS NOT NULL AND x.terminal_at < ?))
+                     WHERE x.terminal_at IS NOT NULL AND x.terminal_at < ? AND x.${RELEASED_BY_BOTH}))
                 + (SELECT coalesce(sum(${PACKED_EVENTS}), 0) FROM room_packs WHERE room IN
-                   (SELECT id FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?)) AS events,
+                   (SELECT id FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?
+                      AND ${RELEASED_BY_BOTH})) AS events,
                 (SELECT count(*) FROM (${OTHER_EVENTS})) AS otherEvents
-         FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ?`,
+         FROM rooms WHERE terminal_at IS NOT NULL AND terminal_at < ? AND ${RELEASED_BY_BOTH}`,
           )
           .get(cutoffTs, cutoffTs, eventsCutoffTs ?? 0, cutoffTs) as PrunableCount,
     );
