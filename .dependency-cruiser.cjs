@@ -62,10 +62,12 @@ module.exports = {
         path: '^(src|bench)/',
         // bench/journal.ts measures each backend itself against its raw database, and
         // bench/inline-writer.ts the SQLite writer's own work (bench:journal and bench:engines),
-        // bench/retention.ts SQLite's packing beside retention (bench:retention).
+        // bench/retention.ts SQLite's packing beside retention (bench:retention); the simulator's
+        // storage (src/sim/storage.ts) is its composition root for `--journal sqlite`.
         pathNot: [
           '^src/journal/',
           '^src/app/',
+          '^src/sim/storage\\.ts$',
           '^src/cli/journal/',
           '^bench/journal(-postgres)?\\.ts$',
           '^bench/inline-writer\\.ts$',

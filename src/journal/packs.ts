@@ -1,3 +1,4 @@
+import { type Clock, systemClock, type Timer } from '../ports/clock.ts';
 import { CREATED_REPEATED_KEYS } from './events.ts';
 
 /**
@@ -244,6 +245,8 @@ export const PACK_WHOLE_EVERY = 60;
  * per spell of failures. Returns the timer (unref'd) to clear on close.
  */
 export function packEvery(o: {
+  /** Its timer and its horizon's now. Default: the process's clock. */
+  clock?: Clock;
   afterMs: number;
   everyMs: number;
   ready: () => boolean;
@@ -253,15 +256,16 @@ export function packEvery(o: {
     debug(o: object, msg: string): void;
     warn(o: object, msg: string): void;
   };
-}): NodeJS.Timeout {
+}): Timer {
+  const clock = o.clock ?? systemClock;
   let runs = 0;
   let failing = false;
   let running = false;
-  const timer = setInterval(() => {
+  const timer = clock.setInterval(() => {
     if (running || !o.ready()) return;
     running = true;
     const quick = runs++ % PACK_WHOLE_EVERY !== 0;
-    o.pack(Date.now() - o.afterMs, quick)
+    o.pack(clock.now() - o.afterMs, quick)
       .then(
         (t) => {
           if (failing) o.log.info({ afterMs: o.afterMs }, 'journal packing works again');

@@ -7,6 +7,7 @@
  */
 import type { Logger } from '../log.ts';
 import type { Clock, Timer } from '../ports/clock.ts';
+import { type Files, nodeFiles } from '../ports/files.ts';
 import { archiveChunk } from './archive/segments.ts';
 import type { JournalStore, PruneResult } from './store.ts';
 
@@ -85,6 +86,8 @@ export class Retention {
     policy: RetentionPolicy | null,
     private readonly log: Logger,
     private readonly clock: Clock,
+    /** Where the archive is written (the simulator's is in memory, with faults). */
+    private readonly files: Files = nodeFiles,
   ) {
     this.policy = policy === null ? null : retentionPolicy(policy);
   }
@@ -167,7 +170,9 @@ export class Retention {
         const dir = policy.archiveDir;
         pass.result = await this.journal.prune({
           pause,
-          ...(dir === null ? {} : { archive: (chunk) => archiveChunk(dir, chunk) }),
+          ...(dir === null
+            ? {}
+            : { archive: (chunk) => archiveChunk(dir, chunk, this.clock.now(), this.files) }),
           cutoffTs,
           ...(eventsCutoffTs === null ? {} : { eventsCutoffTs }),
           chunkRooms: policy.chunkRooms,

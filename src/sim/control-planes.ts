@@ -12,6 +12,8 @@ import { Canary } from '../control/canary.ts';
 import { ControlPlane } from '../control/control-plane.ts';
 import type { MemoryDisk } from '../journal/memory/disk.ts';
 import { MemoryJournal } from '../journal/memory/journal.ts';
+import type { Retention } from '../journal/retention.ts';
+import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { DeterministicModel } from '../model/deterministic.ts';
 import type { VirtualClock } from '../ports/clock.ts';
@@ -22,6 +24,7 @@ import { OutlierDetector } from '../recovery/outliers.ts';
 import type { Supervisor } from '../recovery/supervisor.ts';
 import { Watchdog } from '../recovery/watchdog.ts';
 import { ProcessClock } from './process.ts';
+import type { SqliteStorage } from './storage.ts';
 
 /** Where a control plane on `host` listens on the simulated network. */
 export const controlEndpoint = (host: string) => `tcp://${host}:5557`;
@@ -39,7 +42,9 @@ export interface SimControl {
   frozen: number;
   /** Settles when the process dies (its clients' connections reset). */
   died: { promise: Promise<void>; resolve: () => void };
-  journal: MemoryJournal;
+  /** In memory, or (`--journal sqlite`) SQLite in a file, with retention into an archive. */
+  journal: MemoryJournal | JournalStore;
+  retention: Retention | null;
   control: ControlPlane;
   watchdog: Watchdog;
   ladder: EscalationLadder;
@@ -53,6 +58,8 @@ export interface ControlPlanesHost extends Supervisor {
   readonly random: Random;
   readonly network: MemoryNetwork;
   readonly disk: MemoryDisk;
+  /** With `--journal sqlite`: the file, the archive and their faults; null: the in-memory journal. */
+  readonly storage: SqliteStorage | null;
   /** The links between control planes on `hosts` and the engine: one more reason down, one less. */
   cut(id: string, hosts: readonly string[]): void;
   mend(id: string, hosts: readonly string[]): void;
@@ -122,7 +129,9 @@ export class ControlPlanes {
   /** The disk refuses writes with `why` (a full disk), for this journal and the next; null: it takes them. */
   refuseWrites(why: string | null): void {
     this.diskFull = why;
-    this.live.journal.refuseWrites(why);
+    const { journal } = this.live;
+    if (journal instanceof MemoryJournal) journal.refuseWrites(why);
+    else this.fleet.storage?.refuseWrites(why);
   }
 
   /**
@@ -131,7 +140,7 @@ export class ControlPlanes {
    * watchdog and the ladder — whose supervisor is the fleet.
    */
   private async start(host: string): Promise<void> {
-    const { clock, random, network, disk } = this.fleet;
+    const { clock, random, network, disk, storage } = this.fleet;
     const { options } = this;
     const { log } = options;
     const process = new ProcessClock(clock);
@@ -141,8 +150,9 @@ export class ControlPlanes {
     const disks = random.fork(n === 0 ? 'disk' : `disk ${n}`);
     const commitMs = options.commitMs ?? (() => disks.between(1, 5));
     const opened = { disk, clock: process, ids, commitMs };
-    let journal: MemoryJournal;
-    if (options.standby) {
+    let journal: MemoryJournal | JournalStore;
+    if (storage !== null) journal = await storage.open(process, ids, log);
+    else if (options.standby) {
       const waiting = { host, process };
       this.others.add(waiting);
       journal = await MemoryJournal.standBy({
@@ -151,7 +161,7 @@ export class ControlPlanes {
       });
       this.others.delete(waiting);
     } else journal = MemoryJournal.open(opened);
-    journal.refuseWrites(this.diskFull);
+    if (journal instanceof MemoryJournal) journal.refuseWrites(this.diskFull);
     const control = await ControlPlane.start({
       journal,
       admission: options.admission,
@@ -175,12 +185,15 @@ export class ControlPlanes {
     if (options.canaryEveryMs > 0) canary.start(options.canaryEveryMs);
     const outliers = new OutlierDetector(control, journal, log, {}, process, ladder);
     if (options.outliers) outliers.start();
+    const retention = storage?.retention(log, process) ?? null;
+    retention?.start();
     const c: SimControl = {
       host,
       process,
       frozen: 0,
       died: deferred(),
       journal,
+      retention,
       control,
       watchdog,
       ladder,
@@ -189,7 +202,7 @@ export class ControlPlanes {
     };
     // As `pdctl serve` does, a leader that finds another took the journal exits (code 3), and is
     // started again as a standby.
-    journal.onDeposed(() => this.exitDeposed(c));
+    if (journal instanceof MemoryJournal) journal.onDeposed(() => this.exitDeposed(c));
     // The leader it replaced, if its process lives on (stopped), finds itself deposed when it runs.
     if (this.current?.process.alive) this.others.add(this.current);
     this.current = c;
@@ -222,7 +235,8 @@ export class ControlPlanes {
     }
     c.process.kill();
     this.fleet.network.kill(c.host);
-    c.journal.crash();
+    if (c.journal instanceof MemoryJournal) c.journal.crash();
+    else void this.fleet.storage?.crashed();
     c.died.resolve();
   }
 

@@ -45,9 +45,19 @@ export const FAULT_KINDS = [
    * out of rotation.
    */
   'lie',
+  /**
+   * `--journal sqlite` only: the archive's disk fills — retention's next writes to it come up
+   * short, then fail with ENOSPC — until the fault ends.
+   */
+  'archive-full',
+  /** `--journal sqlite` only: every fsync of the archive fails with EIO until the fault ends. */
+  'archive-eio',
 ] as const;
 
 export type FaultKind = (typeof FAULT_KINDS)[number];
+
+/** The kinds that need the SQLite journal (its archive): `all` leaves them out of the in-memory one. */
+export const STORAGE_KINDS: readonly FaultKind[] = ['archive-full', 'archive-eio'];
 
 export interface PlannedFault {
   kind: FaultKind;
@@ -58,16 +68,25 @@ export interface PlannedFault {
   forMs: number;
 }
 
-/** The faults of a run: a list of kinds, `all`, or `none`; throws a RangeError naming a bad one. */
-export function parseFaults(text: string): FaultKind[] {
+/**
+ * The faults of a run: a list of kinds, `all`, or `none`, for the journal the run uses (`all` of
+ * the in-memory one leaves out the archive's); throws a RangeError naming a bad one.
+ */
+export function parseFaults(text: string, journal: 'memory' | 'sqlite' = 'memory'): FaultKind[] {
   if (text === 'none' || text === '') return [];
-  if (text === 'all') return [...FAULT_KINDS];
+  if (text === 'all')
+    return FAULT_KINDS.filter((k) => journal === 'sqlite' || !STORAGE_KINDS.includes(k));
   const kinds = text.split(',').map((k) => k.trim());
-  for (const k of kinds)
+  for (const k of kinds) {
     if (!FAULT_KINDS.includes(k as FaultKind))
       throw new RangeError(
         `unknown fault ${JSON.stringify(k)}; the faults are ${FAULT_KINDS.join(', ')}, all or none`,
       );
+    if (journal === 'memory' && STORAGE_KINDS.includes(k as FaultKind))
+      throw new RangeError(
+        `${k} is a fault of the archive, which only the SQLite journal writes: add --journal sqlite`,
+      );
+  }
   return kinds as FaultKind[];
 }
 
@@ -103,7 +122,7 @@ export function planFaults(
   return Array.from({ length: count }, (): PlannedFault[] => {
     const kind = random.pick(kinds);
     const target =
-      kind === 'disk-full' || kind.startsWith('control-')
+      kind === 'disk-full' || kind.startsWith('control-') || kind.startsWith('archive-')
         ? null
         : kind.startsWith('transfer-')
           ? random.pick(engines.prefill)
@@ -184,6 +203,9 @@ function start(fleet: Fleet, f: PlannedFault): () => void {
     case 'disk-full':
       fleet.refuseWrites('the simulated disk is full');
       return () => fleet.refuseWrites(null);
+    case 'archive-full':
+    case 'archive-eio':
+      return fleet.storage?.archiveFault(f.kind) ?? (() => {});
     case 'transfer-stall':
     case 'transfer-corrupt': {
       // The engine may have been killed and started again since: the live one takes the fault.

@@ -17,7 +17,7 @@ import type { ControlPlane } from '../control/control-plane.ts';
 import { resolveEngineOptions } from '../engine/options.ts';
 import { type WiredEngine, wireEngine } from '../engine/wiring.ts';
 import { MemoryDisk } from '../journal/memory/disk.ts';
-import type { MemoryJournal } from '../journal/memory/journal.ts';
+import type { JournalStore } from '../journal/store.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { DeterministicModel } from '../model/deterministic.ts';
 import { VirtualClock } from '../ports/clock.ts';
@@ -29,6 +29,7 @@ import { restartDelayMs, type Supervisor } from '../recovery/supervisor.ts';
 import { MemoryTransferCore } from '../transfer/memory/core.ts';
 import { MemoryPools } from '../transfer/memory/pool.ts';
 import { ControlPlanes, controlEndpoint } from './control-planes.ts';
+import { SqliteStorage } from './storage.ts';
 
 type AppendEvent = EngineMessage<'append'>['event'];
 
@@ -63,6 +64,12 @@ export interface FleetOptions {
    * false: one control plane, restarted on its journal when killed.
    */
   standby?: boolean;
+  /**
+   * The journal the control plane runs on: `memory` (default), or `sqlite` — SQLite in a temporary
+   * file with packing, retention into an archive and the storage faults (storage.ts). Not with a
+   * standby (that is PostgreSQL's leadership, which the in-memory journal plays).
+   */
+  journal?: 'memory' | 'sqlite';
   log?: Logger;
 }
 
@@ -107,6 +114,7 @@ export class Fleet implements Supervisor {
     readonly random: Random,
     readonly network: MemoryNetwork,
     readonly disk: MemoryDisk,
+    readonly storage: SqliteStorage | null,
     private readonly pools: MemoryPools,
     private readonly admission: Admission,
     private readonly options: FleetOptions,
@@ -128,12 +136,18 @@ export class Fleet implements Supervisor {
     const random = seeded(options.seed);
     const link = { delayMs: [1, 2] as const, loss: 0, duplicate: 0, reorder: 0, up: true };
     const network = new MemoryNetwork(clock, random.fork('network'), { ...link, ...options.link });
+    if (options.journal === 'sqlite' && options.standby)
+      throw new RangeError(
+        'a standby control plane needs the in-memory journal (it plays PostgreSQL); drop --standby or --journal sqlite',
+      );
+    const disk = new MemoryDisk(`sim-${options.seed}`);
     const fleet = new Fleet(
       options.seed,
       clock,
       random,
       network,
-      new MemoryDisk(`sim-${options.seed}`),
+      disk,
+      options.journal === 'sqlite' ? SqliteStorage.create(disk, random.fork('storage')) : null,
       new MemoryPools(),
       new Admission(),
       options,
@@ -153,7 +167,7 @@ export class Fleet implements Supervisor {
     return this.planes.live.control;
   }
 
-  get journal(): MemoryJournal {
+  get journal(): JournalStore {
     return this.planes.live.journal;
   }
 
@@ -464,8 +478,14 @@ export class Fleet implements Supervisor {
     leader.ladder.stop();
     leader.outliers.stop();
     await this.clock.runUntil(leader.canary.stop(), 60_000);
+    if (leader.retention) await this.clock.runUntil(leader.retention.stop(), 60_000);
     const live = [...this.engines.values()].filter((e) => e.process.alive);
     await this.clock.runUntil(Promise.all(live.map((e) => e.engine.stop('the run ended'))), 60_000);
     await this.clock.runUntil(this.control.close(), 60_000);
+    // The control plane leaves its journal to its owner, as `pdctl serve` does; the run's files go.
+    if (this.storage) {
+      leader.journal.close();
+      this.storage.remove();
+    }
   }
 }

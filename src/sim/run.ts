@@ -134,6 +134,8 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
   await clock.runUntil(fleet.canary.stop(), 60_000);
   await clock.run(SETTLE_MS);
   const events = fleet.disk.events;
+  // With the SQLite journal: every committed room reads back, from the journal or the archive.
+  const stored = fleet.storage ? await fleet.storage.check(fleet.journal) : [];
   const violations = [
     ...safety(events),
     ...liveness(events, (room) => fleet.disk.rooms.get(room)?.state),
@@ -151,6 +153,7 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
     ...liarsOut(events, faults, fleet.lied, (e) => fleet.engines.get(e)?.role),
     ...roleKeptInRotation(events),
     ...book,
+    ...stored,
     ...fleet.controlStartFailures.map((why) => ({
       invariant: 'control_plane_starts',
       room: null,

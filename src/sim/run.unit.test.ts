@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { answers, watchControl } from './checks.ts';
-import { FAULT_KINDS } from './faults.ts';
+import { FAULT_KINDS, parseFaults } from './faults.ts';
 import { Fleet } from './fleet.ts';
 import type { Violation } from './invariants.ts';
 import { runSeed } from './run.ts';
@@ -261,12 +261,30 @@ describe('npm run sim', () => {
       faults: [],
       standby: false,
       plan: 'whole',
+      journal: 'memory',
     });
     expect(parseSearch(['--standby'], () => 1)).toMatchObject({ standby: true });
+    // --journal sqlite: `all` adds the archive's faults, which the in-memory journal refuses.
+    const storage = ['archive-full', 'archive-eio'];
+    expect(parseSearch(['--journal', 'sqlite', '--faults', 'all'], () => 1)).toMatchObject({
+      journal: 'sqlite',
+      faults: FAULT_KINDS,
+    });
+    expect(() => parseSearch(['--faults', 'archive-full'], () => 1)).toThrow(
+      /archive-full is a fault of the archive.*add --journal sqlite/,
+    );
+    expect(() => parseSearch(['--journal', 'postgres'], () => 1)).toThrow(
+      /--journal must be memory or sqlite, got "postgres"/,
+    );
+    expect(() => parseSearch(['--journal', 'sqlite', '--standby'], () => 1)).toThrow(
+      /--standby needs the in-memory journal/,
+    );
     expect(parseSearch(['--faults', 'kill,partition'], () => 1)).toMatchObject({
       faults: ['kill', 'partition'],
     });
-    expect(parseSearch(['--faults', 'all'], () => 1)).toMatchObject({ faults: FAULT_KINDS });
+    expect(parseSearch(['--faults', 'all'], () => 1)).toMatchObject({
+      faults: FAULT_KINDS.filter((k) => !storage.includes(k)),
+    });
     // Without --rooms, a whole plan draws each seed's length.
     expect(parseSearch([], () => 99)).toMatchObject({ seed: 99, seeds: 1, rooms: null });
     expect(parseSearch(['--plan', 'early'], () => 1)).toMatchObject({ plan: 'early' });
@@ -371,5 +389,25 @@ describe('a simulated fleet whose faults land late, and on a whole role at once'
       const r = await runSeed({ seed, rooms: 200, faults: [...THROUGH_LIE], plan: 'whole' });
       expect(r.violations, `seed ${seed}`).toEqual([]);
     }
+  });
+
+  it('runs the SQLite journal as production does — packing, retention into an archive — and every committed room reads back', async () => {
+    // Seed 3 of --journal sqlite --faults all: a prefill engine frozen through a canary room's
+    // abort reconnected after retention had pruned the room, unreleased; it never released it
+    // (every_room_released, pruned_room_was_done) until retention took only rooms released by
+    // both their engines (journal/queries.ts RELEASED_BY_BOTH).
+    const r = await runSeed({
+      seed: 3,
+      rooms: 200,
+      faults: parseFaults('all', 'sqlite'),
+      plan: 'whole',
+      fleet: { journal: 'sqlite' },
+      keepTrace: true,
+    });
+    expect(r.violations).toEqual([]);
+    // Retention pruned rooms into the archive while it served, and they read back from there.
+    const pruned = (r.trace ?? []).filter((e) => e.type === 'journal.pruned');
+    expect(pruned.reduce((n, e) => n + Number(e.data.rooms), 0)).toBeGreaterThan(50);
+    expect(pruned.every((e) => e.data.archived === true)).toBe(true);
   });
 });

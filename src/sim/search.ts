@@ -26,6 +26,8 @@ export interface SearchOptions {
   standby: boolean;
   /** When faults start and what they hit (faults.ts). */
   plan: PlanShape;
+  /** The journal the control plane runs on (fleet.ts `journal`). */
+  journal: 'memory' | 'sqlite';
 }
 
 export const SIM_USAGE = `usage: npm run sim -- [options]
@@ -45,6 +47,10 @@ virtual clock, with a seeded workload, and checks every invariant of docs/simula
                  workload or the 30 s after it, and one in four engine faults hits every engine
                  of its role at once; early — within the first 70% of the workload, one target
                  each (seeds recorded before issue 67 replay with it)
+  --journal J    memory (default), or sqlite: the control plane runs SQLite in a file as in
+                 production — packing, retention into an archive, checkpoints — and disk-full
+                 is a full disk under it; adds the faults archive-full and archive-eio to all,
+                 and checks every committed room reads back from the journal or the archive
   --standby      a second control plane stands by, as on PostgreSQL: a killed or frozen leader
                  is replaced by it (the journal fences the old term), not restarted
   --out DIR      where traces of failing seeds are written (default sim-traces)
@@ -80,6 +86,7 @@ export function parseSearch(argv: string[], newSeed: () => number): SearchOption
         out: { type: 'string' },
         standby: { type: 'boolean' },
         plan: { type: 'string' },
+        journal: { type: 'string' },
         help: { type: 'boolean' },
       },
       strict: true,
@@ -88,9 +95,16 @@ export function parseSearch(argv: string[], newSeed: () => number): SearchOption
     throw new SimUsageError(`${(err as Error).message}\n\n${SIM_USAGE}`);
   }
   if (values.help) return 'help';
+  const journal = (values.journal as string | undefined) ?? 'memory';
+  if (journal !== 'memory' && journal !== 'sqlite')
+    throw new SimUsageError(`--journal must be memory or sqlite, got ${JSON.stringify(journal)}`);
+  if (journal === 'sqlite' && values.standby)
+    throw new SimUsageError(
+      '--standby needs the in-memory journal (it plays PostgreSQL); drop one of --standby, --journal sqlite',
+    );
   let faults: FaultKind[];
   try {
-    faults = parseFaults((values.faults as string | undefined) ?? 'none');
+    faults = parseFaults((values.faults as string | undefined) ?? 'none', journal);
   } catch (err) {
     throw new SimUsageError(`--faults: ${(err as Error).message}`);
   }
@@ -123,13 +137,14 @@ export function parseSearch(argv: string[], newSeed: () => number): SearchOption
     faults,
     standby: values.standby === true,
     plan: plan as PlanShape,
+    journal,
   };
 }
 
 /** The one command that runs `seed` again exactly. */
 function replay(seed: number, o: SearchOptions): string {
   const faults = o.faults.length === 0 ? '' : ` --faults ${o.faults.join(',')}`;
-  const standby = o.standby ? ' --standby' : '';
+  const standby = `${o.standby ? ' --standby' : ''}${o.journal === 'sqlite' ? ' --journal sqlite' : ''}`;
   const rooms = o.rooms === null ? '' : ` --rooms ${o.rooms}`;
   return `npm run sim -- --seed ${seed}${rooms} --rate ${o.rate}${faults} --plan ${o.plan}${standby}`;
 }
@@ -150,7 +165,7 @@ function commit(): string {
 export async function search(o: SearchOptions, print: (line: string) => void): Promise<number> {
   const at = commit();
   print(
-    `pdctl sim at ${at}: ${o.seeds === 1 ? `seed ${o.seed}` : `seeds ${o.seed}..${o.seed + o.seeds - 1}`}, ${o.rooms ?? (o.plan === 'whole' ? 'drawn' : 200)} rooms each at ${o.rate}/s, plan ${o.plan}, faults ${o.faults.length === 0 ? 'none' : o.faults.join(',')}, fleet ${o.standby ? '2 control planes (a leader and its standby)' : '1 control plane'} + 2 prefill + 2 decode`,
+    `pdctl sim at ${at}: ${o.seeds === 1 ? `seed ${o.seed}` : `seeds ${o.seed}..${o.seed + o.seeds - 1}`}, ${o.rooms ?? (o.plan === 'whole' ? 'drawn' : 200)} rooms each at ${o.rate}/s, plan ${o.plan}, journal ${o.journal}, faults ${o.faults.length === 0 ? 'none' : o.faults.join(',')}, fleet ${o.standby ? '2 control planes (a leader and its standby)' : '1 control plane'} + 2 prefill + 2 decode`,
   );
   let failed = 0;
   let rooms = 0;
@@ -166,7 +181,7 @@ export async function search(o: SearchOptions, print: (line: string) => void): P
         faults: o.faults,
         plan: o.plan,
         keepTrace: true,
-        ...(o.standby ? { fleet: { standby: true } } : {}),
+        fleet: { standby: o.standby, journal: o.journal },
       });
     } catch (err) {
       failed++;

@@ -10,6 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
 import type { Logger } from '../../log.ts';
 import { silentLogger } from '../../log.ts';
+import { systemClock, type Timer } from '../../ports/clock.ts';
 import { checkAfterSeq, checkCursor, checkPrune } from '../checks.ts';
 import { CommitQueue } from '../commit-queue.ts';
 import { JournalError } from '../errors.ts';
@@ -112,7 +113,7 @@ export class PgJournal extends PgReader implements JournalStore {
   private renewTimer: NodeJS.Timeout | null = null;
   private drained: Promise<void> | null = null;
   private readonly packer = new PgPacker();
-  private packTimer: NodeJS.Timeout | null = null;
+  private packTimer: Timer | null = null;
   private packing: Promise<PackTotals> | null = null;
 
   private constructor(
@@ -529,7 +530,7 @@ export class PgJournal extends PgReader implements JournalStore {
   override close(): void {
     if (this.renewTimer) clearInterval(this.renewTimer);
     this.renewTimer = null;
-    if (this.packTimer) clearInterval(this.packTimer);
+    systemClock.clear(this.packTimer);
     this.packTimer = null;
     this.queue.close();
     this.hub.closeAll();

@@ -4,10 +4,11 @@
  * transaction; while a transaction is committing, new appends gather into the next one.
  */
 import { existsSync, statSync } from 'node:fs';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { Worker } from 'node:worker_threads';
 import type { Logger } from '../../log.ts';
 import { silentLogger } from '../../log.ts';
+import { type Clock, systemClock, type Timer } from '../../ports/clock.ts';
+import type { Ids } from '../../ports/ids.ts';
 import { checkAfterSeq, checkCursor, checkPrune } from '../checks.ts';
 import { CommitQueue } from '../commit-queue.ts';
 import { JournalError } from '../errors.ts';
@@ -74,6 +75,15 @@ export interface SqliteJournalOptions {
   /** How often packing looks for rooms to pack. Default PACK_EVERY_MS (tests: shorter). */
   packEveryMs?: number;
   logger?: Logger;
+  /**
+   * Stamps events, checkpoints and cursors, and times packing. Default: the process's clock (the
+   * simulator runs the journal on its virtual one).
+   */
+  clock?: Clock;
+  /** Names events appended without an id. Default: the process's ids. */
+  ids?: Ids;
+  /** Process durability: who checkpoints the WAL (writer-protocol.ts). Default `thread`. */
+  walCheckpoints?: 'thread' | 'inline';
 }
 
 export class SqliteJournal extends SqliteReader implements JournalStore {
@@ -87,7 +97,8 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
   /** The after-start `quick_check` while it runs, and what it found wrong. */
   private scanning: Worker | null = null;
   private damaged: JournalError | null = null;
-  private packTimer: NodeJS.Timeout | null = null;
+  private packTimer: Timer | null = null;
+  private readonly clock: Clock;
   private packing: Promise<PackTotals> | null = null;
 
   private constructor(
@@ -98,6 +109,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
     private readonly lock: WriterLock,
   ) {
     super(options.path);
+    this.clock = options.clock ?? systemClock;
     this.writer = writer;
     this.log = log;
     this.hub = new SubscriptionHub(
@@ -120,6 +132,8 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
         hub: this.hub,
         log,
         where: options.path,
+        clock: this.clock,
+        ...(options.ids ? { ids: options.ids } : {}),
       },
       headSeq,
     );
@@ -133,6 +147,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
       roomCacheSize: options.roomCacheSize ?? 50_000,
       create: options.create ?? true,
       role: 'writer',
+      ...(options.walCheckpoints ? { walCheckpoints: options.walCheckpoints } : {}),
     };
     const log = options.logger ?? silentLogger;
     const scanLater =
@@ -193,6 +208,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
     if (scanLater) journal.scanAfter(options.scanAfterMs ?? 0);
     if (options.packAfterMs !== undefined) {
       journal.packTimer = packEvery({
+        clock: journal.clock,
         afterMs: options.packAfterMs,
         everyMs: options.packEveryMs ?? PACK_EVERY_MS,
         ready: () => journal.packing === null && journal.queue.state === 'ready',
@@ -221,7 +237,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
       let afterKey = 0;
       // Closing or closed: what is left waits for the next start.
       while (this.queue.state === 'ready' && !opts.signal?.aborted) {
-        const started = performance.now();
+        const started = this.clock.monotonic();
         const pass = (
           await this.write({
             op: 'pack_rooms',
@@ -232,7 +248,8 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
           })
         ).packed as PackPass;
         afterKey = pass.lastKey;
-        if (opts.pace) await sleep(performance.now() - started);
+        const took = this.clock.monotonic() - started;
+        if (opts.pace && took > 0) await new Promise<void>((r) => this.clock.setTimeout(r, took));
         totals.rooms += pass.rooms;
         totals.events += pass.events;
         totals.skipped += pass.skipped;
@@ -355,12 +372,12 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
   }
 
   async setCheckpoint(checkpoint: CheckpointInput): Promise<void> {
-    await this.write({ op: 'save_state', checkpoint, ts: Date.now() });
+    await this.write({ op: 'save_state', checkpoint, ts: this.clock.now() });
   }
 
   async setCursor(name: string, seq: number): Promise<void> {
     checkCursor(name, seq);
-    await this.write({ op: 'cursor', name, seq, ts: Date.now() });
+    await this.write({ op: 'cursor', name, seq, ts: this.clock.now() });
   }
 
   async prune(opts: PruneOptions): Promise<PruneResult> {
@@ -432,7 +449,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
   }
 
   private finish(): void {
-    if (this.packTimer) clearInterval(this.packTimer);
+    this.clock.clear(this.packTimer);
     this.packTimer = null;
     void this.scanning?.terminate();
     this.scanning = null;

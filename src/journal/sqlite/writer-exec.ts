@@ -24,7 +24,7 @@ export function openWriter(init: WriterInit): OpenedWriter {
   });
   const maxPageCount = db.pragma('max_page_count', { simple: true }) as number;
   if (init.role === 'checkpointer') return { db, writer: null, headSeq: 0, maxPageCount };
-  if (init.durability === 'process') {
+  if (init.durability === 'process' && init.walCheckpoints !== 'inline') {
     // Checkpoints (which fsync) are run by the checkpointer thread, not inside a commit here.
     db.pragma('wal_autocheckpoint = 0');
   }

@@ -14,6 +14,12 @@ export interface WriterInit {
   role: 'writer' | 'checkpointer';
   /** The writer's precheck reads every page first (default); false: the journal scans it later. */
   scan?: boolean;
+  /**
+   * Process durability: who copies the WAL into the database. `thread` (default): a checkpointer
+   * thread, so no commit waits on its fsync. `inline`: SQLite itself, in the commit that crosses
+   * 1000 WAL pages — the simulator's, whose run must not wait on a thread.
+   */
+  walCheckpoints?: 'thread' | 'inline';
 }
 
 /** One unit of work for the writer, wherever it runs. */

@@ -247,7 +247,7 @@ class InlineWriter implements Writer {
   private checkpointer: ThreadChannel | null = null;
   private dirty = false;
   private checkpointing = false;
-  private readonly timer: NodeJS.Timeout;
+  private readonly timer: NodeJS.Timeout | null;
   private closed = false;
 
   constructor(
@@ -255,7 +255,10 @@ class InlineWriter implements Writer {
     private readonly init: WriterInit,
     private readonly hooks: WriterHooks,
   ) {
-    this.timer = setInterval(() => this.checkpoint(), CHECKPOINT_EVERY_MS).unref();
+    this.timer =
+      init.walCheckpoints === 'inline'
+        ? null
+        : setInterval(() => this.checkpoint(), CHECKPOINT_EVERY_MS).unref();
   }
 
   private checkpoint(): void {
@@ -306,7 +309,7 @@ class InlineWriter implements Writer {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    clearInterval(this.timer);
+    if (this.timer) clearInterval(this.timer);
     const checkpointer = this.checkpointer;
     this.checkpointer = null;
     if (checkpointer) {
@@ -324,7 +327,7 @@ class InlineWriter implements Writer {
   terminate(): void {
     if (this.closed) return;
     this.closed = true;
-    clearInterval(this.timer);
+    if (this.timer) clearInterval(this.timer);
     if (this.checkpointer) void this.checkpointer.worker.terminate();
     this.checkpointer = null;
     this.opened.db.close();
