@@ -11,7 +11,7 @@
  * readers — from the journal, or from the archive for a room retention pruned — and after every
  * crash `journal verify` must pass on the file.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openArchiveReader } from '../journal/archive/segments.ts';
@@ -62,8 +62,10 @@ export class SqliteStorage {
     private readonly random: Random,
   ) {}
 
+  /** Its file goes in memory where the machine has it (/dev/shm): the run is not the disk's. */
   static create(committed: MemoryDisk, random: Random): SqliteStorage {
-    return new SqliteStorage(mkdtempSync(join(tmpdir(), 'pdctl-sim-')), committed, random);
+    const base = existsSync('/dev/shm') ? '/dev/shm' : tmpdir();
+    return new SqliteStorage(mkdtempSync(join(base, 'pdctl-sim-')), committed, random);
   }
 
   get path(): string {
