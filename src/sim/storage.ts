@@ -219,7 +219,10 @@ export class SqliteStorage {
       const at = want.findIndex((w, i) => w !== got[i]);
       out.push({
         invariant:
-          from === 'the archive' && got.length < want.length && got.every((g, i) => g === want[i])
+          from === 'the archive' &&
+          got.length > 0 &&
+          got.length < want.length &&
+          got.every((g, i) => g === want[i])
             ? 'pruned_room_was_done'
             : 'committed_room_readable',
         room,

@@ -162,7 +162,7 @@ describe('state checkpoints', () => {
 
   it('names what is wrong with each kind of untrusted checkpoint', () => {
     const state = new StartState(5);
-    state.anchor = 'the-event-at-5';
+    state.anchor = { seq: 3, id: 'the-registration-at-3' };
     const row = encodeCheckpoint(state, state.index);
     const stored = (over: Partial<StoredCheckpoint> = {}): StoredCheckpoint => ({
       ...row,
@@ -172,6 +172,7 @@ describe('state checkpoints', () => {
       writtenAt: 1,
       ...over,
     });
+    const A = { seq: 3, id: 'a' };
     const why = (over: Partial<StoredCheckpoint>, head = 10) => {
       const d = decodeCheckpoint(stored(over), head);
       return 'ignored' in d ? d.ignored : 'trusted';
@@ -193,27 +194,32 @@ describe('state checkpoints', () => {
     expect(shaped([])).toMatch(/not an object/);
     expect(
       shaped({
-        anchor: 'a',
+        anchor: A,
         index: { p0: { incarnation: 1, blocks: [] } },
         cordons: {},
         pools: [],
       }),
     ).toMatch(/index entry of p0/);
-    expect(shaped({ anchor: 'a', index: {}, cordons: { d0: { reason: 'x' } }, pools: [] })).toMatch(
+    expect(shaped({ anchor: A, index: {}, cordons: { d0: { reason: 'x' } }, pools: [] })).toMatch(
       /cordon of d0/,
     );
-    expect(shaped({ anchor: 5, index: {}, cordons: {}, pools: [], registered: {} })).toMatch(
-      /`anchor` is not an event id/,
+    expect(shaped({ anchor: 'a', index: {}, cordons: {}, pools: [], registered: {} })).toMatch(
+      /`anchor` is not \{ seq, id \} of a registration/,
     );
-    expect(shaped({ anchor: null, index: {}, cordons: {}, pools: [], registered: {} })).toMatch(
-      /names no event at its seq 5/,
+    // Nothing registered yet: nothing to restore, nothing to bind it by.
+    expect(shaped({ anchor: null, index: {}, cordons: {}, pools: [], registered: {} })).toBe(
+      'trusted',
     );
+    const cordon = { reason: 'x', by: 'operator', evidence: null, at: 1 };
+    expect(
+      shaped({ anchor: null, index: {}, cordons: { d0: cordon }, pools: [], registered: {} }),
+    ).toMatch(/names no registration, so it is bound to no journal/);
     const pool = { type: 'engine.registered', engine: 'd0', seq: 1, data: { role: 'chef' } };
-    expect(shaped({ anchor: 'a', index: {}, cordons: {}, pools: [pool], registered: {} })).toMatch(
+    expect(shaped({ anchor: A, index: {}, cordons: {}, pools: [pool], registered: {} })).toMatch(
       /the pool of d0/,
     );
     expect(
-      shaped({ anchor: 'a', index: {}, cordons: {}, pools: [], registered: { d0: 'x' } }),
+      shaped({ anchor: A, index: {}, cordons: {}, pools: [], registered: { d0: 'x' } }),
     ).toMatch(/the registration of d0/);
   });
 
@@ -240,15 +246,20 @@ describe('state checkpoints', () => {
     await j.setCheckpoint(good);
     await j.prune({ cutoffTs: Date.now() + 60_000 });
     expect(await checkCheckpoint(j)).toMatchObject({ verdict: 'pruned' });
-    // One whose own event retention deleted cannot be shown to be this journal's.
+    // Bound to a registration, which retention keeps: still trusted once the events at its own
+    // seq are pruned (format 2 bound it to those, and a journal under --retain ignored it).
     const r2 = new StartState();
     await r2.foldJournal(j, first.length + 2);
-    expect(r2.anchor).toBeNull();
-    r2.anchor = 'pruned-since';
+    // Its anchor: d0's hello to a new control plane, the first event of `after`.
+    expect(r2.anchor?.seq).toBe(first.length + 1);
+    await j.setCheckpoint(encodeCheckpoint(r2, r2.index));
+    expect(await checkCheckpoint(j)).toMatchObject({ verdict: 'equal', seq: first.length + 2 });
+    // One whose registration is not in this journal cannot be shown to be this journal's.
+    r2.anchor = { seq: 3, id: 'gone' }; // r1's first event, pruned
     await j.setCheckpoint(encodeCheckpoint(r2, r2.index));
     expect(await checkCheckpoint(j)).toMatchObject({
       verdict: 'ignored',
-      detail: expect.stringMatching(/no longer holds its event at seq \d+ \(pruned\)/),
+      detail: expect.stringMatching(/holds no event at seq \d+, where its registration gone was/),
     });
   });
 
@@ -265,7 +276,7 @@ describe('state checkpoints', () => {
     const restored = await restoreState(j, head, log);
     expect(restored.from).toBeNull();
     expect(restored.ignored).toMatch(
-      /taken from another journal: its event at seq \d+ is \S+, this journal's is \S+/,
+      /taken from another journal: its registration at seq \d+ is \S+, this journal's event there is \S+/,
     );
     const whole = new StartState();
     await whole.foldJournal(j, head);

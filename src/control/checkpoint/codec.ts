@@ -10,7 +10,13 @@ import { dataError } from '../../journal/events.ts';
 import type { CheckpointInput, JournalReader, StoredCheckpoint } from '../../journal/store.ts';
 import type { Cordon } from '../cordons.ts';
 import { type IndexSnapshot, PrefixIndex } from '../routing/prefix-index.ts';
-import { eventIdAt, type LastRegistration, type Registration, StartState } from './state.ts';
+import {
+  type Anchor,
+  eventIdAt,
+  type LastRegistration,
+  type Registration,
+  StartState,
+} from './state.ts';
 
 /** The control plane's checkpoint row. */
 export const CHECKPOINT_NAME = 'control';
@@ -19,14 +25,14 @@ export const CHECKPOINT_NAME = 'control';
  * Bumped whenever what the state holds, or how an event folds into it, changes: a checkpoint of
  * another format is ignored (one full rebuild, then checkpoints of this format).
  */
-export const CHECKPOINT_FORMAT = 2;
+export const CHECKPOINT_FORMAT = 3;
 
 interface Body {
   /**
-   * The event id of the journal's event at the checkpoint's seq (format 2): a checkpoint is this
-   * journal's only where that event is (null: taken at seq 0).
+   * The last registration folded (format 3; state.ts `Anchor`): a checkpoint is this journal's
+   * only where that event is (null: none folded yet — then it holds nothing to restore).
    */
-  anchor: string | null;
+  anchor: Anchor | null;
   index: IndexSnapshot;
   cordons: Record<string, Cordon>;
   pools: Registration[];
@@ -88,8 +94,8 @@ export function decodeCheckpoint(
   const wrong = shapeError(body);
   if (wrong) return { ignored: `its data is not a format-${CHECKPOINT_FORMAT} state: ${wrong}` };
   const b = body as Body;
-  if (b.anchor === null && stored.seq !== 0)
-    return { ignored: `it names no event at its seq ${stored.seq}, so it is bound to no journal` };
+  if (b.anchor === null && (b.pools.length > 0 || Object.keys(b.cordons).length > 0))
+    return { ignored: 'it names no registration, so it is bound to no journal' };
   const pools = new Map(b.pools.map((ev) => [ev.engine as string, ev]));
   const state = new StartState(
     stored.seq,
@@ -113,15 +119,17 @@ export async function trustCheckpoint(
   headSeq: number,
 ): Promise<{ state: StartState } | { ignored: string }> {
   const decoded = decodeCheckpoint(stored, headSeq);
-  if ('ignored' in decoded || stored.seq === 0) return decoded;
-  const here = await eventIdAt(journal, stored.seq);
+  if ('ignored' in decoded) return decoded;
+  const anchor = decoded.state.anchor;
+  if (anchor === null) return decoded;
+  const here = await eventIdAt(journal, anchor.seq);
   if (here === null)
     return {
-      ignored: `this journal no longer holds its event at seq ${stored.seq} (pruned), so it cannot be shown to be this journal's`,
+      ignored: `this journal holds no event at seq ${anchor.seq}, where its registration ${anchor.id} was (retention keeps registrations: a journal edited, or restored from another copy?)`,
     };
-  if (here !== decoded.state.anchor)
+  if (here !== anchor.id)
     return {
-      ignored: `it was taken from another journal: its event at seq ${stored.seq} is ${decoded.state.anchor}, this journal's is ${here}`,
+      ignored: `it was taken from another journal: its registration at seq ${anchor.seq} is ${anchor.id}, this journal's event there is ${here}`,
     };
   return decoded;
 }
@@ -132,7 +140,13 @@ const isObject = (v: unknown): v is Record<string, unknown> =>
 function shapeError(body: unknown): string | null {
   if (!isObject(body)) return 'not an object';
   const { anchor, index, cordons, pools, registered } = body;
-  if (!(anchor === null || typeof anchor === 'string')) return '`anchor` is not an event id';
+  if (
+    !(
+      anchor === null ||
+      (isObject(anchor) && Number.isSafeInteger(anchor.seq) && typeof anchor.id === 'string')
+    )
+  )
+    return '`anchor` is not { seq, id } of a registration';
   if (!isObject(index)) return '`index` is not an object';
   for (const [engine, h] of Object.entries(index)) {
     if (

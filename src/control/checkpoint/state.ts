@@ -25,12 +25,21 @@ export interface LastRegistration {
   seq: number;
 }
 
+/**
+ * What binds a checkpoint to the journal it was folded from (codec.ts): the last
+ * `engine.registered` folded, by seq and event id. Retention keeps every registration (a start
+ * rebuilds pools from them), so the event is there for as long as the checkpoint is of use; the
+ * event at the checkpoint's own seq is not (format 2 bound to it, and a journal under `--retain`
+ * then ignored its checkpoint once that room was pruned — found by the simulator's SQLite journal).
+ */
+export interface Anchor {
+  seq: number;
+  id: string;
+}
+
 export class StartState {
-  /**
-   * The event id of the event at `seq` (null: none read yet, or seq 0): what binds a checkpoint
-   * of this state to the journal it was folded from (codec.ts).
-   */
-  anchor: string | null = null;
+  /** The last registration folded (null: none yet). */
+  anchor: Anchor | null = null;
 
   constructor(
     /** The last seq folded (0: none). */
@@ -49,7 +58,6 @@ export class StartState {
    */
   fold(ev: JournalEvent): void {
     this.seq = ev.seq;
-    this.anchor = ev.eventId;
     if (ev.engine === null) return;
     if (ev.type === 'engine.cordoned' || ev.type === 'engine.uncordoned') {
       foldCordon(this.cordons, ev);
@@ -58,13 +66,11 @@ export class StartState {
       if (this.pools.get(ev.engine)?.data.incarnation !== ev.data.incarnation)
         this.pools.set(ev.engine, ev);
       this.registered.set(ev.engine, { incarnation: ev.data.incarnation, seq: ev.seq });
+      this.anchor = { seq: ev.seq, id: ev.eventId };
     }
   }
 
-  /**
-   * Folds the journal's events after `seq` through `untilSeq`, and reads the anchor there;
-   * returns how many events it folded.
-   */
+  /** Folds the journal's events after `seq` through `untilSeq`; returns how many it folded. */
   async foldJournal(
     journal: Pick<JournalReader, 'tail' | 'readFrom'>,
     untilSeq: number,
@@ -77,10 +83,7 @@ export class StartState {
       this.fold(ev);
       return ev.seq < untilSeq;
     });
-    if (untilSeq > this.seq) {
-      this.seq = untilSeq;
-      this.anchor = await eventIdAt(journal, untilSeq);
-    }
+    if (untilSeq > this.seq) this.seq = untilSeq;
     return read;
   }
 }

@@ -116,6 +116,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
       (afterSeq, limit) => this.readFromSync(afterSeq, limit),
       (err, ev) =>
         this.log.error({ err, seq: ev.seq }, 'journal subscriber threw; it keeps receiving events'),
+      this.clock,
     );
     this.queue = new CommitQueue(
       {
