@@ -24,7 +24,7 @@ import { OutlierDetector } from '../recovery/outliers.ts';
 import type { Supervisor } from '../recovery/supervisor.ts';
 import { Watchdog } from '../recovery/watchdog.ts';
 import { ProcessClock } from './process.ts';
-import type { SqliteStorage } from './storage.ts';
+import { SIM_CHECKPOINT_EVERY_MS, type SqliteStorage } from './storage.ts';
 
 /** Where a control plane on `host` listens on the simulated network. */
 export const controlEndpoint = (host: string) => `tcp://${host}:5557`;
@@ -173,8 +173,11 @@ export class ControlPlanes {
       ids,
       transport: network.host(host),
       model: new DeterministicModel({}, process),
-      // A state checkpoint every few hundred events, so a restart here starts from one.
+      // A state checkpoint every few hundred events, so a restart here starts from one; with
+      // retention, every second too — as in production, where one is at most 60 s old and the
+      // horizon at least 5 min, no room is pruned with events a restart's checkpoint lacks.
       checkpointEveryEvents: 200,
+      ...(storage !== null ? { checkpointEveryMs: SIM_CHECKPOINT_EVERY_MS } : {}),
     });
     const watchdog = new Watchdog(control, journal, log, 100, process);
     watchdog.start();

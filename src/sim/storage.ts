@@ -40,6 +40,12 @@ const PACK_AFTER_MS = 2000;
 const PACK_EVERY_MS = 1000;
 const RETAIN_MS = 5000;
 const RETAIN_EVERY_MS = 2000;
+/**
+ * The control plane's state checkpoints, at least this often: well inside the horizon, as
+ * production's 60 s are inside `--retain`'s least 5 min (what a restart restores is then the
+ * fold of everything committed, rooms pruned since included).
+ */
+export const SIM_CHECKPOINT_EVERY_MS = 1000;
 
 export type ArchiveFault = 'archive-full' | 'archive-eio';
 
