@@ -50,7 +50,10 @@ export const FAULT_KINDS = [
    * short, then fail with ENOSPC — until the fault ends.
    */
   'archive-full',
-  /** `--journal sqlite` only: every fsync of the archive fails with EIO until the fault ends. */
+  /**
+   * `--journal sqlite` only: the archive's disk fails — every fsync and truncate with EIO — until
+   * the fault ends; what a failed write left is not cut back, and a crash tears it.
+   */
   'archive-eio',
 ] as const;
 

@@ -124,13 +124,16 @@ export class SqliteStorage {
 
   /**
    * An archive fault starts: its disk fills — the next writes come up short, then fail with
-   * ENOSPC — or its fsync fails with EIO. Returns what heals it.
+   * ENOSPC — or it fails: fsync and truncate with EIO, so what a failed write left stays
+   * unsynced, for a crash to tear. Returns what heals it.
    */
   archiveFault(kind: ArchiveFault): () => void {
     this.tornBy ??= kind;
     let free = this.random.between(0, 4096);
     this.files.fault = (op, _path, bytes): FileFault => {
-      if (kind === 'archive-eio') return op === 'sync' ? { code: 'EIO' } : null;
+      // A failing disk: no fsync, and no cut-back of what a failed one left (readers skip it).
+      if (kind === 'archive-eio')
+        return op === 'sync' || op === 'truncate' ? { code: 'EIO' } : null;
       if (op !== 'write') return null;
       if (free === 0) return { code: 'ENOSPC' };
       const n = Math.min(free, bytes);
@@ -210,7 +213,12 @@ export class SqliteStorage {
       const inJournal = (await journal.timeline(room)).events;
       const archived = inJournal.length > 0 ? null : ((await archive?.timeline(room)) ?? null);
       const read = archived?.events ?? inJournal;
-      const from = archived === null ? 'the journal' : 'the archive';
+      const from =
+        inJournal.length > 0
+          ? 'the journal'
+          : archived === null
+            ? 'neither the journal nor the archive'
+            : 'the archive';
       const pruned = archived?.room ?? null;
       if (pruned !== null && (pruned.deadlineAt !== null || !releasedByBoth(pruned)))
         out.push({
