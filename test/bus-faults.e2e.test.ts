@@ -99,22 +99,25 @@ describe('malformed and hostile bus traffic', () => {
     });
 
     let n = 0;
-    const append = (eventId: string, type: string, room: string, s = session) =>
-      peer.send([
-        'append',
-        encode({ eventId, session: s, n: ++n, event: { type, room, data: {} } }),
-      ]);
+    const append = (eventId: string, type: string, room: string, s = session, data = {}) =>
+      peer.send(['append', encode({ eventId, session: s, n: ++n, event: { type, room, data } })]);
     await append('dup-1', 'room.bootstrap_started', 'r-fake-1');
     await append('dup-1', 'room.bootstrap_started', 'r-fake-1');
     await append('no-1', 'room.created', 'r-fake-2');
     await append('no-2', 'engine.lost', 'r-fake-1');
     // Its own type, without the data the type needs: refused where it comes off the bus.
     await append('no-3', 'room.bootstrapped', 'r-fake-1');
+    // Its pages in another engine's pool, at an epoch not its own: not so, and not journaled.
+    await append('no-4', 'room.bootstrapped', 'r-fake-1', session, {
+      pages: [0],
+      pool: '/another-engines-pool',
+      epoch: 99,
+    });
     const got = new Map<string, Array<Record<string, unknown>>>();
-    await waitFor('five replies', async () => {
+    await waitFor('six replies', async () => {
       const d = await recv();
       if (d.ok) got.set(d.kind, [...(got.get(d.kind) ?? []), d.payload]);
-      return (got.get('ack')?.length ?? 0) + (got.get('nack')?.length ?? 0) >= 5;
+      return (got.get('ack')?.length ?? 0) + (got.get('nack')?.length ?? 0) >= 6;
     });
     const acks = got.get('ack') ?? [];
     expect(acks.map((a) => a.status)).toEqual(['applied', 'duplicate']);
@@ -124,8 +127,12 @@ describe('malformed and hostile bus traffic', () => {
       'BUS_INVALID_EVENT',
       'BUS_INVALID_EVENT',
       'BUS_INVALID_EVENT',
+      'BUS_INVALID_EVENT',
     ]);
     expect(got.get('nack')?.[2]?.message).toMatch(/^room\.bootstrapped: data\.pages /);
+    expect(got.get('nack')?.[3]?.message).toMatch(
+      /^room\.bootstrapped of r-fake-1 names pool \/another-engines-pool epoch 99, but fake-d registered pool \S+ epoch \d+$/,
+    );
     // The committed event reached the engine as an `event`, once.
     expect(
       (got.get('event') ?? []).filter(

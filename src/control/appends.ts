@@ -187,6 +187,18 @@ export class AppendRelay {
       );
       return;
     }
+    if (event.type === 'room.bootstrapped') {
+      // Its pages are in its own pool: naming another engine's, or another epoch of its own, is
+      // not so, and the journal is what operators read after an incident.
+      const { pool, epoch } = event.data;
+      if ((pool !== undefined && pool !== s.pool) || (epoch !== undefined && epoch !== s.epoch)) {
+        this.bus.drops.record('bad_payload', { engine, type, room });
+        refuse(
+          `room.bootstrapped of ${room} names pool ${pool ?? '-'} epoch ${epoch ?? '-'}, but ${engine} registered pool ${s.pool} epoch ${s.epoch}`,
+        );
+        return;
+      }
+    }
     const eventId = engineEventId(engine, msg.eventId);
     const rejected = !this.deps.book.project(event, engine, eventId);
     if (!this.rejections.take(engine, rejected, this.deps.clock.now())) {

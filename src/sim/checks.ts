@@ -296,8 +296,13 @@ export function liarsOut(
   lied: ReadonlyMap<string, number>,
   roleOf: (engine: string) => string | undefined,
 ): Violation[] {
-  if (plan.length !== 1 || plan[0]?.kind !== 'lie') return [];
-  const liar = plan[0].target as string;
+  // A liar whose words fail rooms: blaming its peers, or a prefill engine saying its transfers
+  // hold bytes they do not (`phantom`). Other shapes are refused, or cost nothing.
+  const f = plan[0];
+  const phantom =
+    f?.kind === 'lie-protocol' && f.shape === 'phantom' && roleOf(f.target ?? '') === 'prefill';
+  if (f === undefined || plan.length !== 1 || !(f.kind === 'lie' || phantom)) return [];
+  const liar = f.target as string;
   const peers = new Set(
     events.filter((e) => e.type === 'engine.registered' && e.engine !== liar).map((e) => e.engine),
   );

@@ -5,7 +5,7 @@
  * journal/memory/, transfer/memory/).
  */
 import type { Random } from '../ports/random.ts';
-import type { Fleet } from './fleet.ts';
+import { type Fleet, LIE_SHAPES, type LieShape } from './fleet.ts';
 
 export const FAULT_KINDS = [
   /** The link between the control plane and an engine is down (a cut cable, a dead switch port). */
@@ -55,6 +55,13 @@ export const FAULT_KINDS = [
    * the fault ends; what a failed write left is not cut back, and a crash tears it.
    */
   'archive-eio',
+  /**
+   * An admitted engine's other lies within the protocol, one shape drawn per fault (fleet.ts
+   * `LIE_SHAPES`): appends for rooms not its own, another engine's pool and epoch, a transfer
+   * it says completed that never ran, prefix blocks it does not hold. None may cost another
+   * engine anything or reach another client's stream.
+   */
+  'lie-protocol',
 ] as const;
 
 export type FaultKind = (typeof FAULT_KINDS)[number];
@@ -64,6 +71,8 @@ export const STORAGE_KINDS: readonly FaultKind[] = ['archive-full', 'archive-eio
 
 export interface PlannedFault {
   kind: FaultKind;
+  /** `lie-protocol`: what the engine lies about. */
+  shape?: LieShape;
   /** The engine it hits; null for the journal and the control plane. */
   target: string | null;
   /** When it starts, in ms after the workload's start, and how long it lasts. */
@@ -137,12 +146,13 @@ export function planFaults(
           ? Math.round(spanMs + random.next() * LATE_MS)
           : Math.round(random.next() * spanMs);
     const forMs = kind === 'relapse' ? random.between(15_000, 30_000) : random.between(500, 8000);
+    const lie = kind === 'lie-protocol' ? { shape: random.pick(LIE_SHAPES) } : {};
     // A planner retires engines one at a time: it is never correlated.
     if (shape === 'whole' && target !== null && kind !== 'retire' && random.next() < 0.25) {
       const role = engines.prefill.includes(target) ? engines.prefill : engines.decode;
-      return role.map((t) => ({ kind, target: t, at, forMs }));
+      return role.map((t) => ({ kind, target: t, at, forMs, ...lie }));
     }
-    return [{ kind, target, at, forMs }];
+    return [{ kind, target, at, forMs, ...lie }];
   })
     .flat()
     .sort((a, b) => a.at - b.at);
@@ -201,7 +211,8 @@ function start(fleet: Fleet, f: PlannedFault): () => void {
       return () => inControl(() => fleet.control.registry.retiring.delete(target));
     }
     case 'lie':
-      fleet.lie(target, true);
+    case 'lie-protocol':
+      fleet.lie(target, true, f.shape ?? 'blame');
       return () => fleet.lie(target, false);
     case 'disk-full':
       fleet.refuseWrites('the simulated disk is full');

@@ -316,12 +316,16 @@ export class Fleet implements Supervisor {
    * starts saying the decode engine refused its pages. (Its lies are refused, and count against
    * it: control/engine-appends.ts, recovery/outliers.ts.) `null`: it tells the truth again.
    */
-  lie(id: string, on: boolean): void {
+  lie(id: string, on: boolean, shape: LieShape | 'blame' = 'blame'): void {
     if (!on) {
       this.lies.delete(id);
       return;
     }
     const role = this.engines.get(id)?.role;
+    if (shape !== 'blame') {
+      this.lies.set(id, lieAbout(shape, id, role === 'prefill' ? 'prefill' : 'decode', this));
+      return;
+    }
     const [when, reason, stage] =
       role === 'decode'
         ? (['room.decode_started', 'prefill_error', 'transferred'] as const)
@@ -335,6 +339,15 @@ export class Fleet implements Supervisor {
           }
         : event,
     );
+  }
+
+  /** The live room of another engine of `role` than `engine` (the first in the book), if any. */
+  foreignRoom(engine: string, role: 'prefill' | 'decode'): string | null {
+    for (const r of this.disk.rooms.values()) {
+      const owner = role === 'prefill' ? r.prefillEngine : r.decodeEngine;
+      if (r.deadlineAt !== null && owner !== null && owner !== engine) return r.room;
+    }
+    return null;
   }
 
   /** Calls `fn` each time a process of the engine starts; returns what stops it. */
@@ -488,4 +501,51 @@ export class Fleet implements Supervisor {
       this.storage.remove();
     }
   }
+}
+
+/**
+ * What an engine can lie about beyond whom it blames (`lie-protocol`): `foreign` — its appends
+ * (all but its releases) name a live room of another engine of its role; `pool` — a decode engine's `room.bootstrapped`
+ * names another decode engine's pool and an epoch past it; `phantom` — a prefill engine says its
+ * transfers completed with bytes they do not hold (a checksum of nothing it sent: the decode
+ * engine is told `kv_arrived` for a transfer that is not so); `blocks` —
+ * a prefill engine says it stored prefix blocks it never computed. A shape the engine's role
+ * cannot tell (`pool` of a prefill engine, `phantom` or `blocks` of a decode one) is `foreign`.
+ */
+export const LIE_SHAPES = ['foreign', 'pool', 'phantom', 'blocks'] as const;
+export type LieShape = (typeof LIE_SHAPES)[number];
+
+function lieAbout(
+  shape: LieShape,
+  id: string,
+  role: 'prefill' | 'decode',
+  fleet: Pick<Fleet, 'foreignRoom'>,
+): (event: AppendEvent) => AppendEvent {
+  const fits = shape === 'foreign' || (shape === 'pool' ? role === 'decode' : role === 'prefill');
+  const own: LieShape = fits ? shape : 'foreign';
+  return (event) => {
+    if (own === 'pool' && event.type === 'room.bootstrapped') {
+      const other = id === 'decode-0' ? 'decode-1' : 'decode-0';
+      const epoch = typeof event.data.epoch === 'number' ? event.data.epoch + 7 : 7;
+      return { ...event, data: { ...event.data, pool: `/sim-${other}`, epoch } } as AppendEvent;
+    }
+    if (own === 'phantom' && event.type === 'room.transfer_completed')
+      return { ...event, data: { ...event.data, checksum: '0badf00d' } } as AppendEvent;
+    if (own === 'blocks' && event.type === 'room.transfer_posted') {
+      const made = [1, 2, 3].map((n) => `${id}-${event.room}-${n}`.padEnd(32, '0').slice(0, 32));
+      const hex = made.map((m) => Buffer.from(m).toString('hex').slice(0, 32));
+      const stored = Array.isArray(event.data.storedBlocks) ? event.data.storedBlocks : [];
+      return {
+        ...event,
+        data: { ...event.data, storedBlocks: [...stored, ...hex] },
+      } as AppendEvent;
+    }
+    // Its releases stay its own: an engine that never frees its rooms is another fault (a leak
+    // only its restart ends), not a word about another engine.
+    if (own === 'foreign' && event.type !== 'room.released') {
+      const other = fleet.foreignRoom(id, role);
+      if (other !== null && other !== event.room) return { ...event, room: other } as AppendEvent;
+    }
+    return event;
+  };
 }

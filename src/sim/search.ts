@@ -194,7 +194,7 @@ export async function search(o: SearchOptions, print: (line: string) => void): P
     virtualMs += r.virtualMs;
     const injected = r.faults.map(
       (f) =>
-        `${f.kind}${f.target ? ` ${f.target}` : ''} at ${(f.at / 1000).toFixed(1)} s for ${(f.forMs / 1000).toFixed(1)} s`,
+        `${f.kind}${f.shape ? ` (${f.shape})` : ''}${f.target ? ` ${f.target}` : ''} at ${(f.at / 1000).toFixed(1)} s for ${(f.forMs / 1000).toFixed(1)} s`,
     );
     const first = r.leaders[0]?.acquiredAt ?? 0;
     const takeovers = r.leaders
