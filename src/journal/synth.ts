@@ -327,7 +327,8 @@ export function* synthEvents(
     }
     // Who holds pages: decode from bootstrapping on, prefill from prefilling until it released
     // them after the transfer. Each engine releases every room of its own once it ends, holding
-    // pages or not, as engines do (retention takes only rooms released by both).
+    // pages or not, as engines do (retention takes only rooms released by both); one that held
+    // none releases a millisecond later, drawing nothing (a seed's journal is otherwise as before).
     const reached = (x: LiveState) => LIVE_STATES.indexOf(state) >= LIVE_STATES.indexOf(x);
     const release = () => {
       if (!reached('transferred'))
@@ -336,7 +337,7 @@ export function* synthEvents(
           room,
           engine: p,
           source: p,
-          ts: at(logn(1)),
+          ts: at(reached('prefilling') ? logn(1) : 1),
           data: { pages: reached('prefilling') ? pages : 0 },
         });
       out.push({
@@ -344,7 +345,7 @@ export function* synthEvents(
         room,
         engine: d,
         source: d,
-        ts: at(logn(1)),
+        ts: at(reached('bootstrapping') ? logn(1) : 1),
         data: { pages: reached('bootstrapping') ? pages : 0 },
       });
     };
