@@ -364,6 +364,31 @@ describe('pdctl on a synthetic journal', () => {
     const none = await pdctl(['room', 'ticket-1', '--journal', path]);
     expect(none.code).toBe(1);
     expect(none.stdout).toMatch(/no room and no request ticket-1 .*\(pruned, or never created\)/);
+    expect(none.stdout).not.toMatch(/without their ids/);
+    // Past the cap of ids waiting on a journal that refused writes, refusals are counted without
+    // their ids: an id found nowhere then says so, and when.
+    const j2 = await SqliteJournal.open({ path });
+    await j2.append({
+      type: 'request.refused',
+      source: 'api',
+      data: {
+        reason: 'journal_unavailable',
+        status: 503,
+        count: 50,
+        requestIds: Array.from({ length: 20 }, (_, i) => `kept-${i}`),
+        message: 'the journal refuses writes',
+        firstAt: at + 60_000,
+        lastAt: at + 61_000,
+      },
+    });
+    await j2.drain();
+    const unkept =
+      '30 refused requests from 2026-11-30T03:13:00.000Z to 2026-11-30T03:13:01.000Z were counted without their ids (more waited than are kept while the journal refused writes): if it was refused then, its id was not kept';
+    const lost = await pdctl(['room', 'ticket-1', '--journal', path]);
+    expect(lost.code).toBe(1);
+    expect(lost.stdout.trim().split('\n').at(-1)).toBe(unkept);
+    const listed = await pdctl(['rooms', '--request-id', 'ticket-1', '--journal', path]);
+    expect(listed.stdout.trim().split('\n').at(-1)).toBe(unkept);
   });
 
   it('filters failed rooms by reason, and stats count the same rooms', async () => {

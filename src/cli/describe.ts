@@ -16,6 +16,28 @@ export function describeRefusal(ev: JournalEventOf<'request.refused'>): string {
   return `refused at ${new Date(d.firstAt).toISOString()}: ${d.status} ${d.reason} — ${d.message}${others}`;
 }
 
+/**
+ * For an id found nowhere: the refused requests counted without their ids (more than 100,000
+ * waited while the journal refused writes: api/refusals.ts), which it may be one of; null when
+ * every refusal kept its ids.
+ */
+export function describeUnkept(
+  refusals: readonly JournalEventOf<'request.refused'>[],
+): string | null {
+  let count = 0;
+  let from = Number.POSITIVE_INFINITY;
+  let to = 0;
+  for (const { data } of refusals) {
+    const unkept = data.count - data.requestIds.length;
+    if (unkept <= 0) continue;
+    count += unkept;
+    from = Math.min(from, data.firstAt);
+    to = Math.max(to, data.lastAt);
+  }
+  if (count === 0) return null;
+  return `${count} refused requests from ${new Date(from).toISOString()} to ${new Date(to).toISOString()} were counted without their ids (more waited than are kept while the journal refused writes): if it was refused then, its id was not kept`;
+}
+
 export function describeEvent(ev: JournalEvent): string {
   switch (ev.type) {
     case 'room.created': {

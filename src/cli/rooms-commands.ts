@@ -8,7 +8,7 @@ import { isRoomState, ROOM_STATES, type RoomState } from '../journal/states.ts';
 import { HIDDEN_ORIGINS, originFilter, type RoomFilter, type Timeline } from '../journal/store.ts';
 import { formatDuration, formatTs, parseTime } from '../time.ts';
 import { ARCHIVE_HELP, type CommonOptions, EXIT, openReader, print, printJson } from './context.ts';
-import { describeEvent, describeRefusal, roomOutcome } from './describe.ts';
+import { describeEvent, describeRefusal, describeUnkept, roomOutcome } from './describe.ts';
 import {
   type RoomReader,
   reaching,
@@ -98,6 +98,11 @@ export async function roomsCommand(opts: RoomsOptions): Promise<number> {
         : '';
     if (page.rooms.length === 0) {
       if (refusals.length === 0) print(`no rooms match${hidden}`);
+      const unkept =
+        filter.requestId && refusals.length === 0
+          ? describeUnkept(await reader.tail({ type: 'request.refused', limit: 10_000 }))
+          : null;
+      if (unkept) print(unkept);
       for (const ev of refusals)
         print(`no room: request ${filter.requestId} ${describeRefusal(ev)}`);
       return EXIT.ok;
@@ -143,10 +148,15 @@ export async function roomCommand(id: string, opts: CommonOptions & RemoteOption
         if (opts.json) printJson(refusals.length > 0 ? { request_id: id, rooms: [], refusals } : t);
         else if (refusals.length > 0)
           for (const ev of refusals) print(`request ${id}: ${describeRefusal(ev)}`);
-        else
+        else {
           print(
             `no room and no request ${id} in ${opts.url ?? opts.journal} (pruned, or never created)`,
           );
+          const unkept = describeUnkept(
+            await reader.tail({ type: 'request.refused', limit: 10_000 }),
+          );
+          if (unkept) print(unkept);
+        }
         return refusals.length > 0 ? EXIT.ok : EXIT.problem;
       }
       const timelines = await Promise.all(rooms.map((r) => reader.timeline(r.room)));
