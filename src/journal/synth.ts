@@ -330,24 +330,21 @@ export function* synthEvents(
     // pages or not, as engines do (retention takes only rooms released by both); one that held
     // none releases a millisecond later, drawing nothing (a seed's journal is otherwise as before).
     const reached = (x: LiveState) => LIVE_STATES.indexOf(state) >= LIVE_STATES.indexOf(x);
-    const release = () => {
-      if (!reached('transferred'))
-        out.push({
-          type: 'room.released',
-          room,
-          engine: p,
-          source: p,
-          ts: at(reached('prefilling') ? logn(1) : 1),
-          data: { pages: reached('prefilling') ? pages : 0 },
-        });
+    /** `engine` releases the room: its pages if it held them since `holdsFrom`, else none. */
+    const releasedBy = (engine: string, holdsFrom: LiveState) => {
+      const held = reached(holdsFrom);
       out.push({
         type: 'room.released',
         room,
-        engine: d,
-        source: d,
-        ts: at(reached('bootstrapping') ? logn(1) : 1),
-        data: { pages: reached('bootstrapping') ? pages : 0 },
+        engine,
+        source: engine,
+        ts: at(held ? logn(1) : 1),
+        data: { pages: held ? pages : 0 },
       });
+    };
+    const release = () => {
+      if (!reached('transferred')) releasedBy(p, 'prefilling');
+      releasedBy(d, 'bootstrapping');
     };
     if (outcome === 'complete') {
       const tokens = rand() < 0.7 ? Math.round(maxTokens * (0.2 + 0.8 * rand())) : maxTokens;
