@@ -57,8 +57,8 @@ export const FAULT_KINDS = [
   'archive-eio',
   /**
    * An admitted engine's other lies within the protocol, one shape drawn per fault (fleet.ts
-   * `LIE_SHAPES`): appends for rooms not its own, another engine's pool and epoch, a transfer
-   * it says completed that never ran, prefix blocks it does not hold. None may cost another
+   * `LIE_SHAPES`): appends for rooms not its own, another engine's pool and epoch, a transfer's
+   * checksum of bytes it never sent, prefix blocks it does not hold. None may cost another
    * engine anything or reach another client's stream.
    */
   'lie-protocol',
