@@ -25,6 +25,7 @@ import { seededIds } from '../ports/ids.ts';
 import { type Random, seeded } from '../ports/random.ts';
 import { engineExited } from '../recovery/exits.ts';
 import type { EscalationLadder } from '../recovery/ladder.ts';
+import type { OutlierDetector } from '../recovery/outliers.ts';
 import { restartDelayMs, type Supervisor } from '../recovery/supervisor.ts';
 import { MemoryTransferCore } from '../transfer/memory/core.ts';
 import { MemoryPools } from '../transfer/memory/pool.ts';
@@ -178,6 +179,11 @@ export class Fleet implements Supervisor {
   /** The control plane's background canary. */
   get canary(): Canary {
     return this.planes.live.canary;
+  }
+
+  /** The control plane's outlier detector. */
+  get outliers(): OutlierDetector {
+    return this.planes.live.outliers;
   }
 
   get ladder(): EscalationLadder {

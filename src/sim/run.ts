@@ -129,8 +129,10 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
     Promise.all(AFTER_HEAL.map((request) => client(fleet, request))),
     60_000,
   );
-  // The background canary stops first: a room of its own started as the run ends would be in
-  // flight when every room must have ended.
+  // The background canary stops first, and the outlier detector's probes of ejected engines with
+  // it: a room of their own started as the run ends would be in flight when every room must have
+  // ended (seed 1873 of `all`: a probe's room created at the last tick).
+  fleet.outliers.stop();
   await clock.runUntil(fleet.canary.stop(), 60_000);
   await clock.run(SETTLE_MS);
   const events = fleet.disk.events;
