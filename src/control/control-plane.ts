@@ -9,7 +9,6 @@
 import type { CommandName } from '../bus/protocol.ts';
 import type { BusServer, BusServerHandlers, BusStatus } from '../bus/server.ts';
 import type { JournalEvent } from '../journal/events.ts';
-import type { RoomAbortReason } from '../journal/reasons.ts';
 import type { Room } from '../journal/reducer.ts';
 import type { AppendResult, JournalHealth, JournalStore, Subscription } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
@@ -118,7 +117,6 @@ export class ControlPlane {
       graceMs: o.journalOutageGraceMs,
     });
     this.aborts = new Aborts(journal, (room) => book.room(room), o.log, o.abortGraceMs, clock);
-    // What most parts are built on; each takes what its deps name.
     const common = {
       journal,
       bus,
@@ -165,8 +163,10 @@ export class ControlPlane {
       const deps = { ...into, journal, clock: cp.clock, policy: cp.options };
       cp.checkpoints = new Checkpointer(deps, restored);
       cp.subscription = journal.subscribe(head, (ev) => cp.onCommitted(ev));
-      const orphansFailed = await step('orphansMs', () => failOrphans(journal, orphans, cp.log));
-      cp.startup = { orphansFailed, took, checkpoint: restored.from, folded: restored.folded };
+      const refused = await step('orphansMs', () => failOrphans(journal, orphans, cp.log));
+      cp.outage.orphansRefused(refused);
+      const { from: checkpoint, folded } = restored;
+      cp.startup = { orphansFailed: orphans.length, took, checkpoint, folded };
       await cp.bus.listen(cp.handlers());
       const every = (ms: number, f: () => void) =>
         cp.timers.push(cp.clock.setInterval(f, ms).unref());
@@ -301,8 +301,7 @@ export class ControlPlane {
   submit(request: SubmitRequest): RoomStream {
     if (this.closing)
       throw new ControlError('CONTROL_CLOSED', 'the control plane is shutting down');
-    const gone: RoomAbortReason = 'client_disconnect';
-    return this.intake.submit(request, (room) => this.abort(room, gone, 'client'));
+    return this.intake.submit(request, (room) => this.abort(room, 'client_disconnect', 'client'));
   }
 
   // ── engines lost, fenced, commanded (migration.ts moves their rooms) ──────────────────────

@@ -3,7 +3,8 @@
  * every room in flight stops at its next transition, so its client would wait for the state's
  * deadline. Once the outage has lasted the grace period, each such client is answered now; when
  * writes return, those rooms are failed in the journal (`journal_unavailable`) so their engines
- * free them (docs/incident.md, rule 2).
+ * free them (docs/incident.md, rule 2). Rooms a restarted control plane found in flight and could
+ * not fail at its start (a full disk) are failed the same way, as `orphaned_by_restart`.
  *
  * Decided apart from done (issue 41): `decideOutage` is a pure function of what the control plane
  * sees at a tick — it returns the next state and the commands to run — and `JournalOutage` runs
@@ -13,6 +14,7 @@
 import type { Room } from '../journal/reducer.ts';
 import { isTerminal, type RoomState } from '../journal/states.ts';
 import type { JournalStore } from '../journal/store.ts';
+import { orphanedEventId } from './orphans.ts';
 
 export interface OutageState {
   /** Since when the journal refuses writes (0: it takes them). */
@@ -22,18 +24,24 @@ export interface OutageState {
    * moved nothing meanwhile, so evidence against them counts only from then (stalls.ts).
    */
   readonly refusedAt: number;
-  /** Rooms whose clients were answered during an outage: failed in the journal once it can. */
-  readonly unrecorded: ReadonlySet<string>;
+  /**
+   * Rooms to fail in the journal once it can, each with its reason: those whose clients were
+   * answered during an outage, and the orphans a restart could not fail.
+   */
+  readonly unrecorded: ReadonlyMap<string, UnrecordedReason>;
   /** Their failures are being appended now: none is tried again until that ends. */
   readonly failing: boolean;
   /** A probe of the journal is being appended now. */
   readonly probing: boolean;
 }
 
+/** Why a room the journal could not take a failure for is failed once it can. */
+export type UnrecordedReason = 'journal_unavailable' | 'orphaned_by_restart';
+
 export const NO_OUTAGE: OutageState = Object.freeze({
   since: 0,
   refusedAt: 0,
-  unrecorded: new Set<string>(),
+  unrecorded: new Map<string, UnrecordedReason>(),
   failing: false,
   probing: false,
 });
@@ -53,14 +61,21 @@ export interface OutageTick {
 export type OutageCommand =
   /** Answer the room's client now, with `reason`. */
   | { kind: 'end_stream'; room: string; reason: string }
-  /** Fail these rooms in the journal (`journal_unavailable`), each at its stage. */
-  | { kind: 'record_failures'; rooms: ReadonlyArray<{ room: string; stage: RoomState }> }
+  /** Fail these rooms in the journal, each at its stage, for its reason. */
+  | { kind: 'record_failures'; rooms: readonly Unrecorded[] }
   /**
    * Append one `recovery.action` (`journal_writable`): the journal says it takes writes again only
    * once a commit succeeds, and with no failure left to record and every request refused, nothing
    * else would ever try one. It commits once — when the disk has room again — and says so.
    */
   | { kind: 'probe'; since: number; lastError: string | null };
+
+/** A room to fail in the journal: where it stands now, and why. */
+export interface Unrecorded {
+  room: string;
+  stage: RoomState;
+  reason: UnrecordedReason;
+}
 
 /** One tick: the next state, and what to do. */
 export function decideOutage(
@@ -80,13 +95,13 @@ export function decideOutage(
   } else since = 0;
   // Tried on every tick until it commits: the attempt is also what finds the disk has room again
   // (nothing else may be committing). Rooms that ended meanwhile need nothing.
-  const unrecorded = new Set<string>();
-  const rooms: Array<{ room: string; stage: RoomState }> = [];
-  for (const room of s.unrecorded) {
+  const unrecorded = new Map<string, UnrecordedReason>();
+  const rooms: Unrecorded[] = [];
+  for (const [room, reason] of s.unrecorded) {
     const stage = t.stateOf(room);
     if (stage === undefined || isTerminal(stage)) continue;
-    unrecorded.add(room);
-    rooms.push({ room, stage });
+    unrecorded.set(room, reason);
+    rooms.push({ room, stage, reason });
   }
   const record = rooms.length > 0 && !s.failing;
   if (record) commands.push({ kind: 'record_failures', rooms });
@@ -109,13 +124,15 @@ export function outageRecorded(
   s: OutageState,
   o:
     | { kind: 'streams_ended'; rooms: readonly string[] }
+    | { kind: 'orphans_refused'; rooms: readonly string[] }
     | { kind: 'failures_recorded'; rooms: readonly string[] }
     | { kind: 'probed' },
 ): OutageState {
   if (o.kind === 'probed') return { ...s, probing: false };
-  const unrecorded = new Set(s.unrecorded);
-  if (o.kind === 'streams_ended') {
-    for (const room of o.rooms) unrecorded.add(room);
+  const unrecorded = new Map(s.unrecorded);
+  if (o.kind !== 'failures_recorded') {
+    const reason = o.kind === 'streams_ended' ? 'journal_unavailable' : 'orphaned_by_restart';
+    for (const room of o.rooms) if (!unrecorded.has(room)) unrecorded.set(room, reason);
     return { ...s, unrecorded };
   }
   for (const room of o.rooms) unrecorded.delete(room);
@@ -143,6 +160,15 @@ export class JournalOutage {
   /** The last time the journal was found refusing writes (unix ms); 0: never. */
   get refusedAt(): number {
     return this.state.refusedAt;
+  }
+
+  /**
+   * Rooms a restart found in flight whose failure the journal refused at start: failed
+   * (`orphaned_by_restart`) once it takes writes, not left to their states' deadlines (up to ten
+   * minutes of their engines' pages: found by the simulator, seed 1429).
+   */
+  orphansRefused(rooms: readonly string[]): void {
+    this.state = outageRecorded(this.state, { kind: 'orphans_refused', rooms });
   }
 
   /** One look at the journal; the control plane calls it every 250 ms. */
@@ -187,17 +213,19 @@ export class JournalOutage {
     this.state = outageRecorded(this.state, { kind: 'probed' });
   }
 
-  private async recordFailures(rooms: ReadonlyArray<{ room: string; stage: RoomState }>) {
+  private async recordFailures(rooms: readonly Unrecorded[]) {
     const recorded: string[] = [];
     await Promise.all(
-      rooms.map(async ({ room, stage }) => {
+      rooms.map(async ({ room, stage, reason }) => {
         try {
           await this.deps.journal.append({
             type: 'room.failed',
             room,
             source: 'control',
-            eventId: `${room}:journal-outage`,
-            data: { reason: 'journal_unavailable', stage, detectedBy: 'control' },
+            // An orphan's id is the one its restart tried (orphans.ts): a commit of either is one.
+            eventId:
+              reason === 'orphaned_by_restart' ? orphanedEventId(room) : `${room}:journal-outage`,
+            data: { reason, stage, detectedBy: 'control' },
           });
           recorded.push(room);
         } catch {

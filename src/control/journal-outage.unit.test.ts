@@ -49,8 +49,8 @@ describe('decideOutage', () => {
       {
         kind: 'record_failures',
         rooms: [
-          { room: 'r1', stage: 'decoding' },
-          { room: 'r3', stage: 'prefilling' },
+          { room: 'r1', stage: 'decoding', reason: 'journal_unavailable' },
+          { room: 'r3', stage: 'prefilling', reason: 'journal_unavailable' },
         ],
       },
     ]);
@@ -59,9 +59,30 @@ describe('decideOutage', () => {
     expect(decideOutage(back.state, tick({ stateOf: (r) => stages[r] })).commands).toEqual([]);
     // r3 was refused again: the next tick tries it alone.
     const after = outageRecorded(back.state, { kind: 'failures_recorded', rooms: ['r1'] });
-    expect([...after.unrecorded]).toEqual(['r3']);
+    expect([...after.unrecorded.keys()]).toEqual(['r3']);
     expect(decideOutage(after, tick({ stateOf: (r) => stages[r] })).commands).toEqual([
-      { kind: 'record_failures', rooms: [{ room: 'r3', stage: 'prefilling' }] },
+      {
+        kind: 'record_failures',
+        rooms: [{ room: 'r3', stage: 'prefilling', reason: 'journal_unavailable' }],
+      },
+    ]);
+  });
+
+  it('fails the orphans a restart could not fail as orphaned_by_restart, once writes return', () => {
+    // Found by the simulator (seed 1429): a control plane restarted on a full disk left its
+    // orphans to their states' deadlines — ten minutes of a decoding room's pages.
+    const left = outageRecorded(NO_OUTAGE, { kind: 'orphans_refused', rooms: ['o1'] });
+    // A client answered meanwhile does not change why the orphan is failed.
+    const both = outageRecorded(left, { kind: 'streams_ended', rooms: ['o1', 'r1'] });
+    const stages: Record<string, RoomState> = { o1: 'decoding', r1: 'prefilling' };
+    expect(decideOutage(both, tick({ stateOf: (r) => stages[r] })).commands).toEqual([
+      {
+        kind: 'record_failures',
+        rooms: [
+          { room: 'o1', stage: 'decoding', reason: 'orphaned_by_restart' },
+          { room: 'r1', stage: 'prefilling', reason: 'journal_unavailable' },
+        ],
+      },
     ]);
   });
 

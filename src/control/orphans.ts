@@ -61,19 +61,22 @@ async function allRooms(journal: Pick<JournalStore, 'rooms'>, filter: RoomFilter
   return rooms;
 }
 
+/** The id of an orphan's failure: one however often it is tried (journal-outage.ts tries again). */
+export const orphanedEventId = (room: string) => `${room}:orphaned`;
+
 /**
- * Fails the orphans and journals the recovery action; returns how many there were. A journal that
- * refuses writes (a full disk) does not stop the control plane from starting: the orphans it could
- * not fail stay in the room book, and the watchdog fails them past their deadlines once it can
- * (before, `pdctl serve` on a full disk with rooms left in flight exited at start: found by the
- * simulator).
+ * Fails the orphans and journals the recovery action; returns the orphans whose failure the
+ * journal refused. A journal that refuses writes (a full disk) does not stop the control plane
+ * from starting (before, `pdctl serve` on a full disk with rooms left in flight exited at start:
+ * found by the simulator): those orphans stay in the room book, and are failed once the journal
+ * takes writes again (journal-outage.ts).
  */
 export async function failOrphans(
   journal: Pick<JournalStore, 'append'>,
   orphans: readonly Room[],
   log: Logger,
-): Promise<number> {
-  let refused = 0;
+): Promise<string[]> {
+  const refused: string[] = [];
   await Promise.all(
     orphans.map((r) =>
       journal
@@ -81,16 +84,19 @@ export async function failOrphans(
           type: 'room.failed',
           room: r.room,
           source: 'control',
-          eventId: `${r.room}:orphaned`,
+          eventId: orphanedEventId(r.room),
           data: { reason: 'orphaned_by_restart', stage: r.state, detectedBy: 'control' },
         })
         .catch((err) => {
-          refused++;
-          log.error({ err, room: r.room }, 'could not fail an orphaned room; the watchdog will');
+          refused.push(r.room);
+          log.error(
+            { err, room: r.room },
+            'could not fail an orphaned room; it is failed once the journal takes writes',
+          );
         }),
     ),
   );
-  if (orphans.length === 0) return 0;
+  if (orphans.length === 0) return refused;
   log.warn({ rooms: orphans.length }, 'failed rooms left in flight by the previous control plane');
   await journal
     .append({
@@ -100,11 +106,11 @@ export async function failOrphans(
         action: 'fail_orphaned_rooms',
         reason: 'control plane restarted',
         outcome:
-          refused === 0
+          refused.length === 0
             ? `${orphans.length} rooms failed`
-            : `${orphans.length - refused} rooms failed; ${refused} left to the watchdog (the journal refused them)`,
+            : `${orphans.length - refused.length} rooms failed; ${refused.length} once the journal takes writes (it refused them)`,
       },
     })
     .catch((err) => log.error({ err }, 'could not journal the orphaned rooms’ recovery'));
-  return orphans.length;
+  return refused;
 }

@@ -34,12 +34,12 @@ describe('a starting control plane', () => {
     await j.drain();
   });
 
-  it('starts on a journal that refuses writes: the orphans it cannot fail are left to the watchdog', async () => {
+  it('starts on a journal that refuses writes: the orphans it cannot fail are returned, to fail once it takes writes', async () => {
     const j = journal();
     await j.append(created('in-flight', T0));
     const orphans = await roomsInFlight(j);
     j.refuseWrites('the disk is full');
-    await expect(failOrphans(j, orphans, silentLogger)).resolves.toBe(1);
+    await expect(failOrphans(j, orphans, silentLogger)).resolves.toEqual(['in-flight']);
     j.refuseWrites(null);
     expect((await roomsInFlight(j)).map((r) => r.room)).toEqual(['in-flight']);
     await j.drain();

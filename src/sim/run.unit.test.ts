@@ -391,6 +391,25 @@ describe('a simulated fleet whose faults land late, and on a whole role at once'
     }
   });
 
+  it('fails the rooms a restart on a full disk found in flight once the disk takes writes, not at their deadlines', async () => {
+    // Seed 1429 of every kind through `lie-protocol` (plan whole, 200 rooms): a control plane
+    // killed while the disk was full came back on it and could not fail the room left decoding;
+    // it waited for its 600 s deadline, long after the run (every_room_ends), until the orphans a
+    // start could not fail were failed once writes returned (control/journal-outage.ts).
+    const r = await runSeed({
+      seed: 1429,
+      rooms: 200,
+      faults: [...THROUGH_LIE, 'lie-protocol'],
+      plan: 'whole',
+      keepTrace: true,
+    });
+    expect(r.violations).toEqual([]);
+    const orphaned = (r.trace ?? []).filter(
+      (e) => e.type === 'room.failed' && e.data.reason === 'orphaned_by_restart',
+    );
+    expect(orphaned.length).toBeGreaterThan(0);
+  });
+
   it('runs the SQLite journal as production does — packing, retention into an archive — and every committed room reads back', async () => {
     // Seed 3 of --journal sqlite --faults all: a prefill engine frozen through a canary room's
     // abort reconnected after retention had pruned the room, unreleased; it never released it
