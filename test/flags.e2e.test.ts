@@ -4,8 +4,10 @@
  * variable, where it has one) is shown reaching the part it configures, by what that part then
  * does or reports through pdctl's own front doors (HTTP, the engines it starts, its log lines).
  * An option with no row fails the first test, so a flag that parses and is never read cannot slip
- * in again (`serve --archive` once did, and every test passed). A row not proven yet is a `todo`
- * saying what would prove it: listed, never counted as passing.
+ * in again (`serve --archive` once did, and every test passed). A row proven by a test of another
+ * file (one that runs anyway: the failover of a PostgreSQL journal, a llama.cpp model) names it,
+ * and that it is still there is checked. A row not proven yet is a `todo` saying what would
+ * prove it: listed, never counted as passing.
  */
 import type { ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -20,7 +22,7 @@ import { pdctl, spawnTs } from './helpers/spawn.ts';
 import { waitFor } from './helpers/stack.ts';
 import { tempDir } from './helpers/tmp.ts';
 
-type Proof = { test: string } | { todo: string };
+type Proof = { test: string } | { file: string; test: string } | { todo: string };
 
 /** The options a command parses: its long flag and its environment variable. */
 function optionsOf(path: string[]): Array<{ flag: string; env: string | null }> {
@@ -39,6 +41,14 @@ const DRILL = 'drill: malformed-frames, quick, with its report';
 const DRILL_EXITS = 'drill: flags that refuse to start where they cannot hold';
 const PRUNE = 'journal prune: on a stopped journal';
 const PRUNE_URL = 'journal prune --url: on a serving one';
+/** Rows proven by tests of other files. */
+const PG = 'test/postgres.e2e.test.ts';
+const LLAMA_SERVE = 'test/llama/serve.e2e.test.ts';
+const LLAMA_ROOMS = 'test/llama/rooms.e2e.test.ts';
+const DRILLS = 'test/drill.e2e.test.ts';
+const FAILING = 'test/attacks/failing-engine.e2e.test.ts';
+const FAILING_TEST =
+  'reaches its client as the failure it was under pdctl serve --retry-limit 0 --no-outlier-ejection, and the engine stays in rotation';
 const ENGINE_TODO =
   'passed to the engines serve starts (the wide run reads their command lines); what the engine does with it is `engine`’s row';
 
@@ -50,9 +60,12 @@ const PROOFS: Record<string, Record<string, Proof>> = {
     '--data-dir': { test: WIDE },
     '--journal': { test: WIDE },
     '--standby': { test: EXITS },
-    '--lease-ms': { todo: 'PostgreSQL only: a standby taking over after the lease (pg tests)' },
+    '--lease-ms': {
+      file: PG,
+      test: 'refuses a second leader, and --standby without a shared journal, with what to do',
+    },
     '--bus': { test: WIDE },
-    '--durability': { todo: 'no front door shows the journal’s synchronous mode yet' },
+    '--durability': { test: ENV },
     '--retain': { test: WIDE },
     '--archive': { test: WIDE },
     '--retain-events': { test: WIDE },
@@ -67,7 +80,10 @@ const PROOFS: Record<string, Record<string, Proof>> = {
     '--slo-itl-ms': { test: WIDE },
     '--model': { test: EXITS },
     '--sequences': { test: WIDE },
-    '--context-size': { todo: `${ENGINE_TODO}; needs --model (a GGUF)` },
+    '--context-size': {
+      file: LLAMA_SERVE,
+      test: 'refuses a request beyond the context with context_length_exceeded, writing nothing',
+    },
     '--threads': { todo: `${ENGINE_TODO}; needs --model (a GGUF)` },
     '--gpu': { test: WIDE },
     '--pages': { test: WIDE },
@@ -87,11 +103,17 @@ const PROOFS: Record<string, Record<string, Proof>> = {
     '--router-overlap-weight': { todo: 'no front door shows it; a prefix-heavy load’s pairs' },
     '--canary-interval-ms': { test: WIDE },
     '--canary-deadline-ms': { test: BY_HAND },
-    '--no-restart-stalled': { todo: 'a stalled engine left on the ladder’s first rung' },
-    '--no-outlier-ejection': { todo: 'a failing engine never ejected' },
+    '--no-restart-stalled': {
+      file: 'test/health.e2e.test.ts',
+      test: 'turns ready and deep red within 5 s of a frozen prefill bus loop, while /health stays green',
+    },
+    '--no-outlier-ejection': { file: FAILING, test: FAILING_TEST },
     '--allow-fault-injection': { test: WIDE },
-    '--migration-limit': { todo: 'a room migrated that many times, then failed' },
-    '--retry-limit': { todo: 'a request tried that many times on another pair' },
+    '--migration-limit': {
+      file: 'test/engine-restart.e2e.test.ts',
+      test: 'a request whose engines die more often than pdctl serve --migration-limit fails cleanly',
+    },
+    '--retry-limit': { file: FAILING, test: FAILING_TEST },
     '--request-timeout-ms': { test: WIDE },
     '--max-connections': { test: WIDE },
     '--admission-wait-ms': { test: ENV },
@@ -104,7 +126,10 @@ const PROOFS: Record<string, Record<string, Proof>> = {
     '--id': { test: BY_HAND },
     '--control': { test: BY_HAND },
     '--model': { test: ENGINE_EXITS },
-    '--sequences': { todo: 'rooms decoded at once, past which they queue' },
+    '--sequences': {
+      file: LLAMA_ROOMS,
+      test: 'refuses an engine whose KV states the others could not load (another --sequences)',
+    },
     '--context-size': { todo: 'needs --model (a GGUF)' },
     '--threads': { todo: 'needs --model (a GGUF)' },
     '--gpu': { todo: 'needs --model (a GGUF)' },
@@ -118,7 +143,10 @@ const PROOFS: Record<string, Record<string, Proof>> = {
     '--kv-device': { test: ENGINE_EXITS },
     '--kv-block-tokens': { todo: 'the prefix blocks a prefill engine reports' },
     '--prefix-cache-pages': { todo: 'prefix blocks kept, past which the oldest go' },
-    '--prefix-reuse': { todo: 'a shared prefix prefilled once (on) or each time (off)' },
+    '--prefix-reuse': {
+      file: LLAMA_ROOMS,
+      test: 'reuses the prefix a sequence holds: a prompt that continues an earlier one computes only the rest, token for token as a cold run',
+    },
     '--kv-transport': { test: BY_HAND },
     '--transfer-threads': { todo: 'the transfer core’s threads (/proc)' },
     '--prefill-concurrency': { todo: 'rooms prefilled at once, past which they wait' },
@@ -126,7 +154,7 @@ const PROOFS: Record<string, Record<string, Proof>> = {
     '--heartbeat-ms': { test: BY_HAND },
     '--drain-timeout-ms': { todo: 'SIGTERM with a long room in flight: cut after it' },
     '--allow-fault-injection': { test: BY_HAND },
-    '--insecure-bus': { todo: 'an engine without CURVE joining a serve --insecure-bus' },
+    '--insecure-bus': { test: WIDE },
     '--log-level': { test: BY_HAND },
     '--log-format': { test: BY_HAND },
   },
@@ -143,7 +171,10 @@ const PROOFS: Record<string, Record<string, Proof>> = {
   drill: {
     '--clients': { test: DRILL },
     '--data-dir': { test: DRILL },
-    '--url': { todo: 'a drill against a running serve (drill.e2e runs two; not yet a row here)' },
+    '--url': {
+      file: DRILLS,
+      test: '--url: drills a running pdctl serve through its HTTP API, and says what it cannot do there',
+    },
     '--model': { test: DRILL_EXITS },
     '--sequences': { todo: 'needs --model (a GGUF)' },
     '--json': { test: DRILL },
@@ -152,8 +183,11 @@ const PROOFS: Record<string, Record<string, Proof>> = {
     '--no-outlier-ejection': { todo: 'bad-engine with the corrupting engine left in rotation' },
     '--retry-limit': { todo: 'a drill whose failed rooms are tried that many times' },
     '--strict-targets': { todo: 'a drill that misses a timing target failing for it' },
-    '--journal-events': { todo: 'kill-control-plane restarting on a journal of that many events' },
-    '--postgres': { todo: 'control-plane-failover on a given server (pg tests)' },
+    '--journal-events': {
+      file: DRILLS,
+      test: 'kill-control-plane: restarted on a pre-filled journal, ready, engines not restarted, orphans failed and freed',
+    },
+    '--postgres': { file: PG, test: 'pdctl drill control-plane-failover: every invariant holds' },
     '--log-level': { test: DRILL },
   },
 };
@@ -168,15 +202,14 @@ describe('every option has a row', () => {
     for (const [flag, proof] of Object.entries(proofs))
       if ('todo' in proof) it.todo(`pdctl ${command} ${flag}: ${proof.todo}`);
   }
-  it('each test a row names exists below', () => {
-    const named = new Set(
-      Object.values(PROOFS).flatMap((rows) =>
-        Object.values(rows).flatMap((p) => ('test' in p ? [p.test] : [])),
-      ),
-    );
+  it('each test a row names exists below, or in the file it names', () => {
+    const rows = Object.values(PROOFS).flatMap((r) => Object.values(r));
+    const named = new Set(rows.flatMap((p) => ('test' in p && !('file' in p) ? [p.test] : [])));
     expect([...named].sort()).toEqual(
       [ENV, EXITS, WIDE, BY_HAND, ENGINE_EXITS, PRUNE, PRUNE_URL, DRILL, DRILL_EXITS].sort(),
     );
+    for (const p of rows)
+      if ('file' in p) expect(readFileSync(p.file, 'utf8'), p.file).toContain(`'${p.test}'`);
   });
 });
 
@@ -208,6 +241,12 @@ const completion = (url: string, maxTokens: number) =>
       max_tokens: maxTokens,
     }),
   });
+
+interface Stats {
+  journal: { path: string };
+  bus: { endpoint: string };
+  health: { synchronous?: string };
+}
 
 interface EngineView {
   id: string;
@@ -280,11 +319,11 @@ describe('pdctl serve, flag by flag', () => {
       expect(Number(new URL(url).port)).toBe(port);
       // --data-dir holds the bus key; --journal is the journal; --bus is the bus.
       expect(readFileSync(join(dataDir, 'bus.key'), 'utf8').length).toBeGreaterThan(0);
-      const stats = await json<{ journal: { path: string }; bus: { endpoint: string } }>(
-        `${url}/v1/stats`,
-      );
+      const stats = await json<Stats>(`${url}/v1/stats`);
       expect(stats.journal.path).toBe(journal);
       expect(stats.bus.endpoint).toBe(`ipc://${join(dir, 'bus.sock')}`);
+      // --durability left at its default, power: every commit fsynced (SQLite's FULL).
+      expect(stats.health.synchronous).toBe('FULL');
       expect(s.stderr()).toContain('--insecure-bus: bus traffic');
       expect(s.stderr()).toContain(`WARNING --engine-key *=${star.slice(0, 8)}`);
       // Retention as the running pass holds it.
@@ -324,6 +363,9 @@ describe('pdctl serve, flag by flag', () => {
           '--prefix-cache-pages': '16',
           '--prefix-reuse': 'off',
           '--kv-transport': 'shm',
+          // The engines registered with a bus that has no CURVE only because they read this: an
+          // engine that tried CURVE's handshake there would never get through.
+          '--insecure-bus': '',
         });
       }
       const ready = await json<{ checks: { canary: { detail: string } } }>(`${url}/health/ready`);
@@ -394,10 +436,10 @@ describe('pdctl serve, flag by flag', () => {
       const url = await s.listening;
       expect(url).toBe(`http://${host}:${port}`);
       expect(readFileSync(join(dir, 'data', 'bus.key'), 'utf8').length).toBeGreaterThan(0);
-      const stats = await json<{ journal: { path: string }; bus: { endpoint: string } }>(
-        `${url}/v1/stats`,
-      );
+      const stats = await json<Stats>(`${url}/v1/stats`);
       expect(stats.journal.path).toBe(join(dir, 'env.db'));
+      // --durability process: SQLite's NORMAL, commits not fsynced one by one.
+      expect(stats.health.synchronous).toBe('NORMAL');
       expect(stats.bus.endpoint).toBe(`ipc://${join(dir, 'bus.sock')}`);
       const retention = await json<{ policy: { roomsMs: number; archiveDir: string } }>(
         `${url}/v1/admin/journal/prune`,

@@ -80,6 +80,18 @@ describe('health that tells the truth', () => {
     expect(await (await fetch(`${s.url}/metrics`)).text()).toMatch(
       /pdctl_engine_stalled\{engine="prefill-0",kind="bus"\} 1/,
     );
+    // --no-restart-stalled: the ladder leaves it as it is. By default it is reset in place as soon
+    // as it is found (drill bus-loop-death); here, 2 s on, it is still stalled and nothing acted.
+    await new Promise((r) => setTimeout(r, 2000));
+    expect(await status('/health/ready')).toBe(503);
+    const actions = await (await fetch(`${s.url}/v1/journal?type=recovery.action`)).text();
+    const ladder = actions
+      .trim()
+      .split('\n')
+      .filter((l) => l !== '')
+      .map((l) => JSON.parse(l) as { engine: string | null; source: string })
+      .filter((e) => e.engine === 'prefill-0' && e.source === 'watchdog');
+    expect(ladder).toEqual([]);
     // A wedged engine cannot drain; end it as an operator would, so that serve stops promptly.
     process.kill(prefill?.pid as number, 'SIGKILL');
     expect(await s.stop()).toBe(0);

@@ -56,12 +56,22 @@ describe.runIf(enabled)('pdctl serve on a PostgreSQL journal', () => {
 
   it('refuses a second leader, and --standby without a shared journal, with what to do', async () => {
     const journal = await freshDatabase();
-    const a = await serve(['--journal', journal, '--canary-interval-ms', '0']);
+    // --lease-ms: the lease the leader takes and renews (2000 ms by default).
+    const a = await serve([
+      '--journal',
+      journal,
+      '--canary-interval-ms',
+      '0',
+      '--lease-ms',
+      '60000',
+    ]);
     try {
       await waitFor('the leadership note', () => /leading the journal/.test(a.stderr()));
       const b = startServe(['--journal', journal]);
       expect(await exited(b.child)).toBe(3);
       expect(b.stderr()).toMatch(/is led by .*run this one as its standby/);
+      const left = Number(/lease (\d+) ms left/.exec(b.stderr())?.[1]);
+      expect(left).toBeGreaterThan(30_000);
       // It names the leader by where it listens, not by the flags it was given (port 0).
       expect(b.stderr()).toContain(`http ${a.url} bus tcp://127.0.0.1:`);
       const c = startServe(['--standby']);
@@ -185,6 +195,8 @@ describe.runIf(enabled)('pdctl serve on a PostgreSQL journal', () => {
     const failed = report?.invariants.filter((i) => !i.ok && !i.target) ?? [];
     expect(failed, `${r.stderr.slice(-2000)}\n${JSON.stringify(failed)}`).toEqual([]);
     expect(r.code).toBe(0);
+    // --postgres: its database is on the server given, not on a throwaway cluster of its own.
+    expect(new URL(report?.journal ?? 'none:').host).toBe(new URL(pgAdminUrl() as string).host);
     expect(report?.invariants.map((i) => i.name)).toEqual([
       'SIGKILL: the standby took over',
       'SIGKILL: fault → standby ready',

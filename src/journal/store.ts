@@ -257,6 +257,11 @@ export interface JournalHealth {
   writerRestarts: number;
   /** PostgreSQL: the leadership term this process writes under; null for SQLite (no terms). */
   term: number | null;
+  /**
+   * SQLite: the writing connection's `synchronous` as SQLite reports it — FULL at `power`
+   * durability (each commit fsynced), NORMAL at `process` (docs/journal.md, "Durability").
+   */
+  synchronous?: string;
 }
 
 export interface Subscription {

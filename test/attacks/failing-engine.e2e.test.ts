@@ -2,10 +2,12 @@
  * Issue 40, item 2, played as an admitted engine that fails every room would: prefill-1 corrupts
  * every KV transfer it makes. Each of its rooms fails before its first token, is tried again on a
  * pair without it, and every client gets one whole answer; prefill-1 is ejected and the next
- * requests all go to prefill-0. With the retry and the ejection off, the failures reach the clients.
+ * requests all go to prefill-0. With the retry and the ejection off (`pdctl serve --retry-limit 0
+ * --no-outlier-ejection`), the failures reach the clients and prefill-1 stays in rotation.
  */
 import { describe, expect, it } from 'vitest';
 import { DeterministicModel, generateInProcess } from '../../src/model/deterministic.ts';
+import { serve } from '../helpers/serve.ts';
 import { collect, committed, prompt, startTestStack, waitFor } from '../helpers/stack.ts';
 
 describe('a room that fails before its first token', () => {
@@ -65,24 +67,52 @@ describe('a room that fails before its first token', () => {
     );
   });
 
-  it('reaches its client as the failure it was with --retry-limit 0', async () => {
-    const { control } = await startTestStack({
-      prefillEngines: 2,
-      engineArgs: ['--allow-fault-injection'],
-      retryLimit: 0,
-      outlierEjection: false,
-    });
-    expect(control.command('prefill-1', 'inject_fault', null, 'corrupt')).toBe(true);
-    await new Promise((r) => setTimeout(r, 200));
-    const outs = await Promise.all(
-      Array.from({ length: 12 }, (_, i) =>
-        collect(control.submit({ prompt: prompt(800 + i, 12), maxTokens: 6 })),
-      ),
-    );
-    const failed = outs.filter((o) => o.error !== null);
-    expect(failed.length).toBeGreaterThan(0);
-    for (const o of failed) expect(o.error?.message).toMatch(/kv_checksum_mismatch/);
-    const created = await control.journal.tail({ type: 'room.created', limit: 100 });
-    expect(created.filter((e) => e.data.retriedFrom !== undefined)).toEqual([]);
+  it('reaches its client as the failure it was under pdctl serve --retry-limit 0 --no-outlier-ejection, and the engine stays in rotation', async () => {
+    const s = await serve([
+      ...['--prefill', '2', '--allow-fault-injection', '--canary-interval-ms', '0'],
+      ...['--retry-limit', '0', '--no-outlier-ejection'],
+    ]);
+    try {
+      const inject = await fetch(`${s.url}/v1/admin/engines/prefill-1/commands`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ command: 'inject_fault', reason: 'corrupt' }),
+      });
+      expect(inject.status).toBe(202);
+      await new Promise((r) => setTimeout(r, 200));
+      // As many requests as got prefill-1 ejected above, with the ejection on.
+      const answers = await Promise.all(
+        Array.from({ length: 16 }, async (_, i) => {
+          const r = await fetch(`${s.url}/v1/completions`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({
+              model: 'pdctl-deterministic-1',
+              prompt: prompt(800 + i, 12),
+              max_tokens: 6,
+            }),
+          });
+          return { status: r.status, body: (await r.json()) as { error?: { message: string } } };
+        }),
+      );
+      // --retry-limit 0: a room that failed before its first token is not tried again.
+      const failed = answers.filter((a) => a.status !== 200);
+      expect(failed.length).toBeGreaterThan(0);
+      for (const a of failed) expect(a.body.error?.message).toMatch(/kv_checksum_mismatch/);
+      const journal = async (type: string) =>
+        (await (await fetch(`${s.url}/v1/journal?type=${type}`)).text())
+          .split('\n')
+          .filter((l) => l !== '')
+          .map((l) => JSON.parse(l) as { engine: string | null; data: Record<string, unknown> });
+      expect((await journal('room.created')).filter((e) => 'retriedFrom' in e.data)).toEqual([]);
+      // --no-outlier-ejection: prefill-1 failed more often than its peer, and stays in rotation
+      // (the detector looks every 250 ms; a second is four looks).
+      const failures = (await journal('room.failed')).length;
+      expect(failures).toBeGreaterThanOrEqual(5);
+      await new Promise((r) => setTimeout(r, 1000));
+      expect(await journal('engine.ejected')).toEqual([]);
+    } finally {
+      expect(await s.stop()).toBe(0);
+    }
   });
 });

@@ -410,6 +410,7 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
       ...(this.damaged ? { writable: false, lastError: this.damaged.message } : {}),
       writerRestarts: this.writer.restarts,
       term: null,
+      synchronous: this.writer.synchronous,
     };
   }
 

@@ -12,7 +12,11 @@ export interface OpenedWriter {
   headSeq: number;
   /** SQLite's page cap when opened, restored after a `limit_pages` drill. */
   maxPageCount: number;
+  /** The connection's `synchronous` as SQLite reports it (FULL, NORMAL…): what --durability set. */
+  synchronous: string;
 }
+
+const SYNCHRONOUS = ['OFF', 'NORMAL', 'FULL', 'EXTRA'];
 
 export function openWriter(init: WriterInit): OpenedWriter {
   const db = openDatabase({
@@ -23,7 +27,10 @@ export function openWriter(init: WriterInit): OpenedWriter {
     scan: init.scan ?? true,
   });
   const maxPageCount = db.pragma('max_page_count', { simple: true }) as number;
-  if (init.role === 'checkpointer') return { db, writer: null, headSeq: 0, maxPageCount };
+  const level = db.pragma('synchronous', { simple: true }) as number;
+  const synchronous = SYNCHRONOUS[level] ?? String(level);
+  if (init.role === 'checkpointer')
+    return { db, writer: null, headSeq: 0, maxPageCount, synchronous };
   if (init.durability === 'process' && init.walCheckpoints !== 'inline') {
     // Checkpoints (which fsync) are run by the checkpointer thread, not inside a commit here.
     db.pragma('wal_autocheckpoint = 0');
@@ -34,6 +41,7 @@ export function openWriter(init: WriterInit): OpenedWriter {
     writer: new BatchWriter(db, { roomCacheSize: init.roomCacheSize }),
     headSeq,
     maxPageCount,
+    synchronous,
   };
 }
 

@@ -52,7 +52,7 @@ export interface WriterResult {
 export type WriterRequest = WriterOp & { id: number };
 
 export type WriterReply =
-  | { op: 'ready'; headSeq: number }
+  | { op: 'ready'; headSeq: number; synchronous: string }
   | { op: 'open_failed'; error: { code: string; message: string } }
   | ({ id: number; ok: true } & WriterResult)
   | { id: number; ok: false; error: { code: string; message: string } };

@@ -18,7 +18,7 @@ const reply = (msg: WriterReply) => port.postMessage(msg);
 let opened: ReturnType<typeof openWriter>;
 try {
   opened = openWriter(init);
-  reply({ op: 'ready', headSeq: opened.headSeq });
+  reply({ op: 'ready', headSeq: opened.headSeq, synchronous: opened.synchronous });
 } catch (err) {
   reply({ op: 'open_failed', error: toPlainError(err, init.path) });
   process.exit(0);

@@ -16,6 +16,8 @@ export interface Writer {
   readonly ready: boolean;
   /** Times the writer thread was restarted after it died (0 for an inline writer). */
   readonly restarts: number;
+  /** The writing connection's `synchronous`, as SQLite reports it (writer-exec.ts). */
+  readonly synchronous: string;
   run(op: WriterOp): Promise<WriterResult>;
   /** Closes the writing connection after the work already handed over. */
   close(): Promise<void>;
@@ -44,7 +46,9 @@ export function spawnThread(name: 'writer-thread' | 'scan-thread', workerData: u
 }
 
 /** Starts a thread and waits for it to open the journal. */
-function startThread(init: WriterInit): Promise<{ worker: Worker; headSeq: number }> {
+function startThread(
+  init: WriterInit,
+): Promise<{ worker: Worker; headSeq: number; synchronous: string }> {
   return new Promise((resolve, reject) => {
     const worker = spawnThread('writer-thread', init);
     const cleanup = () => {
@@ -55,7 +59,8 @@ function startThread(init: WriterInit): Promise<{ worker: Worker; headSeq: numbe
     const onMessage = (msg: WriterReply) => {
       if (!('op' in msg)) return;
       cleanup();
-      if (msg.op === 'ready') resolve({ worker, headSeq: msg.headSeq });
+      if (msg.op === 'ready')
+        resolve({ worker, headSeq: msg.headSeq, synchronous: msg.synchronous });
       else {
         void worker.terminate();
         reject(JournalError.from(msg.error));
@@ -139,6 +144,7 @@ class ThreadWriter implements Writer {
     private readonly init: WriterInit,
     worker: Worker,
     private readonly hooks: WriterHooks,
+    readonly synchronous: string,
   ) {
     this.channel = this.attach(worker);
   }
@@ -244,6 +250,7 @@ class InlineWriter implements Writer {
   readonly kind = 'inline';
   readonly ready = true;
   readonly restarts = 0;
+  readonly synchronous: string;
   private checkpointer: ThreadChannel | null = null;
   private dirty = false;
   private checkpointing = false;
@@ -255,6 +262,7 @@ class InlineWriter implements Writer {
     private readonly init: WriterInit,
     private readonly hooks: WriterHooks,
   ) {
+    this.synchronous = opened.synchronous;
     this.timer =
       init.walCheckpoints === 'inline'
         ? null
@@ -343,6 +351,6 @@ export async function startWriter(
     const opened = openWriter(init);
     return { writer: new InlineWriter(opened, init, hooks), headSeq: opened.headSeq };
   }
-  const { worker, headSeq } = await startThread(init);
-  return { writer: new ThreadWriter(init, worker, hooks), headSeq };
+  const { worker, headSeq, synchronous } = await startThread(init);
+  return { writer: new ThreadWriter(init, worker, hooks, synchronous), headSeq };
 }
