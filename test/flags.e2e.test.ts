@@ -10,7 +10,7 @@
  * prove it: listed, never counted as passing.
  */
 import type { ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { connect, createServer, type Socket } from 'node:net';
 import { join } from 'node:path';
 import type { Command } from 'commander';
@@ -19,7 +19,7 @@ import { newKeyPair } from '../src/bus/admission.ts';
 import { buildProgram } from '../src/cli/main.ts';
 import { startServe } from './helpers/serve.ts';
 import { pdctl, spawnTs } from './helpers/spawn.ts';
-import { waitFor } from './helpers/stack.ts';
+import { prompt, waitFor } from './helpers/stack.ts';
 import { tempDir } from './helpers/tmp.ts';
 
 type Proof = { test: string } | { file: string; test: string } | { todo: string };
@@ -135,24 +135,24 @@ const PROOFS: Record<string, Record<string, Proof>> = {
     '--gpu': { todo: 'needs --model (a GGUF)' },
     '--pages': { test: BY_HAND },
     '--page-bytes': { test: BY_HAND },
-    '--kv-bytes-per-token': { todo: 'the pages a room of N tokens reserves' },
+    '--kv-bytes-per-token': { test: BY_HAND },
     '--prefill-us-per-token': { test: BY_HAND },
-    '--prefill-compute': { todo: 'the engine’s CPU time while it prefills (spin) or not (device)' },
+    '--prefill-compute': { test: BY_HAND },
     '--decode-us-per-token': { test: BY_HAND },
-    '--decode-compute': { todo: 'the engine’s CPU time while it decodes (spin) or not (device)' },
+    '--decode-compute': { test: BY_HAND },
     '--kv-device': { test: ENGINE_EXITS },
-    '--kv-block-tokens': { todo: 'the prefix blocks a prefill engine reports' },
-    '--prefix-cache-pages': { todo: 'prefix blocks kept, past which the oldest go' },
+    '--kv-block-tokens': { test: BY_HAND },
+    '--prefix-cache-pages': { test: BY_HAND },
     '--prefix-reuse': {
       file: LLAMA_ROOMS,
       test: 'reuses the prefix a sequence holds: a prompt that continues an earlier one computes only the rest, token for token as a cold run',
     },
     '--kv-transport': { test: BY_HAND },
-    '--transfer-threads': { todo: 'the transfer core’s threads (/proc)' },
-    '--prefill-concurrency': { todo: 'rooms prefilled at once, past which they wait' },
+    '--transfer-threads': { test: BY_HAND },
+    '--prefill-concurrency': { test: BY_HAND },
     '--chunk-tokens': { test: BY_HAND },
     '--heartbeat-ms': { test: BY_HAND },
-    '--drain-timeout-ms': { todo: 'SIGTERM with a long room in flight: cut after it' },
+    '--drain-timeout-ms': { test: BY_HAND },
     '--allow-fault-injection': { test: BY_HAND },
     '--insecure-bus': { test: WIDE },
     '--log-level': { test: BY_HAND },
@@ -566,6 +566,8 @@ describe('pdctl engine, flag by flag', () => {
       ...['--prefill', '0', '--decode', '0', '--canary-interval-ms', '0'],
       // serve's own flag, proven here where its engines are slow: a canary's deadline.
       ...['--canary-deadline-ms', '50'],
+      // The model's shape, which every engine and the control plane share.
+      ...['--kv-bytes-per-token', '4096', '--kv-block-tokens', '4'],
       ...Object.entries(keys).flatMap(([id, k]) => ['--engine-key', `${id}=${k.publicKey}`]),
     ]);
     const engines: ChildProcess[] = [];
@@ -596,16 +598,20 @@ describe('pdctl engine, flag by flag', () => {
         engines.push(child);
         return () => err;
       };
+      const shape = ['--kv-bytes-per-token', '4096', '--kv-block-tokens', '4'];
       const prefillLog = engine('hand-p', 'prefill', [
         ...['--pages', '200', '--page-bytes', '8192', '--allow-fault-injection'],
         ...['--kv-transport', 'shm', '--prefill-us-per-token', '30000'],
         ...['--heartbeat-ms', '50', '--log-level', 'debug', '--log-format', 'pretty'],
+        ...['--prefill-compute', 'device', '--prefix-cache-pages', '4'],
+        ...['--transfer-threads', '9', '--prefill-concurrency', '1', ...shape],
       ]);
       const decodeLog = engine('hand-d', 'decode', [
         ...['--pages', '300', '--page-bytes', '8192', '--chunk-tokens', '1'],
         ...['--decode-us-per-token', '40000', '--log-level', 'warn'],
+        ...['--decode-compute', 'device', '--drain-timeout-ms', '300', ...shape],
       ]);
-      type View = EngineView & { kvSend: string; heartbeats: number };
+      type View = EngineView & { kvSend: string; heartbeats: number; liveRooms: number };
       const view = async () =>
         (await json<{ engines: View[] }>(`${url}/v1/engines`)).engines.sort((a, b) =>
           a.id.localeCompare(b.id),
@@ -662,6 +668,30 @@ describe('pdctl engine, flag by flag', () => {
       expect(prefillLog()).toMatch(/INFO {2}engine: engine started/);
       expect(prefillLog()).not.toMatch(/^\{"level"/m);
       expect(decodeLog()).not.toContain('engine started');
+      await shapeAndPace(url, [p.pid, d.pid]);
+      // --drain-timeout-ms 300: SIGTERM with a room of 4 s in flight; the engine waits 300 ms
+      // for it (30 s by default, long enough for the room to end) and exits holding it.
+      const leave = new AbortController();
+      const long = fetch(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: 'pdctl-deterministic-1',
+          prompt: 'the sea',
+          max_tokens: 100,
+        }),
+        signal: leave.signal,
+      }).catch(() => null);
+      await waitFor('the long room decoding', async () =>
+        (await view()).some((e) => e.id === 'hand-d' && e.liveRooms > 0),
+      );
+      const decoder = engines[1] as ChildProcess;
+      const gone = new Promise((resolve) => decoder.once('exit', resolve));
+      decoder.kill('SIGTERM');
+      await gone;
+      expect(decodeLog()).toContain('drain timed out; exiting with rooms held');
+      leave.abort();
+      await long;
     } finally {
       for (const e of engines) e.kill('SIGTERM');
       await Promise.all(
@@ -672,6 +702,70 @@ describe('pdctl engine, flag by flag', () => {
       expect(await s.stop()).toBe(0);
     }
   }, 90_000);
+
+  /** Seconds of CPU the process has used (user and system), from /proc. */
+  function cpuSeconds(pid: number): number {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? [];
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  }
+
+  /**
+   * The hand-started pair's shape and pace, from two rooms of 20-word prompts sent at once:
+   * `--kv-bytes-per-token`, `--kv-block-tokens`, `--prefix-cache-pages`, `--prefill-concurrency`,
+   * `--prefill-compute`, `--decode-compute`, `--transfer-threads`.
+   */
+  async function shapeAndPace(url: string, [prefillPid, decodePid]: number[]): Promise<void> {
+    const cpu = [cpuSeconds(prefillPid as number), cpuSeconds(decodePid as number)];
+    const rooms = await Promise.all(
+      [1, 2].map(async (i) => {
+        const r = await fetch(`${url}/v1/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({
+            model: 'pdctl-deterministic-1',
+            prompt: prompt(900 + i, 20),
+            max_tokens: 12,
+          }),
+        });
+        expect(r.status).toBe(200);
+        const { id, usage } = (await r.json()) as { id: string; usage: { prompt_tokens: number } };
+        type Ev = { type: string; ts: number; data: Record<string, unknown> };
+        const { events } = await json<{ events: Ev[] }>(`${url}/v1/rooms/${id}`);
+        const at = (type: string) => events.find((e) => e.type === type) as Ev;
+        return { prompt: usage.prompt_tokens, at };
+      }),
+    );
+    const [first, second] = rooms.sort(
+      (a, b) => a.at('room.prefill_started').ts - b.at('room.prefill_started').ts,
+    ) as [(typeof rooms)[0], (typeof rooms)[0]];
+    // --prefill-concurrency 1: the second room's prefill began only once the first's KV was
+    // computed (8 at once by default: both would have begun together).
+    expect(second.at('room.prefill_started').ts).toBeGreaterThanOrEqual(
+      first.at('room.transfer_posted').ts,
+    );
+    for (const room of [first, second]) {
+      const posted = room.at('room.transfer_posted').data;
+      // --kv-bytes-per-token 4096 on 8192-byte pages: two tokens a page (128 with the default 64).
+      expect(posted.pairs).toBe(Math.ceil(room.prompt / 2));
+      // --kv-block-tokens 4 (64 by default: no whole block in 20 words) and --prefix-cache-pages
+      // 4 (a quarter of the pool by default): two blocks of two pages each are kept.
+      expect(posted.storedBlocks).toHaveLength(2);
+    }
+    // Past those 4 pages the oldest blocks go: the second room's took the first room's place.
+    const blocks = (room: typeof first, key: string) =>
+      [...(room.at('room.transfer_posted').data[key] as string[])].sort();
+    expect(blocks(second, 'evictedBlocks')).toEqual(blocks(first, 'storedBlocks'));
+    // --prefill-compute device, --decode-compute device: each engine waited out 2 × 20 × 30 ms of
+    // prefill and 2 × 11 × 40 ms of decode steps with its CPU free (spin, the default, burns it).
+    const used = [cpuSeconds(prefillPid as number), cpuSeconds(decodePid as number)];
+    expect(used[0] - (cpu[0] as number)).toBeLessThan(0.3);
+    expect(used[1] - (cpu[1] as number)).toBeLessThan(0.2);
+    // --transfer-threads 9: the prefill engine's process runs nine copy threads (2 by default).
+    const copiers = readdirSync(`/proc/${prefillPid}/task`).filter(
+      (t) => readFileSync(`/proc/${prefillPid}/task/${t}/comm`, 'utf8').trim() === 'pdctl-transfer',
+    );
+    expect(copiers).toHaveLength(9);
+  }
 
   it(ENGINE_EXITS, async () => {
     const dir = tempDir('pdctl-flags-engine-exit-');

@@ -1,5 +1,7 @@
 #include "transfer.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -123,6 +125,8 @@ void TransferWorkers::forget(const Job& job) {
 }
 
 void TransferWorkers::work() {
+  // Named, so that `top -H` and /proc/PID/task/*/comm tell the copy threads from node's own.
+  pthread_setname_np(pthread_self(), "pdctl-transfer");
   for (;;) {
     Job job;
     {
