@@ -668,7 +668,7 @@ describe('pdctl engine, flag by flag', () => {
       expect(prefillLog()).toMatch(/INFO {2}engine: engine started/);
       expect(prefillLog()).not.toMatch(/^\{"level"/m);
       expect(decodeLog()).not.toContain('engine started');
-      await shapeAndPace(url, [p.pid, d.pid]);
+      await shapeAndPace(url, p?.pid as number, d?.pid as number);
       // --drain-timeout-ms 300: SIGTERM with a room of 4 s in flight; the engine waits 300 ms
       // for it (30 s by default, long enough for the room to end) and exits holding it.
       const leave = new AbortController();
@@ -714,8 +714,8 @@ describe('pdctl engine, flag by flag', () => {
    * `--kv-bytes-per-token`, `--kv-block-tokens`, `--prefix-cache-pages`, `--prefill-concurrency`,
    * `--prefill-compute`, `--decode-compute`, `--transfer-threads`.
    */
-  async function shapeAndPace(url: string, [prefillPid, decodePid]: number[]): Promise<void> {
-    const cpu = [cpuSeconds(prefillPid as number), cpuSeconds(decodePid as number)];
+  async function shapeAndPace(url: string, prefillPid: number, decodePid: number): Promise<void> {
+    const cpu = { prefill: cpuSeconds(prefillPid), decode: cpuSeconds(decodePid) };
     const rooms = await Promise.all(
       [1, 2].map(async (i) => {
         const r = await fetch(`${url}/v1/completions`, {
@@ -757,9 +757,8 @@ describe('pdctl engine, flag by flag', () => {
     expect(blocks(second, 'evictedBlocks')).toEqual(blocks(first, 'storedBlocks'));
     // --prefill-compute device, --decode-compute device: each engine waited out 2 × 20 × 30 ms of
     // prefill and 2 × 11 × 40 ms of decode steps with its CPU free (spin, the default, burns it).
-    const used = [cpuSeconds(prefillPid as number), cpuSeconds(decodePid as number)];
-    expect(used[0] - (cpu[0] as number)).toBeLessThan(0.3);
-    expect(used[1] - (cpu[1] as number)).toBeLessThan(0.2);
+    expect(cpuSeconds(prefillPid) - cpu.prefill).toBeLessThan(0.3);
+    expect(cpuSeconds(decodePid) - cpu.decode).toBeLessThan(0.2);
     // --transfer-threads 9: the prefill engine's process runs nine copy threads (2 by default).
     const copiers = readdirSync(`/proc/${prefillPid}/task`).filter(
       (t) => readFileSync(`/proc/${prefillPid}/task/${t}/comm`, 'utf8').trim() === 'pdctl-transfer',
