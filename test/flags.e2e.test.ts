@@ -39,6 +39,7 @@ const BY_HAND = 'engine: two engines started by hand against a serve';
 const ENGINE_EXITS = 'engine: flags that refuse to start where they cannot hold';
 const DRILL = 'drill: malformed-frames, quick, with its report';
 const DRILL_EXITS = 'drill: flags that refuse to start where they cannot hold';
+const WEIGHED = 'serve: routing by prefix, weighed against queues';
 const PRUNE = 'journal prune: on a stopped journal';
 const PRUNE_URL = 'journal prune --url: on a serving one';
 /** Rows proven by tests of other files. */
@@ -99,8 +100,8 @@ const PROOFS: Record<string, Record<string, Proof>> = {
     '--prefix-reuse': { test: WIDE },
     '--kv-transport': { test: WIDE },
     '--max-rooms-per-engine': { test: WIDE },
-    '--router': { todo: 'no front door shows the routing policy; a room’s pair under round-robin' },
-    '--router-overlap-weight': { todo: 'no front door shows it; a prefix-heavy load’s pairs' },
+    '--router': { test: WIDE },
+    '--router-overlap-weight': { test: WEIGHED },
     '--canary-interval-ms': { test: WIDE },
     '--canary-deadline-ms': { test: BY_HAND },
     '--no-restart-stalled': {
@@ -206,7 +207,18 @@ describe('every option has a row', () => {
     const rows = Object.values(PROOFS).flatMap((r) => Object.values(r));
     const named = new Set(rows.flatMap((p) => ('test' in p && !('file' in p) ? [p.test] : [])));
     expect([...named].sort()).toEqual(
-      [ENV, EXITS, WIDE, BY_HAND, ENGINE_EXITS, PRUNE, PRUNE_URL, DRILL, DRILL_EXITS].sort(),
+      [
+        ENV,
+        EXITS,
+        WIDE,
+        WEIGHED,
+        BY_HAND,
+        ENGINE_EXITS,
+        PRUNE,
+        PRUNE_URL,
+        DRILL,
+        DRILL_EXITS,
+      ].sort(),
     );
     for (const p of rows)
       if ('file' in p) expect(readFileSync(p.file, 'utf8'), p.file).toContain(`'${p.test}'`);
@@ -305,7 +317,7 @@ describe('pdctl serve, flag by flag', () => {
         ...['--prefill-us-per-token', '3', '--prefill-compute', 'device'],
         ...['--decode-us-per-token', '150000', '--decode-compute', 'device'],
         ...['--kv-block-tokens', '32', '--prefix-cache-pages', '16', '--prefix-reuse', 'off'],
-        ...['--kv-transport', 'shm', '--max-rooms-per-engine', '1'],
+        ...['--kv-transport', 'shm', '--max-rooms-per-engine', '1', '--router', 'round-robin'],
         ...['--canary-interval-ms', '0', '--allow-fault-injection'],
         ...['--request-timeout-ms', '1500', '--max-connections', '6'],
         ...['--drain-timeout-ms', '4321', '--log-level', 'debug', '--log-format', 'pretty'],
@@ -384,6 +396,17 @@ describe('pdctl serve, flag by flag', () => {
         'every decode engine has 1 rooms in flight',
       );
       expect((await first).status).toBe(200);
+      // --router round-robin: the prefill engines in turn. (Under `kv`, the default, rooms that
+      // hold no prefix block go to the cheapest engine: the same one each time, both being idle.)
+      const turns: string[] = [];
+      for (let i = 0; i < 4; i++) {
+        const r = await completion(url, 1);
+        expect(r.status).toBe(200);
+        const { id } = (await r.json()) as { id: string };
+        const { room } = await json<{ room: { prefillEngine: string } }>(`${url}/v1/rooms/${id}`);
+        turns.push(room.prefillEngine);
+      }
+      expect(turns.filter((e, i) => i > 0 && e === turns[i - 1])).toEqual([]);
       // A client that never finishes its request is cut after --request-timeout-ms (408).
       // (Without it, node's 10 s header limit would cut it later: the race tells them apart.)
       const slow = socketTo(url);
@@ -453,6 +476,38 @@ describe('pdctl serve, flag by flag', () => {
       expect(((await r.json()) as { error: { message: string } }).error.message).toContain(
         'waited 700 ms',
       );
+    } finally {
+      expect(await s.stop()).toBe(0);
+    }
+  }, 60_000);
+
+  it(WEIGHED, async () => {
+    // --router-overlap-weight 0.001: a token already queued on the engine holding the prompt's
+    // prefix outweighs computing the whole prompt elsewhere. By default (4) the reverse.
+    const s = startServe([
+      ...['--prefill', '2', '--canary-interval-ms', '0', '--kv-block-tokens', '16'],
+      ...['--prefill-us-per-token', '20000', '--router-overlap-weight', '0.001'],
+    ]);
+    try {
+      const url = await s.listening;
+      const text = prompt(77, 40);
+      const send = async () => {
+        const r = await fetch(`${url}/v1/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: 'pdctl-deterministic-1', prompt: text, max_tokens: 1 }),
+        });
+        expect(r.status).toBe(200);
+        const { id } = (await r.json()) as { id: string };
+        return (await json<{ room: { prefillEngine: string } }>(`${url}/v1/rooms/${id}`)).room;
+      };
+      // One engine computes the prompt and keeps its blocks; then two rooms of it at once: the
+      // first goes to that engine (nothing queued there yet), the second, finding the first's
+      // remaining tokens queued there, to the other one.
+      const holder = (await send()).prefillEngine;
+      const [a, b] = await Promise.all([send(), send()]);
+      expect([a?.prefillEngine, b?.prefillEngine].sort()).toEqual(['prefill-0', 'prefill-1']);
+      expect([a?.prefillEngine, b?.prefillEngine]).toContain(holder);
     } finally {
       expect(await s.stop()).toBe(0);
     }
