@@ -47,11 +47,14 @@ const PG = 'test/postgres.e2e.test.ts';
 const LLAMA_SERVE = 'test/llama/serve.e2e.test.ts';
 const LLAMA_ROOMS = 'test/llama/rooms.e2e.test.ts';
 const DRILLS = 'test/drill.e2e.test.ts';
+/** What llama.cpp reports it gave the engines serve started with a tiny GGUF model. */
+const RUNTIME =
+  'runs its engines’ model as --context-size, --threads and --gpu say, as llama.cpp reports it';
+const GPU_TODO =
+  'auto and cpu run alike without a GPU; `npm run gpu-check` on a GPU host runs the llama tests with auto, and the runtime test then expects cuda';
 const FAILING = 'test/attacks/failing-engine.e2e.test.ts';
 const FAILING_TEST =
   'reaches its client as the failure it was under pdctl serve --retry-limit 0 --no-outlier-ejection, and the engine stays in rotation';
-const ENGINE_TODO =
-  'passed to the engines serve starts (the wide run reads their command lines); what the engine does with it is `engine`’s row';
 
 /** How each option of each command is proven: the test below that does, or what is left to do. */
 const PROOFS: Record<string, Record<string, Proof>> = {
@@ -85,7 +88,7 @@ const PROOFS: Record<string, Record<string, Proof>> = {
       file: LLAMA_SERVE,
       test: 'refuses a request beyond the context with context_length_exceeded, writing nothing',
     },
-    '--threads': { todo: `${ENGINE_TODO}; needs --model (a GGUF)` },
+    '--threads': { file: LLAMA_SERVE, test: RUNTIME },
     '--gpu': { test: WIDE },
     '--pages': { test: WIDE },
     '--page-bytes': { test: WIDE },
@@ -131,9 +134,9 @@ const PROOFS: Record<string, Record<string, Proof>> = {
       file: LLAMA_ROOMS,
       test: 'refuses an engine whose KV states the others could not load (another --sequences)',
     },
-    '--context-size': { todo: 'needs --model (a GGUF)' },
-    '--threads': { todo: 'needs --model (a GGUF)' },
-    '--gpu': { todo: 'needs --model (a GGUF)' },
+    '--context-size': { file: LLAMA_SERVE, test: RUNTIME },
+    '--threads': { file: LLAMA_SERVE, test: RUNTIME },
+    '--gpu': { todo: GPU_TODO },
     '--pages': { test: BY_HAND },
     '--page-bytes': { test: BY_HAND },
     '--kv-bytes-per-token': { test: BY_HAND },

@@ -304,6 +304,7 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
           hostTag: s.host === null ? null : hostTag(s.host),
           kvUcx: s.kvRemote !== null,
           kvSend: s.kvSend,
+          runtime: s.runtime,
           transfers: metrics?.transfersOf(s.engine) ?? {},
           faultInjection: s.faultInjection,
           recovery: recovery?.ladder(s.engine) ?? null,

@@ -182,6 +182,19 @@ export const EnginesBody = Type.Object({
           'KV transfers it took part in since the control plane started, by transport (shm, cuda, ucx)',
       }),
       faultInjection: Type.Boolean(),
+      runtime: Nullable(
+        Type.Object(
+          {
+            contextSize: Type.Integer(),
+            threads: Type.Integer(),
+            gpu: Type.String({ description: 'the GPU backend llama.cpp runs on, or cpu' }),
+          },
+          {
+            description:
+              'what llama.cpp reports it gave the engine’s model (--context-size, --threads, --gpu); null: the built-in model',
+          },
+        ),
+      ),
       recovery: Nullable(LadderView),
       restarts: Nullable(Type.Integer()),
       ejection: Nullable(

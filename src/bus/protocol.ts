@@ -88,6 +88,16 @@ const KvRemoteWire = Type.Object(
 export type KvRemote = Static<typeof KvRemoteWire>;
 
 /** Engine → control plane. */
+/** What a llama.cpp runtime reports of itself once its model is loaded (model/executor.ts). */
+export const ModelRuntimeWire = Type.Object(
+  {
+    contextSize: Type.Integer({ minimum: 1, maximum: 16_777_216 }),
+    threads: Type.Integer({ minimum: 0, maximum: 4096 }),
+    gpu: Type.String({ minLength: 1, maxLength: 40 }),
+  },
+  { additionalProperties: false },
+);
+
 export const ENGINE_MESSAGES = {
   hello: Type.Object(
     {
@@ -116,6 +126,8 @@ export const ENGINE_MESSAGES = {
       ),
       /** The engine's model and KV layout (`ModelInfo.format`); absent: the built-in model. */
       model: Type.Optional(Type.String({ minLength: 1, maxLength: 500 })),
+      /** What llama.cpp gave the engine's model, as it reports it; absent: the built-in model. */
+      runtime: Type.Optional(ModelRuntimeWire),
       /** The engine's KV pool (shared-memory name) and its epoch; prefill engines have one too. */
       pool: Short,
       epoch: Count,

@@ -6,7 +6,7 @@
 import type { EngineMessage, KvRemote, KvSend } from '../bus/protocol.ts';
 import type { PeerId } from '../bus/server.ts';
 import type { JournalEvent } from '../journal/events.ts';
-import type { KvShape } from '../model/executor.ts';
+import type { KvShape, ModelRuntime } from '../model/executor.ts';
 
 /** Who an engine is, as its admitted hello said: fixed for the session (engine-link.ts writes it once). */
 export interface EngineIdentity {
@@ -26,6 +26,8 @@ export interface EngineIdentity {
   readonly kv: KvShape | null;
   /** Its model and KV layout, as its hello says; null: the built-in model. */
   readonly model: string | null;
+  /** What llama.cpp gave its model, as its hello says; null: the built-in model. */
+  readonly runtime: ModelRuntime | null;
   /** It accepts `inject_fault` commands (drills). */
   readonly faultInjection: boolean;
   /** The CUDA device its pool's pages are on; null: host shared memory. */

@@ -214,6 +214,7 @@ export function openSession(
     pageBytes: msg.pageBytes,
     kv: msg.kv ?? null,
     model: msg.model ?? null,
+    runtime: msg.runtime ?? null,
     faultInjection: msg.faultInjection === true,
     kvDevice: msg.kvDevice ?? null,
     host: msg.host ?? null,

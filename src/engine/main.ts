@@ -131,6 +131,8 @@ export function startEngine(
       pages: opts.pages,
       pageBytes: opts.pageBytes,
       incarnation,
+      // What llama.cpp gave the model (context, threads, GPU): a silent CPU fallback shows here.
+      ...(model.runtime ? { runtime: model.runtime } : {}),
     },
     'engine started',
   );

@@ -122,6 +122,7 @@ export function wireEngine(w: EngineWiring): WiredEngine {
         pageBytes: opts.pageBytes,
         kv: model.kv,
         ...(model.format === null ? {} : { model: model.format }),
+        ...(model.runtime ? { runtime: model.runtime } : {}),
         pool: pool.name,
         epoch: pool.epoch,
         lastSeq: core.lastSeq,

@@ -104,6 +104,16 @@ export interface DecodeStream {
 /** Between two slices of prefill compute: false once the room was stopped (the work ends). */
 export type Between = () => Promise<boolean>;
 
+/** What llama.cpp reports of a loaded model's context: sent in the hello, shown by `/v1/engines`. */
+export interface ModelRuntime {
+  /** Tokens a sequence's context holds (`--context-size`, else the model's training context). */
+  contextSize: number;
+  /** CPU threads it evaluates with (`--threads`, else its own choice). */
+  threads: number;
+  /** The GPU backend it runs on (`cuda`, …), or `cpu` (`--gpu cpu`, or none found). */
+  gpu: string;
+}
+
 /** The model as an engine runs it. */
 export interface EngineModel {
   readonly name: string;
@@ -114,6 +124,8 @@ export interface EngineModel {
   readonly slots: number | null;
   /** Most tokens one room may hold; null when only the KV pages bound it. */
   readonly contextSize: number | null;
+  /** What its runtime (llama.cpp) reports it was given; absent for the built-in model. */
+  readonly runtime?: ModelRuntime;
   contextTokens(request: ModelRequest): number[];
   /**
    * Computes the KV of `tokens` into `pages` (views of the pool, or host copies of a device

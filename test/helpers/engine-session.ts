@@ -63,6 +63,7 @@ export function engineSession(
     pageBytes: 4096,
     kv: null,
     model: null,
+    runtime: null,
     faultInjection: false,
     kvDevice: null,
     host: null,

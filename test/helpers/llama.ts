@@ -25,7 +25,7 @@ export const SEQUENCES = 4;
 export const CONTEXT = 1024;
 
 /** `auto` on a GPU host (`npm run gpu-check`): the engines and the reference on node-llama-cpp's CUDA build. */
-const GPU = process.env.PDCTL_LLAMA_GPU === 'auto' ? 'auto' : 'cpu';
+export const GPU = process.env.PDCTL_LLAMA_GPU === 'auto' ? 'auto' : 'cpu';
 
 export async function tinyLlama(): Promise<TinyLlama> {
   const path = join(tempDir('pdctl-llama-'), 'tiny.gguf');

@@ -5,7 +5,7 @@
  */
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CONTEXT, llamaPrompt, type TinyLlama, tinyLlama } from '../helpers/llama.ts';
+import { CONTEXT, GPU, llamaPrompt, type TinyLlama, tinyLlama } from '../helpers/llama.ts';
 import { type Served, serve } from '../helpers/serve.ts';
 
 let tiny: TinyLlama;
@@ -36,6 +36,20 @@ async function streamed(body: OpenAI.CompletionCreateParamsNonStreaming) {
 }
 
 describe('pdctl serve --model', () => {
+  it('runs its engines’ model as --context-size, --threads and --gpu say, as llama.cpp reports it', async () => {
+    const { engines } = (await (await fetch(`${s.url}/v1/engines`)).json()) as {
+      engines: Array<{ runtime: { contextSize: number; threads: number; gpu: string } | null }>;
+    };
+    expect(engines).toHaveLength(2);
+    for (const e of engines) {
+      // The model was trained on 2048 tokens (its default context); `--threads 1`, where
+      // llama.cpp would take every core.
+      expect(e.runtime).toMatchObject({ contextSize: CONTEXT, threads: 1 });
+      // --gpu cpu here; `npm run gpu-check` runs this on a GPU host with --gpu auto: CUDA.
+      expect(e.runtime?.gpu).toBe(GPU === 'cpu' ? 'cpu' : 'cuda');
+    }
+  });
+
   it('lists the model and completes text, streaming and not, as the model does in-process', async () => {
     const models = await client.models.list();
     expect(models.data.map((m) => m.id)).toEqual([MODEL]);

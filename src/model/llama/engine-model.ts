@@ -30,6 +30,7 @@ import {
   KvImageError,
   type KvShape,
   type ModelRequest,
+  type ModelRuntime,
   type Sampling,
 } from '../executor.ts';
 import type { PrefixReuseMode } from '../prefix-blocks.ts';
@@ -153,6 +154,7 @@ export class LlamaEngineModel implements EngineModel {
   readonly format: string;
   readonly slots: number;
   readonly contextSize: number;
+  readonly runtime: ModelRuntime;
   private readonly free: LlamaContextSequence[];
   /** Every sequence of the context, free or not. */
   private readonly all: readonly LlamaContextSequence[];
@@ -186,6 +188,12 @@ export class LlamaEngineModel implements EngineModel {
     this.format = llamaFormat(o.modelPath, o.sequences);
     this.slots = o.sequences;
     this.contextSize = context.contextSize;
+    const gpu = context.model.llama.gpu;
+    this.runtime = {
+      contextSize: context.contextSize,
+      threads: context.idealThreads,
+      gpu: gpu || 'cpu',
+    };
     this.free = [...sequences];
     this.all = sequences;
     this.keepPrefixes =
