@@ -153,13 +153,25 @@ describe('pdctl drill', () => {
   it('with a llama.cpp model (--model): kill-decode migrates its streams, hostile-peer is kept out', async () => {
     const model = join(tempDir('pdctl-drill-model-'), 'tiny.gguf');
     writeTinyModel(model);
-    const kill = await drill('kill-decode', '--model', model, '--clients', '4', '--no-baseline');
+    const kill = await drill(
+      ...['kill-decode', '--model', model, '--sequences', '2', '--clients', '4', '--no-baseline'],
+    );
     expect(names(kill)).toContain('every answer served is whole');
     expect(names(kill)).not.toContain('every answer served is the right one');
     expect(Number(figure(kill, 'every answer served is whole')?.completed)).toBeGreaterThan(0);
     expect(
       Number(figure(kill, 'every stream on the killed engine went on')?.migrated),
     ).toBeGreaterThan(0);
+    // --sequences 2 (4 by default): every engine of its stack registered a model of 2 sequences.
+    const registered = await pdctl([
+      ...['journal', 'tail', '--journal', kill.journal, '--type', 'engine.registered', '--json'],
+    ]);
+    const models = registered.stdout
+      .trim()
+      .split('\n')
+      .map((l) => (JSON.parse(l) as { data: { model?: string } }).data.model);
+    expect(models.length).toBeGreaterThan(0);
+    for (const m of models) expect(m).toMatch(/× 2 sequences$/);
     const hostile = await drill('hostile-peer', '--model', model, '--no-baseline');
     expect(figure(hostile, 'a room whose ids were aimed at is still aborted')).toBeDefined();
   }, 240_000);

@@ -180,7 +180,10 @@ const PROOFS: Record<string, Record<string, Proof>> = {
       test: '--url: drills a running pdctl serve through its HTTP API, and says what it cannot do there',
     },
     '--model': { test: DRILL_EXITS },
-    '--sequences': { todo: 'needs --model (a GGUF)' },
+    '--sequences': {
+      file: DRILLS,
+      test: 'with a llama.cpp model (--model): kill-decode migrates its streams, hostile-peer is kept out',
+    },
     '--json': { test: DRILL },
     '--report': { test: DRILL },
     '--no-baseline': { test: DRILL },

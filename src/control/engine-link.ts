@@ -284,6 +284,9 @@ export class EngineLink {
           pool: msg.pool,
           pages: msg.pages,
           ...(msg.prefix ? { prefix: msg.prefix } : {}),
+          // Which model, and what llama.cpp gave it: after an incident, which engine ran on the CPU.
+          ...(msg.model ? { model: msg.model } : {}),
+          ...(msg.runtime ? { runtime: msg.runtime } : {}),
         },
       })
       .catch((err) =>
