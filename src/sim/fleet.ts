@@ -30,6 +30,7 @@ import { restartDelayMs, type Supervisor } from '../recovery/supervisor.ts';
 import { MemoryTransferCore } from '../transfer/memory/core.ts';
 import { MemoryPools } from '../transfer/memory/pool.ts';
 import { ControlPlanes, controlEndpoint } from './control-planes.ts';
+import { lyingTransport, type TokensLie } from './lying-wire.ts';
 import { SqliteStorage } from './storage.ts';
 
 type AppendEvent = EngineMessage<'append'>['event'];
@@ -103,7 +104,9 @@ export class Fleet implements Supervisor {
   private readonly startListeners = new Map<string, Set<(sim: SimEngine) => void>>();
   /** The engines that lie now (faults.ts `lie`), each with how it rewrites what it appends. */
   private readonly lies = new Map<string, (event: AppendEvent) => AppendEvent>();
-  /** How many appends each engine rewrote while it lied. */
+  /** The decode engines that lie about rooms not their own, with how they rewrite their tokens. */
+  private readonly tokenLies = new Map<string, TokensLie>();
+  /** How many appends (and tokens messages) each engine rewrote while it lied. */
   readonly lied = new Map<string, number>();
   private stopping = false;
   /** The control-plane processes: the leader, and with `standby` the one waiting to take over. */
@@ -284,7 +287,7 @@ export class Fleet implements Supervisor {
       openPool: (name) => this.pools.open(name),
       clock,
       ids,
-      transport: this.network.host(id),
+      transport: lyingTransport(this.network.host(id), () => this.tokenLies.get(id) ?? null),
       says: (event) => {
         const lie = this.lies.get(id);
         const said = lie ? lie(event) : event;
@@ -325,11 +328,20 @@ export class Fleet implements Supervisor {
   lie(id: string, on: boolean, shape: LieShape | 'blame' = 'blame'): void {
     if (!on) {
       this.lies.delete(id);
+      this.tokenLies.delete(id);
       return;
     }
-    const role = this.engines.get(id)?.role;
+    const role = this.engines.get(id)?.role === 'prefill' ? 'prefill' : 'decode';
     if (shape !== 'blame') {
-      this.lies.set(id, lieAbout(shape, id, role === 'prefill' ? 'prefill' : 'decode', this));
+      this.lies.set(id, lieAbout(shape, id, role, this));
+      // Its tokens too: a decode engine streams them for another engine's room.
+      if (role === 'decode' && ownShape(shape, role) === 'foreign')
+        this.tokenLies.set(id, (msg) => {
+          const other = this.foreignRoom(id, role);
+          if (other === null || other === msg.room) return msg;
+          this.lied.set(id, (this.lied.get(id) ?? 0) + 1);
+          return { ...msg, room: other };
+        });
       return;
     }
     const [when, reason, stage] =
@@ -511,7 +523,8 @@ export class Fleet implements Supervisor {
 
 /**
  * What an engine can lie about beyond whom it blames (`lie-protocol`): `foreign` — its appends
- * (all but its releases) name a live room of another engine of its role; `pool` — a decode engine's `room.bootstrapped`
+ * (all but its releases), and a decode engine's tokens (lying-wire.ts), name a live room of
+ * another engine of its role; `pool` — a decode engine's `room.bootstrapped`
  * names another decode engine's pool and an epoch past it; `phantom` — a prefill engine says its
  * transfers completed with bytes they do not hold (a checksum of nothing it sent: the decode
  * engine is told `kv_arrived` for a transfer that is not so); `blocks` —
@@ -521,14 +534,19 @@ export class Fleet implements Supervisor {
 export const LIE_SHAPES = ['foreign', 'pool', 'phantom', 'blocks'] as const;
 export type LieShape = (typeof LIE_SHAPES)[number];
 
+/** The shape an engine of `role` tells: one its role cannot tell is `foreign`. */
+function ownShape(shape: LieShape, role: 'prefill' | 'decode'): LieShape {
+  const fits = shape === 'foreign' || (shape === 'pool' ? role === 'decode' : role === 'prefill');
+  return fits ? shape : 'foreign';
+}
+
 function lieAbout(
   shape: LieShape,
   id: string,
   role: 'prefill' | 'decode',
   fleet: Pick<Fleet, 'foreignRoom'>,
 ): (event: AppendEvent) => AppendEvent {
-  const fits = shape === 'foreign' || (shape === 'pool' ? role === 'decode' : role === 'prefill');
-  const own: LieShape = fits ? shape : 'foreign';
+  const own = ownShape(shape, role);
   return (event) => {
     if (own === 'pool' && event.type === 'room.bootstrapped') {
       const other = id === 'decode-0' ? 'decode-1' : 'decode-0';

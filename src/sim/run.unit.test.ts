@@ -360,6 +360,18 @@ describe('a simulated fleet with its canary and outlier detector', () => {
   });
 });
 
+describe('a simulated fleet whose engines lie within the protocol', () => {
+  it('lets no decode engine’s tokens for another engine’s room reach that room’s client', async () => {
+    // Seed 20 of `--faults lie-protocol`: decode-0 streams its tokens under the rooms of decode-1
+    // (a shape a decode engine cannot tell is `foreign`, lying-wire.ts). With the relay taking
+    // tokens from an engine that does not own the room planted, a client of decode-1 got
+    // decode-0's words (answer_is_a_prefix_of_the_models); 7 of seeds 1–200 broke it.
+    const r = await runSeed({ seed: 20, rooms: 200, faults: ['lie-protocol'], plan: 'whole' });
+    expect(r.faults.map((f) => f.target)).toEqual(['decode-0']);
+    expect(r.violations).toEqual([]);
+  });
+});
+
 describe('a simulated fleet whose faults land late, and on a whole role at once', () => {
   it('plans faults after the workload and across a role, and still holds every invariant', async () => {
     // Seed 8 of relapse,control-kill (plan whole): a control plane killed at 30.9 s, after the
