@@ -246,6 +246,34 @@ describe('pdctl drill', () => {
     expect(names(r).slice(-COMMON.length)).toEqual(COMMON);
   }, 120_000);
 
+  it('bad-engine --no-outlier-ejection --retry-limit 0: the corrupting engine stays in rotation, no failed room is tried again, and the drill says so', async () => {
+    const dir = tempDir('pdctl-drill-');
+    const r = await pdctl(
+      [
+        ...['drill', 'bad-engine', '--clients', '4', '--no-baseline', '--json'],
+        ...['--data-dir', dir, '--no-outlier-ejection', '--retry-limit', '0'],
+      ],
+      { timeoutMs: 110_000 },
+    );
+    const report = JSON.parse(r.stdout || 'null') as DrillReport;
+    // The stack the drill started kept its outlier in rotation and tried nothing again: the
+    // checks that stand for ejection and retries fail, and so does the drill (exit 1).
+    expect(r.code, r.stderr.slice(-2000)).toBe(1);
+    const failed = report.invariants.filter((i) => !i.ok);
+    expect(failed.map((i) => i.name)).toEqual(
+      expect.arrayContaining([
+        'the corrupting engine ejected within 30 s',
+        'the journal says who was blamed and why',
+      ]),
+    );
+    expect(figure(report, 'the corrupting engine ejected within 30 s')?.ejectedAfterMs).toBe(
+      'never',
+    );
+    expect(figure(report, 'the journal says who was blamed and why')?.retried).toBe(0);
+    // What a fault of another kind would fail stays whole: no healthy engine restarted.
+    expect(figure(report, 'no healthy engine restarted')?.restarted).toBe(0);
+  }, 120_000);
+
   it('--url: drills a running pdctl serve through its HTTP API, and says what it cannot do there', async () => {
     const s = await serve([
       '--allow-fault-injection',

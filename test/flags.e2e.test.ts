@@ -47,6 +47,8 @@ const PG = 'test/postgres.e2e.test.ts';
 const LLAMA_SERVE = 'test/llama/serve.e2e.test.ts';
 const LLAMA_ROOMS = 'test/llama/rooms.e2e.test.ts';
 const DRILLS = 'test/drill.e2e.test.ts';
+const BAD_ENGINE_OFF =
+  'bad-engine --no-outlier-ejection --retry-limit 0: the corrupting engine stays in rotation, no failed room is tried again, and the drill says so';
 /** What llama.cpp reports it gave the engines serve started with a tiny GGUF model. */
 const RUNTIME =
   'runs its engines’ model as --context-size, --threads and --gpu say, as llama.cpp reports it';
@@ -187,11 +189,8 @@ const PROOFS: Record<string, Record<string, Proof>> = {
     '--json': { test: DRILL },
     '--report': { test: DRILL },
     '--no-baseline': { test: DRILL },
-    // Run by hand: `drill bad-engine --no-outlier-ejection --retry-limit 0` fails on exactly
-    // "the corrupting engine ejected within 30 s" (never) and "the journal says who was blamed"
-    // (retried 0); a second bad-engine run is 43 s more of CI.
-    '--no-outlier-ejection': { todo: 'bad-engine with the corrupting engine left in rotation' },
-    '--retry-limit': { todo: 'bad-engine with none of its failed rooms tried again' },
+    '--no-outlier-ejection': { file: DRILLS, test: BAD_ENGINE_OFF },
+    '--retry-limit': { file: DRILLS, test: BAD_ENGINE_OFF },
     '--strict-targets': {
       todo: 'a drill that misses a timing target failing for it (none misses one on demand)',
     },
