@@ -17,6 +17,7 @@ import type { Command } from 'commander';
 import { describe, expect, it } from 'vitest';
 import { newKeyPair } from '../src/bus/admission.ts';
 import { buildProgram } from '../src/cli/main.ts';
+import { oldJournal, roomIds } from './helpers/old-journal.ts';
 import { startServe } from './helpers/serve.ts';
 import { pdctl, spawnTs } from './helpers/spawn.ts';
 import { prompt, waitFor } from './helpers/stack.ts';
@@ -540,28 +541,7 @@ describe('pdctl serve, flag by flag', () => {
   }, 60_000);
 });
 
-/** A journal of 60 rooms that ended 20 to 50 minutes ago, and the engines' events before them. */
-async function oldJournal(path: string): Promise<void> {
-  const r = await pdctl([
-    'journal',
-    'synth',
-    '--rooms',
-    '60',
-    '--span',
-    '30m',
-    '--end',
-    '20m',
-    '--journal',
-    path,
-  ]);
-  expect(r.code, r.stderr).toBe(0);
-}
-
-async function roomCount(where: string[]): Promise<number> {
-  const r = await pdctl(['rooms', '--json', '--limit', '10000', ...where]);
-  expect(r.code, r.stderr).toBe(0);
-  return (JSON.parse(r.stdout) as { rooms: unknown[] }).rooms.length;
-}
+const roomCount = async (where: string[]) => (await roomIds(where)).length;
 
 describe('pdctl journal prune, flag by flag', () => {
   it(PRUNE, async () => {

@@ -6,40 +6,16 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { oldJournal, roomIds } from './helpers/old-journal.ts';
 import { startServe } from './helpers/serve.ts';
 import { pdctl } from './helpers/spawn.ts';
 import { waitFor } from './helpers/stack.ts';
 import { tempDir } from './helpers/tmp.ts';
 
-/** A journal of `rooms` rooms that all ended 20 to 50 minutes ago. */
-async function oldJournal(rooms: number): Promise<string> {
-  const path = join(tempDir('pdctl-retention-'), 'journal.db');
-  const r = await pdctl([
-    'journal',
-    'synth',
-    '--rooms',
-    String(rooms),
-    '--span',
-    '30m',
-    '--end',
-    '20m',
-    '--journal',
-    path,
-  ]);
-  expect(r.code, r.stderr).toBe(0);
-  return path;
-}
-
-async function roomIds(where: string[]): Promise<string[]> {
-  const r = await pdctl(['rooms', '--json', '--limit', '10000', ...where]);
-  expect(r.code, r.stderr).toBe(0);
-  return (JSON.parse(r.stdout) as { rooms: Array<{ room: string }> }).rooms.map((x) => x.room);
-}
-
 describe('serve --retain with an archive', () => {
   // PDCTL_ARCHIVE reaching the same policy is test/flags.e2e.test.ts's (every variable).
   it('--archive: each pass archives what it prunes, and the archive reads back every room', async () => {
-    const journal = await oldJournal(60);
+    const journal = await oldJournal(join(tempDir('pdctl-retention-'), 'journal.db'));
     const before = await roomIds(['--journal', journal]);
     const archive = join(tempDir('pdctl-archive-'), 'nested', 'archive');
     const s = startServe([
