@@ -87,7 +87,6 @@ const KvRemoteWire = Type.Object(
 
 export type KvRemote = Static<typeof KvRemoteWire>;
 
-/** Engine → control plane. */
 /** What a llama.cpp runtime reports of itself once its model is loaded (model/executor.ts). */
 export const ModelRuntimeWire = Type.Object(
   {
@@ -98,6 +97,7 @@ export const ModelRuntimeWire = Type.Object(
   { additionalProperties: false },
 );
 
+/** Engine → control plane. */
 export const ENGINE_MESSAGES = {
   hello: Type.Object(
     {

@@ -26,8 +26,7 @@ function told(kind: string, payload: Buffer, lie: TokensLie): Buffer {
 /** The frames a DEALER sends ([kind, payload], or a batch of them), as the liar says them. */
 export function sayFrames(frames: Frames, lie: TokensLie): Frames {
   const [kind, payload] = frames;
-  if (typeof kind !== 'string' && !Buffer.isBuffer(kind)) return frames;
-  if (frames.length !== 2 || !Buffer.isBuffer(payload)) return frames;
+  if (frames.length !== 2 || kind === undefined || !Buffer.isBuffer(payload)) return frames;
   const k = kind.toString();
   if (k !== BATCH_KIND) return [kind, told(k, payload, lie)];
   const { items } = packr.unpack(payload) as { items: Array<[string, Buffer]> };
