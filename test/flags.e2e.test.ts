@@ -40,6 +40,7 @@ const BY_HAND = 'engine: two engines started by hand against a serve';
 const ENGINE_EXITS = 'engine: flags that refuse to start where they cannot hold';
 const DRILL = 'drill: malformed-frames, quick, with its report';
 const DRILL_EXITS = 'drill: flags that refuse to start where they cannot hold';
+const DRILL_TARGETS = 'drill: a timing target held to another figure, counted only when strict';
 const WEIGHED = 'serve: routing by prefix, weighed against queues';
 const PRUNE = 'journal prune: on a stopped journal';
 const PRUNE_URL = 'journal prune --url: on a serving one';
@@ -192,9 +193,8 @@ const PROOFS: Record<string, Record<string, Proof>> = {
     '--no-baseline': { test: DRILL },
     '--no-outlier-ejection': { file: DRILLS, test: BAD_ENGINE_OFF },
     '--retry-limit': { file: DRILLS, test: BAD_ENGINE_OFF },
-    '--strict-targets': {
-      todo: 'a drill that misses a timing target failing for it (none misses one on demand)',
-    },
+    '--strict-targets': { test: DRILL_TARGETS },
+    '--target': { test: DRILL_TARGETS },
     '--journal-events': {
       file: DRILLS,
       test: 'kill-control-plane: restarted on a pre-filled journal, ready, engines not restarted, orphans failed and freed',
@@ -229,6 +229,7 @@ describe('every option has a row', () => {
         PRUNE_URL,
         DRILL,
         DRILL_EXITS,
+        DRILL_TARGETS,
       ].sort(),
     );
     for (const p of rows)
@@ -870,6 +871,42 @@ describe('pdctl drill, flag by flag', () => {
     expect(readFileSync(report, 'utf8')).toMatch(/^<!doctype html>/i);
     // --log-level error: none of the warnings it logs by default (each hostile frame dropped).
     expect(r.stderr).not.toMatch(/"level":40/);
+  }, 120_000);
+
+  it(DRILL_TARGETS, async () => {
+    const dir = tempDir('pdctl-flags-drill-targets-');
+    type Report = {
+      passed: boolean;
+      invariants: Array<{ name: string; ok: boolean; figure: Record<string, unknown> }>;
+    };
+    // `time to all terminal` held to 0 ms, which no drop meets (2000 ms is the drill's own).
+    const run = async (more: string[]) => {
+      const r = await pdctl(
+        [
+          ...['drill', 'abort-cascade', '--clients', '2', '--no-baseline', '--json'],
+          ...['--data-dir', dir, '--target', 'time to all terminal=0', ...more],
+        ],
+        { timeoutMs: 90_000 },
+      );
+      const report = JSON.parse(r.stdout) as Report;
+      return { code: r.code, report, missed: report.invariants.filter((i) => !i.ok) };
+    };
+    // --target: the target is missed, at the figure given; a miss is reported, not counted.
+    const lax = await run([]);
+    expect(lax.missed.map((i) => [i.name, i.figure.targetMs])).toEqual([
+      ['time to all terminal', 0],
+    ]);
+    expect(lax.code).toBe(0);
+    expect(lax.report.passed).toBe(true);
+    // --strict-targets: the same miss fails the drill.
+    const strict = await run(['--strict-targets']);
+    expect(strict.missed.map((i) => i.name)).toEqual(['time to all terminal']);
+    expect(strict.code).toBe(1);
+    expect(strict.report.passed).toBe(false);
+    // A name no drill times is refused, with the names there are.
+    const typo = await pdctl(['drill', 'abort-cascade', '--target', 'time to lunch=5']);
+    expect(typo.code).toBe(2);
+    expect(typo.stderr).toContain('"time to all terminal"');
   }, 120_000);
 
   it(DRILL_EXITS, async () => {

@@ -7,7 +7,13 @@ import { type DrillScenario, remoteBlocker, runDrill, runRemoteDrill } from '../
 import { renderHtml } from '../drills/html.ts';
 import { DRILLS } from '../drills/index.ts';
 import { RemoteTarget, TargetError } from '../drills/remote-target.ts';
-import { type DrillReport, renderReport, renderSummary } from '../drills/report.ts';
+import {
+  type DrillReport,
+  holdTargets,
+  renderReport,
+  renderSummary,
+  TIMING_TARGETS,
+} from '../drills/report.ts';
 import { ENGINE_DEFAULTS } from '../engine/options.ts';
 import { UsageError } from '../errors.ts';
 import { LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
@@ -30,6 +36,24 @@ interface DrillFlags {
   logLevel: LogLevel;
   outlierEjection: boolean;
   retryLimit?: number;
+  target: Array<[string, number]>;
+}
+
+/** The report with its timing targets as `--target` holds them. */
+const held = (report: DrillReport, o: DrillFlags) =>
+  holdTargets(report, new Map(o.target), o.strictTargets === true);
+
+/** `--target NAME=MS`, each given: a timing target the drills report, and the figure to hold it to. */
+function targetArg(v: string, prev: Array<[string, number]>): Array<[string, number]> {
+  const at = v.lastIndexOf('=');
+  const name = v.slice(0, Math.max(0, at));
+  const ms = v.slice(at + 1);
+  if (at < 0 || !TIMING_TARGETS.includes(name))
+    throw new UsageError(
+      `--target ${v}: give NAME=MS, NAME one of the drills' timing targets: ${TIMING_TARGETS.map((t) => `"${t}"`).join(', ')}`,
+    );
+  if (!/^\d+$/.test(ms)) throw new UsageError(`--target ${v}: MS must be a non-negative integer`);
+  return [...prev, [name, Number(ms)]];
 }
 
 export function registerDrillCommand(program: Command): void {
@@ -82,6 +106,12 @@ export function registerDrillCommand(program: Command): void {
     .option(
       '--strict-targets',
       'fail the drill when a timing target (time to detect, recover, ready) is missed, not only an invariant',
+    )
+    .option(
+      '--target <name=ms>',
+      `hold a timing target to MS instead of the drill's own, e.g. --target 'time to detect=500' (repeat for more; one a drill does not report is ignored there): ${TIMING_TARGETS.join('; ')}`,
+      targetArg,
+      [],
     )
     .option(
       '--journal-events <n>',
@@ -154,7 +184,7 @@ async function drillLocal(chosen: readonly DrillScenario[], o: DrillFlags): Prom
   for (const d of chosen) {
     const journalPath = join(o.dataDir, `${d.name}-${Date.now()}.db`);
     if (!o.json) note(`drill ${d.name}: starting a stack (journal ${journalPath})`);
-    const report = await runDrill(d, {
+    const ran = await runDrill(d, {
       clients: o.clients ?? d.defaultClients ?? 8,
       journalPath,
       log,
@@ -171,6 +201,7 @@ async function drillLocal(chosen: readonly DrillScenario[], o: DrillFlags): Prom
         ...(o.retryLimit === undefined ? {} : { retryLimit: o.retryLimit }),
       },
     });
+    const report = held(ran, o);
     reports.push(report);
     if (!o.json) print(`${renderReport(report)}\n`);
   }
@@ -226,11 +257,12 @@ async function drillRemote(
         continue;
       }
       if (!o.json) note(`drill ${d.name}: against ${target.base} (journal ${target.journalPath})`);
-      const report = await runRemoteDrill(d, target, {
+      const ran = await runRemoteDrill(d, target, {
         clients: o.clients ?? d.defaultClients ?? 8,
         log,
         strictTargets: o.strictTargets === true,
       });
+      const report = held(ran, o);
       reports.push(report);
       if (!o.json) print(`${renderReport(report)}\n`);
     }

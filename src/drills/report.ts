@@ -22,6 +22,16 @@ export function verdictOf(i: Invariant): 'ok' | 'FAIL' | 'met' | 'MISS' | 'skip'
   return i.ok ? 'ok' : 'FAIL';
 }
 
+/** Every timing target a drill reports, by name: what `pdctl drill --target NAME=MS` may hold. */
+export const TIMING_TARGETS: readonly string[] = [
+  'time to detect',
+  'time to recover in place',
+  'time to all terminal',
+  'time from restart to ready',
+  'SIGKILL: fault → standby ready',
+  'SIGSTOP: fault → standby ready',
+];
+
 /** A timing target: met when `ms` (NaN: it never happened) is at most `targetMs`. */
 export function timingTarget(
   name: string,
@@ -29,6 +39,8 @@ export function timingTarget(
   targetMs: number,
   detail: string,
 ): Invariant {
+  if (!TIMING_TARGETS.includes(name))
+    throw new Error(`timing target "${name}" is not in TIMING_TARGETS (drill --target names them)`);
   return {
     name,
     ok: !Number.isNaN(ms) && ms <= targetMs,
@@ -68,6 +80,25 @@ export class DrillRecorder {
       detail: (err as Error).message,
     });
   }
+}
+
+/**
+ * The report with the timing targets named in `targets` held to those figures (ms) instead of the
+ * drill's own (`pdctl drill --target`), and `passed` again as `strict` counts a miss.
+ */
+export function holdTargets(
+  report: DrillReport,
+  targets: ReadonlyMap<string, number>,
+  strict: boolean,
+): DrillReport {
+  if (targets.size === 0) return report;
+  const invariants = report.invariants.map((i) => {
+    const to = i.target === true ? targets.get(i.name) : undefined;
+    if (to === undefined) return i;
+    const ms = typeof i.figure.ms === 'number' ? i.figure.ms : Number.NaN;
+    return { ...i, ok: !Number.isNaN(ms) && ms <= to, figure: { ...i.figure, targetMs: to } };
+  });
+  return { ...report, invariants, passed: drillPassed(invariants, strict) };
 }
 
 /** Whether the drill passed: every invariant held (and, if `strict`, every target was met). */
