@@ -14,7 +14,7 @@ import { Admission } from '../src/bus/admission.ts';
 import { silentLogger } from '../src/log.ts';
 import { DeterministicModel, generateInProcess } from '../src/model/deterministic.ts';
 import { EngineSupervisor } from '../src/recovery/supervisor.ts';
-import { serve } from './helpers/serve.ts';
+import { complete, serve } from './helpers/serve.ts';
 import {
   collect,
   isHappyPath,
@@ -70,18 +70,7 @@ describe('engine restarts and lost connections', () => {
           await get<{ rooms: Array<{ migratedFrom: string | null }> }>('/v1/rooms?state=decoding')
         ).rooms.some((r) => (r.migratedFrom !== null) === migrated);
       const answers = Promise.all(
-        Array.from({ length: 6 }, async (_, i) => {
-          const r = await fetch(`${s.url}/v1/completions`, {
-            method: 'POST',
-            headers: { 'content-type': 'application/json' },
-            body: JSON.stringify({
-              model: 'pdctl-deterministic-1',
-              prompt: prompt(i, 20),
-              max_tokens: 120,
-            }),
-          });
-          return { status: r.status, body: (await r.json()) as { error?: { message: string } } };
-        }),
+        Array.from({ length: 6 }, (_, i) => complete(s.url, prompt(i, 20), 120)),
       );
       await waitFor('rooms decoding', () => decoding(false));
       const first = (await decodePid()) as number;

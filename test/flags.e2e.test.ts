@@ -18,7 +18,7 @@ import { describe, expect, it } from 'vitest';
 import { newKeyPair } from '../src/bus/admission.ts';
 import { buildProgram } from '../src/cli/main.ts';
 import { oldJournal, roomIds } from './helpers/old-journal.ts';
-import { startServe } from './helpers/serve.ts';
+import { complete, startServe } from './helpers/serve.ts';
 import { pdctl, spawnTs } from './helpers/spawn.ts';
 import { prompt, waitFor } from './helpers/stack.ts';
 import { tempDir } from './helpers/tmp.ts';
@@ -504,13 +504,9 @@ describe('pdctl serve, flag by flag', () => {
       const url = await s.listening;
       const text = prompt(77, 40);
       const send = async () => {
-        const r = await fetch(`${url}/v1/completions`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ model: 'pdctl-deterministic-1', prompt: text, max_tokens: 1 }),
-        });
-        expect(r.status).toBe(200);
-        const { id } = (await r.json()) as { id: string };
+        const { status, body } = await complete(url, text, 1);
+        expect(status).toBe(200);
+        const { id } = body;
         return (await json<{ room: { prefillEngine: string } }>(`${url}/v1/rooms/${id}`)).room;
       };
       // One engine computes the prompt and keeps its blocks; then two rooms of it at once: the
@@ -764,17 +760,9 @@ describe('pdctl engine, flag by flag', () => {
     const cpu = { prefill: cpuSeconds(prefillPid), decode: cpuSeconds(decodePid) };
     const rooms = await Promise.all(
       [1, 2].map(async (i) => {
-        const r = await fetch(`${url}/v1/completions`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({
-            model: 'pdctl-deterministic-1',
-            prompt: prompt(900 + i, 20),
-            max_tokens: 12,
-          }),
-        });
-        expect(r.status).toBe(200);
-        const { id, usage } = (await r.json()) as { id: string; usage: { prompt_tokens: number } };
+        const { status, body } = await complete(url, prompt(900 + i, 20), 12);
+        expect(status).toBe(200);
+        const { id, usage } = body;
         type Ev = { type: string; ts: number; data: Record<string, unknown> };
         const { events } = await json<{ events: Ev[] }>(`${url}/v1/rooms/${id}`);
         const at = (type: string) => events.find((e) => e.type === type) as Ev;

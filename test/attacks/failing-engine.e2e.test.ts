@@ -7,7 +7,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { DeterministicModel, generateInProcess } from '../../src/model/deterministic.ts';
-import { serve } from '../helpers/serve.ts';
+import { complete, serve } from '../helpers/serve.ts';
 import { collect, committed, prompt, startTestStack, waitFor } from '../helpers/stack.ts';
 
 describe('a room that fails before its first token', () => {
@@ -82,18 +82,7 @@ describe('a room that fails before its first token', () => {
       await new Promise((r) => setTimeout(r, 200));
       // As many requests as got prefill-1 ejected above, with the ejection on.
       const answers = await Promise.all(
-        Array.from({ length: 16 }, async (_, i) => {
-          const r = await fetch(`${s.url}/v1/completions`, {
-            method: 'POST',
-            headers: { 'content-type': 'application/json' },
-            body: JSON.stringify({
-              model: 'pdctl-deterministic-1',
-              prompt: prompt(800 + i, 12),
-              max_tokens: 6,
-            }),
-          });
-          return { status: r.status, body: (await r.json()) as { error?: { message: string } } };
-        }),
+        Array.from({ length: 16 }, (_, i) => complete(s.url, prompt(800 + i, 12), 6)),
       );
       // --retry-limit 0: a room that failed before its first token is not tried again.
       const failed = answers.filter((a) => a.status !== 200);

@@ -77,3 +77,24 @@ export function startServe(
       }),
   };
 }
+
+/** What a completion answers: the room's id and usage, or an error. */
+export interface CompletionBody {
+  id: string;
+  usage: { prompt_tokens: number; completion_tokens: number };
+  error?: { message: string };
+}
+
+/** A completion of the built-in model from the serve at `url`, as a client asks: its status and body. */
+export async function complete(
+  url: string,
+  prompt: string,
+  maxTokens: number,
+): Promise<{ status: number; body: CompletionBody }> {
+  const r = await fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'pdctl-deterministic-1', prompt, max_tokens: maxTokens }),
+  });
+  return { status: r.status, body: (await r.json()) as CompletionBody };
+}
