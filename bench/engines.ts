@@ -22,11 +22,11 @@ import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as zmq from 'zeromq';
 import { startStack } from '../src/app/stack.ts';
-import type { JournalEvent } from '../src/journal/events.ts';
-import { ROOM_PATH } from '../src/journal/states.ts';
 import type { Durability } from '../src/journal/store.ts';
 import { silentLogger } from '../src/log.ts';
 import { DeterministicModel, generateInProcess } from '../src/model/deterministic.ts';
+import type { JournalEvent } from '../src/room/events.ts';
+import { ROOM_PATH } from '../src/room/states.ts';
 import {
   argv,
   asJson,

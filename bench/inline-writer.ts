@@ -4,9 +4,9 @@
  */
 import { statSync } from 'node:fs';
 import { join } from 'node:path';
-import { type PendingEvent, validateEvent } from '../src/journal/events.ts';
 import { executeOp, openWriter } from '../src/journal/sqlite/writer-exec.ts';
 import { completedRoomEvents } from '../src/journal/synth.ts';
+import { type PendingEvent, validateEvent } from '../src/room/events.ts';
 
 /** Room lifecycles, validated as the queue validates them, `rooms` of them interleaved by step. */
 function lifecycleBatches(rooms: number, events: number): PendingEvent[][] {

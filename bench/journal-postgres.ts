@@ -10,13 +10,13 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
-import { eventKey } from '../src/journal/event-keys.ts';
-import { uuidv7 } from '../src/journal/ids.ts';
 import { createDatabase, type PgCluster, startPgCluster } from '../src/journal/postgres/cluster.ts';
 import { PgJournal } from '../src/journal/postgres/journal.ts';
 import { PG_MIGRATIONS_DIR } from '../src/journal/postgres/migrate.ts';
 import type { Durability } from '../src/journal/store.ts';
 import { completedRoomEvents } from '../src/journal/synth.ts';
+import { eventKey } from '../src/room/event-keys.ts';
+import { uuidv7 } from '../src/room/ids.ts';
 import { type AppendRun, appendRun, percentile } from './append-run.ts';
 
 export async function postgresBench(opts: {

@@ -22,12 +22,12 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { eventKey } from '../src/journal/event-keys.ts';
-import { uuidv7 } from '../src/journal/ids.ts';
 import { SqliteJournal } from '../src/journal/sqlite/journal.ts';
 import { MIGRATIONS_DIR } from '../src/journal/sqlite/migrate.ts';
 import { foldJournal, verifyJournal } from '../src/journal/sqlite/verify.ts';
 import { completedRoomEvents, synthEvents } from '../src/journal/synth.ts';
+import { eventKey } from '../src/room/event-keys.ts';
+import { uuidv7 } from '../src/room/ids.ts';
 import { type AppendRun, appendRun } from './append-run.ts';
 import { asJson, checkFlags, flag, has } from './args.ts';
 import { inlineWriter } from './inline-writer.ts';

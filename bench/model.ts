@@ -33,13 +33,13 @@ import { join } from 'node:path';
 import { startStack } from '../src/app/stack.ts';
 import type { RoomStream } from '../src/control/streams.ts';
 import { ENGINE_DEFAULTS, llamaEngineFlags } from '../src/engine/options.ts';
-import { ROOM_PATH } from '../src/journal/states.ts';
 import { silentLogger } from '../src/log.ts';
 import { pagesFor } from '../src/model/executor.ts';
 import { LlamaEngineModel } from '../src/model/llama/engine-model.ts';
 import { LlamaModelInfo } from '../src/model/llama/model-info.ts';
 import { writeTinyModel } from '../src/model/tiny-gguf.ts';
 import { WORDS } from '../src/model/words.ts';
+import { ROOM_PATH } from '../src/room/states.ts';
 import { asJson, checkFlags, flag, percentile, say } from './args.ts';
 
 const EMBEDDING = Number(flag('--embedding', '256'));

@@ -22,7 +22,6 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { drillPostgres, openJournal } from '../src/app/journal.ts';
-import type { EventInput } from '../src/journal/events.ts';
 import { PACK_ROOMS_PER_PASS } from '../src/journal/packs.ts';
 import { PG_PACK_ROOMS_PER_PASS, type PgJournal } from '../src/journal/postgres/journal.ts';
 import { DEFAULT_CHUNK_ROOMS, Retention } from '../src/journal/retention.ts';
@@ -31,6 +30,7 @@ import type { JournalStore } from '../src/journal/store.ts';
 import { completedRoomEvents, synthEvents } from '../src/journal/synth.ts';
 import { silentLogger } from '../src/log.ts';
 import { systemClock } from '../src/ports/clock.ts';
+import type { EventInput } from '../src/room/events.ts';
 import { asJson, checkFlags, flag, percentile, say } from './args.ts';
 
 const ROOMS = Number(flag('--rooms', '250000'));

@@ -21,7 +21,6 @@ import {
 } from '../src/control/checkpoint/codec.ts';
 import { StartState } from '../src/control/checkpoint/state.ts';
 import { JournalError } from '../src/journal/errors.ts';
-import { eventIdOf } from '../src/journal/event-keys.ts';
 import { checkpointBreakingMigration } from '../src/journal/migrations.ts';
 import { pgMigrations } from '../src/journal/postgres/migrate.ts';
 import { SqliteJournal } from '../src/journal/sqlite/journal.ts';
@@ -32,8 +31,9 @@ import {
   schemaVersion,
 } from '../src/journal/sqlite/migrate.ts';
 import { SqliteReader } from '../src/journal/sqlite/reader.ts';
-import { DEFAULT_STATE_DEADLINES_MS } from '../src/journal/states.ts';
 import type { StoredCheckpoint } from '../src/journal/store.ts';
+import { eventIdOf } from '../src/room/event-keys.ts';
+import { DEFAULT_STATE_DEADLINES_MS } from '../src/room/states.ts';
 import { lifecycle } from './helpers/events.ts';
 import { tempDir } from './helpers/tmp.ts';
 

@@ -6,9 +6,9 @@
 import { describe, expect, it } from 'vitest';
 import { prefixPerMinute } from '../src/cli/journal/stats.ts';
 import { StartState } from '../src/control/checkpoint/state.ts';
-import type { JournalEventOf } from '../src/journal/events.ts';
 import { DeterministicModel, generateInProcess } from '../src/model/deterministic.ts';
 import { blockNames } from '../src/model/prefix-blocks.ts';
+import type { JournalEventOf } from '../src/room/events.ts';
 import { collect, prompt, startTestStack } from './helpers/stack.ts';
 
 const model = new DeterministicModel();

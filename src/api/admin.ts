@@ -9,11 +9,10 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import { COMMANDS, type CommandName } from '../bus/protocol.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
-import { isValidId } from '../journal/events.ts';
-import { isRequestId, roomIdOf } from '../journal/ids.ts';
-import type { RoomAbortReason } from '../journal/reasons.ts';
-import { isTerminal, type RoomState } from '../journal/states.ts';
 import type { JournalStore } from '../journal/store.ts';
+import { isRequestId, isValidId, roomIdOf } from '../room/ids.ts';
+import type { RoomAbortReason } from '../room/reasons.ts';
+import { isTerminal, type RoomState } from '../room/states.ts';
 import { ApiError } from './errors.ts';
 import { Errors } from './schemas.ts';
 

@@ -10,21 +10,21 @@ import client from 'prom-client';
 import { STAGE_OF } from '../control/canary.ts';
 import { MAX_COUNTED_DEPTH } from '../control/commit-depth.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
-import { type JournalEvent, type JournalEventOf, KV_TRANSPORTS } from '../journal/events.ts';
+import type { Retention } from '../journal/retention.ts';
+import type { JournalDisk, JournalReader } from '../journal/store.ts';
+import type { Planner } from '../planner/online.ts';
+import { EXIT_CAUSES, RESTARTERS } from '../recovery/supervisor.ts';
+import type { RecoveryView } from '../recovery/view.ts';
+import { type JournalEvent, type JournalEventOf, KV_TRANSPORTS } from '../room/events.ts';
 import {
   ABORT_REASONS,
   FAILURE_REASONS,
   isFailureReason,
   MIGRATION_REASONS,
   TRANSFER_FAILURES,
-} from '../journal/reasons.ts';
-import type { Room } from '../journal/reducer.ts';
-import type { Retention } from '../journal/retention.ts';
-import { LIVE_STATES } from '../journal/states.ts';
-import type { JournalDisk, JournalReader } from '../journal/store.ts';
-import type { Planner } from '../planner/online.ts';
-import { EXIT_CAUSES, RESTARTERS } from '../recovery/supervisor.ts';
-import type { RecoveryView } from '../recovery/view.ts';
+} from '../room/reasons.ts';
+import type { Room } from '../room/reducer.ts';
+import { LIVE_STATES } from '../room/states.ts';
 import { COMPLETION_ROUTES, REFUSAL_CODES } from './errors.ts';
 import { BoundedLabel } from './labels.ts';
 

@@ -9,11 +9,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsync } from 'fastify';
 import type { ControlPlane } from '../control/control-plane.ts';
 import type { UsageError } from '../errors.ts';
-import { EVENT_TYPES, type EventType, isValidId, type JournalEvent } from '../journal/events.ts';
-import { roomIdOf } from '../journal/ids.ts';
 import { tailMatcher } from '../journal/queries.ts';
-import type { Room } from '../journal/reducer.ts';
-import { isRoomState, LIVE_STATES, ROOM_STATES, type RoomState } from '../journal/states.ts';
 import {
   type JournalStore,
   originFilter,
@@ -21,6 +17,10 @@ import {
   type TailFilter,
 } from '../journal/store.ts';
 import type { RecoveryView } from '../recovery/view.ts';
+import { EVENT_TYPES, type EventType, type JournalEvent } from '../room/events.ts';
+import { isValidId, roomIdOf } from '../room/ids.ts';
+import type { Room } from '../room/reducer.ts';
+import { isRoomState, LIVE_STATES, ROOM_STATES, type RoomState } from '../room/states.ts';
 import { parseTime } from '../time.ts';
 import { hostTag } from '../transfer/host.ts';
 import { ApiError, roomNotFound } from './errors.ts';

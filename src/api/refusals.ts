@@ -9,8 +9,9 @@
  * `maxWaitingIds` waiting ids, refusals are only counted (the event's `count` then exceeds its ids,
  * and the lookup of such an id says its id was not kept).
  */
-import type { EventInput } from '../journal/events.ts';
+
 import type { Logger } from '../log.ts';
+import type { EventInput } from '../room/events.ts';
 
 /** Request ids per event: the journal's schema of `request.refused` holds at most this many. */
 export const REFUSAL_IDS_PER_EVENT = 20;

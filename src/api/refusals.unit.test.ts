@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import type { EventInput } from '../journal/events.ts';
 import { silentLogger } from '../log.ts';
+import type { EventInput } from '../room/events.ts';
 import { RefusalLog } from './refusals.ts';
 
 /** A journal's append that refuses writes while `down` (a full disk), and keeps what it took. */

@@ -7,8 +7,8 @@
 import { type TSchema, Type } from '@sinclair/typebox';
 import { KV_SEND_CHOICES } from '../bus/protocol.ts';
 import { ENGINE_STATUSES } from '../control/engine-view.ts';
-import { EVENT_TYPES } from '../journal/events.ts';
-import { ROOM_STATES } from '../journal/states.ts';
+import { EVENT_TYPES } from '../room/events.ts';
+import { ROOM_STATES } from '../room/states.ts';
 
 const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]);
 const Open = { additionalProperties: true };

@@ -6,7 +6,7 @@
  * so, and the journal blames the shutdown, not the client. Only then does the listener close.
  */
 import { IdleWaiters } from '../idle.ts';
-import type { RoomAbortReason } from '../journal/reasons.ts';
+import type { RoomAbortReason } from '../room/reasons.ts';
 /** The abort reason of a room cut at the shutdown's drain deadline. */
 export const SHUTDOWN_REASON: RoomAbortReason = 'shutdown';
 

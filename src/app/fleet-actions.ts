@@ -8,14 +8,14 @@
  */
 import type { ControlPlane } from '../control/control-plane.ts';
 import type { EngineView } from '../control/engine-view.ts';
-import type { EventData } from '../journal/events.ts';
-import type { Room } from '../journal/reducer.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import type { Step } from '../planner/model.ts';
 import type { PlannerActions } from '../planner/online.ts';
 import type { Role } from '../planner/record.ts';
 import type { EngineSupervisor } from '../recovery/supervisor.ts';
+import type { EventData } from '../room/events.ts';
+import type { Room } from '../room/reducer.ts';
 
 export interface FleetActionsDeps {
   control: ControlPlane;

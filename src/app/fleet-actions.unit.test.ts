@@ -6,10 +6,10 @@
 import { describe, expect, it } from 'vitest';
 import { foldRoom, roomEvent } from '../../test/helpers/room-events.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
-import type { EventInput } from '../journal/events.ts';
 import type { AppendResult } from '../journal/store.ts';
 import { silentLogger } from '../log.ts';
 import type { EngineSupervisor } from '../recovery/supervisor.ts';
+import type { EventInput } from '../room/events.ts';
 import { FleetActions, soonestDrained } from './fleet-actions.ts';
 
 /** Live rooms by the engines they are on (prefill, decode); changed by the test. */

@@ -1,6 +1,6 @@
 /** One-line human summaries of events and rooms for the CLI's tables. */
-import type { JournalEvent, JournalEventOf } from '../journal/events.ts';
-import type { Room } from '../journal/reducer.ts';
+import type { JournalEvent, JournalEventOf } from '../room/events.ts';
+import type { Room } from '../room/reducer.ts';
 import { formatDuration } from '../time.ts';
 
 /**

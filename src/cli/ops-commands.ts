@@ -4,7 +4,7 @@
  * engines-command.ts).
  */
 import type { Command } from 'commander';
-import { roomIdOf } from '../journal/ids.ts';
+import { roomIdOf } from '../room/ids.ts';
 import { EXIT, note, print, printJson } from './context.ts';
 import { callServer, DEFAULT_URL, errorOf, reaching } from './server.ts';
 

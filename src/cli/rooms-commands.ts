@@ -2,10 +2,10 @@
 
 import type { Command } from 'commander';
 import { UsageError } from '../errors.ts';
-import { isValidId, type JournalEvent } from '../journal/events.ts';
-import { isRequestId, roomIdOf } from '../journal/ids.ts';
-import { isRoomState, ROOM_STATES, type RoomState } from '../journal/states.ts';
 import { HIDDEN_ORIGINS, originFilter, type RoomFilter, type Timeline } from '../journal/store.ts';
+import type { JournalEvent } from '../room/events.ts';
+import { isRequestId, isValidId, roomIdOf } from '../room/ids.ts';
+import { isRoomState, ROOM_STATES, type RoomState } from '../room/states.ts';
 import { formatDuration, formatTs, parseTime } from '../time.ts';
 import { ARCHIVE_HELP, type CommonOptions, EXIT, openReader, print, printJson } from './context.ts';
 import { describeEvent, describeRefusal, describeUnkept, roomOutcome } from './describe.ts';

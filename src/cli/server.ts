@@ -4,7 +4,6 @@
  */
 import type { Command } from 'commander';
 import { UsageError } from '../errors.ts';
-import type { EventType, JournalEventOf } from '../journal/events.ts';
 import type {
   JournalReader,
   RoomFilter,
@@ -12,6 +11,7 @@ import type {
   TailFilter,
   Timeline,
 } from '../journal/store.ts';
+import type { EventType, JournalEventOf } from '../room/events.ts';
 import { EXIT, note } from './context.ts';
 
 export const DEFAULT_URL = process.env.PDCTL_URL ?? 'http://127.0.0.1:8080';

@@ -9,12 +9,13 @@
  * and the commands to run; `Aborts` runs them on the clock and the journal. Its tests are
  * given/when/then on data (aborts.unit.test.ts): no journal, no timers.
  */
-import type { JournalEvent } from '../journal/events.ts';
-import type { Room } from '../journal/reducer.ts';
-import { isTerminal } from '../journal/states.ts';
+
 import type { AppendResult, JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { type Clock, systemClock, type Timer } from '../ports/clock.ts';
+import type { JournalEvent } from '../room/events.ts';
+import type { Room } from '../room/reducer.ts';
+import { isTerminal } from '../room/states.ts';
 
 /** Both engines of the room's pair have journaled `room.released`. */
 export function releasedByBoth(room: Room): boolean {

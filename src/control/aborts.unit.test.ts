@@ -4,8 +4,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { foldRoom, roomEvent } from '../../test/helpers/room-events.ts';
-import type { JournalEvent } from '../journal/events.ts';
-import type { Room } from '../journal/reducer.ts';
+import type { JournalEvent } from '../room/events.ts';
+import type { Room } from '../room/reducer.ts';
 import { type AbortsState, decideAbort } from './aborts.ts';
 
 /** The room after `events`, and the last of them (as the control plane feeds it in). */

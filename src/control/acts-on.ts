@@ -3,8 +3,8 @@
  * room in step: the second kind go to it lazy (bus/outbox.ts), in the next frame that goes to it
  * anyway — a lone room moves 4 frames fewer (docs/critical-path.md, "What bounds a lone room").
  */
-import type { JournalEvent } from '../journal/events.ts';
-import type { Room } from '../journal/reducer.ts';
+import type { JournalEvent } from '../room/events.ts';
+import type { Room } from '../room/reducer.ts';
 
 /** Events of a room that start or stop no engine's work: another engine's progress, or its own echoed. */
 const PROGRESS: ReadonlySet<string> = new Set([

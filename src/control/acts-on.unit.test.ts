@@ -1,8 +1,8 @@
 /** Which events of a room go to an engine at once, and which may wait for its next frame. */
 import { describe, expect, it } from 'vitest';
 import { lifecycle } from '../../test/helpers/events.ts';
-import type { JournalEvent } from '../journal/events.ts';
-import { type Room, reduce } from '../journal/reducer.ts';
+import type { JournalEvent } from '../room/events.ts';
+import { type Room, reduce } from '../room/reducer.ts';
 import { actsOn } from './acts-on.ts';
 
 /** A room's whole life, each event with the room as folded with it. */

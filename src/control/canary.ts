@@ -5,10 +5,10 @@
  * is journaled (`canary.changed`) only when it changes.
  */
 
-import { isFailureReason, type RoomFailureReason } from '../journal/reasons.ts';
-import type { RoomState } from '../journal/states.ts';
 import type { Logger } from '../log.ts';
 import type { Clock, Timer } from '../ports/clock.ts';
+import { isFailureReason, type RoomFailureReason } from '../room/reasons.ts';
+import type { RoomState } from '../room/states.ts';
 import type { ControlPlane } from './control-plane.ts';
 import { RoomEndedError } from './streams.ts';
 

@@ -6,7 +6,7 @@
  * engine started on, recorded when `room.decode_started` commits. A lone room under protocol 5
  * shows 3: `room.created` → `room.bootstrapped` → `room.transfer_completed`.
  */
-import type { JournalEvent } from '../journal/events.ts';
+import type { JournalEvent } from '../room/events.ts';
 
 /** Depths counted one by one; a first token behind more commits than this is counted here. */
 export const MAX_COUNTED_DEPTH = 8;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { JournalEvent } from '../journal/events.ts';
+import type { JournalEvent } from '../room/events.ts';
 import { CommitDepth, MAX_COUNTED_DEPTH } from './commit-depth.ts';
 
 /** A room's events as the journal commits them, appended by engines that name their cause. */

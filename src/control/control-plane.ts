@@ -8,14 +8,14 @@
 
 import type { CommandName } from '../bus/protocol.ts';
 import type { BusServer, BusServerHandlers, BusStatus } from '../bus/server.ts';
-import type { JournalEvent } from '../journal/events.ts';
-import type { Room } from '../journal/reducer.ts';
 import type { AppendResult, JournalHealth, JournalStore, Subscription } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { DeterministicModel } from '../model/deterministic.ts';
 import type { ModelInfo } from '../model/executor.ts';
 import { type Clock, stepTimer, systemClock, type Timer } from '../ports/clock.ts';
 import { systemIds } from '../ports/ids.ts';
+import type { JournalEvent } from '../room/events.ts';
+import type { Room } from '../room/reducer.ts';
 import { Aborts } from './aborts.ts';
 import { AppendRelay, type RefusedClaim } from './appends.ts';
 import { type ControlCounters, openBus, zeroCounters } from './bus.ts';

@@ -10,10 +10,10 @@
  * state checkpoint and the events after it (control/checkpoint).
  */
 
-import type { JournalEventOf } from '../journal/events.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { type Clock, systemClock } from '../ports/clock.ts';
+import type { JournalEventOf } from '../room/events.ts';
 
 /** Why and since when an engine is cordoned. */
 export interface Cordon {

@@ -4,8 +4,8 @@
  * `EngineAppend` — typed by its `type` — so nothing downstream casts an engine's data.
  */
 import type { EngineMessage } from '../bus/protocol.ts';
-import { dataError, type EventData } from '../journal/events.ts';
-import { FAILURE_REASONS, FAILURE_REPORTERS, isFailureReason } from '../journal/reasons.ts';
+import { dataError, type EventData } from '../room/events.ts';
+import { FAILURE_REASONS, FAILURE_REPORTERS, isFailureReason } from '../room/reasons.ts';
 
 /** The room events each role sends; anything else from it is refused. */
 export const ENGINE_APPENDS = {

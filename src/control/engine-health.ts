@@ -4,7 +4,7 @@
  * engine is stalled.
  */
 import type { EngineMessage } from '../bus/protocol.ts';
-import { FAILURE_BLAME, type RoomFailureReason } from '../journal/reasons.ts';
+import { FAILURE_BLAME, type RoomFailureReason } from '../room/reasons.ts';
 import type { EngineSession } from './engine-session.ts';
 import { queuedWork } from './stalls.ts';
 

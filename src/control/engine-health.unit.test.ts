@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { engineSession } from '../../test/helpers/engine-session.ts';
-import type { RoomFailureReason } from '../journal/reasons.ts';
+import type { RoomFailureReason } from '../room/reasons.ts';
 import { recordCanary } from './engine-health.ts';
 
 const pair = { prefillEngine: 'p0', decodeEngine: 'd0' };

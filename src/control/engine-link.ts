@@ -14,11 +14,11 @@ import {
 } from '../bus/protocol.ts';
 import { type PeerQuotaOptions, type QuotaKind, TokenBucket } from '../bus/quotas.ts';
 import type { BusServer, PeerId } from '../bus/server.ts';
-import type { JournalEvent } from '../journal/events.ts';
-import type { Room } from '../journal/reducer.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import type { Clock } from '../ports/clock.ts';
+import type { JournalEvent } from '../room/events.ts';
+import type { Room } from '../room/reducer.ts';
 import { actsOn } from './acts-on.ts';
 import { BoundedMap } from './bounded-map.ts';
 import type { ControlCounters } from './bus.ts';

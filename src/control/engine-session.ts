@@ -5,8 +5,8 @@
  */
 import type { EngineMessage, KvRemote, KvSend } from '../bus/protocol.ts';
 import type { PeerId } from '../bus/server.ts';
-import type { JournalEvent } from '../journal/events.ts';
 import type { KvShape, ModelRuntime } from '../model/executor.ts';
+import type { JournalEvent } from '../room/events.ts';
 
 /** Who an engine is, as its admitted hello said: fixed for the session (engine-link.ts writes it once). */
 export interface EngineIdentity {

@@ -11,9 +11,10 @@
  * them and feeds their outcomes back through `outageRecorded`. Its tests are given/when/then on
  * data (journal-outage.unit.test.ts): no journal, no clock.
  */
-import type { Room } from '../journal/reducer.ts';
-import { isTerminal, type RoomState } from '../journal/states.ts';
+
 import type { JournalStore } from '../journal/store.ts';
+import type { Room } from '../room/reducer.ts';
+import { isTerminal, type RoomState } from '../room/states.ts';
 import { orphanedEventId } from './orphans.ts';
 
 export interface OutageState {

@@ -3,7 +3,7 @@
  * at a tick in, the next state and the commands out. No journal, no clock, no control plane.
  */
 import { describe, expect, it } from 'vitest';
-import type { RoomState } from '../journal/states.ts';
+import type { RoomState } from '../room/states.ts';
 import { decideOutage, NO_OUTAGE, type OutageTick, outageRecorded } from './journal-outage.ts';
 
 const tick = (over: Partial<OutageTick> = {}): OutageTick => ({

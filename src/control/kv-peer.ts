@@ -6,7 +6,7 @@
  * is taken for the prefill's.
  */
 import type { KvRemote } from '../bus/protocol.ts';
-import type { JournalEvent } from '../journal/events.ts';
+import type { JournalEvent } from '../room/events.ts';
 import type { EngineRegistry } from './registry.ts';
 
 export interface KvPeer {

@@ -5,9 +5,9 @@
  * stream, finds the pair); their tests are given/when/then on data (loss.unit.test.ts).
  */
 import { maxRequestTextBytes, type RoomRequest, requestTextBytes } from '../bus/protocol.ts';
-import { FAILURE_BLAME, isFailureReason, type RoomFailureReason } from '../journal/reasons.ts';
-import type { Room } from '../journal/reducer.ts';
-import { isTerminal } from '../journal/states.ts';
+import { FAILURE_BLAME, isFailureReason, type RoomFailureReason } from '../room/reasons.ts';
+import type { Room } from '../room/reducer.ts';
+import { isTerminal } from '../room/states.ts';
 import type { RoomStream } from './streams.ts';
 
 /** What the decisions read of a client's stream. */

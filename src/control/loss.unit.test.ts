@@ -5,7 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import { foldRoom, roomEvent } from '../../test/helpers/room-events.ts';
 import { maxRequestTextBytes, type RoomRequest } from '../bus/protocol.ts';
-import type { EventData } from '../journal/events.ts';
+import type { EventData } from '../room/events.ts';
 import { decideLoss, decideRetiring, decideRetry, type StreamFacts } from './loss.ts';
 
 const ev = roomEvent;

@@ -20,11 +20,11 @@
  */
 
 import type { RoomRequest } from '../bus/protocol.ts';
-import type { RoomMigrationReason } from '../journal/reasons.ts';
-import type { Room } from '../journal/reducer.ts';
-import { isTerminal } from '../journal/states.ts';
 import type { AppendResult } from '../journal/store.ts';
 import type { Ids } from '../ports/ids.ts';
+import type { RoomMigrationReason } from '../room/reasons.ts';
+import type { Room } from '../room/reducer.ts';
+import { isTerminal } from '../room/states.ts';
 import { BoundedMap } from './bounded-map.ts';
 import type { EngineSession } from './engine-session.ts';
 import { decideLoss, decideRetiring, decideRetry } from './loss.ts';

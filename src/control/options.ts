@@ -6,12 +6,12 @@
 import type { Admission } from '../bus/admission.ts';
 import { DEFAULT_MAX_FRAME_BYTES, maxRequestTextBytes } from '../bus/protocol.ts';
 import type { BusTransport } from '../bus/transport.ts';
-import type { StateDeadlinesMs } from '../journal/states.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import type { ModelInfo, Sampling } from '../model/executor.ts';
 import type { Clock } from '../ports/clock.ts';
 import type { Ids } from '../ports/ids.ts';
+import type { StateDeadlinesMs } from '../room/states.ts';
 import type { RouterPolicy } from './routing/router.ts';
 
 /** What every control plane has a default for; units are in the names. */

@@ -9,10 +9,11 @@
  * its room (before, it was refused `not_owner` and never journaled); and the decode pages such a
  * room still holds are not reserved again (found by the simulator, `--faults control-kill`).
  */
-import type { Room } from '../journal/reducer.ts';
-import { LIVE_STATES, TERMINAL_STATES } from '../journal/states.ts';
+
 import type { JournalStore, RoomFilter } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
+import type { Room } from '../room/reducer.ts';
+import { LIVE_STATES, TERMINAL_STATES } from '../room/states.ts';
 
 /**
  * How long before the journal's last event a room may have ended and still wait for a release:

@@ -9,9 +9,9 @@
  * when another pair can take the room (PairHealth).
  */
 
-import type { JournalEvent, KvTransport } from '../journal/events.ts';
-import { FAILURE_BLAME, isFailureReason, TRANSFER_FAILURES } from '../journal/reasons.ts';
-import type { Room } from '../journal/reducer.ts';
+import type { JournalEvent, KvTransport } from '../room/events.ts';
+import { FAILURE_BLAME, isFailureReason, TRANSFER_FAILURES } from '../room/reasons.ts';
+import type { Room } from '../room/reducer.ts';
 import { hostTag } from '../transfer/host.ts';
 import type { EngineIdentity, EngineSession } from './engine-session.ts';
 

@@ -13,11 +13,11 @@
 
 import type { RoomRequest } from '../bus/protocol.ts';
 import { hop } from '../hops.ts';
-import type { JournalEvent, JournalEventOf, RoomReservation } from '../journal/events.ts';
-import { type Room, reduce } from '../journal/reducer.ts';
-import { isTerminal } from '../journal/states.ts';
 import type { JournalReader } from '../journal/store.ts';
 import { type Clock, systemClock } from '../ports/clock.ts';
+import type { JournalEvent, JournalEventOf, RoomReservation } from '../room/events.ts';
+import { type Room, reduce } from '../room/reducer.ts';
+import { isTerminal } from '../room/states.ts';
 import { releasedByBoth } from './aborts.ts';
 import { BoundedMap } from './bounded-map.ts';
 import { CommitDepth } from './commit-depth.ts';

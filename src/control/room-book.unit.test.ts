@@ -7,9 +7,9 @@
 import { describe, expect, it } from 'vitest';
 import { engineSession } from '../../test/helpers/engine-session.ts';
 import type { RoomRequest } from '../bus/protocol.ts';
-import type { JournalEvent } from '../journal/events.ts';
-import type { Room } from '../journal/reducer.ts';
 import { systemClock } from '../ports/clock.ts';
+import type { JournalEvent } from '../room/events.ts';
+import type { Room } from '../room/reducer.ts';
 import type { EngineAppend, EngineAppendType } from './engine-appends.ts';
 import type { EngineSession } from './engine-session.ts';
 import { RoomBook } from './room-book.ts';

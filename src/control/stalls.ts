@@ -4,8 +4,8 @@
  * rooms it folds from the journal, the tokens streamed to it, and the canary's verdicts. Pure:
  * the escalation ladder acts on what this finds, and `/health/ready` shows it.
  */
-import type { Room } from '../journal/reducer.ts';
-import type { RoomState } from '../journal/states.ts';
+import type { Room } from '../room/reducer.ts';
+import type { RoomState } from '../room/states.ts';
 import type { EngineSession } from './engine-session.ts';
 
 /** Which detector saw it: a relapse of the same kind is escalated faster by the ladder. */

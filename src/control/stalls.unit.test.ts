@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { engineSession, type SessionOverrides } from '../../test/helpers/engine-session.ts';
-import type { EventType } from '../journal/events.ts';
-import { type ReducibleEvent, type Room, reduce } from '../journal/reducer.ts';
+import type { EventType } from '../room/events.ts';
+import { type ReducibleEvent, type Room, reduce } from '../room/reducer.ts';
 import type { EngineSession } from './engine-session.ts';
 import { DEFAULT_STALL_POLICY, findStalls } from './stalls.ts';
 

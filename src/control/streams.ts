@@ -4,8 +4,8 @@
  * aborted, failed or migrated. Chunks are delivered in index order; a repeated index is dropped.
  */
 
-import type { Room } from '../journal/reducer.ts';
 import { type Clock, systemClock } from '../ports/clock.ts';
+import type { Room } from '../room/reducer.ts';
 import type { CompletionResult, TokenChunk } from './types.ts';
 
 export class RoomEndedError extends Error {

@@ -9,8 +9,8 @@
  */
 import { newKeyPair } from '../bus/admission.ts';
 import { REGISTRATIONS_BURST } from '../control/hello.ts';
-import type { JournalEventOf } from '../journal/events.ts';
-import { isTerminal } from '../journal/states.ts';
+import type { JournalEventOf } from '../room/events.ts';
+import { isTerminal } from '../room/states.ts';
 import type { DrillScenario } from './harness.ts';
 import { errorsSeen } from './load.ts';
 import { until } from './poll.ts';

@@ -3,7 +3,7 @@
  * per drill, its invariants and a timeline chart — live rooms by state, stacked, and rooms ended
  * by outcome — with the drill's steps (fault, detection, recovery) marked on the time axis.
  */
-import { LIVE_STATES } from '../journal/states.ts';
+import { LIVE_STATES } from '../room/states.ts';
 import { compareRecovery, type DrillReport, type StateSample, verdictOf } from './report.ts';
 
 const VERDICT_TEXT = {

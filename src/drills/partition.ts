@@ -19,8 +19,8 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Admission } from '../bus/admission.ts';
 import { ENGINE_APPENDS } from '../control/engine-appends.ts';
-import type { JournalEvent, JournalEventOf } from '../journal/events.ts';
 import { selfCommand } from '../recovery/self.ts';
+import type { JournalEvent, JournalEventOf } from '../room/events.ts';
 import { ucxBackend } from '../transfer/ucx.ts';
 import {
   commonInvariants,

@@ -12,15 +12,15 @@ import { existsSync, readFileSync } from 'node:fs';
 import { networkInterfaces } from 'node:os';
 import { isPostgresJournal, openJournalReader, redactJournalUrl } from '../app/journal.ts';
 import type { CommandName } from '../bus/protocol.ts';
+import type { JournalStats, Timeline, VerifyReport } from '../journal/store.ts';
 import {
   EVENT_TYPES,
   type EventType,
   type JournalEvent,
   type JournalEventOf,
-} from '../journal/events.ts';
-import { type Room, reduce } from '../journal/reducer.ts';
-import { LIVE_STATES } from '../journal/states.ts';
-import type { JournalStats, Timeline, VerifyReport } from '../journal/store.ts';
+} from '../room/events.ts';
+import { type Room, reduce } from '../room/reducer.ts';
+import { LIVE_STATES } from '../room/states.ts';
 import {
   type BusView,
   type CanaryOutcome,

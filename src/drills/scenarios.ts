@@ -7,7 +7,7 @@
 import { connect } from 'node:net';
 import * as zmq from 'zeromq';
 import { hostileFrames } from '../bus/hostile.ts';
-import type { EventType, JournalEventOf } from '../journal/events.ts';
+import type { EventType, JournalEventOf } from '../room/events.ts';
 import type { DrillContext, DrillScenario, RemoteNeeds } from './harness.ts';
 import { errorsSeen, type RequestRecord } from './load.ts';
 import { until } from './poll.ts';

@@ -10,8 +10,8 @@
 import { wasApplied } from '../bus/client.ts';
 import type { ControlMessage, EngineMessage } from '../bus/protocol.ts';
 import { hop } from '../hops.ts';
-import type { JournalEvent } from '../journal/events.ts';
 import { type DecodeStep, type DecodeStream, KvImageError } from '../model/executor.ts';
+import type { JournalEvent } from '../room/events.ts';
 import type { PagePool } from '../transfer/page-pool.ts';
 import type { UcxNode } from '../transfer/ucx.ts';
 import { EngineCore, type EngineParts, type EngineRoom } from './engine.ts';

@@ -9,20 +9,20 @@ import type { AppendAck } from '../bus/client.ts';
 import type { ControlMessage, EngineMessage, RoomRequest } from '../bus/protocol.ts';
 import { hop } from '../hops.ts';
 import { IdleWaiters } from '../idle.ts';
+import type { Logger } from '../log.ts';
+import { type EngineModel, pagesFor } from '../model/executor.ts';
+import { type Clock, systemClock } from '../ports/clock.ts';
+import { type Ids, systemIds } from '../ports/ids.ts';
 import type {
   EventData,
   JournalEvent,
   KvTransport,
   RoomEventType,
   RoomReservation,
-} from '../journal/events.ts';
-import type { RoomFailureReason } from '../journal/reasons.ts';
-import { type Room, reduce } from '../journal/reducer.ts';
-import { isTerminal, type RoomState } from '../journal/states.ts';
-import type { Logger } from '../log.ts';
-import { type EngineModel, pagesFor } from '../model/executor.ts';
-import { type Clock, systemClock } from '../ports/clock.ts';
-import { type Ids, systemIds } from '../ports/ids.ts';
+} from '../room/events.ts';
+import type { RoomFailureReason } from '../room/reasons.ts';
+import { type Room, reduce } from '../room/reducer.ts';
+import { isTerminal, type RoomState } from '../room/states.ts';
 import { type Fault, parseFault } from '../transfer/core.ts';
 import { PageAllocator } from './allocator.ts';
 import type { EngineOptions } from './options.ts';

@@ -5,10 +5,10 @@
  */
 
 import type { BusClient } from '../bus/client.ts';
-import { uuidv7 } from '../journal/ids.ts';
 import type { Logger } from '../log.ts';
 import type { EngineModel } from '../model/executor.ts';
 import { isAlive } from '../pids.ts';
+import { uuidv7 } from '../room/ids.ts';
 import { NativeTransferCore } from '../transfer/core.ts';
 import { TransferError } from '../transfer/errors.ts';
 import { hostIdentity } from '../transfer/host.ts';

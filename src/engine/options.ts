@@ -6,9 +6,9 @@
 import { availableParallelism } from 'node:os';
 import type { KvSend } from '../bus/protocol.ts';
 import { HEARTBEAT_MS } from '../bus/protocol.ts';
-import { isValidId } from '../journal/events.ts';
 import { COMPUTE, DEFAULT_MODEL_OPTIONS, type ModelOptions } from '../model/deterministic.ts';
 import { PREFIX_REUSE_MODES, type PrefixReuseMode } from '../model/prefix-blocks.ts';
+import { isValidId } from '../room/ids.ts';
 import { defaultPoolName } from '../transfer/pool.ts';
 
 export type EngineRole = 'prefill' | 'decode';

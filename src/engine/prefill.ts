@@ -7,8 +7,8 @@
  * an abort stops the work wherever it is.
  */
 import { hop } from '../hops.ts';
-import type { JournalEvent } from '../journal/events.ts';
 import { type EngineModel, KvImageError } from '../model/executor.ts';
+import type { JournalEvent } from '../room/events.ts';
 import type { Fault, TransferCore } from '../transfer/core.ts';
 import { hostIdentity } from '../transfer/host.ts';
 import type { PagePool, PoolOpener } from '../transfer/page-pool.ts';

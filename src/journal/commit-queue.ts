@@ -8,16 +8,17 @@ import { hop, hopsOn } from '../hops.ts';
 import type { Logger } from '../log.ts';
 import { type Clock, systemClock } from '../ports/clock.ts';
 import { type Ids, systemIds } from '../ports/ids.ts';
-import { JournalError } from './errors.ts';
+import { RoomError } from '../room/errors.ts';
 import {
   CREATED_REPEATED_KEYS,
   type EventData,
   type JournalEvent,
   type PendingEvent,
   validateEvent,
-} from './events.ts';
-import type { RejectReason } from './reducer.ts';
-import { type RoomState, resolveDeadlines } from './states.ts';
+} from '../room/events.ts';
+import type { RejectReason } from '../room/reducer.ts';
+import { type RoomState, resolveDeadlines } from '../room/states.ts';
+import { JournalError } from './errors.ts';
 import type { AppendResult, JournalHealth, PruneResult } from './store.ts';
 import type { SubscriptionHub } from './subscriptions.ts';
 
@@ -133,7 +134,10 @@ export class CommitQueue {
     try {
       ev = validateEvent(input, { internal, clock: this.clock, ids: this.ids });
     } catch (err) {
-      return Promise.reject(err);
+      // The room's word for it, said as the journal's: callers branch on JOURNAL_INVALID_EVENT.
+      const said =
+        err instanceof RoomError ? new JournalError('JOURNAL_INVALID_EVENT', err.message) : err;
+      return Promise.reject(said);
     }
     if (ev.type === 'room.created') ev.data = createdAsStored(ev.data);
     hop('queued', ev.type, ev.room);

@@ -1,5 +1,5 @@
 import { type Clock, systemClock, type Timer } from '../ports/clock.ts';
-import { CREATED_REPEATED_KEYS } from './events.ts';
+import { CREATED_REPEATED_KEYS } from '../room/events.ts';
 
 /**
  * What both backends' packs of rooms share (docs/journal.md, "Packed rooms"): how far one pack may

@@ -4,7 +4,7 @@
  * The loop awaits between chunks, so a control plane's appends take their turn on the writer
  * after each one: a prune of a million rooms never holds the writer for longer than a chunk.
  */
-import type { JournalEvent } from './events.ts';
+import type { JournalEvent } from '../room/events.ts';
 import type { ArchiveChunk, PruneOptions, PruneResult } from './store.ts';
 
 /**

@@ -2,10 +2,11 @@
  * The read queries every backend answers, in SQL both SQLite and PostgreSQL take: `?`
  * placeholders (PostgreSQL's reader numbers them), and helpers over their results.
  */
+
+import type { JournalEvent } from '../room/events.ts';
+import { type Room, reduce } from '../room/reducer.ts';
+import { isTerminal, ROOM_STATES, type RoomState } from '../room/states.ts';
 import { JournalError } from './errors.ts';
-import type { JournalEvent } from './events.ts';
-import { type Room, reduce } from './reducer.ts';
-import { isTerminal, ROOM_STATES, type RoomState } from './states.ts';
 import type { MinuteCount, RoomFilter, StateSpan, TailFilter } from './store.ts';
 
 export interface Query {

@@ -1,9 +1,9 @@
 /** Mapping between the `rooms` / `events` / `state_checkpoints` tables (the same columns in every backend) and their TypeScript shapes. */
-import { eventIdOf } from './event-keys.ts';
-import type { EventType, JournalEvent } from './events.ts';
+import { eventIdOf } from '../room/event-keys.ts';
+import type { EventType, JournalEvent } from '../room/events.ts';
+import type { Room } from '../room/reducer.ts';
+import { LIVE_STATES, type RoomState, type StateDeadlinesMs } from '../room/states.ts';
 import { checkpointBreakingMigration, type Migration } from './migrations.ts';
-import type { Room } from './reducer.ts';
-import { LIVE_STATES, type RoomState, type StateDeadlinesMs } from './states.ts';
 import type { StoredCheckpoint } from './store.ts';
 
 /** Column order of `rooms`, shared by the upsert and by `roomToParams`. */

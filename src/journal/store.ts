@@ -3,9 +3,9 @@
  * composition root (`src/app/`) and the journal administration commands talks to this interface,
  * never to SQLite (`npm run arch` checks it), so that another backend can stand behind it.
  */
-import type { EventInput, EventType, JournalEvent, JournalEventOf } from './events.ts';
-import type { RejectReason, Room } from './reducer.ts';
-import type { RoomState } from './states.ts';
+import type { EventInput, EventType, JournalEvent, JournalEventOf } from '../room/events.ts';
+import type { RejectReason, Room } from '../room/reducer.ts';
+import type { RoomState } from '../room/states.ts';
 
 /**
  * `process`: a committed event survives any process crash
@@ -363,10 +363,18 @@ export async function eachEvent<T extends EventType>(
   filter: Omit<TailFilter<T>, 'order' | 'limit'>,
   each: (ev: JournalEventOf<T>) => boolean,
 ): Promise<void> {
+  for await (const page of eventPages(reader, filter)) for (const ev of page) if (!each(ev)) return;
+}
+
+/** The events `filter` selects, oldest first, a page (up to 5,000) at a time. */
+export async function* eventPages<T extends EventType>(
+  reader: Pick<JournalReader, 'tail'>,
+  filter: Omit<TailFilter<T>, 'order' | 'limit'>,
+): AsyncGenerator<JournalEventOf<T>[]> {
   let afterSeq = filter.afterSeq ?? 0;
   for (;;) {
     const page = await reader.tail({ ...filter, afterSeq, order: 'oldest', limit: EACH_PAGE });
-    for (const ev of page) if (!each(ev)) return;
+    if (page.length > 0) yield page;
     const last = page.at(-1);
     if (page.length < EACH_PAGE || !last) return;
     afterSeq = last.seq;

@@ -4,7 +4,7 @@
  * events (synchronous for SQLite, a query for PostgreSQL) and the stream of live commits.
  */
 import { type Clock, systemClock } from '../ports/clock.ts';
-import type { JournalEvent } from './events.ts';
+import type { JournalEvent } from '../room/events.ts';
 import type { EventListener, Subscription } from './store.ts';
 
 const CHUNK = 1000;

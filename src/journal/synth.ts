@@ -4,10 +4,10 @@
  * see, a few migrated, and the late events that real races produce. Deterministic for a seed.
  * Events stream out in time order; they are appended through the real append path.
  */
-import type { EventInput } from './events.ts';
-import { newRoomId } from './ids.ts';
-import type { RoomFailureReason } from './reasons.ts';
-import { DEFAULT_STATE_DEADLINES_MS, LIVE_STATES, type LiveState } from './states.ts';
+import type { EventInput } from '../room/events.ts';
+import { newRoomId } from '../room/ids.ts';
+import type { RoomFailureReason } from '../room/reasons.ts';
+import { DEFAULT_STATE_DEADLINES_MS, LIVE_STATES, type LiveState } from '../room/states.ts';
 
 export interface SynthOptions {
   rooms: number;

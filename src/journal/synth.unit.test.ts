@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { validateEvent } from './events.ts';
-import { isFailureReason } from './reasons.ts';
-import { fold, type ReducibleEvent } from './reducer.ts';
+import { validateEvent } from '../room/events.ts';
+import { isFailureReason } from '../room/reasons.ts';
+import { fold, type ReducibleEvent } from '../room/reducer.ts';
 import { synthEvents } from './synth.ts';
 
 const options = {

@@ -3,8 +3,8 @@
  * the `rooms` projection with the fold, field by field. Each backend feeds it rows and adds its
  * own storage checks (SQLite's integrity_check, say).
  */
-import type { EventType } from './events.ts';
-import { type ReducibleEvent, type Room, reduce } from './reducer.ts';
+import type { EventType } from '../room/events.ts';
+import { type ReducibleEvent, type Room, reduce } from '../room/reducer.ts';
 import { ROOM_COLUMNS, roomToParams } from './rows.ts';
 import type { VerifyReport } from './store.ts';
 

@@ -4,9 +4,9 @@
  * (model.ts) and journals the decision as `planner.decision` — so `pdctl plan`, `/v1/planner`,
  * `pdctl_planner_desired_engines` and a replay of the journal all read the same record.
  */
-import type { JournalStore, Subscription } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import type { Clock, Timer } from '../ports/clock.ts';
+import type { EventInput, JournalEvent } from '../room/events.ts';
 import {
   type Decision,
   decide,
@@ -47,12 +47,20 @@ export interface PlannerStatus {
   last: Decision | null;
 }
 
+/** What the planner needs of the journal; the composition root hands it the store. */
+export interface PlannerJournal {
+  /** Every event committed after `afterSeq`, in seq order, then live. */
+  subscribe(afterSeq: number, listener: (ev: JournalEvent) => void): { close(): void };
+  append(event: EventInput): Promise<unknown>;
+  headSeq(): Promise<number>;
+}
+
 export class Planner {
   readonly config: PlannerConfig;
   readonly intervalMs: number;
   private record: WindowRecord | null = null;
   private readonly memory = freshMemory();
-  private subscription: Subscription | null = null;
+  private subscription: { close(): void } | null = null;
   private timer: Timer | null = null;
   private last: Decision | null = null;
   private ticking: Promise<void> | null = null;
@@ -60,7 +68,7 @@ export class Planner {
   private acting: Promise<void> | null = null;
 
   constructor(
-    private readonly journal: Pick<JournalStore, 'subscribe' | 'append' | 'headSeq'>,
+    private readonly journal: PlannerJournal,
     /** The engines of each role the control plane has now. */
     private readonly fleet: () => Fleet,
     readonly mode: PlannerMode,

@@ -8,7 +8,7 @@
  * work at `room.transfer_posted`, its first token and inter-token latency at `room.completed`.
  * The health canary's rooms (origin `canary`) are not traffic, and are left out.
  */
-import type { JournalEvent } from '../journal/events.ts';
+import type { JournalEvent } from '../room/events.ts';
 
 export type Role = 'prefill' | 'decode';
 

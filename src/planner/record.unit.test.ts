@@ -1,7 +1,7 @@
 /** The planner's record of an interval, folded from committed events. */
 import { describe, expect, it } from 'vitest';
-import type { JournalEvent, JournalEventOf } from '../journal/events.ts';
 import { completedRoomEvents } from '../journal/synth.ts';
+import type { JournalEvent, JournalEventOf } from '../room/events.ts';
 import { WindowRecord } from './record.ts';
 
 /** A room's ten events as committed from `at`, 10 ms apart, from the given source. */

@@ -4,11 +4,12 @@
  */
 import { describe, expect, it } from 'vitest';
 import { tempDir } from '../../test/helpers/tmp.ts';
-import type { EventInput } from '../journal/events.ts';
 import { SqliteJournal } from '../journal/sqlite/journal.ts';
+import { eventPages } from '../journal/store.ts';
 import { completedRoomEvents } from '../journal/synth.ts';
+import type { EventInput } from '../room/events.ts';
 import { type Decision, PLANNER_DEFAULTS } from './model.ts';
-import { replayPlanner } from './replay.ts';
+import { PLANNER_EVENTS, replayPlanner } from './replay.ts';
 
 const dir = tempDir('pdctl-planner-');
 const T0 = Date.UTC(2026, 11, 1, 3, 0, 0);
@@ -55,7 +56,7 @@ describe('planner replay of a journal', () => {
       const outcomes = await Promise.all(events.map((ev) => journal.append(ev)));
       expect(outcomes.filter((o) => o.status !== 'applied')).toEqual([]);
       const ds: Decision[] = [];
-      const n = await replayPlanner(journal, {
+      const n = await replayPlanner(eventPages(journal, { type: [...PLANNER_EVENTS] }), {
         intervalMs: MIN,
         budget: null,
         config: PLANNER_DEFAULTS,

@@ -4,8 +4,8 @@
  * interval, starting and stopping nothing. `pdctl plan --trace FILE`: a trace's requests, as the
  * events serving them would have made (trace.ts), with a fleet that follows the proposals.
  */
-import type { EventType, JournalEvent } from '../journal/events.ts';
-import { eachEvent, type JournalReader } from '../journal/store.ts';
+
+import type { EventType, JournalEvent } from '../room/events.ts';
 import { type Decision, decide, freshMemory, type PlannerConfig } from './model.ts';
 import { type Fleet, WindowRecord } from './record.ts';
 
@@ -41,13 +41,16 @@ export interface ReplayOptions {
   onDecision: (d: Decision) => void;
 }
 
-/** Replays the journal; returns how many intervals it decided. */
+/**
+ * Replays a journal's events of `PLANNER_EVENTS`, oldest first, page by page (the journal's
+ * `eventPages`); returns how many intervals it decided.
+ */
 export async function replayPlanner(
-  reader: Pick<JournalReader, 'tail'>,
+  pages: AsyncIterable<readonly JournalEvent[]>,
   opts: ReplayOptions,
 ): Promise<number> {
   const replay = new Replay(opts);
-  await eachEvent(reader, { type: [...PLANNER_EVENTS] }, (ev: JournalEvent) => replay.fold(ev));
+  read: for await (const page of pages) for (const ev of page) if (!replay.fold(ev)) break read;
   return replay.finish();
 }
 

@@ -9,7 +9,7 @@
  */
 import { createReadStream } from 'node:fs';
 import { createInterface } from 'node:readline';
-import type { JournalEvent } from '../journal/events.ts';
+import type { JournalEvent } from '../room/events.ts';
 
 export interface TraceRequest {
   /** Arrival, in ms from the trace's start. */

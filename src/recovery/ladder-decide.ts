@@ -13,7 +13,7 @@ import {
   type StallKind,
   type StallPolicy,
 } from '../control/stalls.ts';
-import type { EventInput } from '../journal/events.ts';
+import type { EventInput } from '../room/events.ts';
 
 /** When an engine is stalled (stalls.ts), and how the ladder answers. */
 export interface LadderPolicy extends StallPolicy {

@@ -32,10 +32,10 @@
  * input and does it.
  */
 import type { ControlPlane } from '../control/control-plane.ts';
-import type { EventInput } from '../journal/events.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { type Clock, systemClock, type Timer } from '../ports/clock.ts';
+import type { EventInput } from '../room/events.ts';
 import {
   DEFAULT_LADDER_POLICY,
   decideLadder,

@@ -8,9 +8,9 @@ import type { ControlPlane } from '../control/control-plane.ts';
 import { Cordons } from '../control/cordons.ts';
 import { DEFAULT_LIVENESS, type EngineStatus, type EngineView } from '../control/engine-view.ts';
 import type { Stall, StallKind } from '../control/stalls.ts';
-import type { EventInput } from '../journal/events.ts';
 import type { JournalHealth } from '../journal/store.ts';
 import { processLogger } from '../log.ts';
+import type { EventInput } from '../room/events.ts';
 import { EscalationLadder } from './ladder.ts';
 import type { Supervisor } from './supervisor.ts';
 

@@ -28,13 +28,13 @@
  */
 import type { RefusedClaim } from '../control/appends.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
-import type { JournalEvent } from '../journal/events.ts';
-import { FAILURE_BLAME, isFailureReason } from '../journal/reasons.ts';
-import type { Room } from '../journal/reducer.ts';
-import { isTerminal } from '../journal/states.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { type Clock, systemClock, type Timer } from '../ports/clock.ts';
+import type { JournalEvent } from '../room/events.ts';
+import { FAILURE_BLAME, isFailureReason } from '../room/reasons.ts';
+import type { Room } from '../room/reducer.ts';
+import { isTerminal } from '../room/states.ts';
 import type { EscalationLadder } from './ladder.ts';
 
 export interface OutlierPolicy {

@@ -8,10 +8,10 @@ import { engineSession } from '../../test/helpers/engine-session.ts';
 import type { RefusedClaim } from '../control/appends.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
 import { EngineRegistry } from '../control/registry.ts';
-import type { EventInput, JournalEvent } from '../journal/events.ts';
-import type { Room } from '../journal/reducer.ts';
 import { silentLogger } from '../log.ts';
 import { VirtualClock } from '../ports/clock.ts';
+import type { EventInput, JournalEvent } from '../room/events.ts';
+import type { Room } from '../room/reducer.ts';
 import { OutlierDetector, type OutlierPolicy } from './outliers.ts';
 
 type Listener = (before: Room | null, after: Room, ev: JournalEvent) => void;

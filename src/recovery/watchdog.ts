@@ -8,10 +8,10 @@
  * `room_unavailable`), and the failure is appended again every tick until the journal takes it.
  */
 import type { ControlPlane } from '../control/control-plane.ts';
-import type { Room } from '../journal/reducer.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { type Clock, systemClock, type Timer } from '../ports/clock.ts';
+import type { Room } from '../room/reducer.ts';
 
 export interface WatchdogStats {
   ticks: number;

@@ -5,10 +5,10 @@
  * engine's allocator.
  */
 import { StartState } from '../control/checkpoint/state.ts';
-import type { JournalEvent } from '../journal/events.ts';
-import { type Room, reduce } from '../journal/reducer.ts';
-import { isTerminal } from '../journal/states.ts';
 import { DeterministicModel, generateInProcess } from '../model/deterministic.ts';
+import type { JournalEvent } from '../room/events.ts';
+import { type Room, reduce } from '../room/reducer.ts';
+import { isTerminal } from '../room/states.ts';
 import type { ClientOutcome } from './client.ts';
 import type { PlannedFault } from './faults.ts';
 import type { Fleet } from './fleet.ts';

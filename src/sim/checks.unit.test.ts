@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { EventData, EventType, JournalEvent } from '../journal/events.ts';
+import type { EventData, EventType, JournalEvent } from '../room/events.ts';
 import { withinDeadlines } from './checks.ts';
 
 let seq = 0;

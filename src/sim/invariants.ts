@@ -4,8 +4,8 @@
  * — true once every fault is healed and the run has settled — are kept apart, as TigerBeetle's
  * VOPR keeps them. Each broken invariant is named, with the seq and room that break it.
  */
-import type { JournalEvent } from '../journal/events.ts';
-import { isTerminal, TERMINAL_STATES } from '../journal/states.ts';
+import type { JournalEvent } from '../room/events.ts';
+import { isTerminal, TERMINAL_STATES } from '../room/states.ts';
 
 export interface Violation {
   invariant: string;

@@ -5,10 +5,10 @@
  * trace the run committed, which is the same every time the seed runs.
  */
 import { createHash } from 'node:crypto';
-import type { JournalEvent } from '../journal/events.ts';
 import type { LeaderTerm } from '../journal/store.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import type { Random } from '../ports/random.ts';
+import type { JournalEvent } from '../room/events.ts';
 import {
   answers,
   liarsOut,

@@ -15,10 +15,8 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openArchiveReader } from '../journal/archive/segments.ts';
-import type { JournalEvent } from '../journal/events.ts';
 import { copyEvent, type MemoryDisk } from '../journal/memory/disk.ts';
 import { releasedByBoth } from '../journal/queries.ts';
-import { reduce } from '../journal/reducer.ts';
 import { Retention } from '../journal/retention.ts';
 import { SqliteJournal } from '../journal/sqlite/journal.ts';
 import { SqliteReader } from '../journal/sqlite/reader.ts';
@@ -28,6 +26,8 @@ import type { Clock } from '../ports/clock.ts';
 import { type FileFault, MemoryFiles } from '../ports/files.ts';
 import type { Ids } from '../ports/ids.ts';
 import type { Random } from '../ports/random.ts';
+import type { JournalEvent } from '../room/events.ts';
+import { reduce } from '../room/reducer.ts';
 import type { Violation } from './invariants.ts';
 
 /** Where retention writes the archive, on the simulated archive disk. */

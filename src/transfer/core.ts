@@ -4,7 +4,7 @@
  * and checksum. The copies run on the addon's worker threads. Engines depend on `TransferCore`,
  * so most of their tests can use a fake; `NativeTransferCore` is the real one.
  */
-import { isValidId } from '../journal/events.ts';
+import { isValidId } from '../room/ids.ts';
 import { TransferError } from './errors.ts';
 import { checkDeadline, flatPairs, InFlight, type TransferResult, toResult } from './in-flight.ts';
 import {

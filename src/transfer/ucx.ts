@@ -18,7 +18,7 @@
  */
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { isValidId } from '../journal/events.ts';
+import { isValidId } from '../room/ids.ts';
 import { checkFault, type Fault, type TransferResult } from './core.ts';
 import { nativeCall, TransferError } from './errors.ts';
 import { checkDeadline, InFlight } from './in-flight.ts';

@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { newKeyPair } from '../../src/bus/admission.ts';
 import { REGISTRATIONS_BURST } from '../../src/control/hello.ts';
 import type { RawEngine } from '../../src/drills/raw-engine.ts';
-import type { JournalEvent } from '../../src/journal/events.ts';
+import type { JournalEvent } from '../../src/room/events.ts';
 import { KvPool } from '../../src/transfer/pool.ts';
 import { UcxNode, ucxBackend } from '../../src/transfer/ucx.ts';
 import { raw } from '../helpers/raw-peers.ts';

@@ -1,7 +1,7 @@
 /** What the abort tests share: the event that puts a room in each live state, and where an abort landed. */
-import type { JournalEvent } from '../../src/journal/events.ts';
-import { fold } from '../../src/journal/reducer.ts';
-import { LIVE_STATES, type LiveState } from '../../src/journal/states.ts';
+import type { JournalEvent } from '../../src/room/events.ts';
+import { fold } from '../../src/room/reducer.ts';
+import { LIVE_STATES, type LiveState } from '../../src/room/states.ts';
 
 export const ENTERED_BY: Record<LiveState, string> = {
   created: 'room.created',

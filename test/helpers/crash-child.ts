@@ -4,10 +4,10 @@
  * The parent kills it with SIGKILL and checks that every acknowledged event survived.
  */
 
-import type { EventInput } from '../../src/journal/events.ts';
-import { uuidv7 } from '../../src/journal/ids.ts';
 import { SqliteJournal } from '../../src/journal/sqlite/journal.ts';
 import { completedRoomEvents } from '../../src/journal/synth.ts';
+import type { EventInput } from '../../src/room/events.ts';
+import { uuidv7 } from '../../src/room/ids.ts';
 
 const [path, durability = 'process', concurrency = '32'] = process.argv.slice(2);
 if (!path) throw new Error('usage: crash-child.ts PATH [durability] [concurrency]');

@@ -7,11 +7,11 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
-import { eventIdOf } from '../../src/journal/event-keys.ts';
 import type { EventRow } from '../../src/journal/rows.ts';
 import { SqliteJournal } from '../../src/journal/sqlite/journal.ts';
 import type { VerifyReport } from '../../src/journal/store.ts';
 import { rng } from '../../src/journal/synth.ts';
+import { eventIdOf } from '../../src/room/event-keys.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 

@@ -1,6 +1,7 @@
 /** Event builders shared by the journal tests. */
-import type { EventInput } from '../../src/journal/events.ts';
+
 import { completedRoomEvents } from '../../src/journal/synth.ts';
+import type { EventInput } from '../../src/room/events.ts';
 
 export function lifecycle(room: string, p = 'p0', d = 'd0'): EventInput[] {
   return completedRoomEvents(room, p, d, 'test');

@@ -8,10 +8,10 @@
 import { describe, expect, it } from 'vitest';
 import { archiveChunk, openArchiveReader } from '../../src/journal/archive/segments.ts';
 import { JournalError } from '../../src/journal/errors.ts';
-import type { EventInput, JournalEvent } from '../../src/journal/events.ts';
-import type { RoomFailureReason } from '../../src/journal/reasons.ts';
-import { LIVE_STATES } from '../../src/journal/states.ts';
 import { type Durability, type JournalStore, originFilter } from '../../src/journal/store.ts';
+import type { EventInput, JournalEvent } from '../../src/room/events.ts';
+import type { RoomFailureReason } from '../../src/room/reasons.ts';
+import { LIVE_STATES } from '../../src/room/states.ts';
 import { created, lifecycle } from './events.ts';
 import { tempDir } from './tmp.ts';
 

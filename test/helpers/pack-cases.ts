@@ -4,9 +4,9 @@
  * storage can show.
  */
 import { expect } from 'vitest';
-import type { EventInput } from '../../src/journal/events.ts';
 import type { PackTotals } from '../../src/journal/packs.ts';
 import type { AppendResult, JournalStore } from '../../src/journal/store.ts';
+import type { EventInput } from '../../src/room/events.ts';
 import { lifecycle } from './events.ts';
 import { END } from './pack-reads.ts';
 

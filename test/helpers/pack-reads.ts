@@ -2,9 +2,10 @@
  * What a journal's reads give, each a different path through rows and packs: the packs tests of
  * both backends compare them before and after packing.
  */
-import type { EventInput } from '../../src/journal/events.ts';
+
 import type { JournalReader } from '../../src/journal/store.ts';
 import { synthEvents } from '../../src/journal/synth.ts';
+import type { EventInput } from '../../src/room/events.ts';
 
 export const END = Date.parse('2026-11-30T00:00:00Z');
 

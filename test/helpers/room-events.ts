@@ -2,8 +2,8 @@
  * Committed events of one room (`r1`), numbered in order, and the room the real reducer folds from
  * them: the data the control plane's deciders are given in their given/when/then tests.
  */
-import type { EventData, EventType, JournalEvent } from '../../src/journal/events.ts';
-import { type Room, reduce } from '../../src/journal/reducer.ts';
+import type { EventData, EventType, JournalEvent } from '../../src/room/events.ts';
+import { type Room, reduce } from '../../src/room/reducer.ts';
 
 let seq = 0;
 

@@ -4,8 +4,8 @@ import { afterEach } from 'vitest';
 import { type Stack, type StackOptions, startStack } from '../../src/app/stack.ts';
 import type { ControlPlane } from '../../src/control/control-plane.ts';
 import type { RoomStream } from '../../src/control/streams.ts';
-import { ROOM_PATH } from '../../src/journal/states.ts';
 import { silentLogger } from '../../src/log.ts';
+import { ROOM_PATH } from '../../src/room/states.ts';
 import { tempDir } from './tmp.ts';
 
 export { committed, waitFor } from './wait.ts';

@@ -1,5 +1,5 @@
-import type { EventType, JournalEventOf } from '../../src/journal/events.ts';
 import type { JournalReader, TailFilter } from '../../src/journal/store.ts';
+import type { EventType, JournalEventOf } from '../../src/room/events.ts';
 
 /** Polling in tests: wait until something holds, instead of sleeping and hoping it did. */
 export async function waitFor(

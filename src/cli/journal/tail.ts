@@ -1,8 +1,8 @@
 /** `pdctl journal tail`: the newest events, or the first from --since on; --follow keeps going. */
 
 import { UsageError } from '../../errors.ts';
-import { EVENT_TYPES, type EventType, type JournalEvent } from '../../journal/events.ts';
 import type { TailFilter } from '../../journal/store.ts';
+import { EVENT_TYPES, type EventType, type JournalEvent } from '../../room/events.ts';
 import { formatTs, parseTime } from '../../time.ts';
 import { type CommonOptions, EXIT, note, openReader, print } from '../context.ts';
 import { describeEvent } from '../describe.ts';

@@ -5,8 +5,14 @@
  */
 import { type Command, Option } from 'commander';
 import { UsageError } from '../../errors.ts';
+import { eventPages } from '../../journal/store.ts';
 import { type Decision, moves, PLANNER_DEFAULTS } from '../../planner/model.ts';
-import { type ReplayOptions, replayEvents, replayPlanner } from '../../planner/replay.ts';
+import {
+  PLANNER_EVENTS,
+  type ReplayOptions,
+  replayEvents,
+  replayPlanner,
+} from '../../planner/replay.ts';
 import {
   readTrace,
   type TraceCosts,
@@ -157,7 +163,7 @@ export async function planCommand(opts: PlanOptions): Promise<number> {
   } else {
     const reader = openReader(opts);
     try {
-      await replayPlanner(reader, replay);
+      await replayPlanner(eventPages(reader, { type: [...PLANNER_EVENTS] }), replay);
     } finally {
       await reader.close();
     }

@@ -5,12 +5,12 @@
  */
 import { describe, expect, it } from 'vitest';
 import { lifecycle } from '../../../test/helpers/events.ts';
-import type { EventInput } from '../../journal/events.ts';
 import { MemoryDisk } from '../../journal/memory/disk.ts';
 import { MemoryJournal } from '../../journal/memory/journal.ts';
 import type { StoredCheckpoint } from '../../journal/store.ts';
 import type { Logger } from '../../log.ts';
 import { VirtualClock } from '../../ports/clock.ts';
+import type { EventInput } from '../../room/events.ts';
 import { Checkpointer } from './checkpointer.ts';
 import {
   CHECKPOINT_FORMAT,

@@ -3,10 +3,11 @@
  * minutes, and when the control plane stops, so the next start — after a crash or a failover —
  * reads it and folds only the events after it, instead of the whole journal.
  */
-import type { JournalEvent } from '../../journal/events.ts';
+
 import type { JournalStore } from '../../journal/store.ts';
 import type { Logger } from '../../log.ts';
 import type { Clock } from '../../ports/clock.ts';
+import type { JournalEvent } from '../../room/events.ts';
 import type { PrefixIndex } from '../routing/prefix-index.ts';
 import { encodeCheckpoint } from './codec.ts';
 import type { Restored } from './replay.ts';

@@ -6,8 +6,8 @@
  * whole journal instead.
  */
 import { createHash } from 'node:crypto';
-import { dataError } from '../../journal/events.ts';
 import type { CheckpointInput, JournalReader, StoredCheckpoint } from '../../journal/store.ts';
+import { dataError } from '../../room/events.ts';
 import type { Cordon } from '../cordons.ts';
 import { type IndexSnapshot, PrefixIndex } from '../routing/prefix-index.ts';
 import {

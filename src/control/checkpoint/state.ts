@@ -10,8 +10,8 @@
  * whole journal would give.
  */
 
-import type { JournalEvent, JournalEventOf } from '../../journal/events.ts';
 import { eachEvent, type JournalReader } from '../../journal/store.ts';
+import type { JournalEvent, JournalEventOf } from '../../room/events.ts';
 import { type Cordon, foldCordon } from '../cordons.ts';
 import { INDEX_EVENTS, PrefixIndex } from '../routing/prefix-index.ts';
 

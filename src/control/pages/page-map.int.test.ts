@@ -5,10 +5,10 @@
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { tempDir } from '../../../test/helpers/tmp.ts';
-import type { EventInput } from '../../journal/events.ts';
-import { newRoomId } from '../../journal/ids.ts';
 import { SqliteJournal } from '../../journal/sqlite/journal.ts';
 import { completedRoomEvents } from '../../journal/synth.ts';
+import type { EventInput } from '../../room/events.ts';
+import { newRoomId } from '../../room/ids.ts';
 import { StartState } from '../checkpoint/state.ts';
 import { roomsInFlight } from '../orphans.ts';
 import { PageMap } from './page-map.ts';

@@ -14,9 +14,10 @@
  * PostgreSQL failover) from the journal: the pages of the rooms then in flight, in the pools of
  * the decode engines' latest incarnations.
  */
-import type { JournalEvent, JournalEventOf } from '../../journal/events.ts';
-import type { Room } from '../../journal/reducer.ts';
+
 import type { JournalReader } from '../../journal/store.ts';
+import type { JournalEvent, JournalEventOf } from '../../room/events.ts';
+import type { Room } from '../../room/reducer.ts';
 import { PageSet } from '../../transfer/page-set.ts';
 
 /** One conflict: a page reserved for `room` while the map held it for `heldBy`. */

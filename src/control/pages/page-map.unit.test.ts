@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { JournalEvent } from '../../journal/events.ts';
+import type { JournalEvent } from '../../room/events.ts';
 import { PageMap } from './page-map.ts';
 
 let seq = 0;

@@ -8,7 +8,7 @@
  * and folds each committed event after that, so a new control plane routes on the same knowledge
  * as the one before it.
  */
-import type { JournalEvent } from '../../journal/events.ts';
+import type { JournalEvent } from '../../room/events.ts';
 
 /** Event types the index folds. */
 export const INDEX_EVENTS = [

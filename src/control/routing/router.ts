@@ -20,7 +20,7 @@
  * Decode engines are chosen by live rooms under `kv` and `least-loaded`; the pair's transport
  * cost and the avoidance of failing links are pairs.ts's, under every policy.
  */
-import type { JournalEvent } from '../../journal/events.ts';
+import type { JournalEvent } from '../../room/events.ts';
 import type { EngineAppend } from '../engine-appends.ts';
 import type { EngineSession } from '../engine-session.ts';
 import { choosePair, type Pair, type PairWeights } from '../pairs.ts';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { engineSession } from '../../../test/helpers/engine-session.ts';
-import type { EventData, JournalEvent } from '../../journal/events.ts';
+import type { EventData, JournalEvent } from '../../room/events.ts';
 import { Router } from './router.ts';
 
 const name = (i: number) => i.toString(16).padStart(32, '0');

@@ -20,11 +20,11 @@
 import { join } from 'node:path';
 import { crc32, gzipSync, inflateRawSync } from 'node:zlib';
 import { type Files, nodeFiles } from '../../ports/files.ts';
+import type { JournalEvent } from '../../room/events.ts';
+import type { Room } from '../../room/reducer.ts';
 import { JournalError } from '../errors.ts';
-import type { JournalEvent } from '../events.ts';
 import { MemoryDisk } from '../memory/disk.ts';
 import { MemoryReader } from '../memory/reader.ts';
-import type { Room } from '../reducer.ts';
 import type { ArchiveChunk, JournalReader } from '../store.ts';
 
 export const ARCHIVE_VERSION = 1;

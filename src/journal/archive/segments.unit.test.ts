@@ -6,8 +6,8 @@ import { describe, expect, it } from 'vitest';
 import { tempDir } from '../../../test/helpers/tmp.ts';
 import { openReader } from '../../cli/context.ts';
 import { type FileFault, MemoryFiles } from '../../ports/files.ts';
-import type { JournalEvent } from '../events.ts';
-import type { Room } from '../reducer.ts';
+import type { JournalEvent } from '../../room/events.ts';
+import type { Room } from '../../room/reducer.ts';
 import { archiveChunk, loadArchive, openArchiveReader, segmentName } from './segments.ts';
 
 const HOUR = 3_600_000;

@@ -4,12 +4,13 @@
  * writes it — a journal closed, crashed or drained and opened again finds exactly what committed
  * — and it changes only when a commit applies, all of a batch at once, as a transaction does.
  */
+
+import { eventKey } from '../../room/event-keys.ts';
+import type { JournalEvent, PendingEvent } from '../../room/events.ts';
+import { type Room, reduce } from '../../room/reducer.ts';
 import { idConflict, type Outcome, rejectionData } from '../commit-queue.ts';
-import { eventKey } from '../event-keys.ts';
-import type { JournalEvent, PendingEvent } from '../events.ts';
 import { KEPT_TYPES } from '../prune.ts';
 import { releasedByBoth } from '../queries.ts';
-import { type Room, reduce } from '../reducer.ts';
 import type { StoredCheckpoint } from '../store.ts';
 import { MemoryLeadership } from './leadership.ts';
 

@@ -20,10 +20,10 @@ import type { Logger } from '../../log.ts';
 import { silentLogger } from '../../log.ts';
 import { type Clock, systemClock } from '../../ports/clock.ts';
 import type { Ids } from '../../ports/ids.ts';
+import type { EventInput, PendingEvent } from '../../room/events.ts';
 import { checkAfterSeq, checkCursor, checkPrune } from '../checks.ts';
 import { CommitQueue, type Outcome } from '../commit-queue.ts';
 import { JournalError } from '../errors.ts';
-import type { EventInput, PendingEvent } from '../events.ts';
 import { pruneInChunks } from '../prune.ts';
 import type {
   AppendResult,

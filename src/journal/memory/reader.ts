@@ -2,7 +2,9 @@
  * The journal's read queries over a `MemoryDisk`, answering as the SQL of queries.ts does on
  * SQLite and PostgreSQL (test/helpers/journal-contract.ts holds all three to it).
  */
-import type { EventType, JournalEvent, JournalEventOf } from '../events.ts';
+import type { EventType, JournalEvent, JournalEventOf } from '../../room/events.ts';
+import type { Room } from '../../room/reducer.ts';
+import type { RoomState } from '../../room/states.ts';
 import {
   decodeCursor,
   ENTERS,
@@ -13,9 +15,7 @@ import {
   spansOf,
   tailMatcher,
 } from '../queries.ts';
-import type { Room } from '../reducer.ts';
 import { roomToParams } from '../rows.ts';
-import type { RoomState } from '../states.ts';
 import type {
   EngineBacklog,
   JournalDisk,

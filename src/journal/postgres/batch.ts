@@ -8,14 +8,14 @@
  * Nothing is acknowledged before COMMIT.
  */
 import type pg from 'pg';
+import { eventKey } from '../../room/event-keys.ts';
+import type { PendingEvent } from '../../room/events.ts';
+import { type Room, reduce } from '../../room/reducer.ts';
 import { idConflict, type Outcome, rejectionData, type StoredId } from '../commit-queue.ts';
 import { JournalError } from '../errors.ts';
-import { eventKey } from '../event-keys.ts';
-import type { PendingEvent } from '../events.ts';
 import type { PackTotals } from '../packs.ts';
 import { keptTypes } from '../prune.ts';
 import { RELEASED_BY_BOTH } from '../queries.ts';
-import { type Room, reduce } from '../reducer.ts';
 import { RoomCache } from '../room-cache.ts';
 import { ROOM_COLUMNS, type RoomRow, roomToParams, rowToRoom } from '../rows.ts';
 import type { CheckpointInput } from '../store.ts';

@@ -11,10 +11,10 @@ import type pg from 'pg';
 import type { Logger } from '../../log.ts';
 import { silentLogger } from '../../log.ts';
 import { systemClock, type Timer } from '../../ports/clock.ts';
+import type { EventInput } from '../../room/events.ts';
 import { checkAfterSeq, checkCursor, checkPrune } from '../checks.ts';
 import { CommitQueue } from '../commit-queue.ts';
 import { JournalError } from '../errors.ts';
-import type { EventInput } from '../events.ts';
 import { PACK_EVERY_MS, type PackTotals, packEvery } from '../packs.ts';
 import { pruneInChunks } from '../prune.ts';
 import type {

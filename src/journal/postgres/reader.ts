@@ -3,8 +3,9 @@
  * with each other (verify, an engine's backlog) run in one REPEATABLE READ transaction.
  */
 import pg from 'pg';
+import type { EventType, JournalEvent, JournalEventOf } from '../../room/events.ts';
+import type { RoomState } from '../../room/states.ts';
 import { JournalError } from '../errors.ts';
-import type { EventType, JournalEvent, JournalEventOf } from '../events.ts';
 import { mergeBySeq, PACK_KEY_BYTES, PACK_SPAN_MS } from '../packs.ts';
 import { keptTypes } from '../prune.ts';
 import {
@@ -31,7 +32,6 @@ import {
   rowToEvent,
   rowToRoom,
 } from '../rows.ts';
-import type { RoomState } from '../states.ts';
 import type {
   ArchiveChunk,
   EngineBacklog,

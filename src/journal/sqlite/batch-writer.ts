@@ -4,11 +4,11 @@
  * thread (writer-thread.ts); nothing here is awaited, and nothing leaves before COMMIT.
  */
 import type Database from 'better-sqlite3';
+import { eventKey } from '../../room/event-keys.ts';
+import type { PendingEvent } from '../../room/events.ts';
+import { type Room, reduce } from '../../room/reducer.ts';
 import { idConflict, type Outcome, rejectionData } from '../commit-queue.ts';
-import { eventKey } from '../event-keys.ts';
-import type { PendingEvent } from '../events.ts';
 import { RELEASED_BY_BOTH } from '../queries.ts';
-import { type Room, reduce } from '../reducer.ts';
 import { RoomCache } from '../room-cache.ts';
 import {
   MUTABLE_ROOM_FIELDS,

@@ -9,10 +9,10 @@ import type { Logger } from '../../log.ts';
 import { silentLogger } from '../../log.ts';
 import { type Clock, systemClock, type Timer } from '../../ports/clock.ts';
 import type { Ids } from '../../ports/ids.ts';
+import type { EventInput } from '../../room/events.ts';
 import { checkAfterSeq, checkCursor, checkPrune } from '../checks.ts';
 import { CommitQueue } from '../commit-queue.ts';
 import { JournalError } from '../errors.ts';
-import type { EventInput } from '../events.ts';
 import { PACK_EVERY_MS, PACK_ROOMS_PER_PASS, type PackTotals, packEvery } from '../packs.ts';
 import { pruneInChunks } from '../prune.ts';
 import type {

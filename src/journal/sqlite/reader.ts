@@ -5,7 +5,8 @@
 import { statfsSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type Database from 'better-sqlite3';
-import type { EventType, JournalEvent, JournalEventOf } from '../events.ts';
+import type { EventType, JournalEvent, JournalEventOf } from '../../room/events.ts';
+import type { RoomState } from '../../room/states.ts';
 import { PACK_SPAN_MS } from '../packs.ts';
 import {
   backlogParams,
@@ -26,7 +27,6 @@ import {
   rowToEvent,
   rowToRoom,
 } from '../rows.ts';
-import type { RoomState } from '../states.ts';
 import type {
   ArchiveChunk,
   EngineBacklog,

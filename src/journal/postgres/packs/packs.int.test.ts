@@ -10,7 +10,7 @@ import { appendsAfterPacking, pruneAfterPacking } from '../../../../test/helpers
 import { END, packTestEvents, reads } from '../../../../test/helpers/pack-reads.ts';
 import { freshDatabase, havePostgres } from '../../../../test/helpers/postgres.ts';
 import { openJournalReader } from '../../../app/journal.ts';
-import type { EventInput } from '../../events.ts';
+import type { EventInput } from '../../../room/events.ts';
 import { PACK_SPAN_MS } from '../../packs.ts';
 import { PgJournal } from '../journal.ts';
 import { pgMigrate, pgMigrations } from '../migrate.ts';

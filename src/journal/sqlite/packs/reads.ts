@@ -3,7 +3,7 @@
  * here rather than by SQLite's JSON functions, never an unpacking of every pack.
  */
 import type Database from 'better-sqlite3';
-import type { JournalEvent } from '../../events.ts';
+import type { JournalEvent } from '../../../room/events.ts';
 import {
   mergeBySeq,
   PACK_KEY_BYTES,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { JournalError } from './errors.ts';
+import { RoomError } from './errors.ts';
 import { validateEvent } from './events.ts';
 import { uuidv7 } from './ids.ts';
 
@@ -87,8 +87,8 @@ describe('validateEvent', () => {
     } catch (e) {
       err = e;
     }
-    expect(err).toBeInstanceOf(JournalError);
-    expect((err as JournalError).code).toBe('JOURNAL_INVALID_EVENT');
+    expect(err).toBeInstanceOf(RoomError);
+    expect((err as RoomError).code).toBe('ROOM_INVALID_EVENT');
     expect((err as Error).message).toMatch(message);
   });
 });

@@ -6,17 +6,11 @@ import { type Static, type TObject, Type } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
 import { type Clock, systemClock } from '../ports/clock.ts';
 import { type Ids, systemIds } from '../ports/ids.ts';
-import { JournalError } from './errors.ts';
+import { RoomError } from './errors.ts';
+import { ID_PATTERN, isValidId } from './ids.ts';
 import type { RoomFailureReason, RoomMigrationReason } from './reasons.ts';
 import { LIVE_STATES, ROOM_STATES } from './states.ts';
 
-const ID_PATTERN = '^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$';
-const idRe = new RegExp(ID_PATTERN);
-
-/** Whether a string can be a room or engine id: what the CLI and the API accept. */
-export function isValidId(value: string): boolean {
-  return idRe.test(value);
-}
 const Id = Type.String({ pattern: ID_PATTERN });
 const Text = Type.String({ minLength: 1, maxLength: 500 });
 const Count = Type.Integer({ minimum: 0 });
@@ -514,13 +508,13 @@ export function dataError(type: EventType, data: unknown): string | null {
   return `${where} ${first?.message ?? 'is invalid'}`;
 }
 
-function invalid(message: string): JournalError {
-  return new JournalError('JOURNAL_INVALID_EVENT', message);
+function invalid(message: string): RoomError {
+  return new RoomError('ROOM_INVALID_EVENT', message);
 }
 
 /**
- * Validates an event at the boundary and fills `ts` and `eventId`. Throws a `JournalError` with
- * code `JOURNAL_INVALID_EVENT` whose message names the field that is wrong.
+ * Validates an event at the boundary and fills `ts` and `eventId`. Throws a `RoomError` with
+ * code `ROOM_INVALID_EVENT` whose message names the field that is wrong.
  */
 export function validateEvent(
   input: unknown,
@@ -545,16 +539,16 @@ export function validateEvent(
   }
   const room = ev.room ?? null;
   if (isRoomEventType(type)) {
-    if (typeof room !== 'string' || !idRe.test(room)) {
+    if (typeof room !== 'string' || !isValidId(room)) {
       throw invalid(
         `${type}: room must be an id matching ${ID_PATTERN}, got ${JSON.stringify(room)}`,
       );
     }
-  } else if (room !== null && (typeof room !== 'string' || !idRe.test(room))) {
+  } else if (room !== null && (typeof room !== 'string' || !isValidId(room))) {
     throw invalid(`${type}: room must be null or an id matching ${ID_PATTERN}`);
   }
   const engine = ev.engine ?? null;
-  if (engine !== null && (typeof engine !== 'string' || !idRe.test(engine))) {
+  if (engine !== null && (typeof engine !== 'string' || !isValidId(engine))) {
     throw invalid(
       `${type}: engine must be an id matching ${ID_PATTERN}, got ${JSON.stringify(engine)}`,
     );

@@ -4,6 +4,15 @@
  */
 import { systemIds } from '../ports/ids.ts';
 
+/** What a room or engine id may be: what the CLI, the API, the bus and the transfer core accept. */
+export const ID_PATTERN = '^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$';
+const idRe = new RegExp(ID_PATTERN);
+
+/** Whether a string can be a room or engine id. */
+export function isValidId(value: string): boolean {
+  return idRe.test(value);
+}
+
 /** A UUIDv7 (RFC 9562): 48-bit unix ms, then a 12-bit counter for order within one ms, then random bits. */
 export function uuidv7(now?: number): string {
   return systemIds.uuid(now);
