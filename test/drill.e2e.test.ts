@@ -1,6 +1,11 @@
 /**
- * `pdctl drill` in its quick form, every scenario: a real stack, real HTTP clients, the fault
- * injected for real, and every invariant of the report holding.
+ * `pdctl drill` through its front door: a real stack, real HTTP clients, the fault injected for
+ * real. The drills whose fault the simulator draws (abort-cascade, transfer-stall, compute-hang,
+ * kill-prefill, kill-decode, kv-corruption, journal-unwritable, kill-control-plane, bad-engine)
+ * are kept as seeds in src/sim/drills.unit.test.ts, which hold what each measured; hostile-peer's
+ * attacks are test/attacks/. Here: the incident's drill, whose wedged receive loop only real
+ * processes show, with the command's report, record and refusals; the flags that change the stack
+ * a drill starts; and a drill of a running serve over HTTP.
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -46,144 +51,54 @@ const COMMON = [
 ];
 
 describe('pdctl drill', () => {
-  it('abort-cascade: every dropped client’s room ends aborted, no page leaks; the report and journal say so', async () => {
+  it('bus-loop-death (docs/incident.md): detected and recovered in place, faster than the full restart it times; the report, the journal and the refusals', async () => {
     const html = join(tempDir('pdctl-report-'), 'report.html');
-    const report = await drill('abort-cascade', '--clients', '40', '--report', html);
+    const report = await drill('bus-loop-death', '--clients', '4', '--report', html);
     expect(names(report)).toEqual([
-      'every room terminal',
-      'time to all terminal',
-      'every room aborted by its client',
-      'each engine released each room once',
+      'stall detected and journaled',
+      'time to detect',
+      'recovered without restarting any process',
+      'time to recover in place',
+      'health red during the fault, green after',
       ...COMMON,
     ]);
-    const cascade = figure(report, 'every room aborted by its client');
-    expect(cascade?.rooms).toBe(40);
-    expect(Number(cascade?.aborted)).toBeGreaterThan(0);
-    // The restart it is compared with was measured, and the chart has the rooms in it.
+    expect(figure(report, 'recovered without restarting any process')?.restarted).toBe(0);
+    // What it measured, against the full restart it timed on the same machine.
+    const inPlace = report.inPlace as { detectMs: number; recoverMs: number };
+    expect(inPlace.detectMs).toBeGreaterThan(0);
+    expect(inPlace.recoverMs).toBeGreaterThan(0);
     expect(report.fullRestartMs).toBeGreaterThan(0);
-    expect(report.samples.some((s) => (s.live.decoding ?? 0) > 0)).toBe(true);
+    expect(report.faster).toBe(
+      inPlace.recoverMs <= (report.fullRestartMs as number) ? 'in_place' : 'full_restart',
+    );
+    expect(report.timeline.map((t) => t.what).join('\n')).toMatch(
+      /in place: detected \d+ ms after the fault, serving again \d+ ms later; a full-stack restart took \d+ ms/,
+    );
+    // The timing targets are reported with the figure they hold (not asserted: CI is shared).
+    expect(figure(report, 'time to detect')).toMatchObject({
+      ms: inPlace.detectMs,
+      targetMs: 1000,
+    });
+    expect(report.samples.some((x) => (x.live.decoding ?? 0) > 0)).toBe(true);
     const page = readFileSync(html, 'utf8');
-    expect(page).toMatch(/<h2>abort-cascade <span class="ok">PASSED<\/span><\/h2>/);
+    expect(page).toMatch(/<h2>bus-loop-death <span class="ok">PASSED<\/span><\/h2>/);
     expect(page).toMatch(/<polygon points="[\d., ]+" fill="#74c476"/);
     expect(page).not.toMatch(/<script/);
     const tail = await pdctl([
-      'journal',
-      'tail',
-      '--type',
-      'drill.finished',
-      '--journal',
-      report.journal,
-      '--json',
+      ...['journal', 'tail', '--type', 'drill.finished', '--journal', report.journal, '--json'],
     ]);
     expect(JSON.parse(tail.stdout.trim().split('\n')[0] as string)).toMatchObject({
       type: 'drill.finished',
-      data: { scenario: 'abort-cascade', passed: true },
+      data: { scenario: 'bus-loop-death', passed: true },
     });
     const bad = await pdctl(['drill', 'melt-down']);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toMatch(/Allowed choices are abort-cascade/);
   }, 120_000);
 
-  it('bus-loop-death (docs/incident.md) and transfer-stall: detected and recovered in place, no process restarted', async () => {
-    for (const scenario of ['bus-loop-death', 'transfer-stall']) {
-      // The incident's drill also times the full restart, and says which was faster.
-      const baseline = scenario === 'bus-loop-death';
-      const report = await drill(
-        scenario,
-        '--clients',
-        '4',
-        ...(baseline ? [] : ['--no-baseline']),
-      );
-      expect(names(report)).toEqual([
-        'stall detected and journaled',
-        'time to detect',
-        'recovered without restarting any process',
-        'time to recover in place',
-        'health red during the fault, green after',
-        ...COMMON,
-      ]);
-      expect(report.inPlace?.detectMs).toBeGreaterThan(0);
-      expect(report.inPlace?.recoverMs).toBeGreaterThan(0);
-      if (!baseline) {
-        expect(report.fullRestartMs).toBeNull();
-        expect(report.faster).toBeNull();
-        continue;
-      }
-      expect(report.fullRestartMs).toBeGreaterThan(0);
-      const inPlace = report.inPlace as { recoverMs: number };
-      expect(report.faster).toBe(
-        inPlace.recoverMs <= (report.fullRestartMs as number) ? 'in_place' : 'full_restart',
-      );
-      expect(report.timeline.map((t) => t.what).join('\n')).toMatch(
-        /in place: detected \d+ ms after the fault, serving again \d+ ms later; a full-stack restart took \d+ ms/,
-      );
-    }
-  }, 240_000);
-
-  it('compute-hang: the in-place reset is not enough, so that engine alone is restarted; its streams go on', async () => {
-    const report = await drill('compute-hang', '--clients', '4', '--no-baseline');
-    expect(names(report).slice(0, 4)).toEqual([
-      'the hang detected and journaled',
-      'the ladder climbed: reset in place, then that engine alone restarted',
-      'health red during the fault, green after',
-      'every stream on the hung engine went on',
-    ]);
-    expect(
-      figure(report, 'the ladder climbed: reset in place, then that engine alone restarted')
-        ?.restarted,
-    ).toBe(1);
-  }, 120_000);
-
-  it('kill-prefill and kill-decode: the engine is replaced and its streams migrate, unbroken', async () => {
-    for (const scenario of ['kill-prefill', 'kill-decode']) {
-      const report = await drill(scenario, '--clients', '4', '--no-baseline');
-      expect(names(report).slice(0, 3)).toEqual([
-        'the engine is replaced and serves again',
-        'requests arriving during the restart waited for it, none refused',
-        'every stream on the killed engine went on',
-      ]);
-      // Requests waiting out the restart are on the chart, which once fell to 0 meanwhile.
-      expect(
-        report.samples.some((x) => (x.live.waiting ?? 0) > 0),
-        scenario,
-      ).toBe(true);
-    }
-  }, 240_000);
-
-  it('with a llama.cpp model (--model): kill-decode migrates its streams, hostile-peer is kept out', async () => {
-    const model = join(tempDir('pdctl-drill-model-'), 'tiny.gguf');
-    writeTinyModel(model);
-    const kill = await drill(
-      ...['kill-decode', '--model', model, '--sequences', '2', '--clients', '4', '--no-baseline'],
-    );
-    expect(names(kill)).toContain('every answer served is whole');
-    expect(names(kill)).not.toContain('every answer served is the right one');
-    expect(Number(figure(kill, 'every answer served is whole')?.completed)).toBeGreaterThan(0);
-    expect(
-      Number(figure(kill, 'every stream on the killed engine went on')?.migrated),
-    ).toBeGreaterThan(0);
-    // --sequences 2 (4 by default): every engine of its stack registered a model of 2 sequences.
-    const registered = await pdctl([
-      ...['journal', 'tail', '--journal', kill.journal, '--type', 'engine.registered', '--json'],
-    ]);
-    const models = registered.stdout
-      .trim()
-      .split('\n')
-      .map((l) => (JSON.parse(l) as { data: { model?: string } }).data.model);
-    expect(models.length).toBeGreaterThan(0);
-    for (const m of models) expect(m).toMatch(/× 2 sequences$/);
-    const hostile = await drill('hostile-peer', '--model', model, '--no-baseline');
-    expect(figure(hostile, 'a room whose ids were aimed at is still aborted')).toBeDefined();
-  }, 240_000);
-
-  it('kill-control-plane: restarted on a pre-filled journal, ready, engines not restarted, orphans failed and freed', async () => {
+  it('kill-control-plane --journal-events: restarted on a journal filled first, ready, engines not restarted, orphans failed', async () => {
     const report = await drill(
-      'kill-control-plane',
-      '--clients',
-      '4',
-      '--no-baseline',
-      '--journal-events',
-      '20000',
+      ...['kill-control-plane', '--clients', '4', '--no-baseline', '--journal-events', '5000'],
     );
     expect(names(report)).toEqual([
       'restarted and ready',
@@ -195,55 +110,43 @@ describe('pdctl drill', () => {
       'the next request succeeds',
       'journal verify passes',
     ]);
+    // Without the flag the journal holds only what the drill's own load wrote.
     expect(Number(figure(report, 'restarted and ready')?.journalEvents)).toBeGreaterThanOrEqual(
-      20_000,
+      5000,
     );
     expect(
       Number(figure(report, 'zero acknowledged journal events lost')?.answered),
     ).toBeGreaterThan(0);
   }, 120_000);
 
-  it('hostile-peer: forged hellos, foreign appends, oversized frames, takeover, injection, flood — all refused', async () => {
-    const r = await drill('hostile-peer', '--clients', '4', '--no-baseline');
-    const flood =
-      'the flooding engine is throttled and journaled once; the journal does not grow with the flood';
-    expect(names(r).slice(0, 9)).toEqual([
-      'forged hellos refused; the real engine keeps its registration',
-      'no forged append reached the journal',
-      'oversized frames dropped; the bus loop lives',
-      'no message of another engine reached a connection under its routing id',
-      'no client answer altered by tokens from an engine that does not hold the room',
-      flood,
-      'no healthy engine was reset or restarted over the flood',
-      'a room whose ids were aimed at is still aborted',
-      'no client request failed meanwhile',
+  it('with a llama.cpp model (--model --sequences 2): every engine runs that model, and the drill checks answers whole', async () => {
+    const model = join(tempDir('pdctl-drill-model-'), 'tiny.gguf');
+    writeTinyModel(model);
+    const r = await drill(
+      ...[
+        'malformed-frames',
+        '--model',
+        model,
+        '--sequences',
+        '2',
+        '--clients',
+        '4',
+        '--no-baseline',
+      ],
+    );
+    expect(names(r)).toContain('every answer served is whole');
+    expect(names(r)).not.toContain('every answer served is the right one');
+    expect(Number(figure(r, 'every answer served is whole')?.completed)).toBeGreaterThan(0);
+    // --sequences 2 (4 by default): every engine of its stack registered a model of 2 sequences.
+    const registered = await pdctl([
+      ...['journal', 'tail', '--journal', r.journal, '--type', 'engine.registered', '--json'],
     ]);
-    expect(names(r).slice(9)).toEqual(COMMON);
-    expect(figure(r, 'no forged append reached the journal')?.journaledFromGuest).toBe(0);
-    expect(figure(r, flood)?.throttleEvents).toBe(1);
-  });
-
-  // malformed-frames runs in test/flags.e2e.test.ts, with the flags it proves there.
-  it('kv-corruption, slow-client, journal-unwritable', async () => {
-    const corrupt = await drill('kv-corruption', '--clients', '4', '--no-baseline');
-    expect(Number(figure(corrupt, 'corrupted KV caught before decode')?.rooms)).toBeGreaterThan(0);
-    expect(figure(corrupt, 'every answer served is the right one')?.wrong).toBe(0);
-    const slow = await drill('slow-client', '--clients', '4', '--no-baseline');
-    expect(names(slow)[0]).toBe('normal clients keep their pace');
-    const disk = await drill('journal-unwritable', '--clients', '4', '--no-baseline');
-    expect(figure(disk, 'new work refused with 503 while unwritable')?.refused).toBe(10);
-  }, 300_000);
-
-  it('bad-engine: the corrupting prefill engine ejected, the relapsing decode engine cordoned, the impostor and the empty engine kept out; no healthy engine restarted, no client failed', async () => {
-    const r = await drill('bad-engine', '--clients', '4', '--no-baseline');
-    expect(figure(r, 'no healthy engine restarted')?.restarted).toBe(0);
-    expect(figure(r, "the engine naming another's pool refused")?.code).toBe(
-      'BUS_IDENTITY_CONFLICT',
-    );
-    expect(Number(figure(r, 'the journal says who was blamed and why')?.retried)).toBeGreaterThan(
-      0,
-    );
-    expect(names(r).slice(-COMMON.length)).toEqual(COMMON);
+    const models = registered.stdout
+      .trim()
+      .split('\n')
+      .map((l) => (JSON.parse(l) as { data: { model?: string } }).data.model);
+    expect(models.length).toBeGreaterThan(0);
+    for (const m of models) expect(m).toMatch(/× 2 sequences$/);
   }, 120_000);
 
   it('bad-engine --no-outlier-ejection --retry-limit 0: the corrupting engine stays in rotation, no failed room is tried again, and the drill says so', async () => {
@@ -270,7 +173,16 @@ describe('pdctl drill', () => {
       'never',
     );
     expect(figure(report, 'the journal says who was blamed and why')?.retried).toBe(0);
-    // What a fault of another kind would fail stays whole: no healthy engine restarted.
+    // Nothing else failed: the relapsing decode engine was cordoned, the impostor and the empty
+    // engine kept out, no healthy engine restarted, and the common checks held (only clients of
+    // the rooms not tried again may have failed).
+    const allowed = [
+      'the corrupting engine ejected within 30 s',
+      'the journal says who was blamed and why',
+      'at least 99 % of client requests succeeded while the bad engines ran',
+    ];
+    expect(failed.map((i) => i.name).filter((n) => !allowed.includes(n))).toEqual([]);
+    expect(names(report).slice(-COMMON.length)).toEqual(COMMON);
     expect(figure(report, 'no healthy engine restarted')?.restarted).toBe(0);
   }, 120_000);
 
@@ -305,6 +217,9 @@ describe('pdctl drill', () => {
       expect(
         Number(figure(kill, 'every stream on the killed engine went on')?.migrated),
       ).toBeGreaterThan(0);
+      // Clients that read a chunk a second do not hold up the others (HTTP only shows this).
+      const slow = await drill('slow-client', '--url', s.url, '--clients', '4');
+      expect(Number(figure(slow, 'normal clients keep their pace')?.requests)).toBeGreaterThan(0);
       // Ctrl-C while KV is being corrupted: the drill takes its fault back before it exits.
       const faults = async () =>
         (await (await fetch(`${s.url}/v1/journal?type=recovery.action`)).text())

@@ -186,7 +186,7 @@ const PROOFS: Record<string, Record<string, Proof>> = {
     '--model': { test: DRILL_EXITS },
     '--sequences': {
       file: DRILLS,
-      test: 'with a llama.cpp model (--model): kill-decode migrates its streams, hostile-peer is kept out',
+      test: 'with a llama.cpp model (--model --sequences 2): every engine runs that model, and the drill checks answers whole',
     },
     '--json': { test: DRILL },
     '--report': { test: DRILL },
@@ -197,7 +197,7 @@ const PROOFS: Record<string, Record<string, Proof>> = {
     '--target': { test: DRILL_TARGETS },
     '--journal-events': {
       file: DRILLS,
-      test: 'kill-control-plane: restarted on a pre-filled journal, ready, engines not restarted, orphans failed and freed',
+      test: 'kill-control-plane --journal-events: restarted on a journal filled first, ready, engines not restarted, orphans failed',
     },
     '--postgres': { file: PG, test: 'pdctl drill control-plane-failover: every invariant holds' },
     '--log-level': { test: DRILL },
