@@ -12,8 +12,9 @@ export default defineConfig({
     // CI's 2 cores the files ran one at a time, while most of their time is spent waiting on the
     // processes and timers they start (the suite took 983 s one at a time, 680 s two at a time).
     maxWorkers: Math.max(2, availableParallelism() - 1),
-    // One PostgreSQL server for the run (tests of the PostgreSQL journal); see the file.
-    globalSetup: ['test/helpers/postgres-setup.ts'],
+    // The compiled build the tests spawn, compiled again if src/ is newer; one PostgreSQL server
+    // for the run (tests of the PostgreSQL journal). See the files.
+    globalSetup: ['test/helpers/build-setup.ts', 'test/helpers/postgres-setup.ts'],
     // Under .ci/run (or any CI), also write a summary that .ci/run turns into its closing line.
     reporters:
       process.env.CI || process.env.PDCTL_CI_REPORT

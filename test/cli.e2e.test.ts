@@ -6,7 +6,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { SqliteJournal } from '../src/journal/sqlite/journal.ts';
 import { headVersion } from '../src/journal/sqlite/migrate.ts';
 import { lifecycle } from './helpers/events.ts';
-import { pdctl, spawnTs } from './helpers/spawn.ts';
+import { pdctl, spawnPdctl, spawnTs } from './helpers/spawn.ts';
 import { tempDir } from './helpers/tmp.ts';
 import { waitFor } from './helpers/wait.ts';
 
@@ -463,7 +463,7 @@ describe('pdctl on a synthetic journal', () => {
   });
 
   it('exits quietly when its reader closes the pipe early (| head)', async () => {
-    const child = spawnTs('src/cli/bin.ts', ['journal', 'tail', '-n', '10000', ...J]);
+    const child = spawnPdctl(['journal', 'tail', '-n', '10000', ...J]);
     let stderr = '';
     child.stderr?.on('data', (d: Buffer) => (stderr += d.toString()));
     await new Promise((r) => child.stdout?.once('data', r));
@@ -477,15 +477,7 @@ describe('pdctl on a synthetic journal', () => {
     const path = `${dir}/follow.db`;
     const j = await SqliteJournal.open({ path });
     await j.append(lifecycle('before')[0] as never);
-    const child = spawnTs('src/cli/bin.ts', [
-      'journal',
-      'tail',
-      '-f',
-      '--interval-ms',
-      '50',
-      '--journal',
-      path,
-    ]);
+    const child = spawnPdctl(['journal', 'tail', '-f', '--interval-ms', '50', '--journal', path]);
     let out = '';
     child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
     // Appends start once the follower has printed what was there: it is reading.
@@ -597,14 +589,7 @@ describe('pdctl journal backup and an interrupted synth', () => {
 
   it('stops a long synth on SIGINT with every appended event committed', async () => {
     const path = `${dir}/interrupted.db`;
-    const child = spawnTs('src/cli/bin.ts', [
-      'journal',
-      'synth',
-      '--rooms',
-      '5000000',
-      '--journal',
-      path,
-    ]);
+    const child = spawnPdctl(['journal', 'synth', '--rooms', '5000000', '--journal', path]);
     let stderr = '';
     child.stderr?.on('data', (d: Buffer) => (stderr += d.toString()));
     const deadline = Date.now() + 20_000;

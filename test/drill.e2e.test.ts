@@ -13,7 +13,7 @@ import { describe, expect, it } from 'vitest';
 import type { DrillReport } from '../src/drills/report.ts';
 import { writeTinyModel } from '../src/model/tiny-gguf.ts';
 import { serve } from './helpers/serve.ts';
-import { pdctl, spawnTs } from './helpers/spawn.ts';
+import { pdctl, spawnPdctl } from './helpers/spawn.ts';
 import { waitFor } from './helpers/stack.ts';
 import { tempDir } from './helpers/tmp.ts';
 
@@ -229,7 +229,7 @@ describe('pdctl drill', () => {
           .filter((e) => e.data.action === 'inject_fault')
           .map((e) => e.data.reason);
       const before = (await faults()).length;
-      const corrupting = spawnTs('src/cli/bin.ts', ['drill', 'kv-corruption', '--url', s.url]);
+      const corrupting = spawnPdctl(['drill', 'kv-corruption', '--url', s.url]);
       let said = '';
       corrupting.stderr?.on('data', (d: Buffer) => (said += d.toString()));
       const exited = new Promise<number | null>((r) => corrupting.once('exit', r));

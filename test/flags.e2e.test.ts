@@ -19,7 +19,7 @@ import { newKeyPair } from '../src/bus/admission.ts';
 import { buildProgram } from '../src/cli/main.ts';
 import { oldJournal, roomIds } from './helpers/old-journal.ts';
 import { complete, startServe } from './helpers/serve.ts';
-import { pdctl, spawnTs } from './helpers/spawn.ts';
+import { pdctl, spawnPdctl } from './helpers/spawn.ts';
 import { prompt, waitFor } from './helpers/stack.ts';
 import { tempDir } from './helpers/tmp.ts';
 
@@ -620,8 +620,7 @@ describe('pdctl engine, flag by flag', () => {
       // The bus serve bound (the helper asks for any free port).
       const bus = /· bus (tcp:\/\/\S+)/.exec(s.stderr())?.[1] as string;
       const engine = (id: keyof typeof keys, role: string, args: string[]) => {
-        const child = spawnTs(
-          'src/cli/bin.ts',
+        const child = spawnPdctl(
           ['engine', '--role', role, '--id', id, '--control', bus, ...args],
           {
             env: {

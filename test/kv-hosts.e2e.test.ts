@@ -15,7 +15,7 @@ import { newKeyPair } from '../src/bus/admission.ts';
 import { TestHosts, testHostsUnavailable } from '../src/drills/hosts.ts';
 import { DeterministicModel, generateInProcess } from '../src/model/deterministic.ts';
 import { ucxBackend } from '../src/transfer/ucx.ts';
-import { ROOT } from './helpers/spawn.ts';
+import { PDCTL_BIN, ROOT } from './helpers/spawn.ts';
 import { tempDir } from './helpers/tmp.ts';
 import { waitFor } from './helpers/wait.ts';
 
@@ -32,7 +32,7 @@ const ADMIN_TOKEN = 'kv-hosts-admin-token';
 const BUS_PORT = 15557;
 
 function pdctlOn(h: TestHosts, host: string, args: string[], env: NodeJS.ProcessEnv): ChildProcess {
-  const child = h.spawn(host, process.execPath, ['--import', 'tsx', 'src/cli/bin.ts', ...args], {
+  const child = h.spawn(host, process.execPath, [PDCTL_BIN, ...args], {
     cwd: ROOT,
     env: { ...process.env, ...env },
   });
@@ -253,14 +253,7 @@ describe.skipIf(why !== null)(`KV across test hosts${why ? ` (skipped: ${why})` 
       );
     expect(count('ucx')).toBeGreaterThanOrEqual(5);
     expect(count('shm')).toBeGreaterThanOrEqual(3);
-    const table = await h.run('c', process.execPath, [
-      '--import',
-      'tsx',
-      `${ROOT}/src/cli/bin.ts`,
-      'engines',
-      '--url',
-      base,
-    ]);
+    const table = await h.run('c', process.execPath, [PDCTL_BIN, 'engines', '--url', base]);
     expect(table.stdout).toMatch(/TRANSFERS/);
     expect(table.stdout).toMatch(/decode-b .*\bucx:\d+/);
     expect(table.stdout).toMatch(/prefill-a .*\bucx:\d+ shm:\d+|prefill-a .*\bshm:\d+ ucx:\d+/);

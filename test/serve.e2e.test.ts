@@ -12,7 +12,7 @@ import parsePrometheus from 'parse-prometheus-text-format';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chatPrompt, DeterministicModel, generateInProcess } from '../src/model/deterministic.ts';
 import { type Served, serve } from './helpers/serve.ts';
-import { pdctl, spawnTs } from './helpers/spawn.ts';
+import { pdctl, spawnPdctl } from './helpers/spawn.ts';
 import { waitFor } from './helpers/stack.ts';
 import { tempDir } from './helpers/tmp.ts';
 
@@ -434,7 +434,7 @@ describe('the openai client against pdctl serve', () => {
     expect((await pdctl(['journal', 'tail', '--url', s.url, '--type', 'room.nope'])).code).toBe(2);
 
     // --follow: a room completed after it started is printed as it is committed.
-    const child = spawnTs('src/cli/bin.ts', [
+    const child = spawnPdctl([
       'journal',
       'tail',
       '--url',

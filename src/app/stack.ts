@@ -96,6 +96,8 @@ export interface StackOptions extends Omit<ControlPlaneOnDisk, 'admission'> {
   /** Restart engines that exit on their own. Default true. */
   restartEngines?: boolean;
   engineEnv?: NodeJS.ProcessEnv;
+  /** The pdctl entry engines are started with (supervisor.ts `entry`). Default: this build's. */
+  engineEntry?: string;
   /**
    * Fail rooms that overstay their state's deadline. Default true.
    */
@@ -153,6 +155,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     logLevel: options.engineLogLevel ?? 'warn',
     restart: options.restartEngines ?? true,
     env: options.engineEnv,
+    ...(options.engineEntry ? { entry: options.engineEntry } : {}),
     onGiveUp: (id, reason) =>
       void journal
         .append({

@@ -4,9 +4,13 @@
  */
 import { fileURLToPath } from 'node:url';
 
-export function selfCommand(args: string[]): { command: string; args: string[] } {
+export function selfCommand(
+  args: string[],
+  /** Another entry of this build to run (the compiled `bin/pdctl.js`); default: this one's own. */
+  entryOf?: string,
+): { command: string; args: string[] } {
   const ext = import.meta.url.endsWith('.ts') ? 'ts' : 'js';
-  const entry = fileURLToPath(new URL(`../cli/bin.${ext}`, import.meta.url));
+  const entry = entryOf ?? fileURLToPath(new URL(`../cli/bin.${ext}`, import.meta.url));
   const loader = process.execArgv.filter((a) => !a.startsWith('--inspect'));
   // From source the entry is TypeScript: make sure the child can load it.
   if (entry.endsWith('.ts') && !loader.some((a) => a.includes('tsx')))

@@ -80,6 +80,12 @@ export interface SupervisorOptions {
   restart?: boolean;
   env?: NodeJS.ProcessEnv;
   /**
+   * The pdctl entry engines are started with: the compiled `bin/pdctl.js` for a stack that runs
+   * from source (tests: an engine then starts as an installed one does, without compiling its
+   * TypeScript first). Default: this process's own build (`self.ts`).
+   */
+  entry?: string;
+  /**
    * A crash loop: more than this many unexpected exits of one engine within `crashWindowMs` and it
    * is not started again (an operator is needed). Default 5 in 10 min.
    */
@@ -197,19 +203,22 @@ export class EngineSupervisor implements Supervisor {
   start(spec: EngineSpec, restarts = 0, by?: Restarter): ChildProcess {
     const tally = this.tallyOf(spec.id);
     if (by) tally.restarts[by]++;
-    const self = selfCommand([
-      'engine',
-      '--role',
-      spec.role,
-      '--id',
-      spec.id,
-      '--control',
-      this.options.control,
-      '--log-level',
-      this.options.logLevel,
-      ...(this.options.curve ? [] : ['--insecure-bus']),
-      ...spec.args,
-    ]);
+    const self = selfCommand(
+      [
+        'engine',
+        '--role',
+        spec.role,
+        '--id',
+        spec.id,
+        '--control',
+        this.options.control,
+        '--log-level',
+        this.options.logLevel,
+        ...(this.options.curve ? [] : ['--insecure-bus']),
+        ...spec.args,
+      ],
+      this.options.entry,
+    );
     const child = spawn(self.command, self.args, {
       stdio: ['ignore', 'inherit', 'inherit'],
       env: {

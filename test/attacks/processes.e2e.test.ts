@@ -13,7 +13,7 @@ import { silentLogger } from '../../src/log.ts';
 import { isAlive } from '../../src/pids.ts';
 import { KvPool } from '../../src/transfer/pool.ts';
 import { type Served, serve } from '../helpers/serve.ts';
-import { spawnTs } from '../helpers/spawn.ts';
+import { spawnPdctl } from '../helpers/spawn.ts';
 import { collect, prompt, startTestStack, waitFor } from '../helpers/stack.ts';
 import { tempDir } from '../helpers/tmp.ts';
 
@@ -100,8 +100,7 @@ describe('engine processes', () => {
     });
     const endpoint = control1.endpoint;
     // An engine started by hand (not a child of any control plane), with its key.
-    const engine = spawnTs(
-      'src/cli/bin.ts',
+    const engine = spawnPdctl(
       [
         'engine',
         '--role',

@@ -1,6 +1,6 @@
 /** A real `pdctl serve` subprocess on a free port, for tests that talk HTTP to it. */
 import type { ChildProcess } from 'node:child_process';
-import { spawnTs } from './spawn.ts';
+import { spawnPdctl } from './spawn.ts';
 import { tempDir } from './tmp.ts';
 
 export interface Served {
@@ -43,8 +43,7 @@ export function startServe(
         'warn',
       ]
     : [];
-  const child = spawnTs(
-    'src/cli/bin.ts',
+  const child = spawnPdctl(
     ['serve', ...given, ...args],
     { env: { ...process.env, PDCTL_EXIT_WITH_PARENT: String(process.pid), ...env } },
     'file',

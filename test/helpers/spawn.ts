@@ -1,9 +1,17 @@
-/** Child processes for tests: run TypeScript entry points through tsx, and never outlive the test. */
+/**
+ * Child processes for tests, which never outlive the test: pdctl as it is installed (`bin/pdctl.js`,
+ * the compiled build, which test/helpers/build-setup.ts keeps up to date with src/), and other
+ * TypeScript entry points through tsx.
+ */
 import { type ChildProcess, type SpawnOptions, spawn } from 'node:child_process';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach } from 'vitest';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+
+/** The installed entry point: what `pdctl` runs on a user's machine. */
+export const PDCTL_BIN = join(ROOT, 'bin/pdctl.js');
 
 const live = new Set<ChildProcess>();
 const fileScoped = new Set<ChildProcess>();
@@ -26,7 +34,20 @@ export function spawnTs(
   options: SpawnOptions = {},
   scope: 'test' | 'file' = 'test',
 ): ChildProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
+  return spawnNode(['--import', 'tsx', script, ...args], options, scope);
+}
+
+/** Spawns `pdctl ...args` as installed (`node bin/pdctl.js`); killed as `spawnTs`'s children are. */
+export function spawnPdctl(
+  args: string[],
+  options: SpawnOptions = {},
+  scope: 'test' | 'file' = 'test',
+): ChildProcess {
+  return spawnNode([PDCTL_BIN, ...args], options, scope);
+}
+
+function spawnNode(argv: string[], options: SpawnOptions, scope: 'test' | 'file'): ChildProcess {
+  const child = spawn(process.execPath, argv, {
     cwd: ROOT,
     stdio: ['ignore', 'pipe', 'pipe'],
     ...options,
@@ -43,17 +64,13 @@ export interface RunResult {
   stderr: string;
 }
 
-/** Runs the pdctl CLI from source to completion. */
+/** Runs the pdctl CLI, as installed, to completion. */
 export function pdctl(
   args: string[],
   options: { timeoutMs?: number; env?: NodeJS.ProcessEnv } = {},
 ): Promise<RunResult> {
   return new Promise((resolve, reject) => {
-    const child = spawnTs(
-      'src/cli/bin.ts',
-      args,
-      options.env ? { env: { ...process.env, ...options.env } } : {},
-    );
+    const child = spawnPdctl(args, options.env ? { env: { ...process.env, ...options.env } } : {});
     let stdout = '';
     let stderr = '';
     child.stdout?.on('data', (d: Buffer) => (stdout += d.toString()));

@@ -6,6 +6,7 @@ import type { ControlPlane } from '../../src/control/control-plane.ts';
 import type { RoomStream } from '../../src/control/streams.ts';
 import { silentLogger } from '../../src/log.ts';
 import { ROOM_PATH } from '../../src/room/states.ts';
+import { PDCTL_BIN } from './spawn.ts';
 import { tempDir } from './tmp.ts';
 
 export { committed, waitFor } from './wait.ts';
@@ -24,6 +25,8 @@ export async function startTestStack(options: Partial<StackOptions> = {}): Promi
     log: silentLogger,
     version: 'test',
     engineLogLevel: process.env.PDCTL_TEST_ENGINE_LOG ?? 'error',
+    // Engines start as installed ones do, from the compiled build (build-setup.ts keeps it fresh).
+    engineEntry: PDCTL_BIN,
     ...options,
   });
   running.add(stack);
