@@ -31,7 +31,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startStack } from '../src/app/stack.ts';
-import type { RoomStream } from '../src/control/streams.ts';
+import type { RoomStream } from '../src/control/intake/streams.ts';
 import { ENGINE_DEFAULTS, llamaEngineFlags } from '../src/engine/options.ts';
 import { silentLogger } from '../src/log.ts';
 import { pagesFor } from '../src/model/executor.ts';

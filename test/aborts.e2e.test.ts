@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { ControlPlane } from '../src/control/control-plane.ts';
-import { RoomEndedError } from '../src/control/streams.ts';
+import { RoomEndedError } from '../src/control/intake/streams.ts';
 import type { JournalEvent } from '../src/room/events.ts';
 import { bootstrappedAtOnce, ENTERED_BY, RESTING_STATES, stateAtAbort } from './helpers/aborts.ts';
 import { collect, poolsFull, prompt, startTestStack, waitFor } from './helpers/stack.ts';

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { buildApi } from '../src/api/app.ts';
 import { ApiMetrics } from '../src/api/metrics.ts';
 import type { Stack } from '../src/app/stack.ts';
-import { Canary } from '../src/control/canary.ts';
+import { Canary } from '../src/control/evidence/canary.ts';
 import { type Logger, silentLogger } from '../src/log.ts';
 import { fillJournal, onSqlite, startTestStack, waitFor } from './helpers/stack.ts';
 

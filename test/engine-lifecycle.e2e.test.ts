@@ -1,6 +1,6 @@
 /** SIGTERM and the shutdown command drain an engine: its rooms finish, new ones go elsewhere, it exits 0. */
 import { describe, expect, it } from 'vitest';
-import { RoomEndedError } from '../src/control/streams.ts';
+import { RoomEndedError } from '../src/control/intake/streams.ts';
 import { collect, prompt, startTestStack, waitFor } from './helpers/stack.ts';
 import { tempDir } from './helpers/tmp.ts';
 

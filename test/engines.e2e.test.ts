@@ -3,7 +3,7 @@
  * equal the model run in-process, timelines follow the state table, pools return to capacity.
  */
 import { describe, expect, it } from 'vitest';
-import type { EngineSession } from '../src/control/engine-session.ts';
+import type { EngineSession } from '../src/control/engines/engine-session.ts';
 import { DeterministicModel, generateInProcess } from '../src/model/deterministic.ts';
 import {
   collect,

@@ -9,9 +9,9 @@ import http from 'node:http';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { type FastifyInstance } from 'fastify';
-import type { Canary } from '../control/canary.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
-import { RELEASE_WINDOW_MS } from '../control/orphans.ts';
+import type { Canary } from '../control/evidence/canary.ts';
+import { RELEASE_WINDOW_MS } from '../control/rooms/orphans.ts';
 import type { Retention } from '../journal/retention.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
@@ -82,7 +82,7 @@ export interface ApiOptions {
   retention?: Retention;
   /**
    * The shortest `olderThan` that route takes for a pass: `serve --retain`'s floor, the time a room
-   * that ended may still await its engines' releases (control/orphans.ts). Default: that window.
+   * that ended may still await its engines' releases (control/rooms/orphans.ts). Default: that window.
    */
   pruneFloorMs?: number;
   /** The planner (`GET /v1/planner`); absent: no such route. */

@@ -7,8 +7,8 @@
  */
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsync } from 'fastify';
-import type { Canary, CanaryResult } from '../control/canary.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
+import type { Canary, CanaryResult } from '../control/evidence/canary.ts';
 import type { RecoveryView } from '../recovery/view.ts';
 import { ApiError } from './errors.ts';
 import { CanaryBody, Errors, ReadyBody } from './schemas.ts';

@@ -7,9 +7,9 @@
  */
 import type { FastifyPluginAsync } from 'fastify';
 import client from 'prom-client';
-import { STAGE_OF } from '../control/canary.ts';
-import { MAX_COUNTED_DEPTH } from '../control/commit-depth.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
+import { STAGE_OF } from '../control/evidence/canary.ts';
+import { MAX_COUNTED_DEPTH } from '../control/rooms/commit-depth.ts';
 import type { Retention } from '../journal/retention.ts';
 import type { JournalDisk, JournalReader } from '../journal/store.ts';
 import type { Planner } from '../planner/online.ts';

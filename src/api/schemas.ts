@@ -6,7 +6,7 @@
  */
 import { type TSchema, Type } from '@sinclair/typebox';
 import { KV_SEND_CHOICES } from '../bus/protocol.ts';
-import { ENGINE_STATUSES } from '../control/engine-view.ts';
+import { ENGINE_STATUSES } from '../control/engines/engine-view.ts';
 import { EVENT_TYPES } from '../room/events.ts';
 import { ROOM_STATES } from '../room/states.ts';
 

@@ -7,7 +7,7 @@
  * deadline move when it stops, as after any engine's exit (recovery/exits.ts).
  */
 import type { ControlPlane } from '../control/control-plane.ts';
-import type { EngineView } from '../control/engine-view.ts';
+import type { EngineView } from '../control/engines/engine-view.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import type { Step } from '../planner/model.ts';

@@ -8,7 +8,7 @@ import { type ApiOptions, buildApi } from '../api/app.ts';
 import { readiness } from '../api/health.ts';
 import { ApiMetrics } from '../api/metrics.ts';
 import { SHUTDOWN_REASON, ShutdownGate } from '../api/shutdown.ts';
-import { Canary } from '../control/canary.ts';
+import { Canary } from '../control/evidence/canary.ts';
 import { SqliteJournal } from '../journal/sqlite/journal.ts';
 import { type Stack, type StackOptions, startStack } from './stack.ts';
 

@@ -2,7 +2,7 @@
 import type { Command } from 'commander';
 import { Option } from 'commander';
 import { startStack } from '../app/stack.ts';
-import { RoomEndedError } from '../control/streams.ts';
+import { RoomEndedError } from '../control/intake/streams.ts';
 import { DURABILITIES, type Durability } from '../journal/store.ts';
 import { LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
 import { engineShapeArgs, engineShapeOptions, intArg } from './args.ts';

@@ -22,7 +22,7 @@ import {
 } from '../bus/admission.ts';
 import { BusError } from '../bus/errors.ts';
 import { CONTROL_DEFAULTS } from '../control/options.ts';
-import { RELEASE_WINDOW_MS } from '../control/orphans.ts';
+import { RELEASE_WINDOW_MS } from '../control/rooms/orphans.ts';
 import { ROUTER_POLICIES, type RouterPolicy } from '../control/routing/router.ts';
 import { UsageError } from '../errors.ts';
 import { JournalError } from '../journal/errors.ts';

@@ -1,9 +1,10 @@
 /**
  * The control plane: wiring and orchestration of the parts in src/control/ — the room book
- * (room-book.ts), intake (intake.ts), the engine links (engine-link.ts, appends.ts), migration,
- * aborts and the journal-outage answerer. It folds every committed room event into the book and
- * hands it on, relays token chunks to the client streams, and shows engines as frozen views
- * (engine-view.ts) with one liveness rule. The composition root (src/app/) starts it here.
+ * (rooms/room-book.ts), intake (intake/), the engine links (engines/), migration, aborts, the
+ * journal-outage answerer and recovery's evidence (evidence/). The book folds every committed
+ * event, and the commit stages (commit-stages.ts) hand it on in their declared order; it relays
+ * token chunks to the client streams, and shows engines as frozen views (engines/engine-view.ts)
+ * with one liveness rule. The composition root (src/app/) starts it here.
  */
 
 import type { CommandName } from '../bus/protocol.ts';
@@ -16,39 +17,40 @@ import { type Clock, stepTimer, systemClock, type Timer } from '../ports/clock.t
 import { systemIds } from '../ports/ids.ts';
 import type { JournalEvent } from '../room/events.ts';
 import type { Room } from '../room/reducer.ts';
-import { Aborts } from './aborts.ts';
-import { AppendRelay, type RefusedClaim } from './appends.ts';
 import { type ControlCounters, openBus, zeroCounters } from './bus.ts';
 import { Checkpointer } from './checkpoint/checkpointer.ts';
 import { emptyStartup, replayJournal, type Startup } from './checkpoint/replay.ts';
+import { type CommitStageBodies, commitStages, runCommitStages } from './commit-stages.ts';
+import { AppendRelay, type RefusedClaim } from './engines/appends.ts';
+import { EngineLink } from './engines/engine-link.ts';
 import {
-  type CanaryVerdict,
-  recordCanary,
-  recordHeartbeat,
-  recordProgress,
-} from './engine-health.ts';
-import { EngineLink } from './engine-link.ts';
-import { DEFAULT_LIVENESS, type EngineView, type LivenessPolicy, viewsOf } from './engine-view.ts';
+  DEFAULT_LIVENESS,
+  type EngineView,
+  type LivenessPolicy,
+  viewsOf,
+} from './engines/engine-view.ts';
+import { EngineRegistry } from './engines/registry.ts';
 import { ControlError } from './errors.ts';
-import { Intake } from './intake.ts';
-import { JournalOutage } from './journal-outage.ts';
+import { type CanaryVerdict, recordCanary, recordHeartbeat } from './evidence/engine-health.ts';
+import { LoopLag } from './evidence/loop-lag.ts';
+import { DEFAULT_STALL_POLICY, findStalls, type Stall } from './evidence/stalls.ts';
+import { Aborts } from './intake/aborts.ts';
+import { Intake } from './intake/intake.ts';
+import { PairHealth } from './intake/pairs.ts';
+import { RoomEndedError, type RoomStream } from './intake/streams.ts';
+import { relayTokens } from './intake/tokens.ts';
 import { Listeners, timing } from './listeners.ts';
-import { LoopLag } from './loop-lag.ts';
-import { Migrator } from './migration.ts';
 import {
   CONTROL_DEFAULTS,
   type ControlDefaults,
   type ControlPlaneOptions,
   type SubmitRequest,
 } from './options.ts';
-import { failOrphans } from './orphans.ts';
-import { PairHealth } from './pairs.ts';
-import { EngineRegistry } from './registry.ts';
-import { RoomBook, type RoomOwners } from './room-book.ts';
+import { JournalOutage } from './rooms/journal-outage.ts';
+import { Migrator } from './rooms/migration.ts';
+import { failOrphans } from './rooms/orphans.ts';
+import { RoomBook, type RoomOwners } from './rooms/room-book.ts';
 import { Router } from './routing/router.ts';
-import { DEFAULT_STALL_POLICY, findStalls, type Stall } from './stalls.ts';
-import { RoomEndedError, type RoomStream } from './streams.ts';
-import { relayTokens } from './tokens.ts';
 
 type Resolved = ControlDefaults & ControlPlaneOptions;
 type RoomListener = (before: Room | null, after: Room, ev: JournalEvent) => void;
@@ -83,6 +85,8 @@ export class ControlPlane {
   private readonly roomEvents: Listeners<Parameters<RoomListener>>;
   private readonly appendTimes: Listeners<[ms: number]>;
   private readonly timers: Timer[] = [];
+  /** What each commit stage does here (commit-stages.ts). */
+  private readonly stages: CommitStageBodies;
   private subscription: Subscription | null = null;
   private checkpoints: Checkpointer | null = null;
   private closing: Promise<void> | null = null;
@@ -150,6 +154,12 @@ export class ControlPlane {
     const closing = () => this.closing !== null;
     const limits = { limit: o.migrationLimit, waitMs: o.migrationWaitMs, retryLimit: o.retryLimit };
     this.migrator = new Migrator({ ...common, model, intake, closing }, limits);
+    const { link, roomEvents, pairHealth, aborts, migrator, log } = this;
+    const checkpoints = () => this.checkpoints;
+    this.stages = commitStages({
+      ...{ router, checkpoints, registry, clock, link, roomEvents },
+      ...{ pairHealth, aborts, migrator, log },
+    });
   }
 
   static async start(options: ControlPlaneOptions): Promise<ControlPlane> {
@@ -241,29 +251,7 @@ export class ControlPlane {
 
   /** A committed event: folded into the book, then handed to the engines, listeners and aborts. */
   private onCommitted(ev: JournalEvent): void {
-    const folded = this.book.fold(ev);
-    this.router.fold(ev, folded?.ended != null);
-    this.checkpoints?.folded(ev);
-    if (!folded) return;
-    const { before, room, ended } = folded;
-    if (ev.engine !== null && room.state !== before?.state) {
-      const s = this.registry.get(ev.engine);
-      if (s) recordProgress(s, this.clock.now());
-    }
-    this.link.deliver(room, ev);
-    this.roomEvents.emit(before, room, ev);
-    this.pairHealth.fold(room, ev);
-    this.aborts.onCommitted(room, ev);
-    if (folded.admittedOn) void this.migrator.created(room, folded.admittedOn);
-    if (!ended) return;
-    this.aborts.onTerminal(room.room);
-    if (ended.stream && this.migrator.retry(room, ended.stream, ended.request)) return;
-    const missing = ended.stream?.endAs(room);
-    if (missing)
-      this.log.error(
-        { room: room.room, engine: room.decodeEngine, missing },
-        'room completed with tokens missing from its stream',
-      );
+    runCommitStages(this.stages, ev, this.book.fold(ev));
   }
 
   /** Drops an engine from the registry and the bus (it must say hello again to come back). */

@@ -113,7 +113,7 @@ export interface ControlPlaneOptions extends Partial<ControlDefaults> {
    * When an engine counts as alive, stale or stalled (engine-view.ts); readiness, routing, the
    * ladder and the API all read this one policy. Default `DEFAULT_LIVENESS`.
    */
-  liveness?: Partial<import('./engine-view.ts').LivenessPolicy>;
+  liveness?: Partial<import('./engines/engine-view.ts').LivenessPolicy>;
   /** Per-state deadlines for new rooms (defaults in src/journal/states.ts). */
   deadlinesMs?: Partial<StateDeadlinesMs>;
   /** Tokenizer for prompt sizes; must match the engines' model. Default: the built-in model. */

@@ -1,6 +1,6 @@
 import { startServing } from '../app/serving.ts';
 import { type Stack, type StackOptions, startStack } from '../app/stack.ts';
-import { Canary } from '../control/canary.ts';
+import { Canary } from '../control/evidence/canary.ts';
 import { llamaEngineFlags, threadsPerEngine } from '../engine/options.ts';
 import type { Logger } from '../log.ts';
 import { DETERMINISTIC_MODEL_NAME, DeterministicModel } from '../model/deterministic.ts';

@@ -8,7 +8,7 @@
  * and its clients, alter no answer, and still abort a room whose ids were aimed at.
  */
 import { newKeyPair } from '../bus/admission.ts';
-import { REGISTRATIONS_BURST } from '../control/hello.ts';
+import { REGISTRATIONS_BURST } from '../control/engines/hello.ts';
 import type { JournalEventOf } from '../room/events.ts';
 import { isTerminal } from '../room/states.ts';
 import type { DrillScenario } from './harness.ts';

@@ -18,7 +18,7 @@ import type { ChildProcess } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Admission } from '../bus/admission.ts';
-import { ENGINE_APPENDS } from '../control/engine-appends.ts';
+import { ENGINE_APPENDS } from '../control/engines/engine-appends.ts';
 import { selfCommand } from '../recovery/self.ts';
 import type { JournalEvent, JournalEventOf } from '../room/events.ts';
 import { ucxBackend } from '../transfer/ucx.ts';

@@ -7,7 +7,7 @@ import { encode } from 'msgpackr';
 import * as zmq from 'zeromq';
 import { connectionRoutingId, type KeyPair, signHello } from '../bus/admission.ts';
 import { controlFrames, PROTOCOL_VERSION } from '../bus/protocol.ts';
-import type { EngineSession } from '../control/engine-session.ts';
+import type { EngineSession } from '../control/engines/engine-session.ts';
 
 export type Reply = ReturnType<ReturnType<typeof controlFrames>['decode']>;
 

@@ -8,8 +8,8 @@
 
 import type { Stack } from '../app/stack.ts';
 import type { CommandName } from '../bus/protocol.ts';
-import type { Canary } from '../control/canary.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
+import type { Canary } from '../control/evidence/canary.ts';
 import type { Timeline, VerifyReport } from '../journal/store.ts';
 import type { EventData, EventInput, EventType, JournalEventOf } from '../room/events.ts';
 import { isTerminal, type RoomState } from '../room/states.ts';

@@ -73,7 +73,7 @@ export interface EngineRoom {
   } | null;
   /** The decode pages the control plane reserved in `room.created`; null: this engine chooses. */
   reservation: RoomReservation['decode'] | null;
-  /** How `room.created` expected the pair to move the KV (control/pairs.ts); null: not recorded. */
+  /** How `room.created` expected the pair to move the KV (control/intake/pairs.ts); null: not recorded. */
   transport: KvTransport | null;
   /**
    * The seq of the committed event this engine last started work on for the room (`react` said it

@@ -6,13 +6,17 @@
  * input and runs the commands (signals, restarts, fences and cordons, appends). Its tests are
  * given/when/then on data (ladder-decide.unit.test.ts): no control plane, no supervisor, no clock.
  */
-import { type EngineView, heartbeatStall, type LivenessPolicy } from '../control/engine-view.ts';
+import {
+  type EngineView,
+  heartbeatStall,
+  type LivenessPolicy,
+} from '../control/engines/engine-view.ts';
 import {
   DEFAULT_STALL_POLICY,
   type Stall,
   type StallKind,
   type StallPolicy,
-} from '../control/stalls.ts';
+} from '../control/evidence/stalls.ts';
 import type { EventInput } from '../room/events.ts';
 
 /** When an engine is stalled (stalls.ts), and how the ladder answers. */

@@ -3,8 +3,8 @@
  * and the commands that come out — no control plane, no supervisor, no clock.
  */
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_LIVENESS, type EngineView } from '../control/engine-view.ts';
-import type { Stall } from '../control/stalls.ts';
+import { DEFAULT_LIVENESS, type EngineView } from '../control/engines/engine-view.ts';
+import type { Stall } from '../control/evidence/stalls.ts';
 import {
   DEFAULT_LADDER_POLICY,
   decideLadder,

@@ -5,9 +5,13 @@
  */
 import { describe, expect, it, vi } from 'vitest';
 import type { ControlPlane } from '../control/control-plane.ts';
-import { Cordons } from '../control/cordons.ts';
-import { DEFAULT_LIVENESS, type EngineStatus, type EngineView } from '../control/engine-view.ts';
-import type { Stall, StallKind } from '../control/stalls.ts';
+import {
+  DEFAULT_LIVENESS,
+  type EngineStatus,
+  type EngineView,
+} from '../control/engines/engine-view.ts';
+import { Cordons } from '../control/evidence/cordons.ts';
+import type { Stall, StallKind } from '../control/evidence/stalls.ts';
 import type { JournalHealth } from '../journal/store.ts';
 import { processLogger } from '../log.ts';
 import type { EventInput } from '../room/events.ts';

@@ -26,8 +26,9 @@
  * so a fault in what they share cannot empty a role. Each ejection and return is journaled
  * (`engine.ejected`, `engine.returned`) and shown in `/metrics`, `/ui` and `pdctl engines`.
  */
-import type { RefusedClaim } from '../control/appends.ts';
+
 import type { ControlPlane } from '../control/control-plane.ts';
+import type { RefusedClaim } from '../control/engines/appends.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { type Clock, systemClock, type Timer } from '../ports/clock.ts';

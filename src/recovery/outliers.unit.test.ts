@@ -5,9 +5,9 @@
  */
 import { describe, expect, it } from 'vitest';
 import { engineSession } from '../../test/helpers/engine-session.ts';
-import type { RefusedClaim } from '../control/appends.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
-import { EngineRegistry } from '../control/registry.ts';
+import type { RefusedClaim } from '../control/engines/appends.ts';
+import { EngineRegistry } from '../control/engines/registry.ts';
 import { silentLogger } from '../log.ts';
 import { VirtualClock } from '../ports/clock.ts';
 import type { EventInput, JournalEvent } from '../room/events.ts';

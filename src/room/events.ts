@@ -48,7 +48,7 @@ export const EVENT_SCHEMAS = {
       /** The room of the same request that failed before its first token, tried again as this one. */
       retriedFrom: Type.Optional(Id),
       /**
-       * How the pair was expected to move the room's KV when it was chosen (control/pairs.ts);
+       * How the pair was expected to move the room's KV when it was chosen (control/intake/pairs.ts);
        * `room.transfer_completed.transport` says what moved it. Absent: before it was recorded.
        */
       transport: Type.Optional(Transport),

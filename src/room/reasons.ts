@@ -46,7 +46,7 @@ export const FAILURE_REASONS = Object.keys(ROOM_FAILURE_REASONS) as RoomFailureR
 /**
  * Who can see each failure happen, and so may report it: an engine of that role (the control
  * plane refuses a `room.failed` whose reason its sender's role cannot have detected:
- * control/engine-appends.ts), or the control plane itself (`control`: no engine may append it).
+ * control/engines/engine-appends.ts), or the control plane itself (`control`: no engine may append it).
  * A decode engine cannot see a prefill fail; what it says of one is no evidence.
  */
 export type FailureReporter = 'prefill' | 'decode' | 'control';
@@ -129,7 +129,7 @@ export const FAILURE_BLAME: Readonly<
 /**
  * The failures of moving a room's KV between its pair, each counted by `pdctl_transfers_total`
  * (its `status` label: the reason without `transfer_`). `link`: the pair's link is to blame, not
- * either engine — control/pairs.ts passes over that pair for a while. A stale pool descriptor is
+ * either engine — control/intake/pairs.ts passes over that pair for a while. A stale pool descriptor is
  * not the link's fault: the decode engine restarted, and its next hello brings a fresh one.
  */
 export const TRANSFER_FAILURES: Readonly<Partial<Record<RoomFailureReason, { link: boolean }>>> =

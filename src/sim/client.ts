@@ -4,7 +4,7 @@
  * is one that does, and loses its connection when the control plane's process dies.
  */
 import { ControlError } from '../control/errors.ts';
-import type { RoomStream } from '../control/streams.ts';
+import type { RoomStream } from '../control/intake/streams.ts';
 import type { Fleet } from './fleet.ts';
 import type { ClientRequest } from './workload.ts';
 

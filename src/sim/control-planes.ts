@@ -8,8 +8,8 @@
  */
 import type { Admission } from '../bus/admission.ts';
 import type { MemoryNetwork } from '../bus/memory/network.ts';
-import { Canary } from '../control/canary.ts';
 import { ControlPlane } from '../control/control-plane.ts';
+import { Canary } from '../control/evidence/canary.ts';
 import type { MemoryDisk } from '../journal/memory/disk.ts';
 import { MemoryJournal } from '../journal/memory/journal.ts';
 import type { Retention } from '../journal/retention.ts';

@@ -12,8 +12,8 @@
 import { Admission } from '../bus/admission.ts';
 import { type LinkSpec, MemoryNetwork } from '../bus/memory/network.ts';
 import type { EngineMessage } from '../bus/protocol.ts';
-import type { Canary } from '../control/canary.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
+import type { Canary } from '../control/evidence/canary.ts';
 import { resolveEngineOptions } from '../engine/options.ts';
 import { type WiredEngine, wireEngine } from '../engine/wiring.ts';
 import { MemoryDisk } from '../journal/memory/disk.ts';
@@ -323,7 +323,7 @@ export class Fleet implements Supervisor {
    * The engine lies from now on, within the protocol, about the other role: a decode engine fails
    * each room whose KV arrived saying its prefill failed; a prefill engine fails each room it
    * starts saying the decode engine refused its pages. (Its lies are refused, and count against
-   * it: control/engine-appends.ts, recovery/outliers.ts.) `null`: it tells the truth again.
+   * it: control/engines/engine-appends.ts, recovery/outliers.ts.) `null`: it tells the truth again.
    */
   lie(id: string, on: boolean, shape: LieShape | 'blame' = 'blame'): void {
     if (!on) {

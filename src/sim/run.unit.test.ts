@@ -354,7 +354,7 @@ describe('a simulated fleet with its canary and outlier detector', () => {
     // Seed 189 (--faults all, before `retire`): both prefill engines corrupting, three canaries in a row failed
     // kv_checksum_mismatch in `transferred` — decode's stage — and a healthy decode engine was
     // declared stalled, until a canary's failure counted against the engine its reason blames
-    // (control/engine-health.ts `recordCanary`).
+    // (control/evidence/engine-health.ts `recordCanary`).
     const r = await runSeed({ seed: 189, rooms: 200, faults: [...BEFORE_RETIRE] });
     expect(r.violations).toEqual([]);
   });
@@ -407,7 +407,7 @@ describe('a simulated fleet whose faults land late, and on a whole role at once'
     // Seed 1429 of every kind through `lie-protocol` (plan whole, 200 rooms): a control plane
     // killed while the disk was full came back on it and could not fail the room left decoding;
     // it waited for its 600 s deadline, long after the run (every_room_ends), until the orphans a
-    // start could not fail were failed once writes returned (control/journal-outage.ts).
+    // start could not fail were failed once writes returned (control/rooms/journal-outage.ts).
     const r = await runSeed({
       seed: 1429,
       rooms: 200,

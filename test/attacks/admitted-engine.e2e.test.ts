@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { newKeyPair } from '../../src/bus/admission.ts';
-import { REGISTRATIONS_BURST } from '../../src/control/hello.ts';
+import { REGISTRATIONS_BURST } from '../../src/control/engines/hello.ts';
 import type { RawEngine } from '../../src/drills/raw-engine.ts';
 import type { JournalEvent } from '../../src/room/events.ts';
 import { KvPool } from '../../src/transfer/pool.ts';

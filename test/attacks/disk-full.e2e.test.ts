@@ -4,7 +4,7 @@
  * writes for a second, and its room is failed in the journal once the disk has room again.
  */
 import { describe, expect, it } from 'vitest';
-import { RoomEndedError } from '../../src/control/streams.ts';
+import { RoomEndedError } from '../../src/control/intake/streams.ts';
 import {
   collect,
   fillJournal,

@@ -6,7 +6,7 @@ import type {
   EngineIdentity,
   EngineLoad,
   EngineSession,
-} from '../../src/control/engine-session.ts';
+} from '../../src/control/engines/engine-session.ts';
 
 /** Any field of any part of a session, given flat: each goes to the part that owns it. */
 export type SessionOverrides = Partial<EngineIdentity & EngineDelivery & EngineHealth & EngineLoad>;

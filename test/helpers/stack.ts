@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { afterEach } from 'vitest';
 import { type Stack, type StackOptions, startStack } from '../../src/app/stack.ts';
 import type { ControlPlane } from '../../src/control/control-plane.ts';
-import type { RoomStream } from '../../src/control/streams.ts';
+import type { RoomStream } from '../../src/control/intake/streams.ts';
 import { silentLogger } from '../../src/log.ts';
 import { ROOM_PATH } from '../../src/room/states.ts';
 import { PDCTL_BIN } from './spawn.ts';

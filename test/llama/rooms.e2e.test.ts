@@ -5,7 +5,7 @@
  * behave as they do with the built-in model.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RoomEndedError } from '../../src/control/streams.ts';
+import type { RoomEndedError } from '../../src/control/intake/streams.ts';
 import { ENTERED_BY, RESTING_STATES, stateAtAbort } from '../helpers/aborts.ts';
 import { llamaPrompt, SEQUENCES, type TinyLlama, tinyLlama } from '../helpers/llama.ts';
 import { collect, poolsFull, startTestStack, waitFor } from '../helpers/stack.ts';

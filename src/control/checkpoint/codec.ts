@@ -8,7 +8,7 @@
 import { createHash } from 'node:crypto';
 import type { CheckpointInput, JournalReader, StoredCheckpoint } from '../../journal/store.ts';
 import { dataError } from '../../room/events.ts';
-import type { Cordon } from '../cordons.ts';
+import type { Cordon } from '../evidence/cordons.ts';
 import { type IndexSnapshot, PrefixIndex } from '../routing/prefix-index.ts';
 import {
   type Anchor,

@@ -5,9 +5,9 @@
  */
 import type { JournalStore } from '../../journal/store.ts';
 import type { Logger } from '../../log.ts';
-import type { Cordons } from '../cordons.ts';
-import { roomsLeft } from '../orphans.ts';
-import type { RoomBook } from '../room-book.ts';
+import type { Cordons } from '../evidence/cordons.ts';
+import { roomsLeft } from '../rooms/orphans.ts';
+import type { RoomBook } from '../rooms/room-book.ts';
 import type { Router } from '../routing/router.ts';
 import { CHECKPOINT_NAME, trustCheckpoint } from './codec.ts';
 import { StartState } from './state.ts';

@@ -12,7 +12,7 @@
 
 import { eachEvent, type JournalReader } from '../../journal/store.ts';
 import type { JournalEvent, JournalEventOf } from '../../room/events.ts';
-import { type Cordon, foldCordon } from '../cordons.ts';
+import { type Cordon, foldCordon } from '../evidence/cordons.ts';
 import { INDEX_EVENTS, PrefixIndex } from '../routing/prefix-index.ts';
 
 /** Event types the state folds. */

@@ -7,7 +7,7 @@
  * takes pages (`kv` in their hello) are not counted.
  */
 import { pagesFor } from '../../model/executor.ts';
-import type { EngineSession } from '../engine-session.ts';
+import type { EngineSession } from '../engines/engine-session.ts';
 
 interface Hold {
   engine: string;

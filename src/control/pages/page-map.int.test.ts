@@ -10,7 +10,7 @@ import { completedRoomEvents } from '../../journal/synth.ts';
 import type { EventInput } from '../../room/events.ts';
 import { newRoomId } from '../../room/ids.ts';
 import { StartState } from '../checkpoint/state.ts';
-import { roomsInFlight } from '../orphans.ts';
+import { roomsInFlight } from '../rooms/orphans.ts';
 import { PageMap } from './page-map.ts';
 
 const dir = tempDir('pdctl-page-map-');

@@ -21,9 +21,9 @@
  * cost and the avoidance of failing links are pairs.ts's, under every policy.
  */
 import type { JournalEvent } from '../../room/events.ts';
-import type { EngineAppend } from '../engine-appends.ts';
-import type { EngineSession } from '../engine-session.ts';
-import { choosePair, type Pair, type PairWeights } from '../pairs.ts';
+import type { EngineAppend } from '../engines/engine-appends.ts';
+import type { EngineSession } from '../engines/engine-session.ts';
+import { choosePair, type Pair, type PairWeights } from '../intake/pairs.ts';
 import { PrefixIndex } from './prefix-index.ts';
 
 export const ROUTER_POLICIES = ['kv', 'least-loaded', 'round-robin'] as const;

@@ -1,0 +1,356 @@
+/**
+ * Intake: the one path from a request to a room. A request is checked against the model, given
+ * the engine pair of lowest cost that has the KV pages for it now (pairs.ts), admitted into the
+ * room book and journaled `room.created`; every refusal is a ControlError with the code the API
+ * maps to a status (400, 429, 503) — there is no other place that turns a request away.
+ * Migration creates its continuation rooms through `create` too.
+ */
+
+import { DEFAULT_MAX_FRAME_BYTES, type RoomRequest, requestTextBytes } from '../../bus/protocol.ts';
+import { hop, hopClock } from '../../hops.ts';
+import type { JournalStore } from '../../journal/store.ts';
+import type { ModelInfo } from '../../model/executor.ts';
+import { blockNames } from '../../model/prefix-blocks.ts';
+import type { Clock } from '../../ports/clock.ts';
+import type { Ids } from '../../ports/ids.ts';
+import type { EngineSession } from '../engines/engine-session.ts';
+import type { LivenessPolicy } from '../engines/engine-view.ts';
+import type { EngineRegistry } from '../engines/registry.ts';
+import { ControlError } from '../errors.ts';
+import { MAX_PROMPT_BYTES, MAX_TOKENS_LIMIT, type SubmitRequest } from '../options.ts';
+import { couldEverFit, fitsNow, roomPages, roomTokens } from '../pages/page-ledger.ts';
+import type { RoomBook } from '../rooms/room-book.ts';
+import type { Router } from '../routing/router.ts';
+import { type Pair, unreachable } from './pairs.ts';
+import { RoomStream } from './streams.ts';
+
+/** A request as checked: what is sent to the engines and how large it is. */
+export interface CheckedRequest {
+  /** The prompt, and its token ids where the model is sent them. */
+  sent: { prompt: string; tokens?: number[] };
+  /** The prompt's token ids, as the model's tokenizer makes them. */
+  tokens: number[];
+  promptTokens: number;
+  stop: string[];
+}
+
+/**
+ * Checks a request's shape and size against the model; throws CONTROL_BAD_REQUEST or
+ * CONTROL_CONTEXT_LENGTH_EXCEEDED with what to change.
+ */
+export function checkRequest(request: SubmitRequest, model: ModelInfo): CheckedRequest {
+  const { prompt, maxTokens } = request;
+  const stop = request.stop ?? [];
+  if (
+    !Array.isArray(stop) ||
+    stop.length > 4 ||
+    stop.some((s) => typeof s !== 'string' || s.length === 0 || s.length > 200)
+  ) {
+    throw new ControlError(
+      'CONTROL_BAD_REQUEST',
+      'stop must be at most 4 strings of 1 to 200 characters',
+    );
+  }
+  if (typeof prompt !== 'string' || prompt.length === 0) {
+    throw new ControlError('CONTROL_BAD_REQUEST', 'prompt must be a non-empty string');
+  }
+  if (!Number.isInteger(maxTokens) || maxTokens < 1 || maxTokens > MAX_TOKENS_LIMIT) {
+    throw new ControlError(
+      'CONTROL_BAD_REQUEST',
+      `max tokens must be an integer from 1 to ${MAX_TOKENS_LIMIT}, got ${maxTokens}`,
+    );
+  }
+  const tokens = request.tokens ?? model.tokenize(prompt);
+  const promptTokens = tokens.length;
+  if (promptTokens === 0) throw new ControlError('CONTROL_BAD_REQUEST', 'prompt has no tokens');
+  // The prompt travels to the prefill engine inside its room.created event: one that cannot fit
+  // in a bus frame would never arrive, and is refused before anything is journaled.
+  const sent = model.sendsTokens ? { prompt, tokens } : { prompt };
+  const bytes = requestTextBytes(sent);
+  if (bytes > MAX_PROMPT_BYTES) {
+    throw new ControlError(
+      'CONTROL_BAD_REQUEST',
+      `prompt is ${bytes} bytes (UTF-8${model.sendsTokens ? ', and 5 per token id' : ''}); the most an engine can be sent is ${MAX_PROMPT_BYTES} bytes (the bus frame limit of ${DEFAULT_MAX_FRAME_BYTES} bytes less the event around it)`,
+    );
+  }
+  const context = model.contextSize;
+  if (context !== null && promptTokens + maxTokens > context) {
+    throw new ControlError(
+      'CONTROL_CONTEXT_LENGTH_EXCEEDED',
+      `this model's context is ${context} tokens; the prompt has ${promptTokens} and max_tokens asks for ${maxTokens} more (${promptTokens + maxTokens}); shorten the prompt or ask for at most ${Math.max(0, context - promptTokens)} tokens`,
+    );
+  }
+  return { sent, tokens, promptTokens, stop };
+}
+
+export interface IntakeDeps {
+  journal: Pick<JournalStore, 'append' | 'health'>;
+  registry: EngineRegistry;
+  book: RoomBook;
+  model: ModelInfo;
+  liveness: Readonly<LivenessPolicy>;
+  /** Rooms in flight a decode engine may hold (options.ts). */
+  maxRoomsPerEngine: number;
+  /** Whether the pair's KV could not move lately (pairs.ts PairHealth). */
+  pairAvoided(prefill: string, decode: string): boolean;
+  /** Deadlines journaled on each new room (journal/states.ts), when not the defaults. */
+  deadlinesMs?: Record<string, number>;
+  /** Chooses pairs (routing/router.ts) and knows the blocks engines hold. */
+  router: Router;
+  /** Measures an append's latency. */
+  timed<T>(p: Promise<T>): Promise<T>;
+  clock: Clock;
+  ids: Ids;
+}
+
+export class Intake {
+  constructor(private readonly deps: IntakeDeps) {}
+
+  /**
+   * A request to a room: checked, given a pair, admitted and journaled; returns its token stream.
+   * When the caller's signal fires, `abort` is asked for the room serving it then (after a
+   * migration, not the first).
+   */
+  submit(request: SubmitRequest, abort: (room: string) => Promise<unknown>): RoomStream {
+    const submitted = hopClock();
+    const { sent, tokens, promptTokens, stop } = checkRequest(request, this.deps.model);
+    const health = this.deps.journal.health();
+    if (!health.writable || health.state !== 'ready') {
+      // Nothing is served that the journal cannot record.
+      throw new ControlError(
+        'CONTROL_JOURNAL_UNAVAILABLE',
+        `the journal cannot be written (${health.lastError ?? health.state}); not taking new requests`,
+      );
+    }
+    const { maxTokens, requestId, traceparent, sampling, signal } = request;
+    const names = blockNames(tokens, this.deps.router.o.blockTokens);
+    const pair = this.pick(
+      promptTokens,
+      maxTokens,
+      names,
+      request.probe ?? null,
+      request.probeAvoid,
+    );
+    const { clock } = this.deps;
+    const room = this.deps.ids.room();
+    hop('submit', null, room, submitted);
+    const stream = new RoomStream(room, promptTokens, clock.now(), clock);
+    stream.trace = { ...(requestId ? { requestId } : {}), ...(traceparent ? { traceparent } : {}) };
+    const req: RoomRequest = {
+      ...sent,
+      maxTokens,
+      ...(stop.length > 0 ? { stop } : {}),
+      ...(sampling ? { sampling } : {}),
+    };
+    this.create(stream, room, req, promptTokens, pair, { source: request.source ?? 'api', names });
+    if (signal) {
+      const onAbort = () => {
+        stream.cancelled = true;
+        void abort(stream.current).catch(() => {});
+      };
+      if (signal.aborted) onAbort();
+      else signal.addEventListener('abort', onAbort, { once: true });
+      void stream.result
+        .finally(() => signal.removeEventListener('abort', onAbort))
+        .catch(() => {});
+    }
+    return stream;
+  }
+
+  /**
+   * The pair for a new room whose context has the block names `names`: the router's choice
+   * among live engines (engine-view.ts) with the KV pages free now, passing `usable`. Null when
+   * none.
+   */
+  pairFor(
+    promptTokens: number,
+    maxTokens: number,
+    usable: (s: EngineSession) => boolean = () => true,
+    now = this.deps.clock.now(),
+    names: readonly string[] = [],
+    probe: string | null = null,
+  ): { pair: Pair | null; prefills: EngineSession[]; decodes: EngineSession[] } {
+    const { registry, book, liveness } = this.deps;
+    // An engine with no pages cannot hold a room's KV, whatever it says of its KV's shape.
+    const fits = (s: EngineSession) =>
+      usable(s) &&
+      s.pages > 0 &&
+      this.hasRoom(s) &&
+      fitsNow(s, roomPages(s, promptTokens, maxTokens));
+    const prefills = registry.candidates('prefill', liveness, now, fits, probe);
+    const decodes = registry.candidates('decode', liveness, now, fits, probe);
+    const pair = this.deps.router.choose(prefills, decodes, names, promptTokens, {
+      avoid: this.deps.pairAvoided,
+      roomsOn: (engine) => book.liveOn(engine),
+    });
+    return { pair, prefills, decodes };
+  }
+
+  /** Whether the engine holds fewer rooms than the cap (decode engines only). */
+  private hasRoom(s: EngineSession): boolean {
+    return s.role !== 'decode' || this.deps.book.liveOn(s.engine) < this.deps.maxRoomsPerEngine;
+  }
+
+  /**
+   * The pair for a new room, or why there is none: CONTROL_NO_ENGINES when a role has no live
+   * engine or no pair can move KV, CONTROL_ENGINES_DRAINING when every one drains,
+   * CONTROL_BAD_REQUEST when no engine could ever hold the request, CONTROL_OVERLOADED (429) when
+   * one could but none can now (no pages free, or every decode engine at its room cap).
+   */
+  pick(
+    promptTokens: number,
+    maxTokens: number,
+    names: readonly string[] = [],
+    probe: string | null = null,
+    avoid: readonly string[] = [],
+  ): Pair {
+    const now = this.deps.clock.now();
+    const { pair, prefills, decodes } = this.pairFor(
+      promptTokens,
+      maxTokens,
+      avoid.length === 0 ? undefined : (s) => !avoid.includes(s.engine),
+      now,
+      names,
+      probe,
+    );
+    if (pair) return pair;
+    if (prefills.length === 0) this.noneFor('prefill', promptTokens, maxTokens, now);
+    if (decodes.length === 0) this.noneFor('decode', promptTokens, maxTokens, now);
+    throw new ControlError('CONTROL_NO_ENGINES', unreachable(prefills, decodes));
+  }
+
+  /** Why no engine of the role can take the request (`pick`'s refusals). */
+  private noneFor(
+    role: 'prefill' | 'decode',
+    promptTokens: number,
+    maxTokens: number,
+    now: number,
+  ): never {
+    const { registry, liveness } = this.deps;
+    const need = (s: EngineSession) => roomPages(s, promptTokens, maxTokens);
+    const heartbeating = registry.withStatus(role, 'live', liveness, now);
+    const uncordoned = heartbeating.filter((s) => !registry.cordons.has(s.engine));
+    if (uncordoned.length === 0 && heartbeating.length > 0) {
+      const cordoned = heartbeating.map((s) => s.engine);
+      throw new ControlError(
+        'CONTROL_NO_ENGINES',
+        `every ${role} engine is cordoned (${cordoned.join(', ')}): none takes new rooms; \`pdctl engines uncordon ${cordoned[0]}\` takes one back`,
+      );
+    }
+    const live = uncordoned.filter((s) => !registry.retiring.has(s.engine));
+    if (live.length === 0 && uncordoned.length > 0) {
+      const retiring = uncordoned.map((s) => s.engine);
+      throw new ControlError(
+        'CONTROL_NO_ENGINES',
+        `every ${role} engine is being retired (${retiring.join(', ')}): none takes new rooms until another ${role} engine registers`,
+      );
+    }
+    if (live.length === 0) {
+      const draining = registry.withStatus(role, 'draining', liveness, now).map((s) => s.engine);
+      if (draining.length > 0)
+        throw new ControlError(
+          'CONTROL_ENGINES_DRAINING',
+          `every ${role} engine is draining (${draining.join(', ')}): none takes new rooms; \`pdctl engines undrain ${draining[0]}\` takes one back`,
+        );
+      throw new ControlError(
+        'CONTROL_NO_ENGINES',
+        `no ${role} engine is registered with a heartbeat in the last ${liveness.staleAfterMs} ms`,
+      );
+    }
+    if (!live.some((s) => this.hasRoom(s)))
+      throw new ControlError(
+        'CONTROL_OVERLOADED',
+        `every ${role} engine has ${this.deps.maxRoomsPerEngine} rooms in flight; retry shortly`,
+      );
+    const largest = live.reduce((a, b) => (b.pages > a.pages ? b : a));
+    const tokens = roomTokens(largest, promptTokens, maxTokens);
+    const what =
+      tokens > promptTokens
+        ? `${tokens} tokens of KV (prompt ${promptTokens} + max_tokens ${maxTokens})`
+        : `${tokens} prompt tokens of KV`;
+    if (!live.some((s) => couldEverFit(s, need(s)))) {
+      throw new ControlError(
+        'CONTROL_BAD_REQUEST',
+        `the request needs ${what}, ${need(largest)} pages, but the largest ${role} KV pool has ${largest.pages} pages; ask for fewer max_tokens or a shorter prompt`,
+      );
+    }
+    const free = Math.max(...live.map((s) => s.pages - s.load.reservedPages));
+    throw new ControlError(
+      'CONTROL_OVERLOADED',
+      `no ${role} engine has the KV pages for ${what} free now (most free: ${free} of ${largest.pages} pages); retry shortly`,
+    );
+  }
+
+  /**
+   * Admits the stream's request on the pair into the room book and the router's queue, and
+   * journals its `room.created` with the prefix blocks the router expects the prefill engine to
+   * hold; a journal that refuses it takes the room out again and fails the stream
+   * (CONTROL_JOURNAL_UNAVAILABLE). `names`: the context's block names (made here when absent).
+   */
+  create(
+    stream: RoomStream,
+    room: string,
+    request: RoomRequest,
+    promptTokens: number,
+    { prefill, decode, transport }: Pair,
+    o: { source: string; migratedFrom?: string; retriedFrom?: string; names?: readonly string[] },
+  ): void {
+    const { book, deadlinesMs, router } = this.deps;
+    const names = o.names ?? this.namesOf(request);
+    const reservation = book.admit(room, { stream, request, promptTokens, prefill, decode });
+    const expected = router.admitted(room, prefill.engine, names, promptTokens);
+    const owners = { prefillEngine: prefill.engine, decodeEngine: decode.engine };
+    const abandon = (err: Error) => {
+      router.forget(room);
+      book.abandon(room, owners)?.fail(err);
+    };
+    this.deps
+      .timed(
+        this.deps.journal.append({
+          type: 'room.created',
+          room,
+          source: o.source,
+          data: {
+            ...owners,
+            promptTokens,
+            maxTokens: request.maxTokens,
+            model: this.deps.model.name,
+            transport,
+            ...(names.length > 0 ? { prefixBlocks: names.length, expectedBlocks: expected } : {}),
+            ...(request.sampling ? { sampling: request.sampling } : {}),
+            ...stream.trace,
+            ...(o.migratedFrom ? { migratedFrom: o.migratedFrom } : {}),
+            ...(o.retriedFrom ? { retriedFrom: o.retriedFrom } : {}),
+            ...(deadlinesMs ? { deadlinesMs } : {}),
+            ...(reservation ? { reservation } : {}),
+          },
+        }),
+      )
+      .then(
+        (res) => {
+          if (res.status === 'applied') stream.markAdmitted();
+          else
+            abandon(
+              new ControlError('CONTROL_JOURNAL_UNAVAILABLE', `room.created was ${res.status}`),
+            );
+        },
+        (err) =>
+          abandon(
+            new ControlError(
+              'CONTROL_JOURNAL_UNAVAILABLE',
+              `the journal refused the room: ${(err as Error).message}`,
+              { cause: err },
+            ),
+          ),
+      );
+  }
+
+  /** The block names of a request's context (a migration's continuation includes what was generated). */
+  private namesOf(request: RoomRequest): string[] {
+    try {
+      return blockNames(this.deps.model.contextTokens(request), this.deps.router.o.blockTokens);
+    } catch {
+      return [];
+    }
+  }
+}
