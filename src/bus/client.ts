@@ -38,7 +38,7 @@ export interface BusClientOptions {
   /** Resend hello this often until welcomed (ms). Default 1000. */
   helloRetryMs?: number;
   log: Logger;
-  /** Default: ZeroMQ. The simulator's is an in-memory network (memory/network.ts). */
+  /** Default: ZeroMQ. The simulator's is an in-memory network (src/sim/world/network.ts). */
   transport?: BusTransport;
   /** Default: the process's clock. */
   clock?: Clock;

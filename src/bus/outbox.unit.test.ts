@@ -5,7 +5,7 @@
 import { Packr } from 'msgpackr';
 import { describe, expect, it } from 'vitest';
 import { silentLogger } from '../log.ts';
-import { VirtualClock } from '../ports/clock.ts';
+import { VirtualClock } from '../sim/world/clock.ts';
 import { LAZY_MS, Outbox } from './outbox.ts';
 import { BATCH_KIND } from './protocol.ts';
 

@@ -31,7 +31,7 @@ export interface BusServerOptions {
   maxFrameBytes?: number;
   curve?: CurveServerKeys;
   log: Logger;
-  /** Default: ZeroMQ. The simulator's is an in-memory network (memory/network.ts). */
+  /** Default: ZeroMQ. The simulator's is an in-memory network (src/sim/world/network.ts). */
   transport?: BusTransport;
   /** Default: the process's clock. */
   clock?: Clock;

@@ -1,7 +1,8 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { systemClock, VirtualClock } from '../ports/clock.ts';
+import { systemClock } from '../ports/clock.ts';
 import { seeded } from '../ports/random.ts';
-import { MemoryNetwork } from './memory/network.ts';
+import { VirtualClock } from '../sim/world/clock.ts';
+import { MemoryNetwork } from '../sim/world/network.ts';
 import {
   type BusTransport,
   type DealerSocket,

@@ -1,7 +1,7 @@
 /**
  * The bus transport port (issue 41): the two socket kinds the bus is built on — the control
  * plane's ROUTER and each engine's DEALER — as interfaces with two adapters. `zmqTransport` is
- * ZeroMQ (production, the e2e tests, the drills); `MemoryNetwork` (memory/network.ts) is the
+ * ZeroMQ (production, the e2e tests, the drills); `MemoryNetwork` (src/sim/world/network.ts) is the
  * simulator's network, on a virtual clock, with per-link delay, loss, duplication, reordering and
  * partitions. The server and client (server.ts, client.ts) hold the protocol; a transport only
  * moves frames and reports connections.

@@ -3,10 +3,10 @@ import { describe, expect, it } from 'vitest';
 import { created } from '../../test/helpers/events.ts';
 import { tempDir } from '../../test/helpers/tmp.ts';
 import { silentLogger } from '../log.ts';
-import { VirtualClock } from '../ports/clock.ts';
+import { VirtualClock } from '../sim/world/clock.ts';
+import { MemoryJournal } from '../sim/world/journal.ts';
 import { openArchiveReader } from './archive/segments.ts';
 import { MemoryDisk } from './memory/disk.ts';
-import { MemoryJournal } from './memory/journal.ts';
 import { Retention, retentionPolicy } from './retention.ts';
 
 /** Lets the journal's turns and the retention's awaits run, the clock standing still. */

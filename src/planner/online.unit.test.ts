@@ -1,11 +1,11 @@
 /** The planner as `pdctl serve` runs it, on the in-memory journal and a virtual clock. */
 import { describe, expect, it } from 'vitest';
 import { MemoryDisk } from '../journal/memory/disk.ts';
-import { MemoryJournal } from '../journal/memory/journal.ts';
 import { completedRoomEvents } from '../journal/synth.ts';
 import { silentLogger } from '../log.ts';
-import { VirtualClock } from '../ports/clock.ts';
 import type { EventInput } from '../room/events.ts';
+import { VirtualClock } from '../sim/world/clock.ts';
+import { MemoryJournal } from '../sim/world/journal.ts';
 import { Planner } from './online.ts';
 
 /** Lets the journal's turns and the planner's awaits run, the clock standing still. */

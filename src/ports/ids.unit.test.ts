@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { VirtualClock } from './clock.ts';
+import { VirtualClock } from '../sim/world/clock.ts';
 import { seededIds, systemIds } from './ids.ts';
 import { seeded } from './random.ts';
 

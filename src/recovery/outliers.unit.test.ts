@@ -9,9 +9,9 @@ import type { ControlPlane } from '../control/control-plane.ts';
 import type { RefusedClaim } from '../control/engines/appends.ts';
 import { EngineRegistry } from '../control/engines/registry.ts';
 import { silentLogger } from '../log.ts';
-import { VirtualClock } from '../ports/clock.ts';
 import type { EventInput, JournalEvent } from '../room/events.ts';
 import type { Room } from '../room/reducer.ts';
+import { VirtualClock } from '../sim/world/clock.ts';
 import { OutlierDetector, type OutlierPolicy } from './outliers.ts';
 
 type Listener = (before: Room | null, after: Room, ev: JournalEvent) => void;

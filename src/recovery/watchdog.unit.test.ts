@@ -6,12 +6,12 @@
 import { describe, expect, it } from 'vitest';
 import { created } from '../../test/helpers/events.ts';
 import { MemoryDisk } from '../journal/memory/disk.ts';
-import { MemoryJournal } from '../journal/memory/journal.ts';
 import { silentLogger } from '../log.ts';
-import { VirtualClock } from '../ports/clock.ts';
 import type { JournalEvent } from '../room/events.ts';
 import { type Room, reduce } from '../room/reducer.ts';
 import { DEFAULT_STATE_DEADLINES_MS, isTerminal } from '../room/states.ts';
+import { VirtualClock } from '../sim/world/clock.ts';
+import { MemoryJournal } from '../sim/world/journal.ts';
 import { decideOverdue, Watchdog } from './watchdog.ts';
 
 const T0 = Date.UTC(2026, 11, 3);

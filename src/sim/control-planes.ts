@@ -7,16 +7,13 @@
  * frozen leader is replaced by the standby, and comes back to stand by.
  */
 import type { Admission } from '../bus/admission.ts';
-import type { MemoryNetwork } from '../bus/memory/network.ts';
 import { ControlPlane } from '../control/control-plane.ts';
 import { Canary } from '../control/evidence/canary.ts';
 import type { MemoryDisk } from '../journal/memory/disk.ts';
-import { MemoryJournal } from '../journal/memory/journal.ts';
 import type { Retention } from '../journal/retention.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { DeterministicModel } from '../model/deterministic.ts';
-import type { VirtualClock } from '../ports/clock.ts';
 import { seededIds } from '../ports/ids.ts';
 import type { Random } from '../ports/random.ts';
 import { EscalationLadder } from '../recovery/ladder.ts';
@@ -25,6 +22,9 @@ import type { Supervisor } from '../recovery/supervisor.ts';
 import { Watchdog } from '../recovery/watchdog.ts';
 import { ProcessClock } from './process.ts';
 import { SIM_CHECKPOINT_EVERY_MS, type SqliteStorage } from './storage.ts';
+import type { VirtualClock } from './world/clock.ts';
+import { MemoryJournal } from './world/journal.ts';
+import type { MemoryNetwork } from './world/network.ts';
 
 /** Where a control plane on `host` listens on the simulated network. */
 export const controlEndpoint = (host: string) => `tcp://${host}:5557`;

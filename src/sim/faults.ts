@@ -1,8 +1,8 @@
 /**
  * Seeded faults (issue 41, item 3): which faults a run injects, into what, when and for how long,
  * drawn from the seed; each one healed before the run settles, so that liveness can be checked
- * after. What each does to the fleet is the adapters' (fleet.ts, bus/memory/network.ts,
- * journal/memory/, transfer/memory/).
+ * after. What each does to the fleet is the adapters' (fleet.ts and world/: network.ts,
+ * journal.ts, transfer-core.ts).
  */
 import type { Random } from '../ports/random.ts';
 import { type Fleet, LIE_SHAPES, type LieShape } from './fleet.ts';

@@ -10,7 +10,6 @@
  * journal is embedded, as SQLite is) and the clients' requests to it wait while it is frozen.
  */
 import { Admission } from '../bus/admission.ts';
-import { type LinkSpec, MemoryNetwork } from '../bus/memory/network.ts';
 import type { EngineMessage } from '../bus/protocol.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
 import type { Canary } from '../control/evidence/canary.ts';
@@ -20,18 +19,19 @@ import { MemoryDisk } from '../journal/memory/disk.ts';
 import type { JournalStore } from '../journal/store.ts';
 import { type Logger, silentLogger } from '../log.ts';
 import { DeterministicModel } from '../model/deterministic.ts';
-import { VirtualClock } from '../ports/clock.ts';
 import { seededIds } from '../ports/ids.ts';
 import { type Random, seeded } from '../ports/random.ts';
 import { engineExited } from '../recovery/exits.ts';
 import type { EscalationLadder } from '../recovery/ladder.ts';
 import type { OutlierDetector } from '../recovery/outliers.ts';
 import { restartDelayMs, type Supervisor } from '../recovery/supervisor.ts';
-import { MemoryTransferCore } from '../transfer/memory/core.ts';
-import { MemoryPools } from '../transfer/memory/pool.ts';
 import { ControlPlanes, controlEndpoint } from './control-planes.ts';
 import { lyingTransport, type TokensLie } from './lying-wire.ts';
 import { SqliteStorage } from './storage.ts';
+import { VirtualClock } from './world/clock.ts';
+import { type LinkSpec, MemoryNetwork } from './world/network.ts';
+import { MemoryPools } from './world/pools.ts';
+import { MemoryTransferCore } from './world/transfer-core.ts';
 
 type AppendEvent = EngineMessage<'append'>['event'];
 

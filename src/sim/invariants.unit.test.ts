@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { lifecycle } from '../../test/helpers/events.ts';
 import { MemoryDisk } from '../journal/memory/disk.ts';
-import { MemoryJournal } from '../journal/memory/journal.ts';
 import type { JournalEvent } from '../room/events.ts';
 import { liveness, safety } from './invariants.ts';
+import { MemoryJournal } from './world/journal.ts';
 
 /** Committed events of whole rooms, through a real journal (the reducer has passed on each). */
 async function committed(rooms: string[]) {

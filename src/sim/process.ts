@@ -9,7 +9,8 @@
  *
  * Its sockets are the network's business (`MemoryNetwork.kill`, partitions while frozen).
  */
-import type { Clock, Timer, VirtualClock } from '../ports/clock.ts';
+import type { Clock, Timer } from '../ports/clock.ts';
+import type { VirtualClock } from './world/clock.ts';
 
 export class ProcessClock implements Clock {
   private readonly timers = new Set<Timer>();

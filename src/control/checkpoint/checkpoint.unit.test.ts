@@ -6,11 +6,11 @@
 import { describe, expect, it } from 'vitest';
 import { lifecycle } from '../../../test/helpers/events.ts';
 import { MemoryDisk } from '../../journal/memory/disk.ts';
-import { MemoryJournal } from '../../journal/memory/journal.ts';
 import type { StoredCheckpoint } from '../../journal/store.ts';
 import type { Logger } from '../../log.ts';
-import { VirtualClock } from '../../ports/clock.ts';
 import type { EventInput } from '../../room/events.ts';
+import { VirtualClock } from '../../sim/world/clock.ts';
+import { MemoryJournal } from '../../sim/world/journal.ts';
 import { Checkpointer } from './checkpointer.ts';
 import {
   CHECKPOINT_FORMAT,

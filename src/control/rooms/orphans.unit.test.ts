@@ -6,8 +6,8 @@
 import { describe, expect, it } from 'vitest';
 import { created, lifecycle } from '../../../test/helpers/events.ts';
 import { MemoryDisk } from '../../journal/memory/disk.ts';
-import { MemoryJournal } from '../../journal/memory/journal.ts';
 import { silentLogger } from '../../log.ts';
+import { MemoryJournal } from '../../sim/world/journal.ts';
 import { failOrphans, roomsAwaitingRelease, roomsInFlight } from './orphans.ts';
 
 const T0 = 1_700_000_000_000;

@@ -3,9 +3,9 @@
  * host (`MemoryPools`), with the epochs a re-created pool gets counted, not read off a clock, so
  * that a run repeats exactly. Checksums are the same CRC32C the native pools compute.
  */
-import { TransferError } from '../errors.ts';
-import type { PagePool } from '../page-pool.ts';
-import { crc32c } from '../pool.ts';
+import { TransferError } from '../../transfer/errors.ts';
+import type { PagePool } from '../../transfer/page-pool.ts';
+import { crc32c } from '../../transfer/pool.ts';
 
 /** The memory of one pool, shared by every handle opened on it. */
 interface Store {

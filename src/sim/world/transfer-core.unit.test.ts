@@ -3,9 +3,9 @@
  * checksum is the source's, and the drills' faults end transfers as the native core's do.
  */
 import { describe, expect, it } from 'vitest';
-import { VirtualClock } from '../../ports/clock.ts';
-import { MemoryTransferCore } from './core.ts';
-import { MemoryPools } from './pool.ts';
+import { VirtualClock } from './clock.ts';
+import { MemoryPools } from './pools.ts';
+import { MemoryTransferCore } from './transfer-core.ts';
 
 function rig() {
   const clock = new VirtualClock(0);

@@ -19,18 +19,18 @@ import {
   type TransferCore,
   type TransferRequest,
   type TransferStats,
-} from '../core.ts';
-import { TransferError } from '../errors.ts';
+} from '../../transfer/core.ts';
+import { TransferError } from '../../transfer/errors.ts';
 import {
   checkDeadline,
   flatPairs,
   InFlight,
   type TransferResult,
   type TransferStatus,
-} from '../in-flight.ts';
-import type { PagePool } from '../page-pool.ts';
-import { crc32c } from '../pool.ts';
-import { MemoryPool } from './pool.ts';
+} from '../../transfer/in-flight.ts';
+import type { PagePool } from '../../transfer/page-pool.ts';
+import { crc32c } from '../../transfer/pool.ts';
+import { MemoryPool } from './pools.ts';
 
 export interface MemoryTransferOptions {
   /** Fixed cost of one transfer, in ms. Default 0.2. */

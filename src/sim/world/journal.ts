@@ -16,15 +16,13 @@
  *   (`JOURNAL_FENCED`, and `onDeposed` listeners hear it once).
  */
 
-import type { Logger } from '../../log.ts';
-import { silentLogger } from '../../log.ts';
-import { type Clock, systemClock } from '../../ports/clock.ts';
-import type { Ids } from '../../ports/ids.ts';
-import type { EventInput, PendingEvent } from '../../room/events.ts';
-import { checkAfterSeq, checkCursor, checkPrune } from '../checks.ts';
-import { CommitQueue, type Outcome } from '../commit-queue.ts';
-import { JournalError } from '../errors.ts';
-import { pruneInChunks } from '../prune.ts';
+import { checkAfterSeq, checkCursor, checkPrune } from '../../journal/checks.ts';
+import { CommitQueue, type Outcome } from '../../journal/commit-queue.ts';
+import { JournalError } from '../../journal/errors.ts';
+import type { MemoryDisk } from '../../journal/memory/disk.ts';
+import type { TakeoverHow } from '../../journal/memory/leadership.ts';
+import { MEMORY_SCHEMA_VERSION, MemoryReader } from '../../journal/memory/reader.ts';
+import { pruneInChunks } from '../../journal/prune.ts';
 import type {
   AppendResult,
   CheckpointInput,
@@ -34,11 +32,13 @@ import type {
   PruneOptions,
   PruneResult,
   Subscription,
-} from '../store.ts';
-import { SubscriptionHub } from '../subscriptions.ts';
-import type { MemoryDisk } from './disk.ts';
-import type { TakeoverHow } from './leadership.ts';
-import { MEMORY_SCHEMA_VERSION, MemoryReader } from './reader.ts';
+} from '../../journal/store.ts';
+import { SubscriptionHub } from '../../journal/subscriptions.ts';
+import type { Logger } from '../../log.ts';
+import { silentLogger } from '../../log.ts';
+import { type Clock, systemClock } from '../../ports/clock.ts';
+import type { Ids } from '../../ports/ids.ts';
+import type { EventInput, PendingEvent } from '../../room/events.ts';
 
 export interface MemoryJournalOptions {
   disk: MemoryDisk;

@@ -19,8 +19,7 @@
  *
  * Each process of a simulated fleet takes its sockets from `network.host(name)`; links join hosts.
  */
-import type { Clock } from '../../ports/clock.ts';
-import type { Random } from '../../ports/random.ts';
+
 import type {
   BusTransport,
   DealerEvent,
@@ -29,7 +28,9 @@ import type {
   Frames,
   RouterSocket,
   RouterSpec,
-} from '../transport.ts';
+} from '../../bus/transport.ts';
+import type { Clock } from '../../ports/clock.ts';
+import type { Random } from '../../ports/random.ts';
 
 /** How a link between two hosts behaves; both directions alike. */
 export interface LinkSpec {

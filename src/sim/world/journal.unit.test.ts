@@ -6,8 +6,8 @@
 import { describe, expect, it } from 'vitest';
 import { created, lifecycle } from '../../../test/helpers/events.ts';
 import { journalContract } from '../../../test/helpers/journal-contract.ts';
-import { VirtualClock } from '../../ports/clock.ts';
-import { MemoryDisk } from './disk.ts';
+import { MemoryDisk } from '../../journal/memory/disk.ts';
+import { VirtualClock } from './clock.ts';
 import { MemoryJournal } from './journal.ts';
 
 const disks = new Map<string, MemoryDisk>();
