@@ -18,51 +18,10 @@ import {
 } from '../room/events.ts';
 import type { RejectReason } from '../room/reducer.ts';
 import { type RoomState, resolveDeadlines } from '../room/states.ts';
+import { type Outcome, rejectionData } from './decide.ts';
 import { JournalError } from './errors.ts';
 import type { AppendResult, JournalHealth, PruneResult } from './store.ts';
 import type { SubscriptionHub } from './subscriptions.ts';
-
-/**
- * Outcome per event, compact for the trip back from a writer thread:
- * [0, seq, state] applied · [1, seq, reason, state, detail] rejected · [2, seq, originalRejected] duplicate ·
- * [3, seq of the original, detail] the event id is taken by a different event (nothing written)
- */
-export type Outcome =
-  | [0, number, string | null]
-  | [1, number, string, string | null, string]
-  | [2, number, boolean]
-  | [3, number, string];
-
-/** The data of the `room.event_rejected` record written in place of an event that does not fit. */
-export function rejectionData(
-  ev: Pick<PendingEvent, 'type' | 'data'>,
-  reason: string,
-  state: string | null,
-): { eventType: string; reason: string; state: string | null; data: unknown } {
-  return { eventType: ev.type, reason, state, data: ev.data };
-}
-
-/** An event already stored under an id, as the duplicate check needs it. */
-export interface StoredId {
-  seq: number;
-  /** Its type, or `room.event_rejected` for a rejection record. */
-  storedType: string;
-  room: string | null;
-  source: string;
-  /** The type of the event it stands for (a rejection record: the refused event's type). */
-  eventType: string | null;
-}
-
-/**
- * Why `ev` cannot be the event stored under its id, or null when it is that event sent again (a
- * retry: a duplicate). An id can never make a different event — another source's, another
- * room's — count as already done.
- */
-export function idConflict(ev: PendingEvent, stored: StoredId): string | null {
-  const { seq, storedType, room, source, eventType } = stored;
-  if (eventType === ev.type && room === ev.room && source === ev.source) return null;
-  return `event id ${ev.eventId} is taken by seq ${seq} (${eventType ?? storedType} from ${source}${room ? ` for ${room}` : ''}); this ${ev.type} from ${ev.source} is not that event`;
-}
 
 export interface BatchCommitter {
   /** False while the backend cannot take a batch (a writer thread restarting, say). */

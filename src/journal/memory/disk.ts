@@ -7,8 +7,8 @@
 
 import { eventKey } from '../../room/event-keys.ts';
 import type { JournalEvent, PendingEvent } from '../../room/events.ts';
-import { type Room, reduce } from '../../room/reducer.ts';
-import { idConflict, type Outcome, rejectionData } from '../commit-queue.ts';
+import type { Room } from '../../room/reducer.ts';
+import { decideBatch, type Outcome } from '../decide.ts';
 import { KEPT_TYPES } from '../prune.ts';
 import { releasedByBoth } from '../queries.ts';
 import type { StoredCheckpoint } from '../store.ts';
@@ -43,55 +43,31 @@ export class MemoryDisk {
   constructor(readonly name: string) {}
 
   /**
-   * Applies a batch as one transaction — reduce, store, project — and says how each event went,
-   * as every backend's writer does (commit-queue.ts `Outcome`). Nothing of it is visible until
-   * all of it is.
+   * Applies a batch as one transaction: the journal's decision (decide.ts), then everything it
+   * says at once. Nothing of it is visible until all of it is.
    */
   commit(batch: PendingEvent[]): Outcome[] {
-    const overlay = new Map<string, Room>();
-    const added: JournalEvent[] = [];
-    const ids = new Map<string, JournalEvent>();
-    let seq = this.lastSeq;
-    const outcomes: Outcome[] = batch.map((ev): Outcome => {
-      const key = keyOf(ev);
-      const held = ids.get(key) ?? this.byEventId.get(key);
-      if (held) {
+    const decided = decideBatch(batch, {
+      headSeq: this.lastSeq,
+      stored: (ev) => {
+        const held = this.byEventId.get(keyOf(ev));
+        if (!held) return undefined;
         const rejected = held.type === 'room.event_rejected';
         const eventType = rejected ? (held.data as { eventType: string }).eventType : held.type;
-        const conflict = idConflict(ev, {
+        return {
           seq: held.seq,
           storedType: held.type,
           room: held.room,
           source: held.source,
           eventType,
-        });
-        return conflict === null ? [2, held.seq, rejected] : [3, held.seq, conflict];
-      }
-      const store = (type: string, data: unknown): JournalEvent => {
-        const stored = { ...ev, seq: ++seq, type, data: copy(data) } as JournalEvent;
-        added.push(stored);
-        ids.set(key, stored);
-        return stored;
-      };
-      if (ev.room === null || !ev.type.startsWith('room.'))
-        return [0, store(ev.type, ev.data).seq, null];
-      const before = overlay.get(ev.room) ?? this.rooms.get(ev.room) ?? null;
-      const result = reduce(before, { ...ev, seq: 0 });
-      if (!result.ok) {
-        const record = rejectionData(ev, result.reason, result.state);
-        const stored = store('room.event_rejected', record);
-        return [1, stored.seq, result.reason, result.state, result.detail];
-      }
-      const stored = store(ev.type, ev.data);
-      result.room.lastSeq = stored.seq;
-      overlay.set(ev.room, result.room);
-      return [0, stored.seq, result.room.state];
+        };
+      },
+      room: (name) => this.rooms.get(name),
     });
-    // The commit: everything at once.
-    for (const ev of added) this.add(ev);
-    for (const [name, room] of overlay) this.rooms.set(name, room);
-    this.lastSeq = seq;
-    return outcomes;
+    for (const ev of decided.events) this.add({ ...ev, data: copy(ev.data) } as JournalEvent);
+    for (const [name, room] of decided.rooms) this.rooms.set(name, room);
+    this.lastSeq = decided.lastSeq;
+    return decided.outcomes;
   }
 
   /** Committed events with seq > afterSeq, oldest first, at most `limit`. */

@@ -10,8 +10,8 @@
 import type pg from 'pg';
 import { eventKey } from '../../room/event-keys.ts';
 import type { PendingEvent } from '../../room/events.ts';
-import { type Room, reduce } from '../../room/reducer.ts';
-import { idConflict, type Outcome, rejectionData, type StoredId } from '../commit-queue.ts';
+import type { Room } from '../../room/reducer.ts';
+import { type BatchDecision, decideBatch, type Outcome, type StoredId } from '../decide.ts';
 import { JournalError } from '../errors.ts';
 import type { PackTotals } from '../packs.ts';
 import { keptTypes } from '../prune.ts';
@@ -205,69 +205,18 @@ export class PgBatchWriter {
     }
   }
 
-  /** The batch in memory: outcomes, rows to insert and the rooms they change. */
+  /** The batch decided (decide.ts), knowing the stored ids given and the rooms as `current` has them. */
   private plan(
     batch: PendingEvent[],
     /** By the hex of each event's stored key (journal/event-keys.ts). */
     stored: Map<string, StoredId>,
     current: (room: string) => Room | undefined,
-  ): {
-    outcomes: Outcome[];
-    events: Array<PendingEvent & { seq: number }>;
-    rooms: Map<string, Room>;
-    lastSeq: number;
-  } {
-    const outcomes: Outcome[] = new Array(batch.length);
-    const events: Array<PendingEvent & { seq: number }> = [];
-    const rooms = new Map<string, Room>();
-    let seq = this.headSeq;
-    for (let i = 0; i < batch.length; i++) {
-      const ev = batch[i] as PendingEvent;
-      const key = eventKey(ev.eventId, ev.source).toString('hex');
-      const taken = stored.get(key);
-      if (taken) {
-        const conflict = idConflict(ev, taken);
-        outcomes[i] =
-          conflict === null
-            ? [2, taken.seq, taken.storedType === 'room.event_rejected']
-            : [3, taken.seq, conflict];
-        continue;
-      }
-      seq++;
-      const remember = (storedType: string) =>
-        stored.set(key, {
-          seq,
-          storedType,
-          room: ev.room,
-          source: ev.source,
-          eventType: ev.type,
-        });
-      if (ev.room === null || !ev.type.startsWith('room.')) {
-        events.push({ ...ev, seq });
-        remember(ev.type);
-        outcomes[i] = [0, seq, null];
-        continue;
-      }
-      const before = rooms.get(ev.room) ?? current(ev.room) ?? null;
-      const result = reduce(before, { ...ev, seq: 0 });
-      if (result.ok) {
-        result.room.lastSeq = seq; // the reducer returned a fresh object; seq is known only now
-        rooms.set(ev.room, result.room);
-        events.push({ ...ev, seq });
-        remember(ev.type);
-        outcomes[i] = [0, seq, result.room.state];
-      } else {
-        events.push({
-          ...ev,
-          seq,
-          type: 'room.event_rejected',
-          data: rejectionData(ev, result.reason, result.state),
-        });
-        remember('room.event_rejected');
-        outcomes[i] = [1, seq, result.reason, result.state, result.detail];
-      }
-    }
-    return { outcomes, events, rooms, lastSeq: seq };
+  ): BatchDecision {
+    return decideBatch(batch, {
+      headSeq: this.headSeq,
+      stored: (ev) => stored.get(eventKey(ev.eventId, ev.source).toString('hex')),
+      room: current,
+    });
   }
 
   /**

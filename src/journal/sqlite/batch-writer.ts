@@ -7,7 +7,7 @@ import type Database from 'better-sqlite3';
 import { eventKey } from '../../room/event-keys.ts';
 import type { PendingEvent } from '../../room/events.ts';
 import { type Room, reduce } from '../../room/reducer.ts';
-import { idConflict, type Outcome, rejectionData } from '../commit-queue.ts';
+import { idConflict, type Outcome, rejectionData } from '../decide.ts';
 import { RELEASED_BY_BOTH } from '../queries.ts';
 import { RoomCache } from '../room-cache.ts';
 import {

@@ -1,7 +1,7 @@
 /** Messages between the journal's main-thread face and its threads (writer or checkpointer). */
 
 import type { PendingEvent } from '../../room/events.ts';
-import type { Outcome } from '../commit-queue.ts';
+import type { Outcome } from '../decide.ts';
 import type { CheckpointInput, Durability } from '../store.ts';
 import type { PackPass } from './packs/packer.ts';
 

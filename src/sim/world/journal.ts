@@ -17,7 +17,8 @@
  */
 
 import { checkAfterSeq, checkCursor, checkPrune } from '../../journal/checks.ts';
-import { CommitQueue, type Outcome } from '../../journal/commit-queue.ts';
+import { CommitQueue } from '../../journal/commit-queue.ts';
+import type { Outcome } from '../../journal/decide.ts';
 import { JournalError } from '../../journal/errors.ts';
 import type { MemoryDisk } from '../../journal/memory/disk.ts';
 import type { TakeoverHow } from '../../journal/memory/leadership.ts';
