@@ -57,18 +57,27 @@ export function idConflict(ev: PendingEvent, stored: StoredId): string | null {
 export interface BatchGiven {
   /** The last seq given out (seqs are never reused, even after retention). */
   headSeq: number;
-  /** The event stored under `ev`'s id (journal/event-keys.ts), if any. */
-  stored(ev: PendingEvent): StoredId | undefined;
+  /** The event stored under `ev`'s id, whose stored key is `key` (journal/event-keys.ts), if any. */
+  stored(ev: PendingEvent, key: Buffer): StoredId | undefined;
   /** A room as the journal holds it; undefined or null when it has none by that name. */
   room(name: string): Room | null | undefined;
 }
+
+/** An event to store: an applied one, or a rejected one's record in its place, with its id's key. */
+export type Decided = PendingEvent & {
+  seq: number;
+  /** The stored key of its id (journal/event-keys.ts), made once here. */
+  key: Buffer;
+  /** The type of the event it stands for (a rejection record's: the refused event's). */
+  eventType: string;
+};
 
 /** What to persist, and what each event became. */
 export interface BatchDecision {
   /** One per event of the batch, in its order. */
   outcomes: Outcome[];
-  /** The events to store, in seq order: an applied event, or a rejected one's record in its place. */
-  events: Array<PendingEvent & { seq: number }>;
+  /** The events to store, in seq order. */
+  events: Decided[];
   /** The rooms the batch changed, as they are after it (each with its `lastSeq`). */
   rooms: Map<string, Room>;
   /** The last seq the batch gave out (`headSeq` when it stored nothing). */
@@ -78,15 +87,17 @@ export interface BatchDecision {
 /** Decides a batch: see the module's comment. */
 export function decideBatch(batch: readonly PendingEvent[], given: BatchGiven): BatchDecision {
   const outcomes: Outcome[] = new Array(batch.length);
-  const events: Array<PendingEvent & { seq: number }> = [];
+  const events: Decided[] = [];
   const rooms = new Map<string, Room>();
-  /** Ids stored earlier in this batch, by key. */
-  const mine = new Map<string, StoredId>();
+  /** Events stored earlier in this batch, by their key (latin1): their index in `events`. */
+  const mine = new Map<string, number>();
   let seq = given.headSeq;
   for (let i = 0; i < batch.length; i++) {
     const ev = batch[i] as PendingEvent;
-    const key = eventKey(ev.eventId, ev.source).toString('latin1');
-    const taken = mine.get(key) ?? given.stored(ev);
+    const key = eventKey(ev.eventId, ev.source);
+    const text = key.toString('latin1');
+    const earlier = mine.get(text);
+    const taken = earlier === undefined ? given.stored(ev, key) : storedIdOf(events[earlier]);
     if (taken) {
       const conflict = idConflict(ev, taken);
       outcomes[i] =
@@ -96,32 +107,44 @@ export function decideBatch(batch: readonly PendingEvent[], given: BatchGiven): 
       continue;
     }
     seq++;
-    const store = (type: string, data: unknown) => {
-      events.push({ ...ev, seq, type, data } as PendingEvent & { seq: number });
-      mine.set(key, {
-        seq,
-        storedType: type,
-        room: ev.room,
-        source: ev.source,
-        eventType: ev.type,
-      });
-    };
+    let type: string = ev.type;
+    let data: unknown = ev.data;
     if (ev.room === null || !ev.type.startsWith('room.')) {
-      store(ev.type, ev.data);
       outcomes[i] = [0, seq, null];
-      continue;
-    }
-    const before = rooms.get(ev.room) ?? given.room(ev.room) ?? null;
-    const result = reduce(before, { ...ev, seq: 0 });
-    if (result.ok) {
-      result.room.lastSeq = seq; // the reducer returned a fresh object; seq is known only now
-      rooms.set(ev.room, result.room);
-      store(ev.type, ev.data);
-      outcomes[i] = [0, seq, result.room.state];
     } else {
-      store('room.event_rejected', rejectionData(ev, result.reason, result.state));
-      outcomes[i] = [1, seq, result.reason, result.state, result.detail];
+      const before = rooms.get(ev.room) ?? given.room(ev.room) ?? null;
+      const result = reduce(before, { ...ev, seq: 0 });
+      if (result.ok) {
+        result.room.lastSeq = seq; // the reducer returned a fresh object; seq is known only now
+        rooms.set(ev.room, result.room);
+        outcomes[i] = [0, seq, result.room.state];
+      } else {
+        type = 'room.event_rejected';
+        data = rejectionData(ev, result.reason, result.state);
+        outcomes[i] = [1, seq, result.reason, result.state, result.detail];
+      }
     }
+    mine.set(text, events.length);
+    // One shape for every event (the order of a stored event's fields, as every backend keeps it).
+    events.push({
+      ts: ev.ts,
+      type,
+      room: ev.room,
+      engine: ev.engine,
+      source: ev.source,
+      eventId: ev.eventId,
+      data,
+      seq,
+      key,
+      eventType: ev.type,
+    } as Decided);
   }
   return { outcomes, events, rooms, lastSeq: seq };
+}
+
+/** An event stored earlier in the batch, as the duplicate check needs it. */
+function storedIdOf(stored: Decided | undefined): StoredId | undefined {
+  if (!stored) return undefined;
+  const { seq, type, room, source, eventType } = stored;
+  return { seq, storedType: type, room, source, eventType };
 }

@@ -49,8 +49,8 @@ export class MemoryDisk {
   commit(batch: PendingEvent[]): Outcome[] {
     const decided = decideBatch(batch, {
       headSeq: this.lastSeq,
-      stored: (ev) => {
-        const held = this.byEventId.get(keyOf(ev));
+      stored: (_ev, key) => {
+        const held = this.byEventId.get(key.toString('latin1'));
         if (!held) return undefined;
         const rejected = held.type === 'room.event_rejected';
         const eventType = rejected ? (held.data as { eventType: string }).eventType : held.type;
@@ -64,7 +64,8 @@ export class MemoryDisk {
       },
       room: (name) => this.rooms.get(name),
     });
-    for (const ev of decided.events) this.add({ ...ev, data: copy(ev.data) } as JournalEvent);
+    for (const { key: _key, eventType: _type, ...ev } of decided.events)
+      this.add({ ...ev, data: copy(ev.data) } as JournalEvent);
     for (const [name, room] of decided.rooms) this.rooms.set(name, room);
     this.lastSeq = decided.lastSeq;
     return decided.outcomes;

@@ -11,7 +11,13 @@ import type pg from 'pg';
 import { eventKey } from '../../room/event-keys.ts';
 import type { PendingEvent } from '../../room/events.ts';
 import type { Room } from '../../room/reducer.ts';
-import { type BatchDecision, decideBatch, type Outcome, type StoredId } from '../decide.ts';
+import {
+  type BatchDecision,
+  type Decided,
+  decideBatch,
+  type Outcome,
+  type StoredId,
+} from '../decide.ts';
 import { JournalError } from '../errors.ts';
 import type { PackTotals } from '../packs.ts';
 import { keptTypes } from '../prune.ts';
@@ -214,7 +220,7 @@ export class PgBatchWriter {
   ): BatchDecision {
     return decideBatch(batch, {
       headSeq: this.headSeq,
-      stored: (ev) => stored.get(eventKey(ev.eventId, ev.source).toString('hex')),
+      stored: (_ev, key) => stored.get(key.toString('hex')),
       room: current,
     });
   }
@@ -395,7 +401,7 @@ export class PgBatchWriter {
 }
 
 /** The events as eight column arrays (seq … data), as the unnest of INSERT_EVENTS takes them. */
-function eventColumns(events: Array<PendingEvent & { seq: number }>): unknown[][] {
+function eventColumns(events: Decided[]): unknown[][] {
   const cols: unknown[][] = [[], [], [], [], [], [], [], []];
   for (const e of events) {
     cols[0]?.push(e.seq);
@@ -404,7 +410,7 @@ function eventColumns(events: Array<PendingEvent & { seq: number }>): unknown[][
     cols[3]?.push(e.room);
     cols[4]?.push(e.engine);
     cols[5]?.push(e.source);
-    cols[6]?.push(eventKey(e.eventId, e.source));
+    cols[6]?.push(e.key);
     cols[7]?.push(JSON.stringify(e.data));
   }
   return cols;

@@ -4,10 +4,9 @@
  * thread (writer-thread.ts); nothing here is awaited, and nothing leaves before COMMIT.
  */
 import type Database from 'better-sqlite3';
-import { eventKey } from '../../room/event-keys.ts';
 import type { PendingEvent } from '../../room/events.ts';
-import { type Room, reduce } from '../../room/reducer.ts';
-import { idConflict, type Outcome, rejectionData } from '../decide.ts';
+import type { Room } from '../../room/reducer.ts';
+import { decideBatch, type Outcome, type StoredId } from '../decide.ts';
 import { RELEASED_BY_BOTH } from '../queries.ts';
 import { RoomCache } from '../room-cache.ts';
 import {
@@ -36,6 +35,8 @@ interface Held {
 export class BatchWriter {
   private readonly cache: RoomCache<Held>;
   private readonly insertEvent: Database.Statement;
+  /** The last seq given out (AUTOINCREMENT's; seqs are never reused, even after retention). */
+  private readonly lastSeq: Database.Statement;
   private readonly findEvent: Database.Statement;
   /** Types, sources and engines (`event_names`), and the shared parts of data (`event_shared`). */
   private readonly names: IdTable;
@@ -47,7 +48,7 @@ export class BatchWriter {
   /** UPDATE statements by the set of columns they change (a bit per MUTABLE_ROOM_FIELDS entry). */
   private readonly updates = new Map<number, Database.Statement>();
   private readonly upsertCursor: Database.Statement;
-  private readonly applyTx: (batch: PendingEvent[]) => Outcome[];
+  private readonly applyTx: (batch: PendingEvent[], knowing: boolean) => Outcome[];
   private pruning: ReturnType<BatchWriter['preparePrune']> | undefined;
   private packer: Packer | undefined;
 
@@ -57,9 +58,10 @@ export class BatchWriter {
   ) {
     this.cache = new RoomCache(options.roomCacheSize ?? 50_000);
     this.insertEvent = db.prepare(
-      `INSERT INTO event_rows (ts, type, room, engine, source, event_id, data, shared)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (event_id) DO NOTHING`,
+      `INSERT INTO event_rows (seq, ts, type, room, engine, source, event_id, data, shared)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (event_id) DO NOTHING`,
     );
+    this.lastSeq = db.prepare("SELECT seq FROM sqlite_sequence WHERE name = 'event_rows'").pluck();
     this.names = IdTable.of(db, 'event_names', 'name');
     this.shared = IdTable.of(db, 'event_shared', 'json');
     this.findRoomKey = db.prepare('SELECT id FROM event_rooms WHERE room = ?').pluck();
@@ -80,18 +82,29 @@ export class BatchWriter {
       `INSERT INTO consumers (name, seq, updated_at) VALUES (?, ?, ?)
        ON CONFLICT (name) DO UPDATE SET seq = excluded.seq, updated_at = excluded.updated_at`,
     );
-    const tx = db.transaction((batch: PendingEvent[]) => this.applyInTx(batch));
-    this.applyTx = (batch) => tx.immediate(batch);
+    const tx = db.transaction((batch: PendingEvent[], knowing: boolean) =>
+      this.applyInTx(batch, knowing),
+    );
+    this.applyTx = (batch, knowing) => tx.immediate(batch, knowing);
   }
 
   /**
-   * Appends a batch atomically. The room cache is updated only after COMMIT, so a failed
-   * transaction leaves it exactly as the database is.
+   * Appends a batch atomically: the journal's decision (decide.ts), persisted in one transaction.
+   * It is decided first as if no id of the batch were stored (the insert itself finds out); if
+   * one is (a retry), that transaction is rolled back and the batch decided again knowing every
+   * stored id. The room cache is updated only after COMMIT, so a failed transaction leaves it
+   * exactly as the database is.
    */
   append(batch: PendingEvent[]): Outcome[] {
-    this.overlay = new Map();
     try {
-      const outcomes = this.applyTx(batch);
+      let outcomes: Outcome[];
+      try {
+        outcomes = this.applyTx(batch, false);
+      } catch (err) {
+        if (!(err instanceof IdStored)) throw err;
+        this.forgetAttempt();
+        outcomes = this.applyTx(batch, true);
+      }
       for (const held of this.overlay.values()) {
         held.stored = held.room;
         this.cache.set(held.room.room, held);
@@ -100,10 +113,15 @@ export class BatchWriter {
       this.shared.commit();
       return outcomes;
     } finally {
-      this.overlay = new Map();
-      this.names.rollback();
-      this.shared.rollback();
+      this.forgetAttempt();
     }
+  }
+
+  /** What a transaction that did not commit left in memory: its rooms, its new names. */
+  private forgetAttempt(): void {
+    this.overlay = new Map();
+    this.names.rollback();
+    this.shared.rollback();
   }
 
   /** Rooms changed by the batch being applied; merged into the cache only after COMMIT. */
@@ -123,108 +141,72 @@ export class BatchWriter {
     return { room: loaded, id: row.id, stored: loaded, key: undefined };
   }
 
-  /**
-   * Inserts the event unless its id is stored; `held` is its room as the writer holds it, if it
-   * does. The room's id in `event_rooms` is made for a room that has none yet — but not for a
-   * retry, which would leave an id that no event names (a rolled-back batch takes back the ids it
-   * made, with the rooms its overlay held).
-   */
-  private insert(
-    ev: PendingEvent,
-    type: string,
-    data: unknown,
-    held: Held | null,
-  ):
-    | { seq: number; duplicate: false; roomKey: number | null }
-    | { seq: number; duplicate: true; rejected: boolean }
-    | { seq: number; conflict: string } {
-    const key = eventKey(ev.eventId, ev.source);
-    let roomKey: number | null | undefined = null;
-    if (ev.room !== null) {
-      roomKey = held?.key ?? (this.findRoomKey.get(ev.room) as number | undefined);
-      if (roomKey === undefined) {
-        if (this.findEvent.get(key) !== undefined) return this.stored(ev, key);
-        roomKey = Number(this.insertRoomKey.run(ev.room).lastInsertRowid);
-      }
-    }
-    const stored = storedData(type, data);
-    const info = this.insertEvent.run(
-      ev.ts,
-      this.names.id(type),
-      roomKey,
-      ev.engine === null ? null : this.names.id(ev.engine),
-      this.names.id(ev.source),
-      key,
-      stored.data,
-      stored.shared === null ? null : this.shared.id(stored.shared),
-    );
-    if (info.changes === 1) {
-      return { seq: Number(info.lastInsertRowid), duplicate: false, roomKey };
-    }
-    return this.stored(ev, key);
+  /** What is stored under an event's id key, as the decision needs it. */
+  private storedId(key: Buffer): StoredId | undefined {
+    const row = this.findEvent.get(key) as
+      | [number, string, string | null, string, string | null]
+      | undefined;
+    if (!row) return undefined;
+    const [seq, storedType, room, source, eventType] = row;
+    return { seq, storedType, room, source, eventType };
   }
 
-  /** The answer to an event whose id is stored: a duplicate of it, or a conflict with it. */
-  private stored(
-    ev: PendingEvent,
-    key: Buffer,
-  ): { seq: number; duplicate: true; rejected: boolean } | { seq: number; conflict: string } {
-    const [seq, storedType, room, source, eventType] = this.findEvent.get(key) as [
-      number,
-      string,
-      string | null,
-      string,
-      string | null,
-    ];
-    const conflict = idConflict(ev, { seq, storedType, room, source, eventType });
-    if (conflict !== null) return { seq, conflict };
-    return { seq, duplicate: true, rejected: storedType === 'room.event_rejected' };
-  }
-
-  private outcome(r: ReturnType<BatchWriter['insert']>, applied: Outcome): Outcome {
-    if ('conflict' in r) return [3, r.seq, r.conflict];
-    return r.duplicate ? [2, r.seq, r.rejected] : applied;
-  }
-
-  private applyInTx(batch: PendingEvent[]): Outcome[] {
-    const outcomes: Outcome[] = new Array(batch.length);
-    for (let i = 0; i < batch.length; i++) {
-      const ev = batch[i] as PendingEvent;
-      if (ev.room === null || !ev.type.startsWith('room.')) {
-        const r = this.insert(ev, ev.type, ev.data, ev.room === null ? null : this.held(ev.room));
-        outcomes[i] = this.outcome(r, [0, r.seq, null]);
-        continue;
+  private applyInTx(batch: PendingEvent[], knowing: boolean): Outcome[] {
+    /** The rooms the decision asked for, as the writer holds them (null: none by that name). */
+    const looked = new Map<string, Held | null>();
+    const decided = decideBatch(batch, {
+      headSeq: (this.lastSeq.get() as number | undefined) ?? 0,
+      stored: knowing ? (_ev, key) => this.storedId(key) : () => undefined,
+      room: (name) => {
+        const held = this.current(name);
+        looked.set(name, held);
+        return held?.room;
+      },
+    });
+    /** Each room's id in `event_rooms`, found or made by this batch. */
+    const keys = new Map<string, number>();
+    for (const ev of decided.events) {
+      let roomKey: number | null = null;
+      if (ev.room !== null) {
+        roomKey =
+          keys.get(ev.room) ??
+          looked.get(ev.room)?.key ??
+          this.held(ev.room)?.key ??
+          (this.findRoomKey.get(ev.room) as number | undefined) ??
+          Number(this.insertRoomKey.run(ev.room).lastInsertRowid);
+        keys.set(ev.room, roomKey);
       }
-      const before = this.current(ev.room);
-      const result = reduce(before?.room ?? null, { ...ev, seq: 0 });
-      if (result.ok) {
-        const r = this.insert(ev, ev.type, ev.data, before);
-        if ('conflict' in r || r.duplicate) {
-          outcomes[i] = this.outcome(r, [0, r.seq, null]);
-        } else {
-          result.room.lastSeq = r.seq; // the reducer returned a fresh object; seq is known only now
-          this.overlay.set(ev.room, {
-            room: result.room,
-            id: before?.id ?? null,
-            stored: before?.stored ?? null,
-            key: r.roomKey ?? undefined,
-          });
-          outcomes[i] = [0, r.seq, result.room.state];
-        }
-        continue;
-      }
-      const record = rejectionData(ev, result.reason, result.state);
-      const r = this.insert(ev, 'room.event_rejected', record, before);
-      outcomes[i] = this.outcome(r, [1, r.seq, result.reason, result.state, result.detail]);
+      const stored = storedData(ev.type, ev.data);
+      const info = this.insertEvent.run(
+        ev.seq,
+        ev.ts,
+        this.names.id(ev.type),
+        roomKey,
+        ev.engine === null ? null : this.names.id(ev.engine),
+        this.names.id(ev.source),
+        ev.key,
+        stored.data,
+        stored.shared === null ? null : this.shared.id(stored.shared),
+      );
+      // Its id was stored before: roll back, and decide again knowing (see `append`).
+      if (info.changes === 0) throw new IdStored();
     }
-    for (const held of this.overlay.values()) {
+    for (const room of decided.rooms.values()) {
+      const before = looked.get(room.room) ?? null;
+      const held: Held = {
+        room,
+        id: before?.id ?? null,
+        stored: before?.stored ?? null,
+        key: keys.get(room.room) ?? before?.key,
+      };
       if (held.id === null || held.stored === null) {
-        held.id = Number(this.insertRoom.run(roomToParams(held.room)).lastInsertRowid);
+        held.id = Number(this.insertRoom.run(roomToParams(room)).lastInsertRowid);
       } else {
-        this.writeChanges(held.id, held.stored, held.room);
+        this.writeChanges(held.id, held.stored, room);
       }
+      this.overlay.set(room.room, held);
     }
-    return outcomes;
+    return decided.outcomes;
   }
 
   /** Writes only the columns that differ between the stored row and the new projection. */
@@ -353,3 +335,6 @@ export class BatchWriter {
     };
   }
 }
+
+/** Thrown inside the transaction when an event's id turns out to be stored: it rolls back. */
+class IdStored extends Error {}
