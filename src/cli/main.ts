@@ -12,7 +12,7 @@ import { registerAbortCommand } from './ops-commands.ts';
 import { registerPlanCommand } from './plan/command.ts';
 import { registerRoomCommands } from './rooms-commands.ts';
 import { registerRunCommand } from './run-command.ts';
-import { registerServeCommand } from './serve-command.ts';
+import { registerServeCommand } from './serve/command.ts';
 
 function journalOption(c: Command): Command {
   return c
