@@ -51,7 +51,8 @@ export function inlineWriter(
   const pageSize = w.db.pragma('page_size', { simple: true }) as number;
   const singles = lifecycleBatches(1, 100_000);
   let i = 0;
-  const append = () => executeOp(w, { op: 'append', events: singles[i++] as PendingEvent[] });
+  const append = () =>
+    executeOp(w, { op: 'append', events: singles[i++] as PendingEvent[], fence: 0 });
   for (let k = 0; k < 100; k++) append(); // past the first pages of every table and index
   w.db.pragma('wal_autocheckpoint = 0'); // the WAL only grows while it is measured
   const walPath = `${join(dir, 'inline-one.db')}-wal`;
@@ -76,7 +77,7 @@ export function inlineWriter(
   const tb = performance.now();
   let events = 0;
   for (const b of batches) {
-    executeOp(wb, { op: 'append', events: b });
+    executeOp(wb, { op: 'append', events: b, fence: 0 });
     events += b.length;
   }
   const batchPerSec = Math.round(events / ((performance.now() - tb) / 1000));

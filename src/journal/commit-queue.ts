@@ -26,8 +26,15 @@ import type { SubscriptionHub } from './subscriptions.ts';
 export interface BatchCommitter {
   /** False while the backend cannot take a batch (a writer thread restarting, say). */
   readonly ready: boolean;
-  /** Commits the batch in one transaction; rejects (nothing committed) when it cannot. */
-  commit(events: PendingEvent[]): Promise<Outcome[]>;
+  /**
+   * Commits the batch in one transaction; rejects (nothing committed) when it cannot. `fence`
+   * moves past a batch's each time one fails: a committer that takes a second batch before the
+   * first has settled must refuse, not commit, a batch whose fence is at or below one that failed.
+   * It was handed over before the failure was known and may depend on what failed (an engine's
+   * transfer_posted behind its prefill_started); committing it would put the room's events out of
+   * order for good.
+   */
+  commit(events: PendingEvent[], fence: number): Promise<Outcome[]>;
 }
 
 export interface CommitQueueOptions {
@@ -62,6 +69,8 @@ export class CommitQueue {
   private inFlight = 0;
   private inFlightEvents = 0;
   private flushScheduled = false;
+  /** The fence batches are handed over with (BatchCommitter.commit): moved past each failed one. */
+  private fence = 0;
   private writable = true;
   /** Failed commits not logged one by one (a full disk fails every commit): counted, summarized. */
   private failuresUnlogged = 0;
@@ -127,9 +136,13 @@ export class CommitQueue {
       this.inFlight++;
       this.inFlightEvents += batch.length;
       if (hopsOn) for (const w of batch) hop('to-writer', w.ev.type, w.ev.room);
-      c.commit(batch.map((w) => w.ev)).then(
+      const fence = this.fence;
+      c.commit(
+        batch.map((w) => w.ev),
+        fence,
+      ).then(
         (outcomes) => this.settle(batch, outcomes),
-        (err) => this.fail(batch, err),
+        (err) => this.fail(batch, err, fence),
       );
     }
     this.notifyIdle();
@@ -216,7 +229,8 @@ export class CommitQueue {
     }
   }
 
-  private fail(batch: Waiting[], err: unknown): void {
+  private fail(batch: Waiting[], err: unknown, fence: number): void {
+    if (fence >= this.fence) this.fence = fence + 1;
     this.inFlight--;
     this.inFlightEvents -= batch.length;
     const now = this.clock.now();
@@ -234,6 +248,17 @@ export class CommitQueue {
     this.writable = false;
     this.lastError = message;
     for (const w of batch) w.reject(err);
+    // Appends queued behind it were made before the failure was known, and may depend on what
+    // failed: they are refused too (retryable, as it is), never committed without it.
+    const behind = this.queue.splice(0);
+    if (behind.length > 0) {
+      const e = JournalError.from(err);
+      const refused = new JournalError(
+        e.code,
+        `not committed: a commit queued before it failed (${e.message}); retry it with the same eventId`,
+      );
+      for (const w of behind) w.reject(refused);
+    }
     this.kick();
   }
 

@@ -442,4 +442,26 @@ describe('a simulated fleet whose faults land late, and on a whole role at once'
     expect(pruned.reduce((n, e) => n + Number(e.data.rooms), 0)).toBeGreaterThan(50);
     expect(pruned.every((e) => e.data.archived === true)).toBe(true);
   });
+
+  it("keeps an engine's events in order when a full disk refuses one commit and takes the next", async () => {
+    // Seeds 1660 and 1834 of --journal sqlite --faults all (200 rooms): SQLite's disk fills per
+    // page, so a prefill engine's transfer_posted committed — refused, from `created` — right
+    // after its prefill_started had failed; the room stayed in prefilling, and the stall check
+    // blamed the engine (untouched_engine_spared) until a failed append broke its session, so
+    // that everything after it is resent in order (control/engines/appends.ts `breakAt`).
+    for (const seed of [1660, 1834]) {
+      const r = await runSeed({
+        seed,
+        rooms: 200,
+        faults: [...THROUGH_LIE, 'archive-full', 'archive-eio', 'lie-protocol'],
+        plan: 'whole',
+        fleet: { journal: 'sqlite' },
+      });
+      expect(
+        r.faults.map((f) => f.kind),
+        `seed ${seed}`,
+      ).toContain('disk-full');
+      expect(r.violations, `seed ${seed}`).toEqual([]);
+    }
+  });
 });

@@ -31,6 +31,9 @@ export function engineEventId(engine: string, eventId: string): string {
   return `engine:${engine}/${eventId}`;
 }
 
+/** How long a session broken by a failed append waits before the engine is told to say hello. */
+const JOURNAL_RETRY_MS = 250;
+
 /** Refused events an engine may have journaled per second (and in one burst) before they are only counted. */
 export const REJECTIONS_PER_SECOND = 50;
 const REJECTION_BURST = 500;
@@ -119,6 +122,30 @@ export class AppendRelay {
     }
     s.delivery.nextN++;
     return true;
+  }
+
+  /**
+   * An append of this session was not journaled (a full disk, say) and will be sent again: the
+   * appends behind it must not be journaled before it (transfer_posted would be refused for good,
+   * its room stuck in prefilling). The session breaks as at a gap — later appends are dropped —
+   * and after a pause, so that a journal still failing is not asked again at once, the engine is
+   * told to say hello: the new session resends everything unacknowledged, in order.
+   */
+  private breakAt(engine: string, msg: EngineMessage<'append'>): void {
+    const s = this.deps.registry.get(engine);
+    if (!s || s.delivery.session !== msg.session || s.delivery.broken) return;
+    s.delivery.broken = true;
+    const session = s.delivery.session;
+    this.deps.clock.setTimeout(() => {
+      const now = this.deps.registry.get(engine);
+      if (now?.delivery.session !== session) return;
+      this.bus.send(now.peer, 'nack', {
+        eventId: null,
+        code: 'BUS_NOT_REGISTERED',
+        message: `append ${msg.n} of session ${session} was not journaled; say hello again to resend from it in order`,
+        retryable: true,
+      });
+    }, JOURNAL_RETRY_MS);
   }
 
   /**
@@ -255,6 +282,7 @@ export class AppendRelay {
             message: e.message.slice(0, 2000),
             retryable,
           });
+          if (retryable) this.breakAt(engine, msg);
         },
       );
   }

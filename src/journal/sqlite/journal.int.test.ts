@@ -237,6 +237,44 @@ describe('SqliteJournal when the disk is full', () => {
   );
 });
 
+describe('SqliteJournal: a failed commit takes what was handed over behind it', () => {
+  // A full disk refuses per page: a big batch fails and a small one after it fits. Committing the
+  // small one without the big one would put a room's events out of order for good (an engine's
+  // transfer_posted refused, as if its prefill_started never came). Inline writers (process) hold
+  // it in the queue; the writer thread (power) already has it, and refuses it by its fence.
+  it.each(['process', 'power'] as const)('%s', async (durability) => {
+    const j = await fresh({ durability, maxBatch: 64 });
+    try {
+      const rooms = Array.from({ length: 64 }, (_, i) => `big-${i}`);
+      await Promise.all(rooms.map((r) => j.append(created(r))));
+      const pages = (j as unknown as { db: Database.Database }).db.pragma('page_count', {
+        simple: true,
+      }) as number;
+      await j.limitPagesForDrill(pages + 2);
+      const big = rooms.map((r) =>
+        j.append({
+          type: 'room.abort_requested',
+          room: r,
+          source: 'test',
+          data: { reason: 'x'.padEnd(500, 'x') },
+        }),
+      );
+      const behind = j.append(created('behind'));
+      const settled = await Promise.allSettled([...big, behind]);
+      for (const o of settled) {
+        expect(o).toMatchObject({ status: 'rejected', reason: { code: 'JOURNAL_WRITE_FAILED' } });
+      }
+      expect((await j.timeline('behind')).room).toBeNull();
+      // The small one alone fits: it was refused for what was ahead of it, not for its own size.
+      expect(await j.append(created('behind'))).toMatchObject({ status: 'applied' });
+      await j.limitPagesForDrill(null);
+      expect((await j.verify()).ok).toBe(true);
+    } finally {
+      await j.drain();
+    }
+  });
+});
+
 describe('SqliteJournal compact rows (schema 7)', () => {
   it('reads events with their names through the view, and verify finds an id that names nothing', async () => {
     const j = await fresh();

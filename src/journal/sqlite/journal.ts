@@ -124,7 +124,8 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
           get ready() {
             return writer.ready;
           },
-          commit: async (events) => (await this.write({ op: 'append', events })).outcomes ?? [],
+          commit: async (events, fence) =>
+            (await this.write({ op: 'append', events, fence })).outcomes ?? [],
         },
         // An inline writer blocks the event loop for the length of a batch: keep batches shorter
         // there; a writer thread commits one batch while the next is prepared (pipelining).

@@ -1,5 +1,7 @@
 /** Opening the writing connection and executing writer ops: shared by the inline and thread writers. */
 import type Database from 'better-sqlite3';
+import type { PendingEvent } from '../../room/events.ts';
+import type { Outcome } from '../decide.ts';
 import { JournalError } from '../errors.ts';
 import { BatchWriter } from './batch-writer.ts';
 import { classifySqliteError, openDatabase } from './open.ts';
@@ -14,6 +16,8 @@ export interface OpenedWriter {
   maxPageCount: number;
   /** The connection's `synchronous` as SQLite reports it (FULL, NORMAL…): what --durability set. */
   synchronous: string;
+  /** The fence of the last append that failed: appends at or below it are refused unattempted. */
+  failedFence: number;
 }
 
 const SYNCHRONOUS = ['OFF', 'NORMAL', 'FULL', 'EXTRA'];
@@ -30,7 +34,7 @@ export function openWriter(init: WriterInit): OpenedWriter {
   const level = db.pragma('synchronous', { simple: true }) as number;
   const synchronous = SYNCHRONOUS[level] ?? String(level);
   if (init.role === 'checkpointer')
-    return { db, writer: null, headSeq: 0, maxPageCount, synchronous };
+    return { db, writer: null, headSeq: 0, maxPageCount, synchronous, failedFence: -1 };
   if (init.durability === 'process' && init.walCheckpoints !== 'inline') {
     // Checkpoints (which fsync) are run by the checkpointer thread, not inside a commit here.
     db.pragma('wal_autocheckpoint = 0');
@@ -42,13 +46,14 @@ export function openWriter(init: WriterInit): OpenedWriter {
     headSeq,
     maxPageCount,
     synchronous,
+    failedFence: -1,
   };
 }
 
 export function executeOp(w: OpenedWriter, req: WriterOp): WriterResult {
   switch (req.op) {
     case 'append':
-      return { outcomes: (w.writer as BatchWriter).append(req.events) };
+      return { outcomes: append(w, req.events, req.fence) };
     case 'cursor':
       (w.writer as BatchWriter).setCursor(req.name, req.seq, req.ts);
       return {};
@@ -89,6 +94,26 @@ export function executeOp(w: OpenedWriter, req: WriterOp): WriterResult {
     case 'crash':
       // Only the writer thread acts on this (writer-thread.ts); never on the main thread.
       throw new JournalError('JOURNAL_WRITE_FAILED', 'crash is a drill for the writer thread only');
+  }
+}
+
+/**
+ * One batch, unless a batch handed over before it failed (per-page disk-full can refuse a big
+ * batch and take a smaller one after it): that one's successors wait for the commit queue to
+ * learn of the failure and hand them over again, in their order.
+ */
+function append(w: OpenedWriter, events: PendingEvent[], fence: number): Outcome[] {
+  if (fence <= w.failedFence) {
+    throw new JournalError(
+      'JOURNAL_WRITE_FAILED',
+      'not committed: a commit handed over before it failed; retry it with the same eventId',
+    );
+  }
+  try {
+    return (w.writer as BatchWriter).append(events);
+  } catch (err) {
+    w.failedFence = fence;
+    throw err;
   }
 }
 

@@ -24,7 +24,8 @@ export interface WriterInit {
 
 /** One unit of work for the writer, wherever it runs. */
 export type WriterOp =
-  | { op: 'append'; events: PendingEvent[] }
+  /** `fence`: the commit queue's (BatchCommitter.commit); at or below a failed one's, refused. */
+  | { op: 'append'; events: PendingEvent[]; fence: number }
   | { op: 'cursor'; name: string; seq: number; ts: number }
   /** A state checkpoint of the control plane (not SQLite's WAL checkpoint: `checkpoint`). */
   | { op: 'save_state'; checkpoint: CheckpointInput; ts: number }
