@@ -299,15 +299,43 @@ export interface StoredCheckpoint extends CheckpointInput {
   writtenAt: number;
 }
 
-/** Reads shared by the CLI and the HTTP API. */
-export interface JournalReader {
+/**
+ * What the control plane and recovery hold: the log's write side, following it, and the reads
+ * that run the fleet (an engine's hello, a restart's replay, the stall and outage checks). An
+ * operator's query is not here: it is written once, for the API and the CLI (`JournalReader`).
+ */
+export interface JournalLog {
+  /** Validates, appends and commits one event; resolves after COMMIT. */
+  append(event: EventInput): Promise<AppendResult>;
+  /**
+   * Delivers every committed event with seq > afterSeq, in seq order, first from the journal
+   * (catch-up) and then live, with no gap and no duplicate.
+   */
+  subscribe(afterSeq: number, listener: EventListener): Subscription;
   readFrom(afterSeq: number, limit: number): Promise<JournalEvent[]>;
+  headSeq(): Promise<number>;
   /**
    * What an engine that says hello has missed. `liveOnly` (a fresh engine, by default when
    * `afterSeq` is 0): every event of its rooms that are not terminal. Otherwise: every event of
    * its rooms after `afterSeq` — terminal ones too, which a reconnecting engine must release.
    */
   engineBacklog(engine: string, afterSeq: number, liveOnly?: boolean): Promise<EngineBacklog>;
+  /** Events by the filter; with `type`, typed as that type's events. */
+  tail<T extends EventType = EventType>(filter: TailFilter<T>): Promise<JournalEventOf<T>[]>;
+  /** Rooms by the filter (a start's orphans: those left in flight). */
+  rooms(filter: RoomFilter): Promise<RoomPage>;
+  /** The state checkpoint of that name as stored, unchecked (src/control/checkpoint checks it). */
+  getCheckpoint(name: string): Promise<StoredCheckpoint | null>;
+  /** Replaces the checkpoint of that name; the journal adds its schema version and the time. */
+  setCheckpoint(checkpoint: CheckpointInput): Promise<void>;
+  health(): JournalHealth;
+  /** Waits for every pending append (at most `timeoutMs`), then closes. Idempotent. */
+  drain(options?: { timeoutMs?: number }): Promise<void>;
+}
+
+/** What operators read, through the HTTP API and the CLI, on a journal open or read-only. */
+export interface JournalReader {
+  readFrom(afterSeq: number, limit: number): Promise<JournalEvent[]>;
   headSeq(): Promise<number>;
   timeline(room: string): Promise<Timeline>;
   rooms(filter: RoomFilter): Promise<RoomPage>;
@@ -328,27 +356,16 @@ export interface JournalReader {
   close(): void;
 }
 
-export interface JournalStore extends JournalReader {
-  /** Validates, appends and commits one event; resolves after COMMIT. */
-  append(event: EventInput): Promise<AppendResult>;
-  /**
-   * Delivers every committed event with seq > afterSeq, in seq order, first from the journal
-   * (catch-up) and then live, with no gap and no duplicate.
-   */
-  subscribe(afterSeq: number, listener: EventListener): Subscription;
+/** A journal this process writes: both faces, and its upkeep (cursors, retention). */
+export interface JournalStore extends JournalLog, JournalReader {
   getCursor(name: string): Promise<number | null>;
   setCursor(name: string, seq: number): Promise<void>;
-  /** Replaces the checkpoint of that name; the journal adds its schema version and the time. */
-  setCheckpoint(checkpoint: CheckpointInput): Promise<void>;
   /**
    * Deletes whole terminal rooms whose terminal time is before `cutoffTs`, then events of no
    * room before `eventsCutoffTs`, a chunk per transaction, appends interleaving (prune.ts); a
    * prune that deleted anything journals `journal.pruned`.
    */
   prune(opts: PruneOptions): Promise<PruneResult>;
-  health(): JournalHealth;
-  /** Waits for every pending append (at most `timeoutMs`), then closes. Idempotent. */
-  drain(options?: { timeoutMs?: number }): Promise<void>;
 }
 
 /** Events a page of `eachEvent` reads at once (`tail` allows at most 10,000). */

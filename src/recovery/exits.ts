@@ -5,7 +5,7 @@
  * hello.
  */
 import type { ControlPlane } from '../control/control-plane.ts';
-import type { JournalStore } from '../journal/store.ts';
+import type { JournalLog } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 
 export interface EngineExit {
@@ -23,7 +23,7 @@ export interface EngineExit {
 /** Journals the exit and, unless `moveRooms` is false (the stack is stopping), moves its rooms. */
 export function engineExited(
   control: Pick<ControlPlane, 'engine' | 'engineLost'>,
-  journal: Pick<JournalStore, 'append'>,
+  journal: Pick<JournalLog, 'append'>,
   log: Logger,
   exit: EngineExit,
   moveRooms = true,

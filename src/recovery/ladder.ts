@@ -32,7 +32,7 @@
  * input and does it.
  */
 import type { ControlPlane } from '../control/control-plane.ts';
-import type { JournalStore } from '../journal/store.ts';
+import type { JournalLog } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { type Clock, systemClock, type Timer } from '../ports/clock.ts';
 import type { EventInput } from '../room/events.ts';
@@ -82,7 +82,7 @@ export class EscalationLadder {
       'engines' | 'stalledEngines' | 'command' | 'fence' | 'liveness' | 'registry' | 'book'
     >,
     /** Where every rung is recorded (`recovery.action`, `engine.stalled`, …). */
-    private readonly journal: Pick<JournalStore, 'append' | 'health'>,
+    private readonly journal: Pick<JournalLog, 'append' | 'health'>,
     private readonly supervisor: Supervisor,
     private readonly log: Logger,
     policy: Partial<LadderPolicy> = {},

@@ -29,7 +29,7 @@
 
 import type { ControlPlane } from '../control/control-plane.ts';
 import type { RefusedClaim } from '../control/engines/appends.ts';
-import type { JournalStore } from '../journal/store.ts';
+import type { JournalLog } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { type Clock, systemClock, type Timer } from '../ports/clock.ts';
 import type { JournalEvent } from '../room/events.ts';
@@ -119,7 +119,7 @@ export class OutlierDetector {
       ControlPlane,
       'registry' | 'onRoomEvent' | 'onRefusedClaim' | 'submit' | 'abort'
     >,
-    private readonly journal: Pick<JournalStore, 'append'>,
+    private readonly journal: Pick<JournalLog, 'append'>,
     private readonly log: Logger,
     policy: Partial<OutlierPolicy> = {},
     private readonly clock: Clock = systemClock,
@@ -491,7 +491,7 @@ export class OutlierDetector {
     };
   }
 
-  private note(event: Parameters<JournalStore['append']>[0]): void {
+  private note(event: Parameters<JournalLog['append']>[0]): void {
     this.journal
       .append(event)
       .catch((err) => this.log.error({ err, event: event.type }, 'could not journal an ejection'));

@@ -8,7 +8,7 @@
  * `room_unavailable`), and the failure is appended again every tick until the journal takes it.
  */
 import type { ControlPlane } from '../control/control-plane.ts';
-import type { JournalStore } from '../journal/store.ts';
+import type { JournalLog } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import { type Clock, systemClock, type Timer } from '../ports/clock.ts';
 import type { Room } from '../room/reducer.ts';
@@ -62,7 +62,7 @@ export class Watchdog {
   constructor(
     /** The rooms it watches, and the client it answers when the journal cannot take a failure. */
     private readonly control: Pick<ControlPlane, 'liveRooms' | 'endUnrecorded'>,
-    private readonly journal: Pick<JournalStore, 'append'>,
+    private readonly journal: Pick<JournalLog, 'append'>,
     private readonly log: Logger,
     /** How often rooms are checked. Default 100 ms: detection within a tick of the deadline. */
     private readonly intervalMs = 100,

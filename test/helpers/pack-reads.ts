@@ -3,7 +3,7 @@
  * both backends compare them before and after packing.
  */
 
-import type { JournalReader } from '../../src/journal/store.ts';
+import type { JournalLog, JournalReader } from '../../src/journal/store.ts';
 import { synthEvents } from '../../src/journal/synth.ts';
 import type { EventInput } from '../../src/room/events.ts';
 
@@ -25,7 +25,7 @@ export function packTestEvents(rooms: number): EventInput[] {
 }
 
 /** What the journal's reads give, each a different path through rows and packs. */
-export async function reads(j: JournalReader) {
+export async function reads(j: JournalReader & Pick<JournalLog, 'engineBacklog'>) {
   const all = await j.readFrom(0, 1_000_000);
   const paged: number[] = [];
   for (let after = 0; ; ) {

@@ -4,7 +4,7 @@
  * reads it and folds only the events after it, instead of the whole journal.
  */
 
-import type { JournalStore } from '../../journal/store.ts';
+import type { JournalLog } from '../../journal/store.ts';
 import type { Logger } from '../../log.ts';
 import type { Clock } from '../../ports/clock.ts';
 import type { JournalEvent } from '../../room/events.ts';
@@ -21,7 +21,7 @@ export interface CheckpointPolicy {
 
 /** What the checkpointer writes with. */
 export interface CheckpointDeps {
-  journal: Pick<JournalStore, 'setCheckpoint'>;
+  journal: Pick<JournalLog, 'setCheckpoint'>;
   log: Logger;
   clock: Clock;
   policy: CheckpointPolicy;

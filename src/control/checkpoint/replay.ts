@@ -3,7 +3,7 @@
  * rooms left in flight (from the `rooms` projection), the start state (from its checkpoint and
  * the events after it: state.ts) and the room book with its page map — each step timed.
  */
-import type { JournalStore } from '../../journal/store.ts';
+import type { JournalLog } from '../../journal/store.ts';
 import type { Logger } from '../../log.ts';
 import type { Cordons } from '../evidence/cordons.ts';
 import { roomsLeft } from '../rooms/orphans.ts';
@@ -27,7 +27,7 @@ export interface Restored {
  * else a fold of the whole journal (and a warning that says why).
  */
 export async function restoreState(
-  journal: Pick<JournalStore, 'getCheckpoint' | 'tail' | 'readFrom'>,
+  journal: Pick<JournalLog, 'getCheckpoint' | 'tail' | 'readFrom'>,
   headSeq: number,
   log: Logger,
 ): Promise<Restored> {
@@ -69,7 +69,7 @@ type Step = <T>(name: string, f: () => Promise<T>) => Promise<T>;
 
 /** Rebuilds the book, the router's index and the cordons from the journal through its head. */
 export async function replayJournal(
-  journal: JournalStore,
+  journal: JournalLog,
   into: { book: RoomBook; router: Router; cordons: Cordons; log: Logger },
   step: Step,
 ) {

@@ -11,7 +11,7 @@ import { TokenBucket } from '../../bus/quotas.ts';
 import type { BusServer, PeerId } from '../../bus/server.ts';
 import { hop } from '../../hops.ts';
 import { JournalError } from '../../journal/errors.ts';
-import type { JournalStore } from '../../journal/store.ts';
+import type { JournalLog } from '../../journal/store.ts';
 import type { Logger } from '../../log.ts';
 import type { Clock } from '../../ports/clock.ts';
 import type { EventData } from '../../room/events.ts';
@@ -55,7 +55,7 @@ class RejectionBudget {
 }
 
 export interface AppendRelayDeps {
-  journal: JournalStore;
+  journal: JournalLog;
   bus: BusServer;
   registry: EngineRegistry;
   counters: ControlCounters;

@@ -14,7 +14,7 @@ import {
 } from '../../bus/protocol.ts';
 import { type PeerQuotaOptions, type QuotaKind, TokenBucket } from '../../bus/quotas.ts';
 import type { BusServer, PeerId } from '../../bus/server.ts';
-import type { JournalStore } from '../../journal/store.ts';
+import type { JournalLog } from '../../journal/store.ts';
 import type { Logger } from '../../log.ts';
 import type { Clock } from '../../ports/clock.ts';
 import type { JournalEvent } from '../../room/events.ts';
@@ -38,7 +38,7 @@ import { type Backlog, backlogFor } from './rejoin.ts';
 import { ThrottleRecord } from './throttles.ts';
 
 export interface EngineLinkDeps {
-  journal: JournalStore;
+  journal: JournalLog;
   /** The bus, bound by the control plane once everything is built. */
   bus: BusServer;
   /** Who may say hello as which engine. */

@@ -1,13 +1,13 @@
 /** What a hello reads from the journal (engine-link.ts): the events the engine missed. */
 import type { EngineMessage } from '../../bus/protocol.ts';
-import type { JournalStore } from '../../journal/store.ts';
+import type { JournalLog } from '../../journal/store.ts';
 import type { Logger } from '../../log.ts';
 import type { EngineSession } from './engine-session.ts';
 
-export type Backlog = Awaited<ReturnType<JournalStore['engineBacklog']>>;
+export type Backlog = Awaited<ReturnType<JournalLog['engineBacklog']>>;
 
 interface Deps {
-  journal: Pick<JournalStore, 'engineBacklog'>;
+  journal: Pick<JournalLog, 'engineBacklog'>;
   log: Logger;
 }
 

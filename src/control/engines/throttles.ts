@@ -4,7 +4,7 @@
  * flood is on the record without the record growing with the flood (docs/security.md).
  */
 
-import type { JournalStore } from '../../journal/store.ts';
+import type { JournalLog } from '../../journal/store.ts';
 import type { Logger } from '../../log.ts';
 import { type Clock, systemClock } from '../../ports/clock.ts';
 
@@ -17,7 +17,7 @@ export class ThrottleRecord {
   private readonly journaledAt = new Map<string, number>();
 
   constructor(
-    private readonly journal: JournalStore,
+    private readonly journal: JournalLog,
     private readonly log: Logger,
     private readonly clock: Clock = systemClock,
   ) {}

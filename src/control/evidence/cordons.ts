@@ -10,7 +10,7 @@
  * state checkpoint and the events after it (control/checkpoint).
  */
 
-import type { JournalStore } from '../../journal/store.ts';
+import type { JournalLog } from '../../journal/store.ts';
 import type { Logger } from '../../log.ts';
 import { type Clock, systemClock } from '../../ports/clock.ts';
 import type { JournalEventOf } from '../../room/events.ts';
@@ -27,7 +27,7 @@ export interface Cordon {
 
 /** What cordoning needs: where it is journaled and logged, and of the control plane. */
 export interface CordonDeps {
-  journal: Pick<JournalStore, 'append'>;
+  journal: Pick<JournalLog, 'append'>;
   log: Logger;
   control: {
     /** The rooms: how many are live on the engine now. */

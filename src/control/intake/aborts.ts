@@ -10,7 +10,7 @@
  * given/when/then on data (aborts.unit.test.ts): no journal, no timers.
  */
 
-import type { AppendResult, JournalStore } from '../../journal/store.ts';
+import type { AppendResult, JournalLog } from '../../journal/store.ts';
 import type { Logger } from '../../log.ts';
 import { type Clock, systemClock, type Timer } from '../../ports/clock.ts';
 import type { JournalEvent } from '../../room/events.ts';
@@ -100,7 +100,7 @@ export class Aborts {
   private readonly timers = new Map<string, Timer>();
 
   constructor(
-    private readonly journal: JournalStore,
+    private readonly journal: JournalLog,
     /** The room as the control plane has folded it now; undefined once it left the view. */
     private readonly roomNow: (room: string) => Room | undefined,
     private readonly log: Logger,

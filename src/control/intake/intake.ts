@@ -8,7 +8,7 @@
 
 import { DEFAULT_MAX_FRAME_BYTES, type RoomRequest, requestTextBytes } from '../../bus/protocol.ts';
 import { hop, hopClock } from '../../hops.ts';
-import type { JournalStore } from '../../journal/store.ts';
+import type { JournalLog } from '../../journal/store.ts';
 import type { ModelInfo } from '../../model/executor.ts';
 import { blockNames } from '../../model/prefix-blocks.ts';
 import type { Clock } from '../../ports/clock.ts';
@@ -84,7 +84,7 @@ export function checkRequest(request: SubmitRequest, model: ModelInfo): CheckedR
 }
 
 export interface IntakeDeps {
-  journal: Pick<JournalStore, 'append' | 'health'>;
+  journal: Pick<JournalLog, 'append' | 'health'>;
   registry: EngineRegistry;
   book: RoomBook;
   model: ModelInfo;

@@ -12,7 +12,7 @@
  * data (journal-outage.unit.test.ts): no journal, no clock.
  */
 
-import type { JournalStore } from '../../journal/store.ts';
+import type { JournalLog } from '../../journal/store.ts';
 import type { Room } from '../../room/reducer.ts';
 import { isTerminal, type RoomState } from '../../room/states.ts';
 import { orphanedEventId } from './orphans.ts';
@@ -141,7 +141,7 @@ export function outageRecorded(
 }
 
 export interface OutageDeps {
-  journal: Pick<JournalStore, 'append' | 'health'>;
+  journal: Pick<JournalLog, 'append' | 'health'>;
   /** Rooms whose clients are reading now. */
   streaming: () => Iterable<string>;
   /** Answers the room's client with `reason`; false when nobody reads it. */

@@ -10,7 +10,7 @@
  * room still holds are not reserved again (found by the simulator, `--faults control-kill`).
  */
 
-import type { JournalStore, RoomFilter } from '../../journal/store.ts';
+import type { JournalLog, RoomFilter } from '../../journal/store.ts';
 import type { Logger } from '../../log.ts';
 import type { Room } from '../../room/reducer.ts';
 import { LIVE_STATES, TERMINAL_STATES } from '../../room/states.ts';
@@ -22,13 +22,13 @@ import { LIVE_STATES, TERMINAL_STATES } from '../../room/states.ts';
 export const RELEASE_WINDOW_MS = 5 * 60_000;
 
 /** Every room the journal shows in flight. */
-export function roomsInFlight(journal: Pick<JournalStore, 'rooms'>): Promise<Room[]> {
+export function roomsInFlight(journal: Pick<JournalLog, 'rooms'>): Promise<Room[]> {
   return allRooms(journal, { state: [...LIVE_STATES] });
 }
 
 /** The rooms in flight (to fail), and with them the ended ones awaiting a release: all to load. */
 export async function roomsLeft(
-  journal: Pick<JournalStore, 'rooms' | 'headSeq' | 'readFrom'>,
+  journal: Pick<JournalLog, 'rooms' | 'headSeq' | 'readFrom'>,
 ): Promise<{ inFlight: Room[]; all: Room[] }> {
   const inFlight = await roomsInFlight(journal);
   return { inFlight, all: [...inFlight, ...(await roomsAwaitingRelease(journal))] };
@@ -36,7 +36,7 @@ export async function roomsLeft(
 
 /** Rooms that ended shortly before the journal's last event, and that an engine has not released. */
 export async function roomsAwaitingRelease(
-  journal: Pick<JournalStore, 'rooms' | 'headSeq' | 'readFrom'>,
+  journal: Pick<JournalLog, 'rooms' | 'headSeq' | 'readFrom'>,
 ): Promise<Room[]> {
   const head = await journal.headSeq();
   const [last] = head > 0 ? await journal.readFrom(head - 1, 1) : [];
@@ -51,7 +51,7 @@ export async function roomsAwaitingRelease(
   );
 }
 
-async function allRooms(journal: Pick<JournalStore, 'rooms'>, filter: RoomFilter) {
+async function allRooms(journal: Pick<JournalLog, 'rooms'>, filter: RoomFilter) {
   const rooms: Room[] = [];
   let cursor: string | undefined;
   do {
@@ -73,7 +73,7 @@ export const orphanedEventId = (room: string) => `${room}:orphaned`;
  * takes writes again (journal-outage.ts).
  */
 export async function failOrphans(
-  journal: Pick<JournalStore, 'append'>,
+  journal: Pick<JournalLog, 'append'>,
   orphans: readonly Room[],
   log: Logger,
 ): Promise<string[]> {

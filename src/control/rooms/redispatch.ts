@@ -5,7 +5,7 @@
  * answers the client with why none came.
  */
 import type { RoomRequest } from '../../bus/protocol.ts';
-import type { JournalStore } from '../../journal/store.ts';
+import type { JournalLog } from '../../journal/store.ts';
 import type { Logger } from '../../log.ts';
 import type { ModelInfo } from '../../model/executor.ts';
 import type { Clock } from '../../ports/clock.ts';
@@ -16,7 +16,7 @@ import { RoomEndedError, type RoomStream } from '../intake/streams.ts';
 
 /** What a continuation needs of the control plane. */
 export interface RedispatchDeps {
-  readonly journal: Pick<JournalStore, 'append'>;
+  readonly journal: Pick<JournalLog, 'append'>;
   readonly model: ModelInfo;
   readonly log: Logger;
   /** Finds a pair with the pages free and journals the continuation's `room.created`. */
