@@ -9,7 +9,7 @@ import { ApiMetrics } from '../src/api/metrics.ts';
 import type { Stack } from '../src/app/stack.ts';
 import { Canary } from '../src/control/evidence/canary.ts';
 import { type Logger, silentLogger } from '../src/log.ts';
-import { fillJournal, onSqlite, startTestStack, waitFor } from './helpers/stack.ts';
+import { fillJournal, sqliteFaults, startTestStack, waitFor } from './helpers/stack.ts';
 
 async function api(
   stack: Stack,
@@ -313,7 +313,7 @@ describe('operator routes and admission', () => {
     expect(again.statusCode).toBe(503);
     expect(again.json()).toMatchObject({ error: { code: 'journal_unavailable' } });
     expect((await journal.stats()).rooms).toBe(rooms);
-    await onSqlite(stack.journal).limitPagesForDrill(null);
+    await sqliteFaults(stack.journal).limitPages(null);
     // Both refusals are on the record: the 503's once the journal takes writes again.
     await waitFor(
       'the refusals journaled',

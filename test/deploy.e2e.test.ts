@@ -17,7 +17,7 @@ import { silentLogger } from '../src/log.ts';
 import { at, MetricsRecorder, promtoolOnRecorded } from './helpers/prom-record.ts';
 import { type Served, serve } from './helpers/serve.ts';
 import { ROOT } from './helpers/spawn.ts';
-import { fillJournal, onSqlite } from './helpers/stack.ts';
+import { fillJournal, sqliteFaults } from './helpers/stack.ts';
 import { tempDir } from './helpers/tmp.ts';
 import { findTool, requireTool } from './helpers/tools.ts';
 import { waitFor } from './helpers/wait.ts';
@@ -313,7 +313,7 @@ describe.runIf(hasPromtool)('alerts on series recorded from a real run', () => {
       // The journal's disk is full: every commit fails.
       await fillJournal(journal);
       marks.full = await scrapes(6, 'six scrapes with the journal full');
-      await onSqlite(journal).limitPagesForDrill(null);
+      await sqliteFaults(journal).limitPages(null);
     } finally {
       await serving.close(0);
     }

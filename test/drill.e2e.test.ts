@@ -4,8 +4,9 @@
  * kill-prefill, kill-decode, kv-corruption, journal-unwritable, kill-control-plane, bad-engine)
  * are kept as seeds in src/sim/drills.unit.test.ts, which hold what each measured; hostile-peer's
  * attacks are test/attacks/. Here: the incident's drill, whose wedged receive loop only real
- * processes show, with the command's report, record and refusals; the flags that change the stack
- * a drill starts; and a drill of a running serve over HTTP.
+ * processes show, with the command's report, record and refusals; journal-unwritable, whose fault
+ * only a journal opened with its fault hooks takes (a real file's page cap); the flags that change
+ * the stack a drill starts; and a drill of a running serve over HTTP.
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -118,6 +119,18 @@ describe('pdctl drill', () => {
       Number(figure(report, 'zero acknowledged journal events lost')?.answered),
     ).toBeGreaterThan(0);
   }, 120_000);
+
+  it('journal-unwritable --no-baseline: fills the disk of the journal it starts (opened with its fault hooks), refuses new work with 503, serves again after', async () => {
+    const report = await drill('journal-unwritable', '--clients', '4', '--no-baseline');
+    expect(figure(report, 'new work refused with 503 while unwritable')).toMatchObject({
+      refused: 10,
+      requests: 10,
+    });
+    expect(figure(report, 'no request served unjournaled; service back after')).toMatchObject({
+      unjournaled: 0,
+      probeStatus: 200,
+    });
+  }, 60_000);
 
   it('with a llama.cpp model (--model --sequences 2): every engine runs that model, and the drill checks answers whole', async () => {
     const model = join(tempDir('pdctl-drill-model-'), 'tiny.gguf');

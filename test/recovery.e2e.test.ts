@@ -20,9 +20,9 @@ import { EngineSupervisor } from '../src/recovery/supervisor.ts';
 import {
   collect,
   fillJournal,
-  onSqlite,
   poolsFull,
   prompt,
+  sqliteFaults,
   startTestStack,
   waitFor,
 } from './helpers/stack.ts';
@@ -102,7 +102,7 @@ describe('recovery', () => {
     expect(watchdog.stats.endedUnrecorded).toBe(1);
     expect((await control.journal.timeline(stream.room)).room?.state).toBe('decoding');
 
-    await onSqlite(journal).limitPagesForDrill(null);
+    await sqliteFaults(journal).limitPages(null);
     await waitFor(
       'the failure journaled once the journal takes writes',
       async () => (await control.journal.timeline(stream.room)).room?.state === 'failed',

@@ -10,6 +10,7 @@ import { isPostgresUrl, redactUrl } from '../journal/postgres/connect.ts';
 import { PgJournal } from '../journal/postgres/journal.ts';
 import type { LeaderRow } from '../journal/postgres/leadership.ts';
 import { PgReader } from '../journal/postgres/reader.ts';
+import type { SqliteFaults } from '../journal/sqlite/faults.ts';
 import { SqliteJournal } from '../journal/sqlite/journal.ts';
 import { SqliteReader } from '../journal/sqlite/reader.ts';
 import type { Durability, JournalReader } from '../journal/store.ts';
@@ -17,8 +18,8 @@ import type { Logger } from '../log.ts';
 
 /**
  * The journal a control plane writes. Its type names the backends on purpose: drills and tests
- * reach SQLite's fault hooks (`limitPagesForDrill`, `crashWriterForDrill`) and PostgreSQL's
- * leadership through it.
+ * reach SQLite's fault hooks (`faults`, when opened with them) and PostgreSQL's leadership
+ * through it.
  */
 export type ControlJournal = SqliteJournal | PgJournal;
 
@@ -44,6 +45,8 @@ export interface JournalOpenOptions {
   scanLaterAbove?: number;
   /** SQLite: how long that scan waits unless `scanNow()` starts it sooner (`SqliteJournal`). */
   scanAfterMs?: number;
+  /** SQLite: give the journal its fault hooks (drills and tests; journal/sqlite/faults.ts). */
+  faults?: boolean;
   /** Pack the events of rooms that ended this long ago (`SqliteJournal`, `PgJournal`); default never. */
   packAfterMs?: number;
   /**
@@ -52,6 +55,14 @@ export interface JournalOpenOptions {
    * by another control plane is refused with JOURNAL_BUSY.
    */
   leadership?: { holder?: string; leaseMs?: number; standby?: StandbyOptions };
+}
+
+/**
+ * The journal's fault hooks (a full disk, a crashed writer): SQLite's, when the stack was started
+ * with `journalFaults`; null otherwise, and on PostgreSQL.
+ */
+export function journalFaults(journal: ControlJournal): SqliteFaults | null {
+  return journal instanceof SqliteJournal ? journal.faults : null;
 }
 
 export function isPostgresJournal(path: string): boolean {
@@ -85,6 +96,7 @@ export function openJournal(o: JournalOpenOptions): Promise<ControlJournal> {
     scanLaterAbove: o.scanLaterAbove,
     scanAfterMs: o.scanAfterMs,
     packAfterMs: o.packAfterMs,
+    faults: o.faults,
   });
 }
 

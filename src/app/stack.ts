@@ -32,6 +32,11 @@ export interface ControlPlaneOnDisk extends Omit<ControlPlaneOptions, 'journal'>
   leadership?: JournalOpenOptions['leadership'];
   /** Prune the journal while serving (`--retain`); absent: it keeps everything. */
   retention?: RetentionPolicy;
+  /**
+   * SQLite: open the journal with its fault hooks, for drills and tests that fill its disk or
+   * crash its writer (journal/sqlite/faults.ts). `pdctl serve` never does.
+   */
+  journalFaults?: boolean;
 }
 
 /**
@@ -74,6 +79,7 @@ export async function openControlPlane(
       scanAfterMs: SCAN_AFTER_OPEN_MS,
       // Rooms that ended are packed a row each once their releases are in.
       packAfterMs: packAfterFor(options.retention),
+      ...(options.journalFaults ? { faults: true } : {}),
     }),
   );
   // On failure, start drains the journal it was given.

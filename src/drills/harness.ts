@@ -157,6 +157,8 @@ export async function runDrill(scenario: DrillScenario, o: DrillRunOptions): Pro
     log: o.log,
     version: o.version,
     engineLogLevel: 'warn',
+    // journal-unwritable fills the journal's disk through its fault hooks.
+    journalFaults: true,
     ...(model ? { model } : {}),
     ...scenario.stack,
     ...o.stack,

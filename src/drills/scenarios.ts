@@ -6,6 +6,7 @@
  */
 import { connect } from 'node:net';
 import * as zmq from 'zeromq';
+import { journalFaults } from '../app/journal.ts';
 import { hostileFrames } from '../bus/hostile.ts';
 import type { EventType, JournalEventOf } from '../room/events.ts';
 import type { DrillContext, DrillScenario, RemoteNeeds } from './harness.ts';
@@ -465,16 +466,19 @@ export const journalUnwritable: DrillScenario = {
   async run(ctx) {
     if (!ctx.local) throw new Error('journal-unwritable needs a stack the drill starts');
     const journal = ctx.local.journal;
-    if (!('limitPagesForDrill' in journal)) {
+    const faults = journalFaults(journal);
+    if (!faults) {
       throw new Error(
-        "journal-unwritable fills a SQLite journal's file; on PostgreSQL, fill the database server's disk by hand",
+        'faults' in journal
+          ? 'journal-unwritable needs the journal opened with its fault hooks (StackOptions.journalFaults)'
+          : "journal-unwritable fills a SQLite journal's file; on PostgreSQL, fill the database server's disk by hand",
       );
     }
     const load = ctx.load();
     await ctx.sleep(1500);
-    const pages = journal.pageCount();
+    const pages = faults.pageCount();
     const faultAt = Date.now();
-    await journal.limitPagesForDrill(pages);
+    await faults.limitPages(pages);
     ctx.mark(`fault: the journal may not grow past ${pages} pages (a full disk)`);
     const red = ctx.waitReady(false, 10_000);
     const unwritable = await waitFor(async () => !journal.health().writable, 10_000);
@@ -494,7 +498,7 @@ export const journalUnwritable: DrillScenario = {
       await res.arrayBuffer();
       await ctx.sleep(300);
     }
-    await journal.limitPagesForDrill(null);
+    await faults.limitPages(null);
     const healedAt = Date.now();
     ctx.excuse(faultAt, healedAt, 'the journal could not record a failure while the disk was full');
     ctx.mark('fault cleared: the disk has room again');

@@ -18,6 +18,7 @@ import { openArchiveReader } from '../journal/archive/segments.ts';
 import { copyEvent, type MemoryDisk } from '../journal/memory/disk.ts';
 import { releasedByBoth } from '../journal/queries.ts';
 import { Retention } from '../journal/retention.ts';
+import type { SqliteFaults } from '../journal/sqlite/faults.ts';
 import { SqliteJournal } from '../journal/sqlite/journal.ts';
 import { SqliteReader } from '../journal/sqlite/reader.ts';
 import type { JournalReader, JournalStore } from '../journal/store.ts';
@@ -93,9 +94,11 @@ export class SqliteStorage {
       packAfterMs: PACK_AFTER_MS,
       packEveryMs: PACK_EVERY_MS,
       logger: log,
+      faults: true,
     });
     journal.subscribe(this.committed.headSeq(), (ev) => record(this.committed, ev));
-    if (this.full !== null) await journal.limitPagesForDrill(journal.pageCount());
+    const faults = hooks(journal);
+    if (this.full !== null) await faults.limitPages(faults.pageCount());
     this.current = journal;
     return journal;
   }
@@ -117,7 +120,8 @@ export class SqliteStorage {
     this.full = why;
     const journal = this.current;
     if (journal === null) return;
-    void journal.limitPagesForDrill(why === null ? null : journal.pageCount()).catch(() => {
+    const faults = hooks(journal);
+    void faults.limitPages(why === null ? null : faults.pageCount()).catch(() => {
       // A closed journal: the next one opened takes the cap at its open.
     });
   }
@@ -273,4 +277,11 @@ function record(committed: MemoryDisk, ev: JournalEvent): void {
   if (!result.ok) return;
   result.room.lastSeq = ev.seq;
   committed.rooms.set(ev.room, result.room);
+}
+
+/** The hooks of a journal the simulator opened (always with them). */
+function hooks(journal: SqliteJournal): SqliteFaults {
+  const faults = journal.faults;
+  if (!faults) throw new Error('the simulator opens its SQLite journal with its fault hooks');
+  return faults;
 }

@@ -8,9 +8,9 @@ import { RoomEndedError } from '../../src/control/intake/streams.ts';
 import {
   collect,
   fillJournal,
-  onSqlite,
   poolsFull,
   prompt,
+  sqliteFaults,
   startTestStack,
   waitFor,
 } from '../helpers/stack.ts';
@@ -39,7 +39,7 @@ describe('a full disk under a request in flight', () => {
     expect(text.length).toBeGreaterThan(0);
     expect((await control.journal.timeline(stream.room)).room?.state).toBe('decoding');
 
-    await onSqlite(journal).limitPagesForDrill(null);
+    await sqliteFaults(journal).limitPages(null);
     await waitFor(
       'the room failed in the journal',
       async () => (await control.journal.timeline(stream.room)).room?.state === 'failed',

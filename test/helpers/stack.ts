@@ -1,9 +1,11 @@
 /** A whole stack for end-to-end tests: real journal file, real bus, real engine processes. */
 import { join } from 'node:path';
 import { afterEach } from 'vitest';
+import { journalFaults } from '../../src/app/journal.ts';
 import { type Stack, type StackOptions, startStack } from '../../src/app/stack.ts';
 import type { ControlPlane } from '../../src/control/control-plane.ts';
 import type { RoomStream } from '../../src/control/intake/streams.ts';
+import type { SqliteFaults } from '../../src/journal/sqlite/faults.ts';
 import { silentLogger } from '../../src/log.ts';
 import { ROOM_PATH } from '../../src/room/states.ts';
 import { PDCTL_BIN } from './spawn.ts';
@@ -27,6 +29,8 @@ export async function startTestStack(options: Partial<StackOptions> = {}): Promi
     engineLogLevel: process.env.PDCTL_TEST_ENGINE_LOG ?? 'error',
     // Engines start as installed ones do, from the compiled build (build-setup.ts keeps it fresh).
     engineEntry: PDCTL_BIN,
+    // Tests fill the journal's disk through its fault hooks (fillJournal).
+    journalFaults: true,
     ...options,
   });
   running.add(stack);
@@ -50,22 +54,21 @@ export async function collect(
   }
 }
 
-/** The stack's journal with SQLite's fault hooks; throws for another backend. */
-export function onSqlite(
-  journal: Stack['journal'],
-): Extract<Stack['journal'], { pageCount(): number }> {
-  if (!('pageCount' in journal)) throw new Error('this test needs the SQLite journal');
-  return journal;
+/** The fault hooks of the stack's journal (SQLite, opened with them); throws for another backend. */
+export function sqliteFaults(journal: Stack['journal']): SqliteFaults {
+  const faults = journalFaults(journal);
+  if (!faults) throw new Error('this test needs the SQLite journal, opened with its fault hooks');
+  return faults;
 }
 
 /**
  * Makes the journal unwritable as a full disk would: it may not grow past its current pages, and
  * operator records fill those until a commit fails. (Not requests: a room created just before the
- * disk fills could not progress afterwards.) `journal.limitPagesForDrill(null)` gives room again.
+ * disk fills could not progress afterwards.) `sqliteFaults(journal).limitPages(null)` gives room again.
  */
-export async function fillJournal(stackJournal: Stack['journal']): Promise<void> {
-  const journal = onSqlite(stackJournal);
-  await journal.limitPagesForDrill(journal.pageCount());
+export async function fillJournal(journal: Stack['journal']): Promise<void> {
+  const faults = sqliteFaults(journal);
+  await faults.limitPages(faults.pageCount());
   for (const size of [400, 1]) {
     let failed = false;
     for (let i = 0; i < 2000 && !failed; i++) {

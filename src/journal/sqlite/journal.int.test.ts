@@ -6,12 +6,19 @@ import { created } from '../../../test/helpers/events.ts';
 import { journalContract } from '../../../test/helpers/journal-contract.ts';
 import { tempDir } from '../../../test/helpers/tmp.ts';
 import { silentLogger } from '../../log.ts';
+import type { SqliteFaults } from './faults.ts';
 import { SqliteJournal } from './journal.ts';
 
 const dir = tempDir('pdctl-journal-');
 let n = 0;
 const fresh = (opts: Partial<Parameters<typeof SqliteJournal.open>[0]> = {}) =>
-  SqliteJournal.open({ path: `${dir}/j${n++}.db`, ...opts });
+  SqliteJournal.open({ path: `${dir}/j${n++}.db`, faults: true, ...opts });
+
+/** The fault hooks of a journal opened with them. */
+function hooks(j: SqliteJournal): SqliteFaults {
+  if (!j.faults) throw new Error('opened without its fault hooks');
+  return j.faults;
+}
 
 journalContract({
   name: 'SQLite',
@@ -28,12 +35,23 @@ journalContract({
   },
 });
 
+describe('SqliteJournal fault hooks', () => {
+  it('exist only on a journal opened with them: what serve opens cannot be capped or crashed', async () => {
+    const plain = await fresh({ faults: false });
+    try {
+      expect(plain.faults).toBeNull();
+    } finally {
+      await plain.drain();
+    }
+  });
+});
+
 describe('SqliteJournal writer supervision', () => {
   it('restarts a crashed writer thread; appends queued meanwhile commit, in-flight ones fail retryably', async () => {
     const j = await fresh({ durability: 'power' });
     try {
       await j.append(created('before-crash'));
-      j.crashWriterForDrill();
+      hooks(j).crashWriter();
       const outcomes = await Promise.allSettled(
         Array.from({ length: 50 }, (_, i) => j.append(created(`during-${i}`))),
       );
@@ -148,7 +166,7 @@ describe('SqliteJournal drain', () => {
   it('never hangs: appends the writer cannot finish in time are rejected and the journal closes', async () => {
     const j = await fresh({ durability: 'power' });
     await j.append(created('drain-before'));
-    j.crashWriterForDrill();
+    hooks(j).crashWriter();
     // Wait until the thread is gone; its restart waits out a 50 ms back-off first.
     for (let i = 0; i < 500 && j.health().state !== 'starting'; i++)
       await new Promise((r) => setTimeout(r, 2));
@@ -176,7 +194,7 @@ describe('SqliteJournal when the disk is full', () => {
         const pages = (j as unknown as { db: Database.Database }).db.pragma('page_count', {
           simple: true,
         }) as number;
-        await j.limitPagesForDrill(pages);
+        await hooks(j).limitPages(pages);
         let failure: unknown = null;
         let round = 0;
         // Big payloads until a commit needs a page it cannot have; each round's source is a name
@@ -200,7 +218,7 @@ describe('SqliteJournal when the disk is full', () => {
         expect(failure).toMatchObject({ code: 'JOURNAL_WRITE_FAILED' });
         expect((failure as Error).message).toMatch(/full/i);
         expect(j.health()).toMatchObject({ writable: false });
-        await j.limitPagesForDrill(null);
+        await hooks(j).limitPages(null);
         // The writer's room cache must match the database: the failed batch changed nothing. An
         // abort request now must keep the first committed one's reason, as the fold does.
         // The failed round's source again: its name's id from the failed batch must not be reused.
@@ -250,7 +268,7 @@ describe('SqliteJournal: a failed commit takes what was handed over behind it', 
       const pages = (j as unknown as { db: Database.Database }).db.pragma('page_count', {
         simple: true,
       }) as number;
-      await j.limitPagesForDrill(pages + 2);
+      await hooks(j).limitPages(pages + 2);
       const big = rooms.map((r) =>
         j.append({
           type: 'room.abort_requested',
@@ -267,7 +285,7 @@ describe('SqliteJournal: a failed commit takes what was handed over behind it', 
       expect((await j.timeline('behind')).room).toBeNull();
       // The small one alone fits: it was refused for what was ahead of it, not for its own size.
       expect(await j.append(created('behind'))).toMatchObject({ status: 'applied' });
-      await j.limitPagesForDrill(null);
+      await hooks(j).limitPages(null);
       expect((await j.verify()).ok).toBe(true);
     } finally {
       await j.drain();

@@ -27,6 +27,7 @@ import type {
   Subscription,
 } from '../store.ts';
 import { SubscriptionHub } from '../subscriptions.ts';
+import type { SqliteFaults } from './faults.ts';
 import { DEFAULT_DURABILITY } from './open.ts';
 import type { PackPass } from './packs/packer.ts';
 import { makeJournalDir, sharedJournal } from './privacy.ts';
@@ -84,10 +85,14 @@ export interface SqliteJournalOptions {
   ids?: Ids;
   /** Process durability: who checkpoints the WAL (writer-protocol.ts). Default `thread`. */
   walCheckpoints?: 'thread' | 'inline';
+  /** Drills, tests and the simulator: give the journal its fault hooks (`faults`). Default false. */
+  faults?: boolean;
 }
 
 export class SqliteJournal extends SqliteReader implements JournalStore {
   private readonly writer: Writer;
+  /** A full disk and a crashed writer on demand; null unless opened with `faults: true`. */
+  readonly faults: SqliteFaults | null;
   private readonly log: Logger;
   private readonly hub: SubscriptionHub;
   private readonly queue: CommitQueue;
@@ -111,6 +116,15 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
     super(options.path);
     this.clock = options.clock ?? systemClock;
     this.writer = writer;
+    this.faults = options.faults
+      ? {
+          crashWriter: () => writer.crash(),
+          limitPages: async (pages) => {
+            await this.write({ op: 'limit_pages', pages });
+          },
+          pageCount: () => this.db.pragma('page_count', { simple: true }) as number,
+        }
+      : null;
     this.log = log;
     this.hub = new SubscriptionHub(
       (afterSeq, limit) => this.readFromSync(afterSeq, limit),
@@ -323,28 +337,6 @@ export class SqliteJournal extends SqliteReader implements JournalStore {
 
   private onWriterRestarted(): void {
     this.queue.kick();
-  }
-
-  /**
-   * Fault injection for drills and tests: kills the writer thread the way a crash would (at
-   * `power` durability; an inline writer has no thread and this does nothing). The supervisor
-   * restarts it; appends queued meanwhile are committed once it is back.
-   */
-  crashWriterForDrill(): void {
-    this.writer.crash();
-  }
-
-  /**
-   * Fault injection for drills and tests: the database may grow to at most `pages` pages, so
-   * commits that need more fail as on a full disk (SQLITE_FULL); null lifts the cap.
-   */
-  async limitPagesForDrill(pages: number | null): Promise<void> {
-    await this.write({ op: 'limit_pages', pages });
-  }
-
-  /** Pages the database has now: a `limitPagesForDrill` at this count makes the next growth fail. */
-  pageCount(): number {
-    return this.db.pragma('page_count', { simple: true }) as number;
   }
 
   private schemaVersionSync(): number {
