@@ -8,9 +8,9 @@ import { UsageError } from '../errors.ts';
 import type { LadderView } from '../recovery/ladder.ts';
 import { hostTag } from '../transfer/host.ts';
 import { ucxBackend } from '../transfer/ucx.ts';
+import { callServer, DEFAULT_URL, errorOf, UnreachableError } from './api-client.ts';
 import { EXIT, note, print, printJson } from './context.ts';
 import { ENGINE_ACTIONS, type EngineAction, engineAction } from './ops-commands.ts';
-import { callServer, DEFAULT_URL, errorOf, UnreachableError } from './server.ts';
 import { renderTable } from './table.ts';
 
 interface EngineRow {

@@ -1,5 +1,6 @@
 /** `pdctl journal …`: wires each verb's options to its command in src/cli/journal/. */
 import type { Command } from 'commander';
+import { READ_URL_HELP, readTarget } from './api-client.ts';
 import { ARCHIVE_HELP, type CommonOptions } from './context.ts';
 import { type BackupOptions, backupCommand } from './journal/backup.ts';
 import { type ExportOptions, exportCommand } from './journal/export.ts';
@@ -9,7 +10,6 @@ import { type StatsOptions, statsCommand } from './journal/stats.ts';
 import { type SynthOptions, synthCommand } from './journal/synth.ts';
 import { type TailOptions, tailCommand } from './journal/tail.ts';
 import { verifyCommand } from './journal/verify.ts';
-import { READ_URL_HELP, readTarget } from './server.ts';
 
 export function registerJournalCommands(
   program: Command,

@@ -5,8 +5,8 @@
  */
 import type { Command } from 'commander';
 import { roomIdOf } from '../room/ids.ts';
+import { callServer, DEFAULT_URL, errorOf, reaching } from './api-client.ts';
 import { EXIT, note, print, printJson } from './context.ts';
-import { callServer, DEFAULT_URL, errorOf, reaching } from './server.ts';
 
 /** What each engine action sends, and what it does. */
 export const ENGINE_ACTIONS = {

@@ -7,15 +7,15 @@ import type { JournalEvent } from '../room/events.ts';
 import { isRequestId, isValidId, roomIdOf } from '../room/ids.ts';
 import { isRoomState, ROOM_STATES, type RoomState } from '../room/states.ts';
 import { formatDuration, formatTs, parseTime } from '../time.ts';
-import { ARCHIVE_HELP, type CommonOptions, EXIT, openReader, print, printJson } from './context.ts';
-import { describeEvent, describeRefusal, describeUnkept, roomOutcome } from './describe.ts';
 import {
   type RoomReader,
   reaching,
   readTarget,
   serverRoomReader,
   READ_URL_HELP as URL_HELP,
-} from './server.ts';
+} from './api-client.ts';
+import { ARCHIVE_HELP, type CommonOptions, EXIT, openReader, print, printJson } from './context.ts';
+import { describeEvent, describeRefusal, describeUnkept, roomOutcome } from './describe.ts';
 import { renderTable } from './table.ts';
 
 /** `--url`: read a running pdctl serve instead of the journal file. */

@@ -15,8 +15,8 @@ import {
 import type { ArchiveChunk, PrunableCount, PruneResult } from '../../journal/store.ts';
 import { silentLogger } from '../../log.ts';
 import { formatTs, parseDuration } from '../../time.ts';
+import { callServer, errorOf } from '../api-client.ts';
 import { type CommonOptions, EXIT, note, print, printJson, writableArchive } from '../context.ts';
-import { callServer, errorOf } from '../server.ts';
 
 export interface PruneOptions extends CommonOptions {
   olderThan: string;

@@ -9,8 +9,8 @@ import {
   type StoredCheckpoint,
 } from '../../journal/store.ts';
 import { formatTs, parseTime } from '../../time.ts';
+import { callServer, errorOf, reaching } from '../api-client.ts';
 import { type CommonOptions, EXIT, openReader, print, printJson } from '../context.ts';
-import { callServer, errorOf, reaching } from '../server.ts';
 import { renderTable } from '../table.ts';
 
 export interface StatsOptions extends CommonOptions {

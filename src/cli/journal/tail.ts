@@ -4,9 +4,9 @@ import { UsageError } from '../../errors.ts';
 import type { TailFilter } from '../../journal/store.ts';
 import { EVENT_TYPES, type EventType, type JournalEvent } from '../../room/events.ts';
 import { formatTs, parseTime } from '../../time.ts';
+import { reaching, streamLines, UnreachableError } from '../api-client.ts';
 import { type CommonOptions, EXIT, note, openReader, print } from '../context.ts';
 import { describeEvent } from '../describe.ts';
-import { reaching, streamLines, UnreachableError } from '../server.ts';
 
 function eventRow(e: JournalEvent): string {
   return [

@@ -21,9 +21,9 @@ import {
   traceEvents,
 } from '../../planner/trace.ts';
 import { parseDuration, parseTime } from '../../time.ts';
+import { reaching, readTarget } from '../api-client.ts';
 import { intArg } from '../args.ts';
 import { type CommonOptions, EXIT, note, openReader, print, printJson } from '../context.ts';
-import { reaching, readTarget } from '../server.ts';
 import { renderTable } from '../table.ts';
 import { servedPlan } from './served.ts';
 import { collapseIdle, columns } from './table.ts';

@@ -1,8 +1,8 @@
 /** `pdctl plan --url`: the planner of a running serve, from `GET /v1/planner`. */
 import { UsageError } from '../../errors.ts';
 import type { Decision } from '../../planner/model.ts';
+import { callServer, errorOf } from '../api-client.ts';
 import { EXIT, print, printJson } from '../context.ts';
-import { callServer, errorOf } from '../server.ts';
 import { renderTable } from '../table.ts';
 import { collapseIdle, columns } from './table.ts';
 
