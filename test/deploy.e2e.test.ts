@@ -270,6 +270,8 @@ describe.runIf(hasPromtool)('alerts on series recorded from a real run', () => {
       log: silentLogger,
       version: 'test',
       canaryIntervalMs: 150,
+      // Its journal's disk fills through the fault hooks.
+      journalFaults: true,
     });
     const url = await serving.listen('127.0.0.1', 0);
     const { engines, journal } = serving.stack;
