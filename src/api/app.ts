@@ -29,6 +29,7 @@ import { queryRoutes } from './queries.ts';
 import { RefusalLog } from './refusals.ts';
 import { SHARED_SCHEMAS } from './schemas.ts';
 import { ShutdownGate } from './shutdown.ts';
+import { tenantRoutes } from './tenants.ts';
 
 /** A completion refused before a room existed: a refusal code of the catalogue (errors.ts). */
 function isRefusal(route: string | undefined, code: string | null): boolean {
@@ -245,6 +246,7 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
     shutdown,
   });
   await app.register(adminRoutes, { control: o.control, journal: o.journal, token: o.adminToken });
+  await app.register(tenantRoutes, { control: o.control, token: o.adminToken });
   if (o.retention) {
     const deps = {
       journal: o.journal,

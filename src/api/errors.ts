@@ -5,6 +5,7 @@
 import type { FastifyReply } from 'fastify';
 import { ControlError, type ControlErrorCode } from '../control/errors.ts';
 import { JournalError, type JournalErrorCode } from '../journal/errors.ts';
+import { TenantError } from '../tenants/admin.ts';
 
 /** The HTTP status each coded error of the journal is answered with. */
 const JOURNAL_HTTP_STATUS: Record<JournalErrorCode, number> = {
@@ -21,6 +22,14 @@ const JOURNAL_HTTP_STATUS: Record<JournalErrorCode, number> = {
   JOURNAL_UNREACHABLE: 503,
   JOURNAL_FENCED: 503,
 };
+
+/** The API code of each coded error of the tenants (tenants/admin.ts). */
+const TENANT_API_CODE = {
+  TENANT_INVALID: 'invalid_tenant',
+  TENANT_EXISTS: 'tenant_exists',
+  TENANT_NOT_FOUND: 'tenant_not_found',
+  TENANT_REVOKED: 'tenant_revoked',
+} as const;
 
 /** A control-plane error's API code: its own in lower case (`CONTROL_NO_ENGINES` → `no_engines`). */
 function controlCode(code: ControlErrorCode): ApiErrorCode {
@@ -89,6 +98,16 @@ export const API_ERRORS = {
   invalid_messages: { status: 400, means: "the messages do not fit the model's chat template" },
   unsupported_parameter: { status: 400, means: 'a parameter pdctl or its model does not support' },
   unsupported_media_type: { status: 415, means: 'an admin route got a body that is not JSON' },
+  invalid_tenant: { status: 400, means: "a tenant's name, band or limit is not one" },
+  tenant_not_found: { status: 404, means: 'no tenant of that name' },
+  tenant_exists: { status: 409, means: 'a tenant of that name was added already (or revoked)' },
+  tenant_revoked: { status: 409, means: 'the tenant was revoked' },
+  invalid_api_key: {
+    status: 401,
+    type: 'invalid_request_error',
+    means:
+      'a serving route without a tenant key once tenants exist, or with a wrong, rotated-out or revoked one',
+  },
   unauthorized: {
     status: 401,
     type: 'authentication_error',
@@ -201,6 +220,7 @@ export function roomNotFound(room: string): ApiError {
 export function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
   if (err instanceof ControlError) return ApiError.of(controlCode(err.code), err.message);
+  if (err instanceof TenantError) return ApiError.of(TENANT_API_CODE[err.code], err.message);
   if (err instanceof JournalError)
     return new ApiError(JOURNAL_HTTP_STATUS[err.code], err.message, undefined, err.code);
   const e = err as {

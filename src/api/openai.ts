@@ -14,6 +14,7 @@ import { RoomEndedError, type RoomStream } from '../control/intake/streams.ts';
 import type { CompletionResult } from '../control/intake/types.ts';
 import { MAX_TOKENS_LIMIT } from '../control/options.ts';
 import type { ChatMessage, Sampling } from '../model/executor.ts';
+import type { Band, Tenant, TenantBook } from '../tenants/book.ts';
 import { ApiError, toApiError } from './errors.ts';
 import type { ApiMetrics } from './metrics.ts';
 import { ChatCompletionResponse, CompletionResponse, Errors, ModelsBody } from './schemas.ts';
@@ -252,9 +253,41 @@ function completionResponse(json: typeof CompletionResponse | typeof ChatComplet
   };
 }
 
+/** The tenant each serving request's key named (null: the API is open), for `serve`. */
+const tenantOfRequest = new WeakMap<FastifyRequest, Tenant | null>();
+
+/**
+ * The tenant a serving request's key names. While no tenant was ever added the API is open (null);
+ * after, a live tenant's key is needed — none, a wrong one, one rotated out or revoked: 401
+ * `invalid_api_key`, as OpenAI answers it. The message never repeats the key.
+ */
+function authenticate(req: FastifyRequest, book: TenantBook): Tenant | null {
+  if (!book.closed) return null;
+  const auth = req.headers.authorization;
+  const bearer = typeof auth === 'string' ? /^Bearer\s+(\S+)\s*$/i.exec(auth) : null;
+  if (!bearer) {
+    throw ApiError.of(
+      'invalid_api_key',
+      'this API needs a key: send the header Authorization: Bearer KEY (an operator makes one with pdctl tenants add NAME)',
+    );
+  }
+  const tenant = book.authenticate(bearer[1] as string);
+  if (!tenant) {
+    throw ApiError.of(
+      'invalid_api_key',
+      'the API key is not valid (wrong, rotated out or revoked); ask the operator for a current one',
+    );
+  }
+  return tenant;
+}
+
 /** `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions`. */
 export const openAiRoutes: FastifyPluginAsync<OpenAiDeps> = async (app, deps) => {
   const created = Math.floor(Date.now() / 1000);
+  // Before the body is read: a caller without a key costs a header's parse, not a 1 MiB body's.
+  app.addHook('onRequest', async (req) => {
+    tenantOfRequest.set(req, authenticate(req, deps.control.tenants));
+  });
   app.get(
     '/v1/models',
     {
@@ -329,6 +362,10 @@ function roomEnded(err: RoomEndedError): ApiError {
     : new ApiError(503, message, 'server_error', `room_${err.state}`);
 }
 
+function tenantField(t: Tenant | null): { tenant?: { name: string; band: Band } } {
+  return t ? { tenant: { name: t.name, band: t.band } } : {};
+}
+
 async function serve(
   req: FastifyRequest<{ Body: CompletionRequest | ChatRequest }>,
   reply: FastifyReply,
@@ -362,6 +399,7 @@ async function serve(
       sampling: asked,
       requestId: req.id,
       ...traceparentOf(req.headers.traceparent),
+      ...tenantField(tenantOfRequest.get(req) ?? null),
       signal: ac.signal,
     }),
   );

@@ -13,6 +13,7 @@ import { registerPlanCommand } from './plan/command.ts';
 import { registerRoomCommands } from './rooms-commands.ts';
 import { registerRunCommand } from './run-command.ts';
 import { registerServeCommand } from './serve/command.ts';
+import { registerTenantsCommand } from './tenants-command.ts';
 
 function journalOption(c: Command): Command {
   return c
@@ -50,6 +51,7 @@ export function buildProgram(): Command {
   registerEnginesCommand(program);
   registerAbortCommand(program);
   registerKeysCommand(program);
+  registerTenantsCommand(program, journalOption);
   registerDrillCommand(program);
   return program;
 }

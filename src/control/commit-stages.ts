@@ -10,6 +10,7 @@ import type { Logger } from '../log.ts';
 import type { Clock } from '../ports/clock.ts';
 import type { JournalEvent } from '../room/events.ts';
 import type { Room } from '../room/reducer.ts';
+import type { TenantBook } from '../tenants/book.ts';
 import type { Checkpointer } from './checkpoint/checkpointer.ts';
 import type { EngineLink } from './engines/engine-link.ts';
 import type { EngineRegistry } from './engines/registry.ts';
@@ -24,6 +25,8 @@ import type { Router } from './routing/router.ts';
 export const COMMIT_STAGES = {
   /** For every committed event. */
   every: [
+    /** A tenant added, its key rotated or revoked: the API's keys change now (src/tenants/). */
+    'tenants',
     /** The router folds it into the prefix index (routing/router.ts). */
     'route',
     /** The checkpointer counts it towards the next state checkpoint. */
@@ -85,6 +88,7 @@ export function runCommitStages(
 
 /** The parts the stages hand each commit to. */
 export interface CommitParts {
+  tenants: TenantBook;
   router: Router;
   /** Null until the checkpointer starts (after the journal's replay). */
   checkpoints: () => Checkpointer | null;
@@ -102,6 +106,7 @@ export interface CommitParts {
 export function commitStages(p: CommitParts): CommitStageBodies {
   return {
     every: {
+      tenants: (ev) => p.tenants.apply(ev),
       route: (ev, folded) => p.router.fold(ev, folded?.ended != null),
       checkpoint: (ev) => p.checkpoints()?.folded(ev),
     },

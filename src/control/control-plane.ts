@@ -17,6 +17,7 @@ import { type Clock, stepTimer, systemClock, type Timer } from '../ports/clock.t
 import { systemIds } from '../ports/ids.ts';
 import type { JournalEvent } from '../room/events.ts';
 import type { Room } from '../room/reducer.ts';
+import { TenantBook } from '../tenants/book.ts';
 import { type ControlCounters, openBus, zeroCounters } from './bus.ts';
 import { Checkpointer } from './checkpoint/checkpointer.ts';
 import { emptyStartup, replayJournal, type Startup } from './checkpoint/replay.ts';
@@ -51,6 +52,7 @@ import { Migrator } from './rooms/migration.ts';
 import { failOrphans } from './rooms/orphans.ts';
 import { RoomBook, type RoomOwners } from './rooms/room-book.ts';
 import { Router } from './routing/router.ts';
+import { loadTenants } from './tenants.ts';
 
 type Resolved = ControlDefaults & ControlPlaneOptions;
 type RoomListener = (before: Room | null, after: Room, ev: JournalEvent) => void;
@@ -68,6 +70,8 @@ export class ControlPlane {
   readonly bus: BusServer;
   /** Chooses each new room's pair, by the prefix index folded from the journal. */
   readonly router: Router;
+  /** Who may call the serving API, folded from the journal's `tenant.*` events (src/tenants/). */
+  readonly tenants = new TenantBook();
   /** Rooms left in flight, failed now; each rebuild step's ms; the checkpoint it began from. */
   startup: Startup = emptyStartup;
   private readonly options: Resolved;
@@ -157,7 +161,7 @@ export class ControlPlane {
     const { link, roomEvents, pairHealth, aborts, migrator, log } = this;
     const checkpoints = () => this.checkpoints;
     this.stages = commitStages({
-      ...{ router, checkpoints, registry, clock, link, roomEvents },
+      ...{ tenants: this.tenants, router, checkpoints, registry, clock, link, roomEvents },
       ...{ pairHealth, aborts, migrator, log },
     });
   }
@@ -172,6 +176,7 @@ export class ControlPlane {
       cp.link.registeredAtStart = new Map(restored.state.registered);
       const deps = { ...into, journal, clock: cp.clock, policy: cp.options };
       cp.checkpoints = new Checkpointer(deps, restored);
+      await step('tenantsMs', () => loadTenants(journal, cp.tenants, head));
       cp.subscription = journal.subscribe(head, (ev) => cp.onCommitted(ev));
       const refused = await step('orphansMs', () => failOrphans(journal, orphans, cp.log));
       cp.outage.orphansRefused(refused);

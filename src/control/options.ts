@@ -3,6 +3,7 @@
  * src/engine/options.ts): what a caller leaves out is taken from `CONTROL_DEFAULTS`, once, in
  * `resolveControlOptions`, and nowhere inline.
  */
+
 import type { Admission } from '../bus/admission.ts';
 import { DEFAULT_MAX_FRAME_BYTES, maxRequestTextBytes } from '../bus/protocol.ts';
 import type { BusTransport } from '../bus/transport.ts';
@@ -12,6 +13,7 @@ import type { ModelInfo, Sampling } from '../model/executor.ts';
 import type { Clock } from '../ports/clock.ts';
 import type { Ids } from '../ports/ids.ts';
 import type { StateDeadlinesMs } from '../room/states.ts';
+import type { Band } from '../tenants/book.ts';
 import type { RouterPolicy } from './routing/router.ts';
 
 /** What every control plane has a default for; units are in the names. */
@@ -149,6 +151,8 @@ export interface SubmitRequest {
   /** The HTTP request's id and W3C traceparent, journaled on `room.created` (and its migrations'). */
   requestId?: string;
   traceparent?: string;
+  /** The tenant whose key it came with, journaled likewise; absent on an open API. */
+  tenant?: { name: string; band: Band };
 }
 
 /** The longest prompt, in UTF-8 bytes: what fits in a `room.created` event on the bus. */

@@ -9,10 +9,17 @@ import type { ArchiveChunk, PruneOptions, PruneResult } from './store.ts';
 
 /**
  * Events of no room that are kept past the events horizon: a control plane rebuilds its engines'
- * pools, prefix index and cordons from them at start. Few: one per engine start or control
- * plane start, and per cordon.
+ * pools, prefix index and cordons, and its tenants and their keys, from them at start. Few: one
+ * per engine start or control plane start, per cordon, and per tenant change.
  */
-export const KEPT_TYPES = ['engine.registered', 'engine.cordoned', 'engine.uncordoned'] as const;
+export const KEPT_TYPES = [
+  'engine.registered',
+  'engine.cordoned',
+  'engine.uncordoned',
+  'tenant.added',
+  'tenant.key_rotated',
+  'tenant.revoked',
+] as const;
 
 /** `KEPT_TYPES` as an SQL list, for `type NOT IN (…)`. */
 export function keptTypes(): string {

@@ -21,6 +21,11 @@ const open = { additionalProperties: true } as const;
 export const KV_TRANSPORTS = ['shm', 'cuda', 'ucx'] as const;
 export type KvTransport = (typeof KV_TRANSPORTS)[number];
 const Transport = Type.Union(KV_TRANSPORTS.map((t) => Type.Literal(t)));
+/** A tenant's priority band: interactive requests go before batch ones (src/tenants/). */
+export const BANDS = ['interactive', 'batch'] as const;
+const Band = Type.Union(BANDS.map((b) => Type.Literal(b)));
+const KeyHash = Type.String({ pattern: '^[0-9a-f]{64}$' });
+const KeyId = Type.String({ pattern: '^[0-9a-f]{8}$' });
 
 /** Prefix block names (model/prefix-blocks.ts), as engines report what their caches hold. */
 const BlockNames = Type.Array(Type.String({ pattern: '^[0-9a-f]{32}$' }), { maxItems: 1 << 16 });
@@ -61,6 +66,9 @@ export const EVENT_SCHEMAS = {
       expectedBlocks: Type.Optional(Count),
       /** The HTTP request's `x-request-id` (given by the client, or made by the API). */
       requestId: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
+      /** The tenant whose key the request came with, and its band; absent: an open API. */
+      tenant: Type.Optional(Id),
+      band: Type.Optional(Band),
       /**
        * How its tokens are drawn (the API's request, with the seed it drew when the client sent
        * none): the same sampling and seed give the same text, also in a migration's continuation.
@@ -373,6 +381,26 @@ export const EVENT_SCHEMAS = {
     },
     open,
   ),
+  /**
+   * A tenant of the serving API (`pdctl tenants add`): its band, its limits, and the SHA-256 of
+   * its key — never the key (src/tenants/). Tenant events are kept by retention.
+   */
+  'tenant.added': Type.Object(
+    {
+      tenant: Id,
+      band: Band,
+      maxConcurrency: Type.Optional(Type.Integer({ minimum: 1 })),
+      tokensPerMinute: Type.Optional(Type.Integer({ minimum: 1 })),
+      keyHash: KeyHash,
+      /** The hash's first 8 hex digits: how lists and logs name the key. */
+      keyId: KeyId,
+    },
+    strict,
+  ),
+  /** The tenant's key replaced: the old one is refused from this event on. */
+  'tenant.key_rotated': Type.Object({ tenant: Id, keyHash: KeyHash, keyId: KeyId }, strict),
+  /** The tenant ended: its key is refused from this event on; its name is not given again. */
+  'tenant.revoked': Type.Object({ tenant: Id, reason: Type.Optional(Text) }, strict),
   'drill.started': Type.Object({ scenario: Text, clients: Type.Optional(Count) }, open),
   'drill.finished': Type.Object(
     {

@@ -521,6 +521,14 @@ export function journalContract(b: ContractBackend): void {
         await j.append(engineEvent('engine.registered', { role: 'decode', incarnation: 'i-1' }));
         await j.append(engineEvent('engine.stalled', { reason: 'no heartbeat for 3 s' }));
         await j.append(engineEvent('engine.cordoned', { reason: 'x', by: 'operator' }));
+        // A tenant and its key: a restart's API needs them, however old they are.
+        const hash = 'ab'.repeat(32);
+        await j.append({
+          type: 'tenant.added',
+          source: 'operator',
+          ts: old,
+          data: { tenant: 'acme', band: 'interactive', keyHash: hash, keyId: hash.slice(0, 8) },
+        });
         await j.append(engineEvent('engine.stalled', { reason: 'still silent' }, old + 5000));
         // A rejection record of a room that never existed: it has a room, but no row.
         const stray = await j.append({
@@ -549,6 +557,7 @@ export function journalContract(b: ContractBackend): void {
         expect(left).toEqual([
           'engine.registered',
           'engine.cordoned',
+          'tenant.added',
           'engine.stalled',
           'room.created old-but-live',
           'journal.pruned',

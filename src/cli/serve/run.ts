@@ -175,8 +175,14 @@ export async function runServe(flags: Record<string, unknown>): Promise<void> {
     say(
       'pdctl serve: fault injection is ON (--allow-fault-injection): `pdctl drill --url` may stall, hang or corrupt these engines; never in production',
     );
+  const tenants = control.tenants.list();
+  const key = control.tenants.closed ? ` -H "Authorization: Bearer $KEY"` : '';
+  if (control.tenants.closed)
+    say(
+      `pdctl serve: the serving routes need a tenant's key (${tenants.filter((t) => t.revokedAt === null).length} of ${tenants.length} tenants live): pdctl tenants list --url ${address}`,
+    );
   say(
-    `try:  curl -s ${address}/v1/completions -H 'content-type: application/json' -d '{"model":"${control.modelInfo.name}","prompt":"the river","max_tokens":8}'`,
+    `try:  curl -s ${address}/v1/completions${key} -H 'content-type: application/json' -d '{"model":"${control.modelInfo.name}","prompt":"the river","max_tokens":8}'`,
   );
   say(
     `then: npx pdctl rooms --journal ${onPostgres ? "'$PDCTL_JOURNAL'" : journalPath}   ·   ${address}/health/ready   ·   ${address}/docs`,

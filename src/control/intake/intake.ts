@@ -122,7 +122,7 @@ export class Intake {
         `the journal cannot be written (${health.lastError ?? health.state}); not taking new requests`,
       );
     }
-    const { maxTokens, requestId, traceparent, sampling, signal } = request;
+    const { maxTokens, requestId, traceparent, sampling, signal, tenant } = request;
     const names = blockNames(tokens, this.deps.router.o.blockTokens);
     const pair = this.pick(
       promptTokens,
@@ -135,7 +135,11 @@ export class Intake {
     const room = this.deps.ids.room();
     hop('submit', null, room, submitted);
     const stream = new RoomStream(room, promptTokens, clock.now(), clock);
-    stream.trace = { ...(requestId ? { requestId } : {}), ...(traceparent ? { traceparent } : {}) };
+    stream.trace = {
+      ...(requestId ? { requestId } : {}),
+      ...(traceparent ? { traceparent } : {}),
+      ...(tenant ? { tenant: tenant.name, band: tenant.band } : {}),
+    };
     const req: RoomRequest = {
       ...sent,
       maxTokens,

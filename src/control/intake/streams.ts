@@ -6,6 +6,7 @@
 
 import { type Clock, systemClock } from '../../ports/clock.ts';
 import type { Room } from '../../room/reducer.ts';
+import type { Band } from '../../tenants/book.ts';
 import type { CompletionResult, TokenChunk } from './types.ts';
 
 export class RoomEndedError extends Error {
@@ -32,8 +33,11 @@ export class RoomStream implements AsyncIterable<TokenChunk> {
   ids: number[] = [];
   /** The room serving the request now: `room` until a migration moves it. */
   current: string;
-  /** What the caller said the request is (`x-request-id`, W3C `traceparent`): on every room of it. */
-  trace: { requestId?: string; traceparent?: string } = {};
+  /**
+   * Who the request is and who sent it (`x-request-id`, W3C `traceparent`, the tenant whose key
+   * it came with and its band): journaled on every room of it, migrations and retries included.
+   */
+  trace: { requestId?: string; traceparent?: string; tenant?: string; band?: Band } = {};
   /** The caller aborted (its AbortSignal fired): a pending migration does not go on. */
   cancelled = false;
   /** Migrations so far, and where the current room's chunks and tokens start. */

@@ -1,0 +1,182 @@
+/**
+ * Tenants and keys through the front door: `pdctl tenants` on a journal and against a running
+ * `pdctl serve`, and the serving routes refusing what a live tenant's key does not open.
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { serve } from './helpers/serve.ts';
+import { pdctl } from './helpers/spawn.ts';
+import { tempDir } from './helpers/tmp.ts';
+import { waitFor } from './helpers/wait.ts';
+
+const MODEL = 'pdctl-deterministic-1';
+
+function call(url: string, path: string, key?: string, body?: object) {
+  return fetch(`${url}${path}`, {
+    method: body ? 'POST' : 'GET',
+    headers: {
+      ...(key ? { authorization: `Bearer ${key}` } : {}),
+      ...(body ? { 'content-type': 'application/json' } : {}),
+    },
+    ...(body ? { body: JSON.stringify(body) } : {}),
+  });
+}
+
+const complete = (url: string, key?: string) =>
+  call(url, '/v1/completions', key, { model: MODEL, prompt: 'the river', max_tokens: 4 });
+
+/** The key `pdctl tenants add|rotate` printed: its only stdout line. */
+function keyOf(r: { code: number | null; stdout: string; stderr: string }): string {
+  expect(r.code, r.stderr).toBe(0);
+  const lines = r.stdout.trim().split('\n');
+  expect(lines).toHaveLength(1);
+  expect(lines[0]).toMatch(/^pdk-[A-Za-z0-9_-]{43}$/);
+  return lines[0] as string;
+}
+
+describe('pdctl tenants', () => {
+  it('keys in the journal open the serving routes to live tenants only; rooms record tenant and band; no key is kept or logged', async () => {
+    const dir = tempDir('pdctl-tenants-');
+    const journal = join(dir, 'journal.db');
+    // Before any control plane runs: on the journal file.
+    const acme = keyOf(await pdctl(['tenants', 'add', 'acme', '--journal', journal]));
+    const again = await pdctl(['tenants', 'add', 'acme', '--journal', journal]);
+    expect(again.code).toBe(2);
+    expect(again.stderr).toMatch(/tenant acme exists .*pdctl tenants rotate acme/);
+    const s = await serve(['--journal', journal]);
+    const keys: string[] = [acme];
+    try {
+      const url = s.url;
+      for (const key of [undefined, 'pdk-not-a-key']) {
+        const res = await complete(url, key);
+        expect(res.status).toBe(401);
+        expect(await res.json()).toMatchObject({
+          error: { type: 'invalid_request_error', code: 'invalid_api_key', param: null },
+        });
+      }
+      expect((await call(url, '/v1/models')).status).toBe(401);
+      expect((await call(url, '/v1/models', acme)).status).toBe(200);
+      // The serving routes only: an operator's query route is not a tenant's (the admin token's).
+      expect((await call(url, '/health/ready')).status).toBe(200);
+
+      // Through the serving control plane: --json is {"tenant", "key"}.
+      const added = await pdctl([
+        'tenants',
+        'add',
+        'batcher',
+        '--band',
+        'batch',
+        '--max-concurrency',
+        '4',
+        '--tokens-per-minute',
+        '60000',
+        '--url',
+        url,
+        '--json',
+      ]);
+      expect(added.code, added.stderr).toBe(0);
+      const batcher = JSON.parse(added.stdout) as { tenant: string; key: string };
+      expect(Object.keys(batcher).sort()).toEqual(['key', 'tenant']);
+      keys.push(batcher.key);
+      const res = await complete(url, batcher.key);
+      expect(res.status).toBe(200);
+      const { pdctl_room: room } = (await res.json()) as { pdctl_room: string };
+      const timeline = (await (await call(url, `/v1/rooms/${room}`)).json()) as {
+        events: Array<{ type: string; data: Record<string, unknown> }>;
+      };
+      expect(timeline.events.find((e) => e.type === 'room.created')?.data).toMatchObject({
+        tenant: 'batcher',
+        band: 'batch',
+      });
+
+      // A rotation refuses the old key at once; a revocation refuses the tenant's.
+      const rotated = keyOf(await pdctl(['tenants', 'rotate', 'acme', '--url', url]));
+      keys.push(rotated);
+      expect((await complete(url, acme)).status).toBe(401);
+      expect((await complete(url, rotated)).status).toBe(200);
+      const revoked = await pdctl([
+        'tenants',
+        'revoke',
+        'batcher',
+        '--url',
+        url,
+        '--reason',
+        'test',
+      ]);
+      expect(revoked.code, revoked.stderr).toBe(0);
+      expect((await complete(url, batcher.key)).status).toBe(401);
+      const unknown = await pdctl(['tenants', 'revoke', 'nobody', '--url', url]);
+      expect(unknown.code).toBe(2);
+      expect(unknown.stderr).toMatch(/no tenant nobody; tenants: acme, batcher/);
+
+      // The journal is written by serve: the CLI says to go through it.
+      const busy = await pdctl(['tenants', 'add', 'late', '--journal', journal]);
+      expect(busy.code).toBe(2);
+      expect(busy.stderr).toMatch(/run the command with --url/);
+
+      const list = await pdctl(['tenants', 'list', '--url', url, '--json']);
+      const rows = JSON.parse(list.stdout) as Array<Record<string, unknown>>;
+      expect(
+        rows.map((t) => [
+          t.name,
+          t.band,
+          t.maxConcurrency,
+          t.tokensPerMinute,
+          t.revokedAt !== null,
+        ]),
+      ).toEqual([
+        ['acme', 'interactive', null, null, false],
+        ['batcher', 'batch', 4, 60000, true],
+      ]);
+      const bad = await pdctl(['tenants', 'add', 'x', '--max-concurrency', '0', '--url', url]);
+      expect(bad.code).toBe(2);
+      expect(bad.stderr).toMatch(/--max-concurrency must be a whole number of at least 1, got 0/);
+      for (const key of keys) expect(list.stdout).not.toContain(key);
+    } finally {
+      expect(await s.stop()).toBe(0);
+    }
+    // No key in the log, nor in any file of the journal: only their hashes.
+    const files = readdirSync(dir).filter((f) => f.startsWith('journal.db'));
+    for (const key of keys) {
+      expect(s.stderr()).not.toContain(key);
+      for (const f of files) expect(readFileSync(join(dir, f)).includes(key)).toBe(false);
+    }
+    // A control plane started again serves the same tenants: from the journal, the rotated key.
+    const t = await serve(['--journal', journal]);
+    try {
+      await waitFor('serve to say that keys are needed', () =>
+        /the serving routes need a tenant's key \(1 of 2 tenants live\)/.test(t.stderr()),
+      );
+      expect((await complete(t.url, keys[2])).status).toBe(200);
+      expect((await complete(t.url, acme)).status).toBe(401);
+      // Every tenant revoked: the API stays closed rather than opening to anyone.
+      expect((await pdctl(['tenants', 'revoke', 'acme', '--url', t.url])).code).toBe(0);
+      expect((await complete(t.url)).status).toBe(401);
+    } finally {
+      expect(await t.stop(), t.stderr().slice(-3000)).toBe(0);
+    }
+  }, 90_000);
+
+  it('needs the admin token of a server that has one, and says so', async () => {
+    const s = await serve([], { PDCTL_ADMIN_TOKEN: 'sesame' });
+    try {
+      const refused = await pdctl(['tenants', 'add', 'acme', '--url', s.url], {
+        env: { PDCTL_ADMIN_TOKEN: '' },
+      });
+      expect(refused.code).toBe(2);
+      expect(refused.stderr).toMatch(/set PDCTL_ADMIN_TOKEN/);
+      // Nothing was added: the API is still open.
+      expect((await complete(s.url)).status).toBe(200);
+      const key = keyOf(
+        await pdctl(['tenants', 'add', 'acme', '--url', s.url], {
+          env: { PDCTL_ADMIN_TOKEN: 'sesame' },
+        }),
+      );
+      expect((await complete(s.url)).status).toBe(401);
+      expect((await complete(s.url, key)).status).toBe(200);
+    } finally {
+      expect(await s.stop()).toBe(0);
+    }
+  }, 60_000);
+});
