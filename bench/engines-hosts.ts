@@ -138,7 +138,9 @@ async function startStack(tree: string, n: number): Promise<Stack> {
         ...['--engine-key', `${ids.prefill}=${keys.prefill.publicKey}`],
         ...['--engine-key', `${ids.decode}=${keys.decode.publicKey}`],
       ],
-      {},
+      // Served on the test hosts' network with no tenant: an admin token keeps it from being open
+      // (which serve refuses), in every tree alike (older ones have no --allow-open).
+      { PDCTL_ADMIN_TOKEN: 'bench-hosts' },
     ),
   ];
   const base = `http://${hosts.address('c', 'self')}:${http}`;

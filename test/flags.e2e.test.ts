@@ -64,6 +64,7 @@ const FAILING_TEST =
 const PROOFS: Record<string, Record<string, Proof>> = {
   serve: {
     '--host': { test: WIDE },
+    '--allow-open': { test: EXITS },
     '--port': { test: WIDE },
     '--data-dir': { test: WIDE },
     '--journal': { test: WIDE },
@@ -535,6 +536,42 @@ describe('pdctl serve, flag by flag', () => {
     const device = await serve(['--kv-device', '7']);
     expect(device.code).not.toBe(0);
     expect(device.stderr).toContain('--kv-device 7');
+    // Off loopback with no tenant and no admin token: refused before anything is bound. With
+    // --allow-open, a tenant or an admin token it goes on — to the model here, which is missing
+    // (port 0 is never probed), so nothing binds an address that is not loopback.
+    const noModel = ['--host', '0.0.0.0', '--model', join(dir, 'no-such.gguf')];
+    const open = await serve(noModel);
+    expect(open.code).toBe(2);
+    expect(open.stderr).toMatch(
+      /--host 0\.0\.0\.0 is reachable from the network, and this stack has no tenant and no admin token.*pass --allow-open/,
+    );
+    const journal = join(dir, 'tenants.db');
+    const ways: Array<[string[], NodeJS.ProcessEnv]> = [
+      [['--allow-open'], {}],
+      [[], { PDCTL_ADMIN_TOKEN: 'sesame' }],
+      [['--journal', journal], {}],
+    ];
+    for (const [args, env] of ways) {
+      if (args.includes('--journal'))
+        expect((await pdctl(['tenants', 'add', 'acme', '--journal', journal])).code).toBe(0);
+      const r = await pdctl(
+        [
+          'serve',
+          '--port',
+          '0',
+          '--bus',
+          'tcp://127.0.0.1:0',
+          '--data-dir',
+          dir,
+          ...noModel,
+          ...args,
+        ],
+        { env },
+      );
+      expect(r.code, JSON.stringify(args)).not.toBe(0);
+      expect(r.stderr).not.toContain('is reachable from the network');
+      expect(r.stderr).toContain(join(dir, 'no-such.gguf'));
+    }
   }, 60_000);
 });
 

@@ -64,6 +64,8 @@ describe.skipIf(why !== null)(`KV across test hosts${why ? ` (skipped: ${why})` 
       'c',
       [
         'serve',
+        // The test hosts' network, open on purpose: no tenant, no admin token.
+        '--allow-open',
         '--host',
         '0.0.0.0',
         '--port',

@@ -25,6 +25,10 @@ export function registerServeCommand(program: Command): void {
         .env('PDCTL_HOST')
         .default('127.0.0.1'),
     )
+    .option(
+      '--allow-open',
+      'serve a --host other than loopback with no tenant and no PDCTL_ADMIN_TOKEN: anyone who reaches it may run completions and read every room (refused without this flag)',
+    )
     .addOption(
       new Option('--port <port>', 'HTTP port (0: any free port)')
         .env('PDCTL_PORT')

@@ -22,6 +22,8 @@ import { plannerOf } from '../plan/serve-flags.ts';
 
 export interface ServeOptions {
   host: string;
+  /** `--allow-open`: serve the network with no tenant and no admin token, on purpose. */
+  allowOpen: boolean;
   port: number;
   bus: string;
   dataDir: string;
@@ -103,6 +105,7 @@ export function serveOptions(o: Record<string, unknown>): ServeOptions {
   if (o.allowFaultInjection === true) engineArgs.push('--allow-fault-injection');
   return {
     host: o.host as string,
+    allowOpen: o.allowOpen === true,
     port: o.port as number,
     bus: o.bus as string,
     dataDir: o.dataDir as string,

@@ -16,15 +16,16 @@ import { VERSION } from '../context.ts';
 import { openModelInfo } from '../model.ts';
 import { admissionFor } from './keys.ts';
 import { serveOptions } from './options.ts';
-import { httpPortFree } from './preflight.ts';
+import { httpPortFree, notOpenByMistake } from './preflight.ts';
 
 export async function runServe(flags: Record<string, unknown>): Promise<void> {
   const log = processLogger('control', flags.logLevel as LogLevel);
   /** Lines for the operator (where it listens, what to run next), in the log's format. */
   const say = (line: string) => announce('serve', line);
-  // A taken HTTP port is known at once, not after the journal is open and both engines started.
-  await httpPortFree(flags.host as string, flags.port as number);
   const s = serveOptions(flags);
+  await notOpenByMistake({ ...s, adminToken: s.api.adminToken });
+  // A taken HTTP port is known at once, not after the journal is open and both engines started.
+  await httpPortFree(s.host, s.port);
   const { onPostgres, journalPath, shownJournal } = s;
   // SIGTERM while standing by stops the wait; once serving, it drains (below).
   const standingBy = new AbortController();
