@@ -57,6 +57,8 @@ const RUNTIME =
 const GPU_TODO =
   'auto and cpu run alike without a GPU; `npm run gpu-check` on a GPU host runs the llama tests with auto, and the runtime test then expects cuda';
 const FAILING = 'test/attacks/failing-engine.e2e.test.ts';
+const TLS_TEST =
+  'serves HTTPS to a TLS client that trusts its certificate, takes a renewed one on SIGHUP, keeps it when the new files do not load';
 const FAILING_TEST =
   'reaches its client as the failure it was under pdctl serve --retry-limit 0 --no-outlier-ejection, and the engine stays in rotation';
 
@@ -65,6 +67,8 @@ const PROOFS: Record<string, Record<string, Proof>> = {
   serve: {
     '--host': { test: WIDE },
     '--allow-open': { test: EXITS },
+    '--tls-cert': { file: 'test/tls.e2e.test.ts', test: TLS_TEST },
+    '--tls-key': { file: 'test/tls.e2e.test.ts', test: TLS_TEST },
     '--port': { test: WIDE },
     '--data-dir': { test: WIDE },
     '--journal': { test: WIDE },

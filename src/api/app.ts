@@ -6,6 +6,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import http from 'node:http';
+import https from 'node:https';
+import { createSecureContext } from 'node:tls';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { type FastifyInstance } from 'fastify';
@@ -68,6 +70,8 @@ export interface ApiOptions {
   version: string;
   /** Bearer token for abort and admin routes; null: loopback only. */
   adminToken: string | null;
+  /** HTTPS with this certificate and key (PEM); absent: plain HTTP. `reloadTls` replaces them. */
+  tls?: TlsPair;
   /** Largest request body, bytes. Default 1 MiB. */
   bodyLimit?: number;
   /**
@@ -99,22 +103,43 @@ export interface ApiOptions {
   admissionQueue?: number;
 }
 
-/** The HTTP server behind fastify, with the limits that stop slow clients from holding it. */
+/** A certificate (chain) and its private key, PEM. */
+export interface TlsPair {
+  cert: string;
+  key: string;
+}
+
+/**
+ * The HTTP (or, with `tls`, HTTPS) server behind fastify, with the limits that stop slow clients
+ * from holding it.
+ */
 function boundedServer(o: ApiOptions) {
   const requestTimeout = o.requestTimeoutMs ?? 15_000;
+  const limits = {
+    requestTimeout,
+    headersTimeout: Math.min(requestTimeout, 10_000),
+    // How often node looks for requests past those timeouts (its default is 30 s).
+    connectionsCheckingInterval: Math.min(1000, requestTimeout),
+  };
   return (handler: http.RequestListener) => {
-    const server = http.createServer(
-      {
-        requestTimeout,
-        headersTimeout: Math.min(requestTimeout, 10_000),
-        // How often node looks for requests past those timeouts (its default is 30 s).
-        connectionsCheckingInterval: Math.min(1000, requestTimeout),
-      },
-      handler,
-    );
+    const server = o.tls
+      ? https.createServer({ ...limits, cert: o.tls.cert, key: o.tls.key }, handler)
+      : http.createServer(limits, handler);
     server.maxConnections = o.maxConnections ?? 4096;
     return server;
   };
+}
+
+/**
+ * Replaces an HTTPS server's certificate and key for the connections that come next (those open
+ * keep theirs). The pair is checked first: one that does not load changes nothing and throws.
+ */
+export function reloadTls(app: FastifyInstance, tls: TlsPair): void {
+  const server = app.server as unknown as https.Server;
+  if (typeof server.setSecureContext !== 'function')
+    throw new Error('the API serves plain HTTP: start it with a certificate to reload one');
+  createSecureContext(tls);
+  server.setSecureContext(tls);
 }
 
 export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {

@@ -4,7 +4,7 @@
  * `bench:serve` all start the serving process through here.
  */
 import type { FastifyInstance } from 'fastify';
-import { type ApiOptions, buildApi } from '../api/app.ts';
+import { type ApiOptions, buildApi, reloadTls, type TlsPair } from '../api/app.ts';
 import { readiness } from '../api/health.ts';
 import { ApiMetrics } from '../api/metrics.ts';
 import { SHUTDOWN_REASON, ShutdownGate } from '../api/shutdown.ts';
@@ -27,6 +27,7 @@ export interface ServingOptions extends StackOptions {
     | 'admissionWaitMs'
     | 'admissionQueue'
     | 'pruneFloorMs'
+    | 'tls'
   >;
   /** Deadline of a canary room, and the default of `/health/deep`. Default 2000 ms. */
   canaryDeadlineMs?: number;
@@ -41,6 +42,8 @@ export interface Serving {
   metrics: ApiMetrics;
   /** Listens, then starts the background canary; resolves to the address, e.g. `http://127.0.0.1:8080`. */
   listen(host: string, port: number): Promise<string>;
+  /** HTTPS: the certificate and key for new connections (checked first; throws, changing nothing). */
+  reloadTls(tls: TlsPair): void;
   /** What `/health/ready` would answer now. */
   ready(): boolean;
   /**
@@ -120,8 +123,11 @@ export async function startServing(o: ServingOptions): Promise<Serving> {
     app,
     canary,
     metrics,
+    reloadTls: (tls) => reloadTls(app, tls),
     async listen(host, port) {
-      const address = await app.listen({ host, port });
+      const listened = await app.listen({ host, port });
+      // fastify names the scheme by its own https option, which a server of ours does not set.
+      const address = o.api?.tls ? listened.replace(/^http:/, 'https:') : listened;
       if (canaryBackground) canary.start(canaryEvery);
       return address;
     },

@@ -54,7 +54,7 @@ export function startServe(
     const timer = setTimeout(() => reject(new Error(`pdctl serve did not start:\n${err}`)), 60_000);
     child.stderr?.on('data', (d: Buffer) => {
       err += d.toString();
-      const m = /listening on (http:\/\/\S+)/.exec(err);
+      const m = /listening on (https?:\/\/\S+)/.exec(err);
       if (m) {
         clearTimeout(timer);
         resolve(m[1] as string);

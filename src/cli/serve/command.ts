@@ -30,6 +30,15 @@ export function registerServeCommand(program: Command): void {
       'serve a --host other than loopback with no tenant and no PDCTL_ADMIN_TOKEN: anyone who reaches it may run completions and read every room (refused without this flag)',
     )
     .addOption(
+      new Option(
+        '--tls-cert <file>',
+        'serve the HTTP API over HTTPS with this certificate (PEM, chain after it); SIGHUP reads it and --tls-key again',
+      ).env('PDCTL_TLS_CERT'),
+    )
+    .addOption(
+      new Option('--tls-key <file>', "the certificate's private key (PEM)").env('PDCTL_TLS_KEY'),
+    )
+    .addOption(
       new Option('--port <port>', 'HTTP port (0: any free port)')
         .env('PDCTL_PORT')
         .default(8080)

@@ -4,6 +4,7 @@
  * standby, the KV device, the engine keys, the engines' arguments — so that the stack (run.ts)
  * starts from values that already hold together, and a bad combination is one usage error first.
  */
+
 import { resolve as resolvePath } from 'node:path';
 import { isPostgresJournal, redactJournalUrl } from '../../app/journal.ts';
 import { needsCurve, parseEngineKey } from '../../bus/admission.ts';
@@ -19,11 +20,14 @@ import { checkKvDevice, engineShapeArgs } from '../args.ts';
 import { writableArchive } from '../context.ts';
 import { withThreads } from '../model.ts';
 import { plannerOf } from '../plan/serve-flags.ts';
+import type { TlsFiles } from './tls.ts';
 
 export interface ServeOptions {
   host: string;
   /** `--allow-open`: serve the network with no tenant and no admin token, on purpose. */
   allowOpen: boolean;
+  /** `--tls-cert`, `--tls-key`: HTTPS with these files; null: plain HTTP. */
+  tls: TlsFiles | null;
   port: number;
   bus: string;
   dataDir: string;
@@ -106,6 +110,7 @@ export function serveOptions(o: Record<string, unknown>): ServeOptions {
   return {
     host: o.host as string,
     allowOpen: o.allowOpen === true,
+    tls: tlsFiles(o.tlsCert as string | undefined, o.tlsKey as string | undefined),
     port: o.port as number,
     bus: o.bus as string,
     dataDir: o.dataDir as string,
@@ -176,4 +181,11 @@ function retentionOf(
       '--retain-events must be at least --retain: events of no room are kept at least as long as rooms',
     );
   return { roomsMs, eventsMs: eventsMs ?? roomsMs, archiveDir: archiveDir ?? null };
+}
+
+function tlsFiles(cert: string | undefined, key: string | undefined): TlsFiles | null {
+  if (cert === undefined && key === undefined) return null;
+  if (cert === undefined || key === undefined)
+    throw new UsageError('--tls-cert and --tls-key go together: give both, or neither for HTTP');
+  return { cert, key };
 }

@@ -17,12 +17,14 @@ import { openModelInfo } from '../model.ts';
 import { admissionFor } from './keys.ts';
 import { serveOptions } from './options.ts';
 import { httpPortFree, notOpenByMistake } from './preflight.ts';
+import { readTls, reloadOnSighup } from './tls.ts';
 
 export async function runServe(flags: Record<string, unknown>): Promise<void> {
   const log = processLogger('control', flags.logLevel as LogLevel);
   /** Lines for the operator (where it listens, what to run next), in the log's format. */
   const say = (line: string) => announce('serve', line);
   const s = serveOptions(flags);
+  const tls = s.tls ? readTls(s.tls) : null;
   await notOpenByMistake({ ...s, adminToken: s.api.adminToken });
   // A taken HTTP port is known at once, not after the journal is open and both engines started.
   await httpPortFree(s.host, s.port);
@@ -90,7 +92,7 @@ export async function runServe(flags: Record<string, unknown>): Promise<void> {
       kvBlockTokens: s.kvBlockTokens,
       canaryDeadlineMs: s.canaryDeadlineMs,
       canaryIntervalMs: s.canaryIntervalMs,
-      api: s.api,
+      api: { ...s.api, ...(tls ? { tls } : {}) },
     });
   } catch (err) {
     // A taken bus port is a flag to change, like a taken HTTP port: exit 2, one line.
@@ -189,6 +191,9 @@ export async function runServe(flags: Record<string, unknown>): Promise<void> {
     `then: npx pdctl rooms --journal ${onPostgres ? "'$PDCTL_JOURNAL'" : journalPath}   ·   ${address}/health/ready   ·   ${address}/docs`,
   );
 
+  const stopReloading = s.tls ? reloadOnSighup(s.tls, (t) => serving.reloadTls(t), log) : null;
+  if (tls)
+    say(`pdctl serve: HTTPS with ${tls.subject}, valid to ${tls.validTo}; SIGHUP reloads it`);
   const deposed = await new Promise<string | null>((resolve) => {
     const stop = (sig: string) => {
       say(`pdctl serve: ${sig}: draining (at most ${s.drainTimeoutMs} ms)`);
@@ -200,6 +205,7 @@ export async function runServe(flags: Record<string, unknown>): Promise<void> {
     // database for longer): nothing it does would be journaled any more. Stop at once.
     if ('onDeposed' in journal) journal.onDeposed((why) => resolve(why));
   });
+  stopReloading?.();
   if (deposed !== null) {
     say(
       `pdctl serve: no longer leads the journal (${deposed}); stopping, exit 3 — restart it with --standby to follow the new leader`,
