@@ -18,10 +18,13 @@ const enabled = havePostgres();
 /** promtool (Debian's prometheus package) checks an alert on the failover's recorded series. */
 const promtool = findTool('promtool');
 
-const completion = (url: string, prompt = 'the river') =>
+const completion = (url: string, prompt = 'the river', key?: string) =>
   fetch(`${url}/v1/completions`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json' },
+    headers: {
+      'content-type': 'application/json',
+      ...(key ? { authorization: `Bearer ${key}` } : {}),
+    },
     body: JSON.stringify({ model: 'pdctl-deterministic-1', prompt, max_tokens: 4 }),
   });
 
@@ -109,10 +112,16 @@ describe.runIf(enabled)('pdctl serve on a PostgreSQL journal', () => {
         // Ten minutes of the leader in promtool's time before the fault (the rule compares the
         // term with 10 minutes ago).
         if (recorded) await waitFor('40 steps', () => recA.scrapes.length >= 40, 30_000);
+        // A tenant added on the leader, its key rotated: the standby must serve the same keys.
+        const added = await pdctl(['tenants', 'add', 'acme', '--url', a.url]);
+        expect(added.code, added.stderr).toBe(0);
+        const rotated = await pdctl(['tenants', 'rotate', 'acme', '--url', a.url]);
+        expect(rotated.code, rotated.stderr).toBe(0);
+        const key = rotated.stdout.trim();
         // Acknowledged work on the leader.
         const acked: string[] = [];
         for (let i = 0; i < 5; i++) {
-          const res = await completion(a.url, `before ${i}`);
+          const res = await completion(a.url, `before ${i}`, key);
           expect(res.status).toBe(200);
           acked.push(((await res.json()) as { id: string }).id);
         }
@@ -127,8 +136,14 @@ describe.runIf(enabled)('pdctl serve on a PostgreSQL journal', () => {
         const readyMs = Date.now() - faultAt;
         expect(b.stderr()).toMatch(/term 2 \(after .*holder gone\)/);
         expect(readyMs).toBeLessThan(5000);
-        const after = await completion(bUrl, 'after');
+        // The new leader serves the tenants the journal holds: the rotated key, and nothing else.
+        expect((await completion(bUrl, 'no key')).status).toBe(401);
+        expect((await completion(bUrl, 'old key', added.stdout.trim())).status).toBe(401);
+        const after = await completion(bUrl, 'after', key);
         expect(after.status).toBe(200);
+        // …and a revocation through it holds on the next request.
+        expect((await pdctl(['tenants', 'revoke', 'acme', '--url', bUrl])).code).toBe(0);
+        expect((await completion(bUrl, 'revoked', key)).status).toBe(401);
         if (recorded) {
           bListens = bUrl;
           const from = recB.scrapes.length;
