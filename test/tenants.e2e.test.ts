@@ -89,6 +89,16 @@ describe('pdctl tenants', () => {
         tenant: 'batcher',
         band: 'batch',
       });
+      // What a tenant ran is a query of the rooms: pdctl rooms --tenant, GET /v1/rooms?tenant=.
+      const ran = await pdctl(['rooms', '--tenant', 'batcher', '--url', url, '--json']);
+      expect(ran.code, ran.stderr).toBe(0);
+      expect(
+        (JSON.parse(ran.stdout) as { rooms: Array<{ room: string; tenant: string }> }).rooms,
+      ).toEqual([expect.objectContaining({ room, tenant: 'batcher' })]);
+      const none = (await (await call(url, '/v1/rooms?tenant=acme')).json()) as {
+        rooms: unknown[];
+      };
+      expect(none.rooms).toEqual([]);
 
       // A rotation refuses the old key at once; a revocation refuses the tenant's.
       const rotated = keyOf(await pdctl(['tenants', 'rotate', 'acme', '--url', url]));

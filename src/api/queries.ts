@@ -78,13 +78,14 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
       schema: {
         tags: ['queries'],
         summary:
-          'Rooms by state, engine, reason, request id, origin, time window or "in flight at T", newest first (canary rooms only with origin=canary or all)',
+          'Rooms by state, engine, reason, request id, tenant, origin, time window or "in flight at T", newest first (canary rooms only with origin=canary or all)',
         querystring: Type.Object(
           {
             state: Str,
             engine: Str,
             reason: Str,
             request_id: Str,
+            tenant: Str,
             since: Str,
             until: Str,
             in_flight_at: Str,
@@ -115,6 +116,7 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
       filter.engine = id('engine', q.engine);
       if (q.reason !== undefined) filter.reason = q.reason;
       if (q.request_id !== undefined) filter.requestId = q.request_id;
+      if (q.tenant !== undefined) filter.tenant = q.tenant;
       filter.since = time('since', q.since, now);
       filter.until = time('until', q.until, now);
       filter.inFlightAt = time('in_flight_at', q.in_flight_at, now);

@@ -69,6 +69,9 @@ export const RoomSchema = Type.Object(
           "the HTTP request it serves (the client's x-request-id, or the one the API made)",
       }),
     ),
+    tenant: Nullable(
+      Type.String({ description: 'the tenant whose key its request came with; null: an open API' }),
+    ),
   },
   { $id: 'Room', description: 'The projection of one room: the fold of its events' },
 );

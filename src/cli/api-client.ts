@@ -186,6 +186,7 @@ export function serverRoomReader(base: string): RoomReader {
         engine: filter.engine,
         reason: filter.reason,
         request_id: filter.requestId,
+        tenant: filter.tenant,
         since: filter.since,
         until: filter.until,
         in_flight_at: filter.inFlightAt,

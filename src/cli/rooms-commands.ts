@@ -39,6 +39,7 @@ interface RoomsOptions extends CommonOptions, RemoteOption {
   engine?: string;
   reason?: string;
   requestId?: string;
+  tenant?: string;
   since?: string;
   until?: string;
   inFlightAt?: string;
@@ -70,6 +71,7 @@ export async function roomsCommand(opts: RoomsOptions): Promise<number> {
   if (opts.engine) filter.engine = opts.engine;
   if (opts.reason) filter.reason = opts.reason;
   if (opts.requestId) filter.requestId = opts.requestId;
+  if (opts.tenant) filter.tenant = opts.tenant;
   if (opts.since) filter.since = parseTime(opts.since, now);
   if (opts.until) filter.until = parseTime(opts.until, now);
   if (opts.inFlightAt) filter.inFlightAt = parseTime(opts.inFlightAt, now);
@@ -257,6 +259,7 @@ export function registerRoomCommands(
         '--request-id <id>',
         'the rooms of one request (its x-request-id, or the one pdctl made)',
       )
+      .option('--tenant <name>', 'the rooms of one tenant (whose key the requests came with)')
       .option('--since <time>', 'rooms alive at or after this time')
       .option('--until <time>', 'rooms created at or before this time')
       .option('--in-flight-at <time>', 'rooms created by T and not yet terminal at T')

@@ -131,6 +131,10 @@ export function roomsQuery(filter: RoomFilter): Query & { limit: number } {
     where.push('request_id = ?');
     params.push(filter.requestId);
   }
+  if (filter.tenant !== undefined) {
+    where.push('tenant = ?');
+    params.push(filter.tenant);
+  }
   if (filter.until !== undefined) {
     where.push('created_at <= ?');
     params.push(filter.until);

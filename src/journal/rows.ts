@@ -39,6 +39,7 @@ export const ROOM_COLUMNS = [
   'event_count',
   'origin',
   'request_id',
+  'tenant',
 ] as const;
 
 /**
@@ -107,6 +108,7 @@ export function roomToParams(r: Room): Array<string | number | null> {
     r.eventCount,
     r.origin,
     r.requestId,
+    r.tenant,
   ];
 }
 
@@ -149,6 +151,7 @@ export function rowToRoom(row: RoomRow): Room {
     eventCount: row.event_count as number,
     origin: row.origin as string,
     requestId: (row.request_id as string | null) ?? null,
+    tenant: (row.tenant as string | null) ?? null,
   };
 }
 

@@ -53,6 +53,8 @@ export interface RoomFilter {
   origin?: string[];
   /** Only the rooms of this HTTP request (its `x-request-id`): one, or a chain of migrations. */
   requestId?: string;
+  /** Only the rooms of this tenant's requests (`room.created.tenant`). */
+  tenant?: string;
   /** No rooms created by any of these: `['canary']` keeps health canaries out of a listing. */
   excludeOrigin?: string[];
   /** Only rooms that one of their two engines has not released yet. */

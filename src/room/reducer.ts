@@ -50,6 +50,8 @@ export interface Room {
   origin: string;
   /** The HTTP request it serves (`room.created.requestId`); null when no request made it. */
   requestId: string | null;
+  /** The tenant whose key its request came with (`room.created.tenant`); null on an open API. */
+  tenant: string | null;
 }
 
 export type RejectReason =
@@ -166,6 +168,7 @@ function copy(r: Room): Room {
     eventCount: r.eventCount,
     origin: r.origin,
     requestId: r.requestId,
+    tenant: r.tenant,
   };
 }
 
@@ -223,6 +226,7 @@ function created(ev: Extract<ReducibleEvent, { type: 'room.created' }>): Room {
     eventCount: 1,
     origin: ev.source ?? 'unknown',
     requestId: d.requestId ?? null,
+    tenant: d.tenant ?? null,
   };
 }
 

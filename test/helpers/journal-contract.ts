@@ -742,7 +742,7 @@ export function journalContract(b: ContractBackend): void {
             ts,
             data: { prefillEngine: 'p0', decodeEngine: 'd0', ...extra },
           });
-        await asked('q1', t0 + 200_001, { requestId: 'incident-7' });
+        await asked('q1', t0 + 200_001, { requestId: 'incident-7', tenant: 'acme' });
         await j.append({
           type: 'room.migrated',
           room: 'q1',
@@ -750,8 +750,17 @@ export function journalContract(b: ContractBackend): void {
           ts: t0 + 200_002,
           data: { toRoom: 'q2', reason: 'engine_lost' },
         });
-        await asked('q2', t0 + 200_003, { requestId: 'incident-7', migratedFrom: 'q1' });
+        await asked('q2', t0 + 200_003, {
+          requestId: 'incident-7',
+          migratedFrom: 'q1',
+          tenant: 'acme',
+        });
         expect(await ids({ requestId: 'incident-7' })).toEqual(['q1', 'q2']);
+        // Tenant: the one whose key the request came with, on each of its rooms.
+        expect(await ids({ tenant: 'acme' })).toEqual(['q1', 'q2']);
+        expect((await j.rooms({ tenant: 'acme' })).rooms[0]?.tenant).toBe('acme');
+        expect(await ids({ tenant: 'other' })).toEqual([]);
+        expect((await j.timeline('k')).room?.tenant).toBeNull();
         expect((await j.rooms({ requestId: 'incident-7' })).rooms[0]?.requestId).toBe('incident-7');
         expect(await ids({ requestId: 'nobody' })).toEqual([]);
         expect((await j.timeline('k')).room?.requestId).toBeNull();

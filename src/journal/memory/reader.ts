@@ -94,6 +94,7 @@ export class MemoryReader implements JournalReader {
           r.decodeEngine === filter.engine) &&
         (filter.reason === undefined || r.reason === filter.reason) &&
         (filter.requestId === undefined || r.requestId === filter.requestId) &&
+        (filter.tenant === undefined || r.tenant === filter.tenant) &&
         (filter.until === undefined || r.createdAt <= filter.until) &&
         (filter.since === undefined || r.terminalAt === null || r.terminalAt >= filter.since) &&
         (filter.inFlightAt === undefined ||
