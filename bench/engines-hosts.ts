@@ -25,6 +25,7 @@ import { argv, asJson, checkFlags, flag, medianBucket, percentile, say } from '.
 import { ECHO } from './bus-echo.ts';
 import { inlineWriter } from './inline-writer.ts';
 import {
+  asOperator,
   commitDepths,
   emptySample,
   loneRooms,
@@ -98,6 +99,10 @@ process.once('SIGINT', () => {
 });
 
 /** `pdctl` from a checkout, on a test host. */
+/** The serves' admin token: this process sends it too, to their query routes (lone-http.ts). */
+const ADMIN_TOKEN = 'bench-hosts';
+process.env.PDCTL_ADMIN_TOKEN = ADMIN_TOKEN;
+
 function pdctl(tree: string, host: string, args: string[], env: NodeJS.ProcessEnv): ChildProcess {
   const child = hosts.spawn(
     host,
@@ -140,7 +145,7 @@ async function startStack(tree: string, n: number): Promise<Stack> {
       ],
       // Served on the test hosts' network with no tenant: an admin token keeps it from being open
       // (which serve refuses), in every tree alike (older ones have no --allow-open).
-      { PDCTL_ADMIN_TOKEN: 'bench-hosts' },
+      { PDCTL_ADMIN_TOKEN: ADMIN_TOKEN },
     ),
   ];
   const base = `http://${hosts.address('c', 'self')}:${http}`;
@@ -176,7 +181,7 @@ async function startStack(tree: string, n: number): Promise<Stack> {
     );
   }
   await ready(`both engines of ${tree} ready`, async () => {
-    const { engines } = (await (await fetch(`${base}/v1/engines`)).json()) as {
+    const { engines } = (await (await fetch(`${base}/v1/engines`, asOperator())).json()) as {
       engines: Array<{ state: string }>;
     };
     return engines.filter((e) => e.state === 'ready').length === 2;

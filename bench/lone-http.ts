@@ -82,10 +82,16 @@ export async function sendLone(
   return rooms;
 }
 
+/** The admin token of a serve that has one (PDCTL_ADMIN_TOKEN): its query routes need it. */
+export function asOperator(): RequestInit {
+  const token = process.env.PDCTL_ADMIN_TOKEN;
+  return token ? { headers: { authorization: `Bearer ${token}` } } : {};
+}
+
 /** Each answered room's steps and added ms, from its journal, into `into`. */
 export async function readBack(base: string, rooms: Answered[], into: Sample): Promise<void> {
   for (const { room, ms } of rooms) {
-    const { events } = (await (await fetch(`${base}/v1/rooms/${room}`)).json()) as {
+    const { events } = (await (await fetch(`${base}/v1/rooms/${room}`, asOperator())).json()) as {
       events: Array<{ type: string; ts: number; data: { computeMicros?: number } }>;
     };
     const ts = (type: string) => events.find((e) => e.type === type)?.ts;

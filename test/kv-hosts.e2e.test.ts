@@ -29,6 +29,8 @@ afterEach(() => {
 
 const HTTP_PORT = 18080;
 const ADMIN_TOKEN = 'kv-hosts-admin-token';
+/** The query routes of a serve with an admin token need it. */
+const asAdmin = { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } };
 const BUS_PORT = 15557;
 
 function pdctlOn(h: TestHosts, host: string, args: string[], env: NodeJS.ProcessEnv): ChildProcess {
@@ -64,8 +66,6 @@ describe.skipIf(why !== null)(`KV across test hosts${why ? ` (skipped: ${why})` 
       'c',
       [
         'serve',
-        // The test hosts' network, open on purpose: no tenant, no admin token.
-        '--allow-open',
         '--host',
         '0.0.0.0',
         '--port',
@@ -139,7 +139,7 @@ describe.skipIf(why !== null)(`KV across test hosts${why ? ` (skipped: ${why})` 
     ];
     const listEngines = async () =>
       (
-        (await (await fetch(`${base}/v1/engines`)).json()) as {
+        (await (await fetch(`${base}/v1/engines`, asAdmin)).json()) as {
           engines: Array<{
             id: string;
             state: string;
@@ -191,7 +191,7 @@ describe.skipIf(why !== null)(`KV across test hosts${why ? ` (skipped: ${why})` 
       expect(res.status, JSON.stringify(body)).toBe(200);
       expect(body.choices[0]?.text).toBe(generateInProcess(model, prompt, 12).text);
       const room = res.headers.get('x-pdctl-room') as string;
-      const { events } = (await (await fetch(`${base}/v1/rooms/${room}`)).json()) as {
+      const { events } = (await (await fetch(`${base}/v1/rooms/${room}`, asAdmin)).json()) as {
         events: Array<{ type: string; data: { decodeEngine?: string; transport?: string } }>;
       };
       const created = events.find((e) => e.type === 'room.created')?.data;
@@ -217,7 +217,9 @@ describe.skipIf(why !== null)(`KV across test hosts${why ? ` (skipped: ${why})` 
     expect(text).toBe(generateInProcess(model, prompts[0] as string, 12).text);
 
     // The journal says what moved the bytes.
-    const journal = await (await fetch(`${base}/v1/journal?type=room.transfer_completed`)).text();
+    const journal = await (
+      await fetch(`${base}/v1/journal?type=room.transfer_completed`, asAdmin)
+    ).text();
     const transports = journal
       .trim()
       .split('\n')
@@ -274,7 +276,7 @@ describe.skipIf(why !== null)(`KV across test hosts${why ? ` (skipped: ${why})` 
         const body = (await res.json()) as { choices: Array<{ text: string }> };
         expect(body.choices[0]?.text).toBe(generateInProcess(model, prompt, 12).text);
         const room = res.headers.get('x-pdctl-room') as string;
-        const { events } = (await (await fetch(`${base}/v1/rooms/${room}`)).json()) as {
+        const { events } = (await (await fetch(`${base}/v1/rooms/${room}`, asAdmin)).json()) as {
           events: Array<{ type: string; data: Record<string, string> }>;
         };
         const created = events.find((e) => e.type === 'room.created')?.data ?? {};

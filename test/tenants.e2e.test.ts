@@ -168,9 +168,12 @@ describe('pdctl tenants', () => {
     }
   }, 90_000);
 
-  it('needs the admin token of a server that has one, and says so', async () => {
+  it('with an admin token: tenants need it, the query routes need it or a tenant key, and a tenant reads only its own rooms', async () => {
     const s = await serve([], { PDCTL_ADMIN_TOKEN: 'sesame' });
     try {
+      // The query routes: nothing without the token, everything with it.
+      expect((await call(s.url, '/v1/rooms')).status).toBe(401);
+      expect((await call(s.url, '/v1/rooms', 'sesame')).status).toBe(200);
       const refused = await pdctl(['tenants', 'add', 'acme', '--url', s.url], {
         env: { PDCTL_ADMIN_TOKEN: '' },
       });
@@ -184,7 +187,37 @@ describe('pdctl tenants', () => {
         }),
       );
       expect((await complete(s.url)).status).toBe(401);
-      expect((await complete(s.url, key)).status).toBe(200);
+      const mine = (await (await complete(s.url, key)).json()) as { pdctl_room: string };
+      const other = keyOf(
+        await pdctl(['tenants', 'add', 'other', '--url', s.url], {
+          env: { PDCTL_ADMIN_TOKEN: 'sesame' },
+        }),
+      );
+      const theirs = (await (await complete(s.url, other)).json()) as { pdctl_room: string };
+      // A tenant's key: its own rooms, their timelines and events; not another's, not the fleet.
+      const listed = (await (await call(s.url, '/v1/rooms', key)).json()) as {
+        rooms: Array<{ room: string }>;
+      };
+      expect(listed.rooms.map((r) => r.room)).toEqual([mine.pdctl_room]);
+      expect((await call(s.url, `/v1/rooms/${mine.pdctl_room}`, key)).status).toBe(200);
+      expect((await call(s.url, `/v1/rooms/${theirs.pdctl_room}`, key)).status).toBe(404);
+      expect((await call(s.url, `/v1/journal?room=${mine.pdctl_room}`, key)).status).toBe(200);
+      expect((await call(s.url, `/v1/journal?room=${theirs.pdctl_room}`, key)).status).toBe(404);
+      const whole = await call(s.url, '/v1/journal', key);
+      expect(whole.status).toBe(403);
+      expect(await whole.json()).toMatchObject({ error: { code: 'forbidden' } });
+      for (const route of ['/v1/engines', '/v1/live', '/v1/stats'])
+        expect((await call(s.url, route, key)).status, route).toBe(403);
+      // The CLI reads as an operator with the token.
+      const rooms = await pdctl(['rooms', '--url', s.url, '--json'], {
+        env: { PDCTL_ADMIN_TOKEN: 'sesame' },
+      });
+      expect(rooms.code, rooms.stderr).toBe(0);
+      // Every room: the open API's one before the first tenant, and each tenant's.
+      expect(JSON.parse(rooms.stdout).rooms).toHaveLength(3);
+      // /metrics and the health routes stay open: scrapers and load balancers.
+      expect((await call(s.url, '/metrics')).status).toBe(200);
+      expect((await call(s.url, '/health')).status).toBe(200);
     } finally {
       expect(await s.stop()).toBe(0);
     }

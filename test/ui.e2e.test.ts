@@ -237,6 +237,28 @@ describe.runIf(hasChromium)('the live page in headless Chromium', () => {
     expect(failedRequests).toEqual([]);
   });
 
+  it('asks for the admin token of a serve that has one, once, and shows the engines with it', async () => {
+    const guarded = await serve(['--canary-interval-ms', '1000'], { PDCTL_ADMIN_TOKEN: 'sesame' });
+    const tab = await browser.newPage();
+    try {
+      const asked: string[] = [];
+      tab.on('dialog', (d) => {
+        asked.push(d.message());
+        void d.accept('sesame');
+      });
+      await tab.goto(`${guarded.url}/ui`);
+      await tab.locator('#engines tr[data-engine="decode-0"][data-phase="ok"]').waitFor();
+      expect(asked).toHaveLength(1);
+      expect(asked[0]).toMatch(/admin token \(PDCTL_ADMIN_TOKEN\)/);
+      // Its polls carry it from then on: the journal pane follows, and nothing asks again.
+      await expect.poll(() => tab.locator('#journal-state').textContent()).toBe('following');
+      expect(asked).toHaveLength(1);
+    } finally {
+      await tab.close();
+      expect(await guarded.stop()).toBe(0);
+    }
+  }, 60_000);
+
   it('says it is disconnected when the server goes away', async () => {
     expect(await s.stop()).toBe(0);
     await expect

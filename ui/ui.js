@@ -39,11 +39,30 @@ function h(tag, attrs = {}, ...children) {
   return el;
 }
 
-// Marks the page's requests: the server's access log writes them at debug level.
-const HEADERS = { 'x-pdctl-client': 'ui' };
+// With PDCTL_ADMIN_TOKEN set, the query routes need it: asked for once, kept for this tab only.
+const TOKEN_KEY = 'pdctl-admin-token';
+let tokenAsked = false;
+
+// Marks the page's requests (the server's access log writes them at debug level), with the token.
+function headers() {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  return { 'x-pdctl-client': 'ui', ...(token ? { authorization: `Bearer ${token}` } : {}) };
+}
+
+async function api(path) {
+  const r = await fetch(path, { cache: 'no-store', headers: headers() });
+  if (r.status !== 401 || tokenAsked) return r;
+  tokenAsked = true;
+  const token = window.prompt(
+    'This pdctl serve has an admin token (PDCTL_ADMIN_TOKEN): the page needs it to show the engines and rooms.',
+  );
+  if (!token) return r;
+  sessionStorage.setItem(TOKEN_KEY, token.trim());
+  return fetch(path, { cache: 'no-store', headers: headers() });
+}
 
 async function getJson(path, okStatuses = [200]) {
-  const r = await fetch(path, { cache: 'no-store', headers: HEADERS });
+  const r = await api(path);
   if (!okStatuses.includes(r.status)) throw new Error(`${path}: HTTP ${r.status}`);
   return r.json();
 }
@@ -446,7 +465,7 @@ async function followJournal() {
         journal.lastSeq === 0
           ? '/v1/journal?follow=1&limit=100'
           : `/v1/journal?follow=1&after_seq=${journal.lastSeq}&limit=1000`;
-      const r = await fetch(url, { cache: 'no-store', headers: HEADERS });
+      const r = await api(url);
       if (!r.ok || !r.body) throw new Error(`journal: HTTP ${r.status}`);
       $('#journal-state').textContent = 'following';
       const reader = r.body.getReader();
@@ -495,10 +514,7 @@ $('#journal-pause').addEventListener('click', (ev) => {
  * clients get 503s there may be no room in flight at all, and the page must say so.
  */
 async function recentRefusals() {
-  const r = await fetch('/v1/journal?type=request.refused&since=5m&limit=1000', {
-    cache: 'no-store',
-    headers: HEADERS,
-  });
+  const r = await api('/v1/journal?type=request.refused&since=5m&limit=1000');
   if (!r.ok) throw new Error(`refusals: HTTP ${r.status}`);
   const byReason = {};
   for (const line of (await r.text()).split('\n')) {

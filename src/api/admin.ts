@@ -117,14 +117,19 @@ export function authorize(req: FastifyRequest, token: string | null): void {
     return;
   }
   const given = /^Bearer (.+)$/.exec(req.headers.authorization ?? '')?.[1] ?? '';
-  const a = Buffer.from(given);
-  const b = Buffer.from(token);
-  if (a.length !== b.length || !timingSafeEqual(a, b)) {
+  if (!isToken(given, token)) {
     throw ApiError.of(
       'unauthorized',
       'missing or wrong bearer token (Authorization: Bearer $PDCTL_ADMIN_TOKEN)',
     );
   }
+}
+
+/** Whether `given` is the admin token, compared in constant time. */
+export function isToken(given: string, token: string): boolean {
+  const a = Buffer.from(given);
+  const b = Buffer.from(token);
+  return a.length === b.length && timingSafeEqual(a, b);
 }
 
 /** What an operator's action says when the operator said nothing (journal/reasons.ts). */

@@ -20,6 +20,7 @@ import type { Logger } from '../log.ts';
 import type { Planner } from '../planner/online.ts';
 import type { RecoveryView } from '../recovery/view.ts';
 import { isRequestId } from '../room/ids.ts';
+import { operatorsOnly, readerOf } from './access.ts';
 import { adminRoutes } from './admin.ts';
 import { API_ERRORS, COMPLETION_ROUTES, sendError, toApiError } from './errors.ts';
 import { healthRoutes } from './health.ts';
@@ -261,6 +262,7 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
     journal: o.journal,
     recovery: o.recovery,
     metrics: o.metrics,
+    adminToken: o.adminToken,
   });
   await app.register(healthRoutes, {
     control: o.control,
@@ -281,7 +283,12 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
     };
     await app.register(journalAdminRoutes, deps);
   }
-  if (o.planner) await app.register(plannerRoutes, { planner: o.planner, journal: o.journal });
+  if (o.planner)
+    await app.register(plannerRoutes, {
+      planner: o.planner,
+      journal: o.journal,
+      access: (req) => operatorsOnly(readerOf(req, o.adminToken, o.control.tenants), '/v1/planner'),
+    });
   await app.register(metricsRoutes, { metrics: o.metrics });
   await app.register(uiRoutes);
   return app;

@@ -116,7 +116,8 @@ export const API_ERRORS = {
   forbidden: {
     status: 403,
     type: 'permission_error',
-    means: 'an admin route without PDCTL_ADMIN_TOKEN, asked from off loopback',
+    means:
+      "an admin route without PDCTL_ADMIN_TOKEN, asked from off loopback; a fleet query, or the journal without room=, asked with a tenant's key",
   },
   foreign_host: {
     status: 403,

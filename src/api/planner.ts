@@ -4,7 +4,7 @@
  * outside autoscaler reads besides `pdctl_planner_desired_engines`.
  */
 import { Type } from '@sinclair/typebox';
-import type { FastifyPluginAsync } from 'fastify';
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { JournalReader } from '../journal/store.ts';
 import type { Planner } from '../planner/online.ts';
 import { Errors } from './schemas.ts';
@@ -40,7 +40,9 @@ const RECENT = 20;
 export const plannerRoutes: FastifyPluginAsync<{
   planner: Pick<Planner, 'status'>;
   journal: Pick<JournalReader, 'tail'>;
-}> = async (app, { planner, journal }) => {
+  /** Refuses who may not read it (access.ts: operators only, once an admin token is set). */
+  access: (req: FastifyRequest) => void;
+}> = async (app, { planner, journal, access }) => {
   app.get(
     '/v1/planner',
     {
@@ -50,7 +52,8 @@ export const plannerRoutes: FastifyPluginAsync<{
         response: { 200: PlannerBody, ...Errors },
       },
     },
-    async () => {
+    async (req) => {
+      access(req);
       const recent = await journal.tail({
         type: 'planner.decision',
         limit: RECENT,

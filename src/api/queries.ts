@@ -23,6 +23,7 @@ import type { Room } from '../room/reducer.ts';
 import { isRoomState, LIVE_STATES, ROOM_STATES, type RoomState } from '../room/states.ts';
 import { parseTime } from '../time.ts';
 import { hostTag } from '../transfer/host.ts';
+import { operatorsOnly, type Reader, readerOf } from './access.ts';
 import { ApiError, roomNotFound } from './errors.ts';
 import type { ApiMetrics } from './metrics.ts';
 import { EnginesBody, Errors, LiveBody, RoomPageBody, StatsBody, TimelineBody } from './schemas.ts';
@@ -65,13 +66,26 @@ export interface QueryDeps {
   recovery: RecoveryView | null;
   /** Running counts (KV transfers per engine and transport); absent: not shown. */
   metrics?: ApiMetrics;
+  /** With an admin token, its holder reads everything and a tenant's key its own rooms (access.ts). */
+  adminToken: string | null;
 }
 
 /** `/v1/rooms`, `/v1/rooms/:room`, `/v1/journal`, `/v1/live`, `/v1/engines`, `/v1/stats`. */
 export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
   app,
-  { control, journal, recovery, metrics },
+  { control, journal, recovery, metrics, adminToken },
 ) => {
+  // Before anything is read: who asks, and what of the journal that lets them see.
+  const readers = new WeakMap<object, Reader>();
+  app.addHook('onRequest', async (req) => {
+    readers.set(req, readerOf(req, adminToken, control.tenants));
+  });
+  const readerFor = (req: object): Reader => readers.get(req) ?? { kind: 'operator' };
+  /** A tenant's own room, or 404 as for a room that does not exist: others' are not told of. */
+  const ownRoom = async (r: Reader, room: string) => {
+    if (r.kind === 'tenant' && (await journal.timeline(room)).room?.tenant !== r.tenant)
+      throw roomNotFound(room);
+  };
   app.get<{ Querystring: Record<string, string | undefined> }>(
     '/v1/rooms',
     {
@@ -117,6 +131,8 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
       if (q.reason !== undefined) filter.reason = q.reason;
       if (q.request_id !== undefined) filter.requestId = q.request_id;
       if (q.tenant !== undefined) filter.tenant = q.tenant;
+      const reader = readerFor(req);
+      if (reader.kind === 'tenant') filter.tenant = reader.tenant;
       filter.since = time('since', q.since, now);
       filter.until = time('until', q.until, now);
       filter.inFlightAt = time('in_flight_at', q.in_flight_at, now);
@@ -157,6 +173,8 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
       const room = id('room', roomIdOf(req.params.room)) as string;
       const t = await journal.timeline(room);
       if (!t.room && t.events.length === 0) throw roomNotFound(room);
+      const reader = readerFor(req);
+      if (reader.kind === 'tenant' && t.room?.tenant !== reader.tenant) throw roomNotFound(room);
       return t;
     },
   );
@@ -214,6 +232,16 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
         order: q.after_seq !== undefined || q.since !== undefined ? 'oldest' : 'newest',
       };
       const follow = q.follow === '1' || q.follow === 'true';
+      const reader = readerFor(req);
+      if (reader.kind === 'tenant') {
+        if (filter.room === undefined)
+          throw ApiError.of(
+            'forbidden',
+            "a tenant's key reads the journal of one of its own rooms: pass room=ID",
+            'room',
+          );
+        await ownRoom(reader, filter.room);
+      }
       const first = await journal.tail(filter);
       reply.hijack();
       const raw = reply.raw;
@@ -258,6 +286,7 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
       },
     },
     async (req) => {
+      operatorsOnly(readerFor(req), '/v1/live');
       const limit = int('limit', req.query.limit, 0, 10_000) ?? 200;
       const counts = Object.fromEntries(LIVE_STATES.map((s) => [s, 0])) as Record<string, number>;
       const live: Room[] = [];
@@ -280,7 +309,8 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
         response: { 200: EnginesBody, ...Errors },
       },
     },
-    async () => {
+    async (req) => {
+      operatorsOnly(readerFor(req), '/v1/engines');
       const now = Date.now();
       return {
         engines: control.engines().map((s) => ({
@@ -327,7 +357,8 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
         response: { 200: StatsBody, ...Errors },
       },
     },
-    async () => {
+    async (req) => {
+      operatorsOnly(readerFor(req), '/v1/stats');
       const bus = control.busStatus();
       return {
         journal: await journal.stats(),

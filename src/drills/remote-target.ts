@@ -190,7 +190,6 @@ export class RemoteTarget implements DrillTarget {
   async command(engine: string, command: CommandName, arg?: string): Promise<boolean> {
     this.faults.note(engine, command, arg);
     const headers: Record<string, string> = { 'content-type': 'application/json' };
-    if (this.token) headers.authorization = `Bearer ${this.token}`;
     const res = await this.fetch(`/v1/admin/engines/${encodeURIComponent(engine)}/commands`, {
       method: 'POST',
       headers,
@@ -356,7 +355,12 @@ export class RemoteTarget implements DrillTarget {
           : AbortSignal.timeout(timeoutMs)
         : init.signal;
     try {
-      return await fetch(`${this.base}${path}`, { ...init, signal });
+      // The token on every request: with one set, the query routes need it too.
+      const headers = {
+        ...(init.headers as Record<string, string> | undefined),
+        ...(this.token ? { authorization: `Bearer ${this.token}` } : {}),
+      };
+      return await fetch(`${this.base}${path}`, { ...init, headers, signal });
     } catch (err) {
       const e = err as Error & { cause?: { code?: string; message?: string } };
       const cause = e.cause?.code ?? e.cause?.message;
