@@ -223,3 +223,70 @@ describe('pdctl tenants', () => {
     }
   }, 60_000);
 });
+
+describe("a tenant's own limits", () => {
+  it('--max-concurrency and --tokens-per-minute: a request past them is 429 with Retry-After and x-ratelimit-* headers, journaled with the tenant', async () => {
+    // 20 ms a token: a 100-token room holds its tenant's slot for about 2 s.
+    const s = await serve(['--decode-us-per-token', '20000']);
+    try {
+      const add = async (name: string, flags: string[]) =>
+        keyOf(await pdctl(['tenants', 'add', name, ...flags, '--url', s.url]));
+      const one = await add('one-at-a-time', ['--max-concurrency', '1']);
+      const long = call(s.url, '/v1/completions', one, {
+        model: MODEL,
+        prompt: 'the river',
+        max_tokens: 100,
+      });
+      await waitFor('its room in flight', async () => {
+        const live = (await (await call(s.url, '/v1/live')).json()) as { rooms: unknown[] };
+        return live.rooms.length > 0;
+      });
+      const held = await complete(s.url, one);
+      expect(held.status).toBe(429);
+      expect(held.headers.get('retry-after')).toBe('1');
+      expect(held.headers.get('x-ratelimit-limit-requests')).toBe('1');
+      expect(held.headers.get('x-ratelimit-remaining-requests')).toBe('0');
+      expect(await held.json()).toMatchObject({
+        error: { type: 'rate_limit_error', code: 'tenant_concurrency_limit' },
+      });
+      expect((await long).status).toBe(200);
+      expect((await complete(s.url, one)).status).toBe(200);
+
+      // 60 tokens a minute: a request of 1 prompt token and 80 max runs the bucket dry.
+      const thrifty = await add('thrifty', ['--tokens-per-minute', '60']);
+      const first = await call(s.url, '/v1/completions', thrifty, {
+        model: MODEL,
+        prompt: 'the river',
+        max_tokens: 80,
+      });
+      expect(first.status).toBe(200);
+      expect(first.headers.get('x-ratelimit-limit-tokens')).toBe('60');
+      const dry = await complete(s.url, thrifty);
+      expect(dry.status).toBe(429);
+      expect(Number(dry.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+      expect(await dry.json()).toMatchObject({ error: { code: 'tenant_token_limit' } });
+      // Other tenants are not held by them.
+      const free = await add('free', []);
+      expect((await complete(s.url, free)).status).toBe(200);
+
+      // On the record: request.refused, per reason and tenant, with the request ids.
+      await waitFor('the refusals journaled', async () => {
+        const tail = await pdctl(['journal', 'tail', '--type', 'request.refused', '--url', s.url]);
+        return (
+          /tenant_token_limit/.test(tail.stdout) && /tenant_concurrency_limit/.test(tail.stdout)
+        );
+      });
+      const text = await (await call(s.url, '/v1/journal?type=request.refused')).text();
+      const events = text
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as { data: { reason: string; tenant?: string; count: number } });
+      expect(events.map((e) => [e.data.reason, e.data.tenant, e.data.count]).sort()).toEqual([
+        ['tenant_concurrency_limit', 'one-at-a-time', 1],
+        ['tenant_token_limit', 'thrifty', 1],
+      ]);
+    } finally {
+      expect(await s.stop()).toBe(0);
+    }
+  }, 60_000);
+});

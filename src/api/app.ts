@@ -20,13 +20,14 @@ import type { Logger } from '../log.ts';
 import type { Planner } from '../planner/online.ts';
 import type { RecoveryView } from '../recovery/view.ts';
 import { isRequestId } from '../room/ids.ts';
+import { TenantLimits } from '../tenants/limits.ts';
 import { operatorsOnly, readerOf } from './access.ts';
 import { adminRoutes } from './admin.ts';
 import { API_ERRORS, COMPLETION_ROUTES, sendError, toApiError } from './errors.ts';
 import { healthRoutes } from './health.ts';
 import { journalAdminRoutes } from './journal-admin.ts';
 import { type ApiMetrics, metricsRoutes } from './metrics.ts';
-import { openAiRoutes } from './openai.ts';
+import { openAiRoutes, requestTenant } from './openai.ts';
 import { plannerRoutes } from './planner.ts';
 import { queryRoutes } from './queries.ts';
 import { RefusalLog } from './refusals.ts';
@@ -201,7 +202,7 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
     const about = { requestId: req.id, url: req.url, room: req.room?.() ?? null };
     // Refused before any room existed: on the record (the journal, and a counter by reason).
     if ((e.status === 429 || e.status === 503) && isRefusal(req.routeOptions.url, e.code)) {
-      refusals.note(e.code as string, e.status, req.id, e.message);
+      refusals.note(e.code as string, e.status, req.id, e.message, Date.now(), requestTenant(req));
       o.metrics.refused(e.code as string);
     }
     if (e.status === 503)
@@ -256,6 +257,7 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
     shutdown,
     admissionWaitMs: o.admissionWaitMs ?? 3000,
     admissionQueue: o.admissionQueue ?? 256,
+    limits: new TenantLimits(),
   });
   await app.register(queryRoutes, {
     control: o.control,

@@ -63,6 +63,17 @@ export const API_ERRORS = {
     retryAfterS: 1,
     means: 'no engine has the KV pages for the request now',
   },
+  tenant_concurrency_limit: {
+    status: 429,
+    refusal: true,
+    retryAfterS: 1,
+    means: "the tenant's requests in flight are at its max concurrency",
+  },
+  tenant_token_limit: {
+    status: 429,
+    refusal: true,
+    means: 'the tenant used its tokens a minute; Retry-After says when its bucket has tokens again',
+  },
   journal_unavailable: {
     status: 503,
     refusal: true,

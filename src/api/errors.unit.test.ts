@@ -45,6 +45,8 @@ describe('the API error catalogue', () => {
       'no_engines',
       'engines_draining',
       'overloaded',
+      'tenant_concurrency_limit',
+      'tenant_token_limit',
       'journal_unavailable',
       'shutting_down',
       'closed',

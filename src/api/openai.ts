@@ -15,6 +15,7 @@ import type { CompletionResult } from '../control/intake/types.ts';
 import { MAX_TOKENS_LIMIT } from '../control/options.ts';
 import type { ChatMessage, Sampling } from '../model/executor.ts';
 import type { Band, Tenant, TenantBook } from '../tenants/book.ts';
+import type { TenantLimits } from '../tenants/limits.ts';
 import { ApiError, toApiError } from './errors.ts';
 import type { ApiMetrics } from './metrics.ts';
 import { ChatCompletionResponse, CompletionResponse, Errors, ModelsBody } from './schemas.ts';
@@ -187,6 +188,8 @@ export interface OpenAiDeps {
   admissionWaitMs: number;
   /** Completions waiting so at most; more are refused at once. */
   admissionQueue: number;
+  /** Each tenant's own limits (its rooms at once, its tokens a minute). */
+  limits: TenantLimits;
 }
 
 /** How often a waiting completion looks for an engine again. */
@@ -362,6 +365,25 @@ function roomEnded(err: RoomEndedError): ApiError {
     : new ApiError(503, message, 'server_error', `room_${err.state}`);
 }
 
+/**
+ * The tenant's own limits take the request in, or refuse it — 429 with Retry-After and OpenAI's
+ * `x-ratelimit-*` headers, its code naming the limit (journaled as a refusal, with the tenant).
+ */
+function withinLimits(limits: TenantLimits, tenant: Tenant, reply: FastifyReply): void {
+  const now = Date.now();
+  const v = limits.admit(tenant, now);
+  reply.headers(limits.headers(tenant, now));
+  if (!v.ok) {
+    const code = v.limit === 'concurrency' ? 'tenant_concurrency_limit' : 'tenant_token_limit';
+    throw new ApiError(429, v.message, 'rate_limit_error', code, null, v.retryAfterS);
+  }
+}
+
+/** The tenant a serving request came with (null: an open API), for the refusal log. */
+export function requestTenant(req: FastifyRequest): string | null {
+  return tenantOfRequest.get(req)?.name ?? null;
+}
+
 function tenantField(t: Tenant | null): { tenant?: { name: string; band: Band } } {
   return t ? { tenant: { name: t.name, band: t.band } } : {};
 }
@@ -391,18 +413,34 @@ async function serve(
     );
   const ac = new AbortController();
   const started = performance.now();
-  const stream = await admitted(deps, reply, () =>
-    deps.control.submit({
-      ...input,
-      maxTokens,
-      stop: stops,
-      sampling: asked,
-      requestId: req.id,
-      ...traceparentOf(req.headers.traceparent),
-      ...tenantField(tenantOfRequest.get(req) ?? null),
-      signal: ac.signal,
-    }),
-  );
+  const tenant = tenantOfRequest.get(req) ?? null;
+  if (tenant) withinLimits(deps.limits, tenant, reply);
+  let stream: RoomStream;
+  try {
+    stream = await admitted(deps, reply, () =>
+      deps.control.submit({
+        ...input,
+        maxTokens,
+        stop: stops,
+        sampling: asked,
+        requestId: req.id,
+        ...traceparentOf(req.headers.traceparent),
+        ...tenantField(tenant),
+        signal: ac.signal,
+      }),
+    );
+  } catch (err) {
+    if (tenant) deps.limits.release(tenant, 0, Date.now());
+    throw err;
+  }
+  if (tenant) {
+    // Its tokens come out of the tenant's minute now; what it did not generate goes back.
+    const room = stream;
+    deps.limits.charge(tenant, room.promptTokens + maxTokens, Date.now());
+    reply.raw.once('close', () =>
+      deps.limits.release(tenant, Math.max(0, maxTokens - room.tokens), Date.now()),
+    );
+  }
   reply.header('x-pdctl-room', stream.room);
   // The access line names the room serving the request when it ends (a migration moves it).
   req.room = () => stream.current;

@@ -18,6 +18,8 @@ export const REFUSAL_IDS_PER_EVENT = 20;
 
 interface Batch {
   reason: string;
+  /** The tenant whose requests these were; null on an open API. */
+  tenant: string | null;
   status: number;
   count: number;
   requestIds: string[];
@@ -48,9 +50,17 @@ export class RefusalLog {
     private readonly maxWaitingIds = 100_000,
   ) {}
 
-  /** One request was refused with `reason` (its API error code). */
-  note(reason: string, status: number, requestId: string, message: string, now = Date.now()): void {
-    let b = this.open.get(reason);
+  /** One request was refused with `reason` (its API error code), of `tenant` when it had one. */
+  note(
+    reason: string,
+    status: number,
+    requestId: string,
+    message: string,
+    now = Date.now(),
+    tenant: string | null = null,
+  ): void {
+    const key = tenant === null ? reason : `${reason}\u0000${tenant}`;
+    let b = this.open.get(key);
     if (b && b.requestIds.length >= REFUSAL_IDS_PER_EVENT && this.waitingIds < this.maxWaitingIds) {
       this.full.push(b);
       b = undefined;
@@ -58,6 +68,7 @@ export class RefusalLog {
     if (!b) {
       b = {
         reason,
+        tenant,
         status,
         count: 0,
         requestIds: [],
@@ -65,7 +76,7 @@ export class RefusalLog {
         firstAt: now,
         lastAt: now,
       };
-      this.open.set(reason, b);
+      this.open.set(key, b);
     }
     b.count++;
     b.lastAt = now;
@@ -101,13 +112,13 @@ export class RefusalLog {
       let error: string | null = null;
       await Promise.all(
         batch.map(async (b) => {
-          const { reason, ...data } = b;
+          const { reason, tenant, ...data } = b;
           try {
             await this.append({
               type: 'request.refused',
               source: 'api',
               eventId: `refused:${reason}:${b.firstAt}:${++this.seq}`,
-              data: { reason, ...data },
+              data: { reason, ...(tenant === null ? {} : { tenant }), ...data },
             });
             this.waitingIds -= b.requestIds.length;
           } catch (err) {

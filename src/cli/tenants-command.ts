@@ -123,11 +123,11 @@ export function registerTenantsCommand(
       .option('--band <band>', `its priority band: ${BANDS.join(' or ')}`, 'interactive')
       .option(
         '--max-concurrency <n>',
-        'most rooms of it at once: journaled and listed now, not yet enforced (default: none)',
+        'most of its requests in flight at once; one more is 429 tenant_concurrency_limit (default: no limit of its own)',
       )
       .option(
         '--tokens-per-minute <n>',
-        'most tokens a minute: journaled and listed now, not yet enforced (default: none)',
+        'most prompt and completion tokens a minute; past them, 429 tenant_token_limit (default: no limit of its own)',
       ),
   ).action(
     async (

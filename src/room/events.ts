@@ -368,6 +368,8 @@ export const EVENT_SCHEMAS = {
     {
       /** The API error code the clients got: `no_engines`, `overloaded`, … */
       reason: Type.String({ pattern: '^[a-z][a-z0-9_]{0,63}$' }),
+      /** The tenant whose requests they were (refusals are gathered per reason and tenant). */
+      tenant: Type.Optional(Id),
       /** The HTTP status they got (429 or 503). */
       status: Count,
       count: Type.Integer({ minimum: 1 }),
