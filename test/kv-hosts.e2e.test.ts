@@ -257,7 +257,12 @@ describe.skipIf(why !== null)(`KV across test hosts${why ? ` (skipped: ${why})` 
       );
     expect(count('ucx')).toBeGreaterThanOrEqual(5);
     expect(count('shm')).toBeGreaterThanOrEqual(3);
-    const table = await h.run('c', process.execPath, [PDCTL_BIN, 'engines', '--url', base]);
+    // The CLI reads a serve with an admin token as operators do: with PDCTL_ADMIN_TOKEN.
+    const table = await h.run('c', 'env', [
+      `PDCTL_ADMIN_TOKEN=${ADMIN_TOKEN}`,
+      ...[process.execPath, PDCTL_BIN, 'engines', '--url', base],
+    ]);
+    expect(table.code, table.stderr).toBe(0);
     expect(table.stdout).toMatch(/TRANSFERS/);
     expect(table.stdout).toMatch(/decode-b .*\bucx:\d+/);
     expect(table.stdout).toMatch(/prefill-a .*\bucx:\d+ shm:\d+|prefill-a .*\bshm:\d+ ucx:\d+/);
