@@ -528,8 +528,10 @@ describe('pdctl serve, flag by flag', () => {
 
   it(EXITS, async () => {
     const dir = tempDir('pdctl-flags-exit-');
-    const serve = (args: string[]) =>
-      pdctl(['serve', '--port', '0', '--bus', 'tcp://127.0.0.1:0', '--data-dir', dir, ...args]);
+    const serve = (args: string[], env: NodeJS.ProcessEnv = {}) =>
+      pdctl(['serve', '--port', '0', '--bus', 'tcp://127.0.0.1:0', '--data-dir', dir, ...args], {
+        env,
+      });
     const standby = await serve(['--standby']);
     expect(standby.code).toBe(2);
     expect(standby.stderr).toContain('--standby needs a journal control planes can share');
@@ -558,20 +560,7 @@ describe('pdctl serve, flag by flag', () => {
     for (const [args, env] of ways) {
       if (args.includes('--journal'))
         expect((await pdctl(['tenants', 'add', 'acme', '--journal', journal])).code).toBe(0);
-      const r = await pdctl(
-        [
-          'serve',
-          '--port',
-          '0',
-          '--bus',
-          'tcp://127.0.0.1:0',
-          '--data-dir',
-          dir,
-          ...noModel,
-          ...args,
-        ],
-        { env },
-      );
+      const r = await serve([...noModel, ...args], env);
       expect(r.code, JSON.stringify(args)).not.toBe(0);
       expect(r.stderr).not.toContain('is reachable from the network');
       expect(r.stderr).toContain(join(dir, 'no-such.gguf'));

@@ -13,9 +13,14 @@ export type Reader = { kind: 'operator' } | { kind: 'tenant'; tenant: string };
 
 const OPERATOR: Reader = { kind: 'operator' };
 
+/** The bearer credential a request carries (`Authorization: Bearer X`), or undefined. */
+export function bearerOf(req: FastifyRequest): string | undefined {
+  return /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '')?.[1];
+}
+
 export function readerOf(req: FastifyRequest, token: string | null, book: TenantBook): Reader {
   if (token === null) return OPERATOR;
-  const bearer = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '')?.[1];
+  const bearer = bearerOf(req);
   if (bearer !== undefined) {
     if (isToken(bearer, token)) return OPERATOR;
     const t = book.authenticate(bearer);

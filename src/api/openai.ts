@@ -16,6 +16,7 @@ import { MAX_TOKENS_LIMIT } from '../control/options.ts';
 import type { ChatMessage, Sampling } from '../model/executor.ts';
 import type { Band, Tenant, TenantBook } from '../tenants/book.ts';
 import type { TenantLimits } from '../tenants/limits.ts';
+import { bearerOf } from './access.ts';
 import { ApiError, toApiError } from './errors.ts';
 import type { ApiMetrics } from './metrics.ts';
 import { ChatCompletionResponse, CompletionResponse, Errors, ModelsBody } from './schemas.ts';
@@ -266,15 +267,14 @@ const tenantOfRequest = new WeakMap<FastifyRequest, Tenant | null>();
  */
 function authenticate(req: FastifyRequest, book: TenantBook): Tenant | null {
   if (!book.closed) return null;
-  const auth = req.headers.authorization;
-  const bearer = typeof auth === 'string' ? /^Bearer\s+(\S+)\s*$/i.exec(auth) : null;
-  if (!bearer) {
+  const bearer = bearerOf(req);
+  if (bearer === undefined) {
     throw ApiError.of(
       'invalid_api_key',
       'this API needs a key: send the header Authorization: Bearer KEY (an operator makes one with pdctl tenants add NAME)',
     );
   }
-  const tenant = book.authenticate(bearer[1] as string);
+  const tenant = book.authenticate(bearer);
   if (!tenant) {
     throw ApiError.of(
       'invalid_api_key',
