@@ -9,7 +9,7 @@ import { ApiMetrics } from '../src/api/metrics.ts';
 import type { Stack } from '../src/app/stack.ts';
 import { Canary } from '../src/control/evidence/canary.ts';
 import { type Logger, silentLogger } from '../src/log.ts';
-import { fillJournal, sqliteFaults, startTestStack, waitFor } from './helpers/stack.ts';
+import { committed, fillJournal, sqliteFaults, startTestStack, waitFor } from './helpers/stack.ts';
 
 async function api(
   stack: Stack,
@@ -287,7 +287,7 @@ describe('operator routes and admission', () => {
     await app.close();
   });
 
-  it('answers 429 with Retry-After when every decode engine is full, and 503 when the journal cannot be written', async () => {
+  it('when every decode engine is full a request waits its turn, on the record; with x-pdctl-queue-ttl-ms: 0 it is 429 at once; 503 when the journal cannot be written', async () => {
     const stack = await startTestStack({
       engineArgs: ['--decode-us-per-token', '5000'],
       maxRoomsPerEngine: 2,
@@ -298,11 +298,41 @@ describe('operator routes and admission', () => {
       app.inject(completion({ max_tokens: 100 })),
     ];
     await waitFor('two rooms live', () => (stack.control.engine('decode-0')?.liveRooms ?? 0) >= 2);
-    const full = await app.inject(completion());
+    const ttl = (v: string, id?: string) => ({
+      ...completion(),
+      headers: { 'x-pdctl-queue-ttl-ms': v, ...(id ? { 'x-request-id': id } : {}) },
+    });
+    const full = await app.inject(ttl('0'));
     expect(full.statusCode).toBe(429);
     expect(full.headers['retry-after']).toBe('1');
     expect(full.json()).toMatchObject({ error: { type: 'rate_limit_error', code: 'overloaded' } });
+    const bad = await app.inject(ttl('soon'));
+    expect(bad.statusCode).toBe(400);
+    expect(bad.json().error).toMatchObject({
+      code: 'invalid_parameter',
+      param: 'x-pdctl-queue-ttl-ms',
+    });
+    // Without the header it waits for one of the two rooms to end (about 0.5 s), then is served.
+    const waited = await app.inject(ttl('10000', 'waited-1'));
+    expect(waited.statusCode, waited.body).toBe(200);
     for (const r of await Promise.all(first)) expect(r.statusCode).toBe(200);
+    const created = await committed(stack.journal, {
+      type: 'room.created',
+      room: waited.headers['x-pdctl-room'] as string,
+    });
+    expect(created.data.waitedMs).toBeGreaterThan(0);
+    await waitFor(
+      'the wait journaled',
+      async () => (await stack.journal.tail({ type: 'request.waited', limit: 5 })).length === 1,
+    );
+    const [wait] = await stack.journal.tail({ type: 'request.waited', limit: 5 });
+    expect(wait?.data).toMatchObject({
+      reason: 'overloaded',
+      count: 1,
+      requestIds: ['waited-1'],
+      waitedMs: created.data.waitedMs,
+      maxWaitedMs: created.data.waitedMs,
+    });
 
     // A journal that cannot grow (a full disk) fails commits; the API then refuses new work.
     const journal = stack.journal;

@@ -130,6 +130,8 @@ const PROOFS: Record<string, Record<string, Proof>> = {
     '--request-timeout-ms': { test: WIDE },
     '--max-connections': { test: WIDE },
     '--admission-wait-ms': { test: ENV },
+    '--queue-max': { test: WIDE },
+    '--queue-ttl': { test: WIDE },
     '--drain-timeout-ms': { test: WIDE },
     '--log-level': { test: WIDE },
     '--log-format': { test: WIDE },
@@ -337,6 +339,7 @@ describe('pdctl serve, flag by flag', () => {
         ...['--kv-transport', 'shm', '--max-rooms-per-engine', '1', '--router', 'round-robin'],
         ...['--canary-interval-ms', '0', '--allow-fault-injection'],
         ...['--request-timeout-ms', '1500', '--max-connections', '6'],
+        ...['--queue-max', '1', '--queue-ttl', 'interactive=1s'],
         ...['--drain-timeout-ms', '4321', '--log-level', 'debug', '--log-format', 'pretty'],
       ],
       {},
@@ -399,7 +402,7 @@ describe('pdctl serve, flag by flag', () => {
       }
       const ready = await json<{ checks: { canary: { detail: string } } }>(`${url}/health/ready`);
       expect(ready.checks.canary.detail).toContain('background canary off');
-      // One room in flight on the one decode engine (150 ms a token): the next is refused.
+      // One room in flight on the one decode engine (150 ms a token, 12 tokens: about 1.8 s).
       const first = completion(url, 12);
       await waitFor('a room in flight', async () => {
         const live = await json<{ engines: Array<{ liveRooms: number; role: string }> }>(
@@ -407,10 +410,21 @@ describe('pdctl serve, flag by flag', () => {
         );
         return live.engines.some((e) => e.role === 'decode' && e.liveRooms > 0);
       });
-      const second = await completion(url, 1);
-      expect(second.status).toBe(429);
-      expect(((await second.json()) as { error: { message: string } }).error.message).toContain(
-        'every decode engine has 1 rooms in flight',
+      // --queue-max 1: the next waits its turn, and one more finds the queue full (429 at once);
+      // --queue-ttl interactive=1s: the one waiting is refused after a second, the room still busy.
+      const second = completion(url, 1);
+      await waitFor('one request waiting', async () =>
+        /pdctl_queue_waiting\{band="interactive"\} 1\b/.test(
+          await (await fetch(`${url}/metrics`)).text(),
+        ),
+      );
+      const third = await completion(url, 1);
+      expect(third.status).toBe(429);
+      expect(((await third.json()) as { error: { code: string } }).error.code).toBe('queue_full');
+      const waited = await second;
+      expect(waited.status).toBe(429);
+      expect(((await waited.json()) as { error: { message: string } }).error.message).toMatch(
+        /every decode engine has 1 rooms in flight.*\(waited 1000 ms in the interactive queue, its time-to-live\)$/,
       );
       expect((await first).status).toBe(200);
       // --router round-robin: the prefill engines in turn. (Under `kv`, the default, rooms that

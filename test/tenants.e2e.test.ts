@@ -12,19 +12,29 @@ import { waitFor } from './helpers/wait.ts';
 
 const MODEL = 'pdctl-deterministic-1';
 
-function call(url: string, path: string, key?: string, body?: object) {
+function call(
+  url: string,
+  path: string,
+  key?: string,
+  body?: object,
+  headers: Record<string, string> = {},
+) {
   return fetch(`${url}${path}`, {
     method: body ? 'POST' : 'GET',
     headers: {
       ...(key ? { authorization: `Bearer ${key}` } : {}),
       ...(body ? { 'content-type': 'application/json' } : {}),
+      ...headers,
     },
     ...(body ? { body: JSON.stringify(body) } : {}),
   });
 }
 
-const complete = (url: string, key?: string) =>
-  call(url, '/v1/completions', key, { model: MODEL, prompt: 'the river', max_tokens: 4 });
+const complete = (url: string, key?: string, headers: Record<string, string> = {}) =>
+  call(url, '/v1/completions', key, { model: MODEL, prompt: 'the river', max_tokens: 4 }, headers);
+
+/** Asks not to wait in flow control's queue: refused at once when it cannot be served now. */
+const NO_WAIT = { 'x-pdctl-queue-ttl-ms': '0' };
 
 /** The key `pdctl tenants add|rotate` printed: its only stdout line. */
 function keyOf(r: { code: number | null; stdout: string; stderr: string }): string {
@@ -225,7 +235,7 @@ describe('pdctl tenants', () => {
 });
 
 describe("a tenant's own limits", () => {
-  it('--max-concurrency and --tokens-per-minute: a request past them is 429 with Retry-After and x-ratelimit-* headers, journaled with the tenant', async () => {
+  it('--max-concurrency and --tokens-per-minute: a request past them waits its turn, or with no time to wait is 429 with Retry-After and x-ratelimit-* headers; both journaled with the tenant', async () => {
     // 20 ms a token: a 100-token room holds its tenant's slot for about 2 s.
     const s = await serve(['--decode-us-per-token', '20000']);
     try {
@@ -241,7 +251,9 @@ describe("a tenant's own limits", () => {
         const live = (await (await call(s.url, '/v1/live')).json()) as { rooms: unknown[] };
         return live.rooms.length > 0;
       });
-      const held = await complete(s.url, one);
+      // One that may wait is served once the long one ends; one that may not is refused now.
+      const queued = complete(s.url, one, { 'x-request-id': 'queued-1' });
+      const held = await complete(s.url, one, NO_WAIT);
       expect(held.status).toBe(429);
       expect(held.headers.get('retry-after')).toBe('1');
       expect(held.headers.get('x-ratelimit-limit-requests')).toBe('1');
@@ -250,6 +262,18 @@ describe("a tenant's own limits", () => {
         error: { type: 'rate_limit_error', code: 'tenant_concurrency_limit' },
       });
       expect((await long).status).toBe(200);
+      const served = await queued;
+      expect(served.status).toBe(200);
+      const created = (await (
+        await call(
+          s.url,
+          `/v1/journal?type=room.created&room=${served.headers.get('x-pdctl-room')}`,
+        )
+      ).json()) as {
+        data: { tenant: string; requestId: string; waitedMs?: number };
+      };
+      expect(created.data).toMatchObject({ tenant: 'one-at-a-time', requestId: 'queued-1' });
+      expect(created.data.waitedMs).toBeGreaterThan(0);
       expect((await complete(s.url, one)).status).toBe(200);
 
       // 60 tokens a minute: a request of 1 prompt token and 80 max runs the bucket dry.
@@ -261,7 +285,7 @@ describe("a tenant's own limits", () => {
       });
       expect(first.status).toBe(200);
       expect(first.headers.get('x-ratelimit-limit-tokens')).toBe('60');
-      const dry = await complete(s.url, thrifty);
+      const dry = await complete(s.url, thrifty, NO_WAIT);
       expect(dry.status).toBe(429);
       expect(Number(dry.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
       expect(await dry.json()).toMatchObject({ error: { code: 'tenant_token_limit' } });
@@ -285,6 +309,21 @@ describe("a tenant's own limits", () => {
         ['tenant_concurrency_limit', 'one-at-a-time', 1],
         ['tenant_token_limit', 'thrifty', 1],
       ]);
+      // And the wait, per reason and tenant, with its request id.
+      const waits = async () =>
+        (await (await call(s.url, '/v1/journal?type=request.waited')).text())
+          .split('\n')
+          .filter((l) => l !== '')
+          .map((l) => JSON.parse(l) as { data: { requestIds: string[] } })
+          .filter((e) => e.data.requestIds.includes('queued-1'));
+      await waitFor('the wait journaled', async () => (await waits()).length === 1);
+      expect((await waits())[0]?.data).toMatchObject({
+        reason: 'tenant_concurrency_limit',
+        tenant: 'one-at-a-time',
+        count: 1,
+        requestIds: ['queued-1'],
+        maxWaitedMs: created.data.waitedMs,
+      });
     } finally {
       expect(await s.stop()).toBe(0);
     }

@@ -13,14 +13,16 @@ import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { ControlPlane } from '../control/control-plane.ts';
 import type { Canary } from '../control/evidence/canary.ts';
+import { FlowControl } from '../control/flow/flow-control.ts';
 import { RELEASE_WINDOW_MS } from '../control/rooms/orphans.ts';
 import type { Retention } from '../journal/retention.ts';
 import type { JournalStore } from '../journal/store.ts';
 import type { Logger } from '../log.ts';
 import type { Planner } from '../planner/online.ts';
 import type { RecoveryView } from '../recovery/view.ts';
+import type { EventInput } from '../room/events.ts';
 import { isRequestId } from '../room/ids.ts';
-import { TenantLimits } from '../tenants/limits.ts';
+import type { Band } from '../tenants/book.ts';
 import { operatorsOnly, readerOf } from './access.ts';
 import { adminRoutes } from './admin.ts';
 import { API_ERRORS, COMPLETION_ROUTES, sendError, toApiError } from './errors.ts';
@@ -101,9 +103,18 @@ export interface ApiOptions {
    * about 2 s) before it is refused. Default 3000; 0: refused at once.
    */
   admissionWaitMs?: number;
-  /** Completions waiting so at most; more are refused at once. Default 256. */
-  admissionQueue?: number;
+  /** Completions waiting in flow control's queue at most; past it the lowest band is shed. */
+  queueMax?: number;
+  /** How long a completion of each band may wait for its turn; a client may ask for less. */
+  queueTtlMs?: Partial<Record<Band, number>>;
 }
+
+/** Flow control's defaults: how many wait, and how long each band waits at most. */
+export const FLOW_DEFAULTS = {
+  admissionWaitMs: 3000,
+  queueMax: 1024,
+  queueTtlMs: { interactive: 10_000, batch: 60_000 },
+} as const;
 
 /** A certificate (chain) and its private key, PEM. */
 export interface TlsPair {
@@ -192,9 +203,34 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
   });
   await app.register(swaggerUi, { routePrefix: '/docs' });
   app.decorateRequest('room', null);
-  const refusals = o.refusals ?? new RefusalLog((ev) => o.control.journal.append(ev), o.log);
+  const append = (ev: EventInput) => o.control.journal.append(ev);
+  const refusals = o.refusals ?? new RefusalLog(append, o.log);
+  const waits = new RefusalLog(append, o.log, 1000, 100_000, 'request.waited');
+  const flow = new FlowControl(
+    {
+      clock: o.control.clock,
+      submit: (r) => o.control.submit(r),
+      tokenize: (p) => o.control.modelInfo.tokenize(p),
+      waited: (w) => {
+        waits.waited(w.reason, w.requestId ?? 'unknown', w.waitedMs, Date.now(), w.tenant);
+        o.metrics.waited(w.reason, w.waitedMs);
+      },
+    },
+    {
+      admissionWaitMs: o.admissionWaitMs ?? FLOW_DEFAULTS.admissionWaitMs,
+      queueMax: o.queueMax ?? FLOW_DEFAULTS.queueMax,
+      queueTtlMs: { ...FLOW_DEFAULTS.queueTtlMs, ...o.queueTtlMs },
+    },
+  );
+  // A room event may have freed pages or a slot: the waiting are tried again.
+  const unwake = o.control.onRoomEvent(() => flow.wake());
+  o.metrics.watchFlow(flow);
   // What is gathered is written when the API closes, while the journal is still open.
-  app.addHook('onClose', () => refusals.close());
+  app.addHook('onClose', async () => {
+    unwake();
+    flow.close();
+    await Promise.all([refusals.close(), waits.close()]);
+  });
   app.setErrorHandler((err, req, reply) => {
     const e = toApiError(err);
     // A refusal the service chose (503: journal unwritable, no engines) is a warning, once per
@@ -255,9 +291,7 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
     metrics: o.metrics,
     modelId: o.control.modelInfo.name,
     shutdown,
-    admissionWaitMs: o.admissionWaitMs ?? 3000,
-    admissionQueue: o.admissionQueue ?? 256,
-    limits: new TenantLimits(),
+    flow,
   });
   await app.register(queryRoutes, {
     control: o.control,

@@ -4,6 +4,7 @@
  */
 import type { FastifyReply } from 'fastify';
 import { ControlError, type ControlErrorCode } from '../control/errors.ts';
+import { FlowRefusal } from '../control/flow/flow-control.ts';
 import { JournalError, type JournalErrorCode } from '../journal/errors.ts';
 import { TenantError } from '../tenants/admin.ts';
 
@@ -61,13 +62,22 @@ export const API_ERRORS = {
     status: 429,
     refusal: true,
     retryAfterS: 1,
-    means: 'no engine has the KV pages for the request now',
+    means:
+      "no engine had the KV pages for the request for as long as it could wait (its band's time-to-live, or x-pdctl-queue-ttl-ms)",
   },
   tenant_concurrency_limit: {
     status: 429,
     refusal: true,
     retryAfterS: 1,
-    means: "the tenant's requests in flight are at its max concurrency",
+    means:
+      "the tenant's requests in flight were at its max concurrency for as long as the request could wait",
+  },
+  queue_full: {
+    status: 429,
+    refusal: true,
+    retryAfterS: 1,
+    means:
+      "flow control's queue holds --queue-max requests: the lowest band is shed first (a batch request, or one of the band that has no lower band to shed)",
   },
   tenant_token_limit: {
     status: 429,
@@ -231,7 +241,12 @@ export function roomNotFound(room: string): ApiError {
 /** Any error thrown by a route, as the ApiError a client should see. */
 export function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
-  if (err instanceof ControlError) return ApiError.of(controlCode(err.code), err.message);
+  if (err instanceof ControlError) {
+    const e = ApiError.of(controlCode(err.code), err.message);
+    // Flow control says when the tenant's bucket has tokens again (control/flow/).
+    const retry = err instanceof FlowRefusal ? err.retryAfterS : null;
+    return retry === null ? e : new ApiError(e.status, e.message, e.type, e.code, null, retry);
+  }
   if (err instanceof TenantError) return ApiError.of(TENANT_API_CODE[err.code], err.message);
   if (err instanceof JournalError)
     return new ApiError(JOURNAL_HTTP_STATUS[err.code], err.message, undefined, err.code);

@@ -46,6 +46,7 @@ describe('the API error catalogue', () => {
       'engines_draining',
       'overloaded',
       'tenant_concurrency_limit',
+      'queue_full',
       'tenant_token_limit',
       'journal_unavailable',
       'shutting_down',

@@ -9,6 +9,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import client from 'prom-client';
 import type { ControlPlane } from '../control/control-plane.ts';
 import { STAGE_OF } from '../control/evidence/canary.ts';
+import type { FlowControl } from '../control/flow/flow-control.ts';
 import { MAX_COUNTED_DEPTH } from '../control/rooms/commit-depth.ts';
 import type { Retention } from '../journal/retention.ts';
 import type { JournalDisk, JournalReader } from '../journal/store.ts';
@@ -25,6 +26,7 @@ import {
 } from '../room/reasons.ts';
 import type { Room } from '../room/reducer.ts';
 import { LIVE_STATES } from '../room/states.ts';
+import { BAND_ORDER, WAIT_REASONS } from '../tenants/flow.ts';
 import { COMPLETION_ROUTES, REFUSAL_CODES } from './errors.ts';
 import { BoundedLabel } from './labels.ts';
 
@@ -108,6 +110,10 @@ export class ApiMetrics {
   private readonly statuses = new BoundedLabel(TRANSFER_STATUSES);
   private readonly refusals: client.Counter<'reason'>;
   private readonly refusalReasons = new BoundedLabel(REFUSAL_CODES);
+  private readonly waits: client.Histogram<'reason'>;
+  private readonly waitReasons = new BoundedLabel(WAIT_REASONS);
+  /** Flow control's queue, once the API has one (`watchFlow`). */
+  private flow: Pick<FlowControl, 'snapshot'> | null = null;
   /** Sets the gauges from the control plane's state; run at each scrape. */
   private readonly collect: () => void;
 
@@ -214,6 +220,34 @@ export class ApiMetrics {
       registers: [r],
     });
     for (const reason of REFUSAL_CODES) this.refusals.inc({ reason }, 0);
+    this.waits = new client.Histogram({
+      name: 'pdctl_request_wait_seconds',
+      help: "Completions taken after waiting in flow control's queue: how long, by what held them (each is also journaled: request.waited)",
+      labelNames: ['reason'],
+      buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+      registers: [r],
+    });
+    const flowOf = () => this.flow;
+    new client.Gauge({
+      name: 'pdctl_queue_waiting',
+      help: "Completions waiting in flow control's queue now, by band",
+      labelNames: ['band'],
+      registers: [r],
+      collect() {
+        const snap = flowOf()?.snapshot();
+        for (const band of BAND_ORDER) this.set({ band }, snap?.[band].requests ?? 0);
+      },
+    });
+    new client.Gauge({
+      name: 'pdctl_queue_oldest_wait_seconds',
+      help: "How long the oldest completion waiting in flow control's queue has waited, by band (0: none waits)",
+      labelNames: ['band'],
+      registers: [r],
+      collect() {
+        const snap = flowOf()?.snapshot();
+        for (const band of BAND_ORDER) this.set({ band }, (snap?.[band].oldestMs ?? 0) / 1000);
+      },
+    });
     for (const [state, reason] of KNOWN_ENDINGS) this.ended.inc({ state, reason }, 0);
     for (const route of COMPLETION_ROUTES)
       for (const status of KNOWN_STATUSES) this.responses.inc({ route, status }, 0);
@@ -568,6 +602,16 @@ export class ApiMetrics {
   /** A completion was refused before it had a room (`reason`: its API error code). */
   refused(reason: string): void {
     this.refusals.inc({ reason: this.refusalReasons.of(reason) });
+  }
+
+  /** A completion was taken after waiting `ms` in flow control's queue for `reason`. */
+  waited(reason: string, ms: number): void {
+    this.waits.observe({ reason: this.waitReasons.of(reason) }, ms / 1000);
+  }
+
+  /** The queue `pdctl_queue_waiting` and `pdctl_queue_oldest_wait_seconds` read at each scrape. */
+  watchFlow(flow: Pick<FlowControl, 'snapshot'>): void {
+    this.flow = flow;
   }
 
   /** A canary run ended: `ok`, or `failing_` and the stage it failed in. */

@@ -9,13 +9,12 @@ import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { STOP_SEQUENCES, StopSequences } from '../bus/protocol.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
-import { ControlError } from '../control/errors.ts';
+import type { FlowControl } from '../control/flow/flow-control.ts';
 import { RoomEndedError, type RoomStream } from '../control/intake/streams.ts';
 import type { CompletionResult } from '../control/intake/types.ts';
 import { MAX_TOKENS_LIMIT } from '../control/options.ts';
 import type { ChatMessage, Sampling } from '../model/executor.ts';
-import type { Band, Tenant, TenantBook } from '../tenants/book.ts';
-import type { TenantLimits } from '../tenants/limits.ts';
+import type { Tenant, TenantBook } from '../tenants/book.ts';
 import { bearerOf } from './access.ts';
 import { ApiError, toApiError } from './errors.ts';
 import type { ApiMetrics } from './metrics.ts';
@@ -185,61 +184,25 @@ export interface OpenAiDeps {
   modelId: string;
   /** Set when the API shuts down: new completions are refused, those in flight are tracked. */
   shutdown: ShutdownGate;
-  /** How long a completion that finds no engine of a role waits for one before it is refused. */
-  admissionWaitMs: number;
-  /** Completions waiting so at most; more are refused at once. */
-  admissionQueue: number;
-  /** Each tenant's own limits (its rooms at once, its tokens a minute). */
-  limits: TenantLimits;
+  /** Flow control: a request that cannot be served now waits its turn (control/flow/). */
+  flow: FlowControl;
 }
 
-/** How often a waiting completion looks for an engine again. */
-const ADMISSION_POLL_MS = 50;
-/** Completions waiting for an engine now, in this process (one API serves per process). */
-let waiting = 0;
+/** The client's own time-to-live in flow control's queue, in ms: its band's, or less. */
+export const QUEUE_TTL_HEADER = 'x-pdctl-queue-ttl-ms';
 
-/**
- * `submit()`, and when no engine of a role is there (one is restarting: about 2 s), again every
- * 50 ms for up to `admissionWaitMs` — so that a request arriving during an engine restart is
- * served a little later instead of refused. Bounded: past `admissionQueue` waiting completions,
- * and for every other refusal, the error goes to the client at once.
- */
-async function admitted(
-  deps: OpenAiDeps,
-  reply: FastifyReply,
-  submit: () => RoomStream,
-): Promise<RoomStream> {
-  const waitable = (err: unknown): err is ControlError =>
-    err instanceof ControlError &&
-    err.code === 'CONTROL_NO_ENGINES' &&
-    deps.admissionWaitMs > 0 &&
-    !deps.shutdown.closing;
-  const refused = (err: ControlError, why: string) =>
-    new ControlError(err.code, `${err.message} (${why})`);
-  try {
-    return submit();
-  } catch (err) {
-    if (!waitable(err)) throw err;
-    if (waiting >= deps.admissionQueue)
-      throw refused(err, `${waiting} requests already wait for one`);
-  }
-  waiting++;
-  try {
-    const deadline = Date.now() + deps.admissionWaitMs;
-    for (;;) {
-      await new Promise((r) => setTimeout(r, ADMISSION_POLL_MS));
-      if (reply.raw.destroyed)
-        throw new ApiError(499, 'the client left while waiting for an engine');
-      try {
-        return submit();
-      } catch (err) {
-        if (!waitable(err)) throw err;
-        if (Date.now() >= deadline) throw refused(err, `waited ${deps.admissionWaitMs} ms for one`);
-      }
-    }
-  } finally {
-    waiting--;
-  }
+/** The header's value (absent: null); one that is not a whole number of ms is a 400. */
+function queueTtlOf(req: FastifyRequest): number | null {
+  const v = req.headers[QUEUE_TTL_HEADER];
+  if (v === undefined) return null;
+  const ms = typeof v === 'string' && /^\d{1,9}$/.test(v.trim()) ? Number(v) : Number.NaN;
+  if (!Number.isInteger(ms))
+    throw ApiError.of(
+      'invalid_parameter',
+      `${QUEUE_TTL_HEADER} must be a whole number of milliseconds (0: do not wait), got ${JSON.stringify(v)}`,
+      QUEUE_TTL_HEADER,
+    );
+  return ms;
 }
 
 /** `response` of a completion route: JSON, or server-sent events with `stream: true`. */
@@ -365,27 +328,9 @@ function roomEnded(err: RoomEndedError): ApiError {
     : new ApiError(503, message, 'server_error', `room_${err.state}`);
 }
 
-/**
- * The tenant's own limits take the request in, or refuse it — 429 with Retry-After and OpenAI's
- * `x-ratelimit-*` headers, its code naming the limit (journaled as a refusal, with the tenant).
- */
-function withinLimits(limits: TenantLimits, tenant: Tenant, reply: FastifyReply): void {
-  const now = Date.now();
-  const v = limits.admit(tenant, now);
-  reply.headers(limits.headers(tenant, now));
-  if (!v.ok) {
-    const code = v.limit === 'concurrency' ? 'tenant_concurrency_limit' : 'tenant_token_limit';
-    throw new ApiError(429, v.message, 'rate_limit_error', code, null, v.retryAfterS);
-  }
-}
-
 /** The tenant a serving request came with (null: an open API), for the refusal log. */
 export function requestTenant(req: FastifyRequest): string | null {
   return tenantOfRequest.get(req)?.name ?? null;
-}
-
-function tenantField(t: Tenant | null): { tenant?: { name: string; band: Band } } {
-  return t ? { tenant: { name: t.name, band: t.band } } : {};
 }
 
 async function serve(
@@ -414,43 +359,37 @@ async function serve(
   const ac = new AbortController();
   const started = performance.now();
   const tenant = tenantOfRequest.get(req) ?? null;
-  if (tenant) withinLimits(deps.limits, tenant, reply);
+  const ttlMs = queueTtlOf(req);
+  // The socket closing before we finished is the client going away: it waits no more, and its
+  // room, once it has one, is aborted.
+  let finished = false;
+  reply.raw.on('close', () => {
+    if (!finished) ac.abort();
+  });
   let stream: RoomStream;
   try {
-    stream = await admitted(deps, reply, () =>
-      deps.control.submit({
-        ...input,
-        maxTokens,
-        stop: stops,
-        sampling: asked,
-        requestId: req.id,
-        ...traceparentOf(req.headers.traceparent),
-        ...tenantField(tenant),
-        signal: ac.signal,
-      }),
-    );
+    stream = await deps.flow.admit({
+      ...input,
+      maxTokens,
+      stop: stops,
+      sampling: asked,
+      requestId: req.id,
+      ...traceparentOf(req.headers.traceparent),
+      tenant,
+      ...(ttlMs === null ? {} : { ttlMs }),
+      signal: ac.signal,
+    });
   } catch (err) {
-    if (tenant) deps.limits.release(tenant, 0, Date.now());
+    if (ac.signal.aborted) throw new ApiError(499, 'the client left while its request waited');
     throw err;
-  }
-  if (tenant) {
-    // Its tokens come out of the tenant's minute now; what it did not generate goes back.
-    const room = stream;
-    deps.limits.charge(tenant, room.promptTokens + maxTokens, Date.now());
-    reply.raw.once('close', () =>
-      deps.limits.release(tenant, Math.max(0, maxTokens - room.tokens), Date.now()),
-    );
+  } finally {
+    if (tenant) reply.headers(deps.flow.limits.headers(tenant, Date.now()));
   }
   reply.header('x-pdctl-room', stream.room);
   // The access line names the room serving the request when it ends (a migration moves it).
   req.room = () => stream.current;
   const leave = deps.shutdown.enter(() => stream.current);
   reply.raw.once('close', leave);
-  // The socket closing before we finished is the client going away: abort the room now.
-  let finished = false;
-  reply.raw.on('close', () => {
-    if (!finished) ac.abort();
-  });
   const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${stream.room}`;
   const createdAt = Math.floor(Date.now() / 1000);
   const usage = (r: { tokens: number }) => ({

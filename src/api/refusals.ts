@@ -7,7 +7,8 @@
  * refusal — a flood of refusals is one event per 20, and every refused id leads to its refusal.
  * While the journal refuses writes the batches wait, in order, and are written when it is back; past
  * `maxWaitingIds` waiting ids, refusals are only counted (the event's `count` then exceeds its ids,
- * and the lookup of such an id says its id was not kept).
+ * and the lookup of such an id says its id was not kept). The same log, made for
+ * `request.waited`, gathers the waits of requests flow control took after they waited.
  */
 
 import type { Logger } from '../log.ts';
@@ -26,6 +27,9 @@ interface Batch {
   message: string;
   firstAt: number;
   lastAt: number;
+  /** `request.waited`: their waits summed, and the longest. */
+  waitedMs: number;
+  maxWaitedMs: number;
 }
 
 export class RefusalLog {
@@ -48,7 +52,22 @@ export class RefusalLog {
     private readonly everyMs = 1000,
     /** Ids kept while waiting for the journal; past it refusals are counted without their ids. */
     private readonly maxWaitingIds = 100_000,
+    /** What it gathers: refusals, or (the same way) the waits of requests taken after waiting. */
+    private readonly type: 'request.refused' | 'request.waited' = 'request.refused',
   ) {}
+
+  /** One request was taken after waiting `waitedMs` for `reason` (a `request.waited` log). */
+  waited(
+    reason: string,
+    requestId: string,
+    waitedMs: number,
+    now = Date.now(),
+    tenant: string | null = null,
+  ): void {
+    const b = this.note(reason, 0, requestId, '', now, tenant);
+    b.waitedMs += waitedMs;
+    b.maxWaitedMs = Math.max(b.maxWaitedMs, waitedMs);
+  }
 
   /** One request was refused with `reason` (its API error code), of `tenant` when it had one. */
   note(
@@ -58,7 +77,7 @@ export class RefusalLog {
     message: string,
     now = Date.now(),
     tenant: string | null = null,
-  ): void {
+  ): Batch {
     const key = tenant === null ? reason : `${reason}\u0000${tenant}`;
     let b = this.open.get(key);
     if (b && b.requestIds.length >= REFUSAL_IDS_PER_EVENT && this.waitingIds < this.maxWaitingIds) {
@@ -75,6 +94,8 @@ export class RefusalLog {
         message: message.slice(0, 500),
         firstAt: now,
         lastAt: now,
+        waitedMs: 0,
+        maxWaitedMs: 0,
       };
       this.open.set(key, b);
     }
@@ -87,6 +108,7 @@ export class RefusalLog {
     // A full batch goes now; the rest within a second of their first refusal.
     if (this.full.length > 0 && !this.flushing && !this.failed) void this.write(false);
     this.later();
+    return b;
   }
 
   private later(): void {
@@ -112,14 +134,16 @@ export class RefusalLog {
       let error: string | null = null;
       await Promise.all(
         batch.map(async (b) => {
-          const { reason, tenant, ...data } = b;
+          const { reason, tenant, waitedMs, maxWaitedMs, status, message, ...data } = b;
+          const of =
+            this.type === 'request.refused' ? { status, message } : { waitedMs, maxWaitedMs };
           try {
             await this.append({
-              type: 'request.refused',
+              type: this.type,
               source: 'api',
-              eventId: `refused:${reason}:${b.firstAt}:${++this.seq}`,
-              data: { reason, ...(tenant === null ? {} : { tenant }), ...data },
-            });
+              eventId: `${this.type === 'request.refused' ? 'refused' : 'waited'}:${reason}:${b.firstAt}:${++this.seq}`,
+              data: { reason, ...(tenant === null ? {} : { tenant }), ...of, ...data },
+            } as EventInput);
             this.waitingIds -= b.requestIds.length;
           } catch (err) {
             refused.push(b);
@@ -132,7 +156,7 @@ export class RefusalLog {
         // One line, no stack: while the journal refuses writes this repeats every second.
         this.log.warn(
           { count: refused.reduce((n, b) => n + b.count, 0), waitingIds: this.waitingIds, error },
-          'could not journal refusals; kept for later',
+          `could not journal ${this.type === 'request.refused' ? 'refusals' : 'waits'}; kept for later`,
         );
       // Refused batches go first next time, before those gathered since.
       this.full.unshift(...refused.sort((a, b) => a.firstAt - b.firstAt));

@@ -25,7 +25,8 @@ export interface ServingOptions extends StackOptions {
     | 'maxConnections'
     | 'canaryStaleMs'
     | 'admissionWaitMs'
-    | 'admissionQueue'
+    | 'queueMax'
+    | 'queueTtlMs'
     | 'pruneFloorMs'
     | 'tls'
   >;

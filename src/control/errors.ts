@@ -8,6 +8,12 @@ export const CONTROL_ERROR_CODES = [
   'CONTROL_CONTEXT_LENGTH_EXCEEDED',
   /** No engine has the KV pages for the request now (it would fit an idle one): retry shortly. */
   'CONTROL_OVERLOADED',
+  /** The tenant's requests in flight are at its max concurrency (it waited its time-to-live). */
+  'CONTROL_TENANT_CONCURRENCY_LIMIT',
+  /** The tenant used its tokens a minute (it waited its time-to-live). */
+  'CONTROL_TENANT_TOKEN_LIMIT',
+  /** Flow control's queue is at its bound: the lowest band is shed first (control/flow/). */
+  'CONTROL_QUEUE_FULL',
   /** No prefill or no decode engine is registered with a fresh heartbeat. */
   'CONTROL_NO_ENGINES',
   /** Every engine of a role heartbeats but drains (`pdctl engines drain`): none takes new rooms. */

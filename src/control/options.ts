@@ -153,6 +153,8 @@ export interface SubmitRequest {
   traceparent?: string;
   /** The tenant whose key it came with, journaled likewise; absent on an open API. */
   tenant?: { name: string; band: Band };
+  /** How long it waited in flow control's queue before its room (journaled on the first room). */
+  waitedMs?: number;
 }
 
 /** The longest prompt, in UTF-8 bytes: what fits in a `room.created` event on the bus. */

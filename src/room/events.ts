@@ -70,6 +70,11 @@ export const EVENT_SCHEMAS = {
       tenant: Type.Optional(Id),
       band: Type.Optional(Band),
       /**
+       * Milliseconds the request waited in flow control's queue before this, its first room
+       * (control/flow/); absent: it did not wait. Its migrations and retries do not repeat it.
+       */
+      waitedMs: Type.Optional(Count),
+      /**
        * How its tokens are drawn (the API's request, with the seed it drew when the client sent
        * none): the same sampling and seed give the same text, also in a migration's continuation.
        */
@@ -378,6 +383,26 @@ export const EVENT_SCHEMAS = {
       /** What the first of them was told. */
       message: Text,
       /** When the first and the last of them were refused (unix ms). */
+      firstAt: Count,
+      lastAt: Count,
+    },
+    open,
+  ),
+  /**
+   * Requests that waited in flow control's queue before their rooms (control/flow/), gathered as
+   * refusals are: per reason and tenant, at most 20 request ids to an event. Each of their rooms
+   * records its own wait too (`room.created.waitedMs`).
+   */
+  'request.waited': Type.Object(
+    {
+      /** What held them: the code they would have been refused with (`overloaded`, …). */
+      reason: Type.String({ pattern: '^[a-z][a-z0-9_]{0,63}$' }),
+      tenant: Type.Optional(Id),
+      count: Type.Integer({ minimum: 1 }),
+      requestIds: Type.Array(Type.String({ minLength: 1, maxLength: 128 }), { maxItems: 20 }),
+      /** Their waits, summed, and the longest, in ms. */
+      waitedMs: Count,
+      maxWaitedMs: Count,
       firstAt: Count,
       lastAt: Count,
     },

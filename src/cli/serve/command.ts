@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { Option } from 'commander';
+import { FLOW_DEFAULTS } from '../../api/app.ts';
 import { CONTROL_DEFAULTS } from '../../control/options.ts';
 import { ROUTER_POLICIES } from '../../control/routing/router.ts';
 import { UsageError } from '../../errors.ts';
@@ -9,7 +10,7 @@ import { announceFailure, LOG_FORMATS, LOG_LEVELS } from '../../log.ts';
 import { engineShapeOptions, intArg } from '../args.ts';
 import { EXIT } from '../context.ts';
 import { plannerServeOptions } from '../plan/serve-flags.ts';
-import { retainArg } from './options.ts';
+import { queueTtlArg, queueTtlText, retainArg } from './options.ts';
 import { runServe } from './run.ts';
 
 export function registerServeCommand(program: Command): void {
@@ -193,6 +194,17 @@ export function registerServeCommand(program: Command): void {
       'how long a request that finds no engine of a role (one restarting: about 2 s) waits for one before 503 no_engines; 0: at once',
       intArg('--admission-wait-ms'),
       3000,
+    )
+    .option(
+      '--queue-max <n>',
+      'requests waiting their turn at most (no pages free, no engine, a tenant at its limit); past it the batch band is shed first (429 queue_full); 0: none waits, refused at once',
+      intArg('--queue-max'),
+      FLOW_DEFAULTS.queueMax,
+    )
+    .option(
+      '--queue-ttl <band=duration,...>',
+      `how long a request of each band may wait for its turn before 429 (a client may ask for less with x-pdctl-queue-ttl-ms); default ${queueTtlText(FLOW_DEFAULTS.queueTtlMs)}`,
+      queueTtlArg,
     )
     .option(
       '--drain-timeout-ms <n>',

@@ -15,6 +15,8 @@ import type { RetentionPolicy } from '../../journal/retention.ts';
 import type { Durability } from '../../journal/store.ts';
 import type { LogLevel } from '../../log.ts';
 import type { PlannerOptions } from '../../planner/online.ts';
+import { BANDS } from '../../room/events.ts';
+import type { Band } from '../../tenants/book.ts';
 import { formatAge, parseDuration } from '../../time.ts';
 import { checkKvDevice, engineShapeArgs } from '../args.ts';
 import { writableArchive } from '../context.ts';
@@ -67,6 +69,8 @@ export interface ServeOptions {
     requestTimeoutMs: number;
     maxConnections: number;
     admissionWaitMs: number;
+    queueMax: number;
+    queueTtlMs: Partial<Record<Band, number>>;
   };
   drainTimeoutMs: number;
   /** The model flags as parsed (`--model`, …), for `openModelInfo`. */
@@ -146,10 +150,33 @@ export function serveOptions(o: Record<string, unknown>): ServeOptions {
       requestTimeoutMs: o.requestTimeoutMs as number,
       maxConnections: o.maxConnections as number,
       admissionWaitMs: o.admissionWaitMs as number,
+      queueMax: o.queueMax as number,
+      queueTtlMs: (o.queueTtl as Partial<Record<Band, number>> | undefined) ?? {},
     },
     drainTimeoutMs: o.drainTimeoutMs as number,
     modelFlags: o,
   };
+}
+
+/** `--queue-ttl interactive=10s,batch=1m`: each band named, its time-to-live; others keep theirs. */
+export function queueTtlArg(v: string): Partial<Record<Band, number>> {
+  const out: Partial<Record<Band, number>> = {};
+  for (const part of v.split(',')) {
+    const [band, duration, ...rest] = part.trim().split('=');
+    if (!BANDS.includes(band as Band) || duration === undefined || rest.length > 0)
+      throw new UsageError(
+        `--queue-ttl takes band=duration pairs, as interactive=10s,batch=1m (bands: ${BANDS.join(', ')}); got "${part}"`,
+      );
+    out[band as Band] = parseDuration(duration, `--queue-ttl ${band}`);
+  }
+  return out;
+}
+
+/** A band → ms map as `--queue-ttl` takes it, for help texts. */
+export function queueTtlText(ttl: Record<Band, number>): string {
+  return Object.entries(ttl)
+    .map(([band, ms]) => `${band}=${formatAge(ms)}`)
+    .join(',');
 }
 
 /** A `--retain` flag's parser: a duration of at least the window a room may await its release. */

@@ -146,7 +146,12 @@ export class Intake {
       ...(stop.length > 0 ? { stop } : {}),
       ...(sampling ? { sampling } : {}),
     };
-    this.create(stream, room, req, promptTokens, pair, { source: request.source ?? 'api', names });
+    const waited = request.waitedMs ? { waitedMs: request.waitedMs } : {};
+    this.create(stream, room, req, promptTokens, pair, {
+      source: request.source ?? 'api',
+      names,
+      ...waited,
+    });
     if (signal) {
       const onAbort = () => {
         stream.cancelled = true;
@@ -297,7 +302,13 @@ export class Intake {
     request: RoomRequest,
     promptTokens: number,
     { prefill, decode, transport }: Pair,
-    o: { source: string; migratedFrom?: string; retriedFrom?: string; names?: readonly string[] },
+    o: {
+      source: string;
+      migratedFrom?: string;
+      retriedFrom?: string;
+      names?: readonly string[];
+      waitedMs?: number;
+    },
   ): void {
     const { book, deadlinesMs, router } = this.deps;
     const names = o.names ?? this.namesOf(request);
@@ -325,6 +336,7 @@ export class Intake {
             ...stream.trace,
             ...(o.migratedFrom ? { migratedFrom: o.migratedFrom } : {}),
             ...(o.retriedFrom ? { retriedFrom: o.retriedFrom } : {}),
+            ...(o.waitedMs ? { waitedMs: o.waitedMs } : {}),
             ...(deadlinesMs ? { deadlinesMs } : {}),
             ...(reservation ? { reservation } : {}),
           },
