@@ -329,3 +329,60 @@ describe("a tenant's own limits", () => {
     }
   }, 60_000);
 });
+
+describe('flow control through pdctl serve', () => {
+  it('requests past a full fleet wait in the queue, are served in turn, and the planner reads them as demand', async () => {
+    // One room at a time on the one decode engine, 100 ms a token: the rest wait their turn.
+    const s = await serve([
+      ...['--max-rooms-per-engine', '1', '--decode-us-per-token', '100000'],
+      ...['--planner', 'advise', '--planner-interval', '1s', '--canary-interval-ms', '0'],
+    ]);
+    try {
+      const ask = (i: number) =>
+        call(
+          s.url,
+          '/v1/completions',
+          undefined,
+          { model: MODEL, prompt: `the river ${i}`, max_tokens: 10 },
+          { 'x-request-id': `turn-${i}` },
+        );
+      const first = ask(0);
+      await waitFor('its room in flight', async () => {
+        const live = (await (await call(s.url, '/v1/live')).json()) as { rooms: unknown[] };
+        return live.rooms.length > 0;
+      });
+      const rest = [1, 2, 3].map(ask);
+      await waitFor('three waiting', async () =>
+        /pdctl_queue_waiting\{band="interactive"\} 3\b/.test(
+          await (await call(s.url, '/metrics')).text(),
+        ),
+      );
+      // The planner's next interval counts them: demand that has no room yet.
+      await waitFor('a decision that read the queue', async () =>
+        (await (await call(s.url, '/v1/journal?type=planner.decision')).text())
+          .split('\n')
+          .filter((l) => l !== '')
+          .some(
+            (l) =>
+              ((JSON.parse(l) as { data: { inputs: { queued?: number } } }).data.inputs.queued ??
+                0) > 0,
+          ),
+      );
+      const answers = await Promise.all([first, ...rest]);
+      for (const r of answers) expect(r.status).toBe(200);
+      // Served in the order they came: each later one waited longer.
+      const waited: number[] = [];
+      for (const r of answers.slice(1)) {
+        const room = r.headers.get('x-pdctl-room');
+        const ev = (await (
+          await call(s.url, `/v1/journal?type=room.created&room=${room}`)
+        ).json()) as { data: { waitedMs: number } };
+        waited.push(ev.data.waitedMs);
+      }
+      expect(waited[0]).toBeGreaterThan(0);
+      expect([...waited].sort((a, b) => a - b)).toEqual(waited);
+    } finally {
+      expect(await s.stop()).toBe(0);
+    }
+  }, 60_000);
+});

@@ -95,7 +95,7 @@ export interface ApiOptions {
    */
   pruneFloorMs?: number;
   /** The planner (`GET /v1/planner`); absent: no such route. */
-  planner?: Pick<Planner, 'status'>;
+  planner?: Pick<Planner, 'status'> & Partial<Pick<Planner, 'readQueue'>>;
   /** Where refusals are journaled; default: one over the control plane's journal. */
   refusals?: RefusalLog;
   /**
@@ -225,6 +225,8 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
   // A room event may have freed pages or a slot: the waiting are tried again.
   const unwake = o.control.onRoomEvent(() => flow.wake());
   o.metrics.watchFlow(flow);
+  // The planner reads the queue, not only the rooms: waiting requests are demand without a room.
+  o.planner?.readQueue?.(() => flow.demand());
   // What is gathered is written when the API closes, while the journal is still open.
   app.addHook('onClose', async () => {
     unwake();

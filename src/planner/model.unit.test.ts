@@ -22,6 +22,7 @@ function minute(load: Fleet, ttft = 100, itl = 10, i = 0): WindowSummary {
     ttftMs: distribution([ttft]),
     itlMs: distribution([itl]),
     load,
+    queued: 0,
     refused: 0,
     failed: 0,
     engines: { prefill: 2, decode: 2 },

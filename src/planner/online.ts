@@ -16,7 +16,7 @@ import {
   type PlannerConfig,
   type Step,
 } from './model.ts';
-import { type Fleet, WindowRecord } from './record.ts';
+import { type Fleet, type QueuedRequest, WindowRecord } from './record.ts';
 
 /**
  * `off`: no planner; `advise`: decides and journals, acts on nothing; `act`: and carries out each
@@ -66,6 +66,8 @@ export class Planner {
   private ticking: Promise<void> | null = null;
   /** The step being carried out (act): no other starts until it is done. */
   private acting: Promise<void> | null = null;
+  /** The requests waiting in flow control's queue (`readQueue`); none until one is given. */
+  private queued: () => readonly QueuedRequest[] = () => [];
 
   constructor(
     private readonly journal: PlannerJournal,
@@ -85,6 +87,11 @@ export class Planner {
     this.intervalMs = intervalMs;
   }
 
+  /** Reads the requests waiting in flow control's queue at each interval's end (the API's). */
+  readQueue(queued: () => readonly QueuedRequest[]): void {
+    this.queued = queued;
+  }
+
   /** Folds what the journal commits from now on; decides every interval. */
   async start(): Promise<void> {
     if (this.mode === 'off' || this.record) return;
@@ -101,7 +108,7 @@ export class Planner {
     const record = this.record;
     if (!record || this.ticking) return this.ticking ?? Promise.resolve();
     const fleet = this.fleet();
-    const summary = record.close(this.clock.now());
+    const summary = record.close(this.clock.now(), this.queued());
     const decision = decide(summary, fleet, this.config, this.memory);
     const step = moves(decision) ? (decision.reason as Step) : null;
     if (step && this.mode === 'act' && this.actions && !this.acting) {

@@ -56,11 +56,22 @@ export interface WindowSummary {
    * the first of them is done). A load of 1.5 keeps one and a half engines busy.
    */
   load: Fleet;
+  /**
+   * Requests waiting in flow control's queue at the window's end: demand that has no room yet,
+   * priced into `load` as arrivals are (it counts again in the window it gets its room).
+   */
+  queued: number;
   /** Requests refused before any room existed (overload, no engines, …) and rooms that failed. */
   refused: number;
   failed: number;
   /** Engines registered and not gone at the window's end, by role. */
   engines: Fleet;
+}
+
+/** A request waiting in flow control's queue: what it will ask of the engines. */
+export interface QueuedRequest {
+  promptTokens: number;
+  maxTokens: number;
 }
 
 /** What a room's earlier events left for its later ones. */
@@ -198,21 +209,28 @@ export class WindowRecord {
     return fleet;
   }
 
-  private load(seconds: number): Fleet {
+  private load(seconds: number, arrived: number): Fleet {
     this.priced.into(this.rates);
-    return { prefill: this.loadOf('prefill', seconds), decode: this.loadOf('decode', seconds) };
+    return {
+      prefill: this.loadOf('prefill', seconds, arrived),
+      decode: this.loadOf('decode', seconds, arrived),
+    };
   }
 
   /** Engine-seconds a second of `role`'s work: brought by the arrivals, or done, whichever is more. */
-  private loadOf(role: Role, seconds: number): number {
+  private loadOf(role: Role, seconds: number, arrived: number): number {
     if (this.done[role] > 0) this.rates.perRoom[role] = this.work[role] / this.done[role];
-    const brought = this.asked.brought(role, this.created, this.rates);
+    const brought = this.asked.brought(role, arrived, this.rates);
     return Math.max(brought, this.work[role]) / 1e6 / seconds;
   }
 
-  /** The summary of what was folded since the last close, over [from, to); starts the next window. */
-  close(to: number): WindowSummary {
+  /**
+   * The summary of what was folded since the last close, over [from, to); starts the next window.
+   * `queued`: the requests waiting in flow control's queue now, as the planner reads it.
+   */
+  close(to: number, queued: readonly QueuedRequest[] = []): WindowSummary {
     const seconds = Math.max(to - this.from, 1000) / 1000;
+    for (const q of queued) this.asked.arrived(q.promptTokens, q.maxTokens);
     const summary: WindowSummary = {
       from: this.from,
       to,
@@ -222,7 +240,8 @@ export class WindowRecord {
       prefixReuse: this.prefixBlocks > 0 ? this.reusedBlocks / this.prefixBlocks : null,
       ttftMs: distribution(this.ttft),
       itlMs: distribution(this.itl),
-      load: this.load(seconds),
+      load: this.load(seconds, this.created + queued.length),
+      queued: queued.length,
       refused: this.refused,
       failed: this.failed,
       engines: this.engines(),

@@ -87,4 +87,18 @@ describe('planner record', () => {
     expect(s.load.prefill).toBeCloseTo((10 * 4 * 0.01) / 10, 9);
     expect(s.load.decode).toBeCloseTo((10 * 8 * 0.01) / 10, 9);
   });
+
+  it('reads the queue: requests waiting for their turn are load as arrivals are, though they have no room yet', () => {
+    const record = new WindowRecord(0);
+    for (const ev of committed('r-0', 1000)) record.fold(ev);
+    record.close(10_000);
+    // Nothing arrives as a room; ten wait in flow control's queue, as the first room was shaped.
+    const queued = Array.from({ length: 10 }, () => ({ promptTokens: 512, maxTokens: 8 }));
+    const idle = record.close(20_000);
+    const s = record.close(30_000, queued);
+    expect(idle.load).toEqual({ prefill: 0, decode: 0 });
+    expect(s.queued).toBe(10);
+    expect(s.load.prefill).toBeCloseTo((10 * 0.01) / 10, 9);
+    expect(s.load.decode).toBeCloseTo((10 * 0.01) / 10, 9);
+  });
 });

@@ -189,6 +189,14 @@ export class FlowControl {
     return out;
   }
 
+  /** What each waiting request will ask of the engines, for the planner. */
+  demand(): Array<{ promptTokens: number; maxTokens: number }> {
+    return [...this.queue.tickets()].map((t) => ({
+      promptTokens: t.request.tokens?.length ?? 0,
+      maxTokens: t.request.maxTokens,
+    }));
+  }
+
   private pump(): void {
     if (this.closed) return;
     const now = this.deps.clock.now();
