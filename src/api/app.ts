@@ -13,7 +13,7 @@ import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { ControlPlane } from '../control/control-plane.ts';
 import type { Canary } from '../control/evidence/canary.ts';
-import { FlowControl } from '../control/flow/flow-control.ts';
+import { FLOW_DEFAULTS, FlowControl } from '../control/flow/flow-control.ts';
 import { RELEASE_WINDOW_MS } from '../control/rooms/orphans.ts';
 import type { Retention } from '../journal/retention.ts';
 import type { JournalStore } from '../journal/store.ts';
@@ -108,13 +108,6 @@ export interface ApiOptions {
   /** How long a completion of each band may wait for its turn; a client may ask for less. */
   queueTtlMs?: Partial<Record<Band, number>>;
 }
-
-/** Flow control's defaults: how many wait, and how long each band waits at most. */
-export const FLOW_DEFAULTS = {
-  admissionWaitMs: 3000,
-  queueMax: 1024,
-  queueTtlMs: { interactive: 10_000, batch: 60_000 },
-} as const;
 
 /** A certificate (chain) and its private key, PEM. */
 export interface TlsPair {

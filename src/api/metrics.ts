@@ -227,6 +227,7 @@ export class ApiMetrics {
       buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
       registers: [r],
     });
+    for (const reason of WAIT_REASONS) this.waits.zero({ reason });
     const flowOf = () => this.flow;
     new client.Gauge({
       name: 'pdctl_queue_waiting',

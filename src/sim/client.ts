@@ -1,9 +1,9 @@
 /**
- * A simulated client of the control plane (issue 41, item 3): it submits as the API does, waiting
- * for an engine while none is there, reads its answer streamed or whole, aborts or leaves if it
- * is one that does, and loses its connection when the control plane's process dies.
+ * A simulated client of the control plane (issue 41, item 3): it submits as the API does, through
+ * flow control (waiting its turn while no engine has room or none is there), reads its answer
+ * streamed or whole, aborts or leaves if it is one that does, and loses its connection when the
+ * control plane's process dies.
  */
-import { ControlError } from '../control/errors.ts';
 import type { RoomStream } from '../control/intake/streams.ts';
 import type { Fleet } from './fleet.ts';
 import type { ClientRequest } from './workload.ts';
@@ -25,33 +25,31 @@ export async function client(fleet: Fleet, request: ClientRequest): Promise<Clie
   const outcome: ClientOutcome = { request, text: '', error: null, finishReason: null };
   const leave = new AbortController();
   let stream: RoomStream;
-  // As the API does for a completion (api/openai.ts `admitted`): while no engine of a role is
-  // there (one is restarting), ask again every 50 ms for up to 3 s.
-  const giveUpAt = fleet.clock.now() + 3000;
-  let died: Promise<void>;
-  for (;;) {
-    if (!(await reach(fleet))) {
-      outcome.error = 'the control plane is down: connection refused';
-      return outcome;
-    }
-    died = fleet.controlDied;
-    try {
-      stream = fleet.control.submit({
-        prompt: request.prompt,
-        maxTokens: request.maxTokens,
-        signal: leave.signal,
-        requestId: request.id,
-      });
-      outcome.admitted = true;
-      break;
-    } catch (err) {
-      const noEngine = err instanceof ControlError && err.code === 'CONTROL_NO_ENGINES';
-      if (!noEngine || fleet.clock.now() >= giveUpAt) {
-        outcome.error = (err as Error).message;
-        return outcome;
-      }
-      await new Promise<void>((r) => fleet.clock.setTimeout(r, 50));
-    }
+  if (!(await reach(fleet))) {
+    outcome.error = 'the control plane is down: connection refused';
+    return outcome;
+  }
+  const died = fleet.controlDied;
+  // As the API does for a completion (api/app.ts): through flow control, which holds it while
+  // no engine has the pages free or none of a role is there (one restarting: 3 s at most).
+  try {
+    const admitted = fleet.flow.admit({
+      prompt: request.prompt,
+      maxTokens: request.maxTokens,
+      signal: leave.signal,
+      requestId: request.id,
+    });
+    admitted.catch(() => {});
+    stream = await Promise.race([
+      admitted,
+      died.then(() => {
+        throw new Error('the control plane died: connection reset');
+      }),
+    ]);
+    outcome.admitted = true;
+  } catch (err) {
+    outcome.error = (err as Error).message;
+    return outcome;
   }
   const act = request.action;
   if (act) {

@@ -9,6 +9,7 @@
 import type { Admission } from '../bus/admission.ts';
 import { ControlPlane } from '../control/control-plane.ts';
 import { Canary } from '../control/evidence/canary.ts';
+import { FLOW_DEFAULTS, FlowControl } from '../control/flow/flow-control.ts';
 import type { MemoryDisk } from '../journal/memory/disk.ts';
 import type { Retention } from '../journal/retention.ts';
 import type { JournalStore } from '../journal/store.ts';
@@ -50,6 +51,8 @@ export interface SimControl {
   ladder: EscalationLadder;
   canary: Canary;
   outliers: OutlierDetector;
+  /** Flow control in front of admission, as the serving API runs it (api/app.ts). */
+  flow: FlowControl;
 }
 
 /** What the control planes run on: the fleet (their supervisor of engines, too). */
@@ -190,6 +193,15 @@ export class ControlPlanes {
     if (options.outliers) outliers.start();
     const retention = storage?.retention(log, process) ?? null;
     retention?.start();
+    const flow = new FlowControl(
+      {
+        clock: process,
+        submit: (r) => control.submit(r),
+        tokenize: (p) => control.modelInfo.tokenize(p),
+      },
+      FLOW_DEFAULTS,
+    );
+    control.onRoomEvent(() => flow.wake());
     const c: SimControl = {
       host,
       process,
@@ -202,6 +214,7 @@ export class ControlPlanes {
       ladder,
       canary,
       outliers,
+      flow,
     };
     // As `pdctl serve` does, a leader that finds another took the journal exits (code 3), and is
     // started again as a standby.

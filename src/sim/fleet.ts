@@ -13,6 +13,7 @@ import { Admission } from '../bus/admission.ts';
 import type { EngineMessage } from '../bus/protocol.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
 import type { Canary } from '../control/evidence/canary.ts';
+import type { FlowControl } from '../control/flow/flow-control.ts';
 import { resolveEngineOptions } from '../engine/options.ts';
 import { type WiredEngine, wireEngine } from '../engine/wiring.ts';
 import { MemoryDisk } from '../journal/memory/disk.ts';
@@ -173,6 +174,11 @@ export class Fleet implements Supervisor {
 
   get journal(): JournalStore {
     return this.planes.live.journal;
+  }
+
+  /** The current control plane's flow control: where a client's request waits its turn. */
+  get flow(): FlowControl {
+    return this.planes.live.flow;
   }
 
   get controlProcess(): ProcessClock {

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { Option } from 'commander';
-import { FLOW_DEFAULTS } from '../../api/app.ts';
+import { FLOW_DEFAULTS } from '../../control/flow/flow-control.ts';
 import { CONTROL_DEFAULTS } from '../../control/options.ts';
 import { ROUTER_POLICIES } from '../../control/routing/router.ts';
 import { UsageError } from '../../errors.ts';

@@ -32,6 +32,13 @@ export interface FlowOptions {
   admissionWaitMs: number;
 }
 
+/** Flow control's defaults: how many wait, and how long each band waits at most. */
+export const FLOW_DEFAULTS = {
+  admissionWaitMs: 3000,
+  queueMax: 1024,
+  queueTtlMs: { interactive: 10_000, batch: 60_000 },
+} as const satisfies FlowOptions;
+
 /** A request as flow control takes it: a submit, its tenant whole, and its client's time-to-live. */
 export interface FlowRequest extends Omit<SubmitRequest, 'tenant'> {
   tenant?: Tenant | null;
