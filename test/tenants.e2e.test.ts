@@ -331,7 +331,7 @@ describe("a tenant's own limits", () => {
 });
 
 describe('flow control through pdctl serve', () => {
-  it('requests past a full fleet wait in the queue, are served in turn, and the planner reads them as demand', async () => {
+  it('requests past a full fleet wait in the queue, are served in turn, the planner reads them as demand, and SIGTERM sends what still waits elsewhere', async () => {
     // One room at a time on the one decode engine, 100 ms a token: the rest wait their turn.
     const s = await serve([
       ...['--max-rooms-per-engine', '1', '--decode-us-per-token', '100000'],
@@ -381,8 +381,30 @@ describe('flow control through pdctl serve', () => {
       }
       expect(waited[0]).toBeGreaterThan(0);
       expect([...waited].sort((a, b) => a - b)).toEqual(waited);
+
+      // SIGTERM: the room in flight finishes; the request still waiting its turn is not started
+      // during the drain but told to go elsewhere.
+      const running = ask(4);
+      await waitFor('its room in flight', async () => {
+        const live = (await (await call(s.url, '/v1/live')).json()) as { rooms: unknown[] };
+        return live.rooms.length > 0;
+      });
+      const queued = ask(5);
+      await waitFor('one waiting', async () =>
+        /pdctl_queue_waiting\{band="interactive"\} 1\b/.test(
+          await (await call(s.url, '/metrics')).text(),
+        ),
+      );
+      const stopped = s.stop();
+      const told = await queued;
+      expect(told.status).toBe(503);
+      expect(((await told.json()) as { error: { message: string } }).error.message).toMatch(
+        /shutting down: this request waited its turn and was not started/,
+      );
+      expect((await running).status).toBe(200);
+      expect(await stopped).toBe(0);
     } finally {
-      expect(await s.stop()).toBe(0);
+      await s.stop();
     }
   }, 60_000);
 });

@@ -12,6 +12,7 @@ import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { ControlPlane } from '../control/control-plane.ts';
+import { ControlError } from '../control/errors.ts';
 import type { Canary } from '../control/evidence/canary.ts';
 import { FLOW_DEFAULTS, FlowControl } from '../control/flow/flow-control.ts';
 import { RELEASE_WINDOW_MS } from '../control/rooms/orphans.ts';
@@ -281,6 +282,15 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
     });
   });
   const shutdown = o.shutdown ?? new ShutdownGate();
+  // On SIGTERM nothing more is admitted: what still waits its turn is told to go elsewhere.
+  shutdown.onClose(() =>
+    flow.close(
+      new ControlError(
+        'CONTROL_CLOSED',
+        'pdctl is shutting down: this request waited its turn and was not started; send it to another control plane',
+      ),
+    ),
+  );
   await app.register(openAiRoutes, {
     control: o.control,
     metrics: o.metrics,

@@ -16,6 +16,8 @@ export class ShutdownGate {
   /** Completions being served: the room each is in now (a migration moves it). */
   private readonly inflight = new Set<() => string>();
   private readonly idleWaiters = new IdleWaiters();
+  /** Called once when it starts closing (flow control refuses what still waits its turn). */
+  private readonly closers: Array<() => void> = [];
 
   get closing(): boolean {
     return this.closingSince !== null;
@@ -41,7 +43,15 @@ export class ShutdownGate {
 
   /** Refuse new completions from now on. */
   close(now = Date.now()): void {
-    this.closingSince ??= now;
+    if (this.closingSince !== null) return;
+    this.closingSince = now;
+    for (const f of this.closers.splice(0)) f();
+  }
+
+  /** Runs `f` when it starts closing (at once if it has). */
+  onClose(f: () => void): void {
+    if (this.closingSince !== null) f();
+    else this.closers.push(f);
   }
 
   /** Resolves true once nothing is in flight, false when `ms` passed first. */

@@ -169,14 +169,14 @@ export class FlowControl {
     if (this.queue.size > 0) this.schedule(this.deps.clock.now());
   }
 
-  /** Refuses everything waiting (the control plane is closing). */
-  close(): void {
+  /** Refuses everything waiting, and all that comes later (the control plane is closing). */
+  close(why = closedError()): void {
     this.closed = true;
     this.deps.clock.clear(this.timer);
     for (const t of [...this.queue.tickets()]) {
       this.queue.remove(t);
       t.forget();
-      t.reject(closedError());
+      t.reject(why);
     }
   }
 
