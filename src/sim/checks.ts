@@ -5,6 +5,7 @@
  * engine's allocator.
  */
 import { StartState } from '../control/checkpoint/state.ts';
+import { FLOW_DEFAULTS } from '../control/flow/flow-control.ts';
 import { DeterministicModel, generateInProcess } from '../model/deterministic.ts';
 import type { JournalEvent } from '../room/events.ts';
 import { type Room, reduce } from '../room/reducer.ts';
@@ -382,6 +383,29 @@ export function withinDeadlines(
       room: ev.room,
       seq: ev.seq,
       detail: `${before.state} held ${heldMs} ms, its deadline ${allowed} ms (left by ${ev.type})`,
+    });
+    if (out.length >= 10) break;
+  }
+  return out;
+}
+
+/**
+ * No request waited in flow control's queue past its band's time-to-live: every room's
+ * `room.created.waitedMs` is at most it (control/flow/: one past its deadline is answered, not
+ * tried).
+ */
+export function waitsWithinTtl(events: readonly JournalEvent[]): Violation[] {
+  const out: Violation[] = [];
+  for (const ev of events) {
+    if (ev.type !== 'room.created' || ev.data.waitedMs === undefined) continue;
+    const band = ev.data.band ?? 'interactive';
+    const ttl = FLOW_DEFAULTS.queueTtlMs[band];
+    if (ev.data.waitedMs <= ttl) continue;
+    out.push({
+      invariant: 'waits_within_ttl',
+      room: ev.room,
+      seq: ev.seq,
+      detail: `${ev.data.requestId ?? 'a request'} waited ${ev.data.waitedMs} ms for its room, its ${band} time-to-live ${ttl} ms`,
     });
     if (out.length >= 10) break;
   }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { EventData, EventType, JournalEvent } from '../room/events.ts';
-import { withinDeadlines } from './checks.ts';
+import { waitsWithinTtl, withinDeadlines } from './checks.ts';
 
 let seq = 0;
 function ev<T extends EventType>(type: T, ts: number, data: EventData<T>): JournalEvent {
@@ -29,5 +29,27 @@ describe('withinDeadlines: every room left each state within its deadline', () =
     ]);
     expect(withinDeadlines(late, [{ from: 12_000, to: 13_000 }])).toEqual([]);
     expect(withinDeadlines(late, [{ from: 20_000, to: 21_000 }])).toHaveLength(1);
+  });
+});
+
+describe('waitsWithinTtl: no request waited in the queue past its time-to-live', () => {
+  const waited = (waitedMs: number, band?: 'interactive' | 'batch') =>
+    ev('room.created', 20_000, {
+      prefillEngine: 'p0',
+      decodeEngine: 'd0',
+      requestId: 'q1',
+      waitedMs,
+      ...(band ? { band } : {}),
+    });
+
+  it('takes a wait up to the band’s time-to-live, and names one past it', () => {
+    expect(waitsWithinTtl([created, waited(10_000), waited(60_000, 'batch')])).toEqual([]);
+    expect(waitsWithinTtl([waited(10_001)])).toEqual([
+      expect.objectContaining({
+        invariant: 'waits_within_ttl',
+        detail: 'q1 waited 10001 ms for its room, its interactive time-to-live 10000 ms',
+      }),
+    ]);
+    expect(waitsWithinTtl([waited(60_001, 'batch')])).toHaveLength(1);
   });
 });

@@ -14,6 +14,7 @@ import {
   liarsOut,
   roleKeptInRotation,
   spared,
+  waitsWithinTtl,
   watchControl,
   withinDeadlines,
 } from './checks.ts';
@@ -144,6 +145,7 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
     ...answers(outcomes),
     ...answers(after),
     ...withinDeadlines(events, excusedWindows(faults, start)),
+    ...waitsWithinTtl(events),
     ...spared(
       events,
       touched(faults),

@@ -22,6 +22,25 @@ describe('a simulated fleet', () => {
     }
   });
 
+  it('holds requests a small KV pool cannot take now in flow control’s queue: each is served in its turn, none refused, none past its time-to-live', async () => {
+    // 64 pages an engine, 500 requests a second of up to 300 tokens: most find no pages free.
+    const r = await runSeed({
+      seed: 3,
+      rooms: 300,
+      workload: { perSecond: 500, maxTokens: [100, 300] },
+      fleet: { pages: 64 },
+      keepTrace: true,
+    });
+    expect(r.violations).toEqual([]);
+    expect(r.failed).toBe(0);
+    expect(r.completed + r.ended).toBe(300);
+    const waits = (r.trace ?? []).flatMap((e) =>
+      e.type === 'room.created' && e.data.waitedMs !== undefined ? [e.data.waitedMs] : [],
+    );
+    expect(waits.length).toBeGreaterThan(150);
+    expect(Math.max(...waits)).toBeGreaterThan(100);
+  });
+
   it('runs a seed the same way twice, and another seed another way', async () => {
     const [a, b, c] = await Promise.all([
       runSeed({ seed: 42, rooms: 60 }),
