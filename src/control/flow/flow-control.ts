@@ -160,7 +160,8 @@ export class FlowControl {
         signal.addEventListener('abort', left, { once: true });
         t.forget = () => signal.removeEventListener('abort', left);
       }
-      this.pump();
+      // Tried at the time it came in: one that may not wait is tried before it is answered.
+      this.pump(now);
     });
   }
 
@@ -204,9 +205,8 @@ export class FlowControl {
     }));
   }
 
-  private pump(): void {
+  private pump(now = this.deps.clock.now()): void {
     if (this.closed) return;
-    const now = this.deps.clock.now();
     // Past their time-to-live: answered, not tried. Then, in order, the rest.
     for (const t of this.queue.expire(now)) this.refuse(t, now);
     this.queue.pump((t) => this.attempt(t));

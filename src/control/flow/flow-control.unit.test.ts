@@ -25,7 +25,7 @@ function tenant(name: string, o: Partial<Tenant> = {}): Tenant {
 }
 
 /** A fleet of `slots` rooms: a submit past them is CONTROL_OVERLOADED; `end()` frees the oldest. */
-function fleet(slots: number, o: Partial<FlowOptions> = {}) {
+function fleet(slots: number, o: Partial<FlowOptions> = {}, tokenizeMs = 0) {
   const clock = new VirtualClock();
   const rooms: Array<{ request: SubmitRequest; end(): void }> = [];
   const waited: Waited[] = [];
@@ -43,7 +43,11 @@ function fleet(slots: number, o: Partial<FlowOptions> = {}) {
         rooms.push({ request, end });
         return { promptTokens: 1, tokens: 0, result } as unknown as RoomStream;
       },
-      tokenize: () => [1],
+      // A loaded machine: tokenizing the prompt may take a millisecond of the request's time.
+      tokenize: () => {
+        clock.advance(tokenizeMs);
+        return [1];
+      },
       waited: (w) => waited.push(w),
     },
     {
@@ -118,6 +122,16 @@ describe('FlowControl', () => {
     expect(f.waited.map((w) => [w.requestId, w.tenant, w.reason])).toEqual([
       ['b', 'one', 'tenant_concurrency_limit'],
     ]);
+  });
+
+  it('tries a request that may not wait before it answers it, however long it took to come in', async () => {
+    const f = fleet(10, {}, 1);
+    const one = tenant('one', { maxConcurrency: 1 });
+    await ask(f, 'a', { tenant: one });
+    await expect(ask(f, 'b', { tenant: one, ttlMs: 0 })).rejects.toMatchObject({
+      code: 'CONTROL_TENANT_CONCURRENCY_LIMIT',
+    });
+    await expect(ask(f, 'c', { ttlMs: 0 })).resolves.toBeDefined();
   });
 
   it('sheds a batch request for an interactive one at its bound, and takes interactive first', async () => {
