@@ -549,6 +549,14 @@ describe('pdctl serve, flag by flag', () => {
     const standby = await serve(['--standby']);
     expect(standby.code).toBe(2);
     expect(standby.stderr).toContain('--standby needs a journal control planes can share');
+    for (const [ttl, says] of [
+      ['urgent=1s', 'takes band=duration pairs, as interactive=10s,batch=1m'],
+      ['batch=soon', '--queue-ttl batch'],
+    ]) {
+      const bad = await serve(['--queue-ttl', ttl as string]);
+      expect(bad.code).toBe(2);
+      expect(bad.stderr).toContain(says);
+    }
     const model = await serve(['--model', join(dir, 'no-such.gguf')]);
     expect(model.code).not.toBe(0);
     expect(model.stderr).toContain(join(dir, 'no-such.gguf'));
