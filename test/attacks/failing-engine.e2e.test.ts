@@ -68,9 +68,11 @@ describe('a room that fails before its first token', () => {
   });
 
   it('reaches its client as the failure it was under pdctl serve --retry-limit 0 --no-outlier-ejection, and the engine stays in rotation', async () => {
+    // Round robin: half of a burst goes to prefill-1 before any of its failures is known (after
+    // one, the pair is avoided a while, so later requests would mostly go to prefill-0).
     const s = await serve([
       ...['--prefill', '2', '--allow-fault-injection', '--canary-interval-ms', '0'],
-      ...['--retry-limit', '0', '--no-outlier-ejection'],
+      ...['--retry-limit', '0', '--no-outlier-ejection', '--router', 'round-robin'],
     ]);
     try {
       const inject = await fetch(`${s.url}/v1/admin/engines/prefill-1/commands`, {
@@ -80,16 +82,13 @@ describe('a room that fails before its first token', () => {
       });
       expect(inject.status).toBe(202);
       await new Promise((r) => setTimeout(r, 200));
-      // At least as many failures as got prefill-1 ejected above, with the ejection on: the
-      // router spreads rooms over both prefill engines, so send until prefill-1 has failed five.
-      const failed: Awaited<ReturnType<typeof complete>>[] = [];
-      for (let batch = 0; failed.length < 5 && batch < 8; batch++) {
-        const answers = await Promise.all(
-          Array.from({ length: 8 }, (_, i) => complete(s.url, prompt(800 + batch * 8 + i, 12), 6)),
-        );
-        // --retry-limit 0: a room that failed before its first token is not tried again.
-        failed.push(...answers.filter((a) => a.status !== 200));
-      }
+      // At least as many failures as the detector needs to eject (5 of its rooms), with the
+      // ejection on: 16 at once, 8 of them through prefill-1.
+      const answers = await Promise.all(
+        Array.from({ length: 16 }, (_, i) => complete(s.url, prompt(800 + i, 12), 6)),
+      );
+      // --retry-limit 0: a room that failed before its first token is not tried again.
+      const failed = answers.filter((a) => a.status !== 200);
       expect(failed.length).toBeGreaterThanOrEqual(5);
       for (const a of failed) expect(a.body.error?.message).toMatch(/kv_checksum_mismatch/);
       const journal = async (type: string) =>
