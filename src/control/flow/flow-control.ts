@@ -98,7 +98,8 @@ export class FlowControl {
   private readonly queue: FlowQueue<Ticket>;
   private timer: Timer | null = null;
   private timerAt = 0;
-  private closed = false;
+  /** Set once closing: what every request waiting, or coming later, is answered. */
+  private closed: ControlError | null = null;
   /** What held each tenant at its last try, for its requests behind the one tried. */
   private readonly tenantHeld = new Map<string, FlowRefusal>();
 
@@ -141,7 +142,10 @@ export class FlowControl {
         held: null,
         forget: () => {},
       };
-      if (this.closed) return reject(closedError());
+      if (this.closed) return reject(this.closed);
+      // A client already gone (its signal fired before it got here) waits for nothing.
+      if (request.signal?.aborted)
+        return reject(new ControlError('CONTROL_CLOSED', 'the client left before its turn'));
       const shed = this.queue.push(t);
       if (shed === t) {
         // No place: shed, or with nothing waiting (a bound of 0) tried once and answered.
@@ -172,12 +176,12 @@ export class FlowControl {
 
   /** Refuses everything waiting, and all that comes later (the control plane is closing). */
   close(why = closedError()): void {
-    this.closed = true;
+    this.closed ??= why;
     this.deps.clock.clear(this.timer);
     for (const t of [...this.queue.tickets()]) {
       this.queue.remove(t);
       t.forget();
-      t.reject(why);
+      t.reject(this.closed);
     }
   }
 

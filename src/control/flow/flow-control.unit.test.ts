@@ -146,8 +146,15 @@ describe('FlowControl', () => {
     const i3 = ask(f, 'i3');
     await expect(i3).rejects.toThrow(/2 requests wait to be served/);
     expect(f.flow.snapshot().interactive.requests).toBe(2);
-    f.flow.close();
-    await expect(i1).rejects.toMatchObject({ code: 'CONTROL_CLOSED' });
-    await expect(i2).rejects.toMatchObject({ code: 'CONTROL_CLOSED' });
+    f.flow.close(new ControlError('CONTROL_CLOSED', 'shutting down: go elsewhere'));
+    await expect(i1).rejects.toThrow('shutting down: go elsewhere');
+    await expect(i2).rejects.toThrow('shutting down: go elsewhere');
+    // What comes later is told the same; a client already gone is not queued at all.
+    await expect(ask(f, 'late')).rejects.toThrow('shutting down: go elsewhere');
+    const g = fleet(0);
+    const gone = new AbortController();
+    gone.abort();
+    await expect(ask(g, 'gone', { signal: gone.signal })).rejects.toThrow(/left before its turn/);
+    expect(g.flow.waiting).toBe(0);
   });
 });
