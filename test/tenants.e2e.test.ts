@@ -33,6 +33,21 @@ function call(
 const complete = (url: string, key?: string, headers: Record<string, string> = {}) =>
   call(url, '/v1/completions', key, { model: MODEL, prompt: 'the river', max_tokens: 4 }, headers);
 
+/** What a tenant's clients were told. */
+interface Told {
+  requests: number;
+  refused: number;
+  promptTokens: number;
+  completionTokens: number;
+}
+
+/** `GET /v1/usage`, and `pdctl usage --json`. */
+interface Usage {
+  since: number;
+  until: number;
+  tenants: Array<Told & { tenant: string | null; failed: number; waitedMs: number }>;
+}
+
 /** Asks not to wait in flow control's queue: refused at once when it cannot be served now. */
 const NO_WAIT = { 'x-pdctl-queue-ttl-ms': '0' };
 
@@ -218,6 +233,16 @@ describe('pdctl tenants', () => {
       expect(await whole.json()).toMatchObject({ error: { code: 'forbidden' } });
       for (const route of ['/v1/engines', '/v1/live', '/v1/stats'])
         expect((await call(s.url, route, key)).status, route).toBe(403);
+      // Its own usage, whichever tenant it asks for; the token reads every tenant's.
+      const own = (await (await call(s.url, '/v1/usage?tenant=other', key)).json()) as Usage;
+      expect(own.tenants.map((u) => [u.tenant, u.requests])).toEqual([['acme', 1]]);
+      const all = (await (await call(s.url, '/v1/usage', 'sesame')).json()) as Usage;
+      expect(all.tenants.map((u) => [u.tenant, u.requests])).toEqual([
+        ['acme', 1],
+        ['other', 1],
+        [null, 1],
+      ]);
+      expect((await call(s.url, '/v1/usage')).status).toBe(401);
       // The CLI reads as an operator with the token.
       const rooms = await pdctl(['rooms', '--url', s.url, '--json'], {
         env: { PDCTL_ADMIN_TOKEN: 'sesame' },
@@ -235,9 +260,29 @@ describe('pdctl tenants', () => {
 });
 
 describe("a tenant's own limits", () => {
-  it('--max-concurrency and --tokens-per-minute: a request past them waits its turn, or with no time to wait is 429 with Retry-After and x-ratelimit-* headers; both journaled with the tenant', async () => {
+  it('--max-concurrency and --tokens-per-minute: a request past them waits its turn, or with no time to wait is 429 with Retry-After and x-ratelimit-* headers; both journaled with the tenant, and pdctl usage adds up what its clients were told', async () => {
     // 20 ms a token: a 100-token room holds its tenant's slot for about 2 s.
     const s = await serve(['--decode-us-per-token', '20000']);
+    // What each tenant's clients were told: answers and their usage, refusals.
+    const told = new Map<string, Told>();
+    const tally = async (tenant: string, res: Response): Promise<Response> => {
+      const t = told.get(tenant) ?? {
+        requests: 0,
+        refused: 0,
+        promptTokens: 0,
+        completionTokens: 0,
+      };
+      told.set(tenant, t);
+      if (res.status === 429) t.refused++;
+      if (res.status !== 200) return res;
+      const { usage } = (await res.clone().json()) as {
+        usage: { prompt_tokens: number; completion_tokens: number };
+      };
+      t.requests++;
+      t.promptTokens += usage.prompt_tokens;
+      t.completionTokens += usage.completion_tokens;
+      return res;
+    };
     try {
       const add = async (name: string, flags: string[]) =>
         keyOf(await pdctl(['tenants', 'add', name, ...flags, '--url', s.url]));
@@ -246,14 +291,16 @@ describe("a tenant's own limits", () => {
         model: MODEL,
         prompt: 'the river',
         max_tokens: 100,
-      });
+      }).then((r) => tally('one-at-a-time', r));
       await waitFor('its room in flight', async () => {
         const live = (await (await call(s.url, '/v1/live')).json()) as { rooms: unknown[] };
         return live.rooms.length > 0;
       });
       // One that may wait is served once the long one ends; one that may not is refused now.
-      const queued = complete(s.url, one, { 'x-request-id': 'queued-1' });
-      const held = await complete(s.url, one, NO_WAIT);
+      const queued = complete(s.url, one, { 'x-request-id': 'queued-1' }).then((r) =>
+        tally('one-at-a-time', r),
+      );
+      const held = await tally('one-at-a-time', await complete(s.url, one, NO_WAIT));
       expect(held.status).toBe(429);
       expect(held.headers.get('retry-after')).toBe('1');
       expect(held.headers.get('x-ratelimit-limit-requests')).toBe('1');
@@ -274,24 +321,27 @@ describe("a tenant's own limits", () => {
       };
       expect(created.data).toMatchObject({ tenant: 'one-at-a-time', requestId: 'queued-1' });
       expect(created.data.waitedMs).toBeGreaterThan(0);
-      expect((await complete(s.url, one)).status).toBe(200);
+      expect((await tally('one-at-a-time', await complete(s.url, one))).status).toBe(200);
 
       // 60 tokens a minute: a request of 1 prompt token and 80 max runs the bucket dry.
       const thrifty = await add('thrifty', ['--tokens-per-minute', '60']);
-      const first = await call(s.url, '/v1/completions', thrifty, {
-        model: MODEL,
-        prompt: 'the river',
-        max_tokens: 80,
-      });
+      const first = await tally(
+        'thrifty',
+        await call(s.url, '/v1/completions', thrifty, {
+          model: MODEL,
+          prompt: 'the river',
+          max_tokens: 80,
+        }),
+      );
       expect(first.status).toBe(200);
       expect(first.headers.get('x-ratelimit-limit-tokens')).toBe('60');
-      const dry = await complete(s.url, thrifty, NO_WAIT);
+      const dry = await tally('thrifty', await complete(s.url, thrifty, NO_WAIT));
       expect(dry.status).toBe(429);
       expect(Number(dry.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
       expect(await dry.json()).toMatchObject({ error: { code: 'tenant_token_limit' } });
       // Other tenants are not held by them.
       const free = await add('free', []);
-      expect((await complete(s.url, free)).status).toBe(200);
+      expect((await tally('free', await complete(s.url, free))).status).toBe(200);
 
       // On the record: request.refused, per reason and tenant, with the request ids.
       await waitFor('the refusals journaled', async () => {
@@ -324,8 +374,89 @@ describe("a tenant's own limits", () => {
         requestIds: ['queued-1'],
         maxWaitedMs: created.data.waitedMs,
       });
-    } finally {
+
+      // Usage from the record equals what the clients were told: the route, the command over
+      // it, the per-tenant metrics, and (below) the command on the journal file. Time waited is
+      // not told to clients: it is what each room recorded of its own wait.
+      const roomWaits = new Map<string, number>();
+      for (const l of (await (await call(s.url, '/v1/journal?type=room.created')).text())
+        .split('\n')
+        .filter((l) => l !== '')) {
+        const { data } = JSON.parse(l) as { data: { tenant?: string; waitedMs?: number } };
+        if (data.tenant)
+          roomWaits.set(data.tenant, (roomWaits.get(data.tenant) ?? 0) + (data.waitedMs ?? 0));
+      }
+      expect(roomWaits.get('one-at-a-time')).toBeGreaterThanOrEqual(created.data.waitedMs ?? 0);
+      const expected = [...told]
+        .map(([tenant, t]) => ({ tenant, ...t, failed: 0, waitedMs: roomWaits.get(tenant) ?? 0 }))
+        .sort((a, b) => (a.tenant < b.tenant ? -1 : 1));
+      expect(expected.map((u) => [u.tenant, u.requests, u.refused])).toEqual([
+        ['free', 1, 0],
+        ['one-at-a-time', 3, 1],
+        ['thrifty', 1, 1],
+      ]);
+      const route = (await (await call(s.url, '/v1/usage?since=1h')).json()) as Usage;
+      expect(route.tenants).toEqual(expected);
+      const overUrl = await pdctl(['usage', '--json', '--url', s.url]);
+      expect(overUrl.code, overUrl.stderr).toBe(0);
+      expect((JSON.parse(overUrl.stdout) as Usage).tenants).toEqual(expected);
+      const one1 = await pdctl(['usage', '--url', s.url, '--tenant', 'thrifty']);
+      expect(one1.stdout).toMatch(/TENANT\s+ANSWERED\s+REFUSED\s+FAILED/);
+      expect(one1.stdout).toMatch(/^thrifty\s+1\s+1\s+0\s/m);
+      expect(one1.stdout).not.toMatch(/one-at-a-time/);
+      const metrics = await (await call(s.url, '/metrics')).text();
+      const series = (name: string, labels: string) =>
+        Number(new RegExp(`^${name}\\{${labels}\\} (\\S+)$`, 'm').exec(metrics)?.[1]);
+      for (const u of expected) {
+        const t = `tenant="${u.tenant}"`;
+        expect(series('pdctl_tenant_requests_total', `${t},outcome="answered"`)).toBe(u.requests);
+        expect(series('pdctl_tenant_requests_total', `${t},outcome="refused"`)).toBe(u.refused);
+        expect(series('pdctl_tenant_tokens_total', `${t},kind="prompt"`)).toBe(u.promptTokens);
+        expect(series('pdctl_tenant_tokens_total', `${t},kind="completion"`)).toBe(
+          u.completionTokens,
+        );
+      }
       expect(await s.stop()).toBe(0);
+      const journal = join(s.dataDir, 'journal.db');
+      const file = await pdctl(['usage', '--json', '--since', '1h', '--journal', journal]);
+      expect(file.code, file.stderr).toBe(0);
+      expect((JSON.parse(file.stdout) as Usage).tenants).toEqual(expected);
+      // A window that ends before the first request holds none of them.
+      const before = await pdctl(['usage', '--json', '--until', '1h', '--journal', journal]);
+      expect(JSON.parse(before.stdout)).toMatchObject({ tenants: [] });
+      const backwards = await pdctl([
+        'usage',
+        '--since',
+        '1h',
+        '--until',
+        '2h',
+        '--journal',
+        journal,
+      ]);
+      expect(backwards.code).toBe(2);
+      expect(backwards.stderr).toMatch(/--until 2h is before --since 1h/);
+      // Rooms retention pruned are read from its archive, with the same figures.
+      const archive = join(tempDir('pdctl-usage-archive-'), 'archive');
+      const pruned = await pdctl([
+        'journal',
+        'prune',
+        '--older-than',
+        '0s',
+        '--events-older-than',
+        '0s',
+        '--archive',
+        archive,
+        '--journal',
+        journal,
+      ]);
+      expect(pruned.code, pruned.stderr).toBe(0);
+      const left = await pdctl(['usage', '--json', '--journal', journal]);
+      expect(JSON.parse(left.stdout)).toMatchObject({ tenants: [] });
+      const archived = await pdctl(['usage', '--json', '--archive', archive]);
+      expect(archived.code, archived.stderr).toBe(0);
+      expect((JSON.parse(archived.stdout) as Usage).tenants).toEqual(expected);
+    } finally {
+      await s.stop();
     }
   }, 60_000);
 });

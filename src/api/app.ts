@@ -207,7 +207,7 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
       tokenize: (p) => o.control.modelInfo.tokenize(p),
       waited: (w) => {
         waits.waited(w.reason, w.requestId ?? 'unknown', w.waitedMs, Date.now(), w.tenant);
-        o.metrics.waited(w.reason, w.waitedMs);
+        o.metrics.waited(w.reason, w.waitedMs, w.tenant);
       },
     },
     {
@@ -235,7 +235,7 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
     // Refused before any room existed: on the record (the journal, and a counter by reason).
     if ((e.status === 429 || e.status === 503) && isRefusal(req.routeOptions.url, e.code)) {
       refusals.note(e.code as string, e.status, req.id, e.message, Date.now(), requestTenant(req));
-      o.metrics.refused(e.code as string);
+      o.metrics.refused(e.code as string, requestTenant(req));
     }
     if (e.status === 503)
       o.log.warn({ ...about, code: e.code, reason: e.message }, 'request refused');

@@ -14,6 +14,8 @@ export class BoundedLabel {
     /** The values it starts with (the ones exported at 0 before they happen). */
     known: readonly string[] = [],
     private readonly cap = 64,
+    /** What a value must look like to be its own label: a code, unless told otherwise. */
+    private readonly pattern = CODE,
   ) {
     for (const v of known) this.seen.add(v);
   }
@@ -22,7 +24,7 @@ export class BoundedLabel {
   of(value: string | null | undefined): string {
     if (value === null || value === undefined || value === '') return 'none';
     if (this.seen.has(value)) return value;
-    if (!CODE.test(value) || this.seen.size >= this.cap) return 'other';
+    if (!this.pattern.test(value) || this.seen.size >= this.cap) return 'other';
     this.seen.add(value);
     return value;
   }

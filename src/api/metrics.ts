@@ -17,6 +17,7 @@ import type { Planner } from '../planner/online.ts';
 import { EXIT_CAUSES, RESTARTERS } from '../recovery/supervisor.ts';
 import type { RecoveryView } from '../recovery/view.ts';
 import { type JournalEvent, type JournalEventOf, KV_TRANSPORTS } from '../room/events.ts';
+import { ID_PATTERN } from '../room/ids.ts';
 import {
   ABORT_REASONS,
   FAILURE_REASONS,
@@ -29,6 +30,12 @@ import { LIVE_STATES } from '../room/states.ts';
 import { BAND_ORDER, WAIT_REASONS } from '../tenants/flow.ts';
 import { COMPLETION_ROUTES, REFUSAL_CODES } from './errors.ts';
 import { BoundedLabel } from './labels.ts';
+
+/** Tenants with a label of their own; past these, `other` (tenants are the operator's, few). */
+const TENANT_LABELS = 100;
+/** A tenant's name as the journal allows it (tenant.added's `Id`). */
+const TENANT_NAME = new RegExp(ID_PATTERN);
+const TENANT_OUTCOMES = ['answered', 'refused', 'shed', 'failed'] as const;
 
 const STAGE_BUCKETS = [
   0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
@@ -112,6 +119,13 @@ export class ApiMetrics {
   private readonly refusalReasons = new BoundedLabel(REFUSAL_CODES);
   private readonly waits: client.Histogram<'reason'>;
   private readonly waitReasons = new BoundedLabel(WAIT_REASONS);
+  /** Per tenant (`tenant` label: its name, `none` without a key, `other` past the first 100). */
+  private readonly tenantRequests: client.Counter<'tenant' | 'outcome'>;
+  private readonly tenantTokens: client.Counter<'tenant' | 'kind'>;
+  private readonly tenantWaits: client.Counter<'tenant'>;
+  private readonly tenantNames = new BoundedLabel([], TENANT_LABELS, TENANT_NAME);
+  /** Tenant labels whose series exist (at 0 from the first scrape that knew the tenant). */
+  private readonly tenantSeries = new Set<string>();
   /** Flow control's queue, once the API has one (`watchFlow`). */
   private flow: Pick<FlowControl, 'snapshot'> | null = null;
   /** Sets the gauges from the control plane's state; run at each scrape. */
@@ -228,6 +242,26 @@ export class ApiMetrics {
       registers: [r],
     });
     for (const reason of WAIT_REASONS) this.waits.zero({ reason });
+    this.tenantRequests = new client.Counter({
+      name: 'pdctl_tenant_requests_total',
+      help: 'Completions per tenant by outcome: answered, refused (its limit, its time-to-live, no engines), shed (queue full), failed (a room but no answer)',
+      labelNames: ['tenant', 'outcome'],
+      registers: [r],
+    });
+    this.tenantTokens = new client.Counter({
+      name: 'pdctl_tenant_tokens_total',
+      help: "Tokens of each tenant's answered completions, as its clients were told (kind: prompt, completion)",
+      labelNames: ['tenant', 'kind'],
+      registers: [r],
+    });
+    this.tenantWaits = new client.Counter({
+      name: 'pdctl_tenant_wait_seconds_total',
+      help: "Time each tenant's completions waited in flow control's queue before they were taken",
+      labelNames: ['tenant'],
+      registers: [r],
+    });
+    // An open API's requests (`none`) from the start; each tenant's from the first scrape.
+    this.tenantLabel(null);
     const flowOf = () => this.flow;
     new client.Gauge({
       name: 'pdctl_queue_waiting',
@@ -495,6 +529,7 @@ export class ApiMetrics {
       registers: [r],
     }).set({ model: control.modelInfo.name }, 1);
     const collect = () => {
+      for (const t of control.tenants.list()) if (t.revokedAt === null) this.tenantLabel(t.name);
       const counts = new Map<string, number>(LIVE_STATES.map((s) => [s, 0]));
       for (const room of control.liveRooms())
         if (counts.has(room.state)) counts.set(room.state, (counts.get(room.state) ?? 0) + 1);
@@ -601,13 +636,42 @@ export class ApiMetrics {
   }
 
   /** A completion was refused before it had a room (`reason`: its API error code). */
-  refused(reason: string): void {
+  refused(reason: string, tenant: string | null = null): void {
     this.refusals.inc({ reason: this.refusalReasons.of(reason) });
+    const outcome = reason === 'queue_full' ? 'shed' : 'refused';
+    this.tenantRequests.inc({ tenant: this.tenantLabel(tenant), outcome });
   }
 
   /** A completion was taken after waiting `ms` in flow control's queue for `reason`. */
-  waited(reason: string, ms: number): void {
+  waited(reason: string, ms: number, tenant: string | null = null): void {
     this.waits.observe({ reason: this.waitReasons.of(reason) }, ms / 1000);
+    this.tenantWaits.inc({ tenant: this.tenantLabel(tenant) }, ms / 1000);
+  }
+
+  /** A tenant's completion was answered with these tokens (its `usage`). */
+  answered(tenant: string | null, promptTokens: number, completionTokens: number): void {
+    const label = this.tenantLabel(tenant);
+    this.tenantRequests.inc({ tenant: label, outcome: 'answered' });
+    this.tenantTokens.inc({ tenant: label, kind: 'prompt' }, promptTokens);
+    this.tenantTokens.inc({ tenant: label, kind: 'completion' }, completionTokens);
+  }
+
+  /** A tenant's completion had a room but no answer (it failed or was aborted). */
+  unanswered(tenant: string | null): void {
+    this.tenantRequests.inc({ tenant: this.tenantLabel(tenant), outcome: 'failed' });
+  }
+
+  /** The tenant's label, its series made at 0 the first time (an alert's first rate sees them). */
+  private tenantLabel(tenant: string | null): string {
+    const label = this.tenantNames.of(tenant);
+    if (!this.tenantSeries.has(label)) {
+      this.tenantSeries.add(label);
+      for (const outcome of TENANT_OUTCOMES) this.tenantRequests.inc({ tenant: label, outcome }, 0);
+      for (const kind of ['prompt', 'completion'])
+        this.tenantTokens.inc({ tenant: label, kind }, 0);
+      this.tenantWaits.inc({ tenant: label }, 0);
+    }
+    return label;
   }
 
   /** The queue `pdctl_queue_waiting` and `pdctl_queue_oldest_wait_seconds` read at each scrape. */

@@ -402,6 +402,7 @@ async function serve(
       const result = await stream.result;
       finished = true;
       deps.metrics.completed(kind, performance.now() - started);
+      deps.metrics.answered(tenant?.name ?? null, stream.promptTokens, result.tokens);
       const cut = stops.length > 0 ? stopAt(result.text, stops) : -1;
       const text = cut >= 0 ? result.text.slice(0, cut) : result.text;
       const finish = cut >= 0 ? 'stop' : result.finishReason;
@@ -433,10 +434,14 @@ async function serve(
       started,
       includeUsage: body.stream_options?.include_usage === true,
       usage,
+      tenant: tenant?.name ?? null,
       onDone: () => (finished = true),
     });
   } catch (err) {
     finished = true;
+    // A room that ended without an answer (a room refused before it began is a refusal).
+    if (err instanceof RoomEndedError || ac.signal.aborted)
+      deps.metrics.unanswered(tenant?.name ?? null);
     if (err instanceof RoomEndedError) throw roomEnded(err);
     throw err;
   }
@@ -454,6 +459,8 @@ async function streamSse(
     started: number;
     includeUsage: boolean;
     usage: (r: { tokens: number }) => Record<string, number>;
+    /** Whose request it is, for the per-tenant counters. */
+    tenant: string | null;
     onDone: () => void;
   },
 ): Promise<FastifyReply> {
@@ -523,10 +530,12 @@ async function streamSse(
     if (!stopped && sent < text.length) send(piece(text.slice(sent), null));
     o.onDone();
     deps.metrics.completed(kind, performance.now() - o.started);
+    deps.metrics.answered(o.tenant, stream.promptTokens, result.tokens);
     send(piece('', stopped ? 'stop' : result.finishReason));
     if (o.includeUsage) send(null, { usage: o.usage(result) });
   } catch (err) {
     o.onDone();
+    deps.metrics.unanswered(o.tenant);
     if (raw.destroyed) {
       // The client is gone (its leaving is what aborted the room): nothing to tell it.
     } else if (

@@ -1,7 +1,7 @@
 /**
  * Incident queries over HTTP, the same as the CLI's: rooms by filter, one room's timeline, the
  * journal as NDJSON (optionally followed live), the rooms in flight now, engines as the control
- * plane sees them, stats.
+ * plane sees them, stats, and what each tenant used.
  */
 
 import type { ServerResponse } from 'node:http';
@@ -16,6 +16,7 @@ import {
   type RoomFilter,
   type TailFilter,
 } from '../journal/store.ts';
+import { DEFAULT_USAGE_WINDOW_MS, usageOf } from '../journal/usage.ts';
 import type { RecoveryView } from '../recovery/view.ts';
 import { EVENT_TYPES, type EventType, type JournalEvent } from '../room/events.ts';
 import { isValidId, roomIdOf } from '../room/ids.ts';
@@ -26,7 +27,15 @@ import { hostTag } from '../transfer/host.ts';
 import { operatorsOnly, type Reader, readerOf } from './access.ts';
 import { ApiError, roomNotFound } from './errors.ts';
 import type { ApiMetrics } from './metrics.ts';
-import { EnginesBody, Errors, LiveBody, RoomPageBody, StatsBody, TimelineBody } from './schemas.ts';
+import {
+  EnginesBody,
+  Errors,
+  LiveBody,
+  RoomPageBody,
+  StatsBody,
+  TimelineBody,
+  UsageBody,
+} from './schemas.ts';
 
 const Str = Type.Optional(Type.String({ maxLength: 500 }));
 
@@ -70,7 +79,7 @@ export interface QueryDeps {
   adminToken: string | null;
 }
 
-/** `/v1/rooms`, `/v1/rooms/:room`, `/v1/journal`, `/v1/live`, `/v1/engines`, `/v1/stats`. */
+/** `/v1/rooms`, `/v1/rooms/:room`, `/v1/journal`, `/v1/live`, `/v1/engines`, `/v1/stats`, `/v1/usage`. */
 export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
   app,
   { control, journal, recovery, metrics, adminToken },
@@ -345,6 +354,37 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
           ejection: s.ejection,
         })),
       };
+    },
+  );
+
+  app.get<{ Querystring: Record<string, string | undefined> }>(
+    '/v1/usage',
+    {
+      schema: {
+        tags: ['queries'],
+        summary:
+          "Per tenant, from the journal: requests answered, refused and failed, prompt and completion tokens, time waited (a tenant's key: its own)",
+        querystring: Type.Object(
+          { since: Str, until: Str, tenant: Str },
+          { additionalProperties: false },
+        ),
+        response: { 200: UsageBody, ...Errors },
+      },
+    },
+    async (req) => {
+      const q = req.query;
+      const now = Date.now();
+      const reader = readerFor(req);
+      const tenant = reader.kind === 'tenant' ? reader.tenant : q.tenant;
+      const since = time('since', q.since, now) ?? now - DEFAULT_USAGE_WINDOW_MS;
+      const until = time('until', q.until, now) ?? now;
+      if (until < since) throw ApiError.of('invalid_parameter', 'until is before since', 'until');
+      const tenants = await usageOf(journal, {
+        since,
+        until,
+        ...(tenant === undefined ? {} : { tenant }),
+      });
+      return { since, until, tenants };
     },
   );
 

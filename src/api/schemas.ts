@@ -232,6 +232,26 @@ export const EnginesBody = Type.Object({
   ),
 });
 
+export const UsageBody = Type.Object({
+  since: Type.Integer({ description: 'the window, unix ms' }),
+  until: Type.Integer(),
+  tenants: Type.Array(
+    Type.Object({
+      tenant: Type.Union([Type.String(), Type.Null()], {
+        description: 'null: requests that came with no key (an open API)',
+      }),
+      requests: Type.Integer({ description: 'answered: a room of theirs completed' }),
+      refused: Type.Integer({ description: 'refused before any room (429, 503)' }),
+      failed: Type.Integer({
+        description: 'had a room but no answer (failed, aborted, client left)',
+      }),
+      promptTokens: Type.Integer(),
+      completionTokens: Type.Integer(),
+      waitedMs: Type.Integer({ description: "time waited in flow control's queue" }),
+    }),
+  ),
+});
+
 export const StatsBody = Type.Object({
   journal: Type.Object({ path: Type.String(), events: Type.Integer() }, Open),
   health: Type.Object({ state: Type.String(), writable: Type.Boolean() }, Open),

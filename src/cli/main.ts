@@ -14,6 +14,7 @@ import { registerRoomCommands } from './rooms-commands.ts';
 import { registerRunCommand } from './run-command.ts';
 import { registerServeCommand } from './serve/command.ts';
 import { registerTenantsCommand } from './tenants-command.ts';
+import { registerUsageCommand } from './usage-command.ts';
 
 function journalOption(c: Command): Command {
   return c
@@ -52,6 +53,7 @@ export function buildProgram(): Command {
   registerAbortCommand(program);
   registerKeysCommand(program);
   registerTenantsCommand(program, journalOption);
+  registerUsageCommand(program, journalOption);
   registerDrillCommand(program);
   return program;
 }
