@@ -10,7 +10,7 @@ import { DeterministicModel, generateInProcess } from '../model/deterministic.ts
 import type { JournalEvent } from '../room/events.ts';
 import { type Room, reduce } from '../room/reducer.ts';
 import { isTerminal } from '../room/states.ts';
-import type { ClientOutcome } from './client.ts';
+import { type ClientOutcome, isLimit } from './client.ts';
 import type { PlannedFault } from './faults.ts';
 import type { Fleet } from './fleet.ts';
 import type { Violation } from './invariants.ts';
@@ -218,10 +218,10 @@ export function spared(
   // A killed engine's rooms move at once, and it comes back; a retired engine's rooms not begun
   // move, and it finishes the rest: with no other fault, no client that got a room fails, and no
   // room waits out a deadline. (A request that came while every engine of a role was down or
-  // retiring is refused: that is no defect.)
+  // retiring is refused: that is no defect; nor is one held to its tenant's own limits.)
   if (!anyFault)
     for (const o of outcomes)
-      if (o.error !== null && o.request.action === null)
+      if (o.error !== null && o.request.action === null && !isLimit(o.code))
         out.push({
           invariant: 'no_failure_without_fault',
           room: null,

@@ -4,9 +4,11 @@
  * streamed or whole, aborts or leaves if it is one that does, and loses its connection when the
  * control plane's process dies.
  */
+import { ControlError } from '../control/errors.ts';
 import type { RoomStream } from '../control/intake/streams.ts';
+import type { Tenant } from '../tenants/book.ts';
 import type { Fleet } from './fleet.ts';
-import type { ClientRequest } from './workload.ts';
+import type { ClientRequest, SimTenant } from './workload.ts';
 
 /** What one client saw. */
 export interface ClientOutcome {
@@ -18,10 +20,22 @@ export interface ClientOutcome {
   early?: string;
   /** The control plane took the request (it got a room); false: refused at once. */
   admitted?: boolean;
+  /** When it asked, when flow control took it, and when it was taken or refused (virtual unix ms). */
+  askedAt?: number;
+  admittedAt?: number;
+  settledAt?: number;
+  /** What it cost of its tenant's share when taken: prompt tokens and `max_tokens`. */
+  cost?: number;
+  /** The control plane's code for a refusal (`CONTROL_TENANT_TOKEN_LIMIT`, …). */
+  code?: string;
 }
 
 /** A client: submits, reads its answer (streamed or whole), and aborts or leaves if it is one that does. */
-export async function client(fleet: Fleet, request: ClientRequest): Promise<ClientOutcome> {
+export async function client(
+  fleet: Fleet,
+  request: ClientRequest,
+  tenants: ReadonlyMap<string, SimTenant> = new Map(),
+): Promise<ClientOutcome> {
   const outcome: ClientOutcome = { request, text: '', error: null, finishReason: null };
   const leave = new AbortController();
   let stream: RoomStream;
@@ -32,12 +46,15 @@ export async function client(fleet: Fleet, request: ClientRequest): Promise<Clie
   const died = fleet.controlDied;
   // As the API does for a completion (api/app.ts): through flow control, which holds it while
   // no engine has the pages free or none of a role is there (one restarting: 3 s at most).
+  const tenant = request.tenant === null ? undefined : tenants.get(request.tenant);
+  outcome.askedAt = fleet.clock.now();
   try {
     const admitted = fleet.flow.admit({
       prompt: request.prompt,
       maxTokens: request.maxTokens,
       signal: leave.signal,
       requestId: request.id,
+      ...(tenant ? { tenant: tenantOf(tenant) } : {}),
     });
     admitted.catch(() => {});
     stream = await Promise.race([
@@ -47,8 +64,13 @@ export async function client(fleet: Fleet, request: ClientRequest): Promise<Clie
       }),
     ]);
     outcome.admitted = true;
+    outcome.admittedAt = fleet.clock.now();
+    outcome.settledAt = outcome.admittedAt;
+    outcome.cost = stream.promptTokens + request.maxTokens;
   } catch (err) {
     outcome.error = (err as Error).message;
+    outcome.settledAt = fleet.clock.now();
+    if (err instanceof ControlError) outcome.code = err.code;
     return outcome;
   }
   const act = request.action;
@@ -89,6 +111,20 @@ export async function client(fleet: Fleet, request: ClientRequest): Promise<Clie
     outcome.error = (err as Error).message;
   }
   return outcome;
+}
+
+/** A refusal by flow control working as meant: the tenant's own limit, or shed from a full queue. */
+export function isLimit(code: string | undefined): boolean {
+  return (
+    code === 'CONTROL_TENANT_CONCURRENCY_LIMIT' ||
+    code === 'CONTROL_TENANT_TOKEN_LIMIT' ||
+    code === 'CONTROL_QUEUE_FULL'
+  );
+}
+
+/** The tenant as the control plane's book holds it (`pdctl tenants add`). */
+function tenantOf(t: SimTenant): Tenant {
+  return { ...t, keyId: '00000000', addedAt: 0, rotatedAt: null, revokedAt: null };
 }
 
 /**

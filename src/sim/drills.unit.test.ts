@@ -23,7 +23,13 @@ const ALL_TERMINAL_MS = 2000;
 async function seed(
   options: SeedOptions,
 ): Promise<SeedReport & { trace: readonly JournalEvent[] }> {
-  const r = await runSeed({ rooms: 200, ...options, keepTrace: true });
+  // The drills' seeds were kept on an open API: no tenants drawn (their limits would move the timing).
+  const r = await runSeed({
+    rooms: 200,
+    ...options,
+    workload: { tenants: [], ...options.workload },
+    keepTrace: true,
+  });
   expect(r.violations, `seed ${options.seed}`).toEqual([]);
   return r as SeedReport & { trace: readonly JournalEvent[] };
 }

@@ -62,6 +62,12 @@ export const FAULT_KINDS = [
    * engine anything or reach another client's stream.
    */
   'lie-protocol',
+  /**
+   * One tenant floods the API: a batch tenant with no limits of its own sends at 4× the
+   * workload's rate for the fault's span (run.ts adds its requests; workload.ts `flood`). The
+   * other tenants keep their band's order and their fair shares.
+   */
+  'flood',
 ] as const;
 
 export type FaultKind = (typeof FAULT_KINDS)[number];
@@ -120,7 +126,7 @@ const LATE_MS = 30_000;
  * One to three faults of the given kinds (a correlated one counts once, with an entry per engine
  * it hits), each lasting 0.5 to 8 s — either side of the bus's 5 s heartbeat timeout — except a
  * relapse, which lasts 15 to 30 s: long enough for the ladder to restart the engine and see it
- * hang again. When they start and what they hit: `shape`.
+ * hang again, and a flood, 10 to 15 s: as long as a fair share's window at least. When they start and what they hit: `shape`.
  */
 export function planFaults(
   random: Random,
@@ -134,7 +140,10 @@ export function planFaults(
   return Array.from({ length: count }, (): PlannedFault[] => {
     const kind = random.pick(kinds);
     const target =
-      kind === 'disk-full' || kind.startsWith('control-') || kind.startsWith('archive-')
+      kind === 'disk-full' ||
+      kind === 'flood' ||
+      kind.startsWith('control-') ||
+      kind.startsWith('archive-')
         ? null
         : kind.startsWith('transfer-')
           ? random.pick(engines.prefill)
@@ -145,7 +154,12 @@ export function planFaults(
         : random.next() < 0.4
           ? Math.round(spanMs + random.next() * LATE_MS)
           : Math.round(random.next() * spanMs);
-    const forMs = kind === 'relapse' ? random.between(15_000, 30_000) : random.between(500, 8000);
+    const forMs =
+      kind === 'relapse'
+        ? random.between(15_000, 30_000)
+        : kind === 'flood'
+          ? random.between(10_000, 15_000)
+          : random.between(500, 8000);
     const lie = kind === 'lie-protocol' ? { shape: random.pick(LIE_SHAPES) } : {};
     // A planner retires engines one at a time: it is never correlated.
     if (shape === 'whole' && target !== null && kind !== 'retire' && random.next() < 0.25) {
@@ -220,6 +234,9 @@ function start(fleet: Fleet, f: PlannedFault): () => void {
     case 'archive-full':
     case 'archive-eio':
       return fleet.storage?.archiveFault(f.kind) ?? (() => {});
+    case 'flood':
+      // Its requests are the workload's (run.ts): they end as their clients are answered.
+      return () => {};
     case 'transfer-stall':
     case 'transfer-corrupt': {
       // The engine may have been killed and started again since: the live one takes the fault.

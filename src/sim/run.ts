@@ -18,7 +18,7 @@ import {
   watchControl,
   withinDeadlines,
 } from './checks.ts';
-import { type ClientOutcome, client } from './client.ts';
+import { type ClientOutcome, client, isLimit } from './client.ts';
 import {
   type FaultKind,
   type PlannedFault,
@@ -29,7 +29,20 @@ import {
 } from './faults.ts';
 import { Fleet, type FleetOptions } from './fleet.ts';
 import { liveness, safety, type Violation } from './invariants.ts';
-import { type ClientRequest, type WorkloadOptions, workload } from './workload.ts';
+import { fairShares, interactiveFirst, tenantLimits } from './tenancy.ts';
+import {
+  type ClientRequest,
+  DEFAULT_WORKLOAD,
+  drawTenants,
+  FLOOD_TENANT,
+  flood,
+  type SimTenant,
+  type WorkloadOptions,
+  workload,
+} from './workload.ts';
+
+/** How much faster than the workload a `flood` fault's tenant sends. */
+const FLOOD_FACTOR = 4;
 
 export interface SeedOptions {
   seed: number;
@@ -49,10 +62,18 @@ export interface SeedOptions {
 export interface SeedReport {
   seed: number;
   rooms: number;
-  /** Clients answered whole, ended by their own abort or disconnect, and failed. */
+  /**
+   * Clients answered whole, ended by their own abort or disconnect, refused by their tenant's own
+   * limits or shed from a full queue (flow control working as meant), and failed.
+   */
   completed: number;
   ended: number;
+  limited: number;
   failed: number;
+  /** The seed's tenants (a `flood` fault's among them); none: an open API. */
+  tenants: SimTenant[];
+  /** Windows `fair_share` judged (tenancy.ts): 10 s in which two tenants of a band both waited. */
+  fairWindows: number;
   events: number;
   virtualMs: number;
   wallMs: number;
@@ -90,8 +111,10 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
     ...(options.log ? { log: options.log } : {}),
   });
   const { clock } = fleet;
+  const tenants = options.workload?.tenants ?? drawTenants(fleet.random.fork('tenants'));
   const requests = workload(fleet.random.fork('workload'), {
     ...options.workload,
+    tenants,
     requests:
       options.rooms ??
       options.workload?.requests ??
@@ -111,12 +134,32 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
     options.plan,
   );
   scheduleFaults(fleet, faults);
+  const floods = faults.filter((f) => f.kind === 'flood');
+  for (const [i, f] of floods.entries())
+    requests.push(
+      ...flood(
+        fleet.random.fork(`flood-${i}`),
+        {
+          at: f.at,
+          forMs: f.forMs,
+          perSecond: (options.workload?.perSecond ?? DEFAULT_WORKLOAD.perSecond) * FLOOD_FACTOR,
+          first: requests.length,
+        },
+        options.workload,
+      ),
+    );
+  const roster = new Map<string, SimTenant>(
+    [...tenants, ...(floods.length > 0 ? [FLOOD_TENANT] : [])].map((t) => [t.name, t]),
+  );
   const book: Violation[] = [];
   watchControl(fleet, book);
+  // The journal's head as each control plane after the first starts: its limits start afresh.
+  const starts: number[] = [];
+  fleet.onControlStarted(() => starts.push(fleet.disk.headSeq()));
   const clients = requests.map(
     (request) =>
       new Promise<ClientOutcome>((resolve) => {
-        clock.setTimeout(() => void client(fleet, request).then(resolve), request.at);
+        clock.setTimeout(() => void client(fleet, request, roster).then(resolve), request.at);
       }),
   );
   const outcomes = await clock.runUntil(Promise.all(clients), 3_600_000);
@@ -137,6 +180,7 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
   await clock.runUntil(fleet.canary.stop(), 60_000);
   await clock.run(SETTLE_MS);
   const events = fleet.disk.events;
+  const fair = fairShares(outcomes, roster);
   // With the SQLite journal: every committed room reads back, from the journal or the archive.
   const stored = fleet.storage ? await fleet.storage.check(fleet.journal) : [];
   const violations = [
@@ -146,6 +190,9 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
     ...answers(after),
     ...withinDeadlines(events, excusedWindows(faults, start)),
     ...waitsWithinTtl(events),
+    ...tenantLimits(events, roster, starts),
+    ...fair.violations,
+    ...interactiveFirst(outcomes, roster),
     ...spared(
       events,
       touched(faults),
@@ -190,7 +237,10 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
     rooms: requests.length,
     completed: count((o) => o.error === null && o.request.action === null),
     ended: count((o) => o.request.action !== null),
-    failed: count((o) => o.error !== null && o.request.action === null),
+    limited: count((o) => o.request.action === null && isLimit(o.code)),
+    failed: count((o) => o.error !== null && o.request.action === null && !isLimit(o.code)),
+    tenants: [...roster.values()],
+    fairWindows: fair.judged,
     events: events.length,
     virtualMs,
     wallMs: performance.now() - wallStart,
@@ -200,7 +250,9 @@ export async function runSeed(options: SeedOptions): Promise<SeedReport> {
     faults,
     leaders: fleet.disk.leadership.terms.map((t) => ({ ...t })),
     deposed: [...fleet.deposed],
-    errors: tally(outcomes.filter((o) => o.error !== null && o.request.action === null)),
+    errors: tally(
+      outcomes.filter((o) => o.error !== null && o.request.action === null && !isLimit(o.code)),
+    ),
   };
 }
 
@@ -234,6 +286,7 @@ const AFTER_HEAL: readonly ClientRequest[] = Array.from({ length: 4 }, (_, i) =>
   maxTokens: 8,
   stream: i % 2 === 0,
   action: null,
+  tenant: null,
 }));
 
 function traceHash(events: readonly JournalEvent[]): string {

@@ -9,13 +9,16 @@ import { Fleet } from './fleet.ts';
 import type { Violation } from './invariants.ts';
 import { runSeed } from './run.ts';
 import { parseSearch, SimUsageError } from './search.ts';
+import type { SimTenant } from './workload.ts';
 
 describe('a simulated fleet', () => {
   it('serves every seed of a fixed set with every invariant holding', async () => {
     for (const seed of [1, 2, 3, 4]) {
       const r = await runSeed({ seed, rooms: 120 });
       expect(r.violations, `seed ${seed}`).toEqual([]);
-      expect(r.completed + r.ended, `seed ${seed}`).toBe(120);
+      // Answered, left by their clients, or held to their tenant's own limits (each seed draws
+      // its tenants: seed 1 has one of 4 rooms at once and 4,000 tokens a minute).
+      expect(r.completed + r.ended + r.limited, `seed ${seed}`).toBe(120);
       expect(r.failed, `seed ${seed}`).toBe(0);
       // Every room left a trail: created, the work, its end, two releases.
       expect(r.events).toBeGreaterThan(120 * 8);
@@ -41,6 +44,33 @@ describe('a simulated fleet', () => {
     expect(Math.max(...waits)).toBeGreaterThan(100);
   });
 
+  it('holds tenants to their limits, interactive before batch and fair shares, through a flood by one tenant', async () => {
+    const tenants: SimTenant[] = [
+      { name: 'chat', band: 'interactive', maxConcurrency: null, tokensPerMinute: null },
+      { name: 'etl', band: 'batch', maxConcurrency: 2, tokensPerMinute: null },
+      { name: 'nightly', band: 'batch', maxConcurrency: null, tokensPerMinute: 3000 },
+    ];
+    const r = await runSeed({
+      seed: 1,
+      rooms: 300,
+      faults: ['flood'],
+      workload: { tenants },
+      keepTrace: true,
+    });
+    expect(r.violations).toEqual([]);
+    expect(r.failed).toBe(0);
+    expect(r.tenants.map((t) => t.name)).toEqual(['chat', 'etl', 'nightly', 'flood']);
+    const rooms = (r.trace ?? []).flatMap((e) => (e.type === 'room.created' ? [e.data] : []));
+    // The flood was served beside the others, and the limited tenants' requests waited their turn.
+    expect(rooms.filter((d) => d.tenant === 'flood').length).toBeGreaterThan(1000);
+    expect(rooms.filter((d) => d.tenant === 'etl' && (d.waitedMs ?? 0) > 0).length).toBeGreaterThan(
+      0,
+    );
+    expect(
+      rooms.filter((d) => d.tenant === 'nightly' && (d.waitedMs ?? 0) > 0).length,
+    ).toBeGreaterThan(0);
+  });
+
   it('runs a seed the same way twice, and another seed another way', async () => {
     const [a, b, c] = await Promise.all([
       runSeed({ seed: 42, rooms: 60 }),
@@ -61,6 +91,7 @@ describe('a simulated fleet', () => {
       maxTokens: 3,
       stream: true,
       action: null,
+      tenant: null,
     };
     const wrong = answers([
       { request, text: ' nothing like it', error: null, finishReason: 'length' },

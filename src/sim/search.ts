@@ -205,7 +205,7 @@ export async function search(o: SearchOptions, print: (line: string) => void): P
       );
     if (takeovers.length > 0) injected.push(`takeovers: ${takeovers.join(', ')}`);
     if (r.deposed.length > 0) injected.push(`woke deposed and exited: ${r.deposed.join(', ')}`);
-    const line = `seed ${seed}: ${injected.length > 0 ? `[${injected.join('; ')}] ` : ''}${r.rooms} rooms (${r.completed} answered, ${r.ended} left by their clients, ${r.failed} failed), ${r.events} events, ${(r.virtualMs / 1000).toFixed(1)} s virtual in ${(r.wallMs / 1000).toFixed(2)} s, trace ${r.traceHash.slice(0, 16)}`;
+    const line = `seed ${seed}: ${injected.length > 0 ? `[${injected.join('; ')}] ` : ''}${r.rooms} rooms (${r.completed} answered, ${r.ended} left by their clients, ${r.limited > 0 ? `${r.limited} held to their tenant's limits, ` : ''}${r.failed} failed)${r.tenants.length > 0 ? `, tenants ${r.tenants.map((t) => `${t.name}:${t.band}${t.maxConcurrency !== null ? `:c${t.maxConcurrency}` : ''}${t.tokensPerMinute !== null ? `:t${t.tokensPerMinute}` : ''}`).join(',')}${r.fairWindows > 0 ? ` (${r.fairWindows} fair-share windows)` : ''}` : ''}, ${r.events} events, ${(r.virtualMs / 1000).toFixed(1)} s virtual in ${(r.wallMs / 1000).toFixed(2)} s, trace ${r.traceHash.slice(0, 16)}`;
     if (r.violations.length === 0) {
       if (o.seeds <= 20 || seed === o.seed + o.seeds - 1 || (seed - o.seed) % 100 === 0)
         print(`${line}: ok`);

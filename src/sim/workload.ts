@@ -7,6 +7,15 @@
  */
 import { WORDS } from '../model/words.ts';
 import type { Random } from '../ports/random.ts';
+import type { Band } from '../tenants/book.ts';
+
+/** A tenant of the simulated API: its band and its own limits, as `pdctl tenants add` sets them. */
+export interface SimTenant {
+  name: string;
+  band: Band;
+  maxConcurrency: number | null;
+  tokensPerMinute: number | null;
+}
 
 export interface WorkloadOptions {
   /** How many requests. */
@@ -26,6 +35,8 @@ export interface WorkloadOptions {
   disconnectShare: number;
   /** The latest an aborting or disconnecting client acts after it asked, in ms. */
   actWithinMs: number;
+  /** Whose requests they are, each drawn evenly; none: an open API. */
+  tenants: readonly SimTenant[];
 }
 
 export const DEFAULT_WORKLOAD: Readonly<WorkloadOptions> = Object.freeze({
@@ -40,6 +51,7 @@ export const DEFAULT_WORKLOAD: Readonly<WorkloadOptions> = Object.freeze({
   abortShare: 0.05,
   disconnectShare: 0.05,
   actWithinMs: 200,
+  tenants: [],
 });
 
 export interface ClientRequest {
@@ -54,6 +66,8 @@ export interface ClientRequest {
   stream: boolean;
   /** What the client does part way, if anything, and how long after it asked. */
   action: { kind: 'abort' | 'disconnect'; afterMs: number } | null;
+  /** The tenant whose key it comes with; null: an open API. */
+  tenant: string | null;
 }
 
 /** The requests of a run, in arrival order. Throws a RangeError that names a bad option. */
@@ -63,6 +77,7 @@ export function workload(random: Random, options: Partial<WorkloadOptions> = {})
   const arrivals = random.fork('arrivals');
   const texts = random.fork('prompts');
   const clients = random.fork('clients');
+  const owners = random.fork('tenants');
   const words = (r: Random, [lo, hi]: readonly [number, number]) =>
     Array.from({ length: r.between(lo, hi) }, () => r.pick(WORDS)).join(' ');
   const prefixes = Array.from({ length: o.prefixes }, () => words(texts, o.prefixWords));
@@ -84,9 +99,62 @@ export function workload(random: Random, options: Partial<WorkloadOptions> = {})
       maxTokens: clients.between(o.maxTokens[0], o.maxTokens[1]),
       stream: clients.chance(o.streamShare),
       action: kind === null ? null : { kind, afterMs: clients.between(0, o.actWithinMs) },
+      tenant: o.tenants.length === 0 ? null : owners.pick(o.tenants).name,
     });
   }
   return requests;
+}
+
+/**
+ * The tenants of a seed: none (an open API) one seed in four, else one to three, each in a band
+ * and with or without each of its own limits — tight enough, when drawn, that they hold.
+ */
+export function drawTenants(random: Random): SimTenant[] {
+  if (random.chance(0.25)) return [];
+  return Array.from({ length: random.between(1, 3) }, (_, i) => ({
+    name: `tenant-${i}`,
+    band: random.chance(0.6) ? 'interactive' : 'batch',
+    maxConcurrency: random.chance(0.5) ? random.between(1, 8) : null,
+    tokensPerMinute: random.chance(0.3) ? random.between(10, 60) * 100 : null,
+  }));
+}
+
+/** The tenant a `flood` fault sends as: a batch tenant with no limits of its own. */
+export const FLOOD_TENANT: SimTenant = Object.freeze({
+  name: 'flood',
+  band: 'batch',
+  maxConcurrency: null,
+  tokensPerMinute: null,
+});
+
+/**
+ * A flood by one tenant (the `flood` fault): requests of `FLOOD_TENANT` arriving at `perSecond`
+ * from `at` for `forMs` (ms from the run's start), shaped as the workload's are, none leaving.
+ */
+export function flood(
+  random: Random,
+  o: { at: number; forMs: number; perSecond: number; first: number },
+  shape: Partial<WorkloadOptions> = {},
+): ClientRequest[] {
+  const w = checked({ ...DEFAULT_WORKLOAD, ...shape });
+  const out: ClientRequest[] = [];
+  let at = o.at;
+  for (let i = o.first; ; i++) {
+    at += (-Math.log(1 - random.next()) * 1000) / o.perSecond;
+    if (at > o.at + o.forMs) return out;
+    out.push({
+      id: `flood-${i.toString().padStart(6, '0')}`,
+      at: Math.round(at),
+      prompt: Array.from({ length: random.between(w.promptWords[0], w.promptWords[1]) }, () =>
+        random.pick(WORDS),
+      ).join(' '),
+      prefix: null,
+      maxTokens: random.between(w.maxTokens[0], w.maxTokens[1]),
+      stream: random.chance(w.streamShare),
+      action: null,
+      tenant: FLOOD_TENANT.name,
+    });
+  }
 }
 
 function checked(o: WorkloadOptions): WorkloadOptions {

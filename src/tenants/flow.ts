@@ -12,8 +12,9 @@
  *   over without holding the others.
  * - **A time-to-live** per request: its band's, or shorter when its client asked so.
  * - **A bound**: past `maxQueued` waiting, the lowest band is shed first — within it, the newest
- *   request of the tenant furthest ahead of its share — and a request that would only displace
- *   its equals is refused itself.
+ *   request of the tenant whose backlog ends furthest ahead of its share (its virtual time and the
+ *   tokens it has waiting), so a tenant that floods the queue is shed and not those it crowds
+ *   out. A request whose own tenant is that one is refused itself.
  *
  * Pure and synchronous: the caller (control/flow/) says when to look again and what trying a
  * request does; the same order runs in the simulator and in `pdctl serve`.
@@ -79,14 +80,14 @@ export class FlowQueue<T extends FlowTicket> {
   }
 
   /**
-   * Places `t` in its band. At the bound, a ticket of the lowest band present makes room and is
-   * returned (the caller refuses it): `t` itself when nothing below its band waits.
+   * Places `t` in its band. At the bound, a ticket makes room and is returned (the caller refuses
+   * it): `victim`'s choice, `t` itself when its own tenant is the one to shed.
    */
   push(t: T): T | null {
     let shed: T | null = null;
     if (this.count >= this.maxQueued) {
-      shed = this.victim(t.band);
-      if (shed === null) return t;
+      shed = this.victim(t);
+      if (shed === t) return t;
       this.remove(shed);
     }
     const q = this.band(t.band);
@@ -220,18 +221,42 @@ export class FlowQueue<T extends FlowTicket> {
   }
 
   /**
-   * Whom to shed for a new ticket of `band`: the newest ticket, in the lowest band below `band`
-   * that has any, of the tenant furthest ahead of its share. Null when nothing below waits.
+   * Whom to shed for a new ticket `t`: the newest ticket of the lowest band that has any, at or
+   * below `t`'s, of the tenant whose backlog ends furthest ahead of its share (its virtual time
+   * and the tokens it has waiting: a flood's, not those of the tenants it crowds out). `t` itself
+   * when that would be its own tenant, or nothing below or beside it waits.
    */
-  private victim(band: Band): T | null {
-    const rank = BAND_ORDER.indexOf(band);
-    for (let i = BAND_ORDER.length - 1; i > rank; i--) {
+  private victim(t: T): T {
+    const rank = BAND_ORDER.indexOf(t.band);
+    for (let i = BAND_ORDER.length - 1; i >= rank; i--) {
       const q = this.band(BAND_ORDER[i] as Band);
+      // Ties: the one already given more (its virtual time), then by name.
       let worst: string | null = null;
-      for (const tenant of q.tenants.keys())
-        if (worst === null || (q.vt.get(tenant) ?? 0) > (q.vt.get(worst) ?? 0)) worst = tenant;
-      if (worst !== null) return (q.tenants.get(worst) as T[]).at(-1) as T;
+      let worstEnd = 0;
+      let worstVt = 0;
+      for (const [tenant, waiting] of q.tenants) {
+        const vt = q.vt.get(tenant) ?? 0;
+        const end = vt + waiting.reduce((n, w) => n + w.tokens, 0);
+        const tie =
+          end === worstEnd && (vt > worstVt || (vt === worstVt && tenant > (worst ?? '')));
+        if (worst === null || end > worstEnd || tie) {
+          worst = tenant;
+          worstEnd = end;
+          worstVt = vt;
+        }
+      }
+      if (worst === null) continue;
+      if (i > rank) return (q.tenants.get(worst) as T[]).at(-1) as T;
+      // Its own band: the newcomer's tenant, were it taken, ends where?
+      const own = q.tenants.get(t.tenant) ?? [];
+      const ownEnd =
+        (q.vt.get(t.tenant) ?? this.least(q) ?? q.now) +
+        own.reduce((n, w) => n + w.tokens, 0) +
+        t.tokens;
+      return worst !== t.tenant && worstEnd > ownEnd
+        ? ((q.tenants.get(worst) as T[]).at(-1) as T)
+        : t;
     }
-    return null;
+    return t;
   }
 }

@@ -73,7 +73,7 @@ describe('FlowQueue', () => {
     expect(taken.filter((t) => t.tenant === 'late').length).toBe(5);
   });
 
-  it('sheds the lowest band first at its bound — the newest request of the tenant furthest ahead — and refuses a request that would displace only its equals', () => {
+  it('sheds the lowest band first at its bound — the newest request of the tenant whose backlog ends furthest ahead — and refuses a request of that tenant itself', () => {
     const q = new FlowQueue<FlowTicket>(3);
     const b1 = ticket('a', 'batch', 10);
     const b2 = ticket('b', 'batch', 10);
@@ -85,9 +85,28 @@ describe('FlowQueue', () => {
     expect(q.push(b4)).toBeNull();
     const i1 = ticket('chat', 'interactive');
     expect(q.push(i1)).toBe(b4);
+    // In its own band: c, new, would end at 10; b's backlog ends at 20, so b gives way.
     const b5 = ticket('c', 'batch');
-    expect(q.push(b5)).toBe(b5);
-    expect([...q.tickets()]).toEqual([i1, b2, b3]);
+    expect(q.push(b5)).toBe(b3);
+    expect([...q.tickets()]).toEqual([i1, b2, b5]);
+    // b's next would end furthest ahead itself: it is refused, and nothing else goes.
+    const b6 = ticket('b', 'batch');
+    expect(q.push(b6)).toBe(b6);
+    expect([...q.tickets()]).toEqual([i1, b2, b5]);
+  });
+
+  it("sheds a flooding tenant's requests, not those of the tenants it crowds out", () => {
+    const q = new FlowQueue<FlowTicket>(10);
+    for (let i = 0; i < 10; i++) expect(q.push(ticket('flood', 'batch'))).toBeNull();
+    const shed: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const light = ticket('light', 'batch');
+      shed.push((q.push(light) as FlowTicket).tenant);
+    }
+    expect(shed).toEqual(['flood', 'flood', 'flood', 'flood', 'flood']);
+    // Now even (5 each): the next of either is refused itself.
+    const more = ticket('light', 'batch');
+    expect(q.push(more)).toBe(more);
   });
 
   it('expires what waited past its deadline, and says when the next one is due', () => {
