@@ -72,6 +72,8 @@ export interface StackScenario extends ScenarioBase {
   /** Extra engine flags for the stack the drill starts (after the drill defaults: they win). */
   engineArgs?: string[];
   stack?: Partial<StackOptions>;
+  /** The background canary's interval in ms (default 1000; 0: none, for a drill that saturates the fleet). */
+  canaryIntervalMs?: number;
   run(ctx: DrillContext): Promise<void>;
 }
 
@@ -166,8 +168,8 @@ export async function runDrill(scenario: DrillScenario, o: DrillRunOptions): Pro
   };
   const serving = await startServing({
     ...stackOptions,
-    canaryIntervalMs: 1000,
-    maxRoomsPerEngine: Math.max(64, o.clients * 2),
+    canaryIntervalMs: scenario.canaryIntervalMs ?? 1000,
+    maxRoomsPerEngine: scenario.stack?.maxRoomsPerEngine ?? Math.max(64, o.clients * 2),
     api: { adminToken: null, canaryStaleMs: 5000 },
   });
   const { stack, canary } = serving;

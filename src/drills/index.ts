@@ -5,6 +5,7 @@ import { controlPlaneFailover } from './control-plane-failover.ts';
 import type { DrillScenario } from './harness.ts';
 import { hostilePeer } from './hostile-peer.ts';
 import { killControlPlane } from './kill-control-plane.ts';
+import { noisyNeighborDrill } from './noisy-neighbor.ts';
 import { partitionEngine, partitionKv } from './partition.ts';
 import { plannerScaleDown } from './planner-scale-down.ts';
 import {
@@ -37,4 +38,5 @@ export const DRILLS: readonly DrillScenario[] = [
   partitionEngine,
   badEngine,
   plannerScaleDown,
+  noisyNeighborDrill,
 ];
