@@ -120,8 +120,8 @@ export async function usageOf(reader: Reader, w: UsageWindow): Promise<TenantUsa
 }
 
 /**
- * The requests whose last room ended in the window, each with its rooms that did (a request is a
- * chain of rooms when it migrated or was retried; the health canary's rooms serve no request).
+ * The requests with a room that ended in the window, each with those rooms (a request is a chain
+ * of rooms when it migrated or was retried; the health canary's rooms serve no request).
  */
 async function endedRequests(reader: Reader, w: UsageWindow): Promise<Map<string, Room[]>> {
   const byRequest = new Map<string, Room[]>();
