@@ -155,6 +155,11 @@ export interface SubmitRequest {
   tenant?: { name: string; band: Band };
   /** How long it waited in flow control's queue before its room (journaled on the first room). */
   waitedMs?: number;
+  /**
+   * Taken only where its engines keep room for one more request of its size after it (a decode
+   * slot and the pages): a batch request while interactive ones come (control/flow/).
+   */
+  headroom?: boolean;
 }
 
 /** The longest prompt, in UTF-8 bytes: what fits in a `room.created` event on the bus. */

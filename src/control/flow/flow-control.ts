@@ -102,6 +102,8 @@ export class FlowControl {
   private closed: ControlError | null = null;
   /** What held each tenant at its last try, for its requests behind the one tried. */
   private readonly tenantHeld = new Map<string, FlowRefusal>();
+  /** When the last interactive request came: batch keeps room for them until its TTL after. */
+  private interactiveAt = Number.NEGATIVE_INFINITY;
 
   constructor(
     private readonly deps: FlowDeps,
@@ -124,6 +126,7 @@ export class FlowControl {
     const now = clock.now();
     const tenantOf = request.tenant ?? null;
     const band: Band = tenantOf?.band ?? 'interactive';
+    if (band === 'interactive') this.interactiveAt = now;
     const ttl = Math.max(0, Math.min(this.o.queueTtlMs[band], request.ttlMs ?? Infinity));
     const tokens = request.tokens ?? this.deps.tokenize(request.prompt);
     return new Promise<RoomStream>((resolve, reject) => {
@@ -257,6 +260,11 @@ export class FlowControl {
         ...submitOf(t.request),
         ...(tenant ? { tenant: { name: tenant.name, band: tenant.band } } : {}),
         ...(waitedMs > 0 ? { waitedMs } : {}),
+        // While interactive requests come, a batch one leaves room for the next of them: one
+        // arriving finds a slot, not a fleet the batch band filled.
+        ...(t.band === 'batch' && now - this.interactiveAt <= this.o.queueTtlMs.interactive
+          ? { headroom: true }
+          : {}),
       });
     } catch (err) {
       if (tenant) this.limits.release(tenant, 0, now);

@@ -72,6 +72,22 @@ const ask = (f: ReturnType<typeof fleet>, id: string, o: Record<string, unknown>
 };
 
 describe('FlowControl', () => {
+  it('asks the fleet to keep room for interactive requests while they come: batch ones are taken with headroom until the interactive time-to-live after the last', async () => {
+    const f = fleet(10);
+    const batch = tenant('etl', { band: 'batch' });
+    await ask(f, 'b1', { tenant: batch });
+    await ask(f, 'i1', { tenant: tenant('chat') });
+    await ask(f, 'b2', { tenant: batch });
+    f.clock.advance(1001);
+    await ask(f, 'b3', { tenant: batch });
+    expect(f.rooms.map((r) => [r.request.requestId, r.request.headroom ?? false])).toEqual([
+      ['b1', false],
+      ['i1', false],
+      ['b2', true],
+      ['b3', false],
+    ]);
+  });
+
   it('holds a request while the fleet is full and takes it when a room ends, recording how long it waited', async () => {
     const f = fleet(1);
     await ask(f, 'a');

@@ -130,6 +130,7 @@ export class Intake {
       names,
       request.probe ?? null,
       request.probeAvoid,
+      request.headroom,
     );
     const { clock } = this.deps;
     const room = this.deps.ids.room();
@@ -178,14 +179,17 @@ export class Intake {
     now = this.deps.clock.now(),
     names: readonly string[] = [],
     probe: string | null = null,
+    /** Room for one more of its size left after it (SubmitRequest `headroom`). */
+    headroom = false,
   ): { pair: Pair | null; prefills: EngineSession[]; decodes: EngineSession[] } {
     const { registry, book, liveness } = this.deps;
+    const times = headroom ? 2 : 1;
     // An engine with no pages cannot hold a room's KV, whatever it says of its KV's shape.
     const fits = (s: EngineSession) =>
       usable(s) &&
       s.pages > 0 &&
-      this.hasRoom(s) &&
-      fitsNow(s, roomPages(s, promptTokens, maxTokens));
+      this.hasRoom(s, times) &&
+      fitsNow(s, times * roomPages(s, promptTokens, maxTokens));
     const prefills = registry.candidates('prefill', liveness, now, fits, probe);
     const decodes = registry.candidates('decode', liveness, now, fits, probe);
     const pair = this.deps.router.choose(prefills, decodes, names, promptTokens, {
@@ -195,9 +199,11 @@ export class Intake {
     return { pair, prefills, decodes };
   }
 
-  /** Whether the engine holds fewer rooms than the cap (decode engines only). */
-  private hasRoom(s: EngineSession): boolean {
-    return s.role !== 'decode' || this.deps.book.liveOn(s.engine) < this.deps.maxRoomsPerEngine;
+  /** Whether the engine has `n` rooms to spare under the cap (decode engines only). */
+  private hasRoom(s: EngineSession, n = 1): boolean {
+    return (
+      s.role !== 'decode' || this.deps.book.liveOn(s.engine) + n <= this.deps.maxRoomsPerEngine
+    );
   }
 
   /**
@@ -212,17 +218,25 @@ export class Intake {
     names: readonly string[] = [],
     probe: string | null = null,
     avoid: readonly string[] = [],
+    headroom = false,
   ): Pair {
     const now = this.deps.clock.now();
+    const usable = avoid.length === 0 ? undefined : (s: EngineSession) => !avoid.includes(s.engine);
     const { pair, prefills, decodes } = this.pairFor(
       promptTokens,
       maxTokens,
-      avoid.length === 0 ? undefined : (s) => !avoid.includes(s.engine),
+      usable,
       now,
       names,
       probe,
+      headroom,
     );
     if (pair) return pair;
+    if (headroom && this.pairFor(promptTokens, maxTokens, usable, now, names, probe).pair)
+      throw new ControlError(
+        'CONTROL_OVERLOADED',
+        'the room left is kept for interactive requests while they come; retry shortly',
+      );
     if (prefills.length === 0) this.noneFor('prefill', promptTokens, maxTokens, now);
     if (decodes.length === 0) this.noneFor('decode', promptTokens, maxTokens, now);
     throw new ControlError('CONTROL_NO_ENGINES', unreachable(prefills, decodes));

@@ -33,7 +33,7 @@ afterEach(async () => {
   for (const j of journals.splice(0)) await j.drain();
 });
 
-async function setup(limit = 2) {
+async function setup(limit = 2, maxRoomsPerEngine = 512) {
   const journal = await SqliteJournal.open({
     path: join(dir, `${newRoomId()}.db`),
     durability: 'process',
@@ -56,7 +56,7 @@ async function setup(limit = 2) {
     book,
     model,
     liveness: DEFAULT_LIVENESS,
-    maxRoomsPerEngine: 512,
+    maxRoomsPerEngine,
     pairAvoided: () => false,
     router: new Router({ policy: 'least-loaded', blockTokens: 64, overlapWeight: 1 }),
     timed: (p) => p,
@@ -282,6 +282,21 @@ describe('Migrator', () => {
     // A new request is told why no pair takes it (a client asks again while that is so).
     expect(() => t.intake.pick(2, 8)).toThrow(
       /^every decode engine is being retired \(d0\): none takes new rooms until another decode engine registers$/,
+    );
+  });
+});
+
+describe('Intake.pick with headroom (a batch request while interactive ones come)', () => {
+  it('takes a pair only where room for one more is left after it, and says so when that is all that holds it', async () => {
+    // Two rooms a decode engine, one of them taken.
+    const t = await setup(2, 2);
+    t.registry.set(engineSession('p0', 'prefill'));
+    t.registry.set(engineSession('d0', 'decode'));
+    expect(t.intake.pick(2, 8, [], null, [], true).decode.engine).toBe('d0');
+    await t.roomOn('p0', 'd0').stream.admitted;
+    expect(t.intake.pick(2, 8).decode.engine).toBe('d0');
+    expect(() => t.intake.pick(2, 8, [], null, [], true)).toThrow(
+      /^the room left is kept for interactive requests while they come; retry shortly$/,
     );
   });
 });
