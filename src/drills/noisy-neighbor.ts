@@ -39,6 +39,8 @@ interface Answer {
   status: number;
   ttftMs: number;
   tokens: number;
+  /** When its answer ended (performance.now()). */
+  doneAt: number;
 }
 
 const prompt = (i: number) => `request ${i}: the harbor keeps its lanterns lit across the water`;
@@ -81,14 +83,37 @@ function ask(
             status: res.statusCode ?? 0,
             ttftMs: first ? first - t0 : Number.NaN,
             tokens: usage ? Number(usage[1]) : 0,
+            doneAt: performance.now(),
           });
         });
         res.on('error', () => undefined);
       },
     );
-    req.on('error', () => done({ status: 0, ttftMs: Number.NaN, tokens: 0 }));
+    req.on('error', () =>
+      done({ status: 0, ttftMs: Number.NaN, tokens: 0, doneAt: performance.now() }),
+    );
     req.end(body);
   });
+}
+
+/** Answers of a phase, and when it began (performance.now()). */
+interface Phase {
+  answers: Answer[];
+  t0: number;
+  seconds: number;
+}
+
+/**
+ * Answers a second that `pred` keeps, of those that ended within the phase after its first second
+ * (the fleet filling): a rate of the steady state, not counting the backlog served after it.
+ */
+function steadyRate(p: Phase, pred: (a: Answer) => boolean = () => true): number {
+  const from = p.t0 + 1000;
+  const to = p.t0 + p.seconds * 1000;
+  return (
+    ok(p.answers).filter((a) => a.doneAt >= from && a.doneAt <= to && pred(a)).length /
+    (p.seconds - 1)
+  );
 }
 
 /** `rate` requests a second of `key` for `seconds`, open loop; their answers. */
@@ -99,7 +124,7 @@ async function load(
   seconds: number,
   first: number,
   headers: Record<string, string> = {},
-): Promise<Answer[]> {
+): Promise<Phase> {
   const agent = new Agent({ keepAlive: true, maxSockets: 4096 });
   const t0 = performance.now();
   const out: Array<Promise<Answer>> = [];
@@ -109,9 +134,9 @@ async function load(
     if (wait > 1) await new Promise((r) => setTimeout(r, wait));
     out.push(ask(base, agent, key, first + i, headers));
   }
-  const all = await Promise.all(out);
+  const answers = await Promise.all(out);
   agent.destroy();
-  return all;
+  return { answers, t0, seconds };
 }
 
 async function addTenant(
@@ -176,27 +201,31 @@ export async function noisyNeighbor(
   const asked = (roomsPerEngine * 1000) / ((maxTokens * decodeUsPerToken) / 1000);
   progress(`capacity: ${phaseS} s of a batch tenant at ${round(asked * 2)} requests a second`);
   const sat = await load(base, probe, asked * 2, phaseS, n, { 'x-pdctl-queue-ttl-ms': '2000' });
-  n += sat.length;
-  const capacity = ok(sat).length / phaseS;
+  n += sat.answers.length;
+  const capacity = steadyRate(sat);
   if (capacity === 0)
     throw new Error('the fleet answered nothing while saturated: no capacity to measure against');
 
   progress(`solo: an interactive tenant at ${round(capacity / 4)}/s`);
-  const solo = await load(base, chat, capacity / 4, phaseS, n);
+  const solo = (await load(base, chat, capacity / 4, phaseS, n)).answers;
   n += solo.length;
 
   progress(`flood: the same, and a batch tenant at ${round(capacity * 4)}/s`);
-  const [withFlood, flood] = await Promise.all([
-    load(base, chat, capacity / 4, phaseS, n),
-    load(base, bulk, capacity * 4, phaseS, n + 100_000, { 'x-pdctl-queue-ttl-ms': '5000' }),
-  ]);
+  const [withFlood, flood] = (
+    await Promise.all([
+      load(base, chat, capacity / 4, phaseS, n),
+      load(base, bulk, capacity * 4, phaseS, n + 100_000, { 'x-pdctl-queue-ttl-ms': '5000' }),
+    ])
+  ).map((p) => p.answers) as [Answer[], Answer[]];
   n += 200_000;
 
   progress(`split: batch tenants at ${round(capacity * 10)}/s and ${round(capacity)}/s`);
-  const [heavyA, lightA] = await Promise.all([
-    load(base, heavy, capacity * 10, phaseS, n, { 'x-pdctl-queue-ttl-ms': '5000' }),
-    load(base, light, capacity, phaseS, n + 100_000, { 'x-pdctl-queue-ttl-ms': '5000' }),
-  ]);
+  const [heavyA, lightA] = (
+    await Promise.all([
+      load(base, heavy, capacity * 10, phaseS, n, { 'x-pdctl-queue-ttl-ms': '5000' }),
+      load(base, light, capacity, phaseS, n + 100_000, { 'x-pdctl-queue-ttl-ms': '5000' }),
+    ])
+  ).map((p) => p.answers) as [Answer[], Answer[]];
   n += 200_000;
   const tokens = (a: Answer[]) => ok(a).reduce((s, x) => s + x.tokens, 0);
   const split = tokens(heavyA) + tokens(lightA);
@@ -207,7 +236,7 @@ export async function noisyNeighbor(
   const over = await load(base, chat, capacity * 2, phaseS, n, {
     'x-pdctl-queue-ttl-ms': String(ttftTargetMs / 2),
   });
-  const good = ok(over).filter((x) => x.ttftMs <= ttftTargetMs).length / phaseS;
+  const good = steadyRate(over, (x) => x.ttftMs <= ttftTargetMs);
   const share = (a: Answer[]) => (split === 0 ? 0 : tokens(a) / split);
   return {
     capacityPerS: round(capacity, 1),
@@ -255,7 +284,7 @@ export async function noisyNeighbor(
     ],
     floodAnswered: ok(flood).length,
     floodRefused: flood.length - ok(flood).length,
-    overloadRefused: over.filter((x) => x.status === 429).length,
+    overloadRefused: over.answers.filter((x) => x.status === 429).length,
   };
 }
 

@@ -232,11 +232,20 @@ export class Intake {
       headroom,
     );
     if (pair) return pair;
-    if (headroom && this.pairFor(promptTokens, maxTokens, usable, now, names, probe).pair)
+    const without = headroom
+      ? this.pairFor(promptTokens, maxTokens, usable, now, names, probe).pair
+      : null;
+    if (without) {
+      // A fleet that could never hold two of these at once keeps no room: the request goes.
+      const twice = (s: EngineSession) =>
+        couldEverFit(s, 2 * roomPages(s, promptTokens, maxTokens));
+      if (this.deps.maxRoomsPerEngine < 2 || !twice(without.prefill) || !twice(without.decode))
+        return without;
       throw new ControlError(
         'CONTROL_OVERLOADED',
         'the room left is kept for interactive requests while they come; retry shortly',
       );
+    }
     if (prefills.length === 0) this.noneFor('prefill', promptTokens, maxTokens, now);
     if (decodes.length === 0) this.noneFor('decode', promptTokens, maxTokens, now);
     throw new ControlError('CONTROL_NO_ENGINES', unreachable(prefills, decodes));

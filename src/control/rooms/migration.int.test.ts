@@ -299,4 +299,11 @@ describe('Intake.pick with headroom (a batch request while interactive ones come
       /^the room left is kept for interactive requests while they come; retry shortly$/,
     );
   });
+
+  it('keeps none where an engine could never hold two: the request goes where it fits', async () => {
+    const t = await setup(2, 1);
+    t.registry.set(engineSession('p0', 'prefill'));
+    t.registry.set(engineSession('d0', 'decode'));
+    expect(t.intake.pick(2, 8, [], null, [], true).decode.engine).toBe('d0');
+  });
 });
