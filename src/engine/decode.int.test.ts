@@ -29,7 +29,7 @@ afterEach(() => {
 
 type Appended = EngineMessage<'append'>['event'];
 
-function engine() {
+function engine(model = new DeterministicModel()) {
   const opts = resolveEngineOptions({
     id: 'd0',
     role: 'decode',
@@ -44,7 +44,6 @@ function engine() {
     replace: true,
   });
   pools.push(pool);
-  const model = new DeterministicModel();
   const appended: Appended[] = [];
   const streamed: Array<Msg<'tokens'>> = [];
   let seq = 0;
@@ -100,7 +99,11 @@ function engine() {
       ...(request ? { request } : {}),
     } as never as Parameters<DecodeEngine['onEvent']>[0]);
   };
-  const created = (room: string, reservation?: Record<string, unknown>) =>
+  const created = (
+    room: string,
+    reservation?: Record<string, unknown>,
+    o: { band?: 'interactive' | 'batch'; maxTokens?: number } = {},
+  ) =>
     deliver(
       'room.created',
       room,
@@ -109,10 +112,11 @@ function engine() {
         prefillEngine: 'p0',
         decodeEngine: 'd0',
         promptTokens: PROMPT.length,
-        maxTokens: 8,
+        maxTokens: o.maxTokens ?? 8,
         ...(reservation ? { reservation: { decode: reservation } } : {}),
+        ...(o.band ? { tenant: `t-${o.band}`, band: o.band } : {}),
       },
-      { prompt: PROMPT_TEXT, maxTokens: 8 },
+      { prompt: PROMPT_TEXT, maxTokens: o.maxTokens ?? 8 },
     );
   /** What the prefill engine does: the prompt's KV computed into the room's decode pages. */
   const prefillInto = async (pages: number[]) => {
@@ -285,5 +289,53 @@ describe('a decode engine told the KV arrived before the transfer commits', () =
     await settle();
     expect(e.of('r1').find((x) => x.type === 'room.completed')?.data).toMatchObject({ tokens: 8 });
     expectCleanRelease(e, pages);
+  });
+});
+
+describe('a decode engine on a model whose steps run one after another', () => {
+  it('steps an interactive room alone until its first chunk: a batch room waits, then goes on', async () => {
+    // The device takes 5 ms a step; each step's room is logged as it is asked for.
+    const asked: string[] = [];
+    const model = new DeterministicModel({ decodeCompute: 'device', decodeUsPerToken: 5000 });
+    const start = model.startDecode.bind(model);
+    let rooms = 0;
+    model.startDecode = async (tokens: readonly number[], pages: readonly Uint8Array[]) => {
+      const stream = await start(tokens, pages);
+      // The batch room starts decoding first.
+      const label = rooms++ === 0 ? 'batch' : 'interactive';
+      const next = stream.next.bind(stream);
+      return {
+        ...stream,
+        next: () => {
+          asked.push(label);
+          return next();
+        },
+      };
+    };
+    const e = engine(model);
+    const per = e.need(PROMPT.length, 32);
+    expect(2 * per).toBeLessThanOrEqual(PAGES);
+    const batchPages = range(0, per);
+    e.created('b1', e.reserved(batchPages), { band: 'batch', maxTokens: 32 });
+    e.transferCompleted('b1', await e.prefillInto(batchPages));
+    await settle();
+    const interactivePages = range(per, per);
+    e.created('i1', e.reserved(interactivePages), { band: 'interactive', maxTokens: 8 });
+    const from = asked.length;
+    e.transferCompleted('i1', await e.prefillInto(interactivePages));
+    await new Promise((r) => setTimeout(r, 300));
+    const after = asked.slice(from);
+    console.log(
+      JSON.stringify(asked),
+      from,
+      e.of('i1').map((x) => x.type),
+    );
+    const firstChunk = after.indexOf('interactive') + 4;
+    // Its first chunk's four steps with no batch step between them (one already asked may run).
+    expect(after.slice(after.indexOf('interactive'), firstChunk)).toEqual(
+      Array(4).fill('interactive'),
+    );
+    // And the batch room went on afterwards.
+    expect(after.slice(firstChunk)).toContain('batch');
   });
 });

@@ -211,7 +211,7 @@ export class DecodeEngine extends EngineCore {
   /** Speculative work thrown away: its tokens are counted on the room's release. */
   private discard(d: Decoding): void {
     const room = d.room.view.room;
-    this.running.delete(room);
+    this.leave(room);
     d.stream?.close();
     if (d.generated > 0) this.wasted.set(room, (this.wasted.get(room) ?? 0) + d.generated);
   }
@@ -362,7 +362,7 @@ export class DecodeEngine extends EngineCore {
       },
       (err: unknown) => {
         if (this.running.get(v.room) !== d) return;
-        this.running.delete(v.room);
+        this.leave(v.room);
         // Held: the committed event starts it again, and fails it if it fails again.
         if (d.held) return;
         const bad = err instanceof KvImageError;
@@ -380,7 +380,27 @@ export class DecodeEngine extends EngineCore {
    * its first token (a hold ends with the commit, which schedules a pass).
    */
   private canStep(d: Decoding): d is Decoding & { stream: DecodeStream } {
-    return !d.pending && d.stream !== null && !waitsOnCommit(d);
+    return !d.pending && d.stream !== null && !waitsOnCommit(d) && !this.heldForInteractive(d);
+  }
+
+  /**
+   * A batch room waits while an interactive one has not sent its first chunk yet, on a model
+   * whose steps run one after another (`serialSteps`): its steps would otherwise take turns on
+   * the device with the interactive room's and double that room's time to first token. Only
+   * until then, so a stream of interactive rooms delays batch ones, never starves them. A model
+   * that batches its steps steps every room.
+   */
+  private heldForInteractive(d: Decoding): boolean {
+    if (!this.model.serialSteps || d.room.band !== 'batch') return false;
+    for (const o of this.running.values())
+      if (o.room.band !== 'batch' && o.chunkIndex === 0 && !o.room.stopped) return true;
+    return false;
+  }
+
+  /** The room decodes no more here; a batch room it held back may go on. */
+  private leave(room: string): void {
+    this.running.delete(room);
+    this.schedule();
   }
 
   private anyCanStep(): boolean {
@@ -456,7 +476,7 @@ export class DecodeEngine extends EngineCore {
       return;
     }
     this.log.error({ room: d.room.view.room, err }, 'decode step failed');
-    this.running.delete(d.room.view.room);
+    this.leave(d.room.view.room);
     d.stream?.close();
     this.fail(d.room, 'decode_error', 'decoding');
   }
@@ -505,7 +525,7 @@ export class DecodeEngine extends EngineCore {
   }
 
   private complete(d: Decoding): void {
-    this.running.delete(d.room.view.room);
+    this.leave(d.room.view.room);
     d.stream?.close();
     void this.append(d.room, 'room.completed', {
       tokens: d.generated,
@@ -525,7 +545,7 @@ export class DecodeEngine extends EngineCore {
     if (d?.held) this.discard(d);
     else {
       d?.stream?.close();
-      this.running.delete(room.view.room);
+      this.leave(room.view.room);
     }
     // Ended (its completion was committed after every chunk) or abandoned: nothing to resend.
     this.sentChunks.delete(room.view.room);

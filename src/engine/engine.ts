@@ -14,6 +14,7 @@ import { type EngineModel, pagesFor } from '../model/executor.ts';
 import { type Clock, systemClock } from '../ports/clock.ts';
 import { type Ids, systemIds } from '../ports/ids.ts';
 import type {
+  BANDS,
   EventData,
   JournalEvent,
   KvTransport,
@@ -50,6 +51,8 @@ export interface EngineParts {
 export interface EngineRoom {
   view: Room;
   request: RoomRequest | null;
+  /** Its tenant's band, from its `room.created`; null when it had none (an open API) or was not seen. */
+  band: (typeof BANDS)[number] | null;
   /** Abort requested, terminal, or given up by this engine: no new work starts. */
   stopped: boolean;
   released: boolean;
@@ -211,6 +214,7 @@ export abstract class EngineCore {
       }
       room = this.newRoom(v, request);
       this.rooms.set(ev.room, room);
+      if (ev.type === 'room.created') room.band = ev.data.band ?? null;
     } else {
       room.view = reduced.room;
       if (request && !room.request) room.request = request;
@@ -232,6 +236,7 @@ export abstract class EngineCore {
     return {
       view,
       request,
+      band: null,
       stopped: false,
       released: false,
       pages: null,

@@ -166,6 +166,8 @@ export class DeterministicModel implements ModelInfo, EngineModel {
   readonly kvBytesPerToken: number;
   private readonly options: ModelOptions;
   /** A position's KV is a function of the tokens up to it: a copied prefix is that prefix's KV. */
+  /** Each room's step is its own (no batching): see `EngineModel.serialSteps`. */
+  readonly serialSteps = true;
   readonly positionalKv: PositionalKv = {
     copy: (from, fromAt, to, toAt, count) => {
       const src = new KvSpan(from, this.kvBytesPerToken);

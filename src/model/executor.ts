@@ -155,6 +155,11 @@ export interface EngineModel {
    * Absent: the engine keeps no prefix cache in its pool.
    */
   readonly positionalKv?: PositionalKv;
+  /**
+   * True where the steps of different rooms run one after another, not batched (the built-in
+   * model): the decode engine then steps interactive rooms' before batch ones'.
+   */
+  readonly serialSteps?: boolean;
   /** Starts decoding after `tokens` from the KV that arrived in `pages`. */
   startDecode(
     tokens: readonly number[],
