@@ -323,13 +323,15 @@ describe('a decode engine on a model whose steps run one after another', () => {
     e.created('i1', e.reserved(interactivePages), { band: 'interactive', maxTokens: 8 });
     const from = asked.length;
     e.transferCompleted('i1', await e.prefillInto(interactivePages));
-    await new Promise((r) => setTimeout(r, 300));
+    // Until the batch room has stepped again after the interactive one's first chunk (5 s at most).
+    const resumed = () => {
+      const a = asked.slice(from);
+      const i = a.indexOf('interactive');
+      return i >= 0 && a.slice(i + 4).includes('batch');
+    };
+    for (let waited = 0; !resumed() && waited < 5000; waited += 20)
+      await new Promise((r) => setTimeout(r, 20));
     const after = asked.slice(from);
-    console.log(
-      JSON.stringify(asked),
-      from,
-      e.of('i1').map((x) => x.type),
-    );
     const firstChunk = after.indexOf('interactive') + 4;
     // Its first chunk's four steps with no batch step between them (one already asked may run).
     expect(after.slice(after.indexOf('interactive'), firstChunk)).toEqual(
