@@ -238,6 +238,15 @@ export async function noisyNeighbor(
   });
   const good = steadyRate(over, (x) => x.ttftMs <= ttftTargetMs);
   const share = (a: Answer[]) => (split === 0 ? 0 : tokens(a) / split);
+  /** A tenant's share of the tokens answered at 10:1 demand, against an equal share. */
+  const shareRow = (who: string, a: Answer[]) => ({
+    figure: `${who} tenant share of tokens (10:1 demand)`,
+    value: round(share(a)),
+    baseline: 0.5,
+    ratio: round(share(a) / 0.5),
+    target: '0.9–1.1',
+    holds: Math.abs(share(a) / 0.5 - 1) <= 0.1,
+  });
   return {
     capacityPerS: round(capacity, 1),
     rows: [
@@ -257,22 +266,8 @@ export async function noisyNeighbor(
         target: '0',
         holds: withFlood.length === ok(withFlood).length,
       },
-      {
-        figure: 'heavy tenant share of tokens (10:1 demand)',
-        value: round(share(heavyA)),
-        baseline: 0.5,
-        ratio: round(share(heavyA) / 0.5),
-        target: '0.9–1.1',
-        holds: Math.abs(share(heavyA) / 0.5 - 1) <= 0.1,
-      },
-      {
-        figure: 'light tenant share of tokens (10:1 demand)',
-        value: round(share(lightA)),
-        baseline: 0.5,
-        ratio: round(share(lightA) / 0.5),
-        target: '0.9–1.1',
-        holds: Math.abs(share(lightA) / 0.5 - 1) <= 0.1,
-      },
+      shareRow('heavy', heavyA),
+      shareRow('light', lightA),
       {
         figure: `goodput at 2× capacity (answers/s, TTFT ≤ ${ttftTargetMs} ms)`,
         value: round(good, 1),
