@@ -13,9 +13,10 @@
  * sequences held once took three times as long (docs/benchmarks.md, "bench:model").
  *
  * Before the stacks, the model work alone, split as the engines split it, with no hop between: a
- * lone room's parts (tokenize, prefill, KV save, KV load, first decode step), and for each
- * concurrency above 1 that many rooms' prefills at once and their loads and first steps on a second
- * context — each against in-process first tokens of the same prompts.
+ * lone room's parts (tokenize, prefill with the first token drawn, KV save, KV load, the second
+ * token's step), and for each concurrency above 1 that many rooms' prefills at once and their
+ * loads and second tokens on a second context — each against in-process first tokens of the same
+ * prompts.
  *
  * The model is a generated GGUF (src/model/tiny-gguf.ts) wider and deeper than the test one, so
  * that a token costs compute the way a real model's does (about a millisecond here).
@@ -153,9 +154,11 @@ function rooms() {
  * A lone room's model work split as the engines do it, in this process with the engines' own model
  * code, against the same prompt's in-process first token (one evaluation of every prompt token
  * and a sample), interleaved round by round: what pdctl's first token pays in the model before any
- * hop — tokenizing (the control plane's), the prefill's compute (every prompt token but the last,
- * in slices), saving llama.cpp's state into the pages, loading it on the decode side, and the first
- * decode step (the last prompt token and a sample). ms, p50 of `rounds`.
+ * hop — tokenizing (the control plane's) and the prefill's compute (every prompt token, in slices,
+ * and the first token drawn from the last one's logits: protocol 9) — and what comes after it, off
+ * the first token's path: saving llama.cpp's state into the pages, loading it on the decode side,
+ * and the decode side's first step (the first token evaluated, the second drawn). ms, p50 of
+ * `rounds`.
  */
 interface ModelWork {
   rounds: number;
@@ -164,8 +167,9 @@ interface ModelWork {
   prefillComputeMs: number;
   kvSaveMs: number;
   kvLoadMs: number;
-  firstDecodeStepMs: number;
-  sumMs: number;
+  secondTokenStepMs: number;
+  /** Tokenize and prefill compute: the split's first token. */
+  firstTokenMs: number;
   inProcessTtftMs: number;
 }
 
@@ -195,11 +199,11 @@ async function modelWork(model: LlamaEngineModel, info: LlamaModelInfo): Promise
       ms.inProcess.push((await model.generate(tokens, 1)).firstTokenMs);
     if (round % 2 === 1) await inProcessFirst();
     const done = await model.prefill(tokens, pages, async () => true);
-    if (!done) throw new Error('prefill stopped with nothing stopping it');
+    if (!done?.first) throw new Error('prefill stopped, or drew no first token');
     ms.compute.push((done.micros - done.saveMicros) / 1000);
     ms.save.push(done.saveMicros / 1000);
     t = performance.now();
-    const stream = await model.startDecode(tokens, pages, {});
+    const stream = await model.startDecode(tokens, done.first, pages, {});
     ms.load.push(performance.now() - t);
     t = performance.now();
     await stream.next();
@@ -208,7 +212,6 @@ async function modelWork(model: LlamaEngineModel, info: LlamaModelInfo): Promise
     if (round % 2 === 0) await inProcessFirst();
   }
   const p50 = (v: number[]) => Number(median(v).toFixed(2));
-  const parts = [ms.tokenize, ms.compute, ms.save, ms.load, ms.step].map(p50);
   return {
     rounds: ROUNDS,
     promptTokens,
@@ -216,27 +219,28 @@ async function modelWork(model: LlamaEngineModel, info: LlamaModelInfo): Promise
     prefillComputeMs: p50(ms.compute),
     kvSaveMs: p50(ms.save),
     kvLoadMs: p50(ms.load),
-    firstDecodeStepMs: p50(ms.step),
-    sumMs: Number(parts.reduce((a, b) => a + b, 0).toFixed(2)),
+    secondTokenStepMs: p50(ms.step),
+    firstTokenMs: Number((p50(ms.tokenize) + p50(ms.compute)).toFixed(2)),
     inProcessTtftMs: p50(ms.inProcess),
   };
 }
 
 /**
  * The model work of `n` concurrent rooms as the engines split it, with no hop between: their
- * prefills at once (every prompt token but the last, and the state's save), each room's state
- * loaded as soon as its prefill is done, and its first decode step asked for as soon as it is
- * loaded — what the engines do, each side on its own context (one thread each, as each engine
- * process has), here in one process with no bus or journal between. ms from the start (p50 over
- * the rooms of ROUNDS rounds), against the in-process first tokens of the same prompts evaluated
- * together, interleaved round by round.
+ * prefills at once (every prompt token, the first token drawn, then the state's save), each room's
+ * state loaded as soon as its prefill is done, and the decode side's first step (the answer's
+ * second token) asked for as soon as it is loaded — what the engines do, each side on its own
+ * context (one thread each, as each engine process has), here in one process with no bus or
+ * journal between. ms from the start (p50 over the rooms of ROUNDS rounds), against the in-process
+ * first tokens of the same prompts evaluated together, interleaved round by round.
  */
 interface ConcurrentWork {
   concurrency: number;
   rounds: number;
+  firstTokenMs: number;
   prefillDoneMs: number;
   loadedMs: number;
-  firstTokenMs: number;
+  secondTokenMs: number;
   inProcessTtftMs: number;
 }
 
@@ -246,7 +250,12 @@ async function concurrentWork(
   info: LlamaModelInfo,
   n: number,
 ): Promise<ConcurrentWork> {
-  const at = { prefilled: [] as number[], loaded: [] as number[], first: [] as number[] };
+  const at = {
+    first: [] as number[],
+    prefilled: [] as number[],
+    loaded: [] as number[],
+    second: [] as number[],
+  };
   const inProcessMs: number[] = [];
   const { pageBytes } = ENGINE_DEFAULTS;
   for (let round = 0; round < ROUNDS; round++) {
@@ -265,14 +274,16 @@ async function concurrentWork(
           { length: pagesFor(model.kv, pageBytes, tokens.length) },
           () => new Uint8Array(pageBytes),
         );
-        if (!(await model.prefill(tokens, pages, async () => true)))
-          throw new Error('prefill stopped with nothing stopping it');
+        const done = await model.prefill(tokens, pages, async () => true, {
+          first: () => at.first.push(performance.now() - t0),
+        });
+        if (!done?.first) throw new Error('prefill stopped, or drew no first token');
         at.prefilled.push(performance.now() - t0);
-        const stream = await decoder.startDecode(tokens, pages, {});
+        const stream = await decoder.startDecode(tokens, done.first, pages, {});
         at.loaded.push(performance.now() - t0);
         try {
           await stream.next();
-          at.first.push(performance.now() - t0);
+          at.second.push(performance.now() - t0);
         } finally {
           stream.close();
         }
@@ -284,9 +295,10 @@ async function concurrentWork(
   return {
     concurrency: n,
     rounds: ROUNDS,
+    firstTokenMs: p50(at.first),
     prefillDoneMs: p50(at.prefilled),
     loadedMs: p50(at.loaded),
-    firstTokenMs: p50(at.first),
+    secondTokenMs: p50(at.second),
     inProcessTtftMs: p50(inProcessMs),
   };
 }
@@ -497,21 +509,21 @@ if (asJson) {
       '',
       `A lone room's model work as the engines split it, in this process with their model code (${work.promptTokens} prompt tokens, p50 of ${work.rounds} rounds, interleaved with the in-process first token of the same prompt):`,
       '',
-      '| tokenize | prefill compute | KV save | KV load | first decode step | sum | in-process TTFT | sum / in-process |',
+      '| tokenize | prefill compute, first token drawn | first token | in-process TTFT | first token / in-process | then: KV save | KV load | second token step |',
       '|--:|--:|--:|--:|--:|--:|--:|--:|',
-      `| ${work.tokenizeMs} | ${work.prefillComputeMs} | ${work.kvSaveMs} | ${work.kvLoadMs} | ${work.firstDecodeStepMs} | ${work.sumMs} | ${work.inProcessTtftMs} | ${(work.sumMs / work.inProcessTtftMs).toFixed(3)} |`,
+      `| ${work.tokenizeMs} | ${work.prefillComputeMs} | ${work.firstTokenMs} | ${work.inProcessTtftMs} | ${(work.firstTokenMs / work.inProcessTtftMs).toFixed(3)} | ${work.kvSaveMs} | ${work.kvLoadMs} | ${work.secondTokenStepMs} |`,
     );
   }
   if (concurrent.length > 0) {
     out.push(
       '',
-      `Concurrent rooms' model work as the engines split it: their prefills at once (KV save included) on one context, each room loaded on a second context (the decode side's) when its prefill is done and its first decode step asked for when loaded; one thread each, no bus or journal between. ms from the start, p50 over the rooms of ${ROUNDS} rounds, interleaved with the in-process first tokens of the same prompts evaluated together:`,
+      `Concurrent rooms' model work as the engines split it: their prefills at once on one context (the first token drawn at the end of each, then its KV saved), each room loaded on a second context (the decode side's) when its prefill is done and its second token asked for when loaded; one thread each, no bus or journal between. ms from the start, p50 over the rooms of ${ROUNDS} rounds, interleaved with the in-process first tokens of the same prompts evaluated together:`,
       '',
-      '| concurrent | prefill done | loaded | first token | in-process TTFT | first token / in-process |',
-      '|--:|--:|--:|--:|--:|--:|',
+      '| concurrent | first token | in-process TTFT | first token / in-process | prefill done (KV saved) | loaded | second token |',
+      '|--:|--:|--:|--:|--:|--:|--:|',
       ...concurrent.map(
         (c) =>
-          `| ${c.concurrency} | ${c.prefillDoneMs} | ${c.loadedMs} | ${c.firstTokenMs} | ${c.inProcessTtftMs} | ${(c.firstTokenMs / c.inProcessTtftMs).toFixed(3)} |`,
+          `| ${c.concurrency} | ${c.firstTokenMs} | ${c.inProcessTtftMs} | ${(c.firstTokenMs / c.inProcessTtftMs).toFixed(3)} | ${c.prefillDoneMs} | ${c.loadedMs} | ${c.secondTokenMs} |`,
       ),
     );
   }

@@ -80,10 +80,11 @@ describe('engines end to end', () => {
     }
     expect(used.prefill.size).toBe(2);
     expect(used.decode.size).toBe(2);
-    // Protocol 7: every first token is behind two commits, created and transfer_completed.
+    // Protocol 9: every first token is behind one commit, room.created: the prefill engine it
+    // names draws it.
     const depths = control.book.firstTokenCommits();
-    expect(depths[2]).toBeGreaterThanOrEqual(200);
-    expect(depths.reduce((a, b) => a + b, 0)).toBe(depths[2]);
+    expect(depths[1]).toBeGreaterThanOrEqual(200);
+    expect(depths.reduce((a, b) => a + b, 0)).toBe(depths[1]);
     // The control plane's page map agreed with both decode engines, and holds nothing now.
     expect(control.book.pageConflicts).toBe(0);
     for (const engine of used.decode) expect(control.book.decodePagesOn(engine)).toBe(0);

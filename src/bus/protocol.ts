@@ -10,7 +10,7 @@ import { Packr } from 'msgpackr';
 import { BUS_ERROR_CODES } from './errors.ts';
 
 /** Bumped on any change an engine of the previous version could not follow. */
-export const PROTOCOL_VERSION = 8;
+export const PROTOCOL_VERSION = 9;
 
 /**
  * How often an engine heartbeats (its default, and what a welcome suggests): a wedged bus loop is
@@ -225,7 +225,10 @@ export const ENGINE_MESSAGES = {
   tokens: Type.Object(
     {
       room: Id,
-      /** Chunk number within the room, from 0, without gaps. */
+      /**
+       * Chunk number within the room, from 0, without gaps. Chunk 0 is the answer's first token,
+       * from the room's prefill engine (protocol 9); the decode engine's chunks follow from 1.
+       */
       index: Count,
       text: Type.String({ maxLength: 1 << 16 }),
       tokens: Count,
@@ -373,6 +376,13 @@ export const CONTROL_MESSAGES = {
       room: Id,
       bytes: Count,
       checksum: Short,
+      /** The append's `firstToken` (protocol 9): what the decode engine continues after. */
+      firstToken: Type.Optional(
+        Type.Union([
+          Type.Object({ token: Count, text: Type.String({ maxLength: 1024 }) }, strict),
+          Type.Null(),
+        ]),
+      ),
     },
     strict,
   ),

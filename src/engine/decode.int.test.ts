@@ -11,7 +11,7 @@ import type { AppendAck } from '../bus/client.ts';
 import type { EngineMessage, EngineMessage as Msg } from '../bus/protocol.ts';
 import { silentLogger } from '../log.ts';
 import { DeterministicModel, generateInProcess } from '../model/deterministic.ts';
-import { pagesFor } from '../model/executor.ts';
+import { type FirstToken, pagesFor } from '../model/executor.ts';
 import { KvPool } from '../transfer/pool.ts';
 import { DecodeEngine } from './decode.ts';
 import { roomKv } from './kv-pages.ts';
@@ -28,6 +28,8 @@ afterEach(() => {
 });
 
 type Appended = EngineMessage<'append'>['event'];
+/** What the prefill engine's `room.transfer_completed` says of the KV it computed. */
+type Prefilled = { checksum: string; firstToken: FirstToken };
 
 function engine(model = new DeterministicModel()) {
   const opts = resolveEngineOptions({
@@ -122,15 +124,16 @@ function engine(model = new DeterministicModel()) {
   const prefillInto = async (pages: number[]) => {
     const sent = pages.slice(0, pagesFor(model.kv, 4096, PROMPT.length));
     const kv = roomKv(pool, sent, 'empty');
-    await model.prefill(PROMPT, kv.pages, async () => true);
+    const done = await model.prefill(PROMPT, kv.pages, async () => true);
+    if (!done) throw new Error('prefill stopped');
     kv.store();
-    return pool.checksumPages(sent);
+    return { checksum: pool.checksumPages(sent), firstToken: done.first };
   };
-  /** The prefill engine's transfer committed, with the checksum it computed. */
-  const transferCompleted = (room: string, checksum: string) => {
+  /** The prefill engine's transfer committed, with the checksum and the first token it computed. */
+  const transferCompleted = (room: string, prefilled: Prefilled) => {
     deliver('room.prefill_started', room, 'p0', {});
     deliver('room.transfer_posted', room, 'p0', { pairs: 1 });
-    deliver('room.transfer_completed', room, 'p0', { bytes: 4096, checksum, micros: 1 });
+    deliver('room.transfer_completed', room, 'p0', { bytes: 4096, micros: 1, ...prefilled });
   };
   /** The prefill engine released the room: nothing can write into its decode pages any more. */
   const prefillReleased = (room: string) => deliver('room.released', room, 'p0', { pages: 1 });
@@ -237,10 +240,15 @@ describe('a decode engine told the KV arrived before the transfer commits', () =
     const e = engine();
     const pages = range(0, e.need(PROMPT.length, 8));
     e.created('r1', e.reserved(pages));
-    const checksum = await e.prefillInto(pages);
-    e.core.onKvArrived({ room: 'r1', bytes: 4096, checksum: hint ?? checksum });
+    const prefilled = await e.prefillInto(pages);
+    e.core.onKvArrived({
+      room: 'r1',
+      bytes: 4096,
+      ...prefilled,
+      checksum: hint ?? prefilled.checksum,
+    });
     await settle();
-    return { e, pages, checksum };
+    return { e, pages, prefilled };
   }
 
   /** Its own events commit; it releases the room, and says nothing was thrown away. */
@@ -253,19 +261,20 @@ describe('a decode engine told the KV arrived before the transfer commits', () =
   }
 
   it('computes the first token on the hint, holds it, and lets it out once the transfer commits', async () => {
-    const { e, pages, checksum } = await hinted();
+    const { e, pages, prefilled } = await hinted();
     expect(started(e, 'r1')).toBe(false);
     expect(e.streamed).toEqual([]);
     // Held, it waits on the commit, not on the work loop: a heartbeat says nothing is queued, so a
     // prefill engine that froze before its append does not make this engine look stuck.
     expect(e.core.queueDepths()).toEqual({ decoding: 0 });
-    e.transferCompleted('r1', checksum);
+    e.transferCompleted('r1', prefilled);
     await settle();
     expect(started(e, 'r1')).toBe(true);
     const completed = e.of('r1').find((x) => x.type === 'room.completed');
     expect(completed?.data).toMatchObject({ tokens: 8 });
-    // The same text as a room decoded without the hint.
-    const text = e.streamed.map((t) => t.text).join('');
+    // After the prefill's first token (chunk 0), the same text as a room decoded without the hint.
+    expect(e.streamed[0]?.index).toBe(1);
+    const text = (prefilled.firstToken?.text ?? '') + e.streamed.map((t) => t.text).join('');
     expect(text).toBe(generateInProcess(new DeterministicModel(), PROMPT_TEXT, 8).text);
     expectCleanRelease(e, pages);
   });
@@ -284,8 +293,8 @@ describe('a decode engine told the KV arrived before the transfer commits', () =
   });
 
   it('ignores a hint whose checksum the pages do not match: the committed event decides', async () => {
-    const { e, pages, checksum } = await hinted('not-the-checksum');
-    e.transferCompleted('r1', checksum);
+    const { e, pages, prefilled } = await hinted('not-the-checksum');
+    e.transferCompleted('r1', prefilled);
     await settle();
     expect(e.of('r1').find((x) => x.type === 'room.completed')?.data).toMatchObject({ tokens: 8 });
     expectCleanRelease(e, pages);
@@ -299,8 +308,12 @@ describe('a decode engine on a model whose steps run one after another', () => {
     const model = new DeterministicModel({ decodeCompute: 'device', decodeUsPerToken: 5000 });
     const start = model.startDecode.bind(model);
     let rooms = 0;
-    model.startDecode = async (tokens: readonly number[], pages: readonly Uint8Array[]) => {
-      const stream = await start(tokens, pages);
+    model.startDecode = async (
+      tokens: readonly number[],
+      first: FirstToken,
+      pages: readonly Uint8Array[],
+    ) => {
+      const stream = await start(tokens, first, pages);
       // The batch room starts decoding first.
       const label = rooms++ === 0 ? 'batch' : 'interactive';
       const next = stream.next.bind(stream);

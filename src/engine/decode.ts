@@ -10,7 +10,12 @@
 import { wasApplied } from '../bus/client.ts';
 import type { ControlMessage, EngineMessage } from '../bus/protocol.ts';
 import { hop } from '../hops.ts';
-import { type DecodeStep, type DecodeStream, KvImageError } from '../model/executor.ts';
+import {
+  type DecodeStep,
+  type DecodeStream,
+  type FirstToken,
+  KvImageError,
+} from '../model/executor.ts';
 import type { JournalEvent } from '../room/events.ts';
 import type { PagePool } from '../transfer/page-pool.ts';
 import type { UcxNode } from '../transfer/ucx.ts';
@@ -24,9 +29,9 @@ import { roomKv } from './kv-pages.ts';
  */
 const PASS_BUDGET_MS = 20;
 
-/** Held on the hint past its first token: what it does next waits on the transfer's commit. */
+/** Held on the hint past its first own token: what it does next waits on the transfer's commit. */
 function waitsOnCommit(d: Decoding): boolean {
-  return d.held !== null && (d.generated >= 1 || d.held.finished);
+  return d.held !== null && (d.generated > d.firstIndex || d.held.finished);
 }
 
 interface Decoding {
@@ -41,6 +46,11 @@ interface Decoding {
   chunkTokens: number;
   chunkIds: number[];
   chunkIndex: number;
+  /**
+   * This engine's first chunk index, and the tokens of `generated` it did not compute: 1 after
+   * the first token from the prefill engine (protocol 9), 0 where the text ended at once.
+   */
+  firstIndex: number;
   computeMicros: number;
   /** The request's stop sequences, and the end of its text so far (enough to find one in). */
   stops: readonly string[];
@@ -52,7 +62,22 @@ interface Decoding {
    * `room.decode_started`, no tokens, no completion — until `room.transfer_completed` commits.
    * Null once it did (or when it started on the commit).
    */
-  held: { checksum: string; chunks: Array<EngineMessage<'tokens'>>; finished: boolean } | null;
+  held: {
+    checksum: string;
+    firstToken: FirstToken | null;
+    chunks: Array<EngineMessage<'tokens'>>;
+    finished: boolean;
+  } | null;
+}
+
+/** What the decode of a room starts from: the KV's checksum and the answer's first token. */
+interface Arrived {
+  checksum: string;
+  firstToken: FirstToken | null | undefined;
+}
+
+function sameToken(a: FirstToken | null | undefined, b: FirstToken | null | undefined): boolean {
+  return a === b || (a != null && b != null && a.token === b.token && a.text === b.text);
 }
 
 /** Whether `tail` (text so far, its last `longest - 1` characters and the newest step) holds a stop. */
@@ -74,12 +99,6 @@ export interface DecodeParts extends EngineParts {
 
 export class DecodeEngine extends EngineCore {
   private readonly running = new Map<string, Decoding>();
-  /**
-   * Chunks sent for each room, kept until the room ends: a chunk can die
-   * with a connection, so after a reconnect they are sent again (the control plane keeps each
-   * index once), ahead of the resent `room.completed`.
-   */
-  private readonly sentChunks = new Map<string, EngineMessage<'tokens'>[]>();
   private scheduled = false;
   /** First tokens computed on a hint and thrown away, per room, until its release says so. */
   private readonly wasted = new Map<string, number>();
@@ -139,7 +158,8 @@ export class DecodeEngine extends EngineCore {
     if (!room || room.view.decodeEngine !== this.id || room.stopped || room.transferDone) return;
     if (this.running.has(msg.room)) return;
     this.afterReceive(room, () => {
-      if (!this.running.has(msg.room) && !room.transferDone) this.startDecoding(room, msg.checksum);
+      if (!this.running.has(msg.room) && !room.transferDone)
+        this.startDecoding(room, { checksum: msg.checksum, firstToken: msg.firstToken });
     });
   }
 
@@ -195,15 +215,16 @@ export class DecodeEngine extends EngineCore {
   private confirm(d: Decoding): void {
     const { room } = d;
     const held = d.held as NonNullable<Decoding['held']>;
-    if (held.checksum !== room.view.checksum) {
-      // The commit says other bytes than the hint did: start again from the committed event.
+    if (held.checksum !== room.view.checksum || !sameToken(held.firstToken, room.firstToken)) {
+      // The commit says other bytes or another first token than the hint did: start again from
+      // the committed event.
       this.discard(d);
       this.startDecoding(room, null);
       return;
     }
     d.held = null;
     void this.append(room, 'room.decode_started', {});
-    for (const chunk of held.chunks) this.send(chunk);
+    for (const chunk of held.chunks) this.sendTokens(chunk);
     if (held.finished) this.complete(d);
     else this.schedule();
   }
@@ -213,7 +234,8 @@ export class DecodeEngine extends EngineCore {
     const room = d.room.view.room;
     this.leave(room);
     d.stream?.close();
-    if (d.generated > 0) this.wasted.set(room, (this.wasted.get(room) ?? 0) + d.generated);
+    const own = d.generated - d.firstIndex;
+    if (own > 0) this.wasted.set(room, (this.wasted.get(room) ?? 0) + own);
   }
 
   protected resume(room: EngineRoom): void {
@@ -293,11 +315,12 @@ export class DecodeEngine extends EngineCore {
   }
 
   /**
-   * Verifies the KV that arrived and starts decoding: on the committed `room.transfer_completed`
-   * (`hint` null), or held on the `kv_arrived` hint's checksum — then a mismatch or an unusable
-   * request only means no speculation: the committed event decides.
+   * Verifies the KV that arrived and starts decoding after the answer's first token (the prefill
+   * engine drew and streamed it: protocol 9): on the committed `room.transfer_completed` (`hint`
+   * null), or held on the `kv_arrived` hint — then a mismatch or an unusable request only means no
+   * speculation: the committed event decides.
    */
-  private startDecoding(room: EngineRoom, hint: string | null): void {
+  private startDecoding(room: EngineRoom, hint: Arrived | null): void {
     const pages = room.pages;
     const v = room.view;
     if (!pages || room.stopped) return;
@@ -305,18 +328,54 @@ export class DecodeEngine extends EngineCore {
       if (hint === null) this.fail(room, 'request_unavailable', 'transferred');
       return;
     }
-    const promptTokens = v.promptTokens ?? 0;
-    const sent = pages.slice(0, this.pagesFor(promptTokens));
-    const checksum = this.pool.checksumPages(sent);
-    const expected = hint ?? v.checksum;
-    if (checksum !== expected) {
+    const first = hint === null ? room.firstToken : hint.firstToken;
+    if (first === undefined) {
       if (hint !== null) return;
-      this.log.warn(
-        { room: v.room, expected, got: checksum },
-        'KV checksum mismatch after transfer',
-      );
-      this.fail(room, 'kv_checksum_mismatch', 'transferred');
+      // Written by a prefill engine before protocol 9, which no control plane of this version
+      // admits: there is nothing to continue after.
+      this.log.error({ room: v.room }, 'room.transfer_completed names no first token');
+      this.fail(room, 'decode_error', 'transferred');
       return;
+    }
+    const start = first === null ? 0 : 1;
+    const d: Decoding = {
+      room,
+      stream: null,
+      pending: true,
+      generated: start,
+      maxTokens: v.maxTokens ?? 0,
+      chunk: '',
+      chunkTokens: 0,
+      chunkIds: [],
+      chunkIndex: start,
+      firstIndex: start,
+      computeMicros: 0,
+      stops: room.request.stop ?? [],
+      // After a migration, a stop may begin in the text streamed before it.
+      tail: room.request.generated ?? '',
+      stopped: false,
+      held:
+        hint === null
+          ? null
+          : { checksum: hint.checksum, firstToken: first, chunks: [], finished: false },
+    };
+    // The first token may end the answer — the end of the text, a stop sequence, max_tokens — and
+    // then the KV is never read: the room completes.
+    d.stopped = first === null || stopIn(d, first.text);
+    const ended = first === null || d.stopped || d.generated >= d.maxTokens;
+    if (!ended) {
+      const promptTokens = v.promptTokens ?? 0;
+      const checksum = this.pool.checksumPages(pages.slice(0, this.pagesFor(promptTokens)));
+      const expected = hint?.checksum ?? v.checksum;
+      if (checksum !== expected) {
+        if (hint !== null) return;
+        this.log.warn(
+          { room: v.room, expected, got: checksum },
+          'KV checksum mismatch after transfer',
+        );
+        this.fail(room, 'kv_checksum_mismatch', 'transferred');
+        return;
+      }
     }
     let tokens: number[] | null;
     if (hint === null) tokens = this.contextTokens(room, 'transferred');
@@ -329,27 +388,16 @@ export class DecodeEngine extends EngineCore {
     }
     if (!tokens) return;
     if (hint === null) void this.append(room, 'room.decode_started', {});
-    const d: Decoding = {
-      room,
-      stream: null,
-      pending: true,
-      generated: 0,
-      maxTokens: v.maxTokens ?? 0,
-      chunk: '',
-      chunkTokens: 0,
-      chunkIds: [],
-      chunkIndex: 0,
-      computeMicros: 0,
-      stops: room.request.stop ?? [],
-      // After a migration, a stop may begin in the text streamed before it.
-      tail: room.request.generated ?? '',
-      stopped: false,
-      held: hint === null ? null : { checksum: hint, chunks: [], finished: false },
-    };
     this.running.set(v.room, d);
+    if (first === null || ended) {
+      d.pending = false;
+      if (d.held) d.held.finished = true;
+      else this.complete(d);
+      return;
+    }
     const kv = roomKv(this.pool, pages, 'load');
     hop(hint === null ? 'load' : 'load-on-hint', null, v.room);
-    this.model.startDecode(tokens, kv.pages, room.request.sampling ?? {}).then(
+    this.model.startDecode(tokens, first, kv.pages, room.request.sampling ?? {}).then(
       (stream) => {
         hop('loaded', null, v.room);
         if (this.running.get(v.room) !== d) {
@@ -393,7 +441,7 @@ export class DecodeEngine extends EngineCore {
   private heldForInteractive(d: Decoding): boolean {
     if (!this.model.serialSteps || d.room.band !== 'batch') return false;
     for (const o of this.running.values())
-      if (o.room.band !== 'batch' && o.chunkIndex === 0 && !o.room.stopped) return true;
+      if (o.room.band !== 'batch' && o.chunkIndex === o.firstIndex && !o.room.stopped) return true;
     return false;
   }
 
@@ -503,7 +551,7 @@ export class DecodeEngine extends EngineCore {
         ids: d.chunkIds,
       };
       if (d.held) d.held.chunks.push(chunk);
-      else this.send(chunk);
+      else this.sendTokens(chunk);
       d.chunk = '';
       d.chunkTokens = 0;
       d.chunkIds = [];
@@ -514,14 +562,6 @@ export class DecodeEngine extends EngineCore {
       d.stream?.close();
       d.stream = null;
     } else this.complete(d);
-  }
-
-  private send(chunk: EngineMessage<'tokens'>): void {
-    const kept = this.sentChunks.get(chunk.room);
-    if (kept) kept.push(chunk);
-    else this.sentChunks.set(chunk.room, [chunk]);
-    hop('tokens-sent', null, chunk.room);
-    this.ports.tokens(chunk);
   }
 
   private complete(d: Decoding): void {
@@ -535,10 +575,6 @@ export class DecodeEngine extends EngineCore {
     });
   }
 
-  protected override onReconnected(): void {
-    for (const chunks of this.sentChunks.values()) for (const c of chunks) this.ports.tokens(c);
-  }
-
   protected stop(room: EngineRoom): void {
     room.stopped = true;
     const d = this.running.get(room.view.room);
@@ -548,7 +584,7 @@ export class DecodeEngine extends EngineCore {
       this.leave(room.view.room);
     }
     // Ended (its completion was committed after every chunk) or abandoned: nothing to resend.
-    this.sentChunks.delete(room.view.room);
+    this.forgetTokens(room.view.room);
     if (this.receiving.has(room.view.room)) this.ucx?.cancel(room.view.room);
     this.tryRelease(room);
   }

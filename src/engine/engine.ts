@@ -10,7 +10,7 @@ import type { ControlMessage, EngineMessage, RoomRequest } from '../bus/protocol
 import { hop } from '../hops.ts';
 import { IdleWaiters } from '../idle.ts';
 import type { Logger } from '../log.ts';
-import { type EngineModel, pagesFor } from '../model/executor.ts';
+import { type EngineModel, type FirstToken, pagesFor } from '../model/executor.ts';
 import { type Clock, systemClock } from '../ports/clock.ts';
 import { type Ids, systemIds } from '../ports/ids.ts';
 import type {
@@ -78,6 +78,12 @@ export interface EngineRoom {
   reservation: RoomReservation['decode'] | null;
   /** How `room.created` expected the pair to move the KV (control/intake/pairs.ts); null: not recorded. */
   transport: KvTransport | null;
+  /**
+   * The answer's first token as the committed `room.transfer_completed` names it (protocol 9):
+   * what decode continues after; null when the model ended the text at once; undefined until
+   * that commit (or in an event written before protocol 9).
+   */
+  firstToken: FirstToken | null | undefined;
   /**
    * The seq of the committed event this engine last started work on for the room (`react` said it
    * acted): its appends name it as their `cause`, so the control plane counts commits in sequence.
@@ -148,7 +154,7 @@ export abstract class EngineCore {
   onWelcome(w: ControlMessage<'welcome'>): void {
     this.resyncing = false;
     if (this.welcomedOnce) {
-      this.onReconnected();
+      for (const chunks of this.sentChunks.values()) for (const c of chunks) this.ports.tokens(c);
       return;
     }
     this.welcomedOnce = true;
@@ -245,6 +251,7 @@ export abstract class EngineCore {
       kvTarget: null,
       reservation: null,
       transport: null,
+      firstToken: undefined,
       cause: null,
     };
   }
@@ -260,8 +267,10 @@ export abstract class EngineCore {
       room.transport = ev.data.transport ?? null;
       // The reserved pages are where the KV goes from this commit on (protocol 7).
       if (r) room.kvTarget = { pages: r.pages, pool: r.pool, epoch: r.epoch, peer: kvPeer };
-    } else if (ev.type === 'room.transfer_completed') room.transferDone = true;
-    else if (ev.type === 'room.released' && ev.engine !== this.id) room.peerReleased = true;
+    } else if (ev.type === 'room.transfer_completed') {
+      room.transferDone = true;
+      room.firstToken = ev.data.firstToken;
+    } else if (ev.type === 'room.released' && ev.engine !== this.id) room.peerReleased = true;
     else if (ev.type === 'room.bootstrapped' && room.kvTarget === null) {
       const d = ev.data;
       room.kvTarget = { pages: d.pages, pool: d.pool ?? '', epoch: d.epoch ?? 0, peer: kvPeer };
@@ -280,12 +289,33 @@ export abstract class EngineCore {
   }
 
   private forgetIfDone(room: EngineRoom): void {
-    if (room.released && isTerminal(room.view.state)) this.rooms.delete(room.view.room);
+    if (room.released && isTerminal(room.view.state)) {
+      this.rooms.delete(room.view.room);
+      this.sentChunks.delete(room.view.room);
+    }
     if (this.state === 'draining') this.notifyIdle();
   }
 
-  /** After a welcome that is not the first: resend what may have died with the connection. */
-  protected onReconnected(): void {}
+  /**
+   * Token chunks sent for each room, kept until the room ends: a chunk can die with a connection,
+   * so after a welcome that is not the first they are sent again (the control plane keeps each
+   * index once), ahead of the appends resent after them — a prefill engine's first token ahead of
+   * its `room.transfer_completed`, a decode engine's chunks ahead of its `room.completed`.
+   */
+  private readonly sentChunks = new Map<string, EngineMessage<'tokens'>[]>();
+
+  protected sendTokens(chunk: EngineMessage<'tokens'>): void {
+    const kept = this.sentChunks.get(chunk.room);
+    if (kept) kept.push(chunk);
+    else this.sentChunks.set(chunk.room, [chunk]);
+    hop('tokens-sent', null, chunk.room);
+    this.ports.tokens(chunk);
+  }
+
+  /** The room ended, or its chunks can no longer matter: nothing to resend. */
+  protected forgetTokens(room: string): void {
+    this.sentChunks.delete(room);
+  }
 
   /** What the role adds to a room's `room.released`. */
   protected releaseData(_room: EngineRoom): { speculativeTokens?: number } {

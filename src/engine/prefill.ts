@@ -7,7 +7,7 @@
  * an abort stops the work wherever it is.
  */
 import { hop } from '../hops.ts';
-import { type EngineModel, KvImageError } from '../model/executor.ts';
+import { type EngineModel, type FirstToken, KvImageError } from '../model/executor.ts';
 import type { JournalEvent } from '../room/events.ts';
 import type { Fault, TransferCore } from '../transfer/core.ts';
 import { hostIdentity } from '../transfer/host.ts';
@@ -180,7 +180,12 @@ export class PrefillEngine extends EngineCore {
             await new Promise<void>((r) => this.clock.defer(r));
             return !room.stopped;
           },
-          reused,
+          {
+            reused,
+            sampling: room.request.sampling ?? {},
+            // Streamed now, ahead of the KV's save and transfer (protocol 9).
+            first: (first) => this.sendFirst(room, first),
+          },
         );
       } catch (err) {
         if (!(err instanceof KvImageError)) throw err;
@@ -191,7 +196,7 @@ export class PrefillEngine extends EngineCore {
       if (computed === null || room.stopped) return;
       kv.store();
       const blocks = prefixes?.finish(names, hits, kv, computed.reused ?? 0) ?? {};
-      await this.transfer(room, bootstrapped, pages, computed.micros, blocks);
+      await this.transfer(room, bootstrapped, pages, computed, blocks);
     } finally {
       prefixes?.unpin(v.room);
     }
@@ -202,7 +207,7 @@ export class PrefillEngine extends EngineCore {
     room: EngineRoom,
     bootstrapped: NonNullable<Awaited<ReturnType<PrefillEngine['destination']>>>,
     pages: readonly number[],
-    computeMicros: number,
+    computed: { micros: number; first: FirstToken | null },
     blocks: BlockReport,
   ): Promise<void> {
     const v = room.view;
@@ -215,7 +220,7 @@ export class PrefillEngine extends EngineCore {
     void this.append(room, 'room.transfer_posted', {
       pairs: need,
       bytes: need * this.opts.pageBytes,
-      computeMicros,
+      computeMicros: computed.micros,
       ...blocks,
     });
     this.transferring.set(v.room, this.clock.now());
@@ -248,6 +253,7 @@ export class PrefillEngine extends EngineCore {
         bytes: result.bytes,
         checksum: result.checksum,
         micros: result.micros,
+        firstToken: computed.first,
         transport:
           bootstrapped.via === 'ucx'
             ? 'ucx'
@@ -255,6 +261,8 @@ export class PrefillEngine extends EngineCore {
               ? 'cuda'
               : 'shm',
       });
+      // Its ack says the chunk before it arrived too: nothing of the room is resent from here.
+      this.forgetTokens(v.room);
     } else if (!(result.status === 'cancelled' && room.stopped)) {
       this.log.warn(
         { room: v.room, status: result.status, error: result.error },
@@ -352,8 +360,27 @@ export class PrefillEngine extends EngineCore {
     return verdict;
   }
 
+  /**
+   * The answer's first token, drawn at the end of the prefill, to the client now (chunk 0; the
+   * decode engine's follow from 1): the control plane streams it once the committed journal names
+   * this engine the room's prefill engine, without waiting for the transfer. The end of the text
+   * at once sends nothing.
+   */
+  private sendFirst(room: EngineRoom, first: FirstToken | null): void {
+    if (first === null || room.stopped) return;
+    hop('first-token', null, room.view.room);
+    this.sendTokens({
+      room: room.view.room,
+      index: 0,
+      text: first.text,
+      tokens: 1,
+      ids: [first.token],
+    });
+  }
+
   protected stop(room: EngineRoom): void {
     room.stopped = true;
+    this.forgetTokens(room.view.room);
     if (this.transferring.has(room.view.room)) {
       this.core.cancel(room.view.room);
       this.ucx?.cancel(room.view.room);

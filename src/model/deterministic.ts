@@ -13,10 +13,12 @@ import type {
   ChatMessage,
   DecodeStream,
   EngineModel,
+  FirstToken,
   KvShape,
   ModelInfo,
   ModelRequest,
   PositionalKv,
+  PrefillOptions,
 } from './executor.ts';
 import { KvImageError } from './executor.ts';
 import { WORDS } from './words.ts';
@@ -146,6 +148,11 @@ function nowMicros(): number {
   return Number(process.hrtime.bigint() / 1000n);
 }
 
+/** A generated token's text: its word, after a space. */
+function textOf(token: number): string {
+  return ` ${WORDS[token]}`;
+}
+
 /** The prompt the built-in model sees for a chat: one `role: text` line per message. */
 export function chatPrompt(messages: readonly ChatMessage[]): string {
   return messages.map((m) => `${m.role}: ${m.content}`).join('\n');
@@ -269,6 +276,17 @@ export class DeterministicModel implements ModelInfo, EngineModel {
     return micros;
   }
 
+  /** The token at `position`, chosen from the KV of positions 0..position-1 ("attention"). */
+  private pick(kv: KvSpan, position: number): number {
+    const h = kv.attend(position, FNV_OFFSET);
+    return ((h ^ (h >>> 15)) >>> 0) % WORDS.length;
+  }
+
+  /** Writes the KV of `token` at `position`, after the KV of the positions before it. */
+  private place(kv: KvSpan, position: number, token: number): void {
+    this.writeKv(kv, position, token, position === 0 ? FNV_OFFSET : lastWord(kv.at(position - 1)));
+  }
+
   /**
    * Generates the token at `position` from the KV of positions 0..position-1, writes that
    * token's KV at `position`, and returns the token, its text and compute microseconds (with
@@ -276,26 +294,24 @@ export class DeterministicModel implements ModelInfo, EngineModel {
    */
   decodeStep(kv: KvSpan, position: number): { token: number; text: string; micros: number } {
     const start = this.micros();
-    // "Attention": one pass over every KV byte of the context.
-    let h = kv.attend(position, FNV_OFFSET);
-    const last = position === 0 ? FNV_OFFSET : lastWord(kv.at(position - 1));
-    h = (h ^ (h >>> 15)) >>> 0;
-    const token = h % WORDS.length;
-    this.writeKv(kv, position, token, last);
+    const token = this.pick(kv, position);
+    this.place(kv, position, token);
     if (this.options.decodeCompute === 'spin') spin(this.options.decodeUsPerToken);
-    return { token, text: ` ${WORDS[token]}`, micros: this.micros() - start };
+    return { token, text: textOf(token), micros: this.micros() - start };
   }
 
   /**
    * Prefill in slices of 512 tokens, back to the event loop between them; the first `reused`
-   * positions' KV is in the pages already.
+   * positions' KV is in the pages already. The first token is picked from the KV written, as the
+   * first decode step in one process picks it (its KV is the decode engine's to write).
    */
   async prefill(
     tokens: readonly number[],
     pages: readonly Uint8Array[],
     between: Between,
-    reused = 0,
-  ): Promise<{ bytes: number; micros: number } | null> {
+    options: PrefillOptions = {},
+  ): Promise<{ bytes: number; micros: number; first: FirstToken } | null> {
+    const reused = options.reused ?? 0;
     const span = new KvSpan(pages, this.kvBytesPerToken);
     if (tokens.length > span.capacityTokens) {
       throw new KvImageError(
@@ -313,16 +329,28 @@ export class DeterministicModel implements ModelInfo, EngineModel {
         micros += await this.onDevice((to - from) * this.options.prefillUsPerToken);
     }
     if (!(await between())) return null;
-    return { bytes: tokens.length * this.kvBytesPerToken, micros };
+    const start = this.micros();
+    const token = this.pick(span, tokens.length);
+    const first = { token, text: textOf(token) };
+    micros += this.micros() - start;
+    options.first?.(first);
+    return { bytes: tokens.length * this.kvBytesPerToken, micros, first };
   }
 
-  /** Decodes in the pages themselves: each step reads the whole context and writes its own KV. */
+  /**
+   * Decodes in the pages themselves: the first token's KV is written after the context's, and
+   * each step reads the whole context and writes its own KV.
+   */
   async startDecode(
-    tokens: readonly number[],
+    context: readonly number[],
+    first: FirstToken,
     pages: readonly Uint8Array[],
   ): Promise<DecodeStream> {
     const span = new KvSpan(pages, this.kvBytesPerToken);
-    let position = tokens.length;
+    if (!Number.isInteger(first.token) || first.token < 0 || first.token >= WORDS.length)
+      throw new KvImageError(`${first.token} is not a token this model generates`);
+    this.place(span, context.length, first.token);
+    let position = context.length + 1;
     return {
       next: () => {
         const step = this.decodeStep(span, position++);

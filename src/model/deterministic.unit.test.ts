@@ -88,16 +88,19 @@ describe('decode on a simulated device', () => {
       decodeCompute: 'device',
     });
     const prompt = 'the quiet harbor at night';
-    const expected = generateInProcess(new DeterministicModel(), prompt, 3).text;
+    const expected = generateInProcess(new DeterministicModel(), prompt, 4).text;
     const tokens = device.tokenize(prompt);
+    const firsts: string[] = [];
     const streams = await Promise.all(
-      [0, 1].map(async () => {
+      [0, 1].map(async (k) => {
         const pages = [new Uint8Array(4096)];
-        await device.prefill(tokens, pages, async () => true);
-        return device.startDecode(tokens, pages);
+        const done = await device.prefill(tokens, pages, async () => true);
+        if (!done) throw new Error('prefill stopped');
+        firsts[k] = done.first.text;
+        return device.startDecode(tokens, done.first, pages);
       }),
     );
-    const texts = ['', ''];
+    const texts = [...firsts];
     const started = performance.now();
     for (let i = 0; i < 3; i++) {
       const steps = streams.map((s) => s.next());
@@ -188,16 +191,18 @@ describe('the built-in model with a cached prefix', () => {
     // 32 shared positions from a's pages, the rest computed: as if b had been computed cold.
     const warm = page();
     model.positionalKv.copy(pagesA, 0, warm, 0, 32);
-    await model.prefill(b, warm, async () => true, 32);
+    await model.prefill(b, warm, async () => true, { reused: 32 });
     const cold = page();
     await model.prefill(b, cold, async () => true);
     expect(
       Buffer.compare(Buffer.from(warm[0] as Uint8Array), Buffer.from(cold[0] as Uint8Array)),
     ).toBe(0);
     const words = async (pages: Uint8Array[]) => {
-      const s = await model.startDecode(b, pages);
-      let text = '';
-      for (let i = 0; i < 16; i++) text += (s.next() as { text: string }).text;
+      const first = (await model.prefill(b, pages, async () => true, { reused: b.length }))?.first;
+      if (!first) throw new Error('prefill stopped');
+      const s = await model.startDecode(b, first, pages);
+      let text = first.text;
+      for (let i = 1; i < 16; i++) text += (s.next() as { text: string }).text;
       return text;
     };
     const text = await words(warm);

@@ -101,6 +101,25 @@ export interface DecodeStream {
   close(): void;
 }
 
+/**
+ * The answer's first token, drawn from the logits of the context's last position at the end of
+ * a prefill: its id, and the text it adds (empty while it ends mid-character).
+ */
+export interface FirstToken {
+  token: number;
+  text: string;
+}
+
+/** What a prefill is asked beyond its tokens. */
+export interface PrefillOptions {
+  /** Positions whose KV is in the pages already (a cached prefix). Default 0. */
+  reused?: number;
+  /** How the first token is drawn; absent: greedy. */
+  sampling?: Sampling;
+  /** Called with the first token as soon as it is drawn (null: the model ended the text at once). */
+  first?: (token: FirstToken | null) => void;
+}
+
 /** Between two slices of prefill compute: false once the room was stopped (the work ends). */
 export type Between = () => Promise<boolean>;
 
@@ -130,18 +149,26 @@ export interface EngineModel {
   /**
    * Computes the KV of `tokens` into `pages` (views of the pool, or host copies of a device
    * pool's); the KV of the first `reused` positions is there already (a cached prefix, copied in
-   * with `positionalKv`), and only the rest is computed. Resolves with the bytes written, the
-   * compute time (`saveMicros` of it: writing the KV into the pages, where that is a step of its
-   * own, as llama.cpp's state save is) and, for a model that reuses prefixes itself
-   * (`heldPrefixes`), the positions it reused; or null when `between` said the room stopped.
-   * Throws a KvImageError when the pages cannot hold it.
+   * with `positionalKv`), and only the rest is computed. The logits of the last position give the
+   * answer's first token, drawn with `sampling` as in-process generation draws it (protocol 9):
+   * handed to `first` as soon as it is drawn, before the KV is written out, and resolved with the
+   * rest. Resolves with the bytes written, the compute time (`saveMicros` of it: writing the KV
+   * into the pages, where that is a step of its own, as llama.cpp's state save is) and, for a
+   * model that reuses prefixes itself (`heldPrefixes`), the positions it reused; or null when
+   * `between` said the room stopped. Throws a KvImageError when the pages cannot hold it.
    */
   prefill(
     tokens: readonly number[],
     pages: readonly Uint8Array[],
     between: Between,
-    reused?: number,
-  ): Promise<{ bytes: number; micros: number; saveMicros?: number; reused?: number } | null>;
+    options?: PrefillOptions,
+  ): Promise<{
+    bytes: number;
+    micros: number;
+    saveMicros?: number;
+    reused?: number;
+    first: FirstToken | null;
+  } | null>;
   /**
    * Present where the model runtime keeps what it evaluated and reuses the longest prefix it holds
    * in the next prefill (llama.cpp: a prefill engine's sequences keep their tokens between rooms):
@@ -160,9 +187,13 @@ export interface EngineModel {
    * model): the decode engine then steps interactive rooms' before batch ones'.
    */
   readonly serialSteps?: boolean;
-  /** Starts decoding after `tokens` from the KV that arrived in `pages`. */
+  /**
+   * Starts decoding from the KV of `context` that arrived in `pages`, after the answer's first
+   * token (`first`, drawn by the prefill): the stream evaluates it and generates the second on.
+   */
   startDecode(
-    tokens: readonly number[],
+    context: readonly number[],
+    first: FirstToken,
     pages: readonly Uint8Array[],
     sampling: Sampling,
   ): Promise<DecodeStream>;

@@ -157,6 +157,18 @@ export const EVENT_SCHEMAS = {
       bytes: Count,
       checksum: Type.String({ pattern: '^[0-9a-f]{1,64}$' }),
       micros: Count,
+      /**
+       * The answer's first token, drawn by the prefill engine from the prompt's last logits and
+       * streamed to the client before the transfer (protocol 9): its id and the text it added.
+       * The decode engine continues after it. Null: the model ended the text at once. Absent:
+       * written before protocol 9. (Before `transport`, which a journal keeps once.)
+       */
+      firstToken: Type.Optional(
+        Type.Union([
+          Type.Object({ token: Count, text: Type.String({ maxLength: 1024 }) }, strict),
+          Type.Null(),
+        ]),
+      ),
       /** What moved the bytes: shared memory, CUDA, or UCX (another host). Absent: before it was recorded. */
       transport: Type.Optional(Transport),
     },

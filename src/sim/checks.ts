@@ -324,7 +324,8 @@ export function liarsOut(
 /**
  * Every client's text against the reference model's for its request: whole when answered, a
  * prefix of it when the client left or the room ended early (no token duplicated, missing, or
- * from another room).
+ * from another room — a first token the prefill engine sent is the model's, and what follows it
+ * continues it); and nothing streamed ahead of what the journal committed (`early`).
  */
 export function answers(outcomes: readonly ClientOutcome[]): Violation[] {
   const out: Violation[] = [];
@@ -334,7 +335,7 @@ export function answers(outcomes: readonly ClientOutcome[]): Violation[] {
         invariant: 'streamed_only_committed',
         room: null,
         seq: 0,
-        detail: `${o.request.id} was sent tokens of room ${o.early}: before its KV transfer was committed`,
+        detail: `${o.request.id} was sent tokens of room ${o.early}: past its first token, before its KV transfer was committed`,
       });
     const want = generateInProcess(reference, o.request.prompt, o.request.maxTokens).text;
     const whole = o.error === null && o.request.action === null;

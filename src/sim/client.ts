@@ -16,7 +16,11 @@ export interface ClientOutcome {
   text: string;
   error: string | null;
   finishReason: string | null;
-  /** A chunk that reached the client while its room's KV transfer was not committed: which state. */
+  /**
+   * A chunk that reached the client while its room's KV transfer was not committed, other than
+   * the room's first token (chunk 0, one token, from the prefill engine its committed
+   * `room.created` names: protocol 9), or a first token read twice: which room, in which state.
+   */
   early?: string;
   /** The control plane took the request (it got a room); false: refused at once. */
   admitted?: boolean;
@@ -85,13 +89,17 @@ export async function client(
     );
   }
   const read = async () => {
+    const firsts = new Set<string>();
     if (request.stream)
       for await (const c of stream) {
         outcome.text += c.text;
         // No virtual time passes between the chunk's relay and this read (the clock moves only
         // between timers): the journal is as it was when the control plane relayed it.
-        const state = fleet.disk.rooms.get(stream.current)?.state ?? 'not created';
-        if (BEFORE_KV.has(state)) outcome.early ??= `${stream.current} ${state}`;
+        const state = fleet.disk.rooms.get(c.room)?.state ?? 'not created';
+        const first = c.index === 0 && c.tokens === 1 && state !== 'not created';
+        if (BEFORE_KV.has(state) && !first) outcome.early ??= `${c.room} ${state}`;
+        if (c.index === 0 && firsts.has(c.room)) outcome.early ??= `${c.room} ${state} (twice)`;
+        firsts.add(c.room);
       }
     const result = await stream.result;
     if (!request.stream) outcome.text = result.text;

@@ -340,8 +340,9 @@ export class Fleet implements Supervisor {
     const role = this.engines.get(id)?.role === 'prefill' ? 'prefill' : 'decode';
     if (shape !== 'blame') {
       this.lies.set(id, lieAbout(shape, id, role, this));
-      // Its tokens too: a decode engine streams them for another engine's room.
-      if (role === 'decode' && ownShape(shape, role) === 'foreign')
+      // Its tokens too: a decode engine streams them, and a prefill engine its first tokens
+      // (protocol 9), for another engine's room.
+      if (ownShape(shape, role) === 'foreign')
         this.tokenLies.set(id, (msg) => {
           const other = this.foreignRoom(id, role);
           if (other === null || other === msg.room) return msg;

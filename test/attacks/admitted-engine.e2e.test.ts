@@ -298,3 +298,51 @@ describe('an admitted engine claiming what it does not hold', () => {
     }
   });
 });
+
+describe('an admitted prefill engine', () => {
+  it('streams only the first token of its own rooms, and is refused a transfer that names another first token than its client was streamed', async () => {
+    // Protocol 9: the prefill engine draws the first token and the client has it at once; the
+    // decode engine continues after the one room.transfer_completed names. A prefill engine that
+    // streams one token and names another would have the client read a continuation of a token
+    // it never saw.
+    const stack = await startTestStack({ prefillEngines: 0 });
+    const { control } = stack;
+    const p = admitted(stack, 'prefill-x', 'prefill');
+    await p.join({ pages: 64, kv: { baseBytes: 0, bytesPerToken: 64, decodeGrows: true } });
+    await p.heartbeat(64);
+    const stream = control.submit({ prompt: prompt(1, 8), maxTokens: 4 });
+    const created = (await p.next('event')) as unknown as { payload: { event: JournalEvent } };
+    const ev = created.payload.event;
+    const room = ev.room as string;
+    if (ev.type !== 'room.created') throw new Error(`got ${ev.type}, not room.created`);
+    expect(ev.data.prefillEngine).toBe('prefill-x');
+    await p.tokens(room, 0, ' alpha');
+    // Past the first token, a prefill engine streams nothing: the rest is its decode engine's.
+    await p.tokens(room, 1, ' gamma');
+    await waitFor('the first token streamed', () => stream.text === ' alpha');
+    await p.append('started', 'room.prefill_started', room);
+    await p.append('posted', 'room.transfer_posted', room, { pairs: 1, bytes: 4096 });
+    await p.append('moved', 'room.transfer_completed', room, {
+      bytes: 4096,
+      checksum: '0a',
+      micros: 1,
+      firstToken: { token: 7, text: ' beta' },
+    });
+    const nack = (await p.next('nack')) as unknown as {
+      payload: { eventId: string; code: string; message: string };
+    };
+    expect(nack.payload).toMatchObject({ eventId: 'moved', code: 'BUS_INVALID_EVENT' });
+    expect(nack.payload.message).toMatch(
+      /names the first token .*" beta".*, but its client was streamed .*" alpha"/,
+    );
+    const t = await control.journal.timeline(room);
+    expect(t.events.map((e) => e.type)).not.toContain('room.transfer_completed');
+    expect(control.bus.drops.get('not_owner')).toBeGreaterThanOrEqual(1);
+    expect(control.bus.drops.get('bad_payload')).toBeGreaterThanOrEqual(1);
+    await control.abort(room, 'test', 'api');
+    await p.append('released', 'room.released', room, { pages: 0 });
+    const out = await collect(stream);
+    expect(out.text).toBe(' alpha');
+    expect(out.error?.message).toMatch(/aborted/);
+  });
+});

@@ -60,7 +60,7 @@ export interface AppendRelayDeps {
   registry: EngineRegistry;
   counters: ControlCounters;
   /** Whose each room is, and whether an append would be refused given those on their way. */
-  book: Pick<RoomBook, 'owners' | 'project' | 'settled'>;
+  book: Pick<RoomBook, 'owners' | 'project' | 'settled' | 'stream'>;
   /** Vets the prefix blocks an engine says it stored or evicted (routing/router.ts `vet`). */
   router: Pick<Router, 'vet'>;
   /** Measures an append's latency. */
@@ -157,11 +157,41 @@ export class AppendRelay {
   private kvArrived(
     decodeEngine: string,
     room: string,
-    { bytes, checksum }: EventData<'room.transfer_completed'>,
+    { bytes, checksum, firstToken }: EventData<'room.transfer_completed'>,
   ): void {
     const d = this.deps.registry.get(decodeEngine);
     if (!d?.delivery.live) return;
-    this.bus.send(d.peer, 'kv_arrived', { room, bytes, checksum });
+    this.bus.send(d.peer, 'kv_arrived', {
+      room,
+      bytes,
+      checksum,
+      ...(firstToken !== undefined ? { firstToken } : {}),
+    });
+  }
+
+  /**
+   * Why a prefill engine's `room.transfer_completed` cannot be journaled as it is, or null: it
+   * must name the answer's first token (protocol 9), and the one its client was streamed, since the
+   * decode engine continues after the one it names — a client never reads one first token followed
+   * by another's continuation.
+   */
+  private firstTokenRefusal(
+    room: string,
+    { firstToken }: EventData<'room.transfer_completed'>,
+  ): string | null {
+    if (firstToken === undefined)
+      return `room.transfer_completed of ${room} names no firstToken: a prefill engine of protocol 9 draws the answer's first token and names it (docs/protocol.md)`;
+    const stream = this.deps.book.stream(room);
+    if (!stream || stream.current !== room || stream.done) return null;
+    const streamed = stream.first?.room === room ? stream.first : null;
+    const same =
+      streamed === null
+        ? firstToken === null
+        : firstToken !== null &&
+          firstToken.text === streamed.text &&
+          (streamed.token === null || streamed.token === firstToken.token);
+    if (same) return null;
+    return `room.transfer_completed of ${room} names the first token ${JSON.stringify(firstToken)}, but its client was streamed ${streamed === null ? 'none' : JSON.stringify({ token: streamed.token, text: streamed.text })}`;
   }
 
   /**
@@ -223,6 +253,14 @@ export class AppendRelay {
         refuse(
           `room.bootstrapped of ${room} names pool ${pool ?? '-'} epoch ${epoch ?? '-'}, but ${engine} registered pool ${s.pool} epoch ${s.epoch}`,
         );
+        return;
+      }
+    }
+    if (event.type === 'room.transfer_completed') {
+      const refusal = this.firstTokenRefusal(room, event.data);
+      if (refusal !== null) {
+        this.bus.drops.record('bad_payload', { engine, type, room });
+        refuse(refusal);
         return;
       }
     }

@@ -20,6 +20,7 @@ export type StreamFacts = Pick<
   | 'migrations'
   | 'retries'
   | 'currentTokens'
+  | 'decodedTokens'
   | 'currentIds'
 >;
 
@@ -79,23 +80,25 @@ export function decideRetiring(
 }
 
 /**
- * A room that failed before any token of its own reached its client — a request's first room, or
- * the room a migration continued it in: its failure's reason, and whom to leave out of the pair it
- * is tried again on (with the same request: a continuation's, for a migrated one), in order of
- * preference — null when it is not tried again (the reason is one another pair would share, the
- * room had streamed a token, the client left, retries are spent, it was aborted, or it was a
- * canary, which probes its engines and would hide what it found elsewhere).
+ * A room that failed before its decode engine streamed a token to its client — a request's first
+ * room, or the room a migration continued it in: its failure's reason, whom to leave out of the
+ * pair it is tried again on, in order of preference, and the request it is tried again with (the
+ * same one; after the first token its prefill engine streamed, the continuation from it, as a
+ * migration's) — null when it is not tried again (the reason is one another pair would share, the
+ * room's decode engine had streamed a token, the client left, retries are spent, it was aborted,
+ * it was a canary, which probes its engines and would hide what it found elsewhere, or the
+ * continuation could not be made).
  */
 export function decideRetry(
   room: Room,
   stream: StreamFacts,
   request: RoomRequest | undefined,
   retryLimit: number,
-): { reason: RoomFailureReason; leaveOut: Array<ReadonlySet<string>> } | null {
+): { reason: RoomFailureReason; leaveOut: Array<ReadonlySet<string>>; next: RoomRequest } | null {
   const reason = room.reason;
   if (room.state !== 'failed' || !isFailureReason(reason) || !FAILURE_BLAME[reason].retry)
     return null;
-  if (!request || stream.done || stream.cancelled || stream.currentTokens > 0) return null;
+  if (!request || stream.done || stream.cancelled || stream.decodedTokens > 0) return null;
   if (stream.retries >= retryLimit || room.abortRequestedAt !== null) return null;
   if (room.origin === 'canary') return null;
   const { prefillEngine: p, decodeEngine: d } = room;
@@ -104,7 +107,12 @@ export function decideRetry(
   // of them. Never the same pair: it failed the room once.
   const blame = FAILURE_BLAME[reason].blame;
   const choices = blame === 'prefill' ? [[p]] : blame === 'decode' ? [[d]] : [[p, d], [p], [d]];
-  return { reason, leaveOut: choices.map((c) => new Set(c)) };
+  const next = stream.currentTokens > 0 ? continuation(request, stream) : request;
+  if (next !== request) {
+    if (requestTextBytes(next) > maxRequestTextBytes()) return null;
+    if (next.tokens !== undefined && stream.currentIds.length !== stream.currentTokens) return null;
+  }
+  return { reason, leaveOut: choices.map((c) => new Set(c)), next };
 }
 
 /**

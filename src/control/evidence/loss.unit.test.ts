@@ -37,6 +37,7 @@ function stream(tokens: number, more: Partial<StreamFacts> = {}): StreamFacts {
     migrations: 0,
     retries: 0,
     currentTokens: tokens,
+    decodedTokens: more.currentTokens ?? tokens,
     currentIds: [],
     ...more,
   };
@@ -110,11 +111,12 @@ describe('decideRetiring: a room of an engine being retired', () => {
   });
 });
 
-describe('decideRetry: a room that failed before its first token', () => {
+describe('decideRetry: a room that failed before its decode engine streamed', () => {
   it('given the engine to blame, then it is tried again without that engine', () => {
     expect(decideRetry(failed('prefill_error'), stream(0), request, 1)).toEqual({
       reason: 'prefill_error',
       leaveOut: [new Set(['p0'])],
+      next: request,
     });
     expect(decideRetry(failed('decode_error'), stream(0), request, 1)?.leaveOut).toEqual([
       new Set(['d0']),
@@ -154,5 +156,24 @@ describe('decideRetry: a room that failed before its first token', () => {
     );
     const streamed = stream(3, { migrations: 1, currentTokens: 1 });
     expect(decideRetry(failed('kv_checksum_mismatch'), streamed, request, 1)).toBeNull();
+  });
+
+  it('given a room whose client had only the first token, from its prefill engine, then it is tried again from that token, as a migration continues', () => {
+    const first = stream(1, { decodedTokens: 0, currentIds: [7] });
+    expect(decideRetry(failed('transfer_failed'), first, request, 1)?.next).toEqual({
+      ...request,
+      generated: ' word',
+      maxTokens: 9,
+    });
+    const ids = { ...request, tokens: [1, 2, 3] };
+    expect(decideRetry(failed('transfer_failed'), first, ids, 1)?.next).toEqual({
+      ...ids,
+      generated: ' word',
+      maxTokens: 9,
+      tokens: [1, 2, 3, 7],
+    });
+    // A model sent token ids cannot continue without the first one's id.
+    const noId = stream(1, { decodedTokens: 0 });
+    expect(decideRetry(failed('transfer_failed'), noId, ids, 1)).toBeNull();
   });
 });

@@ -31,6 +31,12 @@ export class RoomStream implements AsyncIterable<TokenChunk> {
   tokens = 0;
   /** Token ids streamed, where the engines send them (llama.cpp models). */
   ids: number[] = [];
+  /**
+   * The answer's first token as the room's prefill engine streamed it (chunk 0, protocol 9), for
+   * the room it came from: its `room.transfer_completed` must name the same one, which the decode
+   * engine continues after (engines/appends.ts).
+   */
+  first: { room: string; token: number | null; text: string } | null = null;
   /** The room serving the request now: `room` until a migration moves it. */
   current: string;
   /**
@@ -97,6 +103,11 @@ export class RoomStream implements AsyncIterable<TokenChunk> {
   /** Tokens streamed by the current room. */
   get currentTokens(): number {
     return this.tokens - this.tokensBase;
+  }
+
+  /** Tokens the current room's decode engine streamed: those after its prefill engine's first. */
+  get decodedTokens(): number {
+    return this.currentTokens - (this.first?.room === this.current ? 1 : 0);
   }
 
   push(chunk: TokenChunk): boolean {

@@ -1,10 +1,12 @@
 /**
- * How many commits lie in sequence between a request and its decode (docs/critical-path.md, "How
- * the bench counts sequential commits"). `room.created` has depth 1; an engine's append names the
- * committed event whose arrival started the work it reports (`cause`, docs/protocol.md), and is
- * one deeper than that event. A room's first token counts the depth of the event its decode
- * engine started on, recorded when `room.decode_started` commits. A lone room under protocol 5
- * shows 3: `room.created` → `room.bootstrapped` → `room.transfer_completed`.
+ * How many commits lie in sequence between a request and its first token (docs/critical-path.md,
+ * "How the bench counts sequential commits"). `room.created` has depth 1; an engine's append names
+ * the committed event whose arrival started the work it reports (`cause`, docs/protocol.md), and
+ * is one deeper than that event. Since protocol 9 the prefill engine draws the first token, so a
+ * room's first token counts the depth of the event its prefill engine started on, recorded when
+ * `room.prefill_started` commits: 1 for a room with a reservation (`room.created`). Before it, the
+ * decode engine's start counted: a lone room under protocol 5 showed 3 (`room.created` →
+ * `room.bootstrapped` → `room.transfer_completed`), under protocol 7 2.
  */
 import type { JournalEvent } from '../../room/events.ts';
 
@@ -42,7 +44,7 @@ export class CommitDepth {
     const behind = r.bySeq.get(cause);
     if (behind === undefined) return;
     r.bySeq.set(ev.seq, behind + 1);
-    if (ev.type !== 'room.decode_started') return;
+    if (ev.type !== 'room.prefill_started') return;
     const i = Math.min(behind, MAX_COUNTED_DEPTH);
     this.firstTokens[i] = (this.firstTokens[i] as number) + 1;
   }

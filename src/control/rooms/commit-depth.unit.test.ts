@@ -17,27 +17,24 @@ function room(d: CommitDepth, id = 'r1') {
 const total = (d: CommitDepth) => d.firstTokens.reduce((a, b) => a + b, 0);
 
 describe('commit depth', () => {
-  it('counts 3 commits behind a lone room as protocol 5 runs it', () => {
+  it('counts 1 when the prefill starts on room.created (protocol 9: it draws the first token), whatever else the engines sent meanwhile', () => {
+    const d = new CommitDepth();
+    const commit = room(d);
+    const created = commit('room.created');
+    commit('room.bootstrapped', created);
+    commit('room.prefill_started', created);
+    const moved = commit('room.transfer_completed', created);
+    commit('room.decode_started', moved);
+    expect(d.firstTokens[1]).toBe(1);
+    expect(total(d)).toBe(1);
+  });
+
+  it('counts 2 when the prefill starts on room.bootstrapped (a room without a reservation)', () => {
     const d = new CommitDepth();
     const commit = room(d);
     const created = commit('room.created');
     const bootstrapped = commit('room.bootstrapped', created);
     commit('room.prefill_started', bootstrapped);
-    commit('room.transfer_posted', bootstrapped);
-    const moved = commit('room.transfer_completed', bootstrapped);
-    commit('room.decode_started', moved);
-    expect(d.firstTokens[3]).toBe(1);
-    expect(total(d)).toBe(1);
-  });
-
-  it('counts 2 when prefill starts on room.created, whatever else the engines sent meanwhile', () => {
-    const d = new CommitDepth();
-    const commit = room(d);
-    const created = commit('room.created');
-    commit('room.prefill_started', created);
-    commit('room.bootstrapped', created);
-    const moved = commit('room.transfer_completed', created);
-    commit('room.decode_started', moved);
     expect(d.firstTokens[2]).toBe(1);
     expect(total(d)).toBe(1);
   });
@@ -45,13 +42,13 @@ describe('commit depth', () => {
   it('counts nothing without a cause it knows, for a room it never saw created or has forgotten', () => {
     const d = new CommitDepth();
     const commit = room(d);
-    commit('room.decode_started', 1); // created before this control plane started
+    commit('room.prefill_started', 1); // created before this control plane started
     const created = commit('room.created');
-    commit('room.decode_started'); // no cause
-    commit('room.decode_started', 99); // a cause it never saw
+    commit('room.prefill_started'); // no cause
+    commit('room.prefill_started', 99); // a cause it never saw
     expect(total(d)).toBe(0);
     d.forget('r1');
-    commit('room.decode_started', created);
+    commit('room.prefill_started', created);
     expect(total(d)).toBe(0);
   });
 
@@ -60,7 +57,7 @@ describe('commit depth', () => {
     const commit = room(d);
     let last = commit('room.created');
     for (let i = 0; i < 12; i++) last = commit('room.x', last);
-    commit('room.decode_started', last);
+    commit('room.prefill_started', last);
     expect(d.firstTokens[MAX_COUNTED_DEPTH]).toBe(1);
   });
 });

@@ -256,9 +256,10 @@ export class Migrator {
   }
 
   /**
-   * A room that failed before any token reached its client: its request goes on as a new room on
-   * a pair without the engine to blame, when the reason allows and the request has retries left.
-   * True when it took the stream (the caller must not end it).
+   * A room that failed before its decode engine streamed a token to its client: its request goes
+   * on as a new room on a pair without the engine to blame (after the first token its prefill
+   * engine streamed, if it did), when the reason allows and the request has retries left. True
+   * when it took the stream (the caller must not end it).
    */
   retry(room: Room, stream: RoomStream, request: RoomRequest | undefined): boolean {
     const { host } = this;
@@ -267,8 +268,31 @@ export class Migrator {
     // Without the engines an earlier retry of this request left out too, where a pair allows. No
     // such pair now (one engine of a role, or every other one full): the client gets the failure
     // at once rather than after a wait.
+    const { next } = decided;
+    if (next.maxTokens <= 0) {
+      // The first token, from its prefill engine, was every token the client asked for.
+      host.log.info(
+        { room: room.room, reason: decided.reason, requestId: stream.trace.requestId },
+        'room failed after its client had every token it asked for; answered',
+      );
+      host.journal
+        .append({
+          type: 'recovery.action',
+          room: room.room,
+          source: 'control',
+          data: {
+            action: 'answer_complete',
+            reason: decided.reason,
+            outcome: 'not tried again: its client had every token it asked for',
+            stage: room.failedStage ?? undefined,
+          },
+        })
+        .catch((err) => host.log.error({ err, room: room.room }, 'could not journal an answer'));
+      stream.complete('length');
+      return true;
+    }
     const leftOut = this.firstWithPair(
-      request,
+      next,
       decided.leaveOut.flatMap((c) =>
         stream.leftOut.size > 0 ? [new Set([...c, ...stream.leftOut]), c] : [c],
       ),
@@ -280,7 +304,7 @@ export class Migrator {
     const to = this.host.ids.room();
     host.log.warn(
       { room: room.room, to, reason, leftOut: [...leftOut], requestId: stream.trace.requestId },
-      'room failed before its first token; trying the request again on another pair',
+      'room failed before its decode engine streamed; trying the request again on another pair',
     );
     host.journal
       .append({
@@ -300,7 +324,7 @@ export class Migrator {
       from: room.room,
       to,
       stream,
-      next: request,
+      next,
       usable,
       why: `${room.room} failed: ${reason}`,
       // The client is answered with the room's own failure when no pair takes the request.

@@ -27,10 +27,12 @@ import {
   type Between,
   type DecodeStream,
   type EngineModel,
+  type FirstToken,
   KvImageError,
   type KvShape,
   type ModelRequest,
   type ModelRuntime,
+  type PrefillOptions,
   type Sampling,
 } from '../executor.ts';
 import type { PrefixReuseMode } from '../prefix-blocks.ts';
@@ -285,25 +287,37 @@ export class LlamaEngineModel implements EngineModel {
     tokens: readonly number[],
     pages: readonly Uint8Array[],
     between: Between,
-  ): Promise<{ bytes: number; micros: number; saveMicros: number; reused: number } | null> {
-    // Every token but the last: decode evaluates it, and generates from its logits.
-    const body = tokens.slice(0, -1) as Token[];
-    const { seq, held } = await this.acquireFor(body);
+    options: PrefillOptions = {},
+  ): Promise<{
+    bytes: number;
+    micros: number;
+    saveMicros: number;
+    reused: number;
+    first: FirstToken | null;
+  } | null> {
+    if (tokens.length === 0) throw new KvImageError('a prefill needs at least one token');
+    const { seq, held } = await this.acquireFor(tokens);
     let kept = false;
     try {
       let micros = 0;
-      const reused = Math.min(held, body.length);
+      // The last token is always evaluated: its logits draw the first token.
+      const reused = Math.min(held, tokens.length - 1);
       // What it holds past the prefix is erased; a sequence with no prefix worth continuing from
       // is emptied whole: continuing from even one held token costs as much as any continuation.
       if (reused === 0 && seq.nextTokenIndex > 0) await seq.clearHistory();
       else if (seq.nextTokenIndex > reused)
         await seq.eraseContextTokenRanges([{ start: reused, end: seq.nextTokenIndex }]);
-      for (let from = reused; from < body.length; from += SLICE_TOKENS) {
+      let first: FirstToken | null = null;
+      for (let from = reused; from < tokens.length; from += SLICE_TOKENS) {
         if (!(await between())) return null;
+        const slice = tokens.slice(from, from + SLICE_TOKENS) as Token[];
         const t0 = nowMicros();
-        await seq.evaluateWithoutGeneratingNewTokens(body.slice(from, from + SLICE_TOKENS));
+        if (from + slice.length < tokens.length)
+          await seq.evaluateWithoutGeneratingNewTokens(slice);
+        else first = await this.draw(seq, slice, tokens, options.sampling ?? {});
         micros += nowMicros() - t0;
       }
+      options.first?.(first);
       if (!(await between())) return null;
       const t0 = nowMicros();
       const file = this.stateFile();
@@ -312,7 +326,7 @@ export class LlamaEngineModel implements EngineModel {
         const bytes = writeKvImageFromFile(pages, file);
         kept = true;
         const saveMicros = nowMicros() - t0;
-        return { bytes, micros: micros + saveMicros, saveMicros, reused };
+        return { bytes, micros: micros + saveMicros, saveMicros, reused, first };
       } finally {
         rmSync(file, { force: true });
       }
@@ -322,8 +336,33 @@ export class LlamaEngineModel implements EngineModel {
     }
   }
 
+  /**
+   * Evaluates `input`, the end of `context`, and draws the token after it as in-process
+   * generation draws its first (`stream`): greedy, or with the position's seed and penalties.
+   * Null: the model ends the text there.
+   */
+  private async draw(
+    seq: LlamaContextSequence,
+    input: readonly Token[],
+    context: readonly number[],
+    sampling: Sampling,
+  ): Promise<FirstToken | null> {
+    const last = input.length - 1;
+    const options: SequenceEvaluateOptions = greedyUnpenalized(sampling)
+      ? { temperature: 0 }
+      : sampleOptions(sampling, context);
+    const out = await seq.controlledEvaluate([
+      ...input.slice(0, last),
+      [input[last] as Token, { generateNext: { token: true, options } }],
+    ]);
+    const token = out[last]?.next?.token;
+    if (token === undefined || token === null || this.model.isEogToken(token)) return null;
+    return { token, text: new TextStream(this.model, context).push(token) };
+  }
+
   async startDecode(
-    tokens: readonly number[],
+    context: readonly number[],
+    first: FirstToken,
     pages: readonly Uint8Array[],
     sampling: Sampling,
   ): Promise<DecodeStream> {
@@ -338,12 +377,11 @@ export class LlamaEngineModel implements EngineModel {
         closeSync(fd);
       }
       await seq.loadStateFromFile(file, { acceptRisk: true });
-      // The image must be this room's: the context it holds is the request's tokens but the last.
+      // The image must be this room's: the context it holds is the request's tokens.
       const held = seq.contextTokens;
-      const body = tokens.slice(0, -1);
-      if (held.length !== body.length || held.some((t, i) => t !== body[i])) {
+      if (held.length !== context.length || held.some((t, i) => t !== context[i])) {
         throw new KvImageError(
-          `the KV image holds ${held.length} tokens that are not the request's ${body.length}`,
+          `the KV image holds ${held.length} tokens that are not the request's ${context.length}`,
         );
       }
     } catch (err) {
@@ -353,7 +391,11 @@ export class LlamaEngineModel implements EngineModel {
     } finally {
       rmSync(file, { force: true });
     }
-    return this.stream(seq, tokens.slice(-1), tokens, sampling);
+    // The text stream as it stands after the first token in one process (a token that ends
+    // mid-character waits for the next).
+    const text = new TextStream(this.model, context);
+    text.push(first.token);
+    return this.stream(seq, [first.token], [...context, first.token], sampling, text);
   }
 
   /** Generation on `seq` after evaluating `input`; the sequence goes back when it is closed. */
@@ -362,13 +404,13 @@ export class LlamaEngineModel implements EngineModel {
     input: readonly number[],
     context: readonly number[],
     sampling: Sampling,
+    text: TextStream = new TextStream(this.model, context),
   ): DecodeStream {
     const it = (
       greedyUnpenalized(sampling)
         ? seq.evaluate(input as Token[], { temperature: 0 })
         : this.sampled(seq, input, context, sampling)
     )[Symbol.asyncIterator]();
-    const text = new TextStream(this.model, context);
     // Steps and the close run one after another: a close waits for the step in flight.
     let chain: Promise<unknown> = Promise.resolve();
     let closed = false;

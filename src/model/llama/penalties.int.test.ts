@@ -33,12 +33,13 @@ afterAll(async () => {
   await info?.close();
 });
 
-/** 40 tokens decoded from the KV image a prefill of `tokens` wrote: the engines' path. */
+/** 40 tokens: the prefill's first, then those decoded from the KV image it wrote (the engines' path). */
 async function decoded(tokens: number[], sampling: Sampling): Promise<number[]> {
   const page = new Uint8Array(4 << 20);
-  if (!(await m.prefill(tokens, [page], async () => true))) throw new Error('prefill stopped');
-  const stream = await m.startDecode(tokens, [page], sampling);
-  const ids: number[] = [];
+  const done = await m.prefill(tokens, [page], async () => true, { sampling });
+  if (!done?.first) throw new Error('prefill stopped, or drew no first token');
+  const stream = await m.startDecode(tokens, done.first, [page], sampling);
+  const ids: number[] = [done.first.token];
   try {
     for (let s = await stream.next(); s !== null && ids.length < 40; s = await stream.next())
       ids.push(s.token);
