@@ -144,6 +144,8 @@ interface Row {
   ratio: number;
   roomMsP50: number;
   roomMsP99: number;
+  /** Submit to the first chunk the caller reads (protocol 9: from the prefill engine), p50. */
+  firstTokenMsP50: number;
   computeMsP50: number;
   addedMsP50: number;
   addedMsP99: number;
@@ -152,10 +154,25 @@ interface Row {
   cpuBusyPct: number;
   /** CPU time the machine spent per room completed: all cores, all processes. */
   cpuMsPerRoom: number;
-  /** Median commits in sequence behind a room's decode (control/commit-depth.ts); null: none counted. */
+  /** Median commits in sequence behind a room's first token (control/commit-depth.ts); null: none counted. */
   commitsP50: number | null;
   /** Bus frames the control plane received and sent over the cell, per room (a batch is one). */
   framesPerRoom: number;
+}
+
+/** A room as its caller timed it: submit to its end and to its first chunk, in ms. */
+interface Timed {
+  ms: number;
+  at: number;
+  done: number;
+  first: number;
+}
+
+/** Reads the room's stream to its end; resolves with the ms from `t0` to its first chunk (NaN: none). */
+async function firstTokenMs(stream: AsyncIterable<unknown>, t0: number): Promise<number> {
+  let first = Number.NaN;
+  for await (const _ of stream) if (Number.isNaN(first)) first = performance.now() - t0;
+  return first;
 }
 
 /**
@@ -233,10 +250,7 @@ const PATH = ROOM_PATH.filter((t) => t !== 'room.bootstrap_started' && t !== 'ro
  * room.created → room.bootstrapped. `released` events are off the path too (the answer does not
  * wait for them) and left out.
  */
-function breakdown(
-  byRoom: Map<string, JournalEvent[]>,
-  times: Map<string, { ms: number; at: number; done: number }>,
-): Step[] {
+function breakdown(byRoom: Map<string, JournalEvent[]>, times: Map<string, Timed>): Step[] {
   const names = ['submit', ...PATH, 'answer'];
   const totals = new Array<number>(names.length - 1).fill(0);
   let ack = 0;
@@ -337,7 +351,7 @@ try {
       const row = async (
         concurrency: number | string,
         fromSeq: number,
-        times: Map<string, { ms: number; at: number; done: number }>,
+        times: Map<string, Timed>,
         elapsed: number,
         failed: number,
         cpuBefore: ReturnType<typeof machineCpu>,
@@ -364,6 +378,7 @@ try {
         const added = [...times.entries()]
           .map(([r, t]) => t.ms - (compute.get(r) ?? 0))
           .sort((a, b) => a - b);
+        const firstMs = [...times.values()].map((t) => t.first).sort((a, b) => a - b);
         const roomsPerSec = times.size / elapsed;
         rows.push({
           setting: setting.name,
@@ -374,6 +389,7 @@ try {
           ratio: Number((roomsPerSec / inProcessRoomsPerSec).toFixed(3)),
           roomMsP50: r2(percentile(roomMs, 50)),
           roomMsP99: r2(percentile(roomMs, 99)),
+          firstTokenMsP50: r2(percentile(firstMs, 50)),
           computeMsP50: r2(percentile(computeMs, 50)),
           addedMsP50: r2(percentile(added, 50)),
           addedMsP99: r2(percentile(added, 99)),
@@ -388,7 +404,7 @@ try {
       let capacity = 0;
       for (const concurrency of setting.concurrency) {
         say(`${setting.name}: ${concurrency} concurrent rooms for ${SECONDS}s …`);
-        const times = new Map<string, { ms: number; at: number; done: number }>();
+        const times = new Map<string, Timed>();
         const fromSeq = await control.journal.headSeq();
         let failed = 0;
         const end = performance.now() + SECONDS * 1000;
@@ -402,8 +418,9 @@ try {
             const at = Date.now();
             const s = control.submit({ prompt: promptOf(c * 1000 + i), maxTokens: MAX_TOKENS });
             try {
+              const first = await firstTokenMs(s, t);
               await s.result;
-              times.set(s.room, { ms: performance.now() - t, at, done: Date.now() });
+              times.set(s.room, { ms: performance.now() - t, at, done: Date.now(), first });
             } catch {
               failed++;
             }
@@ -432,7 +449,7 @@ try {
       say(
         `${setting.name}: open loop at ${rate} rooms/s (half of ${Math.round(capacity)}) for ${SECONDS}s …`,
       );
-      const times = new Map<string, { ms: number; at: number; done: number }>();
+      const times = new Map<string, Timed>();
       const fromSeq = await control.journal.headSeq();
       let failed = 0;
       const cpuBefore = machineCpu();
@@ -444,8 +461,9 @@ try {
         const at = Date.now();
         const s = control.submit({ prompt: promptOf(i), maxTokens: MAX_TOKENS });
         try {
+          const first = await firstTokenMs(s, t);
           await s.result;
-          times.set(s.room, { ms: performance.now() - t, at, done: Date.now() });
+          times.set(s.room, { ms: performance.now() - t, at, done: Date.now(), first });
         } catch {
           failed++;
         }
@@ -486,15 +504,15 @@ if (asJson) {
     `pdctl engines benchmark — ${cpus().length} cores, node ${process.version}, durability ${DURABILITY}, ${SECONDS}s per cell,`,
     `1 prefill + 1 decode engine, prompt ${PROMPT_WORDS} tokens, ${MAX_TOKENS} tokens out. Baseline: the same model in-process.`,
     '',
-    '| model setting | concurrent | rooms | rooms/s | in-process rooms/s | ratio | room p50 ms | room p99 ms | compute p50 ms | added p50 ms | added p99 ms | failed | CPU busy % | CPU ms/room | commits p50 | bus frames/room |',
-    '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+    '| model setting | concurrent | rooms | rooms/s | in-process rooms/s | ratio | room p50 ms | room p99 ms | first token p50 ms | compute p50 ms | added p50 ms | added p99 ms | failed | CPU busy % | CPU ms/room | commits p50 | bus frames/room |',
+    '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
     ...rows.map(
       (r) =>
-        `| ${r.setting} | ${r.concurrency} | ${r.rooms} | ${r.roomsPerSec} | ${r.inProcessRoomsPerSec} | ${r.ratio} | ${r.roomMsP50} | ${r.roomMsP99} | ${r.computeMsP50} | ${r.addedMsP50} | ${r.addedMsP99} | ${r.failed} | ${r.cpuBusyPct} | ${r.cpuMsPerRoom} | ${r.commitsP50 ?? '-'} | ${r.framesPerRoom} |`,
+        `| ${r.setting} | ${r.concurrency} | ${r.rooms} | ${r.roomsPerSec} | ${r.inProcessRoomsPerSec} | ${r.ratio} | ${r.roomMsP50} | ${r.roomMsP99} | ${r.firstTokenMsP50} | ${r.computeMsP50} | ${r.addedMsP50} | ${r.addedMsP99} | ${r.failed} | ${r.cpuBusyPct} | ${r.cpuMsPerRoom} | ${r.commitsP50 ?? '-'} | ${r.framesPerRoom} |`,
     ),
     '',
     `Near-zero compute: lone-room added p50 ${lone?.addedMsP50} ms${loneNoFsync ? `, ${loneNoFsync.addedMsP50} ms with commits that do not wait for the disk` : ''}${open ? `; open-loop added p99 ${open.addedMsP99} ms = ${openP99InLoneP50}× the lone-room p50 (target ≤ 3)` : ''}.`,
-    `The bus's floor in this run: a bare ZeroMQ round trip between two processes (loopback, no CURVE, 1 ms apart) takes ${bus.p50Ms} ms p50 and ${bus.cpuMs} ms of CPU; a lone room's decode starts behind ${lone?.commitsP50 ?? '-'} commits in sequence (target 2: docs/critical-path.md), each with a bus hop on either side.`,
+    `The bus's floor in this run: a bare ZeroMQ round trip between two processes (loopback, no CURVE, 1 ms apart) takes ${bus.p50Ms} ms p50 and ${bus.cpuMs} ms of CPU; a lone room's first token comes behind ${lone?.commitsP50 ?? '-'} commit${lone?.commitsP50 === 1 ? '' : 's'} in sequence (protocol 9: room.created; docs/critical-path.md), with a bus hop on either side, ${lone?.firstTokenMsP50 ?? '-'} ms p50 after its submit.`,
     `The floor of a path of 2 commits, measured in this run: 2 bus round trips + 2 one-event commits of the journal writer inline at power (${inlineCommitMs} ms each) = ${floorMs} ms. Lone-room added p50 = ${loneInFloors ?? '-'}× the floor (target ≤ 3)${openP99InFloors !== null ? `; open-loop added p99 = ${openP99InFloors}× the floor` : ''}.`,
     ...(lone
       ? [
@@ -520,8 +538,9 @@ if (asJson) {
     'added = room time seen by the caller minus the model compute the engines journaled for that room',
     '(queueing behind other rooms on this CPU-only model counts as added). CPU busy and CPU ms/room count every',
     'process on the machine (this one with the control plane, both engines) over the cell. Open loop: rooms sent at half the',
-    "capacity the closed-loop cells measured, on schedule. commits p50: the median, over the cell's rooms, of the journal",
-    "commits in sequence behind a room's decode, as the control plane counted them from the events engines said they acted on.",
+    'capacity the closed-loop cells measured, on schedule. first token: submit to the first chunk the caller read. commits p50: the',
+    "median, over the cell's rooms, of the journal commits in sequence behind a room's first token, as the control plane counted",
+    'them from the events engines said they acted on.',
     'bus frames/room: frames the control plane received from and sent to the engines over the cell, per room (a batch is one).',
     'Targets: lone-room added p50 ≤ 3× the floor and ≤ 3 ms of CPU; open-loop added',
     'p99 ≤ 3× the lone-room added p50; ≥ 1,000 rooms/s with near-zero compute.',

@@ -67,7 +67,13 @@ export function describeEvent(ev: JournalEvent): string {
     }
     case 'room.transfer_completed': {
       const d = ev.data;
-      return `${d.bytes} B in ${formatDuration(d.micros / 1000)}, checksum ${d.checksum}`;
+      const first =
+        d.firstToken === undefined
+          ? ''
+          : d.firstToken === null
+            ? ', the text ended at once'
+            : `, first token ${JSON.stringify(d.firstToken.text)}`;
+      return `${d.bytes} B in ${formatDuration(d.micros / 1000)}, checksum ${d.checksum}${first}`;
     }
     case 'room.completed':
       return `${ev.data.tokens} tokens, ${ev.data.finishReason}`;

@@ -145,20 +145,23 @@ describe('a llama.cpp model across prefill and decode engines', () => {
     await waitFor('pools back to capacity', () => poolsFull(control, done));
   });
 
-  it('a decode engine SIGKILLed mid-stream: the room continues on another pair with the same tokens, greedy and sampled with a seed', async () => {
+  it('a decode engine SIGKILLed mid-stream, or right after the first token: the room continues on another pair with the same tokens, greedy and sampled with a seed', async () => {
     const { control, engines } = await startTestStack({
       model: tiny.info,
       engineArgs: tiny.args,
       decodeEngines: 2,
     });
-    // Round 2 samples (temperature 1, a seed; 150 tokens, one at a time): the continuation draws each token with its
-    // position's seed, so the text is the undisturbed run's.
+    // Rounds 2 and 3 sample (temperature 1, a seed; one token at a time): the continuation draws
+    // each token with its position's seed, so the text is the undisturbed run's. Round 3's decode
+    // engine is killed once the client has the first token, which its prefill engine drew
+    // (protocol 9): the new room continues after it.
     const sampled = { temperature: 1, topP: 0.9, seed: 4242 };
-    for (const i of [0, 1, 2]) {
+    const killAt = [20, 120, 20, 1];
+    for (const i of [0, 1, 2, 3]) {
       const r = {
         prompt: llamaPrompt(i, 30 + i * 50),
-        maxTokens: i === 2 ? 150 : 700,
-        ...(i === 2 ? { sampling: sampled } : {}),
+        maxTokens: i === 3 ? 60 : i === 2 ? 150 : 700,
+        ...(i >= 2 ? { sampling: sampled } : {}),
       };
       const stream = control.submit(r);
       // Killed from the reader's loop, the moment enough tokens arrived: the tiny model decodes
@@ -167,7 +170,7 @@ describe('a llama.cpp model across prefill and decode engines', () => {
       let text = '';
       for await (const chunk of stream) {
         text += chunk.text;
-        if (victim === '' && stream.tokens >= 20 + (i % 2) * 100) {
+        if (victim === '' && stream.tokens >= (killAt[i] as number)) {
           victim = control.room(stream.current)?.decodeEngine as string;
           expect(engines.signal(victim, 'SIGKILL'), `round ${i}: ${victim}`).toBe(true);
         }
@@ -190,7 +193,7 @@ describe('a llama.cpp model across prefill and decode engines', () => {
       expect(next.room?.decodeEngine).not.toBe(victim);
       // The new room was prefilled from the prompt and the tokens streamed before the kill.
       const moved = t.events.find((e) => e.type === 'room.migrated')?.data.tokens as number;
-      expect(moved).toBeGreaterThanOrEqual(20 + (i % 2) * 100);
+      expect(moved).toBeGreaterThanOrEqual(killAt[i] as number);
       expect(next.room?.promptTokens).toBe(stream.promptTokens + moved);
       await waitFor(`${victim} back`, () => control.registry.get(victim)?.delivery.live === true);
     }

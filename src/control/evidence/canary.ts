@@ -1,5 +1,7 @@
 /**
- * The canary: a one-token room through bootstrap, prefill, transfer and decode, with a deadline.
+ * The canary: a two-token room through bootstrap, prefill, transfer and decode, with a deadline —
+ * two, since the prefill engine draws the first token (protocol 9): the second is the decode
+ * engine's, which loads the KV, verifies it and takes a step for it.
  * It answers "would a request be served right now, and where does it stop if not" — what
  * `/health/deep` returns, and what `/health/ready` requires of its last background run. Its verdict
  * is journaled (`canary.changed`) only when it changes.
@@ -105,7 +107,7 @@ export class Canary {
     });
     let stream: ReturnType<ControlPlane['submit']>;
     try {
-      stream = this.control.submit({ prompt: 'canary', maxTokens: 1, source: 'canary' });
+      stream = this.control.submit({ prompt: 'canary', maxTokens: 2, source: 'canary' });
       this.current = stream.room;
       this.recentRooms.add(stream.room);
       if (this.recentRooms.size > 64) {
