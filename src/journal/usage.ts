@@ -82,7 +82,15 @@ export async function usageOf(reader: Reader, w: UsageWindow): Promise<TenantUsa
     const last = latestOf(chain);
     if (!rooms.some((r) => r.room === last.room)) continue;
     if (last.state !== 'migrated') {
-      of(last.tenant).failed++;
+      // Failed after its client had every token it asked for (the first, from its prefill
+      // engine): answered all the same.
+      const answered = await answeredAt(reader, chain, last);
+      if (answered) {
+        const u = of(last.tenant);
+        u.requests++;
+        u.promptTokens += answered.prompt;
+        u.completionTokens += answered.completion;
+      } else of(last.tenant).failed++;
       continue;
     }
     // Migrated with nothing left to generate: its client was answered there, with no new room.
@@ -153,11 +161,33 @@ async function chainOf(reader: Reader, requestId: string): Promise<Room[]> {
   return (await reader.rooms({ requestId, limit: 100, excludeOrigin: ['canary'] })).rooms;
 }
 
-/** Tokens streamed to the client before `room` took over (0 unless it continues a migration). */
-async function streamedBefore(reader: Reader, room: Room): Promise<number> {
-  if (room.migratedFrom === null) return 0;
-  const [moved] = await reader.tail({ type: 'room.migrated', room: room.migratedFrom, limit: 1 });
-  return moved?.data.tokens ?? 0;
+/**
+ * Tokens streamed to the client before `room` took over: those of a migration
+ * (`room.migrated.tokens`), or of a retry that continued after the first token its failed room's
+ * prefill engine had streamed (the `tokens` of that room's `recovery.action retry_room`); else 0.
+ */
+async function streamedBefore(
+  reader: Reader,
+  room: Room,
+  chain: () => Promise<Room[]>,
+): Promise<number> {
+  if (room.migratedFrom !== null) {
+    const [moved] = await reader.tail({ type: 'room.migrated', room: room.migratedFrom, limit: 1 });
+    return moved?.data.tokens ?? 0;
+  }
+  if (room.origin !== 'retry') return 0;
+  for (const r of await chain()) {
+    if (r.state !== 'failed') continue;
+    const retry = await recoveryOf(reader, r.room, 'retry_room');
+    if (retry?.data.toRoom === room.room) return retry.data.tokens ?? 0;
+  }
+  return 0;
+}
+
+/** The room's last `recovery.action` of `action`, if any. */
+async function recoveryOf(reader: Reader, room: string, action: string) {
+  const actions = await reader.tail({ type: 'recovery.action', room, limit: 20 });
+  return actions.filter((e) => e.data.action === action).at(-1);
 }
 
 /** The prompt its client was told of (its first room's) and the tokens it was streamed. */
@@ -166,9 +196,30 @@ async function tokensOf(
   requestId: string,
   done: Room,
 ): Promise<{ prompt: number; completion: number }> {
-  const before = await streamedBefore(reader, done);
-  const first = done.migratedFrom === null ? done : firstOf(await chainOf(reader, requestId));
+  let rooms: Room[] | null = null;
+  const chain = async () => {
+    rooms ??= await chainOf(reader, requestId);
+    return rooms;
+  };
+  const before = await streamedBefore(reader, done, chain);
+  const continues = done.migratedFrom !== null || done.origin === 'retry';
+  const first = continues ? firstOf(await chain()) : done;
   return { prompt: first.promptTokens ?? 0, completion: before + (done.tokens ?? 0) };
+}
+
+/**
+ * A request whose last room failed after its client had every token it asked for — the first,
+ * streamed by its prefill engine (`recovery.action answer_complete`): answered. Null otherwise.
+ */
+async function answeredAt(
+  reader: Reader,
+  chain: Room[],
+  last: Room,
+): Promise<{ prompt: number; completion: number } | null> {
+  if (last.state !== 'failed') return null;
+  const answered = await recoveryOf(reader, last.room, 'answer_complete');
+  if (!answered) return null;
+  return { prompt: firstOf(chain).promptTokens ?? 0, completion: answered.data.tokens ?? 0 };
 }
 
 /**

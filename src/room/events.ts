@@ -338,6 +338,11 @@ export const EVENT_SCHEMAS = {
       stage: Type.Optional(Text),
       /** `retry_room`: the room the request was tried again as. */
       toRoom: Type.Optional(Id),
+      /**
+       * `retry_room`, `answer_complete`: tokens its client had been streamed (the first, from the
+       * failed room's prefill engine, and any before it), which the new room continues after.
+       */
+      tokens: Type.Optional(Count),
       /** The ladder's top rung: why it cordoned the engine, or restarted every one. */
       evidence: Type.Optional(Text),
       /** The ladder's top rung: the engines that stalled within its window, this one included. */

@@ -285,6 +285,7 @@ export class Migrator {
             reason: decided.reason,
             outcome: 'not tried again: its client had every token it asked for',
             stage: room.failedStage ?? undefined,
+            tokens: stream.tokens,
           },
         })
         .catch((err) => host.log.error({ err, room: room.room }, 'could not journal an answer'));
@@ -317,6 +318,7 @@ export class Migrator {
           outcome: `tried again as ${to}${leftOut.size > 0 ? `, without ${[...leftOut].join(' and ')}` : ''}`,
           toRoom: to,
           stage: room.failedStage ?? undefined,
+          ...(stream.tokens > 0 ? { tokens: stream.tokens } : {}),
         },
       })
       .catch((err) => host.log.error({ err, room: room.room }, 'could not journal a retry'));
