@@ -107,6 +107,17 @@ describe('every answer matches the OpenAPI document', () => {
       prompt: 'x',
     });
     expect(unknown.status).toBe(404);
+    // Over the 1 MiB body limit: the API's own code, and a message that says the limit.
+    const huge = await check('POST', '/v1/completions', '/v1/completions', {
+      model,
+      prompt: 'x'.repeat(1 << 20),
+    });
+    expect(huge.status).toBe(413);
+    expect(huge.json.error).toMatchObject({
+      code: 'request_too_large',
+      type: 'invalid_request_error',
+      message: expect.stringContaining('limit of 1048576 bytes (1 MiB)'),
+    });
   });
 
   it('query routes: rooms, a timeline, engines, stats', async () => {

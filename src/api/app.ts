@@ -150,9 +150,10 @@ export function reloadTls(app: FastifyInstance, tls: TlsPair): void {
 }
 
 export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
+  const bodyLimit = o.bodyLimit ?? 1 << 20;
   const app = Fastify({
     serverFactory: boundedServer(o),
-    bodyLimit: o.bodyLimit ?? 1 << 20,
+    bodyLimit,
     // Wrong types are errors, never coerced: "16" is not a max_tokens.
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false, allErrors: false } },
     logger: false,
@@ -228,7 +229,7 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
     await Promise.all([refusals.close(), waits.close()]);
   });
   app.setErrorHandler((err, req, reply) => {
-    const e = toApiError(err);
+    const e = toApiError(err, bodyLimit);
     // A refusal the service chose (503: journal unwritable, no engines) is a warning, once per
     // request, without a stack; anything else in 5xx is a bug worth the stack.
     const about = { requestId: req.id, url: req.url, room: req.room?.() ?? null };

@@ -110,6 +110,10 @@ export const API_ERRORS = {
     means: 'the prompt plus max_tokens exceed the context (the message says how many fit)',
   },
   invalid_request: { status: 400, means: "the body or query does not match the route's schema" },
+  request_too_large: {
+    status: 413,
+    means: "the request body is over the server's limit (1 MiB); the message says the limit",
+  },
   invalid_parameter: { status: 400, means: 'a parameter has a value the route does not take' },
   invalid_duration: { status: 400, means: 'a duration (7d, 30m) is not one' },
   invalid_time: {
@@ -238,8 +242,8 @@ export function roomNotFound(room: string): ApiError {
   return ApiError.of('room_not_found', `no room ${room} in the journal`, 'room');
 }
 
-/** Any error thrown by a route, as the ApiError a client should see. */
-export function toApiError(err: unknown): ApiError {
+/** Any error thrown by a route, as the ApiError a client should see (`bodyBytes`: the body limit). */
+export function toApiError(err: unknown, bodyBytes?: number): ApiError {
   if (err instanceof ApiError) return err;
   if (err instanceof ControlError) {
     const e = ApiError.of(controlCode(err.code), err.message);
@@ -268,6 +272,16 @@ export function toApiError(err: unknown): ApiError {
       ? `unknown field "${extra}"${path ? ` in ${path}` : ''}`
       : `${path || e.validationContext || 'body'} ${first?.message ?? 'is invalid'}`;
     return ApiError.of('invalid_request', what, extra ?? (path || null));
+  }
+  if (e?.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+    const limit =
+      bodyBytes === undefined
+        ? 'its limit'
+        : `${bodyBytes} bytes${bodyBytes % (1 << 20) === 0 ? ` (${bodyBytes / (1 << 20)} MiB)` : ''}`;
+    return ApiError.of(
+      'request_too_large',
+      `the request body is over this server's limit of ${limit}: send a shorter prompt, or fewer or shorter messages`,
+    );
   }
   if (typeof e?.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) {
     const message =
