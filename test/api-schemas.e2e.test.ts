@@ -195,7 +195,11 @@ describe('every answer matches the OpenAPI document', () => {
     expect(ready.checks.cordoned_engines?.detail).toContain('prefill-0 cordoned by the operator');
     expect(ready.checks.prefill_engines?.ok).toBe(false);
     expect(() => control.submit({ prompt: 'no prefill engine takes it', maxTokens: 2 })).toThrow(
-      'every prefill engine is cordoned (prefill-0): none takes new rooms; `pdctl engines uncordon prefill-0` takes one back',
+      expect.objectContaining({
+        message: 'no prefill engine takes new requests now (every one is cordoned); retry later',
+        operatorHint:
+          'every prefill engine is cordoned (prefill-0): none takes new rooms; `pdctl engines uncordon prefill-0` takes one back',
+      }),
     );
     expect((await uncordon('prefill-0')).status).toBe(202);
     expect((await uncordon('prefill-0')).status).toBe(409);

@@ -171,7 +171,11 @@ describe('the openai client against pdctl serve', () => {
     });
     expect(big.status).toBe(413);
     expect(JSON.parse(big.body)).toMatchObject({
-      error: { type: 'invalid_request_error', message: expect.stringMatching(/too large/) },
+      error: {
+        type: 'invalid_request_error',
+        code: 'request_too_large',
+        message: expect.stringContaining('limit of 1048576 bytes (1 MiB)'),
+      },
     });
     // The openai client surfaces them as its own errors.
     await expect(
@@ -361,10 +365,19 @@ describe('the openai client against pdctl serve', () => {
       ((await refused.json()) as { error: { message: string; code: string } }).error,
     ).toMatchObject({
       code: 'engines_draining',
-      message: expect.stringMatching(
-        /^every decode engine is draining \(decode-0\): none takes new rooms; `pdctl engines undrain decode-0`/,
-      ),
+      message: 'no decode engine takes new requests now (every one is draining); retry later',
     });
+    // The client is told what a client can do; the operator's hint is in the log.
+    await waitFor('the refusal logged with the operator hint', () =>
+      s
+        .stderr()
+        .split('\n')
+        .some(
+          (l) =>
+            l.includes('"request refused"') &&
+            l.includes('`pdctl engines undrain decode-0` takes one back'),
+        ),
+    );
     const back = await pdctl(['engines', 'undrain', 'decode-0', '--url', s.url]);
     expect(back.code, back.stderr).toBe(0);
     expect(back.stdout).toMatch(/undrain sent to decode-0: it takes new rooms again/);

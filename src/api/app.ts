@@ -238,9 +238,14 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
       refusals.note(e.code as string, e.status, req.id, e.message, Date.now(), requestTenant(req));
       o.metrics.refused(e.code as string, requestTenant(req));
     }
-    if (e.status === 503)
-      o.log.warn({ ...about, code: e.code, reason: e.message }, 'request refused');
-    else if (e.status >= 500) o.log.error({ ...about, err }, 'request failed');
+    if (e.status === 503) {
+      // The client was told what a client can do; the operator's hint is for the log.
+      const hint = err instanceof ControlError ? err.operatorHint : undefined;
+      o.log.warn(
+        { ...about, code: e.code, reason: e.message, ...(hint ? { operator: hint } : {}) },
+        'request refused',
+      );
+    } else if (e.status >= 500) o.log.error({ ...about, err }, 'request failed');
     return sendError(reply, e);
   });
   app.setNotFoundHandler((req, reply) =>

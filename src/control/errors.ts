@@ -34,4 +34,21 @@ export class ControlError extends codedErrors(
   'ControlError',
   CONTROL_ERROR_CODES,
   'CONTROL_INTERNAL',
-) {}
+) {
+  /**
+   * What an operator can do about it (which engines, which command takes one back): logged with
+   * the refusal, never sent to the client, whose message says what a client can do.
+   */
+  operatorHint?: string;
+}
+
+/** A refusal with a client's message, and the operator's hint apart (`operatorHint`). */
+export function refusal(
+  code: ControlErrorCode,
+  message: string,
+  operatorHint: string,
+): ControlError {
+  const e = new ControlError(code, message);
+  e.operatorHint = operatorHint;
+  return e;
+}

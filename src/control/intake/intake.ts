@@ -16,7 +16,7 @@ import type { Ids } from '../../ports/ids.ts';
 import type { EngineSession } from '../engines/engine-session.ts';
 import type { LivenessPolicy } from '../engines/engine-view.ts';
 import type { EngineRegistry } from '../engines/registry.ts';
-import { ControlError } from '../errors.ts';
+import { ControlError, refusal } from '../errors.ts';
 import { MAX_PROMPT_BYTES, MAX_TOKENS_LIMIT, type SubmitRequest } from '../options.ts';
 import { couldEverFit, fitsNow, roomPages, roomTokens } from '../pages/page-ledger.ts';
 import type { RoomBook } from '../rooms/room-book.ts';
@@ -264,24 +264,27 @@ export class Intake {
     const uncordoned = heartbeating.filter((s) => !registry.cordons.has(s.engine));
     if (uncordoned.length === 0 && heartbeating.length > 0) {
       const cordoned = heartbeating.map((s) => s.engine);
-      throw new ControlError(
+      throw refusal(
         'CONTROL_NO_ENGINES',
+        `no ${role} engine takes new requests now (every one is cordoned); retry later`,
         `every ${role} engine is cordoned (${cordoned.join(', ')}): none takes new rooms; \`pdctl engines uncordon ${cordoned[0]}\` takes one back`,
       );
     }
     const live = uncordoned.filter((s) => !registry.retiring.has(s.engine));
     if (live.length === 0 && uncordoned.length > 0) {
       const retiring = uncordoned.map((s) => s.engine);
-      throw new ControlError(
+      throw refusal(
         'CONTROL_NO_ENGINES',
+        `no ${role} engine takes new requests now (every one is being retired); retry later`,
         `every ${role} engine is being retired (${retiring.join(', ')}): none takes new rooms until another ${role} engine registers`,
       );
     }
     if (live.length === 0) {
       const draining = registry.withStatus(role, 'draining', liveness, now).map((s) => s.engine);
       if (draining.length > 0)
-        throw new ControlError(
+        throw refusal(
           'CONTROL_ENGINES_DRAINING',
+          `no ${role} engine takes new requests now (every one is draining); retry later`,
           `every ${role} engine is draining (${draining.join(', ')}): none takes new rooms; \`pdctl engines undrain ${draining[0]}\` takes one back`,
         );
       throw new ControlError(
