@@ -160,9 +160,11 @@ describe('operator routes and admission', () => {
     expect(events.length).toBeGreaterThan(3);
   });
 
-  it('guards abort and commands with the bearer token, and aborts a live room', async () => {
+  it('guards abort and commands with the bearer token, and aborts a live room, on a log line of its own', async () => {
     const stack = await startTestStack({ engineArgs: ['--decode-us-per-token', '5000'] });
-    const { app } = await api(stack, { adminToken: 's3cret' });
+    const lines: Array<Record<string, unknown>> = [];
+    const log: Logger = { ...silentLogger, info: (obj, msg) => lines.push({ ...obj, msg }) };
+    const { app } = await api(stack, { adminToken: 's3cret', log });
     const pending = app.inject(completion({ max_tokens: 400 }));
     await waitFor('a room decoding', () =>
       [...stack.control.liveRooms()].some((r) => r.state === 'decoding'),
@@ -185,6 +187,30 @@ describe('operator routes and admission', () => {
       payload: { reason: 'operator_test' },
     });
     expect(ok.statusCode).toBe(202);
+    // The operator's abort says itself at 3 a.m.: the room, why, and its call's access line
+    // names the room too.
+    expect(lines).toContainEqual(
+      expect.objectContaining({
+        msg: 'operator abort: room.abort_requested journaled',
+        room,
+        reason: 'operator_test',
+      }),
+    );
+    expect(lines).toContainEqual(
+      expect.objectContaining({ msg: 'http', url: `/v1/rooms/${room}/abort`, status: 202, room }),
+    );
+    // The operator's abort says itself at 3 a.m.: the room, why, and its call's access line
+    // names the room too.
+    expect(lines).toContainEqual(
+      expect.objectContaining({
+        msg: 'operator abort: room.abort_requested journaled',
+        room,
+        reason: 'operator_test',
+      }),
+    );
+    expect(lines).toContainEqual(
+      expect.objectContaining({ msg: 'http', url: `/v1/rooms/${room}/abort`, status: 202, room }),
+    );
     const res = await pending;
     expect(res.statusCode).toBe(409);
     expect(res.json()).toMatchObject({ error: { code: 'room_aborted' } });

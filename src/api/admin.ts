@@ -10,6 +10,7 @@ import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import { COMMANDS, type CommandName } from '../bus/protocol.ts';
 import type { ControlPlane } from '../control/control-plane.ts';
 import type { JournalStore } from '../journal/store.ts';
+import type { Logger } from '../log.ts';
 import { isRequestId, isValidId, roomIdOf } from '../room/ids.ts';
 import type { RoomAbortReason } from '../room/reasons.ts';
 import { isTerminal, type RoomState } from '../room/states.ts';
@@ -149,6 +150,8 @@ function operatorReason(body: unknown): string {
 
 export interface AdminDeps {
   control: ControlPlane;
+  /** Where an operator's action is said, with what it named and why. */
+  log: Logger;
   /** Where operator commands are recorded (`recovery.action`). */
   journal: JournalStore;
   /** Bearer token for these routes; null: loopback only. */
@@ -161,7 +164,7 @@ export interface AdminDeps {
  */
 export const adminRoutes: FastifyPluginAsync<AdminDeps> = async (
   app,
-  { control, journal, token },
+  { control, journal, token, log },
 ) => {
   app.post<{ Params: { room: string }; Body: unknown }>(
     '/v1/rooms/:room/abort',
@@ -225,6 +228,17 @@ export const adminRoutes: FastifyPluginAsync<AdminDeps> = async (
       }
       const [first] = aborted;
       if (!first) throw roomsEnded(id, rooms);
+      // Its own line at 3 a.m.: which rooms an operator ended, of which request, and why.
+      req.room = () => first.room;
+      log.info(
+        {
+          room: first.room,
+          ...(named ? {} : { requestId: id, rooms: aborted.map((a) => a.room) }),
+          reason,
+          client: req.ip,
+        },
+        'operator abort: room.abort_requested journaled',
+      );
       return reply.code(202).send(named ? first : { ...first, requestId: id, rooms: aborted });
     },
   );

@@ -319,7 +319,12 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
     canaryBackground: o.canaryBackground ?? true,
     shutdown,
   });
-  await app.register(adminRoutes, { control: o.control, journal: o.journal, token: o.adminToken });
+  await app.register(adminRoutes, {
+    control: o.control,
+    journal: o.journal,
+    token: o.adminToken,
+    log: o.log,
+  });
   await app.register(tenantRoutes, { control: o.control, token: o.adminToken });
   if (o.retention) {
     const deps = {
