@@ -367,17 +367,20 @@ describe('the openai client against pdctl serve', () => {
       code: 'engines_draining',
       message: 'no decode engine takes new requests now (every one is draining); retry later',
     });
-    // The client is told what a client can do; the operator's hint is in the log.
-    await waitFor('the refusal logged with the operator hint', () =>
-      s
+    // The client is told what a client can do; the operator's hint is in the log, on the
+    // refusal's one line (its access line, at warn).
+    await waitFor('the refusal logged with the operator hint', () => {
+      const lines = s
         .stderr()
         .split('\n')
-        .some(
-          (l) =>
-            l.includes('"request refused"') &&
-            l.includes('`pdctl engines undrain decode-0` takes one back'),
-        ),
-    );
+        .filter((l) => l.includes('"code":"engines_draining"'));
+      return (
+        lines.length === 1 &&
+        lines[0]?.includes('"level":40') === true &&
+        lines[0].includes('"msg":"http"') &&
+        lines[0].includes('`pdctl engines undrain decode-0` takes one back')
+      );
+    });
     const back = await pdctl(['engines', 'undrain', 'decode-0', '--url', s.url]);
     expect(back.code, back.stderr).toBe(0);
     expect(back.stdout).toMatch(/undrain sent to decode-0: it takes new rooms again/);

@@ -53,6 +53,8 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** The room serving this request now (a completion, once submitted); null for others. */
     room: (() => string) | null;
+    /** A refusal the service chose (a 503): said on the request's access line, at warn. */
+    refused: { code: string | null; reason: string; operator?: string } | null;
   }
 }
 
@@ -198,6 +200,7 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
   });
   await app.register(swaggerUi, { routePrefix: '/docs' });
   app.decorateRequest('room', null);
+  app.decorateRequest('refused', null);
   const append = (ev: EventInput) => o.control.journal.append(ev);
   const refusals = o.refusals ?? new RefusalLog(append, o.log);
   const waits = new RefusalLog(append, o.log, 1000, 100_000, 'request.waited');
@@ -239,12 +242,10 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
       o.metrics.refused(e.code as string, requestTenant(req));
     }
     if (e.status === 503) {
-      // The client was told what a client can do; the operator's hint is for the log.
+      // The client was told what a client can do; the operator's hint is for the log, on the
+      // request's one access line (the finish hook below).
       const hint = err instanceof ControlError ? err.operatorHint : undefined;
-      o.log.warn(
-        { ...about, code: e.code, reason: e.message, ...(hint ? { operator: hint } : {}) },
-        'request refused',
-      );
+      req.refused = { code: e.code, reason: e.message, ...(hint ? { operator: hint } : {}) };
     } else if (e.status >= 500) o.log.error({ ...about, err }, 'request failed');
     return sendError(reply, e);
   });
@@ -273,7 +274,9 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
       const quiet =
         status < 400 &&
         (route.startsWith('/ui') || req.headers[UI_CLIENT_HEADER] === 'ui' || PROBES.has(route));
-      o.log[quiet ? 'debug' : 'info'](
+      // A refusal the service chose is a warning, once per request, with why and, for the
+      // operator, what to do.
+      o.log[req.refused ? 'warn' : quiet ? 'debug' : 'info'](
         {
           requestId: req.id,
           method: req.method,
@@ -282,6 +285,7 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
           ms: Math.round((performance.now() - started) * 10) / 10,
           room: req.room?.() ?? null,
           client: req.ip,
+          ...(req.refused ?? {}),
         },
         'http',
       );
