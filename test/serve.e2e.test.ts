@@ -447,6 +447,24 @@ describe('the openai client against pdctl serve', () => {
     expect(fromFile.stdout).toBe(last.stdout);
     expect(events[0]?.type).toBe('room.created');
     expect(events.at(-1)?.room).toBe(room);
+    // Read as a person reads it: the transfer's line names the first token the client was sent
+    // (protocol 9: drawn by the prefill engine).
+    const first = ` ${made.choices[0]?.text.trim().split(' ')[0]}`;
+    const moved = await pdctl([
+      'journal',
+      'tail',
+      '--url',
+      s.url,
+      '--room',
+      room,
+      '--type',
+      'room.transfer_completed',
+    ]);
+    expect(moved.code, moved.stderr).toBe(0);
+    expect(moved.stdout).toMatch(
+      /room\.transfer_completed .* B in .*, checksum [0-9a-f]+, first token /,
+    );
+    expect(moved.stdout).toContain(`first token ${JSON.stringify(first)}`);
     expect((await pdctl(['journal', 'tail', '--url', s.url, '--type', 'room.nope'])).code).toBe(2);
 
     // --follow: a room completed after it started is printed as it is committed.
