@@ -66,14 +66,18 @@ export async function usageOf(reader: Reader, w: UsageWindow): Promise<TenantUsa
   const wanted = (tenant: string | null | undefined) =>
     w.tenant === undefined || (tenant ?? null) === w.tenant;
 
+  /** A request answered: its prompt and the tokens its client was told of. */
+  const answered = (tenant: string | null, tokens: { prompt: number; completion: number }) => {
+    const u = of(tenant);
+    u.requests++;
+    u.promptTokens += tokens.prompt;
+    u.completionTokens += tokens.completion;
+  };
+
   for (const [request, rooms] of await endedRequests(reader, w)) {
     const done = rooms.find((r) => r.state === 'completed');
     if (done) {
-      const u = of(done.tenant);
-      u.requests++;
-      const tokens = await tokensOf(reader, request, done);
-      u.promptTokens += tokens.prompt;
-      u.completionTokens += tokens.completion;
+      answered(done.tenant, await tokensOf(reader, request, done));
       continue;
     }
     // Not answered here: ended here only if no room of its chain came after (a retry or a
@@ -84,23 +88,14 @@ export async function usageOf(reader: Reader, w: UsageWindow): Promise<TenantUsa
     if (last.state !== 'migrated') {
       // Failed after its client had every token it asked for (the first, from its prefill
       // engine): answered all the same.
-      const answered = await answeredAt(reader, chain, last);
-      if (answered) {
-        const u = of(last.tenant);
-        u.requests++;
-        u.promptTokens += answered.prompt;
-        u.completionTokens += answered.completion;
-      } else of(last.tenant).failed++;
+      const whole = await answeredAt(reader, chain, last);
+      if (whole) answered(last.tenant, whole);
+      else of(last.tenant).failed++;
       continue;
     }
     // Migrated with nothing left to generate: its client was answered there, with no new room.
     const whole = await migratedWhole(reader, chain, last);
-    if (whole) {
-      const u = of(last.tenant);
-      u.requests++;
-      u.promptTokens += whole.prompt;
-      u.completionTokens += whole.completion;
-    }
+    if (whole) answered(last.tenant, whole);
   }
 
   for await (const page of eventPages(reader, { type: 'request.refused', since: w.since }))

@@ -22,6 +22,7 @@
 import type { RoomRequest } from '../../bus/protocol.ts';
 import type { AppendResult } from '../../journal/store.ts';
 import type { Ids } from '../../ports/ids.ts';
+import type { EventData } from '../../room/events.ts';
 import type { RoomMigrationReason } from '../../room/reasons.ts';
 import type { Room } from '../../room/reducer.ts';
 import { isTerminal } from '../../room/states.ts';
@@ -275,20 +276,12 @@ export class Migrator {
         { room: room.room, reason: decided.reason, requestId: stream.trace.requestId },
         'room failed after its client had every token it asked for; answered',
       );
-      host.journal
-        .append({
-          type: 'recovery.action',
-          room: room.room,
-          source: 'control',
-          data: {
-            action: 'answer_complete',
-            reason: decided.reason,
-            outcome: 'not tried again: its client had every token it asked for',
-            stage: room.failedStage ?? undefined,
-            tokens: stream.tokens,
-          },
-        })
-        .catch((err) => host.log.error({ err, room: room.room }, 'could not journal an answer'));
+      this.recordRecovery(room, {
+        action: 'answer_complete',
+        reason: decided.reason,
+        outcome: 'not tried again: its client had every token it asked for',
+        tokens: stream.tokens,
+      });
       stream.complete('length');
       return true;
     }
@@ -307,21 +300,13 @@ export class Migrator {
       { room: room.room, to, reason, leftOut: [...leftOut], requestId: stream.trace.requestId },
       'room failed before its decode engine streamed; trying the request again on another pair',
     );
-    host.journal
-      .append({
-        type: 'recovery.action',
-        room: room.room,
-        source: 'control',
-        data: {
-          action: 'retry_room',
-          reason,
-          outcome: `tried again as ${to}${leftOut.size > 0 ? `, without ${[...leftOut].join(' and ')}` : ''}`,
-          toRoom: to,
-          stage: room.failedStage ?? undefined,
-          ...(stream.tokens > 0 ? { tokens: stream.tokens } : {}),
-        },
-      })
-      .catch((err) => host.log.error({ err, room: room.room }, 'could not journal a retry'));
+    this.recordRecovery(room, {
+      action: 'retry_room',
+      reason,
+      outcome: `tried again as ${to}${leftOut.size > 0 ? `, without ${[...leftOut].join(' and ')}` : ''}`,
+      toRoom: to,
+      ...(stream.tokens > 0 ? { tokens: stream.tokens } : {}),
+    });
     void redispatch(host, this.options.waitMs, {
       from: room.room,
       to,
@@ -333,6 +318,26 @@ export class Migrator {
       how: { as: 'retry', retriedFrom: room.room, otherwise: () => stream.endAs(room) },
     });
     return true;
+  }
+
+  /** Journals what became of a failed room (`recovery.action`, with the stage it failed in). */
+  private recordRecovery(
+    room: Room,
+    data: Omit<EventData<'recovery.action'>, 'stage'> & { action: string },
+  ): void {
+    this.host.journal
+      .append({
+        type: 'recovery.action',
+        room: room.room,
+        source: 'control',
+        data: { ...data, stage: room.failedStage ?? undefined },
+      })
+      .catch((err) =>
+        this.host.log.error(
+          { err, room: room.room, action: data.action },
+          'could not journal a recovery action',
+        ),
+      );
   }
 
   /** The first of `choices` of engines to leave out that leaves a pair for the request now. */
