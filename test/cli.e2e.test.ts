@@ -462,6 +462,34 @@ describe('pdctl on a synthetic journal', () => {
     expect(lines.map((l) => l.seq)).toEqual([...lines.map((l) => l.seq)].sort((a, b) => a - b));
   });
 
+  it('a filter naming what the journal does not hold is an error that lists what it holds', async () => {
+    for (const args of [
+      ['rooms', '--engine', 'decode-0'],
+      ['journal', 'tail', '--engine', 'decode-0'],
+    ]) {
+      const r = await pdctl([...args, ...J]);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stdout).toBe('');
+      expect(r.stderr).toContain(
+        'no room or event of this journal names engine "decode-0"; its engines are: d0, d1, p0, p1',
+      );
+    }
+    const bad = await pdctl(['rooms', '--reason', 'decode_died', ...J]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(
+      /"decode_died" is no reason pdctl gives .*; its rooms failed or were aborted for: .*deadline_exceeded/,
+    );
+    // An engine it holds at a time with no rooms, or a reason of pdctl's own no room has: none.
+    for (const args of [
+      ['--engine', 'd0', '--since', '2030-01-01T00:00:00Z'],
+      ['--reason', 'operator'],
+    ]) {
+      const r = await pdctl(['rooms', ...args, ...J]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stdout).toMatch(/^no rooms match/);
+    }
+  });
+
   it('exits quietly when its reader closes the pipe early (| head)', async () => {
     const child = spawnPdctl(['journal', 'tail', '-n', '10000', ...J]);
     let stderr = '';

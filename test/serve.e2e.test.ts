@@ -289,6 +289,35 @@ describe('the openai client against pdctl serve', () => {
       env: { PDCTL_URL: 'http://127.0.0.1:9' },
     });
     expect(file.code, file.stderr).toBe(0);
+    // A name the journal does not hold is an error naming the ones it does, not an empty answer:
+    // the server says so (400), and the CLI prints its word (exit 2).
+    const d0 = await fetch(`${s.url}/v1/rooms?engine=d0`);
+    expect(d0.status).toBe(400);
+    expect(await d0.json()).toMatchObject({
+      error: {
+        code: 'invalid_parameter',
+        param: 'engine',
+        message:
+          'no room or event of this journal names engine "d0"; its engines are: decode-0, prefill-0',
+      },
+    });
+    const tailD0 = await fetch(`${s.url}/v1/journal?engine=d0&since=${Date.now() - 60_000}`);
+    expect(tailD0.status).toBe(400);
+    for (const args of [
+      ['rooms', '--engine', 'd0'],
+      ['journal', 'tail', '--engine', 'd0'],
+      ['rooms', '--reason', 'decode_died'],
+    ]) {
+      const r = await pdctl([...args, '--url', s.url]);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stderr).toMatch(
+        /its engines are: decode-0, prefill-0|"decode_died" is no reason pdctl gives/,
+      );
+    }
+    // A name it holds, or a reason of pdctl's own, at an hour with none: an empty answer.
+    const quiet = await fetch(`${s.url}/v1/rooms?engine=decode-0&reason=kv_pool_full`);
+    expect(quiet.status).toBe(200);
+    expect(await quiet.json()).toMatchObject({ rooms: [] });
     const both = await pdctl(['rooms'], {
       env: { PDCTL_URL: s.url, PDCTL_JOURNAL: '/tmp/elsewhere.db' },
     });

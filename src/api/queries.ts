@@ -9,6 +9,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsync } from 'fastify';
 import type { ControlPlane } from '../control/control-plane.ts';
 import type { UsageError } from '../errors.ts';
+import { type NamedFilter, unknownName } from '../journal/filter-names.ts';
 import { tailMatcher } from '../journal/queries.ts';
 import {
   type JournalStore,
@@ -90,6 +91,11 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
     readers.set(req, readerOf(req, adminToken, control.tenants));
   });
   const readerFor = (req: object): Reader => readers.get(req) ?? { kind: 'operator' };
+  /** A filter that matched nothing because it names what the journal does not hold: 400. */
+  const knownNames = async (filter: NamedFilter) => {
+    const unknown = await unknownName(journal, filter);
+    if (unknown) throw ApiError.of('invalid_parameter', unknown.message, unknown.param);
+  };
   /** A tenant's own room, or 404 as for a room that does not exist: others' are not told of. */
   const ownRoom = async (r: Reader, room: string) => {
     if (r.kind === 'tenant' && (await journal.timeline(room)).room?.tenant !== r.tenant)
@@ -152,6 +158,9 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
       }
       if (q.cursor !== undefined) filter.cursor = q.cursor;
       const page = await journal.rooms(filter);
+      // A tenant is not told the fleet's engine names: its empty page is its answer.
+      if (page.rooms.length === 0 && filter.cursor === undefined && reader.kind !== 'tenant')
+        await knownNames(filter);
       if (filter.requestId === undefined || page.rooms.length > 0)
         return { rooms: page.rooms, nextCursor: page.nextCursor };
       // A request refused before it had a room is on the record only as a refusal.
@@ -252,6 +261,14 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
         await ownRoom(reader, filter.room);
       }
       const first = await journal.tail(filter);
+      // Following waits for what is not here yet: an engine that has not joined may.
+      if (
+        first.length === 0 &&
+        !follow &&
+        filter.afterSeq === undefined &&
+        reader.kind !== 'tenant'
+      )
+        await knownNames({ engine: filter.engine });
       reply.hijack();
       const raw = reply.raw;
       raw.writeHead(200, {

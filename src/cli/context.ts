@@ -3,6 +3,7 @@ import { accessSync, constants, mkdirSync, readFileSync } from 'node:fs';
 import { openJournalReader } from '../app/journal.ts';
 import { UsageError } from '../errors.ts';
 import { openArchiveReader } from '../journal/archive/segments.ts';
+import { type NamedFilter, unknownName } from '../journal/filter-names.ts';
 import type { JournalReader } from '../journal/store.ts';
 
 export const DEFAULT_JOURNAL = process.env.PDCTL_JOURNAL || './data/journal.db';
@@ -70,6 +71,15 @@ export function openReader(opts: CommonOptions, since?: number): JournalReader {
           ),
       })
     : openJournalReader(opts.journal);
+}
+
+/**
+ * After a filter of a journal file matched nothing: a name the journal does not hold is a usage
+ * error that lists the ones it does (as the query routes answer 400).
+ */
+export async function refuseUnknownName(reader: JournalReader, filter: NamedFilter): Promise<void> {
+  const unknown = await unknownName(reader, filter);
+  if (unknown) throw new UsageError(unknown.message);
 }
 
 export function print(line: string): void {

@@ -14,7 +14,15 @@ import {
   serverRoomReader,
   READ_URL_HELP as URL_HELP,
 } from './api-client.ts';
-import { ARCHIVE_HELP, type CommonOptions, EXIT, openReader, print, printJson } from './context.ts';
+import {
+  ARCHIVE_HELP,
+  type CommonOptions,
+  EXIT,
+  openReader,
+  print,
+  printJson,
+  refuseUnknownName,
+} from './context.ts';
 import { describeEvent, describeRefusal, describeUnkept, roomOutcome } from './describe.ts';
 import { renderTable } from './table.ts';
 
@@ -82,9 +90,14 @@ export async function roomsCommand(opts: RoomsOptions): Promise<number> {
   }
   if (opts.cursor) filter.cursor = opts.cursor;
   // Rooms alive at or after since (or at inFlightAt) ended then or later.
-  const reader = roomReader(opts, filter.since ?? filter.inFlightAt);
+  const since = filter.since ?? filter.inFlightAt;
+  // A server answers a name it does not hold itself (400); a file is asked here.
+  const file = opts.url === undefined ? openReader(opts, since) : null;
+  const reader = file ?? roomReader(opts, since);
   try {
     const page = await reader.rooms(filter);
+    if (file && page.rooms.length === 0 && filter.cursor === undefined)
+      await refuseUnknownName(file, filter);
     // A request refused before it had a room is on the record only as a refusal.
     const refusals =
       filter.requestId && page.rooms.length === 0

@@ -7,7 +7,7 @@ import type { JournalEvent } from '../room/events.ts';
 import { type Room, reduce } from '../room/reducer.ts';
 import { isTerminal, ROOM_STATES, type RoomState } from '../room/states.ts';
 import { JournalError } from './errors.ts';
-import type { MinuteCount, RoomFilter, StateSpan, TailFilter } from './store.ts';
+import type { JournalNames, MinuteCount, RoomFilter, StateSpan, TailFilter } from './store.ts';
 
 export interface Query {
   sql: string;
@@ -355,6 +355,25 @@ export function minuteCounts(rows: MinuteRow[]): MinuteCount[] {
         order(a.state) - order(b.state) ||
         (a.reason ?? '').localeCompare(b.reason ?? ''),
     );
+}
+
+/**
+ * `JournalReader.names()`: the engines of the rooms, with `eventEngines` (the backend's query of
+ * its events' engine names) after them, and the reasons rooms ended for.
+ */
+export function namesSql(eventEngines: string): { engines: string; reasons: string } {
+  return {
+    engines: `SELECT prefill_engine AS name FROM rooms UNION SELECT decode_engine FROM rooms
+                UNION ${eventEngines}`,
+    reasons: 'SELECT DISTINCT reason AS name FROM rooms WHERE reason IS NOT NULL',
+  };
+}
+
+/** Names in one order on every backend (PostgreSQL's ORDER BY follows its collation): by code unit. */
+export function journalNames(engines: Iterable<string>, reasons: Iterable<string>): JournalNames {
+  const sorted = (names: Iterable<string>) =>
+    [...new Set(names)].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+  return { engines: sorted(engines), reasons: sorted(reasons) };
 }
 
 /** Events of an engine's rooms an engine that says hello has missed (`JournalReader.engineBacklog`). */

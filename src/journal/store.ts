@@ -238,6 +238,16 @@ export interface JournalDisk {
   freeBytes: number | null;
 }
 
+/**
+ * The names a filter can match in this journal: the engines of its rooms and events, and the
+ * reasons its rooms failed or were aborted for. Read only when a filter matched nothing
+ * (filter-names.ts), to tell a name the journal does not hold from a quiet hour.
+ */
+export interface JournalNames {
+  engines: string[];
+  reasons: string[];
+}
+
 /** What a prune would delete (`--dry-run`). */
 export interface PrunableCount {
   rooms: number;
@@ -345,6 +355,8 @@ export interface JournalReader {
   /** Events by the filter; with `type`, typed as that type's events. */
   tail<T extends EventType = EventType>(filter: TailFilter<T>): Promise<JournalEventOf<T>[]>;
   stats(): Promise<JournalStats>;
+  /** Every engine and reason a filter could match here, sorted (a scan: for an empty answer). */
+  names(): Promise<JournalNames>;
   /** Bytes on disk and free beside them: cheap, for every metrics scrape. */
   diskUsage(): Promise<JournalDisk>;
   /**

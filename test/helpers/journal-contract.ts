@@ -813,6 +813,18 @@ export function journalContract(b: ContractBackend): void {
         expect(await ids({ state: [...ended], since: t0, unreleased: true })).toEqual(['b']);
         expect(await ids({ state: [...ended], since: t0 + 63_500, unreleased: true })).toEqual([]);
         expect(await ids({ state: ['created'], excludeOrigin: ['canary'] })).toEqual(['c', 'q2']);
+        // The names a filter can match: engines of rooms and of events, reasons rooms ended for.
+        await j.append({
+          type: 'engine.stalled',
+          engine: 'decode-7',
+          source: 'control',
+          ts: t0 + 300_001,
+          data: { reason: 'no heartbeat for 3 s' },
+        });
+        expect(await j.names()).toEqual({
+          engines: ['d0', 'decode-7', 'p0'],
+          reasons: ['deadline_exceeded', 'engine_lost', 'kv_pool_full'],
+        });
       } finally {
         await j.drain();
       }

@@ -5,7 +5,14 @@ import type { TailFilter } from '../../journal/store.ts';
 import { EVENT_TYPES, type EventType, type JournalEvent } from '../../room/events.ts';
 import { formatTs, parseTime } from '../../time.ts';
 import { reaching, streamLines, UnreachableError } from '../api-client.ts';
-import { type CommonOptions, EXIT, note, openReader, print } from '../context.ts';
+import {
+  type CommonOptions,
+  EXIT,
+  note,
+  openReader,
+  print,
+  refuseUnknownName,
+} from '../context.ts';
 import { describeEvent } from '../describe.ts';
 
 function eventRow(e: JournalEvent): string {
@@ -101,6 +108,7 @@ async function tailFile(
       ...filter,
       order: filter.since !== undefined ? 'oldest' : 'newest',
     });
+    if (first.length === 0 && !follow) await refuseUnknownName(reader, filter);
     first.forEach(emit);
     if (!follow) return EXIT.ok;
     let last = first[first.length - 1]?.seq ?? (await reader.headSeq());

@@ -8,6 +8,7 @@ import type { RoomState } from '../../room/states.ts';
 import {
   decodeCursor,
   ENTERS,
+  journalNames,
   limitOf,
   minuteCounts,
   releasedByBoth,
@@ -19,6 +20,7 @@ import { roomToParams } from '../rows.ts';
 import type {
   EngineBacklog,
   JournalDisk,
+  JournalNames,
   JournalReader,
   JournalStats,
   MinuteCount,
@@ -214,6 +216,17 @@ export class MemoryReader implements JournalReader {
         ? { leaders: disk.leadership.terms.map((t) => ({ ...t })) }
         : {}),
     });
+  }
+
+  names(): Promise<JournalNames> {
+    const engines = new Set<string>();
+    const reasons = new Set<string>();
+    for (const r of this.disk.rooms.values()) {
+      engines.add(r.prefillEngine).add(r.decodeEngine);
+      if (r.reason !== null) reasons.add(r.reason);
+    }
+    for (const e of this.disk.events) if (e.engine !== null) engines.add(e.engine);
+    return Promise.resolve(journalNames(engines, reasons));
   }
 
   diskUsage(): Promise<JournalDisk> {

@@ -11,8 +11,10 @@ import { keptTypes } from '../prune.ts';
 import {
   backlogParams,
   backlogSql,
+  journalNames,
   type MinuteRow,
   minuteTally,
+  namesSql,
   perMinuteQuery,
   plainEventSql,
   type Query,
@@ -36,6 +38,7 @@ import type {
   ArchiveChunk,
   EngineBacklog,
   JournalDisk,
+  JournalNames,
   JournalReader,
   JournalStats,
   MinuteCount,
@@ -52,6 +55,12 @@ import { classifyPgError, clientConfig, redactUrl } from './connect.ts';
 import { pgMigrations, pgSchemaVersion } from './migrate.ts';
 import { eventsInWindows, PackDecoder, type Run } from './packs/reads.ts';
 import { HEAD_SEQ_SQL, PACKED_EVENTS } from './packs/sql.ts';
+
+/** Engine names in the rows and in the packs' shapes. */
+const NAMES_SQL = namesSql(
+  `SELECT engine FROM event_rows WHERE engine IS NOT NULL
+     UNION SELECT engine FROM event_shapes WHERE engine IS NOT NULL`,
+);
 
 /**
  * `event_rows` for tailQuery, where a tail by request id reads (`request.refused` has no room, so
@@ -419,6 +428,11 @@ export class PgReader implements JournalReader {
       params: [cutoffTs, limit],
     });
     return rows.map(rowToEvent);
+  }
+
+  async names(): Promise<JournalNames> {
+    const all = async (sql: string) => (await this.query<{ name: string }>(sql)).map((r) => r.name);
+    return journalNames(await all(NAMES_SQL.engines), await all(NAMES_SQL.reasons));
   }
 
   async diskUsage(): Promise<JournalDisk> {

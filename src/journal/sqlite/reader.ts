@@ -11,7 +11,9 @@ import { PACK_SPAN_MS } from '../packs.ts';
 import {
   backlogParams,
   type EventSql,
+  journalNames,
   limitOf,
+  namesSql,
   plainEventSql,
   RELEASED_BY_BOTH,
   roomPage,
@@ -31,6 +33,7 @@ import type {
   ArchiveChunk,
   EngineBacklog,
   JournalDisk,
+  JournalNames,
   JournalReader,
   JournalStats,
   MinuteCount,
@@ -354,6 +357,13 @@ export class SqliteReader implements JournalReader {
     );
   }
 
+  names(): Promise<JournalNames> {
+    return this.read(() => {
+      const all = (sql: string) => this.db.prepare(sql).pluck().all() as string[];
+      return journalNames(all(NAMES_SQL.engines), all(NAMES_SQL.reasons));
+    });
+  }
+
   verify(): Promise<VerifyReport> {
     return this.read(() => verifyJournal(this.db));
   }
@@ -362,6 +372,12 @@ export class SqliteReader implements JournalReader {
     if (this.db.open) this.db.close();
   }
 }
+
+/** Engine names are ids of `event_names`, in the rows and in the packs' shapes (0: none). */
+const NAMES_SQL = namesSql(
+  `SELECT name FROM event_names WHERE id IN (SELECT engine FROM event_rows WHERE engine IS NOT NULL
+     UNION SELECT engine FROM event_shapes WHERE engine > 0)`,
+);
 
 /** The newest ts in a pack: among those that start within a pack's span of the latest start. */
 const PACKS_LAST_TS = `SELECT max(last_ts) FROM room_packs
