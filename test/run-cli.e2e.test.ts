@@ -24,6 +24,27 @@ describe('pdctl run', () => {
     expect(t.room.releasedBy.sort()).toEqual(['decode-0', 'prefill-0']);
   }, 90_000);
 
+  it("refuses a request beyond the built-in model's --context-size in one line, as a client is told", async () => {
+    const r = await pdctl(
+      [
+        'run',
+        'the river carries the light across the valley and the hills',
+        '--context-size',
+        '16',
+        '--max-tokens',
+        '8',
+        '--journal',
+        `${dir}/context.db`,
+      ],
+      { timeoutMs: 60_000 },
+    );
+    expect(r.code).toBe(2);
+    expect(r.stdout).toBe('');
+    expect(r.stderr.trim()).toBe(
+      "pdctl: refused: this model's context is 16 tokens; the prompt has 11 and max_tokens asks for 8 more (19); shorten the prompt or ask for at most 5 tokens",
+    );
+  }, 90_000);
+
   it('refuses bad flags with a message that says what is wrong', async () => {
     const r = await pdctl(['run', 'hello', '--max-tokens', 'lots']);
     expect(r.code).toBe(2);

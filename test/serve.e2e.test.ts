@@ -134,6 +134,12 @@ describe('the openai client against pdctl serve', () => {
         400,
         /max_tokens must be <= 100000/,
       ],
+      // The built-in model's context: 32768 tokens, prompt and max_tokens together.
+      [
+        JSON.stringify({ model: MODEL, prompt: 'river '.repeat(40_000), max_tokens: 4 }),
+        400,
+        /^this model's context is 32768 tokens; the prompt has 40000 and max_tokens asks for 4 more/,
+      ],
       [JSON.stringify({ model: MODEL, prompt: 'x', n: 3 }), 400, /n must be equal to constant/],
       [JSON.stringify({ model: MODEL, prompt: 'x', best_of: 2 }), 400, /unknown field "best_of"/],
       [JSON.stringify({ model: 'gpt-4', prompt: 'x' }), 404, /model `gpt-4` does not exist/],
@@ -141,10 +147,12 @@ describe('the openai client against pdctl serve', () => {
     ];
     for (const [body, status, message] of cases) {
       const r = await post(body);
-      const json = (await r.json()) as { error: { message: string; type: string } };
+      const json = (await r.json()) as { error: { message: string; type: string; code: string } };
       expect(r.status, body.slice(0, 80)).toBe(status);
       expect(json.error.message).toMatch(message);
       expect(json.error.type).toBe('invalid_request_error');
+      if (/context is/.test(json.error.message))
+        expect(json.error.code).toBe('context_length_exceeded');
     }
     // Oversized: a 2 MiB body announced in Content-Length. Only its first bytes are written, so
     // the 413 (sent on the header alone) cannot race a write into a closed connection.

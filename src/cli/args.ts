@@ -34,7 +34,7 @@ export function engineShapeOptions(c: Command, per = ''): Command {
     )
     .option(
       '--context-size <n>',
-      "with --model: tokens one room may hold, prompt and max_tokens together (default: the model's training context, at most 4096)",
+      "tokens one room may hold, prompt and max_tokens together; a request beyond it is refused with context_length_exceeded (default: with --model the model's training context, at most 4096; the built-in model 32768)",
       intArg('--context-size', 16),
     )
     .option(

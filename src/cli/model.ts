@@ -3,14 +3,16 @@ import { resolve as resolvePath } from 'node:path';
 import { threadsPerEngine } from '../engine/options.ts';
 import { UsageError } from '../errors.ts';
 import type { Logger } from '../log.ts';
-import type { LlamaModelInfo } from '../model/llama/model-info.ts';
+import { DeterministicModel } from '../model/deterministic.ts';
+import type { ModelInfo } from '../model/executor.ts';
 
-/** With --model: the model's tokenizer, chat template and context for the control plane. */
-export async function openModelInfo(
-  o: Record<string, unknown>,
-  log: Logger,
-): Promise<LlamaModelInfo | null> {
-  if (o.model === undefined) return null;
+/**
+ * The model as the control plane sees it: with --model, the GGUF's tokenizer, chat template and
+ * context; without, the built-in model with `--context-size` when given.
+ */
+export async function openModelInfo(o: Record<string, unknown>, log: Logger): Promise<ModelInfo> {
+  if (o.model === undefined)
+    return new DeterministicModel({ contextSize: (o.contextSize as number | undefined) ?? null });
   try {
     // Loaded only with --model: node-llama-cpp takes half a second to import.
     const { LlamaModelInfo } = await import('../model/llama/model-info.ts');

@@ -2,6 +2,7 @@
 import type { Command } from 'commander';
 import { Option } from 'commander';
 import { startStack } from '../app/stack.ts';
+import { ControlError } from '../control/errors.ts';
 import { RoomEndedError } from '../control/intake/streams.ts';
 import { DURABILITIES, type Durability } from '../journal/store.ts';
 import { LOG_LEVELS, type LogLevel, processLogger } from '../log.ts';
@@ -44,7 +45,7 @@ export function registerRunCommand(program: Command): void {
       const model = await openModelInfo(o, log);
       const stack = await startStack({
         journalPath: o.journal as string,
-        ...(model ? { model } : {}),
+        model,
         engineArgs: engineShapeArgs(withThreads(o, 2)),
         durability: o.durability as Durability | undefined,
         log,
@@ -76,6 +77,13 @@ export function registerRunCommand(program: Command): void {
         if (err instanceof RoomEndedError) {
           note(`pdctl: ${err.message}`);
           process.exitCode = ac.signal.aborted ? EXIT.interrupted : EXIT.problem;
+        } else if (err instanceof ControlError && err.code !== 'CONTROL_INTERNAL') {
+          // Refused, in the words a client is given: as asked (too long for the context, …) it
+          // is a usage error; otherwise the stack could not take it now.
+          note(`pdctl: refused: ${err.message}`);
+          const asked =
+            err.code === 'CONTROL_BAD_REQUEST' || err.code === 'CONTROL_CONTEXT_LENGTH_EXCEEDED';
+          process.exitCode = asked ? EXIT.usage : EXIT.problem;
         } else throw err;
       } finally {
         process.off('SIGINT', onSignal);

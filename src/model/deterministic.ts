@@ -161,11 +161,18 @@ export function chatPrompt(messages: readonly ChatMessage[]): string {
 /** The built-in model's name (`GET /v1/models`). */
 export const DETERMINISTIC_MODEL_NAME = 'pdctl-deterministic-1';
 
+/**
+ * Tokens one room of the built-in model may hold, prompt and max_tokens together, unless
+ * `--context-size` says otherwise: a request beyond it is refused as OpenAI refuses one
+ * (`context_length_exceeded`), not served from however much pool there is.
+ */
+export const DETERMINISTIC_CONTEXT_SIZE = 32_768;
+
 export class DeterministicModel implements ModelInfo, EngineModel {
   readonly name = DETERMINISTIC_MODEL_NAME;
   /** Engines with another KV size still interoperate through the pages they report. */
   readonly format = null;
-  readonly contextSize = null;
+  readonly contextSize: number;
   readonly sendsTokens = false;
   readonly samples = false;
   readonly slots = null;
@@ -189,10 +196,11 @@ export class DeterministicModel implements ModelInfo, EngineModel {
    * device's, so a run's figures follow from its seed.
    */
   constructor(
-    options: Partial<ModelOptions> = {},
+    options: Partial<ModelOptions> & { contextSize?: number | null } = {},
     private readonly clock: Clock | null = null,
   ) {
     this.options = { ...DEFAULT_MODEL_OPTIONS, ...options };
+    this.contextSize = options.contextSize ?? DETERMINISTIC_CONTEXT_SIZE;
     const k = this.options.kvBytesPerToken;
     if (!Number.isInteger(k) || k < 4 || k % 4 !== 0 || k > 1 << 20) {
       throw new Error(`kvBytesPerToken must be a multiple of 4 from 4 to 1048576, got ${k}`);

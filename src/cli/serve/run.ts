@@ -69,7 +69,7 @@ export async function runServe(flags: Record<string, unknown>): Promise<void> {
               : {}),
           }
         : undefined,
-      ...(model ? { model } : {}),
+      model,
       durability: s.durability,
       bus: s.bus,
       admission,
