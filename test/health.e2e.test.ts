@@ -5,6 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { serve } from './helpers/serve.ts';
+import { pdctl } from './helpers/spawn.ts';
 import { waitFor } from './helpers/stack.ts';
 
 describe('health that tells the truth', () => {
@@ -95,5 +96,40 @@ describe('health that tells the truth', () => {
     // A wedged engine cannot drain; end it as an operator would, so that serve stops promptly.
     process.kill(prefill?.pid as number, 'SIGKILL');
     expect(await s.stop()).toBe(0);
+  }, 60_000);
+
+  it("a canary refused by an operator's drain warns once with the hint, not an error each run", async () => {
+    const s = await serve(['--canary-interval-ms', '100', '--log-format', 'json']);
+    try {
+      const ready = async () => (await fetch(`${s.url}/health/ready`)).status;
+      await waitFor('ready', async () => (await ready()) === 200, 15_000);
+      const drained = await pdctl(['engines', 'drain', 'decode-0', '--url', s.url]);
+      expect(drained.code, drained.stderr).toBe(0);
+      await waitFor('not ready while decode-0 drains', async () => (await ready()) === 503);
+      // Twenty canary runs and more, every one refused.
+      await new Promise((r) => setTimeout(r, 2000));
+      const lines = () =>
+        s
+          .stderr()
+          .split('\n')
+          .filter((l) => l.includes('"msg":"canary'))
+          .map(
+            (l) => JSON.parse(l) as { level: number; msg: string; reason?: string; hint?: string },
+          );
+      const failing = lines().filter((l) => l.msg === 'canary failing');
+      expect(failing).toHaveLength(1);
+      // The run in flight as the drain lands fails its room (engine_draining); the next ones are
+      // refused: either way the operator's drain, and its undo.
+      expect(failing[0]).toMatchObject({
+        level: 40,
+        reason: expect.stringMatching(/engine_draining|every one is draining/),
+        hint: expect.stringContaining('`pdctl engines undrain decode-0`'),
+      });
+      expect((await pdctl(['engines', 'undrain', 'decode-0', '--url', s.url])).code).toBe(0);
+      await waitFor('ready again', async () => (await ready()) === 200, 10_000);
+      expect(lines().filter((l) => l.msg === 'canary failing')).toHaveLength(1);
+    } finally {
+      expect(await s.stop()).toBe(0);
+    }
   }, 60_000);
 });

@@ -12,6 +12,7 @@ import type { Clock, Timer } from '../../ports/clock.ts';
 import { isFailureReason, type RoomFailureReason } from '../../room/reasons.ts';
 import type { RoomState } from '../../room/states.ts';
 import type { ControlPlane } from '../control-plane.ts';
+import { ControlError } from '../errors.ts';
 import { RoomEndedError } from '../intake/streams.ts';
 
 /** The four stages a caller cares about, as spans of room states. */
@@ -40,6 +41,14 @@ export interface CanaryResult {
   at: number;
 }
 
+/** One canary's verdict, the pair its room ran on, and an operator's hint when it was refused. */
+interface Run {
+  result: CanaryResult;
+  pair: { prefillEngine: string; decodeEngine: string } | null;
+  /** The refusal's `operatorHint`: what an operator did (a drain, a cordon) and what undoes it. */
+  hint?: string;
+}
+
 export class Canary {
   last: CanaryResult | null = null;
   /** Called with every result (metrics count each run; the journal only changes). */
@@ -66,7 +75,7 @@ export class Canary {
    */
   run(deadlineMs = this.deadlineMs): Promise<CanaryResult> {
     this.running ??= this.once(deadlineMs)
-      .then((r) => this.record(r.result, r.pair))
+      .then((r) => this.record(r))
       .finally(() => {
         this.running = null;
       });
@@ -83,10 +92,7 @@ export class Canary {
     return (await this.once(deadlineMs)).result;
   }
 
-  private async once(deadlineMs: number): Promise<{
-    result: CanaryResult;
-    pair: { prefillEngine: string; decodeEngine: string } | null;
-  }> {
+  private async once(deadlineMs: number): Promise<Run> {
     const started = this.clock.now();
     const result = (
       ok: boolean,
@@ -115,16 +121,23 @@ export class Canary {
         this.recentRooms.delete(oldest);
       }
     } catch (err) {
-      return { result: result(false, null, {}, 'admission', (err as Error).message), pair: null };
+      const hint = err instanceof ControlError ? err.operatorHint : undefined;
+      return {
+        result: result(false, null, {}, 'admission', (err as Error).message),
+        pair: null,
+        ...(hint !== undefined ? { hint } : {}),
+      };
     }
     const stages: CanaryResult['stages'] = {};
     const entered = new Map<string, number>();
     let state: RoomState = 'created';
     let pair: { prefillEngine: string; decodeEngine: string } | null = null;
+    let detectedBy: string | null = null;
     entered.set('bootstrap', started);
     const off = this.control.onRoomEvent((before, after) => {
       if (after.room !== stream.room || before?.state === after.state) return;
       pair = { prefillEngine: after.prefillEngine, decodeEngine: after.decodeEngine };
+      detectedBy = after.detectedBy;
       const from = before ? STAGE_OF[before.state] : undefined;
       const to = STAGE_OF[after.state];
       state = after.state;
@@ -166,6 +179,7 @@ export class Canary {
       return {
         result: result(false, stream.room, stages, stage ?? null, e.message, failure),
         pair,
+        ...this.drainHint(failure, detectedBy),
       };
     } finally {
       this.clock.clear(timer);
@@ -174,19 +188,43 @@ export class Canary {
     }
   }
 
-  /** Keeps the verdict, tells the control plane (`pair`: the engines its room ran on), journals a change. */
-  private record(
-    r: CanaryResult,
-    pair: { prefillEngine: string; decodeEngine: string } | null = null,
-  ): CanaryResult {
+  /**
+   * A room failed because an engine of its pair was draining: a drain someone asked for (`pdctl
+   * engines drain`, a stop, the planner's retirement), and its undo. The engine that failed the
+   * room says so before its next heartbeat does: it is named by the failure itself.
+   */
+  private drainHint(
+    failure: RoomFailureReason | null,
+    detectedBy: string | null,
+  ): { hint?: string } {
+    if (failure !== 'engine_draining') return {};
+    // The engine that failed the room for it: `engine:<id>`.
+    const engine = detectedBy?.startsWith('engine:') ? detectedBy.slice('engine:'.length) : null;
+    return {
+      hint:
+        engine !== null
+          ? `${engine} is draining: \`pdctl engines undrain ${engine}\` takes it back`
+          : 'an engine of its pair is draining (pdctl engines shows which; `pdctl engines undrain ID` takes it back)',
+    };
+  }
+
+  /**
+   * Keeps the verdict, tells the control plane (`pair`: the engines its room ran on), and logs and
+   * journals a change — once: a canary that keeps failing says so again only through readiness,
+   * metrics and alerts. Refused because of what an operator did (every engine of a role drained or
+   * cordoned), it is a warning with the operator's hint; any other failure is an error.
+   */
+  private record({ result: r, pair, hint }: Run): CanaryResult {
     if (this.stopped) return r;
     const prev = this.last;
     this.last = r;
     this.control.noteCanary(pair, r);
     this.onResult?.(r);
     if (!prev || prev.ok !== r.ok) {
+      const failing = { room: r.room, stage: r.stage, reason: r.reason };
       if (r.ok) this.log.info({ room: r.room, ms: r.ms }, 'canary ok');
-      else this.log.error({ room: r.room, stage: r.stage, reason: r.reason }, 'canary failing');
+      else if (hint !== undefined) this.log.warn({ ...failing, hint }, 'canary failing');
+      else this.log.error(failing, 'canary failing');
       this.control.journal
         .append({
           type: 'canary.changed',
