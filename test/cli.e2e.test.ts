@@ -713,6 +713,10 @@ describe('pdctl journal prune', () => {
         0,
       );
     expect(dry.rooms).toBe(before.rooms - live);
+    const [old] = json<{ rooms: Array<{ room: string }> }>(
+      (await pdctl(['rooms', '--state', 'completed', '--limit', '1', '--journal', path, '--json']))
+        .stdout,
+    ).rooms;
     const r = await pdctl([
       'journal',
       'prune',
@@ -730,5 +734,25 @@ describe('pdctl journal prune', () => {
     );
     expect(after.rooms).toBe(live);
     expect((await pdctl(['journal', 'verify', '--journal', path])).code).toBe(0);
+    // What retention did, as stats tell it; and a pruned room's id leads to the pass.
+    const stats = await pdctl(['journal', 'stats', '--journal', path]);
+    expect(stats.stdout).toMatch(/^retention {3}policy: read from a file, not known/m);
+    expect(stats.stdout).toMatch(
+      new RegExp(
+        `1 pass deleted; the last at \\S+ \\(seq \\d+\\): rooms that ended before \\S+ \\(1h00m before it\\), ${dry.rooms} rooms with \\d+ events; not archived`,
+      ),
+    );
+    const gone = await pdctl(['room', old?.room as string, '--journal', path]);
+    expect(gone.code).toBe(1);
+    expect(gone.stdout).toMatch(
+      /\(pruned: its id is of 2026-11-30T\S+, before the cutoff \S+ of the retention pass at \S+ \(seq \d+\), .* it kept no archive\)/,
+    );
+    const later = `r-${(Date.now() + 60_000).toString(36)}-000001`;
+    expect((await pdctl(['room', later, '--journal', path])).stdout).toMatch(
+      /\(never created here: its id is of \S+, after the newest retention cutoff/,
+    );
+    expect((await pdctl(['room', later, ...J])).stdout).toMatch(
+      /\(never created here: nothing was ever pruned from this journal/,
+    );
   });
 });

@@ -50,6 +50,22 @@ describe('serve --retain with an archive', () => {
       const kept = await roomIds(['--url', url]);
       expect(before.filter((r) => !archived.includes(r) && !kept.includes(r))).toEqual([]);
       expect(archived.filter((r) => !before.includes(r))).toEqual([]);
+      // Retention as an operator reads it: the policy, the last pass, what it deleted.
+      const stats = await pdctl(['journal', 'stats', '--url', url]);
+      expect(stats.code, stats.stderr).toBe(0);
+      expect(stats.stdout).toContain(
+        `retention   policy: rooms kept 5m00s after they end, events of no room 5m00s; a pass every 30.00s; archived first to ${archive}`,
+      );
+      expect(stats.stdout).toMatch(
+        new RegExp(`last pass \\S+ \\(schedule, [^)]+\\): ${last?.result.rooms} rooms`),
+      );
+      expect(stats.stdout).toMatch(/1 pass deleted; the last at .*; archived first/);
+      // A pruned room's id leads to the pass that deleted it, and to its archive.
+      const gone = await pdctl(['room', archived[0] as string, '--url', url]);
+      expect(gone.code).toBe(1);
+      expect(gone.stdout).toMatch(
+        /\(pruned: its id is of .* of the retention pass at .*; it archived them first: pdctl room ID --archive DIR/,
+      );
     } finally {
       expect(await s.stop()).toBe(0);
     }

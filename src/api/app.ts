@@ -313,6 +313,7 @@ export async function buildApi(o: ApiOptions): Promise<FastifyInstance> {
     journal: o.journal,
     recovery: o.recovery,
     metrics: o.metrics,
+    ...(o.retention ? { retention: o.retention } : {}),
     adminToken: o.adminToken,
   });
   await app.register(healthRoutes, {

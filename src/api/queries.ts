@@ -11,6 +11,7 @@ import type { ControlPlane } from '../control/control-plane.ts';
 import type { UsageError } from '../errors.ts';
 import { type NamedFilter, unknownName } from '../journal/filter-names.ts';
 import { tailMatcher } from '../journal/queries.ts';
+import type { Retention } from '../journal/retention.ts';
 import {
   type JournalStore,
   originFilter,
@@ -78,12 +79,14 @@ export interface QueryDeps {
   metrics?: ApiMetrics;
   /** With an admin token, its holder reads everything and a tenant's key its own rooms (access.ts). */
   adminToken: string | null;
+  /** The journal's retention while serving: its policy and passes, in `/v1/stats`. */
+  retention?: Retention;
 }
 
 /** `/v1/rooms`, `/v1/rooms/:room`, `/v1/journal`, `/v1/live`, `/v1/engines`, `/v1/stats`, `/v1/usage`. */
 export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
   app,
-  { control, journal, recovery, metrics, adminToken },
+  { control, journal, recovery, metrics, adminToken, retention },
 ) => {
   // Before anything is read: who asks, and what of the journal that lets them see.
   const readers = new WeakMap<object, Reader>();
@@ -421,6 +424,8 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
         journal: await journal.stats(),
         health: journal.health(),
         control: control.counters,
+        // Null: this control plane holds no retention (a standby, or a journal read only).
+        retention: retention?.status() ?? null,
         bus: {
           endpoint: bus.endpoint,
           dropped: bus.dropped,

@@ -256,6 +256,8 @@ export const StatsBody = Type.Object({
   journal: Type.Object({ path: Type.String(), events: Type.Integer() }, Open),
   health: Type.Object({ state: Type.String(), writable: Type.Boolean() }, Open),
   control: Type.Object({}, Open),
+  /** The retention of this control plane: policy (null: none), the pass running, the last, totals. */
+  retention: Type.Union([Type.Object({ policy: Type.Unknown() }, Open), Type.Null()]),
   bus: Type.Object(
     {
       endpoint: Type.String(),

@@ -1,7 +1,7 @@
 /** One-line human summaries of events and rooms for the CLI's tables. */
 import type { JournalEvent, JournalEventOf } from '../room/events.ts';
 import type { Room } from '../room/reducer.ts';
-import { formatDuration } from '../time.ts';
+import { formatDuration, formatTs } from '../time.ts';
 
 /**
  * What a refused request's id leads to: `refused at T: 503 engines_draining — message`, and how
@@ -141,4 +141,27 @@ export function roomOutcome(r: Room): string {
     default:
       return r.abortRequestedAt !== null ? `abort requested (${r.abortReason})` : '';
   }
+}
+
+/**
+ * Why a room id of a time the journal covered names no room: the retention pass whose cutoff its
+ * time precedes (`pruned`: every `journal.pruned`, oldest first), or that it was never created
+ * here. Null when the id's time cannot be read from it.
+ */
+export function describeMissingRoom(
+  idTime: number | null,
+  pruned: readonly JournalEventOf<'journal.pruned'>[],
+): string | null {
+  if (idTime === null) return null;
+  const pass = pruned.find((ev) => idTime < ev.data.cutoffTs);
+  if (!pass) {
+    const newest = pruned.at(-1);
+    return newest
+      ? `never created here: its id is of ${formatTs(idTime)}, after the newest retention cutoff (${formatTs(newest.data.cutoffTs)})`
+      : `never created here: nothing was ever pruned from this journal (its id is of ${formatTs(idTime)})`;
+  }
+  const archived = pass.data.archived
+    ? ' it archived them first: pdctl room ID --archive DIR reads the archive (serve --archive names DIR)'
+    : ' it kept no archive';
+  return `pruned: its id is of ${formatTs(idTime)}, before the cutoff ${formatTs(pass.data.cutoffTs)} of the retention pass at ${formatTs(pass.ts)} (seq ${pass.seq}), which deleted the rooms that had ended by then, or a later pass;${archived}`;
 }

@@ -4,7 +4,7 @@ import type { Command } from 'commander';
 import { UsageError } from '../errors.ts';
 import { HIDDEN_ORIGINS, originFilter, type RoomFilter, type Timeline } from '../journal/store.ts';
 import type { JournalEvent } from '../room/events.ts';
-import { isRequestId, isValidId, roomIdOf } from '../room/ids.ts';
+import { isRequestId, isValidId, roomIdOf, roomIdTime } from '../room/ids.ts';
 import { isRoomState, ROOM_STATES, type RoomState } from '../room/states.ts';
 import { formatDuration, formatTs, parseTime } from '../time.ts';
 import {
@@ -23,7 +23,13 @@ import {
   printJson,
   refuseUnknownName,
 } from './context.ts';
-import { describeEvent, describeRefusal, describeUnkept, roomOutcome } from './describe.ts';
+import {
+  describeEvent,
+  describeMissingRoom,
+  describeRefusal,
+  describeUnkept,
+  roomOutcome,
+} from './describe.ts';
 import { renderTable } from './table.ts';
 
 /** `--url`: read a running pdctl serve instead of the journal file. */
@@ -164,9 +170,15 @@ export async function roomCommand(id: string, opts: CommonOptions & RemoteOption
         else if (refusals.length > 0)
           for (const ev of refusals) print(`request ${id}: ${describeRefusal(ev)}`);
         else {
-          print(
-            `no room and no request ${id} in ${opts.url ?? opts.journal} (pruned, or never created)`,
-          );
+          const pruned = await reader.tail({
+            type: 'journal.pruned',
+            // Oldest first, from a file or a server (after_seq asks the route for that order).
+            afterSeq: 0,
+            order: 'oldest',
+            limit: 10_000,
+          });
+          const why = describeMissingRoom(roomIdTime(id), pruned) ?? 'pruned, or never created';
+          print(`no room and no request ${id} in ${opts.url ?? opts.journal} (${why})`);
           const unkept = describeUnkept(
             await reader.tail({ type: 'request.refused', limit: 10_000 }),
           );

@@ -23,6 +23,15 @@ export function newRoomId(now?: number): string {
   return systemIds.room(now);
 }
 
+/** When a room id of `newRoomId`'s form was made (unix ms), or null for an id of another form. */
+export function roomIdTime(id: string): number | null {
+  const m = /^r-([0-9a-z]{7,9})-[0-9a-f]{6}$/.exec(id);
+  if (!m) return null;
+  const ms = Number.parseInt(m[1] as string, 36);
+  // 2001 to 2286: what base-36 ms of 8 digits spans, and no other id looks like one.
+  return ms >= 1e12 && ms < 1e13 ? ms : null;
+}
+
 /**
  * The room id in what a client has: the completion's `id` (`cmpl-<room>`, `chatcmpl-<room>`) names
  * its room, so it is taken wherever a room id is. Anything else is returned as it is.

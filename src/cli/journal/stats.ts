@@ -2,14 +2,16 @@
 
 import { CHECKPOINT_NAME } from '../../control/checkpoint/codec.ts';
 import { UsageError } from '../../errors.ts';
+import type { RetentionStatus } from '../../journal/retention.ts';
 import {
   eachEvent,
   type JournalReader,
   type JournalStats,
   type StoredCheckpoint,
 } from '../../journal/store.ts';
-import { formatTs, parseTime } from '../../time.ts';
-import { callServer, errorOf, reaching } from '../api-client.ts';
+import type { JournalEventOf } from '../../room/events.ts';
+import { formatDuration, formatTs, parseTime } from '../../time.ts';
+import { callServer, errorOf, reaching, serverRoomReader } from '../api-client.ts';
 import { type CommonOptions, EXIT, openReader, print, printJson } from '../context.ts';
 import { renderTable } from '../table.ts';
 
@@ -28,10 +30,16 @@ async function serverStats(opts: StatsOptions): Promise<number> {
       '--per-minute reads the journal itself: run it where the journal is (--journal PATH reads it beside a running serve)',
     );
   return reaching(null, async () => {
-    const r = await callServer<{ journal: JournalStats }>(opts.url as string, '/v1/stats');
+    const url = opts.url as string;
+    const r = await callServer<{ journal: JournalStats; retention: RetentionStatus | null }>(
+      url,
+      '/v1/stats',
+    );
     if (r.status !== 200) throw new UsageError(errorOf(r.status, r.body));
-    if (opts.json) printJson(r.body.journal);
-    else printCounts(r.body.journal, undefined);
+    const pruned = await serverRoomReader(url).tail({ type: 'journal.pruned', limit: 1 });
+    const retention = retentionOf(r.body.journal, pruned, r.body.retention);
+    if (opts.json) printJson({ ...r.body.journal, retention });
+    else printCounts(r.body.journal, undefined, retention);
     return EXIT.ok;
   });
 }
@@ -52,12 +60,13 @@ export async function statsCommand(opts: StatsOptions): Promise<number> {
     const prefix = window ? await prefixPerMinute(reader, window) : null;
     const cp = await reader.getCheckpoint(CHECKPOINT_NAME);
     const stateCheckpoint = cp && { seq: cp.seq, writtenAt: cp.writtenAt, format: cp.format };
+    const retention = retentionOf(s, await reader.tail({ type: 'journal.pruned', limit: 1 }));
     if (opts.json) {
-      const all = { ...s, stateCheckpoint };
+      const all = { ...s, stateCheckpoint, retention };
       printJson(minutes ? { ...all, perMinute: minutes, prefixPerMinute: prefix } : all);
       return EXIT.ok;
     }
-    printCounts(s, cp);
+    printCounts(s, cp, retention);
     if (minutes && window) {
       print(`\nper minute, ${formatTs(window.since)} .. ${formatTs(window.until)}`);
       if (!minutes.length) print('no room transitions in this window');
@@ -93,8 +102,65 @@ export async function statsCommand(opts: StatsOptions): Promise<number> {
   }
 }
 
+/**
+ * Retention as an operator asks after it: the policy (known to a serving control plane only:
+ * `undefined` read from a file), and what the journal says passes deleted — how many passes
+ * deleted anything (each journals `journal.pruned`), and the last one.
+ */
+export interface RetentionView {
+  policy?: RetentionStatus['policy'];
+  /** A serving control plane's last pass, one that deleted nothing included. */
+  lastPass?: RetentionStatus['last'];
+  passes: number;
+  last: (JournalEventOf<'journal.pruned'>['data'] & { at: number; seq: number }) | null;
+}
+
+function retentionOf(
+  s: JournalStats,
+  newest: JournalEventOf<'journal.pruned'>[],
+  server?: RetentionStatus | null,
+): RetentionView {
+  const ev = newest[0];
+  return {
+    ...(server !== undefined
+      ? { policy: server?.policy ?? null, lastPass: server?.last ?? null }
+      : {}),
+    passes: s.eventsByType['journal.pruned'] ?? 0,
+    last: ev ? { ...ev.data, at: ev.ts, seq: ev.seq } : null,
+  };
+}
+
+/** `retention` lines: the policy, the passes that deleted, the last one. */
+function printRetention(r: RetentionView): void {
+  const p = r.policy;
+  print(
+    `retention   ${
+      p === undefined
+        ? 'policy: read from a file, not known (the serve writing it has it: journal stats --url)'
+        : p === null
+          ? 'policy: none, this serve keeps every room (serve --retain sets a horizon; pdctl journal prune --url prunes once)'
+          : `policy: rooms kept ${formatDuration(p.roomsMs)} after they end, events of no room ${p.eventsMs === null ? 'kept' : formatDuration(p.eventsMs)}; a pass every ${formatDuration(p.everyMs)}; ${p.archiveDir ? `archived first to ${p.archiveDir}` : 'no archive'}`
+    }`,
+  );
+  const l = r.lastPass;
+  if (l)
+    print(
+      `            last pass ${formatTs(l.startedAt)} (${l.by}${l.ms !== null ? `, ${formatDuration(l.ms)}` : ', running'}): ${l.error ? `failed: ${l.error}` : `${l.result.rooms} rooms, ${l.result.events + l.result.otherEvents} events deleted`}`,
+    );
+  const d = r.last;
+  print(
+    d
+      ? `            ${r.passes} ${r.passes === 1 ? 'pass' : 'passes'} deleted; the last at ${formatTs(d.at)} (seq ${d.seq}): rooms that ended before ${formatTs(d.cutoffTs)} (${formatDuration(d.at - d.cutoffTs)} before it), ${d.rooms} rooms with ${d.events} events${d.otherEvents ? `, ${d.otherEvents} events of no room before ${formatTs(d.eventsCutoffTs ?? null)}` : ''}; ${d.archived ? 'archived first' : 'not archived'}`
+      : '            nothing was ever pruned from this journal',
+  );
+}
+
 /** The counts as `journal stats` prints them; `cp` undefined: not known (read through a server). */
-function printCounts(s: JournalStats, cp: StoredCheckpoint | null | undefined): void {
+function printCounts(
+  s: JournalStats,
+  cp: StoredCheckpoint | null | undefined,
+  retention: RetentionView,
+): void {
   // The file over its rooms: what to size a disk by for a retention horizon (journal.md, Retention).
   const perRoom = s.rooms > 0 ? `, ${Math.round(s.fileBytes / s.rooms)} bytes a room` : '';
   print(
@@ -106,6 +172,7 @@ function printCounts(s: JournalStats, cp: StoredCheckpoint | null | undefined): 
     `rooms       ${s.rooms}${s.packedRooms ? ` (${s.packedRooms} packed: docs/journal.md, Packed rooms)` : ''}`,
   );
   print(`rejected    ${s.rejectedEvents} events recorded as room.event_rejected`);
+  printRetention(retention);
   print(
     `checkpoint  ${cp === undefined ? 'not read through a server (journal stats --journal PATH shows it)' : cp ? `state through seq ${cp.seq} (${(s.lastSeq ?? cp.seq) - cp.seq} events before the head), written ${formatTs(cp.writtenAt)}` : 'none: a control plane starting on it folds the whole journal'}`,
   );
