@@ -43,9 +43,10 @@ export function readiness(
     const mine = engines.filter((e) => e.role === role);
     const n = mine.filter((e) => e.takesRooms).length;
     const draining = mine.filter((e) => e.status === 'draining').length;
+    const cordoned = mine.filter((e) => e.cordon !== null).map((e) => e.engine);
     return {
       ok: n > 0,
-      detail: `${n} taking rooms with a heartbeat in the last ${control.liveness.staleAfterMs} ms${draining > 0 ? `, ${draining} draining (pdctl engines undrain ENGINE)` : ''}`,
+      detail: `${n} taking rooms with a heartbeat in the last ${control.liveness.staleAfterMs} ms${draining > 0 ? `, ${draining} draining (pdctl engines undrain ENGINE)` : ''}${cordoned.length > 0 ? `, ${cordoned.length} cordoned (pdctl engines uncordon ${cordoned[0]})` : ''}`,
     };
   };
   // An engine the escalation ladder is working on is not ready, even once its symptom is gone:
