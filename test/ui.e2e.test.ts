@@ -259,6 +259,75 @@ describe.runIf(hasChromium)('the live page in headless Chromium', () => {
     }
   }, 60_000);
 
+  it('says why and since when an engine is out of rotation, names it in the header, and never cuts a room id', async () => {
+    // A room in the journal pane (prefill-0 back from the cordon above), then the only decode
+    // engine out of rotation.
+    expect((await pdctl(['engines', 'uncordon', 'prefill-0', '--url', s.url])).code).toBe(0);
+    const served = await fetch(`${s.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'pdctl-deterministic-1', prompt: 'narrow', max_tokens: 2 }),
+    });
+    expect(served.status).toBe(200);
+    expect((await pdctl(['engines', 'cordon', 'decode-0', '--url', s.url])).code).toBe(0);
+    // A narrow window; and an ejection, which needs a faulty engine, written into the page's
+    // view of the engines (the server's answer is not what is tested here, the page is).
+    const tab = await browser.newPage({ viewport: { width: 760, height: 900 } });
+    const since = Date.now() - 125_000;
+    await tab.route('**/v1/engines', async (route) => {
+      const real = (await (await route.fetch()).json()) as {
+        engines: Array<{ id: string; ejection: unknown }>;
+      };
+      for (const e of real.engines)
+        if (e.id === 'prefill-0')
+          e.ejection = {
+            reason: '3 of its last 3 rooms failed by its fault',
+            since,
+            until: since + 300_000,
+            times: 1,
+          };
+      await route.fulfill({ json: real });
+    });
+    try {
+      await tab.goto(`${s.url}/ui`);
+      const why = (engine: string, kind: string) =>
+        tab.locator(`#engines tr[data-engine="${engine}"] .why[data-why="${kind}"]`).textContent();
+      await expect
+        .poll(() => why('decode-0', 'cordon'), { timeout: 10_000 })
+        .toMatch(/^cordoned by the operator \d+(\.\d)? (ms|s) ago: \S/);
+      expect(await why('prefill-0', 'ejection')).toMatch(
+        /^ejected 2 m \d+ s ago: 3 of its last 3 rooms failed by its fault$/,
+      );
+      await expect
+        .poll(() => tab.locator('#ready').textContent())
+        .toMatch(/ · decode-0 cordoned, prefill-0 ejected$/);
+      // Room ids in the journal pane are whole and inside it, however narrow the pane.
+      const rooms = tab.locator('#journal li[data-room] .room');
+      await rooms.first().waitFor();
+      const cells = await rooms.evaluateAll((els) =>
+        els.map((el) => {
+          const pane = el.closest('#journal')?.getBoundingClientRect();
+          const box = el.getBoundingClientRect();
+          return {
+            text: el.textContent,
+            cut:
+              el.scrollWidth > el.clientWidth ||
+              pane === undefined ||
+              box.right > pane.right ||
+              box.left < pane.left,
+            room: el.parentElement?.getAttribute('data-room'),
+          };
+        }),
+      );
+      expect(cells.length).toBeGreaterThan(0);
+      for (const c of cells) expect(c).toEqual({ text: c.room, cut: false, room: c.room });
+      await tab.screenshot({ path: join(ARTEFACTS, 'ui-out-of-rotation.png') });
+    } finally {
+      await tab.close();
+      expect((await pdctl(['engines', 'uncordon', 'decode-0', '--url', s.url])).code).toBe(0);
+    }
+  }, 60_000);
+
   it('says it is disconnected when the server goes away', async () => {
     expect(await s.stop()).toBe(0);
     await expect

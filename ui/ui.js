@@ -161,6 +161,21 @@ function renderEngines(engines) {
           e.ejection
             ? h('span', { class: badgeClass('ejected'), title: e.ejection.reason }, 'ejected')
             : null,
+          // Out of rotation: why and since when, in words, not only on hover.
+          e.cordon
+            ? h(
+                'div',
+                { class: 'why', 'data-why': 'cordon' },
+                `cordoned by the ${e.cordon.by} ${age(Date.now() - e.cordon.at)} ago: ${e.cordon.reason}`,
+              )
+            : null,
+          e.ejection
+            ? h(
+                'div',
+                { class: 'why', 'data-why': 'ejection' },
+                `ejected ${age(Date.now() - e.ejection.since)} ago: ${e.ejection.reason}`,
+              )
+            : null,
         ),
         h('td', { class: 'ladder' }, h('span', { class: badgeClass(phase) }, phase)),
         h('td', { class: 'num' }, age(e.heartbeatAgeMs)),
@@ -279,20 +294,11 @@ async function findRooms(text) {
   const page = await getJson(`/v1/rooms?${q}`);
   if (page.rooms.length > 0) return { rooms: page.rooms, what: `request ${id}` };
   // Refused before it had a room: the refusal is all the record holds of it.
-  const refusal = page.refusals?.[0];
-  if (refusal) return { rooms: [], what: `request ${id}`, refused: refusalText(refusal.data) };
+  // In the server's words, those of `pdctl room ID` (src/journal/refusal-text.ts).
+  const refused = page.refusalText?.[0];
+  if (refused) return { rooms: [], what: `request ${id}`, refused };
   const one = await getJson(`/v1/rooms/${encodeURIComponent(id)}`, [200, 400, 404]);
   return { rooms: one.room ? [one.room] : [], what: `room ${id}` };
-}
-
-/** `refused at T: 503 engines_draining — message`, as `pdctl room ID` says it. */
-function refusalText(d) {
-  const at = (ms) => new Date(ms).toISOString();
-  const others =
-    d.count > 1
-      ? ` (one of ${d.count} refused ${d.reason} from ${at(d.firstAt)} to ${at(d.lastAt)})`
-      : '';
-  return `refused at ${at(d.firstAt)}: ${d.status} ${d.reason} — ${d.message}${others}`;
 }
 
 $('#room-search').addEventListener('change', async () => {
@@ -424,7 +430,13 @@ function eventItem(e, fresh) {
       title: data,
       onclick: e.room ? () => openTimeline(e.room) : null,
     },
-    `${String(e.seq).padStart(7)}  ${clock(e.ts)}  ${e.type.padEnd(24)} ${(e.room ?? '-').padEnd(20)} ${(e.engine ?? '-').padEnd(10)} ${data.length > 160 ? `${data.slice(0, 160)}…` : data}`,
+    // Columns of their own: the data gives way to a narrow pane, never the room or the engine.
+    h('span', { class: 'seq' }, String(e.seq)),
+    h('span', { class: 'ts' }, clock(e.ts)),
+    h('span', { class: 'type' }, e.type),
+    h('span', { class: 'room' }, e.room ?? '-'),
+    h('span', { class: 'engine' }, e.engine ?? '-'),
+    h('span', { class: 'data' }, data.length > 160 ? `${data.slice(0, 160)}…` : data),
   );
 }
 
@@ -547,8 +559,17 @@ async function poll() {
     renderCounts(live);
     renderRooms(rooms);
     const readyEl = $('#ready');
-    readyEl.className = badgeClass(ready.status);
-    readyEl.textContent = ready.status === 'ready' ? 'ready' : 'not ready';
+    // Ready, with engines out of rotation: ready still, and it says which are out.
+    const out = engines.engines
+      .filter((e) => e.cordon || e.ejection)
+      .sort((a, b) => a.id.localeCompare(b.id));
+    readyEl.className =
+      ready.status === 'ready' && out.length > 0 ? 'badge warn' : badgeClass(ready.status);
+    readyEl.textContent =
+      (ready.status === 'ready' ? 'ready' : 'not ready') +
+      (out.length > 0
+        ? ` · ${out.map((e) => `${e.id} ${e.cordon ? 'cordoned' : 'ejected'}`).join(', ')}`
+        : '');
     $('#ready-detail').textContent = Object.entries(ready.checks)
       .filter(([, c]) => !c.ok)
       .map(([name, c]) => `${name}: ${c.detail}`)

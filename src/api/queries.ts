@@ -11,6 +11,7 @@ import type { ControlPlane } from '../control/control-plane.ts';
 import type { UsageError } from '../errors.ts';
 import { type NamedFilter, unknownName } from '../journal/filter-names.ts';
 import { tailMatcher } from '../journal/queries.ts';
+import { describeRefusal } from '../journal/refusal-text.ts';
 import type { Retention } from '../journal/retention.ts';
 import {
   type JournalStore,
@@ -172,7 +173,13 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
         requestId: filter.requestId,
         limit: 20,
       });
-      return { rooms: page.rooms, nextCursor: page.nextCursor, refusals };
+      // With their text as pdctl room prints it: the page shows that, never a wording of its own.
+      return {
+        rooms: page.rooms,
+        nextCursor: page.nextCursor,
+        refusals,
+        refusalText: refusals.map(describeRefusal),
+      };
     },
   );
 

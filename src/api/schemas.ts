@@ -99,6 +99,12 @@ export const RoomPageBody = Type.Object({
         'with request_id and no room: the request.refused events that list the request (it was refused before it had a room)',
     }),
   ),
+  refusalText: Type.Optional(
+    Type.Array(Type.String(), {
+      description:
+        'each of refusals as `pdctl room ID` says it: refused at T: status reason — message',
+    }),
+  ),
 });
 
 export const LiveBody = Type.Object({

@@ -4,19 +4,6 @@ import type { Room } from '../room/reducer.ts';
 import { formatDuration, formatTs } from '../time.ts';
 
 /**
- * What a refused request's id leads to: `refused at T: 503 engines_draining — message`, and how
- * many were refused for the same reason around it (one `request.refused` event stands for them).
- */
-export function describeRefusal(ev: JournalEventOf<'request.refused'>): string {
-  const d = ev.data;
-  const others =
-    d.count > 1
-      ? ` (one of ${d.count} refused ${d.reason} from ${new Date(d.firstAt).toISOString()} to ${new Date(d.lastAt).toISOString()})`
-      : '';
-  return `refused at ${new Date(d.firstAt).toISOString()}: ${d.status} ${d.reason} — ${d.message}${others}`;
-}
-
-/**
  * For an id found nowhere: the refused requests counted without their ids (more than 100,000
  * waited while the journal refused writes: api/refusals.ts), which it may be one of; null when
  * every refusal kept its ids.

@@ -2,6 +2,7 @@
 
 import type { Command } from 'commander';
 import { UsageError } from '../errors.ts';
+import { describeRefusal } from '../journal/refusal-text.ts';
 import { HIDDEN_ORIGINS, originFilter, type RoomFilter, type Timeline } from '../journal/store.ts';
 import type { JournalEvent } from '../room/events.ts';
 import { isRequestId, isValidId, roomIdOf, roomIdTime } from '../room/ids.ts';
@@ -23,13 +24,7 @@ import {
   printJson,
   refuseUnknownName,
 } from './context.ts';
-import {
-  describeEvent,
-  describeMissingRoom,
-  describeRefusal,
-  describeUnkept,
-  roomOutcome,
-} from './describe.ts';
+import { describeEvent, describeMissingRoom, describeUnkept, roomOutcome } from './describe.ts';
 import { renderTable } from './table.ts';
 
 /** `--url`: read a running pdctl serve instead of the journal file. */
