@@ -85,6 +85,14 @@ describe('pdctl drill', () => {
     expect(page).toMatch(/<h2>bus-loop-death <span class="ok">PASSED<\/span><\/h2>/);
     expect(page).toMatch(/<polygon points="[\d., ]+" fill="#74c476"/);
     expect(page).not.toMatch(/<script/);
+    // Afterwards: where its record is, what it cost, what to run next; the waiting as numbers.
+    expect(page).toContain(`Its journal: <code>${report.journal}</code>.`);
+    expect(page).toContain(`pdctl rooms --journal ${report.journal} --since `);
+    expect(page).toMatch(
+      /Requests waited with no room: up to <b>\d+<\/b> at once|No request waited without a room/,
+    );
+    expect(report.leftBehind).toEqual([]);
+    expect(page).toContain('It left every engine in rotation.');
     const tail = await pdctl([
       ...['journal', 'tail', '--type', 'drill.finished', '--journal', report.journal, '--json'],
     ]);
@@ -197,6 +205,18 @@ describe('pdctl drill', () => {
     expect(failed.map((i) => i.name).filter((n) => !allowed.includes(n))).toEqual([]);
     expect(names(report).slice(-COMMON.length)).toEqual(COMMON);
     expect(figure(report, 'no healthy engine restarted')?.restarted).toBe(0);
+    // What it left: the relapsing engine cordoned, and the command that takes it back; the rooms
+    // it cost, each with why.
+    expect(report.leftBehind).toEqual(
+      expect.arrayContaining([
+        {
+          engine: expect.stringMatching(/^decode-\d$/),
+          what: expect.stringMatching(/^cordoned by the ladder: /),
+          undo: expect.stringMatching(/^pdctl engines uncordon decode-\d$/),
+        },
+      ]),
+    );
+    expect(report.ended?.filter((e) => e.state === 'failed').length).toBeGreaterThan(0);
   }, 120_000);
 
   it('--url: drills a running pdctl serve through its HTTP API, and says what it cannot do there', async () => {

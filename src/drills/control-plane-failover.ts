@@ -87,6 +87,10 @@ async function runFailover(o: DrillRunOptions): Promise<DrillReport> {
       fullRestartMs: null,
       inPlace: null,
       faster: null,
+      // It drives a stack of its own making: what it left is in its timeline and invariants.
+      url: null,
+      ended: null,
+      leftBehind: null,
     };
   }
   const journal = db.url;
@@ -345,5 +349,9 @@ async function runFailover(o: DrillRunOptions): Promise<DrillReport> {
     fullRestartMs: null,
     inPlace: null,
     faster: null,
+    // It drives a stack of its own making: what it left is in its timeline and invariants.
+    url: null,
+    ended: null,
+    leftBehind: null,
   };
 }

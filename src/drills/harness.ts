@@ -326,6 +326,10 @@ async function drive(
       );
   }
   const passed = drillPassed(invariants, o.strictTargets);
+  const { ended, leftBehind } = await afterwards(target, started).catch((err) => {
+    log.error({ err }, 'could not read what the drill left');
+    return { ended: [], leftBehind: [] };
+  });
   await target
     .record('drill.finished', {
       scenario: scenario.name,
@@ -346,7 +350,35 @@ async function drive(
     fullRestartMs: null,
     inPlace,
     faster: null,
+    url: target.kind === 'remote' ? target.base : null,
+    ended,
+    leftBehind,
   };
+}
+
+/** The clients' rooms that did not complete since `started`, and the engines left out of rotation. */
+async function afterwards(
+  target: DrillTarget,
+  started: number,
+): Promise<Pick<DrillReport, 'ended' | 'leftBehind'>> {
+  const mine = (room: string | null): room is string => room !== null && !target.isCanaryRoom(room);
+  const ended: DrillReport['ended'] = [];
+  for (const e of await target.events('room.failed', started))
+    if (mine(e.room))
+      ended.push({ room: e.room, state: 'failed', why: `${e.data.reason} in ${e.data.stage}` });
+  for (const e of await target.events('room.migrated', started))
+    if (mine(e.room))
+      ended.push({
+        room: e.room,
+        state: 'migrated',
+        why: `to ${e.data.toRoom}: ${e.data.reason ?? e.data.detail ?? ''}`,
+      });
+  for (const e of await target.events('room.aborted', started))
+    if (mine(e.room)) ended.push({ room: e.room, state: 'aborted', why: e.data.reason });
+  const leftBehind = (await target.engines()).flatMap((e) =>
+    e.outOfRotation ? [{ engine: e.id, ...e.outOfRotation }] : [],
+  );
+  return { ended, leftBehind };
 }
 
 /**

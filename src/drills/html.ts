@@ -4,7 +4,14 @@
  * by outcome — with the drill's steps (fault, detection, recovery) marked on the time axis.
  */
 import { LIVE_STATES } from '../room/states.ts';
-import { compareRecovery, type DrillReport, type StateSample, verdictOf } from './report.ts';
+import {
+  compareRecovery,
+  type DrillReport,
+  nextCommands,
+  type StateSample,
+  verdictOf,
+  waitingFigures,
+} from './report.ts';
 
 const VERDICT_TEXT = {
   ok: 'ok',
@@ -100,12 +107,31 @@ function chart(
       );
     }
   }
+  const rows = markerRows(markers.map((m) => sx(m.atMs)));
   const marks = markers.map(
     (m, i) =>
       `<line x1="${sx(m.atMs)}" y1="${PAD.top}" x2="${sx(m.atMs)}" y2="${H - PAD.bottom}" stroke="#000" stroke-dasharray="3,3" stroke-opacity="0.5"/>` +
-      `<text x="${sx(m.atMs) + 2}" y="${PAD.top + 22 + (i % 4) * 11}" font-size="10">${i + 1}</text>`,
+      `<text x="${sx(m.atMs) + 2}" y="${PAD.top + 22 + (rows[i] as number) * MARKER_ROW}" font-size="10">${i + 1}</text>`,
   );
   return `<svg viewBox="0 0 ${W} ${H}" width="100%" role="img" aria-label="${esc(label)}">${axes(maxX, maxY, label)}${shapes.join('')}${marks.join('')}</svg>`;
+}
+
+/** Height of a row of marker numbers, and the room one takes across (two digits and a gap). */
+const MARKER_ROW = 11;
+const MARKER_WIDTH = 16;
+
+/**
+ * The row of each marker's number (markers at `xs`, in order): the first row whose last number
+ * ends left of it, so that markers close in time stack instead of printing over each other.
+ */
+export function markerRows(xs: readonly number[]): number[] {
+  const ends: number[] = [];
+  return xs.map((x) => {
+    let row = ends.findIndex((end) => end <= x);
+    if (row < 0) row = ends.length;
+    ends[row] = x + MARKER_WIDTH;
+    return row;
+  });
 }
 
 function legend(keys: readonly string[]): string {
@@ -143,6 +169,10 @@ function section(r: DrillReport): string {
     .map((t, i) => `<li><b>${i + 1}</b> +${t.atMs} ms — ${esc(t.what)}</li>`)
     .join('');
   const comparison = compareRecovery(r);
+  const waited = waitingFigures(r.samples);
+  const waiting = waited
+    ? `<p>Requests waited with no room: up to <b>${waited.peak}</b> at once; some waited for <b>${waited.ms} ms</b> of the drill in all, the longest stretch from +${waited.longest.fromMs} to +${waited.longest.toMs} ms (<b>${waited.longest.toMs - waited.longest.fromMs} ms</b>).</p>`
+    : '<p>No request waited without a room.</p>';
   return `<section>
 <h2>${esc(r.scenario)} <span class="${r.passed ? 'ok' : 'fail'}">${r.passed ? 'PASSED' : 'FAILED'}</span></h2>
 <p>${esc(r.summary)} — started ${new Date(r.startedAt).toISOString()}, ran ${r.ms} ms${
@@ -154,9 +184,47 @@ ${chart(r.samples, liveKeys, (s, k) => s.live[k] ?? 0, true, r.timeline, maxX, '
 <p>${legend(liveKeys)}</p>
 ${chart(r.samples, endKeys, (s, k) => s.terminal[k] ?? 0, false, r.timeline, maxX, 'rooms ended since the start, by outcome')}
 <p>${legend(endKeys)}</p>
+${waiting}
 <ol class="steps">${steps}</ol>
 <table><tr><th></th><th>invariant</th><th>figure</th><th>detail</th></tr>${rows}</table>
+${afterwards(r)}
 </section>`;
+}
+
+/** Where its record is, the rooms it cost, what it left out of rotation, and what to run next. */
+function afterwards(r: DrillReport): string {
+  const ended =
+    r.ended === null
+      ? '<p>The rooms it failed or moved are in its timeline above.</p>'
+      : r.ended.length === 0
+        ? '<p>Every client room completed: none failed, moved or was aborted.</p>'
+        : `<p>${r.ended.length} client ${r.ended.length === 1 ? 'room' : 'rooms'} did not complete:</p>
+<table><tr><th>room</th><th>ended</th><th>why</th></tr>${r.ended
+            .slice(0, 50)
+            .map(
+              (e) =>
+                `<tr><td><code>${esc(e.room)}</code></td><td>${e.state}</td><td>${esc(e.why)}</td></tr>`,
+            )
+            .join(
+              '',
+            )}</table>${r.ended.length > 50 ? `<p>and ${r.ended.length - 50} more (the first command below lists them all).</p>` : ''}`;
+  const left =
+    r.leftBehind === null
+      ? ''
+      : r.leftBehind.length === 0
+        ? '<p>It left every engine in rotation.</p>'
+        : `<p>It left out of rotation: ${r.leftBehind
+            .map(
+              (e) =>
+                `<b>${esc(e.engine)}</b> ${esc(e.what)}${e.undo ? '' : ' (it comes back by itself when a canary through it passes)'}`,
+            )
+            .join('; ')}.</p>`;
+  return `<h3>Afterwards</h3>
+<p>Its journal: <code>${esc(r.journal)}</code>${r.url !== null ? `, served at <code>${esc(r.url)}</code>` : ''}.</p>
+${ended}
+${left}
+<p>What to run next${r.url === null && r.leftBehind?.some((e) => e.undo !== null) ? ' (URL: a <code>pdctl serve</code> on this journal, which keeps the cordon: it is journaled)' : ''}:</p>
+<pre>${nextCommands(r).map(esc).join('\n')}</pre>`;
 }
 
 export function renderHtml(reports: DrillReport[]): string {
@@ -170,6 +238,7 @@ h1{font-size:20px} h2{font-size:17px;margin-top:2em;border-top:1px solid #ccc;pa
 table{border-collapse:collapse;width:100%;font-size:13px} td,th{border-bottom:1px solid #ddd;padding:4px 6px;text-align:left;vertical-align:top}
 .key{margin-right:1em;font-size:12px} .swatch{display:inline-block;width:10px;height:10px;margin-right:4px}
 ol.steps{list-style:none;padding-left:0;font-size:13px} ol.steps b{display:inline-block;width:1.5em}
+h3{font-size:15px;margin-top:1.5em} pre{background:#f6f8fa;padding:8px;font-size:12px;overflow-x:auto}
 </style></head><body>
 <h1>pdctl drill report: ${passed} of ${reports.length} passed</h1>
 ${reports.map(section).join('\n')}

@@ -302,5 +302,9 @@ async function runKillControlPlane(o: DrillRunOptions): Promise<DrillReport> {
     fullRestartMs,
     inPlace: null,
     faster: null,
+    // It drives a stack of its own making: what it left is in its timeline and invariants.
+    url: null,
+    ended: null,
+    leftBehind: null,
   };
 }

@@ -156,6 +156,10 @@ async function runPartition(o: DrillRunOptions, kind: 'kv' | 'engine'): Promise<
     fullRestartMs: null,
     inPlace: null,
     faster: null,
+    // It drives a stack of its own making: what it left is in its timeline and invariants.
+    url: null,
+    ended: null,
+    leftBehind: null,
   });
 
   const why =

@@ -28,6 +28,7 @@ import {
   type EngineView,
   InjectedFaults,
   type LiveRoom,
+  outOfRotation,
   type RoomWatcher,
 } from './target.ts';
 
@@ -56,6 +57,9 @@ interface EngineRow {
   freePages: number | null;
   totalPages: number;
   faultInjection?: boolean;
+  status: string;
+  cordon: { by: string; reason: string } | null;
+  ejection: { reason: string } | null;
 }
 
 interface StatsBody {
@@ -129,6 +133,7 @@ export class RemoteTarget implements DrillTarget {
       freePages: e.freePages,
       totalPages: e.totalPages,
       faultInjection: e.faultInjection === true,
+      outOfRotation: outOfRotation(e.id, e),
     }));
   }
 

@@ -133,6 +133,62 @@ export interface DrillReport {
   inPlace: InPlace | null;
   /** Which brought serving back sooner: recovery in place after detection, or the full restart. */
   faster: 'in_place' | 'full_restart' | null;
+  /** The stack drilled through its API (`--url`); null: one the drill started and stopped. */
+  url: string | null;
+  /** Clients' rooms that failed, moved to another pair or were aborted; null: not gathered. */
+  ended: EndedRoom[] | null;
+  /** Engines out of rotation when the drill ended, and what takes each back; null: not asked. */
+  leftBehind: Array<{ engine: string; what: string; undo: string | null }> | null;
+}
+
+/** A room that did not complete: how it ended, and why. */
+export interface EndedRoom {
+  room: string;
+  state: 'failed' | 'migrated' | 'aborted';
+  why: string;
+}
+
+/**
+ * What to run after a drill: the journal's rooms and events of its window, and the command that
+ * takes back each engine it left out of rotation.
+ */
+export function nextCommands(r: DrillReport): string[] {
+  const where = r.url !== null ? `--url ${r.url}` : `--journal ${r.journal}`;
+  const since = new Date(r.startedAt).toISOString();
+  return [
+    `pdctl rooms ${where} --since ${since} --state failed,migrated,aborted`,
+    `pdctl journal tail ${where} --since ${since} --type engine,recovery`,
+    // A stack the drill started is gone, but a cordon is journaled: a serve on its journal
+    // starts with the engine cordoned, and URL is that serve.
+    ...(r.leftBehind ?? []).flatMap((e) =>
+      e.undo === null ? [] : [`${e.undo} --url ${r.url ?? 'URL'}`],
+    ),
+  ];
+}
+
+/**
+ * Requests that waited with no room (the chart's `waiting`), as numbers: the most at once, how
+ * long in all some did, and the longest stretch; null when none waited.
+ */
+export function waitingFigures(
+  samples: readonly StateSample[],
+): { peak: number; ms: number; longest: { fromMs: number; toMs: number } } | null {
+  let peak = 0;
+  let ms = 0;
+  let run: { fromMs: number; toMs: number } | null = null;
+  let longest: { fromMs: number; toMs: number } | null = null;
+  for (let i = 0; i < samples.length; i++) {
+    const s = samples[i] as StateSample;
+    const waiting = s.live.waiting ?? 0;
+    const next = samples[i + 1]?.atMs ?? s.atMs;
+    if (waiting > 0) {
+      peak = Math.max(peak, waiting);
+      ms += next - s.atMs;
+      run = run ? { fromMs: run.fromMs, toMs: next } : { fromMs: s.atMs, toMs: next };
+      if (!longest || run.toMs - run.fromMs > longest.toMs - longest.fromMs) longest = run;
+    } else run = null;
+  }
+  return longest === null ? null : { peak, ms, longest };
 }
 
 export interface InPlace {
@@ -163,6 +219,9 @@ export function renderReport(r: DrillReport): string {
   lines.splice(1, 0, r.summary);
   for (const t of r.timeline) lines.push(`  +${String(t.atMs).padStart(6)} ms  ${t.what}`);
   lines.push('');
+  for (const e of r.leftBehind ?? [])
+    lines.push(`  left: ${e.engine} ${e.what}${e.undo ? ` (${e.undo} takes it back)` : ''}`);
+  if (r.leftBehind?.length) lines.push('');
   for (const i of r.invariants) {
     const figure = Object.entries(i.figure)
       .map(([k, v]) => `${k}=${v}`)

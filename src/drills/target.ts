@@ -27,6 +27,34 @@ export interface EngineView {
   totalPages: number;
   /** It accepts `inject_fault` (started with `--allow-fault-injection`). */
   faultInjection: boolean;
+  /** Why it takes no rooms now, and what takes it back; null: in rotation. */
+  outOfRotation: OutOfRotation | null;
+}
+
+/** An engine out of rotation: what it is (cordoned, ejected, draining), and the command that undoes it. */
+export interface OutOfRotation {
+  what: string;
+  /** A pdctl command line without `--url`; null where nothing is to be run (it ends by itself). */
+  undo: string | null;
+}
+
+/** From what `/v1/engines` (and the control plane's view) says of an engine. */
+export function outOfRotation(
+  id: string,
+  e: {
+    status: string;
+    cordon: { by: string; reason: string } | null;
+    ejection: { reason: string } | null;
+  },
+): OutOfRotation | null {
+  if (e.cordon)
+    return {
+      what: `cordoned by the ${e.cordon.by}: ${e.cordon.reason}`,
+      undo: `pdctl engines uncordon ${id}`,
+    };
+  if (e.ejection) return { what: `ejected as an outlier: ${e.ejection.reason}`, undo: null };
+  if (e.status === 'draining') return { what: 'draining', undo: `pdctl engines undrain ${id}` };
+  return null;
 }
 
 export interface LiveRoom {
@@ -158,6 +186,7 @@ export class LocalTarget implements DrillTarget {
       freePages: s.heartbeat?.freePages ?? null,
       totalPages: s.pages,
       faultInjection: s.faultInjection,
+      outOfRotation: outOfRotation(s.engine, s),
     }));
   }
 
