@@ -178,7 +178,7 @@ export const queryRoutes: FastifyPluginAsync<QueryDeps> = async (
         rooms: page.rooms,
         nextCursor: page.nextCursor,
         refusals,
-        refusalText: refusals.map(describeRefusal),
+        ...(refusals.length > 0 ? { refusalText: refusals.map(describeRefusal) } : {}),
       };
     },
   );
