@@ -378,7 +378,7 @@ describe.runIf(hasPromtool)('alerts on series recorded from a real run', () => {
           {
             exp_labels: { severity: 'critical', job: 'pdctl', instance, role: 'decode' },
             exp_annotations: {
-              summary: `${instance}: no decode engine takes rooms (none heartbeats, or all drain)`,
+              summary: `${instance}: no decode engine takes rooms (none heartbeats, or each drains or is cordoned)`,
               runbook_url: '/docs/alerts.md#pdctlnoengine',
             },
           },
