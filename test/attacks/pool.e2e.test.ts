@@ -13,6 +13,9 @@ import { startTestStack, waitFor } from '../helpers/stack.ts';
 let s: Served;
 beforeAll(async () => {
   s = await serve([
+    // Requests of up to 100,000 tokens: past the built-in model's default context (32768).
+    '--context-size',
+    '131072',
     '--pages',
     '1200',
     '--decode-us-per-token',
