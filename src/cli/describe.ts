@@ -150,5 +150,5 @@ export function describeMissingRoom(
   const archived = pass.data.archived
     ? ' it archived them first: pdctl room ID --archive DIR reads the archive (serve --archive names DIR)'
     : ' it kept no archive';
-  return `pruned: its id is of ${formatTs(idTime)}, before the cutoff ${formatTs(pass.data.cutoffTs)} of the retention pass at ${formatTs(pass.ts)} (seq ${pass.seq}), which deleted the rooms that had ended by then, or a later pass;${archived}`;
+  return `pruned, if it was ever here: its id is of ${formatTs(idTime)}, before the cutoff ${formatTs(pass.data.cutoffTs)} of the retention pass at ${formatTs(pass.ts)} (seq ${pass.seq}), which deleted the rooms that had ended by then, or a later pass;${archived}`;
 }
