@@ -152,6 +152,7 @@ export class ControlPlane {
       liveness: this.liveness,
       maxRoomsPerEngine: o.maxRoomsPerEngine,
       pairAvoided: (p, d) => this.pairHealth.avoid(p, d, clock.now()),
+      pairTaken: (p, d, room) => this.pairHealth.taken(p, d, room, clock.now()),
       ...(o.deadlinesMs ? { deadlinesMs: o.deadlinesMs } : {}),
     });
     const { model, intake } = this;

@@ -6,7 +6,7 @@
  * Migration creates its continuation rooms through `create` too.
  */
 
-import { DEFAULT_MAX_FRAME_BYTES, type RoomRequest, requestTextBytes } from '../../bus/protocol.ts';
+import type { RoomRequest } from '../../bus/protocol.ts';
 import { hop, hopClock } from '../../hops.ts';
 import type { JournalLog } from '../../journal/store.ts';
 import type { ModelInfo } from '../../model/executor.ts';
@@ -17,71 +17,13 @@ import type { EngineSession } from '../engines/engine-session.ts';
 import type { LivenessPolicy } from '../engines/engine-view.ts';
 import type { EngineRegistry } from '../engines/registry.ts';
 import { ControlError, refusal } from '../errors.ts';
-import { MAX_PROMPT_BYTES, MAX_TOKENS_LIMIT, type SubmitRequest } from '../options.ts';
+import type { SubmitRequest } from '../options.ts';
 import { couldEverFit, fitsNow, roomPages, roomTokens } from '../pages/page-ledger.ts';
 import type { RoomBook } from '../rooms/room-book.ts';
 import type { Router } from '../routing/router.ts';
+import { checkRequest } from './check-request.ts';
 import { type Pair, unreachable } from './pairs.ts';
 import { RoomStream } from './streams.ts';
-
-/** A request as checked: what is sent to the engines and how large it is. */
-export interface CheckedRequest {
-  /** The prompt, and its token ids where the model is sent them. */
-  sent: { prompt: string; tokens?: number[] };
-  /** The prompt's token ids, as the model's tokenizer makes them. */
-  tokens: number[];
-  promptTokens: number;
-  stop: string[];
-}
-
-/**
- * Checks a request's shape and size against the model; throws CONTROL_BAD_REQUEST or
- * CONTROL_CONTEXT_LENGTH_EXCEEDED with what to change.
- */
-export function checkRequest(request: SubmitRequest, model: ModelInfo): CheckedRequest {
-  const { prompt, maxTokens } = request;
-  const stop = request.stop ?? [];
-  if (
-    !Array.isArray(stop) ||
-    stop.length > 4 ||
-    stop.some((s) => typeof s !== 'string' || s.length === 0 || s.length > 200)
-  ) {
-    throw new ControlError(
-      'CONTROL_BAD_REQUEST',
-      'stop must be at most 4 strings of 1 to 200 characters',
-    );
-  }
-  if (typeof prompt !== 'string' || prompt.length === 0) {
-    throw new ControlError('CONTROL_BAD_REQUEST', 'prompt must be a non-empty string');
-  }
-  if (!Number.isInteger(maxTokens) || maxTokens < 1 || maxTokens > MAX_TOKENS_LIMIT) {
-    throw new ControlError(
-      'CONTROL_BAD_REQUEST',
-      `max tokens must be an integer from 1 to ${MAX_TOKENS_LIMIT}, got ${maxTokens}`,
-    );
-  }
-  const tokens = request.tokens ?? model.tokenize(prompt);
-  const promptTokens = tokens.length;
-  if (promptTokens === 0) throw new ControlError('CONTROL_BAD_REQUEST', 'prompt has no tokens');
-  // The prompt travels to the prefill engine inside its room.created event: one that cannot fit
-  // in a bus frame would never arrive, and is refused before anything is journaled.
-  const sent = model.sendsTokens ? { prompt, tokens } : { prompt };
-  const bytes = requestTextBytes(sent);
-  if (bytes > MAX_PROMPT_BYTES) {
-    throw new ControlError(
-      'CONTROL_BAD_REQUEST',
-      `prompt is ${bytes} bytes (UTF-8${model.sendsTokens ? ', and 5 per token id' : ''}); the most an engine can be sent is ${MAX_PROMPT_BYTES} bytes (the bus frame limit of ${DEFAULT_MAX_FRAME_BYTES} bytes less the event around it)`,
-    );
-  }
-  const context = model.contextSize;
-  if (context !== null && promptTokens + maxTokens > context) {
-    throw new ControlError(
-      'CONTROL_CONTEXT_LENGTH_EXCEEDED',
-      `this model's context is ${context} tokens; the prompt has ${promptTokens} and max_tokens asks for ${maxTokens} more (${promptTokens + maxTokens}); shorten the prompt or ask for at most ${Math.max(0, context - promptTokens)} tokens`,
-    );
-  }
-  return { sent, tokens, promptTokens, stop };
-}
 
 export interface IntakeDeps {
   journal: Pick<JournalLog, 'append' | 'health'>;
@@ -93,6 +35,8 @@ export interface IntakeDeps {
   maxRoomsPerEngine: number;
   /** Whether the pair's KV could not move lately (pairs.ts PairHealth). */
   pairAvoided(prefill: string, decode: string): boolean;
+  /** A new room was placed on the pair (pairs.ts PairHealth `taken`: a probe after a pause). */
+  pairTaken(prefill: string, decode: string, room: string): void;
   /** Deadlines journaled on each new room (journal/states.ts), when not the defaults. */
   deadlinesMs?: Record<string, number>;
   /** Chooses pairs (routing/router.ts) and knows the blocks engines hold. */
@@ -339,6 +283,7 @@ export class Intake {
     const { book, deadlinesMs, router } = this.deps;
     const names = o.names ?? this.namesOf(request);
     const reservation = book.admit(room, { stream, request, promptTokens, prefill, decode });
+    this.deps.pairTaken(prefill.engine, decode.engine, room);
     const expected = router.admitted(room, prefill.engine, names, promptTokens);
     const owners = { prefillEngine: prefill.engine, decodeEngine: decode.engine };
     const abandon = (err: Error) => {

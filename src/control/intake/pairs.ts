@@ -12,6 +12,7 @@
 import type { JournalEvent, KvTransport } from '../../room/events.ts';
 import { FAILURE_BLAME, isFailureReason, TRANSFER_FAILURES } from '../../room/reasons.ts';
 import type { Room } from '../../room/reducer.ts';
+import { isTerminal } from '../../room/states.ts';
 import { hostTag } from '../../transfer/host.ts';
 import type { EngineIdentity, EngineSession } from '../engines/engine-session.ts';
 
@@ -141,12 +142,17 @@ export function unreachable(
 
 /**
  * Pairs whose KV could not move lately: a transfer between them failed or stalled (a cut link
- * between their hosts, a peer that does not take puts). Such a pair is avoided for `baseMs`;
- * failing again once that pause is over doubles it, up to `maxMs`; a transfer that completes
- * between them clears it. Kept by engine id, so a restarted engine inherits its pairs' record.
+ * between their hosts, a peer that does not take puts). Such a pair is avoided for `baseMs`. Once
+ * that pause is over, one room probes it (`taken`) while the others keep away, as a breaker half
+ * open: its transfer completing clears the pair, a transfer failing again doubles the pause (up
+ * to `maxMs`), and the probe ending any other way lets the next room probe. Kept by engine id, so
+ * a restarted engine inherits its pairs' record.
  */
 export class PairHealth {
-  private readonly failing = new Map<string, { until: number; backoffMs: number }>();
+  private readonly failing = new Map<
+    string,
+    { until: number; backoffMs: number; probe: { room: string; since: number } | null }
+  >();
 
   constructor(
     private readonly baseMs: number,
@@ -155,12 +161,18 @@ export class PairHealth {
 
   /** A transfer between them failed: avoided from now, longer if it failed again after a pause. */
   failed(prefill: string, decode: string, now: number): void {
-    const key = `${prefill}\u0000${decode}`;
+    const key = pairKey(prefill, decode);
     const prev = this.failing.get(key);
     // Rooms caught by one cut fail together: the pause they started is not extended by each.
     if (prev && now < prev.until) return;
     const backoffMs = prev ? Math.min(this.maxMs, prev.backoffMs * 2) : this.baseMs;
-    this.failing.set(key, { until: now + backoffMs, backoffMs });
+    this.failing.set(key, { until: now + backoffMs, backoffMs, probe: null });
+  }
+
+  /** A new room was placed on the pair: after a pause, the first is its probe. */
+  taken(prefill: string, decode: string, room: string, now: number): void {
+    const f = this.failing.get(pairKey(prefill, decode));
+    if (f && now >= f.until && !this.probing(f, now)) f.probe = { room, since: now };
   }
 
   /** Reads a committed event of the room: a transfer that completed or a pair's failure. */
@@ -168,17 +180,30 @@ export class PairHealth {
     if (ev.type === 'room.transfer_completed') this.moved(room.prefillEngine, room.decodeEngine);
     else if (ev.type === 'room.failed' && isPairFailure(room.reason))
       this.failed(room.prefillEngine, room.decodeEngine, ev.ts);
+    if (this.failing.size === 0) return;
+    // A probe that ended without a verdict on its pair (aborted, failed otherwise, moved away)
+    // leaves the pair to the next room.
+    const key = pairKey(room.prefillEngine, room.decodeEngine);
+    for (const [k, f] of this.failing)
+      if (f.probe?.room === room.room && (k !== key || isTerminal(room.state))) f.probe = null;
   }
 
   moved(prefill: string, decode: string): void {
-    this.failing.delete(`${prefill}\u0000${decode}`);
+    this.failing.delete(pairKey(prefill, decode));
   }
 
   avoid(prefill: string, decode: string, now: number): boolean {
-    const f = this.failing.get(`${prefill}\u0000${decode}`);
-    return f !== undefined && now < f.until;
+    const f = this.failing.get(pairKey(prefill, decode));
+    return f !== undefined && (now < f.until || this.probing(f, now));
+  }
+
+  /** A probe is out; one whose room never reported (its creation lost) lapses after `maxMs`. */
+  private probing(f: { probe: { since: number } | null }, now: number): boolean {
+    return f.probe !== null && now < f.probe.since + this.maxMs;
   }
 }
+
+const pairKey = (prefill: string, decode: string) => `${prefill}\u0000${decode}`;
 
 /**
  * Room failures that say the pair could not move KV right: its link could not move it

@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { engineSession, type SessionOverrides } from '../../../test/helpers/engine-session.ts';
 import type { KvRemote } from '../../bus/protocol.ts';
+import type { JournalEvent } from '../../room/events.ts';
+import type { Room } from '../../room/reducer.ts';
 import { choosePair, PAIR_COSTS, PairHealth, transportBetween, unreachable } from './pairs.ts';
 
 const remote: KvRemote = {
@@ -122,5 +124,45 @@ describe('PairHealth', () => {
     health.moved('p', 'd');
     expect(health.avoid('p', 'd', 10_001)).toBe(false);
     expect(health.avoid('d', 'p', 0)).toBe(false);
+  });
+
+  it('after a pause lets one room probe the pair and keeps the others away until it has a verdict', () => {
+    const health = new PairHealth(1000, 8000);
+    // What the commit stage hands PairHealth: the room as folded and the event that ended it.
+    const ended = (room: string, type: string, ts: number, reason: string | null = null) =>
+      health.fold(
+        { room, prefillEngine: 'p', decodeEngine: 'd', state: 'failed', reason } as Room,
+        { type, ts } as JournalEvent,
+      );
+    health.failed('p', 'd', 0);
+    health.taken('p', 'd', 'early', 500); // placed during the pause (no other pair): no probe
+    expect(health.avoid('p', 'd', 1000)).toBe(false);
+    health.taken('p', 'd', 'r1', 1000);
+    health.taken('p', 'd', 'r2', 1001);
+    // r1 probes; r2 came by a fallback. Every later room keeps away while r1 is out.
+    expect(health.avoid('p', 'd', 1500)).toBe(true);
+    expect(health.avoid('p', 'd', 7000)).toBe(true);
+    // The probe's transfer failed: the pause doubles from then.
+    ended('r1', 'room.failed', 7000, 'transfer_stalled');
+    expect(health.avoid('p', 'd', 8999)).toBe(true);
+    expect(health.avoid('p', 'd', 9000)).toBe(false);
+    // A probe that ends without a verdict on the link (a client's abort) hands the probe on.
+    health.taken('p', 'd', 'r3', 9000);
+    expect(health.avoid('p', 'd', 9001)).toBe(true);
+    ended('r3', 'room.aborted', 9100);
+    expect(health.avoid('p', 'd', 9101)).toBe(false);
+    // One whose creation never committed lapses after the longest pause.
+    health.taken('p', 'd', 'r4', 9200);
+    expect(health.avoid('p', 'd', 17_199)).toBe(true);
+    expect(health.avoid('p', 'd', 17_200)).toBe(false);
+    // A probe whose transfer completes clears the pair.
+    health.taken('p', 'd', 'r5', 17_200);
+    health.fold(
+      { room: 'r5', prefillEngine: 'p', decodeEngine: 'd', state: 'decoding' } as Room,
+      { type: 'room.transfer_completed', ts: 17_300 } as JournalEvent,
+    );
+    expect(health.avoid('p', 'd', 17_301)).toBe(false);
+    health.taken('p', 'd', 'r6', 17_301);
+    expect(health.avoid('p', 'd', 17_302)).toBe(false);
   });
 });

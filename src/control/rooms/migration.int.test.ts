@@ -58,6 +58,7 @@ async function setup(limit = 2, maxRoomsPerEngine = 512) {
     liveness: DEFAULT_LIVENESS,
     maxRoomsPerEngine,
     pairAvoided: () => false,
+    pairTaken: () => {},
     router: new Router({ policy: 'least-loaded', blockTokens: 64, overlapWeight: 1 }),
     timed: (p) => p,
     clock: systemClock,
