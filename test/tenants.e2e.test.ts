@@ -387,6 +387,22 @@ describe("a tenant's own limits", () => {
           roomWaits.set(data.tenant, (roomWaits.get(data.tenant) ?? 0) + (data.waitedMs ?? 0));
       }
       expect(roomWaits.get('one-at-a-time')).toBeGreaterThanOrEqual(created.data.waitedMs ?? 0);
+      // Waits are gathered for a second before their request.waited is written (as refusals are):
+      // usage counts them once written, and then agrees with what the rooms recorded.
+      const journaledWaits = async () => {
+        const sums = new Map<string, number>();
+        for (const l of (await (await call(s.url, '/v1/journal?type=request.waited')).text())
+          .split('\n')
+          .filter((l) => l !== '')) {
+          const { data } = JSON.parse(l) as { data: { tenant?: string; waitedMs: number } };
+          if (data.tenant) sums.set(data.tenant, (sums.get(data.tenant) ?? 0) + data.waitedMs);
+        }
+        return sums;
+      };
+      await waitFor('every wait journaled', async () => {
+        const sums = await journaledWaits();
+        return [...roomWaits].every(([tenant, ms]) => (sums.get(tenant) ?? 0) === ms);
+      });
       const expected = [...told]
         .map(([tenant, t]) => ({ tenant, ...t, failed: 0, waitedMs: roomWaits.get(tenant) ?? 0 }))
         .sort((a, b) => (a.tenant < b.tenant ? -1 : 1));
