@@ -5,6 +5,11 @@
  * → `stopped`. A retiring engine's rooms whose prefill has not begun move to other pairs when its
  * drain starts (`room.migrated`, `engine_retiring`); rooms still running on it at the drain
  * deadline move when it stops, as after any engine's exit (recovery/exits.ts).
+ *
+ * An engine it started that crash-loops (the supervisor gives up on it: `gaveUp`) is written off:
+ * journaled `stopped`, forgotten, its id never used again, and no engine of its role is started
+ * for the supervisor's crash window — what made it crash (its flags, its host) would make the
+ * next one crash too.
  */
 import type { ControlPlane } from '../control/control-plane.ts';
 import type { EngineView } from '../control/engines/engine-view.ts';
@@ -13,7 +18,7 @@ import type { Logger } from '../log.ts';
 import type { Step } from '../planner/model.ts';
 import type { PlannerActions } from '../planner/online.ts';
 import type { Role } from '../planner/record.ts';
-import type { EngineSupervisor } from '../recovery/supervisor.ts';
+import { type EngineSupervisor, SUPERVISOR_DEFAULTS } from '../recovery/supervisor.ts';
 import type { EventData } from '../room/events.ts';
 import type { Room } from '../room/reducer.ts';
 
@@ -28,6 +33,11 @@ export interface FleetActionsDeps {
   drainDeadlineMs?: number;
   /** How long a new engine gets to register. Default 30 000. */
   startTimeoutMs?: number;
+  /**
+   * After an engine it started crash-looped, how long no other of its role is started: the
+   * supervisor's crash window by default.
+   */
+  holdAfterCrashLoopMs?: number;
 }
 
 type Lifecycle = EventData<'engine.lifecycle'>;
@@ -36,6 +46,12 @@ const POLL_MS = 100;
 
 export class FleetActions implements PlannerActions {
   private stopping = false;
+  /** Engines it started, by id, still supervised. */
+  private readonly mine = new Map<string, Role>();
+  /** Ids of engines it wrote off (a crash loop): never given to another engine. */
+  private readonly writtenOff = new Set<string>();
+  /** Per role, starts held after a crash loop: until when, and whether the wait was logged. */
+  private readonly held = new Map<Role, { until: number; engine: string; logged: boolean }>();
 
   constructor(private readonly deps: FleetActionsDeps) {}
 
@@ -69,13 +85,18 @@ export class FleetActions implements PlannerActions {
    * role); resolves once it registered (or its wait ran out).
    */
   private async start(role: Role, reason: string, replaces?: string): Promise<void> {
-    if (this.stopping) return;
+    if (this.stopping || this.holding(role, reason)) return;
     const { control, engines, args } = this.deps;
-    const taken = new Set([...engines.ids(), ...control.engines().map((e) => e.engine)]);
+    const taken = new Set([
+      ...engines.ids(),
+      ...control.engines().map((e) => e.engine),
+      ...this.writtenOff,
+    ]);
     let n = 0;
     while (taken.has(`${role}-${n}`)) n++;
     const id = `${role}-${n}`;
     engines.start({ id, role, args });
+    this.mine.set(id, role);
     await this.record(id, {
       state: 'started',
       role,
@@ -118,6 +139,40 @@ export class FleetActions implements PlannerActions {
     control.forgetEngine(engine);
     await this.record(engine, { state: 'stopped', role, by: 'planner', reason });
     return engine;
+  }
+
+  /**
+   * The supervisor gave up on `id` for crash-looping (supervisor.ts `onGiveUp`). One this planner
+   * started is written off: journaled `stopped`, forgotten by the control plane (the planner's
+   * count of the fleet no longer holds it), and its role held (`holdAfterCrashLoopMs`). Engines
+   * it did not start are left as they are: the operator's (an operator is needed).
+   */
+  async gaveUp(id: string, why: string): Promise<void> {
+    const role = this.mine.get(id);
+    if (role === undefined) return;
+    this.mine.delete(id);
+    this.writtenOff.add(id);
+    const holdMs = this.deps.holdAfterCrashLoopMs ?? SUPERVISOR_DEFAULTS.crashWindowMs;
+    this.held.set(role, { until: Date.now() + holdMs, engine: id, logged: false });
+    this.deps.control.forgetEngine(id);
+    this.deps.log.error(
+      { engine: id, role, holdMs },
+      `${id}, started by the planner, crash-looped (${why}); written off, and no ${role} engine is started for ${Math.round(holdMs / 1000)} s — its log says why; fix the engine flags (--engine-args) or the host`,
+    );
+    await this.record(id, { state: 'stopped', role, by: 'planner', reason: why });
+  }
+
+  /** Whether starts of `role` are held after a crash loop; logs the first step it holds. */
+  private holding(role: Role, reason: string): boolean {
+    const h = this.held.get(role);
+    if (h === undefined || Date.now() >= h.until) return false;
+    if (!h.logged)
+      this.deps.log.warn(
+        { role, step: reason, engine: h.engine, until: new Date(h.until).toISOString() },
+        `the planner starts no ${role} engine until ${new Date(h.until).toISOString()}: ${h.engine}, the last it started, crash-looped`,
+      );
+    h.logged = true;
+    return true;
   }
 
   private record(engine: string, data: Lifecycle): Promise<unknown> {

@@ -16,7 +16,7 @@ import { FleetActions, soonestDrained } from './fleet-actions.ts';
 type Rooms = Array<[string, string]>;
 
 /** Two prefill and two decode engines under a stand-in control plane and supervisor. */
-function fleet(rooms: Rooms) {
+function fleet(rooms: Rooms, holdAfterCrashLoopMs?: number) {
   const engines = new Map<string, 'prefill' | 'decode'>([
     ['prefill-0', 'prefill'],
     ['prefill-1', 'prefill'],
@@ -69,6 +69,7 @@ function fleet(rooms: Rooms) {
     log: silentLogger,
     drainDeadlineMs: 1_500,
     startTimeoutMs: 1_000,
+    ...(holdAfterCrashLoopMs === undefined ? {} : { holdAfterCrashLoopMs }),
   });
   return { actions, control, journaled, stopped };
 }
@@ -142,5 +143,33 @@ describe('fleet actions', () => {
     expect(soonestDrained(engines, rooms)).toBe('d2');
     expect(soonestDrained(engines, [])).toBe('d0');
     expect(soonestDrained([], rooms)).toBeUndefined();
+  });
+
+  it('writes off an engine it started that crash-loops: stopped, forgotten, its id never reused, its role held for a while', async () => {
+    const f = fleet([], 400);
+    await f.actions.step('prefill_short');
+    expect(states(f.journaled)).toEqual(['prefill-2 started']);
+    // An engine it did not start is the operator's: the supervisor's give_up is all.
+    await f.actions.gaveUp('decode-0', 'crash loop: 6 exits in 600 s (last: code 1)');
+    expect(f.journaled).toHaveLength(1);
+    expect(f.control.engine('decode-0')).toBeDefined();
+
+    await f.actions.gaveUp('prefill-2', 'crash loop: 6 exits in 600 s (last: code 1)');
+    expect(states(f.journaled)).toEqual(['prefill-2 started', 'prefill-2 stopped']);
+    expect(f.journaled[1]?.data).toMatchObject({
+      role: 'prefill',
+      by: 'planner',
+      reason: 'crash loop: 6 exits in 600 s (last: code 1)',
+    });
+    expect(f.control.engine('prefill-2')).toBeUndefined();
+    // Held: the next step short of prefill starts nothing; decode is not held.
+    await f.actions.step('prefill_short');
+    expect(f.journaled).toHaveLength(2);
+    await f.actions.step('decode_short');
+    expect(states(f.journaled).at(-1)).toBe('decode-2 started');
+    // Once the hold is over a new engine starts, under an id of its own.
+    await new Promise((r) => setTimeout(r, 450));
+    await f.actions.step('prefill_short');
+    expect(states(f.journaled).at(-1)).toBe('prefill-3 started');
   });
 });

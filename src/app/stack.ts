@@ -162,7 +162,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     restart: options.restartEngines ?? true,
     env: options.engineEnv,
     ...(options.engineEntry ? { entry: options.engineEntry } : {}),
-    onGiveUp: (id, reason) =>
+    onGiveUp: (id, reason) => {
       void journal
         .append({
           type: 'recovery.action',
@@ -170,7 +170,9 @@ export async function startStack(options: StackOptions): Promise<Stack> {
           source: 'supervisor',
           data: { action: 'give_up', reason, outcome: 'not restarted; an operator is needed' },
         })
-        .catch((err) => log.error({ err, engine: id }, 'could not journal the give-up')),
+        .catch((err) => log.error({ err, engine: id }, 'could not journal the give-up'));
+      void actions.gaveUp(id, reason);
+    },
     // Stopping: every engine exits on purpose, and nothing is left to continue its rooms on.
     onExit: (engine, pid, status, restarts) =>
       engineExited(
