@@ -86,6 +86,15 @@ const DEFAULT_LEASE_MS = 2000;
  */
 export const PG_PACK_ROOMS_PER_PASS = 64;
 
+/**
+ * A run of the packer that moved this many events out of `event_rows` vacuums it and `room_packs`
+ * itself (`VACUUM (ANALYZE)`): the first packing of a large journal leaves millions of dead rows,
+ * and until autovacuum passes, an engine's backlog at registration walks their index entries
+ * (starts of 17–24 s at 9.85 M events: docs/benchmarks.md). Packing as it runs while serving moves
+ * far fewer a run, which autovacuum keeps up with.
+ */
+export const PG_VACUUM_AFTER_EVENTS = 100_000;
+
 /** The error of an attempt to lead while another control plane does. */
 function busy(where: string, current: LeaderRow): JournalError {
   const left = Math.max(0, current.leaseUntil - current.now);
@@ -115,6 +124,8 @@ export class PgJournal extends PgReader implements JournalStore {
   private readonly packer = new PgPacker();
   private packTimer: Timer | null = null;
   private packing: Promise<PackTotals> | null = null;
+  /** The session a VACUUM after packing runs on; ended by `close` rather than waited for. */
+  private vacuuming: pg.Client | null = null;
 
   private constructor(
     options: PgJournalOptions,
@@ -172,12 +183,19 @@ export class PgJournal extends PgReader implements JournalStore {
    * Packs every room that ended before `cutoffTs`, PG_PACK_ROOMS_PER_PASS rooms a transaction on the
    * writing session, appends taking their turns between (packs.ts); `pace`: it rests after each
    * pass as long as the pass took; `quick`: the walk goes on from where the last run left off
-   * rather than from the oldest room with rows; `signal` stops it between passes. One run at a
-   * time: a second call waits for it.
+   * rather than from the oldest room with rows; `signal` stops it between passes. A run that moved
+   * `vacuumAfterEvents` events (PG_VACUUM_AFTER_EVENTS) or more vacuums the tables it emptied. One
+   * run at a time: a second call waits for it.
    */
   async pack(
     cutoffTs: number,
-    opts: { pace?: boolean; quick?: boolean; roomsPerPass?: number; signal?: AbortSignal } = {},
+    opts: {
+      pace?: boolean;
+      quick?: boolean;
+      roomsPerPass?: number;
+      signal?: AbortSignal;
+      vacuumAfterEvents?: number;
+    } = {},
   ): Promise<PackTotals> {
     while (this.packing) await this.packing.catch(() => {});
     this.packing = (async () => {
@@ -202,12 +220,45 @@ export class PgJournal extends PgReader implements JournalStore {
         if (next.done) break;
         if (opts.pace) await sleep(performance.now() - started);
       }
+      const vacuumAfter = opts.vacuumAfterEvents ?? PG_VACUUM_AFTER_EVENTS;
+      if (totals.events >= vacuumAfter && this.writable() && !opts.signal?.aborted)
+        await this.vacuum(totals);
       return totals;
     })();
     try {
       return await this.packing;
     } finally {
       this.packing = null;
+    }
+  }
+
+  /**
+   * `VACUUM (ANALYZE)` of the tables a large packing run emptied and filled, on a session of its
+   * own (VACUUM runs outside a transaction; plain VACUUM does not block appends). A failure is
+   * logged, never thrown: autovacuum does it later.
+   */
+  private async vacuum(totals: PackTotals): Promise<void> {
+    const started = performance.now();
+    try {
+      this.vacuuming = await connectClient({ url: this.url, applicationName: 'pdctl vacuum' });
+      await this.vacuuming.query('VACUUM (ANALYZE) event_rows, room_packs');
+      this.log.info(
+        {
+          packedRooms: totals.rooms,
+          packedEvents: totals.events,
+          ms: Math.round(performance.now() - started),
+        },
+        'vacuumed event_rows and room_packs after packing',
+      );
+    } catch (err) {
+      if (this.queue.state !== 'closed')
+        this.log.warn(
+          { err, packedEvents: totals.events },
+          'could not VACUUM event_rows after packing; autovacuum will (run VACUUM (ANALYZE) event_rows by hand if starts are slow)',
+        );
+    } finally {
+      void this.vacuuming?.end().catch(() => {});
+      this.vacuuming = null;
     }
   }
 
@@ -535,6 +586,7 @@ export class PgJournal extends PgReader implements JournalStore {
     this.queue.close();
     this.hub.closeAll();
     void this.writer.end().catch(() => {});
+    void this.vacuuming?.end().catch(() => {});
     super.close();
   }
 }

@@ -147,6 +147,39 @@ describe.runIf(enabled)('packed rooms on PostgreSQL', () => {
     }
   });
 
+  it('vacuums event_rows and room_packs itself after a run that moved many events, not after a small one', async () => {
+    const { j, url } = await synthJournal(40);
+    try {
+      const vacuums = async () =>
+        (
+          await sql<{ n: string }>(
+            url,
+            `SELECT vacuum_count AS n FROM pg_stat_user_tables
+              WHERE relname IN ('event_rows', 'room_packs') ORDER BY relname`,
+          )
+        ).map((r) => Number(r.n));
+      const before = await vacuums();
+      expect(before).toHaveLength(2);
+      // Fewer events than PG_VACUUM_AFTER_EVENTS: left to autovacuum.
+      expect((await j.pack(END)).events).toBeGreaterThan(0);
+      expect(await vacuums()).toEqual(before);
+      // A run at the threshold vacuums both tables.
+      for (const room of ['late-1', 'late-2'])
+        for (const ev of lifecycle(room)) await j.append({ ...ev, ts: END - 3_600_000 });
+      const moved = await j.pack(END, { vacuumAfterEvents: 2 * lifecycle('x').length });
+      expect(moved).toMatchObject({ rooms: 2, events: 2 * lifecycle('x').length });
+      expect(await vacuums()).toEqual(before.map((n) => n + 1));
+      expect(
+        await count(
+          url,
+          "SELECT n_dead_tup AS n FROM pg_stat_user_tables WHERE relname = 'event_rows'",
+        ),
+      ).toBe(0);
+    } finally {
+      await j.drain();
+    }
+  });
+
   it('reads packs schema 6 wrote as before after schema 7, and a reader of schema 6 says to migrate', async () => {
     const url = await freshDatabase();
     const c = new pg.Client({ connectionString: url });
