@@ -137,6 +137,7 @@ export class FleetActions implements PlannerActions {
     // Rooms left at the deadline move as soon as it is gone: no need to wait out its own drain.
     await engines.retire(engine, left > 0 ? 0 : 10_000);
     control.forgetEngine(engine);
+    this.mine.delete(engine);
     await this.record(engine, { state: 'stopped', role, by: 'planner', reason });
     return engine;
   }
