@@ -68,8 +68,10 @@ describe('a room that fails before its first token', () => {
   });
 
   it('reaches its client as the failure it was under pdctl serve --retry-limit 0 --no-outlier-ejection, and the engine stays in rotation', async () => {
-    // Round robin: half of a burst goes to prefill-1 before any of its failures is known (after
-    // one, the pair is avoided a while, so later requests would mostly go to prefill-0).
+    // Round robin: half of a burst goes to prefill-1. The decode engine, which finds the corrupt
+    // bytes, is held (SIGSTOP) until the whole burst has its rooms: after the first failure the
+    // pair is avoided a while, and a burst that reached the server slowly would mostly go to
+    // prefill-0.
     const s = await serve([
       ...['--prefill', '2', '--allow-fault-injection', '--canary-interval-ms', '0'],
       ...['--retry-limit', '0', '--no-outlier-ejection', '--router', 'round-robin'],
@@ -84,9 +86,25 @@ describe('a room that fails before its first token', () => {
       await new Promise((r) => setTimeout(r, 200));
       // At least as many failures as the detector needs to eject (5 of its rooms), with the
       // ejection on: 16 at once, 8 of them through prefill-1.
-      const answers = await Promise.all(
-        Array.from({ length: 16 }, (_, i) => complete(s.url, prompt(800 + i, 12), 6)),
-      );
+      const listed = (await (await fetch(`${s.url}/v1/engines`)).json()) as {
+        engines: Array<{ id: string; pid: number }>;
+      };
+      const decode = listed.engines.find((e) => e.id === 'decode-0')?.pid as number;
+      const rooms = async () =>
+        (await (await fetch(`${s.url}/v1/journal?type=room.created`)).text())
+          .split('\n')
+          .filter((l) => l !== '').length;
+      process.kill(decode, 'SIGSTOP');
+      let pending: Promise<Awaited<ReturnType<typeof complete>>[]>;
+      try {
+        pending = Promise.all(
+          Array.from({ length: 16 }, (_, i) => complete(s.url, prompt(800 + i, 12), 6)),
+        );
+        await waitFor('the burst’s 16 rooms', async () => (await rooms()) >= 16);
+      } finally {
+        process.kill(decode, 'SIGCONT');
+      }
+      const answers = await pending;
       // --retry-limit 0: a room that failed before its first token is not tried again.
       const failed = answers.filter((a) => a.status !== 200);
       expect(failed.length).toBeGreaterThanOrEqual(5);
