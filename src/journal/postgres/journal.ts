@@ -89,9 +89,9 @@ export const PG_PACK_ROOMS_PER_PASS = 64;
 /**
  * A run of the packer that moved this many events out of `event_rows` vacuums it and `room_packs`
  * itself (`VACUUM (ANALYZE)`): the first packing of a large journal leaves millions of dead rows,
- * and until autovacuum passes, an engine's backlog at registration walks their index entries
- * (starts of 17–24 s at 9.85 M events: docs/benchmarks.md). Packing as it runs while serving moves
- * far fewer a run, which autovacuum keeps up with.
+ * and until autovacuum passes, reads through the indexes walk their entries (every start 1.3–1.6 s
+ * slower at 9.9 M events, 17–24 s at worst: docs/benchmarks.md). Packing as it runs while serving
+ * moves far fewer a run, which autovacuum keeps up with.
  */
 export const PG_VACUUM_AFTER_EVENTS = 100_000;
 
@@ -241,6 +241,8 @@ export class PgJournal extends PgReader implements JournalStore {
     const started = performance.now();
     try {
       this.vacuuming = await connectClient({ url: this.url, applicationName: 'pdctl vacuum' });
+      // Closed while it connected: the process is stopping, and would wait for the VACUUM.
+      if (this.queue.state === 'closed') return;
       await this.vacuuming.query('VACUUM (ANALYZE) event_rows, room_packs');
       this.log.info(
         {
