@@ -82,7 +82,7 @@ export class FleetActions implements PlannerActions {
 
   /**
    * Starts an engine of `role` under a new id (in place of `replaces`, retired for a change of
-   * role); resolves once it registered (or its wait ran out).
+   * role); resolves once it registered, was written off, or its wait ran out.
    */
   private async start(role: Role, reason: string, replaces?: string): Promise<void> {
     if (this.stopping || this.holding(role, reason)) return;
@@ -104,7 +104,11 @@ export class FleetActions implements PlannerActions {
       reason,
       ...(replaces !== undefined ? { replaces } : {}),
     });
-    await this.until(() => control.engine(id) !== undefined, this.deps.startTimeoutMs ?? 30_000);
+    // An engine written off meanwhile (it crash-looped) ends the wait too.
+    await this.until(
+      () => control.engine(id) !== undefined || this.writtenOff.has(id),
+      this.deps.startTimeoutMs ?? 30_000,
+    );
   }
 
   /**

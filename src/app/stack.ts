@@ -138,6 +138,8 @@ export interface Stack {
   retention: Retention;
   /** The planner's decisions each interval (planner/online.ts); mode `off` when it is not run. */
   planner: Planner;
+  /** What carries out the planner's steps on this stack's engines (`--planner act`). */
+  fleet: FleetActions;
   /** The ladder's view and restart count of each engine, for the API and `pdctl engines`. */
   recovery: RecoveryView;
   engineIds: { prefill: string[]; decode: string[] };
@@ -264,6 +266,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     outliers,
     retention,
     planner,
+    fleet: actions,
     recovery,
     engineIds: ids,
     stop,
