@@ -377,30 +377,25 @@ describe("a tenant's own limits", () => {
 
       // Usage from the record equals what the clients were told: the route, the command over
       // it, the per-tenant metrics, and (below) the command on the journal file. Time waited is
-      // not told to clients: it is what each room recorded of its own wait.
-      const roomWaits = new Map<string, number>();
-      for (const l of (await (await call(s.url, '/v1/journal?type=room.created')).text())
-        .split('\n')
-        .filter((l) => l !== '')) {
-        const { data } = JSON.parse(l) as { data: { tenant?: string; waitedMs?: number } };
-        if (data.tenant)
-          roomWaits.set(data.tenant, (roomWaits.get(data.tenant) ?? 0) + (data.waitedMs ?? 0));
-      }
-      expect(roomWaits.get('one-at-a-time')).toBeGreaterThanOrEqual(created.data.waitedMs ?? 0);
-      // Waits are gathered for a second before their request.waited is written (as refusals are):
-      // usage counts them once written, and then agrees with what the rooms recorded.
-      const journaledWaits = async () => {
+      // not told to clients: it is what each room recorded of its own wait (`waitsIn`: per
+      // tenant, summed over the events of a type).
+      const waitsIn = async (type: string) => {
         const sums = new Map<string, number>();
-        for (const l of (await (await call(s.url, '/v1/journal?type=request.waited')).text())
+        for (const l of (await (await call(s.url, `/v1/journal?type=${type}`)).text())
           .split('\n')
           .filter((l) => l !== '')) {
-          const { data } = JSON.parse(l) as { data: { tenant?: string; waitedMs: number } };
-          if (data.tenant) sums.set(data.tenant, (sums.get(data.tenant) ?? 0) + data.waitedMs);
+          const { data } = JSON.parse(l) as { data: { tenant?: string; waitedMs?: number } };
+          if (data.tenant)
+            sums.set(data.tenant, (sums.get(data.tenant) ?? 0) + (data.waitedMs ?? 0));
         }
         return sums;
       };
+      const roomWaits = await waitsIn('room.created');
+      expect(roomWaits.get('one-at-a-time')).toBeGreaterThanOrEqual(created.data.waitedMs ?? 0);
+      // Waits are gathered for a second before their request.waited is written (as refusals are):
+      // usage counts them once written, and then agrees with what the rooms recorded.
       await waitFor('every wait journaled', async () => {
-        const sums = await journaledWaits();
+        const sums = await waitsIn('request.waited');
         return [...roomWaits].every(([tenant, ms]) => (sums.get(tenant) ?? 0) === ms);
       });
       const expected = [...told]

@@ -140,6 +140,13 @@ export function unreachable(
   return `no prefill engine can move KV to a decode engine that has room: prefill ${hosts(prefills)}; decode ${hosts(decodes)} (engines on different hosts need UCX on both ends: --kv-transport auto or ucx, and a decode engine that receives over UCX)`;
 }
 
+/** A pair being avoided: until when, its current pause, and the room probing it after the pause. */
+interface FailingPair {
+  until: number;
+  backoffMs: number;
+  probe: { room: string; since: number } | null;
+}
+
 /**
  * Pairs whose KV could not move lately: a transfer between them failed or stalled (a cut link
  * between their hosts, a peer that does not take puts). Such a pair is avoided for `baseMs`. Once
@@ -149,10 +156,7 @@ export function unreachable(
  * a restarted engine inherits its pairs' record.
  */
 export class PairHealth {
-  private readonly failing = new Map<
-    string,
-    { until: number; backoffMs: number; probe: { room: string; since: number } | null }
-  >();
+  private readonly failing = new Map<string, FailingPair>();
 
   constructor(
     private readonly baseMs: number,
@@ -198,7 +202,7 @@ export class PairHealth {
   }
 
   /** A probe is out; one whose room never reported (its creation lost) lapses after `maxMs`. */
-  private probing(f: { probe: { since: number } | null }, now: number): boolean {
+  private probing(f: FailingPair, now: number): boolean {
     return f.probe !== null && now < f.probe.since + this.maxMs;
   }
 }
